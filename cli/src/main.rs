@@ -1,0 +1,36 @@
+//! `engine-cli`: inspect GGUF files and run the engine from a terminal.
+
+use clap::{Parser, Subcommand};
+
+mod info;
+
+#[derive(Parser)]
+#[command(name = "engine-cli", version, about = "GGUF inference engine command-line tool")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Describe a GGUF file: architecture, sizes, tensor types, tokenizer and all metadata.
+    Info(info::InfoArgs),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(args) => info::run(args),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    }
+}

@@ -1,0 +1,1 @@
+//! CPU operations: matmul over every weight type, parallel with rayon.

@@ -1,0 +1,3 @@
+//! Compute backends. The CPU backend is always built.
+
+pub mod cpu;

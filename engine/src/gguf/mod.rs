@@ -1,0 +1,1 @@
+//! GGUF files: memory-mapped reader, value types and writer.

@@ -1,0 +1,9 @@
+//! A GGUF inference engine: file format, quantized numerics and CPU kernels (more layers come
+//! on top: models, tokenizers, sessions, the guard). See ARCHITECTURE.md for the map.
+
+#[cfg(target_endian = "big")]
+compile_error!("the engine reads GGUF's little-endian data in place and needs a little-endian target");
+
+pub mod backend;
+pub mod gguf;
+pub mod quant;

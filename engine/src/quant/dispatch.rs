@@ -1,0 +1,189 @@
+//! Run-time choice of kernels: the CPU's instruction-set tier is detected once (or forced by
+//! `ENGINE_ISA=scalar|avx2|avx512`) and every type gets a table of function pointers.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use super::types::GgmlType;
+use super::{float, k_quants, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, QuantError};
+
+/// An instruction-set tier, lowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// Portable Rust; the reference every other tier is tested against.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+    /// x86-64 AVX-512 F/BW/VL/DQ with VNNI (int8 dot products), plus the AVX2 tier's features.
+    Avx512,
+}
+
+impl Isa {
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Isa> {
+        Isa::ALL.into_iter().find(|i| i.name().eq_ignore_ascii_case(s.trim()))
+    }
+
+    /// Whether this CPU can run the tier.
+    pub fn is_available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                Isa::Avx2.is_available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512dq")
+                    && is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Every tier this CPU can run, lowest first.
+    pub fn available() -> Vec<Isa> {
+        Isa::ALL.into_iter().filter(|i| i.is_available()).collect()
+    }
+
+    /// The best tier this CPU can run.
+    pub fn detect() -> Isa {
+        Isa::available().into_iter().max().unwrap_or(Isa::Scalar)
+    }
+
+    /// The tier in use: detected once, lowered by `ENGINE_ISA` when set. A request for a tier
+    /// the CPU lacks, or an unknown name, is logged and ignored.
+    pub fn active() -> Isa {
+        static ACTIVE: OnceLock<Isa> = OnceLock::new();
+        *ACTIVE.get_or_init(|| {
+            let best = Isa::detect();
+            let Ok(req) = std::env::var("ENGINE_ISA") else { return best };
+            match Isa::from_name(&req) {
+                Some(isa) if isa.is_available() => isa,
+                Some(isa) => {
+                    tracing::warn!("ENGINE_ISA={req}: {isa} is not available on this CPU, using {best}");
+                    best
+                }
+                None => {
+                    tracing::warn!("ENGINE_ISA={req} is not one of scalar|avx2|avx512, using {best}");
+                    best
+                }
+            }
+        })
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Row kernels of one SIMD tier for one type, over raw little-endian bytes.
+#[derive(Clone, Copy)]
+pub struct Kernels {
+    /// Row bytes -> `out.len()` floats.
+    pub dequantize: fn(&[u8], &mut [f32]),
+    /// Dot product of a weight row with an activation row of `vec_dot_type`, same length.
+    pub vec_dot: fn(&[u8], &[u8]) -> f32,
+}
+
+/// Everything the engine needs to compute with one tensor type on one tier.
+#[derive(Clone, Copy)]
+pub struct TypeOps {
+    pub ty: GgmlType,
+    pub isa: Isa,
+    /// The format activations are converted to before [`TypeOps::vec_dot`]: Q8_0, Q8_1 or
+    /// Q8_K for quantized weights, F32 for float weights.
+    pub vec_dot_type: GgmlType,
+    /// Row bytes -> `out.len()` floats.
+    pub dequantize: fn(&[u8], &mut [f32]),
+    /// `x.len()` floats -> row bytes (the scalar reference quantizer).
+    pub quantize: fn(&[f32], &mut [u8]),
+    /// Dot product of a row of this type with a row of `vec_dot_type`, same element count.
+    pub vec_dot: fn(&[u8], &[u8]) -> f32,
+}
+
+/// The scalar kernels of a type: `(vec_dot_type, dequantize, quantize, vec_dot)`.
+fn scalar(ty: GgmlType) -> Option<TypeOps> {
+    use GgmlType as T;
+    let (vec_dot_type, dequantize, quantize, vec_dot): (
+        GgmlType,
+        fn(&[u8], &mut [f32]),
+        fn(&[f32], &mut [u8]),
+        fn(&[u8], &[u8]) -> f32,
+    ) = match ty {
+        T::F32 => (T::F32, float::dequantize_f32, float::quantize_f32, float::vec_dot_f32),
+        T::F16 => (T::F32, float::dequantize_f16, float::quantize_f16, float::vec_dot_f16),
+        T::BF16 => (T::F32, float::dequantize_bf16, float::quantize_bf16, float::vec_dot_bf16),
+        T::Q4_0 => (T::Q8_0, q4_0::dequantize_row, q4_0::quantize_row, q4_0::vec_dot_row),
+        T::Q4_1 => (T::Q8_1, q4_1::dequantize_row, q4_1::quantize_row, q4_1::vec_dot_row),
+        T::Q5_0 => (T::Q8_0, q5_0::dequantize_row, q5_0::quantize_row, q5_0::vec_dot_row),
+        T::Q5_1 => (T::Q8_1, q5_1::dequantize_row, q5_1::quantize_row, q5_1::vec_dot_row),
+        T::Q8_0 => (T::Q8_0, q8_0::dequantize_row, q8_0::quantize_row, q8_0::vec_dot_row),
+        T::Q8_1 => (T::Q8_1, q8_1::dequantize_row, q8_1::quantize_row, q8_1::vec_dot_row),
+        T::Q2_K => (T::Q8_K, k_quants::q2_k::dequantize_row, k_quants::q2_k::quantize_row, k_quants::q2_k::vec_dot_row),
+        T::Q3_K => (T::Q8_K, k_quants::q3_k::dequantize_row, k_quants::q3_k::quantize_row, k_quants::q3_k::vec_dot_row),
+        T::Q4_K => (T::Q8_K, k_quants::q4_k::dequantize_row, k_quants::q4_k::quantize_row, k_quants::q4_k::vec_dot_row),
+        T::Q5_K => (T::Q8_K, k_quants::q5_k::dequantize_row, k_quants::q5_k::quantize_row, k_quants::q5_k::vec_dot_row),
+        T::Q6_K => (T::Q8_K, k_quants::q6_k::dequantize_row, k_quants::q6_k::quantize_row, k_quants::q6_k::vec_dot_row),
+        T::Q8_K => (T::Q8_K, k_quants::q8_k::dequantize_row, k_quants::q8_k::quantize_row, k_quants::q8_k::vec_dot_row),
+        _ => return None,
+    };
+    Some(TypeOps { ty, isa: Isa::Scalar, vec_dot_type, dequantize, quantize, vec_dot })
+}
+
+/// The kernels of `ty` on tier `isa`: that tier's SIMD kernels where it has them, the scalar
+/// ones otherwise. Errors if the type is unsupported or the CPU lacks the tier.
+pub fn ops_for(ty: GgmlType, isa: Isa) -> Result<TypeOps, QuantError> {
+    if !isa.is_available() {
+        return Err(QuantError::IsaUnavailable(isa));
+    }
+    let mut ops = scalar(ty).ok_or(QuantError::Unsupported(ty))?;
+    let simd = match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => super::x86::avx2::kernels(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => super::x86::avx512::kernels(ty),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    };
+    if let Some(k) = simd {
+        ops.isa = isa;
+        ops.dequantize = k.dequantize;
+        ops.vec_dot = k.vec_dot;
+    }
+    Ok(ops)
+}
+
+/// The kernels of `ty` on the active tier ([`Isa::active`]), built once per type.
+pub fn ops(ty: GgmlType) -> Result<&'static TypeOps, QuantError> {
+    static TABLE: OnceLock<Vec<Option<TypeOps>>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let isa = Isa::active();
+        (0..64u32)
+            .map(|id| GgmlType::from_id(id).and_then(|t| ops_for(t, isa).ok()))
+            .collect()
+    });
+    table
+        .get(ty.id() as usize)
+        .and_then(Option::as_ref)
+        .ok_or(QuantError::Unsupported(ty))
+}

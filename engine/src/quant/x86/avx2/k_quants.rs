@@ -1,0 +1,8 @@
+//! AVX2 kernels for the k_quants types.
+
+use crate::quant::dispatch::Kernels;
+use crate::quant::GgmlType;
+
+pub(super) fn kernels(_ty: GgmlType) -> Option<Kernels> {
+    None
+}

@@ -1,0 +1,13 @@
+//! The AVX2 tier: float, legacy-quant and K-quant row kernels.
+
+use crate::quant::dispatch::Kernels;
+use crate::quant::GgmlType;
+
+mod float;
+mod k_quants;
+mod legacy;
+
+/// This tier's kernels for `ty`, or `None` where the scalar ones serve.
+pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
+    float::kernels(ty).or_else(|| legacy::kernels(ty)).or_else(|| k_quants::kernels(ty))
+}
