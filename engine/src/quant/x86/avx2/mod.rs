@@ -5,6 +5,9 @@ use crate::quant::GgmlType;
 
 mod float;
 mod k_quants;
+mod k_quants_q5q6;
+#[cfg(test)]
+pub(crate) mod k_quants_tests;
 mod legacy;
 
 /// This tier's kernels for `ty`, or `None` where the scalar ones serve.
