@@ -69,19 +69,22 @@ pub fn quantize_bf16(x: &[f32], bytes: &mut [u8]) {
     }
 }
 
+// The scalar float dots accumulate in f64: they are the reference the SIMD tiers (f32 lanes)
+// are measured against, so their own rounding error should be negligible.
+
 pub fn vec_dot_f32(w: &[u8], a: &[u8]) -> f32 {
     debug_assert_eq!(w.len(), a.len());
-    f32s(w).zip(f32s(a)).map(|(x, y)| x * y).sum()
+    f32s(w).zip(f32s(a)).map(|(x, y)| x as f64 * y as f64).sum::<f64>() as f32
 }
 
 pub fn vec_dot_f16(w: &[u8], a: &[u8]) -> f32 {
     debug_assert_eq!(w.len() * 2, a.len());
-    halves(w).zip(f32s(a)).map(|(h, y)| f16::from_bits(h).to_f32() * y).sum()
+    halves(w).zip(f32s(a)).map(|(h, y)| f16::from_bits(h).to_f32() as f64 * y as f64).sum::<f64>() as f32
 }
 
 pub fn vec_dot_bf16(w: &[u8], a: &[u8]) -> f32 {
     debug_assert_eq!(w.len() * 2, a.len());
-    halves(w).zip(f32s(a)).map(|(h, y)| bf16_to_f32(h) * y).sum()
+    halves(w).zip(f32s(a)).map(|(h, y)| bf16_to_f32(h) as f64 * y as f64).sum::<f64>() as f32
 }
 
 #[cfg(test)]

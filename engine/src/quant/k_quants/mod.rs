@@ -6,3 +6,6 @@ pub mod q4_k;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_k;
+pub(crate) mod scales;
+#[cfg(test)]
+pub(crate) mod test_util;
