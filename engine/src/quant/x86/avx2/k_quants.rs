@@ -13,6 +13,9 @@
 //! Dequantization does ggml's float operations in ggml's order with separate multiply and
 //! subtract (never FMA), so it is bit-exact with the scalar reference.
 
+// Index loops follow the block layout (chunk n, plane j) and are fully unrolled.
+#![allow(clippy::needless_range_loop)]
+
 use std::arch::x86_64::*;
 
 use super::k_quants_q5q6 as q5q6;
@@ -30,15 +33,14 @@ const Q3K_BYTES: usize = 110;
 const Q4K_BYTES: usize = 144;
 
 pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
-    let (dequantize, vec_dot): (fn(&[u8], &mut [f32]), fn(&[u8], &[u8]) -> f32) = match ty {
-        GgmlType::Q2_K => (dequantize_q2_k, vec_dot_q2_k),
-        GgmlType::Q3_K => (dequantize_q3_k, vec_dot_q3_k),
-        GgmlType::Q4_K => (dequantize_q4_k, vec_dot_q4_k),
-        GgmlType::Q5_K => (q5q6::dequantize_q5_k, q5q6::vec_dot_q5_k),
-        GgmlType::Q6_K => (q5q6::dequantize_q6_k, q5q6::vec_dot_q6_k),
+    Some(match ty {
+        GgmlType::Q2_K => Kernels { dequantize: dequantize_q2_k, vec_dot: vec_dot_q2_k },
+        GgmlType::Q3_K => Kernels { dequantize: dequantize_q3_k, vec_dot: vec_dot_q3_k },
+        GgmlType::Q4_K => Kernels { dequantize: dequantize_q4_k, vec_dot: vec_dot_q4_k },
+        GgmlType::Q5_K => Kernels { dequantize: q5q6::dequantize_q5_k, vec_dot: q5q6::vec_dot_q5_k },
+        GgmlType::Q6_K => Kernels { dequantize: q5q6::dequantize_q6_k, vec_dot: q5q6::vec_dot_q6_k },
         _ => return None,
-    };
-    Some(Kernels { dequantize, vec_dot })
+    })
 }
 
 /// Super-blocks in a dequantize call; panics unless `w` is whole blocks of `block_bytes` and
@@ -46,7 +48,7 @@ pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
 pub(super) fn dequant_blocks(w: &[u8], out: &[f32], block_bytes: usize) -> usize {
     let nb = w.len() / block_bytes;
     assert!(
-        w.len() % block_bytes == 0 && out.len() == nb * QK_K,
+        w.len().is_multiple_of(block_bytes) && out.len() == nb * QK_K,
         "dequantize: {} bytes of {block_bytes}-byte blocks into {} values",
         w.len(),
         out.len()
@@ -59,7 +61,7 @@ pub(super) fn dequant_blocks(w: &[u8], out: &[f32], block_bytes: usize) -> usize
 pub(super) fn dot_blocks(w: &[u8], a: &[u8], block_bytes: usize) -> usize {
     let nb = w.len() / block_bytes;
     assert!(
-        w.len() % block_bytes == 0 && a.len() == nb * Q8K_BYTES,
+        w.len().is_multiple_of(block_bytes) && a.len() == nb * Q8K_BYTES,
         "vec_dot: {} weight bytes of {block_bytes}-byte blocks against {} Q8_K bytes",
         w.len(),
         a.len()
@@ -105,12 +107,14 @@ pub(super) unsafe fn f32_at(p: *const u8) -> f32 {
     f32::from_le_bytes(p.cast::<[u8; 4]>().read_unaligned())
 }
 
-/// The little-endian IEEE half at `p`, widened exactly.
+/// The two little-endian IEEE halves at `p` and `p + 2`, widened exactly. One zero-extending
+/// 32-bit load: a 16-bit insert would merge into (and so falsely depend on) whatever its
+/// register last held.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
-    let bits = u16::from_le_bytes(p.cast::<[u8; 2]>().read_unaligned());
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+pub(super) unsafe fn f16_pair(p: *const u8) -> (f32, f32) {
+    let v = _mm_cvtph_ps(_mm_loadu_si32(p));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
 
 /// The 8 scales and 8 mins (6 bits each) of a Q4_K / Q5_K super-block from its 12 packed
@@ -228,8 +232,7 @@ unsafe fn dequantize_q2_k_impl(w: *const u8, out: *mut f32, nb: usize) {
     for i in 0..nb {
         let x = w.add(i * Q2K_BYTES);
         let y = out.add(i * QK_K);
-        let d = f16_at(x.add(80));
-        let dmin = f16_at(x.add(82));
+        let (d, dmin) = f16_pair(x.add(80));
         for n in 0..2 {
             for e in 0..4 {
                 // 8 values at l = 8e..8e+8 of every plane j.
@@ -262,8 +265,8 @@ unsafe fn vec_dot_q2_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
         let x = w.add(i * Q2K_BYTES);
         let y = a.add(i * Q8K_BYTES);
         let yd = f32_at(y);
-        let d = yd * f16_at(x.add(80));
-        let dmin = yd * f16_at(x.add(82));
+        let (d, dmin) = f16_pair(x.add(80));
+        let (d, dmin) = (yd * d, yd * dmin);
 
         let packed = _mm_loadu_si128(x.cast());
         let scales = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
@@ -307,7 +310,7 @@ unsafe fn dequantize_q3_k_impl(w: *const u8, out: *mut f32, nb: usize) {
     for i in 0..nb {
         let x = w.add(i * Q3K_BYTES);
         let y = out.add(i * QK_K);
-        let d_all = f16_at(x.add(108));
+        let (_, d_all) = f16_pair(x.add(106));
         let (lo, hi) = unpack_scales_q3k(x.add(96));
         let scales = (lo as u128 | (hi as u128) << 64).to_le_bytes();
         for e in 0..4 {
@@ -342,7 +345,7 @@ unsafe fn vec_dot_q3_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
     for i in 0..nb {
         let x = w.add(i * Q3K_BYTES);
         let y = a.add(i * Q8K_BYTES);
-        let d = f32_at(y) * f16_at(x.add(108));
+        let d = f32_at(y) * f16_pair(x.add(106)).1;
 
         let (lo, hi) = unpack_scales_q3k(x.add(96));
         let scales = _mm256_cvtepi8_epi16(_mm_sub_epi8(xmm_u64x2(lo, hi), _mm_set1_epi8(32)));
@@ -386,8 +389,7 @@ unsafe fn dequantize_q4_k_impl(w: *const u8, out: *mut f32, nb: usize) {
     for i in 0..nb {
         let x = w.add(i * Q4K_BYTES);
         let y = out.add(i * QK_K);
-        let d = f16_at(x);
-        let dmin = f16_at(x.add(2));
+        let (d, dmin) = f16_pair(x);
         let (sc, mn) = unpack_scales_mins_k4(x.add(4));
         let (sc, mn) = (sc.to_le_bytes(), mn.to_le_bytes());
         for c in 0..4 {
@@ -425,8 +427,8 @@ unsafe fn vec_dot_q4_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
         let x = w.add(i * Q4K_BYTES);
         let y = a.add(i * Q8K_BYTES);
         let yd = f32_at(y);
-        let d = yd * f16_at(x);
-        let dmin = yd * f16_at(x.add(2));
+        let (d, dmin) = f16_pair(x);
+        let (d, dmin) = (yd * d, yd * dmin);
 
         let (sc, mn) = unpack_scales_mins_k4(x.add(4));
         let sm = xmm_u64x2(sc, mn);
@@ -444,8 +446,12 @@ unsafe fn vec_dot_q4_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
             let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
             let act_lo = _mm256_loadu_si256(y.add(Q8K_QS + 64 * c).cast());
             let act_hi = _mm256_loadu_si256(y.add(Q8K_QS + 64 * c + 32).cast());
-            let p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, act_lo), _mm256_shuffle_epi8(scales, shuf[2 * c]));
-            let p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, act_hi), _mm256_shuffle_epi8(scales, shuf[2 * c + 1]));
+            let p_lo =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, act_lo), _mm256_shuffle_epi8(scales, shuf[2 * c]));
+            let p_hi = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(hi, act_hi),
+                _mm256_shuffle_epi8(scales, shuf[2 * c + 1]),
+            );
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);

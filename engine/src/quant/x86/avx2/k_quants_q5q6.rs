@@ -1,9 +1,11 @@
 //! AVX2 kernels for Q5_K and Q6_K (see `k_quants.rs` for the scheme).
 
+#![allow(clippy::needless_range_loop)]
+
 use std::arch::x86_64::*;
 
 use super::k_quants::{
-    f16_at, f32_at, hsum256, load_table, load_u8x8, row_entry_points, store_dq, store_dq_min,
+    f16_pair, f32_at, hsum256, load_table, load_u8x8, row_entry_points, store_dq, store_dq_min,
     unpack_scales_mins_k4, xmm_u64x2, PAIR_SHUF, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, WORD_SHUF,
 };
 use crate::quant::QK_K;
@@ -25,8 +27,7 @@ unsafe fn dequantize_q5_k_impl(w: *const u8, out: *mut f32, nb: usize) {
     for i in 0..nb {
         let x = w.add(i * Q5K_BYTES);
         let y = out.add(i * QK_K);
-        let d = f16_at(x);
-        let dmin = f16_at(x.add(2));
+        let (d, dmin) = f16_pair(x);
         let (sc, mn) = unpack_scales_mins_k4(x.add(4));
         let (sc, mn) = (sc.to_le_bytes(), mn.to_le_bytes());
         // qh[8e..8e+8] shifted so that plane 2c sits at bit 4 in chunk c.
@@ -42,7 +43,10 @@ unsafe fn dequantize_q5_k_impl(w: *const u8, out: *mut f32, nb: usize) {
             for (e, h) in qh.iter_mut().enumerate() {
                 let q = load_u8x8(x.add(48 + 32 * c + 8 * e));
                 let lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(*h, m16));
-                let hi = _mm256_or_si256(_mm256_srli_epi32::<4>(q), _mm256_and_si256(_mm256_srli_epi32::<1>(*h), m16));
+                let hi = _mm256_or_si256(
+                    _mm256_srli_epi32::<4>(q),
+                    _mm256_and_si256(_mm256_srli_epi32::<1>(*h), m16),
+                );
                 store_dq_min(y.add(64 * c + 8 * e), lo, d1, m1);
                 store_dq_min(y.add(64 * c + 32 + 8 * e), hi, d2, m2);
                 *h = _mm256_srli_epi32::<2>(*h);
@@ -72,8 +76,8 @@ unsafe fn vec_dot_q5_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
         let x = w.add(i * Q5K_BYTES);
         let y = a.add(i * Q8K_BYTES);
         let yd = f32_at(y);
-        let d = yd * f16_at(x);
-        let dmin = yd * f16_at(x.add(2));
+        let (d, dmin) = f16_pair(x);
+        let (d, dmin) = (yd * d, yd * dmin);
 
         let (sc, mn) = unpack_scales_mins_k4(x.add(4));
         let sm = xmm_u64x2(sc, mn);
@@ -94,8 +98,12 @@ unsafe fn vec_dot_q5_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
             let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q), m4), h_hi);
             let act_lo = _mm256_loadu_si256(y.add(Q8K_QS + 64 * c).cast());
             let act_hi = _mm256_loadu_si256(y.add(Q8K_QS + 64 * c + 32).cast());
-            let p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, act_lo), _mm256_shuffle_epi8(scales, shuf[2 * c]));
-            let p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, act_hi), _mm256_shuffle_epi8(scales, shuf[2 * c + 1]));
+            let p_lo =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, act_lo), _mm256_shuffle_epi8(scales, shuf[2 * c]));
+            let p_hi = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(hi, act_hi),
+                _mm256_shuffle_epi8(scales, shuf[2 * c + 1]),
+            );
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
             qh = _mm256_srli_epi16::<2>(qh);
         }
@@ -118,17 +126,26 @@ unsafe fn dequantize_q6_k_impl(w: *const u8, out: *mut f32, nb: usize) {
     for i in 0..nb {
         let x = w.add(i * Q6K_BYTES);
         let y = out.add(i * QK_K);
-        let d = f16_at(x.add(208));
+        let (_, d) = f16_pair(x.add(206));
         let sc = x.add(192).cast::<i8>();
         for n in 0..2 {
             for e in 0..4 {
                 let l0 = load_u8x8(x.add(64 * n + 8 * e));
                 let l1 = load_u8x8(x.add(64 * n + 32 + 8 * e));
                 let h = load_u8x8(x.add(128 + 32 * n + 8 * e));
-                let q1 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi32::<4>(h), m30));
-                let q2 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi32::<2>(h), m30));
+                let q1 = _mm256_or_si256(
+                    _mm256_and_si256(l0, m4),
+                    _mm256_and_si256(_mm256_slli_epi32::<4>(h), m30),
+                );
+                let q2 = _mm256_or_si256(
+                    _mm256_and_si256(l1, m4),
+                    _mm256_and_si256(_mm256_slli_epi32::<2>(h), m30),
+                );
                 let q3 = _mm256_or_si256(_mm256_srli_epi32::<4>(l0), _mm256_and_si256(h, m30));
-                let q4 = _mm256_or_si256(_mm256_srli_epi32::<4>(l1), _mm256_and_si256(_mm256_srli_epi32::<2>(h), m30));
+                let q4 = _mm256_or_si256(
+                    _mm256_srli_epi32::<4>(l1),
+                    _mm256_and_si256(_mm256_srli_epi32::<2>(h), m30),
+                );
                 let yy = y.add(128 * n + 8 * e);
                 let g = 8 * n + e / 2;
                 // ggml multiplies d by the scale first, then by the quant.
@@ -155,7 +172,7 @@ unsafe fn vec_dot_q6_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
     for i in 0..nb {
         let x = w.add(i * Q6K_BYTES);
         let y = a.add(i * Q8K_BYTES);
-        let d = f32_at(y) * f16_at(x.add(208));
+        let d = f32_at(y) * f16_pair(x.add(206)).1;
 
         let scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(192).cast()));
         // The quants are used as 0..64; the -32 offset comes back as 32 * sum(scale * bsum).

@@ -3,7 +3,7 @@
 //! extreme blocks and row lengths of 1, odd counts, 16 (4096 values) and 43 (11008) blocks.
 
 use crate::quant::dispatch::Kernels;
-use crate::quant::{GgmlType, Isa, QK_K};
+use crate::quant::{ops_for, GgmlType, Isa, QK_K};
 
 const TYPES: [GgmlType; 5] = [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
 const BLOCK_COUNTS: [usize; 6] = [1, 2, 3, 7, 16, 43];
@@ -111,164 +111,23 @@ fn q8k_values(a: &[u8]) -> Vec<f32> {
 }
 
 /// The scalar reference's kernels for `ty`.
-// TEMPORARY: written from ggml's dequantize_row_q*_K until the scalar references land.
-fn reference(ty: GgmlType) -> (fn(&[u8], &mut [f32]), fn(&[u8], &[u8]) -> f32) {
-    use GgmlType as T;
-    let dot: fn(&[u8], &[u8]) -> f32 = match ty {
-        T::Q2_K => mirror::exact_dot::<10>,
-        T::Q3_K => mirror::exact_dot::<11>,
-        T::Q4_K => mirror::exact_dot::<12>,
-        T::Q5_K => mirror::exact_dot::<13>,
-        T::Q6_K => mirror::exact_dot::<14>,
-        _ => unreachable!(),
-    };
-    (mirror::dequant(ty), dot)
+fn reference(ty: GgmlType) -> Kernels {
+    let ops = ops_for(ty, Isa::Scalar).unwrap();
+    Kernels { dequantize: ops.dequantize, vec_dot: ops.vec_dot }
 }
 
-mod mirror {
-    use super::*;
-
-    fn f16(b: &[u8], at: usize) -> f32 {
-        half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
-    }
-
-    pub fn dequant(ty: GgmlType) -> fn(&[u8], &mut [f32]) {
-        match ty {
-            GgmlType::Q2_K => q2k,
-            GgmlType::Q3_K => q3k,
-            GgmlType::Q4_K => q4k,
-            GgmlType::Q5_K => q5k,
-            GgmlType::Q6_K => q6k,
-            _ => unreachable!(),
-        }
-    }
-
-    pub fn exact_dot<const T: u32>(w: &[u8], a: &[u8]) -> f32 {
-        let ty = GgmlType::from_id(T).unwrap();
-        let mut x = vec![0f32; w.len() / ty.type_size() * QK_K];
-        dequant(ty)(w, &mut x);
-        x.iter().zip(q8k_values(a)).map(|(&x, y)| x as f64 * y as f64).sum::<f64>() as f32
-    }
-
-    fn q2k(w: &[u8], out: &mut [f32]) {
-        for (b, y) in w.chunks_exact(84).zip(out.chunks_exact_mut(QK_K)) {
-            let (d, dmin) = (f16(b, 80), f16(b, 82));
-            let (mut yi, mut is) = (0, 0);
-            for n in 0..2 {
-                let q = &b[16 + 32 * n..];
-                for j in 0..4 {
-                    for h in 0..2 {
-                        let sc = b[is];
-                        is += 1;
-                        let dl = d * (sc & 0xF) as f32;
-                        let ml = dmin * (sc >> 4) as f32;
-                        for l in 0..16 {
-                            y[yi] = dl * ((q[16 * h + l] >> (2 * j)) & 3) as f32 - ml;
-                            yi += 1;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn q3k(w: &[u8], out: &mut [f32]) {
-        for (b, y) in w.chunks_exact(110).zip(out.chunks_exact_mut(QK_K)) {
-            let d_all = f16(b, 108);
-            let s = &b[96..108];
-            let us = |is: usize| -> i32 {
-                (match is {
-                    0..=3 => (s[is] & 0xF) | ((s[is + 8] & 3) << 4),
-                    4..=7 => (s[is] & 0xF) | (((s[is + 4] >> 2) & 3) << 4),
-                    8..=11 => (s[is - 8] >> 4) | (((s[is] >> 4) & 3) << 4),
-                    _ => (s[is - 8] >> 4) | (((s[is - 4] >> 6) & 3) << 4),
-                }) as i32
-            };
-            let hm = &b[0..32];
-            let (mut yi, mut is, mut m) = (0, 0, 1u8);
-            for n in 0..2 {
-                let q = &b[32 + 32 * n..];
-                for j in 0..4 {
-                    for h in 0..2 {
-                        let dl = d_all * (us(is) - 32) as f32;
-                        is += 1;
-                        for l in 16 * h..16 * h + 16 {
-                            let v = ((q[l] >> (2 * j)) & 3) as i32 - if hm[l] & m != 0 { 0 } else { 4 };
-                            y[yi] = dl * v as f32;
-                            yi += 1;
-                        }
-                    }
-                    m = m.wrapping_shl(1);
-                }
-            }
-        }
-    }
-
-    fn gsm(j: usize, q: &[u8]) -> (u8, u8) {
-        if j < 4 {
-            (q[j] & 63, q[j + 4] & 63)
-        } else {
-            ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
-        }
-    }
-
-    fn q45k(b: &[u8], y: &mut [f32], qh: Option<&[u8]>, qs: &[u8]) {
-        let (d, dmin) = (f16(b, 0), f16(b, 2));
-        for c in 0..4 {
-            let (sc, m) = gsm(2 * c, &b[4..16]);
-            let (d1, m1) = (d * sc as f32, dmin * m as f32);
-            let (sc, m) = gsm(2 * c + 1, &b[4..16]);
-            let (d2, m2) = (d * sc as f32, dmin * m as f32);
-            for l in 0..32 {
-                let (h1, h2) = match qh {
-                    Some(qh) => ((qh[l] >> (2 * c)) & 1, (qh[l] >> (2 * c + 1)) & 1),
-                    None => (0, 0),
-                };
-                y[64 * c + l] = d1 * ((qs[32 * c + l] & 0xF) + 16 * h1) as f32 - m1;
-                y[64 * c + 32 + l] = d2 * ((qs[32 * c + l] >> 4) + 16 * h2) as f32 - m2;
-            }
-        }
-    }
-
-    fn q4k(w: &[u8], out: &mut [f32]) {
-        for (b, y) in w.chunks_exact(144).zip(out.chunks_exact_mut(QK_K)) {
-            q45k(b, y, None, &b[16..]);
-        }
-    }
-
-    fn q5k(w: &[u8], out: &mut [f32]) {
-        for (b, y) in w.chunks_exact(176).zip(out.chunks_exact_mut(QK_K)) {
-            q45k(b, y, Some(&b[16..48]), &b[48..]);
-        }
-    }
-
-    fn q6k(w: &[u8], out: &mut [f32]) {
-        for (b, y) in w.chunks_exact(210).zip(out.chunks_exact_mut(QK_K)) {
-            let d = f16(b, 208);
-            for n in 0..2 {
-                let (ql, qh) = (&b[64 * n..], &b[128 + 32 * n..]);
-                let sc = |i: usize| b[192 + 8 * n + i] as i8 as f32;
-                for l in 0..32 {
-                    let is = l / 16;
-                    let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
-                    let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
-                    let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
-                    let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
-                    y[128 * n + l] = d * sc(is) * q1 as f32;
-                    y[128 * n + l + 32] = d * sc(is + 2) * q2 as f32;
-                    y[128 * n + l + 64] = d * sc(is + 4) * q3 as f32;
-                    y[128 * n + l + 96] = d * sc(is + 6) * q4 as f32;
-                }
-            }
-        }
-    }
+/// `n` floats through a scalar reference quantizer.
+fn quantize(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    let mut bytes = vec![0u8; ty.row_bytes(x.len()).unwrap()];
+    (ops_for(ty, Isa::Scalar).unwrap().quantize)(x, &mut bytes);
+    bytes
 }
 
 /// One weight row against one activation row: dequantization bit-exact, dot product within
 /// tolerance of the reference and of the exact (f64) sum, and bitwise repeatable.
 fn check_row(isa: Isa, ty: GgmlType, k: &Kernels, w: &[u8], a: &[u8], what: &str) {
     let n = w.len() / ty.type_size() * QK_K;
-    let (ref_dequant, ref_dot) = reference(ty);
+    let Kernels { dequantize: ref_dequant, vec_dot: ref_dot } = reference(ty);
 
     let mut want = vec![0f32; n];
     ref_dequant(w, &mut want);
@@ -316,6 +175,14 @@ pub(crate) fn check_tier(isa: Isa, kernels: fn(GgmlType) -> Option<Kernels>) {
 
             let w = random_block_bytes(ty, nb, &mut rng);
             check_row(isa, ty, &k, &w, &a_rand, "random bytes");
+
+            // Real quantizations of N(0, 1) weights and activations.
+            let x: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+            let act: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+            let w = quantize(ty, &x);
+            let a = quantize(GgmlType::Q8_K, &act);
+            check_row(isa, ty, &k, &w, &a, "quantized N(0, 1)");
+            check_row(isa, ty, &k, &w, &a_rand, "quantized N(0, 1), random activations");
 
             // Extremes: all-zero, all-ones bits with the largest f16 of either sign, and
             // all-ones quants and scales against the largest activations of either sign.

@@ -3,14 +3,22 @@
 //! This file holds the shared pieces (row checks, scale unpacking, index tables) and Q2_K,
 //! Q3_K, Q4_K; Q5_K and Q6_K are in `k_quants_q5q6.rs`.
 //!
-//! Dot products: the weight quants are made unsigned (Q3_K and Q6_K get their offset back
-//! through the activation block sums), multiplied with the int8 activations by `vpmaddubsw`
-//! into i16 pairs, and weighted by the per-group scales with the VNNI `vpdpwssd`, so each
-//! super-block's integer sum is exact; one float multiply-add per super-block then
-//! accumulates it into 16 lanes, reduced in a fixed order at the end of the row.
+//! Dot products work on 256-bit vectors with the AVX-512 VL/BW/VNNI instructions: on CPUs
+//! that split 512-bit operations in two (AMD Zen 4) the cost is the number of 256-bit
+//! operations, and 32-byte runs of weights line up with the activations without shuffles.
+//! The weight quants are made unsigned (Q3_K and Q6_K get their offset back through the
+//! activation block sums) and multiplied with the int8 activations by `vpdpbusd` (exact
+//! i32 sums of 4 products). Two such vectors from different groups are packed into the two
+//! i16 halves of each i32 lane (every partial sum fits in i16), so that one `vpdpwssd`
+//! applies both groups' scales. Each super-block's integer sum is thus exact; one float
+//! multiply-add per super-block accumulates it into 8 lanes, reduced in a fixed order at the
+//! end of the row.
 //!
 //! Dequantization does ggml's float operations in ggml's order with separate multiply and
 //! subtract (never FMA), so it is bit-exact with the scalar reference.
+
+// Index loops follow the block layout (chunk n, plane j) and are fully unrolled.
+#![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
 
@@ -29,15 +37,14 @@ const Q3K_BYTES: usize = 110;
 const Q4K_BYTES: usize = 144;
 
 pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
-    let (dequantize, vec_dot): (fn(&[u8], &mut [f32]), fn(&[u8], &[u8]) -> f32) = match ty {
-        GgmlType::Q2_K => (dequantize_q2_k, vec_dot_q2_k),
-        GgmlType::Q3_K => (dequantize_q3_k, vec_dot_q3_k),
-        GgmlType::Q4_K => (dequantize_q4_k, vec_dot_q4_k),
-        GgmlType::Q5_K => (q5q6::dequantize_q5_k, q5q6::vec_dot_q5_k),
-        GgmlType::Q6_K => (q5q6::dequantize_q6_k, q5q6::vec_dot_q6_k),
+    Some(match ty {
+        GgmlType::Q2_K => Kernels { dequantize: dequantize_q2_k, vec_dot: vec_dot_q2_k },
+        GgmlType::Q3_K => Kernels { dequantize: dequantize_q3_k, vec_dot: vec_dot_q3_k },
+        GgmlType::Q4_K => Kernels { dequantize: dequantize_q4_k, vec_dot: vec_dot_q4_k },
+        GgmlType::Q5_K => Kernels { dequantize: q5q6::dequantize_q5_k, vec_dot: q5q6::vec_dot_q5_k },
+        GgmlType::Q6_K => Kernels { dequantize: q5q6::dequantize_q6_k, vec_dot: q5q6::vec_dot_q6_k },
         _ => return None,
-    };
-    Some(Kernels { dequantize, vec_dot })
+    })
 }
 
 /// Super-blocks in a dequantize call; panics unless `w` is whole blocks of `block_bytes` and
@@ -45,7 +52,7 @@ pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
 pub(super) fn dequant_blocks(w: &[u8], out: &[f32], block_bytes: usize) -> usize {
     let nb = w.len() / block_bytes;
     assert!(
-        w.len() % block_bytes == 0 && out.len() == nb * QK_K,
+        w.len().is_multiple_of(block_bytes) && out.len() == nb * QK_K,
         "dequantize: {} bytes of {block_bytes}-byte blocks into {} values",
         w.len(),
         out.len()
@@ -58,7 +65,7 @@ pub(super) fn dequant_blocks(w: &[u8], out: &[f32], block_bytes: usize) -> usize
 pub(super) fn dot_blocks(w: &[u8], a: &[u8], block_bytes: usize) -> usize {
     let nb = w.len() / block_bytes;
     assert!(
-        w.len() % block_bytes == 0 && a.len() == nb * Q8K_BYTES,
+        w.len().is_multiple_of(block_bytes) && a.len() == nb * Q8K_BYTES,
         "vec_dot: {} weight bytes of {block_bytes}-byte blocks against {} Q8_K bytes",
         w.len(),
         a.len()
@@ -104,12 +111,14 @@ pub(super) unsafe fn f32_at(p: *const u8) -> f32 {
     f32::from_le_bytes(p.cast::<[u8; 4]>().read_unaligned())
 }
 
-/// The little-endian IEEE half at `p`, widened exactly.
+/// The two little-endian IEEE halves at `p` and `p + 2`, widened exactly. One zero-extending
+/// 32-bit load: a 16-bit insert would merge into (and so falsely depend on) whatever its
+/// register last held.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
-    let bits = u16::from_le_bytes(p.cast::<[u8; 2]>().read_unaligned());
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+pub(super) unsafe fn f16_pair(p: *const u8) -> (f32, f32) {
+    let v = _mm_cvtph_ps(_mm_loadu_si32(p));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
 
 /// The 8 scales and 8 mins (6 bits each) of a Q4_K / Q5_K super-block from its 12 packed
@@ -147,65 +156,78 @@ pub(super) fn xmm_u64x2(lo: u64, hi: u64) -> __m128i {
     _mm_set_epi64x(hi as i64, lo as i64)
 }
 
-/// `vpermw` indices putting i16 scale `4k + j` in every word of 128-bit lane `j`: for a
-/// 64-value chunk `k` whose four 16-value groups fill one lane each.
-pub(super) static SCALE16_IDX: [[u16; 32]; 4] = {
-    let mut t = [[0u16; 32]; 4];
-    let mut k = 0;
-    while k < 4 {
-        let mut w = 0;
-        while w < 32 {
-            t[k][w] = (4 * k + w / 8) as u16;
-            w += 1;
-        }
-        k += 1;
-    }
-    t
-};
-
-/// `vpshufb` controls turning bytes 0..8 of every 128-bit lane (eight u8 scales) into i16
-/// words: scale `2c` in the low 256 bits and `2c + 1` in the high 256 bits, for a 64-value
-/// chunk `c` of 32-value groups.
-pub(super) static SCALE32_SHUF: [[u8; 64]; 4] = {
-    let mut t = [[0u8; 64]; 4];
-    let mut c = 0;
-    while c < 4 {
-        let mut b = 0;
-        while b < 64 {
-            t[c][b] = if b % 2 == 1 { 0x80 } else { (2 * c + b / 32) as u8 };
-            b += 1;
-        }
-        c += 1;
-    }
-    t
-};
-
-/// Bit masks selecting high-bit plane `2k` (low 256 bits) and `2k + 1` (high 256 bits).
-pub(super) static PLANE_BITS: [[u8; 64]; 4] = {
-    let mut t = [[0u8; 64]; 4];
-    let mut k = 0;
-    while k < 4 {
-        let mut b = 0;
-        while b < 64 {
-            t[k][b] = 1u8 << (2 * k + b / 32);
-            b += 1;
-        }
-        k += 1;
-    }
-    t
-};
-
+/// The 8 scales (bytes 0..8) and 8 mins (bytes 8..16) of a Q4_K / Q5_K super-block from
+/// the first 16 bytes of the block (`d`, `dmin`, then the 12 packed bytes `s`).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn load_table<T>(t: &T) -> __m512i {
-    _mm512_loadu_si512((t as *const T).cast())
+pub(super) unsafe fn unpack_scales_mins_q4k(x: *const u8) -> __m128i {
+    const Z: i8 = -128;
+    let raw = _mm_loadu_si128(x.cast());
+    // Low bits: s[0..4] & 63 (scales 0..4), s[8..12] & 15 (scales 4..8), s[4..8] & 63 (mins
+    // 0..4), s[8..12] >> 4 (mins 4..8).
+    let lo = _mm_shuffle_epi8(raw, _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, Z, Z, Z, Z));
+    let hi_nibbles = _mm_shuffle_epi8(
+        _mm_srli_epi16::<4>(raw),
+        _mm_setr_epi8(Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, 12, 13, 14, 15),
+    );
+    let mask = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
+    let low = _mm_and_si128(_mm_or_si128(lo, hi_nibbles), mask);
+    // High 2 bits of groups 4..8: the top bits of s[0..4] (scales) and s[4..8] (mins).
+    let top = _mm_shuffle_epi8(raw, _mm_setr_epi8(Z, Z, Z, Z, 4, 5, 6, 7, Z, Z, Z, Z, 8, 9, 10, 11));
+    let top = _mm_srli_epi16::<2>(_mm_and_si128(top, _mm_set1_epi8(-64)));
+    _mm_or_si128(low, top)
 }
 
-/// 32 bytes at `p` in both halves of a zmm register.
+/// Packs two vectors of i32 partial sums into i16 pairs: `lo`'s value in the low half of
+/// each lane and `hi >> (16 - SHIFT)` in the high half, where `hi` holds 2^(16 - SHIFT) times
+/// the partial sums (multiples of it). Both values must fit in i16.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn bcast256(p: *const u8) -> __m512i {
-    _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast()))
+pub(super) fn pair_words<const SHIFT: i32>(lo: __m256i, hi: __m256i) -> __m256i {
+    // (lo & 0xFFFF) | (hi << SHIFT)
+    _mm256_ternarylogic_epi32::<0xF8>(_mm256_slli_epi32::<SHIFT>(hi), lo, _mm256_set1_epi32(0xFFFF))
+}
+
+/// `vpermw` indices over 16 i16 scales for a pair of 32-value runs whose 128-bit lanes are
+/// 16-value groups: run A has groups `g`, `g + 1` and run B groups `g + 2`, `g + 3`, with
+/// `g = 4p`. Word `2m` of the result is A's scale for lane `m / 4`, word `2m + 1` B's.
+pub(super) static PAIR16_IDX: [[u16; 16]; 4] = {
+    let mut t = [[0u16; 16]; 4];
+    let mut p = 0;
+    while p < 4 {
+        let mut w = 0;
+        while w < 16 {
+            t[p][w] = (4 * p + w / 8 + 2 * (w % 2)) as u16;
+            w += 1;
+        }
+        p += 1;
+    }
+    t
+};
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn load_idx(t: &[u16; 16]) -> __m256i {
+    _mm256_loadu_si256(t.as_ptr().cast())
+}
+
+/// Adds to `sumi` the scaled dot products of four 32-value runs `d` (`vpdpbusd` sums whose
+/// 128-bit lanes are 16-value groups `4p..4p + 8` in order, for the index pair `idx` of
+/// `PAIR16_IDX[2q..2q + 2]`, `p = 2q`) with the 16 i16 `scales`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+pub(super) fn dot_groups16(sumi: __m256i, d: [__m256i; 4], scales: __m256i, idx: [__m256i; 2]) -> __m256i {
+    let s01 = _mm256_permutexvar_epi16(idx[0], scales);
+    let s23 = _mm256_permutexvar_epi16(idx[1], scales);
+    let sumi = _mm256_dpwssd_epi32(sumi, pair_words::<16>(d[0], d[1]), s01);
+    _mm256_dpwssd_epi32(sumi, pair_words::<16>(d[2], d[3]), s23)
+}
+
+/// `vpdpbusd` of 32 unsigned weight bytes with the 32 activations at `p`, from zero.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn dot32(q: __m256i, p: *const u8) -> __m256i {
+    _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, _mm256_loadu_si256(p.cast()))
 }
 
 /// Sum of 8 f32 lanes in a fixed order.
@@ -216,13 +238,6 @@ pub(super) fn hsum256(v: __m256) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
     _mm_cvtss_f32(s)
-}
-
-/// Sum of 16 f32 lanes in a fixed order.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-pub(super) fn hsum512(v: __m512) -> f32 {
-    hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps::<1>(v)))
 }
 
 /// Stores `d * q - m` (multiply, then subtract: no FMA) for 16 integer values.
@@ -257,8 +272,7 @@ unsafe fn dequantize_q2_k_impl(w: *const u8, out: *mut f32, nb: usize) {
     for i in 0..nb {
         let x = w.add(i * Q2K_BYTES);
         let y = out.add(i * QK_K);
-        let d = f16_at(x.add(80));
-        let dmin = f16_at(x.add(82));
+        let (d, dmin) = f16_pair(x.add(80));
         for n in 0..2 {
             for h in 0..2 {
                 let q = load_u8x16(x.add(16 + 32 * n + 16 * h));
@@ -276,46 +290,44 @@ unsafe fn dequantize_q2_k_impl(w: *const u8, out: *mut f32, nb: usize) {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn vec_dot_q2_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
-    let m3 = _mm512_set1_epi8(3);
+    let m3 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0x0F);
-    // Chunk k = 2n + p: planes 2p (low half) and 2p + 1 (high half) of qs[32n..32n + 32].
-    let shifts = [_mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0), _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4)];
     let idx = [
-        load_table(&SCALE16_IDX[0]),
-        load_table(&SCALE16_IDX[1]),
-        load_table(&SCALE16_IDX[2]),
-        load_table(&SCALE16_IDX[3]),
+        load_idx(&PAIR16_IDX[0]),
+        load_idx(&PAIR16_IDX[1]),
+        load_idx(&PAIR16_IDX[2]),
+        load_idx(&PAIR16_IDX[3]),
     ];
-    let mut acc = _mm512_setzero_ps();
+    let mut acc = _mm256_setzero_ps();
     let mut acc_min = _mm256_setzero_ps();
     for i in 0..nb {
         let x = w.add(i * Q2K_BYTES);
         let y = a.add(i * Q8K_BYTES);
         let yd = f32_at(y);
-        let d = yd * f16_at(x.add(80));
-        let dmin = yd * f16_at(x.add(82));
+        let (d, dmin) = f16_pair(x.add(80));
+        let (d, dmin) = (yd * d, yd * dmin);
 
         let packed = _mm_loadu_si128(x.cast());
-        let scales = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(packed, m4)));
+        let scales = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
         let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
         let bsums = _mm256_loadu_si256(y.add(Q8K_BSUMS).cast());
         let summs = _mm256_madd_epi16(mins, bsums);
         acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summs), acc_min);
 
-        let mut sumi = _mm512_setzero_si512();
+        let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
-            let qb = bcast256(x.add(16 + 32 * n));
-            for p in 0..2 {
-                let k = 2 * n + p;
-                let q = _mm512_and_si512(_mm512_srlv_epi64(qb, shifts[p]), m3);
-                let act = _mm512_loadu_si512(y.add(Q8K_QS + 64 * k).cast());
-                let prod = _mm512_maddubs_epi16(q, act);
-                sumi = _mm512_dpwssd_epi32(sumi, prod, _mm512_permutexvar_epi16(idx[k], scales));
+            // Run j (values 128n + 32j..) is plane j of qs[32n..32n + 32]: groups 8n + 2j, +1.
+            let mut qs = _mm256_loadu_si256(x.add(16 + 32 * n).cast());
+            let mut d = [_mm256_setzero_si256(); 4];
+            for (j, dj) in d.iter_mut().enumerate() {
+                *dj = dot32(_mm256_and_si256(qs, m3), y.add(Q8K_QS + 128 * n + 32 * j));
+                qs = _mm256_srli_epi16::<2>(qs);
             }
+            sumi = dot_groups16(sumi, d, scales, [idx[2 * n], idx[2 * n + 1]]);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum512(acc) - hsum256(acc_min)
+    hsum256(acc) - hsum256(acc_min)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -331,7 +343,7 @@ unsafe fn dequantize_q3_k_impl(w: *const u8, out: *mut f32, nb: usize) {
     for i in 0..nb {
         let x = w.add(i * Q3K_BYTES);
         let y = out.add(i * QK_K);
-        let d_all = f16_at(x.add(108));
+        let (_, d_all) = f16_pair(x.add(106));
         let (lo, hi) = unpack_scales_q3k(x.add(96));
         let scales = (lo as u128 | (hi as u128) << 64).to_le_bytes();
         for h in 0..2 {
@@ -341,7 +353,8 @@ unsafe fn dequantize_q3_k_impl(w: *const u8, out: *mut f32, nb: usize) {
                 for j in 0..4 {
                     let dl = d_all * (scales[8 * n + 2 * j + h] as i32 - 32) as f32;
                     let low = _mm512_and_si512(_mm512_srl_epi32(q, _mm_cvtsi32_si128(2 * j as i32)), m3);
-                    let hb = _mm512_and_si512(_mm512_srl_epi32(hm, _mm_cvtsi32_si128((4 * n + j) as i32)), m1);
+                    let hb =
+                        _mm512_and_si512(_mm512_srl_epi32(hm, _mm_cvtsi32_si128((4 * n + j) as i32)), m1);
                     // low - (hbit ? 0 : 4) = low + 4 * hbit - 4
                     let v = _mm512_sub_epi32(_mm512_add_epi32(low, _mm512_slli_epi32::<2>(hb)), four);
                     store_dq(y.add(128 * n + 32 * j + 16 * h), v, dl);
@@ -353,53 +366,45 @@ unsafe fn dequantize_q3_k_impl(w: *const u8, out: *mut f32, nb: usize) {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn vec_dot_q3_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
-    let m3 = _mm512_set1_epi8(3);
-    let four = _mm512_set1_epi8(4);
-    let shifts = [_mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0), _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4)];
+    let m3 = _mm256_set1_epi8(3);
+    let four = _mm256_set1_epi8(4);
     let idx = [
-        load_table(&SCALE16_IDX[0]),
-        load_table(&SCALE16_IDX[1]),
-        load_table(&SCALE16_IDX[2]),
-        load_table(&SCALE16_IDX[3]),
+        load_idx(&PAIR16_IDX[0]),
+        load_idx(&PAIR16_IDX[1]),
+        load_idx(&PAIR16_IDX[2]),
+        load_idx(&PAIR16_IDX[3]),
     ];
-    let planes = [
-        load_table(&PLANE_BITS[0]),
-        load_table(&PLANE_BITS[1]),
-        load_table(&PLANE_BITS[2]),
-        load_table(&PLANE_BITS[3]),
-    ];
-    let mut acc = _mm512_setzero_ps();
+    let mut acc = _mm256_setzero_ps();
     for i in 0..nb {
         let x = w.add(i * Q3K_BYTES);
         let y = a.add(i * Q8K_BYTES);
-        let d = f32_at(y) * f16_at(x.add(108));
+        let d = f32_at(y) * f16_pair(x.add(106)).1;
 
         let (lo, hi) = unpack_scales_q3k(x.add(96));
-        let scales16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(xmm_u64x2(lo, hi), _mm_set1_epi8(32)));
-        let scales = _mm512_zextsi256_si512(scales16);
+        let scales = _mm256_cvtepi8_epi16(_mm_sub_epi8(xmm_u64x2(lo, hi), _mm_set1_epi8(32)));
         // The quants are used as 0..8 (low bits + 4 * high bit); the -4 offset comes back as
         // 4 * sum(scale * bsum).
         let bsums = _mm256_loadu_si256(y.add(Q8K_BSUMS).cast());
-        let offset = _mm256_slli_epi32::<2>(_mm256_madd_epi16(scales16, bsums));
+        let offset = _mm256_slli_epi32::<2>(_mm256_madd_epi16(scales, bsums));
 
-        let hm = bcast256(x);
-        let mut sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(offset));
+        let hm = _mm256_loadu_si256(x.cast());
+        let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
         for n in 0..2 {
-            let qb = bcast256(x.add(32 + 32 * n));
-            for p in 0..2 {
-                let k = 2 * n + p;
-                let q = _mm512_and_si512(_mm512_srlv_epi64(qb, shifts[p]), m3);
-                // Plane 4n + j of hmask is plane 2k (low half) and 2k + 1 (high half).
-                let high = _mm512_test_epi8_mask(hm, planes[k]);
-                let q = _mm512_mask_add_epi8(q, high, q, four);
-                let act = _mm512_loadu_si512(y.add(Q8K_QS + 64 * k).cast());
-                let prod = _mm512_maddubs_epi16(q, act);
-                sumi = _mm512_dpwssd_epi32(sumi, prod, _mm512_permutexvar_epi16(idx[k], scales));
+            // Run j (values 128n + 32j..): plane j of qs[32n..], plane 4n + j of hmask.
+            let mut qs = _mm256_loadu_si256(x.add(32 + 32 * n).cast());
+            let mut d = [_mm256_setzero_si256(); 4];
+            for (j, dj) in d.iter_mut().enumerate() {
+                let high = _mm256_test_epi8_mask(hm, _mm256_set1_epi8(1 << (4 * n + j)));
+                let q = _mm256_and_si256(qs, m3);
+                let q = _mm256_mask_add_epi8(q, high, q, four);
+                *dj = dot32(q, y.add(Q8K_QS + 128 * n + 32 * j));
+                qs = _mm256_srli_epi16::<2>(qs);
             }
+            sumi = dot_groups16(sumi, d, scales, [idx[2 * n], idx[2 * n + 1]]);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum512(acc)
+    hsum256(acc)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -412,8 +417,7 @@ unsafe fn dequantize_q4_k_impl(w: *const u8, out: *mut f32, nb: usize) {
     for i in 0..nb {
         let x = w.add(i * Q4K_BYTES);
         let y = out.add(i * QK_K);
-        let d = f16_at(x);
-        let dmin = f16_at(x.add(2));
+        let (d, dmin) = f16_pair(x);
         let (sc, mn) = unpack_scales_mins_k4(x.add(4));
         let (sc, mn) = (sc.to_le_bytes(), mn.to_le_bytes());
         for c in 0..4 {
@@ -432,46 +436,40 @@ unsafe fn dequantize_q4_k_impl(w: *const u8, out: *mut f32, nb: usize) {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn vec_dot_q4_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
-    let m4 = _mm512_set1_epi8(0x0F);
-    // Low 256 bits: low nibbles (group 2c); high 256 bits: high nibbles (group 2c + 1).
-    let nibble_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
-    let shuf = [
-        load_table(&SCALE32_SHUF[0]),
-        load_table(&SCALE32_SHUF[1]),
-        load_table(&SCALE32_SHUF[2]),
-        load_table(&SCALE32_SHUF[3]),
-    ];
+    let m_lo = _mm256_set1_epi8(0x0F);
+    let m_hi = _mm256_set1_epi8(0xF0u8 as i8);
     // Each min twice (i16), for the pair of 16-value bsums of its 32-value group.
-    let min_shuf = _mm256_setr_epi8(
-        8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128, 11, -128, 11, -128, //
-        12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128,
-    );
-    let mut acc = _mm512_setzero_ps();
+    let min_dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    let mut acc = _mm256_setzero_ps();
     let mut acc_min = _mm256_setzero_ps();
     for i in 0..nb {
         let x = w.add(i * Q4K_BYTES);
         let y = a.add(i * Q8K_BYTES);
         let yd = f32_at(y);
-        let d = yd * f16_at(x);
-        let dmin = yd * f16_at(x.add(2));
+        let (d, dmin) = f16_pair(x);
+        let (d, dmin) = (yd * d, yd * dmin);
 
-        let (sc, mn) = unpack_scales_mins_k4(x.add(4));
-        let sm = _mm512_broadcast_i32x4(xmm_u64x2(sc, mn));
-        let mins = _mm256_shuffle_epi8(_mm512_castsi512_si256(sm), min_shuf);
+        let sm = unpack_scales_mins_q4k(x);
+        // As i16 words: i32 lane c holds scales 2c (low half) and 2c + 1 (high half).
+        let scales = _mm256_zextsi128_si256(_mm_cvtepu8_epi16(sm));
+        let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, min_dup));
         let bsums = _mm256_loadu_si256(y.add(Q8K_BSUMS).cast());
         let summs = _mm256_madd_epi16(mins, bsums);
         acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summs), acc_min);
 
-        let mut sumi = _mm512_setzero_si512();
+        let mut sumi = _mm256_setzero_si256();
         for c in 0..4 {
-            let q = _mm512_and_si512(_mm512_srlv_epi64(bcast256(x.add(16 + 32 * c)), nibble_shift), m4);
-            let act = _mm512_loadu_si512(y.add(Q8K_QS + 64 * c).cast());
-            let prod = _mm512_maddubs_epi16(q, act);
-            sumi = _mm512_dpwssd_epi32(sumi, prod, _mm512_shuffle_epi8(sm, shuf[c]));
+            let q = _mm256_loadu_si256(x.add(16 + 32 * c).cast());
+            let act = y.add(Q8K_QS + 64 * c);
+            let lo = dot32(_mm256_and_si256(q, m_lo), act);
+            // 16 times the high nibbles' sums (no shift of the quants), undone by the pairing.
+            let hi16 = dot32(_mm256_and_si256(q, m_hi), act.add(32));
+            let sc = _mm256_permutexvar_epi32(_mm256_set1_epi32(c as i32), scales);
+            sumi = _mm256_dpwssd_epi32(sumi, pair_words::<12>(lo, hi16), sc);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum512(acc) - hsum256(acc_min)
+    hsum256(acc) - hsum256(acc_min)
 }
 
 #[cfg(test)]

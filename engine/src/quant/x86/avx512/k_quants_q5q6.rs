@@ -1,11 +1,13 @@
 //! AVX-512 (+VNNI) kernels for Q5_K and Q6_K (see `k_quants.rs` for the scheme).
 
+#![allow(clippy::needless_range_loop)]
+
 use std::arch::x86_64::*;
 
 use super::k_quants::{
-    bcast256, f16_at, f32_at, hsum256, hsum512, load_table, load_u8x16, row_entry_points,
-    store_dq, store_dq_min, unpack_scales_mins_k4, xmm_u64x2, PLANE_BITS, Q8K_BSUMS, Q8K_BYTES,
-    Q8K_QS, SCALE16_IDX, SCALE32_SHUF,
+    dot32, dot_groups16, f16_pair, f32_at, hsum256, load_idx, load_u8x16, pair_words, row_entry_points,
+    store_dq, store_dq_min, unpack_scales_mins_k4, unpack_scales_mins_q4k, PAIR16_IDX, Q8K_BSUMS, Q8K_BYTES,
+    Q8K_QS,
 };
 use crate::quant::QK_K;
 
@@ -26,8 +28,7 @@ unsafe fn dequantize_q5_k_impl(w: *const u8, out: *mut f32, nb: usize) {
     for i in 0..nb {
         let x = w.add(i * Q5K_BYTES);
         let y = out.add(i * QK_K);
-        let d = f16_at(x);
-        let dmin = f16_at(x.add(2));
+        let (d, dmin) = f16_pair(x);
         let (sc, mn) = unpack_scales_mins_k4(x.add(4));
         let (sc, mn) = (sc.to_le_bytes(), mn.to_le_bytes());
         let qh = [load_u8x16(x.add(16)), load_u8x16(x.add(32))];
@@ -53,53 +54,43 @@ unsafe fn dequantize_q5_k_impl(w: *const u8, out: *mut f32, nb: usize) {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn vec_dot_q5_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
-    let m4 = _mm512_set1_epi8(0x0F);
-    let sixteen = _mm512_set1_epi8(16);
-    let nibble_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
-    let shuf = [
-        load_table(&SCALE32_SHUF[0]),
-        load_table(&SCALE32_SHUF[1]),
-        load_table(&SCALE32_SHUF[2]),
-        load_table(&SCALE32_SHUF[3]),
-    ];
-    let planes = [
-        load_table(&PLANE_BITS[0]),
-        load_table(&PLANE_BITS[1]),
-        load_table(&PLANE_BITS[2]),
-        load_table(&PLANE_BITS[3]),
-    ];
-    let min_shuf = _mm256_setr_epi8(
-        8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128, 11, -128, 11, -128, //
-        12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128,
-    );
-    let mut acc = _mm512_setzero_ps();
+    let m_lo = _mm256_set1_epi8(0x0F);
+    let m16 = _mm256_set1_epi8(0x10);
+    let min_dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    let mut acc = _mm256_setzero_ps();
     let mut acc_min = _mm256_setzero_ps();
     for i in 0..nb {
         let x = w.add(i * Q5K_BYTES);
         let y = a.add(i * Q8K_BYTES);
         let yd = f32_at(y);
-        let d = yd * f16_at(x);
-        let dmin = yd * f16_at(x.add(2));
+        let (d, dmin) = f16_pair(x);
+        let (d, dmin) = (yd * d, yd * dmin);
 
-        let (sc, mn) = unpack_scales_mins_k4(x.add(4));
-        let sm = _mm512_broadcast_i32x4(xmm_u64x2(sc, mn));
-        let mins = _mm256_shuffle_epi8(_mm512_castsi512_si256(sm), min_shuf);
+        let sm = unpack_scales_mins_q4k(x);
+        let scales = _mm256_zextsi128_si256(_mm_cvtepu8_epi16(sm));
+        let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, min_dup));
         let bsums = _mm256_loadu_si256(y.add(Q8K_BSUMS).cast());
         let summs = _mm256_madd_epi16(mins, bsums);
         acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summs), acc_min);
 
-        let qh = bcast256(x.add(16));
-        let mut sumi = _mm512_setzero_si512();
+        // Planes 2c and 2c + 1 of qh are bits 0 and 1 of every byte of `qh` in chunk c.
+        let mut qh = _mm256_loadu_si256(x.add(16).cast());
+        let mut sumi = _mm256_setzero_si256();
         for c in 0..4 {
-            let q = _mm512_and_si512(_mm512_srlv_epi64(bcast256(x.add(48 + 32 * c)), nibble_shift), m4);
-            let q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, planes[c]), q, sixteen);
-            let act = _mm512_loadu_si512(y.add(Q8K_QS + 64 * c).cast());
-            let prod = _mm512_maddubs_epi16(q, act);
-            sumi = _mm512_dpwssd_epi32(sumi, prod, _mm512_shuffle_epi8(sm, shuf[c]));
+            let q = _mm256_loadu_si256(x.add(48 + 32 * c).cast());
+            let act = y.add(Q8K_QS + 64 * c);
+            // (a & 0x0F) | b, with b the fifth bit (16) alone.
+            let h_lo = _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m16);
+            let h_hi = _mm256_and_si256(_mm256_slli_epi16::<3>(qh), m16);
+            let lo = _mm256_ternarylogic_epi32::<0xEC>(q, h_lo, m_lo);
+            let hi = _mm256_ternarylogic_epi32::<0xEC>(_mm256_srli_epi16::<4>(q), h_hi, m_lo);
+            let sc = _mm256_permutexvar_epi32(_mm256_set1_epi32(c as i32), scales);
+            sumi = _mm256_dpwssd_epi32(sumi, pair_words::<16>(dot32(lo, act), dot32(hi, act.add(32))), sc);
+            qh = _mm256_srli_epi16::<2>(qh);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum512(acc) - hsum256(acc_min)
+    hsum256(acc) - hsum256(acc_min)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -119,7 +110,7 @@ unsafe fn dequantize_q6_k_impl(w: *const u8, out: *mut f32, nb: usize) {
     for i in 0..nb {
         let x = w.add(i * Q6K_BYTES);
         let y = out.add(i * QK_K);
-        let d = f16_at(x.add(208));
+        let (_, d) = f16_pair(x.add(206));
         let sc = x.add(192).cast::<i8>();
         for n in 0..2 {
             for p in 0..2 {
@@ -149,46 +140,49 @@ unsafe fn dequantize_q6_k_impl(w: *const u8, out: *mut f32, nb: usize) {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn vec_dot_q6_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
-    let m4 = _mm512_set1_epi8(0x0F);
-    let m30 = _mm512_set1_epi8(0x30);
-    // Bits 0-1 (low 256) and 2-3 (high 256) of qh moved to bits 4-5; and bits 4-5 / 6-7.
-    let shl_lo = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);
-    let shr_hi = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+    let m_lo = _mm256_set1_epi8(0x0F);
+    let m33 = _mm256_set1_epi8(0x33);
+    let mcc = _mm256_set1_epi8(0xCCu8 as i8);
     let idx = [
-        load_table(&SCALE16_IDX[0]),
-        load_table(&SCALE16_IDX[1]),
-        load_table(&SCALE16_IDX[2]),
-        load_table(&SCALE16_IDX[3]),
+        load_idx(&PAIR16_IDX[0]),
+        load_idx(&PAIR16_IDX[1]),
+        load_idx(&PAIR16_IDX[2]),
+        load_idx(&PAIR16_IDX[3]),
     ];
-    let mut acc = _mm512_setzero_ps();
+    let mut acc = _mm256_setzero_ps();
     for i in 0..nb {
         let x = w.add(i * Q6K_BYTES);
         let y = a.add(i * Q8K_BYTES);
-        let d = f32_at(y) * f16_at(x.add(208));
+        let d = f32_at(y) * f16_pair(x.add(206)).1;
 
-        let scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(192).cast()));
-        let scales = _mm512_zextsi256_si512(scales16);
+        let scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(192).cast()));
         // The quants are used as 0..64; the -32 offset comes back as 32 * sum(scale * bsum).
         let bsums = _mm256_loadu_si256(y.add(Q8K_BSUMS).cast());
-        let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(scales16, bsums));
+        let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(scales, bsums));
 
-        let mut sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(offset));
+        let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
         for n in 0..2 {
-            let ql = _mm512_loadu_si512(x.add(64 * n).cast());
-            let qh = bcast256(x.add(128 + 32 * n));
-            let lo = _mm512_and_si512(ql, m4);
-            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4);
-            // a | (b & c)
-            let q_lo = _mm512_ternarylogic_epi32::<0xF8>(lo, _mm512_sllv_epi64(qh, shl_lo), m30);
-            let q_hi = _mm512_ternarylogic_epi32::<0xF8>(hi, _mm512_srlv_epi64(qh, shr_hi), m30);
-            let act_lo = _mm512_loadu_si512(y.add(Q8K_QS + 128 * n).cast());
-            let act_hi = _mm512_loadu_si512(y.add(Q8K_QS + 128 * n + 64).cast());
-            let p_lo = _mm512_maddubs_epi16(q_lo, act_lo);
-            let p_hi = _mm512_maddubs_epi16(q_hi, act_hi);
-            sumi = _mm512_dpwssd_epi32(sumi, p_lo, _mm512_permutexvar_epi16(idx[2 * n], scales));
-            sumi = _mm512_dpwssd_epi32(sumi, p_hi, _mm512_permutexvar_epi16(idx[2 * n + 1], scales));
+            let l0 = _mm256_loadu_si256(x.add(64 * n).cast());
+            let l1 = _mm256_loadu_si256(x.add(64 * n + 32).cast());
+            let h = _mm256_loadu_si256(x.add(128 + 32 * n).cast());
+            // qh bits 0-1 and 4-5 (h33), 2-3 and 6-7 (hcc): shifted so that the wanted pair
+            // lands on bits 4-5 with zeros above, then merged under the low-nibble mask
+            // (`m_lo ? a : b`).
+            let h33 = _mm256_and_si256(h, m33);
+            let hcc = _mm256_and_si256(h, mcc);
+            let q1 = _mm256_ternarylogic_epi32::<0xE4>(l0, _mm256_slli_epi16::<4>(h33), m_lo);
+            let q2 = _mm256_ternarylogic_epi32::<0xE4>(l1, _mm256_slli_epi16::<2>(hcc), m_lo);
+            let q3 = _mm256_ternarylogic_epi32::<0xE4>(_mm256_srli_epi16::<4>(l0), h33, m_lo);
+            let q4 = _mm256_ternarylogic_epi32::<0xE4>(
+                _mm256_srli_epi16::<4>(l1),
+                _mm256_srli_epi16::<2>(hcc),
+                m_lo,
+            );
+            let act = y.add(Q8K_QS + 128 * n);
+            let d = [dot32(q1, act), dot32(q2, act.add(32)), dot32(q3, act.add(64)), dot32(q4, act.add(96))];
+            sumi = dot_groups16(sumi, d, scales, [idx[2 * n], idx[2 * n + 1]]);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum512(acc)
+    hsum256(acc)
 }
