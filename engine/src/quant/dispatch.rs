@@ -95,13 +95,19 @@ impl fmt::Display for Isa {
     }
 }
 
+/// Row bytes -> `out.len()` floats.
+pub type DequantizeFn = fn(&[u8], &mut [f32]);
+/// `x.len()` floats -> row bytes.
+pub type QuantizeFn = fn(&[f32], &mut [u8]);
+/// Dot product of a weight row with an activation row (raw bytes), same element count.
+pub type VecDotFn = fn(&[u8], &[u8]) -> f32;
+
 /// Row kernels of one SIMD tier for one type, over raw little-endian bytes.
 #[derive(Clone, Copy)]
 pub struct Kernels {
-    /// Row bytes -> `out.len()` floats.
-    pub dequantize: fn(&[u8], &mut [f32]),
-    /// Dot product of a weight row with an activation row of `vec_dot_type`, same length.
-    pub vec_dot: fn(&[u8], &[u8]) -> f32,
+    pub dequantize: DequantizeFn,
+    /// Against an activation row of the type's `vec_dot_type`.
+    pub vec_dot: VecDotFn,
 }
 
 /// Everything the engine needs to compute with one tensor type on one tier.
@@ -112,38 +118,38 @@ pub struct TypeOps {
     /// The format activations are converted to before [`TypeOps::vec_dot`]: Q8_0, Q8_1 or
     /// Q8_K for quantized weights, F32 for float weights.
     pub vec_dot_type: GgmlType,
-    /// Row bytes -> `out.len()` floats.
-    pub dequantize: fn(&[u8], &mut [f32]),
-    /// `x.len()` floats -> row bytes (the scalar reference quantizer).
-    pub quantize: fn(&[f32], &mut [u8]),
-    /// Dot product of a row of this type with a row of `vec_dot_type`, same element count.
-    pub vec_dot: fn(&[u8], &[u8]) -> f32,
+    pub dequantize: DequantizeFn,
+    /// The scalar reference quantizer.
+    pub quantize: QuantizeFn,
+    /// Against a row of `vec_dot_type`.
+    pub vec_dot: VecDotFn,
 }
 
-/// The scalar kernels of a type: `(vec_dot_type, dequantize, quantize, vec_dot)`.
+/// The scalar kernels of a type.
 fn scalar(ty: GgmlType) -> Option<TypeOps> {
     use GgmlType as T;
-    let (vec_dot_type, dequantize, quantize, vec_dot): (
-        GgmlType,
-        fn(&[u8], &mut [f32]),
-        fn(&[f32], &mut [u8]),
-        fn(&[u8], &[u8]) -> f32,
-    ) = match ty {
+    // (activation type, module): every scalar module has the same three row functions.
+    macro_rules! row {
+        ($act:expr, $($m:ident)::+) => {
+            ($act, $($m)::+::dequantize_row, $($m)::+::quantize_row, $($m)::+::vec_dot_row)
+        };
+    }
+    let (vec_dot_type, dequantize, quantize, vec_dot): (GgmlType, DequantizeFn, QuantizeFn, VecDotFn) = match ty {
         T::F32 => (T::F32, float::dequantize_f32, float::quantize_f32, float::vec_dot_f32),
         T::F16 => (T::F32, float::dequantize_f16, float::quantize_f16, float::vec_dot_f16),
         T::BF16 => (T::F32, float::dequantize_bf16, float::quantize_bf16, float::vec_dot_bf16),
-        T::Q4_0 => (T::Q8_0, q4_0::dequantize_row, q4_0::quantize_row, q4_0::vec_dot_row),
-        T::Q4_1 => (T::Q8_1, q4_1::dequantize_row, q4_1::quantize_row, q4_1::vec_dot_row),
-        T::Q5_0 => (T::Q8_0, q5_0::dequantize_row, q5_0::quantize_row, q5_0::vec_dot_row),
-        T::Q5_1 => (T::Q8_1, q5_1::dequantize_row, q5_1::quantize_row, q5_1::vec_dot_row),
-        T::Q8_0 => (T::Q8_0, q8_0::dequantize_row, q8_0::quantize_row, q8_0::vec_dot_row),
-        T::Q8_1 => (T::Q8_1, q8_1::dequantize_row, q8_1::quantize_row, q8_1::vec_dot_row),
-        T::Q2_K => (T::Q8_K, k_quants::q2_k::dequantize_row, k_quants::q2_k::quantize_row, k_quants::q2_k::vec_dot_row),
-        T::Q3_K => (T::Q8_K, k_quants::q3_k::dequantize_row, k_quants::q3_k::quantize_row, k_quants::q3_k::vec_dot_row),
-        T::Q4_K => (T::Q8_K, k_quants::q4_k::dequantize_row, k_quants::q4_k::quantize_row, k_quants::q4_k::vec_dot_row),
-        T::Q5_K => (T::Q8_K, k_quants::q5_k::dequantize_row, k_quants::q5_k::quantize_row, k_quants::q5_k::vec_dot_row),
-        T::Q6_K => (T::Q8_K, k_quants::q6_k::dequantize_row, k_quants::q6_k::quantize_row, k_quants::q6_k::vec_dot_row),
-        T::Q8_K => (T::Q8_K, k_quants::q8_k::dequantize_row, k_quants::q8_k::quantize_row, k_quants::q8_k::vec_dot_row),
+        T::Q4_0 => row!(T::Q8_0, q4_0),
+        T::Q4_1 => row!(T::Q8_1, q4_1),
+        T::Q5_0 => row!(T::Q8_0, q5_0),
+        T::Q5_1 => row!(T::Q8_1, q5_1),
+        T::Q8_0 => row!(T::Q8_0, q8_0),
+        T::Q8_1 => row!(T::Q8_1, q8_1),
+        T::Q2_K => row!(T::Q8_K, k_quants::q2_k),
+        T::Q3_K => row!(T::Q8_K, k_quants::q3_k),
+        T::Q4_K => row!(T::Q8_K, k_quants::q4_k),
+        T::Q5_K => row!(T::Q8_K, k_quants::q5_k),
+        T::Q6_K => row!(T::Q8_K, k_quants::q6_k),
+        T::Q8_K => row!(T::Q8_K, k_quants::q8_k),
         _ => return None,
     };
     Some(TypeOps { ty, isa: Isa::Scalar, vec_dot_type, dequantize, quantize, vec_dot })

@@ -129,7 +129,7 @@ impl GgmlType {
     /// Bytes of a row of `n` elements, or `None` when `n` is not a whole number of blocks or
     /// the size overflows.
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        if n % self.block_size() != 0 {
+        if !n.is_multiple_of(self.block_size()) {
             return None;
         }
         (n / self.block_size()).checked_mul(self.type_size())
