@@ -1,8 +1,158 @@
-//! AVX2 kernels for the float types.
+//! AVX2 kernels for the float types: F32, F16 (F16C) and BF16 weights, dotted with f32
+//! activations (raw little-endian bytes at any alignment).
+//!
+//! Dot products run four 8-lane FMA accumulators over 32 values per step, then 8 values per
+//! step into the first; a last partial step of fewer than 8 values is copied into a zeroed
+//! buffer. The order depends only on the row length. Conversions to f32 are exact.
 
+use core::arch::x86_64::*;
+use core::ptr;
+
+use super::legacy::{hsum, load128, load_ps, store_ps};
 use crate::quant::dispatch::Kernels;
 use crate::quant::GgmlType;
 
-pub(super) fn kernels(_ty: GgmlType) -> Option<Kernels> {
-    None
+pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
+    Some(match ty {
+        GgmlType::F32 => Kernels { dequantize: dequantize_f32, vec_dot: vec_dot_f32 },
+        GgmlType::F16 => Kernels { dequantize: dequantize_f16, vec_dot: vec_dot_f16 },
+        GgmlType::BF16 => Kernels { dequantize: dequantize_bf16, vec_dot: vec_dot_bf16 },
+        _ => return None,
+    })
+}
+
+/// Values in a weight row of `w` bytes of `size`-byte values; panics unless the activation
+/// row holds as many f32s.
+fn values(w: usize, size: usize, a: usize) -> usize {
+    let n = w / size;
+    assert!(w.is_multiple_of(size) && a == 4 * n, "row lengths: {w} weight bytes vs {a} activation bytes");
+    n
+}
+
+fn dequantize_f32(bytes: &[u8], out: &mut [f32]) {
+    // The bytes are the values: copy them into the output's bytes (any alignment).
+    bytemuck::cast_slice_mut::<f32, u8>(out).copy_from_slice(bytes);
+}
+
+macro_rules! entry_points {
+    (dot { $($dot:ident => $dot_impl:ident, $dsize:expr;)* } dequantize { $($deq:ident => $deq_impl:ident, $qsize:expr;)* }) => {
+        $(fn $dot(w: &[u8], a: &[u8]) -> f32 {
+            let n = values(w.len(), $dsize, a.len());
+            // SAFETY: dispatch hands these kernels out only after `Isa::Avx2.is_available()`
+            // confirmed every feature they enable; `values` checked that both rows hold `n`
+            // values, which is all the kernel reads.
+            unsafe { $dot_impl(w.as_ptr(), a.as_ptr(), n) }
+        })*
+        $(fn $deq(bytes: &[u8], out: &mut [f32]) {
+            let n = values(bytes.len(), $qsize, 4 * out.len());
+            // SAFETY: as above (features checked by dispatch); `bytes` holds `n` values and
+            // `out` exactly `n`, which is all the kernel reads and writes.
+            unsafe { $deq_impl(bytes.as_ptr(), out.as_mut_ptr(), n) }
+        })*
+    };
+}
+
+entry_points! {
+    dot {
+        vec_dot_f32 => dot_f32, 4;
+        vec_dot_f16 => dot_f16, 2;
+        vec_dot_bf16 => dot_bf16, 2;
+    }
+    dequantize {
+        dequantize_f16 => deq_f16, 2;
+        dequantize_bf16 => deq_bf16, 2;
+    }
+}
+
+// Loads of 8 values as f32: every `unsafe fn` below reads through raw pointers, and callers
+// guarantee the bytes exist (reads are unaligned) and that the CPU has the enabled features.
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_f32(p: *const u8) -> __m256 {
+    load_ps(p)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_f16(p: *const u8) -> __m256 {
+    _mm256_cvtph_ps(load128(p))
+}
+
+/// BF16 is the high half of an f32: widen and shift.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_bf16(p: *const u8) -> __m256 {
+    let v = _mm256_cvtepu16_epi32(load128(p));
+    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v))
+}
+
+/// Defines `$name(w, a, n)`: the dot product of `n` weights of `$size` bytes, read 8 at a
+/// time by `$load`, with `n` f32 activations.
+macro_rules! dot_rows {
+    ($name:ident, $load:ident, $size:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name(w: *const u8, a: *const u8, n: usize) -> f32 {
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            while i + 32 <= n {
+                for (k, acc) in acc.iter_mut().enumerate() {
+                    let j = i + 8 * k;
+                    *acc = _mm256_fmadd_ps($load(w.add($size * j)), load_ps(a.add(4 * j)), *acc);
+                }
+                i += 32;
+            }
+            while i + 8 <= n {
+                acc[0] = _mm256_fmadd_ps($load(w.add($size * i)), load_ps(a.add(4 * i)), acc[0]);
+                i += 8;
+            }
+            if i < n {
+                let (mut wt, mut at) = ([0u8; 8 * $size], [0u8; 32]);
+                ptr::copy_nonoverlapping(w.add($size * i), wt.as_mut_ptr(), $size * (n - i));
+                ptr::copy_nonoverlapping(a.add(4 * i), at.as_mut_ptr(), 4 * (n - i));
+                acc[0] = _mm256_fmadd_ps($load(wt.as_ptr()), load_ps(at.as_ptr()), acc[0]);
+            }
+            hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
+        }
+    };
+}
+
+dot_rows!(dot_f32, load_f32, 4);
+dot_rows!(dot_f16, load_f16, 2);
+dot_rows!(dot_bf16, load_bf16, 2);
+
+/// Defines `$name(x, out, n)`, converting `n` values of `$size` bytes with `$load`.
+macro_rules! deq_rows {
+    ($name:ident, $load:ident, $size:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name(x: *const u8, out: *mut f32, n: usize) {
+            let mut i = 0;
+            while i + 8 <= n {
+                store_ps(out.add(i), $load(x.add($size * i)));
+                i += 8;
+            }
+            if i < n {
+                let (mut xt, mut ot) = ([0u8; 8 * $size], [0f32; 8]);
+                ptr::copy_nonoverlapping(x.add($size * i), xt.as_mut_ptr(), $size * (n - i));
+                store_ps(ot.as_mut_ptr(), $load(xt.as_ptr()));
+                ptr::copy_nonoverlapping(ot.as_ptr(), out.add(i), n - i);
+            }
+        }
+    };
+}
+
+deq_rows!(deq_f16, load_f16, 2);
+deq_rows!(deq_bf16, load_bf16, 2);
+
+#[cfg(test)]
+mod tests {
+    use super::super::check::check_type;
+    use crate::quant::{GgmlType, Isa};
+
+    #[test]
+    fn float_kernels_match_the_scalar_reference() {
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            check_type(ty, Isa::Avx2, super::kernels(ty).expect("a kernel for every float type"));
+        }
+    }
 }

@@ -3,6 +3,8 @@
 use crate::quant::dispatch::Kernels;
 use crate::quant::GgmlType;
 
+#[cfg(test)]
+pub(crate) mod check;
 mod float;
 mod k_quants;
 mod k_quants_q5q6;
