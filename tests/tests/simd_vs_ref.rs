@@ -175,6 +175,15 @@ fn every_simd_tier_matches_the_scalar_reference() {
 }
 
 #[test]
+fn every_weight_type_has_its_own_kernels_on_every_simd_tier() {
+    for isa in Isa::available().into_iter().filter(|&i| i != Isa::Scalar) {
+        for ty in WEIGHT_TYPES {
+            assert_eq!(ops_for(ty, isa).unwrap().isa, isa, "{ty} has no {isa} kernels");
+        }
+    }
+}
+
+#[test]
 fn forcing_a_tier_that_the_cpu_lacks_is_an_error() {
     for isa in Isa::ALL {
         assert_eq!(ops_for(GgmlType::Q4_0, isa).is_ok(), isa.is_available());

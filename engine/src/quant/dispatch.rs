@@ -72,20 +72,26 @@ impl Isa {
     pub fn active() -> Isa {
         static ACTIVE: OnceLock<Isa> = OnceLock::new();
         *ACTIVE.get_or_init(|| {
-            let best = Isa::detect();
-            let Ok(req) = std::env::var("ENGINE_ISA") else { return best };
-            match Isa::from_name(&req) {
-                Some(isa) if isa.is_available() => isa,
-                Some(isa) => {
-                    tracing::warn!("ENGINE_ISA={req}: {isa} is not available on this CPU, using {best}");
-                    best
-                }
-                None => {
-                    tracing::warn!("ENGINE_ISA={req} is not one of scalar|avx2|avx512, using {best}");
-                    best
-                }
-            }
+            Isa::choose(std::env::var("ENGINE_ISA").ok().as_deref(), &Isa::available())
         })
+    }
+
+    /// The tier to use given an `ENGINE_ISA` value and the tiers the CPU has: the best one,
+    /// unless the request names another available tier.
+    pub fn choose(requested: Option<&str>, available: &[Isa]) -> Isa {
+        let best = available.iter().copied().max().unwrap_or(Isa::Scalar);
+        let Some(req) = requested else { return best };
+        match Isa::from_name(req) {
+            Some(isa) if available.contains(&isa) => isa,
+            Some(isa) => {
+                tracing::warn!("ENGINE_ISA={req}: {isa} is not available on this CPU, using {best}");
+                best
+            }
+            None => {
+                tracing::warn!("ENGINE_ISA={req} is not one of scalar|avx2|avx512, using {best}");
+                best
+            }
+        }
     }
 }
 
@@ -192,4 +198,31 @@ pub fn ops(ty: GgmlType) -> Result<&'static TypeOps, QuantError> {
         .get(ty.id() as usize)
         .and_then(Option::as_ref)
         .ok_or(QuantError::Unsupported(ty))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_isa_lowers_the_tier_and_never_raises_it() {
+        let all = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+        assert_eq!(Isa::choose(None, &all), Isa::Avx512);
+        assert_eq!(Isa::choose(Some("scalar"), &all), Isa::Scalar);
+        assert_eq!(Isa::choose(Some(" AVX2 "), &all), Isa::Avx2);
+        let no_512 = [Isa::Scalar, Isa::Avx2];
+        assert_eq!(Isa::choose(Some("avx512"), &no_512), Isa::Avx2);
+        assert_eq!(Isa::choose(Some("neon9"), &no_512), Isa::Avx2);
+    }
+
+    #[test]
+    fn the_table_serves_every_supported_type() {
+        for ty in GgmlType::SUPPORTED {
+            let ops = ops(ty).unwrap();
+            assert_eq!(ops.ty, ty);
+            // Activation-only types (Q8_1, Q8_K) have scalar kernels alone.
+            assert!(ops.isa == Isa::active() || ops.isa == Isa::Scalar, "{ty} on {}", ops.isa);
+        }
+        assert_eq!(ops(GgmlType::IQ4_XS).err(), Some(QuantError::Unsupported(GgmlType::IQ4_XS)));
+    }
 }
