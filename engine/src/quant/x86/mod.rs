@@ -1,5 +1,7 @@
-//! x86-64 SIMD kernels, one folder per tier. Every function here is only reached through
-//! [`super::dispatch`], which hands out a tier's kernels only after detecting its features.
+//! x86-64 SIMD kernels, one folder per tier, with the tier-independent pieces in `common`.
+//! Every function here is only reached through [`super::dispatch`], which hands out a tier's
+//! kernels only after detecting its features.
 
 pub mod avx2;
 pub mod avx512;
+mod common;

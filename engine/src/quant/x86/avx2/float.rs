@@ -10,6 +10,7 @@ use core::ptr;
 
 use super::legacy::{hsum, load128, load_ps, store_ps};
 use crate::quant::dispatch::Kernels;
+use crate::quant::x86::common::{dequantize_f32, entry_points};
 use crate::quant::GgmlType;
 
 pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
@@ -21,46 +22,17 @@ pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
     })
 }
 
-/// Values in a weight row of `w` bytes of `size`-byte values; panics unless the activation
-/// row holds as many f32s.
-fn values(w: usize, size: usize, a: usize) -> usize {
-    let n = w / size;
-    assert!(w.is_multiple_of(size) && a == 4 * n, "row lengths: {w} weight bytes vs {a} activation bytes");
-    n
-}
-
-fn dequantize_f32(bytes: &[u8], out: &mut [f32]) {
-    // The bytes are the values: copy them into the output's bytes (any alignment).
-    bytemuck::cast_slice_mut::<f32, u8>(out).copy_from_slice(bytes);
-}
-
-macro_rules! entry_points {
-    (dot { $($dot:ident => $dot_impl:ident, $dsize:expr;)* } dequantize { $($deq:ident => $deq_impl:ident, $qsize:expr;)* }) => {
-        $(fn $dot(w: &[u8], a: &[u8]) -> f32 {
-            let n = values(w.len(), $dsize, a.len());
-            // SAFETY: dispatch hands these kernels out only after `Isa::Avx2.is_available()`
-            // confirmed every feature they enable; `values` checked that both rows hold `n`
-            // values, which is all the kernel reads.
-            unsafe { $dot_impl(w.as_ptr(), a.as_ptr(), n) }
-        })*
-        $(fn $deq(bytes: &[u8], out: &mut [f32]) {
-            let n = values(bytes.len(), $qsize, 4 * out.len());
-            // SAFETY: as above (features checked by dispatch); `bytes` holds `n` values and
-            // `out` exactly `n`, which is all the kernel reads and writes.
-            unsafe { $deq_impl(bytes.as_ptr(), out.as_mut_ptr(), n) }
-        })*
-    };
-}
-
-entry_points! {
+// Units are single values: weights of 4 or 2 bytes against f32 activations (4 bytes), or
+// dequantized into one f32 each.
+entry_points! { "AVX2 + FMA + F16C";
     dot {
-        vec_dot_f32 => dot_f32, 4;
-        vec_dot_f16 => dot_f16, 2;
-        vec_dot_bf16 => dot_bf16, 2;
+        vec_dot_f32 => dot_f32, 4, 4;
+        vec_dot_f16 => dot_f16, 2, 4;
+        vec_dot_bf16 => dot_bf16, 2, 4;
     }
     dequantize {
-        dequantize_f16 => deq_f16, 2;
-        dequantize_bf16 => deq_bf16, 2;
+        dequantize_f16 => deq_f16, 2, 1;
+        dequantize_bf16 => deq_bf16, 2, 1;
     }
 }
 

@@ -5,16 +5,17 @@
 use std::arch::x86_64::*;
 
 use super::k_quants::{
-    f16_pair, f32_at, hsum256, load_table, load_u8x8, row_entry_points, store_dq, store_dq_min,
-    unpack_scales_mins_k4, xmm_u64x2, PAIR_SHUF, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, WORD_SHUF,
+    f16_pair, hsum256, load_table, load_u8x8, store_dq, store_dq_min, xmm_u64x2, PAIR_SHUF, WORD_SHUF,
+};
+use crate::quant::x86::common::{
+    f32_at, row_entry_points, unpack_scales_mins_k4, Q5K_BYTES, Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::QK_K;
 
-const Q5K_BYTES: usize = 176;
-const Q6K_BYTES: usize = 210;
-
-row_entry_points!(dequantize_q5_k, dequantize_q5_k_impl, vec_dot_q5_k, vec_dot_q5_k_impl, Q5K_BYTES);
-row_entry_points!(dequantize_q6_k, dequantize_q6_k_impl, vec_dot_q6_k, vec_dot_q6_k_impl, Q6K_BYTES);
+row_entry_points! { "AVX2 + FMA + F16C";
+    dequantize_q5_k => dequantize_q5_k_impl, vec_dot_q5_k => vec_dot_q5_k_impl, Q5K_BYTES;
+    dequantize_q6_k => dequantize_q6_k_impl, vec_dot_q6_k => vec_dot_q6_k_impl, Q6K_BYTES;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Q5_K: d, dmin, scales[12], qh[32], qs[128]. As Q4_K, plus 16 where bit 2c (values

@@ -1,7 +1,8 @@
 //! AVX-512 (+VNNI) kernels for the K-quant weight types, dotted with Q8_K activations.
 //!
-//! This file holds the shared pieces (row checks, scale unpacking, index tables) and Q2_K,
-//! Q3_K, Q4_K; Q5_K and Q6_K are in `k_quants_q5q6.rs`.
+//! This file holds the tier's shared SIMD pieces (index tables, loads, stores, sums) and
+//! Q2_K, Q3_K, Q4_K; Q5_K and Q6_K are in `k_quants_q5q6.rs`. Block sizes, row checks and
+//! the scalar scale unpacking are in `x86/common.rs`.
 //!
 //! Dot products work on 256-bit vectors with the AVX-512 VL/BW/VNNI instructions: on CPUs
 //! that split 512-bit operations in two (AMD Zen 4) the cost is the number of 256-bit
@@ -24,17 +25,11 @@ use std::arch::x86_64::*;
 
 use super::k_quants_q5q6 as q5q6;
 use crate::quant::dispatch::Kernels;
+use crate::quant::x86::common::{
+    f32_at, row_entry_points, unpack_scales_mins_k4, unpack_scales_q3k, Q2K_BYTES, Q3K_BYTES, Q4K_BYTES,
+    Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+};
 use crate::quant::{GgmlType, QK_K};
-
-/// Bytes of one Q8_K activation block: f32 `d`, 256 `qs`, 16 i16 `bsums`.
-pub(super) const Q8K_BYTES: usize = 292;
-/// Offset of `qs` and of `bsums` in a Q8_K block.
-pub(super) const Q8K_QS: usize = 4;
-pub(super) const Q8K_BSUMS: usize = 260;
-
-const Q2K_BYTES: usize = 84;
-const Q3K_BYTES: usize = 110;
-const Q4K_BYTES: usize = 144;
 
 pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
     Some(match ty {
@@ -47,69 +42,14 @@ pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
     })
 }
 
-/// Super-blocks in a dequantize call; panics unless `w` is whole blocks of `block_bytes` and
-/// `out` has exactly their values (the kernels read and write through raw pointers).
-pub(super) fn dequant_blocks(w: &[u8], out: &[f32], block_bytes: usize) -> usize {
-    let nb = w.len() / block_bytes;
-    assert!(
-        w.len().is_multiple_of(block_bytes) && out.len() == nb * QK_K,
-        "dequantize: {} bytes of {block_bytes}-byte blocks into {} values",
-        w.len(),
-        out.len()
-    );
-    nb
+row_entry_points! { "AVX-512 (F, BW, VL, DQ, VNNI) + AVX2 + FMA + F16C";
+    dequantize_q2_k => dequantize_q2_k_impl, vec_dot_q2_k => vec_dot_q2_k_impl, Q2K_BYTES;
+    dequantize_q3_k => dequantize_q3_k_impl, vec_dot_q3_k => vec_dot_q3_k_impl, Q3K_BYTES;
+    dequantize_q4_k => dequantize_q4_k_impl, vec_dot_q4_k => vec_dot_q4_k_impl, Q4K_BYTES;
 }
-
-/// Super-blocks in a dot-product call; panics unless `w` is whole blocks of `block_bytes` and
-/// `a` holds as many Q8_K blocks.
-pub(super) fn dot_blocks(w: &[u8], a: &[u8], block_bytes: usize) -> usize {
-    let nb = w.len() / block_bytes;
-    assert!(
-        w.len().is_multiple_of(block_bytes) && a.len() == nb * Q8K_BYTES,
-        "vec_dot: {} weight bytes of {block_bytes}-byte blocks against {} Q8_K bytes",
-        w.len(),
-        a.len()
-    );
-    nb
-}
-
-/// Generates the safe row entry points around a pair of `unsafe` AVX-512 kernels.
-macro_rules! row_entry_points {
-    ($deq:ident, $deq_impl:ident, $dot:ident, $dot_impl:ident, $bytes:expr) => {
-        pub(super) fn $deq(w: &[u8], out: &mut [f32]) {
-            let nb = super::k_quants::dequant_blocks(w, out, $bytes);
-            // SAFETY: dispatch hands out this tier's kernels only after detecting every
-            // feature they enable; `dequant_blocks` checked that `w` holds `nb` blocks and
-            // `out` `nb * QK_K` values, which is all the kernel reads and writes.
-            unsafe { $deq_impl(w.as_ptr(), out.as_mut_ptr(), nb) }
-        }
-
-        pub(super) fn $dot(w: &[u8], a: &[u8]) -> f32 {
-            let nb = super::k_quants::dot_blocks(w, a, $bytes);
-            // SAFETY: as above; `dot_blocks` checked that `w` and `a` hold `nb` blocks each.
-            unsafe { $dot_impl(w.as_ptr(), a.as_ptr(), nb) }
-        }
-    };
-}
-pub(super) use row_entry_points;
-
-row_entry_points!(dequantize_q2_k, dequantize_q2_k_impl, vec_dot_q2_k, vec_dot_q2_k_impl, Q2K_BYTES);
-row_entry_points!(dequantize_q3_k, dequantize_q3_k_impl, vec_dot_q3_k, vec_dot_q3_k_impl, Q3K_BYTES);
-row_entry_points!(dequantize_q4_k, dequantize_q4_k_impl, vec_dot_q4_k, vec_dot_q4_k_impl, Q4K_BYTES);
 
 // ---------------------------------------------------------------------------------------------
 // Shared helpers
-
-#[inline(always)]
-pub(super) unsafe fn rd_u32(p: *const u8) -> u32 {
-    u32::from_le_bytes(p.cast::<[u8; 4]>().read_unaligned())
-}
-
-/// The little-endian f32 at `p` (a Q8_K `d`).
-#[inline(always)]
-pub(super) unsafe fn f32_at(p: *const u8) -> f32 {
-    f32::from_le_bytes(p.cast::<[u8; 4]>().read_unaligned())
-}
 
 /// The two little-endian IEEE halves at `p` and `p + 2`, widened exactly. One zero-extending
 /// 32-bit load: a 16-bit insert would merge into (and so falsely depend on) whatever its
@@ -119,34 +59,6 @@ pub(super) unsafe fn f32_at(p: *const u8) -> f32 {
 pub(super) unsafe fn f16_pair(p: *const u8) -> (f32, f32) {
     let v = _mm_cvtph_ps(_mm_loadu_si32(p));
     (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
-}
-
-/// The 8 scales and 8 mins (6 bits each) of a Q4_K / Q5_K super-block from its 12 packed
-/// bytes at `p`, as the bytes of two little-endian u64s.
-#[inline(always)]
-pub(super) unsafe fn unpack_scales_mins_k4(p: *const u8) -> (u64, u64) {
-    let (s0, s1, s2) = (rd_u32(p), rd_u32(p.add(4)), rd_u32(p.add(8)));
-    // Groups 0..4 keep the low 6 bits of bytes 0..4 (scales) and 4..8 (mins); groups 4..8
-    // take 4 low bits from bytes 8..12 and their top 2 bits from the tops of bytes 0..8.
-    let sc_lo = s0 & 0x3f3f_3f3f;
-    let mn_lo = s1 & 0x3f3f_3f3f;
-    let sc_hi = (s2 & 0x0f0f_0f0f) | (((s0 >> 6) & 0x0303_0303) << 4);
-    let mn_hi = ((s2 >> 4) & 0x0f0f_0f0f) | (((s1 >> 6) & 0x0303_0303) << 4);
-    (sc_lo as u64 | (sc_hi as u64) << 32, mn_lo as u64 | (mn_hi as u64) << 32)
-}
-
-/// The 16 6-bit scales of a Q3_K super-block from its 12 packed bytes at `p`, unsigned
-/// (0..64, the stored value is this minus 32), as the bytes of two little-endian u64s.
-#[inline(always)]
-pub(super) unsafe fn unpack_scales_q3k(p: *const u8) -> (u64, u64) {
-    let (a0, a1, t) = (rd_u32(p), rd_u32(p.add(4)), rd_u32(p.add(8)));
-    // Low 4 bits: nibbles of bytes 0..8 (low nibbles for scales 0..8, high for 8..16);
-    // high 2 bits: the four 2-bit fields of bytes 8..12.
-    let s0 = (a0 & 0x0f0f_0f0f) | ((t & 0x0303_0303) << 4);
-    let s1 = (a1 & 0x0f0f_0f0f) | (((t >> 2) & 0x0303_0303) << 4);
-    let s2 = ((a0 >> 4) & 0x0f0f_0f0f) | (((t >> 4) & 0x0303_0303) << 4);
-    let s3 = ((a1 >> 4) & 0x0f0f_0f0f) | (((t >> 6) & 0x0303_0303) << 4);
-    (s0 as u64 | (s1 as u64) << 32, s2 as u64 | (s3 as u64) << 32)
 }
 
 /// The 16 bytes of two u64s (low first) in an xmm register.

@@ -5,17 +5,18 @@
 use std::arch::x86_64::*;
 
 use super::k_quants::{
-    dot32, dot_groups16, f16_pair, f32_at, hsum256, load_idx, load_u8x16, pair_words, row_entry_points,
-    store_dq, store_dq_min, unpack_scales_mins_k4, unpack_scales_mins_q4k, PAIR16_IDX, Q8K_BSUMS, Q8K_BYTES,
-    Q8K_QS,
+    dot32, dot_groups16, f16_pair, hsum256, load_idx, load_u8x16, pair_words, store_dq, store_dq_min,
+    unpack_scales_mins_q4k, PAIR16_IDX,
+};
+use crate::quant::x86::common::{
+    f32_at, row_entry_points, unpack_scales_mins_k4, Q5K_BYTES, Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::QK_K;
 
-const Q5K_BYTES: usize = 176;
-const Q6K_BYTES: usize = 210;
-
-row_entry_points!(dequantize_q5_k, dequantize_q5_k_impl, vec_dot_q5_k, vec_dot_q5_k_impl, Q5K_BYTES);
-row_entry_points!(dequantize_q6_k, dequantize_q6_k_impl, vec_dot_q6_k, vec_dot_q6_k_impl, Q6K_BYTES);
+row_entry_points! { "AVX-512 (F, BW, VL, DQ, VNNI) + AVX2 + FMA + F16C";
+    dequantize_q5_k => dequantize_q5_k_impl, vec_dot_q5_k => vec_dot_q5_k_impl, Q5K_BYTES;
+    dequantize_q6_k => dequantize_q6_k_impl, vec_dot_q6_k => vec_dot_q6_k_impl, Q6K_BYTES;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Q5_K: d, dmin, scales[12], qh[32], qs[128]. As Q4_K, plus 16 where bit 2c (values

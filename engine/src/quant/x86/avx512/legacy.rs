@@ -13,19 +13,12 @@
 //! bit for bit what the scalar reference computes.
 
 use core::arch::x86_64::*;
-use core::mem::size_of;
-use core::ptr;
 
-use crate::quant::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
 use crate::quant::dispatch::Kernels;
+use crate::quant::x86::common::{
+    entry_points, le16, le32, legacy_deq_rows, legacy_dot_rows, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
+};
 use crate::quant::GgmlType;
-
-const Q4_0: usize = size_of::<BlockQ4_0>();
-const Q4_1: usize = size_of::<BlockQ4_1>();
-const Q5_0: usize = size_of::<BlockQ5_0>();
-const Q5_1: usize = size_of::<BlockQ5_1>();
-const Q8_0: usize = size_of::<BlockQ8_0>();
-const Q8_1: usize = size_of::<BlockQ8_1>();
 
 pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
     Some(match ty {
@@ -38,42 +31,21 @@ pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
     })
 }
 
-// ---------------------------------------------------------------------------------------------
-// Safe entry points.
-
-/// Blocks in a weight row of `w` bytes (`wb` per block); panics unless the row is whole blocks
-/// and the activation row (`a` bytes, `ab` per block) has as many.
-fn blocks(w: usize, wb: usize, a: usize, ab: usize) -> usize {
-    let nb = w / wb;
-    assert!(w.is_multiple_of(wb) && a == nb * ab, "row lengths: {w} weight bytes vs {a} activation bytes");
-    nb
-}
-
-macro_rules! entry_points {
-    ($($dot:ident => $dot_impl:ident, $deq:ident => $deq_impl:ident, $wb:expr, $ab:expr;)*) => {$(
-        fn $dot(w: &[u8], a: &[u8]) -> f32 {
-            let nb = blocks(w.len(), $wb, a.len(), $ab);
-            // SAFETY: dispatch hands these kernels out only after `Isa::Avx512.is_available()`
-            // confirmed every feature they enable; `blocks` checked that both rows hold `nb`
-            // whole blocks, which is all the kernel reads.
-            unsafe { $dot_impl(w.as_ptr(), a.as_ptr(), nb) }
-        }
-
-        fn $deq(bytes: &[u8], out: &mut [f32]) {
-            let nb = blocks(bytes.len(), $wb, out.len(), 32);
-            // SAFETY: as above (features checked by dispatch); `bytes` holds `nb` blocks and
-            // `out` exactly `32 * nb` values, which is all the kernel reads and writes.
-            unsafe { $deq_impl(bytes.as_ptr(), out.as_mut_ptr(), nb) }
-        }
-    )*};
-}
-
-entry_points! {
-    vec_dot_q4_0 => dot_q4_0, dequantize_q4_0 => deq_q4_0, Q4_0, Q8_0;
-    vec_dot_q4_1 => dot_q4_1, dequantize_q4_1 => deq_q4_1, Q4_1, Q8_1;
-    vec_dot_q5_0 => dot_q5_0, dequantize_q5_0 => deq_q5_0, Q5_0, Q8_0;
-    vec_dot_q5_1 => dot_q5_1, dequantize_q5_1 => deq_q5_1, Q5_1, Q8_1;
-    vec_dot_q8_0 => dot_q8_0, dequantize_q8_0 => deq_q8_0, Q8_0, Q8_0;
+entry_points! { "AVX-512 (F, BW, VL, DQ, VNNI) + AVX2 + FMA + F16C";
+    dot {
+        vec_dot_q4_0 => dot_q4_0, Q4_0, Q8_0;
+        vec_dot_q4_1 => dot_q4_1, Q4_1, Q8_1;
+        vec_dot_q5_0 => dot_q5_0, Q5_0, Q8_0;
+        vec_dot_q5_1 => dot_q5_1, Q5_1, Q8_1;
+        vec_dot_q8_0 => dot_q8_0, Q8_0, Q8_0;
+    }
+    dequantize {
+        dequantize_q4_0 => deq_q4_0, Q4_0, 32;
+        dequantize_q4_1 => deq_q4_1, Q4_1, 32;
+        dequantize_q5_0 => deq_q5_0, Q5_0, 32;
+        dequantize_q5_1 => deq_q5_1, Q5_1, 32;
+        dequantize_q8_0 => deq_q8_0, Q8_0, 32;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -83,18 +55,6 @@ entry_points! {
 // Unaligned loads and stores go through byte arrays: plain moves, without the precondition
 // checks that the `loadu` / `storeu` intrinsics (built on `copy_nonoverlapping`) carry in
 // builds with debug assertions, where they would cost more than the arithmetic.
-
-/// Two little-endian bytes at `p` (an f16's bits), widened.
-#[inline(always)]
-unsafe fn le16(p: *const u8) -> u64 {
-    u16::from_le_bytes(*(p as *const [u8; 2])) as u64
-}
-
-/// Four little-endian bytes at `p`, widened.
-#[inline(always)]
-unsafe fn le32(p: *const u8) -> u64 {
-    u32::from_le_bytes(*(p as *const [u8; 4])) as u64
-}
 
 /// The 16 bytes at `p`.
 #[inline]
@@ -248,38 +208,15 @@ impl Acc {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Dot products, four blocks per step.
+// Dot products, four blocks per step (the row loop is `common::legacy_dot_rows`).
 
-/// Defines `$name(w, a, nb)`: the dot product of `nb` weight blocks of `$wb` bytes with `nb`
-/// activation blocks of `$ab` bytes, running `$group` over each group of four blocks.
-macro_rules! dot_rows {
-    ($name:ident, $group:ident, $wb:expr, $ab:expr) => {
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-        unsafe fn $name(w: *const u8, a: *const u8, nb: usize) -> f32 {
-            let mut acc = Acc::new();
-            let full = nb / 4;
-            let (mut wt, mut at) = ([0u8; 4 * $wb], [0u8; 4 * $ab]);
-            for g in 0..nb.div_ceil(4) {
-                let (mut x, mut y) = (w.add(g * 4 * $wb), a.add(g * 4 * $ab));
-                if g == full {
-                    let rest = nb - 4 * full;
-                    ptr::copy_nonoverlapping(x, wt.as_mut_ptr(), rest * $wb);
-                    ptr::copy_nonoverlapping(y, at.as_mut_ptr(), rest * $ab);
-                    (x, y) = (wt.as_ptr(), at.as_ptr());
-                }
-                // One call site, so the group is inlined into the loop.
-                $group(x, y, &mut acc);
-            }
-            acc.sum()
-        }
-    };
+legacy_dot_rows! { "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c", Acc;
+    dot_q4_0 => group_q4_0, Q4_0, Q8_0;
+    dot_q4_1 => group_q4_1, Q4_1, Q8_1;
+    dot_q5_0 => group_q5_0, Q5_0, Q8_0;
+    dot_q5_1 => group_q5_1, Q5_1, Q8_1;
+    dot_q8_0 => group_q8_0, Q8_0, Q8_0;
 }
-
-dot_rows!(dot_q4_0, group_q4_0, Q4_0, Q8_0);
-dot_rows!(dot_q4_1, group_q4_1, Q4_1, Q8_1);
-dot_rows!(dot_q5_0, group_q5_0, Q5_0, Q8_0);
-dot_rows!(dot_q5_1, group_q5_1, Q5_1, Q8_1);
-dot_rows!(dot_q8_0, group_q8_0, Q8_0, Q8_0);
 
 /// Q4_0 (`d`, 16 bytes of nibbles) x Q8_0 (`d`, 32 quants): `Σ (q - 8) y` per block.
 #[inline]
@@ -351,7 +288,7 @@ unsafe fn group_q8_0(x: *const u8, y: *const u8, acc: &mut Acc) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Dequantization, one block at a time.
+// Dequantization, one block at a time (the row loop is `common::legacy_deq_rows`).
 
 /// Stores `(q - off) * d` for 16 unsigned byte quants (multiply only, as the reference).
 #[inline]
@@ -386,48 +323,35 @@ unsafe fn nibbles(p: *const u8, qh: Option<*const u8>) -> (__m128i, __m128i) {
     }
 }
 
-/// Defines `$name(x, out, nb)`, dequantizing `nb` blocks of `$bytes` bytes with `$block`.
-macro_rules! deq_rows {
-    ($name:ident, $bytes:expr, |$x:ident, $out:ident| $block:block) => {
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-        unsafe fn $name(x: *const u8, out: *mut f32, nb: usize) {
-            for i in 0..nb {
-                let ($x, $out) = (x.add(i * $bytes), out.add(i * 32));
-                $block
-            }
-        }
-    };
-}
-
-deq_rows!(deq_q4_0, Q4_0, |x, out| {
+legacy_deq_rows!("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c", deq_q4_0, Q4_0, |x, out| {
     let d = f16_splat(x);
     let (lo, hi) = nibbles(x.add(2), None);
     put_off(out, lo, 8, d);
     put_off(out.add(16), hi, 8, d);
 });
 
-deq_rows!(deq_q4_1, Q4_1, |x, out| {
+legacy_deq_rows!("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c", deq_q4_1, Q4_1, |x, out| {
     let (d, m) = (f16_splat(x), f16_splat(x.add(2)));
     let (lo, hi) = nibbles(x.add(4), None);
     put_min(out, lo, d, m);
     put_min(out.add(16), hi, d, m);
 });
 
-deq_rows!(deq_q5_0, Q5_0, |x, out| {
+legacy_deq_rows!("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c", deq_q5_0, Q5_0, |x, out| {
     let d = f16_splat(x);
     let (lo, hi) = nibbles(x.add(6), Some(x.add(2)));
     put_off(out, lo, 16, d);
     put_off(out.add(16), hi, 16, d);
 });
 
-deq_rows!(deq_q5_1, Q5_1, |x, out| {
+legacy_deq_rows!("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c", deq_q5_1, Q5_1, |x, out| {
     let (d, m) = (f16_splat(x), f16_splat(x.add(2)));
     let (lo, hi) = nibbles(x.add(8), Some(x.add(4)));
     put_min(out, lo, d, m);
     put_min(out.add(16), hi, d, m);
 });
 
-deq_rows!(deq_q8_0, Q8_0, |x, out| {
+legacy_deq_rows!("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c", deq_q8_0, Q8_0, |x, out| {
     let d = f16_splat(x);
     for h in 0..2 {
         let q = _mm512_cvtepi8_epi32(load128(x.add(2 + 16 * h)));
