@@ -3,14 +3,18 @@
 //! Block sizes, row-length checks, plain field reads and scale unpacking, and the macros that
 //! stamp out each tier's safe entry points and legacy-quant row loops.
 //!
-//! Nothing here uses SIMD intrinsics: the field reads and scale unpacking are
-//! `#[inline(always)]`, so they compile into whichever tier's `#[target_feature]` kernel calls
-//! them, and the macros expand in the tier's own module with the tier's feature list, so the
-//! code they generate is what that tier would have written out by hand.
+//! The field reads and scale unpacking use no SIMD and are `#[inline(always)]`, so they compile
+//! into whichever tier's `#[target_feature]` kernel calls them; the macros expand in the tier's
+//! own module with the tier's feature list. The few SIMD helpers here are enabled for AVX2 +
+//! FMA + F16C only: every AVX-512 kernel has those features too, so they inline into both tiers.
 
-use core::mem::size_of;
+use core::arch::x86_64::*;
+use core::mem::{offset_of, size_of};
 
-use crate::quant::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
+use crate::quant::blocks::{
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
+    BlockQ8K, BlockQ8_0, BlockQ8_1,
+};
 use crate::quant::QK_K;
 
 // ---------------------------------------------------------------------------------------------
@@ -25,17 +29,17 @@ pub(super) const Q8_0: usize = size_of::<BlockQ8_0>();
 pub(super) const Q8_1: usize = size_of::<BlockQ8_1>();
 
 /// Bytes of one Q8_K activation block: f32 `d`, 256 `qs`, 16 i16 `bsums`.
-pub(super) const Q8K_BYTES: usize = 292;
+pub(super) const Q8K_BYTES: usize = size_of::<BlockQ8K>();
 /// Offset of `qs` and of `bsums` in a Q8_K block.
-pub(super) const Q8K_QS: usize = 4;
-pub(super) const Q8K_BSUMS: usize = 260;
+pub(super) const Q8K_QS: usize = offset_of!(BlockQ8K, qs);
+pub(super) const Q8K_BSUMS: usize = offset_of!(BlockQ8K, bsums);
 
 /// Bytes of one K-quant weight super-block (`QK_K` values) of each type.
-pub(super) const Q2K_BYTES: usize = 84;
-pub(super) const Q3K_BYTES: usize = 110;
-pub(super) const Q4K_BYTES: usize = 144;
-pub(super) const Q5K_BYTES: usize = 176;
-pub(super) const Q6K_BYTES: usize = 210;
+pub(super) const Q2K_BYTES: usize = size_of::<BlockQ2K>();
+pub(super) const Q3K_BYTES: usize = size_of::<BlockQ3K>();
+pub(super) const Q4K_BYTES: usize = size_of::<BlockQ4K>();
+pub(super) const Q5K_BYTES: usize = size_of::<BlockQ5K>();
+pub(super) const Q6K_BYTES: usize = size_of::<BlockQ6K>();
 
 // ---------------------------------------------------------------------------------------------
 // Row-length checks: the kernels read and write through raw pointers, so the safe entry points
@@ -260,3 +264,33 @@ macro_rules! legacy_deq_rows {
     };
 }
 pub(super) use legacy_deq_rows;
+
+// ---------------------------------------------------------------------------------------------
+// SIMD helpers shared by both tiers (AVX2 + FMA + F16C, a subset of the AVX-512 tier).
+
+/// The two little-endian IEEE halves at `p` and `p + 2`, widened exactly. One zero-extending
+/// 32-bit load: a 16-bit insert would merge into (and so falsely depend on) whatever its
+/// register last held.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn f16_pair(p: *const u8) -> (f32, f32) {
+    let v = _mm_cvtph_ps(_mm_loadu_si32(p));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// The 16 bytes of two u64s (low first) in an xmm register.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn xmm_u64x2(lo: u64, hi: u64) -> __m128i {
+    _mm_set_epi64x(hi as i64, lo as i64)
+}
+
+/// Sum of 8 f32 lanes in a fixed order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn hsum256(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}

@@ -5,10 +5,11 @@
 use std::arch::x86_64::*;
 
 use super::k_quants::{
-    f16_pair, hsum256, load_table, load_u8x8, store_dq, store_dq_min, xmm_u64x2, PAIR_SHUF, WORD_SHUF,
+    load_table, load_u8x8, store_dq, store_dq_min, PAIR_SHUF, WORD_SHUF,
 };
 use crate::quant::x86::common::{
-    f32_at, row_entry_points, unpack_scales_mins_k4, Q5K_BYTES, Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    f16_pair, hsum256, xmm_u64x2, f32_at, row_entry_points, unpack_scales_mins_k4, Q5K_BYTES,
+    Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::QK_K;
 

@@ -26,8 +26,8 @@ use std::arch::x86_64::*;
 use super::k_quants_q5q6 as q5q6;
 use crate::quant::dispatch::Kernels;
 use crate::quant::x86::common::{
-    f32_at, row_entry_points, unpack_scales_mins_k4, unpack_scales_q3k, Q2K_BYTES, Q3K_BYTES, Q4K_BYTES,
-    Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    f16_pair, hsum256, xmm_u64x2, f32_at, row_entry_points, unpack_scales_mins_k4,
+    unpack_scales_q3k, Q2K_BYTES, Q3K_BYTES, Q4K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::{GgmlType, QK_K};
 
@@ -50,23 +50,6 @@ row_entry_points! { "AVX-512 (F, BW, VL, DQ, VNNI) + AVX2 + FMA + F16C";
 
 // ---------------------------------------------------------------------------------------------
 // Shared helpers
-
-/// The two little-endian IEEE halves at `p` and `p + 2`, widened exactly. One zero-extending
-/// 32-bit load: a 16-bit insert would merge into (and so falsely depend on) whatever its
-/// register last held.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn f16_pair(p: *const u8) -> (f32, f32) {
-    let v = _mm_cvtph_ps(_mm_loadu_si32(p));
-    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
-}
-
-/// The 16 bytes of two u64s (low first) in an xmm register.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-pub(super) fn xmm_u64x2(lo: u64, hi: u64) -> __m128i {
-    _mm_set_epi64x(hi as i64, lo as i64)
-}
 
 /// The 8 scales (bytes 0..8) and 8 mins (bytes 8..16) of a Q4_K / Q5_K super-block from
 /// the first 16 bytes of the block (`d`, `dmin`, then the 12 packed bytes `s`).
@@ -140,16 +123,6 @@ pub(super) fn dot_groups16(sumi: __m256i, d: [__m256i; 4], scales: __m256i, idx:
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn dot32(q: __m256i, p: *const u8) -> __m256i {
     _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, _mm256_loadu_si256(p.cast()))
-}
-
-/// Sum of 8 f32 lanes in a fixed order.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-pub(super) fn hsum256(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
 }
 
 /// Stores `d * q - m` (multiply, then subtract: no FMA) for 16 integer values.

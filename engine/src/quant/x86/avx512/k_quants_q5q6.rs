@@ -5,11 +5,12 @@
 use std::arch::x86_64::*;
 
 use super::k_quants::{
-    dot32, dot_groups16, f16_pair, hsum256, load_idx, load_u8x16, pair_words, store_dq, store_dq_min,
+    dot32, dot_groups16, load_idx, load_u8x16, pair_words, store_dq, store_dq_min,
     unpack_scales_mins_q4k, PAIR16_IDX,
 };
 use crate::quant::x86::common::{
-    f32_at, row_entry_points, unpack_scales_mins_k4, Q5K_BYTES, Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    f16_pair, hsum256, f32_at, row_entry_points, unpack_scales_mins_k4, Q5K_BYTES, Q6K_BYTES,
+    Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::QK_K;
 
