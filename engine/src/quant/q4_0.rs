@@ -1,6 +1,7 @@
 //! Q4_0: blocks of 32 weights, 4-bit quants around 8 and one f16 scale (`d * (q - 8)`).
 
 use super::blocks::{f16_le, f16_le_from, BlockQ4_0, BlockQ8_0, QK4_0};
+use super::k_quants::scales::signed_max;
 
 super::row_fns!(BlockQ4_0, BlockQ8_0);
 
@@ -20,7 +21,7 @@ pub fn dequantize_ref(blocks: &[BlockQ4_0], out: &mut [f32]) {
 pub fn quantize_ref(x: &[f32], blocks: &mut [BlockQ4_0]) {
     debug_assert_eq!(x.len(), blocks.len() * QK4_0);
     for (xb, b) in x.chunks_exact(QK4_0).zip(blocks.iter_mut()) {
-        let max = signed_absmax(xb);
+        let (max, _) = signed_max(xb);
         let d = max / -8.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         b.d = f16_le_from(d);
@@ -46,18 +47,6 @@ pub fn vec_dot_ref(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
         sum += sumi as f32 * (f16_le(x.d) * f16_le(y.d));
     }
     sum
-}
-
-/// The element of largest magnitude, with its sign (the first one on ties).
-pub(crate) fn signed_absmax(x: &[f32]) -> f32 {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if amax < v.abs() {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    max
 }
 
 /// The smallest and largest element.

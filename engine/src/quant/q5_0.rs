@@ -1,7 +1,7 @@
 //! Q5_0: blocks of 32 weights, 5-bit quants around 16 (fifth bits in `qh`), one f16 scale.
 
 use super::blocks::{f16_le, f16_le_from, BlockQ5_0, BlockQ8_0, QK5_0};
-use super::q4_0::signed_absmax;
+use super::k_quants::scales::signed_max;
 
 super::row_fns!(BlockQ5_0, BlockQ8_0);
 
@@ -43,7 +43,7 @@ pub fn dequantize_ref(blocks: &[BlockQ5_0], out: &mut [f32]) {
 pub fn quantize_ref(x: &[f32], blocks: &mut [BlockQ5_0]) {
     debug_assert_eq!(x.len(), blocks.len() * QK5_0);
     for (xb, b) in x.chunks_exact(QK5_0).zip(blocks.iter_mut()) {
-        let max = signed_absmax(xb);
+        let (max, _) = signed_max(xb);
         let d = max / -16.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         b.d = f16_le_from(d);

@@ -2,7 +2,7 @@
 //! in `hmask`), a signed 6-bit scale per group over one f16 super-scale: `x = d * sc * q`.
 
 use super::q2_k::{pack2, unpack2};
-use super::scales::{fit_signed_scale_descent, nearest_int};
+use super::scales::{fit_signed_scale_descent, nearest_int, signed_max};
 use crate::quant::blocks::{f16_le, f16_le_from, BlockQ3K, BlockQ8K};
 use crate::quant::types::QK_K;
 
@@ -68,14 +68,10 @@ pub fn quantize_ref(x: &[f32], blocks: &mut [BlockQ3K]) {
         // Biased quants 0..8 (value + 4).
         let mut q = [0u8; QK_K];
         let mut scales = [0.0f32; 16];
-        let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
         for (j, xg) in xb.chunks_exact(16).enumerate() {
             scales[j] = fit_signed_scale_descent(xg, 4, &mut q[16 * j..16 * j + 16]);
-            if scales[j].abs() > amax {
-                amax = scales[j].abs();
-                max_scale = scales[j];
-            }
         }
+        let (max_scale, _) = signed_max(&scales);
 
         b.scales = [0; 12];
         b.d = f16_le_from(0.0);

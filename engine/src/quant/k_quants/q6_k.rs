@@ -1,7 +1,7 @@
 //! Q6_K: 256 weights in 16 groups of 16; 6-bit signed quants (4 low bits in `ql`, 2 high bits
 //! in `qh`), an int8 scale per group over one f16 super-scale: `x = d * sc * q`.
 
-use super::scales::{fit_signed_scale, nearest_int};
+use super::scales::{fit_signed_scale, nearest_int, signed_max};
 use crate::quant::blocks::{f16_le, f16_le_from, BlockQ6K, BlockQ8K};
 use crate::quant::types::QK_K;
 
@@ -55,14 +55,10 @@ pub fn quantize_ref(x: &[f32], blocks: &mut [BlockQ6K]) {
     for (xb, b) in x.chunks_exact(QK_K).zip(blocks.iter_mut()) {
         let mut q = [0u8; QK_K];
         let mut scales = [0.0f32; 16];
-        let (mut max_scale, mut max_abs) = (0.0f32, 0.0f32);
         for (j, xg) in xb.chunks_exact(16).enumerate() {
             scales[j] = fit_signed_scale(xg, 32, &mut q[16 * j..16 * j + 16]);
-            if scales[j].abs() > max_abs {
-                max_abs = scales[j].abs();
-                max_scale = scales[j];
-            }
         }
+        let (max_scale, max_abs) = signed_max(&scales);
         if max_abs < 1e-15 {
             *b = bytemuck::Zeroable::zeroed();
             continue;

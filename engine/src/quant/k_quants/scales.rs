@@ -132,7 +132,8 @@ pub(crate) fn fit_scale_min(x: &[f32], w: &[f32], p: &MinFit, l: &mut [u8]) -> (
     (scale, -min)
 }
 
-/// The element of largest magnitude with its sign (the first one on ties), and that magnitude.
+/// The element of largest magnitude with its sign (the first one on ties), and that magnitude:
+/// the anchor of every symmetric quantizer (Q4_0, Q5_0, Q3_K, Q6_K, Q8_K).
 #[inline(always)]
 pub(crate) fn signed_max(x: &[f32]) -> (f32, f32) {
     let (mut max, mut amax) = (0.0f32, 0.0f32);
