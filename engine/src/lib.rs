@@ -7,3 +7,4 @@ compile_error!("the engine reads GGUF's little-endian data in place and needs a 
 pub mod backend;
 pub mod gguf;
 pub mod quant;
+pub mod tokenizer;
