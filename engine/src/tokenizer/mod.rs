@@ -182,6 +182,11 @@ impl Tokenizer {
         self.vocab.add_bos && self.vocab.special.bos.is_some()
     }
 
+    /// Whether SentencePiece text gets a leading space (at the start and after special tokens).
+    pub fn add_space_prefix(&self) -> bool {
+        self.vocab.add_space_prefix
+    }
+
     /// Whether a separator closes a sequence (BERT's `[SEP]`; `encode` adds it to WordPiece
     /// input with `add_special`).
     pub fn add_sep(&self) -> bool {
@@ -267,9 +272,15 @@ impl Tokenizer {
         text
     }
 
-    /// Text of `ids` for display: special tokens left out, invalid UTF-8 replaced.
+    /// Text of `ids` for display: special tokens left out, the SentencePiece space prefix
+    /// removed (also after a leading BOS, which llama.cpp's detokenizer keeps), invalid UTF-8
+    /// replaced.
     pub fn decode(&self, ids: &[TokenId]) -> String {
-        String::from_utf8_lossy(&self.detokenize(ids, true, false)).into_owned()
+        let ids = match ids.split_first() {
+            Some((&first, rest)) if self.add_bos() && Some(first) == self.bos() => rest,
+            _ => ids,
+        };
+        String::from_utf8_lossy(&self.detokenize(ids, false, false)).into_owned()
     }
 
     /// The text a token stands for, computed once per token at load time.
