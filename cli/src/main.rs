@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod info;
+mod tokenize;
 
 #[derive(Parser)]
 #[command(name = "engine-cli", version, about = "GGUF inference engine command-line tool")]
@@ -15,6 +16,8 @@ struct Cli {
 enum Command {
     /// Describe a GGUF file: architecture, sizes, tensor types, tokenizer and all metadata.
     Info(info::InfoArgs),
+    /// Print the token ids and pieces of a text under a model's tokenizer.
+    Tokenize(tokenize::TokenizeArgs),
 }
 
 fn main() {
@@ -28,6 +31,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => info::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
