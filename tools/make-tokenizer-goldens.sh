@@ -18,3 +18,18 @@ for gguf in "$DIR"/ggml-vocab-*.gguf; do
   "$BIN/llama-golden" -m "$gguf" --texts "$OUT/special.inp" -o "$OUT/$name.special" >/dev/null
   echo "$name"
 done
+
+# The 1 MiB benchmark text: token count and sha256 of llama-tokenize's id list per vocabulary.
+TEXT=$ROOT/benches/data/english-1mib.txt
+{
+  printf '{\n "text": "benches/data/english-1mib.txt",\n'
+  printf ' "made_by": "llama-tokenize -m VOCAB -f TEXT --ids --no-bos --no-escape --no-parse-special (llama.cpp b11434); sha256 of its output line without the newline"'
+  for v in llama-bpe refact llama-spm; do
+    line=$("$BIN/llama-tokenize" -m "$DIR/ggml-vocab-$v.gguf" -f "$TEXT" --ids --log-disable --no-bos --no-escape --no-parse-special 2>/dev/null | tr -d '\n')
+    n=$(python3 -c 'import sys,ast; print(len(ast.literal_eval(sys.stdin.read())))' <<<"$line")
+    sha=$(printf '%s' "$line" | sha256sum | cut -d' ' -f1)
+    printf ',\n "%s": {\n  "n_tokens": %s,\n  "sha256_ids": "%s"\n }' "$v" "$n" "$sha"
+  done
+  printf '\n}\n'
+} > "$OUT/english-1mib.json"
+echo english-1mib

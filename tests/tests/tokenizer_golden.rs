@@ -174,3 +174,20 @@ fn gemma_tokenizer_matches_llama_cpp() {
     assert_eq!(tok.eog_ids(), &[1, 106, 212]);
     assert_eq!((tok.bos(), tok.eos()), (Some(2), Some(1)));
 }
+
+/// 1 MiB of English (the benchmark text) under three vocabularies: the whole id sequence equals
+/// llama-tokenize's (compared by count and sha256 of its printed list).
+#[test]
+fn a_megabyte_of_english_matches_llama_cpp() {
+    use sha2::{Digest, Sha256};
+    let golden = read_json(&fixture("tokenizer/golden/english-1mib.json"));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(root.join(golden["text"].as_str().unwrap())).unwrap();
+    for name in ["llama-bpe", "refact", "llama-spm"] {
+        let ids = load(name).encode(&text, false, false);
+        let listed = format!("{ids:?}");
+        let sha = format!("{:x}", Sha256::digest(listed.as_bytes()));
+        assert_eq!(ids.len() as u64, golden[name]["n_tokens"].as_u64().unwrap(), "{name}");
+        assert_eq!(sha, golden[name]["sha256_ids"].as_str().unwrap(), "{name}");
+    }
+}

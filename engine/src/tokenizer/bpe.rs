@@ -202,9 +202,10 @@ impl Bpe {
 const NONE: u32 = u32::MAX;
 const DEAD: Sym = u32::MAX;
 /// Longer words are rare and would only bloat the cache.
-const MAX_CACHED_WORD: usize = 64;
+pub(crate) const MAX_CACHED_WORD: usize = 64;
 
-/// Tokens of the words already seen during one encode call (natural text repeats its words).
+/// Tokens of the words already seen during one encode call (natural text repeats its words);
+/// SentencePiece uses it too.
 pub(crate) type WordCache = FxHashMap<Box<[u8]>, Vec<TokenId>>;
 
 /// A queued merge; ordered by rank, then by position (leftmost first).

@@ -93,6 +93,7 @@ impl Tokenizer {
                 // A space is prefixed to text at the start and after every special token.
                 let mut after_special = true;
                 let mut buf = Vec::new();
+                let mut cache = WordCache::default();
                 for f in fragments {
                     match f {
                         Fragment::Text(t) => {
@@ -101,7 +102,7 @@ impl Tokenizer {
                                 buf.extend_from_slice(SPACE_MARK.as_bytes());
                             }
                             escape_spaces(t, &mut buf);
-                            spm.tokenize(v, &buf, &mut out);
+                            spm.tokenize(v, &buf, &mut out, &mut cache);
                             after_special = false;
                         }
                         Fragment::Token(id) => {
