@@ -124,6 +124,9 @@ pub(crate) struct Vocab {
     pub pre_config: Option<PreTokenizerConfig>,
 }
 
+/// Where a role's id lives in `SpecialTokens`.
+type RoleSlot = fn(&mut SpecialTokens) -> &mut Option<TokenId>;
+
 const KEY_MODEL: &str = "tokenizer.ggml.model";
 const KEY_PRE: &str = "tokenizer.ggml.pre";
 const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
@@ -216,7 +219,7 @@ impl Vocab {
         }
 
         // Ids stored in the file; out-of-range ones are ignored, as llama.cpp does.
-        let id_keys: [(&str, fn(&mut SpecialTokens) -> &mut Option<TokenId>); 17] = [
+        let id_keys: [(&str, RoleSlot); 17] = [
             ("tokenizer.ggml.bos_token_id", |s| &mut s.bos),
             ("tokenizer.ggml.eos_token_id", |s| &mut s.eos),
             ("tokenizer.ggml.eot_token_id", |s| &mut s.eot),
@@ -418,7 +421,7 @@ const EOG_TEXTS: &[&str] = &[
 fn detect_role_tokens(texts: &[Box<[u8]>], attrs: &mut [TokenAttr], special: &mut SpecialTokens) {
     // llama.cpp walks a hash map here, so when a vocabulary holds two candidates which one it
     // picks is arbitrary; walking in id order picks the lowest id, deterministically.
-    let roles: [(&[&str], fn(&mut SpecialTokens) -> &mut Option<TokenId>); 8] = [
+    let roles: [(&[&str], RoleSlot); 8] = [
         (EOT_TEXTS, |s| &mut s.eot),
         (EOM_TEXTS, |s| &mut s.eom),
         (FIM_PRE_TEXTS, |s| &mut s.fim_pre),
@@ -477,7 +480,7 @@ fn end_of_generation_ids(
     let end = eog.iter().copied().find(|&id| text_is(id, "<|end|>"));
     let has_call = has(&eog, "<|call|>") || has(&eog, "<|calls|>");
     if let Some(end) = end {
-        if (has(&eog, "<|return|>") && has_call) || (has_call && has(&eog, "<|flush|>")) {
+        if has_call && (has(&eog, "<|return|>") || has(&eog, "<|flush|>")) {
             eog.retain(|&id| id != end);
             attrs[end as usize] = TokenAttr(TokenAttr::USER_DEFINED);
         }
