@@ -428,7 +428,8 @@ mod tests {
         assert_eq!(clean("Hello , world !"), "Hello, world!");
         assert_eq!(clean("it ' s"), "it's");
         assert_eq!(clean("he 's and they 're , we 'll"), "he's and they're, we 'll");
-        assert_eq!(clean(" ."), " .");
+        assert_eq!(clean(" ."), ".");
+        assert_eq!(clean(" ' ' x"), "'' x");
     }
 
     #[test]
