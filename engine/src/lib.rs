@@ -6,5 +6,7 @@ compile_error!("the engine reads GGUF's little-endian data in place and needs a 
 
 pub mod backend;
 pub mod gguf;
+pub mod kv_cache;
+pub mod model;
 pub mod quant;
 pub mod tokenizer;

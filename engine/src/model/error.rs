@@ -1,0 +1,37 @@
+//! Why a model could not be loaded or run.
+
+use crate::backend::cpu::MatmulError;
+use crate::gguf::GgufError;
+use crate::kv_cache::KvError;
+use crate::quant::{GgmlType, QuantError};
+use crate::tokenizer::TokenizerError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("unsupported architecture {0:?} (supported: llama, granite, qwen2, gemma3, bert)")]
+    UnsupportedArchitecture(String),
+    #[error("the file has no general.architecture")]
+    NoArchitecture,
+    #[error("metadata key {0} is required and missing")]
+    MissingKey(String),
+    #[error("metadata key {key}: {reason}")]
+    BadKey { key: String, reason: String },
+    #[error("tensor {0} is required and missing")]
+    MissingTensor(String),
+    #[error("tensor {name} has shape {got:?}, expected {expected:?}")]
+    TensorShape { name: String, expected: Vec<u64>, got: Vec<u64> },
+    #[error("tensor {name} has type {ty}, which the engine cannot compute with")]
+    TensorType { name: String, ty: GgmlType },
+    #[error("batch: {0}")]
+    BadBatch(String),
+    #[error(transparent)]
+    Kv(#[from] KvError),
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Matmul(#[from] MatmulError),
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+}
