@@ -16,7 +16,7 @@ use super::error::ModelError;
 use super::weights::{DecoderWeights, Matrix};
 use super::{BatchEntry, Logits};
 use crate::backend::cpu::activation::{gelu, silu};
-use crate::backend::cpu::attention::{attend_head, AttentionShape};
+use crate::backend::cpu::attention::{attend_head, AttentionShape, AttnScratch};
 use crate::backend::cpu::norm::{rms_norm, rms_norm_in_place};
 use crate::backend::cpu::rope::rope;
 use crate::backend::cpu::{get_rows, matmul};
@@ -115,14 +115,14 @@ pub(crate) fn forward(
         let kv_ref: &KvCache = kv;
         let mut attn = vec![0.0f32; n * c.n_head * hv];
         attn.par_chunks_mut(hv).enumerate().for_each_init(
-            || (Vec::new(), Vec::new()),
-            |(scores, row), (idx, out)| {
+            AttnScratch::default,
+            |scratch, (idx, out)| {
                 let (i, head) = (idx / c.n_head, idx % c.n_head);
                 let entry = &batch[i];
                 let pos = entry.pos as usize;
                 let lo = window.map_or(0, |wnd| (pos + 1).saturating_sub(wnd));
                 let view = kv_ref.layer_view(entry.seq, il);
-                attend_head(&q[i * qd..(i + 1) * qd], head, &shape, lo..pos + 1, &view, out, scores, row);
+                attend_head(&q[i * qd..(i + 1) * qd], head, &shape, lo..pos + 1, &view, out, scratch);
             },
         );
         let mut o = project(file, &layer.wo, &attn, n, None)?;

@@ -63,8 +63,15 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
 }
 
+/// Buffers reused between `attend_head` calls of one thread.
+#[derive(Default)]
+pub struct AttnScratch {
+    scores: Vec<f32>,
+    row: Vec<f32>,
+}
+
 /// Attention of head `h` of query row `q` over `positions` of `kv`, written to `out`
-/// (`head_dim_v` values). `scratch` holds the scores and a converted row between calls.
+/// (`head_dim_v` values).
 pub fn attend_head(
     q: &[f32],
     h: usize,
@@ -72,9 +79,9 @@ pub fn attend_head(
     positions: std::ops::Range<usize>,
     kv: &dyn KvRows,
     out: &mut [f32],
-    scores: &mut Vec<f32>,
-    row: &mut Vec<f32>,
+    scratch: &mut AttnScratch,
 ) {
+    let AttnScratch { scores, row } = scratch;
     let group = shape.n_head / shape.n_head_kv;
     let g = h / group;
     let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
@@ -123,11 +130,11 @@ mod tests {
         let kv = Rows(vec![vec![1.0, 0.0], vec![0.0, 1.0]], vec![vec![10.0, 0.0], vec![0.0, 20.0]]);
         let shape = AttentionShape { n_head: 1, n_head_kv: 1, head_dim_k: 2, head_dim_v: 2, scale: 1.0 };
         let mut out = [0.0; 2];
-        let (mut s, mut r) = (Vec::new(), Vec::new());
-        attend_head(&[0.0, 50.0], 0, &shape, 0..2, &kv, &mut out, &mut s, &mut r);
+        let mut s = AttnScratch::default();
+        attend_head(&[0.0, 50.0], 0, &shape, 0..2, &kv, &mut out, &mut s);
         assert!((out[1] - 20.0).abs() < 1e-3 && out[0].abs() < 1e-3, "{out:?}");
         // only position 0 visible: all weight on it
-        attend_head(&[0.0, 50.0], 0, &shape, 0..1, &kv, &mut out, &mut s, &mut r);
+        attend_head(&[0.0, 50.0], 0, &shape, 0..1, &kv, &mut out, &mut s);
         assert_eq!(out, [10.0, 0.0]);
     }
 

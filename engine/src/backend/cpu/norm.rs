@@ -4,7 +4,7 @@
 /// `out[r] = x[r] / sqrt(mean(x[r]²) + eps) * w` for every row of `n` values.
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let n = w.len();
-    debug_assert!(n > 0 && x.len() % n == 0 && out.len() == x.len());
+    debug_assert!(n > 0 && x.len().is_multiple_of(n) && out.len() == x.len());
     for (xr, yr) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
         let sum: f64 = xr.iter().map(|&v| f64::from(v * v)).sum();
         let mean = (sum / n as f64) as f32;
@@ -31,7 +31,7 @@ pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
 /// `out[r] = (x[r] - mean) / sqrt(var + eps) * w + b` for every row.
 pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
     let n = w.len();
-    debug_assert!(n > 0 && x.len() % n == 0 && out.len() == x.len() && b.len() == n);
+    debug_assert!(n > 0 && x.len().is_multiple_of(n) && out.len() == x.len() && b.len() == n);
     for (xr, yr) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
         let sum: f64 = xr.iter().map(|&v| f64::from(v)).sum();
         let mean = (sum / n as f64) as f32;

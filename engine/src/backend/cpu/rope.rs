@@ -12,7 +12,7 @@ pub enum RopeKind {
 /// Rotates the first `n_dims` values of every `head_dim`-value head in `x` (one row of heads)
 /// for position `pos`.
 pub fn rope(x: &mut [f32], head_dim: usize, n_dims: usize, pos: u32, freq_base: f32, freq_scale: f32, kind: RopeKind) {
-    debug_assert!(n_dims <= head_dim && n_dims % 2 == 0 && x.len() % head_dim == 0);
+    debug_assert!(n_dims <= head_dim && n_dims.is_multiple_of(2) && x.len().is_multiple_of(head_dim));
     let half = n_dims / 2;
     let mut cs = [(0.0f32, 0.0f32); 512];
     let table = &mut cs[..half.min(512)];
