@@ -12,14 +12,6 @@ pub enum KvRow<'a> {
 }
 
 impl KvRow<'_> {
-    #[inline]
-    fn get(&self, i: usize) -> f32 {
-        match self {
-            KvRow::F32(r) => r[i],
-            KvRow::F16(r) => r[i].to_f32(),
-        }
-    }
-
     fn to_f32(self, range: std::ops::Range<usize>, out: &mut Vec<f32>) {
         out.clear();
         match self {
@@ -86,11 +78,18 @@ pub fn attend_head(
     let g = h / group;
     let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
     let qh = &q[h * dk..(h + 1) * dk];
+    let (krange, vrange) = (g * dk..(g + 1) * dk, g * dv..(g + 1) * dv);
     scores.clear();
     let mut max = f32::NEG_INFINITY;
     for p in positions.clone() {
-        kv.key(p).to_f32(g * dk..(g + 1) * dk, row);
-        let s = dot(qh, row) * shape.scale;
+        // f32 rows are read in place; f16 rows are widened into `row` first
+        let s = match kv.key(p) {
+            KvRow::F32(k) => dot(qh, &k[krange.clone()]),
+            other => {
+                other.to_f32(krange.clone(), row);
+                dot(qh, row)
+            }
+        } * shape.scale;
         max = max.max(s);
         scores.push(s);
     }
@@ -103,9 +102,9 @@ pub fn attend_head(
     out.fill(0.0);
     for (p, &s) in positions.zip(scores.iter()) {
         let w = s * inv;
-        let v = kv.value(p);
-        for (i, o) in out.iter_mut().enumerate() {
-            *o += w * v.get(g * dv + i);
+        match kv.value(p) {
+            KvRow::F32(v) => out.iter_mut().zip(&v[vrange.clone()]).for_each(|(o, &x)| *o += w * x),
+            KvRow::F16(v) => out.iter_mut().zip(&v[vrange.clone()]).for_each(|(o, x)| *o += w * x.to_f32()),
         }
     }
 }
