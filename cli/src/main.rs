@@ -2,7 +2,11 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod info;
+mod load;
+mod logits;
+mod run;
 mod tokenize;
 
 #[derive(Parser)]
@@ -18,6 +22,12 @@ enum Command {
     Info(info::InfoArgs),
     /// Print the token ids and pieces of a text under a model's tokenizer.
     Tokenize(tokenize::TokenizeArgs),
+    /// Generate a continuation of a prompt (greedy decoding) and stream it to stdout.
+    Run(run::RunArgs),
+    /// Show the best tokens and their logits at every position of a prompt.
+    Logits(logits::LogitsArgs),
+    /// Measure prompt-processing and generation speed, like llama-bench.
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -32,6 +42,9 @@ fn main() {
     let result = match cli.command {
         Command::Info(args) => info::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Logits(args) => logits::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

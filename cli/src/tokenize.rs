@@ -74,7 +74,7 @@ pub fn run(args: TokenizeArgs) -> anyhow::Result<()> {
 }
 
 /// The text of a token; a byte token that is part of a UTF-8 character is shown as `<0xNN>`.
-fn piece(tokenizer: &Tokenizer, id: TokenId) -> String {
+pub(crate) fn piece(tokenizer: &Tokenizer, id: TokenId) -> String {
     let bytes = tokenizer.token_bytes(id);
     match std::str::from_utf8(bytes) {
         Ok(s) => s.to_string(),

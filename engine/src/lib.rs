@@ -5,8 +5,10 @@
 compile_error!("the engine reads GGUF's little-endian data in place and needs a little-endian target");
 
 pub mod backend;
+pub mod generate;
 pub mod gguf;
 pub mod kv_cache;
+pub mod logprobs;
 pub mod model;
 pub mod quant;
 pub mod tokenizer;

@@ -1,0 +1,248 @@
+//! `engine-cli bench`: prompt-processing and generation speed, measured like llama-bench: `ppN`
+//! is one batch of N tokens in a fresh cache, `tgN` is N single-token steps from an empty
+//! cache; each test runs once untimed, then `-r` times, and reports tokens/s as mean ± sd.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::bail;
+use engine::gguf::GgufFile;
+use engine::kv_cache::KvType;
+use engine::model::{BatchEntry, Model};
+use engine::tokenizer::TokenId;
+use serde::Serialize;
+
+use crate::load::{kv_type_name, load_model, parse_kv_type, parse_positive, thread_pool};
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// The GGUF model to measure.
+    #[arg(long, short = 'm')]
+    pub model: PathBuf,
+    /// Prompt tokens of the prompt-processing test (0 skips it).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Tokens of the generation test (0 skips it).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    pub n_gen: usize,
+    /// Timed repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5, value_parser = parse_positive)]
+    pub repetitions: usize,
+    /// Worker threads [default: all cores].
+    #[arg(long, short = 't', value_parser = parse_positive)]
+    pub threads: Option<usize>,
+    /// KV cache element type.
+    #[arg(long, default_value = "f16", value_parser = parse_kv_type)]
+    pub kv_type: KvType,
+    /// Print a JSON array of results (mean, sd and every sample) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One test's results; the field names are llama-bench's JSON names.
+#[derive(Serialize)]
+struct TestResult {
+    model_filename: String,
+    model_type: String,
+    model_size: u64,
+    model_n_params: u64,
+    n_threads: usize,
+    type_kv: &'static str,
+    test: String,
+    n_prompt: usize,
+    n_gen: usize,
+    avg_ns: f64,
+    stddev_ns: f64,
+    avg_ts: f64,
+    stddev_ts: f64,
+    samples_ns: Vec<u64>,
+    samples_ts: Vec<f64>,
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.n_prompt == 0 && args.n_gen == 0 {
+        bail!("nothing to measure: -p and -n are both 0");
+    }
+    let pool = thread_pool(args.threads)?;
+    let model = load_model(&args.model)?;
+    let n_threads = pool.current_num_threads();
+    let file = model.file();
+    let model_type = model_type(&model);
+    let tokens = bench_tokens(model.config().n_vocab, args.n_prompt.max(args.n_gen));
+    let mut tests = Vec::new();
+    if args.n_prompt > 0 {
+        tests.push((format!("pp{}", args.n_prompt), args.n_prompt, 0));
+    }
+    if args.n_gen > 0 {
+        tests.push((format!("tg{}", args.n_gen), 0, args.n_gen));
+    }
+    let mut results = Vec::new();
+    if !args.json {
+        println!("| {:<30} | {:>10} | {:>10} | {:>7} | {:>10} | {:>20} |", "model", "size", "params", "threads", "test", "t/s");
+        println!("| {:-<30} | {:->9}: | {:->9}: | {:->6}: | {:->9}: | {:->19}: |", "", "", "", "", "", "");
+    }
+    for (test, n_prompt, n_gen) in tests {
+        let once = || -> anyhow::Result<u64> {
+            let t = if n_prompt > 0 {
+                prompt_once(&model, args.kv_type, &tokens[..n_prompt])?
+            } else {
+                generate_once(&model, args.kv_type, &tokens[..n_gen])?
+            };
+            Ok(t)
+        };
+        let samples_ns = pool.install(|| -> anyhow::Result<Vec<u64>> {
+            once()?; // warm-up: page in the weights, grow the allocator
+            (0..args.repetitions).map(|_| once()).collect()
+        })?;
+        let n_tokens = (n_prompt + n_gen) as f64;
+        let samples_ts: Vec<f64> = samples_ns.iter().map(|&ns| n_tokens * 1e9 / ns.max(1) as f64).collect();
+        let ns: Vec<f64> = samples_ns.iter().map(|&v| v as f64).collect();
+        let (avg_ns, stddev_ns) = mean_sd(&ns);
+        let (avg_ts, stddev_ts) = mean_sd(&samples_ts);
+        let r = TestResult {
+            model_filename: args.model.display().to_string(),
+            model_type: model_type.clone(),
+            model_size: file.tensor_data_bytes(),
+            model_n_params: file.n_parameters(),
+            n_threads,
+            type_kv: kv_type_name(args.kv_type),
+            test,
+            n_prompt,
+            n_gen,
+            avg_ns,
+            stddev_ns,
+            avg_ts,
+            stddev_ts,
+            samples_ns,
+            samples_ts,
+        };
+        if !args.json {
+            println!(
+                "| {:<30} | {:>10} | {:>10} | {:>7} | {:>10} | {:>20} |",
+                r.model_type,
+                size(r.model_size),
+                params(r.model_n_params),
+                r.n_threads,
+                r.test,
+                format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts)
+            );
+        }
+        results.push(r);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    }
+    Ok(())
+}
+
+/// Nanoseconds of one prefill batch of `tokens` (logits of the last one) in a fresh cache.
+fn prompt_once(model: &Model, kv_type: KvType, tokens: &[TokenId]) -> anyhow::Result<u64> {
+    let mut kv = model.new_kv_cache(kv_type, tokens.len());
+    let start = Instant::now();
+    let logits = model.forward(&mut kv, &BatchEntry::sequence(0, tokens, 0, false))?;
+    let ns = start.elapsed().as_nanos() as u64;
+    std::hint::black_box(logits);
+    Ok(ns)
+}
+
+/// Nanoseconds of one single-token step per token of `tokens`, from an empty cache.
+fn generate_once(model: &Model, kv_type: KvType, tokens: &[TokenId]) -> anyhow::Result<u64> {
+    let mut kv = model.new_kv_cache(kv_type, tokens.len());
+    let start = Instant::now();
+    for (pos, &token) in tokens.iter().enumerate() {
+        let logits = model.forward(&mut kv, &[BatchEntry { seq: 0, token, pos: pos as u32, logits: true }])?;
+        std::hint::black_box(logits);
+    }
+    Ok(start.elapsed().as_nanos() as u64)
+}
+
+/// `n` token ids spread over the vocabulary by a fixed pseudo-random sequence: every run
+/// measures the same work, and the ids are not one repeated token.
+fn bench_tokens(n_vocab: usize, n: usize) -> Vec<TokenId> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|_| {
+            // xorshift64
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n_vocab.max(1) as u64) as TokenId
+        })
+        .collect()
+}
+
+/// Mean and sample standard deviation (0 for a single sample), as llama-bench reports them.
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    if v.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
+    (mean, var.sqrt())
+}
+
+/// "llama Q4_K - Medium": the architecture and the file type as llama.cpp names it
+/// (`general.file_type`), else the type holding most of the weight bytes.
+fn model_type(model: &Model) -> String {
+    let file = model.file();
+    let ty = file.get_u64("general.file_type").and_then(file_type_name).unwrap_or_else(|| main_type(file));
+    format!("{} {ty}", model.config().arch).trim_end().to_string()
+}
+
+/// llama.cpp's names of the common `general.file_type` values.
+fn file_type_name(ftype: u64) -> Option<&'static str> {
+    Some(match ftype {
+        0 => "all F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K - Medium",
+        11 => "Q3_K - Small",
+        12 => "Q3_K - Medium",
+        13 => "Q3_K - Large",
+        14 => "Q4_K - Small",
+        15 => "Q4_K - Medium",
+        16 => "Q5_K - Small",
+        17 => "Q5_K - Medium",
+        18 => "Q6_K",
+        21 => "Q2_K - Small",
+        32 => "BF16",
+        _ => return None,
+    })
+}
+
+fn main_type(file: &GgufFile) -> &'static str {
+    let mut bytes: Vec<(&'static str, u64)> = Vec::new();
+    for t in file.tensors() {
+        match bytes.iter_mut().find(|(name, _)| *name == t.ty.name()) {
+            Some((_, b)) => *b += t.n_bytes,
+            None => bytes.push((t.ty.name(), t.n_bytes)),
+        }
+    }
+    bytes.iter().max_by_key(|(_, b)| *b).map_or("", |(name, _)| name)
+}
+
+fn size(bytes: u64) -> String {
+    const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+    let b = bytes as f64;
+    if b >= GIB {
+        format!("{:.2} GiB", b / GIB)
+    } else {
+        format!("{:.2} MiB", b / (1024.0 * 1024.0))
+    }
+}
+
+fn params(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.2} B", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.2} M", n / 1e6)
+    } else {
+        format!("{:.2} K", n / 1e3)
+    }
+}

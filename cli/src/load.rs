@@ -1,0 +1,79 @@
+//! What the model-running subcommands share: loading a model (with a spinner for large files),
+//! tokenizing a prompt, the KV type flag and the worker thread pool.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use engine::kv_cache::KvType;
+use engine::model::{Model, ModelError};
+use engine::tokenizer::TokenId;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Files larger than this get a spinner while they load (smaller ones load too fast to need it).
+const SPINNER_BYTES: u64 = 100 * 1000 * 1000;
+
+/// Loads the model at `path`. The spinner goes to stderr, and only to a terminal: piped
+/// output and logs stay clean.
+pub fn load_model(path: &Path) -> anyhow::Result<Model> {
+    let large = std::fs::metadata(path).is_ok_and(|m| m.len() > SPINNER_BYTES);
+    let spinner = (large && std::io::stderr().is_terminal()).then(|| {
+        let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        pb.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+        // the file name only: a long path would wrap, and a wrapped line redraws badly
+        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        pb.set_message(format!("loading {name}"));
+        pb.enable_steady_tick(Duration::from_millis(100));
+        pb
+    });
+    let model = Model::load(path);
+    if let Some(pb) = spinner {
+        pb.finish_and_clear();
+    }
+    model.map_err(|e| match e {
+        // file errors already start with the path
+        ModelError::Gguf(g) => anyhow!(g),
+        other => anyhow!(other).context(path.display().to_string()),
+    })
+}
+
+/// The prompt's tokens as llama.cpp's tools make them: the BOS (or whatever the vocabulary adds)
+/// when the file asks for it, and control-token text such as `<start_of_turn>` parsed.
+pub fn tokenize_prompt(model: &Model, prompt: &str) -> anyhow::Result<Vec<TokenId>> {
+    let tokens = model.tokenizer().encode(prompt, true, true);
+    if tokens.is_empty() {
+        bail!("the prompt gives no tokens (this model adds no BOS to an empty text)");
+    }
+    Ok(tokens)
+}
+
+/// Parses `--kv-type`.
+pub fn parse_kv_type(s: &str) -> Result<KvType, String> {
+    KvType::from_name(s).ok_or_else(|| format!("unknown KV type {s:?} (f32 or f16)"))
+}
+
+pub fn kv_type_name(ty: KvType) -> &'static str {
+    match ty {
+        KvType::F32 => "f32",
+        KvType::F16 => "f16",
+    }
+}
+
+/// A pool of `threads` workers for the CPU kernels (all cores when `None`, or what
+/// `RAYON_NUM_THREADS` says).
+pub fn thread_pool(threads: Option<usize>) -> anyhow::Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()
+        .context("starting the worker threads")
+}
+
+/// Parses a count that must be at least 1 (threads, repetitions).
+pub fn parse_positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -1,0 +1,85 @@
+//! `engine-cli run` on the tiny fixture models: greedy output equals llama.cpp's greedy tokens,
+//! only the continuation goes to stdout, and unsupported options are one-line errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use engine::gguf::GgufFile;
+use engine::tokenizer::{StreamDecoder, TokenId, Tokenizer};
+use serde_json::Value;
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models").join(rel)
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_engine-cli")).arg("run").args(args).output().expect("run engine-cli")
+}
+
+/// The text `run` streams for `ids`: each token's piece through a stream decoder.
+fn streamed_text(model: &Path, ids: &[TokenId]) -> String {
+    let tokenizer = Tokenizer::from_gguf(&GgufFile::open(model).unwrap()).unwrap();
+    let mut d = StreamDecoder::new(false);
+    let mut text: String = ids.iter().map(|&id| d.push(&tokenizer, id)).collect();
+    text.push_str(&d.finish());
+    text
+}
+
+fn golden_greedy(name: &str) -> Vec<TokenId> {
+    let text = std::fs::read_to_string(fixture(&format!("golden/{name}.logits.json"))).unwrap();
+    let j: Value = serde_json::from_str(&text).unwrap();
+    j["sequences"][1]["greedy"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as TokenId).collect()
+}
+
+#[test]
+fn greedy_continuation_matches_llama_cpp() {
+    for (name, prompt) in [("tiny-llama-F32", "The quick"), ("tiny-granite-F32", "The quick b")] {
+        let model = fixture(&format!("{name}.gguf"));
+        let m = model.to_str().unwrap();
+        let out = run(&["--model", m, "--prompt", prompt, "-n", "16", "--temp", "0", "--kv-type", "f32"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let want = streamed_text(&model, &golden_greedy(name));
+        assert!(!want.is_empty());
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{name}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("prompt: 7 tokens") && err.contains("generation: 16 tokens"), "{err}");
+    }
+}
+
+#[test]
+fn stops_at_end_of_generation_without_printing_it() {
+    // tiny-granite repeats its last token: after <|end_of_text|> (parsed as the control token)
+    // it picks <|end_of_text|>, so nothing is generated
+    let model = fixture("tiny-granite-F32.gguf");
+    let out = run(&["-m", model.to_str().unwrap(), "-p", "The quick b<|end_of_text|>", "-n", "8", "-t", "1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty(), "{:?}", String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("prompt: 8 tokens") && err.contains("end-of-generation token 0"), "{err}");
+}
+
+#[test]
+fn sampling_is_refused_in_one_line() {
+    let model = fixture("tiny-llama-F32.gguf");
+    let out = run(&["-m", model.to_str().unwrap(), "-p", "The quick", "--temp", "0.7"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--temp 0"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn errors_are_one_line_with_exit_code_2() {
+    let out = run(&["-m", "/no/such/model.gguf", "-p", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.lines().count() == 1 && err.contains("/no/such/model.gguf"), "{err}");
+
+    // a context too small for the prompt and -n
+    let model = fixture("tiny-llama-F32.gguf");
+    let out = run(&["-m", model.to_str().unwrap(), "-p", "The quick", "-n", "16", "--ctx-size", "8"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.lines().count() == 1 && err.contains("--ctx-size 8"), "{err}");
+}

@@ -1,0 +1,153 @@
+//! Reading a row of logits: log-probabilities (log-softmax), the k best tokens and the best one.
+//! Ties always go to the lower token id, as in llama.cpp's goldens, so results are reproducible.
+//! NaN logits rank below every number (they are never chosen over a real value).
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use crate::tokenizer::TokenId;
+
+/// Log-probabilities of a row of logits: `x - max - ln(sum(exp(x - max)))`. Subtracting the
+/// maximum keeps `exp` from overflowing; the sum is accumulated in f64 so that a large
+/// vocabulary of small terms does not lose precision. A row whose maximum is not finite gives
+/// NaN (there is no distribution to speak of).
+pub fn log_softmax(row: &[f32]) -> Vec<f32> {
+    let max = row.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max);
+    if !max.is_finite() {
+        return vec![f32::NAN; row.len()];
+    }
+    let sum: f64 = row.iter().map(|&v| (f64::from(v) - f64::from(max)).exp()).sum();
+    let log_z = f64::from(max) + sum.ln();
+    row.iter().map(|&v| (f64::from(v) - log_z) as f32).collect()
+}
+
+/// A candidate ordered from worst to best: lower value first, and between equal values the
+/// higher id first (the lower id is the better one).
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    id: TokenId,
+    value: f32,
+}
+
+impl Candidate {
+    /// NaN ranks below -inf; -0.0 equals 0.0 (adding 0.0 turns -0.0 into 0.0) so that the id
+    /// decides between them.
+    fn key(&self) -> (bool, f32) {
+        (!self.value.is_nan(), if self.value.is_nan() { 0.0 } else { self.value + 0.0 })
+    }
+}
+
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let (a, b) = (self.key(), other.key());
+        a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(other.id.cmp(&self.id))
+    }
+}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Candidate {}
+
+/// The `k` highest values of `row` as `(token id, value)`, best first, ties to the lower id
+/// (fewer than `k` when the row is shorter). A min-heap of the best `k` seen so far makes it
+/// O(n log k): a vocabulary of 256k tokens is scanned once.
+pub fn top_k(row: &[f32], k: usize) -> Vec<(TokenId, f32)> {
+    let k = k.min(row.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    let mut heap: BinaryHeap<Reverse<Candidate>> = BinaryHeap::with_capacity(k + 1);
+    for (i, &value) in row.iter().enumerate() {
+        let c = Candidate { id: i as TokenId, value };
+        if heap.len() < k {
+            heap.push(Reverse(c));
+        } else if heap.peek().is_some_and(|worst| c > worst.0) {
+            heap.pop();
+            heap.push(Reverse(c));
+        }
+    }
+    // ascending order of Reverse<Candidate> is best first
+    heap.into_sorted_vec().into_iter().map(|Reverse(c)| (c.id, c.value)).collect()
+}
+
+/// The id of the highest value, the lower id on ties (0 for an empty row).
+pub fn argmax(row: &[f32]) -> TokenId {
+    let mut best: Option<Candidate> = None;
+    for (i, &value) in row.iter().enumerate() {
+        let c = Candidate { id: i as TokenId, value };
+        if best.is_none_or(|b| c > b) {
+            best = Some(c);
+        }
+    }
+    best.map_or(0, |b| b.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_softmax_normalises_and_survives_large_values() {
+        let lp = log_softmax(&[1.0, 2.0, 3.0]);
+        let total: f64 = lp.iter().map(|&v| f64::from(v).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-6, "{total}");
+        assert!((lp[2] - lp[1] - 1.0).abs() < 1e-6);
+        // exp(1000) overflows f32 and f64; subtracting the max does not
+        let lp = log_softmax(&[1000.0, 1000.0]);
+        assert!((lp[0] - (-std::f32::consts::LN_2)).abs() < 1e-6, "{lp:?}");
+        // a masked token keeps probability zero
+        let lp = log_softmax(&[0.0, f32::NEG_INFINITY]);
+        assert_eq!(lp, vec![0.0, f32::NEG_INFINITY]);
+        assert!(log_softmax(&[]).is_empty());
+        assert!(log_softmax(&[f32::NEG_INFINITY; 2]).iter().all(|v| v.is_nan()));
+    }
+
+    #[test]
+    fn top_k_is_best_first_with_ties_to_the_lower_id() {
+        let row = [0.5, 2.0, -1.0, 2.0, 3.0, 0.5, f32::NAN, 0.5];
+        assert_eq!(top_k(&row, 3), vec![(4, 3.0), (1, 2.0), (3, 2.0)]);
+        assert_eq!(top_k(&row, 5), vec![(4, 3.0), (1, 2.0), (3, 2.0), (0, 0.5), (5, 0.5)]);
+        assert_eq!(top_k(&row, 0), vec![]);
+        let all = top_k(&row, 100);
+        assert_eq!(all.len(), row.len());
+        assert_eq!(all[6], (2, -1.0));
+        assert!(all[7].1.is_nan() && all[7].0 == 6);
+        assert_eq!(top_k(&[], 3), vec![]);
+    }
+
+    #[test]
+    fn top_k_agrees_with_a_full_sort() {
+        // a deterministic pseudo-random row with many repeated values
+        let mut x = 12345u32;
+        let row: Vec<f32> = (0..1000)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                ((x >> 16) % 97) as f32 / 7.0
+            })
+            .collect();
+        let mut sorted: Vec<(TokenId, f32)> = row.iter().enumerate().map(|(i, &v)| (i as TokenId, v)).collect();
+        sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        for k in [1, 2, 10, 97, 1000] {
+            assert_eq!(top_k(&row, k), sorted[..k], "k = {k}");
+        }
+        assert_eq!(argmax(&row), sorted[0].0);
+    }
+
+    #[test]
+    fn argmax_prefers_the_lower_id_and_skips_nan() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, -5.0, f32::NAN]), 1);
+        assert_eq!(argmax(&[f32::NEG_INFINITY, f32::NEG_INFINITY]), 0);
+        assert_eq!(argmax(&[]), 0);
+    }
+}
