@@ -12,11 +12,13 @@ pub enum KvRow<'a> {
 }
 
 impl KvRow<'_> {
+    /// `out[i] += w * row[start + i]`, one row type dispatch per call rather than per value.
     #[inline]
-    fn get(&self, i: usize) -> f32 {
+    fn add_scaled_to(self, w: f32, start: usize, out: &mut [f32]) {
+        let end = start + out.len();
         match self {
-            KvRow::F32(r) => r[i],
-            KvRow::F16(r) => r[i].to_f32(),
+            KvRow::F32(r) => out.iter_mut().zip(&r[start..end]).for_each(|(o, &x)| *o += w * x),
+            KvRow::F16(r) => out.iter_mut().zip(&r[start..end]).for_each(|(o, x)| *o += w * x.to_f32()),
         }
     }
 
@@ -102,11 +104,7 @@ pub fn attend_head(
     let inv = (1.0 / sum) as f32;
     out.fill(0.0);
     for (p, &s) in positions.zip(scores.iter()) {
-        let w = s * inv;
-        let v = kv.value(p);
-        for (i, o) in out.iter_mut().enumerate() {
-            *o += w * v.get(g * dv + i);
-        }
+        kv.value(p).add_scaled_to(s * inv, g * dv, out);
     }
 }
 
