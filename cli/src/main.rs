@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod embed;
 mod info;
 mod tokenize;
 
@@ -18,6 +19,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Print the token ids and pieces of a text under a model's tokenizer.
     Tokenize(tokenize::TokenizeArgs),
+    /// Print one embedding vector per text (sentence embeddings: BERT encoders, or decoders).
+    Embed(embed::EmbedArgs),
 }
 
 fn main() {
@@ -32,6 +35,7 @@ fn main() {
     let result = match cli.command {
         Command::Info(args) => info::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Embed(args) => embed::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
