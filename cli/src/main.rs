@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod embed;
 mod info;
 mod load;
 mod logits;
@@ -28,6 +29,8 @@ enum Command {
     Logits(logits::LogitsArgs),
     /// Measure prompt-processing and generation speed, like llama-bench.
     Bench(bench::BenchArgs),
+    /// Print one embedding vector per text (sentence embeddings: BERT encoders, or decoders).
+    Embed(embed::EmbedArgs),
 }
 
 fn main() {
@@ -45,6 +48,7 @@ fn main() {
         Command::Run(args) => run::run(args),
         Command::Logits(args) => logits::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Embed(args) => embed::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -23,7 +23,8 @@ use crate::backend::cpu::{get_rows, matmul};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvCache;
 
-fn project(file: &GgufFile, m: &Matrix, x: &[f32], n: usize, bias: Option<&[f32]>) -> Result<Vec<f32>, ModelError> {
+/// `x · mᵀ` for `n` rows, plus `bias` on every row.
+pub(crate) fn project(file: &GgufFile, m: &Matrix, x: &[f32], n: usize, bias: Option<&[f32]>) -> Result<Vec<f32>, ModelError> {
     let mut y = vec![0.0f32; n * m.rows];
     matmul(&m.view(file), x, n, &mut y)?;
     if let Some(b) = bias {

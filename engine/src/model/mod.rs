@@ -1,9 +1,11 @@
 //! Models: a GGUF file's architecture, hyperparameters and weights, and its forward pass over a
 //! batch of (sequence, token, position) entries. `arch.rs` is the one table of per-architecture
 //! facts, `config.rs` reads the hyperparameters, `weights.rs` loads shape-checked weights,
-//! `decoder.rs` is the forward pass of the decoder-only architectures.
+//! `decoder.rs` is the forward pass of the decoder-only architectures, `bert.rs` the weights and
+//! forward pass of the BERT encoders.
 
 pub mod arch;
+pub mod bert;
 pub mod config;
 mod decoder;
 pub mod error;
@@ -18,6 +20,7 @@ pub use error::ModelError;
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCache, KvType, SeqId};
 use crate::tokenizer::{TokenId, Tokenizer};
+use bert::BertWeights;
 use weights::DecoderWeights;
 
 /// One token of a batch: which sequence it extends, at which position, and whether its logits
@@ -77,6 +80,7 @@ impl Logits {
 
 enum Weights {
     Decoder(DecoderWeights),
+    Encoder(BertWeights),
 }
 
 /// A loaded model: the mapped file, its configuration, weights and tokenizer.
@@ -108,7 +112,7 @@ impl Model {
             config.n_vocab = tokenizer.n_vocab();
         }
         let weights = if facts.encoder {
-            return Err(ModelError::UnsupportedArchitecture(format!("{arch} (encoder)")));
+            Weights::Encoder(BertWeights::load(&file, &config)?)
         } else {
             Weights::Decoder(DecoderWeights::load(&file, &config)?)
         };
@@ -127,6 +131,11 @@ impl Model {
         &self.file
     }
 
+    /// Whether this is an encoder (BERT): run it with [`Model::encode`], not [`Model::forward`].
+    pub fn is_encoder(&self) -> bool {
+        matches!(self.weights, Weights::Encoder(_))
+    }
+
     /// An empty KV cache for this model holding up to `n_ctx` positions per sequence.
     pub fn new_kv_cache(&self, ty: KvType, n_ctx: usize) -> KvCache {
         KvCache::new(ty, self.config.n_layer, self.config.k_dim(), self.config.v_dim(), n_ctx)
@@ -137,6 +146,24 @@ impl Model {
     pub fn forward(&self, kv: &mut KvCache, batch: &[BatchEntry]) -> Result<Logits, ModelError> {
         match &self.weights {
             Weights::Decoder(w) => decoder::forward(&self.file, &self.config, w, kv, batch),
+            Weights::Encoder(_) => Err(ModelError::BadBatch(format!(
+                "{} is an encoder: use Model::encode or embed::embed",
+                self.config.arch
+            ))),
+        }
+    }
+
+    /// Encoders: the final hidden state of every token of `seqs` (each sequence attends to
+    /// itself only), the sequences' rows one after the other, `n_embd` values each.
+    pub fn encode<S: AsRef<[TokenId]>>(&self, seqs: &[S]) -> Result<Vec<f32>, ModelError> {
+        match &self.weights {
+            Weights::Encoder(w) => {
+                let seqs: Vec<&[TokenId]> = seqs.iter().map(|s| s.as_ref()).collect();
+                bert::forward(&self.file, &self.config, w, &seqs)
+            }
+            Weights::Decoder(_) => {
+                Err(ModelError::BadBatch(format!("{} is a decoder: use Model::forward", self.config.arch)))
+            }
         }
     }
 }

@@ -61,6 +61,19 @@ impl Loader<'_> {
         self.matrix_opt(name, rows, cols)?.ok_or_else(|| ModelError::MissingTensor(name.into()))
     }
 
+    /// A matrix of rows of `cols` values whose row count the file decides (at least one), if
+    /// present: BERT's token-type table, whose size is a converter's choice.
+    pub fn matrix_any_rows_opt(&self, name: &str, cols: usize) -> Result<Option<Matrix>, ModelError> {
+        let Some(t) = self.info(name) else { return Ok(None) };
+        match t.dims[..] {
+            [c, r] if c == cols as u64 && r >= 1 => match usize::try_from(r) {
+                Ok(rows) => self.matrix_opt(name, rows, cols),
+                Err(_) => Err(ModelError::TensorShape { name: name.into(), expected: vec![cols as u64, r], got: t.dims.clone() }),
+            },
+            _ => Err(ModelError::TensorShape { name: name.into(), expected: vec![cols as u64, 1], got: t.dims.clone() }),
+        }
+    }
+
     /// A vector of `n` values converted to f32, if present.
     pub fn vector_opt(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>, ModelError> {
         let Some(t) = self.info(name) else { return Ok(None) };
