@@ -3,6 +3,7 @@
 //! the positions attended, never on the batch, so results are batch-invariant.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 /// One cached key or value row.
 #[derive(Clone, Copy)]
@@ -16,7 +17,11 @@ impl KvRow<'_> {
         out.clear();
         match self {
             KvRow::F32(r) => out.extend_from_slice(&r[range]),
-            KvRow::F16(r) => out.extend(r[range].iter().map(|h| h.to_f32())),
+            KvRow::F16(r) => {
+                // one vectorised (F16C) conversion of the whole row
+                out.resize(range.len(), 0.0);
+                r[range].convert_to_f32_slice(out);
+            }
         }
     }
 }
@@ -104,7 +109,10 @@ pub fn attend_head(
         let w = s * inv;
         match kv.value(p) {
             KvRow::F32(v) => out.iter_mut().zip(&v[vrange.clone()]).for_each(|(o, &x)| *o += w * x),
-            KvRow::F16(v) => out.iter_mut().zip(&v[vrange.clone()]).for_each(|(o, x)| *o += w * x.to_f32()),
+            other => {
+                other.to_f32(vrange.clone(), row);
+                out.iter_mut().zip(row.iter()).for_each(|(o, &x)| *o += w * x);
+            }
         }
     }
 }
