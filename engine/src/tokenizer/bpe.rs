@@ -31,6 +31,8 @@ pub(crate) struct Bpe {
     /// The tokens llama.cpp emits for a byte no merge covered: the single-character tokens of
     /// the byte's spelling (only printable ASCII has one).
     byte_fallback: Vec<Vec<TokenId>>,
+    /// GPT-2's byte alphabet, character to byte.
+    char_to_byte: FxHashMap<char, u8>,
 }
 
 /// GPT-2's byte to character table: printable Latin-1 bytes stand for themselves, the others
@@ -108,7 +110,21 @@ impl Bpe {
             })
             .collect();
 
-        Bpe { pre, ignore_merges, raw_to_id, symbol_token, symbol_len, merges, byte_fallback }
+        Bpe { pre, ignore_merges, raw_to_id, symbol_token, symbol_len, merges, byte_fallback, char_to_byte }
+    }
+
+    /// The bytes a token's byte-level spelling stands for; characters outside the byte alphabet
+    /// (added tokens written in plain Unicode) are kept as their own UTF-8.
+    pub fn spelled_bytes(&self, text: &[u8]) -> Vec<u8> {
+        let s = String::from_utf8_lossy(text);
+        let mut out = Vec::with_capacity(text.len());
+        for c in s.chars() {
+            match self.char_to_byte.get(&c) {
+                Some(&b) => out.push(b),
+                None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+            }
+        }
+        out
     }
 
     /// Appends the tokens of `text` (a fragment without special tokens) to `out`.

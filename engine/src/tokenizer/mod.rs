@@ -302,9 +302,9 @@ impl Tokenizer {
                 }
                 Box::default()
             }
-            Model::Bpe(_) => {
+            Model::Bpe(bpe) => {
                 if attr.has(TokenAttr::NORMAL) {
-                    return decode_byte_level_lenient(text).into_boxed_slice();
+                    return bpe.spelled_bytes(text).into_boxed_slice();
                 }
                 Box::default()
             }
@@ -342,21 +342,6 @@ fn unescape_spaces(text: &[u8]) -> Vec<u8> {
 fn byte_token_value(text: &[u8]) -> Option<u8> {
     let hex = text.strip_prefix(b"<0x")?.strip_suffix(b">")?;
     u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
-}
-
-/// Byte-level spelling back to bytes; characters outside the byte alphabet (added tokens
-/// written in plain Unicode) are kept as their own UTF-8.
-fn decode_byte_level_lenient(text: &[u8]) -> Vec<u8> {
-    let table = bpe::char_to_byte_map();
-    let s = String::from_utf8_lossy(text);
-    let mut out = Vec::with_capacity(text.len());
-    for c in s.chars() {
-        match table.get(&c) {
-            Some(&b) => out.push(b),
-            None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
-        }
-    }
-    out
 }
 
 /// Hugging Face's `clean_up_tokenization_spaces`, exactly as llama.cpp applies it, in place and
