@@ -15,7 +15,7 @@ use super::decoder::project;
 use super::error::ModelError;
 use super::weights::{Loader, Matrix};
 use crate::backend::cpu::activation::{gelu, gelu_erf, silu};
-use crate::backend::cpu::attention::{attend_head, AttentionShape, AttnScratch, KvRow, KvRows};
+use crate::backend::cpu::attention::{attend_head, AttnScratch, KvRow, KvRows};
 use crate::backend::cpu::get_rows;
 use crate::backend::cpu::norm::layer_norm;
 use crate::gguf::GgufFile;
@@ -175,13 +175,7 @@ pub(crate) fn forward(file: &GgufFile, c: &ModelConfig, w: &BertWeights, seqs: &
     pe.iter_mut().zip(&x).for_each(|(p, &v)| *p += v);
     w.embd_norm.apply(&pe, c.norm_eps, &mut x);
 
-    let shape = AttentionShape {
-        n_head: c.n_head,
-        n_head_kv: c.n_head_kv,
-        head_dim_k: c.head_dim_k,
-        head_dim_v: c.head_dim_v,
-        scale: c.attention_scale,
-    };
+    let shape = c.attention_shape();
     // An encoder's feed-forward block has no gate: the activation applies to `up` itself.
     let act: fn(f32) -> f32 = match c.facts.activation {
         Activation::GeluErf => gelu_erf,

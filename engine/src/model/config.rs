@@ -3,6 +3,7 @@
 
 use super::arch::{ArchFacts, EmbeddingScale};
 use super::error::ModelError;
+use crate::backend::cpu::attention::AttentionShape;
 use crate::backend::cpu::rope::RopeKind;
 use crate::gguf::{GgufFile, Value};
 
@@ -204,5 +205,16 @@ impl ModelConfig {
 
     pub fn v_dim(&self) -> usize {
         self.n_head_kv * self.head_dim_v
+    }
+
+    /// Heads, head sizes and q·k scale, as attention takes them.
+    pub fn attention_shape(&self) -> AttentionShape {
+        AttentionShape {
+            n_head: self.n_head,
+            n_head_kv: self.n_head_kv,
+            head_dim_k: self.head_dim_k,
+            head_dim_v: self.head_dim_v,
+            scale: self.attention_scale,
+        }
     }
 }

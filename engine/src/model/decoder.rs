@@ -16,7 +16,7 @@ use super::error::ModelError;
 use super::weights::{DecoderWeights, Matrix};
 use super::{BatchEntry, Logits};
 use crate::backend::cpu::activation::{gelu, silu};
-use crate::backend::cpu::attention::{attend_head, AttentionShape, AttnScratch};
+use crate::backend::cpu::attention::{attend_head, AttnScratch};
 use crate::backend::cpu::norm::{rms_norm, rms_norm_in_place};
 use crate::backend::cpu::rope::rope;
 use crate::backend::cpu::{get_rows, matmul};
@@ -77,13 +77,7 @@ pub(crate) fn forward(
     if c.embedding_scale != 1.0 {
         x.iter_mut().for_each(|v| *v *= c.embedding_scale);
     }
-    let shape = AttentionShape {
-        n_head: c.n_head,
-        n_head_kv: c.n_head_kv,
-        head_dim_k: c.head_dim_k,
-        head_dim_v: c.head_dim_v,
-        scale: c.attention_scale,
-    };
+    let shape = c.attention_shape();
     let mut h = vec![0.0f32; n * e];
     for (il, layer) in w.layers.iter().enumerate() {
         // attention
@@ -128,8 +122,7 @@ pub(crate) fn forward(
         );
         let mut o = project(file, &layer.wo, &attn, n, None)?;
         if let Some(pn) = &layer.attn_post_norm {
-            let t = o.clone();
-            rms_norm(&t, pn, c.norm_eps, &mut o);
+            rms_norm_in_place(&mut o, pn, c.norm_eps);
         }
         add_scaled(&mut x, &o, c.residual_scale);
 
@@ -144,8 +137,7 @@ pub(crate) fn forward(
         }
         let mut d = project(file, &layer.ffn_down, &g, n, None)?;
         if let Some(pn) = &layer.ffn_post_norm {
-            let t = d.clone();
-            rms_norm(&t, pn, c.norm_eps, &mut d);
+            rms_norm_in_place(&mut d, pn, c.norm_eps);
         }
         add_scaled(&mut x, &d, c.residual_scale);
     }

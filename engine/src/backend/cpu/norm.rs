@@ -1,27 +1,30 @@
 //! Row normalisations: RMS norm (llama family, Gemma) and layer norm (BERT), computed as ggml
 //! does (sums in f64, one scale per row), each row independent of the others in the batch.
 
-/// `out[r] = x[r] / sqrt(mean(x[r]²) + eps) * w` for every row of `n` values.
+/// `1 / sqrt(mean(row²) + eps)`, the sum in f64 as ggml does it.
+fn rms_scale(row: &[f32], eps: f32) -> f32 {
+    let sum: f64 = row.iter().map(|&v| f64::from(v * v)).sum();
+    let mean = (sum / row.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
+}
+
+/// `out[r] = x[r] / sqrt(mean(x[r]²) + eps) * w` for every row of `w.len()` values.
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let n = w.len();
     debug_assert!(n > 0 && x.len().is_multiple_of(n) && out.len() == x.len());
     for (xr, yr) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-        let sum: f64 = xr.iter().map(|&v| f64::from(v * v)).sum();
-        let mean = (sum / n as f64) as f32;
-        let scale = 1.0 / (mean + eps).sqrt();
+        let scale = rms_scale(xr, eps);
         for ((y, &v), &g) in yr.iter_mut().zip(xr).zip(w) {
             *y = (v * scale) * g;
         }
     }
 }
 
-/// RMS norm of each `n`-value group in place (Gemma's per-head q/k norms).
+/// The same, in place, for every group of `w.len()` values: whole rows (Gemma's post-norms) or
+/// single heads (its q/k norms).
 pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
-    let n = w.len();
-    for xr in x.chunks_exact_mut(n) {
-        let sum: f64 = xr.iter().map(|&v| f64::from(v * v)).sum();
-        let mean = (sum / n as f64) as f32;
-        let scale = 1.0 / (mean + eps).sqrt();
+    for xr in x.chunks_exact_mut(w.len()) {
+        let scale = rms_scale(xr, eps);
         for (v, &g) in xr.iter_mut().zip(w) {
             *v = (*v * scale) * g;
         }
