@@ -19,6 +19,12 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// A JSON array of token ids.
+pub fn json_ids(v: &serde_json::Value) -> Vec<u32> {
+    let arr = v.as_array().unwrap_or_else(|| panic!("expected an array of ids, found {v}"));
+    arr.iter().map(|x| x.as_u64().expect("a token id") as u32).collect()
+}
+
 /// Path of a real model fetched (once, cached under `~/.cache/engine-assets`) by the
 /// repository's `tools/fetch-models.sh`; `target` is one of its targets (`gemma`, ...).
 pub fn fetch_model(target: &str) -> PathBuf {

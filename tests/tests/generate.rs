@@ -6,18 +6,14 @@ use engine::kv_cache::{KvError, KvType};
 use engine::logprobs::argmax;
 use engine::model::{BatchEntry, Model, ModelError};
 use engine::tokenizer::TokenId;
-use engine_tests::{fixture, read_json};
-
-fn ids(v: &serde_json::Value) -> Vec<TokenId> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as TokenId).collect()
-}
+use engine_tests::{fixture, json_ids, read_json};
 
 /// The model and its golden 7-token sequence with its 16 greedy tokens.
 fn setup(name: &str) -> (Model, Vec<TokenId>, Vec<TokenId>) {
     let model = Model::load(fixture(&format!("models/{name}.gguf"))).unwrap();
     let golden = read_json(&fixture(&format!("models/golden/{name}.logits.json")));
     let seq = &golden["sequences"][1];
-    (model, ids(&seq["tokens"]), ids(&seq["greedy"]))
+    (model, json_ids(&seq["tokens"]), json_ids(&seq["greedy"]))
 }
 
 fn opts(max_tokens: usize) -> GenerateOptions {

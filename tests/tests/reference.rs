@@ -6,27 +6,14 @@
 //! up to the first step whose margin is below 0.5.
 
 use engine::kv_cache::KvType;
+use engine::logprobs::argmax;
 use engine::model::{BatchEntry, Model};
-use engine_tests::{fetch_model, fixture, read_json};
+use engine_tests::{fetch_model, fixture, json_ids, read_json};
 
 const MARGIN: f32 = 0.5;
 
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
-
 fn floats(v: &serde_json::Value) -> Vec<f32> {
     v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// top-1 minus top-2 of a row.
@@ -88,16 +75,16 @@ fn gemma_3_270m_matches_llama_cpp() {
     let mut stats = Stats::new();
     for p in golden["prompts"].as_array().unwrap() {
         let prompt = p["prompt"].as_str().unwrap();
-        let tokens = ids(&p["tokens"]);
+        let tokens = json_ids(&p["tokens"]);
         // `run` tokenizes this way: special tokens parsed, BOS as the file says
         assert_eq!(model.tokenizer().encode(prompt, true, true), tokens, "tokens of {prompt:?}");
         let mut kv = model.new_kv_cache(KvType::F32, 1024);
         let out = model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)).unwrap();
         for (i, top) in p["top"].as_array().unwrap().iter().enumerate() {
-            stats.row(&format!("{prompt:?} position {i}"), out.row(i), &ids(&top["ids"]), &floats(&top["logits"]));
+            stats.row(&format!("{prompt:?} position {i}"), out.row(i), &json_ids(&top["ids"]), &floats(&top["logits"]));
         }
         // greedy, one token at a time, while llama.cpp's choice is clear
-        let greedy = ids(&p["greedy"]);
+        let greedy = json_ids(&p["greedy"]);
         let margins = floats(&p["greedy_margins"]);
         let mut next = argmax(out.row(tokens.len() - 1));
         for (j, &want) in greedy.iter().enumerate() {
@@ -107,7 +94,7 @@ fn gemma_3_270m_matches_llama_cpp() {
             assert_eq!(next, want, "{prompt:?}: greedy token {j}");
             let o = model.forward(&mut kv, &[BatchEntry { seq: 0, token: next, pos: (tokens.len() + j) as u32, logits: true }]).unwrap();
             let gt = &p["greedy_top"][j];
-            stats.row(&format!("{prompt:?} greedy {j}"), o.row(0), &ids(&gt["ids"]), &floats(&gt["logits"]));
+            stats.row(&format!("{prompt:?} greedy {j}"), o.row(0), &json_ids(&gt["ids"]), &floats(&gt["logits"]));
             next = argmax(o.row(0));
         }
     }
@@ -130,7 +117,7 @@ fn qwen2_5_coder_0_5b_matches_llama_cpp() {
     let mut stats = Stats::new();
     for p in golden.as_array().unwrap() {
         let prompt = p["prompt"].as_str().unwrap();
-        let tokens = ids(&p["tokens"]);
+        let tokens = json_ids(&p["tokens"]);
         assert_eq!(model.tokenizer().encode(prompt, true, true), tokens, "tokens of {prompt:?}");
         let mut kv = model.new_kv_cache(KvType::F32, 1024);
         let out = model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)).unwrap();
@@ -141,7 +128,7 @@ fn qwen2_5_coder_0_5b_matches_llama_cpp() {
             stats.row(&format!("{prompt:?} position {i}"), out.row(i), &top_ids, &top_logits);
         }
         // the file has no margins for the continuation: compare while ours is clear
-        let greedy = ids(&p["greedy_ids"]);
+        let greedy = json_ids(&p["greedy_ids"]);
         let mut row = out.row(tokens.len() - 1).to_vec();
         for (j, &want) in greedy.iter().enumerate() {
             if margin(&row) < MARGIN {

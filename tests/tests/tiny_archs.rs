@@ -4,24 +4,11 @@
 //! while llama.cpp's margins are clear; and batch invariance, bit for bit.
 
 use engine::kv_cache::KvType;
+use engine::logprobs::argmax;
 use engine::model::{BatchEntry, Model};
-use engine_tests::{fixture, read_f32s, read_json};
+use engine_tests::{fixture, json_ids, read_f32s, read_json};
 
 const TYPES: &[&str] = &["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"];
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
 
 #[test]
 fn logits_match_llama_cpp_in_every_weight_type() {
@@ -36,7 +23,7 @@ fn logits_match_llama_cpp_in_every_weight_type() {
             let bound = tolerance["files"][&name]["recommended"]["f32_attention"]["max_abs"].as_f64().unwrap() as f32;
             let mut worst = 0.0f32;
             for seq in golden["sequences"].as_array().unwrap() {
-                let tokens = ids(&seq["tokens"]);
+                let tokens = json_ids(&seq["tokens"]);
                 let offset = seq["logits"]["offset"].as_u64().unwrap() as usize / 4;
                 let mut kv = model.new_kv_cache(KvType::F32, 512);
                 let out = model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)).unwrap();
@@ -49,7 +36,7 @@ fn logits_match_llama_cpp_in_every_weight_type() {
                 }
                 // greedy continuation, one token at a time, while llama.cpp's choice is clear
                 let margins: Vec<f64> = seq["greedy_margins"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-                let greedy = ids(&seq["greedy"]);
+                let greedy = json_ids(&seq["greedy"]);
                 let mut next = argmax(out.row(tokens.len() - 1));
                 for (j, &want) in greedy.iter().enumerate() {
                     if margins[j] < 2.0 * f64::from(bound) {
@@ -73,8 +60,8 @@ fn batch_invariance_is_bitwise() {
     for name in ["tiny-llama-Q4_K", "tiny-granite-Q8_0", "tiny-llama-F16"] {
         let model = Model::load(fixture(&format!("models/{name}.gguf"))).unwrap();
         let golden = read_json(&fixture(&format!("models/golden/{name}.logits.json")));
-        let tokens = ids(&golden["sequences"][2]["tokens"]);
-        let other = ids(&golden["sequences"][1]["tokens"]);
+        let tokens = json_ids(&golden["sequences"][2]["tokens"]);
+        let other = json_ids(&golden["sequences"][1]["tokens"]);
 
         // one prefill batch of the whole sequence
         let mut kv = model.new_kv_cache(KvType::F32, 512);

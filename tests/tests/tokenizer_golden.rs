@@ -3,7 +3,7 @@
 
 use engine::gguf::GgufFile;
 use engine::tokenizer::Tokenizer;
-use engine_tests::{fixture, read_json};
+use engine_tests::{fixture, json_ids, read_json};
 
 /// The 13 vocabularies with llama.cpp test vectors.
 const VOCABS: &[&str] = &[
@@ -53,10 +53,6 @@ fn unhex(s: &str) -> Vec<u8> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
 }
 
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
-
 /// `golden/NAME.json` (the vocab's own texts) and `golden/NAME.special.json` (chat and control
 /// tokens of every vocabulary in text), made by llama.cpp's `llama-golden`
 /// (tools/make-tokenizer-goldens.sh): ids for add_special x parse_special, every id's piece, and
@@ -77,7 +73,7 @@ fn every_vocab_matches_llama_cpp_with_special_tokens_pieces_and_detokenization()
                 for add in [false, true] {
                     for parse in [false, true] {
                         let key = format!("ids_add{}_parse{}", add as u8, parse as u8);
-                        let want = ids(&case[&key]);
+                        let want = json_ids(&case[&key]);
                         let got = tok.encode(&text, add, parse);
                         if got != want {
                             failures.push(format!("{golden} {key} {text:?}\n   want {want:?}\n    got {got:?}"));
@@ -91,7 +87,7 @@ fn every_vocab_matches_llama_cpp_with_special_tokens_pieces_and_detokenization()
                         failures.push(format!("{golden}: piece of {id}"));
                     }
                 }
-                let detok = tok.detokenize(&ids(&case["ids_add1_parse1"]), false, true);
+                let detok = tok.detokenize(&json_ids(&case["ids_add1_parse1"]), false, true);
                 if detok != unhex(case["detok_add1_parse1_hex"].as_str().unwrap()) {
                     failures.push(format!("{golden}: detokenize {text:?}"));
                 }
@@ -112,7 +108,7 @@ fn round_trip_wherever_llama_cpp_round_trips() {
         let g = read_json(&fixture(&format!("tokenizer/golden/{name}.json")));
         for case in g["texts"].as_array().unwrap() {
             let text = unhex(case["hex"].as_str().unwrap());
-            let with_bos = ids(&case["ids_add1_parse1"]);
+            let with_bos = json_ids(&case["ids_add1_parse1"]);
             let mut expect = with_bos.first().filter(|_| tok.add_bos()).map(|&b| tok.token_bytes(b).to_vec()).unwrap_or_default();
             expect.extend_from_slice(&text);
             if tok.kind() == engine::tokenizer::TokenizerKind::Wpm {
@@ -169,9 +165,13 @@ fn gemma_tokenizer_matches_llama_cpp() {
     }
     assert_eq!(n, 30);
 
+    // the end-of-generation set and special ids llama.cpp reported for the file
     let info = read_json(&fixture("real/gemma-3-270m.info.json"));
-    let _ = info;
+    assert_eq!(tok.eog_ids(), json_ids(&info["eog_token_ids_llama_cpp"]));
     assert_eq!(tok.eog_ids(), &[1, 106, 212]);
+    let t = &info["tokenizer"];
+    let id = |k: &str| t[k].as_u64().map(|v| v as u32);
+    assert_eq!((tok.bos(), tok.eos()), (id("tokenizer.ggml.bos_token_id"), id("tokenizer.ggml.eos_token_id")));
     assert_eq!((tok.bos(), tok.eos()), (Some(2), Some(1)));
 }
 
