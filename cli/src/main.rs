@@ -8,6 +8,7 @@ mod info;
 mod load;
 mod logits;
 mod run;
+mod sampling_args;
 mod tokenize;
 
 #[derive(Parser)]

@@ -6,12 +6,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::bail;
-use engine::generate::{generate, GenerateOptions, StopReason};
+use engine::generate::{FinishReason, GenerateParams, Generator, TokenEvent};
 use engine::kv_cache::KvType;
-use engine::logprobs::argmax;
-use engine::tokenizer::StreamDecoder;
 
 use crate::load::{kv_type_name, load_model, parse_kv_type, parse_positive, thread_pool, tokenize_prompt};
+use crate::sampling_args::SamplingArgs;
 
 /// The default context when none is given: the model's own, but no more than this.
 const DEFAULT_CTX: usize = 4096;
@@ -28,9 +27,14 @@ pub struct RunArgs {
     /// The most tokens to generate (fewer when the model ends the text).
     #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
     pub n_predict: usize,
-    /// Sampling temperature; only 0 (greedy decoding) is available in this build.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub temp: f32,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// A draft model with the same vocabulary for speculative decoding.
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    /// Tokens the draft proposes per round.
+    #[arg(long, default_value_t = 8, value_parser = parse_positive)]
+    pub draft_n: usize,
     /// Context size in tokens [default: the model's, at most 4096, at least prompt + n].
     #[arg(long, short = 'c')]
     pub ctx_size: Option<usize>,
@@ -43,12 +47,15 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    if args.temp != 0.0 {
-        bail!("--temp {}: only greedy decoding (--temp 0) is available in this build", args.temp);
-    }
     let pool = thread_pool(args.threads)?;
     let model = load_model(&args.model)?;
     let prompt = tokenize_prompt(&model, &args.prompt)?;
+    let params = GenerateParams {
+        sampling: args.sampling.params(model.tokenizer().n_vocab())?,
+        max_tokens: args.n_predict,
+        stop: args.sampling.stop.clone(),
+        ..GenerateParams::default()
+    };
     let needed = prompt.len() + args.n_predict;
     let n_ctx = match args.ctx_size {
         Some(c) if c < needed => bail!(
@@ -73,71 +80,87 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         pool.current_num_threads()
     );
 
+    let seed = params.sampling.seed;
+    let draft = args.draft.as_deref().map(load_model).transpose()?;
     let mut kv = model.new_kv_cache(args.kv_type, n_ctx);
-    let opts = GenerateOptions { max_tokens: args.n_predict, stop_at_eog: true };
-    let tokenizer = model.tokenizer();
-    let mut decoder = StreamDecoder::new(false);
-    // not a held lock: the callback runs on a pool thread, and a lock guard cannot move there
-    let mut out = std::io::stdout();
-    let mut write_error: Option<std::io::Error> = None;
+    let mut draft_kv = draft.as_ref().map(|d| d.new_kv_cache(args.kv_type, n_ctx));
     let start = Instant::now();
     let mut first_token: Option<Instant> = None;
-    let result = pool.install(|| {
-        generate(&model, &mut kv, 0, &prompt, opts, argmax, |id| {
+    let mut out = std::io::stdout();
+    let outcome = pool.install(|| -> anyhow::Result<_> {
+        let mut generator = Generator::new(&model, &mut kv, 0, &prompt, params)?;
+        if let (Some(d), Some(dkv)) = (draft.as_ref(), draft_kv.as_mut()) {
+            generator = generator.with_draft(d, dkv, args.draft_n)?;
+        }
+        let mut finish = None;
+        for event in generator.by_ref() {
+            let TokenEvent { text, finish: f, .. } = event?;
             first_token.get_or_insert_with(Instant::now);
-            let text = decoder.push(tokenizer, id);
             // flushed per token so that the text appears as it is generated
-            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                Ok(()) => true,
-                Err(e) => {
-                    write_error = Some(e);
-                    false
+            if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                // a reader that stopped reading (`| head`) is not an error
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    return Ok(None);
                 }
+                return Err(anyhow::Error::new(e).context("writing to standard output"));
             }
-        })
+            finish = f;
+        }
+        Ok(Some((generator.usage(), finish)))
     });
     let end = Instant::now();
-    let tail = decoder.finish();
-    if write_error.is_none() {
-        if let Err(e) = out.write_all(tail.as_bytes()).and_then(|()| out.flush()) {
-            write_error = Some(e);
-        }
-    }
     // the text on stdout is exactly the continuation; the line break goes to the terminal
     eprintln!();
-    let generation = result?;
-    match write_error {
-        // a reader that stopped reading (`| head`) is not an error
-        Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-        Some(e) => return Err(anyhow::Error::new(e).context("writing to standard output")),
-        None => {}
-    }
+    let Some((usage, finish)) = outcome? else { return Ok(()) };
+    report(&args, seed, usage, finish, start, first_token.unwrap_or(end), end);
+    Ok(())
+}
 
-    let prefill_end = first_token.unwrap_or(end);
+/// Counts and speeds, to stderr.
+#[allow(clippy::too_many_arguments)]
+fn report(
+    args: &RunArgs,
+    seed: u64,
+    usage: engine::generate::Usage,
+    finish: Option<FinishReason>,
+    start: Instant,
+    prefill_end: Instant,
+    end: Instant,
+) {
     let prefill = prefill_end - start;
+    let evaluated = usage.prompt_tokens - usage.cached_tokens;
     eprintln!(
-        "prompt eval: {} tokens in {:.2} ms ({:.1} tokens/s)",
-        prompt.len(),
+        "prompt eval: {evaluated} tokens in {:.2} ms ({:.1} tokens/s)",
         prefill.as_secs_f64() * 1e3,
-        prompt.len() as f64 / prefill.as_secs_f64()
+        evaluated as f64 / prefill.as_secs_f64()
     );
-    // every token but the last was fed back, and the end-of-generation token's step counts too
-    let n = generation.tokens.len();
-    let steps = if matches!(generation.stop, StopReason::Eog(_)) { n } else { n.saturating_sub(1) };
-    let decode = end - prefill_end;
-    let why = match generation.stop {
-        StopReason::Eog(id) => format!("end-of-generation token {id}"),
-        StopReason::MaxTokens => format!("-n {}", args.n_predict),
-        StopReason::Callback => "output closed".into(),
+    let n = usage.completion_tokens;
+    let why = match finish {
+        Some(FinishReason::Length) => format!("-n {} (finish reason length)", args.n_predict),
+        Some(r) => format!("finish reason {}", r.as_str()),
+        None => "no output".into(),
     };
-    if steps > 0 {
+    let decode = (end - prefill_end).as_secs_f64();
+    // the first token came with the prompt; the others took the decode time
+    if n > 1 && decode > 0.0 {
         eprintln!(
-            "generation: {n} tokens, {steps} decode steps in {:.2} ms ({:.1} tokens/s), stopped at {why}",
-            decode.as_secs_f64() * 1e3,
-            steps as f64 / decode.as_secs_f64()
+            "generation: {n} tokens in {:.2} ms ({:.1} tokens/s), stopped at {why}",
+            decode * 1e3,
+            (n - 1) as f64 / decode
         );
     } else {
         eprintln!("generation: {n} tokens, stopped at {why}");
     }
-    Ok(())
+    if args.sampling.temp > 0.0 {
+        eprintln!("sampling: temperature {}, seed {seed}", args.sampling.temp);
+    }
+    if args.draft.is_some() {
+        let rate = if usage.drafted_tokens > 0 { usage.accepted_tokens as f64 / usage.drafted_tokens as f64 } else { 0.0 };
+        eprintln!(
+            "draft: {} proposed, {} accepted ({:.1}%)",
+            usage.drafted_tokens,
+            usage.accepted_tokens,
+            rate * 100.0
+        );
+    }
 }

@@ -51,22 +51,45 @@ fn stops_at_end_of_generation_without_printing_it() {
     // tiny-granite repeats its last token: after <|end_of_text|> (parsed as the control token)
     // it picks <|end_of_text|>, so nothing is generated
     let model = fixture("tiny-granite-F32.gguf");
-    let out = run(&["-m", model.to_str().unwrap(), "-p", "The quick b<|end_of_text|>", "-n", "8", "-t", "1"]);
+    let out = run(&["-m", model.to_str().unwrap(), "-p", "The quick b<|end_of_text|>", "-n", "8", "-t", "1", "--temp", "0"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stdout.is_empty(), "{:?}", String::from_utf8_lossy(&out.stdout));
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("prompt: 8 tokens") && err.contains("end-of-generation token 0"), "{err}");
+    assert!(err.contains("prompt: 8 tokens") && err.contains("finish reason stop"), "{err}");
 }
 
 #[test]
-fn sampling_is_refused_in_one_line() {
+fn seeded_sampling_repeats_and_bad_values_are_refused_in_one_line() {
     let model = fixture("tiny-llama-F32.gguf");
-    let out = run(&["-m", model.to_str().unwrap(), "-p", "The quick", "--temp", "0.7"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--temp 0"), "{err}");
-    assert!(out.stdout.is_empty());
+    let m = model.to_str().unwrap();
+    let args = ["-m", m, "-p", "The quick", "-n", "12", "--temp", "1.2", "--top-k", "0", "--seed", "18446744073709551615"];
+    let (a, b) = (run(&args), run(&args));
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert_eq!(a.stdout, b.stdout);
+    assert!(String::from_utf8_lossy(&a.stderr).contains("seed 18446744073709551615"));
+
+    for (flag, value) in [("--top-p", "1.5"), ("--temp", "-1"), ("--logit-bias", "99999=1"), ("--presence-penalty", "3")] {
+        let out = run(&["-m", m, "-p", "The quick", flag, value]);
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn a_draft_model_gives_the_same_greedy_text() {
+    let target = fixture("tiny-llama-F32.gguf");
+    let draft = fixture("tiny-llama-Q4_0.gguf");
+    let base = ["-m", target.to_str().unwrap(), "-p", "The quick", "-n", "16", "--temp", "0", "--kv-type", "f32"];
+    let alone = run(&base);
+    let mut with = base.to_vec();
+    with.extend(["--draft", draft.to_str().unwrap(), "--draft-n", "4"]);
+    let drafted = run(&with);
+    assert!(drafted.status.success(), "{}", String::from_utf8_lossy(&drafted.stderr));
+    assert_eq!(alone.stdout, drafted.stdout);
+    let err = String::from_utf8(drafted.stderr).unwrap();
+    assert!(err.contains("draft: ") && err.contains("accepted"), "{err}");
 }
 
 #[test]

@@ -12,4 +12,5 @@ pub mod kv_cache;
 pub mod logprobs;
 pub mod model;
 pub mod quant;
+pub mod sampling;
 pub mod tokenizer;

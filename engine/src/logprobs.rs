@@ -80,6 +80,38 @@ pub fn top_k(row: &[f32], k: usize) -> Vec<(TokenId, f32)> {
     heap.into_sorted_vec().into_iter().map(|Reverse(c)| (c.id, c.value)).collect()
 }
 
+/// The log-probability reported for a token the model gives no chance at all (a masked or
+/// -inf logit): JSON has no -inf, and clients do arithmetic on these numbers.
+pub const LOGPROB_FLOOR: f32 = -9999.0;
+
+/// A generated token's log-probability and the most likely alternatives at its position.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: TokenId,
+    pub logprob: f32,
+    /// The `n` most likely tokens, best first (ties to the lower id).
+    pub top: Vec<(TokenId, f32)>,
+}
+
+/// `token`'s log-probability under the softmax of `row`, and the `n_top` best alternatives; every
+/// value is finite (at least [`LOGPROB_FLOOR`]).
+pub fn token_logprob(row: &[f32], token: TokenId, n_top: usize) -> TokenLogprob {
+    let max = row.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max);
+    let log_z = if max.is_finite() {
+        let sum: f64 = row.iter().map(|&v| (f64::from(v) - f64::from(max)).exp()).sum();
+        f64::from(max) + sum.ln()
+    } else {
+        f64::NAN
+    };
+    let lp = |v: f32| {
+        let x = (f64::from(v) - log_z) as f32;
+        if x.is_nan() { LOGPROB_FLOOR } else { x.max(LOGPROB_FLOOR) }
+    };
+    let logprob = row.get(token as usize).map_or(LOGPROB_FLOOR, |&v| lp(v));
+    let top = top_k(row, n_top).into_iter().map(|(id, v)| (id, lp(v))).collect();
+    TokenLogprob { token, logprob, top }
+}
+
 /// The id of the highest value, the lower id on ties (0 for an empty row).
 pub fn argmax(row: &[f32]) -> TokenId {
     let mut best: Option<Candidate> = None;
@@ -141,6 +173,19 @@ mod tests {
             assert_eq!(top_k(&row, k), sorted[..k], "k = {k}");
         }
         assert_eq!(argmax(&row), sorted[0].0);
+    }
+
+    #[test]
+    fn token_logprob_is_finite_and_ranked() {
+        let row = [0.0, 1.0, f32::NEG_INFINITY, 1.0];
+        let t = token_logprob(&row, 3, 3);
+        let z = (1.0f64 + 2.0 * std::f64::consts::E).ln();
+        assert!((f64::from(t.logprob) - (1.0 - z)).abs() < 1e-6);
+        assert_eq!(t.top.iter().map(|c| c.0).collect::<Vec<_>>(), [1, 3, 0]);
+        // the masked token gets the floor, never -inf
+        assert_eq!(token_logprob(&row, 2, 4).logprob, LOGPROB_FLOOR);
+        assert_eq!(token_logprob(&row, 2, 4).top[3], (2, LOGPROB_FLOOR));
+        assert!(token_logprob(&[f32::NEG_INFINITY; 2], 0, 2).top.iter().all(|c| c.1 == LOGPROB_FLOOR));
     }
 
     #[test]

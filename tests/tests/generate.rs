@@ -1,12 +1,16 @@
-//! Greedy generation on the tiny fixture models: llama.cpp's greedy tokens, and each way
-//! generation stops (end-of-generation token, token budget, callback, full context).
+//! Generation on the tiny fixture models and the real Qwen model: llama.cpp's greedy tokens, each
+//! way an output ends (end-of-generation, budget, full context, stop string, constraint),
+//! prefix reuse, seeded sampling, log-probabilities, lockstep batches and speculative decoding.
 
-use engine::generate::{generate, generate_greedy, GenerateOptions, StopReason};
-use engine::kv_cache::{KvError, KvType};
-use engine::logprobs::argmax;
-use engine::model::{BatchEntry, Model, ModelError};
+use engine::generate::{
+    generate, generate_batch, Completion, FinishReason, GenerateError, GenerateParams, Generator, TokenConstraint,
+};
+use engine::kv_cache::KvType;
+use engine::logprobs::{log_softmax, LOGPROB_FLOOR};
+use engine::model::{BatchEntry, Model};
+use engine::sampling::SamplingParams;
 use engine::tokenizer::TokenId;
-use engine_tests::{fixture, json_ids, read_json};
+use engine_tests::{fetch_model, fixture, json_ids, read_json};
 
 /// The model and its golden 7-token sequence with its 16 greedy tokens.
 fn setup(name: &str) -> (Model, Vec<TokenId>, Vec<TokenId>) {
@@ -16,117 +20,308 @@ fn setup(name: &str) -> (Model, Vec<TokenId>, Vec<TokenId>) {
     (model, json_ids(&seq["tokens"]), json_ids(&seq["greedy"]))
 }
 
-fn opts(max_tokens: usize) -> GenerateOptions {
-    GenerateOptions { max_tokens, stop_at_eog: true }
+fn run(model: &Model, prompt: &[TokenId], params: GenerateParams) -> Completion {
+    let mut kv = model.new_kv_cache(KvType::F32, 512);
+    generate(model, &mut kv, prompt, params).unwrap()
+}
+
+/// The text of `ids` as a continuation (no space-prefix removal, unlike `decode`).
+fn piece_text(model: &Model, ids: &[TokenId]) -> String {
+    let mut d = engine::tokenizer::StreamDecoder::new(false);
+    let mut text: String = ids.iter().map(|&id| d.push(model.tokenizer(), id)).collect();
+    text.push_str(&d.finish());
+    text
+}
+
+fn sampled(seed: u64, max_tokens: usize) -> GenerateParams {
+    GenerateParams { sampling: SamplingParams { seed, ..SamplingParams::default() }, max_tokens, ..GenerateParams::default() }
 }
 
 #[test]
 fn greedy_equals_llama_cpp_and_streams_every_token() {
-    let (model, prompt, greedy) = setup("tiny-llama-F32");
-    let mut kv = model.new_kv_cache(KvType::F32, 512);
-    let mut streamed = Vec::new();
-    let out = generate_greedy(&model, &mut kv, 0, &prompt, opts(16), |t| {
-        streamed.push(t);
-        true
-    })
-    .unwrap();
-    assert_eq!(out, greedy);
-    assert_eq!(streamed, greedy);
-    // the last token is not fed back
-    assert_eq!(kv.seq_len(0), prompt.len() + 15);
+    for name in ["tiny-llama-F32", "tiny-granite-F32", "tiny-llama-Q4_K"] {
+        let (model, prompt, greedy) = setup(name);
+        let mut kv = model.new_kv_cache(KvType::F32, 512);
+        let mut streamed = Vec::new();
+        let mut text = String::new();
+        let mut generator = Generator::new(&model, &mut kv, 0, &prompt, GenerateParams::greedy(16)).unwrap();
+        let mut last_finish = None;
+        for event in generator.by_ref() {
+            let event = event.unwrap();
+            assert!(last_finish.is_none(), "an event after the end");
+            streamed.extend(event.token);
+            text.push_str(&event.text);
+            last_finish = event.finish;
+        }
+        let usage = generator.usage();
+        assert_eq!(streamed, greedy, "{name}");
+        assert_eq!(last_finish, Some(FinishReason::Length));
+        assert_eq!(text, piece_text(&model, &greedy));
+        assert_eq!((usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens), (7, 16, 0));
+        // the last token is not fed back
+        assert_eq!(kv.seq_len(0), prompt.len() + 15);
+    }
 }
 
 #[test]
-fn stops_at_max_tokens() {
+fn max_tokens_ends_with_length_and_zero_runs_nothing() {
+    let (model, prompt, greedy) = setup("tiny-llama-F32");
+    let c = run(&model, &prompt, GenerateParams::greedy(5));
+    assert_eq!((c.tokens.as_slice(), c.finish), (&greedy[..5], FinishReason::Length));
+
+    let mut kv = model.new_kv_cache(KvType::F32, 512);
+    let c = generate(&model, &mut kv, &prompt, GenerateParams::greedy(0)).unwrap();
+    assert!(c.tokens.is_empty() && c.text.is_empty());
+    assert_eq!(c.finish, FinishReason::Length);
+    assert_eq!(kv.seq_len(0), 0);
+}
+
+/// Allows only `token` at step `at` (counting from 1), anything before.
+struct ForceAt {
+    at: usize,
+    token: TokenId,
+    step: usize,
+}
+
+impl TokenConstraint for ForceAt {
+    fn mask_logits(&mut self, logits: &mut [f32]) -> Result<(), String> {
+        self.step += 1;
+        if self.step == self.at {
+            for (i, l) in logits.iter_mut().enumerate() {
+                if i as TokenId != self.token {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        Ok(())
+    }
+    fn accept(&mut self, _token: TokenId) -> Result<(), String> {
+        Ok(())
+    }
+    fn is_finished(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn end_of_generation_ends_the_output_without_being_part_of_it() {
+    let (model, prompt, greedy) = setup("tiny-llama-F32");
+    let eos = model.tokenizer().eos().unwrap();
+    let force = || Some(Box::new(ForceAt { at: 4, token: eos, step: 0 }) as Box<dyn TokenConstraint>);
+    let c = run(&model, &prompt, GenerateParams { constraint: force(), ..GenerateParams::greedy(16) });
+    assert_eq!(c.tokens, greedy[..3]);
+    assert_eq!(c.finish, FinishReason::Stop);
+    assert_eq!(c.usage.completion_tokens, 3);
+
+    // not stopping at end-of-generation: it is generated like any other token
+    let params = GenerateParams { constraint: force(), stop_at_eog: false, ..GenerateParams::greedy(5) };
+    let c = run(&model, &prompt, params);
+    assert_eq!(c.tokens[..4], [greedy[0], greedy[1], greedy[2], eos]);
+    assert_eq!(c.finish, FinishReason::Length);
+}
+
+#[test]
+fn a_full_context_ends_with_length() {
+    let (model, prompt, greedy) = setup("tiny-llama-F32");
+    // 7 prompt positions + 3 fed outputs fill 10; the fourth output is the last one
+    let mut kv = model.new_kv_cache(KvType::F32, 10);
+    let c = generate(&model, &mut kv, &prompt, GenerateParams::greedy(16)).unwrap();
+    assert_eq!(c.tokens, greedy[..4]);
+    assert_eq!(c.finish, FinishReason::Length);
+
+    let mut kv = model.new_kv_cache(KvType::F32, 6);
+    let e = generate(&model, &mut kv, &prompt, GenerateParams::greedy(1)).unwrap_err();
+    assert!(matches!(e, GenerateError::PromptTooLong { prompt: 7, n_ctx: 6 }), "{e}");
+    assert!(matches!(generate(&model, &mut kv, &[], GenerateParams::greedy(1)), Err(GenerateError::EmptyPrompt)));
+}
+
+#[test]
+fn a_cached_prefix_is_reused_not_recomputed() {
     let (model, prompt, greedy) = setup("tiny-llama-F32");
     let mut kv = model.new_kv_cache(KvType::F32, 512);
-    let g = generate(&model, &mut kv, 0, &prompt, opts(5), argmax, |_| true).unwrap();
-    assert_eq!(g, engine::generate::Generation { tokens: greedy[..5].to_vec(), stop: StopReason::MaxTokens });
+    model.forward(&mut kv, &BatchEntry::sequence(3, &prompt[..4], 0, false)).unwrap();
+    let c = Generator::new(&model, &mut kv, 3, &prompt, GenerateParams::greedy(8)).unwrap().complete().unwrap();
+    assert_eq!(c.tokens, greedy[..8]);
+    assert_eq!(c.usage.cached_tokens, 4);
 
-    // no tokens wanted: nothing runs
+    // a cache holding the whole prompt and more: the last prompt token is run again
+    let c = Generator::new(&model, &mut kv, 3, &prompt, GenerateParams::greedy(8)).unwrap();
+    assert_eq!(c.usage().cached_tokens, 6);
+    assert_eq!(c.complete().unwrap().tokens, greedy[..8]);
+}
+
+#[test]
+fn a_stop_string_across_tokens_ends_the_text_before_it() {
+    let (model, prompt, greedy) = setup("tiny-llama-F32");
+    let tok = model.tokenizer();
+    // a stop string from the end of one token's text through the start of the next but one
+    // (text as released by streaming: byte tokens release nothing until a character completes)
+    let mut d = engine::tokenizer::StreamDecoder::new(false);
+    let pieces: Vec<String> = greedy.iter().map(|&t| d.push(tok, t)).collect();
+    let i = (0..pieces.len() - 2).find(|&i| pieces[i..i + 3].iter().all(|p| !p.is_empty())).unwrap();
+    let (a, b, c) = (&pieces[i], &pieces[i + 1], &pieces[i + 2]);
+    let stop = format!("{}{b}{}", a.chars().last().unwrap(), c.chars().next().unwrap());
+    let full = piece_text(&model, &greedy);
+    let before = &full[..full.find(&stop).unwrap()];
+
+    let params = GenerateParams { stop: vec![stop.clone()], ..GenerateParams::greedy(16) };
     let mut kv = model.new_kv_cache(KvType::F32, 512);
-    assert!(generate_greedy(&model, &mut kv, 0, &prompt, opts(0), |_| true).unwrap().is_empty());
+    let mut streamed = String::new();
+    let mut generator = Generator::new(&model, &mut kv, 0, &prompt, params).unwrap();
+    for event in generator.by_ref() {
+        streamed.push_str(&event.unwrap().text);
+    }
+    assert_eq!(streamed, before, "stop {stop:?}");
+    let c = generator.complete().unwrap();
+    assert_eq!(c.text, before);
+    assert_eq!(c.finish, FinishReason::Stop);
+    // the token that completed the stop string was generated, and counts (unless the stop
+    // string occurred earlier already)
+    if full.find(&stop) == Some(pieces[..i].concat().len() + a.len() - a.chars().last().unwrap().len_utf8()) {
+        assert_eq!(c.tokens, greedy[..i + 3]);
+    }
+}
+
+#[test]
+fn seeded_sampling_is_reproducible() {
+    let (model, prompt, _) = setup("tiny-granite-F32");
+    let a = run(&model, &prompt, sampled(7, 24));
+    let b = run(&model, &prompt, sampled(7, 24));
+    assert_eq!(a, b);
+    // the high half of the seed matters too
+    let c = run(&model, &prompt, sampled(7 | 1 << 40, 24));
+    assert_ne!(a.tokens, c.tokens);
+}
+
+#[test]
+fn logprobs_are_finite_ranked_and_match_the_logits() {
+    let (model, prompt, greedy) = setup("tiny-llama-F32");
+    let params = GenerateParams { logprobs: Some(5), ..GenerateParams::greedy(4) };
+    let c = run(&model, &prompt, params);
+    assert_eq!(c.logprobs.len(), 4);
+    // the first output token's row is the prompt's last row
+    let mut kv = model.new_kv_cache(KvType::F32, 512);
+    let logits = model.forward(&mut kv, &BatchEntry::sequence(0, &prompt, 0, false)).unwrap();
+    let lp = log_softmax(logits.row(0));
+    let first = &c.logprobs[0];
+    assert_eq!(first.token, greedy[0]);
+    assert!((first.logprob - lp[greedy[0] as usize]).abs() < 1e-5);
+    for (t, entry) in greedy.iter().zip(&c.logprobs) {
+        assert_eq!(entry.top.len(), 5);
+        // greedy: the chosen token is the best alternative
+        assert_eq!(entry.top[0], (*t, entry.logprob));
+        assert!(entry.top.windows(2).all(|w| w[0].1 >= w[1].1));
+        assert!(entry.top.iter().all(|c| c.1.is_finite() && c.1 >= LOGPROB_FLOOR && c.1 <= 0.0));
+    }
+    let e = Generator::new(&model, &mut kv, 1, &prompt, GenerateParams { logprobs: Some(21), ..GenerateParams::greedy(1) });
+    assert!(matches!(e, Err(GenerateError::TooManyLogprobs(21))));
+}
+
+#[test]
+fn out_of_range_sampling_is_refused_before_running() {
+    let (model, prompt, _) = setup("tiny-llama-F32");
+    let mut kv = model.new_kv_cache(KvType::F32, 512);
+    let params = GenerateParams { sampling: SamplingParams { top_p: 2.0, ..SamplingParams::default() }, ..GenerateParams::default() };
+    let e = generate(&model, &mut kv, &prompt, params).unwrap_err();
+    assert_eq!(e.to_string(), "top_p must be between 0 and 1, got 2");
     assert_eq!(kv.seq_len(0), 0);
 }
 
 #[test]
-fn stops_at_end_of_generation_without_returning_it() {
-    let (model, prompt, greedy) = setup("tiny-llama-F32");
-    let eos = model.tokenizer().eos().unwrap();
-    assert!(model.tokenizer().is_eog(eos));
-    // a picker that chooses EOS at the fourth step, greedy before
-    let picker = || {
-        let mut step = 0;
-        move |row: &[f32]| {
-            step += 1;
-            if step == 4 { eos } else { argmax(row) }
-        }
+fn a_lockstep_batch_equals_one_sequence_at_a_time() {
+    let (model, prompt, _) = setup("tiny-granite-Q8_0");
+    let prompts: Vec<Vec<TokenId>> = vec![prompt.clone(), prompt[..3].to_vec(), prompt[2..].to_vec()];
+    let params = |i: usize| match i {
+        0 => GenerateParams::greedy(12),
+        1 => sampled(99, 9),
+        _ => GenerateParams { logprobs: Some(2), ..sampled(5, 20) },
     };
     let mut kv = model.new_kv_cache(KvType::F32, 512);
-    let mut streamed = Vec::new();
-    let g = generate(&model, &mut kv, 0, &prompt, opts(16), picker(), |t| {
-        streamed.push(t);
-        true
-    })
-    .unwrap();
-    assert_eq!(g.tokens, greedy[..3]);
-    assert_eq!(g.stop, StopReason::Eog(eos));
-    assert_eq!(streamed, greedy[..3]);
+    let jobs = prompts.iter().enumerate().map(|(i, p)| (p.clone(), params(i))).collect();
+    let batch = generate_batch(&model, &mut kv, jobs).unwrap();
+    for (i, p) in prompts.iter().enumerate() {
+        assert_eq!(batch[i], run(&model, p, params(i)), "sequence {i}");
+    }
+}
 
-    // not stopping at EOG: the token is generated like any other
+/// Generates with `draft` proposing `n_draft` tokens per round.
+fn with_draft(model: &Model, draft: &Model, prompt: &[TokenId], params: GenerateParams, n_draft: usize) -> Completion {
     let mut kv = model.new_kv_cache(KvType::F32, 512);
-    let o = GenerateOptions { max_tokens: 5, stop_at_eog: false };
-    let g = generate(&model, &mut kv, 0, &prompt, o, picker(), |_| true).unwrap();
-    assert_eq!(g.tokens[..4], [greedy[0], greedy[1], greedy[2], eos]);
-    assert_eq!(g.stop, StopReason::MaxTokens);
-
-    // tiny-granite repeats its last token: after <|end_of_text|> it stops at once
-    let (model, prompt, _) = setup("tiny-granite-F32");
-    let end = model.tokenizer().eos().unwrap();
-    let mut kv = model.new_kv_cache(KvType::F32, 512);
-    let prompt = [&prompt[..], &[end]].concat();
-    let g = generate(&model, &mut kv, 0, &prompt, opts(16), argmax, |_| panic!("nothing to stream")).unwrap();
-    assert_eq!(g, engine::generate::Generation { tokens: vec![], stop: StopReason::Eog(end) });
+    let mut dkv = draft.new_kv_cache(KvType::F32, 512);
+    let g = Generator::new(model, &mut kv, 0, prompt, params).unwrap();
+    g.with_draft(draft, &mut dkv, n_draft).unwrap().complete().unwrap()
 }
 
 #[test]
-fn the_callback_can_stop_generation() {
-    let (model, prompt, greedy) = setup("tiny-llama-F32");
-    let mut kv = model.new_kv_cache(KvType::F32, 512);
-    let mut n = 0;
-    let g = generate(&model, &mut kv, 0, &prompt, opts(16), argmax, |_| {
-        n += 1;
-        n < 2
-    })
-    .unwrap();
-    assert_eq!(g.tokens, greedy[..2]);
-    assert_eq!(g.stop, StopReason::Callback);
+fn speculative_greedy_equals_the_target_alone() {
+    let (target, prompt, greedy) = setup("tiny-llama-F32");
+    let golden = read_json(&fixture("models/golden/tiny-llama-F32.logits.json"));
+    // a model drafting for itself: every proposal is accepted
+    let c = with_draft(&target, &target, &prompt, GenerateParams::greedy(16), 4);
+    assert_eq!(c.tokens, greedy);
+    assert_eq!(c.usage.accepted_tokens, c.usage.drafted_tokens);
+    assert!(c.usage.drafted_tokens >= 12, "{:?}", c.usage);
+
+    // a lower-precision draft: some proposals fail, the output does not change
+    let draft = Model::load(fixture("models/tiny-llama-Q2_K.gguf")).unwrap();
+    for seq in golden["sequences"].as_array().unwrap() {
+        let prompt = json_ids(&seq["tokens"]);
+        if prompt.is_empty() {
+            continue;
+        }
+        let alone = run(&target, &prompt, GenerateParams::greedy(24));
+        for n_draft in [1, 3, 8] {
+            let c = with_draft(&target, &draft, &prompt, GenerateParams::greedy(24), n_draft);
+            assert_eq!(c.tokens, alone.tokens, "n_draft {n_draft}");
+            assert_eq!(c.text, alone.text);
+            assert!(c.usage.accepted_tokens <= c.usage.drafted_tokens);
+        }
+    }
 }
 
 #[test]
-fn a_full_context_is_an_error() {
-    let (model, prompt, greedy) = setup("tiny-llama-F32");
-    let mut kv = model.new_kv_cache(KvType::F32, 10);
-    let mut streamed = Vec::new();
-    let err = generate_greedy(&model, &mut kv, 0, &prompt, opts(16), |t| {
-        streamed.push(t);
-        true
-    })
-    .unwrap_err();
-    assert!(matches!(err, ModelError::Kv(KvError::ContextFull { needed: 11, n_ctx: 10, .. })), "{err}");
-    // positions 7, 8 and 9 were fed; the fourth token had no room
-    assert_eq!(streamed, greedy[..4]);
-
-    let mut kv = model.new_kv_cache(KvType::F32, 6);
-    assert!(generate_greedy(&model, &mut kv, 0, &prompt, opts(1), |_| true).is_err());
-    assert!(generate_greedy(&model, &mut kv, 0, &[], opts(1), |_| true).is_err());
+fn speculative_sampling_is_seeded_and_keeps_the_stop_rules() {
+    let (target, prompt, _) = setup("tiny-granite-F32");
+    let draft = Model::load(fixture("models/tiny-granite-Q4_0.gguf")).unwrap();
+    let a = with_draft(&target, &draft, &prompt, sampled(11, 20), 4);
+    let b = with_draft(&target, &draft, &prompt, sampled(11, 20), 4);
+    assert_eq!(a, b);
+    assert_eq!(a.tokens.len(), 20);
+    assert!(a.usage.drafted_tokens > 0 && a.usage.accepted_tokens > 0, "{:?}", a.usage);
+    // the budget holds mid-round
+    let c = with_draft(&target, &draft, &prompt, GenerateParams::greedy(5), 8);
+    assert_eq!(c.tokens.len(), 5);
+    assert_eq!(c.tokens, run(&target, &prompt, GenerateParams::greedy(5)).tokens);
 }
 
 #[test]
-fn continues_a_sequence_already_in_the_cache() {
-    let (model, prompt, greedy) = setup("tiny-llama-F32");
-    let mut kv = model.new_kv_cache(KvType::F32, 512);
-    model.forward(&mut kv, &BatchEntry::sequence(3, &prompt[..4], 0, false)).unwrap();
-    let out = generate_greedy(&model, &mut kv, 3, &prompt[4..], opts(8), |_| true).unwrap();
-    assert_eq!(out, greedy[..8]);
+fn a_draft_with_another_vocabulary_is_refused() {
+    let (target, prompt, _) = setup("tiny-llama-F32");
+    let other = Model::load(fixture("models/tiny-granite-F32.gguf")).unwrap();
+    let mut kv = target.new_kv_cache(KvType::F32, 64);
+    let mut dkv = other.new_kv_cache(KvType::F32, 64);
+    let g = Generator::new(&target, &mut kv, 0, &prompt, GenerateParams::greedy(4)).unwrap();
+    let e = g.with_draft(&other, &mut dkv, 4).err().unwrap();
+    assert!(e.to_string().starts_with("draft model: token"), "{e}");
+}
+
+#[test]
+fn streamed_multibyte_text_equals_the_final_text() {
+    let model = Model::load(fetch_model("qwen2.5-coder")).unwrap();
+    let tok = model.tokenizer();
+    for prompt in ["<|im_start|>user\n用中文介绍一下北京。<|im_end|>\n<|im_start|>assistant\n", "日本の首都は", "Emoji for joy: 😂, for fire:"] {
+        let ids = tok.encode(prompt, true, true);
+        for params in [GenerateParams::greedy(24), sampled(3, 24)] {
+            let mut kv = model.new_kv_cache(KvType::F16, 256);
+            let mut generator = Generator::new(&model, &mut kv, 0, &ids, params).unwrap();
+            let mut streamed = String::new();
+            for event in generator.by_ref() {
+                streamed.push_str(&event.unwrap().text);
+            }
+            let c = generator.complete().unwrap();
+            assert_eq!(streamed, c.text, "{prompt}");
+            assert_eq!(c.text, piece_text(&model, &c.tokens));
+            assert!(c.text.chars().any(|ch| ch.len_utf8() > 1), "{prompt}: {:?}", c.text);
+        }
+    }
 }

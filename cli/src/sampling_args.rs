@@ -1,0 +1,75 @@
+//! The sampling and stopping flags `run` and `chat` share, with llama.cpp's defaults
+//! (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, a random seed that is printed so a run
+//! can be repeated).
+
+use engine::sampling::SamplingParams;
+use engine::tokenizer::TokenId;
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 = greedy (always the most likely token).
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
+    pub temp: f32,
+    /// Keep only the K most likely tokens (0 = all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the most likely tokens up to this total probability (1 = all).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than this fraction of the most likely one (0 = none).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalise tokens already in the prompt or output (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Subtracted from the logit of tokens already in the output (OpenAI's presence penalty).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Subtracted per occurrence in the output (OpenAI's frequency penalty).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// Add BIAS to token ID's logit, as ID=BIAS (repeatable; -100 bans a token).
+    #[arg(long = "logit-bias", value_parser = parse_logit_bias, allow_negative_numbers = true)]
+    pub logit_bias: Vec<(TokenId, f32)>,
+    /// Random seed (full 64 bits) [default: random, printed].
+    #[arg(long, short = 's')]
+    pub seed: Option<u64>,
+    /// Stop before this text (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+}
+
+impl SamplingArgs {
+    /// The parameters, checked against their ranges; the seed is drawn when none was given.
+    pub fn params(&self, n_vocab: usize) -> anyhow::Result<SamplingParams> {
+        let seed = self.seed.unwrap_or_else(random_seed);
+        let params = SamplingParams {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            logit_bias: self.logit_bias.clone(),
+            seed,
+        };
+        params.validate(n_vocab)?;
+        Ok(params)
+    }
+}
+
+/// A seed from the OS's hash randomisation and the clock: good enough to differ run to run.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.finish()
+}
+
+fn parse_logit_bias(s: &str) -> Result<(TokenId, f32), String> {
+    let (id, bias) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected ID=BIAS, e.g. 13=-100"))?;
+    let id = id.trim().parse().map_err(|_| format!("{s:?}: {id:?} is not a token id"))?;
+    let bias = bias.trim().parse().map_err(|_| format!("{s:?}: {bias:?} is not a number"))?;
+    Ok((id, bias))
+}

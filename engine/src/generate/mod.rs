@@ -1,0 +1,263 @@
+//! Generation: a prompt in, a stream of token events out, ending with a finish reason and usage.
+//!
+//! [`SequenceDecoder`] is one output's state (sampling, constraint, stop rules, streaming text);
+//! [`Generator`] drives one sequence through a model (prefill, then one token per forward pass,
+//! or a few per pass with a draft model: `speculative.rs`); [`generate_batch`] drives several
+//! sequences in lockstep through shared forward passes. Servers and the guard use these; none of
+//! them knows about HTTP or terminals.
+
+mod batch;
+mod sequence;
+mod speculative;
+pub mod stop;
+
+use std::collections::VecDeque;
+
+pub use batch::generate_batch;
+pub use sequence::{SequenceDecoder, TokenConstraint, MAX_TOP_LOGPROBS};
+
+use crate::kv_cache::{KvCache, SeqId};
+use crate::logprobs::TokenLogprob;
+use crate::model::{BatchEntry, Model, ModelError};
+use crate::sampling::{SamplingError, SamplingParams};
+use crate::tokenizer::TokenId;
+use speculative::Draft;
+
+/// What to generate and when to stop.
+pub struct GenerateParams {
+    pub sampling: SamplingParams,
+    /// The most output tokens (0 produces none and runs nothing).
+    pub max_tokens: usize,
+    /// Stop strings: the output ends before the first occurrence of any of them.
+    pub stop: Vec<String>,
+    /// End at the vocabulary's end-of-generation tokens (false: they are ordinary tokens).
+    pub stop_at_eog: bool,
+    /// Report each output token's log-probability with this many alternatives (at most 20).
+    pub logprobs: Option<usize>,
+    /// Restrict the output (structured output); applied before sampling.
+    pub constraint: Option<Box<dyn TokenConstraint>>,
+}
+
+impl Default for GenerateParams {
+    fn default() -> GenerateParams {
+        GenerateParams {
+            sampling: SamplingParams::default(),
+            max_tokens: 256,
+            stop: Vec::new(),
+            stop_at_eog: true,
+            logprobs: None,
+            constraint: None,
+        }
+    }
+}
+
+impl GenerateParams {
+    /// Greedy decoding of at most `max_tokens` tokens.
+    pub fn greedy(max_tokens: usize) -> GenerateParams {
+        GenerateParams { sampling: SamplingParams::greedy(), max_tokens, ..GenerateParams::default() }
+    }
+}
+
+/// Why an output ended (the OpenAI names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    /// An end-of-generation token, a stop string, or a completed constraint.
+    Stop,
+    /// The token budget or the context ran out.
+    Length,
+    /// The output is a call of tools (decided by the chat layer that parses it).
+    ToolCalls,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+        }
+    }
+}
+
+/// One step of the stream.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenEvent {
+    /// The output token, or `None` for an event that only ends the output (the
+    /// end-of-generation token the model chose, or the context running out).
+    pub token: Option<TokenId>,
+    /// Text that became final with this step (possibly empty: half a character or a possible
+    /// stop string is held back). The texts of all events concatenate to the output text.
+    pub text: String,
+    pub logprob: Option<TokenLogprob>,
+    /// Set on the last event.
+    pub finish: Option<FinishReason>,
+}
+
+/// Token counts of one generation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    /// Of the prompt, how many were already in the cache (not recomputed).
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+    /// Speculative decoding: tokens the draft proposed, and how many of them the target kept.
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
+}
+
+/// A finished generation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completion {
+    pub text: String,
+    pub tokens: Vec<TokenId>,
+    pub finish: FinishReason,
+    pub usage: Usage,
+    /// One entry per output token when log-probabilities were asked for.
+    pub logprobs: Vec<TokenLogprob>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Sampling(#[from] SamplingError),
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("the prompt has {prompt} tokens but the context holds {n_ctx}")]
+    PromptTooLong { prompt: usize, n_ctx: usize },
+    #[error("top logprobs must be at most {MAX_TOP_LOGPROBS}, got {0}")]
+    TooManyLogprobs(usize),
+    #[error("output constraint: {0}")]
+    Constraint(String),
+    #[error("draft model: {0}")]
+    Draft(String),
+}
+
+/// The length of the common prefix of two token sequences (how much of a cached sequence a new
+/// prompt can reuse).
+pub fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Generates one output for one sequence, as an iterator of [`TokenEvent`]s. Each call to
+/// `next` runs one forward pass (one token, or a speculative round of several).
+pub struct Generator<'a> {
+    model: &'a Model,
+    kv: &'a mut KvCache,
+    seq: SeqId,
+    decoder: SequenceDecoder,
+    /// The prompt, then every output token: what the cache holds, or will after the next pass.
+    history: Vec<TokenId>,
+    usage: Usage,
+    draft: Option<Draft<'a>>,
+    queue: VecDeque<TokenEvent>,
+    failed: bool,
+}
+
+impl<'a> Generator<'a> {
+    /// Starts generating after `prompt` in sequence `seq` of `kv`. The cache may already hold
+    /// the start of the prompt (a previous turn of a conversation): its first
+    /// `kv.seq_len(seq)` tokens must equal the prompt's first tokens (truncate the sequence to
+    /// [`common_prefix`] first); those are reused, not recomputed.
+    pub fn new(
+        model: &'a Model,
+        kv: &'a mut KvCache,
+        seq: SeqId,
+        prompt: &[TokenId],
+        params: GenerateParams,
+    ) -> Result<Generator<'a>, GenerateError> {
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        if prompt.len() > kv.n_ctx() {
+            return Err(GenerateError::PromptTooLong { prompt: prompt.len(), n_ctx: kv.n_ctx() });
+        }
+        let decoder = SequenceDecoder::new(model.tokenizer(), prompt, params)?;
+        // at least the last prompt token is run again: its logits start the output
+        let cached = kv.seq_len(seq).min(prompt.len() - 1);
+        kv.truncate(seq, cached);
+        let usage = Usage { prompt_tokens: prompt.len(), cached_tokens: cached, ..Usage::default() };
+        Ok(Generator { model, kv, seq, decoder, history: prompt.to_vec(), usage, draft: None, queue: VecDeque::new(), failed: false })
+    }
+
+    /// Speculative decoding: `draft` (a smaller model with the same vocabulary) proposes up to
+    /// `n_draft` tokens per round in `draft_kv` (sequence `seq`, reused like the target's cache),
+    /// and the target checks them in one batched pass. Greedy output is identical to the
+    /// target's alone; sampled output has the target's distribution. Constrained outputs decode
+    /// without the draft.
+    pub fn with_draft(mut self, draft: &'a Model, draft_kv: &'a mut KvCache, n_draft: usize) -> Result<Self, GenerateError> {
+        self.draft = Some(Draft::new(self.model, draft, draft_kv, self.seq, &self.history, n_draft, self.decoder.sampler().params().seed)?);
+        Ok(self)
+    }
+
+    /// Counts so far (final once the iterator is done).
+    pub fn usage(&self) -> Usage {
+        Usage { completion_tokens: self.decoder.tokens().len(), ..self.usage }
+    }
+
+    /// The text released so far.
+    pub fn text(&self) -> &str {
+        self.decoder.text()
+    }
+
+    /// Runs to the end and returns the whole output.
+    pub fn complete(mut self) -> Result<Completion, GenerateError> {
+        for event in self.by_ref() {
+            event?;
+        }
+        let usage = self.usage();
+        let (text, tokens, logprobs, finish) = self.decoder.into_parts();
+        Ok(Completion { text, tokens, finish, usage, logprobs })
+    }
+
+    /// One forward pass; its events go to the queue.
+    fn advance(&mut self) -> Result<(), GenerateError> {
+        let fed = self.kv.seq_len(self.seq);
+        let pending = self.history.len() - fed;
+        let use_draft = self.draft.is_some() && pending == 1 && !self.decoder.is_constrained();
+        if use_draft && self.speculative_round()? {
+            return Ok(());
+        }
+        if fed + pending > self.kv.n_ctx() {
+            self.queue.push_back(self.decoder.end(FinishReason::Length));
+            return Ok(());
+        }
+        let batch = BatchEntry::sequence(self.seq, &self.history[fed..], fed as u32, false);
+        let logits = self.model.forward(self.kv, &batch)?;
+        let event = self.decoder.step(self.model.tokenizer(), logits.row(0))?;
+        self.record(event);
+        Ok(())
+    }
+
+    fn record(&mut self, event: TokenEvent) {
+        if let Some(t) = event.token {
+            self.history.push(t);
+        }
+        self.queue.push_back(event);
+    }
+}
+
+impl Iterator for Generator<'_> {
+    type Item = Result<TokenEvent, GenerateError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(event) = self.queue.pop_front() {
+            return Some(Ok(event));
+        }
+        if self.failed || self.decoder.is_finished() {
+            return None;
+        }
+        if let Err(e) = self.advance() {
+            self.failed = true;
+            return Some(Err(e));
+        }
+        self.queue.pop_front().map(Ok)
+    }
+}
+
+/// Generates a whole output for `prompt` in a fresh sequence 0 of `kv`.
+pub fn generate(model: &Model, kv: &mut KvCache, prompt: &[TokenId], params: GenerateParams) -> Result<Completion, GenerateError> {
+    kv.remove(0);
+    Generator::new(model, kv, 0, prompt, params)?.complete()
+}

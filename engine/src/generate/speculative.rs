@@ -1,0 +1,198 @@
+//! Speculative decoding: a small draft model proposes a few tokens, the target model scores them
+//! all in one batched forward pass, and the standard acceptance rule keeps a prefix of them.
+//!
+//! A proposal `d` drawn from the draft's distribution `q` is kept with probability
+//! `min(1, p(d) / q(d))`, `p` being the target's distribution at that position (after the
+//! sequence's own bias, penalties and cuts); at the first rejection a token is drawn from
+//! `max(0, p - q)` renormalised, and when every proposal is kept one more comes from the
+//! target's last row. The output then has exactly the target's distribution. At temperature 0
+//! both distributions are certainties, so a proposal is kept exactly when it is the target's
+//! argmax: greedy output equals the target's alone, token for token.
+
+use super::{GenerateError, Generator};
+use crate::kv_cache::{KvCache, SeqId};
+use crate::model::{BatchEntry, Model};
+use crate::sampling::{distribution, Distribution, Rng};
+use crate::tokenizer::TokenId;
+
+/// Vocabulary sizes may differ by a few padding tokens (llama.cpp allows as much).
+const MAX_VOCAB_SIZE_DIFFERENCE: usize = 128;
+
+/// The draft model, its cache and its own random generator (so the target's stays the same
+/// whatever the draft does).
+pub(super) struct Draft<'a> {
+    model: &'a Model,
+    kv: &'a mut KvCache,
+    n_draft: usize,
+    rng: Rng,
+}
+
+impl<'a> Draft<'a> {
+    pub(super) fn new(
+        target: &Model,
+        model: &'a Model,
+        kv: &'a mut KvCache,
+        seq: SeqId,
+        prompt: &[TokenId],
+        n_draft: usize,
+        seed: u64,
+    ) -> Result<Draft<'a>, GenerateError> {
+        if n_draft == 0 {
+            return Err(GenerateError::Draft("the number of draft tokens must be at least 1".into()));
+        }
+        if model.is_encoder() {
+            return Err(GenerateError::Draft("an encoder model cannot draft tokens".into()));
+        }
+        check_same_vocabulary(target, model)?;
+        let cached = kv.seq_len(seq).min(prompt.len() - 1);
+        kv.truncate(seq, cached);
+        Ok(Draft { model, kv, n_draft, rng: Rng::new(seed ^ 0xD7AF_75EE_D5A1_7C0D) })
+    }
+}
+
+/// Token ids must mean the same text in both models.
+fn check_same_vocabulary(target: &Model, draft: &Model) -> Result<(), GenerateError> {
+    let (t, d) = (target.tokenizer(), draft.tokenizer());
+    if t.n_vocab().abs_diff(d.n_vocab()) > MAX_VOCAB_SIZE_DIFFERENCE {
+        return Err(GenerateError::Draft(format!(
+            "vocabularies differ in size: the target has {} tokens, the draft {}",
+            t.n_vocab(),
+            d.n_vocab()
+        )));
+    }
+    if let Some(id) = (0..t.n_vocab().min(d.n_vocab()) as TokenId).find(|&id| t.token_bytes(id) != d.token_bytes(id)) {
+        return Err(GenerateError::Draft(format!(
+            "token {id} differs: {:?} in the target, {:?} in the draft",
+            String::from_utf8_lossy(t.token_bytes(id)),
+            String::from_utf8_lossy(d.token_bytes(id))
+        )));
+    }
+    Ok(())
+}
+
+impl Generator<'_> {
+    /// One round: draft, verify, keep. Returns false (having produced nothing) when no
+    /// proposal fits (token budget or a context nearly full); the caller then runs a plain step.
+    pub(super) fn speculative_round(&mut self) -> Result<bool, GenerateError> {
+        let Some(draft) = self.draft.as_mut() else { return Ok(false) };
+        let seq = self.seq;
+        let fed = self.kv.seq_len(seq);
+        let room = self.kv.n_ctx().saturating_sub(fed + 1);
+        let k = draft.n_draft.min(self.decoder.remaining().saturating_sub(1)).min(room);
+        if k == 0 {
+            return Ok(false);
+        }
+        let n_vocab = self.model.tokenizer().n_vocab();
+        let params = self.decoder.sampler().params().clone();
+
+        // draft: catch up on what it has not seen, then one token at a time
+        let mut proposals: Vec<TokenId> = Vec::with_capacity(k);
+        let mut qs: Vec<Distribution> = Vec::with_capacity(k);
+        let mut pos = draft.kv.seq_len(seq);
+        let mut input = self.history[pos..].to_vec();
+        while proposals.len() < k && pos + input.len() <= draft.kv.n_ctx() {
+            let logits = draft.model.forward(draft.kv, &BatchEntry::sequence(seq, &input, pos as u32, false))?;
+            pos += input.len();
+            let row = logits.row(0);
+            let Ok(q) = distribution(&params, &row[..n_vocab.min(row.len())]) else { break };
+            let d = q.sample(&mut draft.rng);
+            proposals.push(d);
+            qs.push(q);
+            if self.model.tokenizer().is_eog(d) {
+                break; // nothing worth proposing after the end
+            }
+            input = vec![d];
+        }
+        if proposals.is_empty() {
+            return Ok(false);
+        }
+
+        // verify: the last kept token and every proposal in one pass, logits for each
+        let mut tokens = Vec::with_capacity(proposals.len() + 1);
+        tokens.push(self.history[fed]);
+        tokens.extend_from_slice(&proposals);
+        let logits = self.model.forward(self.kv, &BatchEntry::sequence(seq, &tokens, fed as u32, true))?;
+        let tokenizer = self.model.tokenizer();
+        let mut n_accepted = 0;
+        for i in 0..=proposals.len() {
+            let row = logits.row(i);
+            let p = self.decoder.distribution(row)?;
+            let (token, accepted) = match proposals.get(i).zip(qs.get(i)) {
+                Some((&d, q)) => verify(&p, q, d, self.decoder.rng()),
+                None => (self.decoder.sample(&p), false),
+            };
+            let event = self.decoder.commit(tokenizer, token, row)?;
+            self.record(event);
+            n_accepted += usize::from(accepted);
+            if !accepted || self.decoder.is_finished() {
+                break;
+            }
+        }
+        self.usage.drafted_tokens += proposals.len();
+        self.usage.accepted_tokens += n_accepted;
+
+        // the caches keep the last token and the accepted proposals; the token chosen after
+        // them is fed next round
+        let kept = fed + 1 + n_accepted;
+        self.kv.truncate(seq, kept);
+        let draft = self.draft.as_mut().expect("checked above");
+        let draft_len = draft.kv.seq_len(seq).min(kept);
+        draft.kv.truncate(seq, draft_len);
+        Ok(true)
+    }
+
+}
+
+/// The acceptance rule for proposal `d` drawn from `q` where the target says `p`: keep it with
+/// probability `min(1, p(d) / q(d))`, otherwise draw from `max(0, p - q)` renormalised (from
+/// `p` if that is empty, which only rounding can cause). Returns the token and whether it is
+/// the proposal.
+pub(crate) fn verify(p: &Distribution, q: &Distribution, d: TokenId, rng: &mut Rng) -> (TokenId, bool) {
+    let (pd, qd) = (f64::from(p.prob(d)), f64::from(q.prob(d)));
+    if rng.next_f64() * qd < pd {
+        return (d, true);
+    }
+    let residual = p.candidates().iter().map(|&(id, pi)| (id, f64::from((pi - q.prob(id)).max(0.0)))).collect();
+    match Distribution::from_weights(residual) {
+        Ok(r) => (r.sample(rng), false),
+        Err(_) => (p.sample(rng), false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dist(probs: &[f64]) -> Distribution {
+        Distribution::from_weights(probs.iter().enumerate().map(|(i, &p)| (i as TokenId, p)).collect()).unwrap()
+    }
+
+    #[test]
+    fn accepted_or_resampled_tokens_follow_the_target() {
+        let p = dist(&[0.5, 0.3, 0.2, 0.0]);
+        let q = dist(&[0.1, 0.2, 0.3, 0.4]);
+        let mut rng = Rng::new(3);
+        let n = 200_000;
+        let mut counts = [0usize; 4];
+        let mut kept = 0;
+        for _ in 0..n {
+            let d = q.sample(&mut rng);
+            let (t, accepted) = verify(&p, &q, d, &mut rng);
+            counts[t as usize] += 1;
+            kept += usize::from(accepted);
+        }
+        for (c, want) in counts.iter().zip([0.5, 0.3, 0.2, 0.0]) {
+            assert!((*c as f64 / n as f64 - want).abs() < 0.005, "{counts:?}");
+        }
+        // the acceptance rate is sum(min(p, q)) = 0.1 + 0.2 + 0.2 + 0
+        assert!((kept as f64 / n as f64 - 0.5).abs() < 0.005, "{kept}");
+    }
+
+    #[test]
+    fn certainties_keep_exactly_the_argmax() {
+        let p = Distribution::certain(7);
+        let mut rng = Rng::new(1);
+        assert_eq!(verify(&p, &Distribution::certain(7), 7, &mut rng), (7, true));
+        assert_eq!(verify(&p, &Distribution::certain(3), 3, &mut rng), (7, false));
+    }
+}

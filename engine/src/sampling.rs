@@ -1,0 +1,537 @@
+//! Choosing the next token from a row of logits: logit bias, repetition / presence / frequency
+//! penalties, top-k, top-p, min-p, temperature and a seeded random draw.
+//!
+//! The pipeline, in order (the order is part of the contract, tests pin it):
+//! 1. `logit_bias` is added to the named tokens;
+//! 2. penalties: repetition (CTRL / llama.cpp rule) over the prompt and the output so far,
+//!    presence and frequency (OpenAI's rule) over the output so far;
+//! 3. (a grammar mask, applied by the caller, sets forbidden tokens to -inf);
+//! 4. at temperature 0 the result is the most likely token (lower id on ties), nothing random;
+//! 5. otherwise top-k, then top-p, then min-p cut the candidates, each judged on the softmax of
+//!    what is left at temperature 1 (as llama.cpp does), then the survivors are scaled by the
+//!    temperature, normalised, and one is drawn with the seeded generator.
+//!
+//! The random generator is ours (xoshiro256++ seeded through SplitMix64 from a full `u64`), so
+//! a seed gives the same text on every machine and every version of every dependency.
+
+use rustc_hash::FxHashMap;
+
+use crate::logprobs::argmax;
+use crate::tokenizer::TokenId;
+
+/// How tokens are chosen. `Default` is OpenAI's: temperature 1, nothing cut, no penalties.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// 0 = greedy; otherwise logits are divided by it before the draw.
+    pub temperature: f32,
+    /// Keep the `top_k` most likely tokens (0 = all).
+    pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose probability reaches `top_p` (1 = all;
+    /// at least one token always stays).
+    pub top_p: f32,
+    /// Drop tokens less likely than `min_p` times the most likely one (0 = none).
+    pub min_p: f32,
+    /// Divide positive logits / multiply negative logits of every token already seen in the
+    /// prompt or the output by this (1 = off).
+    pub repetition_penalty: f32,
+    /// Subtract this from the logit of every token the output already contains (0 = off).
+    pub presence_penalty: f32,
+    /// Subtract this times the token's count in the output so far (0 = off).
+    pub frequency_penalty: f32,
+    /// Added to the logits of these tokens (-100 effectively bans a token, +100 forces it).
+    pub logit_bias: Vec<(TokenId, f32)>,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> SamplingParams {
+        SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Always the most likely token.
+    pub fn greedy() -> SamplingParams {
+        SamplingParams { temperature: 0.0, ..SamplingParams::default() }
+    }
+
+    /// Checks every value against its documented range (the ranges of the OpenAI API where it
+    /// has one); `n_vocab` bounds the token ids of `logit_bias`.
+    pub fn validate(&self, n_vocab: usize) -> Result<(), SamplingError> {
+        let check = |name: &'static str, value: f32, ok: bool, expected: &'static str| {
+            if ok && value.is_finite() {
+                Ok(())
+            } else {
+                Err(SamplingError::OutOfRange { name, expected, value: value.to_string() })
+            }
+        };
+        check("temperature", self.temperature, (0.0..=100.0).contains(&self.temperature), "between 0 and 100")?;
+        check("top_p", self.top_p, (0.0..=1.0).contains(&self.top_p), "between 0 and 1")?;
+        check("min_p", self.min_p, (0.0..=1.0).contains(&self.min_p), "between 0 and 1")?;
+        let rp = self.repetition_penalty;
+        check("repetition_penalty", rp, rp > 0.0 && rp <= 10.0, "greater than 0 and at most 10")?;
+        let pp = self.presence_penalty;
+        check("presence_penalty", pp, (-2.0..=2.0).contains(&pp), "between -2 and 2")?;
+        let fp = self.frequency_penalty;
+        check("frequency_penalty", fp, (-2.0..=2.0).contains(&fp), "between -2 and 2")?;
+        for &(id, bias) in &self.logit_bias {
+            if id as usize >= n_vocab {
+                return Err(SamplingError::OutOfRange {
+                    name: "logit_bias",
+                    expected: "token ids below the vocabulary size",
+                    value: id.to_string(),
+                });
+            }
+            check("logit_bias", bias, (-100.0..=100.0).contains(&bias), "between -100 and 100")?;
+        }
+        Ok(())
+    }
+
+    fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SamplingError {
+    #[error("{name} must be {expected}, got {value}")]
+    OutOfRange { name: &'static str, expected: &'static str, value: String },
+    /// Every token was masked out (or every logit was NaN): nothing can be drawn.
+    #[error("no token is allowed at this point (every logit is -inf or NaN)")]
+    NoCandidates,
+}
+
+/// xoshiro256++, seeded from one `u64` through SplitMix64 (the seeding its authors recommend).
+#[derive(Clone, Debug)]
+pub struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        let mut x = seed;
+        let mut next = || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        Rng { s: [next(), next(), next(), next()] }
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.s;
+        let out = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        out
+    }
+
+    /// Uniform in [0, 1) with 53 random bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// A probability distribution over a subset of the vocabulary: `(token, probability)` in
+/// ascending token order, probabilities summing to 1.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Distribution {
+    candidates: Vec<(TokenId, f32)>,
+}
+
+impl Distribution {
+    /// All the mass on one token.
+    pub fn certain(token: TokenId) -> Distribution {
+        Distribution { candidates: vec![(token, 1.0)] }
+    }
+
+    /// Normalises non-negative weights (any order; zero weights are dropped).
+    pub fn from_weights(mut weights: Vec<(TokenId, f64)>) -> Result<Distribution, SamplingError> {
+        weights.retain(|&(_, w)| w > 0.0 && w.is_finite());
+        let total: f64 = weights.iter().map(|&(_, w)| w).sum();
+        if weights.is_empty() || total <= 0.0 || !total.is_finite() {
+            return Err(SamplingError::NoCandidates);
+        }
+        weights.sort_unstable_by_key(|&(id, _)| id);
+        Ok(Distribution { candidates: weights.into_iter().map(|(id, w)| (id, (w / total) as f32)).collect() })
+    }
+
+    /// The tokens that may be drawn, ascending, with their probabilities.
+    pub fn candidates(&self) -> &[(TokenId, f32)] {
+        &self.candidates
+    }
+
+    pub fn prob(&self, token: TokenId) -> f32 {
+        self.candidates.binary_search_by_key(&token, |&(id, _)| id).map_or(0.0, |i| self.candidates[i].1)
+    }
+
+    /// Draws a token: walks the cumulative sum in token order up to a uniform number.
+    pub fn sample(&self, rng: &mut Rng) -> TokenId {
+        let total: f64 = self.candidates.iter().map(|&(_, p)| f64::from(p)).sum();
+        let target = rng.next_f64() * total;
+        let mut acc = 0.0;
+        for &(id, p) in &self.candidates {
+            acc += f64::from(p);
+            if target < acc {
+                return id;
+            }
+        }
+        // rounding left the target at the very top: the last candidate with mass
+        self.candidates.iter().rev().find(|c| c.1 > 0.0).map_or(self.candidates[0].0, |c| c.0)
+    }
+}
+
+/// The candidate order used by the cuts: higher logit first, then lower id.
+fn better(a: &(TokenId, f32), b: &(TokenId, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// Turns adjusted (biased, penalised, masked) logits into the distribution the draw uses:
+/// greedy gives certainty on the argmax; otherwise top-k, top-p, min-p and temperature.
+pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribution, SamplingError> {
+    if params.is_greedy() {
+        let best = argmax(logits);
+        if !logits.get(best as usize).is_some_and(|v| v.is_finite()) {
+            return Err(SamplingError::NoCandidates);
+        }
+        return Ok(Distribution::certain(best));
+    }
+    let mut cands: Vec<(TokenId, f32)> =
+        logits.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| (i as TokenId, v)).collect();
+    if cands.is_empty() {
+        return Err(SamplingError::NoCandidates);
+    }
+    if params.top_k > 0 && params.top_k < cands.len() {
+        cands.select_nth_unstable_by(params.top_k - 1, better);
+        cands.truncate(params.top_k);
+    }
+    if params.top_p < 1.0 {
+        cut_top_p(&mut cands, params.top_p);
+    }
+    if params.min_p > 0.0 {
+        // p_i >= min_p * p_max  <=>  l_i >= l_max + ln(min_p)
+        let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+        let floor = max + params.min_p.ln();
+        cands.retain(|c| c.1 >= floor);
+    }
+    let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+    let t = f64::from(params.temperature);
+    let weights = cands.iter().map(|&(id, l)| (id, ((f64::from(l) - f64::from(max)) / t).exp())).collect();
+    Distribution::from_weights(weights)
+}
+
+/// Keeps the most likely candidates until their probability (softmax at temperature 1 over
+/// `cands`) reaches `top_p`. Sorting a 262k vocabulary every token would cost more than the
+/// rest of sampling, so the best few are selected and sorted first, and the window only grows
+/// when their mass falls short.
+fn cut_top_p(cands: &mut Vec<(TokenId, f32)>, top_p: f32) {
+    let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+    let total: f64 = cands.iter().map(|c| (f64::from(c.1) - f64::from(max)).exp()).sum();
+    let target = f64::from(top_p) * total;
+    let mut window = 64.min(cands.len());
+    loop {
+        if window < cands.len() {
+            cands.select_nth_unstable_by(window - 1, better);
+        }
+        cands[..window].sort_unstable_by(better);
+        let mut acc = 0.0;
+        for i in 0..window {
+            acc += (f64::from(cands[i].1) - f64::from(max)).exp();
+            if acc >= target {
+                cands.truncate(i + 1);
+                return;
+            }
+        }
+        if window == cands.len() {
+            return; // rounding: the whole set is the nucleus
+        }
+        window = (window * 8).min(cands.len());
+    }
+}
+
+/// One sequence's sampler: the parameters, the random generator and the token counts the
+/// penalties need.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: Rng,
+    /// Occurrences of each token in the output so far (presence and frequency penalties).
+    output_counts: FxHashMap<TokenId, u32>,
+    /// Tokens of the prompt and the output (repetition penalty).
+    seen: FxHashMap<TokenId, ()>,
+}
+
+impl Sampler {
+    /// A sampler for an output that continues `prompt`. Validate `params` first
+    /// ([`SamplingParams::validate`]): out-of-range values are used as given.
+    pub fn new(params: SamplingParams, prompt: &[TokenId]) -> Sampler {
+        let rng = Rng::new(params.seed);
+        let mut seen = FxHashMap::default();
+        if params.repetition_penalty != 1.0 {
+            seen.extend(prompt.iter().map(|&t| (t, ())));
+        }
+        Sampler { params, rng, output_counts: FxHashMap::default(), seen }
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Records a token of the output (for the penalties).
+    pub fn accept(&mut self, token: TokenId) {
+        *self.output_counts.entry(token).or_default() += 1;
+        if self.params.repetition_penalty != 1.0 {
+            self.seen.insert(token, ());
+        }
+    }
+
+    /// Steps 1 and 2 of the pipeline, in place: logit bias, then the penalties.
+    pub fn adjust(&self, logits: &mut [f32]) {
+        for &(id, bias) in &self.params.logit_bias {
+            if let Some(l) = logits.get_mut(id as usize) {
+                *l += bias;
+            }
+        }
+        let rp = self.params.repetition_penalty;
+        if rp != 1.0 {
+            for &id in self.seen.keys() {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = if *l > 0.0 { *l / rp } else { *l * rp };
+                }
+            }
+        }
+        let (pp, fp) = (self.params.presence_penalty, self.params.frequency_penalty);
+        if pp != 0.0 || fp != 0.0 {
+            for (&id, &count) in &self.output_counts {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l -= pp + fp * count as f32;
+                }
+            }
+        }
+    }
+
+    /// The distribution a draw would use for these adjusted logits.
+    pub fn distribution(&self, adjusted: &[f32]) -> Result<Distribution, SamplingError> {
+        distribution(&self.params, adjusted)
+    }
+
+    /// Draws from `dist` with this sampler's generator.
+    pub fn sample(&mut self, dist: &Distribution) -> TokenId {
+        dist.sample(&mut self.rng)
+    }
+
+    /// This sampler's generator (speculative decoding's acceptance test draws from it too).
+    pub fn rng_mut(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+
+    /// The whole pipeline on a raw row: adjusts `logits` in place, then draws. Does not record
+    /// the token (call [`Sampler::accept`] once it is kept).
+    pub fn pick(&mut self, logits: &mut [f32]) -> Result<TokenId, SamplingError> {
+        self.adjust(logits);
+        let dist = self.distribution(logits)?;
+        Ok(self.sample(&dist))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {
+        let mut p = SamplingParams::default();
+        f(&mut p);
+        p
+    }
+
+    fn ids(d: &Distribution) -> Vec<TokenId> {
+        d.candidates().iter().map(|c| c.0).collect()
+    }
+
+    /// Logits whose softmax is exactly `probs`.
+    fn logits_of(probs: &[f32]) -> Vec<f32> {
+        probs.iter().map(|p| p.ln()).collect()
+    }
+
+    #[test]
+    fn rng_is_reproducible_and_uniform_enough() {
+        let a: Vec<u64> = (0..4).scan(Rng::new(42), |r, _| Some(r.next_u64())).collect();
+        let b: Vec<u64> = (0..4).scan(Rng::new(42), |r, _| Some(r.next_u64())).collect();
+        assert_eq!(a, b);
+        let c: Vec<u64> = (0..4).scan(Rng::new(43), |r, _| Some(r.next_u64())).collect();
+        assert_ne!(a, c);
+        // the high bits of the seed matter too (full u64 seeds)
+        let d: Vec<u64> = (0..4).scan(Rng::new(42 | 1 << 63), |r, _| Some(r.next_u64())).collect();
+        assert_ne!(a, d);
+        let mut r = Rng::new(7);
+        let mean = (0..100_000).map(|_| r.next_f64()).sum::<f64>() / 100_000.0;
+        assert!((mean - 0.5).abs() < 0.01, "{mean}");
+    }
+
+    #[test]
+    fn greedy_is_the_argmax_with_ties_to_the_lower_id() {
+        let d = distribution(&SamplingParams::greedy(), &[1.0, 5.0, 5.0, -2.0]).unwrap();
+        assert_eq!(d, Distribution::certain(1));
+        let masked = [f32::NEG_INFINITY; 3];
+        assert_eq!(distribution(&SamplingParams::greedy(), &masked), Err(SamplingError::NoCandidates));
+        assert_eq!(distribution(&SamplingParams::default(), &masked), Err(SamplingError::NoCandidates));
+    }
+
+    #[test]
+    fn top_k_keeps_the_k_best() {
+        let l = logits_of(&[0.1, 0.4, 0.05, 0.3, 0.15]);
+        assert_eq!(ids(&distribution(&params(|p| p.top_k = 2), &l).unwrap()), [1, 3]);
+        assert_eq!(ids(&distribution(&params(|p| p.top_k = 3), &l).unwrap()), [1, 3, 4]);
+        assert_eq!(ids(&distribution(&params(|p| p.top_k = 9), &l).unwrap()), [0, 1, 2, 3, 4]);
+        // ties at the boundary go to the lower id
+        let l = [1.0, 2.0, 2.0, 2.0];
+        assert_eq!(ids(&distribution(&params(|p| p.top_k = 2), &l).unwrap()), [1, 2]);
+    }
+
+    #[test]
+    fn top_p_keeps_the_smallest_set_reaching_p() {
+        let l = logits_of(&[0.1, 0.4, 0.05, 0.3, 0.15]);
+        // sorted: 0.4 (1), 0.3 (3), 0.15 (4), 0.1 (0), 0.05 (2)
+        // (values away from the exact sums: the logits are rounded logarithms)
+        assert_eq!(ids(&distribution(&params(|p| p.top_p = 0.39), &l).unwrap()), [1]);
+        assert_eq!(ids(&distribution(&params(|p| p.top_p = 0.41), &l).unwrap()), [1, 3]);
+        assert_eq!(ids(&distribution(&params(|p| p.top_p = 0.69), &l).unwrap()), [1, 3]);
+        assert_eq!(ids(&distribution(&params(|p| p.top_p = 0.71), &l).unwrap()), [1, 3, 4]);
+        assert_eq!(ids(&distribution(&params(|p| p.top_p = 0.9), &l).unwrap()), [0, 1, 3, 4]);
+        assert_eq!(ids(&distribution(&params(|p| p.top_p = 0.0), &l).unwrap()), [1]);
+        // after top-k the nucleus is judged on the renormalised survivors: 0.4 / 0.7 > 0.5
+        let d = distribution(&params(|p| (p.top_k, p.top_p) = (2, 0.5)), &l).unwrap();
+        assert_eq!(ids(&d), [1]);
+    }
+
+    #[test]
+    fn top_p_window_grows_on_a_flat_large_vocabulary() {
+        // 10,000 equal tokens: the nucleus of 0.5 is the first 5,000 ids (ties to lower ids),
+        // far past the first selection window
+        let l = vec![0.0f32; 10_000];
+        let d = distribution(&params(|p| p.top_p = 0.5), &l).unwrap();
+        assert_eq!(d.candidates().len(), 5_000);
+        assert_eq!(d.candidates().last().unwrap().0, 4_999);
+    }
+
+    #[test]
+    fn min_p_drops_tokens_below_the_fraction_of_the_best() {
+        let l = logits_of(&[0.1, 0.4, 0.05, 0.3, 0.15]);
+        // 0.24 * 0.4 = 0.096 keeps 0.1; 0.26 * 0.4 = 0.104 drops it
+        assert_eq!(ids(&distribution(&params(|p| p.min_p = 0.24), &l).unwrap()), [0, 1, 3, 4]);
+        assert_eq!(ids(&distribution(&params(|p| p.min_p = 0.26), &l).unwrap()), [1, 3, 4]);
+        assert_eq!(ids(&distribution(&params(|p| p.min_p = 0.5), &l).unwrap()), [1, 3]);
+        assert_eq!(ids(&distribution(&params(|p| p.min_p = 1.0), &l).unwrap()), [1]);
+    }
+
+    #[test]
+    fn temperature_reshapes_the_survivors() {
+        let l = logits_of(&[0.2, 0.8]);
+        let d = distribution(&params(|p| p.temperature = 1.0), &l).unwrap();
+        assert!((d.prob(1) - 0.8).abs() < 1e-6);
+        // T = 0.5 squares the odds: 0.64 / (0.64 + 0.04)
+        let d = distribution(&params(|p| p.temperature = 0.5), &l).unwrap();
+        assert!((d.prob(1) - 0.64 / 0.68).abs() < 1e-6, "{d:?}");
+        // T = 2 takes square roots
+        let d = distribution(&params(|p| p.temperature = 2.0), &l).unwrap();
+        let (a, b) = (0.2f32.sqrt(), 0.8f32.sqrt());
+        assert!((d.prob(1) - b / (a + b)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn penalties_change_logits_by_the_documented_amounts() {
+        let prompt = [0, 1];
+        let p = params(|p| {
+            p.repetition_penalty = 2.0;
+            p.presence_penalty = 0.5;
+            p.frequency_penalty = 0.25;
+            p.logit_bias = vec![(4, 3.0)];
+        });
+        let mut s = Sampler::new(p, &prompt);
+        s.accept(2);
+        s.accept(2);
+        s.accept(3);
+        let mut l = vec![4.0, -4.0, 4.0, -1.0, 1.0, 1.0];
+        s.adjust(&mut l);
+        // 0: prompt only -> repetition: 4 / 2
+        // 1: prompt only, negative -> -4 * 2
+        // 2: output twice -> 4 / 2 - 0.5 - 2 * 0.25
+        // 3: output once, negative -> -1 * 2 - 0.5 - 0.25
+        // 4: bias only -> 1 + 3; 5: untouched
+        assert_eq!(l, vec![2.0, -8.0, 1.0, -2.75, 4.0, 1.0]);
+
+        // repetition penalty off: the prompt does not count, presence/frequency still do
+        let mut s = Sampler::new(params(|p| p.frequency_penalty = 1.0), &prompt);
+        s.accept(0);
+        let mut l = vec![1.0, 1.0];
+        s.adjust(&mut l);
+        assert_eq!(l, vec![0.0, 1.0]);
+    }
+
+    #[test]
+    fn same_seed_same_draws_different_seed_different_draws() {
+        let l: Vec<f32> = (0..50).map(|i| (i % 7) as f32 * 0.3).collect();
+        let draws = |seed: u64| {
+            let mut s = Sampler::new(params(|p| p.seed = seed), &[]);
+            (0..64).map(|_| s.pick(&mut l.clone()).unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(draws(1234), draws(1234));
+        assert_ne!(draws(1234), draws(1235));
+    }
+
+    #[test]
+    fn draws_follow_the_distribution() {
+        let l = logits_of(&[0.5, 0.3, 0.2]);
+        let mut s = Sampler::new(params(|p| p.seed = 9), &[]);
+        let mut counts = [0usize; 3];
+        for _ in 0..30_000 {
+            counts[s.pick(&mut l.clone()).unwrap() as usize] += 1;
+        }
+        for (c, want) in counts.iter().zip([0.5, 0.3, 0.2]) {
+            let got = *c as f64 / 30_000.0;
+            assert!((got - want).abs() < 0.015, "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn masked_tokens_are_never_drawn() {
+        let mut l = vec![f32::NEG_INFINITY; 10];
+        l[7] = -50.0;
+        l[3] = -49.0;
+        let mut s = Sampler::new(params(|p| p.seed = 1), &[]);
+        for _ in 0..200 {
+            let t = s.pick(&mut l.clone()).unwrap();
+            assert!(t == 3 || t == 7);
+        }
+    }
+
+    #[test]
+    fn validation_names_the_bad_value() {
+        assert!(SamplingParams::default().validate(10).is_ok());
+        let e = params(|p| p.top_p = 1.5).validate(10).unwrap_err();
+        assert_eq!(e.to_string(), "top_p must be between 0 and 1, got 1.5");
+        assert!(params(|p| p.temperature = -1.0).validate(10).is_err());
+        assert!(params(|p| p.temperature = f32::NAN).validate(10).is_err());
+        assert!(params(|p| p.repetition_penalty = 0.0).validate(10).is_err());
+        assert!(params(|p| p.presence_penalty = 2.5).validate(10).is_err());
+        assert!(params(|p| p.logit_bias = vec![(10, 1.0)]).validate(10).is_err());
+        assert!(params(|p| p.logit_bias = vec![(9, 101.0)]).validate(10).is_err());
+    }
+}
