@@ -7,6 +7,7 @@ compile_error!("the engine reads GGUF's little-endian data in place and needs a 
 pub mod backend;
 pub mod embed;
 pub mod generate;
+pub mod grammar;
 pub mod gguf;
 pub mod kv_cache;
 pub mod logprobs;
