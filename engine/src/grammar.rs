@@ -551,3 +551,18 @@ mod tests {
         assert_eq!(finite, vec![32, 34, 64, 65]);
     }
 }
+
+/// The generator's view of a grammar: mask before sampling, advance after.
+impl crate::generate::TokenConstraint for GrammarMatcher {
+    fn mask_logits(&mut self, logits: &mut [f32]) -> Result<(), String> {
+        GrammarMatcher::mask_logits(self, logits).map_err(|e| e.to_string())
+    }
+
+    fn accept(&mut self, token: TokenId) -> Result<(), String> {
+        GrammarMatcher::accept(self, token).map_err(|e| e.to_string())
+    }
+
+    fn is_finished(&self) -> bool {
+        GrammarMatcher::is_finished(self)
+    }
+}

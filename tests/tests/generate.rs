@@ -325,3 +325,15 @@ fn streamed_multibyte_text_equals_the_final_text() {
         }
     }
 }
+
+#[test]
+fn samples_of_one_prompt_share_its_prefill() {
+    let (model, prompt, _) = setup("tiny-llama-Q8_0");
+    let mut kv = model.new_kv_cache(KvType::F32, 512);
+    let jobs = (0..4).map(|seed| (prompt.clone(), sampled(seed, 10))).chain([(prompt[..2].to_vec(), sampled(9, 10))]).collect();
+    let batch = generate_batch(&model, &mut kv, jobs).unwrap();
+    for seed in 0..4 {
+        assert_eq!(batch[seed as usize], run(&model, &prompt, sampled(seed, 10)), "seed {seed}");
+    }
+    assert_eq!(batch[4], run(&model, &prompt[..2], sampled(9, 10)));
+}
