@@ -5,13 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use engine::grammar::{Constraint, GrammarCompiler, GrammarError, GrammarMatcher, ToolSpec};
+use engine::generate::{generate_batch, FinishReason, GenerateParams};
+use engine::grammar::{Constraint, GrammarCompiler, GrammarError, ToolSpec};
 use engine::kv_cache::KvType;
-use engine::model::{BatchEntry, Model};
+use engine::model::Model;
+use engine::sampling::SamplingParams;
 use engine::tokenizer::TokenId;
 use engine_tests::{fetch_model, fixture};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 /// One generation to run: its prompt, constraint and sampling seed.
@@ -24,120 +24,36 @@ struct Job {
 /// How a generation ended.
 #[derive(Debug)]
 struct Outcome {
-    /// The concatenated bytes of the generated tokens (the end-of-generation token left out):
-    /// exactly the text the grammar matched.
+    /// The output text (the end-of-generation token left out): exactly what the grammar matched.
     text: String,
     n_tokens: usize,
-    /// The token cap was reached before the grammar finished or an EOG token was picked.
+    /// The token cap was reached before the grammar finished.
     capped: bool,
 }
 
-/// Masking statistics over a run.
-#[derive(Default)]
-struct MaskStats {
-    calls: usize,
-    total: Duration,
-    max: Duration,
-}
-
-/// Softmax at temperature 1 over the finite logits, then one draw (the real sampler lives in
-/// `engine::sampling`; this is the minimum the test needs).
-fn sample(logits: &[f32], rng: &mut StdRng) -> TokenId {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    assert!(max.is_finite(), "the mask left no token");
-    let weights: Vec<f64> =
-        logits.iter().map(|&l| if l.is_finite() { f64::from(l - max).exp() } else { 0.0 }).collect();
-    let mut r = rng.random::<f64>() * weights.iter().sum::<f64>();
-    let mut last = 0;
-    for (i, &w) in weights.iter().enumerate() {
-        if w > 0.0 {
-            last = i;
-            if r < w {
-                return i as TokenId;
-            }
-            r -= w;
-        }
-    }
-    last as TokenId
-}
-
-/// Runs every job side by side (one sequence each in one KV cache, one batched forward per
-/// step) until each grammar finishes, an end-of-generation token is picked, or `cap` tokens.
-fn run(model: &Model, compiler: &GrammarCompiler, jobs: &[Job], cap: usize, stats: &mut MaskStats) -> Vec<Outcome> {
-    let tok = model.tokenizer();
+/// Runs every job through the engine's own generation stack: the grammar as the output
+/// constraint of a seeded sampler at temperature 1, all jobs batched in lockstep (jobs with
+/// the same prompt share its prefill), at most `cap` tokens each.
+fn run(model: &Model, compiler: &GrammarCompiler, jobs: &[Job], cap: usize) -> Vec<Outcome> {
     let longest = jobs.iter().map(|j| j.prompt.len()).max().unwrap_or(0);
-    let mut kv = model.new_kv_cache(KvType::F32, longest + cap + 1);
-    struct Seq {
-        matcher: GrammarMatcher,
-        rng: StdRng,
-        tokens: Vec<TokenId>,
-        pos: u32,
-        done: Option<bool>,
-    }
-    let mut seqs: Vec<Seq> = jobs
+    let mut kv = model.new_kv_cache(KvType::F16, longest + cap + 1);
+    let batch = jobs
         .iter()
-        .map(|j| Seq {
-            matcher: compiler.compile(&j.constraint).unwrap(),
-            rng: StdRng::seed_from_u64(j.seed),
-            tokens: Vec::new(),
-            pos: j.prompt.len() as u32,
-            done: None,
+        .map(|j| {
+            let matcher = compiler.compile(&j.constraint).unwrap();
+            let params = GenerateParams {
+                sampling: SamplingParams { seed: j.seed, ..SamplingParams::default() },
+                max_tokens: cap,
+                constraint: Some(Box::new(matcher)),
+                ..GenerateParams::default()
+            };
+            (j.prompt.clone(), params)
         })
         .collect();
-
-    // prefill: every prompt in one batch, logits of each prompt's last token
-    let mut batch: Vec<BatchEntry> = Vec::new();
-    let mut owners = Vec::new();
-    for (i, j) in jobs.iter().enumerate() {
-        batch.extend(BatchEntry::sequence(i as u32, &j.prompt, 0, false));
-        owners.push((i, batch.len() - 1));
-    }
-    loop {
-        let logits = model.forward(&mut kv, &batch).unwrap();
-        let mut next = Vec::new();
-        for &(i, entry) in &owners {
-            let s = &mut seqs[i];
-            let mut row = logits.of_entry(entry).unwrap().to_vec();
-            let t0 = Instant::now();
-            s.matcher.mask_logits(&mut row).unwrap();
-            let dt = t0.elapsed();
-            stats.calls += 1;
-            stats.total += dt;
-            stats.max = stats.max.max(dt);
-            let t = sample(&row, &mut s.rng);
-            s.matcher.accept(t).unwrap_or_else(|e| panic!("a sampled token was refused: {e}"));
-            if tok.is_eog(t) {
-                assert!(s.matcher.is_finished());
-                s.done = Some(false);
-                continue;
-            }
-            s.tokens.push(t);
-            if s.matcher.is_finished() {
-                s.done = Some(false);
-            } else if s.tokens.len() >= cap {
-                s.done = Some(true);
-            } else {
-                next.push((i, t));
-            }
-        }
-        if next.is_empty() {
-            break;
-        }
-        batch.clear();
-        owners.clear();
-        for (i, t) in next {
-            let s = &mut seqs[i];
-            batch.push(BatchEntry { seq: i as u32, token: t, pos: s.pos, logits: true });
-            owners.push((i, batch.len() - 1));
-            s.pos += 1;
-        }
-    }
-    seqs.into_iter()
-        .map(|s| {
-            let bytes: Vec<u8> = s.tokens.iter().flat_map(|&t| tok.token_bytes(t).to_vec()).collect();
-            let text = String::from_utf8(bytes).expect("constrained output is UTF-8");
-            Outcome { text, n_tokens: s.tokens.len(), capped: s.done == Some(true) }
-        })
+    generate_batch(model, &mut kv, batch)
+        .unwrap()
+        .into_iter()
+        .map(|c| Outcome { n_tokens: c.tokens.len(), capped: c.finish == FinishReason::Length, text: c.text })
         .collect()
 }
 
@@ -291,9 +207,8 @@ fn tiny_model(name: &str) {
         jobs.push(Job { prompt: prompt.clone(), constraint: Constraint::ToolCall(tools()), seed });
     }
     let cap = 400;
-    let mut stats = MaskStats::default();
     let t0 = Instant::now();
-    let outs = run(&model, &compiler, &jobs, cap, &mut stats);
+    let outs = run(&model, &compiler, &jobs, cap);
     let elapsed = t0.elapsed();
 
     let mut capped = Vec::new();
@@ -315,13 +230,10 @@ fn tiny_model(name: &str) {
     }
     let tokens: usize = outs.iter().map(|o| o.n_tokens).sum();
     eprintln!(
-        "{name}: {} generations ({} schema jobs), {tokens} tokens in {elapsed:.2?}, {} capped at {cap}; mask {:.1?} mean, {:.1?} max over {} calls; tools called: {names:?}",
+        "{name}: {} generations ({} schema jobs), {tokens} tokens in {elapsed:.2?}, {} capped at {cap}; tools called: {names:?}",
         outs.len(),
         n_schema_jobs,
         capped.len(),
-        stats.total / stats.calls.max(1) as u32,
-        stats.max,
-        stats.calls
     );
     for (job, out) in jobs.iter().zip(&outs).take(n_schema_jobs).step_by(seeds.len()) {
         eprintln!("  seed {}: {}", job.seed, out.text);
@@ -445,17 +357,13 @@ fn qwen_output_validates_and_mask_cost() {
         compiler.compile(&j.constraint).unwrap();
     }
     let compile = t0.elapsed() / jobs.len() as u32;
-    let mut stats = MaskStats::default();
     let t0 = Instant::now();
-    let outs = run(&model, &compiler, &jobs, 96, &mut stats);
+    let outs = run(&model, &compiler, &jobs, 96);
     let elapsed = t0.elapsed();
     let tokens: usize = outs.iter().map(|o| o.n_tokens).sum();
     eprintln!(
-        "qwen: compiler built in {build:.2?}, a constraint compiled in {compile:.2?}; {} generations, {tokens} tokens in {elapsed:.2?}; mask {:.2?} mean, {:.2?} max over {} calls",
+        "qwen: compiler built in {build:.2?}, a constraint compiled in {compile:.2?}; {} generations, {tokens} tokens in {elapsed:.2?}",
         outs.len(),
-        stats.total / stats.calls.max(1) as u32,
-        stats.max,
-        stats.calls
     );
     for ((task, c), out) in cases.iter().zip(&outs) {
         eprintln!(
@@ -495,4 +403,28 @@ fn qwen_output_validates_and_mask_cost() {
         total / n,
         logits.len()
     );
+}
+
+/// The bar on the real model: 200 generations under 20 schemas (10 seeds each, sampled
+/// at temperature 1), every one parses and validates.
+#[test]
+fn qwen_two_hundred_generations_under_twenty_schemas() {
+    let model = Model::load(fetch_model("qwen2.5-coder")).unwrap();
+    let compiler = GrammarCompiler::new(model.tokenizer()).unwrap();
+    let schemas: Vec<Value> = schemas().into_iter().take(20).collect();
+    let t0 = Instant::now();
+    let (mut n, mut tokens) = (0, 0);
+    for schema in &schemas {
+        let prompt = qwen_prompt(&model, &format!("Reply with a JSON value that matches this JSON schema: {schema}"));
+        let jobs: Vec<Job> =
+            (0..10).map(|seed| Job { prompt: prompt.clone(), constraint: Constraint::JsonSchema(schema.clone()), seed }).collect();
+        for out in run(&model, &compiler, &jobs, 160) {
+            assert!(!out.capped, "hit the token cap under {schema}: {}", out.text);
+            assert_valid(schema, &out.text);
+            n += 1;
+            tokens += out.n_tokens;
+        }
+    }
+    assert_eq!(n, 200);
+    eprintln!("qwen: {n} generations under {} schemas, {tokens} tokens in {:.1?}", schemas.len(), t0.elapsed());
 }
