@@ -4,6 +4,7 @@
 Usage:
     tools/render-chat-template.py TEMPLATE.jinja CASE.json [OUT]
     tools/render-chat-template.py --from-gguf MODEL.gguf OUT.jinja
+    tools/render-chat-template.py --probes PROBES.json
 
 The first form renders TEMPLATE.jinja for the inputs in CASE.json and writes the result to OUT
 (or stdout) as UTF-8 bytes, nothing added or stripped. When rendering raises, it writes
@@ -19,7 +20,12 @@ CASE.json holds (the shape of the corpus in tests/fixtures/templates/):
                            clock seen by the template's `strftime_now`
     extra                  optional object of further template variables (enable_thinking, ...)
 
-The second form extracts `tokenizer.chat_template` from a GGUF file (with the `gguf` package if it
+The --probes form reads a JSON list of `{"template": ..., "vars": {...}}` (vars may hold
+`messages`; everything else is passed as a template variable, with tools=None,
+add_generation_prompt=False and the clock frozen at 2025-01-15T09:30:00), renders each entry and
+writes the list back with `expected` (the text) or `error` (`Type: message`) set on each.
+
+The --from-gguf form extracts `tokenizer.chat_template` from a GGUF file (with the `gguf` package if it
 is installed, else with the small reader below) and writes it verbatim.
 
 Renderer: `transformers.utils.chat_template_utils.render_jinja_template` (transformers 5.x, which
@@ -42,17 +48,8 @@ def render(template_path, case_path):
     with open(case_path, encoding="utf-8") as f:
         case = json.load(f)
 
-    frozen = case.get("strftime_now")
-    if frozen:
-        fixed = _dt.datetime.fromisoformat(frozen)
-
-        class FrozenDatetime(_dt.datetime):
-            @classmethod
-            def now(cls, tz=None):
-                return fixed
-
-        # `strftime_now` looks the module's `datetime` up at call time.
-        ctu.datetime = FrozenDatetime
+    if case.get("strftime_now"):
+        freeze_clock(ctu, case["strftime_now"])
 
     kwargs = dict(case.get("extra") or {})
     # apply_chat_template passes only the special tokens the tokenizer has.
@@ -68,6 +65,43 @@ def render(template_path, case_path):
     )
     rendered = out[0] if isinstance(out, tuple) else out
     return rendered[0] if isinstance(rendered, list) else rendered
+
+
+def freeze_clock(ctu, iso):
+    fixed = _dt.datetime.fromisoformat(iso)
+
+    class FrozenDatetime(_dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return fixed
+
+    # `strftime_now` looks the module's `datetime` up at call time.
+    ctu.datetime = FrozenDatetime
+
+
+def render_probes(path):
+    from transformers.utils import chat_template_utils as ctu
+
+    freeze_clock(ctu, "2025-01-15T09:30:00")
+    with open(path, encoding="utf-8") as f:
+        probes = json.load(f)
+    for probe in probes:
+        probe.pop("expected", None)
+        probe.pop("error", None)
+        variables = dict(probe["vars"])
+        messages = variables.pop("messages", [])
+        try:
+            out = ctu.render_jinja_template(
+                conversations=[messages], tools=None, chat_template=probe["template"],
+                add_generation_prompt=False, **variables,
+            )
+            rendered = out[0] if isinstance(out, tuple) else out
+            probe["expected"] = rendered[0]
+        except Exception as e:
+            probe["error"] = f"{type(e).__name__}: {e}"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        json.dump(probes, f, indent=1, ensure_ascii=False)
+        f.write("\n")
 
 
 def gguf_chat_template(path):
@@ -118,6 +152,9 @@ def main(argv):
     if len(argv) == 3 and argv[0] == "--from-gguf":
         with open(argv[2], "w", encoding="utf-8", newline="") as f:
             f.write(gguf_chat_template(argv[1]))
+        return 0
+    if len(argv) == 2 and argv[0] == "--probes":
+        render_probes(argv[1])
         return 0
     if len(argv) not in (2, 3):
         print(__doc__, file=sys.stderr)

@@ -16,19 +16,19 @@ use std::fmt::Write as _;
 use minijinja::value::{Kwargs, Rest, Serde, ValueKind};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, UndefinedBehavior, Value};
 
-pub use pyjson::{dumps as json_dumps, float_repr, DumpOptions};
 /// The clock type of [`ChatInput::now`], re-exported so callers need no chrono dependency.
 pub use chrono::NaiveDateTime;
+pub use pyjson::{dumps as json_dumps, float_repr, DumpOptions};
 
 /// The name the template is stored under; error messages say `(in chat_template:LINE)`.
 const NAME: &str = "chat_template";
 
 /// The fallback for models without a template: ChatML, as llama.cpp and HF's old default use it.
-/// Unlike HF's old default it also accepts content given as a list of text parts.
+/// Unlike HF's old default it also accepts content given as a list of text parts, or null.
 const CHATML: &str = "{% for message in messages %}\
 {{ '<|im_start|>' + message['role'] + '\\n' }}\
 {% if message['content'] is string %}{{ message['content'] }}\
-{% else %}{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}\
+{% elif message['content'] is iterable %}{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}\
 {% endif %}\
 {{ '<|im_end|>' + '\\n' }}\
 {% endfor %}\
@@ -200,27 +200,139 @@ fn environment() -> Environment<'static> {
     // jinja2's default `Undefined`: prints empty, iterates empty, is false; reading an attribute
     // of it is an error.
     env.set_undefined_behavior(UndefinedBehavior::Lenient);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_unknown_method_callback(py_method);
     env.add_filter("tojson", tojson);
     env.add_filter(rewrite::ITER_CHECK_FILTER, iter_check);
     // jinja2's tests where minijinja's differ: None is not iterable; strings and dicts are
-    // sequences, undefined is not; booleans are numbers (Python's bool is an int).
+    // sequences (as is Undefined, which has a length and items); booleans are numbers
+    // (Python's bool is an int).
     env.add_test("iterable", |v: &Value| !v.is_none() && v.try_iter().is_ok());
     env.add_test("sequence", |v: &Value| {
-        matches!(v.kind(), ValueKind::String | ValueKind::Bytes | ValueKind::Seq | ValueKind::Map)
+        v.is_undefined() || matches!(v.kind(), ValueKind::String | ValueKind::Bytes | ValueKind::Seq | ValueKind::Map)
     });
     env.add_test("number", |v: &Value| matches!(v.kind(), ValueKind::Number | ValueKind::Bool));
+    // jinja2's filters where minijinja's differ.
+    env.add_filter("length", |v: &Value| if v.is_undefined() { Ok(0) } else { minijinja::filters::length(v) });
+    env.add_filter("count", |v: &Value| if v.is_undefined() { Ok(0) } else { minijinja::filters::length(v) });
+    env.add_filter("string", |state: &minijinja::State, v: &Value| match py_float(v) {
+        Some(f) => Ok(Value::from(float_repr(f))),
+        None => minijinja::filters::string(state, v),
+    });
+    env.add_filter("int", int_filter);
+    env.add_filter("float", float_filter);
+    env.add_filter("wordcount", |s: &str| {
+        // Python's `len(re.findall(r"\w+", s))`.
+        s.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).count()
+    });
     env.add_function("raise_exception", raise_exception);
     env.set_formatter(|out, state, value| {
         // Python prints floats with repr (`1e+16`, not minijinja's positional digits).
-        if value.kind() == ValueKind::Number && !value.is_integer() {
-            if let Ok(f) = f64::try_from(value.clone()) {
-                return out.write_str(&float_repr(f)).map_err(|_| Error::from(ErrorKind::WriteFailure));
-            }
+        if let Some(f) = py_float(value) {
+            return out.write_str(&float_repr(f)).map_err(|_| Error::from(ErrorKind::WriteFailure));
         }
         minijinja::escape_formatter(out, state, value)
     });
     env
+}
+
+fn py_float(v: &Value) -> Option<f64> {
+    (v.kind() == ValueKind::Number && !v.is_integer()).then(|| f64::try_from(v.clone()).ok()).flatten()
+}
+
+/// jinja2's `int(value, default=0, base=10)`: a string that does not parse gives the default
+/// instead of an error.
+fn int_filter(
+    state: &minijinja::State,
+    value: &Value,
+    default: Option<Value>,
+    base: Option<u32>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    let fallback = match &default {
+        Some(d) => d.clone(),
+        None => kwargs.peek::<Option<Value>>("default")?.unwrap_or(Value::from(0)),
+    };
+    match minijinja::filters::int(state, value, default, base, kwargs) {
+        Err(e) if value.kind() == ValueKind::String && e.kind() == ErrorKind::InvalidOperation => Ok(fallback),
+        r => r,
+    }
+}
+
+/// jinja2's `float(value, default=0.0)`, likewise.
+fn float_filter(
+    state: &minijinja::State,
+    value: &Value,
+    default: Option<Value>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    let fallback = match &default {
+        Some(d) => d.clone(),
+        None => kwargs.peek::<Option<Value>>("default")?.unwrap_or(Value::from(0.0)),
+    };
+    match minijinja::filters::float(state, value, default, kwargs) {
+        Err(e) if value.kind() == ValueKind::String && e.kind() == ErrorKind::InvalidOperation => Ok(fallback),
+        r => r,
+    }
+}
+
+/// Python methods on values: minijinja-contrib's pycompat plus the string methods it lacks.
+fn py_method(state: &mut minijinja::State, value: &Value, method: &str, args: &[Value]) -> Result<Value, Error> {
+    if let Some(s) = value.as_str() {
+        match method {
+            "rsplit" => {
+                let (sep, maxsplit): (Option<&str>, Option<i64>) = minijinja::value::from_args(args)?;
+                return rsplit(s, sep, maxsplit.unwrap_or(-1)).map(Value::from);
+            }
+            "removeprefix" => {
+                let (p,): (&str,) = minijinja::value::from_args(args)?;
+                return Ok(Value::from(s.strip_prefix(p).unwrap_or(s)));
+            }
+            "removesuffix" => {
+                let (p,): (&str,) = minijinja::value::from_args(args)?;
+                return Ok(Value::from(s.strip_suffix(p).unwrap_or(s)));
+            }
+            _ => {}
+        }
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// Python's `str.rsplit(sep=None, maxsplit=-1)`.
+fn rsplit(s: &str, sep: Option<&str>, maxsplit: i64) -> Result<Vec<String>, Error> {
+    let limit = usize::try_from(maxsplit).ok();
+    let mut parts: Vec<String> = match sep {
+        Some("") => return Err(Error::new(ErrorKind::InvalidOperation, "ValueError: empty separator")),
+        Some(sep) => match limit {
+            Some(n) => s.rsplitn(n + 1, sep).map(str::to_string).collect(),
+            None => s.rsplit(sep).map(str::to_string).collect(),
+        },
+        None => {
+            // Runs of whitespace separate; the leftmost part keeps its leading whitespace when
+            // the split count runs out.
+            let mut out = Vec::new();
+            let mut rest = s.trim_end();
+            while !rest.is_empty() {
+                if limit.is_some_and(|n| out.len() == n) {
+                    out.push(rest.to_string());
+                    break;
+                }
+                match rest.rfind(char::is_whitespace) {
+                    Some(i) => {
+                        let ws = rest[i..].chars().next().map_or(1, char::len_utf8);
+                        out.push(rest[i + ws..].to_string());
+                        rest = rest[..i].trim_end();
+                    }
+                    None => {
+                        out.push(rest.to_string());
+                        rest = "";
+                    }
+                }
+            }
+            out
+        }
+    };
+    parts.reverse();
+    Ok(parts)
 }
 
 /// The error `raise_exception` carries as its source, so that `render` can tell it apart.
@@ -271,7 +383,9 @@ fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<String, Er
         opts.indent = Some(match v.as_str() {
             Some(s) => s.to_string(),
             None => {
-                let n = v.as_i64().ok_or_else(|| Error::new(ErrorKind::InvalidOperation, "indent must be an int or a string"))?;
+                let n = v
+                    .as_i64()
+                    .ok_or_else(|| Error::new(ErrorKind::InvalidOperation, "indent must be an int or a string"))?;
                 " ".repeat(n.max(0) as usize)
             }
         });
@@ -311,9 +425,8 @@ fn strftime(now: chrono::NaiveDateTime, fmt: &str) -> Result<String, Error> {
 /// `reasoning_content` (last key unless already present), whichever name the template reads.
 fn alias_reasoning_fields(message: &serde_json::Value) -> serde_json::Value {
     let Some(obj) = message.as_object() else { return message.clone() };
-    let reasoning = ["reasoning_content", "thinking", "reasoning"]
-        .iter()
-        .find_map(|k| obj.get(*k).filter(|v| !v.is_null()));
+    let reasoning =
+        ["reasoning_content", "thinking", "reasoning"].iter().find_map(|k| obj.get(*k).filter(|v| !v.is_null()));
     let Some(reasoning) = reasoning else { return message.clone() };
     let mut out = serde_json::Map::new();
     out.insert("thinking".into(), reasoning.clone());

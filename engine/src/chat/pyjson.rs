@@ -7,7 +7,7 @@ use minijinja::value::ValueKind;
 use minijinja::{Error, ErrorKind, Value};
 
 /// The arguments of `json.dumps` that HF's `tojson` passes through.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct DumpOptions {
     pub ensure_ascii: bool,
     /// `None`: one line; `Some(s)`: items on their own lines, each level indented by `s`
@@ -16,12 +16,6 @@ pub struct DumpOptions {
     /// `(item separator, key separator)`; `None` gives Python's defaults, which depend on `indent`.
     pub separators: Option<(String, String)>,
     pub sort_keys: bool,
-}
-
-impl Default for DumpOptions {
-    fn default() -> Self {
-        DumpOptions { ensure_ascii: false, indent: None, separators: None, sort_keys: false }
-    }
 }
 
 /// `json.dumps(value, **opts)`.

@@ -193,9 +193,15 @@ mod tests {
     #[test]
     fn for_iterables_get_the_check() {
         assert_eq!(rewrite("{% for x in xs %}"), "{% for x in (xs)|__jinja2_iter %}");
-        assert_eq!(rewrite("{%- for k, v in d.items() if k != 'in' recursive -%}"), "{%- for k, v in (d.items())|__jinja2_iter if k != 'in' recursive -%}");
+        assert_eq!(
+            rewrite("{%- for k, v in d.items() if k != 'in' recursive -%}"),
+            "{%- for k, v in (d.items())|__jinja2_iter if k != 'in' recursive -%}"
+        );
         assert_eq!(rewrite("{% for x in [a if b else c] %}"), "{% for x in ([a if b else c])|__jinja2_iter %}");
-        assert_eq!(rewrite("{% for info in infos|select('in', ['x']) %}"), "{% for info in (infos|select('in', ['x']))|__jinja2_iter %}");
+        assert_eq!(
+            rewrite("{% for info in infos|select('in', ['x']) %}"),
+            "{% for info in (infos|select('in', ['x']))|__jinja2_iter %}"
+        );
     }
 
     #[test]

@@ -7,8 +7,7 @@ use super::*;
 
 fn render_src(source: &str, extra: serde_json::Value) -> Result<String, ChatError> {
     let t = ChatTemplate::new(source, Some("<s>"), Some("</s>"))?;
-    let mut input = ChatInput::default();
-    input.extra = extra.as_object().cloned().unwrap_or_default();
+    let input = ChatInput { extra: extra.as_object().cloned().unwrap_or_default(), ..ChatInput::default() };
     t.render(&input)
 }
 
@@ -62,8 +61,9 @@ fn tojson_formats_floats_like_python() {
 
 #[test]
 fn raise_exception_gives_its_message() {
-    let err = render_src("{% if true %}{{ raise_exception('Conversation roles must alternate') }}{% endif %}", json!({}))
-        .unwrap_err();
+    let err =
+        render_src("{% if true %}{{ raise_exception('Conversation roles must alternate') }}{% endif %}", json!({}))
+            .unwrap_err();
     match &err {
         ChatError::Raised(m) => assert_eq!(m, "Conversation roles must alternate"),
         other => panic!("expected Raised, got {other:?}"),
@@ -89,8 +89,12 @@ fn chatml_fallback() {
         "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
     );
     // Content given as text parts is joined.
-    let input = ChatInput::new(vec![json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})]);
+    let input = ChatInput::new(vec![
+        json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
+    ]);
     assert_eq!(t.render(&input).unwrap(), "<|im_start|>user\nab<|im_end|>\n");
+    let input = ChatInput::new(vec![json!({"role": "assistant", "content": null})]);
+    assert_eq!(t.render(&input).unwrap(), "<|im_start|>assistant\n<|im_end|>\n");
 }
 
 #[test]
@@ -116,7 +120,10 @@ fn whitespace_rules_are_hf_ones() {
 
 #[test]
 fn values_print_as_python_prints_them() {
-    assert_eq!(r("{{ x }}", json!({"x": {"a": true, "b": null, "c": "it's", "d": [1, "x"]}})), r#"{'a': True, 'b': None, 'c': "it's", 'd': [1, 'x']}"#);
+    assert_eq!(
+        r("{{ x }}", json!({"x": {"a": true, "b": null, "c": "it's", "d": [1, "x"]}})),
+        r#"{'a': True, 'b': None, 'c': "it's", 'd': [1, 'x']}"#
+    );
     assert_eq!(r("{{ none }}|{{ true }}|{{ undefined_name }}", json!({})), "None|True|");
     assert!(render_src("{{ undefined_name.attr }}", json!({})).is_err());
 }
@@ -125,15 +132,18 @@ fn values_print_as_python_prints_them() {
 fn python_methods_work() {
     assert_eq!(r("{{ '  a b  '.strip().split(' ') }}", json!({})), "['a', 'b']");
     assert_eq!(r("{{ 'abc'.startswith('a') }}", json!({})), "True");
-    assert_eq!(r("{% for k, v in x.items() %}{{ k }}={{ v }};{% endfor %}", json!({"x": {"b": 1, "a": 2}})), "b=1;a=2;");
+    assert_eq!(
+        r("{% for k, v in x.items() %}{{ k }}={{ v }};{% endfor %}", json!({"x": {"b": 1, "a": 2}})),
+        "b=1;a=2;"
+    );
     assert_eq!(r("{{ x.get('missing', 'd') }}", json!({"x": {}})), "d");
 }
 
 #[test]
 fn strftime_now_reads_the_given_clock() {
     let t = ChatTemplate::new("{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%B %d, %Y') }}", None, None).unwrap();
-    let mut input = ChatInput::default();
-    input.now = Some(chrono::NaiveDate::from_ymd_opt(2025, 1, 15).unwrap().and_hms_opt(9, 30, 0).unwrap());
+    let now = chrono::NaiveDate::from_ymd_opt(2025, 1, 15).unwrap().and_hms_opt(9, 30, 0).unwrap();
+    let input = ChatInput { now: Some(now), ..ChatInput::default() };
     assert_eq!(t.render(&input).unwrap(), "15 Jan 2025|January 15, 2025");
     let t = ChatTemplate::new("{{ strftime_now('%Q') }}", None, None).unwrap();
     assert!(t.render(&input).is_err());
@@ -149,14 +159,21 @@ fn special_tokens_are_defined_only_when_given() {
 fn generation_tags_render_their_body() {
     let src = "{% for m in messages %}\n{% generation %}\n{{ m.content }}\n{%- endgeneration %}\n{% endfor %}";
     let t = ChatTemplate::new(src, None, None).unwrap();
-    let input = ChatInput::new(vec![json!({"role": "assistant", "content": "x"}), json!({"role": "user", "content": "y"})]);
+    let input =
+        ChatInput::new(vec![json!({"role": "assistant", "content": "x"}), json!({"role": "user", "content": "y"})]);
     assert_eq!(t.render(&input).unwrap(), "xy");
+    // Whitespace control around the tags as jinja2 applies it (string from Python).
+    let src = "a\n  {% generation %}  \n b {%- endgeneration +%}  c {% generation -%}\n d\n{% endgeneration %}\ne";
+    assert_eq!(r(src, json!({})), "a\n  \n b  c d\ne");
 }
 
 #[test]
 fn reasoning_fields_are_aliased_like_hf() {
     let m = alias_reasoning_fields(&json!({"role": "assistant", "content": "a", "reasoning": "r"}));
-    assert_eq!(m.to_string(), r#"{"thinking":"r","role":"assistant","content":"a","reasoning":"r","reasoning_content":"r"}"#);
+    assert_eq!(
+        m.to_string(),
+        r#"{"thinking":"r","role":"assistant","content":"a","reasoning":"r","reasoning_content":"r"}"#
+    );
     let m = json!({"role": "user", "content": "a"});
     assert_eq!(alias_reasoning_fields(&m), m);
 }
@@ -166,6 +183,33 @@ fn none_is_not_iterable() {
     let err = render_src("a\n{% for t in tools %}{{ t }}{% endfor %}", json!({"tools": null})).unwrap_err();
     assert!(err.to_string().contains("'NoneType' object is not iterable"), "{err}");
     // Undefined iterates as empty, as jinja2's Undefined does.
-    assert_eq!(r("{% for t in nothing %}x{% endfor %}|{{ nothing is iterable }}|{{ none is iterable }}", json!({})), "|True|False");
-    assert_eq!(r("{{ 'ab' is sequence }}{{ {} is sequence }}{{ nothing is sequence }}{{ 1 is sequence }}", json!({})), "TrueTrueFalseFalse");
+    assert_eq!(
+        r("{% for t in nothing %}x{% endfor %}|{{ nothing is iterable }}|{{ none is iterable }}", json!({})),
+        "|True|False"
+    );
+    assert_eq!(
+        r("{{ 'ab' is sequence }}{{ {} is sequence }}{{ nothing is sequence }}{{ 1 is sequence }}", json!({})),
+        "TrueTrueTrueFalse"
+    );
+}
+
+#[test]
+fn rsplit_is_pythons() {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(rsplit("a-b-c", Some("-"), 1).unwrap(), s(&["a-b", "c"]));
+    assert_eq!(rsplit("a-b-c", Some("-"), -1).unwrap(), s(&["a", "b", "c"]));
+    assert_eq!(rsplit("  a b  c ", None, 1).unwrap(), s(&["  a b", "c"]));
+    assert_eq!(rsplit("  a b  c ", None, -1).unwrap(), s(&["a", "b", "c"]));
+    assert_eq!(rsplit(" a ", None, 0).unwrap(), s(&[" a"]));
+    assert!(rsplit("", None, -1).unwrap().is_empty());
+    assert!(rsplit("a", Some(""), -1).is_err());
+}
+
+#[test]
+fn filters_follow_jinja2() {
+    assert_eq!(
+        r("{{ 'x'|int }}|{{ 'x'|int(7) }}|{{ '12'|int + 1 }}|{{ 'x'|float }}|{{ nothing|length }}", json!({})),
+        "0|7|13|0.0|0"
+    );
+    assert_eq!(r("{{ 1e16|string }}|{{ 'a b_c, d'|wordcount }}", json!({})), "1e+16|3");
 }
