@@ -5,6 +5,7 @@
 compile_error!("the engine reads GGUF's little-endian data in place and needs a little-endian target");
 
 pub mod backend;
+pub mod chat;
 pub mod embed;
 pub mod generate;
 pub mod grammar;
