@@ -48,11 +48,11 @@ const DEFAULT_CTX: usize = 4096;
 pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.threads)?;
     let model = load_model(&args.model)?;
+    let sampling = args.sampling.params(model.tokenizer().n_vocab())?;
     let template = ChatTemplate::from_model(&model).context("the model's chat template")?;
     if template.is_fallback() {
         eprintln!("the model has no chat template: using ChatML");
     }
-    let sampling = args.sampling.params(model.tokenizer().n_vocab())?;
     let trained = model.config().n_ctx_train;
     let n_ctx = args.ctx_size.unwrap_or(if trained == 0 { DEFAULT_CTX } else { trained.min(DEFAULT_CTX) });
     let mut kv = model.new_kv_cache(args.kv_type, n_ctx);
@@ -79,7 +79,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             continue;
         }
         messages.push(json!({"role": "user", "content": line}));
-        let input = ChatInput { messages: messages.clone(), add_generation_prompt: true, ..ChatInput::default() };
+        let input = ChatInput { add_generation_prompt: true, ..ChatInput::new(messages.clone()) };
         let prompt = tokenize_chat(&model, &template.render(&input)?);
         if prompt.len() >= n_ctx {
             anyhow::bail!("the conversation ({} tokens) no longer fits the context of {n_ctx}; use a larger --ctx-size", prompt.len());

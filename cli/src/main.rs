@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod chat;
 mod embed;
 mod info;
 mod load;
@@ -24,8 +25,11 @@ enum Command {
     Info(info::InfoArgs),
     /// Print the token ids and pieces of a text under a model's tokenizer.
     Tokenize(tokenize::TokenizeArgs),
-    /// Generate a continuation of a prompt (greedy decoding) and stream it to stdout.
+    /// Generate a continuation of a prompt (sampled, greedy, JSON-constrained or drafted) and
+    /// stream it to stdout.
     Run(run::RunArgs),
+    /// Talk to a chat model: each input line is a user turn, replies are streamed.
+    Chat(chat::ChatArgs),
     /// Show the best tokens and their logits at every position of a prompt.
     Logits(logits::LogitsArgs),
     /// Measure prompt-processing and generation speed, like llama-bench.
@@ -47,6 +51,7 @@ fn main() {
         Command::Info(args) => info::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Run(args) => run::run(args),
+        Command::Chat(args) => chat::run(args),
         Command::Logits(args) => logits::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Embed(args) => embed::run(args),

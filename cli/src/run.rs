@@ -5,8 +5,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::bail;
-use engine::generate::{FinishReason, GenerateParams, Generator, TokenEvent};
+use anyhow::{bail, Context};
+use engine::generate::{FinishReason, GenerateParams, Generator, TokenConstraint, TokenEvent};
+use engine::grammar::{Constraint, GrammarCompiler};
+use engine::model::Model;
 use engine::kv_cache::KvType;
 
 use crate::load::{kv_type_name, load_model, parse_kv_type, parse_positive, thread_pool, tokenize_prompt};
@@ -29,6 +31,12 @@ pub struct RunArgs {
     pub n_predict: usize,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    /// Constrain the output to JSON valid under this JSON schema (a file).
+    #[arg(long, conflicts_with = "json")]
+    pub json_schema: Option<PathBuf>,
+    /// Constrain the output to a JSON object (any).
+    #[arg(long)]
+    pub json: bool,
     /// A draft model with the same vocabulary for speculative decoding.
     #[arg(long)]
     pub draft: Option<PathBuf>,
@@ -54,6 +62,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         sampling: args.sampling.params(model.tokenizer().n_vocab())?,
         max_tokens: args.n_predict,
         stop: args.sampling.stop.clone(),
+        constraint: constraint(&model, &args)?,
         ..GenerateParams::default()
     };
     let needed = prompt.len() + args.n_predict;
@@ -114,6 +123,25 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let Some((usage, finish)) = outcome? else { return Ok(()) };
     report(&args, seed, usage, finish, start, first_token.unwrap_or(end), end);
     Ok(())
+}
+
+/// The output constraint `--json-schema` or `--json` asks for, compiled for this model.
+fn constraint(model: &Model, args: &RunArgs) -> anyhow::Result<Option<Box<dyn TokenConstraint>>> {
+    let c = match (&args.json_schema, args.json) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let schema = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+            Constraint::JsonSchema(schema)
+        }
+        (None, true) => Constraint::JsonObject,
+        (None, false) => return Ok(None),
+    };
+    let compiler = GrammarCompiler::new(model.tokenizer())?;
+    let matcher = compiler.compile(&c).with_context(|| match &args.json_schema {
+        Some(p) => format!("the JSON schema in {}", p.display()),
+        None => "--json".to_string(),
+    })?;
+    Ok(Some(Box::new(matcher)))
 }
 
 /// Counts and speeds, to stderr.
