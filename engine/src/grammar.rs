@@ -368,6 +368,21 @@ fn apply_mask(words: &[u32], n_vocab: usize, logits: &mut [f32]) {
     }
 }
 
+/// The generator's view of a grammar: mask before sampling, advance after.
+impl crate::generate::TokenConstraint for GrammarMatcher {
+    fn mask_logits(&mut self, logits: &mut [f32]) -> Result<(), String> {
+        GrammarMatcher::mask_logits(self, logits).map_err(|e| e.to_string())
+    }
+
+    fn accept(&mut self, token: TokenId) -> Result<(), String> {
+        GrammarMatcher::accept(self, token).map_err(|e| e.to_string())
+    }
+
+    fn is_finished(&self) -> bool {
+        GrammarMatcher::is_finished(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,20 +564,5 @@ mod tests {
         assert!(logits[..32].iter().all(|l| *l == 1.0));
         let finite: Vec<usize> = (32..70).filter(|&i| logits[i].is_finite()).collect();
         assert_eq!(finite, vec![32, 34, 64, 65]);
-    }
-}
-
-/// The generator's view of a grammar: mask before sampling, advance after.
-impl crate::generate::TokenConstraint for GrammarMatcher {
-    fn mask_logits(&mut self, logits: &mut [f32]) -> Result<(), String> {
-        GrammarMatcher::mask_logits(self, logits).map_err(|e| e.to_string())
-    }
-
-    fn accept(&mut self, token: TokenId) -> Result<(), String> {
-        GrammarMatcher::accept(self, token).map_err(|e| e.to_string())
-    }
-
-    fn is_finished(&self) -> bool {
-        GrammarMatcher::is_finished(self)
     }
 }
