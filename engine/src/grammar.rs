@@ -163,7 +163,8 @@ impl GrammarCompiler {
         for w in matcher.grammar_warnings() {
             tracing::warn!(warning = %w, "grammar compiled with a warning");
         }
-        Ok(GrammarMatcher { matcher, n_vocab: self.inner.n_vocab, eog: self.inner.eog.clone(), eog_after_end: 0 })
+        let tool_call = matches!(constraint, Constraint::ToolCall(_));
+        Ok(GrammarMatcher { matcher, n_vocab: self.inner.n_vocab, eog: self.inner.eog.clone(), eog_after_end: 0, tool_call })
     }
 }
 
@@ -270,6 +271,8 @@ pub struct GrammarMatcher {
     /// End-of-generation tokens accepted after the grammar had already finished: llguidance
     /// takes no token once stopped, so these are counted here (and rolled back here first).
     eog_after_end: usize,
+    /// Compiled from [`Constraint::ToolCall`]: a finished output is a tool call.
+    tool_call: bool,
 }
 
 /// A copy at the same position that then goes its own way (several choices of one request,
@@ -281,6 +284,7 @@ impl Clone for GrammarMatcher {
             n_vocab: self.n_vocab,
             eog: self.eog.clone(),
             eog_after_end: self.eog_after_end,
+            tool_call: self.tool_call,
         }
     }
 }
@@ -380,6 +384,10 @@ impl crate::generate::TokenConstraint for GrammarMatcher {
 
     fn is_finished(&self) -> bool {
         GrammarMatcher::is_finished(self)
+    }
+
+    fn finish_reason(&self) -> crate::generate::FinishReason {
+        if self.tool_call { crate::generate::FinishReason::ToolCalls } else { crate::generate::FinishReason::Stop }
     }
 }
 

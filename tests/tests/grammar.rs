@@ -428,3 +428,27 @@ fn qwen_two_hundred_generations_under_twenty_schemas() {
     assert_eq!(n, 200);
     eprintln!("qwen: {n} generations under {} schemas, {tokens} tokens in {:.1?}", schemas.len(), t0.elapsed());
 }
+
+/// A forced tool call ends with finish reason `tool_calls`, and the chat layer reads it back.
+#[test]
+fn a_forced_tool_call_finishes_as_tool_calls_and_parses() {
+    let model = Model::load(fixture("models/tiny-llama-Q8_0.gguf")).unwrap();
+    let compiler = GrammarCompiler::new(model.tokenizer()).unwrap();
+    let prompt = model.tokenizer().encode("Call a tool:", true, false);
+    let mut kv = model.new_kv_cache(KvType::F32, 512);
+    for seed in 0..4 {
+        let params = GenerateParams {
+            sampling: SamplingParams { seed, ..SamplingParams::default() },
+            max_tokens: 300,
+            constraint: Some(Box::new(compiler.compile(&Constraint::ToolCall(tools())).unwrap())),
+            ..GenerateParams::default()
+        };
+        let c = engine::generate::generate(&model, &mut kv, &prompt, params).unwrap();
+        assert_eq!(c.finish, FinishReason::ToolCalls, "{}", c.text);
+        let reply = engine::chat::parse_tool_calls(&c.text);
+        assert_eq!(reply.tool_calls.len(), 1, "{}", c.text);
+        let call = &reply.tool_calls[0];
+        let tool = tools().into_iter().find(|t| t.name == call.name).unwrap();
+        assert_valid(&tool.parameters, &call.arguments.to_string());
+    }
+}

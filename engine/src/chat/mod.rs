@@ -9,6 +9,7 @@
 
 mod pyjson;
 mod rewrite;
+mod tool_calls;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -19,6 +20,7 @@ use minijinja::{AutoEscape, Environment, Error, ErrorKind, UndefinedBehavior, Va
 /// The clock type of [`ChatInput::now`], re-exported so callers need no chrono dependency.
 pub use chrono::NaiveDateTime;
 pub use pyjson::{dumps as json_dumps, float_repr, DumpOptions};
+pub use tool_calls::{parse_tool_calls, ParsedReply, ToolCall};
 
 /// The name the template is stored under; error messages say `(in chat_template:LINE)`.
 const NAME: &str = "chat_template";

@@ -18,6 +18,10 @@ pub trait TokenConstraint: Send {
     fn accept(&mut self, token: TokenId) -> Result<(), String>;
     /// Nothing may follow: the output is complete.
     fn is_finished(&self) -> bool;
+    /// How a completed output ends (a forced tool call ends with `ToolCalls`).
+    fn finish_reason(&self) -> FinishReason {
+        FinishReason::Stop
+    }
 }
 
 /// The most alternatives a token's log-probability may list (OpenAI's limit).
@@ -137,7 +141,8 @@ impl SequenceDecoder {
         debug_assert!(!self.is_finished(), "commit after the end");
         if self.stop_at_eog && tokenizer.is_eog(token) {
             let text = self.flush();
-            self.finish = Some(FinishReason::Stop);
+            let completed = self.constraint.as_ref().map(|c| c.finish_reason());
+            self.finish = Some(completed.unwrap_or(FinishReason::Stop));
             return Ok(TokenEvent { token: None, text, logprob: None, finish: self.finish });
         }
         if let Some(c) = &mut self.constraint {
@@ -154,9 +159,9 @@ impl SequenceDecoder {
         let mut text = check.release;
         if check.stopped {
             self.finish = Some(FinishReason::Stop);
-        } else if self.constraint.as_ref().is_some_and(|c| c.is_finished()) {
+        } else if let Some(reason) = self.constraint.as_ref().filter(|c| c.is_finished()).map(|c| c.finish_reason()) {
             text.push_str(&self.flush());
-            self.finish = Some(FinishReason::Stop);
+            self.finish = Some(reason);
         } else if self.tokens.len() >= self.max_tokens {
             text.push_str(&self.flush());
             self.finish = Some(FinishReason::Length);
