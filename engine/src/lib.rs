@@ -9,6 +9,7 @@ pub mod chat;
 pub mod embed;
 pub mod generate;
 pub mod grammar;
+pub mod guard;
 pub mod gguf;
 pub mod kv_cache;
 pub mod logprobs;

@@ -1,0 +1,24 @@
+//! The guard (content-safety evaluation with IBM Granite Guardian 3.0 / 3.2 / 3.3, or any chat
+//! model): its vocabulary and request checks (`risks`), the models' protocol texts
+//! (`definitions`), prompt rendering through the model's template or the built-in renderers
+//! (`prompt`, `builtin`) and the shared-prefix plan of a scan (`prefix`). The contract is
+//! `spec/guard.md`; decoding and verdicts build on `Prompter` and `GuardPrompt`.
+//!
+//! A request goes: [`check_request`] (the contract's 400 errors, the format resolved) ->
+//! [`Prompter::render_all`] (one [`GuardPrompt`] per risk) -> tokenize each prompt with special
+//! tokens parsed and no BOS -> [`PrefixTree::build`] over the token sequences -> forward passes.
+
+mod builtin;
+mod definitions;
+pub mod error;
+pub mod prefix;
+pub mod prompt;
+pub mod risks;
+
+pub use error::GuardError;
+pub use prefix::{common_prefix_len, PrefixNode, PrefixTree};
+pub use prompt::{GuardPrompt, NativeRequest, PromptPath, Prompter};
+pub use risks::{
+    check_request, detect_format, is_guardian_template, parse_risks, CheckedRequest, Detection, GuardFormat, GuardInput,
+    Judged, Risk, RiskGroup,
+};
