@@ -47,7 +47,12 @@ fn native(case: &Value) -> NativeRequest {
 fn api(request: &Value) -> (GuardFormat, Risk, GuardInput, bool) {
     let input: GuardInput = serde_json::from_value(request["input"].clone()).expect("input");
     let risk = request["risk"].as_str().unwrap().parse().unwrap();
-    (format(request["format"].as_str().unwrap()), risk, input, request.get("think").and_then(Value::as_bool).unwrap_or(false))
+    (
+        format(request["format"].as_str().unwrap()),
+        risk,
+        input,
+        request.get("think").and_then(Value::as_bool).unwrap_or(false),
+    )
 }
 
 /// What a case expects.
@@ -83,8 +88,15 @@ fn mismatch(got: Result<String, GuardError>, want: &Expect) -> Option<String> {
 
 fn first_difference(want: &str, got: &str) -> String {
     let at = want.bytes().zip(got.bytes()).take_while(|(a, b)| a == b).count();
-    let ctx = |s: &str| String::from_utf8_lossy(&s.as_bytes()[at.saturating_sub(40)..(at + 40).min(s.len())]).into_owned();
-    format!("first difference at byte {at} (lengths {} / {}):\n  want …{:?}\n  got  …{:?}", want.len(), got.len(), ctx(want), ctx(got))
+    let ctx =
+        |s: &str| String::from_utf8_lossy(&s.as_bytes()[at.saturating_sub(40)..(at + 40).min(s.len())]).into_owned();
+    format!(
+        "first difference at byte {at} (lengths {} / {}):\n  want …{:?}\n  got  …{:?}",
+        want.len(),
+        got.len(),
+        ctx(want),
+        ctx(got)
+    )
 }
 
 /// Panics listing every failure, after `total` cases were checked.
@@ -95,7 +107,9 @@ fn report(what: &str, total: usize, failures: Vec<String>) {
 
 #[test]
 fn tiny_models_are_detected() {
-    for (name, want_path) in [("3.0", PromptPath::GuardianTemplate), ("3.2", PromptPath::GuardianTemplate), ("3.3", PromptPath::Builtin)] {
+    for (name, want_path) in
+        [("3.0", PromptPath::GuardianTemplate), ("3.2", PromptPath::GuardianTemplate), ("3.3", PromptPath::Builtin)]
+    {
         let m = model(name);
         let prompter = Prompter::from_model(&m).unwrap();
         let d = prompter.detection();
@@ -310,18 +324,44 @@ fn golden_prompts_tokenize_like_llama_cpp() {
 /// guard.md §2: the contract's error messages, with the input as the HTTP layer deserializes it.
 #[test]
 fn request_errors() {
-    let cases: &[(Value, &[&str], Option<&str>, bool, &str)] = &[
+    // (input, risks, format, think, message)
+    type Case<'a> = (Value, &'a [&'a str], Option<&'a str>, bool, &'a str);
+    let cases: &[Case] = &[
         (json!({}), &[], None, false, "input.user is required"),
         (json!({"user": ""}), &["harm"], None, false, "input.user is required"),
         (json!({"user": "hi"}), &["harm", "toxicity"], None, false, "invalid risk category: toxicity"),
-        (json!({"user": "hi", "context": "c"}), &["groundedness"], None, false, "risk groundedness requires input.context and input.assistant"),
-        (json!({"user": "hi", "assistant": "a"}), &["context_relevance"], None, false, "risk context_relevance requires input.context and input.assistant"),
-        (json!({"user": "hi"}), &["answer_relevance"], None, false, "risk answer_relevance requires input.context and input.assistant"),
+        (
+            json!({"user": "hi", "context": "c"}),
+            &["groundedness"],
+            None,
+            false,
+            "risk groundedness requires input.context and input.assistant",
+        ),
+        (
+            json!({"user": "hi", "assistant": "a"}),
+            &["context_relevance"],
+            None,
+            false,
+            "risk context_relevance requires input.context and input.assistant",
+        ),
+        (
+            json!({"user": "hi"}),
+            &["answer_relevance"],
+            None,
+            false,
+            "risk answer_relevance requires input.context and input.assistant",
+        ),
         (json!({"user": "hi"}), &[], Some("3.1"), false, "unsupported format \"3.1\" (must be 3.0, 3.2, or 3.3)"),
         (json!({"user": "hi"}), &[], Some("2"), false, "unsupported format \"2\" (must be 3.0, 3.2, or 3.3)"),
         (json!({"user": "hi"}), &[], Some("3.2"), true, "thinking mode is only supported with format 3.3"),
         (json!({"user": "hi"}), &[], None, true, "thinking mode is only supported with format 3.3"),
-        (json!({"user": "hi"}), &["function_call_hallucination"], None, false, "risk function_call_hallucination requires input.assistant"),
+        (
+            json!({"user": "hi"}),
+            &["function_call_hallucination"],
+            None,
+            false,
+            "risk function_call_hallucination requires input.assistant",
+        ),
     ];
     for (input, risks, format, think, want) in cases {
         let input: GuardInput = serde_json::from_value(input.clone()).unwrap();
@@ -356,7 +396,8 @@ fn generic_model_path() {
     let prompter = Prompter::from_model(&m).unwrap();
     assert_eq!((prompter.is_guardian(), prompter.default_format()), (false, GuardFormat::V3_0));
     let p = prompter.render(GuardFormat::V3_0, Risk::Harm, &input, false).unwrap();
-    let turn = format!("<|start_of_role|>user<|end_of_role|>{body}<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>");
+    let turn =
+        format!("<|start_of_role|>user<|end_of_role|>{body}<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>");
     assert!(p.text.ends_with(&turn), "{:?}", p.text);
 }
 
@@ -375,7 +416,10 @@ fn scan_prompts_share_prefixes() {
         let tree = PrefixTree::build(&tokens);
         let total: usize = tokens.iter().map(Vec::len).sum();
         let shared = tree.shared_cost();
-        eprintln!("{name}: nine prompts {total} tokens, {shared} with shared prefixes ({:.2})", shared as f64 / total as f64);
+        eprintln!(
+            "{name}: nine prompts {total} tokens, {shared} with shared prefixes ({:.2})",
+            shared as f64 / total as f64
+        );
         // Each prompt ends at exactly one node.
         let mut ends: Vec<usize> = tree.nodes.iter().flat_map(|n| n.ends.iter().copied()).collect();
         ends.sort_unstable();

@@ -19,6 +19,6 @@ pub use error::GuardError;
 pub use prefix::{common_prefix_len, PrefixNode, PrefixTree};
 pub use prompt::{GuardPrompt, NativeRequest, PromptPath, Prompter};
 pub use risks::{
-    check_request, detect_format, is_guardian_template, parse_risks, CheckedRequest, Detection, GuardFormat, GuardInput,
-    Judged, Risk, RiskGroup,
+    check_request, detect_format, is_guardian_template, parse_risks, CheckedRequest, Detection, GuardFormat,
+    GuardInput, Judged, Risk, RiskGroup,
 };

@@ -258,7 +258,13 @@ impl Prompter {
 
     /// The prompt for one risk. The request should have passed
     /// [`check_request`](super::risks::check_request).
-    pub fn render(&self, format: GuardFormat, risk: Risk, input: &GuardInput, think: bool) -> Result<GuardPrompt, GuardError> {
+    pub fn render(
+        &self,
+        format: GuardFormat,
+        risk: Risk,
+        input: &GuardInput,
+        think: bool,
+    ) -> Result<GuardPrompt, GuardError> {
         let path = self.path(format);
         if path == PromptPath::Generic {
             let native = NativeRequest::for_risk(GuardFormat::V3_2, risk, input, false);
@@ -293,7 +299,8 @@ impl Prompter {
     /// `<|start_of_role|>user<|end_of_role|>` and `<|end_of_text|>`) as the one user message of
     /// the model's own template, with its generation prompt.
     fn render_generic(&self, native_3_2: &NativeRequest) -> Result<String, GuardError> {
-        let template = self.template.as_ref().ok_or_else(|| GuardError::prompt("generic guard without a chat template"))?;
+        let template =
+            self.template.as_ref().ok_or_else(|| GuardError::prompt("generic guard without a chat template"))?;
         let body = builtin::user_turn_3_2(native_3_2)?;
         let input = ChatInput { add_generation_prompt: true, ..ChatInput::new(vec![message("user", body)]) };
         Ok(template.render(&input)?)
