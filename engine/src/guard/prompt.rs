@@ -203,10 +203,22 @@ impl Prompter {
         let names: Vec<&str> =
             ["general.name", "general.basename", "general.finetune"].iter().filter_map(|k| file.get_str(k)).collect();
         let source = file.get_str("tokenizer.chat_template");
-        let detection = detect_format(source, &names);
+        let mut detection = detect_format(source, &names);
         let template = match (detection.guardian, detection.template_format) {
-            (_, Some(_)) | (false, _) => Some(ChatTemplate::from_model(model)?),
+            (false, _) => Some(ChatTemplate::from_model(model)?),
             (true, None) => None,
+            (true, Some(format)) => match ChatTemplate::from_model(model) {
+                Ok(t) => Some(t),
+                // The built-in renderer says the same thing, so a Guardian template that minijinja
+                // cannot compile is no reason to refuse the model.
+                Err(e) => {
+                    tracing::warn!(
+                        "the Guardian chat template does not compile ({e}); using the built-in {format} renderer"
+                    );
+                    detection.template_format = None;
+                    None
+                }
+            },
         };
         Ok(Prompter { detection, template })
     }
@@ -320,3 +332,7 @@ impl Prompter {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "prompt_tests.rs"]
+mod tests;
