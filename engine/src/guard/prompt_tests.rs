@@ -134,3 +134,11 @@ fn builtin_3_3_reads_custom_criteria_and_system_messages() {
     assert!(text.contains("### Criteria: Profanity refers to"), "{text}");
     assert!(!text.contains("<|start_of_role|>system<|end_of_role|>profanity"));
 }
+
+#[test]
+fn prompter_is_shareable_across_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Prompter>();
+    shareable::<GuardPrompt>();
+    shareable::<GuardError>();
+}
