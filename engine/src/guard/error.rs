@@ -34,6 +34,25 @@ pub enum GuardError {
     /// The model's chat template failed otherwise (syntax, an undefined value, a type error).
     #[error("guard prompt template failed: {0}")]
     Template(ChatError),
+    /// The model's answer for a risk does not follow its format (never read as "safe").
+    #[error("cannot read the verdict for risk {risk} from the model output: {output:?}")]
+    Unparseable { risk: String, output: String },
+    /// A batch with no inputs.
+    #[error("inputs is required")]
+    BatchEmpty,
+    /// A batch over the limit.
+    #[error("inputs exceeds maximum batch size of {max}")]
+    BatchTooLarge { max: usize },
+    /// The caller cancelled the evaluation (a dropped HTTP request).
+    #[error("the evaluation was cancelled")]
+    Cancelled,
+    /// The device option names no device this build can use.
+    #[error("{0}")]
+    Device(String),
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+    #[error(transparent)]
+    Generate(#[from] crate::generate::GenerateError),
 }
 
 impl GuardError {
@@ -47,6 +66,8 @@ impl GuardError {
                 | GuardError::UnsupportedFormat(_)
                 | GuardError::ThinkRequiresFormat33
                 | GuardError::AssistantRequired(_)
+                | GuardError::BatchEmpty
+                | GuardError::BatchTooLarge { .. }
         )
     }
 

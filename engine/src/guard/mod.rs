@@ -14,9 +14,11 @@ pub mod error;
 pub mod prefix;
 pub mod prompt;
 pub mod risks;
+pub mod verdict;
 
 pub use error::GuardError;
 pub use prefix::{common_prefix_len, PrefixNode, PrefixTree};
+pub use verdict::{Verdict, YesNoTokens};
 pub use prompt::{GuardPrompt, NativeRequest, PromptPath, Prompter};
 pub use risks::{
     check_request, detect_format, is_guardian_template, parse_risks, CheckedRequest, Detection, GuardFormat,

@@ -30,6 +30,12 @@ pub enum Risk {
     FunctionCallHallucination,
 }
 
+impl serde::Serialize for Risk {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 /// The three groups of guard.md §1; they decide which input fields a risk needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RiskGroup {
