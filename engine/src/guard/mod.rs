@@ -11,6 +11,7 @@
 mod builtin;
 mod definitions;
 pub mod error;
+pub mod evaluator;
 pub mod prefix;
 pub mod prompt;
 pub mod risks;
@@ -18,6 +19,7 @@ pub mod verdict;
 
 pub use error::GuardError;
 pub use prefix::{common_prefix_len, PrefixNode, PrefixTree};
+pub use evaluator::{BatchItem, Evaluator, EvaluatorOptions, GuardRequest, GuardResult, ScanResult, MAX_BATCH};
 pub use verdict::{Verdict, YesNoTokens};
 pub use prompt::{GuardPrompt, NativeRequest, PromptPath, Prompter};
 pub use risks::{

@@ -1,0 +1,345 @@
+//! The guard evaluator (guard.md §4, §5, §7): checks a request, renders one prompt per risk,
+//! computes the prompts' shared prefix once per input (KV fork), then runs every suffix of every
+//! input as one batch and decodes all of them in lockstep (greedy), reading the verdicts.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::verdict::{risk_probability, verdict_3_0, verdict_3_2, verdict_3_3, Verdict, YesNoTokens};
+use super::{check_request, GuardError, GuardFormat, GuardInput, GuardPrompt, Prompter, Risk};
+use crate::generate::{common_prefix, GenerateParams, SequenceDecoder};
+use crate::kv_cache::KvType;
+use crate::model::{BatchEntry, Model, ModelError};
+use crate::tokenizer::TokenId;
+
+/// The most inputs one batch may hold (guard.md §4).
+pub const MAX_BATCH: usize = 256;
+/// Sequences decoded together at most (bounds the KV cache of a large batch).
+const MAX_SEQS_PER_PASS: usize = 64;
+
+/// How the evaluator runs.
+#[derive(Clone, Debug)]
+pub struct EvaluatorOptions {
+    /// `cpu`, or `cuda` / `cuda:N` (refused by a build without CUDA).
+    pub device: String,
+    /// The format of requests that name none (default: detected from the model).
+    pub default_format: Option<GuardFormat>,
+    pub kv_type: KvType,
+    /// Output budgets: 3.2 answers, 3.3 without and with thinking.
+    pub max_tokens_3_2: usize,
+    pub max_tokens_3_3: usize,
+    pub max_tokens_think: usize,
+}
+
+impl Default for EvaluatorOptions {
+    fn default() -> EvaluatorOptions {
+        EvaluatorOptions {
+            device: "cpu".into(),
+            default_format: None,
+            kv_type: KvType::F16,
+            max_tokens_3_2: 32,
+            max_tokens_3_3: 64,
+            max_tokens_think: 2048,
+        }
+    }
+}
+
+/// One evaluation: an input and the risks to judge it for.
+#[derive(Clone, Debug, Default)]
+pub struct GuardRequest {
+    pub input: GuardInput,
+    /// Risk names; empty = the 9 harm risks.
+    pub risks: Vec<String>,
+    pub format: Option<String>,
+    pub think: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GuardResult {
+    pub flagged: bool,
+    pub verdicts: Vec<Verdict>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ScanResult {
+    pub flagged: bool,
+    pub verdicts: Vec<Verdict>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub highest_risk: Option<Risk>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BatchItem {
+    pub index: usize,
+    pub flagged: bool,
+    pub verdicts: Vec<Verdict>,
+}
+
+/// A loaded guard model and how to prompt it.
+pub struct Evaluator {
+    model: Arc<Model>,
+    prompter: Prompter,
+    yes_no: YesNoTokens,
+    options: EvaluatorOptions,
+}
+
+impl std::fmt::Debug for Evaluator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Evaluator").field("model", &self.model).field("format", &self.default_format()).finish()
+    }
+}
+
+impl Evaluator {
+    pub fn new(path: impl AsRef<Path>, options: EvaluatorOptions) -> Result<Evaluator, GuardError> {
+        check_device(&options.device)?;
+        Evaluator::from_model(Arc::new(Model::load(path)?), options)
+    }
+
+    pub fn from_model(model: Arc<Model>, options: EvaluatorOptions) -> Result<Evaluator, GuardError> {
+        check_device(&options.device)?;
+        if model.is_encoder() {
+            return Err(GuardError::Model(ModelError::BadBatch("an encoder model cannot be a guard".into())));
+        }
+        let prompter = Prompter::from_model(&model)?;
+        let yes_no = YesNoTokens::of(model.tokenizer());
+        Ok(Evaluator { model, prompter, yes_no, options })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub fn prompter(&self) -> &Prompter {
+        &self.prompter
+    }
+
+    /// The format of a request that names none.
+    pub fn default_format(&self) -> GuardFormat {
+        self.options.default_format.unwrap_or_else(|| self.prompter.default_format())
+    }
+
+    pub fn evaluate(&self, request: &GuardRequest) -> Result<GuardResult, GuardError> {
+        self.evaluate_cancellable(request, &AtomicBool::new(false))
+    }
+
+    /// [`Evaluator::evaluate`] that stops (with [`GuardError::Cancelled`]) once `cancel` is set.
+    pub fn evaluate_cancellable(&self, request: &GuardRequest, cancel: &AtomicBool) -> Result<GuardResult, GuardError> {
+        let checked =
+            check_request(&request.input, &request.risks, request.format.as_deref(), request.think, self.default_format())?;
+        let prompts = self.prompter.render_all(&checked, &request.input)?;
+        let verdicts = self.run(vec![prompts], cancel)?.pop().unwrap_or_default();
+        Ok(GuardResult { flagged: verdicts.iter().any(|v| v.is_unsafe), verdicts })
+    }
+
+    /// The 9 harm risks; `highest_risk` is the unsafe verdict with the highest confidence (ties to
+    /// the earlier category).
+    pub fn scan(&self, input: &GuardInput) -> Result<ScanResult, GuardError> {
+        self.scan_cancellable(input, None, false, &AtomicBool::new(false))
+    }
+
+    pub fn scan_cancellable(
+        &self,
+        input: &GuardInput,
+        format: Option<&str>,
+        think: bool,
+        cancel: &AtomicBool,
+    ) -> Result<ScanResult, GuardError> {
+        let request = GuardRequest { input: input.clone(), risks: Vec::new(), format: format.map(String::from), think };
+        let GuardResult { flagged, verdicts } = self.evaluate_cancellable(&request, cancel)?;
+        let highest_risk = highest_risk(&verdicts);
+        Ok(ScanResult { flagged, verdicts, highest_risk })
+    }
+
+    /// Every input judged for `risks` (empty: the 9 harm risks), results in input order.
+    pub fn evaluate_batch<S: AsRef<str>>(&self, inputs: &[GuardInput], risks: &[S]) -> Result<Vec<BatchItem>, GuardError> {
+        self.evaluate_batch_cancellable(inputs, risks, &AtomicBool::new(false))
+    }
+
+    pub fn evaluate_batch_cancellable<S: AsRef<str>>(
+        &self,
+        inputs: &[GuardInput],
+        risks: &[S],
+        cancel: &AtomicBool,
+    ) -> Result<Vec<BatchItem>, GuardError> {
+        if inputs.is_empty() {
+            return Err(GuardError::BatchEmpty);
+        }
+        if inputs.len() > MAX_BATCH {
+            return Err(GuardError::BatchTooLarge { max: MAX_BATCH });
+        }
+        let mut groups = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let checked = check_request(input, risks, None, false, self.default_format())?;
+            groups.push(self.prompter.render_all(&checked, input)?);
+        }
+        let per_pass = (MAX_SEQS_PER_PASS / groups[0].len().max(1)).max(1);
+        let mut items = Vec::with_capacity(inputs.len());
+        let mut iter = groups.into_iter().peekable();
+        while iter.peek().is_some() {
+            let chunk: Vec<Vec<GuardPrompt>> = iter.by_ref().take(per_pass).collect();
+            for verdicts in self.run(chunk, cancel)? {
+                items.push(BatchItem { index: items.len(), flagged: verdicts.iter().any(|v| v.is_unsafe), verdicts });
+            }
+        }
+        Ok(items)
+    }
+
+    /// Runs groups of prompts (a group = one input's prompts, sharing a prefix) and returns
+    /// each group's verdicts in prompt order.
+    fn run(&self, groups: Vec<Vec<GuardPrompt>>, cancel: &AtomicBool) -> Result<Vec<Vec<Verdict>>, GuardError> {
+        let tok = self.model.tokenizer();
+        let prompts: Vec<(usize, GuardPrompt, Vec<TokenId>)> = groups
+            .into_iter()
+            .enumerate()
+            .flat_map(|(g, ps)| ps.into_iter().map(move |p| (g, p)))
+            .map(|(g, p)| {
+                let ids = tok.encode(&p.text, false, true);
+                (g, p, ids)
+            })
+            .collect();
+        let n_groups = prompts.iter().map(|p| p.0 + 1).max().unwrap_or(0);
+        let budget = |p: &GuardPrompt| match p.format {
+            GuardFormat::V3_0 => 1,
+            GuardFormat::V3_2 => self.options.max_tokens_3_2,
+            GuardFormat::V3_3 if p.think => self.options.max_tokens_think,
+            GuardFormat::V3_3 => self.options.max_tokens_3_3,
+        };
+        let n_ctx = prompts.iter().map(|(_, p, ids)| ids.len() + budget(p)).max().unwrap_or(1);
+        let mut kv = self.model.new_kv_cache(self.options.kv_type, n_ctx);
+
+        // the shared prefix of each group, computed once in the group's first sequence
+        let mut prefill = Vec::new();
+        let mut group_prefix = vec![0usize; n_groups];
+        for g in 0..n_groups {
+            let members: Vec<usize> = (0..prompts.len()).filter(|&i| prompts[i].0 == g).collect();
+            let first = &prompts[members[0]].2;
+            let shared = members.iter().map(|&i| common_prefix(first, &prompts[i].2)).min().unwrap_or(0);
+            // every sequence runs at least its last token itself (its logits start the answer)
+            let shared = members.iter().map(|&i| prompts[i].2.len() - 1).fold(shared, usize::min);
+            group_prefix[g] = shared;
+            if shared > 0 {
+                let mut entries = BatchEntry::sequence(members[0] as u32, &first[..shared], 0, false);
+                entries.iter_mut().for_each(|e| e.logits = false);
+                prefill.extend(entries);
+            }
+        }
+        if !prefill.is_empty() {
+            check_cancel(cancel)?;
+            self.model.forward(&mut kv, &prefill)?;
+        }
+        for (i, (g, _, _)) in prompts.iter().enumerate() {
+            let first = prompts.iter().position(|p| p.0 == *g).unwrap_or(i);
+            if first != i && group_prefix[*g] > 0 {
+                kv.fork(first as u32, i as u32).map_err(ModelError::from)?;
+            }
+        }
+
+        // lockstep greedy decoding of every sequence, keeping the yes/no mass of each step
+        let mut seqs: Vec<(SequenceDecoder, Vec<TokenId>, Vec<(f64, f64)>)> = prompts
+            .iter()
+            .map(|(_, p, ids)| {
+                let decoder = SequenceDecoder::new(tok, ids, GenerateParams::greedy(budget(p)))?;
+                Ok((decoder, ids.clone(), Vec::new()))
+            })
+            .collect::<Result<_, GuardError>>()?;
+        loop {
+            let mut batch = Vec::new();
+            let mut owners = Vec::new();
+            for (i, (decoder, history, _)) in seqs.iter().enumerate() {
+                if decoder.is_finished() {
+                    continue;
+                }
+                let fed = kv.seq_len(i as u32);
+                batch.extend(BatchEntry::sequence(i as u32, &history[fed..], fed as u32, false));
+                owners.push(i);
+            }
+            if owners.is_empty() {
+                break;
+            }
+            check_cancel(cancel)?;
+            let logits = self.model.forward(&mut kv, &batch)?;
+            for (row, &i) in owners.iter().enumerate() {
+                let (decoder, history, masses) = &mut seqs[i];
+                let logits = logits.row(row);
+                masses.push(self.yes_no.probabilities(logits));
+                if let Some(t) = decoder.step(tok, logits)?.token {
+                    history.push(t);
+                }
+            }
+        }
+
+        let mut out: Vec<Vec<Verdict>> = vec![Vec::new(); n_groups];
+        for ((g, prompt, _), (decoder, _, masses)) in prompts.into_iter().zip(seqs) {
+            out[g].push(self.read_verdict(&prompt, &decoder, &masses)?);
+        }
+        Ok(out)
+    }
+
+    /// The verdict of one finished sequence; the risk probability is read at the label token.
+    fn read_verdict(&self, prompt: &GuardPrompt, decoder: &SequenceDecoder, masses: &[(f64, f64)]) -> Result<Verdict, GuardError> {
+        let at = |step: usize| masses.get(step).and_then(|&(y, n)| risk_probability(y, n));
+        match prompt.format {
+            GuardFormat::V3_0 => {
+                let (y, n) = masses.first().copied().unwrap_or((0.0, 0.0));
+                verdict_3_0(prompt.risk, y, n)
+            }
+            GuardFormat::V3_2 => verdict_3_2(prompt.risk, decoder.text(), at(0)),
+            GuardFormat::V3_3 => {
+                let label = decoder.tokens().iter().rposition(|&t| self.yes_no.contains(t));
+                verdict_3_3(prompt.risk, decoder.text(), label.and_then(at))
+            }
+        }
+    }
+}
+
+/// Among unsafe verdicts the highest confidence, ties to the earlier category.
+pub fn highest_risk(verdicts: &[Verdict]) -> Option<Risk> {
+    verdicts
+        .iter()
+        .filter(|v| v.is_unsafe)
+        .min_by(|a, b| b.confidence.total_cmp(&a.confidence).then(a.risk.cmp(&b.risk)))
+        .map(|v| v.risk)
+}
+
+fn check_cancel(cancel: &AtomicBool) -> Result<(), GuardError> {
+    if cancel.load(Ordering::Relaxed) { Err(GuardError::Cancelled) } else { Ok(()) }
+}
+
+/// This build computes on the CPU; CUDA devices are named but refused clearly.
+fn check_device(device: &str) -> Result<(), GuardError> {
+    match device {
+        "cpu" => Ok(()),
+        d if d == "cuda" || d.strip_prefix("cuda:").is_some_and(|n| n.parse::<u32>().is_ok()) => {
+            Err(GuardError::Device(format!("device {d}: this build has no CUDA support (build with --features cuda)")))
+        }
+        d => Err(GuardError::Device(format!("unknown device {d:?} (cpu, cuda or cuda:N)"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(risk: Risk, is_unsafe: bool, confidence: f32) -> Verdict {
+        Verdict { risk, is_unsafe, confidence, reasoning: String::new(), risk_probability: None }
+    }
+
+    #[test]
+    fn highest_risk_prefers_confidence_then_category_order() {
+        let vs = [v(Risk::Harm, true, 0.9), v(Risk::Violence, true, 0.95), v(Risk::Profanity, false, 0.99)];
+        assert_eq!(highest_risk(&vs), Some(Risk::Violence));
+        let vs = [v(Risk::Violence, true, 0.9), v(Risk::Harm, true, 0.9)];
+        assert_eq!(highest_risk(&vs), Some(Risk::Harm));
+        assert_eq!(highest_risk(&[v(Risk::Harm, false, 0.9)]), None);
+    }
+
+    #[test]
+    fn devices() {
+        assert!(check_device("cpu").is_ok());
+        assert!(check_device("cuda:0").unwrap_err().to_string().contains("no CUDA"));
+        assert!(check_device("tpu").unwrap_err().to_string().contains("unknown device"));
+    }
+}
