@@ -213,13 +213,13 @@ impl Evaluator {
         // the shared prefix of each group, computed once in the group's first sequence
         let mut prefill = Vec::new();
         let mut group_prefix = vec![0usize; n_groups];
-        for g in 0..n_groups {
+        for (g, prefix_len) in group_prefix.iter_mut().enumerate() {
             let members: Vec<usize> = (0..prompts.len()).filter(|&i| prompts[i].0 == g).collect();
             let first = &prompts[members[0]].2;
             let shared = members.iter().map(|&i| common_prefix(first, &prompts[i].2)).min().unwrap_or(0);
             // every sequence runs at least its last token itself (its logits start the answer)
             let shared = members.iter().map(|&i| prompts[i].2.len() - 1).fold(shared, usize::min);
-            group_prefix[g] = shared;
+            *prefix_len = shared;
             if shared > 0 {
                 let mut entries = BatchEntry::sequence(members[0] as u32, &first[..shared], 0, false);
                 entries.iter_mut().for_each(|e| e.logits = false);
@@ -238,7 +238,7 @@ impl Evaluator {
         }
 
         // lockstep greedy decoding of every sequence, keeping the yes/no mass of each step
-        let mut seqs: Vec<(SequenceDecoder, Vec<TokenId>, Vec<(f64, f64)>)> = prompts
+        let mut seqs: Vec<Decoding> = prompts
             .iter()
             .map(|(_, p, ids)| {
                 let decoder = SequenceDecoder::new(tok, ids, GenerateParams::greedy(budget(p)))?;
@@ -294,6 +294,10 @@ impl Evaluator {
         }
     }
 }
+
+/// One sequence being decoded: its decoder, its tokens so far (prompt, then output), and the
+/// summed yes / no probabilities at each output step.
+type Decoding = (SequenceDecoder, Vec<TokenId>, Vec<(f64, f64)>);
 
 /// Among unsafe verdicts the highest confidence, ties to the earlier category.
 pub fn highest_risk(verdicts: &[Verdict]) -> Option<Risk> {
