@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod chat;
 mod embed;
+mod guard;
 mod info;
 mod load;
 mod logits;
@@ -28,6 +29,8 @@ enum Command {
     /// Generate a continuation of a prompt (sampled, greedy, JSON-constrained or drafted) and
     /// stream it to stdout.
     Run(run::RunArgs),
+    /// Judge a text for risks with a guard model (exit 0 safe, 1 flagged, 2 error).
+    Guard(guard::GuardArgs),
     /// Talk to a chat model: each input line is a user turn, replies are streamed.
     Chat(chat::ChatArgs),
     /// Show the best tokens and their logits at every position of a prompt.
@@ -55,6 +58,11 @@ fn main() {
         Command::Logits(args) => logits::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Embed(args) => embed::run(args),
+        Command::Guard(args) => match guard::run(args) {
+            Ok(true) => std::process::exit(1),
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        },
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
