@@ -1,17 +1,28 @@
 //! Lockstep batch generation: several outputs advance together, one forward pass per step for
 //! all of them (prompts prefilled in the same first pass). Finished sequences drop out; the
-//! others keep going. Jobs with the same prompt (several samples of one request) share its
-//! prefill: it runs once and the cache blocks are shared copy-on-write. Used where a fixed set
-//! of requests arrives at once (guard batches, `n` choices, tests).
+//! others keep going. Sequences whose prompts start alike share that start: it is prefilled
+//! once and the cache blocks are shared copy-on-write. Used where a fixed set of requests
+//! arrives at once (guard scans and batches, `n` choices, tests).
 
-use super::{Completion, FinishReason, GenerateError, GenerateParams, SequenceDecoder, Usage};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{common_prefix, Completion, FinishReason, GenerateError, GenerateParams, SequenceDecoder, Usage};
 use crate::kv_cache::KvCache;
 use crate::model::{BatchEntry, Model, ModelError};
 use crate::tokenizer::TokenId;
 
+/// One sequence of a lockstep run (sequence `i` of the cache for entry `i`).
+#[derive(Debug)]
+pub struct LockstepSeq {
+    pub decoder: SequenceDecoder,
+    /// The prompt, then every output token; the cache may already hold any prefix of it.
+    pub tokens: Vec<TokenId>,
+}
+
 /// Generates an output for every `(prompt, params)`, sequence `i` of `kv` for job `i` (those
 /// sequences are cleared first). Outputs are the same as generating each alone: the forward
-/// pass is batch-invariant.
+/// pass is batch-invariant. Jobs with the same prompt (several samples of one request) prefill
+/// it once.
 pub fn generate_batch(
     model: &Model,
     kv: &mut KvCache,
@@ -28,78 +39,112 @@ pub fn generate_batch(
         }
         kv.remove(i as u32);
         let decoder = SequenceDecoder::new(model.tokenizer(), &prompt, params)?;
-        let usage = Usage { prompt_tokens: prompt.len(), ..Usage::default() };
-        seqs.push((decoder, prompt, usage));
+        seqs.push(LockstepSeq { decoder, tokens: prompt });
     }
-    share_prefills(model, kv, &seqs)?;
-    loop {
-        let mut batch = Vec::new();
-        let mut owners = Vec::new();
-        for (i, (decoder, history, _)) in seqs.iter_mut().enumerate() {
-            if decoder.is_finished() {
-                continue;
-            }
-            let seq = i as u32;
-            let fed = kv.seq_len(seq);
-            if history.len() > n_ctx {
-                decoder.end(FinishReason::Length);
-                continue;
-            }
-            batch.extend(BatchEntry::sequence(seq, &history[fed..], fed as u32, false));
-            owners.push(i);
-        }
-        if owners.is_empty() {
-            break;
-        }
-        let logits = model.forward(kv, &batch)?;
-        for (row, &i) in owners.iter().enumerate() {
-            let (decoder, history, _) = &mut seqs[i];
-            let event = decoder.step(model.tokenizer(), logits.row(row))?;
-            if let Some(t) = event.token {
-                history.push(t);
-            }
+    let prompt_lens: Vec<usize> = seqs.iter().map(|s| s.tokens.len()).collect();
+    // groups of identical prompts
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, s) in seqs.iter().enumerate() {
+        match groups.iter_mut().find(|g| seqs[g[0]].tokens == s.tokens) {
+            Some(g) => g.push(i),
+            None => groups.push(vec![i]),
         }
     }
+    prefill_shared_prefixes(model, kv, &seqs, &groups)?;
+    decode_lockstep(model, kv, &mut seqs, &AtomicBool::new(false), |_, _| {})?;
     Ok(seqs
         .into_iter()
-        .map(|(decoder, _, usage)| {
-            let (text, tokens, logprobs, finish) = decoder.into_parts();
-            let usage = Usage { completion_tokens: tokens.len(), ..usage };
+        .zip(prompt_lens)
+        .map(|(s, prompt_tokens)| {
+            let (text, tokens, logprobs, finish) = s.decoder.into_parts();
+            let usage = Usage { prompt_tokens, completion_tokens: tokens.len(), ..Usage::default() };
             Completion { text, tokens, finish, usage, logprobs }
         })
         .collect())
 }
 
-/// Prefills each distinct prompt once (all but its last token, whose logits each sequence
-/// computes itself) and forks that cache into the sequences with the same prompt.
-fn share_prefills(
+/// For each group of two or more sequences (empty in the cache), prefills the tokens all its
+/// members start with in the group's first sequence, in one pass for all groups, and forks that
+/// cache into the other members. Each sequence keeps at least its last token to run itself: its
+/// logits start the output.
+pub fn prefill_shared_prefixes(
     model: &Model,
     kv: &mut KvCache,
-    seqs: &[(SequenceDecoder, Vec<TokenId>, Usage)],
+    seqs: &[LockstepSeq],
+    groups: &[Vec<usize>],
 ) -> Result<(), GenerateError> {
-    let mut first_with: Vec<Option<usize>> = vec![None; seqs.len()];
     let mut batch = Vec::new();
-    for (i, (_, prompt, _)) in seqs.iter().enumerate() {
-        match seqs[..i].iter().position(|(_, p, _)| p == prompt) {
-            Some(j) if prompt.len() > 1 => first_with[i] = Some(j),
-            Some(_) => {}
-            None if prompt.len() > 1 && seqs[i + 1..].iter().any(|(_, p, _)| p == prompt) => {
-                batch.extend(BatchEntry::sequence(i as u32, &prompt[..prompt.len() - 1], 0, false));
-            }
-            None => {}
+    let mut forks = Vec::new();
+    for group in groups.iter().filter(|g| g.len() > 1) {
+        let first = &seqs[group[0]].tokens;
+        let shared = group
+            .iter()
+            .map(|&i| common_prefix(first, &seqs[i].tokens).min(seqs[i].tokens.len() - 1))
+            .min()
+            .unwrap_or(0);
+        if shared == 0 {
+            continue;
         }
+        batch.extend(first[..shared].iter().enumerate().map(|(pos, &token)| BatchEntry {
+            seq: group[0] as u32,
+            token,
+            pos: pos as u32,
+            logits: false,
+        }));
+        forks.extend(group[1..].iter().map(|&i| (group[0], i)));
     }
     if batch.is_empty() {
         return Ok(());
     }
-    for e in &mut batch {
-        e.logits = false;
-    }
     model.forward(kv, &batch)?;
-    for (i, first) in first_with.iter().enumerate() {
-        if let Some(j) = *first {
-            kv.fork(j as u32, i as u32).map_err(ModelError::from)?;
-        }
+    for (src, dst) in forks {
+        kv.fork(src as u32, dst as u32).map_err(ModelError::from)?;
     }
     Ok(())
+}
+
+/// Advances every unfinished sequence, one forward pass per step for all of them, until each
+/// is finished (a sequence that would outgrow the cache ends with `Length`). `observe(i, row)`
+/// sees each row of logits before sequence `i` samples from it; `cancel` is checked before
+/// every pass ([`GenerateError::Cancelled`]).
+pub fn decode_lockstep(
+    model: &Model,
+    kv: &mut KvCache,
+    seqs: &mut [LockstepSeq],
+    cancel: &AtomicBool,
+    mut observe: impl FnMut(usize, &[f32]),
+) -> Result<(), GenerateError> {
+    let n_ctx = kv.n_ctx();
+    loop {
+        let mut batch = Vec::new();
+        let mut owners = Vec::new();
+        for (i, s) in seqs.iter_mut().enumerate() {
+            if s.decoder.is_finished() {
+                continue;
+            }
+            if s.tokens.len() > n_ctx {
+                s.decoder.end(FinishReason::Length);
+                continue;
+            }
+            let seq = i as u32;
+            let fed = kv.seq_len(seq);
+            batch.extend(BatchEntry::sequence(seq, &s.tokens[fed..], fed as u32, false));
+            owners.push(i);
+        }
+        if owners.is_empty() {
+            return Ok(());
+        }
+        if cancel.load(Ordering::Relaxed) {
+            return Err(GenerateError::Cancelled);
+        }
+        let logits = model.forward(kv, &batch)?;
+        for (row, &i) in owners.iter().enumerate() {
+            let row = logits.row(row);
+            observe(i, row);
+            let s = &mut seqs[i];
+            if let Some(t) = s.decoder.step(model.tokenizer(), row)?.token {
+                s.tokens.push(t);
+            }
+        }
+    }
 }

@@ -13,7 +13,7 @@ pub mod stop;
 
 use std::collections::VecDeque;
 
-pub use batch::generate_batch;
+pub use batch::{decode_lockstep, generate_batch, prefill_shared_prefixes, LockstepSeq};
 pub use sequence::{SequenceDecoder, TokenConstraint, MAX_TOP_LOGPROBS};
 
 use crate::kv_cache::{KvCache, SeqId};
@@ -132,6 +132,9 @@ pub enum GenerateError {
     Constraint(String),
     #[error("draft model: {0}")]
     Draft(String),
+    /// The caller's cancel flag was set.
+    #[error("generation was cancelled")]
+    Cancelled,
 }
 
 /// The length of the common prefix of two token sequences (how much of a cached sequence a new

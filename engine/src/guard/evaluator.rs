@@ -10,9 +10,9 @@ use serde::Serialize;
 
 use super::verdict::{risk_probability, verdict_3_0, verdict_3_2, verdict_3_3, Verdict, YesNoTokens};
 use super::{check_request, GuardError, GuardFormat, GuardInput, GuardPrompt, Prompter, Risk};
-use crate::generate::{common_prefix, GenerateParams, SequenceDecoder};
+use crate::generate::{decode_lockstep, prefill_shared_prefixes, GenerateError, GenerateParams, LockstepSeq, SequenceDecoder};
 use crate::kv_cache::KvType;
-use crate::model::{BatchEntry, Model, ModelError};
+use crate::model::{Model, ModelError};
 use crate::tokenizer::TokenId;
 
 /// The most inputs one batch may hold (guard.md §4).
@@ -210,70 +210,32 @@ impl Evaluator {
         let n_ctx = prompts.iter().map(|(_, p, ids)| ids.len() + budget(p)).max().unwrap_or(1);
         let mut kv = self.model.new_kv_cache(self.options.kv_type, n_ctx);
 
-        // the shared prefix of each group, computed once in the group's first sequence
-        let mut prefill = Vec::new();
-        let mut group_prefix = vec![0usize; n_groups];
-        for (g, prefix_len) in group_prefix.iter_mut().enumerate() {
-            let members: Vec<usize> = (0..prompts.len()).filter(|&i| prompts[i].0 == g).collect();
-            let first = &prompts[members[0]].2;
-            let shared = members.iter().map(|&i| common_prefix(first, &prompts[i].2)).min().unwrap_or(0);
-            // every sequence runs at least its last token itself (its logits start the answer)
-            let shared = members.iter().map(|&i| prompts[i].2.len() - 1).fold(shared, usize::min);
-            *prefix_len = shared;
-            if shared > 0 {
-                let mut entries = BatchEntry::sequence(members[0] as u32, &first[..shared], 0, false);
-                entries.iter_mut().for_each(|e| e.logits = false);
-                prefill.extend(entries);
-            }
-        }
-        if !prefill.is_empty() {
-            check_cancel(cancel)?;
-            self.model.forward(&mut kv, &prefill)?;
-        }
-        for (i, (g, _, _)) in prompts.iter().enumerate() {
-            let first = prompts.iter().position(|p| p.0 == *g).unwrap_or(i);
-            if first != i && group_prefix[*g] > 0 {
-                kv.fork(first as u32, i as u32).map_err(ModelError::from)?;
-            }
-        }
-
-        // lockstep greedy decoding of every sequence, keeping the yes/no mass of each step
-        let mut seqs: Vec<Decoding> = prompts
+        // each input's prompts share their common start: computed once, then forked; all
+        // sequences decode greedily in lockstep, keeping the yes/no mass of every step
+        let mut seqs: Vec<LockstepSeq> = prompts
             .iter()
             .map(|(_, p, ids)| {
                 let decoder = SequenceDecoder::new(tok, ids, GenerateParams::greedy(budget(p)))?;
-                Ok((decoder, ids.clone(), Vec::new()))
+                Ok(LockstepSeq { decoder, tokens: ids.clone() })
             })
             .collect::<Result<_, GuardError>>()?;
-        loop {
-            let mut batch = Vec::new();
-            let mut owners = Vec::new();
-            for (i, (decoder, history, _)) in seqs.iter().enumerate() {
-                if decoder.is_finished() {
-                    continue;
-                }
-                let fed = kv.seq_len(i as u32);
-                batch.extend(BatchEntry::sequence(i as u32, &history[fed..], fed as u32, false));
-                owners.push(i);
-            }
-            if owners.is_empty() {
-                break;
-            }
-            check_cancel(cancel)?;
-            let logits = self.model.forward(&mut kv, &batch)?;
-            for (row, &i) in owners.iter().enumerate() {
-                let (decoder, history, masses) = &mut seqs[i];
-                let logits = logits.row(row);
-                masses.push(self.yes_no.probabilities(logits));
-                if let Some(t) = decoder.step(tok, logits)?.token {
-                    history.push(t);
-                }
-            }
+        let groups: Vec<Vec<usize>> =
+            (0..n_groups).map(|g| (0..prompts.len()).filter(|&i| prompts[i].0 == g).collect()).collect();
+        let mut masses: Vec<Vec<(f64, f64)>> = vec![Vec::new(); prompts.len()];
+        let cancelled = |e| match e {
+            GenerateError::Cancelled => GuardError::Cancelled,
+            e => GuardError::from(e),
+        };
+        if cancel.load(Ordering::Relaxed) {
+            return Err(GuardError::Cancelled);
         }
+        prefill_shared_prefixes(&self.model, &mut kv, &seqs, &groups).map_err(cancelled)?;
+        decode_lockstep(&self.model, &mut kv, &mut seqs, cancel, |i, row| masses[i].push(self.yes_no.probabilities(row)))
+            .map_err(cancelled)?;
 
         let mut out: Vec<Vec<Verdict>> = vec![Vec::new(); n_groups];
-        for ((g, prompt, _), (decoder, _, masses)) in prompts.into_iter().zip(seqs) {
-            out[g].push(self.read_verdict(&prompt, &decoder, &masses)?);
+        for (((g, prompt, _), seq), masses) in prompts.into_iter().zip(seqs).zip(masses) {
+            out[g].push(self.read_verdict(&prompt, &seq.decoder, &masses)?);
         }
         Ok(out)
     }
@@ -295,10 +257,6 @@ impl Evaluator {
     }
 }
 
-/// One sequence being decoded: its decoder, its tokens so far (prompt, then output), and the
-/// summed yes / no probabilities at each output step.
-type Decoding = (SequenceDecoder, Vec<TokenId>, Vec<(f64, f64)>);
-
 /// Among unsafe verdicts the highest confidence, ties to the earlier category.
 pub fn highest_risk(verdicts: &[Verdict]) -> Option<Risk> {
     verdicts
@@ -306,10 +264,6 @@ pub fn highest_risk(verdicts: &[Verdict]) -> Option<Risk> {
         .filter(|v| v.is_unsafe)
         .min_by(|a, b| b.confidence.total_cmp(&a.confidence).then(a.risk.cmp(&b.risk)))
         .map(|v| v.risk)
-}
-
-fn check_cancel(cancel: &AtomicBool) -> Result<(), GuardError> {
-    if cancel.load(Ordering::Relaxed) { Err(GuardError::Cancelled) } else { Ok(()) }
 }
 
 /// This build computes on the CPU; CUDA devices are named but refused clearly.
