@@ -12,13 +12,21 @@ use crate::tokenizer::TokenId;
 /// vocabulary of small terms does not lose precision. A row whose maximum is not finite gives
 /// NaN (there is no distribution to speak of).
 pub fn log_softmax(row: &[f32]) -> Vec<f32> {
+    match log_normalizer(row) {
+        Some(log_z) => row.iter().map(|&v| (f64::from(v) - log_z) as f32).collect(),
+        None => vec![f32::NAN; row.len()],
+    }
+}
+
+/// `ln(sum(exp(x)))` of a row, computed as `max + ln(sum(exp(x - max)))` with an f64 sum;
+/// `None` when the row's maximum is not finite (no distribution).
+pub fn log_normalizer(row: &[f32]) -> Option<f64> {
     let max = row.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max);
     if !max.is_finite() {
-        return vec![f32::NAN; row.len()];
+        return None;
     }
     let sum: f64 = row.iter().map(|&v| (f64::from(v) - f64::from(max)).exp()).sum();
-    let log_z = f64::from(max) + sum.ln();
-    row.iter().map(|&v| (f64::from(v) - log_z) as f32).collect()
+    Some(f64::from(max) + sum.ln())
 }
 
 /// A candidate ordered from worst to best: lower value first, and between equal values the
@@ -96,13 +104,7 @@ pub struct TokenLogprob {
 /// `token`'s log-probability under the softmax of `row`, and the `n_top` best alternatives; every
 /// value is finite (at least [`LOGPROB_FLOOR`]).
 pub fn token_logprob(row: &[f32], token: TokenId, n_top: usize) -> TokenLogprob {
-    let max = row.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max);
-    let log_z = if max.is_finite() {
-        let sum: f64 = row.iter().map(|&v| (f64::from(v) - f64::from(max)).exp()).sum();
-        f64::from(max) + sum.ln()
-    } else {
-        f64::NAN
-    };
+    let log_z = log_normalizer(row).unwrap_or(f64::NAN);
     let lp = |v: f32| {
         let x = (f64::from(v) - log_z) as f32;
         if x.is_nan() { LOGPROB_FLOOR } else { x.max(LOGPROB_FLOOR) }

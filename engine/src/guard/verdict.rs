@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use super::{GuardError, Risk};
+use crate::logprobs::log_normalizer;
 use crate::tokenizer::{TokenId, Tokenizer};
 
 /// One risk's verdict, as the HTTP response and `--json` print it.
@@ -49,14 +50,8 @@ impl YesNoTokens {
     /// The summed softmax probabilities of the yes and no tokens in `logits` (the model's
     /// logit-scaled output row), in f64.
     pub fn probabilities(&self, logits: &[f32]) -> (f64, f64) {
-        let max = logits.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max);
-        if !max.is_finite() {
-            return (0.0, 0.0);
-        }
-        let z: f64 = logits.iter().map(|&v| (f64::from(v) - f64::from(max)).exp()).sum();
-        let p = |ids: &[TokenId]| {
-            ids.iter().filter_map(|&id| logits.get(id as usize)).map(|&v| (f64::from(v) - f64::from(max)).exp() / z).sum()
-        };
+        let Some(log_z) = log_normalizer(logits) else { return (0.0, 0.0) };
+        let p = |ids: &[TokenId]| ids.iter().filter_map(|&id| logits.get(id as usize)).map(|&v| (f64::from(v) - log_z).exp()).sum();
         (p(&self.yes), p(&self.no))
     }
 }
