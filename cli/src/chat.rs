@@ -14,7 +14,7 @@ use engine::model::Model;
 use engine::tokenizer::TokenId;
 use serde_json::{json, Value};
 
-use crate::load::{load_model, parse_kv_type, parse_positive, thread_pool};
+use crate::load::{default_ctx, load_model, parse_kv_type, parse_positive, thread_pool};
 use crate::sampling_args::SamplingArgs;
 
 #[derive(clap::Args)]
@@ -42,9 +42,6 @@ pub struct ChatArgs {
     pub threads: Option<usize>,
 }
 
-/// The default context when none is given: the model's own, but no more than this.
-const DEFAULT_CTX: usize = 4096;
-
 pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.threads)?;
     let model = load_model(&args.model)?;
@@ -53,8 +50,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     if template.is_fallback() {
         eprintln!("the model has no chat template: using ChatML");
     }
-    let trained = model.config().n_ctx_train;
-    let n_ctx = args.ctx_size.unwrap_or(if trained == 0 { DEFAULT_CTX } else { trained.min(DEFAULT_CTX) });
+    let n_ctx = args.ctx_size.unwrap_or_else(|| default_ctx(&model));
     let mut kv = model.new_kv_cache(args.kv_type, n_ctx);
     let mut in_cache: Vec<TokenId> = Vec::new();
     let mut messages: Vec<Value> = Vec::new();

@@ -3,15 +3,13 @@
 //! and the overall result, or with `--json` the object the HTTP endpoint returns. Exit code 0
 //! when nothing is flagged, 1 when something is, 2 on error.
 
-use std::io::Read;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
 use engine::guard::{Evaluator, EvaluatorOptions, GuardFormat, GuardInput, GuardRequest, Verdict};
 use serde_json::json;
 
-use crate::load::{parse_positive, thread_pool};
+use crate::load::{parse_positive, text_or_file, thread_pool};
 
 #[derive(clap::Args)]
 #[command(after_help = "Exit status: 0 when nothing is flagged, 1 when a risk is flagged, 2 on error.")]
@@ -57,15 +55,8 @@ pub struct GuardArgs {
 /// Runs the evaluation; `Ok(true)` when something was flagged.
 pub fn run(args: GuardArgs) -> anyhow::Result<bool> {
     let pool = thread_pool(args.threads)?;
-    let user = match (&args.input, &args.file) {
-        (Some(text), _) => text.clone(),
-        (None, Some(path)) if path.as_os_str() == "-" => {
-            let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).context("reading standard input")?;
-            s
-        }
-        (None, Some(path)) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
-        (None, None) => anyhow::bail!("--input or --file is required"),
+    let Some(user) = text_or_file(args.input.as_deref(), args.file.as_deref())? else {
+        anyhow::bail!("--input or --file is required")
     };
     if let Some(f) = &args.format {
         GuardFormat::parse(f)?;

@@ -1,7 +1,7 @@
 //! What the model-running subcommands share: loading a model (with a spinner for large files),
 //! tokenizing a prompt, the KV type flag and the worker thread pool.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Read};
 use std::path::Path;
 use std::time::Duration;
 
@@ -67,6 +67,32 @@ pub fn thread_pool(threads: Option<usize>) -> anyhow::Result<rayon::ThreadPool> 
         .num_threads(threads.unwrap_or(0))
         .build()
         .context("starting the worker threads")
+}
+
+/// The context used when none is given: the model's own, but no more than this.
+const DEFAULT_CTX: usize = 4096;
+
+/// The default context size for `model`: its training context, at most 4096.
+pub fn default_ctx(model: &Model) -> usize {
+    match model.config().n_ctx_train {
+        0 => DEFAULT_CTX,
+        trained => trained.min(DEFAULT_CTX),
+    }
+}
+
+/// Text given on the command line, or else read from `file` (`-` is standard input); `None`
+/// when there is neither.
+pub fn text_or_file(text: Option<&str>, file: Option<&Path>) -> anyhow::Result<Option<String>> {
+    match (text, file) {
+        (Some(t), _) => Ok(Some(t.to_string())),
+        (None, Some(p)) if p.as_os_str() == "-" => {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s).context("reading standard input")?;
+            Ok(Some(s))
+        }
+        (None, Some(p)) => Ok(Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)),
+        (None, None) => Ok(None),
+    }
 }
 
 /// Parses a count that must be at least 1 (threads, repetitions).

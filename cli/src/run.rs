@@ -11,11 +11,8 @@ use engine::grammar::{Constraint, GrammarCompiler};
 use engine::model::Model;
 use engine::kv_cache::KvType;
 
-use crate::load::{kv_type_name, load_model, parse_kv_type, parse_positive, thread_pool, tokenize_prompt};
+use crate::load::{default_ctx, kv_type_name, load_model, parse_kv_type, parse_positive, thread_pool, tokenize_prompt};
 use crate::sampling_args::SamplingArgs;
-
-/// The default context when none is given: the model's own, but no more than this.
-const DEFAULT_CTX: usize = 4096;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -73,11 +70,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             args.n_predict
         ),
         Some(c) => c,
-        None => {
-            let trained = model.config().n_ctx_train;
-            let default = if trained == 0 { DEFAULT_CTX } else { trained.min(DEFAULT_CTX) };
-            default.max(needed)
-        }
+        None => default_ctx(&model).max(needed),
     };
     if model.config().n_ctx_train > 0 && n_ctx > model.config().n_ctx_train {
         tracing::warn!("context {n_ctx} is longer than the {} tokens the model was trained on", model.config().n_ctx_train);

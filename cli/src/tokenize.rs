@@ -1,12 +1,13 @@
 //! `engine-cli tokenize`: the token ids and pieces of a text under a GGUF's tokenizer.
 
-use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use engine::gguf::GgufFile;
 use engine::tokenizer::{TokenId, Tokenizer};
 use serde_json::json;
+
+use crate::load::text_or_file;
 
 #[derive(clap::Args)]
 pub struct TokenizeArgs {
@@ -43,15 +44,8 @@ pub struct TokenizeArgs {
 pub fn run(args: TokenizeArgs) -> anyhow::Result<()> {
     let file = GgufFile::open(&args.model)?;
     let tokenizer = Tokenizer::from_gguf(&file).with_context(|| format!("{}", args.model.display()))?;
-    let text = match (&args.text, &args.file) {
-        (Some(t), _) => t.clone(),
-        (None, Some(p)) if p.as_os_str() == "-" => {
-            let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).context("reading standard input")?;
-            s
-        }
-        (None, Some(p)) => std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?,
-        (None, None) => bail!("no text given (pass it as an argument or use --file)"),
+    let Some(text) = text_or_file(args.text.as_deref(), args.file.as_deref())? else {
+        bail!("no text given (pass it as an argument or use --file)")
     };
     let ids = tokenizer.encode(&text, !args.no_bos, !args.no_special);
     let pieces: Vec<String> = ids.iter().map(|&id| piece(&tokenizer, id)).collect();

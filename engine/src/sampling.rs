@@ -14,7 +14,7 @@
 //! The random generator is ours (xoshiro256++ seeded through SplitMix64 from a full `u64`), so
 //! a seed gives the same text on every machine and every version of every dependency.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::logprobs::argmax;
 use crate::tokenizer::TokenId;
@@ -275,7 +275,7 @@ pub struct Sampler {
     /// Occurrences of each token in the output so far (presence and frequency penalties).
     output_counts: FxHashMap<TokenId, u32>,
     /// Tokens of the prompt and the output (repetition penalty).
-    seen: FxHashMap<TokenId, ()>,
+    seen: FxHashSet<TokenId>,
 }
 
 impl Sampler {
@@ -283,9 +283,9 @@ impl Sampler {
     /// ([`SamplingParams::validate`]): out-of-range values are used as given.
     pub fn new(params: SamplingParams, prompt: &[TokenId]) -> Sampler {
         let rng = Rng::new(params.seed);
-        let mut seen = FxHashMap::default();
+        let mut seen = FxHashSet::default();
         if params.repetition_penalty != 1.0 {
-            seen.extend(prompt.iter().map(|&t| (t, ())));
+            seen.extend(prompt.iter().copied());
         }
         Sampler { params, rng, output_counts: FxHashMap::default(), seen }
     }
@@ -298,7 +298,7 @@ impl Sampler {
     pub fn accept(&mut self, token: TokenId) {
         *self.output_counts.entry(token).or_default() += 1;
         if self.params.repetition_penalty != 1.0 {
-            self.seen.insert(token, ());
+            self.seen.insert(token);
         }
     }
 
@@ -311,7 +311,7 @@ impl Sampler {
         }
         let rp = self.params.repetition_penalty;
         if rp != 1.0 {
-            for &id in self.seen.keys() {
+            for &id in &self.seen {
                 if let Some(l) = logits.get_mut(id as usize) {
                     *l = if *l > 0.0 { *l / rp } else { *l * rp };
                 }
