@@ -7,10 +7,9 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
-use engine::chat::{ChatInput, ChatTemplate};
+use engine::chat::{tokenize_rendered, ChatInput, ChatTemplate};
 use engine::generate::{common_prefix, GenerateParams, Generator};
 use engine::kv_cache::KvType;
-use engine::model::Model;
 use engine::tokenizer::TokenId;
 use serde_json::{json, Value};
 
@@ -76,7 +75,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         }
         messages.push(json!({"role": "user", "content": line}));
         let input = ChatInput { add_generation_prompt: true, ..ChatInput::new(messages.clone()) };
-        let prompt = tokenize_chat(&model, &template.render(&input)?);
+        let prompt = tokenize_rendered(model.tokenizer(), &template.render(&input)?);
         if prompt.len() >= n_ctx {
             anyhow::bail!("the conversation ({} tokens) no longer fits the context of {n_ctx}; use a larger --ctx-size", prompt.len());
         }
@@ -110,13 +109,4 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         eprintln!();
     }
     Ok(())
-}
-
-/// A rendered conversation's tokens: control-token text is parsed, and the BOS is added only
-/// when the template did not already write it.
-fn tokenize_chat(model: &Model, text: &str) -> Vec<TokenId> {
-    let tok = model.tokenizer();
-    let bos_text = tok.bos().and_then(|b| tok.token_text(b)).map(|t| String::from_utf8_lossy(t).into_owned());
-    let has_bos = bos_text.is_some_and(|b| !b.is_empty() && text.starts_with(&b));
-    tok.encode(text, !has_bos, true)
 }

@@ -93,6 +93,14 @@ impl std::fmt::Debug for ChatTemplate {
     }
 }
 
+/// A rendered prompt's tokens: control-token text is parsed, and the vocabulary's BOS is added
+/// (when it asks for one) only if the template did not already write it.
+pub fn tokenize_rendered(tokenizer: &crate::tokenizer::Tokenizer, text: &str) -> Vec<crate::tokenizer::TokenId> {
+    let bos_text = tokenizer.bos().and_then(|b| tokenizer.token_text(b));
+    let has_bos = bos_text.is_some_and(|b| !b.is_empty() && text.as_bytes().starts_with(b));
+    tokenizer.encode(text, !has_bos, true)
+}
+
 impl ChatTemplate {
     /// Compiles `source`; `bos_token` / `eos_token` are the tokenizer's texts for them
     /// (`None`: the variable is undefined in the template, as when HF's tokenizer has none).

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::verdict::{risk_probability, verdict_3_0, verdict_3_2, verdict_3_3, Verdict, YesNoTokens};
 use super::{check_request, GuardError, GuardFormat, GuardInput, GuardPrompt, Prompter, Risk};
+use crate::chat::tokenize_rendered;
 use crate::generate::{decode_lockstep, prefill_shared_prefixes, GenerateError, GenerateParams, LockstepSeq, SequenceDecoder};
 use crate::kv_cache::KvType;
 use crate::model::{Model, ModelError};
@@ -196,7 +197,7 @@ impl Evaluator {
             .enumerate()
             .flat_map(|(g, ps)| ps.into_iter().map(move |p| (g, p)))
             .map(|(g, p)| {
-                let ids = tok.encode(&p.text, false, true);
+                let ids = tokenize_rendered(tok, &p.text);
                 (g, p, ids)
             })
             .collect();

@@ -2,11 +2,14 @@
 //! model): its vocabulary and request checks (`risks`), the models' protocol texts
 //! (`definitions`), prompt rendering through the model's template or the built-in renderers
 //! (`prompt`, `builtin`) and the shared-prefix plan of a scan (`prefix`). The contract is
-//! `spec/guard.md`; decoding and verdicts build on `Prompter` and `GuardPrompt`.
+//! `spec/guard.md`; decoding and verdicts (`verdict`) and the `Evaluator` build on `Prompter`
+//! and `GuardPrompt`.
 //!
 //! A request goes: [`check_request`] (the contract's 400 errors, the format resolved) ->
-//! [`Prompter::render_all`] (one [`GuardPrompt`] per risk) -> tokenize each prompt with special
-//! tokens parsed and no BOS -> [`PrefixTree::build`] over the token sequences -> forward passes.
+//! [`Prompter::render_all`] (one [`GuardPrompt`] per risk) -> tokenize each prompt
+//! (`chat::tokenize_rendered`) -> the prompts' common start prefilled once and forked, every
+//! suffix decoded in one lockstep batch (`generate::{prefill_shared_prefixes, decode_lockstep}`).
+//! [`PrefixTree`] is the finer, branching plan of a scan's shared prefixes (not used yet).
 
 mod builtin;
 mod definitions;
