@@ -61,9 +61,9 @@ fn random_weights_give_unparseable_output_as_errors_not_safe() {
     // the tiny 3.2 / 3.3 models write noise, not "Yes <confidence>...": an error naming the risk
     for format in ["3.2", "3.3"] {
         let r = evaluator(format).evaluate(&GuardRequest { input: input(), risks: vec!["harm".into()], ..Default::default() });
-        if let Err(e) = r {
-            assert!(matches!(e, GuardError::Unparseable { ref risk, .. } if risk == "harm"), "{e}");
-        }
+        // greedy decoding of fixed weights: the noise is the same every run
+        let e = r.expect_err("random weights answered in the format");
+        assert!(matches!(e, GuardError::Unparseable { ref risk, ref output } if risk == "harm" && !output.is_empty()), "{e}");
     }
 }
 
