@@ -1,12 +1,14 @@
 //! `engine-cli guard`: judges a text (and optionally a response and a context) for risks with a
 //! Granite Guardian model, or any chat model through the generic path. Prints one line per risk
-//! and the overall result, or with `--json` the object the HTTP endpoint returns. Exit code 0
-//! when nothing is flagged, 1 when something is, 2 on error.
+//! and the overall result, or with `--json` the object the HTTP endpoint returns (for an error,
+//! its OpenAI-shaped error body, besides the error line on stderr). Exit code 0 when nothing is
+//! flagged, 1 when something is, 2 on error.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use engine::guard::{Evaluator, EvaluatorOptions, GuardFormat, GuardInput, GuardRequest, Verdict};
+use engine::guard::error::ApiError;
+use engine::guard::{Evaluator, EvaluatorOptions, GuardError, GuardFormat, GuardInput, GuardRequest, Verdict};
 use serde_json::json;
 
 use crate::load::{parse_positive, text_or_file, thread_pool};
@@ -54,6 +56,25 @@ pub struct GuardArgs {
 
 /// Runs the evaluation; `Ok(true)` when something was flagged.
 pub fn run(args: GuardArgs) -> anyhow::Result<bool> {
+    let json = args.json;
+    let result = evaluate(args);
+    if let (Err(e), true) = (&result, json) {
+        println!("{}", serde_json::to_string_pretty(&error_body(e))?);
+    }
+    result
+}
+
+/// The body the HTTP endpoint would answer this error with. Guard errors keep their API type
+/// (400 `invalid_request_error` naming the field, or 500 `server_error`); anything else here
+/// (arguments, files, loading) is the caller's.
+fn error_body(e: &anyhow::Error) -> serde_json::Value {
+    let api = e.chain().find_map(|c| c.downcast_ref::<GuardError>()).map(GuardError::api_error);
+    let ApiError { kind, param, code, .. } =
+        api.unwrap_or(ApiError { status: 400, kind: "invalid_request_error", param: None, code: None });
+    json!({"error": {"message": format!("{e:#}"), "type": kind, "param": param, "code": code}})
+}
+
+fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     let pool = thread_pool(args.threads)?;
     let Some(user) = text_or_file(args.input.as_deref(), args.file.as_deref())? else {
         anyhow::bail!("--input or --file is required")

@@ -7,7 +7,11 @@ use engine_tests::fixture;
 use serde_json::Value;
 
 fn guard(args: &[&str]) -> Output {
-    let model = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
+    guard_with("3.0", args)
+}
+
+fn guard_with(format: &str, args: &[&str]) -> Output {
+    let model = fixture(&format!("guardian/models/guardian-tiny-{format}-q8_0.gguf"));
     Command::new(env!("CARGO_BIN_EXE_engine-cli")).arg("guard").arg("-m").arg(model).args(args).output().unwrap()
 }
 
@@ -56,5 +60,34 @@ fn errors_are_one_line_with_exit_code_2() {
         let err = String::from_utf8(out.stderr).unwrap();
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(msg), "{err}");
+    }
+}
+
+#[test]
+fn json_errors_are_the_endpoint_error_body() {
+    let out = guard(&["--input", "x", "--risks", "nope", "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["error"]["message"], "invalid risk category: nope");
+    assert_eq!(j["error"]["type"], "invalid_request_error");
+    assert_eq!(j["error"]["param"], "risks");
+    assert!(j["error"]["code"].is_null());
+}
+
+#[test]
+fn scans_of_the_3_2_and_3_3_tiny_models_print_well_formed_json() {
+    // Random weights write noise instead of "Yes <confidence> High </confidence>" / "<score>",
+    // and an unreadable answer is never taken as safe: the scan ends in the endpoint's error
+    // body (500 server_error) naming the risk and quoting the model's output, exit code 2.
+    for format in ["3.2", "3.3"] {
+        let out = guard_with(format, &["--input", "How do I pick a lock?", "--scan", "--json"]);
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{format}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(out.status.code(), Some(2), "{format}: {j}");
+        let e = &j["error"];
+        assert_eq!((e["type"].as_str(), e["code"].as_str()), (Some("server_error"), Some("unparseable_model_output")), "{format}");
+        let message = e["message"].as_str().unwrap();
+        assert!(message.starts_with("cannot read the verdict for risk "), "{format}: {message}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
     }
 }

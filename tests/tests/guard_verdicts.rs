@@ -1,12 +1,12 @@
 //! The answer-position Yes/No probabilities of the tiny Guardian-shaped models against
 //! llama.cpp's (`fixtures/guardian/models/goldens.json`), and the yes/no token sets.
 //!
-//! Measured with an f16 KV cache (llama.cpp's default, which made these goldens): 21 of the 24
-//! prompts agree to 1e-7 in risk probability, proof the forward pass is the same computation.
-//! Three (3.0 evasiveness/user, 3.0 harm_engagement/user, 3.2 evasiveness/user) differ by up
-//! to 1.6e-3 in risk probability and 3.7e-2 in a log-prob: the random N(0, 0.6) weights make
-//! these models chaotic, so one activation rounding differently is amplified. The test pins
-//! both facts: most cases exact, every case within 2e-3.
+//! The goldens were made with llama.cpp's defaults: flash attention (its tiled CPU kernel for
+//! prompts) and an f16 KV cache. Our logits are bit-equal to llama.cpp's at every position of
+//! all 24 prompts (the attention, SwiGLU, rope and Q8_0 matmul follow ggml's arithmetic), so the
+//! test asks for 1e-6, far inside the fixture's 1e-3: the random N(0, 0.6) weights make these
+//! models chaotic, and before that arithmetic was matched, single-ulp differences grew into
+//! 1.6e-3 of risk probability and 3.7e-2 of log-prob on three prompts.
 
 use engine::guard::verdict::risk_probability;
 use engine::guard::YesNoTokens;
@@ -18,7 +18,7 @@ use engine_tests::{fixture, json_ids, read_json};
 #[test]
 fn answer_position_yes_no_matches_llama_cpp() {
     let goldens = read_json(&fixture("guardian/models/goldens.json"));
-    let (mut exact, mut total) = (0, 0);
+    let mut total = 0;
     for (format, cases) in goldens["formats"].as_object().unwrap() {
         let model = Model::load(fixture(&format!("guardian/models/guardian-tiny-{format}-q8_0.gguf"))).unwrap();
         let yn = YesNoTokens::of(model.tokenizer());
@@ -40,11 +40,9 @@ fn answer_position_yes_no_matches_llama_cpp() {
             let (p_yes, p_no) = yn.probabilities(row);
             let prob = f64::from(risk_probability(p_yes, p_no).unwrap());
             let diff = (prob - case["risk_probability"].as_f64().unwrap()).abs();
-            assert!(diff < 2e-3 && worst_lp < 5e-2, "{format} {}: risk probability off by {diff:.2e}, log-prob by {worst_lp:.2e}", case["case"]);
+            assert!(diff < 1e-6 && worst_lp < 1e-5, "{format} {}: risk probability off by {diff:.2e}, log-prob by {worst_lp:.2e}", case["case"]);
             total += 1;
-            exact += usize::from(diff < 1e-6 && worst_lp < 1e-5);
         }
     }
     assert_eq!(total, 24);
-    assert!(exact >= 21, "only {exact} of {total} prompts agree exactly");
 }

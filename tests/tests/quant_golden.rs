@@ -167,6 +167,22 @@ fn q8_0_and_q8_1_activations_are_byte_exact() {
     }
 }
 
+/// What llama.cpp's x86 CPU backend runs on matmul activations (`id = 127/amax`, halves to
+/// even), byte for byte, including the tie block of `vec3` where it differs from `_ref`.
+#[test]
+fn q8_0_and_q8_1_matmul_activations_are_byte_exact() {
+    for (kind, quantize) in [
+        ("q8_0_cpu", q8_0::quantize_activations as fn(&[f32], &mut [u8])),
+        ("q8_1_cpu", q8_1::quantize_activations),
+    ] {
+        for (name, x, want) in act_cases(kind) {
+            let mut got = vec![0u8; want.len()];
+            quantize(&x, &mut got);
+            assert!(got == want, "{kind} {name}: {}", diff(&got, &want));
+        }
+    }
+}
+
 /// The integer dot of every row of each real K-quant tensor with Q8_K activations equals the
 /// f64 dot of the dequantized operands to 1e-5 of `Σ|w_i a_i|`.
 #[test]

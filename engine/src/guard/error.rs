@@ -71,9 +71,40 @@ impl GuardError {
         )
     }
 
+    /// How the OpenAI-style API reports this error: HTTP status, `type`, `param` and `code` of
+    /// the `{"error": {...}}` body (the message is the error's display text). The caller's
+    /// faults are 400 `invalid_request_error` naming the field; the model's and engine's are
+    /// 500 `server_error`.
+    pub fn api_error(&self) -> ApiError {
+        let invalid = |param: &'static str| ApiError { status: 400, kind: "invalid_request_error", param: Some(param), code: None };
+        let server = |code: &'static str| ApiError { status: 500, kind: "server_error", param: None, code: Some(code) };
+        match self {
+            GuardError::UserRequired => invalid("input.user"),
+            GuardError::InvalidRisk(_) => invalid("risks"),
+            GuardError::RagInputRequired(_) | GuardError::Prompt { .. } => invalid("input"),
+            GuardError::AssistantRequired(_) => invalid("input.assistant"),
+            GuardError::UnsupportedFormat(_) => invalid("format"),
+            GuardError::ThinkRequiresFormat33 => invalid("think"),
+            GuardError::BatchEmpty | GuardError::BatchTooLarge { .. } => invalid("inputs"),
+            GuardError::Unparseable { .. } => server("unparseable_model_output"),
+            GuardError::Template(_) => server("template_error"),
+            GuardError::Cancelled => server("cancelled"),
+            GuardError::Device(_) | GuardError::Model(_) | GuardError::Generate(_) => server("engine_error"),
+        }
+    }
+
     pub(crate) fn prompt(message: impl Into<String>) -> GuardError {
         GuardError::Prompt { message: message.into() }
     }
+}
+
+/// The HTTP status and the `type`, `param`, `code` fields of an OpenAI-shaped error body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub kind: &'static str,
+    pub param: Option<&'static str>,
+    pub code: Option<&'static str>,
 }
 
 impl From<ChatError> for GuardError {

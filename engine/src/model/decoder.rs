@@ -15,7 +15,7 @@ use super::config::ModelConfig;
 use super::error::ModelError;
 use super::weights::{DecoderWeights, Matrix};
 use super::{BatchEntry, Logits};
-use crate::backend::cpu::activation::{gelu, silu};
+use crate::backend::cpu::activation::{gelu, swiglu_row};
 use crate::backend::cpu::attention::{attend_head, AttnScratch};
 use crate::backend::cpu::norm::{rms_norm, rms_norm_in_place};
 use crate::backend::cpu::rope::rope;
@@ -131,7 +131,7 @@ pub(crate) fn forward(
         let mut g = project(file, &layer.ffn_gate, &h, n, None)?;
         let u = project(file, &layer.ffn_up, &h, n, None)?;
         match c.facts.activation {
-            Activation::SiluGated => g.iter_mut().zip(&u).for_each(|(a, &b)| *a = silu(*a) * b),
+            Activation::SiluGated => g.chunks_exact_mut(c.n_ff).zip(u.chunks_exact(c.n_ff)).for_each(|(a, b)| swiglu_row(a, b)),
             Activation::GeluGated => g.iter_mut().zip(&u).for_each(|(a, &b)| *a = gelu(*a) * b),
             Activation::GeluErf => unreachable!("decoders have gated feed-forward blocks"),
         }

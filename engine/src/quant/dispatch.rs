@@ -125,8 +125,11 @@ pub struct TypeOps {
     /// Q8_K for quantized weights, F32 for float weights.
     pub vec_dot_type: GgmlType,
     pub dequantize: DequantizeFn,
-    /// The scalar reference quantizer.
+    /// The scalar reference quantizer (ggml's `quantize_row_*_ref`, what llama-quantize writes).
     pub quantize: QuantizeFn,
+    /// The quantizer for matmul activations of this type: llama.cpp's x86 CPU variant for
+    /// Q8_0 / Q8_1, the reference for the rest.
+    pub quantize_activations: QuantizeFn,
     /// Against a row of `vec_dot_type`.
     pub vec_dot: VecDotFn,
 }
@@ -158,7 +161,12 @@ fn scalar(ty: GgmlType) -> Option<TypeOps> {
         T::Q8_K => row!(T::Q8_K, k_quants::q8_k),
         _ => return None,
     };
-    Some(TypeOps { ty, isa: Isa::Scalar, vec_dot_type, dequantize, quantize, vec_dot })
+    let quantize_activations: QuantizeFn = match ty {
+        T::Q8_0 => q8_0::quantize_activations,
+        T::Q8_1 => q8_1::quantize_activations,
+        _ => quantize,
+    };
+    Some(TypeOps { ty, isa: Isa::Scalar, vec_dot_type, dequantize, quantize, quantize_activations, vec_dot })
 }
 
 /// The kernels of `ty` on tier `isa`: that tier's SIMD kernels where it has them, the scalar

@@ -2,7 +2,7 @@
 //! format of Q4_1 / Q5_1 weights (whose offset `m` multiplies the block sum).
 
 use super::blocks::{f16_le, f16_le_from, BlockQ8_1, QK8_1};
-use super::q8_0::scale_127;
+use super::q8_0::{scale_127, scale_127_cpu};
 
 super::row_fns!(BlockQ8_1, BlockQ8_1);
 
@@ -25,6 +25,23 @@ pub fn quantize_ref(x: &[f32], blocks: &mut [BlockQ8_1]) {
         let mut sum = 0i32;
         for (q, &v) in b.qs.iter_mut().zip(xb) {
             *q = (v * id).round() as i8;
+            sum += *q as i32;
+        }
+        b.s = f16_le_from(sum as f32 * d);
+    }
+}
+
+/// Quantizes matmul activations the way llama.cpp's x86 CPU backend does (see
+/// [`super::q8_0::quantize_activations`]); `s` as the reference computes it.
+pub fn quantize_activations(x: &[f32], bytes: &mut [u8]) {
+    let blocks = bytemuck::cast_slice_mut::<u8, BlockQ8_1>(bytes);
+    debug_assert_eq!(x.len(), blocks.len() * QK8_1);
+    for (xb, b) in x.chunks_exact(QK8_1).zip(blocks.iter_mut()) {
+        let (d, id) = scale_127_cpu(xb);
+        b.d = f16_le_from(d);
+        let mut sum = 0i32;
+        for (q, &v) in b.qs.iter_mut().zip(xb) {
+            *q = (v * id).round_ties_even() as i8;
             sum += *q as i32;
         }
         b.s = f16_le_from(sum as f32 * d);

@@ -3,6 +3,8 @@
 //! the positions attended, never on the batch, so results are batch-invariant.
 
 use half::f16;
+
+use super::activation::ggml_expf;
 use half::slice::HalfFloatSliceExt;
 
 /// One cached key or value row.
@@ -42,33 +44,27 @@ pub struct AttentionShape {
     pub scale: f32,
 }
 
-/// Dot product with eight interleaved partial sums, added in a fixed order: vectorisable, and
-/// the same result whatever the caller.
-#[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let chunks = a.len() / 8;
-    for c in 0..chunks {
-        for l in 0..8 {
-            acc[l] += a[c * 8 + l] * b[c * 8 + l];
-        }
-    }
-    let mut tail = 0.0f32;
-    for i in chunks * 8..a.len() {
-        tail += a[i] * b[i];
-    }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
-}
+/// Keys and values are visited in tiles of this many positions, aligned to multiples of it.
+pub const KV_TILE: usize = 64;
 
 /// Buffers reused between `attend_head` calls of one thread.
 #[derive(Default)]
 pub struct AttnScratch {
-    scores: Vec<f32>,
     row: Vec<f32>,
+    /// The keys of one tile, transposed: `keys[d * KV_TILE + t]`.
+    keys: Vec<f32>,
 }
 
 /// Attention of head `h` of query row `q` over `positions` of `kv`, written to `out`
 /// (`head_dim_v` values).
+///
+/// The arithmetic is that of ggml's tiled CPU flash attention, which llama.cpp runs for prompts
+/// (at least 64 tokens per batch): key tiles of 64 aligned positions; each score a sequential
+/// fused multiply-add chain, then scaled; an online softmax that rescales the running sum and
+/// output whenever a tile raises the maximum (C library `expf`), the tile's weights from ggml's
+/// polynomial exp summed per 16 lanes in double; each output element a sequential FMA chain over
+/// the tile; a final division by the sum. Matching it bit for bit matters: small random-weight
+/// models amplify a one-ulp difference into a visible change of the next token's probability.
 pub fn attend_head(
     q: &[f32],
     h: usize,
@@ -78,43 +74,106 @@ pub fn attend_head(
     out: &mut [f32],
     scratch: &mut AttnScratch,
 ) {
-    let AttnScratch { scores, row } = scratch;
+    attend_head_with(super::fma_tier(), q, h, shape, positions, kv, out, scratch)
+}
+
+super::fma_variants!(pub(crate) fn attend_head_with(
+    q: &[f32],
+    h: usize,
+    shape: &AttentionShape,
+    positions: std::ops::Range<usize>,
+    kv: &dyn KvRows,
+    out: &mut [f32],
+    scratch: &mut AttnScratch,
+) = attend_head_body);
+
+#[inline(always)]
+fn attend_head_body(
+    q: &[f32],
+    h: usize,
+    shape: &AttentionShape,
+    positions: std::ops::Range<usize>,
+    kv: &dyn KvRows,
+    out: &mut [f32],
+    scratch: &mut AttnScratch,
+) {
+    let AttnScratch { row, keys } = scratch;
     let group = shape.n_head / shape.n_head_kv;
     let g = h / group;
     let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
     let qh = &q[h * dk..(h + 1) * dk];
     let (krange, vrange) = (g * dk..(g + 1) * dk, g * dv..(g + 1) * dv);
-    scores.clear();
-    let mut max = f32::NEG_INFINITY;
-    for p in positions.clone() {
-        // f32 rows are read in place; f16 rows are widened into `row` first
-        let s = match kv.key(p) {
-            KvRow::F32(k) => dot(qh, &k[krange.clone()]),
-            other => {
-                other.to_f32(krange.clone(), row);
-                dot(qh, row)
-            }
-        } * shape.scale;
-        max = max.max(s);
-        scores.push(s);
-    }
-    let mut sum = 0.0f64;
-    for s in scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += f64::from(*s);
-    }
-    let inv = (1.0 / sum) as f32;
     out.fill(0.0);
-    for (p, &s) in positions.zip(scores.iter()) {
-        let w = s * inv;
-        match kv.value(p) {
-            KvRow::F32(v) => out.iter_mut().zip(&v[vrange.clone()]).for_each(|(o, &x)| *o += w * x),
-            other => {
-                other.to_f32(vrange.clone(), row);
-                out.iter_mut().zip(row.iter()).for_each(|(o, &x)| *o += w * x);
+    if positions.is_empty() {
+        return;
+    }
+    keys.clear();
+    keys.resize(dk * KV_TILE, 0.0);
+    let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+    let first_tile = positions.start / KV_TILE * KV_TILE;
+    for tile in (first_tile..positions.end).step_by(KV_TILE) {
+        let live = tile.max(positions.start)..(tile + KV_TILE).min(positions.end);
+        for p in live.clone() {
+            let k: &[f32] = match kv.key(p) {
+                KvRow::F32(k) => &k[krange.clone()],
+                other => {
+                    other.to_f32(krange.clone(), row);
+                    row
+                }
+            };
+            for (d, &x) in k.iter().enumerate() {
+                keys[d * KV_TILE + p - tile] = x;
             }
         }
+        // every score its own FMA chain over the head dimension, 64 chains side by side
+        let mut weights = [0.0f32; KV_TILE];
+        for (d, &qd) in qh.iter().enumerate() {
+            let kd = &keys[d * KV_TILE..(d + 1) * KV_TILE];
+            for (w, &k) in weights.iter_mut().zip(kd) {
+                *w = qd.mul_add(k, *w);
+            }
+        }
+        for (t, w) in weights.iter_mut().enumerate() {
+            *w = if live.contains(&(tile + t)) { *w * shape.scale } else { f32::NEG_INFINITY };
+        }
+        let tile_max = weights.iter().fold(f32::NEG_INFINITY, |m, &w| m.max(w));
+        if tile_max == f32::NEG_INFINITY {
+            continue;
+        }
+        let new_max = max.max(tile_max);
+        if new_max > max {
+            let rescale = (max - new_max).exp();
+            out.iter_mut().for_each(|o| *o *= rescale);
+            sum *= rescale;
+        }
+        max = new_max;
+        weights.iter_mut().for_each(|w| *w = ggml_expf(*w - max));
+        let tile_sum: f64 = weights.chunks_exact(16).map(|l| f64::from(reduce_16(l))).sum();
+        sum = (f64::from(sum) + tile_sum) as f32;
+        for p in live {
+            let w = weights[p - tile];
+            let v: &[f32] = match kv.value(p) {
+                KvRow::F32(v) => &v[vrange.clone()],
+                other => {
+                    other.to_f32(vrange.clone(), row);
+                    row
+                }
+            };
+            out.iter_mut().zip(v).for_each(|(o, &x)| *o = w.mul_add(x, *o));
+        }
     }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    out.iter_mut().for_each(|o| *o *= inv);
+}
+
+/// The sum of 16 lanes in the order of an AVX-512 horizontal add: halves, then quarters, then
+/// pairs.
+#[inline]
+fn reduce_16(l: &[f32]) -> f32 {
+    let h: [f32; 8] = std::array::from_fn(|i| l[i + 8] + l[i]);
+    let q: [f32; 4] = std::array::from_fn(|i| h[i + 4] + h[i]);
+    let p = [q[0] + q[2], q[1] + q[3]];
+    p[0] + p[1]
 }
 
 #[cfg(test)]
@@ -145,11 +204,48 @@ mod tests {
         assert_eq!(out, [10.0, 0.0]);
     }
 
+    /// Plain softmax attention in f64, as the reference for the tiled online computation.
+    fn reference(q: &[f32], h: usize, shape: &AttentionShape, positions: std::ops::Range<usize>, kv: &Rows) -> Vec<f64> {
+        let g = h / (shape.n_head / shape.n_head_kv);
+        let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
+        let scores: Vec<f64> = positions
+            .clone()
+            .map(|p| (0..dk).map(|d| f64::from(q[h * dk + d]) * f64::from(kv.0[p][g * dk + d])).sum::<f64>() * f64::from(shape.scale))
+            .collect();
+        let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+        let total: f64 = w.iter().sum();
+        (0..dv).map(|d| positions.clone().zip(&w).map(|(p, &wi)| wi * f64::from(kv.1[p][g * dv + d])).sum::<f64>() / total).collect()
+    }
+
     #[test]
-    fn dot_matches_a_plain_sum() {
-        let a: Vec<f32> = (0..37).map(|i| i as f32 * 0.5).collect();
-        let b: Vec<f32> = (0..37).map(|i| 1.0 - i as f32 * 0.01).collect();
-        let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert!((dot(&a, &b) - plain).abs() < 1e-3);
+    fn tiled_attention_matches_plain_softmax_and_tiers_agree_bit_for_bit() {
+        let shape = AttentionShape { n_head: 4, n_head_kv: 2, head_dim_k: 64, head_dim_v: 64, scale: 0.125 };
+        let mut state = 0x9e37_79b9u32;
+        let mut rnd = move || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state as f32 / u32::MAX as f32 * 2.0 - 1.0
+        };
+        let n = 200;
+        let kv = Rows(
+            (0..n).map(|_| (0..128).map(|_| rnd() * 3.0).collect()).collect(),
+            (0..n).map(|_| (0..128).map(|_| rnd()).collect()).collect(),
+        );
+        let q: Vec<f32> = (0..256).map(|_| rnd() * 3.0).collect();
+        // one tile, several tiles (the maximum rises in later ones), a window starting mid-tile
+        for positions in [0..40, 0..n, 37..n, 130..131] {
+            for h in 0..4 {
+                let (mut plain, mut fused) = (vec![0.0; 64], vec![0.0; 64]);
+                let mut s = AttnScratch::default();
+                attend_head_with(false, &q, h, &shape, positions.clone(), &kv, &mut plain, &mut s);
+                attend_head_with(true, &q, h, &shape, positions.clone(), &kv, &mut fused, &mut s);
+                assert_eq!(plain, fused, "{positions:?} head {h}");
+                for (got, want) in plain.iter().zip(reference(&q, h, &shape, positions.clone(), &kv)) {
+                    assert!((f64::from(*got) - want).abs() < 1e-5, "{positions:?} head {h}: {got} vs {want}");
+                }
+            }
+        }
     }
 }

@@ -93,7 +93,7 @@ pub fn matmul(w: &WeightMatrix, x: &[f32], batch: usize, y: &mut [f32]) -> Resul
     let act: &[u8] = if act_ty == GgmlType::F32 {
         bytemuck::cast_slice(x)
     } else {
-        let quantize = quant::ops(act_ty)?.quantize;
+        let quantize = quant::ops(act_ty)?.quantize_activations;
         let mut buf = vec![0u8; batch * act_row_bytes];
         buf.par_chunks_mut(act_row_bytes)
             .zip(x.par_chunks(cols))

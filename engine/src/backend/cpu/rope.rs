@@ -12,6 +12,21 @@ pub enum RopeKind {
 /// Rotates the first `n_dims` values of every `head_dim`-value head in `x` (one row of heads)
 /// for position `pos`.
 pub fn rope(x: &mut [f32], head_dim: usize, n_dims: usize, pos: u32, freq_base: f32, freq_scale: f32, kind: RopeKind) {
+    rope_with(super::fma_tier(), x, head_dim, n_dims, pos, freq_base, freq_scale, kind)
+}
+
+super::fma_variants!(pub(crate) fn rope_with(
+    x: &mut [f32],
+    head_dim: usize,
+    n_dims: usize,
+    pos: u32,
+    freq_base: f32,
+    freq_scale: f32,
+    kind: RopeKind,
+) = rope_body);
+
+#[inline(always)]
+fn rope_body(x: &mut [f32], head_dim: usize, n_dims: usize, pos: u32, freq_base: f32, freq_scale: f32, kind: RopeKind) {
     debug_assert!(n_dims <= head_dim && n_dims.is_multiple_of(2) && x.len().is_multiple_of(head_dim));
     let half = n_dims / 2;
     let mut cs = [(0.0f32, 0.0f32); 512];
@@ -30,8 +45,9 @@ pub fn rope(x: &mut [f32], head_dim: usize, n_dims: usize, pos: u32, freq_base: 
                 RopeKind::Neox => (i, i + half),
             };
             let (x0, x1) = (head[a], head[b]);
-            head[a] = x0 * cos - x1 * sin;
-            head[b] = x0 * sin + x1 * cos;
+            // ggml's compiled code fuses the cosine product and rounds the sine product
+            head[a] = x0.mul_add(cos, -(x1 * sin));
+            head[b] = x1.mul_add(cos, x0 * sin);
         }
     }
 }
@@ -52,6 +68,17 @@ mod tests {
             let n0: f32 = orig.iter().map(|v| v * v).sum();
             let n1: f32 = y.iter().map(|v| v * v).sum();
             assert!((n0 - n1).abs() < 1e-3 * n0);
+        }
+    }
+
+    #[test]
+    fn tiers_agree_bit_for_bit() {
+        for kind in [RopeKind::Norm, RopeKind::Neox] {
+            let x: Vec<f32> = (0..256).map(|i| (i as f32 * 0.7).sin() * 3.0).collect();
+            let (mut plain, mut fused) = (x.clone(), x.clone());
+            rope_with(false, &mut plain, 128, 128, 4321, 1e6, 1.0, kind);
+            rope_with(true, &mut fused, 128, 128, 4321, 1e6, 1.0, kind);
+            assert_eq!(plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
         }
     }
 

@@ -6,7 +6,9 @@
 //! out as `offset * Σy`, then `vpmaddwd` into i32 lanes. Q8_0 weights are signed, so they use
 //! `|x| * sign(y, x)`, exact whenever the activations lie in -127..=127 (which the Q8
 //! quantizers guarantee: `round(v * 127 / amax)`). Each block's lanes are scaled by
-//! `d_w * d_a` and added into f32 accumulators in an order fixed by the row length alone.
+//! `d_w * d_a` and added into f32 accumulators in an order fixed by the row length alone; for
+//! Q8_0 that order is ggml's (one eight-lane accumulator, block after block), so its dot
+//! products are bit-equal to the scalar reference and to llama.cpp.
 //! A row's last partial group of four blocks is copied into a zeroed buffer (zero blocks add
 //! exactly nothing), so every group takes one path.
 //!
@@ -208,7 +210,34 @@ legacy_dot_rows! { "avx2,fma,f16c", Acc;
     dot_q4_1 => group_q4_1, Q4_1, Q8_1;
     dot_q5_0 => group_q5_0, Q5_0, Q8_0;
     dot_q5_1 => group_q5_1, Q5_1, Q8_1;
+}
+
+legacy_dot_rows! { "avx2,fma,f16c", Chain;
     dot_q8_0 => group_q8_0, Q8_0, Q8_0;
+}
+
+/// The running sum of a Q8_0 dot product: one vector of eight lanes that every block is added
+/// into in turn, ggml's order (see `q8_0::vec_dot_ref`).
+struct Chain(__m256);
+
+impl Chain {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn new() -> Chain {
+        Chain(_mm256_setzero_ps())
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn add(&mut self, sumi: __m256i, scale: __m256) {
+        self.0 = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi), self.0);
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn sum(self) -> f32 {
+        hsum(self.0)
+    }
 }
 
 /// Q4_0 (`d`, 16 bytes of nibbles) x Q8_0 (`d`, 32 quants): `Σ (q - 8) y` per block.
@@ -259,15 +288,16 @@ unsafe fn group_q5_1(x: *const u8, y: *const u8, acc: &mut Acc) {
     }
 }
 
-/// Q8_0 x Q8_0: `|x| * sign(y, x)`, exact for activations in -127..=127 (see the module docs).
+/// Q8_0 x Q8_0: `|x| * sign(y, x)`, exact for activations in -127..=127 (see the module docs),
+/// the four blocks chained into one accumulator.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_q8_0(x: *const u8, y: *const u8, acc: &mut Acc) {
+unsafe fn group_q8_0(x: *const u8, y: *const u8, acc: &mut Chain) {
     let d = scales_d(x, Q8_0, y, Q8_0);
     for k in 0..4 {
         let (q, v) = (load(x.add(k * Q8_0 + 2)), load(y.add(k * Q8_0 + 2)));
         let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(v, q));
-        acc.add(k, _mm256_madd_epi16(p, _mm256_set1_epi16(1)), lane(d, k as i32));
+        acc.add(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), lane(d, k as i32));
     }
 }
 

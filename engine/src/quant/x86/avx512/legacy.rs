@@ -1,12 +1,13 @@
 //! AVX-512 kernels for the legacy quant types: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0.
 //!
 //! Dot products take two 32-value blocks per 512-bit vector and four blocks per step. The
-//! integer part of each block is exact: the weight quants are made unsigned (`q`, or `q + 128`
-//! for Q8_0), `vpdpbusd` multiplies them with the signed activation quants into i32 lanes, and
-//! the offset of the signed types (`8`, `16`, `128`) is taken back out as `offset * Σy`, which
-//! is exact for every byte value. Each block's lanes are then scaled by `d_w * d_a` and added
-//! into f32 accumulators in an order fixed by the row length alone, so a row dotted with the
-//! same activations always gives the same bits. A row's last partial group of four blocks is
+//! integer part of each block is exact: the weight quants are made unsigned (`q`), `vpdpbusd`
+//! multiplies them with the signed activation quants into i32 lanes, and the offset of the
+//! signed types (`8`, `16`) is taken back out as `offset * Σy`, which is exact for every byte
+//! value. Each block's lanes are then scaled by `d_w * d_a` and added into f32 accumulators in
+//! an order fixed by the row length alone, so a row dotted with the same activations always
+//! gives the same bits. Q8_0 instead follows ggml's order exactly (one eight-lane accumulator,
+//! `|x| * sign(y, x)` per block), bit-equal to the scalar reference and to llama.cpp. A row's last partial group of four blocks is
 //! copied into a zeroed buffer (zero blocks add exactly nothing) so every group takes one path.
 //!
 //! Dequantization computes `(q - offset) * d` or `q * d + m` with separate multiply and add,
@@ -215,7 +216,37 @@ legacy_dot_rows! { "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
     dot_q4_1 => group_q4_1, Q4_1, Q8_1;
     dot_q5_0 => group_q5_0, Q5_0, Q8_0;
     dot_q5_1 => group_q5_1, Q5_1, Q8_1;
+}
+
+legacy_dot_rows! { "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c", Chain;
     dot_q8_0 => group_q8_0, Q8_0, Q8_0;
+}
+
+/// The running sum of a Q8_0 dot product: one vector of eight lanes that every block is added
+/// into in turn, ggml's order (see `q8_0::vec_dot_ref`). Half-width on purpose: the order, not
+/// the width, fixes the result.
+struct Chain(__m256);
+
+impl Chain {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    unsafe fn new() -> Chain {
+        Chain(_mm256_setzero_ps())
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    unsafe fn add(&mut self, sumi: __m256i, scale: __m256) {
+        self.0 = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi), self.0);
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    unsafe fn sum(self) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(self.0), _mm256_extractf128_ps::<1>(self.0));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    }
 }
 
 /// Q4_0 (`d`, 16 bytes of nibbles) x Q8_0 (`d`, 32 quants): `Σ (q - 8) y` per block.
@@ -274,16 +305,19 @@ unsafe fn group_q5_1(x: *const u8, y: *const u8, acc: &mut Acc) {
     }
 }
 
-/// Q8_0 x Q8_0: the weights are shifted to `q + 128` (unsigned), and `128 Σ y` taken back.
+/// Q8_0 x Q8_0: `|x| * sign(y, x)` (exact for activations in -127..=127) through `vpdpbusd`,
+/// block by block into the one chained accumulator.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_q8_0(x: *const u8, y: *const u8, acc: &mut Acc) {
-    let sc = scales_d(x, Q8_0, y, Q8_0);
-    for (k, scale) in [sc.0, sc.1].into_iter().enumerate() {
-        let (x0, y0) = (x.add(2 * k * Q8_0), y.add(2 * k * Q8_0));
-        let q = _mm512_xor_si512(bytes2(x0.add(2), x0.add(Q8_0 + 2)), _mm512_set1_epi8(-128));
-        let v = bytes2(y0.add(2), y0.add(Q8_0 + 2));
-        acc.add(k, dot_off(q, v, 128), scale);
+unsafe fn group_q8_0(x: *const u8, y: *const u8, acc: &mut Chain) {
+    let hx = le16(x) | le16(x.add(Q8_0)) << 16 | le16(x.add(2 * Q8_0)) << 32 | le16(x.add(3 * Q8_0)) << 48;
+    let hy = le16(y) | le16(y.add(Q8_0)) << 16 | le16(y.add(2 * Q8_0)) << 32 | le16(y.add(3 * Q8_0)) << 48;
+    let v = _mm256_cvtph_ps(_mm_set_epi64x(hy as i64, hx as i64));
+    let d = _mm256_castps128_ps256(_mm_mul_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v)));
+    for k in 0..4 {
+        let (q, v) = (load256(x.add(k * Q8_0 + 2)), load256(y.add(k * Q8_0 + 2)));
+        let sumi = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(v, q));
+        acc.add(sumi, _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(k as i32)));
     }
 }
 
