@@ -11,6 +11,7 @@ mod load;
 mod logits;
 mod run;
 mod sampling_args;
+mod serve;
 mod tokenize;
 
 #[derive(Parser)]
@@ -39,6 +40,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Print one embedding vector per text (sentence embeddings: BERT encoders, or decoders).
     Embed(embed::EmbedArgs),
+    /// Serve models over the OpenAI-style HTTP API, with the guard routes.
+    Serve(serve::ServeArgs),
 }
 
 fn main() {
@@ -58,6 +61,7 @@ fn main() {
         Command::Logits(args) => logits::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Embed(args) => embed::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Guard(args) => match guard::run(args) {
             Ok(true) => std::process::exit(1),
             Ok(false) => Ok(()),

@@ -1,0 +1,127 @@
+//! `engine-cli serve`: the OpenAI-style HTTP server over one or more models, with a guard.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use engine::guard::{Evaluator, EvaluatorOptions};
+use engine::model::Model;
+use server::{ModelSpec, Server};
+
+use crate::load::{load_model, parse_positive};
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// A model to serve (repeat for several). Its id is the file name without `.gguf`.
+    #[arg(long = "model", short = 'm', required = true)]
+    pub models: Vec<PathBuf>,
+    /// The id of the corresponding --model (repeat in the same order).
+    #[arg(long)]
+    pub alias: Vec<String>,
+    /// The guard model for /v1/guard*: a Granite Guardian GGUF, or a chat model (the generic
+    /// path; it may be one of the --model files). Without it, a --model that is a Granite
+    /// Guardian serves as the guard.
+    #[arg(long)]
+    pub guard: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on /v1/* (also read from ENGINE_API_KEY).
+    #[arg(long, env = "ENGINE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Bucket bounds of the latency histograms, in milliseconds.
+    #[arg(long, value_delimiter = ',')]
+    pub latency_buckets: Vec<f64>,
+    /// Context size per model [default: the model's, at most 4096].
+    #[arg(long, short = 'c', value_parser = parse_positive)]
+    pub ctx_size: Option<usize>,
+    /// cpu (this build has no CUDA).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Worker threads for the engine [default: all cores].
+    #[arg(long, short = 't', value_parser = parse_positive)]
+    pub threads: Option<usize>,
+}
+
+fn id_of(path: &Path) -> String {
+    path.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().trim_end_matches(".gguf").to_string())
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if args.device != "cpu" {
+        anyhow::bail!("--device {}: this build has no CUDA support (use cpu)", args.device);
+    }
+    if args.alias.len() > args.models.len() {
+        anyhow::bail!("{} --alias for {} --model", args.alias.len(), args.models.len());
+    }
+    if args.latency_buckets.iter().any(|b| !b.is_finite() || *b <= 0.0) || args.latency_buckets.windows(2).any(|w| w[0] >= w[1]) {
+        anyhow::bail!("--latency-buckets must be increasing positive numbers");
+    }
+    if let Some(n) = args.threads {
+        rayon::ThreadPoolBuilder::new().num_threads(n).build_global().context("starting the worker threads")?;
+    }
+    let guard_path = args.guard.as_ref().map(|p| p.canonicalize().with_context(|| p.display().to_string())).transpose()?;
+    let mut builder = Server::builder().api_key(args.api_key.clone());
+    if !args.latency_buckets.is_empty() {
+        builder = builder.latency_buckets(args.latency_buckets.clone());
+    }
+    let mut guard_served = false;
+    for (i, path) in args.models.iter().enumerate() {
+        let model = Arc::new(load_model(path)?);
+        let id = args.alias.get(i).cloned().unwrap_or_else(|| id_of(path));
+        let named_guard = guard_path.is_some() && path.canonicalize().ok() == guard_path;
+        let guardian = guard_path.is_none() && is_guardian(&model);
+        guard_served |= named_guard || guardian;
+        builder = builder.model(ModelSpec { id, model, chat: true, guard: named_guard || guardian, n_ctx: args.ctx_size });
+    }
+    if let (Some(path), false) = (&args.guard, guard_served) {
+        let model = Arc::new(load_model(path)?);
+        builder = builder.model(ModelSpec { id: id_of(path), model, chat: false, guard: true, n_ctx: args.ctx_size });
+    }
+    let server = builder.build().map_err(anyhow::Error::msg)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the runtime")?;
+    runtime.block_on(async {
+        let (listener, addr) = Server::bind(SocketAddr::new(args.host, args.port)).await.with_context(|| format!("binding {}:{}", args.host, args.port))?;
+        for m in server.state().registry.list() {
+            let role = match (m.generates, m.guard) {
+                (true, true) => "chat + guard",
+                (true, false) => "chat",
+                _ => "guard",
+            };
+            eprintln!("serving {} ({role}, context {})", m.id, m.n_ctx);
+        }
+        eprintln!("listening on http://{addr}");
+        let server = Arc::new(server);
+        let stopper = server.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            eprintln!("shutting down");
+            stopper.close();
+        });
+        server.serve(listener).await.context("serving")
+    })
+}
+
+/// Whether the model's own template is a Granite Guardian template.
+fn is_guardian(model: &Arc<Model>) -> bool {
+    Evaluator::from_model(model.clone(), EvaluatorOptions::default()).is_ok_and(|e| e.prompter().is_guardian())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return ctrl_c.await.unwrap_or(()),
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

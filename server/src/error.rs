@@ -1,0 +1,109 @@
+//! `ApiError`: every refusal and failure of the server as the OpenAI error body
+//! `{"error": {"message", "type", "param", "code"}}` with its HTTP status. Client mistakes are
+//! 4xx (never 5xx, which the SDKs retry); deterministic server failures say so with
+//! `x-should-retry: false`.
+
+use engine::generate::GenerateError;
+use engine::guard::GuardError;
+use hyper::StatusCode;
+use serde_json::json;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into(), kind, param: None, code: None }
+    }
+
+    /// 400: the request is malformed or a value is out of range.
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    /// 400 naming the offending field, with code `invalid_value`.
+    pub fn invalid_param(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError { param: Some(param.into()), code: Some("invalid_value"), ..ApiError::invalid(message) }
+    }
+
+    /// 400 for a field that is required and missing.
+    pub fn missing(param: &str) -> ApiError {
+        ApiError { param: Some(param.into()), code: Some("missing_required_parameter"), ..ApiError::invalid(format!("{param} is required")) }
+    }
+
+    pub fn unauthorized() -> ApiError {
+        ApiError { code: Some("invalid_api_key"), ..ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", "invalid or missing API key") }
+    }
+
+    pub fn model_not_found(id: &str) -> ApiError {
+        ApiError {
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+            ..ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", format!("the model `{id}` does not exist or is not loaded"))
+        }
+    }
+
+    pub fn route_not_found(method: &hyper::Method, path: &str) -> ApiError {
+        ApiError { code: Some("not_found"), ..ApiError::new(StatusCode::NOT_FOUND, "not_found_error", format!("no route {method} {path}")) }
+    }
+
+    pub fn method_not_allowed(method: &hyper::Method, path: &str, allowed: &str) -> ApiError {
+        ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", format!("{path} does not support {method} (allowed: {allowed})"))
+    }
+
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError { code: Some("request_too_large"), ..ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", format!("the request body exceeds {limit} bytes")) }
+    }
+
+    pub fn not_supported(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_IMPLEMENTED, "not_supported_error", message)
+    }
+
+    /// 503: the model is busy with more work than its queue holds.
+    pub fn overloaded() -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable_error", "the server is overloaded; retry later")
+    }
+
+    /// 500: a real fault of the model or engine.
+    pub fn server(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
+    }
+}
+
+impl From<GuardError> for ApiError {
+    fn from(e: GuardError) -> ApiError {
+        let api = e.api_error();
+        ApiError {
+            status: StatusCode::from_u16(api.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            message: e.to_string(),
+            kind: api.kind,
+            param: api.param.map(str::to_string),
+            code: api.code,
+        }
+    }
+}
+
+impl From<GenerateError> for ApiError {
+    fn from(e: GenerateError) -> ApiError {
+        match &e {
+            GenerateError::EmptyPrompt => ApiError::invalid_param("messages", e.to_string()),
+            GenerateError::PromptTooLong { .. } => {
+                ApiError { code: Some("context_length_exceeded"), ..ApiError::invalid_param("messages", e.to_string()) }
+            }
+            GenerateError::Sampling(_) | GenerateError::TooManyLogprobs(_) => ApiError::invalid(e.to_string()),
+            GenerateError::Constraint(_) => ApiError::invalid_param("response_format", e.to_string()),
+            GenerateError::Cancelled => ApiError::server("the request was cancelled"),
+            GenerateError::Model(_) | GenerateError::Draft(_) => ApiError::server(e.to_string()),
+        }
+    }
+}

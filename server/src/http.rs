@@ -1,0 +1,105 @@
+//! HTTP plumbing shared by the routes: the response body type, JSON and error responses, request
+//! bodies read under the size limit and parsed as JSON objects, and server-sent-event streams.
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::{Response, StatusCode};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+
+use crate::error::ApiError;
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+pub fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+    let mut r = Response::new(full(serde_json::to_vec(value).expect("a JSON value serialises")));
+    *r.status_mut() = status;
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+pub fn ok_json(value: &Value) -> Response<Body> {
+    json_response(StatusCode::OK, value)
+}
+
+pub fn text_response(content_type: &'static str, text: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(full(text));
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+pub fn error_response(e: &ApiError) -> Response<Body> {
+    let mut r = json_response(e.status, &e.body());
+    if e.status.is_server_error() && e.status != StatusCode::SERVICE_UNAVAILABLE {
+        // the same request would fail the same way: tell SDKs not to retry it
+        r.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
+    }
+    if e.status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut().insert("retry-after", HeaderValue::from_static("1"));
+    }
+    r
+}
+
+/// Reads the whole body, refusing more than `limit` bytes with 413.
+pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(ApiError::too_large(limit)),
+        Err(e) => Err(ApiError::invalid(format!("could not read the request body: {e}"))),
+    }
+}
+
+/// The body as a JSON object (400 for anything else).
+pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::invalid("the request body must be a JSON object")),
+        Err(e) => Err(ApiError::invalid(format!("the request body is not valid JSON: {e}"))),
+    }
+}
+
+/// The sending half of a server-sent-event stream: each `send` is one `data:` event, flushed.
+/// A failed send means the client has gone.
+pub struct SseSender(mpsc::Sender<Bytes>);
+
+impl SseSender {
+    /// Sends one `data: <compact JSON>` event; false when the client has disconnected.
+    pub fn send_json(&self, value: &Value) -> bool {
+        let mut line = b"data: ".to_vec();
+        line.extend(serde_json::to_vec(value).expect("a JSON value serialises"));
+        line.extend(b"\n\n");
+        self.0.blocking_send(Bytes::from(line)).is_ok()
+    }
+
+    /// The closing `data: [DONE]` event.
+    pub fn done(&self) -> bool {
+        self.0.blocking_send(Bytes::from_static(b"data: [DONE]\n\n")).is_ok()
+    }
+
+    /// An SSE comment line: invisible to clients, it keeps proxies from timing out and tells
+    /// whether the client is still there.
+    pub fn ping(&self) -> bool {
+        self.0.blocking_send(Bytes::from_static(b": ping\n\n")).is_ok()
+    }
+}
+
+/// A `text/event-stream` response whose events come from the returned sender.
+pub fn sse_response() -> (Response<Body>, SseSender) {
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let stream = ReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b)));
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    r.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    (r, SseSender(tx))
+}

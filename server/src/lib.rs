@@ -1,0 +1,297 @@
+//! The OpenAI-style HTTP server (hyper + tokio) over the engine: chat completions (JSON and
+//! SSE), the guard routes, models (list, get, delete = unload), health and Prometheus metrics.
+//!
+//! Every model runs on its own engine thread fed by a bounded job queue (`worker`); the async
+//! side only parses, validates and forwards. `Server::builder()` takes the models;
+//! `Server::handler()` is the hyper service (mountable in another app); `Server::serve` runs
+//! it on a listener until `Server::close()`, then drains open connections.
+
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod params;
+pub mod registry;
+mod routes;
+pub mod worker;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use engine::guard::{Evaluator, EvaluatorOptions};
+use engine::model::Model;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::error::ApiError;
+use crate::http::{error_response, ok_json, read_body, text_response, Body};
+use crate::metrics::{Metrics, DEFAULT_LATENCY_BUCKETS};
+use crate::registry::{ModelEntry, Registry};
+use crate::routes::guard::GuardRoute;
+use crate::worker::Worker;
+
+pub use crate::error::ApiError as Error;
+
+/// Sent as `system_fingerprint`.
+pub const FINGERPRINT: &str = concat!("fp_engine_", env!("CARGO_PKG_VERSION"));
+
+/// Request bodies larger than this are refused with 413 unless the builder says otherwise.
+pub const DEFAULT_MAX_BODY: usize = 16 << 20;
+
+/// What the routes share.
+pub struct AppState {
+    pub registry: Registry,
+    pub metrics: Metrics,
+    api_key: Option<String>,
+    max_body: usize,
+}
+
+/// One model to serve.
+pub struct ModelSpec {
+    /// The id requests name (`model` field).
+    pub id: String,
+    pub model: Arc<Model>,
+    /// Serve chat and text completions.
+    pub chat: bool,
+    /// Serve the guard routes (a Granite Guardian model, or a chat model as generic guard).
+    pub guard: bool,
+    /// Context size of its cache; `None`: the trained context, at most 4096.
+    pub n_ctx: Option<usize>,
+}
+
+#[derive(Default)]
+pub struct ServerBuilder {
+    models: Vec<ModelSpec>,
+    api_key: Option<String>,
+    latency_buckets: Option<Vec<f64>>,
+    max_body: Option<usize>,
+}
+
+impl ServerBuilder {
+    pub fn model(mut self, spec: ModelSpec) -> Self {
+        self.models.push(spec);
+        self
+    }
+
+    /// Requests to `/v1/*` must carry `Authorization: Bearer <key>`.
+    pub fn api_key(mut self, key: Option<String>) -> Self {
+        self.api_key = key;
+        self
+    }
+
+    /// Bucket bounds (milliseconds) of the latency histograms.
+    pub fn latency_buckets(mut self, buckets: Vec<f64>) -> Self {
+        self.latency_buckets = Some(buckets);
+        self
+    }
+
+    pub fn max_body_bytes(mut self, limit: usize) -> Self {
+        self.max_body = Some(limit);
+        self
+    }
+
+    /// Starts an engine thread per model.
+    pub fn build(self) -> Result<Server, String> {
+        if self.models.is_empty() {
+            return Err("no model to serve".into());
+        }
+        let registry = Registry::default();
+        let created = routes::chat::unix_now();
+        for spec in self.models {
+            if registry.get(&spec.id).is_ok() {
+                return Err(format!("two models have the id `{}`: name one with --alias", spec.id));
+            }
+            let evaluator = if spec.guard {
+                Some(Arc::new(Evaluator::from_model(spec.model.clone(), EvaluatorOptions::default()).map_err(|e| format!("{}: {e}", spec.id))?))
+            } else {
+                None
+            };
+            let n_ctx = spec.n_ctx.unwrap_or_else(|| default_ctx(&spec.model));
+            let worker = Worker::start(&spec.id, spec.model.clone(), n_ctx, evaluator)?;
+            registry.insert(ModelEntry { id: spec.id, created, model: spec.model, worker, guard: spec.guard, generates: spec.chat, n_ctx });
+        }
+        let buckets = self.latency_buckets.unwrap_or_else(|| DEFAULT_LATENCY_BUCKETS.to_vec());
+        let metrics = Metrics::new(&buckets, registry.has_guard());
+        let state = Arc::new(AppState { registry, metrics, api_key: self.api_key, max_body: self.max_body.unwrap_or(DEFAULT_MAX_BODY) });
+        let (shutdown, _) = watch::channel(false);
+        Ok(Server { state, shutdown })
+    }
+}
+
+/// The context a model is served with when none is named: its trained context, capped so that
+/// the f16 cache of a small machine stays small.
+pub fn default_ctx(model: &Model) -> usize {
+    match model.config().n_ctx_train {
+        0 => 4096,
+        trained => trained.min(4096),
+    }
+}
+
+pub struct Server {
+    state: Arc<AppState>,
+    shutdown: watch::Sender<bool>,
+}
+
+/// The server as a hyper service: clone it per connection.
+#[derive(Clone)]
+pub struct Handler {
+    state: Arc<AppState>,
+}
+
+impl hyper::service::Service<Request<Incoming>> for Handler {
+    type Response = Response<Body>;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Self::Error>> + Send>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let state = self.state.clone();
+        Box::pin(async move { Ok(handle(state, req).await) })
+    }
+}
+
+impl Server {
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
+    }
+
+    pub fn handler(&self) -> Handler {
+        Handler { state: self.state.clone() }
+    }
+
+    /// Serves connections from `listener` until [`Server::close`], then waits for the open
+    /// ones to finish their current requests.
+    pub async fn serve(&self, listener: TcpListener) -> std::io::Result<()> {
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let mut closed = self.shutdown.subscribe();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let (stream, peer) = match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            tracing::warn!("accept failed: {e}");
+                            continue;
+                        }
+                    };
+                    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), self.handler());
+                    let conn = graceful.watch(conn);
+                    tokio::spawn(async move {
+                        if let Err(e) = conn.await {
+                            tracing::debug!("connection {peer}: {e}");
+                        }
+                    });
+                }
+                _ = closed.changed() => break,
+            }
+        }
+        tracing::info!("shutting down: waiting for open requests");
+        graceful.shutdown().await;
+        Ok(())
+    }
+
+    /// Stops accepting connections; `serve` returns once open requests are done.
+    pub fn close(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    /// Binds `addr` (port 0 picks a free one) and returns the listener and its address.
+    pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)> {
+        let listener = TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        Ok((listener, local))
+    }
+}
+
+async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<Body> {
+    let start = Instant::now();
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let response = match route(&state, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            if e.status.is_server_error() {
+                tracing::warn!("{method} {path}: {} {}", e.status, e.message);
+            }
+            error_response(&e)
+        }
+    };
+    tracing::debug!("{method} {path} -> {} in {:.1} ms", response.status(), start.elapsed().as_secs_f64() * 1e3);
+    state.metrics.requests.inc();
+    state.metrics.request_latency_ms.observe(start.elapsed().as_secs_f64() * 1e3);
+    response
+}
+
+fn allow(method: &Method, path: &str, allowed: &[Method]) -> Result<(), ApiError> {
+    if allowed.contains(method) {
+        Ok(())
+    } else {
+        let names: Vec<&str> = allowed.iter().map(Method::as_str).collect();
+        Err(ApiError::method_not_allowed(method, path, &names.join(", ")))
+    }
+}
+
+fn check_key(state: &AppState, req: &Request<Incoming>) -> Result<(), ApiError> {
+    let Some(key) = &state.api_key else { return Ok(()) };
+    let given = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    if given.map(str::trim) == Some(key.as_str()) {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized())
+    }
+}
+
+async fn route(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let method = req.method().clone();
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    if path.starts_with("/v1/") {
+        check_key(state, &req)?;
+    }
+    let guard_route = match path.as_str() {
+        "/v1/guard" => Some(GuardRoute::Evaluate),
+        "/v1/guard/scan" => Some(GuardRoute::Scan),
+        "/v1/guard/batch" => Some(GuardRoute::Batch),
+        _ => None,
+    };
+    match path.as_str() {
+        "/health" => {
+            allow(&method, &path, &[Method::GET])?;
+            Ok(ok_json(&serde_json::json!({"status": "ok"})))
+        }
+        "/metrics" => {
+            allow(&method, &path, &[Method::GET])?;
+            Ok(text_response("application/openmetrics-text; version=1.0.0; charset=utf-8", state.metrics.render()))
+        }
+        "/v1/models" => {
+            allow(&method, &path, &[Method::GET])?;
+            routes::models::list(state)
+        }
+        p if p.starts_with("/v1/models/") => {
+            let id = &p["/v1/models/".len()..];
+            allow(&method, &path, &[Method::GET, Method::DELETE])?;
+            if method == Method::GET {
+                routes::models::get(state, id)
+            } else {
+                routes::models::delete(state, id)
+            }
+        }
+        "/v1/chat/completions" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = http::parse_object(&read_body(req.into_body(), state.max_body).await?)?;
+            routes::chat::handle(state, body).await
+        }
+        _ if guard_route.is_some() && state.registry.has_guard() => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = http::parse_object(&read_body(req.into_body(), state.max_body).await?)?;
+            routes::guard::handle(state, guard_route.expect("matched"), body).await
+        }
+        _ => Err(ApiError::route_not_found(&method, &path)),
+    }
+}

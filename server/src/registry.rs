@@ -1,0 +1,76 @@
+//! The loaded models by id: each with its engine thread, what `/v1/models` says of it, and
+//! whether it serves chat / completions, embeddings, or guard requests. DELETE removes an entry:
+//! requests already holding it finish, later ones get 404.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use engine::model::Model;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::worker::Worker;
+
+pub struct ModelEntry {
+    pub id: String,
+    pub created: u64,
+    pub model: Arc<Model>,
+    pub worker: Worker,
+    /// Serves `/v1/guard*` (a Granite Guardian model, `--guard`, or a chat model as generic guard).
+    pub guard: bool,
+    /// Serves chat and text completions (every decoder model).
+    pub generates: bool,
+    pub n_ctx: usize,
+}
+
+impl ModelEntry {
+    /// The `Model` object of `/v1/models`, with our extensions: architecture, context length,
+    /// capabilities.
+    pub fn describe(&self) -> Value {
+        let c = self.model.config();
+        let mut capabilities = Vec::new();
+        if self.generates {
+            capabilities.extend(["chat", "completion"]);
+        }
+        capabilities.push("embedding");
+        if self.guard {
+            capabilities.push("guard");
+        }
+        json!({
+            "id": self.id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "local",
+            "architecture": c.arch,
+            "context_length": self.n_ctx,
+            "capabilities": capabilities,
+        })
+    }
+}
+
+#[derive(Default)]
+pub struct Registry {
+    models: RwLock<BTreeMap<String, Arc<ModelEntry>>>,
+}
+
+impl Registry {
+    pub fn insert(&self, entry: ModelEntry) {
+        self.models.write().expect("registry lock").insert(entry.id.clone(), Arc::new(entry));
+    }
+
+    pub fn get(&self, id: &str) -> Result<Arc<ModelEntry>, ApiError> {
+        self.models.read().expect("registry lock").get(id).cloned().ok_or_else(|| ApiError::model_not_found(id))
+    }
+
+    pub fn remove(&self, id: &str) -> Result<Arc<ModelEntry>, ApiError> {
+        self.models.write().expect("registry lock").remove(id).ok_or_else(|| ApiError::model_not_found(id))
+    }
+
+    pub fn list(&self) -> Vec<Arc<ModelEntry>> {
+        self.models.read().expect("registry lock").values().cloned().collect()
+    }
+
+    pub fn has_guard(&self) -> bool {
+        self.list().iter().any(|m| m.guard)
+    }
+}

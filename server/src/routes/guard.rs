@@ -1,0 +1,123 @@
+//! `POST /v1/guard`, `/v1/guard/scan`, `/v1/guard/batch` (guard.md §6): the request checked
+//! with the contract's messages, evaluated on the guard model's engine thread, answered with
+//! `model`, `flagged`, `verdicts` (and `highest_risk`, or `results`) and `latency_ms`.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use engine::guard::{GuardInput, GuardRequest, MAX_BATCH};
+use hyper::Response;
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
+use crate::http::{ok_json, Body};
+use crate::params::{boolean, model_id};
+use crate::AppState;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuardRoute {
+    Evaluate,
+    Scan,
+    Batch,
+}
+
+pub async fn handle(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
+    let start = Instant::now();
+    state.metrics.guard_requests.inc();
+    let result = evaluate(state, route, body, start).await;
+    state.metrics.guard_latency_ms.observe(start.elapsed().as_secs_f64() * 1e3);
+    result
+}
+
+async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Value>, start: Instant) -> Result<Response<Body>, ApiError> {
+    let id = model_id(&body)?;
+    let entry = state.registry.get(&id)?;
+    if !entry.guard {
+        return Err(ApiError::invalid_param("model", format!("the model `{id}` is not a guard model")));
+    }
+    let risks = risks(&body, route)?;
+    let format = match body.get("format") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ApiError::invalid_param("format", "format must be a string")),
+    };
+    let think = boolean(&body, "think")?.unwrap_or(false);
+    let mut out = match route {
+        GuardRoute::Batch => {
+            let inputs = match body.get("inputs") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(Value::Array(items)) => items.iter().enumerate().map(|(i, v)| input(v, &format!("inputs[{i}]"))).collect::<Result<_, _>>()?,
+                Some(_) => return Err(ApiError::invalid_param("inputs", "inputs must be an array of inputs")),
+            };
+            if inputs.len() > MAX_BATCH {
+                return Err(engine::guard::GuardError::BatchTooLarge { max: MAX_BATCH }.into());
+            }
+            let items = entry
+                .worker
+                .run(move |engine| {
+                    let ev = engine.guard.clone().expect("guard entries have an evaluator");
+                    ev.evaluate_batch_cancellable(&inputs, &risks, &AtomicBool::new(false))
+                })
+                .await??;
+            json!({"model": id, "results": items})
+        }
+        GuardRoute::Evaluate | GuardRoute::Scan => {
+            let input = input(body.get("input").unwrap_or(&Value::Null), "input")?;
+            let request = GuardRequest { input, risks, format, think };
+            let scan = route == GuardRoute::Scan;
+            let value = entry
+                .worker
+                .run(move |engine| {
+                    let ev = engine.guard.clone().expect("guard entries have an evaluator");
+                    let cancel = AtomicBool::new(false);
+                    if scan {
+                        ev.scan_cancellable(&request.input, request.format.as_deref(), request.think, &cancel).map(|r| json!(r))
+                    } else {
+                        ev.evaluate_cancellable(&request, &cancel).map(|r| json!(r))
+                    }
+                })
+                .await??;
+            let mut out = json!({"model": id});
+            for (k, v) in value.as_object().into_iter().flatten() {
+                out[k] = v.clone();
+            }
+            out
+        }
+    };
+    out["latency_ms"] = json!(start.elapsed().as_secs_f64() * 1e3);
+    Ok(ok_json(&out))
+}
+
+fn risks(body: &Map<String, Value>, route: GuardRoute) -> Result<Vec<String>, ApiError> {
+    match body.get("risks") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(_) if route == GuardRoute::Scan => Err(ApiError::invalid_param("risks", "a scan judges the 9 harm risks: leave risks out")),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or_else(|| ApiError::invalid_param("risks", "risks must be an array of strings")))
+            .collect(),
+        Some(_) => Err(ApiError::invalid_param("risks", "risks must be an array of strings")),
+    }
+}
+
+/// `{user, assistant?, context?}`; an absent or empty `user` is left for the evaluator to
+/// refuse with the contract's message.
+fn input(v: &Value, name: &str) -> Result<GuardInput, ApiError> {
+    let field = |key: &str| -> Result<Option<String>, ApiError> {
+        match v.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(ApiError::invalid_param(name, format!("{name}.{key} must be a string"))),
+        }
+    };
+    match v {
+        Value::Object(_) => {}
+        Value::Null => return Err(ApiError::invalid_param(name, "input.user is required")),
+        _ => return Err(ApiError::invalid_param(name, format!("{name} must be an object with user, assistant, context"))),
+    }
+    let mut input = GuardInput::new(field("user")?.unwrap_or_default());
+    input.assistant = field("assistant")?;
+    input.context = field("context")?;
+    Ok(input)
+}

@@ -1,0 +1,5 @@
+//! The route handlers, one file per API family.
+
+pub mod chat;
+pub mod guard;
+pub mod models;

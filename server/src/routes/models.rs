@@ -1,0 +1,26 @@
+//! `GET /v1/models`, `GET /v1/models/{id}`, `DELETE /v1/models/{id}` (unloads the model: requests
+//! already running finish, later ones get 404).
+
+use std::sync::Arc;
+
+use hyper::Response;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::http::{ok_json, Body};
+use crate::AppState;
+
+pub fn list(state: &Arc<AppState>) -> Result<Response<Body>, ApiError> {
+    let data: Vec<_> = state.registry.list().iter().map(|m| m.describe()).collect();
+    Ok(ok_json(&json!({"object": "list", "data": data})))
+}
+
+pub fn get(state: &Arc<AppState>, id: &str) -> Result<Response<Body>, ApiError> {
+    Ok(ok_json(&state.registry.get(id)?.describe()))
+}
+
+pub fn delete(state: &Arc<AppState>, id: &str) -> Result<Response<Body>, ApiError> {
+    let entry = state.registry.remove(id)?;
+    tracing::info!("unloaded model {}", entry.id);
+    Ok(ok_json(&json!({"id": entry.id, "object": "model", "deleted": true})))
+}

@@ -1,0 +1,88 @@
+//! One engine thread per model, fed by a bounded channel of jobs. The thread owns the model's
+//! KV cache and chat template; a job is a closure run on it with that state, one at a time.
+//! (Continuous batching will replace the one-at-a-time loop behind this same interface.)
+
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
+
+use engine::chat::ChatTemplate;
+use engine::grammar::GrammarCompiler;
+use engine::guard::Evaluator;
+use engine::kv_cache::{KvCache, KvType};
+use engine::model::Model;
+use engine::tokenizer::TokenId;
+use tokio::sync::oneshot;
+
+use crate::error::ApiError;
+
+/// Jobs a model may have waiting before new requests are refused with 503.
+pub const QUEUE_DEPTH: usize = 64;
+
+/// What a job sees: the model and the state the engine thread keeps between requests.
+pub struct EngineState {
+    pub model: Arc<Model>,
+    /// The model's chat template (ChatML when the file has none).
+    pub template: ChatTemplate,
+    /// Sequence 0 of this cache holds `cached` (the last prompt and reply), reused by the next
+    /// request that starts the same way.
+    pub kv: KvCache,
+    pub cached: Vec<TokenId>,
+    pub guard: Option<Arc<Evaluator>>,
+    /// Built on the first request that needs it (about a second for a 150k vocabulary).
+    grammar: Option<GrammarCompiler>,
+}
+
+impl EngineState {
+    /// The model's grammar compiler, for `response_format` and forced tool calls.
+    pub fn grammar(&mut self) -> Result<&GrammarCompiler, ApiError> {
+        if self.grammar.is_none() {
+            let compiler = GrammarCompiler::new(self.model.tokenizer()).map_err(|e| ApiError::server(format!("grammar compiler: {e}")))?;
+            self.grammar = Some(compiler);
+        }
+        Ok(self.grammar.as_ref().expect("just built"))
+    }
+}
+
+type Job = Box<dyn FnOnce(&mut EngineState) + Send>;
+
+pub struct Worker {
+    tx: SyncSender<Job>,
+}
+
+impl Worker {
+    /// Starts the engine thread of `model` with a cache of `n_ctx` positions.
+    pub fn start(id: &str, model: Arc<Model>, n_ctx: usize, guard: Option<Arc<Evaluator>>) -> Result<Worker, String> {
+        let template = ChatTemplate::from_model(&model).map_err(|e| format!("{id}: chat template: {e}"))?;
+        let kv = model.new_kv_cache(KvType::F16, n_ctx);
+        let mut state = EngineState { model, template, kv, cached: Vec::new(), guard, grammar: None };
+        let (tx, rx) = sync_channel::<Job>(QUEUE_DEPTH);
+        std::thread::Builder::new()
+            .name(format!("engine-{id}"))
+            .spawn(move || {
+                // ends when every sender (the registry entry and in-flight requests) is gone
+                while let Ok(job) = rx.recv() {
+                    job(&mut state);
+                }
+            })
+            .map_err(|e| format!("{id}: cannot start the engine thread: {e}"))?;
+        Ok(Worker { tx })
+    }
+
+    /// Queues `job` and waits for its result; 503 when the queue is full.
+    pub async fn run<R: Send + 'static>(&self, job: impl FnOnce(&mut EngineState) -> R + Send + 'static) -> Result<R, ApiError> {
+        let (done, result) = oneshot::channel();
+        self.spawn(move |state| {
+            let _ = done.send(job(state));
+        })?;
+        result.await.map_err(|_| ApiError::server("the engine thread stopped"))
+    }
+
+    /// Queues `job` without waiting (streaming responses report through their own channel).
+    pub fn spawn(&self, job: impl FnOnce(&mut EngineState) + Send + 'static) -> Result<(), ApiError> {
+        match self.tx.try_send(Box::new(job)) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(ApiError::overloaded()),
+            Err(TrySendError::Disconnected(_)) => Err(ApiError::server("the engine thread stopped")),
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The server over real TCP on 127.0.0.1 with a real HTTP client: the tiny llama fixture as chat
+//! model and the tiny Guardian 3.0 fixture as guard. Routes, error statuses and bodies, SSE
+//! framing, usage counts against the tokenizer, guard routes, unloading, metrics.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use engine::chat::{tokenize_rendered, ChatInput, ChatTemplate};
+use engine::model::Model;
+use engine_tests::fixture;
+use reqwest::blocking::Client;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use server::{ModelSpec, Server, ServerBuilder};
+
+const CHAT: &str = "tiny-llama";
+const GUARD: &str = "guardian-tiny-3.0";
+
+fn chat_model() -> Arc<Model> {
+    Arc::new(Model::load(fixture("models/tiny-llama-Q8_0.gguf")).unwrap())
+}
+
+fn builder() -> ServerBuilder {
+    let guard = Arc::new(Model::load(fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf")).unwrap());
+    Server::builder()
+        .model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(512) })
+        .model(ModelSpec { id: GUARD.into(), model: guard, chat: false, guard: true, n_ctx: Some(1024) })
+        .max_body_bytes(64 << 10)
+}
+
+/// Starts `builder`'s server on a free port in a background runtime; returns its base URL.
+fn start(builder: ServerBuilder) -> String {
+    let server = Arc::new(builder.build().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async move {
+            let (listener, addr) = Server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+            tx.send(addr).unwrap();
+            server.serve(listener).await.unwrap();
+        });
+    });
+    format!("http://{}", rx.recv().unwrap())
+}
+
+fn client() -> Client {
+    Client::builder().timeout(std::time::Duration::from_secs(120)).build().unwrap()
+}
+
+/// Asserts the OpenAI error shape and status; returns the error object.
+fn expect_error(r: reqwest::blocking::Response, status: StatusCode) -> Value {
+    assert_eq!(r.status(), status);
+    let body: Value = r.json().unwrap();
+    let e = &body["error"];
+    assert!(e["message"].is_string() && e["type"].is_string(), "{body}");
+    assert!(e.get("param").is_some() && e.get("code").is_some(), "all four keys: {body}");
+    e.clone()
+}
+
+fn prompt_tokens(messages: &Value) -> usize {
+    let model = chat_model();
+    let template = ChatTemplate::from_model(&model).unwrap();
+    let text = template.render(&ChatInput { add_generation_prompt: true, ..ChatInput::new(messages.as_array().unwrap().clone()) }).unwrap();
+    tokenize_rendered(model.tokenizer(), &text).len()
+}
+
+#[test]
+fn models_health_and_metrics() {
+    let base = start(builder());
+    let c = client();
+    assert_eq!(c.get(format!("{base}/health")).send().unwrap().json::<Value>().unwrap()["status"], "ok");
+    let list: Value = c.get(format!("{base}/v1/models")).send().unwrap().json().unwrap();
+    assert_eq!(list["object"], "list");
+    let ids: Vec<&str> = list["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [GUARD, CHAT]);
+    let m: Value = c.get(format!("{base}/v1/models/{CHAT}")).send().unwrap().json().unwrap();
+    assert_eq!((m["object"].as_str(), m["owned_by"].as_str(), m["architecture"].as_str()), (Some("model"), Some("local"), Some("llama")));
+    assert!(m["created"].is_u64() && m["context_length"] == 512);
+    let e = expect_error(c.get(format!("{base}/v1/models/nope")).send().unwrap(), StatusCode::NOT_FOUND);
+    assert_eq!(e["code"], "model_not_found");
+    let metrics = c.get(format!("{base}/metrics")).send().unwrap().text().unwrap();
+    for name in ["requests_total", "tokens_generated_total", "request_latency_ms_bucket", "guard_requests_total", "guard_latency_ms_bucket"] {
+        assert!(metrics.contains(name), "{name} missing from\n{metrics}");
+    }
+}
+
+#[test]
+fn chat_completion_counts_usage_like_the_tokenizer() {
+    let base = start(builder());
+    let messages = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello"}]);
+    let body = json!({"model": CHAT, "messages": messages, "max_tokens": 8, "temperature": 0, "seed": 7});
+    let r: Value = client().post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap();
+    assert_eq!(r["object"], "chat.completion");
+    assert!(r["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(r["model"], CHAT);
+    let choice = &r["choices"][0];
+    assert_eq!(choice["message"]["role"], "assistant");
+    assert!(choice["message"]["content"].is_string());
+    assert!(choice["message"].get("refusal").is_some());
+    let usage = &r["usage"];
+    assert_eq!(usage["prompt_tokens"].as_u64().unwrap() as usize, prompt_tokens(&messages));
+    let completion = usage["completion_tokens"].as_u64().unwrap();
+    assert!(completion >= 1 && completion <= 8);
+    assert_eq!(usage["total_tokens"].as_u64().unwrap(), usage["prompt_tokens"].as_u64().unwrap() + completion);
+    let finish = choice["finish_reason"].as_str().unwrap();
+    assert!(finish == "length" && completion == 8 || finish == "stop", "{r}");
+    // greedy: the same request gives the same text (the second reuses the cached prompt)
+    let again: Value = client().post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap();
+    assert_eq!(again["choices"][0]["message"]["content"], choice["message"]["content"]);
+    assert!(again["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0);
+}
+
+/// `data:` payloads of an SSE body, framing checked: every event is `data: ...` and a blank line.
+fn sse_events(text: &str) -> Vec<String> {
+    assert!(text.ends_with("\n\n"), "events end with a blank line");
+    text.split("\n\n")
+        .filter(|e| !e.is_empty() && !e.starts_with(':'))
+        .map(|e| e.strip_prefix("data: ").unwrap_or_else(|| panic!("not a data event: {e:?}")).to_string())
+        .collect()
+}
+
+#[test]
+fn streaming_sends_role_once_then_deltas_finish_usage_and_done() {
+    let base = start(builder());
+    let body = json!({
+        "model": CHAT, "messages": [{"role": "user", "content": "Count"}], "max_tokens": 6, "temperature": 0,
+        "stream": true, "stream_options": {"include_usage": true}, "n": 2,
+    });
+    let r = client().post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap();
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let events = sse_events(&r.text().unwrap());
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let id = chunks[0]["id"].as_str().unwrap();
+    assert!(chunks.iter().all(|c| c["id"] == id && c["object"] == "chat.completion.chunk"));
+    let usage_chunk = chunks.last().unwrap();
+    assert_eq!(usage_chunk["choices"], json!([]));
+    assert!(chunks[..chunks.len() - 1].iter().all(|c| c["usage"].is_null()), "usage is null before the last chunk");
+    let mut text = [String::new(), String::new()];
+    for index in 0..2 {
+        let mine: Vec<&Value> = chunks.iter().filter(|c| c["choices"][0]["index"] == index).collect();
+        assert_eq!(mine[0]["choices"][0]["delta"]["role"], "assistant");
+        assert!(mine[1..].iter().all(|c| c["choices"][0]["delta"].get("role").is_none()), "role only in the first chunk");
+        let last = mine.last().unwrap();
+        assert_eq!(last["choices"][0]["delta"], json!({}));
+        assert!(last["choices"][0]["finish_reason"].is_string());
+        for c in &mine {
+            text[index as usize].push_str(c["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
+        }
+    }
+    assert_eq!(text[0], text[1], "greedy choices agree");
+    let u = &usage_chunk["usage"];
+    assert_eq!(u["total_tokens"].as_u64(), Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()));
+    // the streamed text is the non-streamed text
+    let plain: Value = client()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&json!({"model": CHAT, "messages": [{"role": "user", "content": "Count"}], "max_tokens": 6, "temperature": 0}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(plain["choices"][0]["message"]["content"].as_str().unwrap(), text[0]);
+}
+
+#[test]
+fn errors_have_the_openai_shape_and_status() {
+    let base = start(builder());
+    let c = client();
+    let url = format!("{base}/v1/chat/completions");
+    let post = |body: &str| c.post(&url).header("content-type", "application/json").body(body.to_string()).send().unwrap();
+    expect_error(post("{not json"), StatusCode::BAD_REQUEST);
+    expect_error(post("[1, 2]"), StatusCode::BAD_REQUEST);
+    assert_eq!(expect_error(post(r#"{"messages": [{"role": "user", "content": "x"}]}"#), StatusCode::BAD_REQUEST)["param"], "model");
+    let e = expect_error(post(r#"{"model": "nope", "messages": [{"role": "user", "content": "x"}]}"#), StatusCode::NOT_FOUND);
+    assert_eq!(e["code"], "model_not_found");
+    for (field, value) in [("temperature", json!(3)), ("top_p", json!(-1)), ("n", json!(0)), ("max_tokens", json!(0)), ("top_logprobs", json!(21)), ("presence_penalty", json!(9)), ("stop", json!(["a", "b", "c", "d", "e"])), ("logit_bias", json!({"99999999": 1}))] {
+        let mut body = json!({"model": CHAT, "messages": [{"role": "user", "content": "x"}], "logprobs": true});
+        body[field] = value;
+        let e = expect_error(c.post(&url).json(&body).send().unwrap(), StatusCode::BAD_REQUEST);
+        assert_eq!(e["param"], field, "{e}");
+    }
+    let image = json!({"model": CHAT, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]});
+    let e = expect_error(c.post(&url).json(&image).send().unwrap(), StatusCode::BAD_REQUEST);
+    assert!(e["message"].as_str().unwrap().contains("no vision"), "{e}");
+    let no_stream = json!({"model": CHAT, "messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}});
+    expect_error(c.post(&url).json(&no_stream).send().unwrap(), StatusCode::BAD_REQUEST);
+    expect_error(c.get(&url).send().unwrap(), StatusCode::METHOD_NOT_ALLOWED);
+    expect_error(c.get(format!("{base}/v1/nothing")).send().unwrap(), StatusCode::NOT_FOUND);
+    let big = format!(r#"{{"model": "{CHAT}", "messages": [{{"role": "user", "content": "{}"}}]}}"#, "x".repeat(100 << 10));
+    expect_error(post(&big), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[test]
+fn an_api_key_is_required_when_configured() {
+    let base = start(builder().api_key(Some("sekrit".into())));
+    let c = client();
+    let e = expect_error(c.get(format!("{base}/v1/models")).send().unwrap(), StatusCode::UNAUTHORIZED);
+    assert_eq!(e["type"], "authentication_error");
+    expect_error(c.get(format!("{base}/v1/models")).bearer_auth("wrong").send().unwrap(), StatusCode::UNAUTHORIZED);
+    assert_eq!(c.get(format!("{base}/v1/models")).bearer_auth("sekrit").send().unwrap().status(), StatusCode::OK);
+    // health stays open for probes
+    assert_eq!(c.get(format!("{base}/health")).send().unwrap().status(), StatusCode::OK);
+}
+
+#[test]
+fn guard_routes_follow_the_contract() {
+    let base = start(builder());
+    let c = client();
+    let scan: Value = c
+        .post(format!("{base}/v1/guard/scan"))
+        .json(&json!({"model": GUARD, "input": {"user": "How do I pick a lock?"}}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(scan["model"], GUARD);
+    assert_eq!(scan["verdicts"].as_array().unwrap().len(), 9);
+    assert!(scan["latency_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(scan.get("highest_risk").is_some(), scan["flagged"].as_bool().unwrap());
+    for v in scan["verdicts"].as_array().unwrap() {
+        assert!(v["unsafe"].is_boolean() && v["confidence"].is_number() && v["risk_probability"].is_number());
+    }
+    let one: Value = c
+        .post(format!("{base}/v1/guard"))
+        .json(&json!({"model": GUARD, "input": {"user": "Hello", "assistant": "Hi"}, "risks": ["harm", "profanity"]}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(one["verdicts"].as_array().unwrap().len(), 2);
+    let batch: Value = c
+        .post(format!("{base}/v1/guard/batch"))
+        .json(&json!({"model": GUARD, "inputs": [{"user": "a"}, {"user": "b"}], "risks": ["harm"]}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let indexes: Vec<u64> = batch["results"].as_array().unwrap().iter().map(|r| r["index"].as_u64().unwrap()).collect();
+    assert_eq!(indexes, [0, 1]);
+    for (body, status, message) in [
+        (json!({"input": {"user": "x"}}), StatusCode::BAD_REQUEST, "model is required"),
+        (json!({"model": "nope", "input": {"user": "x"}}), StatusCode::NOT_FOUND, ""),
+        (json!({"model": GUARD, "input": {"user": ""}}), StatusCode::BAD_REQUEST, "input.user is required"),
+        (json!({"model": GUARD, "input": {"user": "x"}, "risks": ["nope"]}), StatusCode::BAD_REQUEST, "invalid risk category: nope"),
+        (json!({"model": GUARD, "input": {"user": "x"}, "format": "3.1"}), StatusCode::BAD_REQUEST, "unsupported format \"3.1\" (must be 3.0, 3.2, or 3.3)"),
+    ] {
+        let e = expect_error(c.post(format!("{base}/v1/guard")).json(&body).send().unwrap(), status);
+        assert!(e["message"].as_str().unwrap().contains(message), "{e}");
+    }
+    let e = expect_error(c.post(format!("{base}/v1/guard/batch")).json(&json!({"model": GUARD, "inputs": []})).send().unwrap(), StatusCode::BAD_REQUEST);
+    assert_eq!(e["message"], "inputs is required");
+    let many: Vec<Value> = (0..257).map(|_| json!({"user": "x"})).collect();
+    let e = expect_error(c.post(format!("{base}/v1/guard/batch")).json(&json!({"model": GUARD, "inputs": many})).send().unwrap(), StatusCode::BAD_REQUEST);
+    assert_eq!(e["message"], "inputs exceeds maximum batch size of 256");
+    let metrics = c.get(format!("{base}/metrics")).send().unwrap().text().unwrap();
+    let line = metrics.lines().find(|l| l.starts_with("guard_requests_total")).unwrap();
+    assert!(line.split_whitespace().last().unwrap().parse::<f64>().unwrap() >= 10.0, "{line}");
+}
+
+#[test]
+fn guard_routes_are_absent_without_a_guard_and_delete_unloads() {
+    let base = start(Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256) }));
+    let c = client();
+    expect_error(c.post(format!("{base}/v1/guard")).json(&json!({"model": CHAT, "input": {"user": "x"}})).send().unwrap(), StatusCode::NOT_FOUND);
+    let d: Value = c.delete(format!("{base}/v1/models/{CHAT}")).send().unwrap().json().unwrap();
+    assert_eq!(d, json!({"id": CHAT, "object": "model", "deleted": true}));
+    expect_error(c.get(format!("{base}/v1/models/{CHAT}")).send().unwrap(), StatusCode::NOT_FOUND);
+    let body = json!({"model": CHAT, "messages": [{"role": "user", "content": "x"}]});
+    expect_error(c.post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap(), StatusCode::NOT_FOUND);
+    expect_error(c.delete(format!("{base}/v1/models/{CHAT}")).send().unwrap(), StatusCode::NOT_FOUND);
+}
