@@ -70,6 +70,20 @@ impl Pooling {
 /// [`Pooling::None`] is an error here, since it gives one vector per token rather than one per
 /// text: use [`embed_tokens`] for that.
 pub fn embed(model: &Model, texts: &[&str], pooling: Option<Pooling>, normalize: bool) -> Result<Vec<Vec<f32>>, ModelError> {
+    embed_ids(model, &tokenize(model, texts)?, pooling, normalize)
+}
+
+/// [`embed`] of already tokenized texts (each non-empty and within the model's context).
+pub fn embed_ids(model: &Model, seqs: &[Vec<TokenId>], pooling: Option<Pooling>, normalize: bool) -> Result<Vec<Vec<f32>>, ModelError> {
+    let c = model.config();
+    for (i, ids) in seqs.iter().enumerate() {
+        if ids.is_empty() || ids.len() > c.n_ctx_train {
+            return Err(ModelError::BadBatch(format!("input {i} has {} tokens: it must have 1 to {}", ids.len(), c.n_ctx_train)));
+        }
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= c.n_vocab) {
+            return Err(ModelError::BadBatch(format!("input {i}: token {bad} is outside the vocabulary of {}", c.n_vocab)));
+        }
+    }
     let pooling = match pooling {
         Some(p) => p,
         None => Pooling::of_model(model)?,
@@ -79,10 +93,9 @@ pub fn embed(model: &Model, texts: &[&str], pooling: Option<Pooling>, normalize:
             "pooling none gives one vector per token, not one per text: choose mean, cls or last pooling".into(),
         ));
     }
-    let seqs = tokenize(model, texts)?;
-    let e = model.config().n_embd;
+    let e = c.n_embd;
     let mut out = Vec::with_capacity(seqs.len());
-    for (seq, hidden) in seqs.iter().zip(hidden_states(model, &seqs, pooling)?) {
+    for (seq, hidden) in seqs.iter().zip(hidden_states(model, seqs, pooling)?) {
         let mut v = match pooling {
             Pooling::Mean => {
                 let mut sum = vec![0.0f64; e];
@@ -133,7 +146,9 @@ pub fn l2_normalize(v: &mut [f32]) {
     v.iter_mut().for_each(|x| *x *= inv);
 }
 
-fn tokenize(model: &Model, texts: &[&str]) -> Result<Vec<Vec<TokenId>>, ModelError> {
+/// The tokens of each text as [`embed`] reads it (special tokens added), each checked to be
+/// non-empty and within the model's context.
+pub fn tokenize(model: &Model, texts: &[&str]) -> Result<Vec<Vec<TokenId>>, ModelError> {
     let c = model.config();
     texts
         .iter()

@@ -1,5 +1,5 @@
 //! The OpenAI-style HTTP server (hyper + tokio) over the engine: chat completions (JSON and
-//! SSE), the guard routes, models (list, get, delete = unload), health and Prometheus metrics.
+//! SSE), embeddings, the guard routes, models (list, get, delete = unload), health and Prometheus metrics.
 //!
 //! Every model runs on its own engine thread fed by a bounded job queue (`worker`); the async
 //! side only parses, validates and forwards. `Server::builder()` takes the models;
@@ -286,6 +286,11 @@ async fn route(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Response
             allow(&method, &path, &[Method::POST])?;
             let body = http::parse_object(&read_body(req.into_body(), state.max_body).await?)?;
             routes::chat::handle(state, body).await
+        }
+        "/v1/embeddings" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = http::parse_object(&read_body(req.into_body(), state.max_body).await?)?;
+            routes::embeddings::handle(state, body).await
         }
         _ if guard_route.is_some() && state.registry.has_guard() => {
             allow(&method, &path, &[Method::POST])?;

@@ -269,3 +269,44 @@ fn guard_routes_are_absent_without_a_guard_and_delete_unloads() {
     expect_error(c.post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap(), StatusCode::NOT_FOUND);
     expect_error(c.delete(format!("{base}/v1/models/{CHAT}")).send().unwrap(), StatusCode::NOT_FOUND);
 }
+
+#[test]
+fn embeddings_as_floats_base64_token_ids_and_dimensions() {
+    use base64::Engine as _;
+    let base = start(builder());
+    let c = client();
+    let url = format!("{base}/v1/embeddings");
+    let post = |body: Value| -> Value { c.post(&url).json(&body).send().unwrap().json().unwrap() };
+    let floats = post(json!({"model": CHAT, "input": ["Hello world", "Second text"]}));
+    assert_eq!(floats["object"], "list");
+    let data = floats["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2);
+    let v0: Vec<f32> = data[0]["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    let norm: f32 = v0.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "unit length, got {norm}");
+    let model = chat_model();
+    let ids = engine::embed::tokenize(&model, &["Hello world", "Second text"]).unwrap();
+    assert_eq!(floats["usage"]["prompt_tokens"].as_u64().unwrap() as usize, ids[0].len() + ids[1].len());
+    let b64 = post(json!({"model": CHAT, "input": "Hello world", "encoding_format": "base64"}));
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64["data"][0]["embedding"].as_str().unwrap()).unwrap();
+    let decoded: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    assert_eq!(decoded, v0);
+    let by_ids = post(json!({"model": CHAT, "input": ids[0]}));
+    let from_ids: Vec<f32> = by_ids["data"][0]["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    assert_eq!(from_ids, v0);
+    let short = post(json!({"model": CHAT, "input": "Hello world", "dimensions": 8}));
+    let s: Vec<f64> = short["data"][0]["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    assert_eq!(s.len(), 8);
+    assert!((s.iter().map(|x| x * x).sum::<f64>().sqrt() - 1.0).abs() < 1e-4);
+    for (body, param) in [
+        (json!({"model": CHAT, "input": []}), "input"),
+        (json!({"model": CHAT, "input": [""]}), "input"),
+        (json!({"model": CHAT}), "input"),
+        (json!({"model": CHAT, "input": "x", "encoding_format": "hex"}), "encoding_format"),
+        (json!({"model": CHAT, "input": "x", "dimensions": 100000}), "dimensions"),
+        (json!({"model": CHAT, "input": [[99999999]]}), "input"),
+    ] {
+        let e = expect_error(c.post(&url).json(&body).send().unwrap(), StatusCode::BAD_REQUEST);
+        assert_eq!(e["param"], param, "{body}: {e}");
+    }
+}

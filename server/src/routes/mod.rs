@@ -1,5 +1,6 @@
 //! The route handlers, one file per API family.
 
 pub mod chat;
+pub mod embeddings;
 pub mod guard;
 pub mod models;
