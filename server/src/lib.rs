@@ -40,6 +40,9 @@ pub use crate::error::ApiError as Error;
 /// Sent as `system_fingerprint`.
 pub const FINGERPRINT: &str = concat!("fp_engine_", env!("CARGO_PKG_VERSION"));
 
+/// The OpenAPI 3 description of every route served, at `GET /openapi.yaml`.
+pub const OPENAPI: &str = include_str!("../openapi.yaml");
+
 /// Request bodies larger than this are refused with 413 unless the builder says otherwise.
 pub const DEFAULT_MAX_BODY: usize = 16 << 20;
 
@@ -268,6 +271,10 @@ async fn route(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Response
         "/metrics" => {
             allow(&method, &path, &[Method::GET])?;
             Ok(text_response("application/openmetrics-text; version=1.0.0; charset=utf-8", state.metrics.render()))
+        }
+        "/openapi.yaml" => {
+            allow(&method, &path, &[Method::GET])?;
+            Ok(text_response("application/yaml", OPENAPI))
         }
         "/v1/models" => {
             allow(&method, &path, &[Method::GET])?;

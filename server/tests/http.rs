@@ -78,6 +78,11 @@ fn models_health_and_metrics() {
     assert!(m["created"].is_u64() && m["context_length"] == 512);
     let e = expect_error(c.get(format!("{base}/v1/models/nope")).send().unwrap(), StatusCode::NOT_FOUND);
     assert_eq!(e["code"], "model_not_found");
+    let doc = c.get(format!("{base}/openapi.yaml")).send().unwrap().text().unwrap();
+    assert!(doc.starts_with("openapi: 3."));
+    for route in ["/health:", "/metrics:", "/openapi.yaml:", "/v1/models:", "/v1/models/{model}:", "/v1/chat/completions:", "/v1/embeddings:", "/v1/guard:", "/v1/guard/scan:", "/v1/guard/batch:"] {
+        assert!(doc.contains(&format!("\n  {route}\n")), "{route} is not described");
+    }
     let metrics = c.get(format!("{base}/metrics")).send().unwrap().text().unwrap();
     for name in ["requests_total", "tokens_generated_total", "request_latency_ms_bucket", "guard_requests_total", "guard_latency_ms_bucket"] {
         assert!(metrics.contains(name), "{name} missing from\n{metrics}");
