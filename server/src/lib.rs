@@ -294,6 +294,11 @@ async fn route(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Response
             let body = http::parse_object(&read_body(req.into_body(), state.max_body).await?)?;
             routes::chat::handle(state, body).await
         }
+        "/v1/completions" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = http::parse_object(&read_body(req.into_body(), state.max_body).await?)?;
+            routes::completions::handle(state, body).await
+        }
         "/v1/embeddings" => {
             allow(&method, &path, &[Method::POST])?;
             let body = http::parse_object(&read_body(req.into_body(), state.max_body).await?)?;

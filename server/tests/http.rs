@@ -80,7 +80,7 @@ fn models_health_and_metrics() {
     assert_eq!(e["code"], "model_not_found");
     let doc = c.get(format!("{base}/openapi.yaml")).send().unwrap().text().unwrap();
     assert!(doc.starts_with("openapi: 3."));
-    for route in ["/health:", "/metrics:", "/openapi.yaml:", "/v1/models:", "/v1/models/{model}:", "/v1/chat/completions:", "/v1/embeddings:", "/v1/guard:", "/v1/guard/scan:", "/v1/guard/batch:"] {
+    for route in ["/health:", "/metrics:", "/openapi.yaml:", "/v1/models:", "/v1/models/{model}:", "/v1/chat/completions:", "/v1/completions:", "/v1/embeddings:", "/v1/guard:", "/v1/guard/scan:", "/v1/guard/batch:"] {
         assert!(doc.contains(&format!("\n  {route}\n")), "{route} is not described");
     }
     let metrics = c.get(format!("{base}/metrics")).send().unwrap().text().unwrap();
@@ -310,6 +310,63 @@ fn embeddings_as_floats_base64_token_ids_and_dimensions() {
         (json!({"model": CHAT, "input": "x", "encoding_format": "hex"}), "encoding_format"),
         (json!({"model": CHAT, "input": "x", "dimensions": 100000}), "dimensions"),
         (json!({"model": CHAT, "input": [[99999999]]}), "input"),
+    ] {
+        let e = expect_error(c.post(&url).json(&body).send().unwrap(), StatusCode::BAD_REQUEST);
+        assert_eq!(e["param"], param, "{body}: {e}");
+    }
+}
+
+#[test]
+fn legacy_completions_with_echo_logprobs_and_streaming() {
+    let base = start(builder());
+    let c = client();
+    let url = format!("{base}/v1/completions");
+    let prompt = "The quick brown fox";
+    let r: Value = c.post(&url).json(&json!({"model": CHAT, "prompt": prompt, "temperature": 0, "max_tokens": 4, "echo": true, "logprobs": 2})).send().unwrap().json().unwrap();
+    assert_eq!(r["object"], "text_completion");
+    assert!(r["id"].as_str().unwrap().starts_with("cmpl-"));
+    let choice = &r["choices"][0];
+    let model = chat_model();
+    let prompt_ids = model.tokenizer().encode(prompt, true, true);
+    assert!(choice["text"].as_str().unwrap().starts_with(&model.tokenizer().decode(&prompt_ids)));
+    let lp = &choice["logprobs"];
+    let completion = r["usage"]["completion_tokens"].as_u64().unwrap() as usize;
+    assert_eq!(r["usage"]["prompt_tokens"].as_u64().unwrap() as usize, prompt_ids.len());
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), prompt_ids.len() + completion);
+    assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null(), "the first prompt token has no log-prob");
+    assert!(lp["token_logprobs"][1].as_f64().unwrap() <= 0.0);
+    assert_eq!(lp["top_logprobs"][1].as_object().unwrap().len(), 2);
+    let offsets: Vec<u64> = lp["text_offset"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert!(offsets.windows(2).all(|w| w[0] <= w[1]) && offsets[0] == 0);
+    // default max_tokens is 16; several prompts x n give prompt-major indexes
+    let many: Value = c.post(&url).json(&json!({"model": CHAT, "prompt": ["a", "b"], "n": 2, "temperature": 0})).send().unwrap().json().unwrap();
+    let idx: Vec<u64> = many["choices"].as_array().unwrap().iter().map(|c| c["index"].as_u64().unwrap()).collect();
+    assert_eq!(idx, [0, 1, 2, 3]);
+    assert!(many["usage"]["completion_tokens"].as_u64().unwrap() <= 4 * 16);
+    // token-id prompt = text prompt
+    let by_ids: Value = c.post(&url).json(&json!({"model": CHAT, "prompt": prompt_ids, "temperature": 0, "max_tokens": 4})).send().unwrap().json().unwrap();
+    let by_text: Value = c.post(&url).json(&json!({"model": CHAT, "prompt": prompt, "temperature": 0, "max_tokens": 4})).send().unwrap().json().unwrap();
+    assert_eq!(by_ids["choices"][0]["text"], by_text["choices"][0]["text"]);
+    // streaming: text_completion chunks, then the finish chunk, usage, [DONE]
+    let text = c
+        .post(&url)
+        .json(&json!({"model": CHAT, "prompt": prompt, "temperature": 0, "max_tokens": 4, "stream": true, "stream_options": {"include_usage": true}}))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let events = sse_events(&text);
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert!(chunks.iter().all(|c| c["object"] == "text_completion"));
+    let streamed: String = chunks.iter().filter_map(|c| c["choices"][0]["text"].as_str()).collect();
+    assert_eq!(streamed, by_text["choices"][0]["text"].as_str().unwrap());
+    assert_eq!(chunks.last().unwrap()["choices"], json!([]));
+    for (body, param) in [
+        (json!({"model": CHAT}), "prompt"),
+        (json!({"model": CHAT, "prompt": "x", "logprobs": 6}), "logprobs"),
+        (json!({"model": CHAT, "prompt": "x", "suffix": "y"}), "suffix"),
+        (json!({"model": CHAT, "prompt": [[]]}), "prompt"),
     ] {
         let e = expect_error(c.post(&url).json(&body).send().unwrap(), StatusCode::BAD_REQUEST);
         assert_eq!(e["param"], param, "{body}: {e}");

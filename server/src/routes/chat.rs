@@ -85,7 +85,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     })))
 }
 
-fn record_speed(state: &AppState, tokens: usize, start: Instant) {
+pub(crate) fn record_speed(state: &AppState, tokens: usize, start: Instant) {
     let secs = start.elapsed().as_secs_f64();
     if tokens > 0 && secs > 0.0 {
         state.metrics.tokens_per_second.set(tokens as f64 / secs);
@@ -280,6 +280,19 @@ fn prompt(engine: &EngineState, request: &ChatRequest) -> Result<Vec<u32>, ApiEr
 }
 
 fn generate_params(engine: &mut EngineState, request: &ChatRequest, prompt_len: usize, choice: usize) -> Result<GenerateParams, ApiError> {
+    params_for(engine, &request.common, request.logprobs, request.response_format.as_ref(), prompt_len, choice)
+}
+
+/// The generation parameters of choice `choice` of a request whose prompt has `prompt_len`
+/// tokens: the output fits the context, each choice has its own seed.
+pub(crate) fn params_for(
+    engine: &mut EngineState,
+    common: &CommonParams,
+    logprobs: Option<usize>,
+    format: Option<&Constraint>,
+    prompt_len: usize,
+    choice: usize,
+) -> Result<GenerateParams, ApiError> {
     let n_ctx = engine.kv.n_ctx();
     if prompt_len >= n_ctx {
         return Err(ApiError {
@@ -288,25 +301,25 @@ fn generate_params(engine: &mut EngineState, request: &ChatRequest, prompt_len: 
         });
     }
     let room = n_ctx - prompt_len;
-    let constraint = match &request.response_format {
+    let constraint = match format {
         Some(c) => Some(Box::new(engine.grammar()?.compile(c).map_err(|e| ApiError::invalid_param("response_format", e.to_string()))?) as _),
         None => None,
     };
-    let mut sampling = request.common.sampling.clone();
+    let mut sampling = common.sampling.clone();
     // every choice of one request draws its own sample
     sampling.seed = sampling.seed.wrapping_add(choice as u64);
     Ok(GenerateParams {
         sampling,
-        max_tokens: request.common.max_tokens.unwrap_or(room).min(room),
-        stop: request.common.stop.clone(),
-        logprobs: request.logprobs,
+        max_tokens: common.max_tokens.unwrap_or(room).min(room),
+        stop: common.stop.clone(),
+        logprobs,
         constraint,
         ..GenerateParams::default()
     })
 }
 
 /// Runs a generation for sequence 0, reusing what the cache holds of the prompt.
-fn run_generation(
+pub(crate) fn run_generation(
     engine: &mut EngineState,
     prompt: &[u32],
     params: GenerateParams,

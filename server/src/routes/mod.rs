@@ -1,6 +1,7 @@
 //! The route handlers, one file per API family.
 
 pub mod chat;
+pub mod completions;
 pub mod embeddings;
 pub mod guard;
 pub mod models;
