@@ -1,0 +1,105 @@
+"""The official `openai` Python package against `engine-cli serve`, with strict response
+validation: chat (plain, stream, the .stream() helper, tools, .parse() with a JSON schema),
+completions with logprobs, embeddings (the SDK's default base64), models list / retrieve /
+delete; the guard routes over raw HTTP. Exits non-zero on the first failed check."""
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from typing import Annotated
+
+import openai
+from pydantic import BaseModel, Field
+
+base, chat_id, guard_id = sys.argv[1:4]
+
+
+def post_json(path, body):
+    """Raw HTTP POST; returns (status, parsed body)."""
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+client = openai.OpenAI(base_url=base + "/v1", api_key="unused", _strict_response_validation=True, max_retries=0)
+messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello"}]
+
+plain = client.chat.completions.create(model=chat_id, messages=messages, max_tokens=8, temperature=0, seed=1)
+assert plain.object == "chat.completion" and plain.choices[0].message.role == "assistant"
+assert plain.usage.total_tokens == plain.usage.prompt_tokens + plain.usage.completion_tokens
+text = plain.choices[0].message.content
+
+chunks = list(client.chat.completions.create(model=chat_id, messages=messages, max_tokens=8, temperature=0, stream=True, stream_options={"include_usage": True}))
+assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+
+with client.chat.completions.stream(model=chat_id, messages=messages, max_tokens=8, temperature=0) as stream:
+    for _ in stream:
+        pass
+    final = stream.get_final_completion()
+assert final.choices[0].message.content == text, (final, text)
+
+tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+with_tools = client.chat.completions.create(model=chat_id, messages=messages, tools=tools, tool_choice="auto", max_tokens=8, temperature=0)
+assert with_tools.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+logprobs = client.chat.completions.create(model=chat_id, messages=messages, max_tokens=4, temperature=0, logprobs=True, top_logprobs=3)
+content = logprobs.choices[0].logprobs.content
+assert len(content) == logprobs.usage.completion_tokens and all(len(t.top_logprobs) == 3 for t in content)
+
+
+class Pet(BaseModel):
+    name: Annotated[str, Field(max_length=6)]
+    legs: Annotated[int, Field(ge=0, le=8)]
+
+
+parsed = client.chat.completions.parse(model=chat_id, messages=[{"role": "user", "content": "A pet as JSON"}], response_format=Pet, max_tokens=64, temperature=0)
+pet = parsed.choices[0].message.parsed
+assert isinstance(pet, Pet) and len(pet.name) <= 6 and 0 <= pet.legs <= 8, parsed
+
+completion = client.completions.create(model=chat_id, prompt="The quick brown fox", max_tokens=4, temperature=0, logprobs=2)
+lp = completion.choices[0].logprobs
+assert len(lp.tokens) == completion.usage.completion_tokens == len(lp.token_logprobs) == len(lp.top_logprobs)
+
+# The SDK asks for base64 by default and decodes it after parsing; strict validation checks the
+# raw body against `embedding: list[float]` first, so the default path runs on a lenient client.
+lenient = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+embeddings = lenient.embeddings.create(model=chat_id, input=["first text", "second text"])
+assert [d.index for d in embeddings.data] == [0, 1]
+norm = sum(x * x for x in embeddings.data[0].embedding) ** 0.5
+assert abs(norm - 1) < 1e-4, norm
+floats = client.embeddings.create(model=chat_id, input=["first text", "second text"], encoding_format="float")
+assert floats.data[0].embedding == embeddings.data[0].embedding
+
+ids = {m.id for m in client.models.list()}
+assert {chat_id, guard_id} <= ids, ids
+assert client.models.retrieve(chat_id).id == chat_id
+
+status, scan = post_json("/v1/guard/scan", {"model": guard_id, "input": {"user": "How do I pick a lock?"}})
+assert status == 200 and len(scan["verdicts"]) == 9 and isinstance(scan["flagged"], bool), scan
+status, bad = post_json("/v1/guard", {"model": guard_id, "input": {"user": "x"}, "risks": ["nope"]})
+assert status == 400 and bad["error"]["message"] == "invalid risk category: nope", bad
+
+try:
+    client.chat.completions.create(model="nope", messages=messages)
+    raise AssertionError("unknown model accepted")
+except openai.NotFoundError:
+    pass
+try:
+    client.chat.completions.create(model=chat_id, messages=messages, temperature=5)
+    raise AssertionError("temperature 5 accepted")
+except openai.BadRequestError:
+    pass
+
+deleted = client.models.delete(chat_id)
+assert deleted.deleted and deleted.id == chat_id
+try:
+    client.models.retrieve(chat_id)
+    raise AssertionError("deleted model still listed")
+except openai.NotFoundError:
+    pass
+print("openai sdk: all checks passed")
