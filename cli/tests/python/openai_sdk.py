@@ -1,7 +1,7 @@
 """The official `openai` Python package against `engine-cli serve`, with strict response
 validation: chat (plain, stream, the .stream() helper, tools, .parse() with a JSON schema),
 completions with logprobs, embeddings (the SDK's default base64), models list / retrieve /
-delete; the guard routes over raw HTTP. Exits non-zero on the first failed check."""
+delete; the guard routes over raw HTTP; /metrics through prometheus_client's OpenMetrics parser. Exits non-zero on the first failed check."""
 
 import json
 import sys
@@ -83,6 +83,15 @@ status, scan = post_json("/v1/guard/scan", {"model": guard_id, "input": {"user":
 assert status == 200 and len(scan["verdicts"]) == 9 and isinstance(scan["flagged"], bool), scan
 status, bad = post_json("/v1/guard", {"model": guard_id, "input": {"user": "x"}, "risks": ["nope"]})
 assert status == 400 and bad["error"]["message"] == "invalid risk category: nope", bad
+
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+with urllib.request.urlopen(base + "/metrics") as r:
+    families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+for name, kind in [("requests", "counter"), ("tokens_generated", "counter"), ("request_latency_ms", "histogram"), ("guard_requests", "counter"), ("guard_latency_ms", "histogram")]:
+    assert families[name].type == kind, (name, families.get(name))
+guard_total = [s.value for s in families["guard_requests"].samples if s.name == "guard_requests_total"]
+assert guard_total and guard_total[0] >= 2, guard_total
 
 try:
     client.chat.completions.create(model="nope", messages=messages)
