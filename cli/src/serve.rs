@@ -24,6 +24,10 @@ pub struct ServeArgs {
     /// Guardian serves as the guard.
     #[arg(long)]
     pub guard: Option<PathBuf>,
+    /// A smaller model with the same vocabulary that drafts tokens for the chat models
+    /// (speculative decoding; greedy output is unchanged, sampled output keeps its distribution).
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
     #[arg(long, default_value = "127.0.0.1")]
     pub host: IpAddr,
     #[arg(long, default_value_t = 8080)]
@@ -67,6 +71,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if !args.latency_buckets.is_empty() {
         builder = builder.latency_buckets(args.latency_buckets.clone());
     }
+    let draft = args.draft.as_deref().map(load_model).transpose()?.map(Arc::new);
     let mut guard_served = false;
     for (i, path) in args.models.iter().enumerate() {
         let model = Arc::new(load_model(path)?);
@@ -74,11 +79,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let named_guard = guard_path.is_some() && path.canonicalize().ok() == guard_path;
         let guardian = guard_path.is_none() && is_guardian(&model);
         guard_served |= named_guard || guardian;
-        builder = builder.model(ModelSpec { id, model, chat: true, guard: named_guard || guardian, n_ctx: args.ctx_size });
+        builder = builder.model(ModelSpec { id, model, chat: true, guard: named_guard || guardian, n_ctx: args.ctx_size, draft: draft.clone() });
     }
     if let (Some(path), false) = (&args.guard, guard_served) {
         let model = Arc::new(load_model(path)?);
-        builder = builder.model(ModelSpec { id: id_of(path), model, chat: false, guard: true, n_ctx: args.ctx_size });
+        builder = builder.model(ModelSpec { id: id_of(path), model, chat: false, guard: true, n_ctx: args.ctx_size, draft: None });
     }
     let server = builder.build().map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the runtime")?;

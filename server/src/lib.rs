@@ -65,6 +65,8 @@ pub struct ModelSpec {
     pub guard: bool,
     /// Context size of its cache; `None`: the trained context, at most 4096.
     pub n_ctx: Option<usize>,
+    /// A draft model (same vocabulary) for speculative decoding of this model's completions.
+    pub draft: Option<Arc<Model>>,
 }
 
 #[derive(Default)]
@@ -114,8 +116,11 @@ impl ServerBuilder {
             } else {
                 None
             };
+            if let Some(d) = &spec.draft {
+                engine::generate::check_same_vocabulary(&spec.model, d).map_err(|e| format!("{}: {e}", spec.id))?;
+            }
             let n_ctx = spec.n_ctx.unwrap_or_else(|| default_ctx(&spec.model));
-            let worker = Worker::start(&spec.id, spec.model.clone(), n_ctx, evaluator)?;
+            let worker = Worker::start(&spec.id, spec.model.clone(), n_ctx, evaluator, spec.draft)?;
             registry.insert(ModelEntry { id: spec.id, created, model: spec.model, worker, guard: spec.guard, generates: spec.chat, n_ctx });
         }
         let buckets = self.latency_buckets.unwrap_or_else(|| DEFAULT_LATENCY_BUCKETS.to_vec());

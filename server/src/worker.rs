@@ -28,6 +28,9 @@ pub struct EngineState {
     pub kv: KvCache,
     pub cached: Vec<TokenId>,
     pub guard: Option<Arc<Evaluator>>,
+    /// A smaller model of the same vocabulary for speculative decoding, with its own cache
+    /// (kept in step with `kv`).
+    pub draft: Option<(Arc<Model>, KvCache)>,
     /// Built on the first request that needs it (about a second for a 150k vocabulary).
     grammar: Option<GrammarCompiler>,
 }
@@ -51,10 +54,14 @@ pub struct Worker {
 
 impl Worker {
     /// Starts the engine thread of `model` with a cache of `n_ctx` positions.
-    pub fn start(id: &str, model: Arc<Model>, n_ctx: usize, guard: Option<Arc<Evaluator>>) -> Result<Worker, String> {
+    pub fn start(id: &str, model: Arc<Model>, n_ctx: usize, guard: Option<Arc<Evaluator>>, draft: Option<Arc<Model>>) -> Result<Worker, String> {
         let template = ChatTemplate::from_model(&model).map_err(|e| format!("{id}: chat template: {e}"))?;
         let kv = model.new_kv_cache(KvType::F16, n_ctx);
-        let mut state = EngineState { model, template, kv, cached: Vec::new(), guard, grammar: None };
+        let draft = draft.map(|d| {
+            let kv = d.new_kv_cache(KvType::F16, n_ctx);
+            (d, kv)
+        });
+        let mut state = EngineState { model, template, kv, cached: Vec::new(), guard, draft, grammar: None };
         let (tx, rx) = sync_channel::<Job>(QUEUE_DEPTH);
         std::thread::Builder::new()
             .name(format!("engine-{id}"))

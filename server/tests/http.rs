@@ -23,8 +23,8 @@ fn chat_model() -> Arc<Model> {
 fn builder() -> ServerBuilder {
     let guard = Arc::new(Model::load(fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf")).unwrap());
     Server::builder()
-        .model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(512) })
-        .model(ModelSpec { id: GUARD.into(), model: guard, chat: false, guard: true, n_ctx: Some(1024) })
+        .model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(512), draft: None })
+        .model(ModelSpec { id: GUARD.into(), model: guard, chat: false, guard: true, n_ctx: Some(1024), draft: None })
         .max_body_bytes(64 << 10)
 }
 
@@ -264,7 +264,7 @@ fn guard_routes_follow_the_contract() {
 
 #[test]
 fn guard_routes_are_absent_without_a_guard_and_delete_unloads() {
-    let base = start(Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256) }));
+    let base = start(Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: None }));
     let c = client();
     expect_error(c.post(format!("{base}/v1/guard")).json(&json!({"model": CHAT, "input": {"user": "x"}})).send().unwrap(), StatusCode::NOT_FOUND);
     let d: Value = c.delete(format!("{base}/v1/models/{CHAT}")).send().unwrap().json().unwrap();
@@ -371,4 +371,23 @@ fn legacy_completions_with_echo_logprobs_and_streaming() {
         let e = expect_error(c.post(&url).json(&body).send().unwrap(), StatusCode::BAD_REQUEST);
         assert_eq!(e["param"], param, "{body}: {e}");
     }
+}
+
+#[test]
+fn a_draft_model_leaves_greedy_output_unchanged() {
+    // the tiny llama drafts for itself in another weight type: same vocabulary, different numbers
+    let draft = Arc::new(Model::load(fixture("models/tiny-llama-Q4_0.gguf")).unwrap());
+    let with = start(Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(draft) }));
+    let without = start(Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: None }));
+    let c = client();
+    for (i, content) in ["Say hello", "Say hello twice", "Count"].iter().enumerate() {
+        let body = json!({"model": CHAT, "messages": [{"role": "user", "content": content}], "max_tokens": 12, "temperature": 0});
+        let a: Value = c.post(format!("{with}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap();
+        let b: Value = c.post(format!("{without}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap();
+        assert_eq!(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"], "request {i}");
+        assert_eq!(a["usage"]["completion_tokens"], b["usage"]["completion_tokens"]);
+    }
+    let other_vocab = Arc::new(Model::load(fixture("models/tiny-granite-Q8_0.gguf")).unwrap());
+    let refused = Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(other_vocab) }).build();
+    assert!(refused.is_err());
 }

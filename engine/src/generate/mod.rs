@@ -22,6 +22,7 @@ use crate::model::{BatchEntry, Model, ModelError};
 use crate::sampling::{SamplingError, SamplingParams};
 use crate::tokenizer::TokenId;
 use speculative::Draft;
+pub use speculative::check_same_vocabulary;
 
 /// What to generate and when to stop.
 pub struct GenerateParams {

@@ -50,8 +50,8 @@ impl<'a> Draft<'a> {
     }
 }
 
-/// Token ids must mean the same text in both models.
-fn check_same_vocabulary(target: &Model, draft: &Model) -> Result<(), GenerateError> {
+/// Whether `draft` can draft for `target`: token ids must mean the same text in both models.
+pub fn check_same_vocabulary(target: &Model, draft: &Model) -> Result<(), GenerateError> {
     let (t, d) = (target.tokenizer(), draft.tokenizer());
     if t.n_vocab().abs_diff(d.n_vocab()) > MAX_VOCAB_SIZE_DIFFERENCE {
         return Err(GenerateError::Draft(format!(

@@ -21,6 +21,9 @@ use crate::params::{boolean, common, integer, model_id, CommonParams};
 use crate::worker::EngineState;
 use crate::AppState;
 
+/// Tokens a draft model proposes per speculative round.
+const DRAFT_TOKENS: usize = 8;
+
 /// Everything a chat request asks for, checked.
 struct ChatRequest {
     messages: Vec<Value>,
@@ -328,8 +331,17 @@ pub(crate) fn run_generation(
     let keep = common_prefix(&engine.cached, prompt);
     engine.kv.truncate(0, keep);
     engine.cached.truncate(keep);
+    if let Some((_, draft_kv)) = engine.draft.as_mut() {
+        // the draft's cache always holds a prefix of what the target's holds
+        let draft_keep = keep.min(draft_kv.seq_len(0));
+        draft_kv.truncate(0, draft_keep);
+    }
     let model = engine.model.clone();
+    let constrained = params.constraint.is_some();
     let mut generator = Generator::new(&model, &mut engine.kv, 0, prompt, params)?;
+    if let (Some((draft, draft_kv)), false) = (engine.draft.as_mut(), constrained) {
+        generator = generator.with_draft(draft, draft_kv, DRAFT_TOKENS)?;
+    }
     let mut stopped = false;
     for event in generator.by_ref() {
         let event = event?;
