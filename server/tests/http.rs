@@ -391,3 +391,44 @@ fn a_draft_model_leaves_greedy_output_unchanged() {
     let refused = Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(other_vocab) }).build();
     assert!(refused.is_err());
 }
+
+#[test]
+fn a_forced_tool_choice_is_decoded_under_the_tool_grammar() {
+    // closed schemas, so that even random weights must finish the call within max_tokens
+    let base = start(builder());
+    let c = client();
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}}, "required": ["city"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC"]}}, "required": ["zone"], "additionalProperties": false}}},
+    ]);
+    for (choice, allowed) in [(json!({"type": "function", "function": {"name": "get_weather"}}), vec!["get_weather"]), (json!("required"), vec!["get_weather", "get_time"])] {
+        for stream in [false, true] {
+            let body = json!({"model": CHAT, "messages": [{"role": "user", "content": "Weather?"}], "tools": tools, "tool_choice": choice, "max_tokens": 64, "stream": stream});
+            let r = c.post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap();
+            let (finish, name, args) = if stream {
+                let events = sse_events(&r.text().unwrap());
+                let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+                let calls: Vec<&Value> = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0)).collect();
+                assert_eq!(calls[0]["index"], 0);
+                assert!(calls[0]["id"].is_string() && calls[0]["type"] == "function");
+                assert!(calls[1..].iter().all(|c| c.get("id").is_none() && c["function"].get("name").is_none()), "id and name only once");
+                let args: String = calls.iter().filter_map(|c| c["function"]["arguments"].as_str()).collect();
+                let finish = chunks.last().unwrap()["choices"][0]["finish_reason"].as_str().unwrap().to_string();
+                (finish, calls[0]["function"]["name"].as_str().unwrap().to_string(), args)
+            } else {
+                let v: Value = r.json().unwrap();
+                let call = &v["choices"][0]["message"]["tool_calls"][0];
+                assert!(v["choices"][0]["message"]["content"].is_null());
+                (v["choices"][0]["finish_reason"].as_str().unwrap().to_string(), call["function"]["name"].as_str().unwrap().to_string(), call["function"]["arguments"].as_str().unwrap().to_string())
+            };
+            assert_eq!(finish, "tool_calls", "{choice} stream={stream}");
+            assert!(allowed.contains(&name.as_str()), "{name}");
+            let args: Value = serde_json::from_str(&args).unwrap();
+            assert!(args.get("city").is_some() || args.get("zone").is_some(), "{args}");
+        }
+    }
+    let both = json!({"model": CHAT, "messages": [{"role": "user", "content": "x"}], "tools": tools, "tool_choice": "required", "response_format": {"type": "json_object"}});
+    expect_error(c.post(format!("{base}/v1/chat/completions")).json(&both).send().unwrap(), StatusCode::BAD_REQUEST);
+    let unknown = json!({"model": CHAT, "messages": [{"role": "user", "content": "x"}], "tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}});
+    assert_eq!(expect_error(c.post(format!("{base}/v1/chat/completions")).json(&unknown).send().unwrap(), StatusCode::BAD_REQUEST)["param"], "tool_choice");
+}

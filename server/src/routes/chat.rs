@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use engine::chat::{parse_tool_calls, tokenize_rendered, ChatInput};
 use engine::generate::{common_prefix, FinishReason, GenerateParams, Generator, Usage};
-use engine::grammar::Constraint;
+use engine::grammar::{Constraint, ToolSpec};
 use engine::logprobs::TokenLogprob;
 use engine::tokenizer::Tokenizer;
 use hyper::Response;
@@ -129,7 +129,17 @@ fn parse(body: &Map<String, Value>, n_vocab: usize) -> Result<ChatRequest, ApiEr
         (false, Some(_)) => return Err(ApiError::invalid_param("top_logprobs", "top_logprobs requires logprobs to be true")),
         (false, None) => None,
     };
-    Ok(ChatRequest { messages, tools, tool_choice, response_format: response_format(body)?, common: common(body, n_vocab)?, logprobs })
+    // a forced call (`required`, or a named function) is decoded under the tool-call grammar
+    let forced = match &tool_choice {
+        ToolChoice::Required => Some(tool_specs(tools.as_deref().unwrap_or_default(), None)),
+        ToolChoice::Named(name) => Some(tool_specs(tools.as_deref().unwrap_or_default(), Some(name))),
+        ToolChoice::None | ToolChoice::Auto => None,
+    };
+    let response_format = match (response_format(body)?, forced) {
+        (Some(_), Some(_)) => return Err(ApiError::invalid_param("response_format", "response_format cannot be combined with a forced tool_choice")),
+        (format, forced) => format.or(forced),
+    };
+    Ok(ChatRequest { messages, tools, tool_choice, response_format, common: common(body, n_vocab)?, logprobs })
 }
 
 /// The messages, each with a role and its content as text (text parts joined); image parts are
@@ -236,6 +246,19 @@ fn tool_choice(body: &Map<String, Value>, tools: Option<&[Value]>) -> Result<Too
     Ok(choice)
 }
 
+/// The tool-call constraint over `tools` (or only the one named).
+fn tool_specs(tools: &[Value], only: Option<&str>) -> Constraint {
+    let specs = tools
+        .iter()
+        .filter_map(|t| {
+            let name = t.pointer("/function/name")?.as_str()?;
+            (only.is_none() || only == Some(name))
+                .then(|| ToolSpec { name: name.to_string(), parameters: t.pointer("/function/parameters").cloned().unwrap_or(Value::Null) })
+        })
+        .collect();
+    Constraint::ToolCall(specs)
+}
+
 fn response_format(body: &Map<String, Value>) -> Result<Option<Constraint>, ApiError> {
     let bad = |m: &str| ApiError::invalid_param("response_format", m.to_string());
     let Some(rf) = body.get("response_format").filter(|v| !v.is_null()) else { return Ok(None) };
@@ -305,7 +328,10 @@ pub(crate) fn params_for(
     }
     let room = n_ctx - prompt_len;
     let constraint = match format {
-        Some(c) => Some(Box::new(engine.grammar()?.compile(c).map_err(|e| ApiError::invalid_param("response_format", e.to_string()))?) as _),
+        Some(c) => {
+            let param = if matches!(c, Constraint::ToolCall(_)) { "tools" } else { "response_format" };
+            Some(Box::new(engine.grammar()?.compile(c).map_err(|e| ApiError::invalid_param(param, e.to_string()))?) as _)
+        }
         None => None,
     };
     let mut sampling = common.sampling.clone();
