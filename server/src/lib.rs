@@ -36,6 +36,7 @@ use crate::routes::guard::GuardRoute;
 use crate::worker::Worker;
 
 pub use crate::error::ApiError as Error;
+pub use crate::routes::transcriptions::{Segment, TranscribeOptions, Transcriber, Transcription};
 
 /// Sent as `system_fingerprint`.
 pub const FINGERPRINT: &str = concat!("fp_engine_", env!("CARGO_PKG_VERSION"));
@@ -52,6 +53,7 @@ pub struct AppState {
     pub metrics: Metrics,
     api_key: Option<String>,
     max_body: usize,
+    transcriber: Option<Arc<dyn Transcriber>>,
 }
 
 /// One model to serve.
@@ -75,6 +77,7 @@ pub struct ServerBuilder {
     api_key: Option<String>,
     latency_buckets: Option<Vec<f64>>,
     max_body: Option<usize>,
+    transcriber: Option<Arc<dyn Transcriber>>,
 }
 
 impl ServerBuilder {
@@ -92,6 +95,12 @@ impl ServerBuilder {
     /// Bucket bounds (milliseconds) of the latency histograms.
     pub fn latency_buckets(mut self, buckets: Vec<f64>) -> Self {
         self.latency_buckets = Some(buckets);
+        self
+    }
+
+    /// Serves `POST /v1/audio/transcriptions` with this backend (404 without one).
+    pub fn transcriber(mut self, backend: Arc<dyn Transcriber>) -> Self {
+        self.transcriber = Some(backend);
         self
     }
 
@@ -125,7 +134,13 @@ impl ServerBuilder {
         }
         let buckets = self.latency_buckets.unwrap_or_else(|| DEFAULT_LATENCY_BUCKETS.to_vec());
         let metrics = Metrics::new(&buckets, registry.has_guard());
-        let state = Arc::new(AppState { registry, metrics, api_key: self.api_key, max_body: self.max_body.unwrap_or(DEFAULT_MAX_BODY) });
+        let state = Arc::new(AppState {
+            registry,
+            metrics,
+            api_key: self.api_key,
+            max_body: self.max_body.unwrap_or(DEFAULT_MAX_BODY),
+            transcriber: self.transcriber,
+        });
         let (shutdown, _) = watch::channel(false);
         Ok(Server { state, shutdown })
     }
@@ -308,6 +323,11 @@ async fn route(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Response
             allow(&method, &path, &[Method::POST])?;
             let body = http::parse_object(&read_body(req.into_body(), state.max_body).await?)?;
             routes::embeddings::handle(state, body).await
+        }
+        "/v1/audio/transcriptions" if state.transcriber.is_some() => {
+            allow(&method, &path, &[Method::POST])?;
+            let backend = state.transcriber.clone().expect("matched");
+            routes::transcriptions::handle(state, backend, req).await
         }
         _ if guard_route.is_some() && state.registry.has_guard() => {
             allow(&method, &path, &[Method::POST])?;

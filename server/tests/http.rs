@@ -80,7 +80,7 @@ fn models_health_and_metrics() {
     assert_eq!(e["code"], "model_not_found");
     let doc = c.get(format!("{base}/openapi.yaml")).send().unwrap().text().unwrap();
     assert!(doc.starts_with("openapi: 3."));
-    for route in ["/health:", "/metrics:", "/openapi.yaml:", "/v1/models:", "/v1/models/{model}:", "/v1/chat/completions:", "/v1/completions:", "/v1/embeddings:", "/v1/guard:", "/v1/guard/scan:", "/v1/guard/batch:"] {
+    for route in ["/health:", "/metrics:", "/openapi.yaml:", "/v1/models:", "/v1/models/{model}:", "/v1/chat/completions:", "/v1/completions:", "/v1/embeddings:", "/v1/audio/transcriptions:", "/v1/guard:", "/v1/guard/scan:", "/v1/guard/batch:"] {
         assert!(doc.contains(&format!("\n  {route}\n")), "{route} is not described");
     }
     let metrics = c.get(format!("{base}/metrics")).send().unwrap().text().unwrap();
@@ -431,4 +431,56 @@ fn a_forced_tool_choice_is_decoded_under_the_tool_grammar() {
     expect_error(c.post(format!("{base}/v1/chat/completions")).json(&both).send().unwrap(), StatusCode::BAD_REQUEST);
     let unknown = json!({"model": CHAT, "messages": [{"role": "user", "content": "x"}], "tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}});
     assert_eq!(expect_error(c.post(format!("{base}/v1/chat/completions")).json(&unknown).send().unwrap(), StatusCode::BAD_REQUEST)["param"], "tool_choice");
+}
+
+/// A test backend: reports the upload's size and the options it was given.
+struct EchoBackend;
+
+impl server::Transcriber for EchoBackend {
+    fn model_id(&self) -> &str {
+        "echo-asr"
+    }
+    fn transcribe(&self, audio: &[u8], options: &server::TranscribeOptions) -> Result<server::Transcription, String> {
+        Ok(server::Transcription {
+            text: format!("{} bytes in {}", audio.len(), options.language.as_deref().unwrap_or("any")),
+            language: Some("english".into()),
+            duration: Some(2.5),
+            segments: vec![server::Segment { start: 0.0, end: 2.5, text: format!("{} bytes", audio.len()) }],
+        })
+    }
+}
+
+#[test]
+fn transcriptions_are_multipart_and_only_with_a_backend() {
+    use reqwest::blocking::multipart::{Form, Part};
+    let form = |format: &str| {
+        Form::new()
+            .text("model", "echo-asr")
+            .text("language", "en")
+            .text("response_format", format.to_string())
+            .text("timestamp_granularities[]", "segment")
+            .part("file", Part::bytes(vec![7u8; 1000]).file_name("a.wav"))
+    };
+    let none = start(Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: None }));
+    let c = client();
+    expect_error(c.post(format!("{none}/v1/audio/transcriptions")).multipart(form("json")).send().unwrap(), StatusCode::NOT_FOUND);
+    let base = start(builder().transcriber(Arc::new(EchoBackend)));
+    let url = format!("{base}/v1/audio/transcriptions");
+    let j: Value = c.post(&url).multipart(form("json")).send().unwrap().json().unwrap();
+    assert_eq!(j, json!({"text": "1000 bytes in en"}));
+    let text = c.post(&url).multipart(form("text")).send().unwrap();
+    assert!(text.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    assert_eq!(text.text().unwrap(), "1000 bytes in en");
+    assert_eq!(c.post(&url).multipart(form("srt")).send().unwrap().text().unwrap(), "1\n00:00:00,000 --> 00:00:02,500\n1000 bytes\n\n");
+    assert!(c.post(&url).multipart(form("vtt")).send().unwrap().text().unwrap().starts_with("WEBVTT\n\n00:00:00.000 --> 00:00:02.500\n"));
+    let v: Value = c.post(&url).multipart(form("verbose_json")).send().unwrap().json().unwrap();
+    assert_eq!((v["task"].as_str(), v["language"].as_str(), v["duration"].as_f64()), (Some("transcribe"), Some("english"), Some(2.5)));
+    assert_eq!(v["segments"][0]["end"], 2.5);
+    let e = expect_error(c.post(&url).multipart(form("docx")).send().unwrap(), StatusCode::BAD_REQUEST);
+    assert_eq!(e["param"], "response_format");
+    let e = expect_error(c.post(&url).multipart(Form::new().text("model", "echo-asr")).send().unwrap(), StatusCode::BAD_REQUEST);
+    assert_eq!(e["param"], "file");
+    let wrong = Form::new().text("model", "whisper-9").part("file", Part::bytes(vec![1u8; 10]).file_name("a.wav"));
+    expect_error(c.post(&url).multipart(wrong).send().unwrap(), StatusCode::NOT_FOUND);
+    expect_error(c.post(&url).json(&json!({"model": "echo-asr"})).send().unwrap(), StatusCode::BAD_REQUEST);
 }

@@ -5,3 +5,4 @@ pub mod completions;
 pub mod embeddings;
 pub mod guard;
 pub mod models;
+pub mod transcriptions;

@@ -1,0 +1,181 @@
+//! `POST /v1/audio/transcriptions` (multipart/form-data), served only when a transcription
+//! backend is configured: the audio `file` and the form fields go to the [`Transcriber`], the
+//! result comes back as `json` (default), `text`, `srt`, `vtt` or `verbose_json`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::CONTENT_TYPE;
+use hyper::{Request, Response};
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::http::{ok_json, read_body, text_response, Body};
+use crate::AppState;
+
+/// One timed piece of a transcript.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Segment {
+    /// Seconds from the start of the audio.
+    pub start: f64,
+    pub end: f64,
+    pub text: String,
+}
+
+/// What a backend returns.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Transcription {
+    pub text: String,
+    /// The spoken language, as the backend names it (`"english"`), when it knows.
+    pub language: Option<String>,
+    /// Length of the audio in seconds, when known.
+    pub duration: Option<f64>,
+    /// Timed segments; empty when the backend has no timings (then `srt` / `vtt` get one cue
+    /// spanning the whole audio).
+    pub segments: Vec<Segment>,
+}
+
+/// The request's options besides the audio.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TranscribeOptions {
+    /// ISO-639-1 code, when the caller knows it.
+    pub language: Option<String>,
+    /// Context text (earlier transcript, spellings).
+    pub prompt: Option<String>,
+    /// 0..=1; 0 lets the backend choose (temperature fallback).
+    pub temperature: f32,
+}
+
+/// A speech-to-text backend. It receives the uploaded bytes as they are (any container: the
+/// backend sniffs the format) and runs on a blocking thread.
+pub trait Transcriber: Send + Sync {
+    /// The model id requests must name.
+    fn model_id(&self) -> &str;
+    fn transcribe(&self, audio: &[u8], options: &TranscribeOptions) -> Result<Transcription, String>;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Json,
+    Text,
+    Srt,
+    Vtt,
+    VerboseJson,
+}
+
+pub async fn handle(state: &Arc<AppState>, transcriber: Arc<dyn Transcriber>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let content_type = req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let boundary = multer::parse_boundary(&content_type).map_err(|_| ApiError::invalid("the request must be multipart/form-data with a boundary"))?;
+    let body = read_body(req.into_body(), state.max_body).await?;
+    let mut form = multer::Multipart::new(futures_util::stream::once(async move { Ok::<Bytes, std::convert::Infallible>(body) }), boundary);
+    let (mut audio, mut model, mut format) = (None, None, Format::Json);
+    let mut options = TranscribeOptions::default();
+    while let Some(field) = form.next_field().await.map_err(|e| ApiError::invalid(format!("malformed multipart body: {e}")))? {
+        let name = field.name().unwrap_or_default().to_string();
+        if name == "file" {
+            audio = Some(field.bytes().await.map_err(|e| ApiError::invalid_param("file", e.to_string()))?);
+            continue;
+        }
+        let value = field.text().await.map_err(|e| ApiError::invalid_param(&name, e.to_string()))?;
+        match name.as_str() {
+            "model" => model = Some(value),
+            "language" => options.language = Some(value).filter(|v| !v.is_empty()),
+            "prompt" => options.prompt = Some(value).filter(|v| !v.is_empty()),
+            "temperature" => {
+                options.temperature = value
+                    .trim()
+                    .parse::<f32>()
+                    .ok()
+                    .filter(|t| (0.0..=1.0).contains(t))
+                    .ok_or_else(|| ApiError::invalid_param("temperature", format!("temperature must be a number between 0 and 1, got {value:?}")))?
+            }
+            "response_format" => {
+                format = match value.as_str() {
+                    "json" => Format::Json,
+                    "text" => Format::Text,
+                    "srt" => Format::Srt,
+                    "vtt" => Format::Vtt,
+                    "verbose_json" => Format::VerboseJson,
+                    other => return Err(ApiError::invalid_param("response_format", format!("response_format must be json, text, srt, vtt or verbose_json, got {other:?}"))),
+                }
+            }
+            "stream" if value == "true" => return Err(ApiError::invalid_param("stream", "streaming transcriptions are not supported")),
+            // timestamp_granularities[], include[], chunking_strategy...: accepted, not used
+            _ => tracing::debug!("transcriptions: ignoring form field {name:?}"),
+        }
+    }
+    let audio = audio.filter(|a| !a.is_empty()).ok_or_else(|| ApiError::missing("file"))?;
+    let model = model.ok_or_else(|| ApiError::missing("model"))?;
+    if model != transcriber.model_id() {
+        return Err(ApiError::model_not_found(&model));
+    }
+    let t = tokio::task::spawn_blocking(move || transcriber.transcribe(&audio, &options))
+        .await
+        .map_err(|e| ApiError::server(format!("the transcription backend failed: {e}")))?
+        .map_err(|e| ApiError::server(format!("the transcription backend failed: {e}")))?;
+    Ok(match format {
+        Format::Json => ok_json(&json!({"text": t.text})),
+        Format::Text => text_response("text/plain; charset=utf-8", t.text),
+        Format::Srt => text_response("text/plain; charset=utf-8", cues(&t, ',')),
+        Format::Vtt => text_response("text/vtt; charset=utf-8", format!("WEBVTT\n\n{}", cues(&t, '.'))),
+        Format::VerboseJson => {
+            let segments: Vec<_> = timed(&t)
+                .iter()
+                .enumerate()
+                .map(|(id, s)| json!({"id": id, "seek": 0, "start": s.start, "end": s.end, "text": s.text, "tokens": [], "temperature": 0.0, "avg_logprob": 0.0, "compression_ratio": 0.0, "no_speech_prob": 0.0}))
+                .collect();
+            ok_json(&json!({
+                "task": "transcribe",
+                "language": t.language.clone().unwrap_or_else(|| "unknown".into()),
+                "duration": t.duration.unwrap_or(0.0),
+                "text": t.text,
+                "segments": segments,
+            }))
+        }
+    })
+}
+
+/// The segments, or one spanning the whole audio when the backend gave none.
+fn timed(t: &Transcription) -> Vec<Segment> {
+    if t.segments.is_empty() {
+        vec![Segment { start: 0.0, end: t.duration.unwrap_or(0.0), text: t.text.clone() }]
+    } else {
+        t.segments.clone()
+    }
+}
+
+/// SRT cues (numbered; `,` before milliseconds) or VTT cues (`.`).
+fn cues(t: &Transcription, ms_sep: char) -> String {
+    let stamp = |secs: f64| {
+        let ms = (secs.max(0.0) * 1000.0).round() as u64;
+        format!("{:02}:{:02}:{:02}{ms_sep}{:03}", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000)
+    };
+    let mut out = String::new();
+    for (i, s) in timed(t).iter().enumerate() {
+        if ms_sep == ',' {
+            out.push_str(&format!("{}\n", i + 1));
+        }
+        out.push_str(&format!("{} --> {}\n{}\n\n", stamp(s.start), stamp(s.end), s.text.trim()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn srt_and_vtt_cues() {
+        let t = Transcription {
+            text: "Hello there. General Kenobi.".into(),
+            segments: vec![
+                Segment { start: 0.0, end: 1.5, text: " Hello there.".into() },
+                Segment { start: 3661.25, end: 3662.0, text: "General Kenobi.".into() },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(cues(&t, ','), "1\n00:00:00,000 --> 00:00:01,500\nHello there.\n\n2\n01:01:01,250 --> 01:01:02,000\nGeneral Kenobi.\n\n");
+        assert!(cues(&t, '.').starts_with("00:00:00.000 --> 00:00:01.500\nHello there.\n\n"));
+    }
+}
