@@ -15,11 +15,13 @@ pub struct ApiError {
     pub kind: &'static str,
     pub param: Option<String>,
     pub code: Option<&'static str>,
+    /// For 405: the methods the route allows (sent as the `Allow` header).
+    pub allow: Option<String>,
 }
 
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, message: message.into(), kind, param: None, code: None }
+        ApiError { status, message: message.into(), kind, param: None, code: None, allow: None }
     }
 
     /// 400: the request is malformed or a value is out of range.
@@ -54,7 +56,10 @@ impl ApiError {
     }
 
     pub fn method_not_allowed(method: &hyper::Method, path: &str, allowed: &str) -> ApiError {
-        ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", format!("{path} does not support {method} (allowed: {allowed})"))
+        ApiError {
+            allow: Some(allowed.to_string()),
+            ..ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", format!("{path} does not support {method} (allowed: {allowed})"))
+        }
     }
 
     pub fn too_large(limit: usize) -> ApiError {
@@ -89,6 +94,7 @@ impl From<GuardError> for ApiError {
             kind: api.kind,
             param: api.param.map(str::to_string),
             code: api.code,
+            allow: None,
         }
     }
 }

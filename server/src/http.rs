@@ -45,6 +45,9 @@ pub fn error_response(e: &ApiError) -> Response<Body> {
         // the same request would fail the same way: tell SDKs not to retry it
         r.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
     }
+    if let Some(allow) = e.allow.as_deref().and_then(|a| HeaderValue::from_str(a).ok()) {
+        r.headers_mut().insert(hyper::header::ALLOW, allow);
+    }
     if e.status == StatusCode::SERVICE_UNAVAILABLE {
         r.headers_mut().insert("retry-after", HeaderValue::from_static("1"));
     }

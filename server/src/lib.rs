@@ -9,6 +9,7 @@
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod openapi;
 pub mod params;
 pub mod registry;
 mod routes;
@@ -41,9 +42,6 @@ pub use crate::routes::transcriptions::{Segment, TranscribeOptions, Transcriber,
 /// Sent as `system_fingerprint`.
 pub const FINGERPRINT: &str = concat!("fp_engine_", env!("CARGO_PKG_VERSION"));
 
-/// The OpenAPI 3 description of every route served, at `GET /openapi.yaml`.
-pub const OPENAPI: &str = include_str!("../openapi.yaml");
-
 /// Request bodies larger than this are refused with 413 unless the builder says otherwise.
 pub const DEFAULT_MAX_BODY: usize = 16 << 20;
 
@@ -54,6 +52,12 @@ pub struct AppState {
     api_key: Option<String>,
     max_body: usize,
     transcriber: Option<Arc<dyn Transcriber>>,
+}
+
+impl AppState {
+    pub fn has_transcriber(&self) -> bool {
+        self.transcriber.is_some()
+    }
 }
 
 /// One model to serve.
@@ -294,7 +298,7 @@ async fn route(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Response
         }
         "/openapi.yaml" => {
             allow(&method, &path, &[Method::GET])?;
-            Ok(text_response("application/yaml", OPENAPI))
+            Ok(text_response("application/yaml", openapi::document(state)))
         }
         "/v1/models" => {
             allow(&method, &path, &[Method::GET])?;

@@ -22,7 +22,16 @@ pub struct CommonParams {
     pub include_usage: bool,
 }
 
+/// The optional end-user id (`user`): accepted and unused, but it must be a string.
+pub fn check_user(body: &Map<String, Value>) -> Result<(), ApiError> {
+    match body.get("user") {
+        None | Some(Value::Null) | Some(Value::String(_)) => Ok(()),
+        Some(_) => Err(ApiError::invalid_param("user", "user must be a string")),
+    }
+}
+
 pub fn model_id(body: &Map<String, Value>) -> Result<String, ApiError> {
+    check_user(body)?;
     match body.get("model") {
         Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
         None | Some(Value::Null) => Err(ApiError::missing("model")),

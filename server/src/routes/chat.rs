@@ -160,7 +160,9 @@ fn messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
         }
         let mut m = m.clone();
         let content = match m.get("content") {
+            // an assistant turn may be only tool calls; other roles read a missing text as empty
             None | Some(Value::Null) if role == "assistant" => Value::Null,
+            None | Some(Value::Null) => Value::String(String::new()),
             Some(Value::String(s)) => Value::String(s.clone()),
             Some(Value::Array(parts)) => Value::String(text_of_parts(parts, i)?),
             _ => return Err(bad(format!("messages[{i}].content must be a string or an array of content parts"))),

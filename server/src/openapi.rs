@@ -1,0 +1,69 @@
+//! The served OpenAPI document: `openapi.yaml` as written, narrowed to this server — the model
+//! id schemas become enums of the loaded models, and routes that are off (the guard without a
+//! guard model, transcriptions without a backend) are left out.
+
+use crate::AppState;
+
+/// The document as written (every route, free-form model ids); valid OpenAPI 3.0.
+pub const OPENAPI: &str = include_str!("../openapi.yaml");
+
+pub fn document(state: &AppState) -> String {
+    let models = state.registry.list();
+    let ids = |keep: &dyn Fn(&crate::registry::ModelEntry) -> bool| -> Vec<String> {
+        models.iter().filter(|m| keep(m)).map(|m| m.id.clone()).collect()
+    };
+    let mut doc = OPENAPI.to_string();
+    for (name, list) in [
+        ("ModelId", ids(&|_| true)),
+        ("ChatModelId", ids(&|m| m.generates)),
+        ("GuardModelId", ids(&|m| m.guard)),
+    ] {
+        if !list.is_empty() {
+            let enumerated = serde_json::to_string(&list).expect("strings serialise");
+            doc = doc.replace(&format!("    {name}: {{type: string, minLength: 1}}"), &format!("    {name}: {{type: string, enum: {enumerated}}}"));
+        }
+    }
+    if !state.registry.has_guard() {
+        for path in ["/v1/guard", "/v1/guard/scan", "/v1/guard/batch"] {
+            doc = without_path(&doc, path);
+        }
+    }
+    if !state.has_transcriber() {
+        doc = without_path(&doc, "/v1/audio/transcriptions");
+    }
+    doc
+}
+
+/// `doc` without the block of `path` under `paths:` (from its line to the next path or
+/// top-level key).
+fn without_path(doc: &str, path: &str) -> String {
+    let header = format!("  {path}:");
+    let mut out = String::with_capacity(doc.len());
+    let mut skipping = false;
+    for line in doc.lines() {
+        if line == header {
+            skipping = true;
+            continue;
+        }
+        if skipping && (line.starts_with("  /") || !line.starts_with(' ')) {
+            skipping = false;
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_block_is_removed_whole() {
+        let doc = "paths:\n  /a:\n    get: {}\n  /b:\n    post:\n      x: 1\n  /c:\n    get: {}\ncomponents: {}\n";
+        assert_eq!(without_path(doc, "/b"), "paths:\n  /a:\n    get: {}\n  /c:\n    get: {}\ncomponents: {}\n");
+        assert_eq!(without_path(doc, "/c"), "paths:\n  /a:\n    get: {}\n  /b:\n    post:\n      x: 1\ncomponents: {}\n");
+    }
+}
