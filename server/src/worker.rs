@@ -2,6 +2,7 @@
 //! KV cache and chat template; a job is a closure run on it with that state, one at a time.
 //! (Continuous batching will replace the one-at-a-time loop behind this same interface.)
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 
@@ -48,6 +49,43 @@ impl EngineState {
 
 type Job = Box<dyn FnOnce(&mut EngineState) + Send>;
 
+/// Set when the request that queued a job goes away (the client disconnected and hyper dropped
+/// the handler): the job stops at its next step instead of computing an answer nobody reads.
+#[derive(Clone, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    pub fn flag(&self) -> &AtomicBool {
+        &self.0
+    }
+
+    /// A guard that sets the flag when dropped; keep it alive in the handler while it waits.
+    pub fn on_drop(&self) -> CancelOnDrop {
+        CancelOnDrop(self.clone(), true)
+    }
+}
+
+pub struct CancelOnDrop(Cancel, bool);
+
+impl CancelOnDrop {
+    /// The handler finished normally: nothing to cancel.
+    pub fn disarm(mut self) {
+        self.1 = false;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0 .0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 pub struct Worker {
     tx: SyncSender<Job>,
 }
@@ -75,13 +113,22 @@ impl Worker {
         Ok(Worker { tx })
     }
 
-    /// Queues `job` and waits for its result; 503 when the queue is full.
-    pub async fn run<R: Send + 'static>(&self, job: impl FnOnce(&mut EngineState) -> R + Send + 'static) -> Result<R, ApiError> {
+    /// Queues `job` and waits for its result; 503 when the queue is full. If the caller stops
+    /// waiting (its request was dropped), `job` sees its [`Cancel`] set, and is skipped when it
+    /// had not started yet.
+    pub async fn run<R: Send + 'static>(&self, job: impl FnOnce(&mut EngineState, &Cancel) -> R + Send + 'static) -> Result<R, ApiError> {
+        let cancel = Cancel::default();
+        let guard = cancel.on_drop();
         let (done, result) = oneshot::channel();
+        let flag = cancel.clone();
         self.spawn(move |state| {
-            let _ = done.send(job(state));
+            if !flag.is_set() {
+                let _ = done.send(job(state, &flag));
+            }
         })?;
-        result.await.map_err(|_| ApiError::server("the engine thread stopped"))
+        let out = result.await.map_err(|_| ApiError::server("the engine thread stopped"));
+        guard.disarm();
+        out
     }
 
     /// Queues `job` without waiting (streaming responses report through their own channel).

@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
 use crate::params::{boolean, common, integer, model_id, CommonParams};
-use crate::worker::EngineState;
+use crate::worker::{Cancel, EngineState};
 use crate::AppState;
 
 /// Tokens a draft model proposes per speculative round.
@@ -66,7 +66,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         })?;
         return Ok(response);
     }
-    let choices = entry.worker.run(move |engine| generate_all(engine, &request)).await??;
+    let choices = entry.worker.run(move |engine, cancel| generate_all(engine, &request, cancel)).await??;
     let mut usage = Usage::default();
     let mut out = Vec::new();
     for (index, choice) in choices.into_iter().enumerate() {
@@ -389,12 +389,12 @@ pub(crate) fn run_generation(
     Ok(completion)
 }
 
-fn generate_all(engine: &mut EngineState, request: &ChatRequest) -> Result<Vec<Choice>, ApiError> {
+fn generate_all(engine: &mut EngineState, request: &ChatRequest, cancel: &Cancel) -> Result<Vec<Choice>, ApiError> {
     let prompt = prompt(engine, request)?;
     let mut choices = Vec::with_capacity(request.common.n);
     for i in 0..request.common.n {
         let params = generate_params(engine, request, prompt.len(), i)?;
-        let completion = run_generation(engine, &prompt, params, |_| true)?;
+        let completion = run_generation(engine, &prompt, params, |_| !cancel.is_set())?;
         let tokenizer = engine.model.tokenizer();
         let (content, tool_calls) = split_tool_calls(&completion.text, &request.tool_choice);
         let logprobs_json = request.logprobs.map(|_| logprobs_json(tokenizer, &completion.logprobs));

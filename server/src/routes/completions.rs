@@ -142,13 +142,13 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     }
     let (choices, usage) = entry
         .worker
-        .run(move |engine| -> Result<(Vec<Value>, Usage), ApiError> {
+        .run(move |engine, cancel| -> Result<(Vec<Value>, Usage), ApiError> {
             let mut choices = Vec::new();
             let mut usage = Usage::default();
             let mut counted_prompt = None;
             each_choice(engine, &request, |engine, index, prompt| {
                 let params = params_for(engine, &request.common, request.logprobs, None, prompt.len(), index)?;
-                let completion = run_generation(engine, prompt, params, |_| true)?;
+                let completion = run_generation(engine, prompt, params, |_| !cancel.is_set())?;
                 // a prompt's tokens count once, however many choices it has
                 if counted_prompt != Some(index / request.common.n) {
                     counted_prompt = Some(index / request.common.n);

@@ -74,7 +74,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let dimensions = integer(&body, "dimensions", 1, n_embd as u64)?.map(|d| d as usize);
     let (vectors, tokens) = entry
         .worker
-        .run(move |engine| -> Result<_, ApiError> {
+        .run(move |engine, _cancel| -> Result<_, ApiError> {
             let model = &engine.model;
             let seqs = match inputs {
                 Inputs::Texts(texts) => {

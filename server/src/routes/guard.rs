@@ -2,7 +2,6 @@
 //! with the contract's messages, evaluated on the guard model's engine thread, answered with
 //! `model`, `flagged`, `verdicts` (and `highest_risk`, or `results`) and `latency_ms`.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -55,9 +54,9 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
             }
             let items = entry
                 .worker
-                .run(move |engine| {
+                .run(move |engine, cancel| {
                     let ev = engine.guard.clone().expect("guard entries have an evaluator");
-                    ev.evaluate_batch_cancellable(&inputs, &risks, &AtomicBool::new(false))
+                    ev.evaluate_batch_cancellable(&inputs, &risks, cancel.flag())
                 })
                 .await??;
             json!({"model": id, "results": items})
@@ -68,13 +67,12 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
             let scan = route == GuardRoute::Scan;
             let value = entry
                 .worker
-                .run(move |engine| {
+                .run(move |engine, cancel| {
                     let ev = engine.guard.clone().expect("guard entries have an evaluator");
-                    let cancel = AtomicBool::new(false);
                     if scan {
-                        ev.scan_cancellable(&request.input, request.format.as_deref(), request.think, &cancel).map(|r| json!(r))
+                        ev.scan_cancellable(&request.input, request.format.as_deref(), request.think, cancel.flag()).map(|r| json!(r))
                     } else {
-                        ev.evaluate_cancellable(&request, &cancel).map(|r| json!(r))
+                        ev.evaluate_cancellable(&request, cancel.flag()).map(|r| json!(r))
                     }
                 })
                 .await??;
