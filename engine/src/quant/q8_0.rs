@@ -15,49 +15,57 @@ pub fn dequantize_ref(blocks: &[BlockQ8_0], out: &mut [f32]) {
     }
 }
 
-/// Scale and reciprocal of a block whose largest magnitude is `amax` (ggml: `d = amax / 127`,
-/// `id = 1 / d`, rounding with `roundf`, i.e. halves away from zero).
+/// How a block of 32 values becomes int8 quants and a scale: ggml's portable reference, or what
+/// llama.cpp's x86 CPU backend runs on matmul activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Q8Rounding {
+    /// `quantize_row_q8_*_ref`: `d = amax / 127`, `id = 1 / d`, halves away from zero (`roundf`).
+    Reference,
+    /// `quantize_row_q8_*` of the AVX2 code: `id = 127 / amax`, halves to even. It differs from
+    /// the reference only where `v * id` lands exactly on a half (or `id` differs in its last
+    /// bit); matching it keeps the integer dot products, and so the logits, bit-equal to
+    /// llama.cpp's.
+    X86Backend,
+}
+
+impl Q8Rounding {
+    /// Writes the quants of `xb` into `qs` and returns the unrounded f32 scale `d`.
+    #[inline(always)]
+    pub(crate) fn quantize_block(self, xb: &[f32], qs: &mut [i8]) -> f32 {
+        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = match self {
+            Q8Rounding::Reference if d != 0.0 => 1.0 / d,
+            Q8Rounding::X86Backend if amax != 0.0 => 127.0 / amax,
+            _ => 0.0,
+        };
+        for (q, &v) in qs.iter_mut().zip(xb) {
+            *q = match self {
+                Q8Rounding::Reference => (v * id).round(),
+                Q8Rounding::X86Backend => (v * id).round_ties_even(),
+            } as i8;
+        }
+        d
+    }
+}
+
 #[inline(always)]
-pub(crate) fn scale_127(x: &[f32]) -> (f32, f32) {
-    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let d = amax / 127.0;
-    (d, if d != 0.0 { 1.0 / d } else { 0.0 })
+fn quantize_with(rounding: Q8Rounding, x: &[f32], blocks: &mut [BlockQ8_0]) {
+    debug_assert_eq!(x.len(), blocks.len() * QK8_0);
+    for (xb, b) in x.chunks_exact(QK8_0).zip(blocks.iter_mut()) {
+        b.d = f16_le_from(rounding.quantize_block(xb, &mut b.qs));
+    }
 }
 
 /// ggml's `quantize_row_q8_0_ref`, byte for byte.
 pub fn quantize_ref(x: &[f32], blocks: &mut [BlockQ8_0]) {
-    debug_assert_eq!(x.len(), blocks.len() * QK8_0);
-    for (xb, b) in x.chunks_exact(QK8_0).zip(blocks.iter_mut()) {
-        let (d, id) = scale_127(xb);
-        b.d = f16_le_from(d);
-        for (q, &v) in b.qs.iter_mut().zip(xb) {
-            *q = (v * id).round() as i8;
-        }
-    }
+    quantize_with(Q8Rounding::Reference, x, blocks)
 }
 
-/// Scale and reciprocal as llama.cpp's x86 CPU backend computes them for activations
-/// (`quantize_row_q8_0` of its AVX2 code): `id = 127 / amax` rather than `1 / d`.
-#[inline(always)]
-pub(crate) fn scale_127_cpu(x: &[f32]) -> (f32, f32) {
-    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    (amax / 127.0, if amax != 0.0 { 127.0 / amax } else { 0.0 })
-}
-
-/// Quantizes matmul activations the way llama.cpp's x86 CPU backend does: `id = 127 / amax`,
-/// halves rounded to even. Only a value landing exactly on a half (or the rare `id` that
-/// differs from `1 / d` in its last bit) makes it differ from [`quantize_ref`]; matching it
-/// keeps the integer dot products, and so the logits, bit-equal to llama.cpp's.
+/// Quantizes matmul activations the way llama.cpp's x86 CPU backend does
+/// ([`Q8Rounding::X86Backend`]).
 pub fn quantize_activations(x: &[f32], bytes: &mut [u8]) {
-    let blocks = bytemuck::cast_slice_mut::<u8, BlockQ8_0>(bytes);
-    debug_assert_eq!(x.len(), blocks.len() * QK8_0);
-    for (xb, b) in x.chunks_exact(QK8_0).zip(blocks.iter_mut()) {
-        let (d, id) = scale_127_cpu(xb);
-        b.d = f16_le_from(d);
-        for (q, &v) in b.qs.iter_mut().zip(xb) {
-            *q = (v * id).round_ties_even() as i8;
-        }
-    }
+    quantize_with(Q8Rounding::X86Backend, x, bytemuck::cast_slice_mut::<u8, BlockQ8_0>(bytes))
 }
 
 /// ggml's Q8_0 dot product on x86 (and llamafile's tinyBLAS, which llama.cpp uses for

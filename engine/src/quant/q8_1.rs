@@ -2,7 +2,7 @@
 //! format of Q4_1 / Q5_1 weights (whose offset `m` multiplies the block sum).
 
 use super::blocks::{f16_le, f16_le_from, BlockQ8_1, QK8_1};
-use super::q8_0::{scale_127, scale_127_cpu};
+use super::q8_0::Q8Rounding;
 
 super::row_fns!(BlockQ8_1, BlockQ8_1);
 
@@ -16,36 +16,26 @@ pub fn dequantize_ref(blocks: &[BlockQ8_1], out: &mut [f32]) {
     }
 }
 
-/// ggml's `quantize_row_q8_1_ref`, byte for byte: `s` is computed from the unrounded f32 `d`.
-pub fn quantize_ref(x: &[f32], blocks: &mut [BlockQ8_1]) {
+#[inline(always)]
+fn quantize_with(rounding: Q8Rounding, x: &[f32], blocks: &mut [BlockQ8_1]) {
     debug_assert_eq!(x.len(), blocks.len() * QK8_1);
     for (xb, b) in x.chunks_exact(QK8_1).zip(blocks.iter_mut()) {
-        let (d, id) = scale_127(xb);
+        let d = rounding.quantize_block(xb, &mut b.qs);
         b.d = f16_le_from(d);
-        let mut sum = 0i32;
-        for (q, &v) in b.qs.iter_mut().zip(xb) {
-            *q = (v * id).round() as i8;
-            sum += *q as i32;
-        }
+        let sum: i32 = b.qs.iter().map(|&q| q as i32).sum();
         b.s = f16_le_from(sum as f32 * d);
     }
 }
 
-/// Quantizes matmul activations the way llama.cpp's x86 CPU backend does (see
-/// [`super::q8_0::quantize_activations`]); `s` as the reference computes it.
+/// ggml's `quantize_row_q8_1_ref`, byte for byte: `s` is computed from the unrounded f32 `d`.
+pub fn quantize_ref(x: &[f32], blocks: &mut [BlockQ8_1]) {
+    quantize_with(Q8Rounding::Reference, x, blocks)
+}
+
+/// Quantizes matmul activations the way llama.cpp's x86 CPU backend does
+/// ([`Q8Rounding::X86Backend`]); `s` as the reference computes it.
 pub fn quantize_activations(x: &[f32], bytes: &mut [u8]) {
-    let blocks = bytemuck::cast_slice_mut::<u8, BlockQ8_1>(bytes);
-    debug_assert_eq!(x.len(), blocks.len() * QK8_1);
-    for (xb, b) in x.chunks_exact(QK8_1).zip(blocks.iter_mut()) {
-        let (d, id) = scale_127_cpu(xb);
-        b.d = f16_le_from(d);
-        let mut sum = 0i32;
-        for (q, &v) in b.qs.iter_mut().zip(xb) {
-            *q = (v * id).round_ties_even() as i8;
-            sum += *q as i32;
-        }
-        b.s = f16_le_from(sum as f32 * d);
-    }
+    quantize_with(Q8Rounding::X86Backend, x, bytemuck::cast_slice_mut::<u8, BlockQ8_1>(bytes))
 }
 
 /// Q8_1 is an activation format; as a weight it dots against itself (`s` is not needed).

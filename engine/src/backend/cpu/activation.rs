@@ -39,13 +39,11 @@ pub fn ggml_expf(x: f32) -> f32 {
     }
 }
 
-/// `gate[i] = silu(gate[i]) · up[i]` over one row, as ggml's `swiglu` computes it: the
-/// polynomial exp on every full chunk of 16, the C library's `expf` on the rest.
-pub fn swiglu_row(gate: &mut [f32], up: &[f32]) {
-    swiglu_row_with(super::fma_tier(), gate, up)
-}
-
-super::fma_variants!(pub(crate) fn swiglu_row_with(gate: &mut [f32], up: &[f32]) = swiglu_row_body);
+super::fma_variants!(
+    /// `gate[i] = silu(gate[i]) · up[i]` over one row, as ggml's `swiglu` computes it: the
+    /// polynomial exp on every full chunk of 16, the C library's `expf` on the rest.
+    pub fn swiglu_row, pub(crate) fn swiglu_row_with(gate: &mut [f32], up: &[f32]) = swiglu_row_body
+);
 
 #[inline(always)]
 fn swiglu_row_body(gate: &mut [f32], up: &[f32]) {

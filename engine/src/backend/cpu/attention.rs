@@ -14,15 +14,17 @@ pub enum KvRow<'a> {
     F16(&'a [f16]),
 }
 
-impl KvRow<'_> {
-    fn to_f32(self, range: std::ops::Range<usize>, out: &mut Vec<f32>) {
-        out.clear();
+impl<'a> KvRow<'a> {
+    /// `range` of the row as f32: f32 rows in place, f16 rows widened into `buf` (one
+    /// vectorised F16C conversion).
+    fn f32s(self, range: std::ops::Range<usize>, buf: &'a mut Vec<f32>) -> &'a [f32] {
         match self {
-            KvRow::F32(r) => out.extend_from_slice(&r[range]),
+            KvRow::F32(r) => &r[range],
             KvRow::F16(r) => {
-                // one vectorised (F16C) conversion of the whole row
-                out.resize(range.len(), 0.0);
-                r[range].convert_to_f32_slice(out);
+                buf.clear();
+                buf.resize(range.len(), 0.0);
+                r[range].convert_to_f32_slice(buf);
+                buf
             }
         }
     }
@@ -55,37 +57,27 @@ pub struct AttnScratch {
     keys: Vec<f32>,
 }
 
-/// Attention of head `h` of query row `q` over `positions` of `kv`, written to `out`
-/// (`head_dim_v` values).
-///
-/// The arithmetic is that of ggml's tiled CPU flash attention, which llama.cpp runs for prompts
-/// (at least 64 tokens per batch): key tiles of 64 aligned positions; each score a sequential
-/// fused multiply-add chain, then scaled; an online softmax that rescales the running sum and
-/// output whenever a tile raises the maximum (C library `expf`), the tile's weights from ggml's
-/// polynomial exp summed per 16 lanes in double; each output element a sequential FMA chain over
-/// the tile; a final division by the sum. Matching it bit for bit matters: small random-weight
-/// models amplify a one-ulp difference into a visible change of the next token's probability.
-pub fn attend_head(
-    q: &[f32],
-    h: usize,
-    shape: &AttentionShape,
-    positions: std::ops::Range<usize>,
-    kv: &dyn KvRows,
-    out: &mut [f32],
-    scratch: &mut AttnScratch,
-) {
-    attend_head_with(super::fma_tier(), q, h, shape, positions, kv, out, scratch)
-}
-
-super::fma_variants!(pub(crate) fn attend_head_with(
-    q: &[f32],
-    h: usize,
-    shape: &AttentionShape,
-    positions: std::ops::Range<usize>,
-    kv: &dyn KvRows,
-    out: &mut [f32],
-    scratch: &mut AttnScratch,
-) = attend_head_body);
+super::fma_variants!(
+    /// Attention of head `h` of query row `q` over `positions` of `kv`, written to `out`
+    /// (`head_dim_v` values).
+    ///
+    /// The arithmetic is that of ggml's tiled CPU flash attention, which llama.cpp runs for prompts
+    /// (at least 64 tokens per batch): key tiles of 64 aligned positions; each score a sequential
+    /// fused multiply-add chain, then scaled; an online softmax that rescales the running sum and
+    /// output whenever a tile raises the maximum (C library `expf`), the tile's weights from ggml's
+    /// polynomial exp summed per 16 lanes in double; each output element a sequential FMA chain over
+    /// the tile; a final division by the sum. Matching it bit for bit matters: small random-weight
+    /// models amplify a one-ulp difference into a visible change of the next token's probability.
+    pub fn attend_head, pub(crate) fn attend_head_with(
+        q: &[f32],
+        h: usize,
+        shape: &AttentionShape,
+        positions: std::ops::Range<usize>,
+        kv: &dyn KvRows,
+        out: &mut [f32],
+        scratch: &mut AttnScratch,
+    ) = attend_head_body
+);
 
 #[inline(always)]
 fn attend_head_body(
@@ -107,21 +99,16 @@ fn attend_head_body(
     if positions.is_empty() {
         return;
     }
-    keys.clear();
-    keys.resize(dk * KV_TILE, 0.0);
+    // columns a tile leaves unwritten hold earlier keys: their scores are masked to -inf
+    if keys.len() < dk * KV_TILE {
+        keys.resize(dk * KV_TILE, 0.0);
+    }
     let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
     let first_tile = positions.start / KV_TILE * KV_TILE;
     for tile in (first_tile..positions.end).step_by(KV_TILE) {
         let live = tile.max(positions.start)..(tile + KV_TILE).min(positions.end);
         for p in live.clone() {
-            let k: &[f32] = match kv.key(p) {
-                KvRow::F32(k) => &k[krange.clone()],
-                other => {
-                    other.to_f32(krange.clone(), row);
-                    row
-                }
-            };
-            for (d, &x) in k.iter().enumerate() {
+            for (d, &x) in kv.key(p).f32s(krange.clone(), row).iter().enumerate() {
                 keys[d * KV_TILE + p - tile] = x;
             }
         }
@@ -152,13 +139,7 @@ fn attend_head_body(
         sum = (f64::from(sum) + tile_sum) as f32;
         for p in live {
             let w = weights[p - tile];
-            let v: &[f32] = match kv.value(p) {
-                KvRow::F32(v) => &v[vrange.clone()],
-                other => {
-                    other.to_f32(vrange.clone(), row);
-                    row
-                }
-            };
+            let v = kv.value(p).f32s(vrange.clone(), row);
             out.iter_mut().zip(v).for_each(|(o, &x)| *o = w.mul_add(x, *o));
         }
     }

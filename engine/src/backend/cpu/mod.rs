@@ -19,11 +19,20 @@ pub(crate) fn fma_tier() -> bool {
     Isa::active() >= Isa::Avx2
 }
 
-/// Defines `$name(fused: bool, args..)`: `$body(args..)` compiled with AVX2 + FMA when `fused`
-/// (and the target is x86-64), plainly otherwise.
+/// Defines `$name(args..)`, which runs `$body(args..)` on the active tier, and
+/// `$with(fused: bool, args..)`, which runs it compiled with AVX2 + FMA when `fused` (and the
+/// CPU has them), plainly otherwise: tests call both copies and compare their bits.
 macro_rules! fma_variants {
-    ($vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? = $body:ident) => {
-        $vis fn $name(fused: bool, $($arg: $ty),*) $(-> $ret)? {
+    (
+        $(#[$meta:meta])*
+        $vis:vis fn $name:ident, $wvis:vis fn $with:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? = $body:ident
+    ) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            $with($crate::backend::cpu::fma_tier(), $($arg),*)
+        }
+
+        $wvis fn $with(fused: bool, $($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx2,fma")]

@@ -9,21 +9,19 @@ pub enum RopeKind {
     Neox,
 }
 
-/// Rotates the first `n_dims` values of every `head_dim`-value head in `x` (one row of heads)
-/// for position `pos`.
-pub fn rope(x: &mut [f32], head_dim: usize, n_dims: usize, pos: u32, freq_base: f32, freq_scale: f32, kind: RopeKind) {
-    rope_with(super::fma_tier(), x, head_dim, n_dims, pos, freq_base, freq_scale, kind)
-}
-
-super::fma_variants!(pub(crate) fn rope_with(
-    x: &mut [f32],
-    head_dim: usize,
-    n_dims: usize,
-    pos: u32,
-    freq_base: f32,
-    freq_scale: f32,
-    kind: RopeKind,
-) = rope_body);
+super::fma_variants!(
+    /// Rotates the first `n_dims` values of every `head_dim`-value head in `x` (one row of heads)
+    /// for position `pos`.
+    pub fn rope, pub(crate) fn rope_with(
+        x: &mut [f32],
+        head_dim: usize,
+        n_dims: usize,
+        pos: u32,
+        freq_base: f32,
+        freq_scale: f32,
+        kind: RopeKind,
+    ) = rope_body
+);
 
 #[inline(always)]
 fn rope_body(x: &mut [f32], head_dim: usize, n_dims: usize, pos: u32, freq_base: f32, freq_scale: f32, kind: RopeKind) {

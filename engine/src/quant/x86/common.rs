@@ -285,7 +285,7 @@ pub(super) fn xmm_u64x2(lo: u64, hi: u64) -> __m128i {
     _mm_set_epi64x(hi as i64, lo as i64)
 }
 
-/// Sum of 8 f32 lanes in a fixed order.
+/// Sum of 8 f32 lanes in a fixed order: halves, then pairs (ggml's `hsum_float_8`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn hsum256(v: __m256) -> f32 {
@@ -293,4 +293,30 @@ pub(super) fn hsum256(v: __m256) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
     _mm_cvtss_f32(s)
+}
+
+/// The running sum of a Q8_0 dot product on both tiers: one vector of eight lanes that every
+/// block is added into in turn, ggml's order (see `q8_0::vec_dot_ref`). Eight lanes on the
+/// AVX-512 tier too: the order, not the width, fixes the result.
+pub(super) struct Chain(__m256);
+
+impl Chain {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn new() -> Chain {
+        Chain(_mm256_setzero_ps())
+    }
+
+    /// Adds one block's exact integer lane sums, scaled by `d_w * d_a` in every lane.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn add(&mut self, sumi: __m256i, scale: __m256) {
+        self.0 = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi), self.0);
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn sum(self) -> f32 {
+        hsum256(self.0)
+    }
 }

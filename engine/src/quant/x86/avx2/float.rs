@@ -8,9 +8,9 @@
 use core::arch::x86_64::*;
 use core::ptr;
 
-use super::legacy::{hsum, load128, load_ps, store_ps};
+use super::legacy::{load128, load_ps, store_ps};
 use crate::quant::dispatch::Kernels;
-use crate::quant::x86::common::{dequantize_f32, entry_points};
+use crate::quant::x86::common::{dequantize_f32, entry_points, hsum256};
 use crate::quant::GgmlType;
 
 pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
@@ -84,7 +84,7 @@ macro_rules! dot_rows {
                 ptr::copy_nonoverlapping(a.add(4 * i), at.as_mut_ptr(), 4 * (n - i));
                 acc[0] = _mm256_fmadd_ps($load(wt.as_ptr()), load_ps(at.as_ptr()), acc[0]);
             }
-            hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
+            hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
         }
     };
 }

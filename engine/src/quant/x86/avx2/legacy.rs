@@ -19,7 +19,8 @@ use core::arch::x86_64::*;
 
 use crate::quant::dispatch::Kernels;
 use crate::quant::x86::common::{
-    entry_points, le16, le32, le64, legacy_deq_rows, legacy_dot_rows, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
+    entry_points, hsum256, le16, le32, le64, legacy_deq_rows, legacy_dot_rows, Chain, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+    Q8_1,
 };
 use crate::quant::GgmlType;
 
@@ -189,17 +190,8 @@ impl Acc {
     unsafe fn sum(self) -> f32 {
         let [a, b, c, d] = self.block;
         let mins = _mm256_blend_ps::<0xAA>(_mm256_setzero_ps(), self.min);
-        hsum(_mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)), mins))
+        hsum256(_mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)), mins))
     }
-}
-
-/// The sum of the eight lanes of `v`, in a fixed order.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -214,30 +206,6 @@ legacy_dot_rows! { "avx2,fma,f16c", Acc;
 
 legacy_dot_rows! { "avx2,fma,f16c", Chain;
     dot_q8_0 => group_q8_0, Q8_0, Q8_0;
-}
-
-/// The running sum of a Q8_0 dot product: one vector of eight lanes that every block is added
-/// into in turn, ggml's order (see `q8_0::vec_dot_ref`).
-struct Chain(__m256);
-
-impl Chain {
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn new() -> Chain {
-        Chain(_mm256_setzero_ps())
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn add(&mut self, sumi: __m256i, scale: __m256) {
-        self.0 = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi), self.0);
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn sum(self) -> f32 {
-        hsum(self.0)
-    }
 }
 
 /// Q4_0 (`d`, 16 bytes of nibbles) x Q8_0 (`d`, 32 quants): `Σ (q - 8) y` per block.

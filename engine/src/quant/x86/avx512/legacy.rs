@@ -17,7 +17,7 @@ use core::arch::x86_64::*;
 
 use crate::quant::dispatch::Kernels;
 use crate::quant::x86::common::{
-    entry_points, le16, le32, legacy_deq_rows, legacy_dot_rows, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
+    entry_points, le16, le32, legacy_deq_rows, legacy_dot_rows, Chain, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
 };
 use crate::quant::GgmlType;
 
@@ -220,33 +220,6 @@ legacy_dot_rows! { "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
 
 legacy_dot_rows! { "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c", Chain;
     dot_q8_0 => group_q8_0, Q8_0, Q8_0;
-}
-
-/// The running sum of a Q8_0 dot product: one vector of eight lanes that every block is added
-/// into in turn, ggml's order (see `q8_0::vec_dot_ref`). Half-width on purpose: the order, not
-/// the width, fixes the result.
-struct Chain(__m256);
-
-impl Chain {
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    unsafe fn new() -> Chain {
-        Chain(_mm256_setzero_ps())
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    unsafe fn add(&mut self, sumi: __m256i, scale: __m256) {
-        self.0 = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sumi), self.0);
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    unsafe fn sum(self) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(self.0), _mm256_extractf128_ps::<1>(self.0));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-    }
 }
 
 /// Q4_0 (`d`, 16 bytes of nibbles) x Q8_0 (`d`, 32 quants): `Σ (q - 8) y` per block.
