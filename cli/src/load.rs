@@ -69,16 +69,9 @@ pub fn thread_pool(threads: Option<usize>) -> anyhow::Result<rayon::ThreadPool> 
         .context("starting the worker threads")
 }
 
-/// The context used when none is given: the model's own, but no more than this.
-const DEFAULT_CTX: usize = 4096;
-
-/// The default context size for `model`: its training context, at most 4096.
-pub fn default_ctx(model: &Model) -> usize {
-    match model.config().n_ctx_train {
-        0 => DEFAULT_CTX,
-        trained => trained.min(DEFAULT_CTX),
-    }
-}
+/// The default context size for `model`: its training context, at most 4096 (the server's
+/// rule, so that every front-end sizes caches alike).
+pub use server::default_ctx;
 
 /// Text given on the command line, or else read from `file` (`-` is standard input); `None`
 /// when there is neither.

@@ -275,6 +275,11 @@ fn check_key(state: &AppState, req: &Request<Incoming>) -> Result<(), ApiError> 
     }
 }
 
+/// The request's body as a JSON object, under the size limit.
+async fn json_body(state: &AppState, req: Request<Incoming>) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
+    http::parse_object(&read_body(req.into_body(), state.max_body).await?)
+}
+
 async fn route(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
@@ -315,17 +320,17 @@ async fn route(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Response
         }
         "/v1/chat/completions" => {
             allow(&method, &path, &[Method::POST])?;
-            let body = http::parse_object(&read_body(req.into_body(), state.max_body).await?)?;
+            let body = json_body(state, req).await?;
             routes::chat::handle(state, body).await
         }
         "/v1/completions" => {
             allow(&method, &path, &[Method::POST])?;
-            let body = http::parse_object(&read_body(req.into_body(), state.max_body).await?)?;
+            let body = json_body(state, req).await?;
             routes::completions::handle(state, body).await
         }
         "/v1/embeddings" => {
             allow(&method, &path, &[Method::POST])?;
-            let body = http::parse_object(&read_body(req.into_body(), state.max_body).await?)?;
+            let body = json_body(state, req).await?;
             routes::embeddings::handle(state, body).await
         }
         "/v1/audio/transcriptions" if state.transcriber.is_some() => {
@@ -335,7 +340,7 @@ async fn route(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Response
         }
         _ if guard_route.is_some() && state.registry.has_guard() => {
             allow(&method, &path, &[Method::POST])?;
-            let body = http::parse_object(&read_body(req.into_body(), state.max_body).await?)?;
+            let body = json_body(state, req).await?;
             routes::guard::handle(state, guard_route.expect("matched"), body).await
         }
         _ => Err(ApiError::route_not_found(&method, &path)),

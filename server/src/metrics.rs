@@ -49,6 +49,16 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
+    /// A finished generation of `tokens` tokens that started at `start`: counts them and sets
+    /// the speed gauge.
+    pub fn record_generation(&self, tokens: usize, start: std::time::Instant) {
+        self.tokens_generated.inc_by(tokens as u64);
+        let secs = start.elapsed().as_secs_f64();
+        if tokens > 0 && secs > 0.0 {
+            self.tokens_per_second.set(tokens as f64 / secs);
+        }
+    }
+
     /// The text exposition format.
     pub fn render(&self) -> String {
         let mut out = String::new();

@@ -3,6 +3,7 @@
 //! field; unknown fields are ignored (and logged at debug level).
 
 use engine::sampling::{SamplingError, SamplingParams};
+use engine::tokenizer::TokenId;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
@@ -169,4 +170,42 @@ pub fn common(body: &Map<String, Value>, n_vocab: usize) -> Result<CommonParams,
         stream,
         include_usage,
     })
+}
+
+/// The inputs of `/v1/completions` (`prompt`) or `/v1/embeddings` (`input`): texts, or token
+/// ids (OpenAI's shapes never mix the two).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Inputs {
+    Texts(Vec<String>),
+    Tokens(Vec<Vec<TokenId>>),
+}
+
+impl Inputs {
+    pub fn len(&self) -> usize {
+        match self {
+            Inputs::Texts(t) => t.len(),
+            Inputs::Tokens(t) => t.len(),
+        }
+    }
+}
+
+/// Field `name` in any of OpenAI's four shapes: a string, strings, token ids, or arrays of token
+/// ids. Missing, empty or mixed: 400 naming the field; every token array is non-empty.
+pub fn inputs(body: &Map<String, Value>, name: &str) -> Result<Inputs, ApiError> {
+    let bad = |m: String| ApiError::invalid_param(name, m);
+    let tokens = |v: &Value| -> Result<Vec<TokenId>, ApiError> {
+        let ids: Option<Vec<TokenId>> = v.as_array().and_then(|a| a.iter().map(|t| t.as_u64().and_then(|t| TokenId::try_from(t).ok())).collect());
+        ids.filter(|i| !i.is_empty()).ok_or_else(|| bad(format!("token ids in {name} must be non-empty arrays of non-negative integers")))
+    };
+    match body.get(name) {
+        None | Some(Value::Null) => Err(ApiError::missing(name)),
+        Some(Value::String(s)) => Ok(Inputs::Texts(vec![s.clone()])),
+        Some(Value::Array(items)) if items.is_empty() => Err(bad(format!("{name} must not be empty"))),
+        Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
+            Ok(Inputs::Texts(items.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect()))
+        }
+        Some(v @ Value::Array(items)) if items.iter().all(Value::is_number) => Ok(Inputs::Tokens(vec![tokens(v)?])),
+        Some(Value::Array(items)) if items.iter().all(Value::is_array) => Ok(Inputs::Tokens(items.iter().map(tokens).collect::<Result<_, _>>()?)),
+        Some(_) => Err(bad(format!("{name} must be a string, an array of strings, an array of token ids or an array of such arrays"))),
+    }
 }

@@ -62,6 +62,17 @@ impl Registry {
         self.models.read().expect("registry lock").get(id).cloned().ok_or_else(|| ApiError::model_not_found(id))
     }
 
+    /// The model `id` for a chat or text completion: 404 when unknown, 400 when it does not
+    /// generate text (a guard-only model).
+    pub fn generator(&self, id: &str) -> Result<Arc<ModelEntry>, ApiError> {
+        let entry = self.get(id)?;
+        if entry.generates {
+            Ok(entry)
+        } else {
+            Err(ApiError::invalid_param("model", format!("the model `{id}` does not generate text")))
+        }
+    }
+
     pub fn remove(&self, id: &str) -> Result<Arc<ModelEntry>, ApiError> {
         self.models.write().expect("registry lock").remove(id).ok_or_else(|| ApiError::model_not_found(id))
     }

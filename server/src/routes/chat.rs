@@ -45,10 +45,7 @@ enum ToolChoice {
 
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let id = model_id(&body)?;
-    let entry = state.registry.get(&id)?;
-    if !entry.generates {
-        return Err(ApiError::invalid_param("model", format!("the model `{id}` does not generate text")));
-    }
+    let entry = state.registry.generator(&id)?;
     let request = parse(&body, entry.model.tokenizer().n_vocab())?;
     let created = unix_now();
     let completion_id = format!("chatcmpl-{}", random_id());
@@ -75,8 +72,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         usage.completion_tokens += choice.usage.completion_tokens;
         out.push(choice.to_json(index));
     }
-    state.metrics.tokens_generated.inc_by(usage.completion_tokens as u64);
-    record_speed(state, usage.completion_tokens, start);
+    state.metrics.record_generation(usage.completion_tokens, start);
     Ok(ok_json(&json!({
         "id": completion_id,
         "object": "chat.completion",
@@ -86,13 +82,6 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         "choices": out,
         "usage": usage_json(&usage),
     })))
-}
-
-pub(crate) fn record_speed(state: &AppState, tokens: usize, start: Instant) {
-    let secs = start.elapsed().as_secs_f64();
-    if tokens > 0 && secs > 0.0 {
-        state.metrics.tokens_per_second.set(tokens as f64 / secs);
-    }
 }
 
 pub fn usage_json(u: &Usage) -> Value {
@@ -533,8 +522,7 @@ fn stream(engine: &mut EngineState, request: &ChatRequest, ctx: &StreamCtx, star
         usage.cached_tokens = completion.usage.cached_tokens;
         usage.completion_tokens += completion.usage.completion_tokens;
     }
-    state.metrics.tokens_generated.inc_by(usage.completion_tokens as u64);
-    record_speed(state, usage.completion_tokens, start);
+    state.metrics.record_generation(usage.completion_tokens, start);
     if include_usage {
         ctx.sse.send_json(&ctx.chunk(json!([]), Some(usage_json(&usage)), true));
     }

@@ -15,49 +15,22 @@ use engine::tokenizer::{TokenId, Tokenizer};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
-use super::chat::{params_for, random_id, record_speed, run_generation, unix_now, usage_json};
+use super::chat::{params_for, random_id, run_generation, unix_now, usage_json};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body};
-use crate::params::{boolean, common, integer, model_id, CommonParams};
+use crate::params::{boolean, common, inputs, integer, model_id, CommonParams, Inputs};
 use crate::worker::EngineState;
 use crate::AppState;
 
 /// OpenAI's default `max_tokens` for this endpoint.
 pub const DEFAULT_MAX_TOKENS: usize = 16;
 
-enum Prompt {
-    Text(String),
-    Ids(Vec<TokenId>),
-}
-
 struct CompletionRequest {
-    prompts: Vec<Prompt>,
+    prompts: Inputs,
     common: CommonParams,
     echo: bool,
     /// Legacy `logprobs`: how many alternatives (0..=5) per token; `None` = no log-probs.
     logprobs: Option<usize>,
-}
-
-fn prompts(body: &Map<String, Value>) -> Result<Vec<Prompt>, ApiError> {
-    let bad = |m: &str| ApiError::invalid_param("prompt", m.to_string());
-    let ids = |v: &Value| -> Option<Vec<TokenId>> { v.as_array()?.iter().map(|t| t.as_u64().and_then(|t| TokenId::try_from(t).ok())).collect() };
-    let prompts = match body.get("prompt") {
-        None | Some(Value::Null) => return Err(ApiError::missing("prompt")),
-        Some(Value::String(s)) => vec![Prompt::Text(s.clone())],
-        Some(Value::Array(items)) if items.is_empty() => return Err(bad("prompt must not be empty")),
-        Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
-            items.iter().map(|v| Prompt::Text(v.as_str().unwrap_or_default().to_string())).collect()
-        }
-        Some(v @ Value::Array(items)) if items.iter().all(Value::is_number) => {
-            vec![Prompt::Ids(ids(v).ok_or_else(|| bad("token ids must be non-negative integers"))?)]
-        }
-        Some(Value::Array(items)) if items.iter().all(Value::is_array) => items
-            .iter()
-            .map(|v| ids(v).filter(|i| !i.is_empty()).map(Prompt::Ids).ok_or_else(|| bad("token id prompts must be non-empty arrays of non-negative integers")))
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err(bad("prompt must be a string, an array of strings, an array of token ids or an array of such arrays")),
-    };
-    Ok(prompts)
 }
 
 fn parse(body: &Map<String, Value>, n_vocab: usize) -> Result<CompletionRequest, ApiError> {
@@ -74,7 +47,7 @@ fn parse(body: &Map<String, Value>, n_vocab: usize) -> Result<CompletionRequest,
     let mut common = common(body, n_vocab)?;
     common.max_tokens = Some(common.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS));
     Ok(CompletionRequest {
-        prompts: prompts(body)?,
+        prompts: inputs(body, "prompt")?,
         common,
         echo: boolean(body, "echo")?.unwrap_or(false),
         logprobs: integer(body, "logprobs", 0, 5)?.map(|v| v as usize),
@@ -83,10 +56,7 @@ fn parse(body: &Map<String, Value>, n_vocab: usize) -> Result<CompletionRequest,
 
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let id = model_id(&body)?;
-    let entry = state.registry.get(&id)?;
-    if !entry.generates {
-        return Err(ApiError::invalid_param("model", format!("the model `{id}` does not generate text")));
-    }
+    let entry = state.registry.generator(&id)?;
     let request = parse(&body, entry.model.tokenizer().n_vocab())?;
     let (created, cmpl_id, start) = (unix_now(), format!("cmpl-{}", random_id()), Instant::now());
     let state2 = state.clone();
@@ -126,8 +96,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
             });
             match result {
                 Ok(()) => {
-                    state2.metrics.tokens_generated.inc_by(usage.completion_tokens as u64);
-                    record_speed(&state2, usage.completion_tokens, start);
+                    state2.metrics.record_generation(usage.completion_tokens, start);
                     if request.common.include_usage {
                         sse.send_json(&chunk(json!([]), Some(usage_json(&usage))));
                     }
@@ -161,8 +130,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
             Ok((choices, usage))
         })
         .await??;
-    state.metrics.tokens_generated.inc_by(usage.completion_tokens as u64);
-    record_speed(state, usage.completion_tokens, start);
+    state.metrics.record_generation(usage.completion_tokens, start);
     Ok(ok_json(&json!({
         "id": cmpl_id,
         "object": "text_completion",
@@ -181,11 +149,11 @@ fn each_choice(
     mut f: impl FnMut(&mut EngineState, usize, &[TokenId]) -> Result<(), ApiError>,
 ) -> Result<(), ApiError> {
     let n_vocab = engine.model.tokenizer().n_vocab();
-    for (p, prompt) in request.prompts.iter().enumerate() {
-        let tokens = match prompt {
-            Prompt::Text(text) => engine.model.tokenizer().encode(text, true, true),
-            Prompt::Ids(ids) => ids.clone(),
-        };
+    let prompts = match &request.prompts {
+        Inputs::Texts(texts) => texts.iter().map(|t| engine.model.tokenizer().encode(t, true, true)).collect(),
+        Inputs::Tokens(ids) => ids.clone(),
+    };
+    for (p, tokens) in prompts.into_iter().enumerate() {
         if tokens.is_empty() {
             return Err(ApiError::invalid_param("prompt", format!("prompt {p} gives no tokens")));
         }

@@ -6,56 +6,25 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use engine::embed::{embed_ids, l2_normalize, tokenize, Pooling};
-use engine::tokenizer::TokenId;
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
 use crate::http::{ok_json, Body};
-use crate::params::{integer, model_id};
+use crate::params::{inputs, integer, model_id, Inputs};
 use crate::AppState;
 
 /// The most inputs one request may carry (OpenAI's bound).
 pub const MAX_INPUTS: usize = 2048;
 
-enum Inputs {
-    Texts(Vec<String>),
-    Ids(Vec<Vec<TokenId>>),
-}
-
-fn inputs(body: &Map<String, Value>) -> Result<Inputs, ApiError> {
-    let bad = |m: &str| ApiError::invalid_param("input", m.to_string());
-    let ids = |v: &Value| -> Option<Vec<TokenId>> {
-        v.as_array()?.iter().map(|t| t.as_u64().and_then(|t| TokenId::try_from(t).ok())).collect()
-    };
-    let inputs = match body.get("input") {
-        None | Some(Value::Null) => return Err(ApiError::missing("input")),
-        Some(Value::String(s)) => Inputs::Texts(vec![s.clone()]),
-        Some(Value::Array(items)) if items.is_empty() => return Err(bad("input must not be empty")),
-        Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
-            Inputs::Texts(items.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect())
-        }
-        Some(Value::Array(items)) if items.iter().all(Value::is_number) => {
-            Inputs::Ids(vec![ids(&Value::Array(items.clone())).ok_or_else(|| bad("token ids must be non-negative integers"))?])
-        }
-        Some(Value::Array(items)) if items.iter().all(Value::is_array) => {
-            Inputs::Ids(items.iter().map(ids).collect::<Option<_>>().ok_or_else(|| bad("token ids must be non-negative integers"))?)
-        }
-        Some(_) => return Err(bad("input must be a string, an array of strings, an array of token ids or an array of such arrays")),
-    };
-    let n = match &inputs {
-        Inputs::Texts(t) => t.len(),
-        Inputs::Ids(i) => i.len(),
-    };
-    if n > MAX_INPUTS {
-        return Err(bad(&format!("input has {n} items; at most {MAX_INPUTS}")));
+/// The inputs, at most [`MAX_INPUTS`], no text empty.
+fn checked_inputs(body: &Map<String, Value>) -> Result<Inputs, ApiError> {
+    let inputs = inputs(body, "input")?;
+    if inputs.len() > MAX_INPUTS {
+        return Err(ApiError::invalid_param("input", format!("input has {} items; at most {MAX_INPUTS}", inputs.len())));
     }
-    let empty = match &inputs {
-        Inputs::Texts(t) => t.iter().any(String::is_empty),
-        Inputs::Ids(i) => i.iter().any(Vec::is_empty),
-    };
-    if empty {
-        return Err(bad("input items must not be empty"));
+    if matches!(&inputs, Inputs::Texts(t) if t.iter().any(String::is_empty)) {
+        return Err(ApiError::invalid_param("input", "input items must not be empty"));
     }
     Ok(inputs)
 }
@@ -63,7 +32,7 @@ fn inputs(body: &Map<String, Value>) -> Result<Inputs, ApiError> {
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let id = model_id(&body)?;
     let entry = state.registry.get(&id)?;
-    let inputs = inputs(&body)?;
+    let inputs = checked_inputs(&body)?;
     let base64 = match body.get("encoding_format").and_then(|v| if v.is_null() { None } else { Some(v) }) {
         None => false,
         Some(v) if v == "float" => false,
@@ -81,7 +50,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
                     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                     tokenize(model, &refs).map_err(|e| ApiError::invalid_param("input", e.to_string()))?
                 }
-                Inputs::Ids(ids) => ids,
+                Inputs::Tokens(ids) => ids,
             };
             let pooling = match Pooling::of_model(model) {
                 Ok(Pooling::None) | Err(_) => Pooling::Last,
