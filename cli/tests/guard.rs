@@ -84,7 +84,7 @@ fn scans_of_the_3_2_and_3_3_tiny_models_print_well_formed_json() {
         let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{format}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
         assert_eq!(out.status.code(), Some(2), "{format}: {j}");
         let e = &j["error"];
-        assert_eq!((e["type"].as_str(), e["code"].as_str()), (Some("server_error"), Some("unparseable_model_output")), "{format}");
+        assert_eq!((e["type"].as_str(), e["code"].as_str()), (Some("model_error"), Some("unparseable_model_output")), "{format}");
         let message = e["message"].as_str().unwrap();
         assert!(message.starts_with("cannot read the verdict for risk "), "{format}: {message}");
         let stderr = String::from_utf8(out.stderr).unwrap();

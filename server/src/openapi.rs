@@ -4,7 +4,8 @@
 
 use crate::AppState;
 
-/// The document as written (every route, free-form model ids); valid OpenAPI 3.0.
+/// The document as written (every route, free-form model ids); valid OpenAPI 3.2 (3.2 for
+/// `itemSchema`, which describes each SSE event of a stream and the chunk JSON inside it).
 pub const OPENAPI: &str = include_str!("../openapi.yaml");
 
 pub fn document(state: &AppState) -> String {

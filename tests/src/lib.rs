@@ -39,3 +39,54 @@ pub fn fetch_model(target: &str) -> PathBuf {
     let stdout = String::from_utf8(out.stdout).expect("utf-8 path");
     PathBuf::from(stdout.lines().last().expect("fetch-models.sh printed no path").trim())
 }
+
+/// Installs the pinned Python test packages (openai, prometheus_client, openapi-spec-validator,
+/// schemathesis) from PyPI once, cached, with the repository's `tools/python-test-deps.sh`, and
+/// returns the folder to put on `PYTHONPATH`.
+pub fn python_test_deps() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/python-test-deps.sh");
+    let out = std::process::Command::new("bash").arg(&script).output().expect("run tools/python-test-deps.sh");
+    assert!(out.status.success(), "tools/python-test-deps.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8(out.stdout).expect("utf-8 path").trim())
+}
+
+/// A running `engine-cli serve` child, killed when dropped (the test passed or not).
+pub struct ServeProcess {
+    child: std::process::Child,
+    /// `http://127.0.0.1:<port>`, as the server printed it.
+    pub base: String,
+}
+
+impl ServeProcess {
+    /// Starts `<engine_cli> serve --port 0 <args>` and waits (at most a minute) for its
+    /// `listening on` line.
+    pub fn start(engine_cli: &Path, args: &[&std::ffi::OsStr]) -> ServeProcess {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(engine_cli)
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start engine-cli serve");
+        let stderr = child.stderr.take().expect("piped stderr");
+        // read stderr to the end on a thread: a full pipe would block the server's logging
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(address) = line.strip_prefix("listening on ") {
+                    let _ = tx.send(address.trim().to_string());
+                }
+            }
+        });
+        let mut serve = ServeProcess { child, base: String::new() };
+        serve.base = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the server printed no address");
+        serve
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

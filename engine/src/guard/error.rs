@@ -73,8 +73,11 @@ impl GuardError {
 
     /// How the OpenAI-style API reports this error: HTTP status, `type`, `param` and `code` of
     /// the `{"error": {...}}` body (the message is the error's display text). The caller's
-    /// faults are 400 `invalid_request_error` naming the field; the model's and engine's are
-    /// 500 `server_error`.
+    /// faults are 400 `invalid_request_error` naming the field. An answer the model gave but
+    /// that does not follow the format is 422 `model_error`: the request was understood and the
+    /// server worked, but this model cannot answer it in this format (typically a format it was
+    /// not trained on), and decoding is greedy, so a retry gives the same answer. Engine faults
+    /// are 500 `server_error`.
     pub fn api_error(&self) -> ApiError {
         let invalid = |param: &'static str| ApiError { status: 400, kind: "invalid_request_error", param: Some(param), code: None };
         let server = |code: &'static str| ApiError { status: 500, kind: "server_error", param: None, code: Some(code) };
@@ -86,7 +89,9 @@ impl GuardError {
             GuardError::UnsupportedFormat(_) => invalid("format"),
             GuardError::ThinkRequiresFormat33 => invalid("think"),
             GuardError::BatchEmpty | GuardError::BatchTooLarge { .. } => invalid("inputs"),
-            GuardError::Unparseable { .. } => server("unparseable_model_output"),
+            GuardError::Unparseable { .. } => {
+                ApiError { status: 422, kind: "model_error", param: None, code: Some("unparseable_model_output") }
+            }
             GuardError::Template(_) => server("template_error"),
             GuardError::Cancelled => server("cancelled"),
             GuardError::Device(_) | GuardError::Model(_) | GuardError::Generate(_) => server("engine_error"),

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Python packages the test suite drives the server with, pinned, from PyPI into a
+# cached folder, once, and prints that folder: put it on PYTHONPATH. Needs python3 with pip; no
+# venv required. openai + prometheus_client: cli/tests/python/openai_sdk.py;
+# openapi-spec-validator + schemathesis: cli/tests/python/openapi_conformance.py.
+set -euo pipefail
+PACKAGES=("openai==3.54.0" "prometheus_client==0.26.0" "openapi-spec-validator==0.9.0" "schemathesis==4.32.5")
+KEY=$(printf '%s\n' "${PACKAGES[@]}" | sha256sum | cut -c1-12)
+DIR="${ENGINE_ASSETS:-$HOME/.cache/engine-assets}/python/test-deps-$KEY"
+PY="${PYTHON:-python3}"
+if [ ! -f "$DIR/.complete" ]; then
+  rm -rf "$DIR"
+  mkdir -p "$DIR"
+  "$PY" -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --root-user-action=ignore --target "$DIR" "${PACKAGES[@]}" >&2
+  touch "$DIR/.complete"
+fi
+echo "$DIR"
