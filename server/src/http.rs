@@ -2,6 +2,7 @@
 //! bodies read under the size limit and parsed as JSON objects, and server-sent-event streams.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -9,6 +10,7 @@ use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
+use prometheus_client::metrics::counter::Counter;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -73,36 +75,51 @@ pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
 }
 
 /// The sending half of a server-sent-event stream: each `send` is one `data:` event, flushed.
-/// A failed send means the client has gone.
-pub struct SseSender(mpsc::Sender<Bytes>);
+/// A failed send means the client has gone; the first one counts the request as cancelled.
+pub struct SseSender {
+    tx: mpsc::Sender<Bytes>,
+    cancelled: Counter,
+    gone: AtomicBool,
+}
 
 impl SseSender {
+    fn send(&self, event: Bytes) -> bool {
+        if self.tx.blocking_send(event).is_ok() {
+            return true;
+        }
+        if !self.gone.swap(true, Ordering::Relaxed) {
+            self.cancelled.inc();
+        }
+        false
+    }
+
     /// Sends one `data: <compact JSON>` event; false when the client has disconnected.
     pub fn send_json(&self, value: &Value) -> bool {
         let mut line = b"data: ".to_vec();
         line.extend(serde_json::to_vec(value).expect("a JSON value serialises"));
         line.extend(b"\n\n");
-        self.0.blocking_send(Bytes::from(line)).is_ok()
+        self.send(Bytes::from(line))
     }
 
     /// The closing `data: [DONE]` event.
     pub fn done(&self) -> bool {
-        self.0.blocking_send(Bytes::from_static(b"data: [DONE]\n\n")).is_ok()
+        self.send(Bytes::from_static(b"data: [DONE]\n\n"))
     }
 
     /// An SSE comment line: invisible to clients, it keeps proxies from timing out and tells
     /// whether the client is still there.
     pub fn ping(&self) -> bool {
-        self.0.blocking_send(Bytes::from_static(b": ping\n\n")).is_ok()
+        self.send(Bytes::from_static(b": ping\n\n"))
     }
 }
 
 /// A `text/event-stream` response whose events come from the returned sender.
-pub fn sse_response() -> (Response<Body>, SseSender) {
+/// `cancelled` (the `requests_cancelled` counter) counts the stream if its client goes away.
+pub fn sse_response(cancelled: Counter) -> (Response<Body>, SseSender) {
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let stream = ReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b)));
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     r.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    (r, SseSender(tx))
+    (r, SseSender { tx, cancelled, gone: AtomicBool::new(false) })
 }

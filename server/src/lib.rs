@@ -119,6 +119,8 @@ impl ServerBuilder {
             return Err("no model to serve".into());
         }
         let registry = Registry::default();
+        let buckets = self.latency_buckets.unwrap_or_else(|| DEFAULT_LATENCY_BUCKETS.to_vec());
+        let metrics = Metrics::new(&buckets, self.models.iter().any(|m| m.guard));
         let created = routes::chat::unix_now();
         for spec in self.models {
             if registry.get(&spec.id).is_ok() {
@@ -133,11 +135,9 @@ impl ServerBuilder {
                 engine::generate::check_same_vocabulary(&spec.model, d).map_err(|e| format!("{}: {e}", spec.id))?;
             }
             let n_ctx = spec.n_ctx.unwrap_or_else(|| default_ctx(&spec.model));
-            let worker = Worker::start(&spec.id, spec.model.clone(), n_ctx, evaluator, spec.draft)?;
+            let worker = Worker::start(&spec.id, spec.model.clone(), n_ctx, evaluator, spec.draft, metrics.requests_cancelled.clone())?;
             registry.insert(ModelEntry { id: spec.id, created, model: spec.model, worker, guard: spec.guard, generates: spec.chat, n_ctx });
         }
-        let buckets = self.latency_buckets.unwrap_or_else(|| DEFAULT_LATENCY_BUCKETS.to_vec());
-        let metrics = Metrics::new(&buckets, registry.has_guard());
         let state = Arc::new(AppState {
             registry,
             metrics,

@@ -12,6 +12,7 @@ use engine::guard::Evaluator;
 use engine::kv_cache::{KvCache, KvType};
 use engine::model::Model;
 use engine::tokenizer::TokenId;
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
@@ -88,11 +89,21 @@ impl Drop for CancelOnDrop {
 
 pub struct Worker {
     tx: SyncSender<Job>,
+    /// `requests_cancelled`: jobs skipped or stopped early because their request went away.
+    cancelled: Counter,
 }
 
 impl Worker {
-    /// Starts the engine thread of `model` with a cache of `n_ctx` positions.
-    pub fn start(id: &str, model: Arc<Model>, n_ctx: usize, guard: Option<Arc<Evaluator>>, draft: Option<Arc<Model>>) -> Result<Worker, String> {
+    /// Starts the engine thread of `model` with a cache of `n_ctx` positions; `cancelled` counts
+    /// the jobs whose request went away.
+    pub fn start(
+        id: &str,
+        model: Arc<Model>,
+        n_ctx: usize,
+        guard: Option<Arc<Evaluator>>,
+        draft: Option<Arc<Model>>,
+        cancelled: Counter,
+    ) -> Result<Worker, String> {
         let template = ChatTemplate::from_model(&model).map_err(|e| format!("{id}: chat template: {e}"))?;
         let kv = model.new_kv_cache(KvType::F16, n_ctx);
         let draft = draft.map(|d| {
@@ -110,7 +121,7 @@ impl Worker {
                 }
             })
             .map_err(|e| format!("{id}: cannot start the engine thread: {e}"))?;
-        Ok(Worker { tx })
+        Ok(Worker { tx, cancelled })
     }
 
     /// Queues `job` and waits for its result; 503 when the queue is full. If the caller stops
@@ -121,10 +132,17 @@ impl Worker {
         let guard = cancel.on_drop();
         let (done, result) = oneshot::channel();
         let flag = cancel.clone();
+        let cancelled = self.cancelled.clone();
         self.spawn(move |state| {
-            if !flag.is_set() {
-                let _ = done.send(job(state, &flag));
+            if flag.is_set() {
+                cancelled.inc(); // gone while queued: never started
+                return;
             }
+            let out = job(state, &flag);
+            if flag.is_set() {
+                cancelled.inc(); // gone while running: the job stopped at its next step
+            }
+            let _ = done.send(out);
         })?;
         let out = result.await.map_err(|_| ApiError::server("the engine thread stopped"));
         guard.disarm();

@@ -119,12 +119,22 @@ fn chat_completion_counts_usage_like_the_tokenizer() {
     assert!(again["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0);
 }
 
-/// `data:` payloads of an SSE body, framing checked: every event is `data: ...` and a blank line.
+/// `data:` payloads of an SSE body, read by a real SSE parser (`eventsource-stream`); framing
+/// checked: every event is an unnamed `message`, and the body ends with a complete event.
 fn sse_events(text: &str) -> Vec<String> {
+    use eventsource_stream::Eventsource;
+    use futures_util::StreamExt;
     assert!(text.ends_with("\n\n"), "events end with a blank line");
-    text.split("\n\n")
-        .filter(|e| !e.is_empty() && !e.starts_with(':'))
-        .map(|e| e.strip_prefix("data: ").unwrap_or_else(|| panic!("not a data event: {e:?}")).to_string())
+    let body = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(bytes::Bytes::from(text.to_string()))]);
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let events: Vec<_> = rt.block_on(body.eventsource().collect());
+    events
+        .into_iter()
+        .map(|e| {
+            let e = e.unwrap_or_else(|err| panic!("not an SSE stream: {err}\n{text}"));
+            assert_eq!(e.event, "message", "unnamed events only");
+            e.data
+        })
         .collect()
 }
 
@@ -487,4 +497,55 @@ fn transcriptions_are_multipart_and_only_with_a_backend() {
     let wrong = Form::new().text("model", "whisper-9").part("file", Part::bytes(vec![1u8; 10]).file_name("a.wav"));
     expect_error(c.post(&url).multipart(wrong).send().unwrap(), StatusCode::NOT_FOUND);
     expect_error(c.post(&url).json(&json!({"model": "echo-asr"})).send().unwrap(), StatusCode::BAD_REQUEST);
+}
+
+/// The value of a counter in `/metrics` (0 before it is first set).
+fn counter(base: &str, name: &str) -> u64 {
+    let text = client().get(format!("{base}/metrics")).send().unwrap().text().unwrap();
+    let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name} missing:\n{text}"));
+    line[name.len() + 1..].trim().parse().unwrap()
+}
+
+fn wait_for(what: &str, deadline: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Sends `body` as a raw HTTP/1.1 POST to `path`, returning the open connection.
+fn raw_post(base: &str, path: &str, body: &str) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(base.trim_start_matches("http://")).unwrap();
+    write!(s, "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    s
+}
+
+#[test]
+fn a_request_its_client_drops_stops_its_work_and_is_counted() {
+    use std::io::Read;
+    let base = start(builder().max_body_bytes(1 << 20));
+    assert_eq!(counter(&base, "requests_cancelled_total"), 0);
+
+    // A batch of 256 long inputs x 9 risks: about a minute of work on a 2-core machine (a batch
+    // of 8 takes about 2 s). Dropped after 300 ms, it stops at its next evaluation.
+    let text = "Explain in great detail, step by step, how the old lighthouse keeper repaired the lamp during the storm. ".repeat(6);
+    let batch = json!({"model": GUARD, "inputs": vec![json!({"user": text}); 256]}).to_string();
+    let connection = raw_post(&base, "/v1/guard/batch", &batch);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(connection);
+    wait_for("the dropped batch to be counted", std::time::Duration::from_secs(15), || counter(&base, "requests_cancelled_total") == 1);
+    // the guard model is free again at once
+    let one = client().post(format!("{base}/v1/guard")).json(&json!({"model": GUARD, "input": {"user": "Hi"}, "risks": ["harm"]})).send().unwrap();
+    assert_eq!(one.status(), StatusCode::OK);
+
+    // A stream dropped after its first event: the next event fails to send and generation stops.
+    let stream = json!({"model": CHAT, "messages": [{"role": "user", "content": "Tell a long story"}], "max_tokens": 400, "stream": true}).to_string();
+    let mut connection = raw_post(&base, "/v1/chat/completions", &stream);
+    let mut first = [0u8; 256];
+    let n = connection.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    drop(connection);
+    wait_for("the dropped stream to be counted", std::time::Duration::from_secs(15), || counter(&base, "requests_cancelled_total") == 2);
 }

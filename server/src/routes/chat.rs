@@ -52,7 +52,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let metrics = state.clone();
     let start = Instant::now();
     if request.common.stream {
-        let (response, sse) = sse_response();
+        let (response, sse) = sse_response(state.metrics.requests_cancelled.clone());
         entry.worker.spawn(move |engine| {
             let ctx = StreamCtx { id: &completion_id, created, model: &id, sse: &sse };
             let outcome = stream(engine, &request, &ctx, start, &metrics);

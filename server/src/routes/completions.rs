@@ -61,7 +61,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let (created, cmpl_id, start) = (unix_now(), format!("cmpl-{}", random_id()), Instant::now());
     let state2 = state.clone();
     if request.common.stream {
-        let (response, sse) = sse_response();
+        let (response, sse) = sse_response(state.metrics.requests_cancelled.clone());
         let model_name = id.clone();
         entry.worker.spawn(move |engine| {
             let chunk = |choices: Value, usage: Option<Value>| {
