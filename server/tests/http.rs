@@ -549,3 +549,74 @@ fn a_request_its_client_drops_stops_its_work_and_is_counted() {
     drop(connection);
     wait_for("the dropped stream to be counted", std::time::Duration::from_secs(15), || counter(&base, "requests_cancelled_total") == 2);
 }
+
+/// Reads a chat stream back: (content, tool calls assembled from their deltas, finish reason,
+/// logprob entries, number of content deltas).
+fn assemble_chat_stream(text: &str) -> (String, Vec<(String, String)>, String, usize, usize) {
+    let events = sse_events(text);
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let (mut content, mut calls, mut finish, mut logprobs, mut deltas) = (String::new(), Vec::<(String, String)>::new(), String::new(), 0, 0);
+    for e in &events[..events.len() - 1] {
+        let chunk: Value = serde_json::from_str(e).unwrap();
+        let Some(choice) = chunk["choices"].get(0) else { continue };
+        if let Some(piece) = choice["delta"]["content"].as_str().filter(|p| !p.is_empty()) {
+            content.push_str(piece);
+            deltas += 1;
+        }
+        logprobs += choice["logprobs"]["content"].as_array().map_or(0, Vec::len);
+        for call in choice["delta"]["tool_calls"].as_array().into_iter().flatten() {
+            let i = call["index"].as_u64().unwrap() as usize;
+            if i == calls.len() {
+                calls.push((call["function"]["name"].as_str().unwrap().to_string(), String::new()));
+            }
+            calls[i].1.push_str(call["function"]["arguments"].as_str().unwrap_or(""));
+        }
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish = f.to_string();
+        }
+    }
+    (content, calls, finish, logprobs, deltas)
+}
+
+#[test]
+fn with_tools_offered_plain_text_still_streams_as_it_decodes_with_its_logprobs() {
+    let base = start(builder());
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let body = json!({"model": CHAT, "messages": [{"role": "user", "content": "Tell me a story"}], "tools": tools, "max_tokens": 24, "temperature": 0, "logprobs": true});
+    let plain: Value = client().post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap();
+    let message = &plain["choices"][0]["message"];
+    assert!(message.get("tool_calls").is_none(), "random weights write text: {message}");
+    let mut streaming = body.clone();
+    streaming["stream"] = json!(true);
+    let text = client().post(format!("{base}/v1/chat/completions")).json(&streaming).send().unwrap().text().unwrap();
+    let (content, calls, finish, logprobs, deltas) = assemble_chat_stream(&text);
+    assert_eq!(content, message["content"].as_str().unwrap());
+    assert!(calls.is_empty());
+    assert_eq!(finish, plain["choices"][0]["finish_reason"].as_str().unwrap());
+    assert_eq!(logprobs, plain["usage"]["completion_tokens"].as_u64().unwrap() as usize, "one logprob per token");
+    assert!(deltas > 4, "text is sent as it decodes, not held to the end: {deltas} deltas");
+}
+
+#[test]
+fn qwen_calls_a_tool_in_its_own_syntax_streamed_and_not() {
+    let qwen = Arc::new(Model::load(engine_tests::fetch_model("qwen2.5-coder")).unwrap());
+    let base = start(Server::builder().model(ModelSpec { id: "qwen".into(), model: qwen, chat: true, guard: false, n_ctx: Some(1024), draft: None }));
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let body = json!({"model": "qwen", "messages": [{"role": "user", "content": "What is the weather in Paris right now?"}], "tools": tools, "max_tokens": 48, "temperature": 0});
+    let plain: Value = client().post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap();
+    assert_eq!(plain["choices"][0]["finish_reason"], "tool_calls", "{plain}");
+    let call = &plain["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "get_weather");
+    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args["city"], "Paris");
+    let mut streaming = body.clone();
+    streaming["stream"] = json!(true);
+    let text = client().post(format!("{base}/v1/chat/completions")).json(&streaming).send().unwrap().text().unwrap();
+    let (content, calls, finish, _, _) = assemble_chat_stream(&text);
+    assert_eq!(content, plain["choices"][0]["message"]["content"].as_str().unwrap_or(""), "no call text leaks into content");
+    assert_eq!(finish, "tool_calls");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].0, "get_weather");
+    assert_eq!(serde_json::from_str::<Value>(&calls[0].1).unwrap(), args);
+}

@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
+use crate::routes::tool_stream::ContentGate;
 use crate::params::{boolean, common, integer, model_id, CommonParams};
 use crate::worker::{Cancel, EngineState};
 use crate::AppState;
@@ -467,13 +468,13 @@ impl StreamCtx<'_> {
     }
 }
 
-/// The SSE stream of a request: each choice in turn, its text as it is decoded (held back
-/// whole when tool calls may follow, so that a call is sent as `tool_calls` deltas, never as
-/// text).
+/// The SSE stream of a request: each choice in turn, its text as it is decoded. When tool calls
+/// may follow, the text that could be a call is held back (see [`ContentGate`]) and a call is
+/// sent as `tool_calls` deltas once it parses, never as text; logprobs travel with the content
+/// delta that releases their tokens.
 fn stream(engine: &mut EngineState, request: &ChatRequest, ctx: &StreamCtx, start: Instant, state: &AppState) -> Result<(), ApiError> {
     let include_usage = request.common.include_usage;
     let prompt = prompt(engine, request)?;
-    let hold_back = request.tool_choice != ToolChoice::None;
     let mut usage = Usage::default();
     for index in 0..request.common.n {
         let params = generate_params(engine, request, prompt.len(), index)?;
@@ -483,28 +484,39 @@ fn stream(engine: &mut EngineState, request: &ChatRequest, ctx: &StreamCtx, star
         }
         let model = engine.model.clone();
         let tokenizer = model.tokenizer();
+        let mut gate = (request.tool_choice != ToolChoice::None).then(ContentGate::default);
+        let mut pending: Vec<TokenLogprob> = Vec::new();
+        let content_delta = |content: String, pending: &mut Vec<TokenLogprob>| {
+            let logprobs = if pending.is_empty() { Value::Null } else { logprobs_json(tokenizer, pending) };
+            pending.clear();
+            ctx.chunk(json!([{"index": index, "delta": {"content": content}, "logprobs": logprobs, "finish_reason": null}]), None, include_usage)
+        };
         let mut first_token = true;
         let completion = run_generation(engine, &prompt, params, |event| {
             if first_token {
                 first_token = false;
                 state.metrics.time_to_first_token_ms.observe(start.elapsed().as_secs_f64() * 1e3);
             }
-            if hold_back || (event.text.is_empty() && event.logprob.is_none()) {
+            pending.extend(event.logprob.clone());
+            let content = match gate.as_mut() {
+                Some(gate) => gate.push(&event.text),
+                None => event.text.clone(),
+            };
+            if content.is_empty() && (gate.is_some() || pending.is_empty()) {
                 return true;
             }
-            let logprobs = event.logprob.as_ref().map_or(Value::Null, |l| logprobs_json(tokenizer, std::slice::from_ref(l)));
-            let delta = json!([{"index": index, "delta": {"content": event.text}, "logprobs": logprobs, "finish_reason": null}]);
-            ctx.sse.send_json(&ctx.chunk(delta, None, include_usage))
+            ctx.sse.send_json(&content_delta(content, &mut pending))
         })?;
         let mut finish = completion.finish.as_str();
-        if hold_back {
+        if let Some(gate) = &gate {
             let (content, calls) = split_tool_calls(&completion.text, &request.tool_choice);
-            if !content.is_empty() {
-                let delta = json!([{"index": index, "delta": {"content": content}, "logprobs": null, "finish_reason": null}]);
-                ctx.sse.send_json(&ctx.chunk(delta, None, include_usage));
+            let rest = gate.finish(&content, !calls.is_empty());
+            if !rest.is_empty() || !pending.is_empty() {
+                ctx.sse.send_json(&content_delta(rest, &mut pending));
             }
             for (i, call) in calls.iter().enumerate() {
-                // the first delta of a call names it; its arguments follow in a second one
+                // the first delta of a call names it; its arguments (parsed, so never a broken
+                // call) follow in a second one
                 let head = json!({"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}});
                 let args = json!({"index": i, "function": {"arguments": call["function"]["arguments"]}});
                 for part in [head, args] {

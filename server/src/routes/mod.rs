@@ -5,4 +5,5 @@ pub mod completions;
 pub mod embeddings;
 pub mod guard;
 pub mod models;
+mod tool_stream;
 pub mod transcriptions;
