@@ -52,11 +52,20 @@ pub struct AppState {
     api_key: Option<String>,
     max_body: usize,
     transcriber: Option<Arc<dyn Transcriber>>,
+    /// When the server was built (the `created` of the transcription backend's model entry).
+    created: u64,
 }
 
 impl AppState {
     pub fn has_transcriber(&self) -> bool {
         self.transcriber.is_some()
+    }
+
+    /// The `/v1/models` entry of the transcription backend, if `id` names it (any id when
+    /// `None`).
+    pub fn transcription_model(&self, id: Option<&str>) -> Option<serde_json::Value> {
+        let t = self.transcriber.as_ref().filter(|t| id.is_none_or(|id| id == t.model_id()))?;
+        Some(serde_json::json!({"id": t.model_id(), "object": "model", "created": self.created, "owned_by": "local", "capabilities": ["transcription"]}))
     }
 }
 
@@ -144,6 +153,7 @@ impl ServerBuilder {
             api_key: self.api_key,
             max_body: self.max_body.unwrap_or(DEFAULT_MAX_BODY),
             transcriber: self.transcriber,
+            created,
         });
         let (shutdown, _) = watch::channel(false);
         Ok(Server { state, shutdown })

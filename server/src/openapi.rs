@@ -13,9 +13,11 @@ pub fn document(state: &AppState) -> String {
     let ids = |keep: &dyn Fn(&crate::registry::ModelEntry) -> bool| -> Vec<String> {
         models.iter().filter(|m| keep(m)).map(|m| m.id.clone()).collect()
     };
+    let mut all = ids(&|_| true);
+    all.extend(state.transcription_model(None).and_then(|m| m["id"].as_str().map(str::to_string)));
     let mut doc = OPENAPI.to_string();
     for (name, list) in [
-        ("ModelId", ids(&|_| true)),
+        ("ModelId", all),
         ("ChatModelId", ids(&|m| m.generates)),
         ("GuardModelId", ids(&|m| m.guard)),
     ] {

@@ -479,6 +479,12 @@ fn transcriptions_are_multipart_and_only_with_a_backend() {
     let c = client();
     expect_error(c.post(format!("{none}/v1/audio/transcriptions")).multipart(form("json")).send().unwrap(), StatusCode::NOT_FOUND);
     let base = start(builder().transcriber(Arc::new(EchoBackend)));
+    // the backend's model is listed, can be retrieved, and is not unloaded by DELETE
+    let models: Value = c.get(format!("{base}/v1/models")).send().unwrap().json().unwrap();
+    let listed = models["data"].as_array().unwrap().iter().find(|m| m["id"] == "echo-asr").expect("listed").clone();
+    assert_eq!(listed["capabilities"], json!(["transcription"]));
+    assert_eq!(c.get(format!("{base}/v1/models/echo-asr")).send().unwrap().json::<Value>().unwrap(), listed);
+    expect_error(c.delete(format!("{base}/v1/models/echo-asr")).send().unwrap(), StatusCode::BAD_REQUEST);
     let url = format!("{base}/v1/audio/transcriptions");
     let j: Value = c.post(&url).multipart(form("json")).send().unwrap().json().unwrap();
     assert_eq!(j, json!({"text": "1000 bytes in en"}));
