@@ -1,0 +1,52 @@
+//! Python clients against `engine-cli serve` on 127.0.0.1 with the tiny fixtures, their packages
+//! installed from PyPI by `tools/python-test-deps.sh` (cached):
+//! - the official `openai` package with strict response validation (`python/openai_sdk.py`);
+//! - `/openapi.yaml` validated by `openapi-spec-validator`, and `schemathesis` generating
+//!   requests from it for every route: no 5xx, no undeclared status or content type, no response
+//!   (streamed events included) that breaks its schema (`python/openapi_conformance.py`, settings
+//!   and the cross-field exceptions in `python/schemathesis.toml`).
+
+use std::path::Path;
+use std::process::Command;
+
+use engine_tests::{fixture, python_test_deps, ServeProcess};
+
+const CHAT: &str = "tiny-llama-Q8_0";
+const GUARD: &str = "guardian-tiny-3.0-q8_0";
+
+/// Runs `cli/tests/python/<script> <base URL> <args>` against a fresh server with the tiny chat
+/// model and the tiny guard; returns its stdout, failing the test when the script fails.
+fn run_against_tiny_server(script: &str, args: &[&str]) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let pythonpath = python_test_deps();
+    let model = fixture("models/tiny-llama-Q8_0.gguf");
+    let guard = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
+    let server = ServeProcess::start(
+        Path::new(env!("CARGO_BIN_EXE_engine-cli")),
+        &["-c".as_ref(), "512".as_ref(), "-m".as_ref(), model.as_os_str(), "--guard".as_ref(), guard.as_os_str()],
+    );
+    let out = Command::new("python3")
+        .arg(root.join("cli/tests/python").join(script))
+        .arg(&server.base)
+        .args(args)
+        .env("PYTHONPATH", &pythonpath)
+        .output()
+        .unwrap();
+    drop(server);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{script} failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+    stdout
+}
+
+#[test]
+fn the_openai_python_package_works_against_the_server() {
+    run_against_tiny_server("openai_sdk.py", &[CHAT, GUARD]);
+}
+
+#[test]
+fn the_served_openapi_document_is_valid_and_the_server_keeps_to_it() {
+    let stdout = run_against_tiny_server("openapi_conformance.py", &[CHAT]);
+    // the number of generated cases, for the log (`cargo test -- --nocapture`)
+    println!("{}", stdout.lines().filter(|l| l.starts_with("schemathesis:")).collect::<Vec<_>>().join("\n"));
+}
