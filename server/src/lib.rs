@@ -61,11 +61,15 @@ impl AppState {
         self.transcriber.is_some()
     }
 
-    /// The `/v1/models` entry of the transcription backend, if `id` names it (any id when
-    /// `None`).
-    pub fn transcription_model(&self, id: Option<&str>) -> Option<serde_json::Value> {
-        let t = self.transcriber.as_ref().filter(|t| id.is_none_or(|id| id == t.model_id()))?;
-        Some(serde_json::json!({"id": t.model_id(), "object": "model", "created": self.created, "owned_by": "local", "capabilities": ["transcription"]}))
+    /// The model id of the transcription backend, when there is one.
+    pub fn transcription_model_id(&self) -> Option<&str> {
+        self.transcriber.as_ref().map(|t| t.model_id())
+    }
+
+    /// The `/v1/models` entry of the transcription backend, when there is one.
+    pub fn transcription_model(&self) -> Option<serde_json::Value> {
+        let id = self.transcription_model_id()?;
+        Some(serde_json::json!({"id": id, "object": "model", "created": self.created, "owned_by": "local", "capabilities": ["transcription"]}))
     }
 }
 

@@ -14,7 +14,7 @@ pub fn document(state: &AppState) -> String {
         models.iter().filter(|m| keep(m)).map(|m| m.id.clone()).collect()
     };
     let mut all = ids(&|_| true);
-    all.extend(state.transcription_model(None).and_then(|m| m["id"].as_str().map(str::to_string)));
+    all.extend(state.transcription_model_id().map(str::to_string));
     let mut doc = OPENAPI.to_string();
     for (name, list) in [
         ("ModelId", all),

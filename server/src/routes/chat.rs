@@ -68,21 +68,26 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let mut usage = Usage::default();
     let mut out = Vec::new();
     for (index, choice) in choices.into_iter().enumerate() {
-        usage.prompt_tokens = choice.usage.prompt_tokens;
-        usage.cached_tokens = choice.usage.cached_tokens;
-        usage.completion_tokens += choice.usage.completion_tokens;
+        add_usage(&mut usage, &choice.usage);
         out.push(choice.to_json(index));
     }
     state.metrics.record_generation(usage.completion_tokens, start);
-    Ok(ok_json(&json!({
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": id,
-        "system_fingerprint": crate::FINGERPRINT,
-        "choices": out,
-        "usage": usage_json(&usage),
-    })))
+    let mut completion = completion_object(&completion_id, "chat.completion", created, &id, json!(out));
+    completion["usage"] = usage_json(&usage);
+    Ok(ok_json(&completion))
+}
+
+/// The fields a chat or text completion object, and each of its stream chunks, starts with.
+pub fn completion_object(id: &str, object: &str, created: u64, model: &str, choices: Value) -> Value {
+    json!({"id": id, "object": object, "created": created, "model": model, "system_fingerprint": crate::FINGERPRINT, "choices": choices})
+}
+
+/// Adds one choice's usage to the request's: the choices share one prompt, so its counts are
+/// taken once, and the completion tokens are summed.
+fn add_usage(total: &mut Usage, choice: &Usage) {
+    total.prompt_tokens = choice.prompt_tokens;
+    total.cached_tokens = choice.cached_tokens;
+    total.completion_tokens += choice.completion_tokens;
 }
 
 pub fn usage_json(u: &Usage) -> Value {
@@ -453,14 +458,7 @@ struct StreamCtx<'a> {
 
 impl StreamCtx<'_> {
     fn chunk(&self, choices: Value, usage: Option<Value>, include_usage: bool) -> Value {
-        let mut c = json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": crate::FINGERPRINT,
-            "choices": choices,
-        });
+        let mut c = completion_object(self.id, "chat.completion.chunk", self.created, self.model, choices);
         if include_usage {
             c["usage"] = usage.unwrap_or(Value::Null);
         }
@@ -530,9 +528,7 @@ fn stream(engine: &mut EngineState, request: &ChatRequest, ctx: &StreamCtx, star
         }
         let last = json!([{"index": index, "delta": {}, "logprobs": null, "finish_reason": finish}]);
         ctx.sse.send_json(&ctx.chunk(last, None, include_usage));
-        usage.prompt_tokens = completion.usage.prompt_tokens;
-        usage.cached_tokens = completion.usage.cached_tokens;
-        usage.completion_tokens += completion.usage.completion_tokens;
+        add_usage(&mut usage, &completion.usage);
     }
     state.metrics.record_generation(usage.completion_tokens, start);
     if include_usage {

@@ -15,7 +15,7 @@ use engine::tokenizer::{TokenId, Tokenizer};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
-use super::chat::{params_for, random_id, run_generation, unix_now, usage_json};
+use super::chat::{completion_object, params_for, random_id, run_generation, unix_now, usage_json};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body};
 use crate::params::{boolean, common, inputs, integer, model_id, CommonParams, Inputs};
@@ -65,7 +65,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         let model_name = id.clone();
         entry.worker.spawn(move |engine| {
             let chunk = |choices: Value, usage: Option<Value>| {
-                let mut c = json!({"id": cmpl_id, "object": "text_completion", "created": created, "model": model_name, "system_fingerprint": crate::FINGERPRINT, "choices": choices});
+                let mut c = completion_object(&cmpl_id, "text_completion", created, &model_name, choices);
                 if request.common.include_usage {
                     c["usage"] = usage.unwrap_or(Value::Null);
                 }
@@ -88,10 +88,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
                     sse.send_json(&chunk(json!([{"index": index, "text": event.text, "logprobs": lp, "finish_reason": null}]), None))
                 })?;
                 sse.send_json(&chunk(json!([{"index": index, "text": "", "logprobs": null, "finish_reason": completion.finish.as_str()}]), None));
-                if index % request.common.n == 0 {
-                    usage.prompt_tokens += completion.usage.prompt_tokens;
-                }
-                usage.completion_tokens += completion.usage.completion_tokens;
+                add_usage(&mut usage, index, request.common.n, &completion.usage);
                 Ok(())
             });
             match result {
@@ -114,16 +111,10 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         .run(move |engine, cancel| -> Result<(Vec<Value>, Usage), ApiError> {
             let mut choices = Vec::new();
             let mut usage = Usage::default();
-            let mut counted_prompt = None;
             each_choice(engine, &request, |engine, index, prompt| {
                 let params = params_for(engine, &request.common, request.logprobs, None, prompt.len(), index)?;
                 let completion = run_generation(engine, prompt, params, |_| !cancel.is_set())?;
-                // a prompt's tokens count once, however many choices it has
-                if counted_prompt != Some(index / request.common.n) {
-                    counted_prompt = Some(index / request.common.n);
-                    usage.prompt_tokens += completion.usage.prompt_tokens;
-                }
-                usage.completion_tokens += completion.usage.completion_tokens;
+                add_usage(&mut usage, index, request.common.n, &completion.usage);
                 choices.push(choice_json(engine, &request, index, prompt, &completion)?);
                 Ok(())
             })?;
@@ -131,18 +122,21 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         })
         .await??;
     state.metrics.record_generation(usage.completion_tokens, start);
-    Ok(ok_json(&json!({
-        "id": cmpl_id,
-        "object": "text_completion",
-        "created": created,
-        "model": id,
-        "system_fingerprint": crate::FINGERPRINT,
-        "choices": choices,
-        "usage": usage_json(&usage),
-    })))
+    let mut completion = completion_object(&cmpl_id, "text_completion", created, &id, json!(choices));
+    completion["usage"] = usage_json(&usage);
+    Ok(ok_json(&completion))
 }
 
 /// Runs `f(engine, choice index, prompt tokens)` for every prompt x `n`, prompt-major.
+/// Adds the usage of choice `index` (of `n` per prompt) to `total`: a prompt's tokens count
+/// once, however many choices it has.
+fn add_usage(total: &mut Usage, index: usize, n: usize, choice: &Usage) {
+    if index % n == 0 {
+        total.prompt_tokens += choice.prompt_tokens;
+    }
+    total.completion_tokens += choice.completion_tokens;
+}
+
 fn each_choice(
     engine: &mut EngineState,
     request: &CompletionRequest,

@@ -13,19 +13,19 @@ use crate::AppState;
 
 pub fn list(state: &Arc<AppState>) -> Result<Response<Body>, ApiError> {
     let mut data: Vec<_> = state.registry.list().iter().map(|m| m.describe()).collect();
-    data.extend(state.transcription_model(None));
+    data.extend(state.transcription_model());
     Ok(ok_json(&json!({"object": "list", "data": data})))
 }
 
 pub fn get(state: &Arc<AppState>, id: &str) -> Result<Response<Body>, ApiError> {
-    if let Some(model) = state.transcription_model(Some(id)) {
+    if let Some(model) = state.transcription_model().filter(|m| m["id"] == id) {
         return Ok(ok_json(&model));
     }
     Ok(ok_json(&state.registry.get(id)?.describe()))
 }
 
 pub fn delete(state: &Arc<AppState>, id: &str) -> Result<Response<Body>, ApiError> {
-    if state.transcription_model(Some(id)).is_some() {
+    if state.transcription_model_id() == Some(id) {
         return Err(ApiError::invalid_param("model", format!("`{id}` is the transcription backend, which cannot be unloaded")));
     }
     let entry = state.registry.remove(id)?;
