@@ -1,7 +1,8 @@
 //! What of a streamed reply may be sent while tool calls can still follow: text goes out as it
 //! decodes, except the part that could turn out to be a call (a reply opening with JSON, a
 //! `<tool_call>` / `[TOOL_CALLS]` marker or the start of one) and trailing whitespace (a call
-//! after it would trim it away). The concatenated deltas equal the non-streamed `content`.
+//! after it would trim it away). The concatenated deltas equal the non-streamed `content`, but
+//! for whitespace that opens a reply holding a call (sent before the call could be known).
 
 /// The markers after which a reply is a tool call (Hermes / Qwen, Mistral).
 const MARKERS: [&str; 2] = ["<tool_call>", "[TOOL_CALLS]"];
@@ -55,7 +56,10 @@ impl ContentGate {
         if !has_calls {
             return self.text[self.sent..].to_string();
         }
-        content.strip_prefix(&self.text[..self.sent]).unwrap_or_default().to_string()
+        // the final content of a reply with calls is trimmed: whitespace that opened the reply
+        // has gone out already and is the one place the stream differs from it
+        let sent = &self.text[..self.sent];
+        content.strip_prefix(sent).or_else(|| content.strip_prefix(sent.trim_start())).unwrap_or_default().to_string()
     }
 }
 
@@ -91,6 +95,10 @@ mod tests {
         // text after the block is content too
         let (gate, sent) = run(&["Hi <tool_call>{}</tool_call> done"]);
         assert_eq!(sent, "Hi");
+        assert_eq!(gate.finish("Hi  done", true), "  done");
+        // nothing after the call is lost when the reply opened with whitespace
+        let (gate, sent) = run(&["  Hi <tool_call>{}</tool_call> done"]);
+        assert_eq!(sent, "  Hi");
         assert_eq!(gate.finish("Hi  done", true), "  done");
     }
 
