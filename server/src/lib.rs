@@ -255,7 +255,16 @@ impl Server {
 async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<Body> {
     let start = Instant::now();
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
-    let response = match route(&state, req).await {
+    // the body stays in the request until a route takes it
+    let mut req = req.map(Some);
+    let outcome = route(&state, &mut req).await;
+    if let Some(unread) = req.body_mut().take() {
+        // Answered without reading the body (401, 404, 405, ...): read it anyway, within the size
+        // limit, so that the connection stays in step and a client still sending it gets the
+        // answer rather than a broken pipe.
+        let _ = read_body(unread, state.max_body).await;
+    }
+    let response = match outcome {
         Ok(r) => r,
         Err(e) => {
             if e.status.is_server_error() {
@@ -279,9 +288,9 @@ fn allow(method: &Method, path: &str, allowed: &[Method]) -> Result<(), ApiError
     }
 }
 
-fn check_key(state: &AppState, req: &Request<Incoming>) -> Result<(), ApiError> {
+fn check_key(state: &AppState, headers: &hyper::HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &state.api_key else { return Ok(()) };
-    let given = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let given = headers.get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     if given.map(str::trim) == Some(key.as_str()) {
         Ok(())
     } else {
@@ -290,15 +299,21 @@ fn check_key(state: &AppState, req: &Request<Incoming>) -> Result<(), ApiError> 
 }
 
 /// The request's body as a JSON object, under the size limit.
-async fn json_body(state: &AppState, req: Request<Incoming>) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
-    http::parse_object(&read_body(req.into_body(), state.max_body).await?)
+async fn json_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
+    http::parse_object(&take_body(state, req).await?)
 }
 
-async fn route(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+/// Reads the request's body, under the size limit (once: the request keeps no copy).
+async fn take_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Result<bytes::Bytes, ApiError> {
+    let body = req.body_mut().take().ok_or_else(|| ApiError::server("the request body was already read"))?;
+    read_body(body, state.max_body).await
+}
+
+async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Result<Response<Body>, ApiError> {
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
     if path.starts_with("/v1/") {
-        check_key(state, &req)?;
+        check_key(state, req.headers())?;
     }
     let guard_route = match path.as_str() {
         "/v1/guard" => Some(GuardRoute::Evaluate),
@@ -350,7 +365,9 @@ async fn route(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Response
         "/v1/audio/transcriptions" if state.transcriber.is_some() => {
             allow(&method, &path, &[Method::POST])?;
             let backend = state.transcriber.clone().expect("matched");
-            routes::transcriptions::handle(state, backend, req).await
+            let boundary = routes::transcriptions::boundary(req.headers().get(hyper::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()))?;
+            let body = take_body(state, req).await?;
+            routes::transcriptions::handle(backend, boundary, body).await
         }
         _ if guard_route.is_some() && state.registry.has_guard() => {
             allow(&method, &path, &[Method::POST])?;

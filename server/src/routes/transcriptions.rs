@@ -5,14 +5,11 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hyper::body::Incoming;
-use hyper::header::CONTENT_TYPE;
-use hyper::{Request, Response};
+use hyper::Response;
 use serde_json::json;
 
 use crate::error::ApiError;
-use crate::http::{ok_json, read_body, text_response, Body};
-use crate::AppState;
+use crate::http::{ok_json, text_response, Body};
 
 /// One timed piece of a transcript.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,10 +61,13 @@ enum Format {
     VerboseJson,
 }
 
-pub async fn handle(state: &Arc<AppState>, transcriber: Arc<dyn Transcriber>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
-    let content_type = req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-    let boundary = multer::parse_boundary(&content_type).map_err(|_| ApiError::invalid("the request must be multipart/form-data with a boundary"))?;
-    let body = read_body(req.into_body(), state.max_body).await?;
+/// The multipart boundary of a request's `Content-Type` (400 when it has none).
+pub fn boundary(content_type: Option<&str>) -> Result<String, ApiError> {
+    multer::parse_boundary(content_type.unwrap_or_default()).map_err(|_| ApiError::invalid("the request must be multipart/form-data with a boundary"))
+}
+
+/// `body` (read under the size limit) is a multipart form with this `boundary`.
+pub async fn handle(transcriber: Arc<dyn Transcriber>, boundary: String, body: Bytes) -> Result<Response<Body>, ApiError> {
     let mut form = multer::Multipart::new(futures_util::stream::once(async move { Ok::<Bytes, std::convert::Infallible>(body) }), boundary);
     let (mut audio, mut model, mut format) = (None, None, Format::Json);
     let mut options = TranscribeOptions::default();
