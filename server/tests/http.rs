@@ -534,8 +534,8 @@ fn a_request_its_client_drops_stops_its_work_and_is_counted() {
     let base = start(builder().max_body_bytes(1 << 20));
     assert_eq!(counter(&base, "requests_cancelled_total"), 0);
 
-    // A batch of 256 long inputs x 9 risks: about a minute of work on a 2-core machine (a batch
-    // of 8 takes about 2 s). Dropped after 300 ms, it stops at its next evaluation.
+    // A batch of 256 long inputs x 9 risks: about 50 s of work on a 2-core machine (8 of these
+    // inputs take 1.6 s). Dropped after 300 ms, it stops at its next evaluation.
     let text = "Explain in great detail, step by step, how the old lighthouse keeper repaired the lamp during the storm. ".repeat(6);
     let batch = json!({"model": GUARD, "inputs": vec![json!({"user": text}); 256]}).to_string();
     let connection = raw_post(&base, "/v1/guard/batch", &batch);
