@@ -7,7 +7,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use engine::guard::{Evaluator, EvaluatorOptions};
 use engine::model::Model;
-use server::{ModelSpec, Server};
+use server::batch_scheduler::BatchConfig;
+use server::{ModelSpec, Scheduling, Server};
 
 use crate::load::{load_model, parse_positive};
 
@@ -25,7 +26,9 @@ pub struct ServeArgs {
     #[arg(long)]
     pub guard: Option<PathBuf>,
     /// A smaller model with the same vocabulary that drafts tokens for the chat models
-    /// (speculative decoding; greedy output is unchanged, sampled output keeps its distribution).
+    /// (speculative decoding, used while a sequence decodes alone: with several, one batched pass
+    /// already serves them all; greedy output is unchanged, sampled output keeps its
+    /// distribution).
     #[arg(long)]
     pub draft: Option<PathBuf>,
     #[arg(long, default_value = "127.0.0.1")]
@@ -47,6 +50,29 @@ pub struct ServeArgs {
     /// Worker threads for the engine [default: all cores].
     #[arg(long, short = 't', value_parser = parse_positive)]
     pub threads: Option<usize>,
+    /// Sequences each model decodes at once (continuous batching); each may use the whole
+    /// context, and the KV cache holds context x parallel positions.
+    #[arg(long, default_value_t = 8, value_parser = parse_positive)]
+    pub parallel: usize,
+    /// Requests that may wait for a free sequence; beyond them a request gets 503 with
+    /// Retry-After.
+    #[arg(long, default_value_t = 64)]
+    pub queue: usize,
+    /// Prompt tokens read per step: a long prompt is read in chunks of this size, between which
+    /// the other sequences keep generating.
+    #[arg(long, default_value_t = 256, value_parser = parse_positive)]
+    pub prefill_chunk: usize,
+    /// Finished sequences kept in the KV cache for reuse by prompts that start the same way
+    /// (0 turns the prefix cache off).
+    #[arg(long, default_value_t = 16)]
+    pub prompt_cache: usize,
+    /// Route non-streaming completions through the batch scheduler, flushing a batch at this
+    /// many requests [default with --batch-timeout-ms: --parallel].
+    #[arg(long, value_parser = parse_positive)]
+    pub max_batch: Option<usize>,
+    /// ... or this many milliseconds after its first request [default with --max-batch: 5].
+    #[arg(long)]
+    pub batch_timeout_ms: Option<u64>,
 }
 
 fn id_of(path: &Path) -> String {
@@ -67,7 +93,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         rayon::ThreadPoolBuilder::new().num_threads(n).build_global().context("starting the worker threads")?;
     }
     let guard_path = args.guard.as_ref().map(|p| p.canonicalize().with_context(|| p.display().to_string())).transpose()?;
-    let mut builder = Server::builder().api_key(args.api_key.clone());
+    let scheduling = Scheduling {
+        parallel: args.parallel,
+        queue: args.queue,
+        prefill_chunk: args.prefill_chunk,
+        cache_entries: args.prompt_cache,
+        kv_positions: None,
+    };
+    let mut builder = Server::builder().api_key(args.api_key.clone()).scheduling(scheduling);
+    if args.max_batch.is_some() || args.batch_timeout_ms.is_some() {
+        builder = builder.batch_scheduler(BatchConfig {
+            max_batch_size: args.max_batch.unwrap_or(args.parallel),
+            batch_timeout: std::time::Duration::from_millis(args.batch_timeout_ms.unwrap_or(5)),
+            max_in_flight: args.parallel,
+        });
+    }
     if !args.latency_buckets.is_empty() {
         builder = builder.latency_buckets(args.latency_buckets.clone());
     }
@@ -95,7 +135,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 (true, false) => "chat",
                 _ => "guard",
             };
-            eprintln!("serving {} ({role}, context {})", m.id, m.n_ctx);
+            eprintln!("serving {} ({role}, context {}, {} sequences at once)", m.id, m.n_ctx, args.parallel);
         }
         eprintln!("listening on http://{addr}");
         let server = Arc::new(server);

@@ -16,6 +16,9 @@ pub type SeqId = u32;
 /// Positions per block.
 const BLOCK: usize = 32;
 
+/// Positions per block: the unit in which cache space is allocated and shared.
+pub const BLOCK_POSITIONS: usize = BLOCK;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvType {
     F32,
@@ -176,6 +179,22 @@ impl KvCache {
         LayerView { blocks: self.seqs.get(&seq).map_or(&[], |s| &s.blocks[..]), layer, k_dim: self.k_dim, v_dim: self.v_dim }
     }
 
+    /// Blocks held by all sequences together, a block shared by several counted once: the
+    /// cache's real size in blocks.
+    pub fn live_blocks(&self) -> usize {
+        let mut seen = std::collections::HashSet::new();
+        self.seqs.values().flat_map(|s| s.blocks.iter()).filter(|b| seen.insert(Arc::as_ptr(b))).count()
+    }
+
+    /// Bytes one block takes (every layer's keys and values for its positions).
+    pub fn block_bytes(&self) -> usize {
+        let elem = match self.ty {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+        };
+        self.n_layer * BLOCK * (self.k_dim + self.v_dim) * elem
+    }
+
     /// Blocks of `seq` shared with another sequence (for tests and diagnostics).
     pub fn shared_blocks(&self, seq: SeqId) -> usize {
         self.seqs.get(&seq).map_or(0, |s| s.blocks.iter().filter(|b| Arc::strong_count(b) > 1).count())
@@ -234,6 +253,11 @@ mod tests {
         assert_eq!(get(kv.layer_view(1, 0).key(35)), vec![99.0; 4]);
         assert_eq!(get(kv.layer_view(1, 1).value(3)), vec![-3.0; 4]);
         assert_eq!(kv.shared_blocks(1), 1);
+        // two blocks of sequence 0, and sequence 1's own copy of the second
+        assert_eq!(kv.live_blocks(), 3);
+        kv.remove(0);
+        assert_eq!(kv.live_blocks(), 2);
+        assert_eq!(kv.block_bytes(), 2 * BLOCK * (4 + 4) * 4);
     }
 
     #[test]

@@ -19,6 +19,12 @@ pub struct ApiError {
     pub allow: Option<String>,
 }
 
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
         ApiError { status, message: message.into(), kind, param: None, code: None, allow: None }

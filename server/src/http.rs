@@ -2,7 +2,6 @@
 //! bodies read under the size limit and parsed as JSON objects, and server-sent-event streams.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -10,7 +9,6 @@ use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
-use prometheus_client::metrics::counter::Counter;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -75,51 +73,52 @@ pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
 }
 
 /// The sending half of a server-sent-event stream: each `send` is one `data:` event, flushed.
-/// A failed send means the client has gone; the first one counts the request as cancelled.
+/// A failed send means the client has gone (its request's generation is then dropped, which
+/// cancels it and counts it in `requests_cancelled`).
 pub struct SseSender {
     tx: mpsc::Sender<Bytes>,
-    cancelled: Counter,
-    gone: AtomicBool,
 }
 
 impl SseSender {
-    fn send(&self, event: Bytes) -> bool {
-        if self.tx.blocking_send(event).is_ok() {
-            return true;
-        }
-        if !self.gone.swap(true, Ordering::Relaxed) {
-            self.cancelled.inc();
-        }
-        false
+    async fn send(&self, event: Bytes) -> bool {
+        self.tx.send(event).await.is_ok()
     }
 
     /// Sends one `data: <compact JSON>` event; false when the client has disconnected.
-    pub fn send_json(&self, value: &Value) -> bool {
+    pub async fn send_json(&self, value: &Value) -> bool {
         let mut line = b"data: ".to_vec();
         line.extend(serde_json::to_vec(value).expect("a JSON value serialises"));
         line.extend(b"\n\n");
-        self.send(Bytes::from(line))
+        self.send(Bytes::from(line)).await
     }
 
     /// The closing `data: [DONE]` event.
-    pub fn done(&self) -> bool {
-        self.send(Bytes::from_static(b"data: [DONE]\n\n"))
+    pub async fn done(&self) -> bool {
+        self.send(Bytes::from_static(b"data: [DONE]\n\n")).await
     }
 
     /// An SSE comment line: invisible to clients, it keeps proxies from timing out and tells
     /// whether the client is still there.
-    pub fn ping(&self) -> bool {
-        self.send(Bytes::from_static(b": ping\n\n"))
+    pub async fn ping(&self) -> bool {
+        self.send(Bytes::from_static(b": ping\n\n")).await
+    }
+
+    /// Resolves when the client has gone (the response body was dropped).
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
     }
 }
 
 /// A `text/event-stream` response whose events come from the returned sender.
-/// `cancelled` (the `requests_cancelled` counter) counts the stream if its client goes away.
-pub fn sse_response(cancelled: Counter) -> (Response<Body>, SseSender) {
+pub fn sse_response() -> (Response<Body>, SseSender) {
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let stream = ReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b)));
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     r.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    (r, SseSender { tx, cancelled, gone: AtomicBool::new(false) })
+    (r, SseSender { tx })
 }

@@ -1,16 +1,22 @@
 //! The OpenAI-style HTTP server (hyper + tokio) over the engine: chat completions (JSON and
 //! SSE), embeddings, the guard routes, models (list, get, delete = unload), health and Prometheus metrics.
 //!
-//! Every model runs on its own engine thread fed by a bounded job queue (`worker`); the async
-//! side only parses, validates and forwards. `Server::builder()` takes the models;
+//! Every model runs on its own engine thread, which decodes all its active requests together
+//! (continuous batching, `engine_loop`); the async side parses, validates, renders prompts and
+//! formats answers, and talks to it through a `worker::Worker`. Non-streaming requests may go
+//! through a `batch_scheduler` first. `Server::builder()` takes the models;
 //! `Server::handler()` is the hyper service (mountable in another app); `Server::serve` runs
-//! it on a listener until `Server::close()`, then drains open connections.
+//! it on a listener until `Server::close()`, then drains open connections and the batch
+//! scheduler.
 
+pub mod batch_scheduler;
+pub mod engine_loop;
 pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod openapi;
 pub mod params;
+pub mod prefix_cache;
 pub mod registry;
 mod routes;
 pub mod worker;
@@ -32,9 +38,11 @@ use tokio::sync::watch;
 use crate::error::ApiError;
 use crate::http::{error_response, ok_json, read_body, text_response, Body};
 use crate::metrics::{Metrics, DEFAULT_LATENCY_BUCKETS};
-use crate::registry::{ModelEntry, Registry};
+pub use crate::registry::ModelEntry;
+use crate::registry::Registry;
 use crate::routes::guard::GuardRoute;
-use crate::worker::Worker;
+use crate::batch_scheduler::{BatchConfig, BatchScheduler};
+use crate::worker::{Generation, LoopConfig, SeqSpec, Worker};
 
 pub use crate::error::ApiError as Error;
 pub use crate::routes::transcriptions::{Segment, TranscribeOptions, Transcriber, Transcription};
@@ -54,6 +62,30 @@ pub struct AppState {
     transcriber: Option<Arc<dyn Transcriber>>,
     /// When the server was built (the `created` of the transcription backend's model entry).
     created: u64,
+    /// Non-streaming generations go through it when attached.
+    pub batcher: Option<Arc<Batcher>>,
+}
+
+/// The batch scheduler of non-streaming generations: a batch's requests are submitted to their
+/// model together.
+pub type Batcher = BatchScheduler<(Arc<ModelEntry>, Vec<SeqSpec>), Generation, ApiError>;
+
+/// How every model's engine thread schedules its sequences (see [`LoopConfig`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Scheduling {
+    pub parallel: usize,
+    pub queue: usize,
+    pub prefill_chunk: usize,
+    pub cache_entries: usize,
+    /// KV-cache positions per model (`None`: context x parallel).
+    pub kv_positions: Option<usize>,
+}
+
+impl Default for Scheduling {
+    fn default() -> Scheduling {
+        let d = LoopConfig::new(0);
+        Scheduling { parallel: d.parallel, queue: d.queue, prefill_chunk: d.prefill_chunk, cache_entries: d.cache_entries, kv_positions: None }
+    }
 }
 
 impl AppState {
@@ -95,9 +127,24 @@ pub struct ServerBuilder {
     latency_buckets: Option<Vec<f64>>,
     max_body: Option<usize>,
     transcriber: Option<Arc<dyn Transcriber>>,
+    scheduling: Scheduling,
+    batch: Option<BatchConfig>,
 }
 
 impl ServerBuilder {
+    /// Sequences in flight, queue length, prefill chunk and prefix cache of every model.
+    pub fn scheduling(mut self, scheduling: Scheduling) -> Self {
+        self.scheduling = scheduling;
+        self
+    }
+
+    /// Non-streaming chat and text completions go through a batch scheduler with this
+    /// configuration (requests arriving within the timeout are admitted together).
+    pub fn batch_scheduler(mut self, config: BatchConfig) -> Self {
+        self.batch = Some(config);
+        self
+    }
+
     pub fn model(mut self, spec: ModelSpec) -> Self {
         self.models.push(spec);
         self
@@ -134,7 +181,7 @@ impl ServerBuilder {
         let registry = Registry::default();
         let buckets = self.latency_buckets.unwrap_or_else(|| DEFAULT_LATENCY_BUCKETS.to_vec());
         let metrics = Metrics::new(&buckets, self.models.iter().any(|m| m.guard));
-        let created = routes::chat::unix_now();
+        let created = routes::generation::unix_now();
         for spec in self.models {
             if registry.get(&spec.id).is_ok() {
                 return Err(format!("two models have the id `{}`: name one with --alias", spec.id));
@@ -148,7 +195,16 @@ impl ServerBuilder {
                 engine::generate::check_same_vocabulary(&spec.model, d).map_err(|e| format!("{}: {e}", spec.id))?;
             }
             let n_ctx = spec.n_ctx.unwrap_or_else(|| default_ctx(&spec.model));
-            let worker = Worker::start(&spec.id, spec.model.clone(), n_ctx, evaluator, spec.draft, metrics.requests_cancelled.clone())?;
+            let sc = self.scheduling;
+            let config = LoopConfig {
+                parallel: sc.parallel,
+                queue: sc.queue,
+                prefill_chunk: sc.prefill_chunk,
+                cache_entries: sc.cache_entries,
+                kv_positions: sc.kv_positions,
+                ..LoopConfig::new(n_ctx)
+            };
+            let worker = Worker::start(&spec.id, spec.model.clone(), config, evaluator, spec.draft, metrics.for_model(&spec.id))?;
             registry.insert(ModelEntry { id: spec.id, created, model: spec.model, worker, guard: spec.guard, generates: spec.chat, n_ctx });
         }
         let state = Arc::new(AppState {
@@ -158,6 +214,11 @@ impl ServerBuilder {
             max_body: self.max_body.unwrap_or(DEFAULT_MAX_BODY),
             transcriber: self.transcriber,
             created,
+            batcher: self.batch.map(|config| {
+                let b = BatchScheduler::new(config, routes::generation::submit_batch);
+                b.start();
+                Arc::new(b)
+            }),
         });
         let (shutdown, _) = watch::channel(false);
         Ok(Server { state, shutdown })
@@ -236,6 +297,9 @@ impl Server {
         }
         tracing::info!("shutting down: waiting for open requests");
         graceful.shutdown().await;
+        if let Some(batcher) = self.state.batcher.clone() {
+            let _ = tokio::task::spawn_blocking(move || batcher.stop()).await;
+        }
         Ok(())
     }
 

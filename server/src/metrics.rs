@@ -1,11 +1,14 @@
 //! Prometheus metrics (text exposition through `prometheus-client`): request counts and
-//! latency, cancelled requests, generated tokens and speed, time to first token, and the guard's requests and
-//! latency when a guard is configured.
+//! latency, cancelled requests, generated tokens and speed, time to first token, the guard's
+//! requests and latency when a guard is configured, and per model (label `model`) the
+//! scheduler's state: queue depth, running sequences, batch sizes, KV-cache blocks, prompt and
+//! prefix-cache counts, speculative drafts.
 
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -13,8 +16,34 @@ use prometheus_client::registry::Registry;
 /// Latency buckets in milliseconds when `--latency-buckets` is not given.
 pub const DEFAULT_LATENCY_BUCKETS: [f64; 12] = [5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0];
 
+/// Label set of the per-model metrics: `model="<id>"`.
+type Labels = Vec<(String, String)>;
+
+/// Sequences per forward step.
+const BATCH_SIZE_BUCKETS: [f64; 8] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+
+fn batch_size_histogram() -> Histogram {
+    Histogram::new(BATCH_SIZE_BUCKETS.iter().copied())
+}
+
+/// The per-model families of the scheduler's metrics.
+struct SchedulerFamilies {
+    queue_depth: Family<Labels, Gauge>,
+    running: Family<Labels, Gauge>,
+    kv_blocks_used: Family<Labels, Gauge>,
+    kv_blocks_capacity: Family<Labels, Gauge>,
+    batch_size: Family<Labels, Histogram, fn() -> Histogram>,
+    prefix_lookups: Family<Labels, Counter>,
+    prefix_hits: Family<Labels, Counter>,
+    prompt_tokens: Family<Labels, Counter>,
+    prompt_tokens_cached: Family<Labels, Counter>,
+    draft_tokens: Family<Labels, Counter>,
+    draft_tokens_accepted: Family<Labels, Counter>,
+}
+
 pub struct Metrics {
     registry: Registry,
+    scheduler: SchedulerFamilies,
     pub requests: Counter,
     pub requests_cancelled: Counter,
     pub tokens_generated: Counter,
@@ -38,7 +67,32 @@ impl Metrics {
             guard_requests: Counter::default(),
             guard_latency_ms: Histogram::new(latency_buckets.iter().copied()),
             registry: Registry::default(),
+            scheduler: SchedulerFamilies {
+                queue_depth: Family::default(),
+                running: Family::default(),
+                kv_blocks_used: Family::default(),
+                kv_blocks_capacity: Family::default(),
+                batch_size: Family::new_with_constructor(batch_size_histogram as fn() -> Histogram),
+                prefix_lookups: Family::default(),
+                prefix_hits: Family::default(),
+                prompt_tokens: Family::default(),
+                prompt_tokens_cached: Family::default(),
+                draft_tokens: Family::default(),
+                draft_tokens_accepted: Family::default(),
+            },
         };
+        let f = &m.scheduler;
+        registry.register("queue_depth", "Requests waiting for a free sequence", f.queue_depth.clone());
+        registry.register("running_sequences", "Sequences being decoded or prefilled", f.running.clone());
+        registry.register("kv_cache_blocks_used", "KV-cache blocks in use (running sequences and the prefix cache)", f.kv_blocks_used.clone());
+        registry.register("kv_cache_blocks_capacity", "KV-cache blocks the scheduler may use", f.kv_blocks_capacity.clone());
+        registry.register("batch_size", "Sequences per forward step", f.batch_size.clone());
+        registry.register("prefix_cache_lookups", "Sequences started (each looks for a cached prefix)", f.prefix_lookups.clone());
+        registry.register("prefix_cache_hits", "Sequences started on a cached prefix", f.prefix_hits.clone());
+        registry.register("prompt_tokens", "Prompt tokens of started sequences", f.prompt_tokens.clone());
+        registry.register("prompt_tokens_cached", "Prompt tokens found in the cache instead of computed", f.prompt_tokens_cached.clone());
+        registry.register("draft_tokens", "Tokens proposed by the draft model", f.draft_tokens.clone());
+        registry.register("draft_tokens_accepted", "Draft tokens the target model kept", f.draft_tokens_accepted.clone());
         registry.register("requests", "HTTP requests served (every route)", m.requests.clone());
         registry.register(
             "requests_cancelled",
@@ -54,6 +108,26 @@ impl Metrics {
             registry.register("guard_latency_ms", "Time to serve a guard request, in milliseconds", m.guard_latency_ms.clone());
         }
         Metrics { registry, ..m }
+    }
+
+    /// The scheduler metrics of model `id`.
+    pub fn for_model(&self, id: &str) -> crate::engine_loop::LoopMetrics {
+        let labels: Labels = vec![("model".into(), id.into())];
+        let f = &self.scheduler;
+        crate::engine_loop::LoopMetrics {
+            queue_depth: f.queue_depth.get_or_create(&labels).clone(),
+            running: f.running.get_or_create(&labels).clone(),
+            kv_blocks_used: f.kv_blocks_used.get_or_create(&labels).clone(),
+            kv_blocks_capacity: f.kv_blocks_capacity.get_or_create(&labels).clone(),
+            batch_size: Some(f.batch_size.get_or_create(&labels).clone()),
+            prefix_lookups: f.prefix_lookups.get_or_create(&labels).clone(),
+            prefix_hits: f.prefix_hits.get_or_create(&labels).clone(),
+            prompt_tokens: f.prompt_tokens.get_or_create(&labels).clone(),
+            prompt_tokens_cached: f.prompt_tokens_cached.get_or_create(&labels).clone(),
+            draft_tokens: f.draft_tokens.get_or_create(&labels).clone(),
+            draft_tokens_accepted: f.draft_tokens_accepted.get_or_create(&labels).clone(),
+            cancelled: self.requests_cancelled.clone(),
+        }
     }
 
     /// A finished generation of `tokens` tokens that started at `start`: counts them and sets

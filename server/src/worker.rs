@@ -1,54 +1,90 @@
-//! One engine thread per model, fed by a bounded channel of jobs. The thread owns the model's
-//! KV cache and chat template; a job is a closure run on it with that state, one at a time.
-//! (Continuous batching will replace the one-at-a-time loop behind this same interface.)
+//! The handle the routes hold on a model's engine thread: submit generations (continuous
+//! batching, `engine_loop.rs`) or exclusive jobs (guard, embeddings), with admission control
+//! (a full queue answers 503 at once) and cancellation (a dropped handle stops its sequences at
+//! the next step). Prompt rendering and grammar compilation happen on the caller's thread, so
+//! the engine thread only runs forward passes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
 
 use engine::chat::ChatTemplate;
+use engine::generate::{Completion, GenerateParams, TokenEvent};
 use engine::grammar::GrammarCompiler;
 use engine::guard::Evaluator;
-use engine::kv_cache::{KvCache, KvType};
 use engine::model::Model;
 use engine::tokenizer::TokenId;
-use prometheus_client::metrics::counter::Counter;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
+use crate::engine_loop::{EngineLoop, LoopMetrics};
 use crate::error::ApiError;
 
-/// Jobs a model may have waiting before new requests are refused with 503.
-pub const QUEUE_DEPTH: usize = 64;
-
-/// What a job sees: the model and the state the engine thread keeps between requests.
-pub struct EngineState {
-    pub model: Arc<Model>,
-    /// The model's chat template (ChatML when the file has none).
-    pub template: ChatTemplate,
-    /// Sequence 0 of this cache holds `cached` (the last prompt and reply), reused by the next
-    /// request that starts the same way.
-    pub kv: KvCache,
-    pub cached: Vec<TokenId>,
-    pub guard: Option<Arc<Evaluator>>,
-    /// A smaller model of the same vocabulary for speculative decoding, with its own cache
-    /// (kept in step with `kv`).
-    pub draft: Option<(Arc<Model>, KvCache)>,
-    /// Built on the first request that needs it (about a second for a 150k vocabulary).
-    grammar: Option<GrammarCompiler>,
+/// How a model's engine thread schedules its work.
+#[derive(Clone, Debug)]
+pub struct LoopConfig {
+    /// Positions one sequence may hold (prompt and output).
+    pub n_ctx: usize,
+    /// Sequences decoded together (in flight at once).
+    pub parallel: usize,
+    /// Requests that may wait for a free sequence; beyond `parallel + queue` requests in the
+    /// system, new ones get 503 with `Retry-After`.
+    pub queue: usize,
+    /// Prompt tokens prefilled per step, shared by the prompts being prefilled: a long prompt
+    /// advances in chunks, between which the running sequences keep decoding.
+    pub prefill_chunk: usize,
+    /// KV-cache capacity in positions for all sequences and the prefix cache together
+    /// (`None`: `n_ctx * parallel`).
+    pub kv_positions: Option<usize>,
+    /// Finished sequences kept for prefix reuse.
+    pub cache_entries: usize,
+    /// Tokens the draft model proposes per speculative round.
+    pub n_draft: usize,
 }
 
-impl EngineState {
-    /// The model's grammar compiler, for `response_format` and forced tool calls.
-    pub fn grammar(&mut self) -> Result<&GrammarCompiler, ApiError> {
-        if self.grammar.is_none() {
-            let compiler = GrammarCompiler::new(self.model.tokenizer()).map_err(|e| ApiError::server(format!("grammar compiler: {e}")))?;
-            self.grammar = Some(compiler);
-        }
-        Ok(self.grammar.as_ref().expect("just built"))
+impl LoopConfig {
+    pub fn new(n_ctx: usize) -> LoopConfig {
+        LoopConfig { n_ctx, parallel: 8, queue: 64, prefill_chunk: 256, kv_positions: None, cache_entries: 16, n_draft: 8 }
     }
 }
 
-type Job = Box<dyn FnOnce(&mut EngineState) + Send>;
+/// What an exclusive job sees.
+pub struct EngineState {
+    pub model: Arc<Model>,
+    pub guard: Option<Arc<Evaluator>>,
+}
+
+pub(crate) type Job = Box<dyn FnOnce(&mut EngineState) + Send>;
+
+/// One output to generate.
+pub struct SeqSpec {
+    pub prompt: Vec<TokenId>,
+    pub params: GenerateParams,
+    /// Send each token's event (a streaming response); otherwise only the end.
+    pub stream: bool,
+    /// The draft model may propose tokens for it (when it decodes alone).
+    pub speculative: bool,
+}
+
+/// What a generation reports, for output `index` of its request.
+#[derive(Debug)]
+pub enum SeqEvent {
+    Token { index: usize, event: TokenEvent },
+    Done { index: usize, result: Result<Completion, ApiError> },
+}
+
+pub(crate) enum Msg {
+    Generate { seqs: Vec<SeqSpec>, events: mpsc::UnboundedSender<SeqEvent>, ticket: Ticket },
+    Job { job: Job, cancel: Cancel, ticket: Ticket },
+}
+
+/// A request's place in the system: released (dropped) when the request is done.
+pub(crate) struct Ticket(Arc<AtomicUsize>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Set when the request that queued a job goes away (the client disconnected and hyper dropped
 /// the handler): the job stops at its next step instead of computing an answer nobody reads.
@@ -87,74 +123,140 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// The outputs of one submitted request, as they come. Dropping it cancels what is left.
+pub struct Generation {
+    events: mpsc::UnboundedReceiver<SeqEvent>,
+    n: usize,
+}
+
+impl Generation {
+    /// The next event (`None` once every output is done).
+    pub async fn next(&mut self) -> Option<SeqEvent> {
+        self.events.recv().await
+    }
+
+    /// Outputs that were submitted.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Waits for every output; the first error fails the request.
+    pub async fn collect(mut self) -> Result<Vec<Completion>, ApiError> {
+        let mut done: Vec<Option<Completion>> = (0..self.n).map(|_| None).collect();
+        while let Some(event) = self.next().await {
+            if let SeqEvent::Done { index, result } = event {
+                done[index] = Some(result?);
+            }
+        }
+        done.into_iter().map(|c| c.ok_or_else(|| ApiError::server("the engine thread stopped"))).collect()
+    }
+
+    /// The same, without an async runtime (the batch scheduler's handler threads).
+    pub fn collect_blocking(mut self) -> Result<Vec<Completion>, ApiError> {
+        let mut done: Vec<Option<Completion>> = (0..self.n).map(|_| None).collect();
+        while let Some(event) = self.events.blocking_recv() {
+            if let SeqEvent::Done { index, result } = event {
+                done[index] = Some(result?);
+            }
+        }
+        done.into_iter().map(|c| c.ok_or_else(|| ApiError::server("the engine thread stopped"))).collect()
+    }
+}
+
 pub struct Worker {
-    tx: SyncSender<Job>,
-    /// `requests_cancelled`: jobs skipped or stopped early because their request went away.
-    cancelled: Counter,
+    tx: Sender<Msg>,
+    /// Requests submitted and not finished (running or waiting).
+    outstanding: Arc<AtomicUsize>,
+    limit: usize,
+    config: LoopConfig,
+    template: Arc<ChatTemplate>,
+    /// Built on the first request that needs it (about a second for a 150k vocabulary).
+    grammar: Mutex<Option<GrammarCompiler>>,
+    model: Arc<Model>,
 }
 
 impl Worker {
-    /// Starts the engine thread of `model` with a cache of `n_ctx` positions; `cancelled` counts
-    /// the jobs whose request went away.
+    /// Starts the engine thread of `model`.
     pub fn start(
         id: &str,
         model: Arc<Model>,
-        n_ctx: usize,
+        config: LoopConfig,
         guard: Option<Arc<Evaluator>>,
         draft: Option<Arc<Model>>,
-        cancelled: Counter,
+        metrics: LoopMetrics,
     ) -> Result<Worker, String> {
-        let template = ChatTemplate::from_model(&model).map_err(|e| format!("{id}: chat template: {e}"))?;
-        let kv = model.new_kv_cache(KvType::F16, n_ctx);
-        let draft = draft.map(|d| {
-            let kv = d.new_kv_cache(KvType::F16, n_ctx);
-            (d, kv)
-        });
-        let mut state = EngineState { model, template, kv, cached: Vec::new(), guard, draft, grammar: None };
-        let (tx, rx) = sync_channel::<Job>(QUEUE_DEPTH);
+        if config.parallel == 0 || config.prefill_chunk == 0 {
+            return Err(format!("{id}: --parallel and the prefill chunk must be at least 1"));
+        }
+        let template = Arc::new(ChatTemplate::from_model(&model).map_err(|e| format!("{id}: chat template: {e}"))?);
+        let (tx, rx) = channel::<Msg>();
+        let outstanding = Arc::new(AtomicUsize::new(0));
+        let engine_loop = EngineLoop::new(model.clone(), guard, draft, config.clone(), rx, outstanding.clone(), metrics);
         std::thread::Builder::new()
             .name(format!("engine-{id}"))
-            .spawn(move || {
-                // ends when every sender (the registry entry and in-flight requests) is gone
-                while let Ok(job) = rx.recv() {
-                    job(&mut state);
-                }
-            })
+            .spawn(move || engine_loop.run())
             .map_err(|e| format!("{id}: cannot start the engine thread: {e}"))?;
-        Ok(Worker { tx, cancelled })
+        let limit = config.parallel + config.queue;
+        Ok(Worker { tx, outstanding, limit, config, template, grammar: Mutex::new(None), model })
     }
 
-    /// Queues `job` and waits for its result; 503 when the queue is full. If the caller stops
-    /// waiting (its request was dropped), `job` sees its [`Cancel`] set, and is skipped when it
-    /// had not started yet.
+    pub fn config(&self) -> &LoopConfig {
+        &self.config
+    }
+
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// The model's grammar compiler, for `response_format` and forced tool calls (blocking:
+    /// call it off the async threads).
+    pub fn grammar(&self) -> Result<GrammarCompiler, ApiError> {
+        let mut slot = self.grammar.lock().expect("grammar lock");
+        if slot.is_none() {
+            let compiler = GrammarCompiler::new(self.model.tokenizer()).map_err(|e| ApiError::server(format!("grammar compiler: {e}")))?;
+            *slot = Some(compiler);
+        }
+        Ok(slot.clone().expect("just built"))
+    }
+
+    /// A place in the system, or 503 when `parallel + queue` requests are already in it.
+    fn ticket(&self) -> Result<Ticket, ApiError> {
+        let before = self.outstanding.fetch_add(1, Ordering::Relaxed);
+        let ticket = Ticket(self.outstanding.clone());
+        if before >= self.limit {
+            return Err(ApiError::overloaded());
+        }
+        Ok(ticket)
+    }
+
+    /// Submits the outputs of one request; they are decoded in the continuous batch.
+    pub fn generate(&self, seqs: Vec<SeqSpec>) -> Result<Generation, ApiError> {
+        let ticket = self.ticket()?;
+        let (events, rx) = mpsc::unbounded_channel();
+        let n = seqs.len();
+        self.tx.send(Msg::Generate { seqs, events, ticket }).map_err(|_| ApiError::server("the engine thread stopped"))?;
+        Ok(Generation { events: rx, n })
+    }
+
+    /// Queues an exclusive job (run between two steps of the batch) and waits for its result;
+    /// 503 when the queue is full. If the caller stops waiting (its request was dropped), `job`
+    /// sees its [`Cancel`] set, and is skipped when it had not started yet.
     pub async fn run<R: Send + 'static>(&self, job: impl FnOnce(&mut EngineState, &Cancel) -> R + Send + 'static) -> Result<R, ApiError> {
+        let ticket = self.ticket()?;
         let cancel = Cancel::default();
         let guard = cancel.on_drop();
         let (done, result) = oneshot::channel();
         let flag = cancel.clone();
-        let cancelled = self.cancelled.clone();
-        self.spawn(move |state| {
-            if flag.is_set() {
-                cancelled.inc(); // gone while queued: never started
-                return;
-            }
-            let out = job(state, &flag);
-            if flag.is_set() {
-                cancelled.inc(); // gone while running: the job stopped at its next step
-            }
-            let _ = done.send(out);
-        })?;
-        let out = result.await.map_err(|_| ApiError::server("the engine thread stopped"));
+        let job: Job = Box::new(move |state: &mut EngineState| {
+            let _ = done.send(job(state, &flag));
+        });
+        self.tx.send(Msg::Job { job, cancel, ticket }).map_err(|_| ApiError::server("the engine thread stopped"))?;
+        let out = result.await.map_err(|_| ApiError::server("the request was cancelled"));
         guard.disarm();
         out
-    }
-
-    /// Queues `job` without waiting (streaming responses report through their own channel).
-    pub fn spawn(&self, job: impl FnOnce(&mut EngineState) + Send + 'static) -> Result<(), ApiError> {
-        match self.tx.try_send(Box::new(job)) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(_)) => Err(ApiError::overloaded()),
-            Err(TrySendError::Disconnected(_)) => Err(ApiError::server("the engine thread stopped")),
-        }
     }
 }

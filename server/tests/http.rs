@@ -401,6 +401,14 @@ fn a_draft_model_leaves_greedy_output_unchanged() {
         assert_eq!(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"], "request {i}");
         assert_eq!(a["usage"]["completion_tokens"], b["usage"]["completion_tokens"]);
     }
+    // the draft's proposals are counted, and only a part of them kept (it is another model)
+    let metrics = client().get(format!("{with}/metrics")).send().unwrap().text().unwrap();
+    let value = |name: &str| -> u64 {
+        let prefix = format!("{name}{{model=\"{CHAT}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("{name} missing:\n{metrics}")).trim().parse().unwrap()
+    };
+    let (drafted, accepted) = (value("draft_tokens_total"), value("draft_tokens_accepted_total"));
+    assert!(drafted > 0 && accepted <= drafted, "{accepted} of {drafted} draft tokens kept");
     let other_vocab = Arc::new(Model::load(fixture("models/tiny-granite-Q8_0.gguf")).unwrap());
     let refused = Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(other_vocab) }).build();
     assert!(refused.is_err());

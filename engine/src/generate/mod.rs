@@ -21,8 +21,7 @@ use crate::logprobs::TokenLogprob;
 use crate::model::{BatchEntry, Model, ModelError};
 use crate::sampling::{SamplingError, SamplingParams};
 use crate::tokenizer::TokenId;
-use speculative::Draft;
-pub use speculative::check_same_vocabulary;
+pub use speculative::{check_same_vocabulary, draft_rng, speculative_round, Draft, SpeculativeRound};
 
 /// What to generate and when to stop.
 pub struct GenerateParams {
@@ -144,6 +143,14 @@ pub fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
+/// A generator's draft model: what [`Draft`] borrows each round.
+struct DraftState<'a> {
+    model: &'a Model,
+    kv: &'a mut KvCache,
+    n_draft: usize,
+    rng: crate::sampling::Rng,
+}
+
 /// Generates one output for one sequence, as an iterator of [`TokenEvent`]s. Each call to
 /// `next` runs one forward pass (one token, or a speculative round of several).
 pub struct Generator<'a> {
@@ -154,7 +161,7 @@ pub struct Generator<'a> {
     /// The prompt, then every output token: what the cache holds, or will after the next pass.
     history: Vec<TokenId>,
     usage: Usage,
-    draft: Option<Draft<'a>>,
+    draft: Option<DraftState<'a>>,
     queue: VecDeque<TokenEvent>,
     failed: bool,
 }
@@ -191,7 +198,12 @@ impl<'a> Generator<'a> {
     /// target's alone; sampled output has the target's distribution. Constrained outputs decode
     /// without the draft.
     pub fn with_draft(mut self, draft: &'a Model, draft_kv: &'a mut KvCache, n_draft: usize) -> Result<Self, GenerateError> {
-        self.draft = Some(Draft::new(self.model, draft, draft_kv, self.seq, &self.history, n_draft, self.decoder.sampler().params().seed)?);
+        speculative::check_draft(self.model, draft, n_draft)?;
+        // the draft's cache holds a prefix of the prompt, and at least its last token is run again
+        let cached = draft_kv.seq_len(self.seq).min(self.history.len() - 1);
+        draft_kv.truncate(self.seq, cached);
+        let rng = draft_rng(self.decoder.sampler().params().seed);
+        self.draft = Some(DraftState { model: draft, kv: draft_kv, n_draft, rng });
         Ok(self)
     }
 
@@ -219,9 +231,14 @@ impl<'a> Generator<'a> {
     fn advance(&mut self) -> Result<(), GenerateError> {
         let fed = self.kv.seq_len(self.seq);
         let pending = self.history.len() - fed;
-        let use_draft = self.draft.is_some() && pending == 1 && !self.decoder.is_constrained();
-        if use_draft && self.speculative_round()? {
-            return Ok(());
+        if let (Some(d), 1, false) = (self.draft.as_mut(), pending, self.decoder.is_constrained()) {
+            let draft = Draft { model: d.model, kv: &mut *d.kv, n_draft: d.n_draft, rng: &mut d.rng };
+            if let Some(round) = speculative_round(self.model, self.kv, self.seq, &mut self.decoder, &mut self.history, draft)? {
+                self.usage.drafted_tokens += round.drafted;
+                self.usage.accepted_tokens += round.accepted;
+                self.queue.extend(round.events);
+                return Ok(());
+            }
         }
         if fed + pending > self.kv.n_ctx() {
             self.queue.push_back(self.decoder.end(FinishReason::Length));

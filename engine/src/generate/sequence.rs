@@ -190,6 +190,13 @@ impl SequenceDecoder {
         }
     }
 
+    /// The finished output with its counts (`usage.completion_tokens` is set here).
+    pub fn into_completion(self, usage: super::Usage) -> super::Completion {
+        let usage = super::Usage { completion_tokens: self.tokens.len(), ..usage };
+        let (text, tokens, logprobs, finish) = self.into_parts();
+        super::Completion { text, tokens, finish, usage, logprobs }
+    }
+
     /// The finished output (finish reason `Length` if it never finished).
     pub(crate) fn into_parts(self) -> (String, Vec<TokenId>, Vec<TokenLogprob>, FinishReason) {
         (self.text, self.tokens, self.logprobs, self.finish.unwrap_or(FinishReason::Length))

@@ -9,7 +9,7 @@
 //! both distributions are certainties, so a proposal is kept exactly when it is the target's
 //! argmax: greedy output equals the target's alone, token for token.
 
-use super::{GenerateError, Generator};
+use super::{GenerateError, SequenceDecoder, TokenEvent};
 use crate::kv_cache::{KvCache, SeqId};
 use crate::model::{BatchEntry, Model};
 use crate::sampling::{distribution, Distribution, Rng};
@@ -20,34 +20,25 @@ const MAX_VOCAB_SIZE_DIFFERENCE: usize = 128;
 
 /// The draft model, its cache and its own random generator (so the target's stays the same
 /// whatever the draft does).
-pub(super) struct Draft<'a> {
-    model: &'a Model,
-    kv: &'a mut KvCache,
-    n_draft: usize,
-    rng: Rng,
+pub struct Draft<'a> {
+    pub model: &'a Model,
+    pub kv: &'a mut KvCache,
+    pub n_draft: usize,
+    pub rng: &'a mut Rng,
 }
 
-impl<'a> Draft<'a> {
-    pub(super) fn new(
-        target: &Model,
-        model: &'a Model,
-        kv: &'a mut KvCache,
-        seq: SeqId,
-        prompt: &[TokenId],
-        n_draft: usize,
-        seed: u64,
-    ) -> Result<Draft<'a>, GenerateError> {
-        if n_draft == 0 {
-            return Err(GenerateError::Draft("the number of draft tokens must be at least 1".into()));
-        }
-        if model.is_encoder() {
-            return Err(GenerateError::Draft("an encoder model cannot draft tokens".into()));
-        }
-        check_same_vocabulary(target, model)?;
-        let cached = kv.seq_len(seq).min(prompt.len() - 1);
-        kv.truncate(seq, cached);
-        Ok(Draft { model, kv, n_draft, rng: Rng::new(seed ^ 0xD7AF_75EE_D5A1_7C0D) })
-    }
+/// The draft's random generator for a sequence whose sampling seed is `seed`.
+pub fn draft_rng(seed: u64) -> Rng {
+    Rng::new(seed ^ 0xD7AF_75EE_D5A1_7C0D)
+}
+
+/// What one speculative round did.
+#[derive(Debug)]
+pub struct SpeculativeRound {
+    /// The events of the tokens it produced (the kept proposals and the target's own token).
+    pub events: Vec<TokenEvent>,
+    pub drafted: usize,
+    pub accepted: usize,
 }
 
 /// Whether `draft` can draft for `target`: token ids must mean the same text in both models.
@@ -70,77 +61,98 @@ pub fn check_same_vocabulary(target: &Model, draft: &Model) -> Result<(), Genera
     Ok(())
 }
 
-impl Generator<'_> {
-    /// One round: draft, verify, keep. Returns false (having produced nothing) when no
-    /// proposal fits (token budget or a context nearly full); the caller then runs a plain step.
-    pub(super) fn speculative_round(&mut self) -> Result<bool, GenerateError> {
-        let Some(draft) = self.draft.as_mut() else { return Ok(false) };
-        let seq = self.seq;
-        let fed = self.kv.seq_len(seq);
-        let room = self.kv.n_ctx().saturating_sub(fed + 1);
-        let k = draft.n_draft.min(self.decoder.remaining().saturating_sub(1)).min(room);
-        if k == 0 {
-            return Ok(false);
-        }
-        let n_vocab = self.model.tokenizer().n_vocab();
-        let params = self.decoder.sampler().params().clone();
+/// One round for sequence `seq` of `kv`, whose cache holds all of `history` but its last token:
+/// `draft` proposes up to `n_draft` tokens (catching up on what its cache lacks of `history`),
+/// the target checks them in one pass, and `decoder` commits the kept prefix and one token of
+/// the target's. `history` gains the committed tokens; both caches keep only what was kept.
+/// Returns `None` (having done nothing) when no proposal fits (token budget, a nearly full
+/// context): the caller then runs a plain step.
+pub fn speculative_round(
+    model: &Model,
+    kv: &mut KvCache,
+    seq: SeqId,
+    decoder: &mut SequenceDecoder,
+    history: &mut Vec<TokenId>,
+    draft: Draft<'_>,
+) -> Result<Option<SpeculativeRound>, GenerateError> {
+    let fed = kv.seq_len(seq);
+    debug_assert_eq!(fed + 1, history.len(), "the cache holds all of the history but its last token");
+    let room = kv.n_ctx().saturating_sub(fed + 1);
+    let k = draft.n_draft.min(decoder.remaining().saturating_sub(1)).min(room);
+    if k == 0 {
+        return Ok(None);
+    }
+    let n_vocab = model.tokenizer().n_vocab();
+    let params = decoder.sampler().params().clone();
 
-        // draft: catch up on what it has not seen, then one token at a time
-        let mut proposals: Vec<TokenId> = Vec::with_capacity(k);
-        let mut qs: Vec<Distribution> = Vec::with_capacity(k);
-        let mut pos = draft.kv.seq_len(seq);
-        let mut input = self.history[pos..].to_vec();
-        while proposals.len() < k && pos + input.len() <= draft.kv.n_ctx() {
-            let logits = draft.model.forward(draft.kv, &BatchEntry::sequence(seq, &input, pos as u32, false))?;
-            pos += input.len();
-            let row = logits.row(0);
-            let Ok(q) = distribution(&params, &row[..n_vocab.min(row.len())]) else { break };
-            let d = q.sample(&mut draft.rng);
-            proposals.push(d);
-            qs.push(q);
-            if self.model.tokenizer().is_eog(d) {
-                break; // nothing worth proposing after the end
-            }
-            input = vec![d];
+    // draft: catch up on what it has not seen, then one token at a time
+    let mut proposals: Vec<TokenId> = Vec::with_capacity(k);
+    let mut qs: Vec<Distribution> = Vec::with_capacity(k);
+    let draft_len = draft.kv.seq_len(seq).min(fed);
+    draft.kv.truncate(seq, draft_len);
+    let mut pos = draft_len;
+    let mut input = history[pos..].to_vec();
+    while proposals.len() < k && pos + input.len() <= draft.kv.n_ctx() {
+        let logits = draft.model.forward(draft.kv, &BatchEntry::sequence(seq, &input, pos as u32, false))?;
+        pos += input.len();
+        let row = logits.row(0);
+        let Ok(q) = distribution(&params, &row[..n_vocab.min(row.len())]) else { break };
+        let d = q.sample(draft.rng);
+        proposals.push(d);
+        qs.push(q);
+        if model.tokenizer().is_eog(d) {
+            break; // nothing worth proposing after the end
         }
-        if proposals.is_empty() {
-            return Ok(false);
-        }
-
-        // verify: the last kept token and every proposal in one pass, logits for each
-        let mut tokens = Vec::with_capacity(proposals.len() + 1);
-        tokens.push(self.history[fed]);
-        tokens.extend_from_slice(&proposals);
-        let logits = self.model.forward(self.kv, &BatchEntry::sequence(seq, &tokens, fed as u32, true))?;
-        let tokenizer = self.model.tokenizer();
-        let mut n_accepted = 0;
-        for i in 0..=proposals.len() {
-            let row = logits.row(i);
-            let p = self.decoder.distribution(row)?;
-            let (token, accepted) = match proposals.get(i).zip(qs.get(i)) {
-                Some((&d, q)) => verify(&p, q, d, self.decoder.rng()),
-                None => (self.decoder.sample(&p), false),
-            };
-            let event = self.decoder.commit(tokenizer, token, row)?;
-            self.record(event);
-            n_accepted += usize::from(accepted);
-            if !accepted || self.decoder.is_finished() {
-                break;
-            }
-        }
-        self.usage.drafted_tokens += proposals.len();
-        self.usage.accepted_tokens += n_accepted;
-
-        // the caches keep the last token and the accepted proposals; the token chosen after
-        // them is fed next round
-        let kept = fed + 1 + n_accepted;
-        self.kv.truncate(seq, kept);
-        let draft = self.draft.as_mut().expect("checked above");
-        let draft_len = draft.kv.seq_len(seq).min(kept);
-        draft.kv.truncate(seq, draft_len);
-        Ok(true)
+        input = vec![d];
+    }
+    if proposals.is_empty() {
+        return Ok(None);
     }
 
+    // verify: the last kept token and every proposal in one pass, logits for each
+    let mut tokens = Vec::with_capacity(proposals.len() + 1);
+    tokens.push(history[fed]);
+    tokens.extend_from_slice(&proposals);
+    let logits = model.forward(kv, &BatchEntry::sequence(seq, &tokens, fed as u32, true))?;
+    let tokenizer = model.tokenizer();
+    let mut accepted = 0;
+    let mut events = Vec::new();
+    for i in 0..=proposals.len() {
+        let row = logits.row(i);
+        let p = decoder.distribution(row)?;
+        let (token, kept) = match proposals.get(i).zip(qs.get(i)) {
+            Some((&d, q)) => verify(&p, q, d, decoder.rng()),
+            None => (decoder.sample(&p), false),
+        };
+        let event = decoder.commit(tokenizer, token, row)?;
+        if let Some(t) = event.token {
+            history.push(t);
+        }
+        events.push(event);
+        accepted += usize::from(kept);
+        if !kept || decoder.is_finished() {
+            break;
+        }
+    }
+
+    // the caches keep the last token and the accepted proposals; the token chosen after
+    // them is fed next round
+    let kept = fed + 1 + accepted;
+    kv.truncate(seq, kept);
+    let draft_len = draft.kv.seq_len(seq).min(kept);
+    draft.kv.truncate(seq, draft_len);
+    Ok(Some(SpeculativeRound { events, drafted: proposals.len(), accepted }))
+}
+
+/// Checks that `draft` can draft for `target` with `n_draft` tokens per round.
+pub(super) fn check_draft(target: &Model, draft: &Model, n_draft: usize) -> Result<(), GenerateError> {
+    if n_draft == 0 {
+        return Err(GenerateError::Draft("the number of draft tokens must be at least 1".into()));
+    }
+    if draft.is_encoder() {
+        return Err(GenerateError::Draft("an encoder model cannot draft tokens".into()));
+    }
+    check_same_vocabulary(target, draft)
 }
 
 /// The acceptance rule for proposal `d` drawn from `q` where the target says `p`: keep it with

@@ -5,25 +5,25 @@
 //! chunk when asked, `[DONE]`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use engine::chat::{parse_tool_calls, tokenize_rendered, ChatInput};
-use engine::generate::{common_prefix, FinishReason, GenerateParams, Generator, Usage};
+use engine::generate::{FinishReason, Usage};
 use engine::grammar::{Constraint, ToolSpec};
 use engine::logprobs::TokenLogprob;
+use engine::model::Model;
 use engine::tokenizer::Tokenizer;
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
+use super::generation::{add_usage, blocking, completion_object, output, params_for, random_id, submit, unix_now, usage_json};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
-use crate::routes::tool_stream::ContentGate;
 use crate::params::{boolean, common, integer, model_id, CommonParams};
-use crate::worker::{Cancel, EngineState};
+use crate::registry::ModelEntry;
+use crate::routes::tool_stream::ContentGate;
+use crate::worker::{Generation, SeqEvent, SeqSpec};
 use crate::AppState;
-
-/// Tokens a draft model proposes per speculative round.
-const DRAFT_TOKENS: usize = 8;
 
 /// Everything a chat request asks for, checked.
 struct ChatRequest {
@@ -47,72 +47,38 @@ enum ToolChoice {
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let id = model_id(&body)?;
     let entry = state.registry.generator(&id)?;
-    let request = parse(&body, entry.model.tokenizer().n_vocab())?;
+    let request = Arc::new(parse(&body, entry.model.tokenizer().n_vocab())?);
     let created = unix_now();
     let completion_id = format!("chatcmpl-{}", random_id());
-    let metrics = state.clone();
     let start = Instant::now();
-    if request.common.stream {
-        let (response, sse) = sse_response(state.metrics.requests_cancelled.clone());
-        entry.worker.spawn(move |engine| {
-            let ctx = StreamCtx { id: &completion_id, created, model: &id, sse: &sse };
-            let outcome = stream(engine, &request, &ctx, start, &metrics);
-            if let Err(e) = outcome {
-                sse.send_json(&e.body());
-            }
-            sse.done();
-        })?;
+    let streaming = request.common.stream;
+    let (e, r) = (entry.clone(), request.clone());
+    let seqs = blocking(move || outputs(&e, &r, streaming)).await?;
+    if streaming {
+        let generation = entry.worker.generate(seqs)?;
+        let (response, sse) = sse_response();
+        let ctx = StreamCtx { id: completion_id, created, model: id, sse };
+        let (state, model) = (state.clone(), entry.model.clone());
+        tokio::spawn(async move { stream(generation, &request, &ctx, &model, start, &state).await });
         return Ok(response);
     }
-    let choices = entry.worker.run(move |engine, cancel| generate_all(engine, &request, cancel)).await??;
+    let generation = submit(state, &entry, seqs).await?;
+    let n = generation.len();
+    let completions = generation.collect().await?;
+    let tokenizer = entry.model.tokenizer();
     let mut usage = Usage::default();
     let mut out = Vec::new();
-    for (index, choice) in choices.into_iter().enumerate() {
-        add_usage(&mut usage, &choice.usage);
+    for (index, completion) in completions.into_iter().enumerate() {
+        add_usage(&mut usage, index, n, &completion.usage);
+        let (content, tool_calls) = split_tool_calls(&completion.text, &request.tool_choice);
+        let logprobs_json = request.logprobs.map(|_| logprobs_json(tokenizer, &completion.logprobs));
+        let choice = Choice { content, tool_calls, finish: completion.finish, logprobs_json };
         out.push(choice.to_json(index));
     }
     state.metrics.record_generation(usage.completion_tokens, start);
     let mut completion = completion_object(&completion_id, "chat.completion", created, &id, json!(out));
     completion["usage"] = usage_json(&usage);
     Ok(ok_json(&completion))
-}
-
-/// The fields a chat or text completion object, and each of its stream chunks, starts with.
-pub fn completion_object(id: &str, object: &str, created: u64, model: &str, choices: Value) -> Value {
-    json!({"id": id, "object": object, "created": created, "model": model, "system_fingerprint": crate::FINGERPRINT, "choices": choices})
-}
-
-/// Adds one choice's usage to the request's: the choices share one prompt, so its counts are
-/// taken once, and the completion tokens are summed.
-fn add_usage(total: &mut Usage, choice: &Usage) {
-    total.prompt_tokens = choice.prompt_tokens;
-    total.cached_tokens = choice.cached_tokens;
-    total.completion_tokens += choice.completion_tokens;
-}
-
-pub fn usage_json(u: &Usage) -> Value {
-    json!({
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "total_tokens": u.prompt_tokens + u.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-        "completion_tokens_details": {"reasoning_tokens": 0},
-    })
-}
-
-pub fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// 24 random-looking hex digits for response and tool-call ids.
-pub fn random_id() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    let mut x = t ^ N.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    format!("{:016x}{:08x}", x, (x >> 17) as u32)
 }
 
 fn parse(body: &Map<String, Value>, n_vocab: usize) -> Result<ChatRequest, ApiError> {
@@ -275,7 +241,6 @@ struct Choice {
     content: String,
     tool_calls: Vec<Value>,
     finish: FinishReason,
-    usage: Usage,
     /// The token texts of `logprobs`, rendered while the tokenizer was at hand.
     logprobs_json: Option<Value>,
 }
@@ -295,113 +260,18 @@ impl Choice {
     }
 }
 
-/// The prompt of a request, rendered and tokenized.
-fn prompt(engine: &EngineState, request: &ChatRequest) -> Result<Vec<u32>, ApiError> {
+/// The outputs of a request: its prompt (the messages rendered by the model's template and
+/// tokenized) and one output per choice, each with its own parameters (and grammar).
+fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -> Result<Vec<SeqSpec>, ApiError> {
     let input = ChatInput { tools: request.tools.clone(), add_generation_prompt: true, ..ChatInput::new(request.messages.clone()) };
-    let text = engine.template.render(&input).map_err(|e| ApiError::invalid_param("messages", format!("the chat template failed: {e}")))?;
-    Ok(tokenize_rendered(engine.model.tokenizer(), &text))
-}
-
-fn generate_params(engine: &mut EngineState, request: &ChatRequest, prompt_len: usize, choice: usize) -> Result<GenerateParams, ApiError> {
-    params_for(engine, &request.common, request.logprobs, request.response_format.as_ref(), prompt_len, choice)
-}
-
-/// The generation parameters of choice `choice` of a request whose prompt has `prompt_len`
-/// tokens: the output fits the context, each choice has its own seed.
-pub(crate) fn params_for(
-    engine: &mut EngineState,
-    common: &CommonParams,
-    logprobs: Option<usize>,
-    format: Option<&Constraint>,
-    prompt_len: usize,
-    choice: usize,
-) -> Result<GenerateParams, ApiError> {
-    let n_ctx = engine.kv.n_ctx();
-    if prompt_len >= n_ctx {
-        return Err(ApiError {
-            code: Some("context_length_exceeded"),
-            ..ApiError::invalid_param("messages", format!("the prompt has {prompt_len} tokens but the context holds {n_ctx}"))
-        });
-    }
-    let room = n_ctx - prompt_len;
-    let constraint = match format {
-        Some(c) => {
-            let param = if matches!(c, Constraint::ToolCall(_)) { "tools" } else { "response_format" };
-            Some(Box::new(engine.grammar()?.compile(c).map_err(|e| ApiError::invalid_param(param, e.to_string()))?) as _)
-        }
-        None => None,
-    };
-    let mut sampling = common.sampling.clone();
-    // every choice of one request draws its own sample
-    sampling.seed = sampling.seed.wrapping_add(choice as u64);
-    Ok(GenerateParams {
-        sampling,
-        max_tokens: common.max_tokens.unwrap_or(room).min(room),
-        stop: common.stop.clone(),
-        logprobs,
-        constraint,
-        ..GenerateParams::default()
-    })
-}
-
-/// Runs a generation for sequence 0, reusing what the cache holds of the prompt.
-pub(crate) fn run_generation(
-    engine: &mut EngineState,
-    prompt: &[u32],
-    params: GenerateParams,
-    mut on_event: impl FnMut(&engine::generate::TokenEvent) -> bool,
-) -> Result<engine::generate::Completion, ApiError> {
-    let keep = common_prefix(&engine.cached, prompt);
-    engine.kv.truncate(0, keep);
-    engine.cached.truncate(keep);
-    if let Some((_, draft_kv)) = engine.draft.as_mut() {
-        // the draft's cache always holds a prefix of what the target's holds
-        let draft_keep = keep.min(draft_kv.seq_len(0));
-        draft_kv.truncate(0, draft_keep);
-    }
-    let model = engine.model.clone();
-    let constrained = params.constraint.is_some();
-    let mut generator = Generator::new(&model, &mut engine.kv, 0, prompt, params)?;
-    if let (Some((draft, draft_kv)), false) = (engine.draft.as_mut(), constrained) {
-        generator = generator.with_draft(draft, draft_kv, DRAFT_TOKENS)?;
-    }
-    let mut stopped = false;
-    for event in generator.by_ref() {
-        let event = event?;
-        if !on_event(&event) {
-            stopped = true;
-            break;
-        }
-    }
-    let completion = generator.complete()?;
-    let mut all = prompt.to_vec();
-    all.extend_from_slice(&completion.tokens);
-    all.truncate(engine.kv.seq_len(0));
-    engine.cached = all;
-    if stopped {
-        return Err(ApiError::server("the client disconnected"));
-    }
-    Ok(completion)
-}
-
-fn generate_all(engine: &mut EngineState, request: &ChatRequest, cancel: &Cancel) -> Result<Vec<Choice>, ApiError> {
-    let prompt = prompt(engine, request)?;
-    let mut choices = Vec::with_capacity(request.common.n);
-    for i in 0..request.common.n {
-        let params = generate_params(engine, request, prompt.len(), i)?;
-        let completion = run_generation(engine, &prompt, params, |_| !cancel.is_set())?;
-        let tokenizer = engine.model.tokenizer();
-        let (content, tool_calls) = split_tool_calls(&completion.text, &request.tool_choice);
-        let logprobs_json = request.logprobs.map(|_| logprobs_json(tokenizer, &completion.logprobs));
-        choices.push(Choice {
-            content,
-            tool_calls,
-            finish: completion.finish,
-            usage: completion.usage,
-            logprobs_json,
-        });
-    }
-    Ok(choices)
+    let text = entry.worker.template().render(&input).map_err(|e| ApiError::invalid_param("messages", format!("the chat template failed: {e}")))?;
+    let prompt = tokenize_rendered(entry.model.tokenizer(), &text);
+    (0..request.common.n)
+        .map(|i| {
+            let params = params_for(&entry.worker, &request.common, request.logprobs, request.response_format.as_ref(), prompt.len(), i)?;
+            Ok(output(prompt.clone(), params, stream))
+        })
+        .collect()
 }
 
 /// The reply's text and its tool calls as OpenAI objects (none when tools are off).
@@ -449,16 +319,20 @@ pub fn logprobs_json(tokenizer: &Tokenizer, logprobs: &[TokenLogprob]) -> Value 
     json!({"content": content, "refusal": null})
 }
 
-struct StreamCtx<'a> {
-    id: &'a str,
+/// How long a stream may stay silent (a long prompt being read) before a comment line keeps
+/// proxies from timing out.
+const PING_INTERVAL: Duration = Duration::from_secs(5);
+
+struct StreamCtx {
+    id: String,
     created: u64,
-    model: &'a str,
-    sse: &'a SseSender,
+    model: String,
+    sse: SseSender,
 }
 
-impl StreamCtx<'_> {
+impl StreamCtx {
     fn chunk(&self, choices: Value, usage: Option<Value>, include_usage: bool) -> Value {
-        let mut c = completion_object(self.id, "chat.completion.chunk", self.created, self.model, choices);
+        let mut c = completion_object(&self.id, "chat.completion.chunk", self.created, &self.model, choices);
         if include_usage {
             c["usage"] = usage.unwrap_or(Value::Null);
         }
@@ -466,73 +340,115 @@ impl StreamCtx<'_> {
     }
 }
 
-/// The SSE stream of a request: each choice in turn, its text as it is decoded. When tool calls
-/// may follow, the text that could be a call is held back (see [`ContentGate`]) and a call is
-/// sent as `tool_calls` deltas once it parses, never as text; logprobs travel with the content
-/// delta that releases their tokens.
-fn stream(engine: &mut EngineState, request: &ChatRequest, ctx: &StreamCtx, start: Instant, state: &AppState) -> Result<(), ApiError> {
-    let include_usage = request.common.include_usage;
-    let prompt = prompt(engine, request)?;
-    let mut usage = Usage::default();
-    for index in 0..request.common.n {
-        let params = generate_params(engine, request, prompt.len(), index)?;
-        let first = json!([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]);
-        if !ctx.sse.send_json(&ctx.chunk(first, None, include_usage)) {
-            return Ok(());
-        }
-        let model = engine.model.clone();
-        let tokenizer = model.tokenizer();
-        let mut gate = (request.tool_choice != ToolChoice::None).then(ContentGate::default);
-        let mut pending: Vec<TokenLogprob> = Vec::new();
-        let content_delta = |content: String, pending: &mut Vec<TokenLogprob>| {
-            let logprobs = if pending.is_empty() { Value::Null } else { logprobs_json(tokenizer, pending) };
-            pending.clear();
-            ctx.chunk(json!([{"index": index, "delta": {"content": content}, "logprobs": logprobs, "finish_reason": null}]), None, include_usage)
-        };
-        let mut first_token = true;
-        let completion = run_generation(engine, &prompt, params, |event| {
-            if first_token {
-                first_token = false;
-                state.metrics.time_to_first_token_ms.observe(start.elapsed().as_secs_f64() * 1e3);
-            }
-            pending.extend(event.logprob.clone());
-            let content = match gate.as_mut() {
-                Some(gate) => gate.push(&event.text),
-                None => event.text.clone(),
-            };
-            if content.is_empty() && (gate.is_some() || pending.is_empty()) {
-                return true;
-            }
-            ctx.sse.send_json(&content_delta(content, &mut pending))
-        })?;
-        let mut finish = completion.finish.as_str();
-        if let Some(gate) = &gate {
-            let (content, calls) = split_tool_calls(&completion.text, &request.tool_choice);
-            let rest = gate.finish(&content, !calls.is_empty());
-            if !rest.is_empty() || !pending.is_empty() {
-                ctx.sse.send_json(&content_delta(rest, &mut pending));
-            }
-            for (i, call) in calls.iter().enumerate() {
-                // the first delta of a call names it; its arguments (parsed, so never a broken
-                // call) follow in a second one
-                let head = json!({"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}});
-                let args = json!({"index": i, "function": {"arguments": call["function"]["arguments"]}});
-                for part in [head, args] {
-                    let delta = json!([{"index": index, "delta": {"tool_calls": [part]}, "logprobs": null, "finish_reason": null}]);
-                    ctx.sse.send_json(&ctx.chunk(delta, None, include_usage));
+/// The next event of `generation`, or `None` when the client has gone (dropping the generation
+/// then cancels it) or every output is done. A comment line goes out after each silent
+/// [`PING_INTERVAL`].
+pub async fn next_event(generation: &mut Generation, sse: &SseSender) -> Option<SeqEvent> {
+    loop {
+        tokio::select! {
+            event = generation.next() => return event,
+            _ = sse.closed() => return None,
+            _ = tokio::time::sleep(PING_INTERVAL) => {
+                if !sse.ping().await {
+                    return None;
                 }
             }
-            if !calls.is_empty() {
-                finish = "tool_calls";
+        }
+    }
+}
+
+/// A streamed choice's state: text that may still turn out to be a tool call, and
+/// log-probabilities not yet sent.
+struct ChoiceStream {
+    gate: Option<ContentGate>,
+    pending: Vec<TokenLogprob>,
+}
+
+/// The SSE stream of a request: the choices decode together, their chunks interleaved as their
+/// tokens come. When tool calls may follow, the text that could be a call is held back (see
+/// [`ContentGate`]) and a call is sent as `tool_calls` deltas once it parses, never as text;
+/// logprobs travel with the content delta that releases their tokens.
+async fn stream(mut generation: Generation, request: &ChatRequest, ctx: &StreamCtx, model: &Model, start: Instant, state: &AppState) {
+    let include_usage = request.common.include_usage;
+    let tokenizer = model.tokenizer();
+    let n = generation.len();
+    for index in 0..n {
+        let first = json!([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]);
+        if !ctx.sse.send_json(&ctx.chunk(first, None, include_usage)).await {
+            return;
+        }
+    }
+    let mut choices: Vec<ChoiceStream> =
+        (0..n).map(|_| ChoiceStream { gate: (request.tool_choice != ToolChoice::None).then(ContentGate::default), pending: Vec::new() }).collect();
+    let content_delta = |index: usize, content: String, pending: &mut Vec<TokenLogprob>| {
+        let logprobs = if pending.is_empty() { Value::Null } else { logprobs_json(tokenizer, pending) };
+        pending.clear();
+        ctx.chunk(json!([{"index": index, "delta": {"content": content}, "logprobs": logprobs, "finish_reason": null}]), None, include_usage)
+    };
+    let mut usage = Usage::default();
+    let mut first_token = true;
+    while let Some(event) = next_event(&mut generation, &ctx.sse).await {
+        match event {
+            SeqEvent::Token { index, event } => {
+                if first_token {
+                    first_token = false;
+                    state.metrics.time_to_first_token_ms.observe(start.elapsed().as_secs_f64() * 1e3);
+                }
+                let c = &mut choices[index];
+                c.pending.extend(event.logprob.clone());
+                let content = match c.gate.as_mut() {
+                    Some(gate) => gate.push(&event.text),
+                    None => event.text.clone(),
+                };
+                if content.is_empty() && (c.gate.is_some() || c.pending.is_empty()) {
+                    continue;
+                }
+                if !ctx.sse.send_json(&content_delta(index, content, &mut c.pending)).await {
+                    return;
+                }
+            }
+            SeqEvent::Done { result: Err(e), .. } => {
+                ctx.sse.send_json(&e.body()).await;
+                ctx.sse.done().await;
+                return;
+            }
+            SeqEvent::Done { index, result: Ok(completion) } => {
+                let c = &mut choices[index];
+                let mut finish = completion.finish.as_str();
+                if let Some(gate) = &c.gate {
+                    let (content, calls) = split_tool_calls(&completion.text, &request.tool_choice);
+                    let rest = gate.finish(&content, !calls.is_empty());
+                    if !rest.is_empty() || !c.pending.is_empty() {
+                        ctx.sse.send_json(&content_delta(index, rest, &mut c.pending)).await;
+                    }
+                    for (i, call) in calls.iter().enumerate() {
+                        // the first delta of a call names it; its arguments (parsed, so never a
+                        // broken call) follow in a second one
+                        let head = json!({"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}});
+                        let args = json!({"index": i, "function": {"arguments": call["function"]["arguments"]}});
+                        for part in [head, args] {
+                            let delta = json!([{"index": index, "delta": {"tool_calls": [part]}, "logprobs": null, "finish_reason": null}]);
+                            ctx.sse.send_json(&ctx.chunk(delta, None, include_usage)).await;
+                        }
+                    }
+                    if !calls.is_empty() {
+                        finish = "tool_calls";
+                    }
+                }
+                let last = json!([{"index": index, "delta": {}, "logprobs": null, "finish_reason": finish}]);
+                if !ctx.sse.send_json(&ctx.chunk(last, None, include_usage)).await {
+                    return;
+                }
+                add_usage(&mut usage, index, n, &completion.usage);
             }
         }
-        let last = json!([{"index": index, "delta": {}, "logprobs": null, "finish_reason": finish}]);
-        ctx.sse.send_json(&ctx.chunk(last, None, include_usage));
-        add_usage(&mut usage, &completion.usage);
+    }
+    if ctx.sse.is_closed() {
+        return;
     }
     state.metrics.record_generation(usage.completion_tokens, start);
     if include_usage {
-        ctx.sse.send_json(&ctx.chunk(json!([]), Some(usage_json(&usage)), true));
+        ctx.sse.send_json(&ctx.chunk(json!([]), Some(usage_json(&usage)), true)).await;
     }
-    Ok(())
+    ctx.sse.done().await;
 }

@@ -10,16 +10,18 @@ use std::time::Instant;
 use engine::generate::{Completion, Usage};
 use engine::kv_cache::KvType;
 use engine::logprobs::{token_logprob, TokenLogprob};
-use engine::model::BatchEntry;
+use engine::model::{BatchEntry, Model};
 use engine::tokenizer::{TokenId, Tokenizer};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
-use super::chat::{completion_object, params_for, random_id, run_generation, unix_now, usage_json};
+use super::chat::next_event;
+use super::generation::{add_usage, blocking, completion_object, output, params_for, random_id, submit, unix_now, usage_json};
 use crate::error::ApiError;
-use crate::http::{ok_json, sse_response, Body};
+use crate::http::{ok_json, sse_response, Body, SseSender};
 use crate::params::{boolean, common, inputs, integer, model_id, CommonParams, Inputs};
-use crate::worker::EngineState;
+use crate::registry::ModelEntry;
+use crate::worker::{EngineState, Generation, SeqEvent, SeqSpec};
 use crate::AppState;
 
 /// OpenAI's default `max_tokens` for this endpoint.
@@ -57,97 +59,124 @@ fn parse(body: &Map<String, Value>, n_vocab: usize) -> Result<CompletionRequest,
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let id = model_id(&body)?;
     let entry = state.registry.generator(&id)?;
-    let request = parse(&body, entry.model.tokenizer().n_vocab())?;
+    let request = Arc::new(parse(&body, entry.model.tokenizer().n_vocab())?);
     let (created, cmpl_id, start) = (unix_now(), format!("cmpl-{}", random_id()), Instant::now());
-    let state2 = state.clone();
-    if request.common.stream {
-        let (response, sse) = sse_response(state.metrics.requests_cancelled.clone());
-        let model_name = id.clone();
-        entry.worker.spawn(move |engine| {
+    let streaming = request.common.stream;
+    let (e, r) = (entry.clone(), request.clone());
+    let (prompts, seqs) = blocking(move || outputs(&e, &r, streaming)).await?;
+    if streaming {
+        let generation = entry.worker.generate(seqs)?;
+        let (response, sse) = sse_response();
+        let (state, model) = (state.clone(), entry.model.clone());
+        tokio::spawn(async move {
             let chunk = |choices: Value, usage: Option<Value>| {
-                let mut c = completion_object(&cmpl_id, "text_completion", created, &model_name, choices);
+                let mut c = completion_object(&cmpl_id, "text_completion", created, &id, choices);
                 if request.common.include_usage {
                     c["usage"] = usage.unwrap_or(Value::Null);
                 }
                 c
             };
-            let mut usage = Usage::default();
-            let result = each_choice(engine, &request, |engine, index, prompt| {
-                let model = engine.model.clone();
-                let tokenizer = model.tokenizer();
-                if request.echo {
-                    let text = tokenizer.decode(prompt);
-                    sse.send_json(&chunk(json!([{"index": index, "text": text, "logprobs": null, "finish_reason": null}]), None));
-                }
-                let params = params_for(engine, &request.common, request.logprobs, None, prompt.len(), index)?;
-                let completion = run_generation(engine, prompt, params, |event| {
-                    if event.text.is_empty() && event.logprob.is_none() {
-                        return true;
-                    }
-                    let lp = event.logprob.as_ref().map_or(Value::Null, |l| legacy_arrays(tokenizer, &[Some(l.clone())], &[event.text.clone()]));
-                    sse.send_json(&chunk(json!([{"index": index, "text": event.text, "logprobs": lp, "finish_reason": null}]), None))
-                })?;
-                sse.send_json(&chunk(json!([{"index": index, "text": "", "logprobs": null, "finish_reason": completion.finish.as_str()}]), None));
-                add_usage(&mut usage, index, request.common.n, &completion.usage);
-                Ok(())
-            });
-            match result {
-                Ok(()) => {
-                    state2.metrics.record_generation(usage.completion_tokens, start);
-                    if request.common.include_usage {
-                        sse.send_json(&chunk(json!([]), Some(usage_json(&usage))));
-                    }
-                }
-                Err(e) => {
-                    sse.send_json(&e.body());
-                }
-            }
-            sse.done();
-        })?;
+            stream(generation, &request, &prompts, &model, &sse, chunk, start, &state).await
+        });
         return Ok(response);
     }
-    let (choices, usage) = entry
-        .worker
-        .run(move |engine, cancel| -> Result<(Vec<Value>, Usage), ApiError> {
-            let mut choices = Vec::new();
-            let mut usage = Usage::default();
-            each_choice(engine, &request, |engine, index, prompt| {
-                let params = params_for(engine, &request.common, request.logprobs, None, prompt.len(), index)?;
-                let completion = run_generation(engine, prompt, params, |_| !cancel.is_set())?;
-                add_usage(&mut usage, index, request.common.n, &completion.usage);
-                choices.push(choice_json(engine, &request, index, prompt, &completion)?);
-                Ok(())
-            })?;
-            Ok((choices, usage))
-        })
-        .await??;
+    let generation = submit(state, &entry, seqs).await?;
+    let completions = generation.collect().await?;
+    // the prompts' own log-probabilities, when echoed with them
+    let prompt_lps = match (request.echo, request.logprobs) {
+        (true, Some(n_top)) => {
+            let prompts = prompts.clone();
+            entry.worker.run(move |engine, _| prompts.iter().map(|p| prompt_logprobs(engine, p, n_top)).collect::<Result<Vec<_>, _>>()).await??
+        }
+        _ => Vec::new(),
+    };
+    let n = request.common.n;
+    let tokenizer = entry.model.tokenizer();
+    let mut usage = Usage::default();
+    let mut choices = Vec::new();
+    for (index, completion) in completions.iter().enumerate() {
+        add_usage(&mut usage, index, n, &completion.usage);
+        choices.push(choice_json(tokenizer, &request, index, &prompts[index / n], prompt_lps.get(index / n), completion));
+    }
     state.metrics.record_generation(usage.completion_tokens, start);
     let mut completion = completion_object(&cmpl_id, "text_completion", created, &id, json!(choices));
     completion["usage"] = usage_json(&usage);
     Ok(ok_json(&completion))
 }
 
-/// Runs `f(engine, choice index, prompt tokens)` for every prompt x `n`, prompt-major.
-/// Adds the usage of choice `index` (of `n` per prompt) to `total`: a prompt's tokens count
-/// once, however many choices it has.
-fn add_usage(total: &mut Usage, index: usize, n: usize, choice: &Usage) {
-    if index % n == 0 {
-        total.prompt_tokens += choice.prompt_tokens;
+/// The SSE stream of a request: the echoed prompts first, then every output's text as it
+/// decodes (interleaved), each output's last chunk with its finish reason, usage, `[DONE]`.
+#[allow(clippy::too_many_arguments)]
+async fn stream(
+    mut generation: Generation,
+    request: &CompletionRequest,
+    prompts: &[Vec<TokenId>],
+    model: &Model,
+    sse: &SseSender,
+    chunk: impl Fn(Value, Option<Value>) -> Value,
+    start: Instant,
+    state: &AppState,
+) {
+    let tokenizer = model.tokenizer();
+    let n = request.common.n;
+    if request.echo {
+        for index in 0..generation.len() {
+            let text = tokenizer.decode(&prompts[index / n]);
+            if !sse.send_json(&chunk(json!([{"index": index, "text": text, "logprobs": null, "finish_reason": null}]), None)).await {
+                return;
+            }
+        }
     }
-    total.completion_tokens += choice.completion_tokens;
+    let mut usage = Usage::default();
+    let mut first_token = true;
+    while let Some(event) = next_event(&mut generation, sse).await {
+        let sent = match event {
+            SeqEvent::Token { index, event } => {
+                if first_token {
+                    first_token = false;
+                    state.metrics.time_to_first_token_ms.observe(start.elapsed().as_secs_f64() * 1e3);
+                }
+                if event.text.is_empty() && event.logprob.is_none() {
+                    continue;
+                }
+                let lp = event.logprob.as_ref().map_or(Value::Null, |l| legacy_arrays(tokenizer, &[Some(l.clone())], std::slice::from_ref(&event.text)));
+                sse.send_json(&chunk(json!([{"index": index, "text": event.text, "logprobs": lp, "finish_reason": null}]), None)).await
+            }
+            SeqEvent::Done { index, result: Ok(completion) } => {
+                add_usage(&mut usage, index, n, &completion.usage);
+                sse.send_json(&chunk(json!([{"index": index, "text": "", "logprobs": null, "finish_reason": completion.finish.as_str()}]), None)).await
+            }
+            SeqEvent::Done { result: Err(e), .. } => {
+                sse.send_json(&e.body()).await;
+                sse.done().await;
+                return;
+            }
+        };
+        if !sent {
+            return;
+        }
+    }
+    if sse.is_closed() {
+        return;
+    }
+    state.metrics.record_generation(usage.completion_tokens, start);
+    if request.common.include_usage {
+        sse.send_json(&chunk(json!([]), Some(usage_json(&usage)))).await;
+    }
+    sse.done().await;
 }
 
-fn each_choice(
-    engine: &mut EngineState,
-    request: &CompletionRequest,
-    mut f: impl FnMut(&mut EngineState, usize, &[TokenId]) -> Result<(), ApiError>,
-) -> Result<(), ApiError> {
-    let n_vocab = engine.model.tokenizer().n_vocab();
-    let prompts = match &request.prompts {
-        Inputs::Texts(texts) => texts.iter().map(|t| engine.model.tokenizer().encode(t, true, true)).collect(),
+/// The prompts of a request, tokenized and checked, and its outputs: `n` per prompt,
+/// prompt-major.
+fn outputs(entry: &ModelEntry, request: &CompletionRequest, stream: bool) -> Result<(Vec<Vec<TokenId>>, Vec<SeqSpec>), ApiError> {
+    let tokenizer = entry.model.tokenizer();
+    let n_vocab = tokenizer.n_vocab();
+    let prompts: Vec<Vec<TokenId>> = match &request.prompts {
+        Inputs::Texts(texts) => texts.iter().map(|t| tokenizer.encode(t, true, true)).collect(),
         Inputs::Tokens(ids) => ids.clone(),
     };
-    for (p, tokens) in prompts.into_iter().enumerate() {
+    let mut seqs = Vec::new();
+    for (p, tokens) in prompts.iter().enumerate() {
         if tokens.is_empty() {
             return Err(ApiError::invalid_param("prompt", format!("prompt {p} gives no tokens")));
         }
@@ -155,23 +184,29 @@ fn each_choice(
             return Err(ApiError::invalid_param("prompt", format!("prompt {p}: token {bad} is outside the vocabulary of {n_vocab}")));
         }
         for j in 0..request.common.n {
-            f(engine, p * request.common.n + j, &tokens)?;
+            let params = params_for(&entry.worker, &request.common, request.logprobs, None, tokens.len(), p * request.common.n + j)?;
+            seqs.push(output(tokens.clone(), params, stream));
         }
     }
-    Ok(())
+    Ok((prompts, seqs))
 }
 
-fn choice_json(engine: &mut EngineState, request: &CompletionRequest, index: usize, prompt: &[TokenId], completion: &Completion) -> Result<Value, ApiError> {
-    let model = engine.model.clone();
-    let tokenizer = model.tokenizer();
+fn choice_json(
+    tokenizer: &Tokenizer,
+    request: &CompletionRequest,
+    index: usize,
+    prompt: &[TokenId],
+    prompt_lps: Option<&Vec<Option<TokenLogprob>>>,
+    completion: &Completion,
+) -> Value {
     let prompt_text = if request.echo { tokenizer.decode(prompt) } else { String::new() };
     let logprobs = match request.logprobs {
         None => Value::Null,
-        Some(n_top) => {
+        Some(_) => {
             let mut lps: Vec<Option<TokenLogprob>> = Vec::new();
             let mut texts: Vec<String> = Vec::new();
-            if request.echo {
-                lps.extend(prompt_logprobs(engine, prompt, n_top)?);
+            if let Some(prompt_lps) = prompt_lps {
+                lps.extend(prompt_lps.iter().cloned());
                 texts.extend(prompt.iter().map(|&t| String::from_utf8_lossy(tokenizer.token_bytes(t)).into_owned()));
             }
             for l in &completion.logprobs {
@@ -181,7 +216,7 @@ fn choice_json(engine: &mut EngineState, request: &CompletionRequest, index: usi
             legacy_arrays(tokenizer, &lps, &texts)
         }
     };
-    Ok(json!({"index": index, "text": prompt_text + &completion.text, "logprobs": logprobs, "finish_reason": completion.finish.as_str()}))
+    json!({"index": index, "text": prompt_text + &completion.text, "logprobs": logprobs, "finish_reason": completion.finish.as_str()})
 }
 
 /// The log-probability of each prompt token given the ones before it (none for the first),

@@ -3,6 +3,7 @@
 pub mod chat;
 pub mod completions;
 pub mod embeddings;
+pub mod generation;
 pub mod guard;
 pub mod models;
 mod tool_stream;

@@ -120,10 +120,16 @@ pub fn matmul(w: &WeightMatrix, x: &[f32], batch: usize, y: &mut [f32]) -> Resul
             let r0 = c * chunk;
             let r1 = (r0 + chunk).min(rows);
             let mut out = vec![0.0f32; (r1 - r0) * batch];
+            let mut dots = vec![0.0f32; batch];
             for r in r0..r1 {
                 let wr = w.row(r);
-                for (b, a) in act.chunks_exact(act_row_bytes).enumerate() {
-                    out[b * (r1 - r0) + (r - r0)] = vec_dot(wr, a);
+                match ops.vec_dot_rows {
+                    // the weight row unpacked once for the whole batch (same bits)
+                    Some(rows) => rows(wr, act, act_row_bytes, &mut dots),
+                    None => dots.iter_mut().zip(act.chunks_exact(act_row_bytes)).for_each(|(d, a)| *d = vec_dot(wr, a)),
+                }
+                for (b, &d) in dots.iter().enumerate() {
+                    out[b * (r1 - r0) + (r - r0)] = d;
                 }
             }
             out
@@ -178,7 +184,7 @@ mod tests {
 
     #[test]
     fn batched_outputs_are_bitwise_equal_to_single_rows() {
-        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_1] {
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q5_0] {
             let (rows, cols, batch) = (37, 96, 5);
             let (wb, _) = quantized(ty, rows, cols, 1);
             let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();

@@ -19,7 +19,19 @@ use crate::quant::dispatch::Kernels;
 use crate::quant::x86::common::{
     entry_points, le16, le32, legacy_deq_rows, legacy_dot_rows, Chain, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
 };
+use crate::quant::dispatch::VecDotRowsFn;
 use crate::quant::GgmlType;
+
+mod rows;
+
+/// The several-activation-rows kernel of `ty`, where this tier has one.
+pub(super) fn rows_kernel(ty: GgmlType) -> Option<VecDotRowsFn> {
+    match ty {
+        GgmlType::Q5_0 => Some(rows::vec_dot_rows_q5_0),
+        GgmlType::Q8_0 => Some(rows::vec_dot_rows_q8_0),
+        _ => None,
+    }
+}
 
 pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
     Some(match ty {
@@ -111,6 +123,13 @@ unsafe fn spread(v: __m512, k: i32, l: i32) -> __m512 {
 unsafe fn scales_d(x: *const u8, xb: usize, y: *const u8, yb: usize) -> (__m512, __m512) {
     let hx = le16(x) | le16(x.add(xb)) << 16 | le16(x.add(2 * xb)) << 32 | le16(x.add(3 * xb)) << 48;
     let hy = le16(y) | le16(y.add(yb)) << 16 | le16(y.add(2 * yb)) << 32 | le16(y.add(3 * yb)) << 48;
+    scales_from_halves(hx, hy)
+}
+
+/// [`scales_d`] from the packed halves of the weight's and the activations' four `d`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn scales_from_halves(hx: u64, hy: u64) -> (__m512, __m512) {
     let v = _mm256_cvtph_ps(_mm_set_epi64x(hy as i64, hx as i64));
     let d = _mm_mul_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let d = _mm512_castps128_ps512(d);

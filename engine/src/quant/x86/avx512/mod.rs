@@ -12,3 +12,8 @@ mod legacy;
 pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
     float::kernels(ty).or_else(|| legacy::kernels(ty)).or_else(|| k_quants::kernels(ty))
 }
+
+/// This tier's kernel dotting one weight row of `ty` with several activation rows, if any.
+pub(crate) fn rows_kernel(ty: GgmlType) -> Option<crate::quant::dispatch::VecDotRowsFn> {
+    legacy::rows_kernel(ty)
+}

@@ -1,0 +1,563 @@
+//! The engine thread of one model: continuous batching. Every step admits waiting sequences
+//! while there is a free slot and KV-cache room (forking the blocks of the longest cached or
+//! running prefix of their prompt), then runs one forward pass for all running sequences: one
+//! token for each that is decoding, and chunks of prompts being prefilled within the step's
+//! prefill budget, so that a long prompt never stalls the others for long. A finished sequence
+//! leaves the batch at once and its cache stays behind as a prefix-cache entry; a sequence whose
+//! client went away leaves at the next step and frees its blocks. Exclusive jobs (guard,
+//! embeddings) run between two steps. A lone sequence decodes speculatively when a draft model
+//! is loaded (several sequences already share each pass, so drafting would only add work).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+
+use engine::generate::{common_prefix, draft_rng, speculative_round, Draft, FinishReason, SequenceDecoder, TokenEvent, Usage};
+use engine::guard::Evaluator;
+use engine::kv_cache::{KvCache, KvType, SeqId, BLOCK_POSITIONS};
+use engine::model::{BatchEntry, Model};
+use engine::sampling::Rng;
+use engine::tokenizer::TokenId;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use rayon::prelude::*;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::error::ApiError;
+use crate::prefix_cache::PrefixCache;
+use crate::worker::{EngineState, LoopConfig, Msg, SeqEvent, SeqSpec, Ticket};
+
+/// The scheduler's view in `/metrics` (one set per model).
+#[derive(Clone, Default)]
+pub struct LoopMetrics {
+    pub queue_depth: Gauge,
+    pub running: Gauge,
+    pub kv_blocks_used: Gauge,
+    pub kv_blocks_capacity: Gauge,
+    pub batch_size: Option<Histogram>,
+    pub prefix_lookups: Counter,
+    pub prefix_hits: Counter,
+    pub prompt_tokens: Counter,
+    pub prompt_tokens_cached: Counter,
+    pub draft_tokens: Counter,
+    pub draft_tokens_accepted: Counter,
+    /// `requests_cancelled` (shared by all models).
+    pub cancelled: Counter,
+}
+
+/// One request's outputs.
+struct Group {
+    events: UnboundedSender<SeqEvent>,
+    /// Outputs not yet done.
+    remaining: usize,
+    /// One of its outputs has been admitted (it no longer counts as queued).
+    started: bool,
+    _ticket: Ticket,
+}
+
+struct Waiting {
+    group: u64,
+    index: usize,
+    spec: SeqSpec,
+}
+
+struct Running {
+    group: u64,
+    index: usize,
+    seq: SeqId,
+    decoder: SequenceDecoder,
+    /// The prompt, then every output token; the cache holds all but the last (decoding) or a
+    /// prefix of the prompt (prefilling).
+    history: Vec<TokenId>,
+    prompt_len: usize,
+    usage: Usage,
+    stream: bool,
+    speculative: bool,
+    /// Positions it may reach (its prompt and token budget), reserved at admission.
+    reserved: usize,
+    draft_rng: Rng,
+}
+
+pub struct EngineLoop {
+    state: EngineState,
+    kv: KvCache,
+    draft: Option<(Arc<Model>, KvCache)>,
+    config: LoopConfig,
+    rx: Receiver<Msg>,
+    outstanding: Arc<AtomicUsize>,
+    groups: HashMap<u64, Group>,
+    next_group: u64,
+    waiting: VecDeque<Waiting>,
+    running: Vec<Running>,
+    cache: PrefixCache,
+    next_seq: SeqId,
+    capacity_blocks: usize,
+    metrics: LoopMetrics,
+}
+
+fn blocks(positions: usize) -> usize {
+    positions.div_ceil(BLOCK_POSITIONS)
+}
+
+impl EngineLoop {
+    pub(crate) fn new(
+        model: Arc<Model>,
+        guard: Option<Arc<Evaluator>>,
+        draft: Option<Arc<Model>>,
+        config: LoopConfig,
+        rx: Receiver<Msg>,
+        outstanding: Arc<AtomicUsize>,
+        metrics: LoopMetrics,
+    ) -> EngineLoop {
+        let kv = model.new_kv_cache(KvType::F16, config.n_ctx);
+        let draft = draft.map(|d| {
+            let kv = d.new_kv_cache(KvType::F16, config.n_ctx);
+            (d, kv)
+        });
+        let positions = config.kv_positions.unwrap_or(config.n_ctx * config.parallel);
+        let capacity_blocks = blocks(positions);
+        metrics.kv_blocks_capacity.set(capacity_blocks as i64);
+        EngineLoop {
+            state: EngineState { model, guard },
+            kv,
+            draft,
+            cache: PrefixCache::new(config.cache_entries),
+            config,
+            rx,
+            outstanding,
+            groups: HashMap::new(),
+            next_group: 0,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_seq: 0,
+            capacity_blocks,
+            metrics,
+        }
+    }
+
+    /// Runs until every handle on the model is gone and its work is done.
+    pub fn run(mut self) {
+        while self.receive() {
+            self.drop_cancelled();
+            self.admit();
+            if !self.running.is_empty() {
+                self.step();
+            } else if let Some(w) = self.waiting.pop_front() {
+                // nothing runs and the head still cannot start: it never will
+                self.fail(w.group, w.index, ApiError::server("the sequence could not be scheduled"));
+            }
+            self.update_gauges();
+        }
+        self.metrics.running.set(0);
+        self.metrics.queue_depth.set(0);
+        self.metrics.kv_blocks_used.set(0);
+    }
+
+    /// Takes what has arrived (waiting for it when idle). False when the channel is closed
+    /// and nothing is left to do.
+    fn receive(&mut self) -> bool {
+        if self.running.is_empty() && self.waiting.is_empty() {
+            match self.rx.recv() {
+                Ok(msg) => self.accept(msg),
+                Err(_) => return false,
+            }
+        }
+        loop {
+            match self.rx.try_recv() {
+                Ok(msg) => self.accept(msg),
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => return !(self.running.is_empty() && self.waiting.is_empty()),
+            }
+        }
+    }
+
+    fn accept(&mut self, msg: Msg) {
+        match msg {
+            Msg::Job { job, cancel, ticket } => {
+                // exclusive: the running sequences wait for it
+                if cancel.is_set() {
+                    self.metrics.cancelled.inc();
+                } else {
+                    job(&mut self.state);
+                    if cancel.is_set() {
+                        self.metrics.cancelled.inc();
+                    }
+                }
+                drop(ticket);
+            }
+            Msg::Generate { seqs, events, ticket } => {
+                if seqs.is_empty() {
+                    return;
+                }
+                let group = self.next_group;
+                self.next_group += 1;
+                self.groups.insert(group, Group { events, remaining: seqs.len(), started: false, _ticket: ticket });
+                self.waiting.extend(seqs.into_iter().enumerate().map(|(index, spec)| Waiting { group, index, spec }));
+            }
+        }
+    }
+
+    /// Requests whose handle was dropped (the client went away): their sequences leave and
+    /// free their blocks.
+    fn drop_cancelled(&mut self) {
+        let gone: Vec<u64> = self.groups.iter().filter(|(_, g)| g.events.is_closed()).map(|(&id, _)| id).collect();
+        for id in gone {
+            self.groups.remove(&id);
+            self.metrics.cancelled.inc();
+            self.waiting.retain(|w| w.group != id);
+            let (kv, draft) = (&mut self.kv, &mut self.draft);
+            self.running.retain(|r| {
+                if r.group != id {
+                    return true;
+                }
+                kv.remove(r.seq);
+                if let Some((_, dkv)) = draft.as_mut() {
+                    dkv.remove(r.seq);
+                }
+                false
+            });
+        }
+    }
+
+    /// Starts waiting sequences, in order, while there are free slots and room in the cache.
+    fn admit(&mut self) {
+        let n_ctx = self.config.n_ctx;
+        let mut i = 0;
+        while i < self.waiting.len() && self.running.len() < self.config.parallel {
+            let prompt_len = self.waiting[i].spec.prompt.len();
+            if prompt_len == 0 || prompt_len >= n_ctx {
+                let w = self.waiting.remove(i).expect("in range");
+                let e = ApiError {
+                    code: Some("context_length_exceeded"),
+                    ..ApiError::invalid(format!("the prompt has {prompt_len} tokens but the context holds {n_ctx}"))
+                };
+                self.fail(w.group, w.index, e);
+                continue;
+            }
+            let total = (prompt_len + self.waiting[i].spec.params.max_tokens).min(n_ctx);
+            if blocks(total) + 1 > self.capacity_blocks {
+                let w = self.waiting.remove(i).expect("in range");
+                let e = ApiError {
+                    code: Some("context_length_exceeded"),
+                    ..ApiError::invalid(format!("the request needs {total} positions of KV cache, more than the server's {}", self.capacity_blocks * BLOCK_POSITIONS))
+                };
+                self.fail(w.group, w.index, e);
+                continue;
+            }
+            let prompt = self.waiting[i].spec.prompt.clone();
+            let (mut source, mut shared) = self.best_source(&prompt);
+            if self.worth_waiting(&prompt, shared) {
+                i += 1;
+                continue;
+            }
+            // one more block: the shared block it writes into is copied first
+            let need = blocks(total) + 1 - shared / BLOCK_POSITIONS;
+            if !self.make_room(need, source) {
+                // the cached prefix itself may hold the room it needs: start from scratch
+                if source.is_none() || !self.make_room(blocks(total) + 1, None) {
+                    break; // first come, first served: later ones wait too
+                }
+                (source, shared) = (None, 0);
+            }
+            let w = self.waiting.remove(i).expect("in range");
+            self.start(w, source, shared, total);
+        }
+    }
+
+    /// The cached or running sequence sharing the longest start with `prompt`, and how many
+    /// tokens of it can be reused (at least the prompt's last token runs again: its logits
+    /// start the output).
+    fn best_source(&mut self, prompt: &[TokenId]) -> (Option<SeqId>, usize) {
+        let mut best = self.cache.best_match(prompt).map_or((None, 0), |(s, n)| (Some(s), n));
+        for r in &self.running {
+            let held = self.kv.seq_len(r.seq).min(r.history.len());
+            let n = common_prefix(&r.history[..held], prompt);
+            if n > best.1 {
+                best = (Some(r.seq), n);
+            }
+        }
+        let shared = best.1.min(prompt.len() - 1);
+        if shared == 0 {
+            return (None, 0);
+        }
+        (best.0, shared)
+    }
+
+    /// Whether a running sequence is still prefilling a prompt that shares at least a block
+    /// more with `prompt` than can be reused now: starting after it reuses its work.
+    fn worth_waiting(&self, prompt: &[TokenId], shared: usize) -> bool {
+        self.running.iter().any(|r| {
+            self.kv.seq_len(r.seq) < r.prompt_len && common_prefix(&r.history[..r.prompt_len], prompt).min(prompt.len() - 1) >= shared + BLOCK_POSITIONS
+        })
+    }
+
+    /// Blocks the running sequences may still add (each its reservation, plus one copied block).
+    fn growth(&self) -> usize {
+        self.running.iter().map(|r| (blocks(r.reserved) + 1).saturating_sub(blocks(self.kv.seq_len(r.seq)))).sum()
+    }
+
+    /// Evicts prefix-cache entries (never `keep`) until `need` more blocks fit.
+    fn make_room(&mut self, need: usize, keep: Option<SeqId>) -> bool {
+        loop {
+            if self.kv.live_blocks() + self.growth() + need <= self.capacity_blocks {
+                return true;
+            }
+            match self.cache.evict_lru(keep) {
+                Some(seq) => self.remove_seq(seq),
+                None => return false,
+            }
+        }
+    }
+
+    fn remove_seq(&mut self, seq: SeqId) {
+        self.kv.remove(seq);
+        if let Some((_, dkv)) = self.draft.as_mut() {
+            dkv.remove(seq);
+        }
+    }
+
+    fn start(&mut self, w: Waiting, source: Option<SeqId>, shared: usize, total: usize) {
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.metrics.prefix_lookups.inc();
+        if let (Some(src), true) = (source, shared > 0) {
+            if self.kv.fork(src, seq).is_ok() {
+                self.kv.truncate(seq, shared);
+                self.metrics.prefix_hits.inc();
+            }
+            if let Some((_, dkv)) = self.draft.as_mut() {
+                if dkv.seq_len(src) > 0 && dkv.fork(src, seq).is_ok() {
+                    dkv.truncate(seq, shared);
+                }
+            }
+        }
+        let cached = self.kv.seq_len(seq);
+        let prompt_len = w.spec.prompt.len();
+        self.metrics.prompt_tokens.inc_by(prompt_len as u64);
+        self.metrics.prompt_tokens_cached.inc_by(cached as u64);
+        if let Some(g) = self.groups.get_mut(&w.group) {
+            g.started = true;
+        }
+        let seed = w.spec.params.sampling.seed;
+        let decoder = match SequenceDecoder::new(self.state.model.tokenizer(), &w.spec.prompt, w.spec.params) {
+            Ok(d) => d,
+            Err(e) => {
+                self.remove_seq(seq);
+                self.fail(w.group, w.index, e.into());
+                return;
+            }
+        };
+        let usage = Usage { prompt_tokens: prompt_len, cached_tokens: cached, ..Usage::default() };
+        let r = Running {
+            group: w.group,
+            index: w.index,
+            seq,
+            decoder,
+            history: w.spec.prompt,
+            prompt_len,
+            usage,
+            stream: w.spec.stream,
+            speculative: w.spec.speculative,
+            reserved: total,
+            draft_rng: draft_rng(seed),
+        };
+        if r.decoder.is_finished() {
+            self.finish(r, None); // a budget of 0 tokens
+        } else {
+            self.running.push(r);
+        }
+    }
+
+    /// One forward pass for every running sequence (or a speculative round for a lone one).
+    fn step(&mut self) {
+        if self.try_speculative() {
+            return;
+        }
+        let n_ctx = self.config.n_ctx;
+        let mut batch = Vec::new();
+        let mut owners = Vec::new();
+        let mut ended = Vec::new();
+        let mut in_batch = 0;
+        // every decoding sequence advances one token
+        for (i, r) in self.running.iter_mut().enumerate() {
+            let fed = self.kv.seq_len(r.seq);
+            if r.history.len() - fed != 1 {
+                continue;
+            }
+            if r.history.len() > n_ctx {
+                ended.push((i, r.decoder.end(FinishReason::Length)));
+                continue;
+            }
+            batch.push(BatchEntry { seq: r.seq, token: r.history[fed], pos: fed as u32, logits: true });
+            owners.push(i);
+            in_batch += 1;
+        }
+        // prompts advance within the prefill budget, oldest first
+        let mut budget = self.config.prefill_chunk;
+        for (i, r) in self.running.iter().enumerate() {
+            let fed = self.kv.seq_len(r.seq);
+            let pending = r.history.len() - fed;
+            if pending <= 1 || budget == 0 {
+                continue;
+            }
+            let take = pending.min(budget);
+            budget -= take;
+            let last = take == pending;
+            batch.extend(BatchEntry::sequence(r.seq, &r.history[fed..fed + take], fed as u32, false).into_iter().enumerate().map(|(j, mut e)| {
+                e.logits = last && j + 1 == take;
+                e
+            }));
+            if last {
+                owners.push(i);
+            }
+            in_batch += 1;
+        }
+        let mut finished: Vec<(usize, Option<ApiError>)> = Vec::new();
+        for (i, event) in ended {
+            self.emit(i, event);
+            finished.push((i, None));
+        }
+        if !batch.is_empty() {
+            if let Some(h) = &self.metrics.batch_size {
+                h.observe(in_batch as f64);
+            }
+            match self.state.model.forward(&mut self.kv, &batch) {
+                Ok(logits) => {
+                    let tokenizer = self.state.model.tokenizer();
+                    let mut row_of = vec![None; self.running.len()];
+                    for (row, &i) in owners.iter().enumerate() {
+                        row_of[i] = Some(row);
+                    }
+                    // sampling (a softmax over the vocabulary each) runs on every core
+                    let steps: Vec<(usize, Result<TokenEvent, engine::generate::GenerateError>)> = self
+                        .running
+                        .par_iter_mut()
+                        .enumerate()
+                        .filter_map(|(i, r)| {
+                            let row = row_of[i]?;
+                            let step = r.decoder.step(tokenizer, logits.row(row));
+                            if let Ok(Some(t)) = step.as_ref().map(|e| e.token) {
+                                r.history.push(t);
+                            }
+                            Some((i, step))
+                        })
+                        .collect();
+                    for (i, step) in steps {
+                        match step {
+                            Ok(event) => {
+                                if self.running[i].decoder.is_finished() {
+                                    finished.push((i, None));
+                                }
+                                self.emit(i, event);
+                            }
+                            Err(e) => finished.push((i, Some(e.into()))),
+                        }
+                    }
+                }
+                Err(e) => {
+                    let e = ApiError::server(format!("forward pass: {e}"));
+                    finished.extend(owners.iter().map(|&i| (i, Some(e.clone()))));
+                }
+            }
+        }
+        finished.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
+        finished.dedup_by_key(|(i, _)| *i);
+        for (i, error) in finished {
+            let r = self.running.remove(i);
+            self.finish(r, error);
+        }
+    }
+
+    /// A speculative round when one sequence decodes alone, nothing waits, and it may draft.
+    fn try_speculative(&mut self) -> bool {
+        let Some((draft_model, draft_kv)) = self.draft.as_mut() else { return false };
+        if self.running.len() != 1 || !self.waiting.is_empty() {
+            return false;
+        }
+        let r = &mut self.running[0];
+        if !r.speculative || r.decoder.is_constrained() || r.history.len() != self.kv.seq_len(r.seq) + 1 {
+            return false;
+        }
+        let draft = Draft { model: draft_model, kv: draft_kv, n_draft: self.config.n_draft, rng: &mut r.draft_rng };
+        let model = self.state.model.clone();
+        match speculative_round(&model, &mut self.kv, r.seq, &mut r.decoder, &mut r.history, draft) {
+            Ok(None) => false,
+            Ok(Some(round)) => {
+                r.usage.drafted_tokens += round.drafted;
+                r.usage.accepted_tokens += round.accepted;
+                self.metrics.draft_tokens.inc_by(round.drafted as u64);
+                self.metrics.draft_tokens_accepted.inc_by(round.accepted as u64);
+                if let Some(h) = &self.metrics.batch_size {
+                    h.observe(1.0);
+                }
+                let done = r.decoder.is_finished();
+                for event in round.events {
+                    self.emit(0, event);
+                }
+                if done {
+                    let r = self.running.remove(0);
+                    self.finish(r, None);
+                }
+                true
+            }
+            Err(e) => {
+                let r = self.running.remove(0);
+                self.finish(r, Some(e.into()));
+                true
+            }
+        }
+    }
+
+    /// Sends a token event of running sequence `i` to its request, if it streams.
+    fn emit(&self, i: usize, event: TokenEvent) {
+        let r = &self.running[i];
+        if !r.stream {
+            return;
+        }
+        if let Some(g) = self.groups.get(&r.group) {
+            let _ = g.events.send(SeqEvent::Token { index: r.index, event });
+        }
+    }
+
+    /// Reports the end of `r` (its completion, or `error`) and keeps its cache for reuse.
+    fn finish(&mut self, r: Running, error: Option<ApiError>) {
+        let result = match error {
+            None => Ok(r.decoder.into_completion(r.usage)),
+            Some(e) => Err(e),
+        };
+        if result.is_ok() {
+            let held = self.kv.seq_len(r.seq).min(r.history.len());
+            let mut history = r.history;
+            history.truncate(held);
+            for seq in self.cache.insert(r.seq, history) {
+                self.remove_seq(seq);
+            }
+        } else {
+            self.remove_seq(r.seq);
+        }
+        self.report(r.group, r.index, result);
+    }
+
+    fn fail(&mut self, group: u64, index: usize, error: ApiError) {
+        self.report(group, index, Err(error));
+    }
+
+    fn report(&mut self, group: u64, index: usize, result: Result<engine::generate::Completion, ApiError>) {
+        let Some(g) = self.groups.get_mut(&group) else { return };
+        let _ = g.events.send(SeqEvent::Done { index, result });
+        g.remaining -= 1;
+        if g.remaining == 0 {
+            self.groups.remove(&group); // closes the request's channel
+        }
+    }
+
+    fn update_gauges(&self) {
+        let started = self.groups.values().filter(|g| g.started).count();
+        let queued = self.outstanding.load(Ordering::Relaxed).saturating_sub(started);
+        self.metrics.queue_depth.set(queued as i64);
+        self.metrics.running.set(self.running.len() as i64);
+        self.metrics.kv_blocks_used.set(self.kv.live_blocks() as i64);
+    }
+}

@@ -1,0 +1,111 @@
+//! The prefix cache: finished sequences left in the KV cache, keyed by the tokens they hold, so
+//! that a new prompt that starts the same way (the same system prompt, the next turn of a chat,
+//! the shared part of a guard scan) forks their blocks instead of computing them again. The
+//! least recently used entry goes first when space or the entry limit runs out.
+
+use engine::generate::common_prefix;
+use engine::kv_cache::SeqId;
+use engine::tokenizer::TokenId;
+
+struct Entry {
+    seq: SeqId,
+    /// What the cache holds for `seq`.
+    tokens: Vec<TokenId>,
+    last_used: u64,
+}
+
+pub struct PrefixCache {
+    entries: Vec<Entry>,
+    max_entries: usize,
+    clock: u64,
+}
+
+impl PrefixCache {
+    pub fn new(max_entries: usize) -> PrefixCache {
+        PrefixCache { entries: Vec::new(), max_entries, clock: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entry sharing the longest prefix with `prompt`, and that length (marked as used).
+    pub fn best_match(&mut self, prompt: &[TokenId]) -> Option<(SeqId, usize)> {
+        self.clock += 1;
+        let clock = self.clock;
+        let best = self
+            .entries
+            .iter_mut()
+            .map(|e| (common_prefix(&e.tokens, prompt), e))
+            .filter(|(n, _)| *n > 0)
+            .max_by_key(|(n, e)| (*n, e.last_used))?;
+        best.1.last_used = clock;
+        Some((best.1.seq, best.0))
+    }
+
+    /// Keeps `seq`, which holds `tokens`. Returns the sequences to drop from the KV cache:
+    /// entries the new one covers (theirs is a prefix of its tokens) and, beyond the entry
+    /// limit, the least recently used.
+    pub fn insert(&mut self, seq: SeqId, tokens: Vec<TokenId>) -> Vec<SeqId> {
+        let mut dropped = Vec::new();
+        if self.max_entries == 0 || tokens.is_empty() {
+            dropped.push(seq);
+            return dropped;
+        }
+        self.entries.retain(|e| {
+            let covered = e.tokens.len() <= tokens.len() && tokens.starts_with(&e.tokens);
+            if covered {
+                dropped.push(e.seq);
+            }
+            !covered
+        });
+        self.clock += 1;
+        self.entries.push(Entry { seq, tokens, last_used: self.clock });
+        while self.entries.len() > self.max_entries {
+            dropped.extend(self.evict_lru(None));
+        }
+        dropped
+    }
+
+    /// Removes the least recently used entry other than `keep`, returning its sequence.
+    pub fn evict_lru(&mut self, keep: Option<SeqId>) -> Option<SeqId> {
+        let (i, _) = self.entries.iter().enumerate().filter(|(_, e)| Some(e.seq) != keep).min_by_key(|(_, e)| e.last_used)?;
+        Some(self.entries.remove(i).seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_shared_prefix_wins_and_covered_entries_go() {
+        let mut c = PrefixCache::new(3);
+        assert!(c.insert(1, vec![1, 2, 3]).is_empty());
+        assert!(c.insert(2, vec![1, 2, 9, 9]).is_empty());
+        assert_eq!(c.best_match(&[1, 2, 3, 4]), Some((1, 3)));
+        assert_eq!(c.best_match(&[1, 2, 9]), Some((2, 3)));
+        assert_eq!(c.best_match(&[7]), None);
+        // the next turn of conversation 1 replaces it
+        assert_eq!(c.insert(3, vec![1, 2, 3, 4, 5]), vec![1]);
+        assert_eq!(c.best_match(&[1, 2, 3, 4, 5, 6]), Some((3, 5)));
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn the_least_recently_used_entry_is_evicted_first() {
+        let mut c = PrefixCache::new(2);
+        c.insert(1, vec![1]);
+        c.insert(2, vec![2]);
+        c.best_match(&[1]); // 1 is now the most recent
+        assert_eq!(c.insert(3, vec![3]), vec![2]);
+        assert_eq!(c.evict_lru(Some(1)), Some(3));
+        assert_eq!(c.evict_lru(Some(1)), None);
+        assert_eq!(c.evict_lru(None), Some(1));
+        assert!(c.is_empty());
+    }
+}
