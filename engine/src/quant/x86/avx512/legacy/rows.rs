@@ -1,12 +1,14 @@
 //! Q5_0 and Q8_0 weight rows dotted with several activation rows at once (the batched matmul of
 //! decoding many sequences together): each group of four weight blocks is unpacked once and
-//! then dotted with four activation rows. Every activation row gets its own accumulator that
-//! goes through exactly the steps of the single-row kernel, so each result has the same bits as
-//! the single-row kernels (`dot_q5_0`, `dot_q8_0`) on that row alone.
+//! then dotted with up to four activation rows. Every activation row gets its own accumulator
+//! that goes through exactly the steps of the single-row kernel with the same exact integer
+//! block sums, so each result has the same bits as the single-row kernels (`dot_q5_0`,
+//! `dot_q8_0`) on that row alone. Q5_0's integer sums are formed with the weight-only offset
+//! term shared by the rows (see `group_q5_0_xn`).
 
 use core::arch::x86_64::*;
 
-use super::{bytes2, dot_off, fifth_bits2, load256, nibbles2, scales_from_halves, Acc};
+use super::{bytes2, fifth_bits2, load256, nibbles2, scales_from_halves, Acc};
 use crate::quant::x86::common::{le16, Chain, Q5_0, Q8_0};
 
 /// Activation rows per pass: four accumulators of two vectors stay in registers.
@@ -18,78 +20,82 @@ unsafe fn halves(p: *const u8, bytes: usize) -> u64 {
     le16(p) | le16(p.add(bytes)) << 16 | le16(p.add(2 * bytes)) << 32 | le16(p.add(3 * bytes)) << 48
 }
 
-/// Group `g` of a row of `nb` blocks of `bytes` bytes at `p`: in place, or (the last, partial
-/// group) copied into the zeroed `tail`, as the single-row kernels do.
+/// Adds group-sized (four-block) products of one weight group at `x` and the groups at `ys`.
 #[inline]
-unsafe fn group(p: *const u8, g: usize, nb: usize, bytes: usize, tail: &mut [u8]) -> *const u8 {
-    let start = p.add(g * 4 * bytes);
-    let rest = nb - 4 * g;
-    if rest >= 4 {
-        return start;
-    }
-    ::core::ptr::copy_nonoverlapping(start, tail.as_mut_ptr(), rest * bytes);
-    tail.as_ptr()
-}
-
-/// `out[r] = dot_q5_0(w, a + r * stride, nb)` for the `R` rows `r`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_q5_0_xn<const R: usize>(w: *const u8, a: *const u8, stride: usize, nb: usize, out: &mut [f32]) {
-    let mut acc: [Acc; R] = core::array::from_fn(|_| Acc::new());
-    let mut wt = [0u8; 4 * Q5_0];
-    let mut at = [[0u8; 4 * Q8_0]; R];
-    for g in 0..nb.div_ceil(4) {
-        let x = group(w, g, nb, Q5_0, &mut wt);
-        let hx = halves(x, Q5_0);
-        let mut q = [_mm512_setzero_si512(); 2];
-        for (k, q) in q.iter_mut().enumerate() {
-            let x0 = x.add(2 * k * Q5_0);
-            *q = fifth_bits2(nibbles2(x0.add(6), x0.add(Q5_0 + 6)), x0.add(2), x0.add(Q5_0 + 2));
-        }
-        for r in 0..R {
-            let y = group(a.add(r * stride), g, nb, Q8_0, &mut at[r]);
-            let sc = scales_from_halves(hx, halves(y, Q8_0));
-            for (k, scale) in [sc.0, sc.1].into_iter().enumerate() {
-                let y0 = y.add(2 * k * Q8_0);
-                acc[r].add(k, dot_off(q[k], bytes2(y0.add(2), y0.add(Q8_0 + 2)), 16), scale);
-            }
-        }
-    }
-    for (o, acc) in out.iter_mut().zip(acc) {
-        *o = acc.sum();
+unsafe fn group_q5_0_xn<const R: usize>(x: *const u8, ys: &[*const u8; R], acc: &mut [Acc; R]) {
+    let hx = halves(x, Q5_0);
+    let x1 = x.add(2 * Q5_0);
+    // The weights as signed `q - 16` and the activations as unsigned `y + 128`:
+    // `Σ (y + 128)(q - 16) - 128 Σ (q - 16)` is `Σ y (q - 16)` exactly (what `dot_off` gives),
+    // and its second term depends on the weights alone, so it is computed once for all rows.
+    let (sixteen, bias) = (_mm512_set1_epi8(16), _mm512_set1_epi8(-128));
+    let s0 = _mm512_sub_epi8(fifth_bits2(nibbles2(x.add(6), x.add(Q5_0 + 6)), x.add(2), x.add(Q5_0 + 2)), sixteen);
+    let s1 = _mm512_sub_epi8(fifth_bits2(nibbles2(x1.add(6), x1.add(Q5_0 + 6)), x1.add(2), x1.add(Q5_0 + 2)), sixteen);
+    let zero = _mm512_setzero_si512();
+    let (c0, c1) = (_mm512_dpbusd_epi32(zero, bias, s0), _mm512_dpbusd_epi32(zero, bias, s1));
+    for r in 0..R {
+        let (y, y1) = (ys[r], ys[r].add(2 * Q8_0));
+        let sc = scales_from_halves(hx, halves(y, Q8_0));
+        let u0 = _mm512_xor_si512(bytes2(y.add(2), y.add(Q8_0 + 2)), bias);
+        let u1 = _mm512_xor_si512(bytes2(y1.add(2), y1.add(Q8_0 + 2)), bias);
+        acc[r].add(0, _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, u0, s0), c0), sc.0);
+        acc[r].add(1, _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, u1, s1), c1), sc.1);
     }
 }
 
-/// `out[r] = dot_q8_0(w, a + r * stride, nb)` for the `R` rows `r`.
+/// The same for Q8_0 weights (the single-row kernel's chained accumulator, block by block).
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_q8_0_xn<const R: usize>(w: *const u8, a: *const u8, stride: usize, nb: usize, out: &mut [f32]) {
-    let mut acc: [Chain; R] = core::array::from_fn(|_| Chain::new());
-    let mut wt = [0u8; 4 * Q8_0];
-    let mut at = [[0u8; 4 * Q8_0]; R];
-    for g in 0..nb.div_ceil(4) {
-        let x = group(w, g, nb, Q8_0, &mut wt);
-        let hx = halves(x, Q8_0);
-        let mut q = [_mm256_setzero_si256(); 4];
-        let mut magnitude = [_mm256_setzero_si256(); 4];
+unsafe fn group_q8_0_xn<const R: usize>(x: *const u8, ys: &[*const u8; R], acc: &mut [Chain; R]) {
+    let hx = halves(x, Q8_0);
+    let q: [__m256i; 4] = core::array::from_fn(|k| load256(x.add(k * Q8_0 + 2)));
+    let magnitude: [__m256i; 4] = core::array::from_fn(|k| _mm256_sign_epi8(q[k], q[k]));
+    for r in 0..R {
+        let y = ys[r];
+        let v = _mm256_cvtph_ps(_mm_set_epi64x(halves(y, Q8_0) as i64, hx as i64));
+        let d = _mm256_castps128_ps256(_mm_mul_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v)));
         for k in 0..4 {
-            q[k] = load256(x.add(k * Q8_0 + 2));
-            magnitude[k] = _mm256_sign_epi8(q[k], q[k]);
+            let v = load256(y.add(k * Q8_0 + 2));
+            let sumi = _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitude[k], _mm256_sign_epi8(v, q[k]));
+            acc[r].add(sumi, _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(k as i32)));
         }
-        for r in 0..R {
-            let y = group(a.add(r * stride), g, nb, Q8_0, &mut at[r]);
-            let hy = halves(y, Q8_0);
-            let v = _mm256_cvtph_ps(_mm_set_epi64x(hy as i64, hx as i64));
-            let d = _mm256_castps128_ps256(_mm_mul_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v)));
-            for k in 0..4 {
-                let v = load256(y.add(k * Q8_0 + 2));
-                let sumi = _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitude[k], _mm256_sign_epi8(v, q[k]));
-                acc[r].add(sumi, _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(k as i32)));
-            }
-        }
-    }
-    for (o, acc) in out.iter_mut().zip(acc) {
-        *o = acc.sum();
     }
 }
+
+/// Defines `$name::<R>(w, a, stride, nb, out)`: `out[r]` = the row of `nb` blocks at `w` dotted
+/// with the row at `a + r * stride`, group by group through `$group`; the last, partial group
+/// is copied into zeroed buffers, as the single-row kernels do.
+macro_rules! rows_kernel {
+    ($name:ident => $group:ident, $acc:ident, $wb:expr) => {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+        unsafe fn $name<const R: usize>(w: *const u8, a: *const u8, stride: usize, nb: usize, out: &mut [f32]) {
+            let mut acc: [$acc; R] = core::array::from_fn(|_| $acc::new());
+            let full = nb / 4;
+            for g in 0..full {
+                let ys: [*const u8; R] = core::array::from_fn(|r| a.add(r * stride + g * 4 * Q8_0));
+                $group(w.add(g * 4 * $wb), &ys, &mut acc);
+            }
+            let rest = nb - 4 * full;
+            if rest > 0 {
+                let mut wt = [0u8; 4 * $wb];
+                let mut at = [[0u8; 4 * Q8_0]; R];
+                ::core::ptr::copy_nonoverlapping(w.add(full * 4 * $wb), wt.as_mut_ptr(), rest * $wb);
+                for (r, t) in at.iter_mut().enumerate() {
+                    ::core::ptr::copy_nonoverlapping(a.add(r * stride + full * 4 * Q8_0), t.as_mut_ptr(), rest * Q8_0);
+                }
+                let ys: [*const u8; R] = core::array::from_fn(|r| at[r].as_ptr());
+                $group(wt.as_ptr(), &ys, &mut acc);
+            }
+            for (o, acc) in out.iter_mut().zip(acc) {
+                *o = acc.sum();
+            }
+        }
+    };
+}
+
+rows_kernel!(dot_q5_0_xn => group_q5_0_xn, Acc, Q5_0);
+rows_kernel!(dot_q8_0_xn => group_q8_0_xn, Chain, Q8_0);
 
 macro_rules! rows_entry {
     ($name:ident => $xn:ident, $wb:expr) => {
