@@ -107,8 +107,9 @@ pub type DequantizeFn = fn(&[u8], &mut [f32]);
 pub type QuantizeFn = fn(&[f32], &mut [u8]);
 /// Dot product of a weight row with an activation row (raw bytes), same element count.
 pub type VecDotFn = fn(&[u8], &[u8]) -> f32;
-/// A weight row dotted with each of `out.len()` activation rows of `stride` bytes:
-/// `(weight row, activation rows, stride, out)`; each result has the bits [`VecDotFn`] gives.
+/// Several weight rows dotted with each of several activation rows of `stride` bytes:
+/// `(weight rows, activation rows, stride, out)` with `out[b * weight_rows + i]` for activation
+/// row `b` and weight row `i`; each result has the bits [`VecDotFn`] gives.
 pub type VecDotRowsFn = fn(&[u8], &[u8], usize, &mut [f32]);
 
 /// Row kernels of one SIMD tier for one type, over raw little-endian bytes.

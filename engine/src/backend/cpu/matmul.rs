@@ -120,16 +120,16 @@ pub fn matmul(w: &WeightMatrix, x: &[f32], batch: usize, y: &mut [f32]) -> Resul
             let r0 = c * chunk;
             let r1 = (r0 + chunk).min(rows);
             let mut out = vec![0.0f32; (r1 - r0) * batch];
-            let mut dots = vec![0.0f32; batch];
-            for r in r0..r1 {
-                let wr = w.row(r);
-                match ops.vec_dot_rows {
-                    // the weight row unpacked once for the whole batch (same bits)
-                    Some(rows) => rows(wr, act, act_row_bytes, &mut dots),
-                    None => dots.iter_mut().zip(act.chunks_exact(act_row_bytes)).for_each(|(d, a)| *d = vec_dot(wr, a)),
-                }
-                for (b, &d) in dots.iter().enumerate() {
-                    out[b * (r1 - r0) + (r - r0)] = d;
+            match ops.vec_dot_rows {
+                // the block of weight rows against the whole batch at once (same bits)
+                Some(rows) => rows(&w.data[r0 * w.row_bytes()..r1 * w.row_bytes()], act, act_row_bytes, &mut out),
+                None => {
+                    for r in r0..r1 {
+                        let wr = w.row(r);
+                        for (b, a) in act.chunks_exact(act_row_bytes).enumerate() {
+                            out[b * (r1 - r0) + (r - r0)] = vec_dot(wr, a);
+                        }
+                    }
                 }
             }
             out

@@ -1,14 +1,15 @@
 //! Q5_0 and Q8_0 weight rows dotted with several activation rows at once (the batched matmul of
-//! decoding many sequences together): each group of four weight blocks is unpacked once and
-//! then dotted with up to four activation rows. Every activation row gets its own accumulator
-//! that goes through exactly the steps of the single-row kernel with the same exact integer
-//! block sums, so each result has the same bits as the single-row kernels (`dot_q5_0`,
-//! `dot_q8_0`) on that row alone. Q5_0's integer sums are formed with the weight-only offset
-//! term shared by the rows (see `group_q5_0_xn`).
+//! decoding many sequences together). Q5_0: a call takes a block of weight rows, prepares four
+//! activation rows once (quants as unsigned `y + 128`, scales spread over their lanes) and runs
+//! every weight row over them, each weight group unpacked once for the four. Q8_0: each weight
+//! group is unpacked once for four activation rows. Every activation row gets its own
+//! accumulator that goes through exactly the steps of the single-row kernel, with the same exact
+//! integer block sums and the same scale products, so each result has the same bits as the
+//! single-row kernels (`dot_q5_0`, `dot_q8_0`) on that row alone.
 
 use core::arch::x86_64::*;
 
-use super::{bytes2, fifth_bits2, load256, nibbles2, scales_from_halves, Acc};
+use super::{bytes2, fifth_bits2, load256, nibbles2, spread, Acc};
 use crate::quant::x86::common::{le16, Chain, Q5_0, Q8_0};
 
 /// Activation rows per pass: four accumulators of two vectors stay in registers.
@@ -20,27 +21,76 @@ unsafe fn halves(p: *const u8, bytes: usize) -> u64 {
     le16(p) | le16(p.add(bytes)) << 16 | le16(p.add(2 * bytes)) << 32 | le16(p.add(3 * bytes)) << 48
 }
 
-/// Adds group-sized (four-block) products of one weight group at `x` and the groups at `ys`.
+/// One activation row's group of four blocks, made ready once per call for every weight row:
+/// the quants as unsigned `y + 128` (two blocks per vector) and the blocks' `d` spread over the
+/// lanes of their block pair (as the single-row kernel spreads its scale products).
+#[derive(Clone, Copy)]
+struct PreparedGroup {
+    u: [__m512i; 2],
+    d: [__m512; 2],
+}
+
+/// The four `d` of the halves `h` (low first), two blocks per vector, eight lanes each.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_q5_0_xn<const R: usize>(x: *const u8, ys: &[*const u8; R], acc: &mut [Acc; R]) {
-    let hx = halves(x, Q5_0);
-    let x1 = x.add(2 * Q5_0);
-    // The weights as signed `q - 16` and the activations as unsigned `y + 128`:
-    // `Σ (y + 128)(q - 16) - 128 Σ (q - 16)` is `Σ y (q - 16)` exactly (what `dot_off` gives),
-    // and its second term depends on the weights alone, so it is computed once for all rows.
-    let (sixteen, bias) = (_mm512_set1_epi8(16), _mm512_set1_epi8(-128));
-    let s0 = _mm512_sub_epi8(fifth_bits2(nibbles2(x.add(6), x.add(Q5_0 + 6)), x.add(2), x.add(Q5_0 + 2)), sixteen);
-    let s1 = _mm512_sub_epi8(fifth_bits2(nibbles2(x1.add(6), x1.add(Q5_0 + 6)), x1.add(2), x1.add(Q5_0 + 2)), sixteen);
-    let zero = _mm512_setzero_si512();
-    let (c0, c1) = (_mm512_dpbusd_epi32(zero, bias, s0), _mm512_dpbusd_epi32(zero, bias, s1));
-    for r in 0..R {
-        let (y, y1) = (ys[r], ys[r].add(2 * Q8_0));
-        let sc = scales_from_halves(hx, halves(y, Q8_0));
-        let u0 = _mm512_xor_si512(bytes2(y.add(2), y.add(Q8_0 + 2)), bias);
-        let u1 = _mm512_xor_si512(bytes2(y1.add(2), y1.add(Q8_0 + 2)), bias);
-        acc[r].add(0, _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, u0, s0), c0), sc.0);
-        acc[r].add(1, _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, u1, s1), c1), sc.1);
+unsafe fn spread_halves(h: u64) -> [__m512; 2] {
+    let d = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi64x(0, h as i64)));
+    [spread(d, 0, 1), spread(d, 2, 3)]
+}
+
+/// Appends the prepared groups of the activation row of `nb` blocks at `a` to `out` (the last,
+/// partial group read from a zeroed copy, as the single-row kernels do).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn prepare_row(a: *const u8, nb: usize, out: &mut Vec<PreparedGroup>) {
+    let bias = _mm512_set1_epi8(-128);
+    let mut tail = [0u8; 4 * Q8_0];
+    for g in 0..nb.div_ceil(4) {
+        let mut y = a.add(g * 4 * Q8_0);
+        let rest = nb - 4 * g;
+        if rest < 4 {
+            ::core::ptr::copy_nonoverlapping(y, tail.as_mut_ptr(), rest * Q8_0);
+            y = tail.as_ptr();
+        }
+        let y1 = y.add(2 * Q8_0);
+        let u = [_mm512_xor_si512(bytes2(y.add(2), y.add(Q8_0 + 2)), bias), _mm512_xor_si512(bytes2(y1.add(2), y1.add(Q8_0 + 2)), bias)];
+        out.push(PreparedGroup { u, d: spread_halves(halves(y, Q8_0)) });
+    }
+}
+
+/// `out[r * n_w + i]` = Q5_0 weight row `i` (of `n_w` rows of `nb` blocks at `w`) dotted with
+/// the `R` activation rows whose groups `prep` holds (row after row). The weights are taken as
+/// signed `q - 16`: `Σ (y + 128)(q - 16) - 128 Σ (q - 16)` is `Σ y (q - 16)` exactly, and its
+/// second term depends on the weights alone. A block pair's scale is `d_w * d_a` per lane, the
+/// single-row kernel's product.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_q5_0_prepared<const R: usize>(w: *const u8, n_w: usize, nb: usize, prep: &[PreparedGroup], out: &mut [f32]) {
+    let groups = nb.div_ceil(4);
+    let (sixteen, bias, zero) = (_mm512_set1_epi8(16), _mm512_set1_epi8(-128), _mm512_setzero_si512());
+    for i in 0..n_w {
+        let row = w.add(i * nb * Q5_0);
+        let mut acc: [Acc; R] = core::array::from_fn(|_| Acc::new());
+        let mut wt = [0u8; 4 * Q5_0];
+        for g in 0..groups {
+            let mut x = row.add(g * 4 * Q5_0);
+            let rest = nb - 4 * g;
+            if rest < 4 {
+                ::core::ptr::copy_nonoverlapping(x, wt.as_mut_ptr(), rest * Q5_0);
+                x = wt.as_ptr();
+            }
+            let x1 = x.add(2 * Q5_0);
+            let s0 = _mm512_sub_epi8(fifth_bits2(nibbles2(x.add(6), x.add(Q5_0 + 6)), x.add(2), x.add(Q5_0 + 2)), sixteen);
+            let s1 = _mm512_sub_epi8(fifth_bits2(nibbles2(x1.add(6), x1.add(Q5_0 + 6)), x1.add(2), x1.add(Q5_0 + 2)), sixteen);
+            let (c0, c1) = (_mm512_dpbusd_epi32(zero, bias, s0), _mm512_dpbusd_epi32(zero, bias, s1));
+            let dw = spread_halves(halves(x, Q5_0));
+            for r in 0..R {
+                let p = &prep[r * groups + g];
+                acc[r].add(0, _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, p.u[0], s0), c0), _mm512_mul_ps(dw[0], p.d[0]));
+                acc[r].add(1, _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, p.u[1], s1), c1), _mm512_mul_ps(dw[1], p.d[1]));
+            }
+        }
+        for (r, acc) in acc.into_iter().enumerate() {
+            out[r * n_w + i] = acc.sum();
+        }
     }
 }
 
@@ -94,44 +144,81 @@ macro_rules! rows_kernel {
     };
 }
 
-rows_kernel!(dot_q5_0_xn => group_q5_0_xn, Acc, Q5_0);
 rows_kernel!(dot_q8_0_xn => group_q8_0_xn, Chain, Q8_0);
 
-macro_rules! rows_entry {
-    ($name:ident => $xn:ident, $wb:expr) => {
-        /// `out[r]` = the weight row `w` dotted with activation row `r` of `acts` (rows of
-        /// `stride` bytes), four rows per pass and the remaining one to three in a last pass.
-        pub(in crate::quant::x86::avx512) fn $name(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
-            let nb = crate::quant::x86::common::blocks(w.len(), $wb, stride, Q8_0);
-            assert_eq!(acts.len(), out.len() * stride, "{} activation bytes for {} rows of {stride}", acts.len(), out.len());
-            for (chunk, rows) in out.chunks_mut(ROWS).zip(acts.chunks(ROWS * stride)) {
-                let (w, a) = (w.as_ptr(), rows.as_ptr());
-                // SAFETY: dispatch hands out this tier's kernels only after detecting every
-                // feature they enable; `blocks` checked that the weight row and each `stride`
-                // activation row hold `nb` whole blocks, and `rows` holds one per output.
-                unsafe {
-                    match chunk.len() {
-                        4 => $xn::<4>(w, a, stride, nb, chunk),
-                        3 => $xn::<3>(w, a, stride, nb, chunk),
-                        2 => $xn::<2>(w, a, stride, nb, chunk),
-                        _ => $xn::<1>(w, a, stride, nb, chunk),
-                    }
-                }
-            }
-        }
-    };
+/// Checks a call's operands: `(nb, n_w, batch)` for weight rows of `wb`-byte blocks.
+fn shape(w: &[u8], wb: usize, acts: &[u8], stride: usize, out: &[f32]) -> (usize, usize, usize) {
+    assert!(stride > 0 && stride.is_multiple_of(Q8_0), "activation rows of {stride} bytes");
+    let nb = stride / Q8_0;
+    assert!(w.len().is_multiple_of(nb * wb) && acts.len().is_multiple_of(stride), "{} weight bytes, {} activation bytes", w.len(), acts.len());
+    let (n_w, batch) = (w.len() / (nb * wb), acts.len() / stride);
+    assert_eq!(out.len(), n_w * batch, "{n_w} weight rows x {batch} activation rows");
+    (nb, n_w, batch)
 }
 
-rows_entry!(vec_dot_rows_q5_0 => dot_q5_0_xn, Q5_0);
-rows_entry!(vec_dot_rows_q8_0 => dot_q8_0_xn, Q8_0);
+/// `out[b * n_w + i]` = Q5_0 weight row `i` of `w` dotted with activation row `b` of `acts`
+/// (rows of `stride` bytes); four activation rows are prepared at a time, once for all the
+/// weight rows.
+pub(in crate::quant::x86::avx512) fn vec_dot_rows_q5_0(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
+    let (nb, n_w, batch) = shape(w, Q5_0, acts, stride, out);
+    let mut prep = Vec::with_capacity(ROWS * nb.div_ceil(4));
+    for c in 0..batch.div_ceil(ROWS) {
+        let rows = (batch - c * ROWS).min(ROWS);
+        prep.clear();
+        for r in 0..rows {
+            // SAFETY: dispatch hands out this tier's kernels only after detecting every feature
+            // they enable; `shape` checked that activation row `c * ROWS + r` holds `nb` blocks.
+            unsafe { prepare_row(acts[(c * ROWS + r) * stride..].as_ptr(), nb, &mut prep) };
+        }
+        let (w, chunk) = (w.as_ptr(), &mut out[c * ROWS * n_w..(c * ROWS + rows) * n_w]);
+        // SAFETY: as above; `w` holds `n_w` rows of `nb` blocks, `prep` the groups of `rows`
+        // activation rows, and `chunk` their `rows * n_w` outputs.
+        unsafe {
+            match rows {
+                4 => dot_q5_0_prepared::<4>(w, n_w, nb, &prep, chunk),
+                3 => dot_q5_0_prepared::<3>(w, n_w, nb, &prep, chunk),
+                2 => dot_q5_0_prepared::<2>(w, n_w, nb, &prep, chunk),
+                _ => dot_q5_0_prepared::<1>(w, n_w, nb, &prep, chunk),
+            }
+        }
+    }
+}
+
+/// `out[b * n_w + i]` = Q8_0 weight row `i` of `w` dotted with activation row `b` of `acts`,
+/// each weight group unpacked once for four activation rows.
+pub(in crate::quant::x86::avx512) fn vec_dot_rows_q8_0(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
+    let (nb, n_w, batch) = shape(w, Q8_0, acts, stride, out);
+    let mut dots = [0.0f32; ROWS];
+    for i in 0..n_w {
+        let row = w[i * nb * Q8_0..].as_ptr();
+        for c in 0..batch.div_ceil(ROWS) {
+            let rows = (batch - c * ROWS).min(ROWS);
+            let a = acts[c * ROWS * stride..].as_ptr();
+            // SAFETY: dispatch hands out this tier's kernels only after detecting every feature
+            // they enable; `shape` checked that the weight row and the `rows` activation rows
+            // at `a` hold `nb` whole blocks each.
+            unsafe {
+                match rows {
+                    4 => dot_q8_0_xn::<4>(row, a, stride, nb, &mut dots),
+                    3 => dot_q8_0_xn::<3>(row, a, stride, nb, &mut dots),
+                    2 => dot_q8_0_xn::<2>(row, a, stride, nb, &mut dots),
+                    _ => dot_q8_0_xn::<1>(row, a, stride, nb, &mut dots),
+                }
+            }
+            for (r, &d) in dots[..rows].iter().enumerate() {
+                out[(c * ROWS + r) * n_w + i] = d;
+            }
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::quant::{ops_for, GgmlType, Isa};
 
-    /// Every result equals the single-row kernel's, bit for bit, for row lengths with and without
-    /// a partial last group and batch sizes with and without a remainder.
+    /// Every result equals the single-row kernel's, bit for bit, for several weight rows, row
+    /// lengths with and without a partial last group, and batches with and without a remainder.
     #[test]
     fn several_rows_give_the_single_row_bits() {
         if !Isa::Avx512.is_available() {
@@ -146,10 +233,13 @@ mod tests {
                 (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
             };
             for nb in [1usize, 3, 4, 7, 28, 33] {
-                let n = nb * 32;
-                let w_vals: Vec<f32> = (0..n).map(|_| next()).collect();
-                let mut w = vec![0u8; ty.row_bytes(n).unwrap()];
-                (ops.quantize)(&w_vals, &mut w);
+                let (n, n_w) = (nb * 32, 3);
+                let rb = ty.row_bytes(n).unwrap();
+                let mut w = vec![0u8; rb * n_w];
+                for dst in w.chunks_exact_mut(rb) {
+                    let vals: Vec<f32> = (0..n).map(|_| next()).collect();
+                    (ops.quantize)(&vals, dst);
+                }
                 for batch in [1usize, 4, 5, 11] {
                     let stride = GgmlType::Q8_0.row_bytes(n).unwrap();
                     let mut acts = vec![0u8; batch * stride];
@@ -157,10 +247,13 @@ mod tests {
                         let vals: Vec<f32> = (0..n).map(|_| next() * 4.0).collect();
                         (act.quantize_activations)(&vals, row);
                     }
-                    let mut out = vec![0.0f32; batch];
+                    let mut out = vec![0.0f32; batch * n_w];
                     rows_fn(&w, &acts, stride, &mut out);
                     for (b, row) in acts.chunks_exact(stride).enumerate() {
-                        assert_eq!(out[b].to_bits(), (ops.vec_dot)(&w, row).to_bits(), "{ty} nb={nb} batch={batch} row {b}");
+                        for (i, wr) in w.chunks_exact(rb).enumerate() {
+                            let single = (ops.vec_dot)(wr, row);
+                            assert_eq!(out[b * n_w + i].to_bits(), single.to_bits(), "{ty} nb={nb} batch={batch} row {b} weight {i}");
+                        }
                     }
                 }
             }
