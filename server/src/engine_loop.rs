@@ -30,13 +30,13 @@ use crate::prefix_cache::PrefixCache;
 use crate::worker::{EngineState, LoopConfig, Msg, SeqEvent, SeqSpec, Ticket};
 
 /// The scheduler's view in `/metrics` (one set per model).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct LoopMetrics {
     pub queue_depth: Gauge,
     pub running: Gauge,
     pub kv_blocks_used: Gauge,
     pub kv_blocks_capacity: Gauge,
-    pub batch_size: Option<Histogram>,
+    pub batch_size: Histogram,
     pub prefix_lookups: Counter,
     pub prefix_hits: Counter,
     pub prompt_tokens: Counter,
@@ -229,21 +229,15 @@ impl EngineLoop {
             let prompt_len = self.waiting[i].spec.prompt.len();
             if prompt_len == 0 || prompt_len >= n_ctx {
                 let w = self.waiting.remove(i).expect("in range");
-                let e = ApiError {
-                    code: Some("context_length_exceeded"),
-                    ..ApiError::invalid(format!("the prompt has {prompt_len} tokens but the context holds {n_ctx}"))
-                };
-                self.fail(w.group, w.index, e);
+                let e = format!("the prompt has {prompt_len} tokens but the context holds {n_ctx}");
+                self.fail(w.group, w.index, ApiError::context_length_exceeded(None, e));
                 continue;
             }
             let total = (prompt_len + self.waiting[i].spec.params.max_tokens).min(n_ctx);
             if blocks(total) + 1 > self.capacity_blocks {
                 let w = self.waiting.remove(i).expect("in range");
-                let e = ApiError {
-                    code: Some("context_length_exceeded"),
-                    ..ApiError::invalid(format!("the request needs {total} positions of KV cache, more than the server's {}", self.capacity_blocks * BLOCK_POSITIONS))
-                };
-                self.fail(w.group, w.index, e);
+                let e = format!("the request needs {total} positions of KV cache, more than the server's {}", self.capacity_blocks * BLOCK_POSITIONS);
+                self.fail(w.group, w.index, ApiError::context_length_exceeded(None, e));
                 continue;
             }
             let prompt = self.waiting[i].spec.prompt.clone();
@@ -420,9 +414,7 @@ impl EngineLoop {
             finished.push((i, None));
         }
         if !batch.is_empty() {
-            if let Some(h) = &self.metrics.batch_size {
-                h.observe(in_batch as f64);
-            }
+            self.metrics.batch_size.observe(in_batch as f64);
             match self.state.model.forward(&mut self.kv, &batch) {
                 Ok(logits) => {
                     let tokenizer = self.state.model.tokenizer();
@@ -489,9 +481,7 @@ impl EngineLoop {
                 r.usage.accepted_tokens += round.accepted;
                 self.metrics.draft_tokens.inc_by(round.drafted as u64);
                 self.metrics.draft_tokens_accepted.inc_by(round.accepted as u64);
-                if let Some(h) = &self.metrics.batch_size {
-                    h.observe(1.0);
-                }
+                self.metrics.batch_size.observe(1.0);
                 let done = r.decoder.is_finished();
                 for event in round.events {
                     self.emit(0, event);

@@ -30,6 +30,15 @@ impl ApiError {
         ApiError { status, message: message.into(), kind, param: None, code: None, allow: None }
     }
 
+    /// 400 `context_length_exceeded`: the request needs more positions than there are.
+    pub fn context_length_exceeded(param: Option<&str>, message: impl Into<String>) -> ApiError {
+        let e = match param {
+            Some(p) => ApiError::invalid_param(p, message),
+            None => ApiError::invalid(message),
+        };
+        ApiError { code: Some("context_length_exceeded"), ..e }
+    }
+
     /// 400: the request is malformed or a value is out of range.
     pub fn invalid(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
@@ -109,9 +118,7 @@ impl From<GenerateError> for ApiError {
     fn from(e: GenerateError) -> ApiError {
         match &e {
             GenerateError::EmptyPrompt => ApiError::invalid_param("messages", e.to_string()),
-            GenerateError::PromptTooLong { .. } => {
-                ApiError { code: Some("context_length_exceeded"), ..ApiError::invalid_param("messages", e.to_string()) }
-            }
+            GenerateError::PromptTooLong { .. } => ApiError::context_length_exceeded(Some("messages"), e.to_string()),
             GenerateError::Sampling(_) | GenerateError::TooManyLogprobs(_) => ApiError::invalid(e.to_string()),
             GenerateError::Constraint(_) => ApiError::invalid_param("response_format", e.to_string()),
             GenerateError::Cancelled => ApiError::server("the request was cancelled"),

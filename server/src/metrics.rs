@@ -119,7 +119,7 @@ impl Metrics {
             running: f.running.get_or_create(&labels).clone(),
             kv_blocks_used: f.kv_blocks_used.get_or_create(&labels).clone(),
             kv_blocks_capacity: f.kv_blocks_capacity.get_or_create(&labels).clone(),
-            batch_size: Some(f.batch_size.get_or_create(&labels).clone()),
+            batch_size: f.batch_size.get_or_create(&labels).clone(),
             prefix_lookups: f.prefix_lookups.get_or_create(&labels).clone(),
             prefix_hits: f.prefix_hits.get_or_create(&labels).clone(),
             prompt_tokens: f.prompt_tokens.get_or_create(&labels).clone(),

@@ -154,17 +154,6 @@ impl Generation {
         }
         done.into_iter().map(|c| c.ok_or_else(|| ApiError::server("the engine thread stopped"))).collect()
     }
-
-    /// The same, without an async runtime (the batch scheduler's handler threads).
-    pub fn collect_blocking(mut self) -> Result<Vec<Completion>, ApiError> {
-        let mut done: Vec<Option<Completion>> = (0..self.n).map(|_| None).collect();
-        while let Some(event) = self.events.blocking_recv() {
-            if let SeqEvent::Done { index, result } = event {
-                done[index] = Some(result?);
-            }
-        }
-        done.into_iter().map(|c| c.ok_or_else(|| ApiError::server("the engine thread stopped"))).collect()
-    }
 }
 
 pub struct Worker {

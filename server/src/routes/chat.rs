@@ -5,7 +5,7 @@
 //! chunk when asked, `[DONE]`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use engine::chat::{parse_tool_calls, tokenize_rendered, ChatInput};
 use engine::generate::{FinishReason, Usage};
@@ -16,7 +16,7 @@ use engine::tokenizer::Tokenizer;
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
-use super::generation::{add_usage, blocking, completion_object, output, params_for, random_id, submit, unix_now, usage_json};
+use super::generation::{add_usage, blocking, completion_object, next_event, output, params_for, random_id, submit, unix_now, usage_json};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
 use crate::params::{boolean, common, integer, model_id, CommonParams};
@@ -319,10 +319,6 @@ pub fn logprobs_json(tokenizer: &Tokenizer, logprobs: &[TokenLogprob]) -> Value 
     json!({"content": content, "refusal": null})
 }
 
-/// How long a stream may stay silent (a long prompt being read) before a comment line keeps
-/// proxies from timing out.
-const PING_INTERVAL: Duration = Duration::from_secs(5);
-
 struct StreamCtx {
     id: String,
     created: u64,
@@ -337,23 +333,6 @@ impl StreamCtx {
             c["usage"] = usage.unwrap_or(Value::Null);
         }
         c
-    }
-}
-
-/// The next event of `generation`, or `None` when the client has gone (dropping the generation
-/// then cancels it) or every output is done. A comment line goes out after each silent
-/// [`PING_INTERVAL`].
-pub async fn next_event(generation: &mut Generation, sse: &SseSender) -> Option<SeqEvent> {
-    loop {
-        tokio::select! {
-            event = generation.next() => return event,
-            _ = sse.closed() => return None,
-            _ = tokio::time::sleep(PING_INTERVAL) => {
-                if !sse.ping().await {
-                    return None;
-                }
-            }
-        }
     }
 }
 

@@ -15,8 +15,7 @@ use engine::tokenizer::{TokenId, Tokenizer};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
-use super::chat::next_event;
-use super::generation::{add_usage, blocking, completion_object, output, params_for, random_id, submit, unix_now, usage_json};
+use super::generation::{add_usage, blocking, completion_object, next_event, output, params_for, random_id, submit, unix_now, usage_json};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
 use crate::params::{boolean, common, inputs, integer, model_id, CommonParams, Inputs};

@@ -1,8 +1,10 @@
 //! What chat and text completions share: the generation parameters of each output, submission
-//! to the model's continuous batch (through the batch scheduler when one is attached), the
-//! completion object and its usage, ids and timestamps.
+//! to the model's continuous batch (through the batch scheduler when one is attached), reading a
+//! stream's events while watching its client, the completion object and its usage, ids and
+//! timestamps.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use engine::generate::{GenerateParams, Usage};
 use engine::grammar::Constraint;
@@ -13,7 +15,8 @@ use crate::batch_scheduler::{BatchError, BatchRequest, Phase};
 use crate::error::ApiError;
 use crate::params::CommonParams;
 use crate::registry::ModelEntry;
-use crate::worker::{Generation, SeqSpec, Worker};
+use crate::http::SseSender;
+use crate::worker::{Generation, SeqEvent, SeqSpec, Worker};
 use crate::AppState;
 
 /// The generation parameters of output `choice` of a request whose prompt has `prompt_len`
@@ -29,10 +32,7 @@ pub fn params_for(
 ) -> Result<GenerateParams, ApiError> {
     let n_ctx = worker.config().n_ctx;
     if prompt_len >= n_ctx {
-        return Err(ApiError {
-            code: Some("context_length_exceeded"),
-            ..ApiError::invalid_param("messages", format!("the prompt has {prompt_len} tokens but the context holds {n_ctx}"))
-        });
+        return Err(ApiError::context_length_exceeded(Some("messages"), format!("the prompt has {prompt_len} tokens but the context holds {n_ctx}")));
     }
     let room = n_ctx - prompt_len;
     let constraint = match format {
@@ -78,6 +78,27 @@ pub async fn submit(state: &AppState, entry: &Arc<ModelEntry>, seqs: Vec<SeqSpec
 /// for its own outputs (and cancels them if its client goes away).
 pub fn submit_batch(batch: Vec<BatchRequest<(Arc<ModelEntry>, Vec<SeqSpec>)>>) -> Vec<Result<Generation, ApiError>> {
     batch.into_iter().map(|r| r.payload.0.worker.generate(r.payload.1)).collect()
+}
+
+/// How long a stream may stay silent (a long prompt being read) before a comment line keeps
+/// proxies from timing out.
+const PING_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The next event of `generation`, or `None` when the client has gone (dropping the generation
+/// then cancels it) or every output is done. A comment line goes out after each silent
+/// [`PING_INTERVAL`].
+pub async fn next_event(generation: &mut Generation, sse: &SseSender) -> Option<SeqEvent> {
+    loop {
+        tokio::select! {
+            event = generation.next() => return event,
+            _ = sse.closed() => return None,
+            _ = tokio::time::sleep(PING_INTERVAL) => {
+                if !sse.ping().await {
+                    return None;
+                }
+            }
+        }
+    }
 }
 
 /// Adds output `index`'s usage to its request's, outputs being `n` per prompt: a prompt's tokens

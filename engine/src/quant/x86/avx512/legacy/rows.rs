@@ -21,6 +21,18 @@ unsafe fn halves(p: *const u8, bytes: usize) -> u64 {
     le16(p) | le16(p.add(bytes)) << 16 | le16(p.add(2 * bytes)) << 32 | le16(p.add(3 * bytes)) << 48
 }
 
+/// Group `g` of the row of `nb` blocks of `bytes` bytes at `p`: in place when whole; the last,
+/// partial group is copied into `tail` (zero beyond the copy), as the single-row kernels read it.
+#[inline]
+unsafe fn group_at(p: *const u8, g: usize, nb: usize, bytes: usize, tail: &mut [u8]) -> *const u8 {
+    let (start, rest) = (p.add(g * 4 * bytes), nb - 4 * g);
+    if rest >= 4 {
+        return start;
+    }
+    ::core::ptr::copy_nonoverlapping(start, tail.as_mut_ptr(), rest * bytes);
+    tail.as_ptr()
+}
+
 /// One activation row's group of four blocks, made ready once per call for every weight row:
 /// the quants as unsigned `y + 128` (two blocks per vector) and the blocks' `d` spread over the
 /// lanes of their block pair (as the single-row kernel spreads its scale products).
@@ -45,12 +57,7 @@ unsafe fn prepare_row(a: *const u8, nb: usize, out: &mut Vec<PreparedGroup>) {
     let bias = _mm512_set1_epi8(-128);
     let mut tail = [0u8; 4 * Q8_0];
     for g in 0..nb.div_ceil(4) {
-        let mut y = a.add(g * 4 * Q8_0);
-        let rest = nb - 4 * g;
-        if rest < 4 {
-            ::core::ptr::copy_nonoverlapping(y, tail.as_mut_ptr(), rest * Q8_0);
-            y = tail.as_ptr();
-        }
+        let y = group_at(a, g, nb, Q8_0, &mut tail);
         let y1 = y.add(2 * Q8_0);
         let u = [_mm512_xor_si512(bytes2(y.add(2), y.add(Q8_0 + 2)), bias), _mm512_xor_si512(bytes2(y1.add(2), y1.add(Q8_0 + 2)), bias)];
         out.push(PreparedGroup { u, d: spread_halves(halves(y, Q8_0)) });
@@ -71,12 +78,7 @@ unsafe fn dot_q5_0_prepared<const R: usize>(w: *const u8, n_w: usize, nb: usize,
         let mut acc: [Acc; R] = core::array::from_fn(|_| Acc::new());
         let mut wt = [0u8; 4 * Q5_0];
         for g in 0..groups {
-            let mut x = row.add(g * 4 * Q5_0);
-            let rest = nb - 4 * g;
-            if rest < 4 {
-                ::core::ptr::copy_nonoverlapping(x, wt.as_mut_ptr(), rest * Q5_0);
-                x = wt.as_ptr();
-            }
+            let x = group_at(row, g, nb, Q5_0, &mut wt);
             let x1 = x.add(2 * Q5_0);
             let s0 = _mm512_sub_epi8(fifth_bits2(nibbles2(x.add(6), x.add(Q5_0 + 6)), x.add(2), x.add(Q5_0 + 2)), sixteen);
             let s1 = _mm512_sub_epi8(fifth_bits2(nibbles2(x1.add(6), x1.add(Q5_0 + 6)), x1.add(2), x1.add(Q5_0 + 2)), sixteen);
@@ -113,38 +115,28 @@ unsafe fn group_q8_0_xn<const R: usize>(x: *const u8, ys: &[*const u8; R], acc: 
     }
 }
 
-/// Defines `$name::<R>(w, a, stride, nb, out)`: `out[r]` = the row of `nb` blocks at `w` dotted
-/// with the row at `a + r * stride`, group by group through `$group`; the last, partial group
-/// is copied into zeroed buffers, as the single-row kernels do.
-macro_rules! rows_kernel {
-    ($name:ident => $group:ident, $acc:ident, $wb:expr) => {
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-        unsafe fn $name<const R: usize>(w: *const u8, a: *const u8, stride: usize, nb: usize, out: &mut [f32]) {
-            let mut acc: [$acc; R] = core::array::from_fn(|_| $acc::new());
-            let full = nb / 4;
-            for g in 0..full {
-                let ys: [*const u8; R] = core::array::from_fn(|r| a.add(r * stride + g * 4 * Q8_0));
-                $group(w.add(g * 4 * $wb), &ys, &mut acc);
-            }
-            let rest = nb - 4 * full;
-            if rest > 0 {
-                let mut wt = [0u8; 4 * $wb];
-                let mut at = [[0u8; 4 * Q8_0]; R];
-                ::core::ptr::copy_nonoverlapping(w.add(full * 4 * $wb), wt.as_mut_ptr(), rest * $wb);
-                for (r, t) in at.iter_mut().enumerate() {
-                    ::core::ptr::copy_nonoverlapping(a.add(r * stride + full * 4 * Q8_0), t.as_mut_ptr(), rest * Q8_0);
-                }
-                let ys: [*const u8; R] = core::array::from_fn(|r| at[r].as_ptr());
-                $group(wt.as_ptr(), &ys, &mut acc);
-            }
-            for (o, acc) in out.iter_mut().zip(acc) {
-                *o = acc.sum();
-            }
-        }
-    };
+/// `out[r]` = the Q8_0 row of `nb` blocks at `w` dotted with the row at `a + r * stride`, group
+/// by group; the whole groups are read in place (no branch in the loop, so the accumulators stay
+/// in registers) and the last, partial one from zeroed copies, as the single-row kernel does.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_q8_0_xn<const R: usize>(w: *const u8, a: *const u8, stride: usize, nb: usize, out: &mut [f32]) {
+    let mut acc: [Chain; R] = core::array::from_fn(|_| Chain::new());
+    let full = nb / 4;
+    for g in 0..full {
+        let ys: [*const u8; R] = core::array::from_fn(|r| a.add(r * stride + g * 4 * Q8_0));
+        group_q8_0_xn(w.add(g * 4 * Q8_0), &ys, &mut acc);
+    }
+    if nb > 4 * full {
+        let mut wt = [0u8; 4 * Q8_0];
+        let mut at = [[0u8; 4 * Q8_0]; R];
+        let x = group_at(w, full, nb, Q8_0, &mut wt);
+        let ys: [*const u8; R] = core::array::from_fn(|r| group_at(a.add(r * stride), full, nb, Q8_0, &mut at[r]));
+        group_q8_0_xn(x, &ys, &mut acc);
+    }
+    for (o, acc) in out.iter_mut().zip(acc) {
+        *o = acc.sum();
+    }
 }
-
-rows_kernel!(dot_q8_0_xn => group_q8_0_xn, Chain, Q8_0);
 
 /// Checks a call's operands: `(nb, n_w, batch)` for weight rows of `wb`-byte blocks.
 fn shape(w: &[u8], wb: usize, acts: &[u8], stride: usize, out: &[f32]) -> (usize, usize, usize) {
