@@ -6,6 +6,8 @@ completions concurrently and the aggregate generation speed, time to first token
   python3 tools/load-test.py --url http://127.0.0.1:8080 --model qwen --concurrency 8 --requests 2
   python3 tools/load-test.py ... --duration 60 --pid $(pgrep -f "engine-cli serve")
   python3 tools/load-test.py ... --concurrency 100 --disconnect-after 3   # clients that hang up
+  python3 tools/load-test.py ... --concurrency 1 --requests 2 --system "$(cat long.txt)" --each
+      # one line per request: time to first token and prompt tokens found in the cache
 """
 
 import argparse
@@ -76,6 +78,7 @@ def one_request(args, host, port, client, n, stats):
             return
         chunks = 0
         usage_tokens = None
+        cached = None
         done = False
         first = None
         for raw in resp:
@@ -92,6 +95,7 @@ def one_request(args, host, port, client, n, stats):
                 return
             if event.get("usage"):
                 usage_tokens = event["usage"].get("completion_tokens")
+                cached = (event["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")
             for choice in event.get("choices", []):
                 if choice.get("delta", {}).get("content"):
                     chunks += 1
@@ -106,6 +110,9 @@ def one_request(args, host, port, client, n, stats):
             stats.add(error="stream ended without [DONE]")
             return
         stats.add(completed=1, tokens=usage_tokens if usage_tokens is not None else chunks)
+        if args.each:
+            ttft = f"{first:.3f} s" if first is not None else "none"
+            print(f"client {client} request {n}: ttft {ttft}, completion tokens {usage_tokens}, cached prompt tokens {cached}", flush=True)
     except Exception as e:  # noqa: BLE001 - every failure is reported
         stats.add(error=f"{type(e).__name__}: {e}")
     finally:
@@ -124,6 +131,7 @@ def main():
     p.add_argument("--prompt", default="Write a long story about a lighthouse keeper and a storm.")
     p.add_argument("--system", help="a system prompt for every request")
     p.add_argument("--disconnect-after", type=int, help="hang up after this many content chunks")
+    p.add_argument("--each", action="store_true", help="print each request's time to first token and cached prompt tokens")
     p.add_argument("--pid", type=int, help="the server's pid: report its resident memory")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
