@@ -49,17 +49,25 @@ pub struct AttentionShape {
 /// Keys and values are visited in tiles of this many positions, aligned to multiples of it.
 pub const KV_TILE: usize = 64;
 
-/// Buffers reused between `attend_head` calls of one thread.
+/// Buffers reused between `attend_group` calls of one thread.
 #[derive(Default)]
 pub struct AttnScratch {
     row: Vec<f32>,
     /// The keys of one tile, transposed: `keys[d * KV_TILE + t]`.
     keys: Vec<f32>,
+    /// The tile's weights of each query head of the group: `weights[j * KV_TILE + t]`.
+    weights: Vec<f32>,
+    /// Running maximum and sum of each query head's online softmax.
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    /// Whether the tile gives each head any weight at all.
+    weighted: Vec<bool>,
 }
 
 super::fma_variants!(
-    /// Attention of head `h` of query row `q` over `positions` of `kv`, written to `out`
-    /// (`head_dim_v` values).
+    /// Attention of the query heads that share key/value head `g` (heads `g * group ..
+    /// (g + 1) * group`) of query row `q` over `positions` of `kv`, written to `out` (`group *
+    /// head_dim_v` values, head after head).
     ///
     /// The arithmetic is that of ggml's tiled CPU flash attention, which llama.cpp runs for prompts
     /// (at least 64 tokens per batch): key tiles of 64 aligned positions; each score a sequential
@@ -68,32 +76,34 @@ super::fma_variants!(
     /// polynomial exp summed per 16 lanes in double; each output element a sequential FMA chain over
     /// the tile; a final division by the sum. Matching it bit for bit matters: small random-weight
     /// models amplify a one-ulp difference into a visible change of the next token's probability.
-    pub fn attend_head, pub(crate) fn attend_head_with(
+    /// The heads of a group read the same keys and values, so each tile is widened from f16 and
+    /// transposed once for all of them; every head's sums keep their own order, so the result is
+    /// that of one head at a time, bit for bit.
+    pub fn attend_group, pub(crate) fn attend_group_with(
         q: &[f32],
-        h: usize,
+        g: usize,
         shape: &AttentionShape,
         positions: std::ops::Range<usize>,
         kv: &dyn KvRows,
         out: &mut [f32],
         scratch: &mut AttnScratch,
-    ) = attend_head_body
+    ) = attend_group_body
 );
 
 #[inline(always)]
-fn attend_head_body(
+fn attend_group_body(
     q: &[f32],
-    h: usize,
+    g: usize,
     shape: &AttentionShape,
     positions: std::ops::Range<usize>,
     kv: &dyn KvRows,
     out: &mut [f32],
     scratch: &mut AttnScratch,
 ) {
-    let AttnScratch { row, keys } = scratch;
+    let AttnScratch { row, keys, weights, max, sum, weighted } = scratch;
     let group = shape.n_head / shape.n_head_kv;
-    let g = h / group;
     let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
-    let qh = &q[h * dk..(h + 1) * dk];
+    debug_assert_eq!(out.len(), group * dv);
     let (krange, vrange) = (g * dk..(g + 1) * dk, g * dv..(g + 1) * dv);
     out.fill(0.0);
     if positions.is_empty() {
@@ -103,7 +113,12 @@ fn attend_head_body(
     if keys.len() < dk * KV_TILE {
         keys.resize(dk * KV_TILE, 0.0);
     }
-    let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+    weights.resize(group * KV_TILE, 0.0);
+    max.clear();
+    max.resize(group, f32::NEG_INFINITY);
+    sum.clear();
+    sum.resize(group, 0.0);
+    weighted.resize(group, false);
     let first_tile = positions.start / KV_TILE * KV_TILE;
     for tile in (first_tile..positions.end).step_by(KV_TILE) {
         let live = tile.max(positions.start)..(tile + KV_TILE).min(positions.end);
@@ -112,39 +127,55 @@ fn attend_head_body(
                 keys[d * KV_TILE + p - tile] = x;
             }
         }
-        // every score its own FMA chain over the head dimension, 64 chains side by side
-        let mut weights = [0.0f32; KV_TILE];
-        for (d, &qd) in qh.iter().enumerate() {
-            let kd = &keys[d * KV_TILE..(d + 1) * KV_TILE];
-            for (w, &k) in weights.iter_mut().zip(kd) {
-                *w = qd.mul_add(k, *w);
+        for j in 0..group {
+            let h = g * group + j;
+            let qh = &q[h * dk..(h + 1) * dk];
+            let w: &mut [f32; KV_TILE] = (&mut weights[j * KV_TILE..(j + 1) * KV_TILE]).try_into().unwrap();
+            // every score its own FMA chain over the head dimension, 64 chains side by side
+            w.fill(0.0);
+            for (d, &qd) in qh.iter().enumerate() {
+                let kd = &keys[d * KV_TILE..(d + 1) * KV_TILE];
+                for (wt, &k) in w.iter_mut().zip(kd) {
+                    *wt = qd.mul_add(k, *wt);
+                }
             }
+            for (t, wt) in w.iter_mut().enumerate() {
+                *wt = if live.contains(&(tile + t)) { *wt * shape.scale } else { f32::NEG_INFINITY };
+            }
+            let tile_max = w.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            weighted[j] = tile_max != f32::NEG_INFINITY;
+            if !weighted[j] {
+                continue;
+            }
+            let new_max = max[j].max(tile_max);
+            if new_max > max[j] {
+                let rescale = (max[j] - new_max).exp();
+                out[j * dv..(j + 1) * dv].iter_mut().for_each(|o| *o *= rescale);
+                sum[j] *= rescale;
+            }
+            max[j] = new_max;
+            w.iter_mut().for_each(|x| *x = ggml_expf(*x - new_max));
+            let tile_sum: f64 = w.chunks_exact(16).map(|l| f64::from(reduce_16(l))).sum();
+            sum[j] = (f64::from(sum[j]) + tile_sum) as f32;
         }
-        for (t, w) in weights.iter_mut().enumerate() {
-            *w = if live.contains(&(tile + t)) { *w * shape.scale } else { f32::NEG_INFINITY };
-        }
-        let tile_max = weights.iter().fold(f32::NEG_INFINITY, |m, &w| m.max(w));
-        if tile_max == f32::NEG_INFINITY {
+        if !weighted.contains(&true) {
             continue;
         }
-        let new_max = max.max(tile_max);
-        if new_max > max {
-            let rescale = (max - new_max).exp();
-            out.iter_mut().for_each(|o| *o *= rescale);
-            sum *= rescale;
-        }
-        max = new_max;
-        weights.iter_mut().for_each(|w| *w = ggml_expf(*w - max));
-        let tile_sum: f64 = weights.chunks_exact(16).map(|l| f64::from(reduce_16(l))).sum();
-        sum = (f64::from(sum) + tile_sum) as f32;
         for p in live {
-            let w = weights[p - tile];
             let v = kv.value(p).f32s(vrange.clone(), row);
-            out.iter_mut().zip(v).for_each(|(o, &x)| *o = w.mul_add(x, *o));
+            for (j, oh) in out.chunks_exact_mut(dv).enumerate() {
+                if !weighted[j] {
+                    continue;
+                }
+                let w = weights[j * KV_TILE + p - tile];
+                oh.iter_mut().zip(v).for_each(|(o, &x)| *o = w.mul_add(x, *o));
+            }
         }
     }
-    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-    out.iter_mut().for_each(|o| *o *= inv);
+    for (j, oh) in out.chunks_exact_mut(dv).enumerate() {
+        let inv = if sum[j] == 0.0 { 0.0 } else { 1.0 / sum[j] };
+        oh.iter_mut().for_each(|o| *o *= inv);
+    }
 }
 
 /// The sum of 16 lanes in the order of an AVX-512 horizontal add: halves, then quarters, then
@@ -178,10 +209,10 @@ mod tests {
         let shape = AttentionShape { n_head: 1, n_head_kv: 1, head_dim_k: 2, head_dim_v: 2, scale: 1.0 };
         let mut out = [0.0; 2];
         let mut s = AttnScratch::default();
-        attend_head(&[0.0, 50.0], 0, &shape, 0..2, &kv, &mut out, &mut s);
+        attend_group(&[0.0, 50.0], 0, &shape, 0..2, &kv, &mut out, &mut s);
         assert!((out[1] - 20.0).abs() < 1e-3 && out[0].abs() < 1e-3, "{out:?}");
         // only position 0 visible: all weight on it
-        attend_head(&[0.0, 50.0], 0, &shape, 0..1, &kv, &mut out, &mut s);
+        attend_group(&[0.0, 50.0], 0, &shape, 0..1, &kv, &mut out, &mut s);
         assert_eq!(out, [10.0, 0.0]);
     }
 
@@ -217,14 +248,27 @@ mod tests {
         let q: Vec<f32> = (0..256).map(|_| rnd() * 3.0).collect();
         // one tile, several tiles (the maximum rises in later ones), a window starting mid-tile
         for positions in [0..40, 0..n, 37..n, 130..131] {
-            for h in 0..4 {
-                let (mut plain, mut fused) = (vec![0.0; 64], vec![0.0; 64]);
+            for g in 0..2 {
+                let (mut plain, mut fused) = (vec![0.0; 128], vec![0.0; 128]);
                 let mut s = AttnScratch::default();
-                attend_head_with(false, &q, h, &shape, positions.clone(), &kv, &mut plain, &mut s);
-                attend_head_with(true, &q, h, &shape, positions.clone(), &kv, &mut fused, &mut s);
-                assert_eq!(plain, fused, "{positions:?} head {h}");
-                for (got, want) in plain.iter().zip(reference(&q, h, &shape, positions.clone(), &kv)) {
-                    assert!((f64::from(*got) - want).abs() < 1e-5, "{positions:?} head {h}: {got} vs {want}");
+                attend_group_with(false, &q, g, &shape, positions.clone(), &kv, &mut plain, &mut s);
+                attend_group_with(true, &q, g, &shape, positions.clone(), &kv, &mut fused, &mut s);
+                assert_eq!(plain, fused, "{positions:?} group {g}");
+                for (j, got_head) in plain.chunks_exact(64).enumerate() {
+                    let h = g * 2 + j;
+                    for (got, want) in got_head.iter().zip(reference(&q, h, &shape, positions.clone(), &kv)) {
+                        assert!((f64::from(*got) - want).abs() < 1e-5, "{positions:?} head {h}: {got} vs {want}");
+                    }
+                    // a group of one (the heads taken one at a time) gives the same bits
+                    let one = AttentionShape { n_head: 1, n_head_kv: 1, ..shape };
+                    let qh = &q[h * 64..(h + 1) * 64];
+                    let kg = Rows(
+                        kv.0.iter().map(|r| r[g * 64..(g + 1) * 64].to_vec()).collect(),
+                        kv.1.iter().map(|r| r[g * 64..(g + 1) * 64].to_vec()).collect(),
+                    );
+                    let mut alone = vec![0.0; 64];
+                    attend_group_with(true, qh, 0, &one, positions.clone(), &kg, &mut alone, &mut s);
+                    assert_eq!(alone, got_head, "{positions:?} head {h} alone");
                 }
             }
         }
