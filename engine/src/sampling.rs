@@ -16,6 +16,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::backend::cpu::activation::ggml_expf;
 use crate::logprobs::argmax;
 use crate::tokenizer::TokenId;
 
@@ -218,6 +219,7 @@ pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribut
     if cands.is_empty() {
         return Err(SamplingError::NoCandidates);
     }
+    let n_finite = cands.len();
     if params.top_k > 0 && params.top_k < cands.len() {
         cands.select_nth_unstable_by(params.top_k - 1, better);
         cands.truncate(params.top_k);
@@ -231,10 +233,37 @@ pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribut
         let floor = max + params.min_p.ln();
         cands.retain(|c| c.1 >= floor);
     }
+    if cands.len() < n_finite {
+        // the cuts reorder what they keep; the draw walks token order
+        cands.sort_unstable_by_key(|c| c.0);
+    }
     let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-    let t = f64::from(params.temperature);
-    let weights = cands.iter().map(|&(id, l)| (id, ((f64::from(l) - f64::from(max)) / t).exp())).collect();
-    Distribution::from_weights(weights)
+    let mut weights: Vec<f32> = cands.iter().map(|c| (c.1 - max) / params.temperature).collect();
+    exp_in_place(&mut weights);
+    let total: f64 = weights.iter().map(|&w| f64::from(w)).sum();
+    if total <= 0.0 || !total.is_finite() {
+        return Err(SamplingError::NoCandidates);
+    }
+    let candidates = cands
+        .iter()
+        .zip(&weights)
+        .filter(|(_, &w)| w > 0.0)
+        .map(|(c, &w)| (c.0, (f64::from(w) / total) as f32))
+        .collect();
+    Ok(Distribution { candidates })
+}
+
+crate::backend::cpu::fma_variants!(
+    /// `w = exp(w)` over a row, with ggml's vectorised polynomial exp (within 1.5 ulp; the same
+    /// bits on every machine, fused multiply-adds or not). A row of the whole vocabulary is the
+    /// common case (no top-k / top-p), and the C library's exp on each of 150k-260k logits
+    /// would cost more than the rest of sampling.
+    fn exp_in_place, fn exp_in_place_with(w: &mut [f32]) = exp_in_place_body
+);
+
+#[inline(always)]
+fn exp_in_place_body(w: &mut [f32]) {
+    w.iter_mut().for_each(|x| *x = ggml_expf(*x));
 }
 
 /// Keeps the most likely candidates until their probability (softmax at temperature 1 over
