@@ -1,19 +1,19 @@
 //! Q5_0 and Q8_0 weight rows dotted with several activation rows at once (the batched matmul of
-//! decoding many sequences together). Q5_0: a call takes a block of weight rows, prepares four
+//! decoding many sequences together). A call takes a block of weight rows, prepares eight
 //! activation rows once (quants as unsigned `y + 128`, scales spread over their lanes) and runs
-//! every weight row over them, each weight group unpacked once for the four. Q8_0: each weight
-//! group is unpacked once for four activation rows. Every activation row gets its own
-//! accumulator that goes through exactly the steps of the single-row kernel, with the same exact
-//! integer block sums and the same scale products, so each result has the same bits as the
-//! single-row kernels (`dot_q5_0`, `dot_q8_0`) on that row alone.
+//! every weight row over them, each weight group unpacked once for the eight. Every activation
+//! row gets its own accumulator that goes through exactly the steps of the single-row kernel,
+//! with the same exact integer block sums and the same scale products, so each result has the
+//! same bits as the single-row kernels (`dot_q5_0`, `dot_q8_0`) on that row alone.
 
 use core::arch::x86_64::*;
 
-use super::{bytes2, fifth_bits2, load256, nibbles2, spread, Acc};
+use super::{bytes2, fifth_bits2, nibbles2, spread, Acc};
 use crate::quant::x86::common::{le16, Chain, Q5_0, Q8_0};
 
-/// Activation rows per pass: four accumulators of two vectors stay in registers.
-const ROWS: usize = 4;
+/// Activation rows per pass: eight rows' accumulators stay in registers, and a batch of eight
+/// (the default number of parallel sequences) reads each weight row once.
+const ROWS: usize = 8;
 
 /// The f16 `d` of four consecutive blocks of `bytes` bytes, packed low first.
 #[inline]
@@ -64,6 +64,16 @@ unsafe fn prepare_row(a: *const u8, nb: usize, out: &mut Vec<PreparedGroup>) {
     }
 }
 
+/// `-128 Σ s` over each 4-byte lane of the signed weight quants `s`: the start of every
+/// activation row's `vpdpbusd` with `y + 128`, which then ends at `Σ y s` exactly (one
+/// instruction per row and block pair, the correction computed once for all the rows).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn minus_128_sums(s: __m512i) -> __m512i {
+    let zero = _mm512_setzero_si512();
+    _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(-128), s))
+}
+
 /// `out[r * n_w + i]` = Q5_0 weight row `i` (of `n_w` rows of `nb` blocks at `w`) dotted with
 /// the `R` activation rows whose groups `prep` holds (row after row). The weights are taken as
 /// signed `q - 16`: `Σ (y + 128)(q - 16) - 128 Σ (q - 16)` is `Σ y (q - 16)` exactly, and its
@@ -72,7 +82,7 @@ unsafe fn prepare_row(a: *const u8, nb: usize, out: &mut Vec<PreparedGroup>) {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn dot_q5_0_prepared<const R: usize>(w: *const u8, n_w: usize, nb: usize, prep: &[PreparedGroup], out: &mut [f32]) {
     let groups = nb.div_ceil(4);
-    let (sixteen, bias, zero) = (_mm512_set1_epi8(16), _mm512_set1_epi8(-128), _mm512_setzero_si512());
+    let sixteen = _mm512_set1_epi8(16);
     for i in 0..n_w {
         let row = w.add(i * nb * Q5_0);
         let mut acc: [Acc; R] = core::array::from_fn(|_| Acc::new());
@@ -82,12 +92,12 @@ unsafe fn dot_q5_0_prepared<const R: usize>(w: *const u8, n_w: usize, nb: usize,
             let x1 = x.add(2 * Q5_0);
             let s0 = _mm512_sub_epi8(fifth_bits2(nibbles2(x.add(6), x.add(Q5_0 + 6)), x.add(2), x.add(Q5_0 + 2)), sixteen);
             let s1 = _mm512_sub_epi8(fifth_bits2(nibbles2(x1.add(6), x1.add(Q5_0 + 6)), x1.add(2), x1.add(Q5_0 + 2)), sixteen);
-            let (c0, c1) = (_mm512_dpbusd_epi32(zero, bias, s0), _mm512_dpbusd_epi32(zero, bias, s1));
+            let (c0, c1) = (minus_128_sums(s0), minus_128_sums(s1));
             let dw = spread_halves(halves(x, Q5_0));
             for r in 0..R {
                 let p = &prep[r * groups + g];
-                acc[r].add(0, _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, p.u[0], s0), c0), _mm512_mul_ps(dw[0], p.d[0]));
-                acc[r].add(1, _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, p.u[1], s1), c1), _mm512_mul_ps(dw[1], p.d[1]));
+                acc[r].add(0, _mm512_dpbusd_epi32(c0, p.u[0], s0), _mm512_mul_ps(dw[0], p.d[0]));
+                acc[r].add(1, _mm512_dpbusd_epi32(c1, p.u[1], s1), _mm512_mul_ps(dw[1], p.d[1]));
             }
         }
         for (r, acc) in acc.into_iter().enumerate() {
@@ -96,45 +106,37 @@ unsafe fn dot_q5_0_prepared<const R: usize>(w: *const u8, n_w: usize, nb: usize,
     }
 }
 
-/// The same for Q8_0 weights (the single-row kernel's chained accumulator, block by block).
-#[inline]
+/// The same for Q8_0 weights, taken as they are (signed): `Σ (y + 128) q - 128 Σ q`. The
+/// single-row kernel adds block after block into one chain of eight lanes, so each block
+/// pair's sums and scales (low half the first block, high half the second) are split into two
+/// fused multiply-adds in block order.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_q8_0_xn<const R: usize>(x: *const u8, ys: &[*const u8; R], acc: &mut [Chain; R]) {
-    let hx = halves(x, Q8_0);
-    let q: [__m256i; 4] = core::array::from_fn(|k| load256(x.add(k * Q8_0 + 2)));
-    let magnitude: [__m256i; 4] = core::array::from_fn(|k| _mm256_sign_epi8(q[k], q[k]));
-    for r in 0..R {
-        let y = ys[r];
-        let v = _mm256_cvtph_ps(_mm_set_epi64x(halves(y, Q8_0) as i64, hx as i64));
-        let d = _mm256_castps128_ps256(_mm_mul_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v)));
-        for k in 0..4 {
-            let v = load256(y.add(k * Q8_0 + 2));
-            let sumi = _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitude[k], _mm256_sign_epi8(v, q[k]));
-            acc[r].add(sumi, _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(k as i32)));
-        }
-    }
-}
-
-/// `out[r]` = the Q8_0 row of `nb` blocks at `w` dotted with the row at `a + r * stride`, group
-/// by group; the whole groups are read in place (no branch in the loop, so the accumulators stay
-/// in registers) and the last, partial one from zeroed copies, as the single-row kernel does.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_q8_0_xn<const R: usize>(w: *const u8, a: *const u8, stride: usize, nb: usize, out: &mut [f32]) {
-    let mut acc: [Chain; R] = core::array::from_fn(|_| Chain::new());
-    let full = nb / 4;
-    for g in 0..full {
-        let ys: [*const u8; R] = core::array::from_fn(|r| a.add(r * stride + g * 4 * Q8_0));
-        group_q8_0_xn(w.add(g * 4 * Q8_0), &ys, &mut acc);
-    }
-    if nb > 4 * full {
+unsafe fn dot_q8_0_prepared<const R: usize>(w: *const u8, n_w: usize, nb: usize, prep: &[PreparedGroup], out: &mut [f32]) {
+    let groups = nb.div_ceil(4);
+    for i in 0..n_w {
+        let row = w.add(i * nb * Q8_0);
+        let mut acc: [Chain; R] = core::array::from_fn(|_| Chain::new());
         let mut wt = [0u8; 4 * Q8_0];
-        let mut at = [[0u8; 4 * Q8_0]; R];
-        let x = group_at(w, full, nb, Q8_0, &mut wt);
-        let ys: [*const u8; R] = core::array::from_fn(|r| group_at(a.add(r * stride), full, nb, Q8_0, &mut at[r]));
-        group_q8_0_xn(x, &ys, &mut acc);
-    }
-    for (o, acc) in out.iter_mut().zip(acc) {
-        *o = acc.sum();
+        for g in 0..groups {
+            let x = group_at(row, g, nb, Q8_0, &mut wt);
+            let x1 = x.add(2 * Q8_0);
+            let s0 = bytes2(x.add(2), x.add(Q8_0 + 2));
+            let s1 = bytes2(x1.add(2), x1.add(Q8_0 + 2));
+            let (c0, c1) = (minus_128_sums(s0), minus_128_sums(s1));
+            let dw = spread_halves(halves(x, Q8_0));
+            for r in 0..R {
+                let p = &prep[r * groups + g];
+                for (k, (s, c)) in [(s0, c0), (s1, c1)].into_iter().enumerate() {
+                    let sums = _mm512_dpbusd_epi32(c, p.u[k], s);
+                    let scale = _mm512_mul_ps(dw[k], p.d[k]);
+                    acc[r].add(_mm512_castsi512_si256(sums), _mm512_castps512_ps256(scale));
+                    acc[r].add(_mm512_extracti64x4_epi64::<1>(sums), _mm512_extractf32x8_ps::<1>(scale));
+                }
+            }
+        }
+        for (r, acc) in acc.into_iter().enumerate() {
+            out[r * n_w + i] = acc.sum();
+        }
     }
 }
 
@@ -148,61 +150,45 @@ fn shape(w: &[u8], wb: usize, acts: &[u8], stride: usize, out: &[f32]) -> (usize
     (nb, n_w, batch)
 }
 
-/// `out[b * n_w + i]` = Q5_0 weight row `i` of `w` dotted with activation row `b` of `acts`
-/// (rows of `stride` bytes); four activation rows are prepared at a time, once for all the
-/// weight rows.
-pub(in crate::quant::x86::avx512) fn vec_dot_rows_q5_0(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
-    let (nb, n_w, batch) = shape(w, Q5_0, acts, stride, out);
-    let mut prep = Vec::with_capacity(ROWS * nb.div_ceil(4));
-    for c in 0..batch.div_ceil(ROWS) {
-        let rows = (batch - c * ROWS).min(ROWS);
-        prep.clear();
-        for r in 0..rows {
-            // SAFETY: dispatch hands out this tier's kernels only after detecting every feature
-            // they enable; `shape` checked that activation row `c * ROWS + r` holds `nb` blocks.
-            unsafe { prepare_row(acts[(c * ROWS + r) * stride..].as_ptr(), nb, &mut prep) };
-        }
-        let (w, chunk) = (w.as_ptr(), &mut out[c * ROWS * n_w..(c * ROWS + rows) * n_w]);
-        // SAFETY: as above; `w` holds `n_w` rows of `nb` blocks, `prep` the groups of `rows`
-        // activation rows, and `chunk` their `rows * n_w` outputs.
-        unsafe {
-            match rows {
-                4 => dot_q5_0_prepared::<4>(w, n_w, nb, &prep, chunk),
-                3 => dot_q5_0_prepared::<3>(w, n_w, nb, &prep, chunk),
-                2 => dot_q5_0_prepared::<2>(w, n_w, nb, &prep, chunk),
-                _ => dot_q5_0_prepared::<1>(w, n_w, nb, &prep, chunk),
-            }
-        }
-    }
-}
-
-/// `out[b * n_w + i]` = Q8_0 weight row `i` of `w` dotted with activation row `b` of `acts`,
-/// each weight group unpacked once for four activation rows.
-pub(in crate::quant::x86::avx512) fn vec_dot_rows_q8_0(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
-    let (nb, n_w, batch) = shape(w, Q8_0, acts, stride, out);
-    let mut dots = [0.0f32; ROWS];
-    for i in 0..n_w {
-        let row = w[i * nb * Q8_0..].as_ptr();
-        for c in 0..batch.div_ceil(ROWS) {
-            let rows = (batch - c * ROWS).min(ROWS);
-            let a = acts[c * ROWS * stride..].as_ptr();
-            // SAFETY: dispatch hands out this tier's kernels only after detecting every feature
-            // they enable; `shape` checked that the weight row and the `rows` activation rows
-            // at `a` hold `nb` whole blocks each.
-            unsafe {
-                match rows {
-                    4 => dot_q8_0_xn::<4>(row, a, stride, nb, &mut dots),
-                    3 => dot_q8_0_xn::<3>(row, a, stride, nb, &mut dots),
-                    2 => dot_q8_0_xn::<2>(row, a, stride, nb, &mut dots),
-                    _ => dot_q8_0_xn::<1>(row, a, stride, nb, &mut dots),
+/// `out[b * n_w + i]` = weight row `i` of `w` (Q5_0 or Q8_0, by `dot`) dotted with activation
+/// row `b` of `acts` (rows of `stride` bytes); eight activation rows are prepared at a time, once
+/// for all the weight rows.
+macro_rules! prepared_rows {
+    ($name:ident, $wb:expr, $dot:ident) => {
+        pub(in crate::quant::x86::avx512) fn $name(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
+            let (nb, n_w, batch) = shape(w, $wb, acts, stride, out);
+            let mut prep = Vec::with_capacity(ROWS * nb.div_ceil(4));
+            for c in 0..batch.div_ceil(ROWS) {
+                let rows = (batch - c * ROWS).min(ROWS);
+                prep.clear();
+                for r in 0..rows {
+                    // SAFETY: dispatch hands out this tier's kernels only after detecting every
+                    // feature they enable; `shape` checked that activation row `c * ROWS + r`
+                    // holds `nb` blocks.
+                    unsafe { prepare_row(acts[(c * ROWS + r) * stride..].as_ptr(), nb, &mut prep) };
+                }
+                let (w, chunk) = (w.as_ptr(), &mut out[c * ROWS * n_w..(c * ROWS + rows) * n_w]);
+                // SAFETY: as above; `w` holds `n_w` rows of `nb` blocks, `prep` the groups of
+                // `rows` activation rows, and `chunk` their `rows * n_w` outputs.
+                unsafe {
+                    match rows {
+                        8 => $dot::<8>(w, n_w, nb, &prep, chunk),
+                        7 => $dot::<7>(w, n_w, nb, &prep, chunk),
+                        6 => $dot::<6>(w, n_w, nb, &prep, chunk),
+                        5 => $dot::<5>(w, n_w, nb, &prep, chunk),
+                        4 => $dot::<4>(w, n_w, nb, &prep, chunk),
+                        3 => $dot::<3>(w, n_w, nb, &prep, chunk),
+                        2 => $dot::<2>(w, n_w, nb, &prep, chunk),
+                        _ => $dot::<1>(w, n_w, nb, &prep, chunk),
+                    }
                 }
             }
-            for (r, &d) in dots[..rows].iter().enumerate() {
-                out[(c * ROWS + r) * n_w + i] = d;
-            }
         }
-    }
+    };
 }
+
+prepared_rows!(vec_dot_rows_q5_0, Q5_0, dot_q5_0_prepared);
+prepared_rows!(vec_dot_rows_q8_0, Q8_0, dot_q8_0_prepared);
 
 #[cfg(test)]
 mod tests {
@@ -232,7 +218,7 @@ mod tests {
                     let vals: Vec<f32> = (0..n).map(|_| next()).collect();
                     (ops.quantize)(&vals, dst);
                 }
-                for batch in [1usize, 4, 5, 11] {
+                for batch in [1usize, 4, 5, 8, 11, 19] {
                     let stride = GgmlType::Q8_0.row_bytes(n).unwrap();
                     let mut acts = vec![0u8; batch * stride];
                     for row in acts.chunks_exact_mut(stride) {
