@@ -143,7 +143,10 @@ impl EngineLoop {
             self.drop_cancelled();
             self.admit();
             if !self.running.is_empty() {
-                self.step();
+                // The step runs on a worker of the pool: its many parallel operations then
+                // split among the workers directly, instead of each one waking the pool from
+                // outside and putting this thread to sleep until it is done.
+                rayon::scope(|_| self.step());
             } else if let Some(w) = self.waiting.pop_front() {
                 // nothing runs and the head still cannot start: it never will
                 self.fail(w.group, w.index, ApiError::server("the sequence could not be scheduled"));
