@@ -40,6 +40,7 @@ class Stats:
         self.errors = []
         self.ttft = []
         self.rejected = 0
+        self.window_chunks = 0
 
     def add(self, **kw):
         with self.lock:
@@ -52,7 +53,7 @@ class Stats:
                     setattr(self, k, getattr(self, k) + v)
 
 
-def one_request(args, host, port, client, n, stats):
+def one_request(args, host, port, client, n, stats, window_end=None):
     body = {
         "model": args.model,
         "messages": [{"role": "user", "content": f"{args.prompt} (story {client}.{n})"}],
@@ -99,6 +100,8 @@ def one_request(args, host, port, client, n, stats):
             for choice in event.get("choices", []):
                 if choice.get("delta", {}).get("content"):
                     chunks += 1
+                    if window_end is not None and time.monotonic() <= window_end:
+                        stats.add(window_chunks=1)
                     if first is None:
                         first = time.monotonic() - start
                         stats.add(ttft=first)
@@ -159,7 +162,8 @@ def main():
                 return
             if args.duration is not None and time.monotonic() - start >= args.duration:
                 return
-            one_request(args, url.hostname, url.port or 80, i, n, stats)
+            window_end = start + args.duration if args.duration is not None else None
+            one_request(args, url.hostname, url.port or 80, i, n, stats, window_end)
             n += 1
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(args.concurrency)]
@@ -178,6 +182,10 @@ def main():
         "errors": len(stats.errors),
         "completion_tokens": stats.tokens,
         "aggregate_tokens_per_s": round(stats.tokens / wall, 2) if wall > 0 else 0,
+        # with --duration: content chunks (about one token each) that arrived within the
+        # window, while every client was busy: the steady rate, without the tail of requests
+        # finishing one by one after it
+        "window_tokens_per_s": round(stats.window_chunks / args.duration, 2) if args.duration else None,
         "ttft_mean_s": round(statistics.mean(stats.ttft), 3) if stats.ttft else None,
         "ttft_p95_s": round(sorted(stats.ttft)[int(0.95 * (len(stats.ttft) - 1))], 3) if stats.ttft else None,
     }
