@@ -214,6 +214,9 @@ pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribut
         }
         return Ok(Distribution::certain(best));
     }
+    if (params.top_k == 0 || params.top_k >= logits.len()) && params.top_p >= 1.0 && params.min_p <= 0.0 {
+        return whole_vocabulary(logits, params.temperature);
+    }
     let mut cands: Vec<(TokenId, f32)> =
         logits.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| (i as TokenId, v)).collect();
     if cands.is_empty() {
@@ -249,6 +252,31 @@ pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribut
         .zip(&weights)
         .filter(|(_, &w)| w > 0.0)
         .map(|(c, &w)| (c.0, (f64::from(w) / total) as f32))
+        .collect();
+    Ok(Distribution { candidates })
+}
+
+/// The distribution when nothing is cut (the common case: OpenAI's defaults, or a temperature
+/// alone): the same steps as the general path in [`distribution`], straight over the row,
+/// without first listing the candidates as (token, logit) pairs.
+fn whole_vocabulary(logits: &[f32], temperature: f32) -> Result<Distribution, SamplingError> {
+    let max = logits.iter().filter(|v| v.is_finite()).fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    if max == f32::NEG_INFINITY {
+        return Err(SamplingError::NoCandidates);
+    }
+    // infinite and NaN logits are no candidates: weight exp(-inf) = 0
+    let mut weights: Vec<f32> =
+        logits.iter().map(|&l| if l.is_finite() { (l - max) / temperature } else { f32::NEG_INFINITY }).collect();
+    exp_in_place(&mut weights);
+    let total: f64 = weights.iter().map(|&w| f64::from(w)).sum();
+    if total <= 0.0 || !total.is_finite() {
+        return Err(SamplingError::NoCandidates);
+    }
+    let candidates = weights
+        .iter()
+        .enumerate()
+        .filter(|(_, &w)| w > 0.0)
+        .map(|(id, &w)| (id as TokenId, (f64::from(w) / total) as f32))
         .collect();
     Ok(Distribution { candidates })
 }
@@ -421,6 +449,29 @@ mod tests {
         let masked = [f32::NEG_INFINITY; 3];
         assert_eq!(distribution(&SamplingParams::greedy(), &masked), Err(SamplingError::NoCandidates));
         assert_eq!(distribution(&SamplingParams::default(), &masked), Err(SamplingError::NoCandidates));
+    }
+
+    #[test]
+    fn the_uncut_fast_path_equals_the_general_path() {
+        let mut state = 0x2545_f491u32;
+        let mut logits: Vec<f32> = (0..5000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                state as f32 / u32::MAX as f32 * 30.0 - 15.0
+            })
+            .collect();
+        logits[7] = f32::NEG_INFINITY;
+        logits[8] = f32::NAN;
+        logits[9] = f32::INFINITY;
+        for t in [0.3, 0.8, 1.0, 1.7] {
+            let fast = distribution(&params(|p| p.temperature = t), &logits).unwrap();
+            // top_k = the vocabulary cuts nothing but takes the general path
+            let general = distribution(&params(|p| (p.temperature, p.top_k) = (t, logits.len() - 1)), &logits).unwrap();
+            assert_eq!(fast, general, "temperature {t}");
+            assert!(fast.prob(7) == 0.0 && fast.prob(8) == 0.0 && fast.prob(9) == 0.0);
+        }
     }
 
     #[test]
