@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::arch::Activation;
 use super::config::ModelConfig;
-use super::decoder::project;
+use super::decoder::{project, project_each};
 use super::error::ModelError;
 use super::weights::{Loader, Matrix};
 use crate::backend::cpu::activation::{gelu, gelu_erf, silu};
@@ -185,9 +185,13 @@ pub(crate) fn forward(file: &GgufFile, c: &ModelConfig, w: &BertWeights, seqs: &
     let (qd, kd, vd, hv) = (c.n_head * c.head_dim_k, c.k_dim(), c.v_dim(), c.head_dim_v);
     let mut ffn_in = vec![0.0f32; n * e];
     for layer in &w.layers {
-        let q = project(file, &layer.wq, &x, n, layer.bq.as_deref())?;
-        let k = project(file, &layer.wk, &x, n, layer.bk.as_deref())?;
-        let v = project(file, &layer.wv, &x, n, layer.bv.as_deref())?;
+        let [q, k, v] = project_each(
+            file,
+            [&layer.wq, &layer.wk, &layer.wv],
+            &x,
+            n,
+            [layer.bq.as_deref(), layer.bk.as_deref(), layer.bv.as_deref()],
+        )?;
         let mut attn = vec![0.0f32; n * c.n_head * hv];
         let group = c.n_head / c.n_head_kv;
         attn.par_chunks_mut(group * hv).enumerate().for_each_init(AttnScratch::default, |scratch, (idx, out)| {

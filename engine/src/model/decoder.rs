@@ -19,7 +19,7 @@ use crate::backend::cpu::activation::{gelu, swiglu_row};
 use crate::backend::cpu::attention::{attend_group, AttnScratch};
 use crate::backend::cpu::norm::{rms_norm, rms_norm_in_place};
 use crate::backend::cpu::rope::rope;
-use crate::backend::cpu::{get_rows, matmul};
+use crate::backend::cpu::{get_rows, matmul, matmul_each};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvCache;
 
@@ -33,6 +33,29 @@ pub(crate) fn project(file: &GgufFile, m: &Matrix, x: &[f32], n: usize, bias: Op
         }
     }
     Ok(y)
+}
+
+/// [`project`] for several matrices with the same input, in one parallel pass
+/// ([`matmul_each`]): `N` outputs of `n` rows each, same bits as one `project` per matrix.
+pub(crate) fn project_each<const N: usize>(
+    file: &GgufFile,
+    ms: [&Matrix; N],
+    x: &[f32],
+    n: usize,
+    biases: [Option<&[f32]>; N],
+) -> Result<[Vec<f32>; N], ModelError> {
+    let mut ys: [Vec<f32>; N] = std::array::from_fn(|i| vec![0.0f32; n * ms[i].rows]);
+    let views: Vec<_> = ms.iter().map(|m| m.view(file)).collect();
+    let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.as_mut_slice()).collect();
+    matmul_each(&views, x, n, &mut outs)?;
+    for (y, (bias, m)) in ys.iter_mut().zip(biases.iter().zip(ms)) {
+        if let Some(b) = bias {
+            for row in y.chunks_exact_mut(m.rows) {
+                row.iter_mut().zip(*b).for_each(|(v, &c)| *v += c);
+            }
+        }
+    }
+    Ok(ys)
 }
 
 /// Checks the batch against the cache and reserves room: every sequence's entries must continue
@@ -82,9 +105,13 @@ pub(crate) fn forward(
     for (il, layer) in w.layers.iter().enumerate() {
         // attention
         rms_norm(&x, &layer.attn_norm, c.norm_eps, &mut h);
-        let mut q = project(file, &layer.wq, &h, n, layer.bq.as_deref())?;
-        let mut k = project(file, &layer.wk, &h, n, layer.bk.as_deref())?;
-        let v = project(file, &layer.wv, &h, n, layer.bv.as_deref())?;
+        let [mut q, mut k, v] = project_each(
+            file,
+            [&layer.wq, &layer.wk, &layer.wv],
+            &h,
+            n,
+            [layer.bq.as_deref(), layer.bk.as_deref(), layer.bv.as_deref()],
+        )?;
         if let Some(qn) = &layer.q_norm {
             rms_norm_in_place(&mut q, qn, c.norm_eps);
         }
@@ -130,11 +157,16 @@ pub(crate) fn forward(
 
         // feed-forward
         rms_norm(&x, &layer.ffn_norm, c.norm_eps, &mut h);
-        let mut g = project(file, &layer.ffn_gate, &h, n, None)?;
-        let u = project(file, &layer.ffn_up, &h, n, None)?;
+        let [mut g, u] = project_each(file, [&layer.ffn_gate, &layer.ffn_up], &h, n, [None, None])?;
         match c.facts.activation {
-            Activation::SiluGated => g.chunks_exact_mut(c.n_ff).zip(u.chunks_exact(c.n_ff)).for_each(|(a, b)| swiglu_row(a, b)),
-            Activation::GeluGated => g.iter_mut().zip(&u).for_each(|(a, &b)| *a = gelu(*a) * b),
+            // row by row across the pool: with many rows this is no longer negligible
+            Activation::SiluGated => {
+                g.par_chunks_exact_mut(c.n_ff).zip(u.par_chunks_exact(c.n_ff)).for_each(|(a, b)| swiglu_row(a, b))
+            }
+            Activation::GeluGated => g
+                .par_chunks_exact_mut(c.n_ff)
+                .zip(u.par_chunks_exact(c.n_ff))
+                .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| *a = gelu(*a) * b)),
             Activation::GeluErf => unreachable!("decoders have gated feed-forward blocks"),
         }
         let mut d = project(file, &layer.ffn_down, &g, n, None)?;

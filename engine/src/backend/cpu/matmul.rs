@@ -72,62 +72,90 @@ fn rows_per_task(rows: usize, batch: usize) -> usize {
 
 /// `y[b * w.rows + r] = Σ_c W[r][c] · x[b * w.cols + c]` for `batch` activation rows.
 pub fn matmul(w: &WeightMatrix, x: &[f32], batch: usize, y: &mut [f32]) -> Result<(), MatmulError> {
-    let (rows, cols) = (w.rows, w.cols);
-    let expected = batch * cols;
-    if x.len() != expected {
-        return Err(MatmulError::Activations { batch, cols, expected, got: x.len() });
+    matmul_each(&[*w], x, batch, &mut [y])
+}
+
+/// [`matmul`] of several matrices with the same activation rows (the q, k and v projections;
+/// the gate and up projections): `ys[m]` gets `ws[m]`'s product. The activations are converted
+/// once per dot type and the output rows of every matrix share one parallel pass, instead of a
+/// conversion and a fork-join per matrix; each output has the bits `matmul` gives it.
+pub fn matmul_each(ws: &[WeightMatrix], x: &[f32], batch: usize, ys: &mut [&mut [f32]]) -> Result<(), MatmulError> {
+    assert_eq!(ws.len(), ys.len(), "one output per matrix");
+    for (w, y) in ws.iter().zip(ys.iter()) {
+        let expected = batch * w.cols;
+        if x.len() != expected {
+            return Err(MatmulError::Activations { batch, cols: w.cols, expected, got: x.len() });
+        }
+        if y.len() != batch * w.rows {
+            return Err(MatmulError::Output { expected: batch * w.rows, got: y.len() });
+        }
     }
-    if y.len() != batch * rows {
-        return Err(MatmulError::Output { expected: batch * rows, got: y.len() });
-    }
-    if batch == 0 || rows == 0 {
+    if batch == 0 {
         return Ok(());
     }
-    let ops = quant::ops(w.ty)?;
-    let act_ty = ops.vec_dot_type;
-    let act_row_bytes = act_ty.row_bytes(cols).ok_or(QuantError::PartialBlock { ty: act_ty, n: cols })?;
+    let ops = ws.iter().map(|w| quant::ops(w.ty)).collect::<Result<Vec<_>, _>>()?;
 
     // Float weights read the f32 activations in place; quantized weights get them converted
     // once here, rather than once per output row.
-    let converted;
-    let act: &[u8] = if act_ty == GgmlType::F32 {
-        bytemuck::cast_slice(x)
-    } else {
+    let mut converted: Vec<(GgmlType, Vec<u8>)> = Vec::new();
+    for (w, op) in ws.iter().zip(&ops) {
+        let act_ty = op.vec_dot_type;
+        if act_ty == GgmlType::F32 || converted.iter().any(|(t, _)| *t == act_ty) {
+            continue;
+        }
+        let act_row_bytes = act_ty.row_bytes(w.cols).ok_or(QuantError::PartialBlock { ty: act_ty, n: w.cols })?;
         let quantize = quant::ops(act_ty)?.quantize_activations;
         let mut buf = vec![0u8; batch * act_row_bytes];
-        buf.par_chunks_mut(act_row_bytes)
-            .zip(x.par_chunks(cols))
-            .for_each(|(dst, src)| quantize(src, dst));
-        converted = buf;
-        &converted
-    };
+        buf.par_chunks_mut(act_row_bytes).zip(x.par_chunks(w.cols)).for_each(|(dst, src)| quantize(src, dst));
+        converted.push((act_ty, buf));
+    }
+    let acts: Vec<&[u8]> = ops
+        .iter()
+        .map(|op| match converted.iter().find(|(t, _)| *t == op.vec_dot_type) {
+            Some((_, buf)) => buf.as_slice(),
+            None => bytemuck::cast_slice(x),
+        })
+        .collect();
 
-    let vec_dot = ops.vec_dot;
-    let chunk = rows_per_task(rows, batch);
     if batch == 1 {
-        y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
-            for (i, yr) in ys.iter_mut().enumerate() {
-                *yr = vec_dot(w.row(c * chunk + i), act);
+        // every task writes its output rows in place
+        let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::new();
+        for (m, y) in ys.iter_mut().enumerate() {
+            let chunk = rows_per_task(ws[m].rows, 1);
+            tasks.extend(y.chunks_mut(chunk).enumerate().map(|(c, out)| (m, c * chunk, out)));
+        }
+        tasks.into_par_iter().for_each(|(m, r0, out)| {
+            let (w, act, vec_dot) = (&ws[m], acts[m], ops[m].vec_dot);
+            for (i, yr) in out.iter_mut().enumerate() {
+                *yr = vec_dot(w.row(r0 + i), act);
             }
         });
         return Ok(());
     }
     // Each task computes a block of output rows for the whole batch (the weight row stays in
     // cache while every activation row passes over it), then the blocks are scattered.
-    let blocks: Vec<Vec<f32>> = (0..rows.div_ceil(chunk))
-        .into_par_iter()
-        .map(|c| {
-            let r0 = c * chunk;
-            let r1 = (r0 + chunk).min(rows);
+    let tasks: Vec<(usize, usize, usize)> = ws
+        .iter()
+        .enumerate()
+        .flat_map(|(m, w)| {
+            let chunk = rows_per_task(w.rows, batch);
+            (0..w.rows.div_ceil(chunk)).map(move |c| (m, c * chunk, ((c + 1) * chunk).min(w.rows)))
+        })
+        .collect();
+    let blocks: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|&(m, r0, r1)| {
+            let (w, act, op) = (&ws[m], acts[m], &ops[m]);
+            let act_row_bytes = act.len() / batch;
             let mut out = vec![0.0f32; (r1 - r0) * batch];
-            match ops.vec_dot_rows {
+            match op.vec_dot_rows {
                 // the block of weight rows against the whole batch at once (same bits)
                 Some(rows) => rows(&w.data[r0 * w.row_bytes()..r1 * w.row_bytes()], act, act_row_bytes, &mut out),
                 None => {
                     for r in r0..r1 {
                         let wr = w.row(r);
                         for (b, a) in act.chunks_exact(act_row_bytes).enumerate() {
-                            out[b * (r1 - r0) + (r - r0)] = vec_dot(wr, a);
+                            out[b * (r1 - r0) + (r - r0)] = (op.vec_dot)(wr, a);
                         }
                     }
                 }
@@ -135,11 +163,10 @@ pub fn matmul(w: &WeightMatrix, x: &[f32], batch: usize, y: &mut [f32]) -> Resul
             out
         })
         .collect();
-    for (c, out) in blocks.iter().enumerate() {
-        let r0 = c * chunk;
-        let n = out.len() / batch;
+    for (&(m, r0, r1), out) in tasks.iter().zip(&blocks) {
+        let (rows, n) = (ws[m].rows, r1 - r0);
         for b in 0..batch {
-            y[b * rows + r0..b * rows + r0 + n].copy_from_slice(&out[b * n..(b + 1) * n]);
+            ys[m][b * rows + r0..b * rows + r0 + n].copy_from_slice(&out[b * n..(b + 1) * n]);
         }
     }
     Ok(())
@@ -197,6 +224,26 @@ mod tests {
                 for r in 0..rows {
                     assert_eq!(y[b * rows + r].to_bits(), y1[r].to_bits(), "{ty} b={b} r={r}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn several_matrices_at_once_give_each_matmul_bits() {
+        let shapes = [(GgmlType::Q5_0, 37), (GgmlType::Q8_0, 11), (GgmlType::F16, 20), (GgmlType::Q4_K, 5)];
+        let cols = 256;
+        let mats: Vec<(GgmlType, usize, Vec<u8>)> =
+            shapes.iter().enumerate().map(|(i, &(ty, rows))| (ty, rows, quantized(ty, rows, cols, 10 + i as u32).0)).collect();
+        let ws: Vec<WeightMatrix> = mats.iter().map(|(ty, rows, b)| WeightMatrix::new(*ty, *rows, cols, b).unwrap()).collect();
+        for batch in [1, 3, 8] {
+            let (_, x) = quantized(GgmlType::F32, batch, cols, 7);
+            let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0; batch * w.rows]).collect();
+            let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+            matmul_each(&ws, &x, batch, &mut refs).unwrap();
+            for (w, got) in ws.iter().zip(&outs) {
+                let mut want = vec![0.0; batch * w.rows];
+                matmul(w, &x, batch, &mut want).unwrap();
+                assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{} batch {batch}", w.ty);
             }
         }
     }

@@ -7,7 +7,7 @@ pub mod matmul;
 pub mod norm;
 pub mod rope;
 
-pub use matmul::{get_rows, matmul, MatmulError, WeightMatrix};
+pub use matmul::{get_rows, matmul, matmul_each, MatmulError, WeightMatrix};
 
 use crate::quant::dispatch::Isa;
 
