@@ -1,15 +1,16 @@
 //! Q5_0 and Q8_0 weight rows dotted with several activation rows at once (the batched matmul of
-//! decoding many sequences together). A call takes a block of weight rows, prepares eight
-//! activation rows once (quants as unsigned `y + 128`, scales spread over their lanes) and runs
-//! every weight row over them, each weight group unpacked once for the eight. Every activation
-//! row gets its own accumulator that goes through exactly the steps of the single-row kernel,
-//! with the same exact integer block sums and the same scale products, so each result has the
-//! same bits as the single-row kernels (`dot_q5_0`, `dot_q8_0`) on that row alone.
+//! decoding many sequences together). A call takes a block of weight rows and prepares eight
+//! activation rows once (quants as unsigned `y + 128`, scales spread over their lanes); every
+//! weight row then runs over them, each weight group unpacked once for the eight. Q5_0 holds a
+//! block pair of one row per vector, Q8_0 one block of a row pair (its single-row kernel chains
+//! block after block). Every activation row goes through exactly the steps of the single-row
+//! kernel, with the same exact integer block sums and the same scale products, so each result
+//! has the same bits as the single-row kernels (`dot_q5_0`, `dot_q8_0`) on that row alone.
 
 use core::arch::x86_64::*;
 
-use super::{bytes2, fifth_bits2, nibbles2, spread, Acc};
-use crate::quant::x86::common::{le16, Chain, Q5_0, Q8_0};
+use super::{bytes2, fifth_bits2, load256, nibbles2, spread, Acc};
+use crate::quant::x86::common::{hsum256, le16, Q5_0, Q8_0};
 
 /// Activation rows per pass: eight rows' accumulators stay in registers, and a batch of eight
 /// (the default number of parallel sequences) reads each weight row once.
@@ -106,36 +107,87 @@ unsafe fn dot_q5_0_prepared<const R: usize>(w: *const u8, n_w: usize, nb: usize,
     }
 }
 
-/// The same for Q8_0 weights, taken as they are (signed): `Σ (y + 128) q - 128 Σ q`. The
-/// single-row kernel adds block after block into one chain of eight lanes, so each block
-/// pair's sums and scales (low half the first block, high half the second) are split into two
-/// fused multiply-adds in block order.
+/// Two activation rows' Q8_0 block `k`, side by side: the quants as unsigned `y + 128` (row A
+/// in the low 256 bits, row B in the high), and each row's `d` over its eight lanes.
+#[derive(Clone, Copy)]
+struct PairBlock {
+    u: __m512i,
+    d: __m512,
+}
+
+/// Appends the blocks of activation rows `a` and `b` (`b` absent: zero blocks) to `out`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_q8_0_prepared<const R: usize>(w: *const u8, n_w: usize, nb: usize, prep: &[PreparedGroup], out: &mut [f32]) {
-    let groups = nb.div_ceil(4);
+unsafe fn prepare_pair(a: *const u8, b: Option<*const u8>, nb: usize, out: &mut Vec<PairBlock>) {
+    let bias = _mm512_set1_epi8(-128);
+    let zero_block = [0u8; Q8_0];
+    let f16 = |p: *const u8| _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(le16(p) as i32)));
+    for k in 0..nb {
+        let ya = a.add(k * Q8_0);
+        let yb = b.map_or(zero_block.as_ptr(), |b| b.add(k * Q8_0));
+        let u = _mm512_xor_si512(bytes2(ya.add(2), yb.add(2)), bias);
+        let d = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(_mm256_set1_ps(f16(ya))), _mm256_set1_ps(f16(yb)));
+        out.push(PairBlock { u, d });
+    }
+}
+
+/// `out[r * n_w + i]` = Q8_0 weight row `i` (of `n_w` rows of `nb` blocks at `w`) dotted with
+/// activation row `r < rows`, the rows prepared in `P` pairs (`prep[p * nb + k]`).
+///
+/// The single-row kernel adds block after block into one chain of eight lanes per row, so the
+/// 512-bit vectors hold two rows' chains rather than two blocks of one row: each weight block is
+/// broadcast to both halves, and one `vpdpbusd`, one scale product and one fused multiply-add
+/// advance both rows by a block, in block order. The weights are taken as they are (signed):
+/// `Σ (y + 128) q - 128 Σ q` is `Σ y q` exactly.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_q8_0_pairs<const P: usize>(w: *const u8, n_w: usize, nb: usize, prep: &[PairBlock], rows: usize, out: &mut [f32]) {
     for i in 0..n_w {
         let row = w.add(i * nb * Q8_0);
-        let mut acc: [Chain; R] = core::array::from_fn(|_| Chain::new());
-        let mut wt = [0u8; 4 * Q8_0];
-        for g in 0..groups {
-            let x = group_at(row, g, nb, Q8_0, &mut wt);
-            let x1 = x.add(2 * Q8_0);
-            let s0 = bytes2(x.add(2), x.add(Q8_0 + 2));
-            let s1 = bytes2(x1.add(2), x1.add(Q8_0 + 2));
-            let (c0, c1) = (minus_128_sums(s0), minus_128_sums(s1));
-            let dw = spread_halves(halves(x, Q8_0));
-            for r in 0..R {
-                let p = &prep[r * groups + g];
-                for (k, (s, c)) in [(s0, c0), (s1, c1)].into_iter().enumerate() {
-                    let sums = _mm512_dpbusd_epi32(c, p.u[k], s);
-                    let scale = _mm512_mul_ps(dw[k], p.d[k]);
-                    acc[r].add(_mm512_castsi512_si256(sums), _mm512_castps512_ps256(scale));
-                    acc[r].add(_mm512_extracti64x4_epi64::<1>(sums), _mm512_extractf32x8_ps::<1>(scale));
-                }
+        let mut acc = [_mm512_setzero_ps(); P];
+        for k in 0..nb {
+            let x = row.add(k * Q8_0);
+            let s = _mm512_broadcast_i64x4(load256(x.add(2)));
+            let c = minus_128_sums(s);
+            let dw = _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(le16(x) as i32)));
+            for p in 0..P {
+                let pb = &prep[p * nb + k];
+                let sums = _mm512_dpbusd_epi32(c, pb.u, s);
+                acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, pb.d), _mm512_cvtepi32_ps(sums), acc[p]);
             }
         }
-        for (r, acc) in acc.into_iter().enumerate() {
-            out[r * n_w + i] = acc.sum();
+        for (p, acc) in acc.into_iter().enumerate() {
+            out[2 * p * n_w + i] = hsum256(_mm512_castps512_ps256(acc));
+            if 2 * p + 1 < rows {
+                out[(2 * p + 1) * n_w + i] = hsum256(_mm512_extractf32x8_ps::<1>(acc));
+            }
+        }
+    }
+}
+
+/// `out[b * n_w + i]` = Q8_0 weight row `i` of `w` dotted with activation row `b` of `acts`;
+/// eight activation rows (four pairs) are prepared at a time, once for all the weight rows.
+pub(in crate::quant::x86::avx512) fn vec_dot_rows_q8_0(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
+    let (nb, n_w, batch) = shape(w, Q8_0, acts, stride, out);
+    let mut prep = Vec::with_capacity(ROWS / 2 * nb);
+    for c in 0..batch.div_ceil(ROWS) {
+        let rows = (batch - c * ROWS).min(ROWS);
+        prep.clear();
+        for p in 0..rows.div_ceil(2) {
+            let (ra, rb) = (c * ROWS + 2 * p, c * ROWS + 2 * p + 1);
+            let b = (2 * p + 1 < rows).then(|| acts[rb * stride..].as_ptr());
+            // SAFETY: dispatch hands out this tier's kernels only after detecting every feature
+            // they enable; `shape` checked that activation rows `ra` and `rb` hold `nb` blocks.
+            unsafe { prepare_pair(acts[ra * stride..].as_ptr(), b, nb, &mut prep) };
+        }
+        let (w, chunk) = (w.as_ptr(), &mut out[c * ROWS * n_w..(c * ROWS + rows) * n_w]);
+        // SAFETY: as above; `w` holds `n_w` rows of `nb` blocks, `prep` the blocks of
+        // `rows.div_ceil(2)` pairs, and `chunk` the `rows * n_w` outputs.
+        unsafe {
+            match rows.div_ceil(2) {
+                4 => dot_q8_0_pairs::<4>(w, n_w, nb, &prep, rows, chunk),
+                3 => dot_q8_0_pairs::<3>(w, n_w, nb, &prep, rows, chunk),
+                2 => dot_q8_0_pairs::<2>(w, n_w, nb, &prep, rows, chunk),
+                _ => dot_q8_0_pairs::<1>(w, n_w, nb, &prep, rows, chunk),
+            }
         }
     }
 }
@@ -150,45 +202,38 @@ fn shape(w: &[u8], wb: usize, acts: &[u8], stride: usize, out: &[f32]) -> (usize
     (nb, n_w, batch)
 }
 
-/// `out[b * n_w + i]` = weight row `i` of `w` (Q5_0 or Q8_0, by `dot`) dotted with activation
-/// row `b` of `acts` (rows of `stride` bytes); eight activation rows are prepared at a time, once
-/// for all the weight rows.
-macro_rules! prepared_rows {
-    ($name:ident, $wb:expr, $dot:ident) => {
-        pub(in crate::quant::x86::avx512) fn $name(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
-            let (nb, n_w, batch) = shape(w, $wb, acts, stride, out);
-            let mut prep = Vec::with_capacity(ROWS * nb.div_ceil(4));
-            for c in 0..batch.div_ceil(ROWS) {
-                let rows = (batch - c * ROWS).min(ROWS);
-                prep.clear();
-                for r in 0..rows {
-                    // SAFETY: dispatch hands out this tier's kernels only after detecting every
-                    // feature they enable; `shape` checked that activation row `c * ROWS + r`
-                    // holds `nb` blocks.
-                    unsafe { prepare_row(acts[(c * ROWS + r) * stride..].as_ptr(), nb, &mut prep) };
-                }
-                let (w, chunk) = (w.as_ptr(), &mut out[c * ROWS * n_w..(c * ROWS + rows) * n_w]);
-                // SAFETY: as above; `w` holds `n_w` rows of `nb` blocks, `prep` the groups of
-                // `rows` activation rows, and `chunk` their `rows * n_w` outputs.
-                unsafe {
-                    match rows {
-                        8 => $dot::<8>(w, n_w, nb, &prep, chunk),
-                        7 => $dot::<7>(w, n_w, nb, &prep, chunk),
-                        6 => $dot::<6>(w, n_w, nb, &prep, chunk),
-                        5 => $dot::<5>(w, n_w, nb, &prep, chunk),
-                        4 => $dot::<4>(w, n_w, nb, &prep, chunk),
-                        3 => $dot::<3>(w, n_w, nb, &prep, chunk),
-                        2 => $dot::<2>(w, n_w, nb, &prep, chunk),
-                        _ => $dot::<1>(w, n_w, nb, &prep, chunk),
-                    }
-                }
+/// `out[b * n_w + i]` = Q5_0 weight row `i` of `w` dotted with activation row `b` of `acts`
+/// (rows of `stride` bytes); eight activation rows are prepared at a time, once for all the
+/// weight rows.
+pub(in crate::quant::x86::avx512) fn vec_dot_rows_q5_0(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
+    let (nb, n_w, batch) = shape(w, Q5_0, acts, stride, out);
+    let mut prep = Vec::with_capacity(ROWS * nb.div_ceil(4));
+    for c in 0..batch.div_ceil(ROWS) {
+        let rows = (batch - c * ROWS).min(ROWS);
+        prep.clear();
+        for r in 0..rows {
+            // SAFETY: dispatch hands out this tier's kernels only after detecting every
+            // feature they enable; `shape` checked that activation row `c * ROWS + r`
+            // holds `nb` blocks.
+            unsafe { prepare_row(acts[(c * ROWS + r) * stride..].as_ptr(), nb, &mut prep) };
+        }
+        let (w, chunk) = (w.as_ptr(), &mut out[c * ROWS * n_w..(c * ROWS + rows) * n_w]);
+        // SAFETY: as above; `w` holds `n_w` rows of `nb` blocks, `prep` the groups of
+        // `rows` activation rows, and `chunk` their `rows * n_w` outputs.
+        unsafe {
+            match rows {
+                8 => dot_q5_0_prepared::<8>(w, n_w, nb, &prep, chunk),
+                7 => dot_q5_0_prepared::<7>(w, n_w, nb, &prep, chunk),
+                6 => dot_q5_0_prepared::<6>(w, n_w, nb, &prep, chunk),
+                5 => dot_q5_0_prepared::<5>(w, n_w, nb, &prep, chunk),
+                4 => dot_q5_0_prepared::<4>(w, n_w, nb, &prep, chunk),
+                3 => dot_q5_0_prepared::<3>(w, n_w, nb, &prep, chunk),
+                2 => dot_q5_0_prepared::<2>(w, n_w, nb, &prep, chunk),
+                _ => dot_q5_0_prepared::<1>(w, n_w, nb, &prep, chunk),
             }
         }
-    };
+    }
 }
-
-prepared_rows!(vec_dot_rows_q5_0, Q5_0, dot_q5_0_prepared);
-prepared_rows!(vec_dot_rows_q8_0, Q8_0, dot_q8_0_prepared);
 
 #[cfg(test)]
 mod tests {
