@@ -243,7 +243,7 @@ pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribut
     let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
     let mut weights: Vec<f32> = cands.iter().map(|c| (c.1 - max) / params.temperature).collect();
     exp_in_place(&mut weights);
-    let total: f64 = weights.iter().map(|&w| f64::from(w)).sum();
+    let total = sum_f64(&weights);
     if total <= 0.0 || !total.is_finite() {
         return Err(SamplingError::NoCandidates);
     }
@@ -260,7 +260,7 @@ pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribut
 /// alone): the same steps as the general path in [`distribution`], straight over the row,
 /// without first listing the candidates as (token, logit) pairs.
 fn whole_vocabulary(logits: &[f32], temperature: f32) -> Result<Distribution, SamplingError> {
-    let max = logits.iter().filter(|v| v.is_finite()).fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let max = finite_max(logits);
     if max == f32::NEG_INFINITY {
         return Err(SamplingError::NoCandidates);
     }
@@ -268,7 +268,7 @@ fn whole_vocabulary(logits: &[f32], temperature: f32) -> Result<Distribution, Sa
     let mut weights: Vec<f32> =
         logits.iter().map(|&l| if l.is_finite() { (l - max) / temperature } else { f32::NEG_INFINITY }).collect();
     exp_in_place(&mut weights);
-    let total: f64 = weights.iter().map(|&w| f64::from(w)).sum();
+    let total = sum_f64(&weights);
     if total <= 0.0 || !total.is_finite() {
         return Err(SamplingError::NoCandidates);
     }
@@ -279,6 +279,33 @@ fn whole_vocabulary(logits: &[f32], temperature: f32) -> Result<Distribution, Sa
         .map(|(id, &w)| (id as TokenId, (f64::from(w) / total) as f32))
         .collect();
     Ok(Distribution { candidates })
+}
+
+/// The largest finite value (-inf if none), over 16 lanes so that the loop vectorises.
+fn finite_max(v: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = v.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            *m = if x.is_finite() && x > *m { x } else { *m };
+        }
+    }
+    rest.iter().chain(&lanes).fold(f32::NEG_INFINITY, |m, &x| if x.is_finite() && x > m { x } else { m })
+}
+
+/// `Σ w` in f64 over eight lanes (then the lanes in order, then the tail): a fixed order, so
+/// the same bits everywhere, without one long chain of dependent additions.
+fn sum_f64(w: &[f32]) -> f64 {
+    let mut lanes = [0.0f64; 8];
+    let chunks = w.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l += f64::from(x);
+        }
+    }
+    rest.iter().fold(lanes.iter().sum::<f64>(), |t, &x| t + f64::from(x))
 }
 
 crate::backend::cpu::fma_variants!(
