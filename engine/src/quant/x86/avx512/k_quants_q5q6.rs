@@ -140,11 +140,31 @@ unsafe fn dequantize_q6_k_impl(w: *const u8, out: *mut f32, nb: usize) {
     }
 }
 
+/// The 128 quants of half `n` of the Q6_K super-block at `x`, as unsigned 0..64 (the -32 offset
+/// is the caller's), in its four 32-value runs: values `128n + 32j ..` in run `j`.
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn vec_dot_q6_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
+pub(super) unsafe fn q6k_half(x: *const u8, n: usize) -> [__m256i; 4] {
     let m_lo = _mm256_set1_epi8(0x0F);
     let m33 = _mm256_set1_epi8(0x33);
     let mcc = _mm256_set1_epi8(0xCCu8 as i8);
+    let l0 = _mm256_loadu_si256(x.add(64 * n).cast());
+    let l1 = _mm256_loadu_si256(x.add(64 * n + 32).cast());
+    let h = _mm256_loadu_si256(x.add(128 + 32 * n).cast());
+    // qh bits 0-1 and 4-5 (h33), 2-3 and 6-7 (hcc): shifted so that the wanted pair lands on
+    // bits 4-5 with zeros above, then merged under the low-nibble mask (`m_lo ? a : b`).
+    let h33 = _mm256_and_si256(h, m33);
+    let hcc = _mm256_and_si256(h, mcc);
+    [
+        _mm256_ternarylogic_epi32::<0xE4>(l0, _mm256_slli_epi16::<4>(h33), m_lo),
+        _mm256_ternarylogic_epi32::<0xE4>(l1, _mm256_slli_epi16::<2>(hcc), m_lo),
+        _mm256_ternarylogic_epi32::<0xE4>(_mm256_srli_epi16::<4>(l0), h33, m_lo),
+        _mm256_ternarylogic_epi32::<0xE4>(_mm256_srli_epi16::<4>(l1), _mm256_srli_epi16::<2>(hcc), m_lo),
+    ]
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn vec_dot_q6_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
     let idx = [
         load_idx(&PAIR16_IDX[0]),
         load_idx(&PAIR16_IDX[1]),
@@ -164,22 +184,7 @@ unsafe fn vec_dot_q6_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
 
         let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
         for n in 0..2 {
-            let l0 = _mm256_loadu_si256(x.add(64 * n).cast());
-            let l1 = _mm256_loadu_si256(x.add(64 * n + 32).cast());
-            let h = _mm256_loadu_si256(x.add(128 + 32 * n).cast());
-            // qh bits 0-1 and 4-5 (h33), 2-3 and 6-7 (hcc): shifted so that the wanted pair
-            // lands on bits 4-5 with zeros above, then merged under the low-nibble mask
-            // (`m_lo ? a : b`).
-            let h33 = _mm256_and_si256(h, m33);
-            let hcc = _mm256_and_si256(h, mcc);
-            let q1 = _mm256_ternarylogic_epi32::<0xE4>(l0, _mm256_slli_epi16::<4>(h33), m_lo);
-            let q2 = _mm256_ternarylogic_epi32::<0xE4>(l1, _mm256_slli_epi16::<2>(hcc), m_lo);
-            let q3 = _mm256_ternarylogic_epi32::<0xE4>(_mm256_srli_epi16::<4>(l0), h33, m_lo);
-            let q4 = _mm256_ternarylogic_epi32::<0xE4>(
-                _mm256_srli_epi16::<4>(l1),
-                _mm256_srli_epi16::<2>(hcc),
-                m_lo,
-            );
+            let [q1, q2, q3, q4] = q6k_half(x, n);
             let act = y.add(Q8K_QS + 128 * n);
             let d = [dot32(q1, act), dot32(q2, act.add(32)), dot32(q3, act.add(64)), dot32(q4, act.add(96))];
             sumi = dot_groups16(sumi, d, scales, [idx[2 * n], idx[2 * n + 1]]);

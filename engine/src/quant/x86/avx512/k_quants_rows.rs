@@ -9,6 +9,8 @@
 
 use std::arch::x86_64::*;
 
+use super::k_quants_q5q6::q6k_half;
+use super::rows_shape;
 use super::k_quants::{dot32, load_idx, pair_words, unpack_scales_mins_q4k, PAIR16_IDX};
 use crate::quant::dispatch::VecDotRowsFn;
 use crate::quant::x86::common::{f16_pair, f32_at, hsum256, Q4K_BYTES, Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS};
@@ -69,29 +71,14 @@ unsafe fn dot_q4_k_xn<const R: usize>(w: *const u8, a: *const u8, stride: usize,
 /// `a + r * stride`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn dot_q6_k_xn<const R: usize>(w: *const u8, a: *const u8, stride: usize, nb: usize) -> [f32; R] {
-    let m_lo = _mm256_set1_epi8(0x0F);
-    let m33 = _mm256_set1_epi8(0x33);
-    let mcc = _mm256_set1_epi8(0xCCu8 as i8);
     let idx: [__m256i; 4] = core::array::from_fn(|k| load_idx(&PAIR16_IDX[k]));
     let mut acc = [_mm256_setzero_ps(); R];
     for i in 0..nb {
         let x = w.add(i * Q6K_BYTES);
         let dw = f16_pair(x.add(206)).1;
         let scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(192).cast()));
-        // the quants as 0..64 (see `vec_dot_q6_k_impl`), half n in q[4n..4n + 4]
-        let mut q = [_mm256_setzero_si256(); 8];
-        for n in 0..2 {
-            let l0 = _mm256_loadu_si256(x.add(64 * n).cast());
-            let l1 = _mm256_loadu_si256(x.add(64 * n + 32).cast());
-            let h = _mm256_loadu_si256(x.add(128 + 32 * n).cast());
-            let h33 = _mm256_and_si256(h, m33);
-            let hcc = _mm256_and_si256(h, mcc);
-            q[4 * n] = _mm256_ternarylogic_epi32::<0xE4>(l0, _mm256_slli_epi16::<4>(h33), m_lo);
-            q[4 * n + 1] = _mm256_ternarylogic_epi32::<0xE4>(l1, _mm256_slli_epi16::<2>(hcc), m_lo);
-            q[4 * n + 2] = _mm256_ternarylogic_epi32::<0xE4>(_mm256_srli_epi16::<4>(l0), h33, m_lo);
-            q[4 * n + 3] =
-                _mm256_ternarylogic_epi32::<0xE4>(_mm256_srli_epi16::<4>(l1), _mm256_srli_epi16::<2>(hcc), m_lo);
-        }
+        // the quants as 0..64, half n in q[n]
+        let q = [q6k_half(x, 0), q6k_half(x, 1)];
         let s: [__m256i; 4] = core::array::from_fn(|k| _mm256_permutexvar_epi16(idx[k], scales));
         for r in 0..R {
             let y = a.add(r * stride + i * Q8K_BYTES);
@@ -101,7 +88,7 @@ unsafe fn dot_q6_k_xn<const R: usize>(w: *const u8, a: *const u8, stride: usize,
             let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
             for n in 0..2 {
                 let act = y.add(Q8K_QS + 128 * n);
-                let p: [__m256i; 4] = core::array::from_fn(|j| dot32(q[4 * n + j], act.add(32 * j)));
+                let p: [__m256i; 4] = core::array::from_fn(|j| dot32(q[n][j], act.add(32 * j)));
                 sumi = _mm256_dpwssd_epi32(sumi, pair_words::<16>(p[0], p[1]), s[2 * n]);
                 sumi = _mm256_dpwssd_epi32(sumi, pair_words::<16>(p[2], p[3]), s[2 * n + 1]);
             }
@@ -111,22 +98,12 @@ unsafe fn dot_q6_k_xn<const R: usize>(w: *const u8, a: *const u8, stride: usize,
     core::array::from_fn(|r| hsum256(acc[r]))
 }
 
-/// Checks a call's operands: `(nb, n_w, batch)` for weight rows of `wb`-byte super-blocks.
-fn shape(w: &[u8], wb: usize, acts: &[u8], stride: usize, out: &[f32]) -> (usize, usize, usize) {
-    assert!(stride > 0 && stride.is_multiple_of(Q8K_BYTES), "activation rows of {stride} bytes");
-    let nb = stride / Q8K_BYTES;
-    assert!(w.len().is_multiple_of(nb * wb) && acts.len().is_multiple_of(stride), "{} weight bytes, {} activation bytes", w.len(), acts.len());
-    let (n_w, batch) = (w.len() / (nb * wb), acts.len() / stride);
-    assert_eq!(out.len(), n_w * batch, "{n_w} weight rows x {batch} activation rows");
-    (nb, n_w, batch)
-}
-
 /// `out[b * n_w + i]` = weight row `i` of `w` dotted with activation row `b` of `acts`, each
 /// weight super-block unpacked once for eight activation rows.
 macro_rules! rows_entry {
     ($name:ident, $wb:expr, $dot:ident) => {
         fn $name(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
-            let (nb, n_w, batch) = shape(w, $wb, acts, stride, out);
+            let (nb, n_w, batch) = rows_shape(w, $wb, acts, stride, Q8K_BYTES, out);
             for i in 0..n_w {
                 let row = w[i * nb * $wb..].as_ptr();
                 for c in 0..batch.div_ceil(ROWS) {
@@ -134,7 +111,7 @@ macro_rules! rows_entry {
                     let a = acts[c * ROWS * stride..].as_ptr();
                     let mut dots = [0.0f32; ROWS];
                     // SAFETY: dispatch hands out this tier's kernels only after detecting every
-                    // feature they enable; `shape` checked that the weight row and the `rows`
+                    // feature they enable; `rows_shape` checked that the weight row and the `rows`
                     // activation rows at `a` hold `nb` whole super-blocks each.
                     unsafe {
                         match rows {
@@ -162,50 +139,15 @@ rows_entry!(vec_dot_rows_q6_k, Q6K_BYTES, dot_q6_k_xn);
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::quant::{ops_for, Isa};
+    use super::super::check_rows_kernel;
+    use crate::quant::GgmlType;
 
-    /// Every result equals the single-row kernel's, bit for bit, for several weight rows, one
-    /// and several super-blocks, and batches with and without a remainder of eight.
+    /// Every result equals the single-row kernel's, bit for bit, for one and several
+    /// super-blocks, and batches with and without a remainder of eight.
     #[test]
     fn several_rows_give_the_single_row_bits() {
-        if !Isa::Avx512.is_available() {
-            return;
-        }
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
-            let rows_fn = rows_kernel(ty).unwrap();
-            let ops = ops_for(ty, Isa::Avx512).unwrap();
-            let act = ops_for(GgmlType::Q8_K, Isa::Avx512).unwrap();
-            let mut seed = 11u32;
-            let mut next = move || {
-                seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
-                (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-            };
-            for nb in [1usize, 3, 19] {
-                let (n, n_w) = (nb * 256, 3);
-                let rb = ty.row_bytes(n).unwrap();
-                let mut w = vec![0u8; rb * n_w];
-                for dst in w.chunks_exact_mut(rb) {
-                    let vals: Vec<f32> = (0..n).map(|_| next()).collect();
-                    (ops.quantize)(&vals, dst);
-                }
-                for batch in [1usize, 4, 6, 8, 9, 17] {
-                    let stride = GgmlType::Q8_K.row_bytes(n).unwrap();
-                    let mut acts = vec![0u8; batch * stride];
-                    for row in acts.chunks_exact_mut(stride) {
-                        let vals: Vec<f32> = (0..n).map(|_| next() * 4.0).collect();
-                        (act.quantize_activations)(&vals, row);
-                    }
-                    let mut out = vec![0.0f32; batch * n_w];
-                    rows_fn(&w, &acts, stride, &mut out);
-                    for (b, row) in acts.chunks_exact(stride).enumerate() {
-                        for (i, wr) in w.chunks_exact(rb).enumerate() {
-                            let single = (ops.vec_dot)(wr, row);
-                            assert_eq!(out[b * n_w + i].to_bits(), single.to_bits(), "{ty} nb={nb} batch={batch} row {b} weight {i}");
-                        }
-                    }
-                }
-            }
+            check_rows_kernel(ty, &[1, 3, 19], &[1, 4, 6, 8, 9, 17], 11);
         }
     }
 }

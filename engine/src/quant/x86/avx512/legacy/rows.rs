@@ -9,6 +9,7 @@
 
 use core::arch::x86_64::*;
 
+use super::super::rows_shape;
 use super::{bytes2, fifth_bits2, load256, nibbles2, spread, Acc};
 use crate::quant::x86::common::{hsum256, le16, Q5_0, Q8_0};
 
@@ -166,7 +167,7 @@ unsafe fn dot_q8_0_pairs<const P: usize>(w: *const u8, n_w: usize, nb: usize, pr
 /// `out[b * n_w + i]` = Q8_0 weight row `i` of `w` dotted with activation row `b` of `acts`;
 /// eight activation rows (four pairs) are prepared at a time, once for all the weight rows.
 pub(in crate::quant::x86::avx512) fn vec_dot_rows_q8_0(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
-    let (nb, n_w, batch) = shape(w, Q8_0, acts, stride, out);
+    let (nb, n_w, batch) = rows_shape(w, Q8_0, acts, stride, Q8_0, out);
     let mut prep = Vec::with_capacity(ROWS / 2 * nb);
     for c in 0..batch.div_ceil(ROWS) {
         let rows = (batch - c * ROWS).min(ROWS);
@@ -175,7 +176,7 @@ pub(in crate::quant::x86::avx512) fn vec_dot_rows_q8_0(w: &[u8], acts: &[u8], st
             let (ra, rb) = (c * ROWS + 2 * p, c * ROWS + 2 * p + 1);
             let b = (2 * p + 1 < rows).then(|| acts[rb * stride..].as_ptr());
             // SAFETY: dispatch hands out this tier's kernels only after detecting every feature
-            // they enable; `shape` checked that activation rows `ra` and `rb` hold `nb` blocks.
+            // they enable; `rows_shape` checked that activation rows `ra` and `rb` hold `nb` blocks.
             unsafe { prepare_pair(acts[ra * stride..].as_ptr(), b, nb, &mut prep) };
         }
         let (w, chunk) = (w.as_ptr(), &mut out[c * ROWS * n_w..(c * ROWS + rows) * n_w]);
@@ -192,28 +193,18 @@ pub(in crate::quant::x86::avx512) fn vec_dot_rows_q8_0(w: &[u8], acts: &[u8], st
     }
 }
 
-/// Checks a call's operands: `(nb, n_w, batch)` for weight rows of `wb`-byte blocks.
-fn shape(w: &[u8], wb: usize, acts: &[u8], stride: usize, out: &[f32]) -> (usize, usize, usize) {
-    assert!(stride > 0 && stride.is_multiple_of(Q8_0), "activation rows of {stride} bytes");
-    let nb = stride / Q8_0;
-    assert!(w.len().is_multiple_of(nb * wb) && acts.len().is_multiple_of(stride), "{} weight bytes, {} activation bytes", w.len(), acts.len());
-    let (n_w, batch) = (w.len() / (nb * wb), acts.len() / stride);
-    assert_eq!(out.len(), n_w * batch, "{n_w} weight rows x {batch} activation rows");
-    (nb, n_w, batch)
-}
-
 /// `out[b * n_w + i]` = Q5_0 weight row `i` of `w` dotted with activation row `b` of `acts`
 /// (rows of `stride` bytes); eight activation rows are prepared at a time, once for all the
 /// weight rows.
 pub(in crate::quant::x86::avx512) fn vec_dot_rows_q5_0(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
-    let (nb, n_w, batch) = shape(w, Q5_0, acts, stride, out);
+    let (nb, n_w, batch) = rows_shape(w, Q5_0, acts, stride, Q8_0, out);
     let mut prep = Vec::with_capacity(ROWS * nb.div_ceil(4));
     for c in 0..batch.div_ceil(ROWS) {
         let rows = (batch - c * ROWS).min(ROWS);
         prep.clear();
         for r in 0..rows {
             // SAFETY: dispatch hands out this tier's kernels only after detecting every
-            // feature they enable; `shape` checked that activation row `c * ROWS + r`
+            // feature they enable; `rows_shape` checked that activation row `c * ROWS + r`
             // holds `nb` blocks.
             unsafe { prepare_row(acts[(c * ROWS + r) * stride..].as_ptr(), nb, &mut prep) };
         }
@@ -237,49 +228,15 @@ pub(in crate::quant::x86::avx512) fn vec_dot_rows_q5_0(w: &[u8], acts: &[u8], st
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::quant::{ops_for, GgmlType, Isa};
+    use crate::quant::x86::avx512::check_rows_kernel;
+    use crate::quant::GgmlType;
 
-    /// Every result equals the single-row kernel's, bit for bit, for several weight rows, row
-    /// lengths with and without a partial last group, and batches with and without a remainder.
+    /// Every result equals the single-row kernel's, bit for bit, for row lengths with and
+    /// without a partial last group, and batches with and without a remainder.
     #[test]
     fn several_rows_give_the_single_row_bits() {
-        if !Isa::Avx512.is_available() {
-            return;
-        }
-        for (ty, rows_fn) in [(GgmlType::Q5_0, vec_dot_rows_q5_0 as fn(&[u8], &[u8], usize, &mut [f32])), (GgmlType::Q8_0, vec_dot_rows_q8_0)] {
-            let ops = ops_for(ty, Isa::Avx512).unwrap();
-            let act = ops_for(GgmlType::Q8_0, Isa::Avx512).unwrap();
-            let mut seed = 7u32;
-            let mut next = move || {
-                seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
-                (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-            };
-            for nb in [1usize, 3, 4, 7, 28, 33] {
-                let (n, n_w) = (nb * 32, 3);
-                let rb = ty.row_bytes(n).unwrap();
-                let mut w = vec![0u8; rb * n_w];
-                for dst in w.chunks_exact_mut(rb) {
-                    let vals: Vec<f32> = (0..n).map(|_| next()).collect();
-                    (ops.quantize)(&vals, dst);
-                }
-                for batch in [1usize, 4, 5, 8, 11, 19] {
-                    let stride = GgmlType::Q8_0.row_bytes(n).unwrap();
-                    let mut acts = vec![0u8; batch * stride];
-                    for row in acts.chunks_exact_mut(stride) {
-                        let vals: Vec<f32> = (0..n).map(|_| next() * 4.0).collect();
-                        (act.quantize_activations)(&vals, row);
-                    }
-                    let mut out = vec![0.0f32; batch * n_w];
-                    rows_fn(&w, &acts, stride, &mut out);
-                    for (b, row) in acts.chunks_exact(stride).enumerate() {
-                        for (i, wr) in w.chunks_exact(rb).enumerate() {
-                            let single = (ops.vec_dot)(wr, row);
-                            assert_eq!(out[b * n_w + i].to_bits(), single.to_bits(), "{ty} nb={nb} batch={batch} row {b} weight {i}");
-                        }
-                    }
-                }
-            }
+        for ty in [GgmlType::Q5_0, GgmlType::Q8_0] {
+            check_rows_kernel(ty, &[1, 3, 4, 7, 28, 33], &[1, 4, 5, 8, 11, 19], 7);
         }
     }
 }
