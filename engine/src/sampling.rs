@@ -241,18 +241,20 @@ pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribut
         cands.sort_unstable_by_key(|c| c.0);
     }
     let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-    let mut weights: Vec<f32> = cands.iter().map(|c| (c.1 - max) / params.temperature).collect();
-    exp_in_place(&mut weights);
-    let total = sum_f64(&weights);
+    let scaled = cands.iter().map(|c| (c.1 - max) / params.temperature).collect();
+    softmax(cands.iter().map(|c| c.0), scaled)
+}
+
+/// The distribution of `ids` (ascending) with weights `exp(scaled)`: ggml's polynomial exp,
+/// the f64 total over lanes, each probability `w / total`; tokens of weight 0 are left out.
+fn softmax(ids: impl Iterator<Item = TokenId>, mut scaled: Vec<f32>) -> Result<Distribution, SamplingError> {
+    exp_in_place(&mut scaled);
+    let total = sum_f64(&scaled);
     if total <= 0.0 || !total.is_finite() {
         return Err(SamplingError::NoCandidates);
     }
-    let candidates = cands
-        .iter()
-        .zip(&weights)
-        .filter(|(_, &w)| w > 0.0)
-        .map(|(c, &w)| (c.0, (f64::from(w) / total) as f32))
-        .collect();
+    let candidates =
+        ids.zip(&scaled).filter(|(_, &w)| w > 0.0).map(|(id, &w)| (id, (f64::from(w) / total) as f32)).collect();
     Ok(Distribution { candidates })
 }
 
@@ -265,20 +267,9 @@ fn whole_vocabulary(logits: &[f32], temperature: f32) -> Result<Distribution, Sa
         return Err(SamplingError::NoCandidates);
     }
     // infinite and NaN logits are no candidates: weight exp(-inf) = 0
-    let mut weights: Vec<f32> =
+    let scaled =
         logits.iter().map(|&l| if l.is_finite() { (l - max) / temperature } else { f32::NEG_INFINITY }).collect();
-    exp_in_place(&mut weights);
-    let total = sum_f64(&weights);
-    if total <= 0.0 || !total.is_finite() {
-        return Err(SamplingError::NoCandidates);
-    }
-    let candidates = weights
-        .iter()
-        .enumerate()
-        .filter(|(_, &w)| w > 0.0)
-        .map(|(id, &w)| (id as TokenId, (f64::from(w) / total) as f32))
-        .collect();
-    Ok(Distribution { candidates })
+    softmax(0.., scaled)
 }
 
 /// The largest finite value (-inf if none), over 16 lanes so that the loop vectorises.
