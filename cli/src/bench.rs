@@ -1,6 +1,9 @@
 //! `engine-cli bench`: prompt-processing and generation speed, measured like llama-bench: `ppN`
 //! is one batch of N tokens in a fresh cache, `tgN` is N single-token steps from an empty
-//! cache; each test runs once untimed, then `-r` times, and reports tokens/s as mean ± sd.
+//! cache, and `tgNxP` is P sequences generating N tokens each side by side (one batch of P
+//! entries per step, as the server's continuous batching runs them; llama-batched-bench's
+//! S_TG). Each test runs once untimed, then the tests take turns `-r` times (so a change in
+//! the machine's speed touches them alike), and each reports tokens/s as mean ± sd.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -25,6 +28,10 @@ pub struct BenchArgs {
     /// Tokens of the generation test (0 skips it).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: usize,
+    /// Sequences generating side by side in the generation test, one test per value
+    /// (comma-separated, e.g. `1,8`): tokens/s counts the tokens of all of them.
+    #[arg(long = "parallel", value_delimiter = ',', default_value = "1", value_parser = parse_positive)]
+    pub parallel: Vec<usize>,
     /// Timed repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5, value_parser = parse_positive)]
     pub repetitions: usize,
@@ -51,6 +58,7 @@ struct TestResult {
     test: String,
     n_prompt: usize,
     n_gen: usize,
+    n_parallel: usize,
     avg_ns: f64,
     stddev_ns: f64,
     avg_ts: f64,
@@ -68,33 +76,47 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let n_threads = pool.current_num_threads();
     let file = model.file();
     let model_type = model_type(&model);
-    let tokens = bench_tokens(model.config().n_vocab, args.n_prompt.max(args.n_gen));
-    let mut tests = Vec::new();
+    let max_parallel = args.parallel.iter().copied().max().unwrap_or(1);
+    let tokens = bench_tokens(model.config().n_vocab, args.n_prompt.max(args.n_gen * max_parallel));
+    // (name, prompt tokens, generated tokens per sequence, sequences)
+    let mut tests: Vec<(String, usize, usize, usize)> = Vec::new();
     if args.n_prompt > 0 {
-        tests.push((format!("pp{}", args.n_prompt), args.n_prompt, 0));
+        tests.push((format!("pp{}", args.n_prompt), args.n_prompt, 0, 1));
     }
     if args.n_gen > 0 {
-        tests.push((format!("tg{}", args.n_gen), 0, args.n_gen));
+        let mut parallel = args.parallel.clone();
+        parallel.dedup();
+        for p in parallel {
+            let name = if p == 1 { format!("tg{}", args.n_gen) } else { format!("tg{}x{p}", args.n_gen) };
+            tests.push((name, 0, args.n_gen, p));
+        }
     }
+    let once = |&(_, n_prompt, n_gen, parallel): &(String, usize, usize, usize)| -> anyhow::Result<u64> {
+        if n_prompt > 0 {
+            prompt_once(&model, args.kv_type, &tokens[..n_prompt])
+        } else {
+            generate_once(&model, args.kv_type, &tokens[..n_gen * parallel], parallel)
+        }
+    };
+    let samples = pool.install(|| -> anyhow::Result<Vec<Vec<u64>>> {
+        for test in &tests {
+            once(test)?; // warm-up: page in the weights, grow the allocator
+        }
+        let mut samples = vec![Vec::with_capacity(args.repetitions); tests.len()];
+        for _ in 0..args.repetitions {
+            for (test, s) in tests.iter().zip(&mut samples) {
+                s.push(once(test)?);
+            }
+        }
+        Ok(samples)
+    })?;
     let mut results = Vec::new();
     if !args.json {
         println!("| {:<30} | {:>10} | {:>10} | {:>7} | {:>10} | {:>20} |", "model", "size", "params", "threads", "test", "t/s");
         println!("| {:-<30} | {:->9}: | {:->9}: | {:->6}: | {:->9}: | {:->19}: |", "", "", "", "", "", "");
     }
-    for (test, n_prompt, n_gen) in tests {
-        let once = || -> anyhow::Result<u64> {
-            let t = if n_prompt > 0 {
-                prompt_once(&model, args.kv_type, &tokens[..n_prompt])?
-            } else {
-                generate_once(&model, args.kv_type, &tokens[..n_gen])?
-            };
-            Ok(t)
-        };
-        let samples_ns = pool.install(|| -> anyhow::Result<Vec<u64>> {
-            once()?; // warm-up: page in the weights, grow the allocator
-            (0..args.repetitions).map(|_| once()).collect()
-        })?;
-        let n_tokens = (n_prompt + n_gen) as f64;
+    for ((test, n_prompt, n_gen, n_parallel), samples_ns) in tests.into_iter().zip(samples) {
+        let n_tokens = (n_prompt + n_gen * n_parallel) as f64;
         let samples_ts: Vec<f64> = samples_ns.iter().map(|&ns| n_tokens * 1e9 / ns.max(1) as f64).collect();
         let ns: Vec<f64> = samples_ns.iter().map(|&v| v as f64).collect();
         let (avg_ns, stddev_ns) = mean_sd(&ns);
@@ -109,6 +131,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             test,
             n_prompt,
             n_gen,
+            n_parallel,
             avg_ns,
             stddev_ns,
             avg_ts,
@@ -145,12 +168,18 @@ fn prompt_once(model: &Model, kv_type: KvType, tokens: &[TokenId]) -> anyhow::Re
     Ok(ns)
 }
 
-/// Nanoseconds of one single-token step per token of `tokens`, from an empty cache.
-fn generate_once(model: &Model, kv_type: KvType, tokens: &[TokenId]) -> anyhow::Result<u64> {
-    let mut kv = model.new_kv_cache(kv_type, tokens.len());
+/// Nanoseconds of `parallel` sequences generating side by side from an empty cache, sequence
+/// `s` feeding `tokens[s * n..(s + 1) * n]` (n = `tokens.len() / parallel`): one step per
+/// position, a batch of one entry per sequence, logits for each.
+fn generate_once(model: &Model, kv_type: KvType, tokens: &[TokenId], parallel: usize) -> anyhow::Result<u64> {
+    let n = tokens.len() / parallel;
+    let mut kv = model.new_kv_cache(kv_type, n);
     let start = Instant::now();
-    for (pos, &token) in tokens.iter().enumerate() {
-        let logits = model.forward(&mut kv, &[BatchEntry { seq: 0, token, pos: pos as u32, logits: true }])?;
+    for pos in 0..n {
+        let batch: Vec<BatchEntry> = (0..parallel)
+            .map(|s| BatchEntry { seq: s as u32, token: tokens[s * n + pos], pos: pos as u32, logits: true })
+            .collect();
+        let logits = model.forward(&mut kv, &batch)?;
         std::hint::black_box(logits);
     }
     Ok(start.elapsed().as_nanos() as u64)

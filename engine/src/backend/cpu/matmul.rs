@@ -2,13 +2,19 @@
 //!
 //! The activation rows are converted once per call to the format the weight type dots against
 //! (Q8_0 / Q8_1 / Q8_K, or f32 bytes for float weights), then output rows are split across the
-//! rayon pool and each output is one `vec_dot` of a weight row with an activation row. Each
+//! rayon pool in tasks of equal work and each output is one `vec_dot` of a weight row with an activation row. Each
 //! output is computed by the same kernel in the same order whatever the batch size and thread
 //! count, so results are bitwise batch-invariant.
 
 use rayon::prelude::*;
 
 use crate::quant::{self, GgmlType, QuantError};
+
+thread_local! {
+    /// A several-row kernel's results for one segment (activation row after activation row),
+    /// before they go to their rows of the outputs: kept per thread, so no task allocates.
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// A shape or type problem with a matmul's operands.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -60,14 +66,57 @@ impl<'a> WeightMatrix<'a> {
     }
 }
 
-/// Output rows per rayon task: small enough to balance the pool, large enough that a task
-/// amortises its scheduling cost.
-fn rows_per_task(rows: usize, batch: usize) -> usize {
-    let tasks = rayon::current_num_threads() * 8;
-    let by_balance = rows.div_ceil(tasks.max(1));
-    // Below ~4k dot products a task is not worth splitting further.
-    let by_cost = 4096usize.div_ceil(batch.max(1));
-    by_balance.max(by_cost.min(rows)).max(1)
+/// The least work a task is given (multiply-adds): less would not pay for its scheduling and,
+/// in the several-row kernels, for preparing the activation rows.
+const MIN_TASK_MACS: usize = 1 << 18;
+
+/// Tasks per pool thread at most: a few, so that a thread the OS holds back is helped out.
+const TASKS_PER_THREAD: usize = 4;
+
+/// Task boundaries inside a matrix fall on multiples of this many rows.
+const ROW_ALIGN: usize = 8;
+
+/// Output rows `rows` of matrix `m`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Segment {
+    m: usize,
+    rows: std::ops::Range<usize>,
+}
+
+/// Splits the output rows of `ws` (for `batch` activation rows) into tasks of about equal work
+/// (rows × columns), across matrix boundaries, their number a multiple of `threads` whenever
+/// there is enough work for every thread: rayon halves the task list between threads, so equal
+/// tasks keep every thread busy until the end. A task is one or more row segments, in order.
+fn plan_tasks(ws: &[WeightMatrix], batch: usize, threads: usize) -> Vec<Vec<Segment>> {
+    let total: usize = ws.iter().map(|w| w.rows * w.cols).sum();
+    if total == 0 {
+        return Vec::new();
+    }
+    let by_cost = (total * batch / MIN_TASK_MACS).max(1);
+    let threads = threads.max(1);
+    let n = if by_cost < threads { by_cost } else { by_cost.min(threads * TASKS_PER_THREAD) / threads * threads };
+    let mut tasks: Vec<Vec<Segment>> = vec![Vec::new(); n];
+    let mut before = 0; // the work of the matrices before `m`
+    for (m, w) in ws.iter().enumerate() {
+        if w.cols == 0 {
+            continue; // no work: `matmul_each` writes its zeros
+        }
+        let mut r = 0;
+        while r < w.rows {
+            // the task whose share of the work this row starts in, and the row that starts the next
+            let t = ((before + r * w.cols) * n / total).min(n - 1);
+            let next_task_at = ((t + 1) * total).div_ceil(n);
+            let mut end = next_task_at.saturating_sub(before).div_ceil(w.cols).clamp(r + 1, w.rows);
+            if end < w.rows {
+                end = end.next_multiple_of(ROW_ALIGN).min(w.rows);
+            }
+            tasks[t].push(Segment { m, rows: r..end });
+            r = end;
+        }
+        before += w.rows * w.cols;
+    }
+    tasks.retain(|t| !t.is_empty());
+    tasks
 }
 
 /// `y[b * w.rows + r] = Σ_c W[r][c] · x[b * w.cols + c]` for `batch` activation rows.
@@ -117,58 +166,58 @@ pub fn matmul_each(ws: &[WeightMatrix], x: &[f32], batch: usize, ys: &mut [&mut 
         })
         .collect();
 
-    if batch == 1 {
-        // every task writes its output rows in place
-        let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::new();
-        for (m, y) in ys.iter_mut().enumerate() {
-            let chunk = rows_per_task(ws[m].rows, 1);
-            tasks.extend(y.chunks_mut(chunk).enumerate().map(|(c, out)| (m, c * chunk, out)));
+    for (w, y) in ws.iter().zip(ys.iter_mut()) {
+        if w.cols == 0 {
+            y.fill(0.0);
         }
-        tasks.into_par_iter().for_each(|(m, r0, out)| {
-            let (w, act, vec_dot) = (&ws[m], acts[m], ops[m].vec_dot);
-            for (i, yr) in out.iter_mut().enumerate() {
-                *yr = vec_dot(w.row(r0 + i), act);
-            }
-        });
-        return Ok(());
     }
-    // Each task computes a block of output rows for the whole batch (the weight row stays in
-    // cache while every activation row passes over it), then the blocks are scattered.
-    let tasks: Vec<(usize, usize, usize)> = ws
-        .iter()
-        .enumerate()
-        .flat_map(|(m, w)| {
-            let chunk = rows_per_task(w.rows, batch);
-            (0..w.rows.div_ceil(chunk)).map(move |c| (m, c * chunk, ((c + 1) * chunk).min(w.rows)))
+    // Each segment's outputs: one slice per activation row, cut from `ys` in segment order.
+    let tasks = plan_tasks(ws, batch, rayon::current_num_threads());
+    let mut rests: Vec<Vec<&mut [f32]>> =
+        ys.iter_mut().zip(ws).map(|(y, w)| y.chunks_exact_mut(w.rows.max(1)).collect()).collect();
+    let work: Vec<Vec<(Segment, Vec<&mut [f32]>)>> = tasks
+        .into_iter()
+        .map(|segments| {
+            segments
+                .into_iter()
+                .map(|seg| {
+                    let outs = rests[seg.m]
+                        .iter_mut()
+                        .map(|rest| {
+                            let (head, tail) = std::mem::take(rest).split_at_mut(seg.rows.len());
+                            *rest = tail;
+                            head
+                        })
+                        .collect();
+                    (seg, outs)
+                })
+                .collect()
         })
         .collect();
-    let blocks: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|&(m, r0, r1)| {
-            let (w, act, op) = (&ws[m], acts[m], &ops[m]);
+    work.into_par_iter().for_each(|segments| {
+        for (seg, mut outs) in segments {
+            let (w, act, op) = (&ws[seg.m], acts[seg.m], &ops[seg.m]);
             let act_row_bytes = act.len() / batch;
-            let mut out = vec![0.0f32; (r1 - r0) * batch];
+            let rows_bytes = &w.data[seg.rows.start * w.row_bytes()..seg.rows.end * w.row_bytes()];
             match op.vec_dot_rows {
-                // the block of weight rows against the whole batch at once (same bits)
-                Some(rows) => rows(&w.data[r0 * w.row_bytes()..r1 * w.row_bytes()], act, act_row_bytes, &mut out),
-                None => {
-                    for r in r0..r1 {
-                        let wr = w.row(r);
-                        for (b, a) in act.chunks_exact(act_row_bytes).enumerate() {
-                            out[b * (r1 - r0) + (r - r0)] = (op.vec_dot)(wr, a);
+                Some(rows_kernel) if batch > 1 => SCRATCH.with_borrow_mut(|scratch| {
+                    let n = seg.rows.len();
+                    scratch.resize(n * batch, 0.0);
+                    rows_kernel(rows_bytes, act, act_row_bytes, &mut scratch[..n * batch]);
+                    for (out, results) in outs.iter_mut().zip(scratch.chunks_exact(n)) {
+                        out.copy_from_slice(results);
+                    }
+                }),
+                _ => {
+                    for (out, a) in outs.iter_mut().zip(act.chunks_exact(act_row_bytes)) {
+                        for (y, r) in out.iter_mut().zip(seg.rows.clone()) {
+                            *y = (op.vec_dot)(w.row(r), a);
                         }
                     }
                 }
             }
-            out
-        })
-        .collect();
-    for (&(m, r0, r1), out) in tasks.iter().zip(&blocks) {
-        let (rows, n) = (ws[m].rows, r1 - r0);
-        for b in 0..batch {
-            ys[m][b * rows + r0..b * rows + r0 + n].copy_from_slice(&out[b * n..(b + 1) * n]);
         }
-    }
+    });
     Ok(())
 }
 
@@ -246,6 +295,63 @@ mod tests {
                 assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{} batch {batch}", w.ty);
             }
         }
+    }
+
+    /// Every row of every matrix lands in exactly one task, in order; with enough work the
+    /// task count is a multiple of the thread count and no task has much more work than
+    /// another.
+    #[test]
+    fn tasks_cover_every_row_once_with_equal_work() {
+        let data = vec![0u8; 151_936 * 896];
+        let m = |rows: usize, cols: usize| WeightMatrix::new(GgmlType::F32, rows, cols, &data[..rows * cols * 4]).unwrap();
+        let cases: Vec<(Vec<WeightMatrix>, usize)> = vec![
+            (vec![m(896, 896), m(128, 896), m(128, 896)], 8),
+            (vec![m(896, 896), m(128, 896), m(128, 896)], 1),
+            (vec![m(896, 4864)], 8),
+            (vec![m(4864, 896), m(4864, 896)], 3),
+            (vec![m(37, 96), m(0, 96), m(5, 96)], 2),
+            (vec![m(151_936 / 4, 896)], 8),
+        ];
+        for (ws, batch) in cases {
+            for threads in [1, 2, 3, 16] {
+                let tasks = plan_tasks(&ws, batch, threads);
+                let segments: Vec<&Segment> = tasks.iter().flatten().collect();
+                let mut next = (0, 0);
+                for s in &segments {
+                    while next.0 < s.m {
+                        assert_eq!(next.1, ws[next.0].rows, "matrix {} left unfinished", next.0);
+                        next = (next.0 + 1, 0);
+                    }
+                    assert_eq!((s.m, s.rows.start), next, "{segments:?}");
+                    assert!(!s.rows.is_empty());
+                    next.1 = s.rows.end;
+                }
+                assert_eq!(next, (ws.len() - 1, ws.last().unwrap().rows));
+                let work: Vec<usize> = tasks.iter().map(|t| t.iter().map(|s| s.rows.len() * ws[s.m].cols).sum()).collect();
+                let total: usize = work.iter().sum();
+                if total * batch >= MIN_TASK_MACS * threads {
+                    assert_eq!(tasks.len() % threads, 0, "{} tasks for {threads} threads", tasks.len());
+                    let fair = total / tasks.len();
+                    let slack = ROW_ALIGN * ws.iter().map(|w| w.cols).max().unwrap() * 2;
+                    assert!(work.iter().all(|&w| w.abs_diff(fair) <= slack), "{work:?} around {fair}");
+                }
+            }
+        }
+    }
+
+    /// Outputs of a zero-column matrix are zeros, beside a matrix with work.
+    #[test]
+    fn empty_rows_give_zeros() {
+        let w0 = WeightMatrix::new(GgmlType::F32, 3, 0, &[]).unwrap();
+        let data: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let w1 = WeightMatrix::new(GgmlType::F32, 1, 2, &data).unwrap();
+        let (mut y0, mut y1) = (vec![7.0; 3], vec![7.0; 1]);
+        matmul_each(&[w0], &[], 1, &mut [&mut y0]).unwrap();
+        assert_eq!(y0, [0.0; 3]);
+        y0 = vec![7.0; 3];
+        let w0b = WeightMatrix::new(GgmlType::F32, 3, 2, &[0u8; 24]).unwrap();
+        matmul_each(&[w0b, w1], &[3.0, 4.0], 1, &mut [&mut y0, &mut y1]).unwrap();
+        assert_eq!((y0, y1), (vec![0.0; 3], vec![11.0]));
     }
 
     #[test]
