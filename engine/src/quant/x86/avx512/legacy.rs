@@ -1,6 +1,8 @@
 //! AVX-512 kernels for the legacy quant types: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0.
 //!
-//! Dot products take two 32-value blocks per 512-bit vector and four blocks per step. The
+//! Dot products take two 32-value blocks per 512-bit vector and four blocks per step (Q5_0,
+//! the type of most matrices of models whose rows do not fit K-quant blocks, has its own
+//! layout in `q5_0`: four blocks per vector). The
 //! integer part of each block is exact: the weight quants are made unsigned (`q`), `vpdpbusd`
 //! multiplies them with the signed activation quants into i32 lanes, and the offset of the
 //! signed types (`8`, `16`) is taken back out as `offset * Σy`, which is exact for every byte
@@ -22,12 +24,15 @@ use crate::quant::x86::common::{
 use crate::quant::dispatch::VecDotRowsFn;
 use crate::quant::GgmlType;
 
+mod q5_0;
 mod rows;
+
+use q5_0::dot_q5_0;
 
 /// The several-activation-rows kernel of `ty`, where this tier has one.
 pub(super) fn rows_kernel(ty: GgmlType) -> Option<VecDotRowsFn> {
     match ty {
-        GgmlType::Q5_0 => Some(rows::vec_dot_rows_q5_0),
+        GgmlType::Q5_0 => Some(q5_0::vec_dot_rows_q5_0),
         GgmlType::Q8_0 => Some(rows::vec_dot_rows_q8_0),
         _ => None,
     }
@@ -233,7 +238,6 @@ impl Acc {
 legacy_dot_rows! { "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c", Acc;
     dot_q4_0 => group_q4_0, Q4_0, Q8_0;
     dot_q4_1 => group_q4_1, Q4_1, Q8_1;
-    dot_q5_0 => group_q5_0, Q5_0, Q8_0;
     dot_q5_1 => group_q5_1, Q5_1, Q8_1;
 }
 
@@ -265,20 +269,6 @@ unsafe fn group_q4_1(x: *const u8, y: *const u8, acc: &mut Acc) {
         let q = nibbles2(x0.add(4), x0.add(Q4_1 + 4));
         let v = bytes2(y0.add(4), y0.add(Q8_1 + 4));
         acc.add(k, dot_u(q, v), scale);
-    }
-}
-
-/// Q5_0 (`d`, `qh`, 16 bytes of nibbles) x Q8_0: `Σ (q - 16) y` per block.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_q5_0(x: *const u8, y: *const u8, acc: &mut Acc) {
-    let sc = scales_d(x, Q5_0, y, Q8_0);
-    for (k, scale) in [sc.0, sc.1].into_iter().enumerate() {
-        let (x0, y0) = (x.add(2 * k * Q5_0), y.add(2 * k * Q8_0));
-        let q = nibbles2(x0.add(6), x0.add(Q5_0 + 6));
-        let q = fifth_bits2(q, x0.add(2), x0.add(Q5_0 + 2));
-        let v = bytes2(y0.add(2), y0.add(Q8_0 + 2));
-        acc.add(k, dot_off(q, v, 16), scale);
     }
 }
 
