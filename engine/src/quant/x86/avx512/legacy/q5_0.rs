@@ -116,16 +116,22 @@ unsafe fn group_sums(w: &WeightGroup, a_lo: __m512i, a_hi: __m512i) -> __m512i {
 /// group is read from zeroed copies (zero blocks add exactly nothing).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn dot_q5_0(w: *const u8, a: *const u8, nb: usize) -> f32 {
-    let mut acc = [_mm512_setzero_ps(); 2];
+    // even groups into one accumulator, odd ones into the other (two independent chains)
+    let (mut even, mut odd) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let (mut wt, mut at) = ([0u8; 4 * Q5_0], [0u8; 4 * Q8_0]);
     for g in 0..nb.div_ceil(4) {
         let (x, y) = (group_at(w, g, nb, Q5_0, &mut wt), group_at(a, g, nb, Q8_0, &mut at));
         let weights = weight_group(x);
         let (a_lo, a_hi) = activation_group(y);
         let d = spread4(_mm_mul_ps(widen4(halves(x, Q5_0)), widen4(halves(y, Q8_0))));
-        acc[g % 2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(group_sums(&weights, a_lo, a_hi)), d, acc[g % 2]);
+        let sums = _mm512_cvtepi32_ps(group_sums(&weights, a_lo, a_hi));
+        if g % 2 == 0 {
+            even = _mm512_fmadd_ps(sums, d, even);
+        } else {
+            odd = _mm512_fmadd_ps(sums, d, odd);
+        }
     }
-    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
+    _mm512_reduce_add_ps(_mm512_add_ps(even, odd))
 }
 
 /// One activation row's group, made ready once per call for every weight row.
@@ -148,6 +154,16 @@ unsafe fn prepare_row(a: *const u8, nb: usize, out: &mut Vec<PreparedGroup>) {
     }
 }
 
+/// Adds a weight group times activation row `r`'s group (`prep[r * groups]`) into `acc[r]`.
+#[inline(always)]
+unsafe fn add_group<const R: usize>(acc: &mut [__m512; R], w: &WeightGroup, dw: __m512, prep: &[PreparedGroup], groups: usize) {
+    for (r, acc) in acc.iter_mut().enumerate() {
+        let p = &prep[r * groups];
+        let sums = _mm512_cvtepi32_ps(group_sums(w, p.lo, p.hi));
+        *acc = _mm512_fmadd_ps(sums, _mm512_mul_ps(dw, p.d), *acc);
+    }
+}
+
 /// `out[r * n_w + i]` = Q5_0 weight row `i` (of `n_w` rows of `nb` blocks at `w`) dotted with
 /// the `R` activation rows whose groups `prep` holds (row after row): the steps of
 /// [`dot_q5_0`], each weight group unpacked once for the `R` rows. The scale product is
@@ -157,20 +173,22 @@ unsafe fn dot_prepared<const R: usize>(w: *const u8, n_w: usize, nb: usize, prep
     let groups = nb.div_ceil(4);
     for i in 0..n_w {
         let row = w.add(i * nb * Q5_0);
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        let (mut even, mut odd) = ([_mm512_setzero_ps(); R], [_mm512_setzero_ps(); R]);
         let mut wt = [0u8; 4 * Q5_0];
         for g in 0..groups {
             let x = group_at(row, g, nb, Q5_0, &mut wt);
             let weights = weight_group(x);
             let dw = spread4(widen4(halves(x, Q5_0)));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let p = &prep[r * groups + g];
-                let sums = _mm512_cvtepi32_ps(group_sums(&weights, p.lo, p.hi));
-                acc[g % 2] = _mm512_fmadd_ps(sums, _mm512_mul_ps(dw, p.d), acc[g % 2]);
+            // one branch per group, so that each accumulator array stays in registers
+            let group = &prep[g..];
+            if g % 2 == 0 {
+                add_group(&mut even, &weights, dw, group, groups);
+            } else {
+                add_group(&mut odd, &weights, dw, group, groups);
             }
         }
-        for (r, acc) in acc.into_iter().enumerate() {
-            out[r * n_w + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+        for (r, (even, odd)) in even.into_iter().zip(odd).enumerate() {
+            out[r * n_w + i] = _mm512_reduce_add_ps(_mm512_add_ps(even, odd));
         }
     }
 }
