@@ -445,6 +445,19 @@ mod tests {
         probs.iter().map(|p| p.ln()).collect()
     }
 
+    /// The softmax's exp gives the same bits on every tier (16, 8 or 1 lanes at a time).
+    #[test]
+    fn exp_tiers_agree_bit_for_bit() {
+        let x: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin() * 90.0 - 20.0).chain([f32::NEG_INFINITY, 0.0, -0.0]).collect();
+        let mut plain = x.clone();
+        exp_in_place_with(crate::quant::Isa::Scalar, &mut plain);
+        for tier in crate::quant::Isa::available() {
+            let mut fused = x.clone();
+            exp_in_place_with(tier, &mut fused);
+            assert_eq!(plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{tier:?}");
+        }
+    }
+
     #[test]
     fn rng_is_reproducible_and_uniform_enough() {
         let a: Vec<u64> = (0..4).scan(Rng::new(42), |r, _| Some(r.next_u64())).collect();

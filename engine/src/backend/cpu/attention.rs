@@ -191,6 +191,7 @@ fn reduce_16(l: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::Isa;
 
     struct Rows(Vec<Vec<f32>>, Vec<Vec<f32>>);
     impl KvRows for Rows {
@@ -249,11 +250,15 @@ mod tests {
         // one tile, several tiles (the maximum rises in later ones), a window starting mid-tile
         for positions in [0..40, 0..n, 37..n, 130..131] {
             for g in 0..2 {
-                let (mut plain, mut fused) = (vec![0.0; 128], vec![0.0; 128]);
+                let mut plain = vec![0.0; 128];
                 let mut s = AttnScratch::default();
-                attend_group_with(false, &q, g, &shape, positions.clone(), &kv, &mut plain, &mut s);
-                attend_group_with(true, &q, g, &shape, positions.clone(), &kv, &mut fused, &mut s);
-                assert_eq!(plain, fused, "{positions:?} group {g}");
+                attend_group_with(Isa::Scalar, &q, g, &shape, positions.clone(), &kv, &mut plain, &mut s);
+                for tier in Isa::available() {
+                    let mut fused = vec![0.0; 128];
+                    attend_group_with(tier, &q, g, &shape, positions.clone(), &kv, &mut fused, &mut s);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&plain), bits(&fused), "{positions:?} group {g} {tier:?}");
+                }
                 for (j, got_head) in plain.chunks_exact(64).enumerate() {
                     let h = g * 2 + j;
                     for (got, want) in got_head.iter().zip(reference(&q, h, &shape, positions.clone(), &kv)) {
@@ -267,7 +272,7 @@ mod tests {
                         kv.1.iter().map(|r| r[g * 64..(g + 1) * 64].to_vec()).collect(),
                     );
                     let mut alone = vec![0.0; 64];
-                    attend_group_with(true, qh, 0, &one, positions.clone(), &kg, &mut alone, &mut s);
+                    attend_group_with(Isa::active(), qh, 0, &one, positions.clone(), &kg, &mut alone, &mut s);
                     assert_eq!(alone, got_head, "{positions:?} head {h} alone");
                 }
             }

@@ -53,6 +53,7 @@ fn rope_body(x: &mut [f32], head_dim: usize, n_dims: usize, pos: u32, freq_base:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::Isa;
 
     #[test]
     fn position_zero_is_the_identity_and_norms_are_kept() {
@@ -73,10 +74,13 @@ mod tests {
     fn tiers_agree_bit_for_bit() {
         for kind in [RopeKind::Norm, RopeKind::Neox] {
             let x: Vec<f32> = (0..256).map(|i| (i as f32 * 0.7).sin() * 3.0).collect();
-            let (mut plain, mut fused) = (x.clone(), x.clone());
-            rope_with(false, &mut plain, 128, 128, 4321, 1e6, 1.0, kind);
-            rope_with(true, &mut fused, 128, 128, 4321, 1e6, 1.0, kind);
-            assert_eq!(plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            let mut plain = x.clone();
+            rope_with(Isa::Scalar, &mut plain, 128, 128, 4321, 1e6, 1.0, kind);
+            for tier in Isa::available() {
+                let mut fused = x.clone();
+                rope_with(tier, &mut fused, 128, 128, 4321, 1e6, 1.0, kind);
+                assert_eq!(plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{tier:?}");
+            }
         }
     }
 
