@@ -377,6 +377,15 @@ impl Sampler {
         }
     }
 
+    /// Whether [`Sampler::adjust`] would change any logit: a bias, or a penalty with tokens
+    /// to apply it to.
+    pub fn adjusts(&self) -> bool {
+        let (rp, pp, fp) = (self.params.repetition_penalty, self.params.presence_penalty, self.params.frequency_penalty);
+        !self.params.logit_bias.is_empty()
+            || (rp != 1.0 && !self.seen.is_empty())
+            || ((pp != 0.0 || fp != 0.0) && !self.output_counts.is_empty())
+    }
+
     /// Steps 1 and 2 of the pipeline, in place: logit bias, then the penalties.
     pub fn adjust(&self, logits: &mut [f32]) {
         for &(id, bias) in &self.params.logit_bias {
@@ -594,6 +603,35 @@ mod tests {
         let mut l = vec![1.0, 1.0];
         s.adjust(&mut l);
         assert_eq!(l, vec![0.0, 1.0]);
+    }
+
+    /// `adjusts` says false exactly when `adjust` would leave every logit as it is.
+    #[test]
+    fn adjusts_only_when_adjust_changes_something() {
+        let row = vec![4.0, -4.0, 2.0, 1.0];
+        let changes = |s: &Sampler| {
+            let mut l = row.clone();
+            s.adjust(&mut l);
+            l != row
+        };
+        let cases: Vec<(Sampler, Option<TokenId>)> = vec![
+            (Sampler::new(params(|_| {}), &[0, 1]), None),
+            (Sampler::new(params(|p| p.logit_bias = vec![(2, 1.0)]), &[]), None),
+            (Sampler::new(params(|p| p.repetition_penalty = 1.5), &[]), None),
+            (Sampler::new(params(|p| p.repetition_penalty = 1.5), &[0]), None),
+            (Sampler::new(params(|p| p.presence_penalty = 0.5), &[0, 1]), None),
+            (Sampler::new(params(|p| p.presence_penalty = 0.5), &[]), Some(3)),
+            (Sampler::new(params(|p| p.frequency_penalty = -0.5), &[]), Some(1)),
+        ];
+        let mut seen = [false, false];
+        for (mut s, accepted) in cases {
+            if let Some(t) = accepted {
+                s.accept(t);
+            }
+            assert_eq!(s.adjusts(), changes(&s), "{:?} after {accepted:?}", s.params);
+            seen[usize::from(s.adjusts())] = true;
+        }
+        assert_eq!(seen, [true, true]);
     }
 
     #[test]

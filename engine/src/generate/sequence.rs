@@ -118,6 +118,10 @@ impl SequenceDecoder {
     /// The distribution the next token is drawn from, given the raw row: logit bias,
     /// penalties, the constraint's mask, then the sampler's cuts and temperature.
     pub fn distribution(&mut self, logits: &[f32]) -> Result<Distribution, GenerateError> {
+        if self.constraint.is_none() && !self.sampler.adjusts() {
+            // nothing to change: the row as it is (no copy of the whole vocabulary)
+            return Ok(self.sampler.distribution(logits)?);
+        }
         self.scratch.clear();
         self.scratch.extend_from_slice(logits);
         self.sampler.adjust(&mut self.scratch);
