@@ -84,8 +84,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         tests.push((format!("pp{}", args.n_prompt), args.n_prompt, 0, 1));
     }
     if args.n_gen > 0 {
-        let mut parallel = args.parallel.clone();
-        parallel.dedup();
+        // each value once, in the order given
+        let mut parallel: Vec<usize> = Vec::new();
+        for &p in &args.parallel {
+            if !parallel.contains(&p) {
+                parallel.push(p);
+            }
+        }
         for p in parallel {
             let name = if p == 1 { format!("tg{}", args.n_gen) } else { format!("tg{}x{p}", args.n_gen) };
             tests.push((name, 0, args.n_gen, p));

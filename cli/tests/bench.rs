@@ -36,6 +36,29 @@ fn json_has_one_result_per_test_with_every_sample() {
     }
 }
 
+/// `--parallel 1,3,1`: one generation test per distinct value, in order; the tokens/s of
+/// `tg4x3` count the tokens of all three sequences.
+#[test]
+fn parallel_generation_counts_every_sequence() {
+    let m = model();
+    let out = bench(&["-m", m.to_str().unwrap(), "-p", "0", "-n", "4", "-r", "2", "-t", "1", "--parallel", "1,3,1", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: Value = serde_json::from_slice(&out.stdout).expect("a JSON array");
+    let results = j.as_array().unwrap();
+    assert_eq!(results.len(), 2, "{j}");
+    for (r, (test, n_parallel)) in results.iter().zip([("tg4", 1), ("tg4x3", 3)]) {
+        assert_eq!(r["test"], test);
+        assert_eq!((r["n_gen"].as_u64(), r["n_parallel"].as_u64()), (Some(4), Some(n_parallel)), "{r}");
+        let (ns, ts) = (r["samples_ns"].as_array().unwrap(), r["samples_ts"].as_array().unwrap());
+        for (ns, ts) in ns.iter().zip(ts) {
+            let want = (4 * n_parallel) as f64 * 1e9 / ns.as_f64().unwrap();
+            assert!((ts.as_f64().unwrap() - want).abs() <= 1e-9 * want, "{r}");
+        }
+    }
+    let out = bench(&["-m", m.to_str().unwrap(), "--parallel", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
 #[test]
 fn table_like_llama_bench() {
     let m = model();

@@ -19,19 +19,13 @@ use crate::backend::cpu::activation::{gelu, swiglu_row};
 use crate::backend::cpu::attention::{attend_group, AttnScratch};
 use crate::backend::cpu::norm::{rms_norm, rms_norm_in_place};
 use crate::backend::cpu::rope::rope;
-use crate::backend::cpu::{get_rows, matmul, matmul_each};
+use crate::backend::cpu::{get_rows, matmul_each};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvCache;
 
 /// `x · mᵀ` for `n` rows, plus `bias` on every row.
 pub(crate) fn project(file: &GgufFile, m: &Matrix, x: &[f32], n: usize, bias: Option<&[f32]>) -> Result<Vec<f32>, ModelError> {
-    let mut y = vec![0.0f32; n * m.rows];
-    matmul(&m.view(file), x, n, &mut y)?;
-    if let Some(b) = bias {
-        for row in y.chunks_exact_mut(m.rows) {
-            row.iter_mut().zip(b).for_each(|(v, &c)| *v += c);
-        }
-    }
+    let [y] = project_each(file, [m], x, n, [bias])?;
     Ok(y)
 }
 

@@ -2,9 +2,9 @@
 //!
 //! The activation rows are converted once per call to the format the weight type dots against
 //! (Q8_0 / Q8_1 / Q8_K, or f32 bytes for float weights), then output rows are split across the
-//! rayon pool in tasks of equal work and each output is one `vec_dot` of a weight row with an activation row. Each
-//! output is computed by the same kernel in the same order whatever the batch size and thread
-//! count, so results are bitwise batch-invariant.
+//! rayon pool in tasks of equal work and each output is one `vec_dot` of a weight row with an
+//! activation row. Each output is computed by the same kernel in the same order whatever the
+//! batch size and thread count, so results are bitwise batch-invariant.
 
 use rayon::prelude::*;
 

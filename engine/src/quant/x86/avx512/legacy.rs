@@ -2,8 +2,8 @@
 //!
 //! Dot products take two 32-value blocks per 512-bit vector and four blocks per step (Q5_0,
 //! the type of most matrices of models whose rows do not fit K-quant blocks, has its own
-//! layout in `q5_0`: four blocks per vector). The
-//! integer part of each block is exact: the weight quants are made unsigned (`q`), `vpdpbusd`
+//! layout in `q5_0`: four blocks per vector). The integer part of each block is exact: the
+//! weight quants are made unsigned (`q`), `vpdpbusd`
 //! multiplies them with the signed activation quants into i32 lanes, and the offset of the
 //! signed types (`8`, `16`) is taken back out as `offset * Σy`, which is exact for every byte
 //! value. Each block's lanes are then scaled by `d_w * d_a` and added into f32 accumulators in
