@@ -114,16 +114,26 @@ pub fn token_logprob(row: &[f32], token: TokenId, n_top: usize) -> TokenLogprob 
     TokenLogprob { token, logprob, top }
 }
 
-/// The id of the highest value, the lower id on ties (0 for an empty row).
+/// The id of the highest value, the lower id on ties (0 for an empty row or one of NaNs only).
+///
+/// Two straight passes that vectorise, rather than one comparison of (value, id) pairs per
+/// token: the maximum of the numbers (a NaN never compares greater), then the first token
+/// equal to it (-0.0 equals 0.0, as in the candidate order).
 pub fn argmax(row: &[f32]) -> TokenId {
-    let mut best: Option<Candidate> = None;
-    for (i, &value) in row.iter().enumerate() {
-        let c = Candidate { id: i as TokenId, value };
-        if best.is_none_or(|b| c > b) {
-            best = Some(c);
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = row.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            *m = if x > *m { x } else { *m };
         }
     }
-    best.map_or(0, |b| b.id)
+    let max = rest.iter().chain(&lanes).fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    // the first chunk holding it (a comparison of every lane, no early exit, vectorises), then
+    // the place within that chunk
+    let first = |c: &[f32]| c.iter().fold(false, |hit, &x| hit | (x == max));
+    let chunk = row.chunks(16).position(first).unwrap_or(0);
+    row[chunk * 16..].iter().position(|&x| x == max).map_or(0, |i| (chunk * 16 + i) as TokenId)
 }
 
 #[cfg(test)]
@@ -196,5 +206,18 @@ mod tests {
         assert_eq!(argmax(&[f32::NAN, -5.0, f32::NAN]), 1);
         assert_eq!(argmax(&[f32::NEG_INFINITY, f32::NEG_INFINITY]), 0);
         assert_eq!(argmax(&[]), 0);
+        assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
+        assert_eq!(argmax(&[f32::NAN, f32::NEG_INFINITY, f32::NAN]), 1);
+        // -0.0 and 0.0 tie: the lower id
+        assert_eq!(argmax(&[-1.0, -0.0, 0.0]), 1);
+        assert_eq!(argmax(&[-1.0, 0.0, -0.0]), 1);
+        // long rows: the maximum in a later chunk, in the tail, and tied across chunks
+        let mut row: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.7).sin()).collect();
+        row[517] = 2.0;
+        assert_eq!(argmax(&row), 517);
+        row[998] = 3.0;
+        assert_eq!(argmax(&row), 998);
+        row[40] = 3.0;
+        assert_eq!(argmax(&row), 40);
     }
 }

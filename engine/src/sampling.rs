@@ -14,7 +14,12 @@
 //! The random generator is ours (xoshiro256++ seeded through SplitMix64 from a full `u64`), so
 //! a seed gives the same text on every machine and every version of every dependency.
 
+mod distribution;
+
 use rustc_hash::{FxHashMap, FxHashSet};
+
+pub use distribution::Distribution;
+use distribution::sum_f64;
 
 use crate::backend::cpu::activation::ggml_expf;
 use crate::logprobs::argmax;
@@ -150,55 +155,6 @@ impl Rng {
     }
 }
 
-/// A probability distribution over a subset of the vocabulary: `(token, probability)` in
-/// ascending token order, probabilities summing to 1.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Distribution {
-    candidates: Vec<(TokenId, f32)>,
-}
-
-impl Distribution {
-    /// All the mass on one token.
-    pub fn certain(token: TokenId) -> Distribution {
-        Distribution { candidates: vec![(token, 1.0)] }
-    }
-
-    /// Normalises non-negative weights (any order; zero weights are dropped).
-    pub fn from_weights(mut weights: Vec<(TokenId, f64)>) -> Result<Distribution, SamplingError> {
-        weights.retain(|&(_, w)| w > 0.0 && w.is_finite());
-        let total: f64 = weights.iter().map(|&(_, w)| w).sum();
-        if weights.is_empty() || total <= 0.0 || !total.is_finite() {
-            return Err(SamplingError::NoCandidates);
-        }
-        weights.sort_unstable_by_key(|&(id, _)| id);
-        Ok(Distribution { candidates: weights.into_iter().map(|(id, w)| (id, (w / total) as f32)).collect() })
-    }
-
-    /// The tokens that may be drawn, ascending, with their probabilities.
-    pub fn candidates(&self) -> &[(TokenId, f32)] {
-        &self.candidates
-    }
-
-    pub fn prob(&self, token: TokenId) -> f32 {
-        self.candidates.binary_search_by_key(&token, |&(id, _)| id).map_or(0.0, |i| self.candidates[i].1)
-    }
-
-    /// Draws a token: walks the cumulative sum in token order up to a uniform number.
-    pub fn sample(&self, rng: &mut Rng) -> TokenId {
-        let total: f64 = self.candidates.iter().map(|&(_, p)| f64::from(p)).sum();
-        let target = rng.next_f64() * total;
-        let mut acc = 0.0;
-        for &(id, p) in &self.candidates {
-            acc += f64::from(p);
-            if target < acc {
-                return id;
-            }
-        }
-        // rounding left the target at the very top: the last candidate with mass
-        self.candidates.iter().rev().find(|c| c.1 > 0.0).map_or(self.candidates[0].0, |c| c.0)
-    }
-}
-
 /// The candidate order used by the cuts: higher logit first, then lower id.
 fn better(a: &(TokenId, f32), b: &(TokenId, f32)) -> std::cmp::Ordering {
     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
@@ -242,37 +198,66 @@ pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribut
     }
     let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
     let scaled = cands.iter().map(|c| (c.1 - max) / params.temperature).collect();
-    softmax(cands.iter().map(|c| c.0), scaled)
+    softmax(cands.iter().map(|c| c.0).collect(), scaled)
 }
 
 /// The distribution of `ids` (ascending) with weights `exp(scaled)`: ggml's polynomial exp,
-/// the f64 total over lanes, each probability `w / total`; tokens of weight 0 are left out.
-fn softmax(ids: impl Iterator<Item = TokenId>, mut scaled: Vec<f32>) -> Result<Distribution, SamplingError> {
-    exp_in_place(&mut scaled);
-    let total = sum_f64(&scaled);
+/// the f64 total over lanes, each probability `w / total`.
+fn softmax(ids: Vec<TokenId>, mut scaled: Vec<f32>) -> Result<Distribution, SamplingError> {
+    let total = exp_and_total(&mut scaled)?;
+    normalise(&mut scaled, total);
+    Ok(Distribution::sparse(ids, scaled))
+}
+
+/// `w = exp(w)` over the row, and the total weight (an error when nothing has weight).
+fn exp_and_total(w: &mut [f32]) -> Result<f64, SamplingError> {
+    exp_in_place(w);
+    let total = sum_f64(w);
     if total <= 0.0 || !total.is_finite() {
         return Err(SamplingError::NoCandidates);
     }
-    let candidates =
-        ids.zip(&scaled).filter(|(_, &w)| w > 0.0).map(|(id, &w)| (id, (f64::from(w) / total) as f32)).collect();
-    Ok(Distribution { candidates })
+    Ok(total)
 }
 
-/// The distribution when nothing is cut (the common case: OpenAI's defaults, or a temperature
-/// alone): the same steps as the general path in [`distribution`], straight over the row,
-/// without first listing the candidates as (token, logit) pairs.
-fn whole_vocabulary(logits: &[f32], temperature: f32) -> Result<Distribution, SamplingError> {
+/// `w = w / total`, as a product with the f64 reciprocal rounded to f32 (a division per token
+/// costs more than the rest of the pass), a straight loop that vectorises.
+#[inline(always)]
+fn normalise(w: &mut [f32], total: f64) {
+    let inv = 1.0 / total;
+    w.iter_mut().for_each(|x| *x = (f64::from(*x) * inv) as f32);
+}
+
+crate::backend::cpu::fma_variants!(
+    /// The distribution when nothing is cut (the common case: OpenAI's defaults, or a
+    /// temperature alone): the same steps as the general path in [`distribution`], straight
+    /// over the row and kept dense (by token id), without listing the candidates as (token,
+    /// logit) pairs. Every pass is a loop the tier's copy vectorises; the bits are the same on
+    /// every tier.
+    fn whole_vocabulary, fn whole_vocabulary_with(logits: &[f32], temperature: f32) -> Result<Distribution, SamplingError> = whole_vocabulary_body
+);
+
+#[inline(always)]
+fn whole_vocabulary_body(logits: &[f32], temperature: f32) -> Result<Distribution, SamplingError> {
     let max = finite_max(logits);
     if max == f32::NEG_INFINITY {
         return Err(SamplingError::NoCandidates);
     }
-    // infinite and NaN logits are no candidates: weight exp(-inf) = 0
-    let scaled =
-        logits.iter().map(|&l| if l.is_finite() { (l - max) / temperature } else { f32::NEG_INFINITY }).collect();
-    softmax(0.., scaled)
+    // infinite and NaN logits are no candidates: weight exp(-inf) = 0 (one loop, here, so
+    // that it is the tier's copy that runs)
+    let mut w = vec![0.0f32; logits.len()];
+    for (w, &l) in w.iter_mut().zip(logits) {
+        *w = ggml_expf(if l.is_finite() { (l - max) / temperature } else { f32::NEG_INFINITY });
+    }
+    let total = sum_f64(&w);
+    if total <= 0.0 || !total.is_finite() {
+        return Err(SamplingError::NoCandidates);
+    }
+    normalise(&mut w, total);
+    Ok(Distribution::dense(w))
 }
 
 /// The largest finite value (-inf if none), over 16 lanes so that the loop vectorises.
+#[inline(always)]
 fn finite_max(v: &[f32]) -> f32 {
     let mut lanes = [f32::NEG_INFINITY; 16];
     let chunks = v.chunks_exact(16);
@@ -283,20 +268,6 @@ fn finite_max(v: &[f32]) -> f32 {
         }
     }
     rest.iter().chain(&lanes).fold(f32::NEG_INFINITY, |m, &x| if x.is_finite() && x > m { x } else { m })
-}
-
-/// `Σ w` in f64 over eight lanes (then the lanes in order, then the tail): a fixed order, so
-/// the same bits everywhere, without one long chain of dependent additions.
-fn sum_f64(w: &[f32]) -> f64 {
-    let mut lanes = [0.0f64; 8];
-    let chunks = w.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (l, &x) in lanes.iter_mut().zip(c) {
-            *l += f64::from(x);
-        }
-    }
-    rest.iter().fold(lanes.iter().sum::<f64>(), |t, &x| t + f64::from(x))
 }
 
 crate::backend::cpu::fma_variants!(
@@ -446,7 +417,7 @@ mod tests {
     }
 
     fn ids(d: &Distribution) -> Vec<TokenId> {
-        d.candidates().iter().map(|c| c.0).collect()
+        d.candidates().map(|c| c.0).collect()
     }
 
     /// Logits whose softmax is exactly `probs`.
@@ -464,6 +435,18 @@ mod tests {
             let mut fused = x.clone();
             exp_in_place_with(tier, &mut fused);
             assert_eq!(plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{tier:?}");
+        }
+    }
+
+    /// The whole-vocabulary path gives the same probabilities on every tier.
+    #[test]
+    fn whole_vocabulary_tiers_agree_bit_for_bit() {
+        let logits: Vec<f32> = (0..3000).map(|i| (i as f32 * 0.61).sin() * 25.0).chain([f32::NAN, f32::NEG_INFINITY, 1e30]).collect();
+        let plain = whole_vocabulary_with(crate::quant::Isa::Scalar, &logits, 0.7).unwrap();
+        for tier in crate::quant::Isa::available() {
+            let fused = whole_vocabulary_with(tier, &logits, 0.7).unwrap();
+            let bits = |d: &Distribution| d.candidates().map(|(id, p)| (id, p.to_bits())).collect::<Vec<_>>();
+            assert_eq!(bits(&plain), bits(&fused), "{tier:?}");
         }
     }
 
@@ -547,7 +530,7 @@ mod tests {
         // far past the first selection window
         let l = vec![0.0f32; 10_000];
         let d = distribution(&params(|p| p.top_p = 0.5), &l).unwrap();
-        assert_eq!(d.candidates().len(), 5_000);
+        assert_eq!(d.candidates().count(), 5_000);
         assert_eq!(d.candidates().last().unwrap().0, 4_999);
     }
 

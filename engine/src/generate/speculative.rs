@@ -164,7 +164,7 @@ pub(crate) fn verify(p: &Distribution, q: &Distribution, d: TokenId, rng: &mut R
     if rng.next_f64() * qd < pd {
         return (d, true);
     }
-    let residual = p.candidates().iter().map(|&(id, pi)| (id, f64::from((pi - q.prob(id)).max(0.0)))).collect();
+    let residual = p.candidates().map(|(id, pi)| (id, f64::from((pi - q.prob(id)).max(0.0)))).collect();
     match Distribution::from_weights(residual) {
         Ok(r) => (r.sample(rng), false),
         Err(_) => (p.sample(rng), false),

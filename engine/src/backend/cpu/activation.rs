@@ -26,7 +26,10 @@ pub fn ggml_expf(x: f32) -> f32 {
     let j = j.mul_add(u, c(0x3f7f_fff6).mul_add(b, 1.0));
     // j · 2ⁿ rounded once, as `vscalefps` does: the f64 product is exact. Branch-free, so that
     // loops over it vectorise; out-of-range `n` is replaced below.
-    let two_n = f64::from_bits((((n as i32).clamp(-1022, 1023) + 1023) as u64) << 52);
+    // (`n` is a whole number: clamped, then read out of the mantissa of `n + SHIFT`, where a
+    // plain `as i32` would be a saturating conversion that does not vectorise)
+    let k = ((n.clamp(-1022.0, 1023.0) + SHIFT).to_bits() as i32).wrapping_sub(SHIFT.to_bits() as i32);
+    let two_n = f64::from_bits((k.wrapping_add(1023) as u64) << 52);
     let scaled = (f64::from(j) * two_n) as f32;
     if n.abs() > 192.0 {
         if n <= 0.0 {

@@ -144,16 +144,18 @@ fn attend_group_body(
             let h = g * group + j;
             let qh = &q[h * dk..(h + 1) * dk];
             let w: &mut [f32; KV_TILE] = (&mut weights[j * KV_TILE..(j + 1) * KV_TILE]).try_into().unwrap();
-            // every score its own FMA chain over the head dimension, 64 chains side by side
-            w.fill(0.0);
+            // every score its own FMA chain over the head dimension, 64 chains side by side in
+            // a local array the compiler keeps in registers (through memory, every step of
+            // every chain would wait for its own store)
+            let mut acc = [0.0f32; KV_TILE];
             for (d, &qd) in qh.iter().enumerate() {
-                let kd = &keys[d * KV_TILE..(d + 1) * KV_TILE];
-                for (wt, &k) in w.iter_mut().zip(kd) {
-                    *wt = qd.mul_add(k, *wt);
+                let kd: &[f32; KV_TILE] = keys[d * KV_TILE..(d + 1) * KV_TILE].try_into().unwrap();
+                for (a, &k) in acc.iter_mut().zip(kd) {
+                    *a = qd.mul_add(k, *a);
                 }
             }
-            for (t, wt) in w.iter_mut().enumerate() {
-                *wt = if live.contains(&(tile + t)) { *wt * shape.scale } else { f32::NEG_INFINITY };
+            for (t, (wt, a)) in w.iter_mut().zip(acc).enumerate() {
+                *wt = if live.contains(&(tile + t)) { a * shape.scale } else { f32::NEG_INFINITY };
             }
             let tile_max = w.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             weighted[j] = tile_max != f32::NEG_INFINITY;
