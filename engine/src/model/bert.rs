@@ -15,7 +15,7 @@ use super::decoder::{project, project_each};
 use super::error::ModelError;
 use super::weights::{Loader, Matrix};
 use crate::backend::cpu::activation::{gelu, gelu_erf, silu};
-use crate::backend::cpu::attention::{attend_group, AttnScratch, KvRow, KvRows};
+use crate::backend::cpu::attention::{attend_group, with_scratch, KvRow, KvRows};
 use crate::backend::cpu::get_rows;
 use crate::backend::cpu::norm::layer_norm;
 use crate::gguf::GgufFile;
@@ -194,11 +194,11 @@ pub(crate) fn forward(file: &GgufFile, c: &ModelConfig, w: &BertWeights, seqs: &
         )?;
         let mut attn = vec![0.0f32; n * c.n_head * hv];
         let group = c.n_head / c.n_head_kv;
-        attn.par_chunks_mut(group * hv).enumerate().for_each_init(AttnScratch::default, |scratch, (idx, out)| {
+        attn.par_chunks_mut(group * hv).enumerate().for_each(|(idx, out)| {
             let (i, g) = (idx / c.n_head_kv, idx % c.n_head_kv);
             let (start, len) = row_seq[i];
             let rows = SeqRows { k: &k[start * kd..(start + len) * kd], v: &v[start * vd..(start + len) * vd], k_dim: kd, v_dim: vd };
-            attend_group(&q[i * qd..(i + 1) * qd], g, &shape, 0..len, &rows, out, scratch);
+            with_scratch(|scratch| attend_group(&q[i * qd..(i + 1) * qd], g, &shape, 0..len, &rows, out, scratch));
         });
         let mut o = project(file, &layer.wo, &attn, n, layer.bo.as_deref())?;
         o.iter_mut().zip(&x).for_each(|(a, &b)| *a += b);

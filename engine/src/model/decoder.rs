@@ -16,7 +16,7 @@ use super::error::ModelError;
 use super::weights::{DecoderWeights, Matrix};
 use super::{BatchEntry, Logits};
 use crate::backend::cpu::activation::{gelu, swiglu_row};
-use crate::backend::cpu::attention::{attend_group, AttnScratch};
+use crate::backend::cpu::attention::{attend_group, with_scratch};
 use crate::backend::cpu::norm::{rms_norm, rms_norm_in_place};
 use crate::backend::cpu::rope::rope;
 use crate::backend::cpu::{get_rows, matmul_each};
@@ -132,17 +132,14 @@ pub(crate) fn forward(
         let mut attn = vec![0.0f32; n * c.n_head * hv];
         // one task per row and key/value head: the query heads sharing it widen its keys once
         let group = c.n_head / c.n_head_kv;
-        attn.par_chunks_mut(group * hv).enumerate().for_each_init(
-            AttnScratch::default,
-            |scratch, (idx, out)| {
-                let (i, g) = (idx / c.n_head_kv, idx % c.n_head_kv);
-                let entry = &batch[i];
-                let pos = entry.pos as usize;
-                let lo = window.map_or(0, |wnd| (pos + 1).saturating_sub(wnd));
-                let view = kv_ref.layer_view(entry.seq, il);
-                attend_group(&q[i * qd..(i + 1) * qd], g, &shape, lo..pos + 1, &view, out, scratch);
-            },
-        );
+        attn.par_chunks_mut(group * hv).enumerate().for_each(|(idx, out)| {
+            let (i, g) = (idx / c.n_head_kv, idx % c.n_head_kv);
+            let entry = &batch[i];
+            let pos = entry.pos as usize;
+            let lo = window.map_or(0, |wnd| (pos + 1).saturating_sub(wnd));
+            let view = kv_ref.layer_view(entry.seq, il);
+            with_scratch(|scratch| attend_group(&q[i * qd..(i + 1) * qd], g, &shape, lo..pos + 1, &view, out, scratch));
+        });
         let mut o = project(file, &layer.wo, &attn, n, None)?;
         if let Some(pn) = &layer.attn_post_norm {
             rms_norm_in_place(&mut o, pn, c.norm_eps);

@@ -5,6 +5,7 @@
 use half::f16;
 
 use super::activation::ggml_expf;
+use super::transpose::transpose;
 
 /// One cached key or value row.
 #[derive(Clone, Copy)]
@@ -14,15 +15,25 @@ pub enum KvRow<'a> {
 }
 
 impl<'a> KvRow<'a> {
+    /// `range` of the row as f32, written to `out` (of the range's length). Inlined into each
+    /// tier's copy of the attention, where the widening loop vectorises.
+    #[inline(always)]
+    fn widen_into(self, range: std::ops::Range<usize>, out: &mut [f32]) {
+        match self {
+            KvRow::F32(r) => out.copy_from_slice(&r[range]),
+            KvRow::F16(r) => out.iter_mut().zip(&r[range]).for_each(|(o, h)| *o = widen_f16(h.to_bits())),
+        }
+    }
+
     /// `range` of the row as f32: f32 rows in place, f16 rows widened into `buf`. Inlined into
     /// each tier's copy of the attention, where the widening loop vectorises.
     #[inline(always)]
     fn f32s(self, range: std::ops::Range<usize>, buf: &'a mut Vec<f32>) -> &'a [f32] {
         match self {
             KvRow::F32(r) => &r[range],
-            KvRow::F16(r) => {
-                buf.clear();
-                buf.extend(r[range].iter().map(|h| widen_f16(h.to_bits())));
+            KvRow::F16(_) => {
+                buf.resize(range.len(), 0.0);
+                self.widen_into(range, buf);
                 buf
             }
         }
@@ -66,6 +77,8 @@ pub const KV_TILE: usize = 64;
 #[derive(Default)]
 pub struct AttnScratch {
     row: Vec<f32>,
+    /// The keys of one tile as f32, position after position: `tile_rows[t * head_dim + d]`.
+    tile_rows: Vec<f32>,
     /// The keys of one tile, transposed: `keys[d * KV_TILE + t]`.
     keys: Vec<f32>,
     /// The tile's weights of each query head of the group: `weights[j * KV_TILE + t]`.
@@ -75,6 +88,23 @@ pub struct AttnScratch {
     sum: Vec<f32>,
     /// Whether the tile gives each head any weight at all.
     weighted: Vec<bool>,
+}
+
+impl AttnScratch {
+    const fn new() -> AttnScratch {
+        AttnScratch { row: Vec::new(), tile_rows: Vec::new(), keys: Vec::new(), weights: Vec::new(), max: Vec::new(), sum: Vec::new(), weighted: Vec::new() }
+    }
+}
+
+thread_local! {
+    /// Each thread's buffers, kept from call to call: a fresh set per parallel task would
+    /// allocate and zero them again hundreds of times a step.
+    static SCRATCH: std::cell::RefCell<AttnScratch> = const { std::cell::RefCell::new(AttnScratch::new()) };
+}
+
+/// Runs `f` with this thread's attention buffers (`f` must not call back into it).
+pub fn with_scratch<R>(f: impl FnOnce(&mut AttnScratch) -> R) -> R {
+    SCRATCH.with_borrow_mut(f)
 }
 
 super::fma_variants!(
@@ -113,7 +143,7 @@ fn attend_group_body(
     out: &mut [f32],
     scratch: &mut AttnScratch,
 ) {
-    let AttnScratch { row, keys, weights, max, sum, weighted } = scratch;
+    let AttnScratch { row, tile_rows, keys, weights, max, sum, weighted } = scratch;
     let group = shape.n_head / shape.n_head_kv;
     let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
     debug_assert_eq!(out.len(), group * dv);
@@ -122,9 +152,10 @@ fn attend_group_body(
     if positions.is_empty() {
         return;
     }
-    // columns a tile leaves unwritten hold earlier keys: their scores are masked to -inf
+    // positions a tile leaves unwritten hold earlier keys: their scores are masked to -inf
     if keys.len() < dk * KV_TILE {
         keys.resize(dk * KV_TILE, 0.0);
+        tile_rows.resize(dk * KV_TILE, 0.0);
     }
     weights.resize(group * KV_TILE, 0.0);
     max.clear();
@@ -136,10 +167,9 @@ fn attend_group_body(
     for tile in (first_tile..positions.end).step_by(KV_TILE) {
         let live = tile.max(positions.start)..(tile + KV_TILE).min(positions.end);
         for p in live.clone() {
-            for (d, &x) in kv.key(p).f32s(krange.clone(), row).iter().enumerate() {
-                keys[d * KV_TILE + p - tile] = x;
-            }
+            kv.key(p).widen_into(krange.clone(), &mut tile_rows[(p - tile) * dk..(p - tile + 1) * dk]);
         }
+        transpose(tile_rows, KV_TILE, dk, keys, KV_TILE);
         for j in 0..group {
             let h = g * group + j;
             let qh = &q[h * dk..(h + 1) * dk];

@@ -6,6 +6,7 @@ pub mod attention;
 pub mod matmul;
 pub mod norm;
 pub mod rope;
+pub mod transpose;
 
 pub use matmul::{get_rows, matmul, matmul_each, MatmulError, WeightMatrix};
 
