@@ -24,20 +24,6 @@ impl<'a> KvRow<'a> {
             KvRow::F16(r) => out.iter_mut().zip(&r[range]).for_each(|(o, h)| *o = widen_f16(h.to_bits())),
         }
     }
-
-    /// `range` of the row as f32: f32 rows in place, f16 rows widened into `buf`. Inlined into
-    /// each tier's copy of the attention, where the widening loop vectorises.
-    #[inline(always)]
-    fn f32s(self, range: std::ops::Range<usize>, buf: &'a mut Vec<f32>) -> &'a [f32] {
-        match self {
-            KvRow::F32(r) => &r[range],
-            KvRow::F16(_) => {
-                buf.resize(range.len(), 0.0);
-                self.widen_into(range, buf);
-                buf
-            }
-        }
-    }
 }
 
 /// The f16 with bits `h` as an f32, exactly (as F16C's conversion), in plain integer and float
@@ -76,8 +62,7 @@ pub const KV_TILE: usize = 64;
 /// Buffers reused between `attend_group` calls of one thread.
 #[derive(Default)]
 pub struct AttnScratch {
-    row: Vec<f32>,
-    /// The keys of one tile as f32, position after position: `tile_rows[t * head_dim + d]`.
+    /// The keys, then the values, of one tile as f32, position after position.
     tile_rows: Vec<f32>,
     /// The keys of one tile, transposed: `keys[d * KV_TILE + t]`.
     keys: Vec<f32>,
@@ -92,7 +77,7 @@ pub struct AttnScratch {
 
 impl AttnScratch {
     const fn new() -> AttnScratch {
-        AttnScratch { row: Vec::new(), tile_rows: Vec::new(), keys: Vec::new(), weights: Vec::new(), max: Vec::new(), sum: Vec::new(), weighted: Vec::new() }
+        AttnScratch { tile_rows: Vec::new(), keys: Vec::new(), weights: Vec::new(), max: Vec::new(), sum: Vec::new(), weighted: Vec::new() }
     }
 }
 
@@ -143,7 +128,7 @@ fn attend_group_body(
     out: &mut [f32],
     scratch: &mut AttnScratch,
 ) {
-    let AttnScratch { row, tile_rows, keys, weights, max, sum, weighted } = scratch;
+    let AttnScratch { tile_rows, keys, weights, max, sum, weighted } = scratch;
     let group = shape.n_head / shape.n_head_kv;
     let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
     debug_assert_eq!(out.len(), group * dv);
@@ -155,7 +140,10 @@ fn attend_group_body(
     // positions a tile leaves unwritten hold earlier keys: their scores are masked to -inf
     if keys.len() < dk * KV_TILE {
         keys.resize(dk * KV_TILE, 0.0);
-        tile_rows.resize(dk * KV_TILE, 0.0);
+    }
+    // a tile's keys, then its values
+    if tile_rows.len() < dk.max(dv) * KV_TILE {
+        tile_rows.resize(dk.max(dv) * KV_TILE, 0.0);
     }
     weights.resize(group * KV_TILE, 0.0);
     max.clear();
@@ -206,20 +194,57 @@ fn attend_group_body(
         if !weighted.contains(&true) {
             continue;
         }
-        for p in live {
-            let v = kv.value(p).f32s(vrange.clone(), row);
-            for (j, oh) in out.chunks_exact_mut(dv).enumerate() {
-                if !weighted[j] {
-                    continue;
-                }
-                let w = weights[j * KV_TILE + p - tile];
-                oh.iter_mut().zip(v).for_each(|(o, &x)| *o = w.mul_add(x, *o));
+        // the tile's values widened once for every head, then each head's output elements
+        // run their FMA chains over the positions in registers, 64 (or 16) elements at a time
+        let first = live.start - tile;
+        let values = &mut tile_rows[first * dv..(live.end - tile) * dv];
+        for (p, dst) in live.clone().zip(values.chunks_exact_mut(dv)) {
+            kv.value(p).widen_into(vrange.clone(), dst);
+        }
+        for (j, oh) in out.chunks_exact_mut(dv).enumerate() {
+            if weighted[j] {
+                let w = &weights[j * KV_TILE + first..j * KV_TILE + (live.end - tile)];
+                add_weighted_values(oh, w, values);
             }
         }
     }
     for (j, oh) in out.chunks_exact_mut(dv).enumerate() {
         let inv = if sum[j] == 0.0 { 0.0 } else { 1.0 / sum[j] };
         oh.iter_mut().for_each(|o| *o *= inv);
+    }
+}
+
+/// `out[e] += Σ_t w[t] · values[t * out.len() + e]`, one fused multiply-add chain per element
+/// over the positions in order, with `W` chains side by side in a local array (registers).
+#[inline(always)]
+fn add_weighted_values(out: &mut [f32], w: &[f32], values: &[f32]) {
+    let dv = out.len();
+    let (wide, rest) = out.split_at_mut(dv - dv % 16);
+    if wide.len() % 64 == 0 {
+        chains::<64>(wide, 0, dv, w, values);
+    } else {
+        chains::<16>(wide, 0, dv, w, values);
+    }
+    for (e, o) in rest.iter_mut().enumerate() {
+        let e = dv - dv % 16 + e;
+        *o = w.iter().enumerate().fold(*o, |acc, (t, &wt)| wt.mul_add(values[t * dv + e], acc));
+    }
+}
+
+/// The chains of [`add_weighted_values`] for `out` (a multiple of `W` elements starting at
+/// element `offset` of each value row of `dv`).
+#[inline(always)]
+fn chains<const W: usize>(out: &mut [f32], offset: usize, dv: usize, w: &[f32], values: &[f32]) {
+    for (c, oc) in out.chunks_exact_mut(W).enumerate() {
+        let mut acc: [f32; W] = oc.try_into().unwrap();
+        let start = offset + c * W;
+        for (t, &wt) in w.iter().enumerate() {
+            let v: &[f32; W] = values[t * dv + start..t * dv + start + W].try_into().unwrap();
+            for (a, &x) in acc.iter_mut().zip(v) {
+                *a = wt.mul_add(x, *a);
+            }
+        }
+        oc.copy_from_slice(&acc);
     }
 }
 
@@ -283,6 +308,37 @@ mod tests {
         let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
         let total: f64 = w.iter().sum();
         (0..dv).map(|d| positions.clone().zip(&w).map(|(p, &wi)| wi * f64::from(kv.1[p][g * dv + d])).sum::<f64>() / total).collect()
+    }
+
+    /// Head sizes off the 64-element fast paths: keys not a multiple of 16 (transposed
+    /// element by element), values in 16-element chains plus a remainder.
+    #[test]
+    fn odd_head_sizes_match_plain_softmax_on_every_tier() {
+        for (dk, dv) in [(40, 24), (80, 80), (64, 72)] {
+            let shape = AttentionShape { n_head: 6, n_head_kv: 2, head_dim_k: dk, head_dim_v: dv, scale: 0.2 };
+            let n = 150;
+            let val = |p: usize, i: usize, salt: usize| (((p * 31 + i * 17 + salt) % 97) as f32 / 97.0 - 0.5) * 2.0;
+            let kv = Rows(
+                (0..n).map(|p| (0..2 * dk).map(|i| val(p, i, 1)).collect()).collect(),
+                (0..n).map(|p| (0..2 * dv).map(|i| val(p, i, 5)).collect()).collect(),
+            );
+            let q: Vec<f32> = (0..6 * dk).map(|i| val(i, i, 3)).collect();
+            for positions in [0..n, 70..n, 3..9] {
+                let mut s = AttnScratch::default();
+                let mut plain = vec![0.0; 3 * dv];
+                attend_group_with(Isa::Scalar, &q, 1, &shape, positions.clone(), &kv, &mut plain, &mut s);
+                for tier in Isa::available() {
+                    let mut fused = vec![0.0; 3 * dv];
+                    attend_group_with(tier, &q, 1, &shape, positions.clone(), &kv, &mut fused, &mut s);
+                    assert_eq!(plain, fused, "{dk}/{dv} {positions:?} {tier:?}");
+                }
+                for (j, got_head) in plain.chunks_exact(dv).enumerate() {
+                    for (got, want) in got_head.iter().zip(reference(&q, 3 + j, &shape, positions.clone(), &kv)) {
+                        assert!((f64::from(*got) - want).abs() < 1e-5, "{dk}/{dv} {positions:?} head {j}: {got} vs {want}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
