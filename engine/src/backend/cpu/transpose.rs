@@ -7,7 +7,7 @@
 pub fn transpose(src: &[f32], rows: usize, dim: usize, dst: &mut [f32], cols_out: usize) {
     assert!(src.len() >= rows * dim && cols_out >= rows && dst.len() >= dim * cols_out, "transpose: buffers too small");
     #[cfg(target_arch = "x86_64")]
-    if rows % 16 == 0 && dim % 16 == 0 && cols_out % 16 == 0 && crate::quant::Isa::Avx512.is_available() {
+    if rows.is_multiple_of(16) && dim.is_multiple_of(16) && cols_out.is_multiple_of(16) && crate::quant::Isa::Avx512.is_available() {
         // SAFETY: the CPU has AVX-512 F (checked just above); the assertion above and the
         // multiples of 16 keep every 16 × 16 block inside `src` and `dst`.
         unsafe { transpose_avx512(src, rows, dim, dst, cols_out) };
