@@ -211,7 +211,6 @@ fn run_batch<P, R, E>(handler: &(dyn Fn(Vec<BatchRequest<P>>) -> Vec<Result<R, E
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     type Sizes = Arc<Mutex<Vec<usize>>>;
 
@@ -302,26 +301,17 @@ mod tests {
     #[test]
     fn stop_answers_every_request_in_flight_and_refuses_later_ones() {
         let (s, sizes) = doubler(2, 10, 300, false);
-        let answered = Arc::new(AtomicUsize::new(0));
-        let handles: Vec<_> = (0..5u32)
-            .map(|t| {
-                let (s, answered) = (s.clone(), answered.clone());
-                std::thread::spawn(move || {
-                    let r = s.submit_blocking(request(t));
-                    answered.fetch_add(1, Ordering::SeqCst);
-                    r
-                })
-            })
-            .collect();
+        // all five are queued before stop (submitted from this thread: no thread may still be
+        // on its way to `submit` when stop is called)
+        let mut replies: Vec<_> = (0..5u32).map(|t| s.enqueue(request(t)).expect("running")).collect();
         // the first batches are in their handler (300 ms) when stop is called
         while sizes.lock().unwrap().is_empty() {
             std::thread::sleep(Duration::from_millis(5));
         }
         s.stop();
-        // stop returned: every submitted request has its answer
-        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        assert_eq!(answered.load(Ordering::SeqCst), 5);
-        assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+        // stop returned: every submitted request has its answer already
+        let results: Vec<_> = replies.iter_mut().map(|r| r.try_recv().expect("answered before stop returned")).collect();
+        assert_eq!(results, (0..5u32).map(|t| Ok(t * 2)).collect::<Vec<_>>());
         assert_eq!(sizes.lock().unwrap().iter().sum::<usize>(), 5);
         assert_eq!(s.submit_blocking(request(1)), Err(BatchError::Stopped));
         assert!(!s.is_running());
