@@ -209,9 +209,15 @@ fn softmax(ids: Vec<TokenId>, mut scaled: Vec<f32>) -> Result<Distribution, Samp
     Ok(Distribution::sparse(ids, scaled))
 }
 
-/// `w = exp(w)` over the row, and the total weight (an error when nothing has weight).
+/// `w = exp(w)` over the row, and the total weight.
 fn exp_and_total(w: &mut [f32]) -> Result<f64, SamplingError> {
     exp_in_place(w);
+    total_weight(w)
+}
+
+/// The total of the weights `w` (an error when nothing has weight).
+#[inline(always)]
+fn total_weight(w: &[f32]) -> Result<f64, SamplingError> {
     let total = sum_f64(w);
     if total <= 0.0 || !total.is_finite() {
         return Err(SamplingError::NoCandidates);
@@ -248,10 +254,7 @@ fn whole_vocabulary_body(logits: &[f32], temperature: f32) -> Result<Distributio
     for (w, &l) in w.iter_mut().zip(logits) {
         *w = ggml_expf(if l.is_finite() { (l - max) / temperature } else { f32::NEG_INFINITY });
     }
-    let total = sum_f64(&w);
-    if total <= 0.0 || !total.is_finite() {
-        return Err(SamplingError::NoCandidates);
-    }
+    let total = total_weight(&w)?;
     normalise(&mut w, total);
     Ok(Distribution::dense(w))
 }

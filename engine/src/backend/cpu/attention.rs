@@ -137,7 +137,8 @@ fn attend_group_body(
     if positions.is_empty() {
         return;
     }
-    // positions a tile leaves unwritten hold earlier keys: their scores are masked to -inf
+    // positions a tile leaves unwritten (before a window's start, past the last position)
+    // hold what an earlier tile left there: their scores are masked to -inf
     if keys.len() < dk * KV_TILE {
         keys.resize(dk * KV_TILE, 0.0);
     }
@@ -225,10 +226,7 @@ fn add_weighted_values(out: &mut [f32], w: &[f32], values: &[f32]) {
     } else {
         chains::<16>(wide, 0, dv, w, values);
     }
-    for (e, o) in rest.iter_mut().enumerate() {
-        let e = dv - dv % 16 + e;
-        *o = w.iter().enumerate().fold(*o, |acc, (t, &wt)| wt.mul_add(values[t * dv + e], acc));
-    }
+    chains::<1>(rest, dv - dv % 16, dv, w, values);
 }
 
 /// The chains of [`add_weighted_values`] for `out` (a multiple of `W` elements starting at
