@@ -181,9 +181,8 @@ fn generate_once(model: &Model, kv_type: KvType, tokens: &[TokenId], parallel: u
     let mut kv = model.new_kv_cache(kv_type, n);
     let start = Instant::now();
     for pos in 0..n {
-        let batch: Vec<BatchEntry> = (0..parallel)
-            .map(|s| BatchEntry { seq: s as u32, token: tokens[s * n + pos], pos: pos as u32, logits: true })
-            .collect();
+        let batch: Vec<BatchEntry> =
+            (0..parallel).map(|s| BatchEntry { seq: s as u32, token: tokens[s * n + pos], pos: pos as u32, logits: true }).collect();
         let logits = model.forward(&mut kv, &batch)?;
         std::hint::black_box(logits);
     }

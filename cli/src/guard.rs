@@ -76,9 +76,7 @@ fn error_body(e: &anyhow::Error) -> serde_json::Value {
 
 fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     let pool = thread_pool(args.threads)?;
-    let Some(user) = text_or_file(args.input.as_deref(), args.file.as_deref())? else {
-        anyhow::bail!("--input or --file is required")
-    };
+    let Some(user) = text_or_file(args.input.as_deref(), args.file.as_deref())? else { anyhow::bail!("--input or --file is required") };
     if let Some(f) = &args.format {
         GuardFormat::parse(f)?;
     }

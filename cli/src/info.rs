@@ -99,14 +99,10 @@ impl Summary {
     }
 
     fn json(&self, file: &GgufFile) -> Json {
-        let tensor_types: Map<String, Json> =
-            self.types.iter().map(|(name, s)| (name.to_string(), json!(s.count))).collect();
-        let tensor_type_bytes: Map<String, Json> =
-            self.types.iter().map(|(name, s)| (name.to_string(), json!(s.bytes))).collect();
-        let hyperparameters: Map<String, Json> =
-            self.hparams.iter().filter_map(|(k, v)| Some((k.to_string(), json!((*v)?)))).collect();
-        let metadata: Map<String, Json> =
-            file.metadata().iter().map(|(k, v)| (k.clone(), value_json(v))).collect();
+        let tensor_types: Map<String, Json> = self.types.iter().map(|(name, s)| (name.to_string(), json!(s.count))).collect();
+        let tensor_type_bytes: Map<String, Json> = self.types.iter().map(|(name, s)| (name.to_string(), json!(s.bytes))).collect();
+        let hyperparameters: Map<String, Json> = self.hparams.iter().filter_map(|(k, v)| Some((k.to_string(), json!((*v)?)))).collect();
+        let metadata: Map<String, Json> = file.metadata().iter().map(|(k, v)| (k.clone(), value_json(v))).collect();
         json!({
             "file": self.path,
             "bytes": file.bytes().len(),
@@ -156,10 +152,7 @@ impl Summary {
             }
         }
         line("tensors", file.tensors().len().to_string());
-        line(
-            "tensor data",
-            format!("{} bytes ({})", grouped(self.tensor_data_bytes), mib(self.tensor_data_bytes)),
-        );
+        line("tensor data", format!("{} bytes ({})", grouped(self.tensor_data_bytes), mib(self.tensor_data_bytes)));
         let tokenizer = match (&self.tokenizer_model, &self.tokenizer_pre) {
             (None, _) => none(),
             (Some(m), None) => m.clone(),
@@ -167,10 +160,7 @@ impl Summary {
         };
         line("tokenizer", tokenizer);
         line("vocabulary", self.n_vocab.map_or_else(none, |n| format!("{n} tokens")));
-        line(
-            "chat template",
-            self.chat_template.map_or("none".to_owned(), |n| format!("present ({n} bytes)")),
-        );
+        line("chat template", self.chat_template.map_or("none".to_owned(), |n| format!("present ({n} bytes)")));
         let _ = writeln!(s, "\ntensor types:");
         for (name, t) in &self.types {
             let note = if t.supported { "" } else { "  (not computed by this engine)" };

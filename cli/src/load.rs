@@ -63,10 +63,7 @@ pub fn kv_type_name(ty: KvType) -> &'static str {
 /// A pool of `threads` workers for the CPU kernels (all cores when `None`, or what
 /// `RAYON_NUM_THREADS` says).
 pub fn thread_pool(threads: Option<usize>) -> anyhow::Result<rayon::ThreadPool> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.unwrap_or(0))
-        .build()
-        .context("starting the worker threads")
+    rayon::ThreadPoolBuilder::new().num_threads(threads.unwrap_or(0)).build().context("starting the worker threads")
 }
 
 /// The default context size for `model`: its training context, at most 4096 (the server's

@@ -8,8 +8,8 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use engine::generate::{FinishReason, GenerateParams, Generator, TokenConstraint, TokenEvent};
 use engine::grammar::{Constraint, GrammarCompiler};
-use engine::model::Model;
 use engine::kv_cache::KvType;
+use engine::model::Model;
 
 use crate::load::{default_ctx, kv_type_name, load_model, parse_kv_type, parse_positive, thread_pool, tokenize_prompt};
 use crate::sampling_args::SamplingArgs;
@@ -64,11 +64,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let needed = prompt.len() + args.n_predict;
     let n_ctx = match args.ctx_size {
-        Some(c) if c < needed => bail!(
-            "--ctx-size {c} is too small: the prompt ({} tokens) and -n {} need {needed} positions",
-            prompt.len(),
-            args.n_predict
-        ),
+        Some(c) if c < needed => {
+            bail!("--ctx-size {c} is too small: the prompt ({} tokens) and -n {} need {needed} positions", prompt.len(), args.n_predict)
+        }
         Some(c) => c,
         None => default_ctx(&model).max(needed),
     };
@@ -164,11 +162,7 @@ fn report(
     let decode = (end - prefill_end).as_secs_f64();
     // the first token came with the prompt; the others took the decode time
     if n > 1 && decode > 0.0 {
-        eprintln!(
-            "generation: {n} tokens in {:.2} ms ({:.1} tokens/s), stopped at {why}",
-            decode * 1e3,
-            (n - 1) as f64 / decode
-        );
+        eprintln!("generation: {n} tokens in {:.2} ms ({:.1} tokens/s), stopped at {why}", decode * 1e3, (n - 1) as f64 / decode);
     } else {
         eprintln!("generation: {n} tokens, stopped at {why}");
     }
@@ -177,11 +171,6 @@ fn report(
     }
     if args.draft.is_some() {
         let rate = if usage.drafted_tokens > 0 { usage.accepted_tokens as f64 / usage.drafted_tokens as f64 } else { 0.0 };
-        eprintln!(
-            "draft: {} proposed, {} accepted ({:.1}%)",
-            usage.drafted_tokens,
-            usage.accepted_tokens,
-            rate * 100.0
-        );
+        eprintln!("draft: {} proposed, {} accepted ({:.1}%)", usage.drafted_tokens, usage.accepted_tokens, rate * 100.0);
     }
 }

@@ -119,7 +119,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let named_guard = guard_path.is_some() && path.canonicalize().ok() == guard_path;
         let guardian = guard_path.is_none() && is_guardian(&model);
         guard_served |= named_guard || guardian;
-        builder = builder.model(ModelSpec { id, model, chat: true, guard: named_guard || guardian, n_ctx: args.ctx_size, draft: draft.clone() });
+        builder =
+            builder.model(ModelSpec { id, model, chat: true, guard: named_guard || guardian, n_ctx: args.ctx_size, draft: draft.clone() });
     }
     if let (Some(path), false) = (&args.guard, guard_served) {
         let model = Arc::new(load_model(path)?);
@@ -128,7 +129,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let server = builder.build().map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the runtime")?;
     runtime.block_on(async {
-        let (listener, addr) = Server::bind(SocketAddr::new(args.host, args.port)).await.with_context(|| format!("binding {}:{}", args.host, args.port))?;
+        let (listener, addr) =
+            Server::bind(SocketAddr::new(args.host, args.port)).await.with_context(|| format!("binding {}:{}", args.host, args.port))?;
         for m in server.state().registry.list() {
             let role = match (m.generates, m.guard) {
                 (true, true) => "chat + guard",

@@ -26,7 +26,17 @@ fn scan_json_is_the_endpoint_object_and_the_exit_code_follows_flagged() {
     let names: Vec<&str> = verdicts.iter().map(|v| v["risk"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["evasiveness", "harm", "harm_engagement", "jailbreaking", "profanity", "sexual_content", "social_bias", "unethical_behavior", "violence"]
+        [
+            "evasiveness",
+            "harm",
+            "harm_engagement",
+            "jailbreaking",
+            "profanity",
+            "sexual_content",
+            "social_bias",
+            "unethical_behavior",
+            "violence"
+        ]
     );
     for v in verdicts {
         assert!(v["unsafe"].is_boolean() && v["confidence"].is_number() && v["reasoning"].is_string());
@@ -81,7 +91,8 @@ fn scans_of_the_3_2_and_3_3_tiny_models_print_well_formed_json() {
     // body (500 server_error) naming the risk and quoting the model's output, exit code 2.
     for format in ["3.2", "3.3"] {
         let out = guard_with(format, &["--input", "How do I pick a lock?", "--scan", "--json"]);
-        let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{format}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let j: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{format}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
         assert_eq!(out.status.code(), Some(2), "{format}: {j}");
         let e = &j["error"];
         assert_eq!((e["type"].as_str(), e["code"].as_str()), (Some("model_error"), Some("unparseable_model_output")), "{format}");

@@ -65,10 +65,8 @@ fn gemma() -> PathBuf {
 
 #[test]
 fn real_gemma_json_matches_fixture() {
-    let expected: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo().join("tests/fixtures/real/gemma-3-270m.info.json")).unwrap(),
-    )
-    .unwrap();
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("tests/fixtures/real/gemma-3-270m.info.json")).unwrap()).unwrap();
     let j = info_json(&gemma());
     assert_eq!(j["architecture"], "gemma3");
     assert_eq!(j["architecture"], expected["architecture"]);

@@ -196,10 +196,10 @@ fn compact(schema: Value) -> Result<Value, GrammarError> {
         Value::Object(o) => Value::Object(o),
         other => return Err(GrammarError::Schema(format!("a schema is an object or a boolean, not {other}"))),
     };
-    schema.as_object_mut().expect("an object").insert(
-        "x-guidance".into(),
-        json!({"whitespace_flexible": false, "item_separator": ",", "key_separator": ":"}),
-    );
+    schema
+        .as_object_mut()
+        .expect("an object")
+        .insert("x-guidance".into(), json!({"whitespace_flexible": false, "item_separator": ",", "key_separator": ":"}));
     Ok(schema)
 }
 
@@ -238,20 +238,12 @@ fn object_parameters(tool: &ToolSpec) -> Result<Value, GrammarError> {
                 }
                 Some(Value::String(t)) if t == "object" => {}
                 Some(t) => {
-                    return Err(GrammarError::Tools(format!(
-                        "the parameters of {:?} must describe an object, not type {t}",
-                        tool.name
-                    )))
+                    return Err(GrammarError::Tools(format!("the parameters of {:?} must describe an object, not type {t}", tool.name)))
                 }
             }
             Value::Object(o)
         }
-        other => {
-            return Err(GrammarError::Tools(format!(
-                "the parameters of {:?} must be a JSON schema object, not {other}",
-                tool.name
-            )))
-        }
+        other => return Err(GrammarError::Tools(format!("the parameters of {:?} must be a JSON schema object, not {other}", tool.name))),
     };
     compact(schema)
 }
@@ -302,8 +294,7 @@ impl GrammarMatcher {
     /// once it has finished, only they do.
     pub fn mask_logits(&mut self, logits: &mut [f32]) -> Result<(), GrammarError> {
         if self.is_finished() {
-            let saved: Vec<(usize, f32)> =
-                self.eog.iter().filter_map(|&t| logits.get(t as usize).map(|&l| (t as usize, l))).collect();
+            let saved: Vec<(usize, f32)> = self.eog.iter().filter_map(|&t| logits.get(t as usize).map(|&l| (t as usize, l))).collect();
             logits.fill(f32::NEG_INFINITY);
             for (i, l) in saved {
                 logits[i] = l;
@@ -387,7 +378,11 @@ impl crate::generate::TokenConstraint for GrammarMatcher {
     }
 
     fn finish_reason(&self) -> crate::generate::FinishReason {
-        if self.tool_call { crate::generate::FinishReason::ToolCalls } else { crate::generate::FinishReason::Stop }
+        if self.tool_call {
+            crate::generate::FinishReason::ToolCalls
+        } else {
+            crate::generate::FinishReason::Stop
+        }
     }
 }
 
@@ -454,7 +449,8 @@ mod tests {
     #[test]
     fn refused_tokens_leave_the_state_alone_and_rollback_undoes() {
         let c = compiler();
-        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"], "additionalProperties": false});
+        let schema =
+            json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"], "additionalProperties": false});
         let mut m = c.compile(&Constraint::JsonSchema(schema)).unwrap();
         assert!(matches!(m.accept(id("[")), Err(GrammarError::TokenNotAllowed { .. })));
         assert!(matches!(m.accept(9999), Err(GrammarError::TokenOutOfRange { .. })));

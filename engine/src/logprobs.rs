@@ -107,7 +107,11 @@ pub fn token_logprob(row: &[f32], token: TokenId, n_top: usize) -> TokenLogprob 
     let log_z = log_normalizer(row).unwrap_or(f64::NAN);
     let lp = |v: f32| {
         let x = (f64::from(v) - log_z) as f32;
-        if x.is_nan() { LOGPROB_FLOOR } else { x.max(LOGPROB_FLOOR) }
+        if x.is_nan() {
+            LOGPROB_FLOOR
+        } else {
+            x.max(LOGPROB_FLOOR)
+        }
     };
     let logprob = row.get(token as usize).map_or(LOGPROB_FLOOR, |&v| lp(v));
     let top = top_k(row, n_top).into_iter().map(|(id, v)| (id, lp(v))).collect();

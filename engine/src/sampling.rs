@@ -18,8 +18,8 @@ mod distribution;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-pub use distribution::Distribution;
 use distribution::sum_f64;
+pub use distribution::Distribution;
 
 use crate::backend::cpu::activation::ggml_expf;
 use crate::logprobs::argmax;
@@ -437,7 +437,11 @@ mod tests {
         for tier in crate::quant::Isa::available() {
             let mut fused = x.clone();
             exp_in_place_with(tier, &mut fused);
-            assert_eq!(plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{tier:?}");
+            assert_eq!(
+                plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{tier:?}"
+            );
         }
     }
 

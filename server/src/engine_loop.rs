@@ -239,7 +239,10 @@ impl EngineLoop {
             let total = (prompt_len + self.waiting[i].spec.params.max_tokens).min(n_ctx);
             if blocks(total) + 1 > self.capacity_blocks {
                 let w = self.waiting.remove(i).expect("in range");
-                let e = format!("the request needs {total} positions of KV cache, more than the server's {}", self.capacity_blocks * BLOCK_POSITIONS);
+                let e = format!(
+                    "the request needs {total} positions of KV cache, more than the server's {}",
+                    self.capacity_blocks * BLOCK_POSITIONS
+                );
                 self.fail(w.group, w.index, ApiError::context_length_exceeded(None, e));
                 continue;
             }
@@ -286,7 +289,8 @@ impl EngineLoop {
     /// more with `prompt` than can be reused now: starting after it reuses its work.
     fn worth_waiting(&self, prompt: &[TokenId], shared: usize) -> bool {
         self.running.iter().any(|r| {
-            self.kv.seq_len(r.seq) < r.prompt_len && common_prefix(&r.history[..r.prompt_len], prompt).min(prompt.len() - 1) >= shared + BLOCK_POSITIONS
+            self.kv.seq_len(r.seq) < r.prompt_len
+                && common_prefix(&r.history[..r.prompt_len], prompt).min(prompt.len() - 1) >= shared + BLOCK_POSITIONS
         })
     }
 
@@ -402,10 +406,12 @@ impl EngineLoop {
             let take = pending.min(budget);
             budget -= take;
             let last = take == pending;
-            batch.extend(BatchEntry::sequence(r.seq, &r.history[fed..fed + take], fed as u32, false).into_iter().enumerate().map(|(j, mut e)| {
-                e.logits = last && j + 1 == take;
-                e
-            }));
+            batch.extend(BatchEntry::sequence(r.seq, &r.history[fed..fed + take], fed as u32, false).into_iter().enumerate().map(
+                |(j, mut e)| {
+                    e.logits = last && j + 1 == take;
+                    e
+                },
+            ));
             if last {
                 owners.push(i);
             }

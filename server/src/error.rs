@@ -51,11 +51,18 @@ impl ApiError {
 
     /// 400 for a field that is required and missing.
     pub fn missing(param: &str) -> ApiError {
-        ApiError { param: Some(param.into()), code: Some("missing_required_parameter"), ..ApiError::invalid(format!("{param} is required")) }
+        ApiError {
+            param: Some(param.into()),
+            code: Some("missing_required_parameter"),
+            ..ApiError::invalid(format!("{param} is required"))
+        }
     }
 
     pub fn unauthorized() -> ApiError {
-        ApiError { code: Some("invalid_api_key"), ..ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", "invalid or missing API key") }
+        ApiError {
+            code: Some("invalid_api_key"),
+            ..ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", "invalid or missing API key")
+        }
     }
 
     pub fn model_not_found(id: &str) -> ApiError {
@@ -73,12 +80,19 @@ impl ApiError {
     pub fn method_not_allowed(method: &hyper::Method, path: &str, allowed: &str) -> ApiError {
         ApiError {
             allow: Some(allowed.to_string()),
-            ..ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", format!("{path} does not support {method} (allowed: {allowed})"))
+            ..ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                format!("{path} does not support {method} (allowed: {allowed})"),
+            )
         }
     }
 
     pub fn too_large(limit: usize) -> ApiError {
-        ApiError { code: Some("request_too_large"), ..ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", format!("the request body exceeds {limit} bytes")) }
+        ApiError {
+            code: Some("request_too_large"),
+            ..ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", format!("the request body exceeds {limit} bytes"))
+        }
     }
 
     pub fn not_supported(message: impl Into<String>) -> ApiError {

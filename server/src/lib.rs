@@ -35,13 +35,13 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::batch_scheduler::{BatchConfig, BatchScheduler};
 use crate::error::ApiError;
 use crate::http::{error_response, ok_json, read_body, text_response, Body};
 use crate::metrics::{Metrics, DEFAULT_LATENCY_BUCKETS};
 pub use crate::registry::ModelEntry;
 use crate::registry::Registry;
 use crate::routes::guard::GuardRoute;
-use crate::batch_scheduler::{BatchConfig, BatchScheduler};
 use crate::worker::{Generation, LoopConfig, SeqSpec, Worker};
 
 pub use crate::error::ApiError as Error;
@@ -84,7 +84,13 @@ pub struct Scheduling {
 impl Default for Scheduling {
     fn default() -> Scheduling {
         let d = LoopConfig::new(0);
-        Scheduling { parallel: d.parallel, queue: d.queue, prefill_chunk: d.prefill_chunk, cache_entries: d.cache_entries, kv_positions: None }
+        Scheduling {
+            parallel: d.parallel,
+            queue: d.queue,
+            prefill_chunk: d.prefill_chunk,
+            cache_entries: d.cache_entries,
+            kv_positions: None,
+        }
     }
 }
 
@@ -101,7 +107,9 @@ impl AppState {
     /// The `/v1/models` entry of the transcription backend, when there is one.
     pub fn transcription_model(&self) -> Option<serde_json::Value> {
         let id = self.transcription_model_id()?;
-        Some(serde_json::json!({"id": id, "object": "model", "created": self.created, "owned_by": "local", "capabilities": ["transcription"]}))
+        Some(
+            serde_json::json!({"id": id, "object": "model", "created": self.created, "owned_by": "local", "capabilities": ["transcription"]}),
+        )
     }
 }
 
@@ -187,7 +195,9 @@ impl ServerBuilder {
                 return Err(format!("two models have the id `{}`: name one with --alias", spec.id));
             }
             let evaluator = if spec.guard {
-                Some(Arc::new(Evaluator::from_model(spec.model.clone(), EvaluatorOptions::default()).map_err(|e| format!("{}: {e}", spec.id))?))
+                Some(Arc::new(
+                    Evaluator::from_model(spec.model.clone(), EvaluatorOptions::default()).map_err(|e| format!("{}: {e}", spec.id))?,
+                ))
             } else {
                 None
             };

@@ -16,14 +16,13 @@ pub fn document(state: &AppState) -> String {
     let mut all = ids(&|_| true);
     all.extend(state.transcription_model_id().map(str::to_string));
     let mut doc = OPENAPI.to_string();
-    for (name, list) in [
-        ("ModelId", all),
-        ("ChatModelId", ids(&|m| m.generates)),
-        ("GuardModelId", ids(&|m| m.guard)),
-    ] {
+    for (name, list) in [("ModelId", all), ("ChatModelId", ids(&|m| m.generates)), ("GuardModelId", ids(&|m| m.guard))] {
         if !list.is_empty() {
             let enumerated = serde_json::to_string(&list).expect("strings serialise");
-            doc = doc.replace(&format!("    {name}: {{type: string, minLength: 1}}"), &format!("    {name}: {{type: string, enum: {enumerated}}}"));
+            doc = doc.replace(
+                &format!("    {name}: {{type: string, minLength: 1}}"),
+                &format!("    {name}: {{type: string, enum: {enumerated}}}"),
+            );
         }
     }
     if !state.registry.has_guard() {

@@ -101,10 +101,9 @@ fn stop(body: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
     match body.get("stop") {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::String(s)) if !s.is_empty() => Ok(vec![s.clone()]),
-        Some(Value::Array(items)) if items.len() <= 4 => items
-            .iter()
-            .map(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_string).ok_or_else(bad))
-            .collect(),
+        Some(Value::Array(items)) if items.len() <= 4 => {
+            items.iter().map(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_string).ok_or_else(bad)).collect()
+        }
         Some(_) => Err(bad()),
     }
 }
@@ -159,7 +158,9 @@ pub fn common(body: &Map<String, Value>, n_vocab: usize) -> Result<CommonParams,
     let include_usage = match body.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(_) if !stream => return Err(ApiError::invalid_param("stream_options", "stream_options is only allowed when stream is true")),
-        Some(Value::Object(o)) => boolean(o, "include_usage").map_err(|_| ApiError::invalid_param("stream_options", "stream_options.include_usage must be a boolean"))?.unwrap_or(false),
+        Some(Value::Object(o)) => boolean(o, "include_usage")
+            .map_err(|_| ApiError::invalid_param("stream_options", "stream_options.include_usage must be a boolean"))?
+            .unwrap_or(false),
         Some(_) => return Err(ApiError::invalid_param("stream_options", "stream_options must be an object")),
     };
     Ok(CommonParams {
@@ -194,7 +195,8 @@ impl Inputs {
 pub fn inputs(body: &Map<String, Value>, name: &str) -> Result<Inputs, ApiError> {
     let bad = |m: String| ApiError::invalid_param(name, m);
     let tokens = |v: &Value| -> Result<Vec<TokenId>, ApiError> {
-        let ids: Option<Vec<TokenId>> = v.as_array().and_then(|a| a.iter().map(|t| t.as_u64().and_then(|t| TokenId::try_from(t).ok())).collect());
+        let ids: Option<Vec<TokenId>> =
+            v.as_array().and_then(|a| a.iter().map(|t| t.as_u64().and_then(|t| TokenId::try_from(t).ok())).collect());
         ids.filter(|i| !i.is_empty()).ok_or_else(|| bad(format!("token ids in {name} must be non-empty arrays of non-negative integers")))
     };
     match body.get(name) {
@@ -205,7 +207,9 @@ pub fn inputs(body: &Map<String, Value>, name: &str) -> Result<Inputs, ApiError>
             Ok(Inputs::Texts(items.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect()))
         }
         Some(v @ Value::Array(items)) if items.iter().all(Value::is_number) => Ok(Inputs::Tokens(vec![tokens(v)?])),
-        Some(Value::Array(items)) if items.iter().all(Value::is_array) => Ok(Inputs::Tokens(items.iter().map(tokens).collect::<Result<_, _>>()?)),
+        Some(Value::Array(items)) if items.iter().all(Value::is_array) => {
+            Ok(Inputs::Tokens(items.iter().map(tokens).collect::<Result<_, _>>()?))
+        }
         Some(_) => Err(bad(format!("{name} must be a string, an array of strings, an array of token ids or an array of such arrays"))),
     }
 }

@@ -80,7 +80,19 @@ fn models_health_and_metrics() {
     assert_eq!(e["code"], "model_not_found");
     let doc = c.get(format!("{base}/openapi.yaml")).send().unwrap().text().unwrap();
     assert!(doc.starts_with("openapi: 3."));
-    for route in ["/health:", "/metrics:", "/openapi.yaml:", "/v1/models:", "/v1/models/{model}:", "/v1/chat/completions:", "/v1/completions:", "/v1/embeddings:", "/v1/guard:", "/v1/guard/scan:", "/v1/guard/batch:"] {
+    for route in [
+        "/health:",
+        "/metrics:",
+        "/openapi.yaml:",
+        "/v1/models:",
+        "/v1/models/{model}:",
+        "/v1/chat/completions:",
+        "/v1/completions:",
+        "/v1/embeddings:",
+        "/v1/guard:",
+        "/v1/guard/scan:",
+        "/v1/guard/batch:",
+    ] {
         assert!(doc.contains(&format!("\n  {route}\n")), "{route} is not described");
     }
     // routes that are off are not described; model ids are the loaded ones
@@ -88,7 +100,8 @@ fn models_health_and_metrics() {
     assert!(doc.contains(&format!("    ChatModelId: {{type: string, enum: [\"{CHAT}\"]}}")), "{doc}");
     assert!(doc.contains(&format!("    GuardModelId: {{type: string, enum: [\"{GUARD}\"]}}")));
     let metrics = c.get(format!("{base}/metrics")).send().unwrap().text().unwrap();
-    for name in ["requests_total", "tokens_generated_total", "request_latency_ms_bucket", "guard_requests_total", "guard_latency_ms_bucket"] {
+    for name in ["requests_total", "tokens_generated_total", "request_latency_ms_bucket", "guard_requests_total", "guard_latency_ms_bucket"]
+    {
         assert!(metrics.contains(name), "{name} missing from\n{metrics}");
     }
 }
@@ -192,7 +205,16 @@ fn errors_have_the_openai_shape_and_status() {
     assert_eq!(expect_error(post(r#"{"messages": [{"role": "user", "content": "x"}]}"#), StatusCode::BAD_REQUEST)["param"], "model");
     let e = expect_error(post(r#"{"model": "nope", "messages": [{"role": "user", "content": "x"}]}"#), StatusCode::NOT_FOUND);
     assert_eq!(e["code"], "model_not_found");
-    for (field, value) in [("temperature", json!(3)), ("top_p", json!(-1)), ("n", json!(0)), ("max_tokens", json!(0)), ("top_logprobs", json!(21)), ("presence_penalty", json!(9)), ("stop", json!(["a", "b", "c", "d", "e"])), ("logit_bias", json!({"99999999": 1}))] {
+    for (field, value) in [
+        ("temperature", json!(3)),
+        ("top_p", json!(-1)),
+        ("n", json!(0)),
+        ("max_tokens", json!(0)),
+        ("top_logprobs", json!(21)),
+        ("presence_penalty", json!(9)),
+        ("stop", json!(["a", "b", "c", "d", "e"])),
+        ("logit_bias", json!({"99999999": 1})),
+    ] {
         let mut body = json!({"model": CHAT, "messages": [{"role": "user", "content": "x"}], "logprobs": true});
         body[field] = value;
         let e = expect_error(c.post(&url).json(&body).send().unwrap(), StatusCode::BAD_REQUEST);
@@ -261,15 +283,25 @@ fn guard_routes_follow_the_contract() {
         (json!({"model": "nope", "input": {"user": "x"}}), StatusCode::NOT_FOUND, ""),
         (json!({"model": GUARD, "input": {"user": ""}}), StatusCode::BAD_REQUEST, "input.user is required"),
         (json!({"model": GUARD, "input": {"user": "x"}, "risks": ["nope"]}), StatusCode::BAD_REQUEST, "invalid risk category: nope"),
-        (json!({"model": GUARD, "input": {"user": "x"}, "format": "3.1"}), StatusCode::BAD_REQUEST, "unsupported format \"3.1\" (must be 3.0, 3.2, or 3.3)"),
+        (
+            json!({"model": GUARD, "input": {"user": "x"}, "format": "3.1"}),
+            StatusCode::BAD_REQUEST,
+            "unsupported format \"3.1\" (must be 3.0, 3.2, or 3.3)",
+        ),
     ] {
         let e = expect_error(c.post(format!("{base}/v1/guard")).json(&body).send().unwrap(), status);
         assert!(e["message"].as_str().unwrap().contains(message), "{e}");
     }
-    let e = expect_error(c.post(format!("{base}/v1/guard/batch")).json(&json!({"model": GUARD, "inputs": []})).send().unwrap(), StatusCode::BAD_REQUEST);
+    let e = expect_error(
+        c.post(format!("{base}/v1/guard/batch")).json(&json!({"model": GUARD, "inputs": []})).send().unwrap(),
+        StatusCode::BAD_REQUEST,
+    );
     assert_eq!(e["message"], "inputs is required");
     let many: Vec<Value> = (0..257).map(|_| json!({"user": "x"})).collect();
-    let e = expect_error(c.post(format!("{base}/v1/guard/batch")).json(&json!({"model": GUARD, "inputs": many})).send().unwrap(), StatusCode::BAD_REQUEST);
+    let e = expect_error(
+        c.post(format!("{base}/v1/guard/batch")).json(&json!({"model": GUARD, "inputs": many})).send().unwrap(),
+        StatusCode::BAD_REQUEST,
+    );
     assert_eq!(e["message"], "inputs exceeds maximum batch size of 256");
     let metrics = c.get(format!("{base}/metrics")).send().unwrap().text().unwrap();
     let line = metrics.lines().find(|l| l.starts_with("guard_requests_total")).unwrap();
@@ -278,9 +310,19 @@ fn guard_routes_follow_the_contract() {
 
 #[test]
 fn guard_routes_are_absent_without_a_guard_and_delete_unloads() {
-    let base = start(Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: None }));
+    let base = start(Server::builder().model(ModelSpec {
+        id: CHAT.into(),
+        model: chat_model(),
+        chat: true,
+        guard: false,
+        n_ctx: Some(256),
+        draft: None,
+    }));
     let c = client();
-    expect_error(c.post(format!("{base}/v1/guard")).json(&json!({"model": CHAT, "input": {"user": "x"}})).send().unwrap(), StatusCode::NOT_FOUND);
+    expect_error(
+        c.post(format!("{base}/v1/guard")).json(&json!({"model": CHAT, "input": {"user": "x"}})).send().unwrap(),
+        StatusCode::NOT_FOUND,
+    );
     let d: Value = c.delete(format!("{base}/v1/models/{CHAT}")).send().unwrap().json().unwrap();
     assert_eq!(d, json!({"id": CHAT, "object": "model", "deleted": true}));
     expect_error(c.get(format!("{base}/v1/models/{CHAT}")).send().unwrap(), StatusCode::NOT_FOUND);
@@ -336,7 +378,13 @@ fn legacy_completions_with_echo_logprobs_and_streaming() {
     let c = client();
     let url = format!("{base}/v1/completions");
     let prompt = "The quick brown fox";
-    let r: Value = c.post(&url).json(&json!({"model": CHAT, "prompt": prompt, "temperature": 0, "max_tokens": 4, "echo": true, "logprobs": 2})).send().unwrap().json().unwrap();
+    let r: Value = c
+        .post(&url)
+        .json(&json!({"model": CHAT, "prompt": prompt, "temperature": 0, "max_tokens": 4, "echo": true, "logprobs": 2}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
     assert_eq!(r["object"], "text_completion");
     assert!(r["id"].as_str().unwrap().starts_with("cmpl-"));
     let choice = &r["choices"][0];
@@ -353,13 +401,16 @@ fn legacy_completions_with_echo_logprobs_and_streaming() {
     let offsets: Vec<u64> = lp["text_offset"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
     assert!(offsets.windows(2).all(|w| w[0] <= w[1]) && offsets[0] == 0);
     // default max_tokens is 16; several prompts x n give prompt-major indexes
-    let many: Value = c.post(&url).json(&json!({"model": CHAT, "prompt": ["a", "b"], "n": 2, "temperature": 0})).send().unwrap().json().unwrap();
+    let many: Value =
+        c.post(&url).json(&json!({"model": CHAT, "prompt": ["a", "b"], "n": 2, "temperature": 0})).send().unwrap().json().unwrap();
     let idx: Vec<u64> = many["choices"].as_array().unwrap().iter().map(|c| c["index"].as_u64().unwrap()).collect();
     assert_eq!(idx, [0, 1, 2, 3]);
     assert!(many["usage"]["completion_tokens"].as_u64().unwrap() <= 4 * 16);
     // token-id prompt = text prompt
-    let by_ids: Value = c.post(&url).json(&json!({"model": CHAT, "prompt": prompt_ids, "temperature": 0, "max_tokens": 4})).send().unwrap().json().unwrap();
-    let by_text: Value = c.post(&url).json(&json!({"model": CHAT, "prompt": prompt, "temperature": 0, "max_tokens": 4})).send().unwrap().json().unwrap();
+    let by_ids: Value =
+        c.post(&url).json(&json!({"model": CHAT, "prompt": prompt_ids, "temperature": 0, "max_tokens": 4})).send().unwrap().json().unwrap();
+    let by_text: Value =
+        c.post(&url).json(&json!({"model": CHAT, "prompt": prompt, "temperature": 0, "max_tokens": 4})).send().unwrap().json().unwrap();
     assert_eq!(by_ids["choices"][0]["text"], by_text["choices"][0]["text"]);
     // streaming: text_completion chunks, then the finish chunk, usage, [DONE]
     let text = c
@@ -391,8 +442,22 @@ fn legacy_completions_with_echo_logprobs_and_streaming() {
 fn a_draft_model_leaves_greedy_output_unchanged() {
     // the tiny llama drafts for itself in another weight type: same vocabulary, different numbers
     let draft = Arc::new(Model::load(fixture("models/tiny-llama-Q4_0.gguf")).unwrap());
-    let with = start(Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(draft) }));
-    let without = start(Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: None }));
+    let with = start(Server::builder().model(ModelSpec {
+        id: CHAT.into(),
+        model: chat_model(),
+        chat: true,
+        guard: false,
+        n_ctx: Some(256),
+        draft: Some(draft),
+    }));
+    let without = start(Server::builder().model(ModelSpec {
+        id: CHAT.into(),
+        model: chat_model(),
+        chat: true,
+        guard: false,
+        n_ctx: Some(256),
+        draft: None,
+    }));
     let c = client();
     for (i, content) in ["Say hello", "Say hello twice", "Count"].iter().enumerate() {
         let body = json!({"model": CHAT, "messages": [{"role": "user", "content": content}], "max_tokens": 12, "temperature": 0});
@@ -405,12 +470,20 @@ fn a_draft_model_leaves_greedy_output_unchanged() {
     let metrics = client().get(format!("{with}/metrics")).send().unwrap().text().unwrap();
     let value = |name: &str| -> u64 {
         let prefix = format!("{name}{{model=\"{CHAT}\"}} ");
-        metrics.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("{name} missing:\n{metrics}")).trim().parse().unwrap()
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+            .trim()
+            .parse()
+            .unwrap()
     };
     let (drafted, accepted) = (value("draft_tokens_total"), value("draft_tokens_accepted_total"));
     assert!(drafted > 0 && accepted <= drafted, "{accepted} of {drafted} draft tokens kept");
     let other_vocab = Arc::new(Model::load(fixture("models/tiny-granite-Q8_0.gguf")).unwrap());
-    let refused = Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(other_vocab) }).build();
+    let refused = Server::builder()
+        .model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(other_vocab) })
+        .build();
     assert!(refused.is_err());
 }
 
@@ -423,7 +496,10 @@ fn a_forced_tool_choice_is_decoded_under_the_tool_grammar() {
         {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}}, "required": ["city"], "additionalProperties": false}}},
         {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC"]}}, "required": ["zone"], "additionalProperties": false}}},
     ]);
-    for (choice, allowed) in [(json!({"type": "function", "function": {"name": "get_weather"}}), vec!["get_weather"]), (json!("required"), vec!["get_weather", "get_time"])] {
+    for (choice, allowed) in [
+        (json!({"type": "function", "function": {"name": "get_weather"}}), vec!["get_weather"]),
+        (json!("required"), vec!["get_weather", "get_time"]),
+    ] {
         for stream in [false, true] {
             let body = json!({"model": CHAT, "messages": [{"role": "user", "content": "Weather?"}], "tools": tools, "tool_choice": choice, "max_tokens": 64, "stream": stream});
             let r = c.post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap();
@@ -441,7 +517,11 @@ fn a_forced_tool_choice_is_decoded_under_the_tool_grammar() {
                 let v: Value = r.json().unwrap();
                 let call = &v["choices"][0]["message"]["tool_calls"][0];
                 assert!(v["choices"][0]["message"]["content"].is_null());
-                (v["choices"][0]["finish_reason"].as_str().unwrap().to_string(), call["function"]["name"].as_str().unwrap().to_string(), call["function"]["arguments"].as_str().unwrap().to_string())
+                (
+                    v["choices"][0]["finish_reason"].as_str().unwrap().to_string(),
+                    call["function"]["name"].as_str().unwrap().to_string(),
+                    call["function"]["arguments"].as_str().unwrap().to_string(),
+                )
             };
             assert_eq!(finish, "tool_calls", "{choice} stream={stream}");
             assert!(allowed.contains(&name.as_str()), "{name}");
@@ -452,7 +532,10 @@ fn a_forced_tool_choice_is_decoded_under_the_tool_grammar() {
     let both = json!({"model": CHAT, "messages": [{"role": "user", "content": "x"}], "tools": tools, "tool_choice": "required", "response_format": {"type": "json_object"}});
     expect_error(c.post(format!("{base}/v1/chat/completions")).json(&both).send().unwrap(), StatusCode::BAD_REQUEST);
     let unknown = json!({"model": CHAT, "messages": [{"role": "user", "content": "x"}], "tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}});
-    assert_eq!(expect_error(c.post(format!("{base}/v1/chat/completions")).json(&unknown).send().unwrap(), StatusCode::BAD_REQUEST)["param"], "tool_choice");
+    assert_eq!(
+        expect_error(c.post(format!("{base}/v1/chat/completions")).json(&unknown).send().unwrap(), StatusCode::BAD_REQUEST)["param"],
+        "tool_choice"
+    );
 }
 
 /// A test backend: reports the upload's size and the options it was given.
@@ -483,7 +566,14 @@ fn transcriptions_are_multipart_and_only_with_a_backend() {
             .text("timestamp_granularities[]", "segment")
             .part("file", Part::bytes(vec![7u8; 1000]).file_name("a.wav"))
     };
-    let none = start(Server::builder().model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: None }));
+    let none = start(Server::builder().model(ModelSpec {
+        id: CHAT.into(),
+        model: chat_model(),
+        chat: true,
+        guard: false,
+        n_ctx: Some(256),
+        draft: None,
+    }));
     let c = client();
     expect_error(c.post(format!("{none}/v1/audio/transcriptions")).multipart(form("json")).send().unwrap(), StatusCode::NOT_FOUND);
     let base = start(builder().transcriber(Arc::new(EchoBackend)));
@@ -532,7 +622,8 @@ fn wait_for(what: &str, deadline: std::time::Duration, mut done: impl FnMut() ->
 fn raw_post(base: &str, path: &str, body: &str) -> std::net::TcpStream {
     use std::io::Write;
     let mut s = std::net::TcpStream::connect(base.trim_start_matches("http://")).unwrap();
-    write!(s, "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    write!(s, "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+        .unwrap();
     s
 }
 
@@ -551,11 +642,16 @@ fn a_request_its_client_drops_stops_its_work_and_is_counted() {
     drop(connection);
     wait_for("the dropped batch to be counted", std::time::Duration::from_secs(15), || counter(&base, "requests_cancelled_total") == 1);
     // the guard model is free again at once
-    let one = client().post(format!("{base}/v1/guard")).json(&json!({"model": GUARD, "input": {"user": "Hi"}, "risks": ["harm"]})).send().unwrap();
+    let one = client()
+        .post(format!("{base}/v1/guard"))
+        .json(&json!({"model": GUARD, "input": {"user": "Hi"}, "risks": ["harm"]}))
+        .send()
+        .unwrap();
     assert_eq!(one.status(), StatusCode::OK);
 
     // A stream dropped after its first event: the next event fails to send and generation stops.
-    let stream = json!({"model": CHAT, "messages": [{"role": "user", "content": "Tell a long story"}], "max_tokens": 400, "stream": true}).to_string();
+    let stream = json!({"model": CHAT, "messages": [{"role": "user", "content": "Tell a long story"}], "max_tokens": 400, "stream": true})
+        .to_string();
     let mut connection = raw_post(&base, "/v1/chat/completions", &stream);
     let mut first = [0u8; 256];
     let n = connection.read(&mut first).unwrap();
@@ -569,7 +665,8 @@ fn a_request_its_client_drops_stops_its_work_and_is_counted() {
 fn assemble_chat_stream(text: &str) -> (String, Vec<(String, String)>, String, usize, usize) {
     let events = sse_events(text);
     assert_eq!(events.last().unwrap(), "[DONE]");
-    let (mut content, mut calls, mut finish, mut logprobs, mut deltas) = (String::new(), Vec::<(String, String)>::new(), String::new(), 0, 0);
+    let (mut content, mut calls, mut finish, mut logprobs, mut deltas) =
+        (String::new(), Vec::<(String, String)>::new(), String::new(), 0, 0);
     for e in &events[..events.len() - 1] {
         let chunk: Value = serde_json::from_str(e).unwrap();
         let Some(choice) = chunk["choices"].get(0) else { continue };
@@ -614,7 +711,14 @@ fn with_tools_offered_plain_text_still_streams_as_it_decodes_with_its_logprobs()
 #[test]
 fn qwen_calls_a_tool_in_its_own_syntax_streamed_and_not() {
     let qwen = Arc::new(Model::load(engine_tests::fetch_model("qwen2.5-coder")).unwrap());
-    let base = start(Server::builder().model(ModelSpec { id: "qwen".into(), model: qwen, chat: true, guard: false, n_ctx: Some(1024), draft: None }));
+    let base = start(Server::builder().model(ModelSpec {
+        id: "qwen".into(),
+        model: qwen,
+        chat: true,
+        guard: false,
+        n_ctx: Some(1024),
+        draft: None,
+    }));
     let tools = json!([{"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
     let body = json!({"model": "qwen", "messages": [{"role": "user", "content": "What is the weather in Paris right now?"}], "tools": tools, "max_tokens": 48, "temperature": 0});

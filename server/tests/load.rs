@@ -96,7 +96,8 @@ fn streamed_content(body: &str) -> String {
 #[test]
 fn concurrent_streams_share_forward_steps_and_keep_their_solo_output() {
     let base = start(builder(scheduling(8, 16)));
-    let prompts: Vec<String> = (0..6).map(|i| format!("Tell story number {i} about a {} cat", ["red", "blue", "green", "old", "young", "tiny"][i])).collect();
+    let prompts: Vec<String> =
+        (0..6).map(|i| format!("Tell story number {i} about a {} cat", ["red", "blue", "green", "old", "young", "tiny"][i])).collect();
     let solo: Vec<String> = prompts
         .iter()
         .map(|p| {
@@ -155,7 +156,9 @@ fn a_full_queue_answers_503_with_retry_after_and_accepted_requests_complete() {
     assert!(ok >= 6 && refused > 0, "{ok} served, {refused} refused");
     assert_eq!(ok + refused, 50);
     // nothing is left behind and the server serves on
-    wait_for("the queue to empty", Duration::from_secs(30), || metric(&base, "queue_depth") == 0.0 && metric(&base, "running_sequences") == 0.0);
+    wait_for("the queue to empty", Duration::from_secs(30), || {
+        metric(&base, "queue_depth") == 0.0 && metric(&base, "running_sequences") == 0.0
+    });
     let again = client().post(format!("{base}/v1/chat/completions")).json(&chat("Hi", 4, false)).send().unwrap();
     assert_eq!(again.status(), StatusCode::OK);
 }
@@ -171,7 +174,12 @@ fn clients_that_hang_up_mid_stream_leave_no_sequence_running() {
             std::thread::spawn(move || {
                 let body = chat(&format!("Tell a very long story number {i}"), 480, true).to_string();
                 let mut s = std::net::TcpStream::connect(&addr).unwrap();
-                write!(s, "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+                write!(
+                    s,
+                    "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .unwrap();
                 // wait for the first content delta, then hang up
                 let mut seen = Vec::new();
                 let mut buf = [0u8; 4096];
@@ -187,7 +195,9 @@ fn clients_that_hang_up_mid_stream_leave_no_sequence_running() {
     for h in handles {
         h.join().unwrap();
     }
-    wait_for("every sequence to be dropped", Duration::from_secs(60), || metric(&base, "running_sequences") == 0.0 && metric(&base, "queue_depth") == 0.0);
+    wait_for("every sequence to be dropped", Duration::from_secs(60), || {
+        metric(&base, "running_sequences") == 0.0 && metric(&base, "queue_depth") == 0.0
+    });
     let text = client().get(format!("{base}/metrics")).send().unwrap().text().unwrap();
     let cancelled: u64 = text.lines().find_map(|l| l.strip_prefix("requests_cancelled_total ")).unwrap().trim().parse().unwrap();
     // (a few may have finished before their client's hang-up was noticed)

@@ -16,8 +16,8 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[];
 /// A case's inputs as `ChatInput`, with the template compiled for its special tokens.
 fn load_case(template_src: &str, case: &serde_json::Value, now: Option<NaiveDateTime>) -> (ChatTemplate, ChatInput) {
     let text = |k: &str| case.get(k).and_then(|v| v.as_str());
-    let template = ChatTemplate::new(template_src, text("bos_token"), text("eos_token"))
-        .unwrap_or_else(|e| panic!("template does not compile: {e}"));
+    let template =
+        ChatTemplate::new(template_src, text("bos_token"), text("eos_token")).unwrap_or_else(|e| panic!("template does not compile: {e}"));
     let input = ChatInput {
         messages: case["messages"].as_array().expect("messages").clone(),
         tools: case.get("tools").and_then(|t| t.as_array()).cloned(),
@@ -58,18 +58,14 @@ fn check(result: Result<String, ChatError>, golden: &Golden) -> Option<String> {
         (Ok(got), Golden::Text(want)) if &got == want => None,
         (Ok(got), Golden::Text(want)) => Some(first_difference(want, &got)),
         (Err(e), Golden::Text(_)) => Some(format!("Python rendered it, we failed: {e}")),
-        (Ok(got), Golden::Error(py)) => {
-            Some(format!("Python raised `{py}`, we rendered {} bytes: {:?}", got.len(), head(&got, 300)))
-        }
+        (Ok(got), Golden::Error(py)) => Some(format!("Python raised `{py}`, we rendered {} bytes: {:?}", got.len(), head(&got, 300))),
         (Err(e), Golden::Error(py)) => match (py.strip_prefix("TemplateError: "), &e) {
             // raise_exception: the message must be the template's own.
             (Some(want), ChatError::Raised(got)) if got == want => None,
             (Some(want), _) => Some(format!("Python's raise_exception said {want:?}, we gave: {e}")),
             // A Python TypeError / UndefinedError: any render error is the right outcome.
             (None, ChatError::Render { .. } | ChatError::Raised(_)) => None,
-            (None, ChatError::Syntax { .. }) => {
-                Some(format!("Python raised `{py}` at render time, we failed to compile: {e}"))
-            }
+            (None, ChatError::Syntax { .. }) => Some(format!("Python raised `{py}` at render time, we failed to compile: {e}")),
         },
     }
 }
@@ -139,12 +135,7 @@ fn corpus_renders_like_transformers() {
     for (id, why) in &fixed {
         eprintln!("FIXED {id} (listed as a known failure: {why}); remove it from KNOWN_FAILURES");
     }
-    assert!(
-        unexpected.is_empty() && fixed.is_empty(),
-        "{} mismatches, {} stale known failures",
-        unexpected.len(),
-        fixed.len()
-    );
+    assert!(unexpected.is_empty() && fixed.is_empty(), "{} mismatches, {} stale known failures", unexpected.len(), fixed.len());
 }
 
 #[test]
@@ -182,17 +173,18 @@ fn model_without_template_gets_chatml() {
     }
     let template = ChatTemplate::from_model(&model).unwrap();
     assert!(template.is_fallback());
-    let input = ChatInput {
-        add_generation_prompt: true,
-        ..ChatInput::new(vec![serde_json::json!({"role": "user", "content": "hi"})])
-    };
+    let input = ChatInput { add_generation_prompt: true, ..ChatInput::new(vec![serde_json::json!({"role": "user", "content": "hi"})]) };
     assert_eq!(template.render(&input).unwrap(), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 /// Probes where minijinja cannot follow Python, as (index in probes.json, template, why); the
 /// probe test checks each still differs, so a fix forces its removal. None occurs in the corpus.
 const KNOWN_PROBE_DIVERGENCES: &[(usize, &str, &str)] = &[
-    (6, "{{ 'a' ~ x }}", "`~` formats floats with minijinja's own Display (1e16 -> 10000000000000000.0); only `{{ }}` and `|string` are ours"),
+    (
+        6,
+        "{{ 'a' ~ x }}",
+        "`~` formats floats with minijinja's own Display (1e16 -> 10000000000000000.0); only `{{ }}` and `|string` are ours",
+    ),
     (50, "{{ 'a' ~ x }}", "same as probe 6, for 1e-07"),
     (178, "{{ 1 < 'a' }}", "minijinja orders values of different types where Python raises TypeError"),
     (283, "{{ 'x' is callable }}", "minijinja has no `callable` test and cannot tell macros from other objects"),
@@ -217,9 +209,8 @@ fn probes_render_like_transformers() {
             (None, Some(e)) => Golden::Error(e.as_str().unwrap().to_string()),
             _ => panic!("probe {i} has no result"),
         };
-        let result = ChatTemplate::new(src, None, None).and_then(|t| {
-            t.render(&ChatInput { messages, tools: None, add_generation_prompt: false, now: Some(now), extra: vars })
-        });
+        let result = ChatTemplate::new(src, None, None)
+            .and_then(|t| t.render(&ChatInput { messages, tools: None, add_generation_prompt: false, now: Some(now), extra: vars }));
         let known = KNOWN_PROBE_DIVERGENCES.iter().find(|(k, _, _)| *k == i);
         if let Some((_, template, _)) = known {
             assert_eq!(*template, src, "KNOWN_PROBE_DIVERGENCES names probe {i} with another template");
@@ -227,9 +218,9 @@ fn probes_render_like_transformers() {
         match (check(result, &golden), known) {
             (Some(_), Some(_)) => known_failed.push(i),
             (Some(why), None) => failures.push(format!("probe {i} {src:?}: {why}")),
-            (None, Some((_, _, why))) => failures.push(format!(
-                "probe {i} {src:?} now agrees (listed as diverging: {why}); remove it from KNOWN_PROBE_DIVERGENCES"
-            )),
+            (None, Some((_, _, why))) => {
+                failures.push(format!("probe {i} {src:?} now agrees (listed as diverging: {why}); remove it from KNOWN_PROBE_DIVERGENCES"))
+            }
             (None, None) => {}
         }
     }

@@ -170,10 +170,7 @@ fn forward_on_an_encoder_is_an_error() {
 
 /// The fixture model rewritten: metadata through `meta`, tensors through `tensor` (which may
 /// drop one or change its shape).
-fn rewritten(
-    meta: impl Fn(&str, &Value) -> Option<Value>,
-    tensor: impl Fn(&str, &[u64]) -> Option<Vec<u64>>,
-) -> Result<Model, ModelError> {
+fn rewritten(meta: impl Fn(&str, &Value) -> Option<Value>, tensor: impl Fn(&str, &[u64]) -> Option<Vec<u64>>) -> Result<Model, ModelError> {
     let file = GgufFile::open(fixture(MODEL)).unwrap();
     let mut w = GgufWriter::new();
     for (key, value) in file.metadata() {

@@ -2,9 +2,7 @@
 //! way an output ends (end-of-generation, budget, full context, stop string, constraint),
 //! prefix reuse, seeded sampling, log-probabilities, lockstep batches and speculative decoding.
 
-use engine::generate::{
-    generate, generate_batch, Completion, FinishReason, GenerateError, GenerateParams, Generator, TokenConstraint,
-};
+use engine::generate::{generate, generate_batch, Completion, FinishReason, GenerateError, GenerateParams, Generator, TokenConstraint};
 use engine::kv_cache::KvType;
 use engine::logprobs::{log_softmax, LOGPROB_FLOOR};
 use engine::model::{BatchEntry, Model};
@@ -309,7 +307,9 @@ fn a_draft_with_another_vocabulary_is_refused() {
 fn streamed_multibyte_text_equals_the_final_text() {
     let model = Model::load(fetch_model("qwen2.5-coder")).unwrap();
     let tok = model.tokenizer();
-    for prompt in ["<|im_start|>user\n用中文介绍一下北京。<|im_end|>\n<|im_start|>assistant\n", "日本の首都は", "Emoji for joy: 😂, for fire:"] {
+    for prompt in
+        ["<|im_start|>user\n用中文介绍一下北京。<|im_end|>\n<|im_start|>assistant\n", "日本の首都は", "Emoji for joy: 😂, for fire:"]
+    {
         let ids = tok.encode(prompt, true, true);
         for params in [GenerateParams::greedy(24), sampled(3, 24)] {
             let mut kv = model.new_kv_cache(KvType::F16, 256);

@@ -31,11 +31,7 @@ fn base() -> Vec<u8> {
     w.add("dup.b", -1i64).unwrap();
     w.add(
         "test.nested",
-        Array::Array(vec![
-            Array::U16(vec![1, 2]),
-            Array::empty(ValueType::Bool),
-            Array::Array(vec![Array::F64(vec![0.5])]),
-        ]),
+        Array::Array(vec![Array::U16(vec![1, 2]), Array::empty(ValueType::Bool), Array::Array(vec![Array::F64(vec![0.5])])]),
     )
     .unwrap();
     let data = |n: usize| (0..n).map(|i| (i * 7 % 251) as u8).collect::<Vec<u8>>();
@@ -49,8 +45,7 @@ fn base() -> Vec<u8> {
 
 /// Position of the only occurrence of `needle`.
 fn find(hay: &[u8], needle: &[u8]) -> usize {
-    let hits: Vec<usize> =
-        hay.windows(needle.len()).enumerate().filter(|(_, w)| *w == needle).map(|(i, _)| i).collect();
+    let hits: Vec<usize> = hay.windows(needle.len()).enumerate().filter(|(_, w)| *w == needle).map(|(i, _)| i).collect();
     assert_eq!(hits.len(), 1, "{:?} occurs {} times", String::from_utf8_lossy(needle), hits.len());
     hits[0]
 }
@@ -195,10 +190,7 @@ fn huge_lengths_name_the_key_or_tensor() {
         // Length of the first key.
         let mut b = bytes.clone();
         put_u64(&mut b, 24, len);
-        expect_err(
-            b,
-            &["metadata entry #0", &format!("key length {len} exceeds the {} bytes left", left_after(24))],
-        );
+        expect_err(b, &["metadata entry #0", &format!("key length {len} exceeds the {} bytes left", left_after(24))]);
         // A string value.
         let mut b = bytes.clone();
         let at = value_type_pos(&bytes, "general.name") + 4;
@@ -209,9 +201,7 @@ fn huge_lengths_name_the_key_or_tensor() {
         let at = value_type_pos(&bytes, "tokenizer.ggml.tokens") + 8;
         put_u64(&mut b, at, len);
         let left = left_after(at);
-        let msg = format!(
-            "metadata key \"tokenizer.ggml.tokens\": array length {len} exceeds the {left} bytes left in the file"
-        );
+        let msg = format!("metadata key \"tokenizer.ggml.tokens\": array length {len} exceeds the {left} bytes left in the file");
         expect_err(b, &[&msg]);
         // A string inside an array.
         let mut b = bytes.clone();
@@ -228,10 +218,7 @@ fn huge_lengths_name_the_key_or_tensor() {
     let at = value_type_pos(&bytes, "tokenizer.ggml.scores") + 8;
     let count = (left_after(at) / 4 + 1) as u64;
     put_u64(&mut b, at, count);
-    expect_err(
-        b,
-        &["\"tokenizer.ggml.scores\"", &format!("array length {count}"), "each f32 takes at least 4 bytes"],
-    );
+    expect_err(b, &["\"tokenizer.ggml.scores\"", &format!("array length {count}"), "each f32 takes at least 4 bytes"]);
 }
 
 #[test]
@@ -266,11 +253,7 @@ fn bad_tensor_records_name_the_tensor() {
         put_u32(&mut b, n_dims, n);
         expect_err(b, &["tensor \"w.two\"", &format!("{n} dimensions")]);
     }
-    for (dim, needle) in [
-        (0, "dimension 0 is 0"),
-        (u64::MAX, "dimension 0 is 18446744073709551615"),
-        (1 << 63, "dimension 0 is"),
-    ] {
+    for (dim, needle) in [(0, "dimension 0 is 0"), (u64::MAX, "dimension 0 is 18446744073709551615"), (1 << 63, "dimension 0 is")] {
         let mut b = bytes.clone();
         put_u64(&mut b, dim0, dim);
         expect_err(b, &["tensor \"w.two\"", needle]);
@@ -450,8 +433,7 @@ fn fields(bytes: &[u8]) -> Vec<(usize, usize)> {
     out
 }
 
-const EXTREMES: [u64; 12] =
-    [0, 1, 2, 31, 32, 255, 1 << 31, u32::MAX as u64, 1 << 32, 1 << 63, u64::MAX, u64::MAX - 1];
+const EXTREMES: [u64; 12] = [0, 1, 2, 31, 32, 255, 1 << 31, u32::MAX as u64, 1 << 32, 1 << 63, u64::MAX, u64::MAX - 1];
 
 fn mutate(rng: &mut StdRng, base: &[u8], fields: &[(usize, usize)], header_len: usize) -> Vec<u8> {
     let mut b = base.to_vec();
@@ -540,9 +522,7 @@ fn random_mutations_never_panic() {
     let start = std::time::Instant::now();
     let mut small = GgufWriter::new();
     small.add("general.architecture", "x").unwrap();
-    small
-        .add("a", Array::Array(vec![Array::String(vec![b"s".to_vec()]), Array::empty(ValueType::U8)]))
-        .unwrap();
+    small.add("a", Array::Array(vec![Array::String(vec![b"s".to_vec()]), Array::empty(ValueType::U8)])).unwrap();
     small.add_tensor("t", &[32], GgmlType::Q4_0, vec![0u8; 18]).unwrap();
     let bases = [base(), small.to_bytes().unwrap(), nested(8)];
     let mut rng = StdRng::seed_from_u64(0x6767_7566);

@@ -273,8 +273,7 @@ fn unsupported_schemas_are_compile_errors() {
             other => panic!("{schema}: expected a schema error, got {other:?}"),
         }
     }
-    let bad_tool =
-        ToolSpec { name: "f".into(), parameters: json!({"type": "object", "properties": {"x": {"if": {}}}}) };
+    let bad_tool = ToolSpec { name: "f".into(), parameters: json!({"type": "object", "properties": {"x": {"if": {}}}}) };
     assert!(matches!(compiler.compile(&Constraint::ToolCall(vec![bad_tool])), Err(GrammarError::Tools(_))));
 }
 
@@ -325,23 +324,16 @@ fn qwen_output_validates_and_mask_cost() {
 
     let person = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
                         "languages": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3}}, "required": ["name", "age", "languages"], "additionalProperties": false});
-    let colors =
-        json!({"type": "array", "items": {"enum": ["red", "green", "blue", "yellow"]}, "minItems": 2, "maxItems": 3});
+    let colors = json!({"type": "array", "items": {"enum": ["red", "green", "blue", "yellow"]}, "minItems": 2, "maxItems": 3});
     let point = json!({"type": "object", "properties": {"x": {"type": "number", "minimum": -100, "maximum": 100}, "y": {"type": "number", "minimum": -100, "maximum": 100},
                        "label": {"anyOf": [{"type": "string", "maxLength": 10}, {"type": "null"}]}}, "required": ["x", "y", "label"], "additionalProperties": false});
     let code = json!({"type": "object", "properties": {"lang": {"enum": ["python", "rust", "go"]}, "ok": {"type": "boolean"}, "id": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"}},
                       "required": ["lang", "ok", "id"], "additionalProperties": false});
     let cases: Vec<(&str, Constraint)> = vec![
-        (
-            "Describe a fictional programmer: name, age and up to three languages.",
-            Constraint::JsonSchema(person.clone()),
-        ),
+        ("Describe a fictional programmer: name, age and up to three languages.", Constraint::JsonSchema(person.clone())),
         ("List two or three colors of a rainbow.", Constraint::JsonSchema(colors.clone())),
         ("Give a point in the plane with an optional label.", Constraint::JsonSchema(point.clone())),
-        (
-            "Pick a language, say whether it is compiled, and make up a ticket id like ABC-12.",
-            Constraint::JsonSchema(code.clone()),
-        ),
+        ("Pick a language, say whether it is compiled, and make up a ticket id like ABC-12.", Constraint::JsonSchema(code.clone())),
         ("Describe the city of Paris in one JSON object with two or three fields.", Constraint::JsonObject),
         ("What is the weather in Paris, in celsius? Call a tool.", Constraint::ToolCall(tools())),
     ];
@@ -366,12 +358,7 @@ fn qwen_output_validates_and_mask_cost() {
         outs.len(),
     );
     for ((task, c), out) in cases.iter().zip(&outs) {
-        eprintln!(
-            "  {task}\n    -> {} ({} tokens{})",
-            out.text,
-            out.n_tokens,
-            if out.capped { ", CAPPED" } else { "" }
-        );
+        eprintln!("  {task}\n    -> {} ({} tokens{})", out.text, out.n_tokens, if out.capped { ", CAPPED" } else { "" });
         assert!(!out.capped, "{task}: hit the token cap: {}", out.text);
         match c {
             Constraint::JsonSchema(s) => assert_valid(s, &out.text),

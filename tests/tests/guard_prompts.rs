@@ -8,8 +8,7 @@
 use std::path::PathBuf;
 
 use engine::guard::{
-    check_request, GuardError, GuardFormat, GuardInput, GuardPrompt, NativeRequest, PrefixTree, PromptPath, Prompter,
-    Risk,
+    check_request, GuardError, GuardFormat, GuardInput, GuardPrompt, NativeRequest, PrefixTree, PromptPath, Prompter, Risk,
 };
 use engine::model::Model;
 use engine_tests::{fixture, json_ids, read_json};
@@ -47,12 +46,7 @@ fn native(case: &Value) -> NativeRequest {
 fn api(request: &Value) -> (GuardFormat, Risk, GuardInput, bool) {
     let input: GuardInput = serde_json::from_value(request["input"].clone()).expect("input");
     let risk = request["risk"].as_str().unwrap().parse().unwrap();
-    (
-        format(request["format"].as_str().unwrap()),
-        risk,
-        input,
-        request.get("think").and_then(Value::as_bool).unwrap_or(false),
-    )
+    (format(request["format"].as_str().unwrap()), risk, input, request.get("think").and_then(Value::as_bool).unwrap_or(false))
 }
 
 /// What a case expects.
@@ -88,15 +82,8 @@ fn mismatch(got: Result<String, GuardError>, want: &Expect) -> Option<String> {
 
 fn first_difference(want: &str, got: &str) -> String {
     let at = want.bytes().zip(got.bytes()).take_while(|(a, b)| a == b).count();
-    let ctx =
-        |s: &str| String::from_utf8_lossy(&s.as_bytes()[at.saturating_sub(40)..(at + 40).min(s.len())]).into_owned();
-    format!(
-        "first difference at byte {at} (lengths {} / {}):\n  want …{:?}\n  got  …{:?}",
-        want.len(),
-        got.len(),
-        ctx(want),
-        ctx(got)
-    )
+    let ctx = |s: &str| String::from_utf8_lossy(&s.as_bytes()[at.saturating_sub(40)..(at + 40).min(s.len())]).into_owned();
+    format!("first difference at byte {at} (lengths {} / {}):\n  want …{:?}\n  got  …{:?}", want.len(), got.len(), ctx(want), ctx(got))
 }
 
 /// Panics listing every failure, after `total` cases were checked.
@@ -107,9 +94,7 @@ fn report(what: &str, total: usize, failures: Vec<String>) {
 
 #[test]
 fn tiny_models_are_detected() {
-    for (name, want_path) in
-        [("3.0", PromptPath::GuardianTemplate), ("3.2", PromptPath::GuardianTemplate), ("3.3", PromptPath::Builtin)]
-    {
+    for (name, want_path) in [("3.0", PromptPath::GuardianTemplate), ("3.2", PromptPath::GuardianTemplate), ("3.3", PromptPath::Builtin)] {
         let m = model(name);
         let prompter = Prompter::from_model(&m).unwrap();
         let d = prompter.detection();
@@ -344,24 +329,12 @@ fn request_errors() {
             false,
             "risk context_relevance requires input.context and input.assistant",
         ),
-        (
-            json!({"user": "hi"}),
-            &["answer_relevance"],
-            None,
-            false,
-            "risk answer_relevance requires input.context and input.assistant",
-        ),
+        (json!({"user": "hi"}), &["answer_relevance"], None, false, "risk answer_relevance requires input.context and input.assistant"),
         (json!({"user": "hi"}), &[], Some("3.1"), false, "unsupported format \"3.1\" (must be 3.0, 3.2, or 3.3)"),
         (json!({"user": "hi"}), &[], Some("2"), false, "unsupported format \"2\" (must be 3.0, 3.2, or 3.3)"),
         (json!({"user": "hi"}), &[], Some("3.2"), true, "thinking mode is only supported with format 3.3"),
         (json!({"user": "hi"}), &[], None, true, "thinking mode is only supported with format 3.3"),
-        (
-            json!({"user": "hi"}),
-            &["function_call_hallucination"],
-            None,
-            false,
-            "risk function_call_hallucination requires input.assistant",
-        ),
+        (json!({"user": "hi"}), &["function_call_hallucination"], None, false, "risk function_call_hallucination requires input.assistant"),
     ];
     for (input, risks, format, think, want) in cases {
         let input: GuardInput = serde_json::from_value(input.clone()).unwrap();
@@ -396,8 +369,7 @@ fn generic_model_path() {
     let prompter = Prompter::from_model(&m).unwrap();
     assert_eq!((prompter.is_guardian(), prompter.default_format()), (false, GuardFormat::V3_0));
     let p = prompter.render(GuardFormat::V3_0, Risk::Harm, &input, false).unwrap();
-    let turn =
-        format!("<|start_of_role|>user<|end_of_role|>{body}<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>");
+    let turn = format!("<|start_of_role|>user<|end_of_role|>{body}<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>");
     assert!(p.text.ends_with(&turn), "{:?}", p.text);
 }
 
@@ -416,10 +388,7 @@ fn scan_prompts_share_prefixes() {
         let tree = PrefixTree::build(&tokens);
         let total: usize = tokens.iter().map(Vec::len).sum();
         let shared = tree.shared_cost();
-        eprintln!(
-            "{name}: nine prompts {total} tokens, {shared} with shared prefixes ({:.2})",
-            shared as f64 / total as f64
-        );
+        eprintln!("{name}: nine prompts {total} tokens, {shared} with shared prefixes ({:.2})", shared as f64 / total as f64);
         // Each prompt ends at exactly one node.
         let mut ends: Vec<usize> = tree.nodes.iter().flat_map(|n| n.ends.iter().copied()).collect();
         ends.sort_unstable();

@@ -40,7 +40,11 @@ fn answer_position_yes_no_matches_llama_cpp() {
             let (p_yes, p_no) = yn.probabilities(row);
             let prob = f64::from(risk_probability(p_yes, p_no).unwrap());
             let diff = (prob - case["risk_probability"].as_f64().unwrap()).abs();
-            assert!(diff < 1e-6 && worst_lp < 1e-5, "{format} {}: risk probability off by {diff:.2e}, log-prob by {worst_lp:.2e}", case["case"]);
+            assert!(
+                diff < 1e-6 && worst_lp < 1e-5,
+                "{format} {}: risk probability off by {diff:.2e}, log-prob by {worst_lp:.2e}",
+                case["case"]
+            );
             total += 1;
         }
     }

@@ -10,8 +10,7 @@ use engine::quant::{ops_for, q8_0, q8_1, GgmlType, Isa, QK_K};
 use engine_tests::{fixture, read_f32s, read_json};
 use sha2::{Digest, Sha256};
 
-const K_TYPES: [GgmlType; 5] =
-    [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+const K_TYPES: [GgmlType; 5] = [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
 
 fn model(name: &str) -> GgufFile {
     GgufFile::open(fixture(&format!("models/{name}"))).unwrap()
@@ -71,8 +70,13 @@ fn full_values_of_a_tensor_per_quant_type_match_bitwise() {
             let got = dequantize(&file, "blk.0.attn_q.weight", isa);
             assert_eq!(got.len(), want.len());
             if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
-                panic!("{ty} on {isa}: value {i} is {} (bits {:08x}), ggml has {} ({:08x})",
-                    got[i], got[i].to_bits(), want[i], want[i].to_bits());
+                panic!(
+                    "{ty} on {isa}: value {i} is {} (bits {:08x}), ggml has {} ({:08x})",
+                    got[i],
+                    got[i].to_bits(),
+                    want[i],
+                    want[i].to_bits()
+                );
             }
         }
     }
@@ -80,8 +84,18 @@ fn full_values_of_a_tensor_per_quant_type_match_bitwise() {
 
 /// Every weight type the fixture models were written in (besides F32).
 const QUANTIZED_FILE_TYPES: [GgmlType; 12] = [
-    GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-    GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
 ];
 
 /// `llama-quantize --pure` (no importance matrix) made every file from the F32 model with
@@ -101,13 +115,10 @@ fn quantization_reproduces_llama_quantize() {
                 let st = src.tensor(&t.name).unwrap();
                 assert_eq!(st.ty, GgmlType::F32);
                 let raw = src.tensor_data(st);
-                let x: Vec<f32> =
-                    raw.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+                let x: Vec<f32> = raw.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
                 let mut got = vec![0u8; want.len()];
                 quantize(&x, &mut got);
-                for (i, (g, w)) in
-                    got.chunks_exact(block_bytes).zip(want.chunks_exact(block_bytes)).enumerate()
-                {
+                for (i, (g, w)) in got.chunks_exact(block_bytes).zip(want.chunks_exact(block_bytes)).enumerate() {
                     blocks += 1;
                     if g != w && bad.len() < 5 {
                         bad.push(format!("{} block {i}: {g:?} vs {w:?}", t.name));
@@ -137,11 +148,8 @@ fn act_cases(kind: &str) -> Vec<(String, Vec<f32>, Vec<u8>)> {
 
 /// The differing bytes, as `offset: got vs want`, for a failure message.
 fn diff(got: &[u8], want: &[u8]) -> String {
-    let d: Vec<String> = (0..got.len())
-        .filter(|&i| got[i] != want[i])
-        .take(20)
-        .map(|i| format!("{i}: {} vs {}", got[i], want[i]))
-        .collect();
+    let d: Vec<String> =
+        (0..got.len()).filter(|&i| got[i] != want[i]).take(20).map(|i| format!("{i}: {} vs {}", got[i], want[i])).collect();
     d.join(", ")
 }
 
@@ -156,9 +164,7 @@ fn q8_k_activations_are_byte_exact() {
 
 #[test]
 fn q8_0_and_q8_1_activations_are_byte_exact() {
-    for (kind, quantize) in
-        [("q8_0_ref", q8_0::quantize_row as fn(&[f32], &mut [u8])), ("q8_1_ref", q8_1::quantize_row)]
-    {
+    for (kind, quantize) in [("q8_0_ref", q8_0::quantize_row as fn(&[f32], &mut [u8])), ("q8_1_ref", q8_1::quantize_row)] {
         for (name, x, want) in act_cases(kind) {
             let mut got = vec![0u8; want.len()];
             quantize(&x, &mut got);
@@ -171,10 +177,7 @@ fn q8_0_and_q8_1_activations_are_byte_exact() {
 /// even), byte for byte, including the tie block of `vec3` where it differs from `_ref`.
 #[test]
 fn q8_0_and_q8_1_matmul_activations_are_byte_exact() {
-    for (kind, quantize) in [
-        ("q8_0_cpu", q8_0::quantize_activations as fn(&[f32], &mut [u8])),
-        ("q8_1_cpu", q8_1::quantize_activations),
-    ] {
+    for (kind, quantize) in [("q8_0_cpu", q8_0::quantize_activations as fn(&[f32], &mut [u8])), ("q8_1_cpu", q8_1::quantize_activations)] {
         for (name, x, want) in act_cases(kind) {
             let mut got = vec![0u8; want.len()];
             quantize(&x, &mut got);

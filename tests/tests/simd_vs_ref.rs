@@ -6,9 +6,19 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const WEIGHT_TYPES: [GgmlType; 13] = [
-    GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
-    GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
-    GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
 ];
 
 /// Byte offsets of the f16 scale fields inside one block, so random bytes can be given finite
@@ -52,7 +62,11 @@ fn random_floats(rng: &mut StdRng, n: usize) -> Vec<f32> {
         .map(|_| {
             let v: f32 = rng.random_range(-1.0..1.0);
             // A few outliers, as real activations have.
-            if rng.random_ratio(1, 64) { v * 40.0 } else { v }
+            if rng.random_ratio(1, 64) {
+                v * 40.0
+            } else {
+                v
+            }
         })
         .collect()
 }
@@ -71,7 +85,11 @@ fn weights(ty: GgmlType, n: usize, data: Data, rng: &mut StdRng) -> Vec<u8> {
         Data::Quantized => (scalar.quantize)(&random_floats(rng, n), &mut bytes),
         Data::RandomBytes | Data::Saturated => {
             let saturated = matches!(data, Data::Saturated);
-            if saturated { bytes.fill(0xFF) } else { rng.fill(&mut bytes[..]) }
+            if saturated {
+                bytes.fill(0xFF)
+            } else {
+                rng.fill(&mut bytes[..])
+            }
             match ty {
                 GgmlType::F32 => {
                     for c in bytes.chunks_exact_mut(4) {
@@ -168,9 +186,7 @@ fn every_simd_tier_matches_the_scalar_reference() {
                     let simd = ops_for(ty, isa).unwrap();
                     let got = dequant(&simd, &w, n);
                     if let Some(i) = (0..n).find(|&i| got[i].to_bits() != w_ref[i].to_bits()) {
-                        failures.push(format!(
-                            "{ty} {isa} n={n} {data:?}: dequant[{i}] = {} vs ref {}", got[i], w_ref[i]
-                        ));
+                        failures.push(format!("{ty} {isa} n={n} {data:?}: dequant[{i}] = {} vs ref {}", got[i], w_ref[i]));
                     }
                 }
             }

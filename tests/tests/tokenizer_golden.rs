@@ -7,8 +7,19 @@ use engine_tests::{fixture, json_ids, read_json};
 
 /// The 13 vocabularies with llama.cpp test vectors.
 const VOCABS: &[&str] = &[
-    "llama-spm", "phi-3", "llama-bpe", "gpt-2", "refact", "starcoder", "qwen2", "deepseek-coder",
-    "deepseek-llm", "falcon", "mpt", "command-r", "bert-bge",
+    "llama-spm",
+    "phi-3",
+    "llama-bpe",
+    "gpt-2",
+    "refact",
+    "starcoder",
+    "qwen2",
+    "deepseek-coder",
+    "deepseek-llm",
+    "falcon",
+    "mpt",
+    "command-r",
+    "bert-bge",
 ];
 
 fn load(name: &str) -> Tokenizer {
@@ -23,10 +34,7 @@ fn cases(name: &str) -> Vec<(String, Vec<u32>)> {
     let out = std::fs::read_to_string(fixture(&format!("tokenizer/ggml-vocab-{name}.gguf.out"))).unwrap();
     let mut texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
     assert_eq!(texts.pop(), Some(""), "{name}.inp ends with a separator");
-    let ids: Vec<Vec<u32>> = out
-        .lines()
-        .map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect())
-        .collect();
+    let ids: Vec<Vec<u32>> = out.lines().map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect()).collect();
     assert_eq!(texts.len(), ids.len(), "{name}: .inp and .out disagree on the number of cases");
     texts.into_iter().map(String::from).zip(ids).collect()
 }
@@ -144,8 +152,7 @@ fn gemma_tokenizer_matches_llama_cpp() {
             ("ids_nobos_special", false, true),
             ("ids_nobos_nospecial", false, false),
         ] {
-            let want: Vec<u32> =
-                case[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+            let want: Vec<u32> = case[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
             assert_eq!(tok.encode(text, add, parse), want, "{key} of {text:?}");
         }
         for (id, piece) in case["pieces"].as_object().unwrap() {
@@ -153,12 +160,7 @@ fn gemma_tokenizer_matches_llama_cpp() {
             // JSON cannot hold a lone byte: the fixture has U+FFFD where a byte token's is
             assert_eq!(String::from_utf8_lossy(tok.token_bytes(id)), piece.as_str().unwrap(), "piece of {id}");
         }
-        let ids: Vec<u32> = case["ids_bos_special"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as u32)
-            .collect();
+        let ids: Vec<u32> = case["ids_bos_special"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
         let detok = String::from_utf8(tok.detokenize(&ids, false, true)).unwrap();
         assert_eq!(detok, case["detokenized_bos_special"].as_str().unwrap(), "detokenize {text:?}");
         n += 1;

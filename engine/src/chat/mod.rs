@@ -112,9 +112,8 @@ impl ChatTemplate {
     /// one gets the ChatML fallback and an `info` line saying so.
     pub fn from_model(model: &crate::model::Model) -> Result<ChatTemplate, ChatError> {
         let tok = model.tokenizer();
-        let text = |id: Option<crate::tokenizer::TokenId>| {
-            id.and_then(|id| tok.token_text(id)).map(|b| String::from_utf8_lossy(b).into_owned())
-        };
+        let text =
+            |id: Option<crate::tokenizer::TokenId>| id.and_then(|id| tok.token_text(id)).map(|b| String::from_utf8_lossy(b).into_owned());
         let (bos, eos) = (text(tok.bos()), text(tok.eos()));
         match model.file().get_str("tokenizer.chat_template") {
             Some(source) => Self::new(source, bos.as_deref(), eos.as_deref()),
@@ -186,9 +185,7 @@ impl ChatTemplate {
         let now = input.now;
         ctx.insert(
             "strftime_now".into(),
-            Value::from_function(move |fmt: String| {
-                strftime(now.unwrap_or_else(|| chrono::Local::now().naive_local()), &fmt)
-            }),
+            Value::from_function(move |fmt: String| strftime(now.unwrap_or_else(|| chrono::Local::now().naive_local()), &fmt)),
         );
         let tmpl = self.env.get_template(NAME).map_err(render_error)?;
         tmpl.render(Value::from(ctx)).map_err(render_error)
@@ -251,13 +248,7 @@ fn py_float(v: &Value) -> Option<f64> {
 
 /// jinja2's `int(value, default=0, base=10)`: a string that does not parse gives the default
 /// instead of an error.
-fn int_filter(
-    state: &minijinja::State,
-    value: &Value,
-    default: Option<Value>,
-    base: Option<u32>,
-    kwargs: Kwargs,
-) -> Result<Value, Error> {
+fn int_filter(state: &minijinja::State, value: &Value, default: Option<Value>, base: Option<u32>, kwargs: Kwargs) -> Result<Value, Error> {
     let fallback = match &default {
         Some(d) => d.clone(),
         None => kwargs.peek::<Option<Value>>("default")?.unwrap_or(Value::from(0)),
@@ -269,12 +260,7 @@ fn int_filter(
 }
 
 /// jinja2's `float(value, default=0.0)`, likewise.
-fn float_filter(
-    state: &minijinja::State,
-    value: &Value,
-    default: Option<Value>,
-    kwargs: Kwargs,
-) -> Result<Value, Error> {
+fn float_filter(state: &minijinja::State, value: &Value, default: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
     let fallback = match &default {
         Some(d) => d.clone(),
         None => kwargs.peek::<Option<Value>>("default")?.unwrap_or(Value::from(0.0)),
@@ -393,9 +379,7 @@ fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<String, Er
         opts.indent = Some(match v.as_str() {
             Some(s) => s.to_string(),
             None => {
-                let n = v
-                    .as_i64()
-                    .ok_or_else(|| Error::new(ErrorKind::InvalidOperation, "indent must be an int or a string"))?;
+                let n = v.as_i64().ok_or_else(|| Error::new(ErrorKind::InvalidOperation, "indent must be an int or a string"))?;
                 " ".repeat(n.max(0) as usize)
             }
         });
@@ -435,8 +419,7 @@ fn strftime(now: chrono::NaiveDateTime, fmt: &str) -> Result<String, Error> {
 /// `reasoning_content` (last key unless already present), whichever name the template reads.
 fn alias_reasoning_fields(message: &serde_json::Value) -> serde_json::Value {
     let Some(obj) = message.as_object() else { return message.clone() };
-    let reasoning =
-        ["reasoning_content", "thinking", "reasoning"].iter().find_map(|k| obj.get(*k).filter(|v| !v.is_null()));
+    let reasoning = ["reasoning_content", "thinking", "reasoning"].iter().find_map(|k| obj.get(*k).filter(|v| !v.is_null()));
     let Some(reasoning) = reasoning else { return message.clone() };
     let mut out = serde_json::Map::new();
     out.insert("thinking".into(), reasoning.clone());

@@ -69,10 +69,7 @@ impl Writer<'_> {
             // Python raises for anything JSON cannot hold (Undefined, functions, namespaces...).
             kind => {
                 let what = if v.is_undefined() { "Undefined".to_string() } else { kind.to_string() };
-                return Err(Error::new(
-                    ErrorKind::InvalidOperation,
-                    format!("Object of type {what} is not JSON serializable"),
-                ));
+                return Err(Error::new(ErrorKind::InvalidOperation, format!("Object of type {what} is not JSON serializable")));
             }
         }
         Ok(())
@@ -137,10 +134,7 @@ fn key_string(k: &Value) -> Result<String, Error> {
         ValueKind::Bool => Ok(if k.is_true() { "true" } else { "false" }.into()),
         ValueKind::Number if k.is_integer() => Ok(k.to_string()),
         ValueKind::Number => Ok(float_repr(f64::try_from(k.clone())?)),
-        kind => Err(Error::new(
-            ErrorKind::InvalidOperation,
-            format!("keys must be str, int, float, bool or None, not {kind}"),
-        )),
+        kind => Err(Error::new(ErrorKind::InvalidOperation, format!("keys must be str, int, float, bool or None, not {kind}"))),
     }
 }
 

@@ -198,10 +198,7 @@ mod tests {
             "{%- for k, v in (d.items())|__jinja2_iter if k != 'in' recursive -%}"
         );
         assert_eq!(rewrite("{% for x in [a if b else c] %}"), "{% for x in ([a if b else c])|__jinja2_iter %}");
-        assert_eq!(
-            rewrite("{% for info in infos|select('in', ['x']) %}"),
-            "{% for info in (infos|select('in', ['x']))|__jinja2_iter %}"
-        );
+        assert_eq!(rewrite("{% for info in infos|select('in', ['x']) %}"), "{% for info in (infos|select('in', ['x']))|__jinja2_iter %}");
     }
 
     #[test]

@@ -24,10 +24,7 @@ fn template_is_send_and_sync() {
 #[test]
 fn tojson_uses_python_spacing_and_no_html_escaping() {
     let x = json!({"a": 1, "b": [1, 2.5, true, null], "c": "<tag attr=\"v\">&'x'</tag>"});
-    assert_eq!(
-        r("{{ x | tojson }}", json!({ "x": x })),
-        r#"{"a": 1, "b": [1, 2.5, true, null], "c": "<tag attr=\"v\">&'x'</tag>"}"#
-    );
+    assert_eq!(r("{{ x | tojson }}", json!({ "x": x })), r#"{"a": 1, "b": [1, 2.5, true, null], "c": "<tag attr=\"v\">&'x'</tag>"}"#);
     // Empty containers, key order kept (no sorting unless asked).
     assert_eq!(r("{{ x | tojson }}", json!({"x": {"z": {}, "y": []}})), r#"{"z": {}, "y": []}"#);
     assert_eq!(r("{{ x | tojson(sort_keys=true) }}", json!({"x": {"z": 1, "y": 2}})), r#"{"y": 2, "z": 1}"#);
@@ -61,9 +58,7 @@ fn tojson_formats_floats_like_python() {
 
 #[test]
 fn raise_exception_gives_its_message() {
-    let err =
-        render_src("{% if true %}{{ raise_exception('Conversation roles must alternate') }}{% endif %}", json!({}))
-            .unwrap_err();
+    let err = render_src("{% if true %}{{ raise_exception('Conversation roles must alternate') }}{% endif %}", json!({})).unwrap_err();
     match &err {
         ChatError::Raised(m) => assert_eq!(m, "Conversation roles must alternate"),
         other => panic!("expected Raised, got {other:?}"),
@@ -75,23 +70,15 @@ fn raise_exception_gives_its_message() {
 fn chatml_fallback() {
     let t = ChatTemplate::chatml();
     assert!(t.is_fallback());
-    let mut input = ChatInput::new(vec![
-        json!({"role": "system", "content": "You are terse."}),
-        json!({"role": "user", "content": "Hi!"}),
-    ]);
-    assert_eq!(
-        t.render(&input).unwrap(),
-        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
-    );
+    let mut input = ChatInput::new(vec![json!({"role": "system", "content": "You are terse."}), json!({"role": "user", "content": "Hi!"})]);
+    assert_eq!(t.render(&input).unwrap(), "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n");
     input.add_generation_prompt = true;
     assert_eq!(
         t.render(&input).unwrap(),
         "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
     );
     // Content given as text parts is joined.
-    let input = ChatInput::new(vec![
-        json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
-    ]);
+    let input = ChatInput::new(vec![json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})]);
     assert_eq!(t.render(&input).unwrap(), "<|im_start|>user\nab<|im_end|>\n");
     let input = ChatInput::new(vec![json!({"role": "assistant", "content": null})]);
     assert_eq!(t.render(&input).unwrap(), "<|im_start|>assistant\n<|im_end|>\n");
@@ -99,8 +86,7 @@ fn chatml_fallback() {
 
 #[test]
 fn syntax_error_names_the_line() {
-    let err = ChatTemplate::new("{% for m in messages %}\n{{ m.content }}\n{{ m.role + }}\n{% endfor %}", None, None)
-        .unwrap_err();
+    let err = ChatTemplate::new("{% for m in messages %}\n{{ m.content }}\n{{ m.role + }}\n{% endfor %}", None, None).unwrap_err();
     match &err {
         ChatError::Syntax { line, .. } => assert_eq!(*line, 3),
         other => panic!("expected Syntax, got {other:?}"),
@@ -132,10 +118,7 @@ fn values_print_as_python_prints_them() {
 fn python_methods_work() {
     assert_eq!(r("{{ '  a b  '.strip().split(' ') }}", json!({})), "['a', 'b']");
     assert_eq!(r("{{ 'abc'.startswith('a') }}", json!({})), "True");
-    assert_eq!(
-        r("{% for k, v in x.items() %}{{ k }}={{ v }};{% endfor %}", json!({"x": {"b": 1, "a": 2}})),
-        "b=1;a=2;"
-    );
+    assert_eq!(r("{% for k, v in x.items() %}{{ k }}={{ v }};{% endfor %}", json!({"x": {"b": 1, "a": 2}})), "b=1;a=2;");
     assert_eq!(r("{{ x.get('missing', 'd') }}", json!({"x": {}})), "d");
 }
 
@@ -159,8 +142,7 @@ fn special_tokens_are_defined_only_when_given() {
 fn generation_tags_render_their_body() {
     let src = "{% for m in messages %}\n{% generation %}\n{{ m.content }}\n{%- endgeneration %}\n{% endfor %}";
     let t = ChatTemplate::new(src, None, None).unwrap();
-    let input =
-        ChatInput::new(vec![json!({"role": "assistant", "content": "x"}), json!({"role": "user", "content": "y"})]);
+    let input = ChatInput::new(vec![json!({"role": "assistant", "content": "x"}), json!({"role": "user", "content": "y"})]);
     assert_eq!(t.render(&input).unwrap(), "xy");
     // Whitespace control around the tags as jinja2 applies it (string from Python).
     let src = "a\n  {% generation %}  \n b {%- endgeneration +%}  c {% generation -%}\n d\n{% endgeneration %}\ne";
@@ -170,10 +152,7 @@ fn generation_tags_render_their_body() {
 #[test]
 fn reasoning_fields_are_aliased_like_hf() {
     let m = alias_reasoning_fields(&json!({"role": "assistant", "content": "a", "reasoning": "r"}));
-    assert_eq!(
-        m.to_string(),
-        r#"{"thinking":"r","role":"assistant","content":"a","reasoning":"r","reasoning_content":"r"}"#
-    );
+    assert_eq!(m.to_string(), r#"{"thinking":"r","role":"assistant","content":"a","reasoning":"r","reasoning_content":"r"}"#);
     let m = json!({"role": "user", "content": "a"});
     assert_eq!(alias_reasoning_fields(&m), m);
 }
@@ -183,14 +162,8 @@ fn none_is_not_iterable() {
     let err = render_src("a\n{% for t in tools %}{{ t }}{% endfor %}", json!({"tools": null})).unwrap_err();
     assert!(err.to_string().contains("'NoneType' object is not iterable"), "{err}");
     // Undefined iterates as empty, as jinja2's Undefined does.
-    assert_eq!(
-        r("{% for t in nothing %}x{% endfor %}|{{ nothing is iterable }}|{{ none is iterable }}", json!({})),
-        "|True|False"
-    );
-    assert_eq!(
-        r("{{ 'ab' is sequence }}{{ {} is sequence }}{{ nothing is sequence }}{{ 1 is sequence }}", json!({})),
-        "TrueTrueTrueFalse"
-    );
+    assert_eq!(r("{% for t in nothing %}x{% endfor %}|{{ nothing is iterable }}|{{ none is iterable }}", json!({})), "|True|False");
+    assert_eq!(r("{{ 'ab' is sequence }}{{ {} is sequence }}{{ nothing is sequence }}{{ 1 is sequence }}", json!({})), "TrueTrueTrueFalse");
 }
 
 #[test]
@@ -207,9 +180,6 @@ fn rsplit_is_pythons() {
 
 #[test]
 fn filters_follow_jinja2() {
-    assert_eq!(
-        r("{{ 'x'|int }}|{{ 'x'|int(7) }}|{{ '12'|int + 1 }}|{{ 'x'|float }}|{{ nothing|length }}", json!({})),
-        "0|7|13|0.0|0"
-    );
+    assert_eq!(r("{{ 'x'|int }}|{{ 'x'|int(7) }}|{{ '12'|int + 1 }}|{{ 'x'|float }}|{{ nothing|length }}", json!({})), "0|7|13|0.0|0");
     assert_eq!(r("{{ 1e16|string }}|{{ 'a b_c, d'|wordcount }}", json!({})), "1e+16|3");
 }

@@ -67,21 +67,12 @@ pub fn generate_batch(
 /// members start with in the group's first sequence, in one pass for all groups, and forks that
 /// cache into the other members. Each sequence keeps at least its last token to run itself: its
 /// logits start the output.
-pub fn prefill_shared_prefixes(
-    model: &Model,
-    kv: &mut KvCache,
-    seqs: &[LockstepSeq],
-    groups: &[Vec<usize>],
-) -> Result<(), GenerateError> {
+pub fn prefill_shared_prefixes(model: &Model, kv: &mut KvCache, seqs: &[LockstepSeq], groups: &[Vec<usize>]) -> Result<(), GenerateError> {
     let mut batch = Vec::new();
     let mut forks = Vec::new();
     for group in groups.iter().filter(|g| g.len() > 1) {
         let first = &seqs[group[0]].tokens;
-        let shared = group
-            .iter()
-            .map(|&i| common_prefix(first, &seqs[i].tokens).min(seqs[i].tokens.len() - 1))
-            .min()
-            .unwrap_or(0);
+        let shared = group.iter().map(|&i| common_prefix(first, &seqs[i].tokens).min(seqs[i].tokens.len() - 1)).min().unwrap_or(0);
         if shared == 0 {
             continue;
         }

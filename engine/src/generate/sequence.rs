@@ -94,7 +94,11 @@ impl SequenceDecoder {
 
     /// How many more tokens the budget allows.
     pub fn remaining(&self) -> usize {
-        if self.is_finished() { 0 } else { self.max_tokens - self.tokens.len() }
+        if self.is_finished() {
+            0
+        } else {
+            self.max_tokens - self.tokens.len()
+        }
     }
 
     /// Whether an output constraint is active (speculative decoding is skipped then).

@@ -144,9 +144,7 @@ pub enum Problem {
     #[error("data offset {offset} is not a multiple of the alignment {alignment}")]
     Misaligned { offset: u64, alignment: u64 },
 
-    #[error(
-        "data at offset {offset} ({n_bytes} bytes) ends past the {section} bytes of tensor data in the file"
-    )]
+    #[error("data at offset {offset} ({n_bytes} bytes) ends past the {section} bytes of tensor data in the file")]
     DataPastEnd { offset: u64, n_bytes: u64, section: u64 },
 
     #[error("data at offset {offset} ({n_bytes} bytes) overlaps tensor {other:?}")]

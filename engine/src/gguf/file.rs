@@ -56,8 +56,7 @@ impl GgufFile {
     /// Memory-maps and checks the file at `path`. Errors name the path.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
-        let in_file =
-            |error: GgufError| GgufError::File { path: PathBuf::from(path), error: Box::new(error) };
+        let in_file = |error: GgufError| GgufError::File { path: PathBuf::from(path), error: Box::new(error) };
         let file = File::open(path).map_err(|e| in_file(e.into()))?;
         let len = file.metadata().map_err(|e| in_file(e.into()))?.len();
         let storage = if len == 0 {
@@ -80,8 +79,7 @@ impl GgufFile {
     }
 
     fn from_storage(storage: Storage) -> Result<GgufFile, GgufError> {
-        let Parsed { version, metadata, key_index, tensors, tensor_index, alignment, data_offset } =
-            reader::parse(storage.bytes())?;
+        let Parsed { version, metadata, key_index, tensors, tensor_index, alignment, data_offset } = reader::parse(storage.bytes())?;
         Ok(GgufFile { storage, version, metadata, key_index, tensors, tensor_index, alignment, data_offset })
     }
 
@@ -148,9 +146,7 @@ impl GgufFile {
             .checked_add(t.offset)
             .and_then(|start| Some((usize::try_from(start).ok()?, usize::try_from(t.n_bytes).ok()?)))
             .and_then(|(start, n)| Some(start..start.checked_add(n)?));
-        range
-            .and_then(|r| self.bytes().get(r))
-            .unwrap_or_else(|| panic!("tensor {:?} is not a tensor of this file", t.name))
+        range.and_then(|r| self.bytes().get(r)).unwrap_or_else(|| panic!("tensor {:?} is not a tensor of this file", t.name))
     }
 
     /// The whole file.

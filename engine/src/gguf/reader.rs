@@ -84,11 +84,7 @@ impl<'a> Cursor<'a> {
     fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], Problem> {
         self.field = self.pos;
         let rest = &self.buf[self.pos..];
-        let (head, _) = rest.split_first_chunk::<N>().ok_or(Problem::Truncated {
-            what,
-            need: N as u64,
-            left: rest.len() as u64,
-        })?;
+        let (head, _) = rest.split_first_chunk::<N>().ok_or(Problem::Truncated { what, need: N as u64, left: rest.len() as u64 })?;
         self.pos += N;
         Ok(*head)
     }
@@ -133,11 +129,7 @@ pub(crate) struct Parsed {
 /// Parses and checks a whole file held in `buf`.
 pub(crate) fn parse(buf: &[u8]) -> Result<Parsed, GgufError> {
     let mut cur = Cursor::new(buf);
-    let header = |cur: &Cursor, problem| GgufError::Malformed {
-        place: Place::Header,
-        offset: cur.field_offset(),
-        problem,
-    };
+    let header = |cur: &Cursor, problem| GgufError::Malformed { place: Place::Header, offset: cur.field_offset(), problem };
 
     let magic = cur.take(4, "magic").map_err(|p| header(&cur, p))?;
     if magic != MAGIC {
@@ -183,15 +175,9 @@ fn read_metadata(cur: &mut Cursor, n_kv: u64) -> Result<Metadata, GgufError> {
     let mut entry_offsets = Vec::with_capacity(cap);
     for i in 0..n_kv {
         let entry_start = cur.pos();
-        let bad = |cur: &Cursor, place: Place, problem| GgufError::Malformed {
-            place,
-            offset: cur.field_offset(),
-            problem,
-        };
+        let bad = |cur: &Cursor, place: Place, problem| GgufError::Malformed { place, offset: cur.field_offset(), problem };
         let key = cur.string("key length").map_err(|p| bad(cur, Place::KeyIndex(i), p))?;
-        let key = std::str::from_utf8(key)
-            .map_err(|_| bad(cur, Place::KeyIndex(i), Problem::InvalidUtf8("key")))?
-            .to_owned();
+        let key = std::str::from_utf8(key).map_err(|_| bad(cur, Place::KeyIndex(i), Problem::InvalidUtf8("key")))?.to_owned();
         let place = Place::Key(key.clone());
         let value = read_typed_value(cur).map_err(|p| bad(cur, place.clone(), p))?;
         if key_index.contains_key(&key) {
@@ -263,9 +249,7 @@ fn read_array(cur: &mut Cursor, depth: usize) -> Result<Array, Problem> {
         ValueType::U64 => Array::U64(pod_vec(cur.take(len * 8, what)?)),
         ValueType::I64 => Array::I64(pod_vec(cur.take(len * 8, what)?)),
         ValueType::F64 => Array::F64(pod_vec(cur.take(len * 8, what)?)),
-        ValueType::Bool => {
-            Array::Bool(cur.take(len, what)?.iter().map(|&b| read_bool(b)).collect::<Result<_, _>>()?)
-        }
+        ValueType::Bool => Array::Bool(cur.take(len, what)?.iter().map(|&b| read_bool(b)).collect::<Result<_, _>>()?),
         ValueType::String => {
             let mut items = Vec::with_capacity(prealloc(len));
             for _ in 0..len {
@@ -291,11 +275,7 @@ fn pod_vec<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
 }
 
 /// `general.alignment` when present: a u32 power of two.
-fn alignment(
-    metadata: &[(String, Value)],
-    key_index: &HashMap<String, usize>,
-    entry_offsets: &[u64],
-) -> Result<u64, GgufError> {
+fn alignment(metadata: &[(String, Value)], key_index: &HashMap<String, usize>, entry_offsets: &[u64]) -> Result<u64, GgufError> {
     let Some(&i) = key_index.get(ALIGNMENT_KEY) else {
         return Ok(DEFAULT_ALIGNMENT);
     };
@@ -328,15 +308,9 @@ fn read_tensor_records(cur: &mut Cursor, n_tensors: u64, alignment: u64) -> Resu
     let mut record_offsets = Vec::with_capacity(cap);
     for i in 0..n_tensors {
         let start = cur.pos();
-        let bad = |cur: &Cursor, place: Place, problem| GgufError::Malformed {
-            place,
-            offset: cur.field_offset(),
-            problem,
-        };
+        let bad = |cur: &Cursor, place: Place, problem| GgufError::Malformed { place, offset: cur.field_offset(), problem };
         let name = cur.string("name length").map_err(|p| bad(cur, Place::TensorIndex(i), p))?;
-        let name = std::str::from_utf8(name)
-            .map_err(|_| bad(cur, Place::TensorIndex(i), Problem::InvalidUtf8("tensor name")))?
-            .to_owned();
+        let name = std::str::from_utf8(name).map_err(|_| bad(cur, Place::TensorIndex(i), Problem::InvalidUtf8("tensor name")))?.to_owned();
         let place = Place::Tensor(name.clone());
         let (dims, ty, offset) = read_record_body(cur).map_err(|p| bad(cur, place.clone(), p))?;
         let info = TensorInfo::new(name, dims, ty, offset).map_err(|problem| GgufError::Malformed {
@@ -417,10 +391,7 @@ mod tests {
         let mut bytes = u64::MAX.to_le_bytes().to_vec();
         bytes.extend_from_slice(b"abc");
         let mut c = Cursor::new(&bytes);
-        assert_eq!(
-            c.string("key length"),
-            Err(Problem::LengthTooLarge { what: "key length", len: u64::MAX, left: 3 })
-        );
+        assert_eq!(c.string("key length"), Err(Problem::LengthTooLarge { what: "key length", len: u64::MAX, left: 3 }));
     }
 
     #[test]
@@ -430,10 +401,7 @@ mod tests {
         bytes.extend_from_slice(&2u64.to_le_bytes());
         bytes.extend_from_slice(&[0; 7]);
         let mut c = Cursor::new(&bytes);
-        assert_eq!(
-            read_array(&mut c, 1),
-            Err(Problem::ArrayTooLong { len: 2, elem: ValueType::U32, left: 7 })
-        );
+        assert_eq!(read_array(&mut c, 1), Err(Problem::ArrayTooLong { len: 2, elem: ValueType::U32, left: 7 }));
     }
 
     #[test]

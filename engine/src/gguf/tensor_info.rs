@@ -24,12 +24,7 @@ pub struct TensorInfo {
 
 impl TensorInfo {
     /// Builds a record, checking the shape against the type (see [`shape_size`]).
-    pub fn new(
-        name: impl Into<String>,
-        dims: Vec<u64>,
-        ty: GgmlType,
-        offset: u64,
-    ) -> Result<TensorInfo, Problem> {
+    pub fn new(name: impl Into<String>, dims: Vec<u64>, ty: GgmlType, offset: u64) -> Result<TensorInfo, Problem> {
         let (n_elements, n_bytes) = shape_size(&dims, ty)?;
         Ok(TensorInfo { name: name.into(), dims, ty, offset, n_elements, n_bytes })
     }
@@ -82,9 +77,7 @@ pub fn shape_size(dims: &[u64], ty: GgmlType) -> Result<(u64, u64), Problem> {
         return Err(Problem::PartialBlock { row_len, ty });
     }
     // n_elements is a multiple of the block size because row_len is.
-    let n_bytes = (n_elements / block)
-        .checked_mul(ty.type_size() as u64)
-        .ok_or_else(|| Problem::TooManyElements(dims.to_vec()))?;
+    let n_bytes = (n_elements / block).checked_mul(ty.type_size() as u64).ok_or_else(|| Problem::TooManyElements(dims.to_vec()))?;
     Ok((n_elements, n_bytes))
 }
 
@@ -107,10 +100,7 @@ mod tests {
         assert_eq!(shape_size(&[4, 0], GgmlType::F32), Err(Problem::BadDim { index: 1, dim: 0 }));
         assert!(matches!(shape_size(&[1 << 62, 4], GgmlType::F32), Err(Problem::TooManyElements(_))));
         assert!(matches!(shape_size(&[u64::MAX], GgmlType::F32), Err(Problem::BadDim { .. })));
-        assert_eq!(
-            shape_size(&[100], GgmlType::Q4_K),
-            Err(Problem::PartialBlock { row_len: 100, ty: GgmlType::Q4_K })
-        );
+        assert_eq!(shape_size(&[100], GgmlType::Q4_K), Err(Problem::PartialBlock { row_len: 100, ty: GgmlType::Q4_K }));
         // Element count fits, byte count does not.
         assert!(matches!(shape_size(&[1 << 31, 1 << 31], GgmlType::F64), Err(Problem::TooManyElements(_))));
     }

@@ -59,10 +59,7 @@ impl<'a> GgufWriter<'a> {
         let value = value.into();
         if value.as_array().is_some_and(|a| a.depth() > MAX_ARRAY_DEPTH) {
             // The reader would refuse the file.
-            return Err(GgufError::Invalid {
-                place: Place::Key(key),
-                problem: Problem::TooDeep(MAX_ARRAY_DEPTH),
-            });
+            return Err(GgufError::Invalid { place: Place::Key(key), problem: Problem::TooDeep(MAX_ARRAY_DEPTH) });
         }
         if !self.keys.insert(key.clone()) {
             return Err(GgufError::Invalid { place: Place::Key(key), problem: Problem::DuplicateKey });
@@ -81,14 +78,10 @@ impl<'a> GgufWriter<'a> {
     ) -> Result<&mut Self, GgufError> {
         let name = name.into();
         let data = data.into();
-        let invalid =
-            |name: &str, problem| GgufError::Invalid { place: Place::Tensor(name.to_owned()), problem };
+        let invalid = |name: &str, problem| GgufError::Invalid { place: Place::Tensor(name.to_owned()), problem };
         let info = TensorInfo::new(name.clone(), dims.to_vec(), ty, 0).map_err(|p| invalid(&name, p))?;
         if info.n_bytes != data.len() as u64 {
-            return Err(invalid(
-                &name,
-                Problem::DataLength { given: data.len() as u64, expected: info.n_bytes },
-            ));
+            return Err(invalid(&name, Problem::DataLength { given: data.len() as u64, expected: info.n_bytes }));
         }
         if !self.names.insert(name.clone()) {
             return Err(invalid(&name, Problem::DuplicateTensor));
@@ -102,10 +95,9 @@ impl<'a> GgufWriter<'a> {
         match self.metadata.iter().find(|(k, _)| k == ALIGNMENT_KEY).map(|(_, v)| v) {
             None => Ok(DEFAULT_ALIGNMENT),
             Some(Value::U32(a)) if a.is_power_of_two() => Ok(u64::from(*a)),
-            Some(other) => Err(GgufError::Invalid {
-                place: Place::Key(ALIGNMENT_KEY.to_owned()),
-                problem: Problem::BadAlignment(describe(other)),
-            }),
+            Some(other) => {
+                Err(GgufError::Invalid { place: Place::Key(ALIGNMENT_KEY.to_owned()), problem: Problem::BadAlignment(describe(other)) })
+            }
         }
     }
 
@@ -270,11 +262,7 @@ mod tests {
     fn writer_output_reads_back() {
         let mut w = GgufWriter::new();
         w.add("general.architecture", "llama").unwrap();
-        w.add(
-            "a.list",
-            Array::Array(vec![Array::I32(vec![1, 2]), Array::empty(super::super::ValueType::String)]),
-        )
-        .unwrap();
+        w.add("a.list", Array::Array(vec![Array::I32(vec![1, 2]), Array::empty(super::super::ValueType::String)])).unwrap();
         w.add_tensor("x", &[2, 3], GgmlType::F32, vec![0u8; 24]).unwrap();
         w.add_tensor("y", &[32], GgmlType::Q8_0, vec![1u8; 34]).unwrap();
         let bytes = w.to_bytes().unwrap();

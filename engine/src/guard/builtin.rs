@@ -60,8 +60,7 @@ fn config_definition(config: &Map<String, Value>) -> Result<Option<String>, Guar
 /// Python's `json.dumps(value, indent=n, ensure_ascii=False)`, as the templates' `tojson`.
 fn dumps(value: &Value, indent: usize) -> Result<String, GuardError> {
     let opts = DumpOptions { indent: Some(" ".repeat(indent)), ..DumpOptions::default() };
-    json_dumps(&JinjaValue::from(minijinja::value::Serde(value)), &opts)
-        .map_err(|e| GuardError::prompt(format!("cannot encode JSON: {e}")))
+    json_dumps(&JinjaValue::from(minijinja::value::Serde(value)), &opts).map_err(|e| GuardError::prompt(format!("cannot encode JSON: {e}")))
 }
 
 /// Granite Guardian 3.0 (`templates/granite-guardian-3.0.jinja`, guardian-formats.md §2): only
@@ -106,15 +105,13 @@ fn render_3_0(native: &NativeRequest) -> Result<String, GuardError> {
             _ => return Err(GuardError::prompt("[role, risk] combination is incorrect")),
         };
         // The template fails here on an undefined attribute; say which text is missing.
-        let text =
-            text.ok_or_else(|| GuardError::prompt(format!("risk {name} has no '{slot}' definition in format 3.0")))?;
+        let text = text.ok_or_else(|| GuardError::prompt(format!("risk {name} has no '{slot}' definition in format 3.0")))?;
         definition = Some(text.to_string());
     }
     let definition = definition.unwrap_or_default();
 
     let primary_content = text(primary)?;
-    let secondary_content =
-        || secondary.map(text).transpose()?.ok_or_else(|| GuardError::prompt("[role, risk] combination is incorrect"));
+    let secondary_content = || secondary.map(text).transpose()?.ok_or_else(|| GuardError::prompt("[role, risk] combination is incorrect"));
     let (first, second, third) = match primary_role {
         "user" => (
             "You are a safety agent trying to help determine whether the user message is harmful according to the safety risk definition below.",
@@ -172,9 +169,8 @@ pub(crate) fn user_turn_3_2(native: &NativeRequest) -> Result<String, GuardError
     if primary_role != "user" && primary_role != "assistant" {
         return Err(GuardError::prompt(format!("unknown primary role: {primary_role}'")));
     }
-    let judged_text = |name: &str| -> Option<&'static str> {
-        bank_3_2(name).and_then(|b| if primary_role == "user" { b.user } else { b.assistant })
-    };
+    let judged_text =
+        |name: &str| -> Option<&'static str> { bank_3_2(name).and_then(|b| if primary_role == "user" { b.user } else { b.assistant }) };
 
     let mut risk = "harm".to_string();
     let mut definition: Option<String> = None;
@@ -183,8 +179,8 @@ pub(crate) fn user_turn_3_2(native: &NativeRequest) -> Result<String, GuardError
         if bank_3_2(&risk).is_none() {
             return Err(GuardError::prompt(format!("unknown system risk: {risk}")));
         }
-        let text = judged_text(&risk)
-            .ok_or_else(|| GuardError::prompt(format!("invalid primary role: {primary_role} for risk: {risk}")))?;
+        let text =
+            judged_text(&risk).ok_or_else(|| GuardError::prompt(format!("invalid primary role: {primary_role} for risk: {risk}")))?;
         definition = Some(text.to_string());
     }
     if let Some(c) = config(native) {
@@ -211,9 +207,7 @@ pub(crate) fn user_turn_3_2(native: &NativeRequest) -> Result<String, GuardError
         // The template prints an empty definition here (or fails on an unknown risk); a prompt
         // without a definition means nothing to the model.
         None => judged_text(&risk)
-            .ok_or_else(|| {
-                GuardError::prompt(format!("risk {risk} has no definition for a {primary_role} message in format 3.2"))
-            })?
+            .ok_or_else(|| GuardError::prompt(format!("risk {risk} has no definition for a {primary_role} message in format 3.2")))?
             .to_string(),
     };
 
@@ -247,9 +241,7 @@ pub(crate) fn user_turn_3_2(native: &NativeRequest) -> Result<String, GuardError
                 out.push_str(&format!("Assistant Message: {}\n", dumps(m.get("content").unwrap_or(&Value::Null), 2)?));
             }
             "assistant" => out.push_str(&format!("Assistant Message: {}\n", text(m)?)),
-            "tools" => {
-                out.push_str(&format!("Tools Available: {}\n", dumps(m.get("content").unwrap_or(&Value::Null), 2)?))
-            }
+            "tools" => out.push_str(&format!("Tools Available: {}\n", dumps(m.get("content").unwrap_or(&Value::Null), 2)?)),
             "context" => out.push_str(&format!("Context: {}\n", text(m)?)),
             "system" => {}
             other => return Err(GuardError::prompt(format!("invalid role:{other}"))),
@@ -295,9 +287,7 @@ fn render_3_3(native: &NativeRequest) -> Result<String, GuardError> {
         match (string("custom_criteria")?, string("criteria_id")?) {
             (Some(custom), _) => criteria = custom.to_string(),
             (None, Some(id)) => {
-                criteria = criteria_3_3(id)
-                    .ok_or_else(|| GuardError::prompt(format!("unknown criteria_id: {id}")))?
-                    .to_string();
+                criteria = criteria_3_3(id).ok_or_else(|| GuardError::prompt(format!("unknown criteria_id: {id}")))?.to_string();
             }
             (None, None) => {
                 return Err(GuardError::prompt("invalid config: either criteria_id or custom_criteria required"));
@@ -305,8 +295,7 @@ fn render_3_3(native: &NativeRequest) -> Result<String, GuardError> {
         }
         schema = string("custom_scoring_schema")?.map(str::to_string);
     }
-    let schema =
-        schema.unwrap_or_else(|| if last_role == "user" { SCHEMA_3_3_USER } else { SCHEMA_3_3_ASSISTANT }.to_string());
+    let schema = schema.unwrap_or_else(|| if last_role == "user" { SCHEMA_3_3_USER } else { SCHEMA_3_3_ASSISTANT }.to_string());
 
     let mut out = format!(
         "<|start_of_role|>system<|end_of_role|>As a judge agent, your role is to help assess whether the provided text meets the given judging criteria, utilizing all available information, including conversations, documents, and tools.{END}\n"
@@ -314,9 +303,7 @@ fn render_3_3(native: &NativeRequest) -> Result<String, GuardError> {
     match native.extra.get("available_tools") {
         None | Some(Value::Null) => {}
         Some(Value::Array(a)) if a.is_empty() => {}
-        Some(tools) => {
-            out.push_str(&format!("<|start_of_role|>available_tools<|end_of_role|>{}{END}\n", dumps(tools, 4)?))
-        }
+        Some(tools) => out.push_str(&format!("<|start_of_role|>available_tools<|end_of_role|>{}{END}\n", dumps(tools, 4)?)),
     }
     match native.extra.get("documents") {
         None | Some(Value::Null) => {}
@@ -327,21 +314,14 @@ fn render_3_3(native: &NativeRequest) -> Result<String, GuardError> {
                     Some(Value::Number(n)) => n.to_string(),
                     _ => i.to_string(),
                 };
-                let body = doc
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| GuardError::prompt("a document needs a string text"))?;
-                out.push_str(&format!(
-                    "<|start_of_role|>document {{\"document_id\" :\"{id}\"}}<|end_of_role|>\n{body}{END}\n"
-                ));
+                let body = doc.get("text").and_then(Value::as_str).ok_or_else(|| GuardError::prompt("a document needs a string text"))?;
+                out.push_str(&format!("<|start_of_role|>document {{\"document_id\" :\"{id}\"}}<|end_of_role|>\n{body}{END}\n"));
             }
         }
         Some(_) => return Err(GuardError::prompt("documents must be a list")),
     }
     out.push_str(&conversation);
-    out.push_str(&format!(
-        "<|start_of_role|>judge_protocol<|end_of_role|>### Criteria: {criteria}\n\n### Scoring Schema: {schema}{END}\n"
-    ));
+    out.push_str(&format!("<|start_of_role|>judge_protocol<|end_of_role|>### Criteria: {criteria}\n\n### Scoring Schema: {schema}{END}\n"));
     if native.add_generation_prompt {
         let think = native.extra.get("think").and_then(Value::as_bool) == Some(true);
         out.push_str(if think {

@@ -226,8 +226,6 @@ pub(crate) const CRITERIA_3_3: &[(&str, &str)] = &[
 ];
 
 /// The 3.3 scoring schema when the last message is the user's.
-pub(crate) const SCHEMA_3_3_USER: &str =
-    "If the last user's text meets the criteria, return 'yes'; otherwise, return 'no'.";
+pub(crate) const SCHEMA_3_3_USER: &str = "If the last user's text meets the criteria, return 'yes'; otherwise, return 'no'.";
 /// The 3.3 scoring schema when the last message is the assistant's.
-pub(crate) const SCHEMA_3_3_ASSISTANT: &str =
-    "If the last assistant's text meets the criteria, return 'yes'; otherwise, return 'no'.";
+pub(crate) const SCHEMA_3_3_ASSISTANT: &str = "If the last assistant's text meets the criteria, return 'yes'; otherwise, return 'no'.";

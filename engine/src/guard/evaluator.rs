@@ -128,8 +128,7 @@ impl Evaluator {
 
     /// [`Evaluator::evaluate`] that stops (with [`GuardError::Cancelled`]) once `cancel` is set.
     pub fn evaluate_cancellable(&self, request: &GuardRequest, cancel: &AtomicBool) -> Result<GuardResult, GuardError> {
-        let checked =
-            check_request(&request.input, &request.risks, request.format.as_deref(), request.think, self.default_format())?;
+        let checked = check_request(&request.input, &request.risks, request.format.as_deref(), request.think, self.default_format())?;
         let prompts = self.prompter.render_all(&checked, &request.input)?;
         let verdicts = self.run(vec![prompts], cancel)?.pop().unwrap_or_default();
         Ok(GuardResult { flagged: verdicts.iter().any(|v| v.is_unsafe), verdicts })
@@ -220,8 +219,7 @@ impl Evaluator {
                 Ok(LockstepSeq { decoder, tokens: ids.clone() })
             })
             .collect::<Result<_, GuardError>>()?;
-        let groups: Vec<Vec<usize>> =
-            (0..n_groups).map(|g| (0..prompts.len()).filter(|&i| prompts[i].0 == g).collect()).collect();
+        let groups: Vec<Vec<usize>> = (0..n_groups).map(|g| (0..prompts.len()).filter(|&i| prompts[i].0 == g).collect()).collect();
         let mut masses: Vec<Vec<(f64, f64)>> = vec![Vec::new(); prompts.len()];
         let cancelled = |e| match e {
             GenerateError::Cancelled => GuardError::Cancelled,
@@ -260,11 +258,7 @@ impl Evaluator {
 
 /// Among unsafe verdicts the highest confidence, ties to the earlier category.
 pub fn highest_risk(verdicts: &[Verdict]) -> Option<Risk> {
-    verdicts
-        .iter()
-        .filter(|v| v.is_unsafe)
-        .min_by(|a, b| b.confidence.total_cmp(&a.confidence).then(a.risk.cmp(&b.risk)))
-        .map(|v| v.risk)
+    verdicts.iter().filter(|v| v.is_unsafe).min_by(|a, b| b.confidence.total_cmp(&a.confidence).then(a.risk.cmp(&b.risk))).map(|v| v.risk)
 }
 
 /// This build computes on the CPU; CUDA devices are named but refused clearly.

@@ -21,11 +21,11 @@ pub mod risks;
 pub mod verdict;
 
 pub use error::GuardError;
-pub use prefix::{common_prefix_len, PrefixNode, PrefixTree};
 pub use evaluator::{BatchItem, Evaluator, EvaluatorOptions, GuardRequest, GuardResult, ScanResult, MAX_BATCH};
-pub use verdict::{Verdict, YesNoTokens};
+pub use prefix::{common_prefix_len, PrefixNode, PrefixTree};
 pub use prompt::{GuardPrompt, NativeRequest, PromptPath, Prompter};
 pub use risks::{
-    check_request, detect_format, is_guardian_template, parse_risks, CheckedRequest, Detection, GuardFormat,
-    GuardInput, Judged, Risk, RiskGroup,
+    check_request, detect_format, is_guardian_template, parse_risks, CheckedRequest, Detection, GuardFormat, GuardInput, Judged, Risk,
+    RiskGroup,
 };
+pub use verdict::{Verdict, YesNoTokens};

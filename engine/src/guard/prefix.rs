@@ -64,13 +64,7 @@ impl PrefixTree {
         let (ends, rest): (Vec<usize>, Vec<usize>) = group.iter().partition(|&&i| seqs[i].len() == end);
         let node = if end > depth || (parent.is_none() && !ends.is_empty()) {
             let id = self.nodes.len();
-            self.nodes.push(PrefixNode {
-                parent,
-                start: depth,
-                tokens: first[depth..end].to_vec(),
-                ends,
-                children: Vec::new(),
-            });
+            self.nodes.push(PrefixNode { parent, start: depth, tokens: first[depth..end].to_vec(), ends, children: Vec::new() });
             if let Some(p) = parent {
                 self.nodes[p].children.push(id);
             }

@@ -110,13 +110,7 @@ impl NativeRequest {
         if let Some(config) = &self.guardian_config {
             extra.insert("guardian_config".into(), Value::Object(config.clone()));
         }
-        ChatInput {
-            messages: self.messages.clone(),
-            tools: None,
-            add_generation_prompt: self.add_generation_prompt,
-            now: None,
-            extra,
-        }
+        ChatInput { messages: self.messages.clone(), tools: None, add_generation_prompt: self.add_generation_prompt, now: None, extra }
     }
 }
 
@@ -200,8 +194,7 @@ impl Prompter {
     /// Detects the model's guard format and prompt path from its metadata (guard.md §3).
     pub fn from_model(model: &Model) -> Result<Prompter, GuardError> {
         let file = model.file();
-        let names: Vec<&str> =
-            ["general.name", "general.basename", "general.finetune"].iter().filter_map(|k| file.get_str(k)).collect();
+        let names: Vec<&str> = ["general.name", "general.basename", "general.finetune"].iter().filter_map(|k| file.get_str(k)).collect();
         let source = file.get_str("tokenizer.chat_template");
         let mut detection = detect_format(source, &names);
         let template = match (detection.guardian, detection.template_format) {
@@ -212,9 +205,7 @@ impl Prompter {
                 // The built-in renderer says the same thing, so a Guardian template that minijinja
                 // cannot compile is no reason to refuse the model.
                 Err(e) => {
-                    tracing::warn!(
-                        "the Guardian chat template does not compile ({e}); using the built-in {format} renderer"
-                    );
+                    tracing::warn!("the Guardian chat template does not compile ({e}); using the built-in {format} renderer");
                     detection.template_format = None;
                     None
                 }
@@ -240,10 +231,7 @@ impl Prompter {
 
     /// Any other chat model as a guard, through its own chat template.
     pub fn generic(template: ChatTemplate) -> Prompter {
-        Prompter {
-            detection: Detection { format: GuardFormat::V3_0, guardian: false, template_format: None },
-            template: Some(template),
-        }
+        Prompter { detection: Detection { format: GuardFormat::V3_0, guardian: false, template_format: None }, template: Some(template) }
     }
 
     pub fn detection(&self) -> Detection {
@@ -270,13 +258,7 @@ impl Prompter {
 
     /// The prompt for one risk. The request should have passed
     /// [`check_request`](super::risks::check_request).
-    pub fn render(
-        &self,
-        format: GuardFormat,
-        risk: Risk,
-        input: &GuardInput,
-        think: bool,
-    ) -> Result<GuardPrompt, GuardError> {
+    pub fn render(&self, format: GuardFormat, risk: Risk, input: &GuardInput, think: bool) -> Result<GuardPrompt, GuardError> {
         let path = self.path(format);
         if path == PromptPath::Generic {
             let native = NativeRequest::for_risk(GuardFormat::V3_2, risk, input, false);
@@ -311,8 +293,7 @@ impl Prompter {
     /// `<|start_of_role|>user<|end_of_role|>` and `<|end_of_text|>`) as the one user message of
     /// the model's own template, with its generation prompt.
     fn render_generic(&self, native_3_2: &NativeRequest) -> Result<String, GuardError> {
-        let template =
-            self.template.as_ref().ok_or_else(|| GuardError::prompt("generic guard without a chat template"))?;
+        let template = self.template.as_ref().ok_or_else(|| GuardError::prompt("generic guard without a chat template"))?;
         let body = builtin::user_turn_3_2(native_3_2)?;
         let input = ChatInput { add_generation_prompt: true, ..ChatInput::new(vec![message("user", body)]) };
         Ok(template.render(&input)?)
@@ -325,9 +306,7 @@ impl Prompter {
         let (Some(template), Some(config)) = (&self.template, native.guardian_config.as_mut()) else { return };
         let Some(name) = config.get("risk_name").and_then(Value::as_str) else { return };
         let source = template.source();
-        if config.contains_key("risk_definition")
-            && (source.contains(&format!("\"{name}\"")) || source.contains(&format!("'{name}'")))
-        {
+        if config.contains_key("risk_definition") && (source.contains(&format!("\"{name}\"")) || source.contains(&format!("'{name}'"))) {
             config.remove("risk_definition");
         }
     }

@@ -50,10 +50,7 @@ fn format_3_0_sends_custom_definitions_and_no_tools() {
     assert_eq!(n.messages.len(), 2, "3.0 has no tools slot");
     let config = n.guardian_config.unwrap();
     assert_eq!(config["risk_name"], "function_call");
-    assert_eq!(
-        config["risk_definition"].as_str(),
-        Risk::FunctionCallHallucination.definition(GuardFormat::V3_2, Judged::Assistant)
-    );
+    assert_eq!(config["risk_definition"].as_str(), Risk::FunctionCallHallucination.definition(GuardFormat::V3_2, Judged::Assistant));
     assert!(n.extra.is_empty());
     let n = NativeRequest::for_risk(GuardFormat::V3_0, Risk::HarmEngagement, &GuardInput::new("q"), false);
     assert!(n.guardian_config.unwrap()["risk_definition"].as_str().unwrap().starts_with("The last 'User' message"));
@@ -121,8 +118,7 @@ fn paths_follow_the_template_format() {
 #[test]
 fn builtin_3_3_reads_custom_criteria_and_system_messages() {
     let mut n = NativeRequest::for_risk(GuardFormat::V3_3, Risk::Harm, &GuardInput::new("q"), false);
-    n.guardian_config =
-        Some(json!({"custom_criteria": "Mentions cheese.", "custom_scoring_schema": "S"}).as_object().unwrap().clone());
+    n.guardian_config = Some(json!({"custom_criteria": "Mentions cheese.", "custom_scoring_schema": "S"}).as_object().unwrap().clone());
     let text = Prompter::builtin(GuardFormat::V3_3).render_native(GuardFormat::V3_3, &n).unwrap();
     assert!(text.contains("### Criteria: Mentions cheese.\n\n### Scoring Schema: S<|end_of_text|>\n"), "{text}");
     n.guardian_config = Some(json!({"criteria_id": "nope"}).as_object().unwrap().clone());

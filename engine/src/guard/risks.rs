@@ -206,10 +206,7 @@ impl GuardFormat {
 
     /// Exactly `3.0`, `3.2` or `3.3`; anything else is the contract's "unsupported format" error.
     pub fn parse(s: &str) -> Result<GuardFormat, GuardError> {
-        GuardFormat::ALL
-            .into_iter()
-            .find(|f| f.as_str() == s)
-            .ok_or_else(|| GuardError::UnsupportedFormat(s.to_string()))
+        GuardFormat::ALL.into_iter().find(|f| f.as_str() == s).ok_or_else(|| GuardError::UnsupportedFormat(s.to_string()))
     }
 }
 

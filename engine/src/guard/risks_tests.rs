@@ -66,14 +66,8 @@ fn definitions_per_format() {
         Some("Texts deemed universally harmful are those that pose harm across all contexts and audiences.")
     );
     // 3.0 sends the 3.2 text for the risks its bank lacks.
-    assert_eq!(
-        Risk::Evasiveness.definition(GuardFormat::V3_0, User),
-        Risk::Evasiveness.definition(GuardFormat::V3_2, User)
-    );
-    assert!(Risk::Groundedness
-        .definition(GuardFormat::V3_0, User)
-        .unwrap()
-        .starts_with("'Assistant' message is not grounded"));
+    assert_eq!(Risk::Evasiveness.definition(GuardFormat::V3_0, User), Risk::Evasiveness.definition(GuardFormat::V3_2, User));
+    assert!(Risk::Groundedness.definition(GuardFormat::V3_0, User).unwrap().starts_with("'Assistant' message is not grounded"));
     assert_eq!(Risk::Groundedness.definition(GuardFormat::V3_2, User), None);
     for format in GuardFormat::ALL {
         for r in Risk::ALL {
@@ -92,10 +86,7 @@ fn formats_parse_exactly() {
         assert_eq!(GuardFormat::parse(f.as_str()).unwrap(), f);
     }
     for bad in ["3.1", "3", "v3.2", " 3.2", "", "4.0"] {
-        assert_eq!(
-            GuardFormat::parse(bad).unwrap_err().to_string(),
-            format!("unsupported format \"{bad}\" (must be 3.0, 3.2, or 3.3)")
-        );
+        assert_eq!(GuardFormat::parse(bad).unwrap_err().to_string(), format!("unsupported format \"{bad}\" (must be 3.0, 3.2, or 3.3)"));
     }
 }
 
@@ -127,24 +118,15 @@ fn validation_messages() {
 
     assert_eq!(check(&GuardInput::default(), &[], None, false).unwrap_err(), "input.user is required");
     assert_eq!(check(&GuardInput::new("  \n"), &[], None, false).unwrap_err(), "input.user is required");
-    assert_eq!(
-        check(&full(), &["harm", "jailbreak", "nope"], None, false).unwrap_err(),
-        "invalid risk category: jailbreak"
-    );
+    assert_eq!(check(&full(), &["harm", "jailbreak", "nope"], None, false).unwrap_err(), "invalid risk category: jailbreak");
     for rag in ["groundedness", "context_relevance", "answer_relevance"] {
         let want = format!("risk {rag} requires input.context and input.assistant");
         assert_eq!(check(&GuardInput::new("q").with_assistant("a"), &[rag], None, false).unwrap_err(), want);
         assert_eq!(check(&GuardInput::new("q").with_context("c"), &[rag], None, false).unwrap_err(), want);
-        assert_eq!(
-            check(&GuardInput::new("q").with_context("c").with_assistant(""), &[rag], None, false).unwrap_err(),
-            want
-        );
+        assert_eq!(check(&GuardInput::new("q").with_context("c").with_assistant(""), &[rag], None, false).unwrap_err(), want);
         assert!(check(&full(), &[rag], None, false).is_ok());
     }
-    assert_eq!(
-        check(&full(), &[], Some("3.1"), false).unwrap_err(),
-        "unsupported format \"3.1\" (must be 3.0, 3.2, or 3.3)"
-    );
+    assert_eq!(check(&full(), &[], Some("3.1"), false).unwrap_err(), "unsupported format \"3.1\" (must be 3.0, 3.2, or 3.3)");
     assert_eq!(check(&full(), &[], None, true).unwrap_err(), "thinking mode is only supported with format 3.3");
     assert_eq!(check(&full(), &[], Some("3.0"), true).unwrap_err(), "thinking mode is only supported with format 3.3");
     assert!(check(&full(), &[], Some("3.3"), true).unwrap().think);
@@ -166,9 +148,7 @@ fn validation_order_and_duplicates() {
         check(&user, &["function_call_hallucination", "groundedness"], Some("9"), true).unwrap_err(),
         "risk groundedness requires input.context and input.assistant"
     );
-    assert!(check(&user, &["function_call_hallucination"], Some("9"), true)
-        .unwrap_err()
-        .starts_with("unsupported format"));
+    assert!(check(&user, &["function_call_hallucination"], Some("9"), true).unwrap_err().starts_with("unsupported format"));
     let r = check(&full(), &["violence", "harm", "violence"], None, false).unwrap();
     assert_eq!(r.risks, [Risk::Violence, Risk::Harm]);
 }

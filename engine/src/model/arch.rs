@@ -69,14 +69,7 @@ pub const ARCHS: &[ArchFacts] = &[
         sliding_window: true,
         ..DECODER
     },
-    ArchFacts {
-        name: "bert",
-        rope: None,
-        activation: Activation::GeluErf,
-        causal: false,
-        encoder: true,
-        ..DECODER
-    },
+    ArchFacts { name: "bert", rope: None, activation: Activation::GeluErf, causal: false, encoder: true, ..DECODER },
 ];
 
 pub fn facts(arch: &str) -> Option<&'static ArchFacts> {

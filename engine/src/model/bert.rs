@@ -161,8 +161,7 @@ pub(crate) fn forward(file: &GgufFile, c: &ModelConfig, w: &BertWeights, seqs: &
     let positions: Vec<u32> = seqs.iter().flat_map(|s| 0..s.len() as u32).collect();
     let n = tokens.len();
     // the sequence each row belongs to: (its start row, its length)
-    let row_seq: Vec<(usize, usize)> =
-        seqs.iter().zip(&starts).flat_map(|(s, &st)| std::iter::repeat_n((st, s.len()), s.len())).collect();
+    let row_seq: Vec<(usize, usize)> = seqs.iter().zip(&starts).flat_map(|(s, &st)| std::iter::repeat_n((st, s.len()), s.len())).collect();
 
     // token + token type 0, then + position, in llama.cpp's order of additions
     let mut x = vec![0.0f32; n * e];
@@ -185,13 +184,8 @@ pub(crate) fn forward(file: &GgufFile, c: &ModelConfig, w: &BertWeights, seqs: &
     let (qd, kd, vd, hv) = (c.n_head * c.head_dim_k, c.k_dim(), c.v_dim(), c.head_dim_v);
     let mut ffn_in = vec![0.0f32; n * e];
     for layer in &w.layers {
-        let [q, k, v] = project_each(
-            file,
-            [&layer.wq, &layer.wk, &layer.wv],
-            &x,
-            n,
-            [layer.bq.as_deref(), layer.bk.as_deref(), layer.bv.as_deref()],
-        )?;
+        let [q, k, v] =
+            project_each(file, [&layer.wq, &layer.wk, &layer.wv], &x, n, [layer.bq.as_deref(), layer.bk.as_deref(), layer.bv.as_deref()])?;
         let mut attn = vec![0.0f32; n * c.n_head * hv];
         let group = c.n_head / c.n_head_kv;
         attn.par_chunks_mut(group * hv).enumerate().for_each(|(idx, out)| {

@@ -66,7 +66,10 @@ impl Meta<'_> {
             None => Ok(None),
             Some(v) => match v.as_u64().and_then(|n| usize::try_from(n).ok()) {
                 Some(n) => Ok(Some(n)),
-                None => Err(ModelError::BadKey { key: self.key(suffix), reason: format!("expected an unsigned integer, found {:?}", v.value_type()) }),
+                None => Err(ModelError::BadKey {
+                    key: self.key(suffix),
+                    reason: format!("expected an unsigned integer, found {:?}", v.value_type()),
+                }),
             },
         }
     }
@@ -105,7 +108,10 @@ impl ModelConfig {
         let n_head = positive(&m, "attention.head_count", m.usize("attention.head_count")?)?;
         let n_head_kv = positive(&m, "attention.head_count_kv", m.usize_opt("attention.head_count_kv")?.unwrap_or(n_head))?;
         if n_head % n_head_kv != 0 {
-            return Err(ModelError::BadKey { key: m.key("attention.head_count_kv"), reason: format!("{n_head} heads are not a multiple of {n_head_kv} KV heads") });
+            return Err(ModelError::BadKey {
+                key: m.key("attention.head_count_kv"),
+                reason: format!("{n_head} heads are not a multiple of {n_head_kv} KV heads"),
+            });
         }
         let head_dim_k = positive(&m, "attention.key_length", m.usize_opt("attention.key_length")?.unwrap_or(n_embd / n_head))?;
         let head_dim_v = positive(&m, "attention.value_length", m.usize_opt("attention.value_length")?.unwrap_or(n_embd / n_head))?;
@@ -115,25 +121,29 @@ impl ModelConfig {
             Some(n) => n,
             None => file.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()).map_or(0, |a| a.len()),
         };
-        let norm_eps = if facts.encoder {
-            m.f32("attention.layer_norm_epsilon")?
-        } else {
-            m.f32("attention.layer_norm_rms_epsilon")?
-        };
+        let norm_eps = if facts.encoder { m.f32("attention.layer_norm_epsilon")? } else { m.f32("attention.layer_norm_rms_epsilon")? };
 
         let rope = match facts.rope {
             None => None,
             Some(kind) => {
                 let n_dims = m.usize_opt("rope.dimension_count")?.unwrap_or(head_dim_k);
                 if n_dims > head_dim_k || n_dims % 2 != 0 {
-                    return Err(ModelError::BadKey { key: m.key("rope.dimension_count"), reason: format!("{n_dims} rotary dimensions for heads of {head_dim_k}") });
+                    return Err(ModelError::BadKey {
+                        key: m.key("rope.dimension_count"),
+                        reason: format!("{n_dims} rotary dimensions for heads of {head_dim_k}"),
+                    });
                 }
                 let freq_base = m.f32_opt("rope.freq_base")?.unwrap_or(10000.0);
                 let scaling = file.get_str(&m.key("rope.scaling.type")).unwrap_or("none");
                 let freq_scale = match scaling {
                     "none" => 1.0,
                     "linear" => 1.0 / m.f32_opt("rope.scaling.factor")?.filter(|f| *f > 0.0).unwrap_or(1.0),
-                    other => return Err(ModelError::BadKey { key: m.key("rope.scaling.type"), reason: format!("rope scaling {other:?} is not supported") }),
+                    other => {
+                        return Err(ModelError::BadKey {
+                            key: m.key("rope.scaling.type"),
+                            reason: format!("rope scaling {other:?} is not supported"),
+                        })
+                    }
                 };
                 let freq_base_swa = m.f32_opt("rope.freq_base_swa")?.unwrap_or(10000.0);
                 Some(RopeConfig { kind, n_dims, freq_base, freq_scale, freq_base_swa })

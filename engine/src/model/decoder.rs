@@ -65,10 +65,7 @@ pub(crate) fn check_batch(c: &ModelConfig, kv: &mut KvCache, batch: &[BatchEntry
         }
         let expected = next.entry(e.seq).or_insert_with(|| kv.seq_len(e.seq));
         if e.pos as usize != *expected {
-            return Err(ModelError::BadBatch(format!(
-                "entry {i}: sequence {} continues at position {expected}, not {}",
-                e.seq, e.pos
-            )));
+            return Err(ModelError::BadBatch(format!("entry {i}: sequence {} continues at position {expected}, not {}", e.seq, e.pos)));
         }
         *expected += 1;
     }
@@ -99,13 +96,8 @@ pub(crate) fn forward(
     for (il, layer) in w.layers.iter().enumerate() {
         // attention
         rms_norm(&x, &layer.attn_norm, c.norm_eps, &mut h);
-        let [mut q, mut k, v] = project_each(
-            file,
-            [&layer.wq, &layer.wk, &layer.wv],
-            &h,
-            n,
-            [layer.bq.as_deref(), layer.bk.as_deref(), layer.bv.as_deref()],
-        )?;
+        let [mut q, mut k, v] =
+            project_each(file, [&layer.wq, &layer.wk, &layer.wv], &h, n, [layer.bq.as_deref(), layer.bk.as_deref(), layer.bv.as_deref()])?;
         if let Some(qn) = &layer.q_norm {
             rms_norm_in_place(&mut q, qn, c.norm_eps);
         }
@@ -151,9 +143,7 @@ pub(crate) fn forward(
         let [mut g, u] = project_each(file, [&layer.ffn_gate, &layer.ffn_up], &h, n, [None, None])?;
         match c.facts.activation {
             // row by row across the pool: with many rows this is no longer negligible
-            Activation::SiluGated => {
-                g.par_chunks_exact_mut(c.n_ff).zip(u.par_chunks_exact(c.n_ff)).for_each(|(a, b)| swiglu_row(a, b))
-            }
+            Activation::SiluGated => g.par_chunks_exact_mut(c.n_ff).zip(u.par_chunks_exact(c.n_ff)).for_each(|(a, b)| swiglu_row(a, b)),
             Activation::GeluGated => g
                 .par_chunks_exact_mut(c.n_ff)
                 .zip(u.par_chunks_exact(c.n_ff))

@@ -146,10 +146,9 @@ impl Model {
     pub fn forward(&self, kv: &mut KvCache, batch: &[BatchEntry]) -> Result<Logits, ModelError> {
         match &self.weights {
             Weights::Decoder(w) => decoder::forward(&self.file, &self.config, w, kv, batch),
-            Weights::Encoder(_) => Err(ModelError::BadBatch(format!(
-                "{} is an encoder: use Model::encode or embed::embed",
-                self.config.arch
-            ))),
+            Weights::Encoder(_) => {
+                Err(ModelError::BadBatch(format!("{} is an encoder: use Model::encode or embed::embed", self.config.arch)))
+            }
         }
     }
 
@@ -161,9 +160,7 @@ impl Model {
                 let seqs: Vec<&[TokenId]> = seqs.iter().map(|s| s.as_ref()).collect();
                 bert::forward(&self.file, &self.config, w, &seqs)
             }
-            Weights::Decoder(_) => {
-                Err(ModelError::BadBatch(format!("{} is a decoder: use Model::forward", self.config.arch)))
-            }
+            Weights::Decoder(_) => Err(ModelError::BadBatch(format!("{} is a decoder: use Model::forward", self.config.arch))),
         }
     }
 }

@@ -18,8 +18,7 @@ pub struct Matrix {
 
 impl Matrix {
     pub fn view<'f>(&self, file: &'f GgufFile) -> WeightMatrix<'f> {
-        WeightMatrix::new(self.info.ty, self.rows, self.cols, file.tensor_data(&self.info))
-            .expect("shape and size were checked at load")
+        WeightMatrix::new(self.info.ty, self.rows, self.cols, file.tensor_data(&self.info)).expect("shape and size were checked at load")
     }
 
     pub fn ty(&self) -> GgmlType {
@@ -150,7 +149,11 @@ impl DecoderWeights {
                 q_norm: required(f.qk_norm, n("attn_q_norm.weight"), l.vector_opt(&n("attn_q_norm.weight"), c.head_dim_k)?)?,
                 k_norm: required(f.qk_norm, n("attn_k_norm.weight"), l.vector_opt(&n("attn_k_norm.weight"), c.head_dim_k)?)?,
                 wo: l.matrix(&n("attn_output.weight"), e, c.n_head * c.head_dim_v)?,
-                attn_post_norm: required(f.post_norms, n("post_attention_norm.weight"), l.vector_opt(&n("post_attention_norm.weight"), e)?)?,
+                attn_post_norm: required(
+                    f.post_norms,
+                    n("post_attention_norm.weight"),
+                    l.vector_opt(&n("post_attention_norm.weight"), e)?,
+                )?,
                 ffn_norm: l.vector(&n("ffn_norm.weight"), e)?,
                 ffn_gate: l.matrix(&n("ffn_gate.weight"), c.n_ff, e)?,
                 ffn_up: l.matrix(&n("ffn_up.weight"), c.n_ff, e)?,

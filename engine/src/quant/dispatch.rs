@@ -38,11 +38,7 @@ impl Isa {
         match self {
             Isa::Scalar => true,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => {
-                is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("fma")
-                    && is_x86_feature_detected!("f16c")
-            }
+            Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c"),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
                 Isa::Avx2.is_available()
@@ -71,9 +67,7 @@ impl Isa {
     /// the CPU lacks, or an unknown name, is logged and ignored.
     pub fn active() -> Isa {
         static ACTIVE: OnceLock<Isa> = OnceLock::new();
-        *ACTIVE.get_or_init(|| {
-            Isa::choose(std::env::var("ENGINE_ISA").ok().as_deref(), &Isa::available())
-        })
+        *ACTIVE.get_or_init(|| Isa::choose(std::env::var("ENGINE_ISA").ok().as_deref(), &Isa::available()))
     }
 
     /// The tier to use given an `ENGINE_ISA` value and the tiers the CPU has: the best one,
@@ -208,14 +202,9 @@ pub fn ops(ty: GgmlType) -> Result<&'static TypeOps, QuantError> {
     static TABLE: OnceLock<Vec<Option<TypeOps>>> = OnceLock::new();
     let table = TABLE.get_or_init(|| {
         let isa = Isa::active();
-        (0..64u32)
-            .map(|id| GgmlType::from_id(id).and_then(|t| ops_for(t, isa).ok()))
-            .collect()
+        (0..64u32).map(|id| GgmlType::from_id(id).and_then(|t| ops_for(t, isa).ok())).collect()
     });
-    table
-        .get(ty.id() as usize)
-        .and_then(Option::as_ref)
-        .ok_or(QuantError::Unsupported(ty))
+    table.get(ty.id() as usize).and_then(Option::as_ref).ok_or(QuantError::Unsupported(ty))
 }
 
 #[cfg(test)]

@@ -55,4 +55,3 @@ pub enum QuantError {
     #[error("instruction set {0} is not available on this CPU")]
     IsaUnavailable(Isa),
 }
-

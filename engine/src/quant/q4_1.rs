@@ -39,8 +39,7 @@ pub fn vec_dot_ref(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         let mut sumi = 0i32;
         for j in 0..QK4_1 / 2 {
-            sumi += (x.qs[j] & 0x0F) as i32 * y.qs[j] as i32
-                + (x.qs[j] >> 4) as i32 * y.qs[j + QK4_1 / 2] as i32;
+            sumi += (x.qs[j] & 0x0F) as i32 * y.qs[j] as i32 + (x.qs[j] >> 4) as i32 * y.qs[j + QK4_1 / 2] as i32;
         }
         // The offset term uses the activation block's precomputed `s = d * sum(q)`.
         sum += (f16_le(x.d) * f16_le(y.d)) * sumi as f32 + f16_le(x.m) * f16_le(y.s);

@@ -147,7 +147,11 @@ mod tests {
                 state ^= state << 13;
                 state ^= state >> 17;
                 state ^= state << 5;
-                if i % 3 == 0 { 0.0 } else { (state % 1000) as f32 }
+                if i % 3 == 0 {
+                    0.0
+                } else {
+                    (state % 1000) as f32
+                }
             })
             .collect();
         let total: f64 = probs.iter().map(|&p| f64::from(p)).sum();

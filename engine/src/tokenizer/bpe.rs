@@ -84,10 +84,9 @@ impl Bpe {
             let Some(split) = merge.iter().skip(1).position(|&b| b == b' ').map(|p| p + 1) else {
                 continue;
             };
-            let (Some(left), Some(right)) = (
-                decode_byte_level(&merge[..split], &char_to_byte),
-                decode_byte_level(&merge[split + 1..], &char_to_byte),
-            ) else {
+            let (Some(left), Some(right)) =
+                (decode_byte_level(&merge[..split], &char_to_byte), decode_byte_level(&merge[split + 1..], &char_to_byte))
+            else {
                 continue; // spelled with characters no text can contain: can never apply
             };
             let l = interner.intern(&left);
@@ -203,14 +202,7 @@ impl Bpe {
     fn push_pair(&self, s: &mut MergeScratch, left: usize, right: usize) {
         let (ls, rs) = (s.syms[left], s.syms[right]);
         if let Some(&(rank, merged)) = self.merges.get(&(ls, rs)) {
-            s.heap.push(Reverse(Candidate {
-                rank,
-                left: left as u32,
-                right: right as u32,
-                left_sym: ls,
-                right_sym: rs,
-                merged,
-            }));
+            s.heap.push(Reverse(Candidate { rank, left: left as u32, right: right as u32, left_sym: ls, right_sym: rs, merged }));
         }
     }
 }

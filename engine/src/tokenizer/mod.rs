@@ -42,11 +42,7 @@ pub struct Tokenizer {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokenizer")
-            .field("kind", &self.vocab.kind)
-            .field("pre", &self.vocab.pre)
-            .field("n_vocab", &self.n_vocab())
-            .finish()
+        f.debug_struct("Tokenizer").field("kind", &self.vocab.kind).field("pre", &self.vocab.pre).field("n_vocab", &self.n_vocab()).finish()
     }
 }
 

@@ -47,24 +47,20 @@ impl PreTokenizerConfig {
         use PreFamily::*;
         let (family, clean_spaces) = match name {
             "default" => (Default, true),
-            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
-            | "lfm2" | "jina-v5-nano" => (Llama3, true),
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" | "jina-v5-nano" => {
+                (Llama3, true)
+            }
             "dbrx" | "smaug-bpe" | "chatglm-bpe" | "glm4" | "glm5" => (Llama3, true),
             "deepseek-llm" => (DeepseekLlm, false),
             "deepseek-v3" | "hunyuan-dense" | "joyai-llm" | "hy_v4" => (Deepseek3, false),
             "deepseek-coder" => (DeepseekCoder, false),
             "falcon" => (Falcon, true),
-            "starcoder" | "refact" | "codeshell" | "exaone" | "minerva-7b" | "mellum2" => {
-                (Starcoder, true)
-            }
+            "starcoder" | "refact" | "codeshell" | "exaone" | "minerva-7b" | "mellum2" => (Starcoder, true),
             "command-r" | "smollm" => (Starcoder, false),
-            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de"
-            | "a.x-4.0" | "mellum" | "modern-bert" | "jina-v1-en" | "jina-v2-code"
-            | "roberta-bpe" | "exaone4" | "mpt" | "olmo" | "jais" => (Gpt2, true),
+            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert"
+            | "jina-v1-en" | "jina-v2-code" | "roberta-bpe" | "exaone4" | "mpt" | "olmo" | "jais" => (Gpt2, true),
             "trillion" | "granite-docling" => (Gpt2, false),
-            "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open" => {
-                (Qwen2, false)
-            }
+            "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open" => (Qwen2, false),
             "megrez" | "stablelm2" => (Qwen2, true),
             "qwen35" => (Qwen35, false),
             "poro-chat" => (Bloom, false),
@@ -74,8 +70,7 @@ impl PreTokenizerConfig {
         };
         let llama3_like = matches!(
             name,
-            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
-                | "lfm2" | "jina-v5-nano"
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" | "jina-v5-nano"
         );
         Some(PreTokenizerConfig {
             family,
@@ -130,7 +125,9 @@ fn family_rules(family: PreFamily) -> &'static [&'static str] {
 enum Step {
     Gpt2,
     /// Llama 3's scanner; Qwen 2 is the same rule with single digits.
-    Llama3 { max_digits: usize },
+    Llama3 {
+        max_digits: usize,
+    },
     Regex(fancy_regex::Regex),
 }
 
@@ -330,9 +327,7 @@ fn scan_llama3(cpts: &[Cpt], end_byte: usize, max_digits: usize, out: &mut Vec<R
             continue;
         }
         // [^\r\n\p{L}\p{N}]?\p{L}+
-        if !(c == '\r' || c == '\n' || f.is_number())
-            && (f.is_letter() || flags_at(cpts, pos + 1).is_letter())
-        {
+        if !(c == '\r' || c == '\n' || f.is_number()) && (f.is_letter() || flags_at(cpts, pos + 1).is_letter()) {
             pos += 1;
             while flags_at(cpts, pos).is_letter() {
                 pos += 1;
@@ -409,10 +404,7 @@ mod tests {
     fn every_family_compiles_and_covers_the_text() {
         use PreFamily::*;
         let text = "Hello, y'all! How are you 😁 ?我想在apple工作1314151天～\n\n  \t x 3333 ' era";
-        for family in [
-            Default, Llama3, DeepseekLlm, Deepseek3, DeepseekCoder, Falcon, Starcoder, Gpt2, Qwen2,
-            Qwen35, Bloom, Viking,
-        ] {
+        for family in [Default, Llama3, DeepseekLlm, Deepseek3, DeepseekCoder, Falcon, Starcoder, Gpt2, Qwen2, Qwen35, Bloom, Viking] {
             let joined: String = words(family, text).concat();
             assert_eq!(joined, text, "{family:?}");
         }

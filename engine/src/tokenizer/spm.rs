@@ -25,17 +25,10 @@ pub(crate) struct Spm {
 impl Spm {
     pub fn new(vocab: &Vocab) -> Spm {
         let byte_tokens = (0..=255u8)
-            .map(|b| {
-                vocab
-                    .id_of(format!("<0x{b:02X}>").as_bytes())
-                    .or_else(|| vocab.id_of(&[b]))
-                    .or(vocab.special.unk)
-            })
+            .map(|b| vocab.id_of(format!("<0x{b:02X}>").as_bytes()).or_else(|| vocab.id_of(&[b])).or(vocab.special.unk))
             .collect();
         let mark = SPACE_MARK.as_bytes();
-        let words_are_independent = !vocab.texts.iter().any(|t| {
-            (1..t.len()).any(|i| t[i..].starts_with(mark) && !t[..i].ends_with(mark))
-        });
+        let words_are_independent = !vocab.texts.iter().any(|t| (1..t.len()).any(|i| t[i..].starts_with(mark) && !t[..i].ends_with(mark)));
         Spm { byte_tokens, words_are_independent }
     }
 
@@ -54,8 +47,7 @@ impl Spm {
         let mut i = 1;
         while i <= text.len() {
             // a word ends before a `▁` that does not continue a run of them
-            let boundary = i == text.len()
-                || (text[i..].starts_with(mark) && !text[..i].ends_with(mark));
+            let boundary = i == text.len() || (text[i..].starts_with(mark) && !text[..i].ends_with(mark));
             if boundary {
                 let word = &text[start..i];
                 match cache.get(word) {
@@ -162,14 +154,7 @@ impl Ord for Bigram {
     }
 }
 
-fn push_bigram(
-    vocab: &Vocab,
-    text: &[u8],
-    symbols: &[Symbol],
-    left: i32,
-    right: i32,
-    queue: &mut BinaryHeap<Bigram>,
-) {
+fn push_bigram(vocab: &Vocab, text: &[u8], symbols: &[Symbol], left: i32, right: i32, queue: &mut BinaryHeap<Bigram>) {
     if left < 0 || right < 0 {
         return;
     }

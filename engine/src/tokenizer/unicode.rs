@@ -56,11 +56,7 @@ fn category_flag(c: char) -> u16 {
     match get_general_category(c) {
         G::Unassigned => CptFlags::UNDEFINED,
         G::Control | G::Format | G::PrivateUse | G::Surrogate => CptFlags::CONTROL,
-        G::UppercaseLetter
-        | G::LowercaseLetter
-        | G::TitlecaseLetter
-        | G::ModifierLetter
-        | G::OtherLetter => CptFlags::LETTER,
+        G::UppercaseLetter | G::LowercaseLetter | G::TitlecaseLetter | G::ModifierLetter | G::OtherLetter => CptFlags::LETTER,
         G::NonspacingMark | G::SpacingMark | G::EnclosingMark => CptFlags::ACCENT_MARK,
         G::DecimalNumber | G::LetterNumber | G::OtherNumber => CptFlags::NUMBER,
         G::ConnectorPunctuation

@@ -138,10 +138,7 @@ impl Vocab {
     pub fn from_gguf(file: &GgufFile) -> Result<Vocab, TokenizerError> {
         let model = match file.get(KEY_MODEL) {
             None => return Err(TokenizerError::MissingKey(KEY_MODEL)),
-            Some(v) => v
-                .as_str()
-                .ok_or(TokenizerError::WrongType { key: KEY_MODEL, expected: "string" })?
-                .to_string(),
+            Some(v) => v.as_str().ok_or(TokenizerError::WrongType { key: KEY_MODEL, expected: "string" })?.to_string(),
         };
         let pre = file.get_str(KEY_PRE).unwrap_or("").to_string();
         let kind = match model.as_str() {
@@ -160,11 +157,7 @@ impl Vocab {
         text_to_id.reserve(n);
         for (i, t) in texts.iter().enumerate() {
             if let Some(first) = text_to_id.insert(t.clone(), i as TokenId) {
-                return Err(TokenizerError::DuplicateToken {
-                    text: String::from_utf8_lossy(t).into_owned(),
-                    first,
-                    second: i as TokenId,
-                });
+                return Err(TokenizerError::DuplicateToken { text: String::from_utf8_lossy(t).into_owned(), first, second: i as TokenId });
             }
         }
         let max_token_len = texts.iter().map(|t| t.len()).max().unwrap_or(0);
@@ -203,8 +196,7 @@ impl Vocab {
                 special.bos = Some(11);
                 special.eos = Some(11);
                 let name = if pre.is_empty() { "default" } else { pre.as_str() };
-                let config = PreTokenizerConfig::for_name(name)
-                    .ok_or_else(|| TokenizerError::UnknownPreTokenizer(pre.clone()))?;
+                let config = PreTokenizerConfig::for_name(name).ok_or_else(|| TokenizerError::UnknownPreTokenizer(pre.clone()))?;
                 add_bos = config.add_bos;
                 add_space_prefix = false;
                 clean_spaces = config.clean_spaces;
@@ -260,24 +252,15 @@ impl Vocab {
         if let Some(v) = file.get("tokenizer.ggml.add_sep_token").and_then(Value::as_bool) {
             add_sep = v;
         }
-        let lowercase = file
-            .get("tokenizer.ggml.normalizer.lowercase")
-            .and_then(Value::as_bool)
-            .unwrap_or(true);
-        let strip_accents = file
-            .get("tokenizer.ggml.normalizer.strip_accents")
-            .and_then(Value::as_bool)
-            .unwrap_or(lowercase);
+        let lowercase = file.get("tokenizer.ggml.normalizer.lowercase").and_then(Value::as_bool).unwrap_or(true);
+        let strip_accents = file.get("tokenizer.ggml.normalizer.strip_accents").and_then(Value::as_bool).unwrap_or(lowercase);
 
         detect_role_tokens(&texts, &mut attrs, &mut special);
         mark_unused(&texts, &mut attrs);
         let eog = end_of_generation_ids(&texts, &mut attrs, &special);
 
         let mut special_by_length: Vec<TokenId> = (0..n as TokenId)
-            .filter(|&id| {
-                attrs[id as usize]
-                    .has(TokenAttr::CONTROL | TokenAttr::USER_DEFINED | TokenAttr::UNKNOWN)
-            })
+            .filter(|&id| attrs[id as usize].has(TokenAttr::CONTROL | TokenAttr::USER_DEFINED | TokenAttr::UNKNOWN))
             .collect();
         // Longest first; equal lengths keep id order so the result does not depend on the sort.
         special_by_length.sort_by(|&a, &b| texts[b as usize].len().cmp(&texts[a as usize].len()));
@@ -321,10 +304,8 @@ impl Vocab {
 
 fn read_texts(file: &GgufFile) -> Result<Vec<Box<[u8]>>, TokenizerError> {
     let value = file.get(KEY_TOKENS).ok_or(TokenizerError::MissingKey(KEY_TOKENS))?;
-    let strings = value
-        .as_array()
-        .and_then(|a| a.as_strings())
-        .ok_or(TokenizerError::WrongType { key: KEY_TOKENS, expected: "array of strings" })?;
+    let strings =
+        value.as_array().and_then(|a| a.as_strings()).ok_or(TokenizerError::WrongType { key: KEY_TOKENS, expected: "array of strings" })?;
     if strings.is_empty() {
         return Err(TokenizerError::EmptyVocab);
     }
@@ -368,10 +349,7 @@ fn read_attrs(file: &GgufFile, n: usize) -> Result<Vec<TokenAttr>, TokenizerErro
     let Some(value) = file.get(KEY_TYPES) else {
         return Ok(vec![TokenAttr(TokenAttr::NORMAL); n]);
     };
-    let types = value
-        .as_array()
-        .and_then(|a| a.as_i32s())
-        .ok_or(TokenizerError::WrongType { key: KEY_TYPES, expected: "array of i32" })?;
+    let types = value.as_array().and_then(|a| a.as_i32s()).ok_or(TokenizerError::WrongType { key: KEY_TYPES, expected: "array of i32" })?;
     if types.len() < n {
         return Err(TokenizerError::ShortArray { key: KEY_TYPES, len: types.len(), n_tokens: n });
     }
@@ -380,42 +358,61 @@ fn read_attrs(file: &GgufFile, n: usize) -> Result<Vec<TokenAttr>, TokenizerErro
 
 fn read_merges(file: &GgufFile) -> Result<Vec<Vec<u8>>, TokenizerError> {
     let value = file.get(KEY_MERGES).ok_or(TokenizerError::MissingKey(KEY_MERGES))?;
-    let merges = value
-        .as_array()
-        .and_then(|a| a.as_strings())
-        .ok_or(TokenizerError::WrongType { key: KEY_MERGES, expected: "array of strings" })?;
+    let merges =
+        value.as_array().and_then(|a| a.as_strings()).ok_or(TokenizerError::WrongType { key: KEY_MERGES, expected: "array of strings" })?;
     Ok(merges.to_vec())
 }
 
 /// Texts llama.cpp recognises as end-of-turn and fill-in-the-middle tokens when the file does
 /// not name them; a recognised token is also made a control token.
 const EOT_TEXTS: &[&str] = &[
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
 ];
 const EOM_TEXTS: &[&str] = &["<|eom_id|>"];
-const FIM_PRE_TEXTS: &[&str] = &[
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
-    "<|code_prefix|>", "<|prefix|>",
-];
-const FIM_SUF_TEXTS: &[&str] = &[
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
-    "<|code_suffix|>", "<|suffix|>",
-];
-const FIM_MID_TEXTS: &[&str] = &[
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
-    "<|code_middle|>", "<|middle|>",
-];
+const FIM_PRE_TEXTS: &[&str] =
+    &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"];
+const FIM_SUF_TEXTS: &[&str] =
+    &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"];
+const FIM_MID_TEXTS: &[&str] =
+    &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"];
 const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
 const FIM_REP_TEXTS: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 
 /// Texts that end generation wherever they occur in a vocabulary.
 const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<｜end▁of▁sentence｜>", "[e~[",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
 ];
 
 fn detect_role_tokens(texts: &[Box<[u8]>], attrs: &mut [TokenAttr], special: &mut SpecialTokens) {
@@ -452,11 +449,7 @@ fn mark_unused(texts: &[Box<[u8]>], attrs: &mut [TokenAttr]) {
     }
 }
 
-fn end_of_generation_ids(
-    texts: &[Box<[u8]>],
-    attrs: &mut [TokenAttr],
-    s: &SpecialTokens,
-) -> Vec<TokenId> {
+fn end_of_generation_ids(texts: &[Box<[u8]>], attrs: &mut [TokenAttr], s: &SpecialTokens) -> Vec<TokenId> {
     let text_is = |id: TokenId, t: &str| &*texts[id as usize] == t.as_bytes();
     let mut eog: Vec<TokenId> = [s.fim_pad, s.fim_rep, s.fim_sep].into_iter().flatten().collect();
     for (id, t) in texts.iter().enumerate() {
@@ -508,8 +501,7 @@ fn apply_strip_attrs(
 ) {
     let contains_any = |s: &str, subs: &[&str]| subs.iter().any(|x| s.contains(x));
     let id = |t: &str| text_to_id.get(t.as_bytes()).copied();
-    if contains_any(pre, &["jina-v2-de", "jina-v2-es", "jina-v2-code", "mmbert"])
-        || contains_any(arch, &["nomic-bert-moe", "jina-bert-v3"])
+    if contains_any(pre, &["jina-v2-de", "jina-v2-es", "jina-v2-code", "mmbert"]) || contains_any(arch, &["nomic-bert-moe", "jina-bert-v3"])
     {
         if let Some(m) = id("<mask>") {
             attrs[m as usize].set(TokenAttr::LSTRIP, true);

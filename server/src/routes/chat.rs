@@ -97,7 +97,9 @@ fn parse(body: &Map<String, Value>, n_vocab: usize) -> Result<ChatRequest, ApiEr
         ToolChoice::None | ToolChoice::Auto => None,
     };
     let response_format = match (response_format(body)?, forced) {
-        (Some(_), Some(_)) => return Err(ApiError::invalid_param("response_format", "response_format cannot be combined with a forced tool_choice")),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid_param("response_format", "response_format cannot be combined with a forced tool_choice"))
+        }
         (format, forced) => format.or(forced),
     };
     Ok(ChatRequest { messages, tools, tool_choice, response_format, common: common(body, n_vocab)?, logprobs })
@@ -142,9 +144,11 @@ fn text_of_parts(parts: &[Value], i: usize) -> Result<String, ApiError> {
     let mut text = String::new();
     for (j, p) in parts.iter().enumerate() {
         match p.get("type").and_then(Value::as_str) {
-            Some("text") => text.push_str(p.get("text").and_then(Value::as_str).ok_or_else(|| {
-                ApiError::invalid_param("messages", format!("messages[{i}].content[{j}].text must be a string"))
-            })?),
+            Some("text") => text.push_str(
+                p.get("text")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| ApiError::invalid_param("messages", format!("messages[{i}].content[{j}].text must be a string")))?,
+            ),
             Some("image_url") | Some("input_image") | Some("input_audio") => {
                 return Err(ApiError::invalid_param(
                     "messages",
@@ -194,7 +198,11 @@ fn tool_choice(body: &Map<String, Value>, tools: Option<&[Value]>) -> Result<Too
         },
         Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
             Some(name) => ToolChoice::Named(name.to_string()),
-            None => return Err(bad("tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}".into())),
+            None => {
+                return Err(bad(
+                    "tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}".into()
+                ))
+            }
         },
     };
     if choice != ToolChoice::None && tools.is_none() {
@@ -264,7 +272,11 @@ impl Choice {
 /// tokenized) and one output per choice, each with its own parameters (and grammar).
 fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -> Result<Vec<SeqSpec>, ApiError> {
     let input = ChatInput { tools: request.tools.clone(), add_generation_prompt: true, ..ChatInput::new(request.messages.clone()) };
-    let text = entry.worker.template().render(&input).map_err(|e| ApiError::invalid_param("messages", format!("the chat template failed: {e}")))?;
+    let text = entry
+        .worker
+        .template()
+        .render(&input)
+        .map_err(|e| ApiError::invalid_param("messages", format!("the chat template failed: {e}")))?;
     let prompt = tokenize_rendered(entry.model.tokenizer(), &text);
     (0..request.common.n)
         .map(|i| {
@@ -357,12 +369,17 @@ async fn stream(mut generation: Generation, request: &ChatRequest, ctx: &StreamC
             return;
         }
     }
-    let mut choices: Vec<ChoiceStream> =
-        (0..n).map(|_| ChoiceStream { gate: (request.tool_choice != ToolChoice::None).then(ContentGate::default), pending: Vec::new() }).collect();
+    let mut choices: Vec<ChoiceStream> = (0..n)
+        .map(|_| ChoiceStream { gate: (request.tool_choice != ToolChoice::None).then(ContentGate::default), pending: Vec::new() })
+        .collect();
     let content_delta = |index: usize, content: String, pending: &mut Vec<TokenLogprob>| {
         let logprobs = if pending.is_empty() { Value::Null } else { logprobs_json(tokenizer, pending) };
         pending.clear();
-        ctx.chunk(json!([{"index": index, "delta": {"content": content}, "logprobs": logprobs, "finish_reason": null}]), None, include_usage)
+        ctx.chunk(
+            json!([{"index": index, "delta": {"content": content}, "logprobs": logprobs, "finish_reason": null}]),
+            None,
+            include_usage,
+        )
     };
     let mut usage = Usage::default();
     let mut first_token = true;

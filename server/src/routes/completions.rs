@@ -85,7 +85,10 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let prompt_lps = match (request.echo, request.logprobs) {
         (true, Some(n_top)) => {
             let prompts = prompts.clone();
-            entry.worker.run(move |engine, _| prompts.iter().map(|p| prompt_logprobs(engine, p, n_top)).collect::<Result<Vec<_>, _>>()).await??
+            entry
+                .worker
+                .run(move |engine, _| prompts.iter().map(|p| prompt_logprobs(engine, p, n_top)).collect::<Result<Vec<_>, _>>())
+                .await??
         }
         _ => Vec::new(),
     };
@@ -138,12 +141,19 @@ async fn stream(
                 if event.text.is_empty() && event.logprob.is_none() {
                     continue;
                 }
-                let lp = event.logprob.as_ref().map_or(Value::Null, |l| legacy_arrays(tokenizer, &[Some(l.clone())], std::slice::from_ref(&event.text)));
+                let lp = event
+                    .logprob
+                    .as_ref()
+                    .map_or(Value::Null, |l| legacy_arrays(tokenizer, &[Some(l.clone())], std::slice::from_ref(&event.text)));
                 sse.send_json(&chunk(json!([{"index": index, "text": event.text, "logprobs": lp, "finish_reason": null}]), None)).await
             }
             SeqEvent::Done { index, result: Ok(completion) } => {
                 add_usage(&mut usage, index, n, &completion.usage);
-                sse.send_json(&chunk(json!([{"index": index, "text": "", "logprobs": null, "finish_reason": completion.finish.as_str()}]), None)).await
+                sse.send_json(&chunk(
+                    json!([{"index": index, "text": "", "logprobs": null, "finish_reason": completion.finish.as_str()}]),
+                    None,
+                ))
+                .await
             }
             SeqEvent::Done { result: Err(e), .. } => {
                 sse.send_json(&e.body()).await;

@@ -13,9 +13,9 @@ use serde_json::{json, Value};
 
 use crate::batch_scheduler::{BatchError, BatchRequest, Phase};
 use crate::error::ApiError;
+use crate::http::SseSender;
 use crate::params::CommonParams;
 use crate::registry::ModelEntry;
-use crate::http::SseSender;
 use crate::worker::{Generation, SeqEvent, SeqSpec, Worker};
 use crate::AppState;
 
@@ -32,7 +32,10 @@ pub fn params_for(
 ) -> Result<GenerateParams, ApiError> {
     let n_ctx = worker.config().n_ctx;
     if prompt_len >= n_ctx {
-        return Err(ApiError::context_length_exceeded(Some("messages"), format!("the prompt has {prompt_len} tokens but the context holds {n_ctx}")));
+        return Err(ApiError::context_length_exceeded(
+            Some("messages"),
+            format!("the prompt has {prompt_len} tokens but the context holds {n_ctx}"),
+        ));
     }
     let room = n_ctx - prompt_len;
     let constraint = match format {

@@ -46,7 +46,9 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
         GuardRoute::Batch => {
             let inputs = match body.get("inputs") {
                 None | Some(Value::Null) => Vec::new(),
-                Some(Value::Array(items)) => items.iter().enumerate().map(|(i, v)| input(v, &format!("inputs[{i}]"))).collect::<Result<_, _>>()?,
+                Some(Value::Array(items)) => {
+                    items.iter().enumerate().map(|(i, v)| input(v, &format!("inputs[{i}]"))).collect::<Result<_, _>>()?
+                }
                 Some(_) => return Err(ApiError::invalid_param("inputs", "inputs must be an array of inputs")),
             };
             if inputs.len() > MAX_BATCH {

@@ -63,7 +63,8 @@ enum Format {
 
 /// The multipart boundary of a request's `Content-Type` (400 when it has none).
 pub fn boundary(content_type: Option<&str>) -> Result<String, ApiError> {
-    multer::parse_boundary(content_type.unwrap_or_default()).map_err(|_| ApiError::invalid("the request must be multipart/form-data with a boundary"))
+    multer::parse_boundary(content_type.unwrap_or_default())
+        .map_err(|_| ApiError::invalid("the request must be multipart/form-data with a boundary"))
 }
 
 /// `body` (read under the size limit) is a multipart form with this `boundary`.
@@ -83,12 +84,9 @@ pub async fn handle(transcriber: Arc<dyn Transcriber>, boundary: String, body: B
             "language" => options.language = Some(value).filter(|v| !v.is_empty()),
             "prompt" => options.prompt = Some(value).filter(|v| !v.is_empty()),
             "temperature" => {
-                options.temperature = value
-                    .trim()
-                    .parse::<f32>()
-                    .ok()
-                    .filter(|t| (0.0..=1.0).contains(t))
-                    .ok_or_else(|| ApiError::invalid_param("temperature", format!("temperature must be a number between 0 and 1, got {value:?}")))?
+                options.temperature = value.trim().parse::<f32>().ok().filter(|t| (0.0..=1.0).contains(t)).ok_or_else(|| {
+                    ApiError::invalid_param("temperature", format!("temperature must be a number between 0 and 1, got {value:?}"))
+                })?
             }
             "response_format" => {
                 format = match value.as_str() {
@@ -97,7 +95,12 @@ pub async fn handle(transcriber: Arc<dyn Transcriber>, boundary: String, body: B
                     "srt" => Format::Srt,
                     "vtt" => Format::Vtt,
                     "verbose_json" => Format::VerboseJson,
-                    other => return Err(ApiError::invalid_param("response_format", format!("response_format must be json, text, srt, vtt or verbose_json, got {other:?}"))),
+                    other => {
+                        return Err(ApiError::invalid_param(
+                            "response_format",
+                            format!("response_format must be json, text, srt, vtt or verbose_json, got {other:?}"),
+                        ))
+                    }
                 }
             }
             "stream" if value == "true" => return Err(ApiError::invalid_param("stream", "streaming transcriptions are not supported")),
@@ -175,7 +178,10 @@ mod tests {
             ],
             ..Default::default()
         };
-        assert_eq!(cues(&t, ','), "1\n00:00:00,000 --> 00:00:01,500\nHello there.\n\n2\n01:01:01,250 --> 01:01:02,000\nGeneral Kenobi.\n\n");
+        assert_eq!(
+            cues(&t, ','),
+            "1\n00:00:00,000 --> 00:00:01,500\nHello there.\n\n2\n01:01:01,250 --> 01:01:02,000\nGeneral Kenobi.\n\n"
+        );
         assert!(cues(&t, '.').starts_with("00:00:00.000 --> 00:00:01.500\nHello there.\n\n"));
     }
 }

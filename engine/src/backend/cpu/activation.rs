@@ -152,7 +152,11 @@ mod tests {
             _mm512_fmadd_ps(c(0x3f7f_fff6), b, _mm512_set1_ps(1.0)),
         );
         let res = _mm512_scalef_ps(j, n);
-        let alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LE_OQ>(n, _mm512_setzero_ps()), _mm512_set1_ps(f32::INFINITY), _mm512_setzero_ps());
+        let alt = _mm512_mask_blend_ps(
+            _mm512_cmp_ps_mask::<_CMP_LE_OQ>(n, _mm512_setzero_ps()),
+            _mm512_set1_ps(f32::INFINITY),
+            _mm512_setzero_ps(),
+        );
         let mut out = [0.0f32; 16];
         _mm512_storeu_ps(out.as_mut_ptr(), _mm512_mask_blend_ps(d, res, alt));
         out
@@ -211,7 +215,11 @@ mod tests {
         for tier in Isa::available() {
             let mut fused = gate.clone();
             swiglu_row_with(tier, &mut fused, &up);
-            assert_eq!(plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{tier:?}");
+            assert_eq!(
+                plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{tier:?}"
+            );
         }
         for i in 0..gate.len() {
             let want = silu(gate[i]) * up[i];

@@ -173,8 +173,7 @@ pub fn matmul_each(ws: &[WeightMatrix], x: &[f32], batch: usize, ys: &mut [&mut 
     }
     // Each segment's outputs: one slice per activation row, cut from `ys` in segment order.
     let tasks = plan_tasks(ws, batch, rayon::current_num_threads());
-    let mut rests: Vec<Vec<&mut [f32]>> =
-        ys.iter_mut().zip(ws).map(|(y, w)| y.chunks_exact_mut(w.rows.max(1)).collect()).collect();
+    let mut rests: Vec<Vec<&mut [f32]>> = ys.iter_mut().zip(ws).map(|(y, w)| y.chunks_exact_mut(w.rows.max(1)).collect()).collect();
     let work: Vec<Vec<(Segment, Vec<&mut [f32]>)>> = tasks
         .into_iter()
         .map(|segments| {
@@ -292,7 +291,12 @@ mod tests {
             for (w, got) in ws.iter().zip(&outs) {
                 let mut want = vec![0.0; batch * w.rows];
                 matmul(w, &x, batch, &mut want).unwrap();
-                assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{} batch {batch}", w.ty);
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{} batch {batch}",
+                    w.ty
+                );
             }
         }
     }
@@ -373,10 +377,7 @@ mod tests {
     #[test]
     fn shape_errors_are_reported() {
         let bytes = vec![0u8; 34];
-        assert!(matches!(
-            WeightMatrix::new(GgmlType::Q8_0, 2, 32, &bytes),
-            Err(MatmulError::WeightBytes { expected: 68, got: 34, .. })
-        ));
+        assert!(matches!(WeightMatrix::new(GgmlType::Q8_0, 2, 32, &bytes), Err(MatmulError::WeightBytes { expected: 68, got: 34, .. })));
         assert!(matches!(WeightMatrix::new(GgmlType::Q8_0, 1, 30, &bytes), Err(MatmulError::PartialBlock { .. })));
         let w = WeightMatrix::new(GgmlType::Q8_0, 1, 32, &bytes).unwrap();
         let mut y = vec![0.0; 1];

@@ -79,7 +79,11 @@ mod tests {
             for tier in Isa::available() {
                 let mut fused = x.clone();
                 rope_with(tier, &mut fused, 128, 128, 4321, 1e6, 1.0, kind);
-                assert_eq!(plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{tier:?}");
+                assert_eq!(
+                    plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{tier:?}"
+                );
             }
         }
     }

@@ -36,7 +36,11 @@ unsafe fn transpose_avx512(src: &[f32], rows: usize, dim: usize, dst: &mut [f32]
             // elements 2i, 2i+1 of rows (a, b) side by side
             let a: [__m512; 16] = core::array::from_fn(|i| {
                 let (x, y) = (r[i & !1], r[i | 1]);
-                if i % 2 == 0 { _mm512_unpacklo_ps(x, y) } else { _mm512_unpackhi_ps(x, y) }
+                if i % 2 == 0 {
+                    _mm512_unpacklo_ps(x, y)
+                } else {
+                    _mm512_unpackhi_ps(x, y)
+                }
             });
             // four rows' elements in each 128-bit lane
             let b: [__m512; 16] = core::array::from_fn(|i| {

@@ -131,8 +131,7 @@ mod tests {
     use super::*;
     use crate::quant::k_quants::test_util::{check_edge_cases, check_rmse, check_vec_dot, Funcs};
 
-    const F: Funcs<BlockQ2K> =
-        Funcs { quantize: quantize_ref, dequantize: dequantize_ref, vec_dot: vec_dot_ref };
+    const F: Funcs<BlockQ2K> = Funcs { quantize: quantize_ref, dequantize: dequantize_ref, vec_dot: vec_dot_ref };
 
     #[test]
     fn pack2_round_trips() {

@@ -88,8 +88,7 @@ pub fn quantize_ref(x: &[f32], blocks: &mut [BlockQ3K]) {
 
         // Requantize against the stored scales; a group whose scale is zero keeps its fit.
         let d_all = f16_le(b.d);
-        for ((xg, qg), &sc) in xb.chunks_exact(16).zip(q.chunks_exact_mut(16)).zip(&unpack_scales(&b.scales))
-        {
+        for ((xg, qg), &sc) in xb.chunks_exact(16).zip(q.chunks_exact_mut(16)).zip(&unpack_scales(&b.scales)) {
             let d = d_all * sc as f32;
             if d == 0.0 {
                 continue;
@@ -132,8 +131,7 @@ mod tests {
     use super::*;
     use crate::quant::k_quants::test_util::{check_edge_cases, check_rmse, check_vec_dot, Funcs};
 
-    const F: Funcs<BlockQ3K> =
-        Funcs { quantize: quantize_ref, dequantize: dequantize_ref, vec_dot: vec_dot_ref };
+    const F: Funcs<BlockQ3K> = Funcs { quantize: quantize_ref, dequantize: dequantize_ref, vec_dot: vec_dot_ref };
 
     #[test]
     fn scale_packing_round_trips() {

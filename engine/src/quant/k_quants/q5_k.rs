@@ -62,8 +62,7 @@ mod tests {
     use super::*;
     use crate::quant::k_quants::test_util::{check_edge_cases, check_rmse, check_vec_dot, Funcs};
 
-    const F: Funcs<BlockQ5K> =
-        Funcs { quantize: quantize_ref, dequantize: dequantize_ref, vec_dot: vec_dot_ref };
+    const F: Funcs<BlockQ5K> = Funcs { quantize: quantize_ref, dequantize: dequantize_ref, vec_dot: vec_dot_ref };
 
     /// Relative RMSE (error RMS / input std) measured on these inputs: 0.0361 (N(0,1)) and
     /// 0.0279 (uniform); typical for this type: ~0.04. ggml's reference quantizer has the

@@ -287,12 +287,7 @@ pub(crate) fn quantize_scale_min_block(x: &[f32], fit: &MinFit) -> ScaleMinBlock
         ls[j] = (nearest_int(inv_scale * scales[j]) as u8).min(63);
         lm[j] = (nearest_int(inv_min * mins[j]) as u8).min(63);
     }
-    let b = ScaleMinBlock {
-        d: f16_le_from(max_scale / 63.0),
-        dmin: f16_le_from(max_min / 63.0),
-        scales: pack_scale_min_k4(&ls, &lm),
-        q,
-    };
+    let b = ScaleMinBlock { d: f16_le_from(max_scale / 63.0), dmin: f16_le_from(max_min / 63.0), scales: pack_scale_min_k4(&ls, &lm), q };
     requantize_scale_min(x, b, fit.nmax)
 }
 
@@ -352,9 +347,7 @@ mod tests {
 
     #[test]
     fn nearest_int_rounds_halves_to_even() {
-        for (v, want) in
-            [(0.5, 0), (1.5, 2), (2.5, 2), (-0.5, 0), (-1.5, -2), (-2.5, -2), (3.49, 3), (-3.51, -4)]
-        {
+        for (v, want) in [(0.5, 0), (1.5, 2), (2.5, 2), (-0.5, 0), (-1.5, -2), (-2.5, -2), (3.49, 3), (-3.51, -4)] {
             assert_eq!(nearest_int(v), want, "{v}");
         }
         for i in -5000..5000 {

@@ -118,10 +118,7 @@ pub fn check_vec_dot<B: Zeroable + Clone>(f: &Funcs<B>) {
         let exact: f64 = wd.iter().zip(&ad).map(|(&p, &q)| p as f64 * q as f64).sum();
         let scale: f64 = wd.iter().zip(&ad).map(|(&p, &q)| (p as f64 * q as f64).abs()).sum();
         let got = (f.vec_dot)(&wb, &ab) as f64;
-        assert!(
-            (got - exact).abs() <= 1e-5 * scale,
-            "seed {seed}, {blocks} blocks: dot {got} vs exact {exact} (scale {scale})"
-        );
+        assert!((got - exact).abs() <= 1e-5 * scale, "seed {seed}, {blocks} blocks: dot {got} vs exact {exact} (scale {scale})");
     }
 }
 

@@ -18,7 +18,11 @@ impl Rng {
     /// Uniform in [-1, 1), with an occasional outlier 40 times larger.
     fn float(&mut self) -> f32 {
         let v = (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
-        if self.next().is_multiple_of(64) { 40.0 * v } else { v }
+        if self.next().is_multiple_of(64) {
+            40.0 * v
+        } else {
+            v
+        }
     }
 }
 
@@ -67,9 +71,9 @@ fn weights(ty: GgmlType, n: usize, data: Data, rng: &mut Rng) -> Vec<u8> {
             match ty {
                 GgmlType::F32 => w.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&value(rng).to_le_bytes())),
                 GgmlType::F16 => w.chunks_exact_mut(2).for_each(|c| c.copy_from_slice(&f16(value(rng)))),
-                GgmlType::BF16 => w.chunks_exact_mut(2).for_each(|c| {
-                    c.copy_from_slice(&((value(rng).to_bits() >> 16) as u16).to_le_bytes())
-                }),
+                GgmlType::BF16 => {
+                    w.chunks_exact_mut(2).for_each(|c| c.copy_from_slice(&((value(rng).to_bits() >> 16) as u16).to_le_bytes()))
+                }
                 _ => {
                     for block in w.chunks_exact_mut(ty.type_size()) {
                         for &off in scale_offsets(ty) {
@@ -117,11 +121,19 @@ pub(crate) fn check_type(ty: GgmlType, isa: Isa, k: Kernels) {
             }
             // Activations: random, zero, and all at the largest quant.
             for a_kind in 0..3 {
-                let x: Vec<f32> = (0..n).map(|i| match a_kind {
-                    0 => rng.float(),
-                    1 => 0.0,
-                    _ => if i % 3 == 0 { -3.0 } else { 3.0 },
-                }).collect();
+                let x: Vec<f32> = (0..n)
+                    .map(|i| match a_kind {
+                        0 => rng.float(),
+                        1 => 0.0,
+                        _ => {
+                            if i % 3 == 0 {
+                                -3.0
+                            } else {
+                                3.0
+                            }
+                        }
+                    })
+                    .collect();
                 let mut a = vec![0u8; scalar.vec_dot_type.row_bytes(n).unwrap()];
                 (act.quantize)(&x, &mut a);
                 let mut a_ref = vec![0f32; n];
@@ -178,7 +190,8 @@ pub(crate) fn time_dot(ty: GgmlType, n: usize, kib: usize, reps: usize, f: fn(&[
 #[ignore = "timing, not a check"]
 fn vec_dot_throughput() {
     let kib: usize = std::env::var("VEC_DOT_KIB").ok().and_then(|v| v.parse().ok()).unwrap_or(4096);
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32] {
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32]
+    {
         let mut line = format!("{:>5}:", ty.to_string());
         for isa in Isa::available() {
             let gbs = time_dot(ty, 11008, kib, 20, ops_for(ty, isa).unwrap().vec_dot);

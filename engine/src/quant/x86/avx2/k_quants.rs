@@ -22,8 +22,8 @@ use std::arch::x86_64::*;
 use super::k_quants_q5q6 as q5q6;
 use crate::quant::dispatch::Kernels;
 use crate::quant::x86::common::{
-    f16_pair, hsum256, xmm_u64x2, f32_at, row_entry_points, unpack_scales_mins_k4,
-    unpack_scales_q3k, Q2K_BYTES, Q3K_BYTES, Q4K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    f16_pair, f32_at, hsum256, row_entry_points, unpack_scales_mins_k4, unpack_scales_q3k, xmm_u64x2, Q2K_BYTES, Q3K_BYTES, Q4K_BYTES,
+    Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::{GgmlType, QK_K};
 
@@ -138,12 +138,7 @@ unsafe fn dequantize_q2_k_impl(w: *const u8, out: *mut f32, nb: usize) {
 unsafe fn vec_dot_q2_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0x0F);
-    let shuf = [
-        load_table(&PAIR_SHUF[0]),
-        load_table(&PAIR_SHUF[1]),
-        load_table(&PAIR_SHUF[2]),
-        load_table(&PAIR_SHUF[3]),
-    ];
+    let shuf = [load_table(&PAIR_SHUF[0]), load_table(&PAIR_SHUF[1]), load_table(&PAIR_SHUF[2]), load_table(&PAIR_SHUF[3])];
     let mut acc = _mm256_setzero_ps();
     let mut acc_min = _mm256_setzero_ps();
     for i in 0..nb {
@@ -160,10 +155,7 @@ unsafe fn vec_dot_q2_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
         let summs = _mm256_madd_epi16(mins, bsums);
         acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summs), acc_min);
         // Scales of groups 8n..8n+8 in both lanes.
-        let halves = [
-            _mm256_permute2x128_si256::<0x00>(scales, scales),
-            _mm256_permute2x128_si256::<0x11>(scales, scales),
-        ];
+        let halves = [_mm256_permute2x128_si256::<0x00>(scales, scales), _mm256_permute2x128_si256::<0x11>(scales, scales)];
 
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
@@ -220,12 +212,7 @@ unsafe fn dequantize_q3_k_impl(w: *const u8, out: *mut f32, nb: usize) {
 unsafe fn vec_dot_q3_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let m4 = _mm256_set1_epi8(4);
-    let shuf = [
-        load_table(&PAIR_SHUF[0]),
-        load_table(&PAIR_SHUF[1]),
-        load_table(&PAIR_SHUF[2]),
-        load_table(&PAIR_SHUF[3]),
-    ];
+    let shuf = [load_table(&PAIR_SHUF[0]), load_table(&PAIR_SHUF[1]), load_table(&PAIR_SHUF[2]), load_table(&PAIR_SHUF[3])];
     let mut acc = _mm256_setzero_ps();
     for i in 0..nb {
         let x = w.add(i * Q3K_BYTES);
@@ -238,10 +225,7 @@ unsafe fn vec_dot_q3_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
         // 4 * sum(scale * bsum).
         let bsums = _mm256_loadu_si256(y.add(Q8K_BSUMS).cast());
         let offset = _mm256_slli_epi32::<2>(_mm256_madd_epi16(scales, bsums));
-        let halves = [
-            _mm256_permute2x128_si256::<0x00>(scales, scales),
-            _mm256_permute2x128_si256::<0x11>(scales, scales),
-        ];
+        let halves = [_mm256_permute2x128_si256::<0x00>(scales, scales), _mm256_permute2x128_si256::<0x11>(scales, scales)];
 
         // Plane 4n + j of hmask is bit 0 of every byte of `hm` in chunk (n, j).
         let mut hm = _mm256_loadu_si256(x.cast());
@@ -331,12 +315,8 @@ unsafe fn vec_dot_q4_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
             let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
             let act_lo = _mm256_loadu_si256(y.add(Q8K_QS + 64 * c).cast());
             let act_hi = _mm256_loadu_si256(y.add(Q8K_QS + 64 * c + 32).cast());
-            let p_lo =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, act_lo), _mm256_shuffle_epi8(scales, shuf[2 * c]));
-            let p_hi = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(hi, act_hi),
-                _mm256_shuffle_epi8(scales, shuf[2 * c + 1]),
-            );
+            let p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, act_lo), _mm256_shuffle_epi8(scales, shuf[2 * c]));
+            let p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, act_hi), _mm256_shuffle_epi8(scales, shuf[2 * c + 1]));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);

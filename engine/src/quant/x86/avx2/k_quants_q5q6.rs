@@ -4,12 +4,9 @@
 
 use std::arch::x86_64::*;
 
-use super::k_quants::{
-    load_table, load_u8x8, store_dq, store_dq_min, PAIR_SHUF, WORD_SHUF,
-};
+use super::k_quants::{load_table, load_u8x8, store_dq, store_dq_min, PAIR_SHUF, WORD_SHUF};
 use crate::quant::x86::common::{
-    f16_pair, hsum256, xmm_u64x2, f32_at, row_entry_points, unpack_scales_mins_k4, Q5K_BYTES,
-    Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    f16_pair, f32_at, hsum256, row_entry_points, unpack_scales_mins_k4, xmm_u64x2, Q5K_BYTES, Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::QK_K;
 
@@ -45,10 +42,7 @@ unsafe fn dequantize_q5_k_impl(w: *const u8, out: *mut f32, nb: usize) {
             for (e, h) in qh.iter_mut().enumerate() {
                 let q = load_u8x8(x.add(48 + 32 * c + 8 * e));
                 let lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(*h, m16));
-                let hi = _mm256_or_si256(
-                    _mm256_srli_epi32::<4>(q),
-                    _mm256_and_si256(_mm256_srli_epi32::<1>(*h), m16),
-                );
+                let hi = _mm256_or_si256(_mm256_srli_epi32::<4>(q), _mm256_and_si256(_mm256_srli_epi32::<1>(*h), m16));
                 store_dq_min(y.add(64 * c + 8 * e), lo, d1, m1);
                 store_dq_min(y.add(64 * c + 32 + 8 * e), hi, d2, m2);
                 *h = _mm256_srli_epi32::<2>(*h);
@@ -100,12 +94,8 @@ unsafe fn vec_dot_q5_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
             let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q), m4), h_hi);
             let act_lo = _mm256_loadu_si256(y.add(Q8K_QS + 64 * c).cast());
             let act_hi = _mm256_loadu_si256(y.add(Q8K_QS + 64 * c + 32).cast());
-            let p_lo =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, act_lo), _mm256_shuffle_epi8(scales, shuf[2 * c]));
-            let p_hi = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(hi, act_hi),
-                _mm256_shuffle_epi8(scales, shuf[2 * c + 1]),
-            );
+            let p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, act_lo), _mm256_shuffle_epi8(scales, shuf[2 * c]));
+            let p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, act_hi), _mm256_shuffle_epi8(scales, shuf[2 * c + 1]));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
             qh = _mm256_srli_epi16::<2>(qh);
         }
@@ -135,19 +125,10 @@ unsafe fn dequantize_q6_k_impl(w: *const u8, out: *mut f32, nb: usize) {
                 let l0 = load_u8x8(x.add(64 * n + 8 * e));
                 let l1 = load_u8x8(x.add(64 * n + 32 + 8 * e));
                 let h = load_u8x8(x.add(128 + 32 * n + 8 * e));
-                let q1 = _mm256_or_si256(
-                    _mm256_and_si256(l0, m4),
-                    _mm256_and_si256(_mm256_slli_epi32::<4>(h), m30),
-                );
-                let q2 = _mm256_or_si256(
-                    _mm256_and_si256(l1, m4),
-                    _mm256_and_si256(_mm256_slli_epi32::<2>(h), m30),
-                );
+                let q1 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi32::<4>(h), m30));
+                let q2 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi32::<2>(h), m30));
                 let q3 = _mm256_or_si256(_mm256_srli_epi32::<4>(l0), _mm256_and_si256(h, m30));
-                let q4 = _mm256_or_si256(
-                    _mm256_srli_epi32::<4>(l1),
-                    _mm256_and_si256(_mm256_srli_epi32::<2>(h), m30),
-                );
+                let q4 = _mm256_or_si256(_mm256_srli_epi32::<4>(l1), _mm256_and_si256(_mm256_srli_epi32::<2>(h), m30));
                 let yy = y.add(128 * n + 8 * e);
                 let g = 8 * n + e / 2;
                 // ggml multiplies d by the scale first, then by the quant.
@@ -164,12 +145,7 @@ unsafe fn dequantize_q6_k_impl(w: *const u8, out: *mut f32, nb: usize) {
 unsafe fn vec_dot_q6_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
     let m4 = _mm256_set1_epi8(0x0F);
     let m30 = _mm256_set1_epi8(0x30);
-    let shuf = [
-        load_table(&PAIR_SHUF[0]),
-        load_table(&PAIR_SHUF[1]),
-        load_table(&PAIR_SHUF[2]),
-        load_table(&PAIR_SHUF[3]),
-    ];
+    let shuf = [load_table(&PAIR_SHUF[0]), load_table(&PAIR_SHUF[1]), load_table(&PAIR_SHUF[2]), load_table(&PAIR_SHUF[3])];
     let mut acc = _mm256_setzero_ps();
     for i in 0..nb {
         let x = w.add(i * Q6K_BYTES);
@@ -180,10 +156,7 @@ unsafe fn vec_dot_q6_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
         // The quants are used as 0..64; the -32 offset comes back as 32 * sum(scale * bsum).
         let bsums = _mm256_loadu_si256(y.add(Q8K_BSUMS).cast());
         let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(scales, bsums));
-        let halves = [
-            _mm256_permute2x128_si256::<0x00>(scales, scales),
-            _mm256_permute2x128_si256::<0x11>(scales, scales),
-        ];
+        let halves = [_mm256_permute2x128_si256::<0x00>(scales, scales), _mm256_permute2x128_si256::<0x11>(scales, scales)];
 
         let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
         for n in 0..2 {
@@ -194,10 +167,7 @@ unsafe fn vec_dot_q6_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
                 _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16::<4>(h), m30)),
                 _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(h), m30)),
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(l0), m4), _mm256_and_si256(h, m30)),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(l1), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<2>(h), m30),
-                ),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(l1), m4), _mm256_and_si256(_mm256_srli_epi16::<2>(h), m30)),
             ];
             for (r, &q) in q.iter().enumerate() {
                 let act = _mm256_loadu_si256(y.add(Q8K_QS + 128 * n + 32 * r).cast());

@@ -134,10 +134,7 @@ fn check_row(isa: Isa, ty: GgmlType, k: &Kernels, w: &[u8], a: &[u8], what: &str
     let mut got = vec![f32::NAN; n];
     (k.dequantize)(w, &mut got);
     for (i, (g, r)) in got.iter().zip(&want).enumerate() {
-        assert!(
-            g.to_bits() == r.to_bits(),
-            "{isa} {ty} dequantize ({what}, {n} values): value {i} is {g:e}, reference {r:e}"
-        );
+        assert!(g.to_bits() == r.to_bits(), "{isa} {ty} dequantize ({what}, {n} values): value {i} is {g:e}, reference {r:e}");
     }
 
     let av = q8k_values(a);
@@ -146,14 +143,8 @@ fn check_row(isa: Isa, ty: GgmlType, k: &Kernels, w: &[u8], a: &[u8], what: &str
     let tol = 1e-5 * scale + 1e-30;
     let r = ref_dot(w, a);
     let s = (k.vec_dot)(w, a);
-    assert!(
-        (s as f64 - r as f64).abs() <= tol,
-        "{isa} {ty} vec_dot ({what}, {n} values): {s:e}, reference {r:e}, sum|wa| {scale:e}"
-    );
-    assert!(
-        (s as f64 - exact).abs() <= tol,
-        "{isa} {ty} vec_dot ({what}, {n} values): {s:e}, exact {exact:e}, sum|wa| {scale:e}"
-    );
+    assert!((s as f64 - r as f64).abs() <= tol, "{isa} {ty} vec_dot ({what}, {n} values): {s:e}, reference {r:e}, sum|wa| {scale:e}");
+    assert!((s as f64 - exact).abs() <= tol, "{isa} {ty} vec_dot ({what}, {n} values): {s:e}, exact {exact:e}, sum|wa| {scale:e}");
     let again = (k.vec_dot)(w, a);
     assert_eq!(s.to_bits(), again.to_bits(), "{isa} {ty} vec_dot is not repeatable ({what})");
 }

@@ -19,8 +19,7 @@ use core::arch::x86_64::*;
 
 use crate::quant::dispatch::Kernels;
 use crate::quant::x86::common::{
-    entry_points, hsum256, le16, le32, le64, legacy_deq_rows, legacy_dot_rows, Chain, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-    Q8_1,
+    entry_points, hsum256, le16, le32, le64, legacy_deq_rows, legacy_dot_rows, Chain, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
 };
 use crate::quant::GgmlType;
 
@@ -118,14 +117,8 @@ unsafe fn scales_d(x: *const u8, xb: usize, y: *const u8, yb: usize) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scales_dm(x: *const u8, xb: usize, y: *const u8, yb: usize) -> __m256 {
-    let hx = _mm_set_epi64x(
-        (le32(x.add(2 * xb)) | le32(x.add(3 * xb)) << 32) as i64,
-        (le32(x) | le32(x.add(xb)) << 32) as i64,
-    );
-    let hy = _mm_set_epi64x(
-        (le32(y.add(2 * yb)) | le32(y.add(3 * yb)) << 32) as i64,
-        (le32(y) | le32(y.add(yb)) << 32) as i64,
-    );
+    let hx = _mm_set_epi64x((le32(x.add(2 * xb)) | le32(x.add(3 * xb)) << 32) as i64, (le32(x) | le32(x.add(xb)) << 32) as i64);
+    let hy = _mm_set_epi64x((le32(y.add(2 * yb)) | le32(y.add(3 * yb)) << 32) as i64, (le32(y) | le32(y.add(yb)) << 32) as i64);
     _mm256_mul_ps(_mm256_cvtph_ps(hx), _mm256_cvtph_ps(hy))
 }
 
@@ -298,13 +291,9 @@ unsafe fn put_min(out: *mut f32, q: __m256i, d: __m256, m: __m256) {
     }
 }
 
-legacy_deq_rows!("avx2,fma,f16c", deq_q4_0, Q4_0, |x, out| {
-    put_off(out, nibbles(x.add(2)), 8, f16_splat(x))
-});
+legacy_deq_rows!("avx2,fma,f16c", deq_q4_0, Q4_0, |x, out| { put_off(out, nibbles(x.add(2)), 8, f16_splat(x)) });
 
-legacy_deq_rows!("avx2,fma,f16c", deq_q4_1, Q4_1, |x, out| {
-    put_min(out, nibbles(x.add(4)), f16_splat(x), f16_splat(x.add(2)))
-});
+legacy_deq_rows!("avx2,fma,f16c", deq_q4_1, Q4_1, |x, out| { put_min(out, nibbles(x.add(4)), f16_splat(x), f16_splat(x.add(2))) });
 
 legacy_deq_rows!("avx2,fma,f16c", deq_q5_0, Q5_0, |x, out| {
     let q = _mm256_or_si256(nibbles(x.add(6)), fifth_bits(x.add(2)));

@@ -26,8 +26,8 @@ use std::arch::x86_64::*;
 use super::k_quants_q5q6 as q5q6;
 use crate::quant::dispatch::Kernels;
 use crate::quant::x86::common::{
-    f16_pair, hsum256, xmm_u64x2, f32_at, row_entry_points, unpack_scales_mins_k4,
-    unpack_scales_q3k, Q2K_BYTES, Q3K_BYTES, Q4K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    f16_pair, f32_at, hsum256, row_entry_points, unpack_scales_mins_k4, unpack_scales_q3k, xmm_u64x2, Q2K_BYTES, Q3K_BYTES, Q4K_BYTES,
+    Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::{GgmlType, QK_K};
 
@@ -61,10 +61,7 @@ pub(super) unsafe fn unpack_scales_mins_q4k(x: *const u8) -> __m128i {
     // Low bits: s[0..4] & 63 (scales 0..4), s[8..12] & 15 (scales 4..8), s[4..8] & 63 (mins
     // 0..4), s[8..12] >> 4 (mins 4..8).
     let lo = _mm_shuffle_epi8(raw, _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, Z, Z, Z, Z));
-    let hi_nibbles = _mm_shuffle_epi8(
-        _mm_srli_epi16::<4>(raw),
-        _mm_setr_epi8(Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, 12, 13, 14, 15),
-    );
+    let hi_nibbles = _mm_shuffle_epi8(_mm_srli_epi16::<4>(raw), _mm_setr_epi8(Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, 12, 13, 14, 15));
     let mask = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
     let low = _mm_and_si128(_mm_or_si128(lo, hi_nibbles), mask);
     // High 2 bits of groups 4..8: the top bits of s[0..4] (scales) and s[4..8] (mins).
@@ -177,12 +174,7 @@ unsafe fn dequantize_q2_k_impl(w: *const u8, out: *mut f32, nb: usize) {
 unsafe fn vec_dot_q2_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0x0F);
-    let idx = [
-        load_idx(&PAIR16_IDX[0]),
-        load_idx(&PAIR16_IDX[1]),
-        load_idx(&PAIR16_IDX[2]),
-        load_idx(&PAIR16_IDX[3]),
-    ];
+    let idx = [load_idx(&PAIR16_IDX[0]), load_idx(&PAIR16_IDX[1]), load_idx(&PAIR16_IDX[2]), load_idx(&PAIR16_IDX[3])];
     let mut acc = _mm256_setzero_ps();
     let mut acc_min = _mm256_setzero_ps();
     for i in 0..nb {
@@ -238,8 +230,7 @@ unsafe fn dequantize_q3_k_impl(w: *const u8, out: *mut f32, nb: usize) {
                 for j in 0..4 {
                     let dl = d_all * (scales[8 * n + 2 * j + h] as i32 - 32) as f32;
                     let low = _mm512_and_si512(_mm512_srl_epi32(q, _mm_cvtsi32_si128(2 * j as i32)), m3);
-                    let hb =
-                        _mm512_and_si512(_mm512_srl_epi32(hm, _mm_cvtsi32_si128((4 * n + j) as i32)), m1);
+                    let hb = _mm512_and_si512(_mm512_srl_epi32(hm, _mm_cvtsi32_si128((4 * n + j) as i32)), m1);
                     // low - (hbit ? 0 : 4) = low + 4 * hbit - 4
                     let v = _mm512_sub_epi32(_mm512_add_epi32(low, _mm512_slli_epi32::<2>(hb)), four);
                     store_dq(y.add(128 * n + 32 * j + 16 * h), v, dl);
@@ -253,12 +244,7 @@ unsafe fn dequantize_q3_k_impl(w: *const u8, out: *mut f32, nb: usize) {
 unsafe fn vec_dot_q3_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let four = _mm256_set1_epi8(4);
-    let idx = [
-        load_idx(&PAIR16_IDX[0]),
-        load_idx(&PAIR16_IDX[1]),
-        load_idx(&PAIR16_IDX[2]),
-        load_idx(&PAIR16_IDX[3]),
-    ];
+    let idx = [load_idx(&PAIR16_IDX[0]), load_idx(&PAIR16_IDX[1]), load_idx(&PAIR16_IDX[2]), load_idx(&PAIR16_IDX[3])];
     let mut acc = _mm256_setzero_ps();
     for i in 0..nb {
         let x = w.add(i * Q3K_BYTES);

@@ -4,13 +4,9 @@
 
 use std::arch::x86_64::*;
 
-use super::k_quants::{
-    dot32, dot_groups16, load_idx, load_u8x16, pair_words, store_dq, store_dq_min,
-    unpack_scales_mins_q4k, PAIR16_IDX,
-};
+use super::k_quants::{dot32, dot_groups16, load_idx, load_u8x16, pair_words, store_dq, store_dq_min, unpack_scales_mins_q4k, PAIR16_IDX};
 use crate::quant::x86::common::{
-    f16_pair, hsum256, f32_at, row_entry_points, unpack_scales_mins_k4, Q5K_BYTES, Q6K_BYTES,
-    Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    f16_pair, f32_at, hsum256, row_entry_points, unpack_scales_mins_k4, Q5K_BYTES, Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::QK_K;
 
@@ -165,12 +161,7 @@ pub(super) unsafe fn q6k_half(x: *const u8, n: usize) -> [__m256i; 4] {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn vec_dot_q6_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
-    let idx = [
-        load_idx(&PAIR16_IDX[0]),
-        load_idx(&PAIR16_IDX[1]),
-        load_idx(&PAIR16_IDX[2]),
-        load_idx(&PAIR16_IDX[3]),
-    ];
+    let idx = [load_idx(&PAIR16_IDX[0]), load_idx(&PAIR16_IDX[1]), load_idx(&PAIR16_IDX[2]), load_idx(&PAIR16_IDX[3])];
     let mut acc = _mm256_setzero_ps();
     for i in 0..nb {
         let x = w.add(i * Q6K_BYTES);

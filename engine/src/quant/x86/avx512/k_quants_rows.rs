@@ -9,9 +9,9 @@
 
 use std::arch::x86_64::*;
 
+use super::k_quants::{dot32, load_idx, pair_words, unpack_scales_mins_q4k, PAIR16_IDX};
 use super::k_quants_q5q6::q6k_half;
 use super::rows_shape;
-use super::k_quants::{dot32, load_idx, pair_words, unpack_scales_mins_q4k, PAIR16_IDX};
 use crate::quant::dispatch::VecDotRowsFn;
 use crate::quant::x86::common::{f16_pair, f32_at, hsum256, Q4K_BYTES, Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS};
 use crate::quant::GgmlType;

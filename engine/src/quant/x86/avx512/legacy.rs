@@ -18,10 +18,8 @@
 use core::arch::x86_64::*;
 
 use crate::quant::dispatch::Kernels;
-use crate::quant::x86::common::{
-    entry_points, le16, le32, legacy_deq_rows, legacy_dot_rows, Chain, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
-};
 use crate::quant::dispatch::VecDotRowsFn;
+use crate::quant::x86::common::{entry_points, le16, le32, legacy_deq_rows, legacy_dot_rows, Chain, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1};
 use crate::quant::GgmlType;
 
 mod q5_0;
@@ -147,14 +145,8 @@ unsafe fn scales_from_halves(hx: u64, hy: u64) -> (__m512, __m512) {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn scales_dm(x: *const u8, xb: usize, y: *const u8, yb: usize) -> (__m512, __m512, __m256) {
-    let hx = _mm_set_epi64x(
-        (le32(x.add(2 * xb)) | le32(x.add(3 * xb)) << 32) as i64,
-        (le32(x) | le32(x.add(xb)) << 32) as i64,
-    );
-    let hy = _mm_set_epi64x(
-        (le32(y.add(2 * yb)) | le32(y.add(3 * yb)) << 32) as i64,
-        (le32(y) | le32(y.add(yb)) << 32) as i64,
-    );
+    let hx = _mm_set_epi64x((le32(x.add(2 * xb)) | le32(x.add(3 * xb)) << 32) as i64, (le32(x) | le32(x.add(xb)) << 32) as i64);
+    let hy = _mm_set_epi64x((le32(y.add(2 * yb)) | le32(y.add(3 * yb)) << 32) as i64, (le32(y) | le32(y.add(yb)) << 32) as i64);
     let p = _mm256_mul_ps(_mm256_cvtph_ps(hx), _mm256_cvtph_ps(hy));
     let p5 = _mm512_castps256_ps512(p);
     (spread(p5, 0, 2), spread(p5, 4, 6), p)

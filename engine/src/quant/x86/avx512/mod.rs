@@ -25,7 +25,12 @@ pub(crate) fn rows_kernel(ty: GgmlType) -> Option<crate::quant::dispatch::VecDot
 fn rows_shape(w: &[u8], wb: usize, acts: &[u8], stride: usize, ab: usize, out: &[f32]) -> (usize, usize, usize) {
     assert!(stride > 0 && stride.is_multiple_of(ab), "activation rows of {stride} bytes");
     let nb = stride / ab;
-    assert!(w.len().is_multiple_of(nb * wb) && acts.len().is_multiple_of(stride), "{} weight bytes, {} activation bytes", w.len(), acts.len());
+    assert!(
+        w.len().is_multiple_of(nb * wb) && acts.len().is_multiple_of(stride),
+        "{} weight bytes, {} activation bytes",
+        w.len(),
+        acts.len()
+    );
     let (n_w, batch) = (w.len() / (nb * wb), acts.len() / stride);
     assert_eq!(out.len(), n_w * batch, "{n_w} weight rows x {batch} activation rows");
     (nb, n_w, batch)
