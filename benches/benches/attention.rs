@@ -5,7 +5,8 @@
 //! `cargo bench -p benches --bench attention -- 500` filters.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use engine::backend::cpu::attention::{attend_group, with_scratch, AttentionShape, KvRow, KvRows};
+use engine::backend::cpu::attention::{attend_group, with_scratch, KvRow, KvRows};
+use engine::backend::AttentionShape;
 use half::f16;
 
 const SHAPE: AttentionShape = AttentionShape { n_head: 14, n_head_kv: 2, head_dim_k: 64, head_dim_v: 64, scale: 0.125 };

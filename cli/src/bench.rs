@@ -9,13 +9,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::bail;
+use engine::backend::Device;
 use engine::gguf::GgufFile;
 use engine::kv_cache::KvType;
 use engine::model::{BatchEntry, Model};
 use engine::tokenizer::TokenId;
 use serde::Serialize;
 
-use crate::load::{kv_type_name, load_model, parse_kv_type, parse_positive, thread_pool};
+use crate::load::{kv_type_name, load_model, parse_device, parse_kv_type, parse_positive, thread_pool};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -38,6 +39,9 @@ pub struct BenchArgs {
     /// Worker threads [default: all cores].
     #[arg(long, short = 't', value_parser = parse_positive)]
     pub threads: Option<usize>,
+    /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    pub device: Device,
     /// KV cache element type.
     #[arg(long, default_value = "f16", value_parser = parse_kv_type)]
     pub kv_type: KvType,
@@ -72,7 +76,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         bail!("nothing to measure: -p and -n are both 0");
     }
     let pool = thread_pool(args.threads)?;
-    let model = load_model(&args.model)?;
+    let model = load_model(&args.model, args.device)?;
     let n_threads = pool.current_num_threads();
     let file = model.file();
     let model_type = model_type(&model);

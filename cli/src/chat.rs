@@ -7,13 +7,14 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
+use engine::backend::Device;
 use engine::chat::{tokenize_rendered, ChatInput, ChatTemplate};
 use engine::generate::{common_prefix, GenerateParams, Generator};
 use engine::kv_cache::KvType;
 use engine::tokenizer::TokenId;
 use serde_json::{json, Value};
 
-use crate::load::{default_ctx, load_model, parse_kv_type, parse_positive, thread_pool};
+use crate::load::{default_ctx, load_model, parse_device, parse_kv_type, parse_positive, thread_pool};
 use crate::sampling_args::SamplingArgs;
 
 #[derive(clap::Args)]
@@ -39,11 +40,14 @@ pub struct ChatArgs {
     /// Worker threads [default: all cores].
     #[arg(long, short = 't', value_parser = parse_positive)]
     pub threads: Option<usize>,
+    /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    pub device: Device,
 }
 
 pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.threads)?;
-    let model = load_model(&args.model)?;
+    let model = load_model(&args.model, args.device)?;
     let sampling = args.sampling.params(model.tokenizer().n_vocab())?;
     let template = ChatTemplate::from_model(&model).context("the model's chat template")?;
     if template.is_fallback() {

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
+use engine::backend::Device;
 use engine::embed::{embed, Pooling};
 use engine::model::Model;
 use serde_json::json;
@@ -25,10 +26,13 @@ pub struct EmbedArgs {
     /// Print one JSON object: {"model", "dim", "pooling", "normalized", "embeddings": [[...], ...]}.
     #[arg(long)]
     pub json: bool,
+    /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
+    #[arg(long, default_value = "cpu", value_parser = crate::load::parse_device)]
+    pub device: Device,
 }
 
 pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
-    let model = Model::load(&args.model)?;
+    let model = Model::load_on(&args.model, args.device)?;
     let pooling = match &args.pooling {
         Some(name) => Pooling::from_name(name).with_context(|| format!("unknown pooling {name:?}"))?,
         None => Pooling::of_model(&model)?,

@@ -7,11 +7,12 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use engine::backend::Device;
 use engine::guard::error::ApiError;
 use engine::guard::{Evaluator, EvaluatorOptions, GuardError, GuardFormat, GuardInput, GuardRequest, Verdict};
 use serde_json::json;
 
-use crate::load::{parse_positive, text_or_file, thread_pool};
+use crate::load::{parse_device, parse_positive, text_or_file, thread_pool};
 
 #[derive(clap::Args)]
 #[command(after_help = "Exit status: 0 when nothing is flagged, 1 when a risk is flagged, 2 on error.")]
@@ -40,9 +41,9 @@ pub struct GuardArgs {
     /// Print the HTTP endpoint's JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// cpu, cuda or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
+    /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    pub device: Device,
     /// Prompt format 3.0, 3.2 or 3.3 [default: detected from the model].
     #[arg(long)]
     pub format: Option<String>,
@@ -83,7 +84,7 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     let mut input = GuardInput::new(user);
     input.assistant = args.response.clone();
     input.context = args.context.clone();
-    let options = EvaluatorOptions { device: args.device.clone(), ..EvaluatorOptions::default() };
+    let options = EvaluatorOptions { device: args.device, ..EvaluatorOptions::default() };
     let evaluator = Evaluator::new(&args.model, options).map_err(|e| anyhow::anyhow!(e).context(args.model.display().to_string()))?;
     let model_id = args.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
     let start = Instant::now();

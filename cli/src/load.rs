@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
+use engine::backend::Device;
 use engine::kv_cache::KvType;
 use engine::model::{Model, ModelError};
 use engine::tokenizer::TokenId;
@@ -16,7 +17,7 @@ const SPINNER_BYTES: u64 = 100 * 1000 * 1000;
 
 /// Loads the model at `path`. The spinner goes to stderr, and only to a terminal: piped
 /// output and logs stay clean.
-pub fn load_model(path: &Path) -> anyhow::Result<Model> {
+pub fn load_model(path: &Path, device: Device) -> anyhow::Result<Model> {
     let large = std::fs::metadata(path).is_ok_and(|m| m.len() > SPINNER_BYTES);
     let spinner = (large && std::io::stderr().is_terminal()).then(|| {
         let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
@@ -27,7 +28,7 @@ pub fn load_model(path: &Path) -> anyhow::Result<Model> {
         pb.enable_steady_tick(Duration::from_millis(100));
         pb
     });
-    let model = Model::load(path);
+    let model = Model::load_on(path, device);
     if let Some(pb) = spinner {
         pb.finish_and_clear();
     }
@@ -46,6 +47,11 @@ pub fn tokenize_prompt(model: &Model, prompt: &str) -> anyhow::Result<Vec<TokenI
         bail!("the prompt gives no tokens (this model adds no BOS to an empty text)");
     }
     Ok(tokens)
+}
+
+/// Parses `--device`: `cpu`, `cuda` or `cuda:N`.
+pub fn parse_device(s: &str) -> Result<Device, String> {
+    s.parse::<Device>().map_err(|e| e.to_string())
 }
 
 /// Parses `--kv-type`.

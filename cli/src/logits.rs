@@ -4,13 +4,14 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use engine::backend::Device;
 use engine::kv_cache::KvType;
 use engine::logprobs::top_k;
 use engine::model::BatchEntry;
 use engine::tokenizer::TokenId;
 use serde::Serialize;
 
-use crate::load::{load_model, parse_positive, thread_pool, tokenize_prompt};
+use crate::load::{load_model, parse_device, parse_positive, thread_pool, tokenize_prompt};
 use crate::tokenize::piece;
 
 #[derive(clap::Args)]
@@ -31,6 +32,9 @@ pub struct LogitsArgs {
     /// Worker threads [default: all cores].
     #[arg(long, short = 't', value_parser = parse_positive)]
     pub threads: Option<usize>,
+    /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    pub device: Device,
 }
 
 /// The JSON output. serde writes an f32 in its shortest form that reads back to the same f32.
@@ -42,7 +46,7 @@ struct Output {
 
 pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.threads)?;
-    let model = load_model(&args.model)?;
+    let model = load_model(&args.model, args.device)?;
     let tokens = tokenize_prompt(&model, &args.prompt)?;
     // an f32 cache: this command is for checking numerics, so nothing is rounded on the way
     let mut kv = model.new_kv_cache(KvType::F32, tokens.len());

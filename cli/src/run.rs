@@ -6,12 +6,13 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+use engine::backend::Device;
 use engine::generate::{FinishReason, GenerateParams, Generator, TokenConstraint, TokenEvent};
 use engine::grammar::{Constraint, GrammarCompiler};
 use engine::kv_cache::KvType;
 use engine::model::Model;
 
-use crate::load::{default_ctx, kv_type_name, load_model, parse_kv_type, parse_positive, thread_pool, tokenize_prompt};
+use crate::load::{default_ctx, kv_type_name, load_model, parse_device, parse_kv_type, parse_positive, thread_pool, tokenize_prompt};
 use crate::sampling_args::SamplingArgs;
 
 #[derive(clap::Args)]
@@ -49,11 +50,14 @@ pub struct RunArgs {
     /// Worker threads [default: all cores].
     #[arg(long, short = 't', value_parser = parse_positive)]
     pub threads: Option<usize>,
+    /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    pub device: Device,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.threads)?;
-    let model = load_model(&args.model)?;
+    let model = load_model(&args.model, args.device)?;
     let prompt = tokenize_prompt(&model, &args.prompt)?;
     let params = GenerateParams {
         sampling: args.sampling.params(model.tokenizer().n_vocab())?,
@@ -81,7 +85,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     );
 
     let seed = params.sampling.seed;
-    let draft = args.draft.as_deref().map(load_model).transpose()?;
+    let draft = args.draft.as_deref().map(|p| load_model(p, args.device)).transpose()?;
     let mut kv = model.new_kv_cache(args.kv_type, n_ctx);
     let mut draft_kv = draft.as_ref().map(|d| d.new_kv_cache(args.kv_type, n_ctx));
     let start = Instant::now();

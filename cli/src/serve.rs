@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
+use engine::backend::{BackendError, Device};
 use engine::guard::{Evaluator, EvaluatorOptions};
 use engine::model::Model;
 use server::batch_scheduler::BatchConfig;
 use server::{ModelSpec, Scheduling, Server};
 
-use crate::load::{load_model, parse_positive};
+use crate::load::{load_model, parse_device, parse_positive};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -44,9 +45,9 @@ pub struct ServeArgs {
     /// Context size per model [default: the model's, at most 4096].
     #[arg(long, short = 'c', value_parser = parse_positive)]
     pub ctx_size: Option<usize>,
-    /// cpu (this build has no CUDA).
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
+    /// Device of every model: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    pub device: Device,
     /// Worker threads for the engine [default: all cores].
     #[arg(long, short = 't', value_parser = parse_positive)]
     pub threads: Option<usize>,
@@ -80,8 +81,8 @@ fn id_of(path: &Path) -> String {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    if args.device != "cpu" {
-        anyhow::bail!("--device {}: this build has no CUDA support (use cpu)", args.device);
+    if !args.device.is_built() {
+        anyhow::bail!(BackendError::NotBuilt(args.device));
     }
     if args.alias.len() > args.models.len() {
         anyhow::bail!("{} --alias for {} --model", args.alias.len(), args.models.len());
@@ -111,10 +112,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if !args.latency_buckets.is_empty() {
         builder = builder.latency_buckets(args.latency_buckets.clone());
     }
-    let draft = args.draft.as_deref().map(load_model).transpose()?.map(Arc::new);
+    let draft = args.draft.as_deref().map(|p| load_model(p, args.device)).transpose()?.map(Arc::new);
     let mut guard_served = false;
     for (i, path) in args.models.iter().enumerate() {
-        let model = Arc::new(load_model(path)?);
+        let model = Arc::new(load_model(path, args.device)?);
         let id = args.alias.get(i).cloned().unwrap_or_else(|| id_of(path));
         let named_guard = guard_path.is_some() && path.canonicalize().ok() == guard_path;
         let guardian = guard_path.is_none() && is_guardian(&model);
@@ -123,7 +124,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             builder.model(ModelSpec { id, model, chat: true, guard: named_guard || guardian, n_ctx: args.ctx_size, draft: draft.clone() });
     }
     if let (Some(path), false) = (&args.guard, guard_served) {
-        let model = Arc::new(load_model(path)?);
+        let model = Arc::new(load_model(path, args.device)?);
         builder = builder.model(ModelSpec { id: id_of(path), model, chat: false, guard: true, n_ctx: args.ctx_size, draft: None });
     }
     let server = builder.build().map_err(anyhow::Error::msg)?;
@@ -153,7 +154,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 
 /// Whether the model's own template is a Granite Guardian template.
 fn is_guardian(model: &Arc<Model>) -> bool {
-    Evaluator::from_model(model.clone(), EvaluatorOptions::default()).is_ok_and(|e| e.prompter().is_guardian())
+    Evaluator::from_model(model.clone(), EvaluatorOptions { device: model.device(), ..EvaluatorOptions::default() })
+        .is_ok_and(|e| e.prompter().is_guardian())
 }
 
 async fn shutdown_signal() {

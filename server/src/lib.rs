@@ -196,7 +196,11 @@ impl ServerBuilder {
             }
             let evaluator = if spec.guard {
                 Some(Arc::new(
-                    Evaluator::from_model(spec.model.clone(), EvaluatorOptions::default()).map_err(|e| format!("{}: {e}", spec.id))?,
+                    Evaluator::from_model(
+                        spec.model.clone(),
+                        EvaluatorOptions { device: spec.model.device(), ..EvaluatorOptions::default() },
+                    )
+                    .map_err(|e| format!("{}: {e}", spec.id))?,
                 ))
             } else {
                 None

@@ -118,6 +118,6 @@ fn cancellation_stops_the_evaluation() {
 fn from_model_and_devices() {
     let model = Arc::new(Model::load(fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf")).unwrap());
     assert!(Evaluator::from_model(model.clone(), EvaluatorOptions::default()).is_ok());
-    let cuda = EvaluatorOptions { device: "cuda:0".into(), ..EvaluatorOptions::default() };
+    let cuda = EvaluatorOptions { device: "cuda:0".parse().unwrap(), ..EvaluatorOptions::default() };
     assert!(Evaluator::from_model(model, cuda).unwrap_err().to_string().contains("no CUDA"));
 }

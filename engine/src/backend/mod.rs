@@ -1,3 +1,133 @@
-//! Compute backends. The CPU backend is always built.
+//! Compute backends behind one seam. The forward passes (`model::decoder`, `model::bert`) are
+//! written once over the [`Backend`] trait: the operations they use, over buffers the backend
+//! owns (weights uploaded once, activations that stay on the device until the logits or hidden
+//! rows are copied to the host at the end of a step, KV block storage). The CPU backend is
+//! always built; every backend is checked op by op against the reference by `harness`.
 
 pub mod cpu;
+pub mod device;
+mod error;
+#[cfg(test)]
+mod harness;
+pub mod types;
+
+use std::any::Any;
+use std::sync::Arc;
+
+pub use device::{Device, DeviceParseError};
+pub use error::BackendError;
+pub use types::{Activation, AttentionRow, AttentionShape, BlockId, KvSlot, KvType, Rope, RopeKind, RowInput, BLOCK_POSITIONS};
+
+use crate::gguf::{GgufFile, TensorInfo};
+
+/// Key/value block storage owned by a backend. The block bookkeeping of `kv_cache` (tables,
+/// reference counts, forks, copy-on-write decisions) is the same for every device; it tells the
+/// storage which blocks exist and which to copy. A block holds every layer's keys and values of
+/// [`BLOCK_POSITIONS`] positions.
+pub trait KvStorage: Any + Send + Sync {
+    /// Block `id` comes into use (its contents are unspecified until written).
+    fn alloc_block(&mut self, id: BlockId) -> Result<(), BackendError>;
+    /// Block `id` is no longer used by any sequence.
+    fn release_block(&mut self, id: BlockId);
+    /// Copies the contents of block `src` into block `dst` (both in use).
+    fn copy_block(&mut self, src: BlockId, dst: BlockId);
+    /// Bytes one block takes.
+    fn block_bytes(&self) -> usize;
+}
+
+/// Where an attention call reads its keys and values.
+pub enum KvSource<'a, B: Backend> {
+    /// Layer `layer` of the KV cache; an [`AttentionRow`]'s `kv` indexes `tables` (one block
+    /// table per sequence: position `p` lives in block `table[p / BLOCK_POSITIONS]`).
+    Cache { store: &'a B::KvStore, layer: usize, tables: &'a [&'a [BlockId]] },
+    /// The batch's own rows (an encoder): an [`AttentionRow`]'s `kv` is the batch row of its
+    /// sequence's position 0.
+    Batch { k: &'a B::Tensor, v: &'a B::Tensor },
+}
+
+/// The operations the forward passes are made of. Every operation treats each row of its
+/// input alone, in an order that does not depend on the batch, so that a row's results are
+/// bitwise the same alone or batched (batch invariance), on every backend.
+pub trait Backend: Send + Sync + Sized + 'static {
+    /// A weight matrix on the device: rows of the file's type (any type of `quant`).
+    type Matrix: Send + Sync;
+    /// A small f32 vector on the device (a norm's scale, a bias).
+    type Vector: Send + Sync;
+    /// Activations on the device: rows of f32 values.
+    type Tensor: Send + Sync;
+    /// Key/value block storage on the device.
+    type KvStore: KvStorage;
+
+    fn device(&self) -> Device;
+
+    /// Uploads tensor `info` of `file` as a `rows x cols` matrix (shape and type already checked).
+    fn upload_matrix(&self, file: &Arc<GgufFile>, info: &TensorInfo, rows: usize, cols: usize) -> Result<Self::Matrix, BackendError>;
+    fn upload_vector(&self, values: &[f32]) -> Result<Self::Vector, BackendError>;
+    /// Empty block storage for `n_layer` layers of `k_dim` / `v_dim` values per position.
+    fn new_kv_store(&self, ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize) -> Self::KvStore;
+
+    /// `rows x cols` zeros.
+    fn zeros(&self, rows: usize, cols: usize) -> Result<Self::Tensor, BackendError>;
+    /// Host values as `rows x cols` activations.
+    fn from_host(&self, rows: usize, cols: usize, values: &[f32]) -> Result<Self::Tensor, BackendError>;
+    /// The values of `x`, row after row: the one copy back to the host of a step.
+    fn to_host(&self, x: Self::Tensor) -> Result<Vec<f32>, BackendError>;
+    /// `(rows, cols)` of `x`.
+    fn shape(&self, x: &Self::Tensor) -> (usize, usize);
+
+    /// One row per input: a token's row of `table` dequantized, or the given row.
+    fn get_rows(&self, table: &Self::Matrix, inputs: &[RowInput<'_>]) -> Result<Self::Tensor, BackendError>;
+    /// `x · wᵀ (+ bias)` for every matrix of `ws` (same input; the q/k/v or gate/up projections
+    /// share one conversion of `x` and one pass).
+    fn matmul_each(
+        &self,
+        ws: &[&Self::Matrix],
+        biases: &[Option<&Self::Vector>],
+        x: &Self::Tensor,
+    ) -> Result<Vec<Self::Tensor>, BackendError>;
+    /// `out[r] = x[r] / sqrt(mean(x[r]²) + eps) · w` for every row (`out` of `x`'s shape).
+    fn rms_norm(&self, x: &Self::Tensor, w: &Self::Vector, eps: f32, out: &mut Self::Tensor) -> Result<(), BackendError>;
+    /// The same in place, for every group of `len(w)` values (whole rows, or single heads).
+    fn rms_norm_in_place(&self, x: &mut Self::Tensor, w: &Self::Vector, eps: f32) -> Result<(), BackendError>;
+    /// `out[r] = (x[r] - mean) / sqrt(var + eps) · w + b` for every row.
+    fn layer_norm(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Vector,
+        b: &Self::Vector,
+        eps: f32,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError>;
+    /// Rotates every head of row `r` of `x` for position `positions[r]`.
+    fn rope(&self, x: &mut Self::Tensor, rope: &Rope, positions: &[u32]) -> Result<(), BackendError>;
+    /// Stores row `r` of `k` and `v` at `slots[r]` of layer `layer`.
+    fn kv_write(
+        &self,
+        store: &mut Self::KvStore,
+        layer: usize,
+        slots: &[KvSlot],
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+    ) -> Result<(), BackendError>;
+    /// Scaled dot-product attention of every query row of `q` (all heads, grouped-query heads
+    /// sharing their key/value head) over the positions its [`AttentionRow`] names.
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        kv: KvSource<'_, Self>,
+        rows: &[AttentionRow],
+        shape: &AttentionShape,
+    ) -> Result<Self::Tensor, BackendError>;
+    /// `gate = act(gate) · up`, element by element.
+    fn glu(&self, act: Activation, gate: &mut Self::Tensor, up: &Self::Tensor) -> Result<(), BackendError>;
+    /// `x = act(x)`, element by element.
+    fn activate(&self, act: Activation, x: &mut Self::Tensor) -> Result<(), BackendError>;
+    /// `x += y · scale` (`x += y` when the scale is 1).
+    fn add_scaled(&self, x: &mut Self::Tensor, y: &Self::Tensor, scale: f32) -> Result<(), BackendError>;
+    /// `x *= s`.
+    fn scale(&self, x: &mut Self::Tensor, s: f32) -> Result<(), BackendError>;
+    /// `x = tanh(x / cap) · cap`.
+    fn softcap(&self, x: &mut Self::Tensor, cap: f32) -> Result<(), BackendError>;
+    /// The rows `rows` of `x`, in that order.
+    fn select_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor, BackendError>;
+}

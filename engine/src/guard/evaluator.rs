@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::verdict::{risk_probability, verdict_3_0, verdict_3_2, verdict_3_3, Verdict, YesNoTokens};
 use super::{check_request, GuardError, GuardFormat, GuardInput, GuardPrompt, Prompter, Risk};
+use crate::backend::{BackendError, Device};
 use crate::chat::tokenize_rendered;
 use crate::generate::{decode_lockstep, prefill_shared_prefixes, GenerateError, GenerateParams, LockstepSeq, SequenceDecoder};
 use crate::kv_cache::KvType;
@@ -24,8 +25,8 @@ const MAX_SEQS_PER_PASS: usize = 64;
 /// How the evaluator runs.
 #[derive(Clone, Debug)]
 pub struct EvaluatorOptions {
-    /// `cpu`, or `cuda` / `cuda:N` (refused by a build without CUDA).
-    pub device: String,
+    /// Where the model runs (a device this build lacks is refused).
+    pub device: Device,
     /// The format of requests that name none (default: detected from the model).
     pub default_format: Option<GuardFormat>,
     pub kv_type: KvType,
@@ -38,7 +39,7 @@ pub struct EvaluatorOptions {
 impl Default for EvaluatorOptions {
     fn default() -> EvaluatorOptions {
         EvaluatorOptions {
-            device: "cpu".into(),
+            device: Device::Cpu,
             default_format: None,
             kv_type: KvType::F16,
             max_tokens_3_2: 32,
@@ -95,12 +96,15 @@ impl std::fmt::Debug for Evaluator {
 
 impl Evaluator {
     pub fn new(path: impl AsRef<Path>, options: EvaluatorOptions) -> Result<Evaluator, GuardError> {
-        check_device(&options.device)?;
-        Evaluator::from_model(Arc::new(Model::load(path)?), options)
+        check_device(options.device)?;
+        Evaluator::from_model(Arc::new(Model::load_on(path, options.device)?), options)
     }
 
     pub fn from_model(model: Arc<Model>, options: EvaluatorOptions) -> Result<Evaluator, GuardError> {
-        check_device(&options.device)?;
+        check_device(options.device)?;
+        if model.device() != options.device {
+            return Err(GuardError::Device(format!("the model is loaded on {}, not on {}", model.device(), options.device)));
+        }
         if model.is_encoder() {
             return Err(GuardError::Model(ModelError::BadBatch("an encoder model cannot be a guard".into())));
         }
@@ -261,14 +265,11 @@ pub fn highest_risk(verdicts: &[Verdict]) -> Option<Risk> {
     verdicts.iter().filter(|v| v.is_unsafe).min_by(|a, b| b.confidence.total_cmp(&a.confidence).then(a.risk.cmp(&b.risk))).map(|v| v.risk)
 }
 
-/// This build computes on the CPU; CUDA devices are named but refused clearly.
-fn check_device(device: &str) -> Result<(), GuardError> {
-    match device {
-        "cpu" => Ok(()),
-        d if d == "cuda" || d.strip_prefix("cuda:").is_some_and(|n| n.parse::<u32>().is_ok()) => {
-            Err(GuardError::Device(format!("device {d}: this build has no CUDA support (build with --features cuda)")))
-        }
-        d => Err(GuardError::Device(format!("unknown device {d:?} (cpu, cuda or cuda:N)"))),
+/// A device this build lacks is refused clearly, before anything is loaded.
+fn check_device(device: Device) -> Result<(), GuardError> {
+    match device.is_built() {
+        true => Ok(()),
+        false => Err(GuardError::Device(BackendError::NotBuilt(device).to_string())),
     }
 }
 
@@ -291,8 +292,7 @@ mod tests {
 
     #[test]
     fn devices() {
-        assert!(check_device("cpu").is_ok());
-        assert!(check_device("cuda:0").unwrap_err().to_string().contains("no CUDA"));
-        assert!(check_device("tpu").unwrap_err().to_string().contains("unknown device"));
+        assert!(check_device(Device::Cpu).is_ok());
+        assert!(check_device(Device::Cuda(0)).unwrap_err().to_string().contains("no CUDA"));
     }
 }

@@ -1,17 +1,7 @@
 //! The one table of per-architecture facts. The shared forward passes read these flags and
 //! never test the architecture's name.
 
-use crate::backend::cpu::rope::RopeKind;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// SiLU(gate) * up
-    SiluGated,
-    /// GELU(gate) * up (tanh form, ggml's table)
-    GeluGated,
-    /// GELU(up) with the exact erf, no gate (BERT)
-    GeluErf,
-}
+use crate::backend::types::{Activation, RopeKind};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmbeddingScale {
@@ -27,6 +17,8 @@ pub struct ArchFacts {
     pub name: &'static str,
     /// `None`: absolute position embeddings (BERT).
     pub rope: Option<RopeKind>,
+    /// The feed-forward activation: of the gate in a decoder (`act(gate) * up`), of `up` itself
+    /// in an encoder.
     pub activation: Activation,
     pub causal: bool,
     pub embedding_scale: EmbeddingScale,
@@ -34,8 +26,9 @@ pub struct ArchFacts {
     pub qk_norm: bool,
     /// RMS norms of the attention and FFN outputs before the residual add (Gemma 2/3).
     pub post_norms: bool,
-    /// `<arch>.residual_scale`, `<arch>.attention.scale`, `<arch>.logit_scale` (Granite).
-    pub granite_scalars: bool,
+    /// The file scales the residual branches, q·k and the logits by `<arch>.residual_scale`,
+    /// `<arch>.attention.scale` and `<arch>.logit_scale` (Granite).
+    pub scales_from_keys: bool,
     /// Sliding-window layers, one global layer in every `swa_pattern` (Gemma 3).
     pub sliding_window: bool,
     /// Encoder with token-type and position embeddings and post-layer norms (BERT).
@@ -45,24 +38,24 @@ pub struct ArchFacts {
 const DECODER: ArchFacts = ArchFacts {
     name: "",
     rope: Some(RopeKind::Norm),
-    activation: Activation::SiluGated,
+    activation: Activation::Silu,
     causal: true,
     embedding_scale: EmbeddingScale::None,
     qk_norm: false,
     post_norms: false,
-    granite_scalars: false,
+    scales_from_keys: false,
     sliding_window: false,
     encoder: false,
 };
 
 pub const ARCHS: &[ArchFacts] = &[
     ArchFacts { name: "llama", ..DECODER },
-    ArchFacts { name: "granite", embedding_scale: EmbeddingScale::FromKey, granite_scalars: true, ..DECODER },
+    ArchFacts { name: "granite", embedding_scale: EmbeddingScale::FromKey, scales_from_keys: true, ..DECODER },
     ArchFacts { name: "qwen2", rope: Some(RopeKind::Neox), ..DECODER },
     ArchFacts {
         name: "gemma3",
         rope: Some(RopeKind::Neox),
-        activation: Activation::GeluGated,
+        activation: Activation::Gelu,
         embedding_scale: EmbeddingScale::SqrtEmbd,
         qk_norm: true,
         post_norms: true,

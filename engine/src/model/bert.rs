@@ -1,85 +1,76 @@
 //! BERT encoders: shape-checked weights and the forward pass from token ids to the final hidden
-//! state of every token. One call takes several sequences at once; each attends to the whole of
-//! itself (no causal mask) and to nothing else. An encoder reads its whole input at once, so
-//! attention runs straight on the batch's keys and values and no KV cache is involved.
+//! state of every token, over any [`Backend`]. One call takes several sequences at once; each
+//! attends to the whole of itself (no causal mask) and to nothing else. An encoder reads its
+//! whole input at once, so attention runs straight on the batch's keys and values and no KV
+//! cache is involved.
 //!
 //! Batch invariance: embeddings, norms, projections and activations treat each row alone, and a
 //! token's attention reads only its own sequence, in position order, so a sequence's hidden
 //! states are bitwise the same alone or beside others.
 
-use rayon::prelude::*;
+use std::sync::Arc;
 
-use super::arch::Activation;
+use super::blocks::{attention_out, plain_ffn, project_each};
 use super::config::ModelConfig;
-use super::decoder::{project, project_each};
 use super::error::ModelError;
-use super::weights::{Loader, Matrix};
-use crate::backend::cpu::activation::{gelu, gelu_erf, silu};
-use crate::backend::cpu::attention::{attend_group, with_scratch, KvRow, KvRows};
-use crate::backend::cpu::get_rows;
-use crate::backend::cpu::norm::layer_norm;
+use super::weights::Loader;
+use crate::backend::{AttentionRow, Backend, KvSource, RowInput};
 use crate::gguf::GgufFile;
 use crate::tokenizer::TokenId;
 
 /// A layer norm's scale and shift.
-pub struct LayerNorm {
-    pub weight: Vec<f32>,
-    pub bias: Vec<f32>,
+pub struct LayerNorm<B: Backend> {
+    pub weight: B::Vector,
+    pub bias: B::Vector,
 }
 
-impl LayerNorm {
-    fn load(l: &Loader, name: &str, n: usize) -> Result<LayerNorm, ModelError> {
+impl<B: Backend> LayerNorm<B> {
+    fn load(l: &Loader<B>, name: &str, n: usize) -> Result<LayerNorm<B>, ModelError> {
         Ok(LayerNorm { weight: l.vector(&format!("{name}.weight"), n)?, bias: l.vector(&format!("{name}.bias"), n)? })
     }
 
-    fn apply(&self, x: &[f32], eps: f32, out: &mut [f32]) {
-        layer_norm(x, &self.weight, &self.bias, eps, out);
+    fn apply(&self, b: &B, x: &B::Tensor, eps: f32, out: &mut B::Tensor) -> Result<(), ModelError> {
+        Ok(b.layer_norm(x, &self.weight, &self.bias, eps, out)?)
     }
 }
 
 /// The weights of one encoder layer. Biases are optional, as llama.cpp loads them.
-pub struct BertLayer {
-    pub wq: Matrix,
-    pub bq: Option<Vec<f32>>,
-    pub wk: Matrix,
-    pub bk: Option<Vec<f32>>,
-    pub wv: Matrix,
-    pub bv: Option<Vec<f32>>,
-    pub wo: Matrix,
-    pub bo: Option<Vec<f32>>,
-    pub attn_out_norm: LayerNorm,
-    pub ffn_up: Matrix,
-    pub ffn_up_b: Option<Vec<f32>>,
-    pub ffn_down: Matrix,
-    pub ffn_down_b: Option<Vec<f32>>,
-    pub layer_out_norm: LayerNorm,
+pub struct BertLayer<B: Backend> {
+    pub wq: B::Matrix,
+    pub bq: Option<B::Vector>,
+    pub wk: B::Matrix,
+    pub bk: Option<B::Vector>,
+    pub wv: B::Matrix,
+    pub bv: Option<B::Vector>,
+    pub wo: B::Matrix,
+    pub bo: Option<B::Vector>,
+    pub attn_out_norm: LayerNorm<B>,
+    pub ffn_up: B::Matrix,
+    pub ffn_up_b: Option<B::Vector>,
+    pub ffn_down: B::Matrix,
+    pub ffn_down_b: Option<B::Vector>,
+    pub layer_out_norm: LayerNorm<B>,
 }
 
 /// The weights of a BERT encoder.
-pub struct BertWeights {
-    pub token_embd: Matrix,
-    /// Row 0 of `token_types.weight`: every token is in "sentence A", as in llama.cpp.
+pub struct BertWeights<B: Backend> {
+    pub token_embd: B::Matrix,
+    /// Row 0 of `token_types.weight` on the host: every token is in "sentence A", as in
+    /// llama.cpp.
     pub token_type0: Option<Vec<f32>>,
     /// One row per position up to the trained context length.
-    pub position_embd: Matrix,
-    pub embd_norm: LayerNorm,
-    pub layers: Vec<BertLayer>,
+    pub position_embd: B::Matrix,
+    pub embd_norm: LayerNorm<B>,
+    pub layers: Vec<BertLayer<B>>,
 }
 
-impl BertWeights {
-    pub fn load(file: &GgufFile, c: &ModelConfig) -> Result<BertWeights, ModelError> {
-        let l = Loader { file };
+impl<B: Backend> BertWeights<B> {
+    pub(crate) fn load(file: &Arc<GgufFile>, backend: &B, c: &ModelConfig) -> Result<BertWeights<B>, ModelError> {
+        let l = Loader { file, backend };
         let e = c.n_embd;
         let (q_out, kd, vd) = (c.n_head * c.head_dim_k, c.k_dim(), c.v_dim());
         let token_embd = l.matrix("token_embd.weight", c.n_vocab, e)?;
-        let token_type0 = match l.matrix_any_rows_opt("token_types.weight", e)? {
-            Some(m) => {
-                let mut row = vec![0.0f32; e];
-                get_rows(&m.view(file), &[0], &mut row)?;
-                Some(row)
-            }
-            None => None,
-        };
+        let token_type0 = l.first_row_opt("token_types.weight", e)?;
         let position_embd = l.matrix("position_embd.weight", c.n_ctx_train, e)?;
         let embd_norm = LayerNorm::load(&l, "token_embd_norm", e)?;
         let mut layers = Vec::with_capacity(c.n_layer);
@@ -103,24 +94,6 @@ impl BertWeights {
             });
         }
         Ok(BertWeights { token_embd, token_type0, position_embd, embd_norm, layers })
-    }
-}
-
-/// The keys and values of one sequence of the batch, by position within the sequence.
-struct SeqRows<'a> {
-    k: &'a [f32],
-    v: &'a [f32],
-    k_dim: usize,
-    v_dim: usize,
-}
-
-impl KvRows for SeqRows<'_> {
-    fn key(&self, pos: usize) -> KvRow<'_> {
-        KvRow::F32(&self.k[pos * self.k_dim..(pos + 1) * self.k_dim])
-    }
-
-    fn value(&self, pos: usize) -> KvRow<'_> {
-        KvRow::F32(&self.v[pos * self.v_dim..(pos + 1) * self.v_dim])
     }
 }
 
@@ -154,55 +127,42 @@ fn check(c: &ModelConfig, seqs: &[&[TokenId]]) -> Result<Vec<usize>, ModelError>
 
 /// The final hidden state of every token of `seqs`: the sequences' rows one after the other,
 /// `n_embd` values each.
-pub(crate) fn forward(file: &GgufFile, c: &ModelConfig, w: &BertWeights, seqs: &[&[TokenId]]) -> Result<Vec<f32>, ModelError> {
+pub(crate) fn forward<B: Backend>(b: &B, c: &ModelConfig, w: &BertWeights<B>, seqs: &[&[TokenId]]) -> Result<Vec<f32>, ModelError> {
     let starts = check(c, seqs)?;
-    let e = c.n_embd;
-    let tokens: Vec<u32> = seqs.iter().flat_map(|s| s.iter().copied()).collect();
-    let positions: Vec<u32> = seqs.iter().flat_map(|s| 0..s.len() as u32).collect();
+    let (e, eps) = (c.n_embd, c.norm_eps);
+    let tokens: Vec<RowInput> = seqs.iter().flat_map(|s| s.iter().map(|&t| RowInput::Token(t))).collect();
+    let positions: Vec<RowInput> = seqs.iter().flat_map(|s| (0..s.len() as u32).map(RowInput::Token)).collect();
     let n = tokens.len();
-    // the sequence each row belongs to: (its start row, its length)
-    let row_seq: Vec<(usize, usize)> = seqs.iter().zip(&starts).flat_map(|(s, &st)| std::iter::repeat_n((st, s.len()), s.len())).collect();
+    // each row attends to the whole of its own sequence: the batch rows from its start
+    let rows: Vec<AttentionRow> = seqs
+        .iter()
+        .zip(&starts)
+        .flat_map(|(s, &start)| std::iter::repeat_n(AttentionRow { kv: start, positions: 0..s.len() }, s.len()))
+        .collect();
 
     // token + token type 0, then + position, in llama.cpp's order of additions
-    let mut x = vec![0.0f32; n * e];
-    get_rows(&w.token_embd.view(file), &tokens, &mut x)?;
+    let mut x = b.get_rows(&w.token_embd, &tokens)?; // n x e
     if let Some(t0) = &w.token_type0 {
-        x.chunks_exact_mut(e).for_each(|row| row.iter_mut().zip(t0).for_each(|(a, &b)| *a += b));
+        let t0s: Vec<f32> = t0.iter().copied().cycle().take(n * e).collect();
+        b.add_scaled(&mut x, &b.from_host(n, e, &t0s)?, 1.0)?;
     }
-    let mut pe = vec![0.0f32; n * e];
-    get_rows(&w.position_embd.view(file), &positions, &mut pe)?;
-    pe.iter_mut().zip(&x).for_each(|(p, &v)| *p += v);
-    w.embd_norm.apply(&pe, c.norm_eps, &mut x);
+    let mut pe = b.get_rows(&w.position_embd, &positions)?; // n x e
+    b.add_scaled(&mut pe, &x, 1.0)?;
+    w.embd_norm.apply(b, &pe, eps, &mut x)?;
 
     let shape = c.attention_shape();
     // An encoder's feed-forward block has no gate: the activation applies to `up` itself.
-    let act: fn(f32) -> f32 = match c.facts.activation {
-        Activation::GeluErf => gelu_erf,
-        Activation::GeluGated => gelu,
-        Activation::SiluGated => silu,
-    };
-    let (qd, kd, vd, hv) = (c.n_head * c.head_dim_k, c.k_dim(), c.v_dim(), c.head_dim_v);
-    let mut ffn_in = vec![0.0f32; n * e];
+    let act = c.facts.activation;
+    let mut ffn_in = b.zeros(n, e)?;
     for layer in &w.layers {
-        let [q, k, v] =
-            project_each(file, [&layer.wq, &layer.wk, &layer.wv], &x, n, [layer.bq.as_deref(), layer.bk.as_deref(), layer.bv.as_deref()])?;
-        let mut attn = vec![0.0f32; n * c.n_head * hv];
-        let group = c.n_head / c.n_head_kv;
-        attn.par_chunks_mut(group * hv).enumerate().for_each(|(idx, out)| {
-            let (i, g) = (idx / c.n_head_kv, idx % c.n_head_kv);
-            let (start, len) = row_seq[i];
-            let rows = SeqRows { k: &k[start * kd..(start + len) * kd], v: &v[start * vd..(start + len) * vd], k_dim: kd, v_dim: vd };
-            with_scratch(|scratch| attend_group(&q[i * qd..(i + 1) * qd], g, &shape, 0..len, &rows, out, scratch));
-        });
-        let mut o = project(file, &layer.wo, &attn, n, layer.bo.as_deref())?;
-        o.iter_mut().zip(&x).for_each(|(a, &b)| *a += b);
-        layer.attn_out_norm.apply(&o, c.norm_eps, &mut ffn_in);
+        let [q, k, v] = project_each(b, [&layer.wq, &layer.wk, &layer.wv], [layer.bq.as_ref(), layer.bk.as_ref(), layer.bv.as_ref()], &x)?;
+        let mut o = attention_out(b, &q, KvSource::Batch { k: &k, v: &v }, &rows, &shape, &layer.wo, layer.bo.as_ref())?;
+        b.add_scaled(&mut o, &x, 1.0)?;
+        layer.attn_out_norm.apply(b, &o, eps, &mut ffn_in)?;
 
-        let mut u = project(file, &layer.ffn_up, &ffn_in, n, layer.ffn_up_b.as_deref())?;
-        u.par_iter_mut().for_each(|a| *a = act(*a));
-        let mut d = project(file, &layer.ffn_down, &u, n, layer.ffn_down_b.as_deref())?;
-        d.iter_mut().zip(&ffn_in).for_each(|(a, &b)| *a += b);
-        layer.layer_out_norm.apply(&d, c.norm_eps, &mut x);
+        let mut d = plain_ffn(b, act, (&layer.ffn_up, layer.ffn_up_b.as_ref()), (&layer.ffn_down, layer.ffn_down_b.as_ref()), &ffn_in)?;
+        b.add_scaled(&mut d, &ffn_in, 1.0)?;
+        layer.layer_out_norm.apply(b, &d, eps, &mut x)?;
     }
-    Ok(x)
+    Ok(b.to_host(x)?)
 }

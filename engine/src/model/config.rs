@@ -3,8 +3,7 @@
 
 use super::arch::{ArchFacts, EmbeddingScale};
 use super::error::ModelError;
-use crate::backend::cpu::attention::AttentionShape;
-use crate::backend::cpu::rope::RopeKind;
+use crate::backend::types::{AttentionShape, Rope, RopeKind};
 use crate::gguf::{GgufFile, Value};
 
 #[derive(Clone, Debug)]
@@ -157,7 +156,7 @@ impl ModelConfig {
         };
         let mut attention_scale = 1.0 / (head_dim_k as f32).sqrt();
         let (mut residual_scale, mut logit_scale) = (1.0, 1.0);
-        if facts.granite_scalars {
+        if facts.scales_from_keys {
             residual_scale = m.f32_opt("residual_scale")?.filter(|s| *s != 0.0).unwrap_or(1.0);
             if let Some(s) = m.f32_opt("attention.scale")?.filter(|s| *s != 0.0) {
                 attention_scale = s;
@@ -225,6 +224,23 @@ impl ModelConfig {
             head_dim_k: self.head_dim_k,
             head_dim_v: self.head_dim_v,
             scale: self.attention_scale,
+        }
+    }
+
+    /// The rotation of layer `layer`'s queries and keys (`None`: no rotary embeddings). A
+    /// sliding-window layer has its own base and no frequency scaling.
+    pub fn layer_rope(&self, layer: usize) -> Option<Rope> {
+        let r = self.rope.as_ref()?;
+        let (freq_base, freq_scale) = if self.swa_layers[layer] { (r.freq_base_swa, 1.0) } else { (r.freq_base, r.freq_scale) };
+        Some(Rope { kind: r.kind, head_dim: self.head_dim_k, n_dims: r.n_dims, freq_base, freq_scale })
+    }
+
+    /// The attention window of layer `layer` (`None`: every earlier position).
+    pub fn layer_window(&self, layer: usize) -> Option<usize> {
+        if self.swa_layers[layer] {
+            self.sliding_window
+        } else {
+            None
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Why a model could not be loaded or run.
 
 use crate::backend::cpu::MatmulError;
+use crate::backend::BackendError;
 use crate::gguf::GgufError;
-use crate::kv_cache::KvError;
+use crate::kv_cache::{KvError, KvWriteError};
 use crate::quant::{GgmlType, QuantError};
 use crate::tokenizer::TokenizerError;
 
@@ -33,5 +34,16 @@ pub enum ModelError {
     #[error(transparent)]
     Matmul(#[from] MatmulError),
     #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
     Quant(#[from] QuantError),
+}
+
+impl From<KvWriteError> for ModelError {
+    fn from(e: KvWriteError) -> Self {
+        match e {
+            KvWriteError::Kv(e) => ModelError::Kv(e),
+            KvWriteError::Backend(e) => ModelError::Backend(e),
+        }
+    }
 }

@@ -1,11 +1,13 @@
-//! Models: a GGUF file's architecture, hyperparameters and weights, and its forward pass over a
-//! batch of (sequence, token, position) entries. `arch.rs` is the one table of per-architecture
-//! facts, `config.rs` reads the hyperparameters, `weights.rs` loads shape-checked weights,
-//! `decoder.rs` is the forward pass of the decoder-only architectures, `bert.rs` the weights and
-//! forward pass of the BERT encoders.
+//! Models: a GGUF file's architecture, hyperparameters and weights on a device, and its forward
+//! pass over a batch of (sequence, input, position) entries. `arch.rs` is the one table of
+//! per-architecture facts, `config.rs` reads the hyperparameters, `weights.rs` loads
+//! shape-checked weights onto a backend, `blocks.rs` holds the blocks the model kinds share, and
+//! each model kind is its own file over the `Backend` trait: `decoder.rs` (the decoder-only
+//! architectures), `bert.rs` (the BERT encoders).
 
 pub mod arch;
 pub mod bert;
+mod blocks;
 pub mod config;
 mod decoder;
 pub mod error;
@@ -17,6 +19,8 @@ use std::sync::Arc;
 pub use config::ModelConfig;
 pub use error::ModelError;
 
+use crate::backend::cpu::CpuBackend;
+use crate::backend::{Backend, BackendError, Device, RowInput};
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCache, KvType, SeqId};
 use crate::tokenizer::{TokenId, Tokenizer};
@@ -43,6 +47,22 @@ impl BatchEntry {
             .enumerate()
             .map(|(i, &token)| BatchEntry { seq, token, pos: start + i as u32, logits: all_logits || i + 1 == n })
             .collect()
+    }
+}
+
+/// One row of a batch whose input is a token or an embedding row (what a vision projector or an
+/// audio encoder feeds the model in place of token embeddings, as `llama_batch.embd`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InputEntry<'a> {
+    pub seq: SeqId,
+    pub input: RowInput<'a>,
+    pub pos: u32,
+    pub logits: bool,
+}
+
+impl From<BatchEntry> for InputEntry<'_> {
+    fn from(e: BatchEntry) -> Self {
+        InputEntry { seq: e.seq, input: RowInput::Token(e.token), pos: e.pos, logits: e.logits }
     }
 }
 
@@ -78,32 +98,91 @@ impl Logits {
     }
 }
 
-enum Weights {
-    Decoder(DecoderWeights),
-    Encoder(BertWeights),
+enum Weights<B: Backend> {
+    Decoder(DecoderWeights<B>),
+    Encoder(BertWeights<B>),
 }
 
-/// A loaded model: the mapped file, its configuration, weights and tokenizer.
+/// A model's weights on one backend: the forward passes are generic over the backend, this is
+/// where a device is chosen.
+struct OnDevice<B: Backend> {
+    backend: B,
+    weights: Weights<B>,
+}
+
+impl<B: Backend> OnDevice<B> {
+    fn load(backend: B, file: &Arc<GgufFile>, config: &ModelConfig) -> Result<OnDevice<B>, ModelError> {
+        let weights = if config.facts.encoder {
+            Weights::Encoder(BertWeights::load(file, &backend, config)?)
+        } else {
+            Weights::Decoder(DecoderWeights::load(file, &backend, config)?)
+        };
+        Ok(OnDevice { backend, weights })
+    }
+
+    fn new_kv_cache(&self, c: &ModelConfig, ty: KvType, n_ctx: usize) -> KvCache {
+        let storage = self.backend.new_kv_store(ty, c.n_layer, c.k_dim(), c.v_dim());
+        KvCache::with_storage(ty, n_ctx, self.backend.device(), Box::new(storage))
+    }
+
+    fn forward(&self, c: &ModelConfig, kv: &mut KvCache, batch: &[InputEntry<'_>]) -> Result<Logits, ModelError> {
+        match &self.weights {
+            Weights::Decoder(w) => decoder::forward(&self.backend, c, w, kv, batch),
+            Weights::Encoder(_) => Err(ModelError::BadBatch(format!("{} is an encoder: use Model::encode or embed::embed", c.arch))),
+        }
+    }
+
+    fn encode(&self, c: &ModelConfig, seqs: &[&[TokenId]]) -> Result<Vec<f32>, ModelError> {
+        match &self.weights {
+            Weights::Encoder(w) => bert::forward(&self.backend, c, w, seqs),
+            Weights::Decoder(_) => Err(ModelError::BadBatch(format!("{} is a decoder: use Model::forward", c.arch))),
+        }
+    }
+}
+
+/// The backends this build has, one variant each.
+enum Loaded {
+    Cpu(OnDevice<CpuBackend>),
+}
+
+/// A loaded model: the mapped file, its configuration, tokenizer, and weights on a device.
 pub struct Model {
     file: Arc<GgufFile>,
     config: ModelConfig,
-    weights: Weights,
+    loaded: Loaded,
     tokenizer: Tokenizer,
 }
 
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Model").field("arch", &self.config.arch).field("n_layer", &self.config.n_layer).finish()
+        f.debug_struct("Model")
+            .field("arch", &self.config.arch)
+            .field("n_layer", &self.config.n_layer)
+            .field("device", &self.device())
+            .finish()
     }
 }
 
 impl Model {
-    /// Opens and loads the GGUF file at `path`.
+    /// Opens and loads the GGUF file at `path` on the CPU.
     pub fn load(path: impl AsRef<Path>) -> Result<Model, ModelError> {
-        Model::from_file(Arc::new(GgufFile::open(path)?))
+        Model::load_on(path, Device::Cpu)
+    }
+
+    /// Opens the GGUF file at `path` and loads its weights onto `device`.
+    pub fn load_on(path: impl AsRef<Path>, device: Device) -> Result<Model, ModelError> {
+        // refuse a device this build lacks before reading anything
+        if !device.is_built() {
+            return Err(BackendError::NotBuilt(device).into());
+        }
+        Model::from_file_on(Arc::new(GgufFile::open(path)?), device)
     }
 
     pub fn from_file(file: Arc<GgufFile>) -> Result<Model, ModelError> {
+        Model::from_file_on(file, Device::Cpu)
+    }
+
+    pub fn from_file_on(file: Arc<GgufFile>, device: Device) -> Result<Model, ModelError> {
         let arch = file.architecture().ok_or(ModelError::NoArchitecture)?.to_string();
         let facts = arch::facts(&arch).ok_or_else(|| ModelError::UnsupportedArchitecture(arch.clone()))?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
@@ -111,12 +190,11 @@ impl Model {
         if config.n_vocab == 0 {
             config.n_vocab = tokenizer.n_vocab();
         }
-        let weights = if facts.encoder {
-            Weights::Encoder(BertWeights::load(&file, &config)?)
-        } else {
-            Weights::Decoder(DecoderWeights::load(&file, &config)?)
+        let loaded = match device {
+            Device::Cpu => Loaded::Cpu(OnDevice::load(CpuBackend::new(), &file, &config)?),
+            Device::Cuda(_) => return Err(BackendError::NotBuilt(device).into()),
         };
-        Ok(Model { file, config, weights, tokenizer })
+        Ok(Model { file, config, loaded, tokenizer })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -131,36 +209,62 @@ impl Model {
         &self.file
     }
 
-    /// Whether this is an encoder (BERT): run it with [`Model::encode`], not [`Model::forward`].
-    pub fn is_encoder(&self) -> bool {
-        matches!(self.weights, Weights::Encoder(_))
+    /// The device the weights live on.
+    pub fn device(&self) -> Device {
+        match &self.loaded {
+            Loaded::Cpu(m) => m.backend.device(),
+        }
     }
 
-    /// An empty KV cache for this model holding up to `n_ctx` positions per sequence.
+    /// Whether this is an encoder (BERT): run it with [`Model::encode`], not [`Model::forward`].
+    pub fn is_encoder(&self) -> bool {
+        self.config.facts.encoder
+    }
+
+    /// An empty KV cache for this model, on its device, holding up to `n_ctx` positions per
+    /// sequence.
     pub fn new_kv_cache(&self, ty: KvType, n_ctx: usize) -> KvCache {
-        KvCache::new(ty, self.config.n_layer, self.config.k_dim(), self.config.v_dim(), n_ctx)
+        match &self.loaded {
+            Loaded::Cpu(m) => m.new_kv_cache(&self.config, ty, n_ctx),
+        }
     }
 
     /// Runs a batch: its keys and values are added to `kv`, and logits come back for the
     /// entries that asked for them.
     pub fn forward(&self, kv: &mut KvCache, batch: &[BatchEntry]) -> Result<Logits, ModelError> {
-        match &self.weights {
-            Weights::Decoder(w) => decoder::forward(&self.file, &self.config, w, kv, batch),
-            Weights::Encoder(_) => {
-                Err(ModelError::BadBatch(format!("{} is an encoder: use Model::encode or embed::embed", self.config.arch)))
-            }
+        let entries: Vec<InputEntry> = batch.iter().map(|&e| e.into()).collect();
+        self.forward_inputs(kv, &entries)
+    }
+
+    /// [`Model::forward`] for entries whose input may be an embedding row of `n_embd` values
+    /// instead of a token (it goes through the same scaling as a token's embedding).
+    pub fn forward_inputs(&self, kv: &mut KvCache, batch: &[InputEntry<'_>]) -> Result<Logits, ModelError> {
+        match &self.loaded {
+            Loaded::Cpu(m) => m.forward(&self.config, kv, batch),
         }
     }
 
     /// Encoders: the final hidden state of every token of `seqs` (each sequence attends to
     /// itself only), the sequences' rows one after the other, `n_embd` values each.
     pub fn encode<S: AsRef<[TokenId]>>(&self, seqs: &[S]) -> Result<Vec<f32>, ModelError> {
-        match &self.weights {
-            Weights::Encoder(w) => {
-                let seqs: Vec<&[TokenId]> = seqs.iter().map(|s| s.as_ref()).collect();
-                bert::forward(&self.file, &self.config, w, &seqs)
-            }
-            Weights::Decoder(_) => Err(ModelError::BadBatch(format!("{} is a decoder: use Model::forward", self.config.arch))),
+        let seqs: Vec<&[TokenId]> = seqs.iter().map(|s| s.as_ref()).collect();
+        match &self.loaded {
+            Loaded::Cpu(m) => m.encode(&self.config, &seqs),
         }
+    }
+
+    /// Row `token` of the token-embedding table as f32 (before any embedding scale): the row
+    /// an [`InputEntry`] may carry in its place.
+    pub fn token_embedding(&self, token: TokenId) -> Result<Vec<f32>, ModelError> {
+        let info = self.file.tensor("token_embd.weight").ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
+        let n = self.config.n_embd;
+        if token as usize >= self.config.n_vocab {
+            return Err(ModelError::BadBatch(format!("token {token} is outside the vocabulary of {}", self.config.n_vocab)));
+        }
+        let row_bytes = info.ty.row_bytes(n).ok_or(ModelError::TensorType { name: info.name.clone(), ty: info.ty })?;
+        let bytes = &self.file.tensor_data(info)[token as usize * row_bytes..(token as usize + 1) * row_bytes];
+        let mut out = vec![0.0f32; n];
+        (crate::quant::ops(info.ty)?.dequantize)(bytes, &mut out);
+        Ok(out)
     }
 }

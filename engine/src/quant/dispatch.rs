@@ -199,12 +199,20 @@ pub fn ops_for(ty: GgmlType, isa: Isa) -> Result<TypeOps, QuantError> {
 
 /// The kernels of `ty` on the active tier ([`Isa::active`]), built once per type.
 pub fn ops(ty: GgmlType) -> Result<&'static TypeOps, QuantError> {
-    static TABLE: OnceLock<Vec<Option<TypeOps>>> = OnceLock::new();
-    let table = TABLE.get_or_init(|| {
-        let isa = Isa::active();
-        (0..64u32).map(|id| GgmlType::from_id(id).and_then(|t| ops_for(t, isa).ok())).collect()
-    });
-    table.get(ty.id() as usize).and_then(Option::as_ref).ok_or(QuantError::Unsupported(ty))
+    ops_on(ty, Isa::active())
+}
+
+/// The kernels of `ty` on tier `isa`, built once per tier and type (a tier the CPU lacks has
+/// none: every type is then an error).
+pub fn ops_on(ty: GgmlType, isa: Isa) -> Result<&'static TypeOps, QuantError> {
+    static TABLES: [OnceLock<Vec<Option<TypeOps>>>; Isa::ALL.len()] = [const { OnceLock::new() }; Isa::ALL.len()];
+    let table =
+        TABLES[isa as usize].get_or_init(|| (0..64u32).map(|id| GgmlType::from_id(id).and_then(|t| ops_for(t, isa).ok())).collect());
+    match table.get(ty.id() as usize).and_then(Option::as_ref) {
+        Some(ops) => Ok(ops),
+        None if !isa.is_available() => Err(QuantError::IsaUnavailable(isa)),
+        None => Err(QuantError::Unsupported(ty)),
+    }
 }
 
 #[cfg(test)]

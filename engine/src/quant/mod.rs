@@ -40,7 +40,7 @@ pub mod types;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
-pub use dispatch::{ops, ops_for, Isa, TypeOps};
+pub use dispatch::{ops, ops_for, ops_on, Isa, TypeOps};
 pub use types::{GgmlType, QK_K};
 
 /// A request the quant layer cannot serve.

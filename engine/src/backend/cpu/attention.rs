@@ -6,6 +6,7 @@ use half::f16;
 
 use super::activation::ggml_expf;
 use super::transpose::transpose;
+use crate::backend::types::AttentionShape;
 
 /// One cached key or value row.
 #[derive(Clone, Copy)]
@@ -44,16 +45,6 @@ fn widen_f16(h: u16) -> f32 {
 pub trait KvRows: Sync {
     fn key(&self, pos: usize) -> KvRow<'_>;
     fn value(&self, pos: usize) -> KvRow<'_>;
-}
-
-/// The shape of an attention call.
-#[derive(Clone, Copy, Debug)]
-pub struct AttentionShape {
-    pub n_head: usize,
-    pub n_head_kv: usize,
-    pub head_dim_k: usize,
-    pub head_dim_v: usize,
-    pub scale: f32,
 }
 
 /// Keys and values are visited in tiles of this many positions, aligned to multiples of it.

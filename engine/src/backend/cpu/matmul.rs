@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use crate::quant::{self, GgmlType, QuantError};
+use crate::quant::{self, GgmlType, Isa, QuantError};
 
 thread_local! {
     /// A several-row kernel's results for one segment (activation row after activation row),
@@ -129,6 +129,11 @@ pub fn matmul(w: &WeightMatrix, x: &[f32], batch: usize, y: &mut [f32]) -> Resul
 /// once per dot type and the output rows of every matrix share one parallel pass, instead of a
 /// conversion and a fork-join per matrix; each output has the bits `matmul` gives it.
 pub fn matmul_each(ws: &[WeightMatrix], x: &[f32], batch: usize, ys: &mut [&mut [f32]]) -> Result<(), MatmulError> {
+    matmul_each_on(Isa::active(), ws, x, batch, ys)
+}
+
+/// [`matmul_each`] with the kernels of tier `isa`.
+pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys: &mut [&mut [f32]]) -> Result<(), MatmulError> {
     assert_eq!(ws.len(), ys.len(), "one output per matrix");
     for (w, y) in ws.iter().zip(ys.iter()) {
         let expected = batch * w.cols;
@@ -142,7 +147,7 @@ pub fn matmul_each(ws: &[WeightMatrix], x: &[f32], batch: usize, ys: &mut [&mut 
     if batch == 0 {
         return Ok(());
     }
-    let ops = ws.iter().map(|w| quant::ops(w.ty)).collect::<Result<Vec<_>, _>>()?;
+    let ops = ws.iter().map(|w| quant::ops_on(w.ty, isa)).collect::<Result<Vec<_>, _>>()?;
 
     // Float weights read the f32 activations in place; quantized weights get them converted
     // once here, rather than once per output row.
@@ -153,7 +158,7 @@ pub fn matmul_each(ws: &[WeightMatrix], x: &[f32], batch: usize, ys: &mut [&mut 
             continue;
         }
         let act_row_bytes = act_ty.row_bytes(w.cols).ok_or(QuantError::PartialBlock { ty: act_ty, n: w.cols })?;
-        let quantize = quant::ops(act_ty)?.quantize_activations;
+        let quantize = quant::ops_on(act_ty, isa)?.quantize_activations;
         let mut buf = vec![0u8; batch * act_row_bytes];
         buf.par_chunks_mut(act_row_bytes).zip(x.par_chunks(w.cols)).for_each(|(dst, src)| quantize(src, dst));
         converted.push((act_ty, buf));

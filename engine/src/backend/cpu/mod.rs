@@ -1,13 +1,17 @@
 //! CPU operations: one matmul entry point for every weight type (parallel with rayon), row
-//! norms, rotary embeddings, activations and attention.
+//! norms, rotary embeddings, activations and attention, and the CPU implementation of the
+//! `Backend` trait over them (`backend.rs`, with its KV block storage in `kv.rs`).
 
 pub mod activation;
 pub mod attention;
+mod backend;
+pub mod kv;
 pub mod matmul;
 pub mod norm;
 pub mod rope;
 pub mod transpose;
 
+pub use backend::{CpuBackend, CpuMatrix, HostTensor};
 pub use matmul::{get_rows, matmul, matmul_each, MatmulError, WeightMatrix};
 
 /// The element-wise kernels written with `f32::mul_add` (attention, SiLU, rope, the softmax's

@@ -3,11 +3,7 @@
 //! The angle of pair i at position p is p · base^(-2i/d) · freq_scale, built by repeated
 //! multiplication in f32 exactly as ggml builds it.
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopeKind {
-    Norm,
-    Neox,
-}
+use crate::backend::types::RopeKind;
 
 super::fma_variants!(
     /// Rotates the first `n_dims` values of every `head_dim`-value head in `x` (one row of heads)

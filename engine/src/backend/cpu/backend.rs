@@ -1,0 +1,330 @@
+//! The CPU implementation of the [`Backend`] trait: weights are views into the memory map,
+//! activations are host vectors, and the operations run the kernels of this module on the
+//! rayon pool (matmul tasks of equal work, attention one task per row and key/value head, the
+//! gated activations row by row).
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::activation::{gelu, gelu_erf, silu, swiglu_row_with};
+use super::attention::{attend_group_with, with_scratch, KvRow, KvRows};
+use super::kv::CpuKvStore;
+use super::matmul::{matmul_each_on, WeightMatrix};
+use super::norm::{layer_norm, rms_norm, rms_norm_in_place};
+use super::rope::rope_with;
+use crate::backend::{Activation, AttentionRow, AttentionShape, Backend, BackendError, Device, KvSlot, KvSource, KvType, Rope, RowInput};
+use crate::gguf::{GgufFile, TensorInfo};
+use crate::quant::{self, Isa};
+
+/// The CPU backend: the kernels of one SIMD tier, run on rayon's current pool.
+#[derive(Clone, Copy, Debug)]
+pub struct CpuBackend {
+    isa: Isa,
+}
+
+impl CpuBackend {
+    /// The backend of the active tier ([`Isa::active`]: the best the CPU has, or `ENGINE_ISA`).
+    pub fn new() -> CpuBackend {
+        CpuBackend { isa: Isa::active() }
+    }
+
+    /// The backend of tier `isa` (or of the best tier below it the CPU has), so that every tier
+    /// can be checked in one process.
+    pub fn with_isa(isa: Isa) -> CpuBackend {
+        let isa = Isa::available().into_iter().filter(|&t| t <= isa).max().unwrap_or(Isa::Scalar);
+        CpuBackend { isa }
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        CpuBackend::new()
+    }
+}
+
+/// A weight matrix in the memory map of its file (no copy).
+pub struct CpuMatrix {
+    file: Arc<GgufFile>,
+    info: TensorInfo,
+    rows: usize,
+    cols: usize,
+}
+
+impl CpuMatrix {
+    /// The matrix's rows in place.
+    pub fn view(&self) -> WeightMatrix<'_> {
+        WeightMatrix::new(self.info.ty, self.rows, self.cols, self.file.tensor_data(&self.info))
+            .expect("shape and size were checked at upload")
+    }
+}
+
+/// Activations in host memory: `rows` rows of `cols` values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Vec<f32>,
+}
+
+impl HostTensor {
+    pub fn zeros(rows: usize, cols: usize) -> HostTensor {
+        HostTensor { rows, cols, data: vec![0.0; rows * cols] }
+    }
+
+    fn row(&self, r: usize) -> &[f32] {
+        &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+}
+
+fn same_shape(op: &'static str, a: &HostTensor, b: &HostTensor) -> Result<(), BackendError> {
+    if (a.rows, a.cols) != (b.rows, b.cols) {
+        return Err(BackendError::shape(op, format!("{}x{} against {}x{}", a.rows, a.cols, b.rows, b.cols)));
+    }
+    Ok(())
+}
+
+fn whole_groups(op: &'static str, x: &HostTensor, n: usize) -> Result<(), BackendError> {
+    if n == 0 || !x.cols.is_multiple_of(n) {
+        return Err(BackendError::shape(op, format!("rows of {} values are not whole groups of {n}", x.cols)));
+    }
+    Ok(())
+}
+
+/// The keys and values of one sequence of the batch, by position within the sequence.
+struct SeqRows<'a> {
+    k: &'a HostTensor,
+    v: &'a HostTensor,
+    start: usize,
+}
+
+impl KvRows for SeqRows<'_> {
+    fn key(&self, pos: usize) -> KvRow<'_> {
+        KvRow::F32(self.k.row(self.start + pos))
+    }
+
+    fn value(&self, pos: usize) -> KvRow<'_> {
+        KvRow::F32(self.v.row(self.start + pos))
+    }
+}
+
+impl Backend for CpuBackend {
+    type Matrix = CpuMatrix;
+    type Vector = Vec<f32>;
+    type Tensor = HostTensor;
+    type KvStore = CpuKvStore;
+
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn upload_matrix(&self, file: &Arc<GgufFile>, info: &TensorInfo, rows: usize, cols: usize) -> Result<CpuMatrix, BackendError> {
+        WeightMatrix::new(info.ty, rows, cols, file.tensor_data(info))?;
+        Ok(CpuMatrix { file: Arc::clone(file), info: info.clone(), rows, cols })
+    }
+
+    fn upload_vector(&self, values: &[f32]) -> Result<Vec<f32>, BackendError> {
+        Ok(values.to_vec())
+    }
+
+    fn new_kv_store(&self, ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize) -> CpuKvStore {
+        CpuKvStore::new(ty, n_layer, k_dim, v_dim)
+    }
+
+    fn zeros(&self, rows: usize, cols: usize) -> Result<HostTensor, BackendError> {
+        Ok(HostTensor::zeros(rows, cols))
+    }
+
+    fn from_host(&self, rows: usize, cols: usize, values: &[f32]) -> Result<HostTensor, BackendError> {
+        if values.len() != rows * cols {
+            return Err(BackendError::shape("from_host", format!("{} values for {rows}x{cols}", values.len())));
+        }
+        Ok(HostTensor { rows, cols, data: values.to_vec() })
+    }
+
+    fn to_host(&self, x: HostTensor) -> Result<Vec<f32>, BackendError> {
+        Ok(x.data)
+    }
+
+    fn shape(&self, x: &HostTensor) -> (usize, usize) {
+        (x.rows, x.cols)
+    }
+
+    fn get_rows(&self, table: &CpuMatrix, inputs: &[RowInput<'_>]) -> Result<HostTensor, BackendError> {
+        let w = table.view();
+        let dequantize = quant::ops_on(w.ty, self.isa).map_err(super::MatmulError::from)?.dequantize;
+        let mut out = HostTensor::zeros(inputs.len(), w.cols);
+        for (input, dst) in inputs.iter().zip(out.data.chunks_exact_mut(w.cols.max(1))) {
+            match *input {
+                RowInput::Token(id) if (id as usize) < w.rows => dequantize(w.row(id as usize), dst),
+                RowInput::Token(id) => return Err(super::MatmulError::RowId { id, rows: w.rows }.into()),
+                RowInput::Embedding(row) if row.len() == w.cols => dst.copy_from_slice(row),
+                RowInput::Embedding(row) => {
+                    return Err(BackendError::shape("get_rows", format!("an embedding row of {} values, not {}", row.len(), w.cols)))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn matmul_each(&self, ws: &[&CpuMatrix], biases: &[Option<&Vec<f32>>], x: &HostTensor) -> Result<Vec<HostTensor>, BackendError> {
+        assert_eq!(ws.len(), biases.len(), "one bias (or none) per matrix");
+        let views: Vec<WeightMatrix> = ws.iter().map(|m| m.view()).collect();
+        let mut ys: Vec<HostTensor> = views.iter().map(|w| HostTensor::zeros(x.rows, w.rows)).collect();
+        let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.data.as_mut_slice()).collect();
+        matmul_each_on(self.isa, &views, &x.data, x.rows, &mut outs)?;
+        for (y, bias) in ys.iter_mut().zip(biases) {
+            if let Some(b) = bias {
+                if b.len() != y.cols {
+                    return Err(BackendError::shape("matmul_each", format!("a bias of {} for rows of {}", b.len(), y.cols)));
+                }
+                for row in y.data.chunks_exact_mut(y.cols) {
+                    row.iter_mut().zip(b.iter()).for_each(|(v, &c)| *v += c);
+                }
+            }
+        }
+        Ok(ys)
+    }
+
+    fn rms_norm(&self, x: &HostTensor, w: &Vec<f32>, eps: f32, out: &mut HostTensor) -> Result<(), BackendError> {
+        same_shape("rms_norm", x, out)?;
+        if w.len() != x.cols {
+            return Err(BackendError::shape("rms_norm", format!("a scale of {} for rows of {}", w.len(), x.cols)));
+        }
+        rms_norm(&x.data, w, eps, &mut out.data);
+        Ok(())
+    }
+
+    fn rms_norm_in_place(&self, x: &mut HostTensor, w: &Vec<f32>, eps: f32) -> Result<(), BackendError> {
+        whole_groups("rms_norm_in_place", x, w.len())?;
+        rms_norm_in_place(&mut x.data, w, eps);
+        Ok(())
+    }
+
+    fn layer_norm(&self, x: &HostTensor, w: &Vec<f32>, b: &Vec<f32>, eps: f32, out: &mut HostTensor) -> Result<(), BackendError> {
+        same_shape("layer_norm", x, out)?;
+        if w.len() != x.cols || b.len() != x.cols {
+            return Err(BackendError::shape("layer_norm", format!("scale {} and shift {} for rows of {}", w.len(), b.len(), x.cols)));
+        }
+        layer_norm(&x.data, w, b, eps, &mut out.data);
+        Ok(())
+    }
+
+    fn rope(&self, x: &mut HostTensor, r: &Rope, positions: &[u32]) -> Result<(), BackendError> {
+        whole_groups("rope", x, r.head_dim)?;
+        if positions.len() != x.rows || r.n_dims > r.head_dim || !r.n_dims.is_multiple_of(2) {
+            return Err(BackendError::shape(
+                "rope",
+                format!("{} positions, {} rows, {} of {} dims", positions.len(), x.rows, r.n_dims, r.head_dim),
+            ));
+        }
+        let cols = x.cols;
+        for (row, &pos) in x.data.chunks_exact_mut(cols).zip(positions) {
+            rope_with(self.isa, row, r.head_dim, r.n_dims, pos, r.freq_base, r.freq_scale, r.kind);
+        }
+        Ok(())
+    }
+
+    fn kv_write(&self, store: &mut CpuKvStore, layer: usize, slots: &[KvSlot], k: &HostTensor, v: &HostTensor) -> Result<(), BackendError> {
+        if slots.len() != k.rows || slots.len() != v.rows {
+            return Err(BackendError::shape("kv_write", format!("{} slots for {} keys and {} values", slots.len(), k.rows, v.rows)));
+        }
+        for (r, slot) in slots.iter().enumerate() {
+            store.write(slot.block, layer, slot.offset, k.row(r), v.row(r));
+        }
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        q: &HostTensor,
+        kv: KvSource<'_, Self>,
+        rows: &[AttentionRow],
+        shape: &AttentionShape,
+    ) -> Result<HostTensor, BackendError> {
+        let (qd, hv, group) = (shape.q_dim(), shape.head_dim_v, shape.group());
+        if q.cols != qd || rows.len() != q.rows || shape.n_head_kv == 0 || !shape.n_head.is_multiple_of(shape.n_head_kv) {
+            return Err(BackendError::shape("attention", format!("{}x{} queries, {} rows, {shape:?}", q.rows, q.cols, rows.len())));
+        }
+        let mut out = HostTensor::zeros(q.rows, shape.out_dim());
+        // one task per row and key/value head: the query heads sharing it widen its keys once
+        let task = |idx: usize, out: &mut [f32], view: &dyn KvRows| {
+            let (i, g) = (idx / shape.n_head_kv, idx % shape.n_head_kv);
+            let positions = rows[i].positions.clone();
+            with_scratch(|scratch| attend_group_with(self.isa, q.row(i), g, shape, positions, view, out, scratch));
+        };
+        match kv {
+            KvSource::Cache { store, layer, tables } => {
+                out.data.par_chunks_mut(group * hv).enumerate().for_each(|(idx, out)| {
+                    let view = store.layer_view(tables[rows[idx / shape.n_head_kv].kv], layer);
+                    task(idx, out, &view);
+                });
+            }
+            KvSource::Batch { k, v } => {
+                out.data.par_chunks_mut(group * hv).enumerate().for_each(|(idx, out)| {
+                    let view = SeqRows { k, v, start: rows[idx / shape.n_head_kv].kv };
+                    task(idx, out, &view);
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn glu(&self, act: Activation, gate: &mut HostTensor, up: &HostTensor) -> Result<(), BackendError> {
+        same_shape("glu", gate, up)?;
+        let n = gate.cols.max(1);
+        // row by row across the pool: with many rows this is no longer negligible
+        let rows = gate.data.par_chunks_exact_mut(n).zip(up.data.par_chunks_exact(n));
+        match act {
+            Activation::Silu => rows.for_each(|(a, b)| swiglu_row_with(self.isa, a, b)),
+            Activation::Gelu => rows.for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| *a = gelu(*a) * b)),
+            Activation::GeluErf => rows.for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| *a = gelu_erf(*a) * b)),
+        }
+        Ok(())
+    }
+
+    fn activate(&self, act: Activation, x: &mut HostTensor) -> Result<(), BackendError> {
+        let f: fn(f32) -> f32 = match act {
+            Activation::GeluErf => gelu_erf,
+            Activation::Gelu => gelu,
+            Activation::Silu => silu,
+        };
+        x.data.par_iter_mut().for_each(|a| *a = f(*a));
+        Ok(())
+    }
+
+    fn add_scaled(&self, x: &mut HostTensor, y: &HostTensor, scale: f32) -> Result<(), BackendError> {
+        same_shape("add_scaled", x, y)?;
+        if scale == 1.0 {
+            x.data.iter_mut().zip(&y.data).for_each(|(a, &b)| *a += b);
+        } else {
+            x.data.iter_mut().zip(&y.data).for_each(|(a, &b)| *a += b * scale);
+        }
+        Ok(())
+    }
+
+    fn scale(&self, x: &mut HostTensor, s: f32) -> Result<(), BackendError> {
+        x.data.iter_mut().for_each(|v| *v *= s);
+        Ok(())
+    }
+
+    fn softcap(&self, x: &mut HostTensor, cap: f32) -> Result<(), BackendError> {
+        x.data.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
+        Ok(())
+    }
+
+    fn select_rows(&self, x: &HostTensor, rows: &[usize]) -> Result<HostTensor, BackendError> {
+        let mut data = Vec::with_capacity(rows.len() * x.cols);
+        for &r in rows {
+            if r >= x.rows {
+                return Err(BackendError::shape("select_rows", format!("row {r} of {}", x.rows)));
+            }
+            data.extend_from_slice(x.row(r));
+        }
+        Ok(HostTensor { rows: rows.len(), cols: x.cols, data })
+    }
+}

@@ -1,0 +1,22 @@
+//! Why a backend could not do what was asked.
+
+use super::Device;
+use crate::backend::cpu::MatmulError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("device {0}: this build has no CUDA support (build with --features cuda)")]
+    NotBuilt(Device),
+    #[error("{op}: {reason}")]
+    Shape { op: &'static str, reason: String },
+    #[error("the KV cache was made for another device than the model's ({0})")]
+    ForeignKvCache(Device),
+    #[error(transparent)]
+    Matmul(#[from] MatmulError),
+}
+
+impl BackendError {
+    pub(crate) fn shape(op: &'static str, reason: impl Into<String>) -> BackendError {
+        BackendError::Shape { op, reason: reason.into() }
+    }
+}

@@ -1,0 +1,394 @@
+//! The cases of the op harness, one function per op, each returning (case, NMSE) pairs.
+
+use std::sync::Arc;
+
+use half::f16;
+
+use super::reference as naive;
+use super::{nmse, OpCases, Rng};
+use crate::backend::{
+    Activation, AttentionRow, AttentionShape, Backend, BlockId, KvSlot, KvSource, KvStorage, KvType, Rope, RopeKind, RowInput,
+    BLOCK_POSITIONS,
+};
+use crate::gguf::{GgufFile, GgufWriter};
+use crate::quant::{ops_for, GgmlType, Isa};
+
+/// Every weight type the engine computes with.
+const WEIGHT_TYPES: [GgmlType; 13] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+pub fn table<B: Backend>() -> Vec<OpCases<B>> {
+    vec![
+        OpCases { op: "from_host + to_host", bound: 0.0, run: host_round_trip },
+        // dequantization is exact on every tier
+        OpCases { op: "get_rows", bound: 0.0, run: get_rows },
+        // f32 activations against float weights: only the order of f32 sums differs
+        OpCases { op: "matmul_each (float weights)", bound: 1e-11, run: |b, r| matmul(b, r, true) },
+        // activations quantized to Q8_0 / Q8_1 / Q8_K, as llama.cpp's CPU backend does
+        OpCases { op: "matmul_each (quantized weights)", bound: 5e-4, run: |b, r| matmul(b, r, false) },
+        OpCases { op: "rms_norm", bound: 1e-12, run: rms_norm },
+        OpCases { op: "rms_norm_in_place", bound: 1e-12, run: rms_norm_in_place },
+        OpCases { op: "layer_norm", bound: 1e-12, run: layer_norm },
+        // ggml builds the angles by repeated f32 products: their error grows with the position
+        OpCases { op: "rope", bound: 1e-8, run: rope },
+        OpCases { op: "kv_write + attention (f32 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::F32) },
+        // the reference reads the same f16-rounded keys and values
+        OpCases { op: "kv_write + attention (f16 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::F16) },
+        OpCases { op: "attention (batch rows)", bound: 1e-11, run: batch_attention },
+        // GELU goes through ggml's f16 table: its input and output are rounded to f16
+        OpCases { op: "glu", bound: 1e-6, run: glu },
+        OpCases { op: "activate", bound: 1e-6, run: activate },
+        OpCases { op: "add_scaled", bound: 1e-14, run: add_scaled },
+        OpCases { op: "scale", bound: 1e-14, run: scale },
+        OpCases { op: "softcap", bound: 1e-12, run: softcap },
+        OpCases { op: "select_rows", bound: 0.0, run: select_rows },
+    ]
+}
+
+fn widen(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| f64::from(v)).collect()
+}
+
+fn host<B: Backend>(b: &B, rows: usize, cols: usize, values: &[f32]) -> B::Tensor {
+    b.from_host(rows, cols, values).expect("from_host")
+}
+
+fn back<B: Backend>(b: &B, x: B::Tensor) -> Vec<f32> {
+    b.to_host(x).expect("to_host")
+}
+
+fn host_round_trip<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    [(1, 1), (3, 7), (5, 896)]
+        .into_iter()
+        .map(|(rows, cols)| {
+            let x = rng.values(rows * cols, 100.0);
+            let t = host(b, rows, cols, &x);
+            assert_eq!(b.shape(&t), (rows, cols));
+            (format!("{rows}x{cols}"), nmse(&back(b, t), &widen(&x)))
+        })
+        .collect()
+}
+
+/// Weight matrices of one GGUF file, quantized by the reference quantizers, with their
+/// dequantized values.
+struct Weights {
+    file: Arc<GgufFile>,
+    values: Vec<Vec<f32>>,
+}
+
+fn weights(specs: &[(GgmlType, usize, usize)], rng: &mut Rng) -> Weights {
+    let mut w = GgufWriter::new();
+    let mut values = Vec::new();
+    for (i, &(ty, rows, cols)) in specs.iter().enumerate() {
+        let ops = ops_for(ty, Isa::Scalar).expect("a computable type");
+        let x = rng.values(rows * cols, 1.0);
+        let row_bytes = ty.row_bytes(cols).expect("whole blocks");
+        let mut bytes = vec![0u8; rows * row_bytes];
+        let mut deq = vec![0.0f32; rows * cols];
+        for ((src, dst), back) in x.chunks_exact(cols).zip(bytes.chunks_exact_mut(row_bytes)).zip(deq.chunks_exact_mut(cols)) {
+            (ops.quantize)(src, dst);
+            (ops.dequantize)(dst, back);
+        }
+        w.add_tensor(format!("w{i}"), &[cols as u64, rows as u64], ty, bytes).expect("tensor");
+        values.push(deq);
+    }
+    let file = Arc::new(GgufFile::from_bytes(w.to_bytes().expect("gguf")).expect("gguf"));
+    Weights { file, values }
+}
+
+fn upload<B: Backend>(b: &B, w: &Weights, i: usize, rows: usize, cols: usize) -> B::Matrix {
+    let info = w.file.tensor(&format!("w{i}")).expect("tensor");
+    b.upload_matrix(&w.file, info, rows, cols).expect("upload")
+}
+
+fn get_rows<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    let (rows, cols) = (11, 256);
+    let specs: Vec<_> = WEIGHT_TYPES.iter().map(|&ty| (ty, rows, cols)).collect();
+    let w = weights(&specs, rng);
+    let given = rng.values(cols, 3.0);
+    WEIGHT_TYPES
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| {
+            let m = upload(b, &w, i, rows, cols);
+            let inputs = [RowInput::Token(10), RowInput::Token(0), RowInput::Embedding(&given), RowInput::Token(10), RowInput::Token(5)];
+            let got = back(b, b.get_rows(&m, &inputs).expect("get_rows"));
+            let want: Vec<f64> = inputs
+                .iter()
+                .flat_map(|input| match *input {
+                    RowInput::Token(t) => widen(&w.values[i][t as usize * cols..(t as usize + 1) * cols]),
+                    RowInput::Embedding(row) => widen(row),
+                })
+                .collect();
+            (format!("{ty} {rows}x{cols}, 4 tokens + 1 embedding row"), nmse(&got, &want))
+        })
+        .collect()
+}
+
+fn matmul<B: Backend>(b: &B, rng: &mut Rng, float: bool) -> Vec<(String, f64)> {
+    let types: Vec<GgmlType> =
+        WEIGHT_TYPES.iter().copied().filter(|t| matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) == float).collect();
+    let mut out = Vec::new();
+    // (rows, cols): odd row counts cross the task and kernel boundaries; at least 8 outputs per
+    // activation row, since the NMSE of a lone dot product that happens to be near zero says little
+    for (rows, cols) in [(37, 256), (8, 512), (16, 768)] {
+        let specs: Vec<_> = types.iter().map(|&ty| (ty, rows, cols)).collect();
+        let w = weights(&specs, rng);
+        for batch in [1, 3, 8, 11] {
+            let x = rng.values(batch * cols, 2.0);
+            let xt = host(b, batch, cols, &x);
+            for (i, ty) in types.iter().enumerate() {
+                let m = upload(b, &w, i, rows, cols);
+                let got = back(b, b.matmul_each(&[&m], &[None], &xt).expect("matmul").pop().expect("one output"));
+                out.push((format!("{ty} {rows}x{cols}, batch {batch}"), nmse(&got, &naive::matmul(&w.values[i], rows, cols, None, &x))));
+            }
+        }
+    }
+    // several matrices of different types and sizes sharing one input, with and without biases
+    let (cols, batch) = (256, 5);
+    let shapes = [(types[0], 64, cols), (types[types.len() - 1], 16, cols), (types[types.len() / 2], 24, cols)];
+    let w = weights(&shapes, rng);
+    let ms: Vec<B::Matrix> = shapes.iter().enumerate().map(|(i, &(_, rows, cols))| upload(b, &w, i, rows, cols)).collect();
+    let bias_values: Vec<Vec<f32>> = shapes.iter().map(|&(_, rows, _)| rng.values(rows, 1.0)).collect();
+    let biases: Vec<B::Vector> = bias_values.iter().map(|v| b.upload_vector(v).expect("vector")).collect();
+    let x = rng.values(batch * cols, 2.0);
+    let ys = b
+        .matmul_each(&[&ms[0], &ms[1], &ms[2]], &[Some(&biases[0]), None, Some(&biases[2])], &host(b, batch, cols, &x))
+        .expect("matmul_each");
+    for (i, y) in ys.into_iter().enumerate() {
+        let bias = (i != 1).then(|| bias_values[i].as_slice());
+        let want = naive::matmul(&w.values[i], shapes[i].1, cols, bias, &x);
+        out.push((format!("matrix {i} of 3 ({} {}x{cols}), batch {batch}", shapes[i].0, shapes[i].1), nmse(&back(b, y), &want)));
+    }
+    out
+}
+
+fn rms_norm<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    [(1, 7), (3, 896), (4, 1000)]
+        .into_iter()
+        .map(|(rows, cols)| {
+            let (x, w) = (rng.values(rows * cols, 4.0), rng.values(cols, 1.5));
+            let mut out = b.zeros(rows, cols).expect("zeros");
+            b.rms_norm(&host(b, rows, cols, &x), &b.upload_vector(&w).expect("vector"), 1e-6, &mut out).expect("rms_norm");
+            (format!("{rows}x{cols}"), nmse(&back(b, out), &naive::rms_norm(&x, &w, 1e-6)))
+        })
+        .collect()
+}
+
+fn rms_norm_in_place<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    // groups of one head (q/k norms) and of whole rows (post-norms)
+    [(3, 256, 64), (2, 40, 40), (5, 896, 896)]
+        .into_iter()
+        .map(|(rows, cols, group)| {
+            let (x, w) = (rng.values(rows * cols, 4.0), rng.values(group, 1.5));
+            let mut t = host(b, rows, cols, &x);
+            b.rms_norm_in_place(&mut t, &b.upload_vector(&w).expect("vector"), 1e-5).expect("rms_norm_in_place");
+            (format!("{rows}x{cols} in groups of {group}"), nmse(&back(b, t), &naive::rms_norm(&x, &w, 1e-5)))
+        })
+        .collect()
+}
+
+fn layer_norm<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    [(1, 5), (3, 384), (2, 1000)]
+        .into_iter()
+        .map(|(rows, cols)| {
+            let x: Vec<f32> = rng.values(rows * cols, 4.0).into_iter().map(|v| v + 3.0).collect();
+            let (w, bias) = (rng.values(cols, 1.5), rng.values(cols, 0.5));
+            let mut out = b.zeros(rows, cols).expect("zeros");
+            let (wv, bv) = (b.upload_vector(&w).expect("vector"), b.upload_vector(&bias).expect("vector"));
+            b.layer_norm(&host(b, rows, cols, &x), &wv, &bv, 1e-12, &mut out).expect("layer_norm");
+            (format!("{rows}x{cols}"), nmse(&back(b, out), &naive::layer_norm(&x, &w, &bias, 1e-12)))
+        })
+        .collect()
+}
+
+fn rope<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for kind in [RopeKind::Norm, RopeKind::Neox] {
+        // (heads, head size, rotated dims, base, scale)
+        for (heads, head_dim, n_dims, base, scale) in [(4, 64, 64, 10000.0, 1.0), (2, 128, 64, 1e6, 0.25), (3, 40, 40, 10000.0, 1.0)] {
+            let r = Rope { kind, head_dim, n_dims, freq_base: base, freq_scale: scale };
+            let positions = [0u32, 1, 37, 511, 3000];
+            let cols = heads * head_dim;
+            let x = rng.values(positions.len() * cols, 2.0);
+            let mut t = host(b, positions.len(), cols, &x);
+            b.rope(&mut t, &r, &positions).expect("rope");
+            let case = format!("{kind:?} {heads}x{head_dim} ({n_dims} rotated), base {base}, scale {scale}, positions 0..3000");
+            out.push((case, nmse(&back(b, t), &naive::rope(&x, cols, &r, &positions))));
+        }
+    }
+    out
+}
+
+/// Keys and values as the cache stores them (rounded to f16 for an f16 cache).
+fn stored(ty: KvType, x: Vec<f32>) -> Vec<f32> {
+    match ty {
+        KvType::F32 => x,
+        KvType::F16 => x.into_iter().map(|v| f16::from_f32(v).to_f32()).collect(),
+    }
+}
+
+fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, ty: KvType) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for (n_head, n_head_kv, dk, dv) in [(4, 2, 64, 64), (6, 6, 40, 24), (8, 1, 80, 80), (2, 1, 64, 72)] {
+        let shape = AttentionShape { n_head, n_head_kv, head_dim_k: dk, head_dim_v: dv, scale: 1.0 / (dk as f32).sqrt() };
+        let (kd, vd, n_layer) = (n_head_kv * dk, n_head_kv * dv, 2);
+        let mut store = b.new_kv_store(ty, n_layer, kd, vd);
+        // two sequences; block ids out of order and not contiguous
+        let tables: [Vec<BlockId>; 2] = [vec![4, 0, 2], vec![5, 1]];
+        let lens = [70usize, 40];
+        for &id in tables.iter().flatten() {
+            store.alloc_block(id).expect("alloc");
+        }
+        let mut keys = Vec::new();
+        let mut values = Vec::new();
+        for (table, &len) in tables.iter().zip(&lens) {
+            let slots: Vec<KvSlot> = (0..len).map(|p| KvSlot { block: table[p / BLOCK_POSITIONS], offset: p % BLOCK_POSITIONS }).collect();
+            let mut layer_rows = Vec::new();
+            for layer in 0..n_layer {
+                let (k, v) = (rng.values(len * kd, 2.0), rng.values(len * vd, 2.0));
+                b.kv_write(&mut store, layer, &slots, &host(b, len, kd, &k), &host(b, len, vd, &v)).expect("kv_write");
+                layer_rows.push((stored(ty, k), stored(ty, v)));
+            }
+            // layer 1 is the one attended; layer 0 must stay out of it
+            let (k, v) = layer_rows.pop().expect("layer 1");
+            keys.push(k);
+            values.push(v);
+        }
+        // (sequence, position, window): whole prefixes, a window, the first position, one tile exactly
+        let queries = [(0usize, 69usize, None), (0, 20, Some(8usize)), (1, 39, None), (1, 0, None), (0, 63, None), (0, 69, Some(16))];
+        let rows: Vec<AttentionRow> = queries
+            .iter()
+            .map(|&(seq, pos, window)| AttentionRow { kv: seq, positions: window.map_or(0, |w| (pos + 1).saturating_sub(w))..pos + 1 })
+            .collect();
+        let q = rng.values(rows.len() * shape.q_dim(), 2.0);
+        let table_refs: Vec<&[BlockId]> = tables.iter().map(|t| t.as_slice()).collect();
+        let source = KvSource::Cache { store: &store, layer: 1, tables: &table_refs };
+        let got = back(b, b.attention(&host(b, rows.len(), shape.q_dim(), &q), source, &rows, &shape).expect("attention"));
+        let want = naive::attention(&q, &rows, &shape, |s, p| &keys[s][p * kd..(p + 1) * kd], |s, p| &values[s][p * vd..(p + 1) * vd]);
+        out.push((format!("{n_head}/{n_head_kv} heads of {dk}/{dv}, 2 sequences, 6 rows with windows"), nmse(&got, &want)));
+    }
+    out
+}
+
+fn batch_attention<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for (n_head, n_head_kv, dk, dv) in [(12, 12, 32, 32), (4, 2, 64, 64), (3, 1, 24, 40)] {
+        let shape = AttentionShape { n_head, n_head_kv, head_dim_k: dk, head_dim_v: dv, scale: 0.125 };
+        let lens = [5usize, 70, 1];
+        let n: usize = lens.iter().sum();
+        let (k, v, q) = (rng.values(n * n_head_kv * dk, 2.0), rng.values(n * n_head_kv * dv, 2.0), rng.values(n * shape.q_dim(), 2.0));
+        let mut rows = Vec::new();
+        let mut start = 0;
+        for &len in &lens {
+            rows.extend(std::iter::repeat_n(AttentionRow { kv: start, positions: 0..len }, len));
+            start += len;
+        }
+        let (kt, vt) = (host(b, n, n_head_kv * dk, &k), host(b, n, n_head_kv * dv, &v));
+        let got =
+            back(b, b.attention(&host(b, n, shape.q_dim(), &q), KvSource::Batch { k: &kt, v: &vt }, &rows, &shape).expect("attention"));
+        let (kd, vd) = (n_head_kv * dk, n_head_kv * dv);
+        let want =
+            naive::attention(&q, &rows, &shape, |s, p| &k[(s + p) * kd..(s + p + 1) * kd], |s, p| &v[(s + p) * vd..(s + p + 1) * vd]);
+        out.push((format!("{n_head}/{n_head_kv} heads of {dk}/{dv}, sequences of 5, 70, 1"), nmse(&got, &want)));
+    }
+    out
+}
+
+const ACTIVATIONS: [Activation; 3] = [Activation::Silu, Activation::Gelu, Activation::GeluErf];
+
+fn glu<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for act in ACTIVATIONS {
+        // rows of 100: six full chunks of 16 and a tail
+        for (rows, cols) in [(3, 100), (2, 4864)] {
+            let (g, u) = (rng.values(rows * cols, 6.0), rng.values(rows * cols, 2.0));
+            let mut gt = host(b, rows, cols, &g);
+            b.glu(act, &mut gt, &host(b, rows, cols, &u)).expect("glu");
+            let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &c)| naive::activation(act, f64::from(a)) * f64::from(c)).collect();
+            out.push((format!("{act:?} {rows}x{cols}"), nmse(&back(b, gt), &want)));
+        }
+    }
+    out
+}
+
+fn activate<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    ACTIVATIONS
+        .into_iter()
+        .map(|act| {
+            let (rows, cols) = (4, 1536);
+            let mut x = rng.values(rows * cols, 6.0);
+            x[0] = 12.0; // beyond GELU's table
+            x[1] = -12.0;
+            let mut t = host(b, rows, cols, &x);
+            b.activate(act, &mut t).expect("activate");
+            let want: Vec<f64> = x.iter().map(|&v| naive::activation(act, f64::from(v))).collect();
+            (format!("{act:?} {rows}x{cols}"), nmse(&back(b, t), &want))
+        })
+        .collect()
+}
+
+fn add_scaled<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    [1.0f32, 0.22, -3.0]
+        .into_iter()
+        .map(|s| {
+            let (x, y) = (rng.values(3 * 77, 5.0), rng.values(3 * 77, 5.0));
+            let mut t = host(b, 3, 77, &x);
+            b.add_scaled(&mut t, &host(b, 3, 77, &y), s).expect("add_scaled");
+            let want: Vec<f64> = x.iter().zip(&y).map(|(&a, &c)| f64::from(a) + f64::from(c) * f64::from(s)).collect();
+            (format!("3x77, scale {s}"), nmse(&back(b, t), &want))
+        })
+        .collect()
+}
+
+fn scale<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    [29.9f32, 1.0 / 8.0]
+        .into_iter()
+        .map(|s| {
+            let x = rng.values(2 * 640, 5.0);
+            let mut t = host(b, 2, 640, &x);
+            b.scale(&mut t, s).expect("scale");
+            let want: Vec<f64> = x.iter().map(|&a| f64::from(a) * f64::from(s)).collect();
+            (format!("2x640 by {s}"), nmse(&back(b, t), &want))
+        })
+        .collect()
+}
+
+fn softcap<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    [30.0f32, 5.0]
+        .into_iter()
+        .map(|cap| {
+            let x = rng.values(2 * 1000, 60.0);
+            let mut t = host(b, 2, 1000, &x);
+            b.softcap(&mut t, cap).expect("softcap");
+            let want: Vec<f64> = x.iter().map(|&a| (f64::from(a) / f64::from(cap)).tanh() * f64::from(cap)).collect();
+            (format!("2x1000 at {cap}"), nmse(&back(b, t), &want))
+        })
+        .collect()
+}
+
+fn select_rows<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    let (rows, cols) = (9, 33);
+    let x = rng.values(rows * cols, 5.0);
+    [vec![8], vec![0, 3, 3, 8], vec![]]
+        .into_iter()
+        .map(|pick: Vec<usize>| {
+            let got = back(b, b.select_rows(&host(b, rows, cols, &x), &pick).expect("select_rows"));
+            let want: Vec<f64> = pick.iter().flat_map(|&r| widen(&x[r * cols..(r + 1) * cols])).collect();
+            (format!("rows {pick:?} of {rows}x{cols}"), nmse(&got, &want))
+        })
+        .collect()
+}

@@ -1,0 +1,147 @@
+//! The reference path of the op harness: every backend operation written the plain way, in f64
+//! on host vectors (weights dequantized by the scalar reference code). No tiling, no
+//! vectorisation, no shared code with the backends beyond the scalar dequantizers.
+
+use crate::backend::{Activation, AttentionRow, AttentionShape, Rope, RopeKind};
+
+/// `y[b][r] = Σ_c w[r][c] · x[b][c] (+ bias[r])`, `w` dequantized, `rows x cols`.
+pub fn matmul(w: &[f32], rows: usize, cols: usize, bias: Option<&[f32]>, x: &[f32]) -> Vec<f64> {
+    let batch = x.len() / cols;
+    let mut y = Vec::with_capacity(batch * rows);
+    for xb in x.chunks_exact(cols) {
+        for r in 0..rows {
+            let dot: f64 = w[r * cols..(r + 1) * cols].iter().zip(xb).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+            y.push(dot + bias.map_or(0.0, |b| f64::from(b[r])));
+        }
+    }
+    y
+}
+
+/// RMS norm of every group of `w.len()` values.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f64> {
+    x.chunks_exact(w.len())
+        .flat_map(|g| {
+            let mean = g.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / g.len() as f64;
+            let s = 1.0 / (mean + f64::from(eps)).sqrt();
+            g.iter().zip(w).map(move |(&v, &c)| f64::from(v) * s * f64::from(c))
+        })
+        .collect()
+}
+
+pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32) -> Vec<f64> {
+    x.chunks_exact(w.len())
+        .flat_map(|g| {
+            let n = g.len() as f64;
+            let mean = g.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+            let var = g.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n;
+            let s = 1.0 / (var + f64::from(eps)).sqrt();
+            g.iter().zip(w).zip(b).map(move |((&v, &c), &d)| (f64::from(v) - mean) * s * f64::from(c) + f64::from(d))
+        })
+        .collect()
+}
+
+/// Rotates every head of every row by the exact angles `pos · base^(-2i/n_dims) · scale`.
+pub fn rope(x: &[f32], cols: usize, r: &Rope, positions: &[u32]) -> Vec<f64> {
+    let mut out: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    let half = r.n_dims / 2;
+    for (row, &pos) in out.chunks_exact_mut(cols).zip(positions) {
+        for head in row.chunks_exact_mut(r.head_dim) {
+            for i in 0..half {
+                let theta = f64::from(pos) * f64::from(r.freq_base).powf(-2.0 * i as f64 / r.n_dims as f64) * f64::from(r.freq_scale);
+                let (a, b) = match r.kind {
+                    RopeKind::Norm => (2 * i, 2 * i + 1),
+                    RopeKind::Neox => (i, i + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * theta.cos() - x1 * theta.sin();
+                head[b] = x0 * theta.sin() + x1 * theta.cos();
+            }
+        }
+    }
+    out
+}
+
+/// Softmax attention; `key(kv, pos)` / `value(kv, pos)` give one row of all KV heads.
+pub fn attention<'a>(
+    q: &[f32],
+    rows: &[AttentionRow],
+    shape: &AttentionShape,
+    key: impl Fn(usize, usize) -> &'a [f32],
+    value: impl Fn(usize, usize) -> &'a [f32],
+) -> Vec<f64> {
+    let (dk, dv, group) = (shape.head_dim_k, shape.head_dim_v, shape.group());
+    let mut out = Vec::with_capacity(rows.len() * shape.out_dim());
+    for (i, row) in rows.iter().enumerate() {
+        for h in 0..shape.n_head {
+            let g = h / group;
+            let qh = &q[i * shape.q_dim() + h * dk..i * shape.q_dim() + (h + 1) * dk];
+            let scores: Vec<f64> = row
+                .positions
+                .clone()
+                .map(|p| {
+                    let k = &key(row.kv, p)[g * dk..(g + 1) * dk];
+                    qh.iter().zip(k).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>() * f64::from(shape.scale)
+                })
+                .collect();
+            if scores.is_empty() {
+                out.extend(std::iter::repeat_n(0.0, dv));
+                continue;
+            }
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total: f64 = w.iter().sum();
+            for d in 0..dv {
+                let acc: f64 = row.positions.clone().zip(&w).map(|(p, &wp)| wp * f64::from(value(row.kv, p)[g * dv + d])).sum();
+                out.push(acc / total);
+            }
+        }
+    }
+    out
+}
+
+/// erf to about 1e-15: its Maclaurin series for |t| < 2.5, the continued fraction of erfc beyond.
+fn erf(t: f64) -> f64 {
+    let a = t.abs();
+    let r = if a < 2.5 {
+        let (mut term, mut sum, mut n) = (a, a, 0.0);
+        while term.abs() > 1e-17 * sum.abs() {
+            n += 1.0;
+            term *= -a * a / n;
+            sum += term / (2.0 * n + 1.0);
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        // erfc(a) = exp(-a²)/√π · 1/(a + 1/2/(a + 1/(a + 3/2/(a + ...))))
+        let mut f = a;
+        for k in (1..60).rev() {
+            f = a + (k as f64 / 2.0) / f;
+        }
+        1.0 - (-a * a).exp() / (std::f64::consts::PI.sqrt() * f)
+    };
+    r.copysign(t)
+}
+
+pub fn activation(act: Activation, x: f64) -> f64 {
+    match act {
+        Activation::Silu => x / (1.0 + (-x).exp()),
+        Activation::Gelu => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()),
+        Activation::GeluErf => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn erf_matches_known_values() {
+        for (t, want) in [
+            (0.0, 0.0),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (2.0, 0.995_322_265_018_952_7),
+            (3.0, 0.999_977_909_503_001_4),
+            (-1.0, -0.842_700_792_949_714_9),
+        ] {
+            assert!((super::erf(t) - want).abs() < 1e-14, "erf({t}) = {}", super::erf(t));
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Value types shared by every backend and the model graphs: the rotary layout, the shape of an
+//! attention call, the activation functions, and where an input row comes from.
+
+/// Rotary position embedding layout, as ggml names them: NORM rotates adjacent pairs
+/// `(x[2i], x[2i+1])` (llama, granite), NEOX rotates halves `(x[i], x[i + d/2])` (qwen2, gemma3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeKind {
+    Norm,
+    Neox,
+}
+
+/// The rotation of one `rope` call: every head's first `n_dims` values, at each row's position.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rope {
+    pub kind: RopeKind,
+    pub head_dim: usize,
+    pub n_dims: usize,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+}
+
+/// The shape of an attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionShape {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    pub scale: f32,
+}
+
+impl AttentionShape {
+    /// Query heads per key/value head.
+    pub fn group(&self) -> usize {
+        self.n_head / self.n_head_kv
+    }
+
+    /// Values of one query row (all heads).
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim_k
+    }
+
+    /// Values of one output row (all heads).
+    pub fn out_dim(&self) -> usize {
+        self.n_head * self.head_dim_v
+    }
+}
+
+/// An activation function, applied alone (`activate`) or as the gate of a gated feed-forward
+/// block (`act(gate) * up`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `x · sigmoid(x)`; gated, ggml's SwiGLU with its polynomial exp.
+    Silu,
+    /// GELU, tanh form, through ggml's f16 table.
+    Gelu,
+    /// GELU with the exact error function (BERT).
+    GeluErf,
+}
+
+/// Where one row of a batch's input comes from: row `id` of an embedding table (a token's
+/// embedding, or a position's), or a row given as it is (what a vision projector or an audio
+/// encoder feeds a language model, as `llama_batch.embd`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RowInput<'a> {
+    Token(u32),
+    Embedding(&'a [f32]),
+}
+
+/// Positions per KV-cache block: the unit in which cache space is allocated, shared and copied.
+pub const BLOCK_POSITIONS: usize = 32;
+
+/// The element type of the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvType {
+    F32,
+    F16,
+}
+
+impl KvType {
+    pub fn from_name(s: &str) -> Option<KvType> {
+        match s {
+            "f32" => Some(KvType::F32),
+            "f16" => Some(KvType::F16),
+            _ => None,
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+        }
+    }
+}
+
+/// The block-table id of one KV-cache block: an index into the backend's block storage.
+pub type BlockId = u32;
+
+/// Where one row's key and value go: block `block`, position `offset` inside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvSlot {
+    pub block: BlockId,
+    pub offset: usize,
+}
+
+/// The positions one query row attends to: `positions` of the keys and values named by `kv`
+/// (an index into the call's block tables, or the first batch row of the row's sequence).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttentionRow {
+    pub kv: usize,
+    pub positions: std::ops::Range<usize>,
+}

@@ -1,0 +1,229 @@
+//! The key/value cache: per sequence, a list of fixed-size blocks of positions (every layer's
+//! keys and values for those positions), shared between sequences by reference count. Forking a
+//! sequence shares its blocks (a shared prefix is computed and stored once); writing into a
+//! shared block copies it first (copy on write). The bookkeeping (`blocks.rs`) is the same on
+//! every device; the blocks' contents live in the storage of the model's backend.
+
+mod blocks;
+
+use std::any::Any;
+
+pub use crate::backend::{KvType, BLOCK_POSITIONS};
+pub use blocks::BlockTable;
+
+use crate::backend::{BackendError, Device, KvStorage};
+
+/// A sequence id, as in llama.cpp's batches.
+pub type SeqId = u32;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KvError {
+    #[error("sequence {seq} needs {needed} positions but the context holds {n_ctx}")]
+    ContextFull { seq: SeqId, needed: usize, n_ctx: usize },
+    #[error("sequence {0} does not exist")]
+    UnknownSequence(SeqId),
+    #[error("KV cache storage: {0}")]
+    Storage(String),
+}
+
+/// Why positions could not be made ready for writing.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum KvWriteError {
+    #[error(transparent)]
+    Kv(#[from] KvError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// The cache of every sequence of one model, made by `Model::new_kv_cache`.
+pub struct KvCache {
+    ty: KvType,
+    n_ctx: usize,
+    device: Device,
+    table: BlockTable,
+    storage: Box<dyn KvStorage>,
+}
+
+impl KvCache {
+    /// A cache over `storage` (of `device`), holding at most `n_ctx` positions per sequence.
+    pub fn with_storage(ty: KvType, n_ctx: usize, device: Device, storage: Box<dyn KvStorage>) -> KvCache {
+        KvCache { ty, n_ctx, device, table: BlockTable::default(), storage }
+    }
+
+    pub fn kv_type(&self) -> KvType {
+        self.ty
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// The device whose memory holds the blocks.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Positions stored for `seq` (0 for a sequence never seen).
+    pub fn seq_len(&self, seq: SeqId) -> usize {
+        self.table.seq_len(seq)
+    }
+
+    pub fn sequences(&self) -> impl Iterator<Item = SeqId> + '_ {
+        self.table.sequences()
+    }
+
+    /// Makes room for `seq` to hold `len` positions (blocks are added, none are filled).
+    pub fn reserve(&mut self, seq: SeqId, len: usize) -> Result<(), KvError> {
+        if len > self.n_ctx {
+            return Err(KvError::ContextFull { seq, needed: len, n_ctx: self.n_ctx });
+        }
+        self.table.reserve(seq, len, &mut *self.storage).map_err(|e| KvError::Storage(e.to_string()))
+    }
+
+    /// Reserves `positions` of `seq` and makes their blocks its own (a shared block is copied
+    /// first), so that the forward pass can write them.
+    pub(crate) fn prepare_write(&mut self, seq: SeqId, positions: std::ops::Range<usize>) -> Result<(), KvWriteError> {
+        self.reserve(seq, positions.end)?;
+        Ok(self.table.prepare_write(seq, positions, &mut *self.storage)?)
+    }
+
+    /// Sets the number of valid positions of `seq` (after its rows were written).
+    pub fn set_len(&mut self, seq: SeqId, len: usize) {
+        self.table.set_len(seq, len);
+    }
+
+    /// Makes `dst` a copy of `src` that shares its blocks: a common prefix is stored once.
+    pub fn fork(&mut self, src: SeqId, dst: SeqId) -> Result<(), KvError> {
+        self.table.fork(src, dst, &mut *self.storage)
+    }
+
+    /// Keeps the first `len` positions of `seq`.
+    pub fn truncate(&mut self, seq: SeqId, len: usize) {
+        self.table.truncate(seq, len, &mut *self.storage);
+    }
+
+    pub fn remove(&mut self, seq: SeqId) {
+        self.table.remove(seq, &mut *self.storage);
+    }
+
+    pub fn clear(&mut self) {
+        self.table.clear(&mut *self.storage);
+    }
+
+    /// Blocks held by all sequences together, a block shared by several counted once: the
+    /// cache's real size in blocks.
+    pub fn live_blocks(&self) -> usize {
+        self.table.live_blocks()
+    }
+
+    /// Bytes one block takes (every layer's keys and values for its positions).
+    pub fn block_bytes(&self) -> usize {
+        self.storage.block_bytes()
+    }
+
+    /// Blocks of `seq` shared with another sequence (for tests and diagnostics).
+    pub fn shared_blocks(&self, seq: SeqId) -> usize {
+        self.table.shared_blocks(seq)
+    }
+
+    /// The block tables and the storage, as the backend's own type `S` (`None`: the cache
+    /// belongs to another backend).
+    pub(crate) fn parts_mut<S: KvStorage>(&mut self) -> Option<(&BlockTable, &mut S)> {
+        let storage = (&mut *self.storage as &mut dyn Any).downcast_mut::<S>()?;
+        Some((&self.table, storage))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::attention::{KvRow, KvRows};
+    use crate::backend::cpu::kv::CpuKvStore;
+
+    fn cpu_cache(ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize, n_ctx: usize) -> KvCache {
+        KvCache::with_storage(ty, n_ctx, Device::Cpu, Box::new(CpuKvStore::new(ty, n_layer, k_dim, v_dim)))
+    }
+
+    fn get(row: KvRow<'_>) -> Vec<f32> {
+        match row {
+            KvRow::F32(r) => r.to_vec(),
+            KvRow::F16(r) => r.iter().map(|h| h.to_f32()).collect(),
+        }
+    }
+
+    /// Writes as the forward pass does: make the positions writable, then store each row.
+    fn write(kv: &mut KvCache, seq: SeqId, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+        kv.prepare_write(seq, pos..pos + 1).unwrap();
+        let (table, store) = kv.parts_mut::<CpuKvStore>().unwrap();
+        let slot = table.slot(seq, pos);
+        store.write(slot.block, layer, slot.offset, k, v);
+    }
+
+    fn key(kv: &mut KvCache, seq: SeqId, layer: usize, pos: usize) -> Vec<f32> {
+        let (table, store) = kv.parts_mut::<CpuKvStore>().unwrap();
+        get(store.layer_view(table.table(seq), layer).key(pos))
+    }
+
+    fn value(kv: &mut KvCache, seq: SeqId, layer: usize, pos: usize) -> Vec<f32> {
+        let (table, store) = kv.parts_mut::<CpuKvStore>().unwrap();
+        get(store.layer_view(table.table(seq), layer).value(pos))
+    }
+
+    #[test]
+    fn fork_shares_then_copies_on_write() {
+        let mut kv = cpu_cache(KvType::F32, 2, 4, 4, 100);
+        kv.reserve(0, 40).unwrap();
+        for p in 0..40 {
+            for l in 0..2 {
+                write(&mut kv, 0, l, p, &[p as f32; 4], &[-(p as f32); 4]);
+            }
+        }
+        kv.set_len(0, 40);
+        kv.fork(0, 1).unwrap();
+        assert_eq!(kv.shared_blocks(1), 2);
+        kv.truncate(1, 35);
+        kv.reserve(1, 36).unwrap();
+        write(&mut kv, 1, 0, 35, &[99.0; 4], &[99.0; 4]);
+        kv.set_len(1, 36);
+        // the write copied block 1 for sequence 1 only
+        assert_eq!(key(&mut kv, 0, 0, 35), vec![35.0; 4]);
+        assert_eq!(key(&mut kv, 1, 0, 35), vec![99.0; 4]);
+        assert_eq!(value(&mut kv, 1, 1, 3), vec![-3.0; 4]);
+        // the copy kept the other layer's rows of the copied block
+        assert_eq!(value(&mut kv, 1, 1, 34), vec![-34.0; 4]);
+        assert_eq!(kv.shared_blocks(1), 1);
+        // two blocks of sequence 0, and sequence 1's own copy of the second
+        assert_eq!(kv.live_blocks(), 3);
+        kv.remove(0);
+        assert_eq!(kv.live_blocks(), 2);
+        assert_eq!(kv.block_bytes(), 2 * BLOCK_POSITIONS * (4 + 4) * 4);
+    }
+
+    #[test]
+    fn context_overflow_is_an_error() {
+        let mut kv = cpu_cache(KvType::F16, 1, 2, 2, 8);
+        assert_eq!(kv.reserve(3, 9), Err(KvError::ContextFull { seq: 3, needed: 9, n_ctx: 8 }));
+        kv.reserve(3, 8).unwrap();
+        write(&mut kv, 3, 0, 7, &[0.5, 1.5], &[2.5, 3.5]);
+        assert_eq!(value(&mut kv, 3, 0, 7), vec![2.5, 3.5]);
+        assert_eq!(kv.block_bytes(), BLOCK_POSITIONS * (2 + 2) * 2);
+    }
+
+    #[test]
+    fn another_backends_storage_is_not_handed_out() {
+        let mut kv = cpu_cache(KvType::F32, 1, 2, 2, 8);
+        struct Other;
+        impl KvStorage for Other {
+            fn alloc_block(&mut self, _: crate::backend::BlockId) -> Result<(), BackendError> {
+                Ok(())
+            }
+            fn release_block(&mut self, _: crate::backend::BlockId) {}
+            fn copy_block(&mut self, _: crate::backend::BlockId, _: crate::backend::BlockId) {}
+            fn block_bytes(&self) -> usize {
+                0
+            }
+        }
+        assert!(kv.parts_mut::<Other>().is_none());
+        assert!(kv.parts_mut::<CpuKvStore>().is_some());
+    }
+}
