@@ -17,3 +17,4 @@ pub mod model;
 pub mod quant;
 pub mod sampling;
 pub mod tokenizer;
+pub mod transcribe;

@@ -19,33 +19,12 @@ use engine::kv_cache::{KvCache, KvType, SeqId, BLOCK_POSITIONS};
 use engine::model::{BatchEntry, Model};
 use engine::sampling::Rng;
 use engine::tokenizer::TokenId;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use rayon::prelude::*;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::ApiError;
 use crate::prefix_cache::PrefixCache;
-use crate::worker::{EngineState, LoopConfig, Msg, SeqEvent, SeqSpec, Ticket};
-
-/// The scheduler's view in `/metrics` (one set per model).
-#[derive(Clone)]
-pub struct LoopMetrics {
-    pub queue_depth: Gauge,
-    pub running: Gauge,
-    pub kv_blocks_used: Gauge,
-    pub kv_blocks_capacity: Gauge,
-    pub batch_size: Histogram,
-    pub prefix_lookups: Counter,
-    pub prefix_hits: Counter,
-    pub prompt_tokens: Counter,
-    pub prompt_tokens_cached: Counter,
-    pub draft_tokens: Counter,
-    pub draft_tokens_accepted: Counter,
-    /// `requests_cancelled` (shared by all models).
-    pub cancelled: Counter,
-}
+use crate::protocol::{EngineState, LoopConfig, LoopMetrics, Msg, SeqEvent, SeqSpec, Ticket};
 
 /// One request's outputs.
 struct Group {
@@ -94,7 +73,7 @@ pub struct EngineLoop {
     cache: PrefixCache,
     next_seq: SeqId,
     capacity_blocks: usize,
-    metrics: LoopMetrics,
+    metrics: Box<dyn LoopMetrics>,
 }
 
 fn blocks(positions: usize) -> usize {
@@ -109,7 +88,7 @@ impl EngineLoop {
         config: LoopConfig,
         rx: Receiver<Msg>,
         outstanding: Arc<AtomicUsize>,
-        metrics: LoopMetrics,
+        metrics: Box<dyn LoopMetrics>,
     ) -> EngineLoop {
         let kv = model.new_kv_cache(KvType::F16, config.n_ctx);
         let draft = draft.map(|d| {
@@ -118,7 +97,7 @@ impl EngineLoop {
         });
         let positions = config.kv_positions.unwrap_or(config.n_ctx * config.parallel);
         let capacity_blocks = blocks(positions);
-        metrics.kv_blocks_capacity.set(capacity_blocks as i64);
+        metrics.kv_capacity(capacity_blocks);
         EngineLoop {
             state: EngineState { model, guard },
             kv,
@@ -153,9 +132,9 @@ impl EngineLoop {
             }
             self.update_gauges();
         }
-        self.metrics.running.set(0);
-        self.metrics.queue_depth.set(0);
-        self.metrics.kv_blocks_used.set(0);
+        self.metrics.running(0);
+        self.metrics.queue_depth(0);
+        self.metrics.kv_blocks(0);
     }
 
     /// Takes what has arrived (waiting for it when idle). False when the channel is closed
@@ -181,11 +160,11 @@ impl EngineLoop {
             Msg::Job { job, cancel, ticket } => {
                 // exclusive: the running sequences wait for it
                 if cancel.is_set() {
-                    self.metrics.cancelled.inc();
+                    self.metrics.cancelled();
                 } else {
                     job(&mut self.state);
                     if cancel.is_set() {
-                        self.metrics.cancelled.inc();
+                        self.metrics.cancelled();
                     }
                 }
                 drop(ticket);
@@ -208,7 +187,7 @@ impl EngineLoop {
         let gone: Vec<u64> = self.groups.iter().filter(|(_, g)| g.events.is_closed()).map(|(&id, _)| id).collect();
         for id in gone {
             self.groups.remove(&id);
-            self.metrics.cancelled.inc();
+            self.metrics.cancelled();
             self.waiting.retain(|w| w.group != id);
             let (kv, draft) = (&mut self.kv, &mut self.draft);
             self.running.retain(|r| {
@@ -322,11 +301,11 @@ impl EngineLoop {
     fn start(&mut self, w: Waiting, source: Option<SeqId>, shared: usize, total: usize) {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
-        self.metrics.prefix_lookups.inc();
+        let mut hit = false;
         if let (Some(src), true) = (source, shared > 0) {
             if self.kv.fork(src, seq).is_ok() {
                 self.kv.truncate(seq, shared);
-                self.metrics.prefix_hits.inc();
+                hit = true;
             }
             if let Some((_, dkv)) = self.draft.as_mut() {
                 if dkv.seq_len(src) > 0 && dkv.fork(src, seq).is_ok() {
@@ -334,10 +313,10 @@ impl EngineLoop {
                 }
             }
         }
+        self.metrics.prefix_lookup(hit);
         let cached = self.kv.seq_len(seq);
         let prompt_len = w.spec.prompt.len();
-        self.metrics.prompt_tokens.inc_by(prompt_len as u64);
-        self.metrics.prompt_tokens_cached.inc_by(cached as u64);
+        self.metrics.prompt(prompt_len, cached);
         if let Some(g) = self.groups.get_mut(&w.group) {
             g.started = true;
         }
@@ -423,7 +402,7 @@ impl EngineLoop {
             finished.push((i, None));
         }
         if !batch.is_empty() {
-            self.metrics.batch_size.observe(in_batch as f64);
+            self.metrics.step(in_batch);
             match self.state.model.forward(&mut self.kv, &batch) {
                 Ok(logits) => {
                     let tokenizer = self.state.model.tokenizer();
@@ -488,9 +467,8 @@ impl EngineLoop {
             Ok(Some(round)) => {
                 r.usage.drafted_tokens += round.drafted;
                 r.usage.accepted_tokens += round.accepted;
-                self.metrics.draft_tokens.inc_by(round.drafted as u64);
-                self.metrics.draft_tokens_accepted.inc_by(round.accepted as u64);
-                self.metrics.batch_size.observe(1.0);
+                self.metrics.drafted(round.drafted, round.accepted);
+                self.metrics.step(1);
                 let done = r.decoder.is_finished();
                 for event in round.events {
                     self.emit(0, event);
@@ -555,8 +533,8 @@ impl EngineLoop {
     fn update_gauges(&self) {
         let started = self.groups.values().filter(|g| g.started).count();
         let queued = self.outstanding.load(Ordering::Relaxed).saturating_sub(started);
-        self.metrics.queue_depth.set(queued as i64);
-        self.metrics.running.set(self.running.len() as i64);
-        self.metrics.kv_blocks_used.set(self.kv.live_blocks() as i64);
+        self.metrics.queue_depth(queued);
+        self.metrics.running(self.running.len());
+        self.metrics.kv_blocks(self.kv.live_blocks());
     }
 }

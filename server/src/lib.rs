@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod params;
 pub mod prefix_cache;
+pub mod protocol;
 pub mod registry;
 mod routes;
 pub mod worker;
@@ -45,7 +46,7 @@ use crate::routes::guard::GuardRoute;
 use crate::worker::{Generation, LoopConfig, SeqSpec, Worker};
 
 pub use crate::error::ApiError as Error;
-pub use crate::routes::transcriptions::{Segment, TranscribeOptions, Transcriber, Transcription};
+pub use engine::transcribe::{Segment, TranscribeOptions, Transcriber, Transcription};
 
 /// Sent as `system_fingerprint`.
 pub const FINGERPRINT: &str = concat!("fp_engine_", env!("CARGO_PKG_VERSION"));

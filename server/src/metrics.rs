@@ -13,6 +13,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::protocol::LoopMetrics;
+
 /// Latency buckets in milliseconds when `--latency-buckets` is not given.
 pub const DEFAULT_LATENCY_BUCKETS: [f64; 12] = [5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0];
 
@@ -119,10 +121,10 @@ impl Metrics {
     }
 
     /// The scheduler metrics of model `id`.
-    pub fn for_model(&self, id: &str) -> crate::engine_loop::LoopMetrics {
+    pub fn for_model(&self, id: &str) -> ModelMetrics {
         let labels: Labels = vec![("model".into(), id.into())];
         let f = &self.scheduler;
-        crate::engine_loop::LoopMetrics {
+        ModelMetrics {
             queue_depth: f.queue_depth.get_or_create(&labels).clone(),
             running: f.running.get_or_create(&labels).clone(),
             kv_blocks_used: f.kv_blocks_used.get_or_create(&labels).clone(),
@@ -153,5 +155,65 @@ impl Metrics {
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
+    }
+}
+
+/// The scheduler metrics of one model: its series of the per-model families.
+pub struct ModelMetrics {
+    queue_depth: Gauge,
+    running: Gauge,
+    kv_blocks_used: Gauge,
+    kv_blocks_capacity: Gauge,
+    batch_size: Histogram,
+    prefix_lookups: Counter,
+    prefix_hits: Counter,
+    prompt_tokens: Counter,
+    prompt_tokens_cached: Counter,
+    draft_tokens: Counter,
+    draft_tokens_accepted: Counter,
+    /// `requests_cancelled` (shared by all models).
+    cancelled: Counter,
+}
+
+impl LoopMetrics for ModelMetrics {
+    fn queue_depth(&self, waiting: usize) {
+        self.queue_depth.set(waiting as i64);
+    }
+
+    fn running(&self, sequences: usize) {
+        self.running.set(sequences as i64);
+    }
+
+    fn kv_blocks(&self, used: usize) {
+        self.kv_blocks_used.set(used as i64);
+    }
+
+    fn kv_capacity(&self, blocks: usize) {
+        self.kv_blocks_capacity.set(blocks as i64);
+    }
+
+    fn step(&self, sequences: usize) {
+        self.batch_size.observe(sequences as f64);
+    }
+
+    fn prefix_lookup(&self, hit: bool) {
+        self.prefix_lookups.inc();
+        if hit {
+            self.prefix_hits.inc();
+        }
+    }
+
+    fn prompt(&self, tokens: usize, cached: usize) {
+        self.prompt_tokens.inc_by(tokens as u64);
+        self.prompt_tokens_cached.inc_by(cached as u64);
+    }
+
+    fn drafted(&self, proposed: usize, accepted: usize) {
+        self.draft_tokens.inc_by(proposed as u64);
+        self.draft_tokens_accepted.inc_by(accepted as u64);
+    }
+
+    fn cancelled(&self) {
+        self.cancelled.inc();
     }
 }

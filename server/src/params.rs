@@ -188,6 +188,10 @@ impl Inputs {
             Inputs::Tokens(t) => t.len(),
         }
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Field `name` in any of OpenAI's four shapes: a string, strings, token ids, or arrays of token

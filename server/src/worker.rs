@@ -4,124 +4,21 @@
 //! the next step). Prompt rendering and grammar compilation happen on the caller's thread, so
 //! the engine thread only runs forward passes.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 
 use engine::chat::ChatTemplate;
-use engine::generate::{Completion, GenerateParams, TokenEvent};
+use engine::generate::Completion;
 use engine::grammar::GrammarCompiler;
 use engine::guard::Evaluator;
 use engine::model::Model;
-use engine::tokenizer::TokenId;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::engine_loop::{EngineLoop, LoopMetrics};
+use crate::engine_loop::EngineLoop;
 use crate::error::ApiError;
-
-/// How a model's engine thread schedules its work.
-#[derive(Clone, Debug)]
-pub struct LoopConfig {
-    /// Positions one sequence may hold (prompt and output).
-    pub n_ctx: usize,
-    /// Sequences decoded together (in flight at once).
-    pub parallel: usize,
-    /// Requests that may wait for a free sequence; beyond `parallel + queue` requests in the
-    /// system, new ones get 503 with `Retry-After`.
-    pub queue: usize,
-    /// Prompt tokens prefilled per step, shared by the prompts being prefilled: a long prompt
-    /// advances in chunks, between which the running sequences keep decoding.
-    pub prefill_chunk: usize,
-    /// KV-cache capacity in positions for all sequences and the prefix cache together
-    /// (`None`: `n_ctx * parallel`).
-    pub kv_positions: Option<usize>,
-    /// Finished sequences kept for prefix reuse.
-    pub cache_entries: usize,
-    /// Tokens the draft model proposes per speculative round.
-    pub n_draft: usize,
-}
-
-impl LoopConfig {
-    pub fn new(n_ctx: usize) -> LoopConfig {
-        LoopConfig { n_ctx, parallel: 8, queue: 64, prefill_chunk: 256, kv_positions: None, cache_entries: 16, n_draft: 8 }
-    }
-}
-
-/// What an exclusive job sees.
-pub struct EngineState {
-    pub model: Arc<Model>,
-    pub guard: Option<Arc<Evaluator>>,
-}
-
-pub(crate) type Job = Box<dyn FnOnce(&mut EngineState) + Send>;
-
-/// One output to generate.
-pub struct SeqSpec {
-    pub prompt: Vec<TokenId>,
-    pub params: GenerateParams,
-    /// Send each token's event (a streaming response); otherwise only the end.
-    pub stream: bool,
-    /// The draft model may propose tokens for it (when it decodes alone).
-    pub speculative: bool,
-}
-
-/// What a generation reports, for output `index` of its request.
-#[derive(Debug)]
-pub enum SeqEvent {
-    Token { index: usize, event: TokenEvent },
-    Done { index: usize, result: Result<Completion, ApiError> },
-}
-
-pub(crate) enum Msg {
-    Generate { seqs: Vec<SeqSpec>, events: mpsc::UnboundedSender<SeqEvent>, ticket: Ticket },
-    Job { job: Job, cancel: Cancel, ticket: Ticket },
-}
-
-/// A request's place in the system: released (dropped) when the request is done.
-pub(crate) struct Ticket(Arc<AtomicUsize>);
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Set when the request that queued a job goes away (the client disconnected and hyper dropped
-/// the handler): the job stops at its next step instead of computing an answer nobody reads.
-#[derive(Clone, Default)]
-pub struct Cancel(Arc<AtomicBool>);
-
-impl Cancel {
-    pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-
-    pub fn flag(&self) -> &AtomicBool {
-        &self.0
-    }
-
-    /// A guard that sets the flag when dropped; keep it alive in the handler while it waits.
-    pub fn on_drop(&self) -> CancelOnDrop {
-        CancelOnDrop(self.clone(), true)
-    }
-}
-
-pub struct CancelOnDrop(Cancel, bool);
-
-impl CancelOnDrop {
-    /// The handler finished normally: nothing to cancel.
-    pub fn disarm(mut self) {
-        self.1 = false;
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if self.1 {
-            self.0 .0.store(true, Ordering::Relaxed);
-        }
-    }
-}
+pub use crate::protocol::{Cancel, CancelOnDrop, EngineState, LoopConfig, LoopMetrics, SeqEvent, SeqSpec};
+use crate::protocol::{Job, Msg, Ticket};
 
 /// The outputs of one submitted request, as they come. Dropping it cancels what is left.
 pub struct Generation {
@@ -176,7 +73,7 @@ impl Worker {
         config: LoopConfig,
         guard: Option<Arc<Evaluator>>,
         draft: Option<Arc<Model>>,
-        metrics: LoopMetrics,
+        metrics: impl LoopMetrics + 'static,
     ) -> Result<Worker, String> {
         if config.parallel == 0 || config.prefill_chunk == 0 {
             return Err(format!("{id}: --parallel and the prefill chunk must be at least 1"));
@@ -184,7 +81,7 @@ impl Worker {
         let template = Arc::new(ChatTemplate::from_model(&model).map_err(|e| format!("{id}: chat template: {e}"))?);
         let (tx, rx) = channel::<Msg>();
         let outstanding = Arc::new(AtomicUsize::new(0));
-        let engine_loop = EngineLoop::new(model.clone(), guard, draft, config.clone(), rx, outstanding.clone(), metrics);
+        let engine_loop = EngineLoop::new(model.clone(), guard, draft, config.clone(), rx, outstanding.clone(), Box::new(metrics));
         std::thread::Builder::new()
             .name(format!("engine-{id}"))
             .spawn(move || engine_loop.run())

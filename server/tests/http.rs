@@ -122,7 +122,7 @@ fn chat_completion_counts_usage_like_the_tokenizer() {
     let usage = &r["usage"];
     assert_eq!(usage["prompt_tokens"].as_u64().unwrap() as usize, prompt_tokens(&messages));
     let completion = usage["completion_tokens"].as_u64().unwrap();
-    assert!(completion >= 1 && completion <= 8);
+    assert!((1..=8).contains(&completion));
     assert_eq!(usage["total_tokens"].as_u64().unwrap(), usage["prompt_tokens"].as_u64().unwrap() + completion);
     let finish = choice["finish_reason"].as_str().unwrap();
     assert!(finish == "length" && completion == 8 || finish == "stop", "{r}");

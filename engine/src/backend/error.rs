@@ -5,7 +5,7 @@ use crate::backend::cpu::MatmulError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error("device {0}: this build has no CUDA support (build with --features cuda)")]
+    #[error("device {0}: this build has no CUDA support")]
     NotBuilt(Device),
     #[error("{op}: {reason}")]
     Shape { op: &'static str, reason: String },

@@ -69,7 +69,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// `rows x cols` zeros.
     fn zeros(&self, rows: usize, cols: usize) -> Result<Self::Tensor, BackendError>;
     /// Host values as `rows x cols` activations.
-    fn from_host(&self, rows: usize, cols: usize, values: &[f32]) -> Result<Self::Tensor, BackendError>;
+    fn upload_tensor(&self, rows: usize, cols: usize, values: &[f32]) -> Result<Self::Tensor, BackendError>;
     /// The values of `x`, row after row: the one copy back to the host of a step.
     fn to_host(&self, x: Self::Tensor) -> Result<Vec<f32>, BackendError>;
     /// `(rows, cols)` of `x`.

@@ -144,7 +144,7 @@ pub(crate) fn forward<B: Backend>(b: &B, c: &ModelConfig, w: &BertWeights<B>, se
     let mut x = b.get_rows(&w.token_embd, &tokens)?; // n x e
     if let Some(t0) = &w.token_type0 {
         let t0s: Vec<f32> = t0.iter().copied().cycle().take(n * e).collect();
-        b.add_scaled(&mut x, &b.from_host(n, e, &t0s)?, 1.0)?;
+        b.add_scaled(&mut x, &b.upload_tensor(n, e, &t0s)?, 1.0)?;
     }
     let mut pe = b.get_rows(&w.position_embd, &positions)?; // n x e
     b.add_scaled(&mut pe, &x, 1.0)?;

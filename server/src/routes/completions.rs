@@ -235,8 +235,8 @@ fn prompt_logprobs(engine: &EngineState, prompt: &[TokenId], n_top: usize) -> Re
     let mut kv = model.new_kv_cache(KvType::F16, prompt.len());
     let logits = model.forward(&mut kv, &BatchEntry::sequence(0, prompt, 0, true)).map_err(|e| ApiError::server(e.to_string()))?;
     let mut out = vec![None];
-    for i in 1..prompt.len() {
-        out.push(Some(token_logprob(logits.row(i - 1), prompt[i], n_top)));
+    for (i, &token) in prompt.iter().enumerate().skip(1) {
+        out.push(Some(token_logprob(logits.row(i - 1), token, n_top)));
     }
     Ok(out)
 }

@@ -139,9 +139,9 @@ impl Backend for CpuBackend {
         Ok(HostTensor::zeros(rows, cols))
     }
 
-    fn from_host(&self, rows: usize, cols: usize, values: &[f32]) -> Result<HostTensor, BackendError> {
+    fn upload_tensor(&self, rows: usize, cols: usize, values: &[f32]) -> Result<HostTensor, BackendError> {
         if values.len() != rows * cols {
-            return Err(BackendError::shape("from_host", format!("{} values for {rows}x{cols}", values.len())));
+            return Err(BackendError::shape("upload_tensor", format!("{} values for {rows}x{cols}", values.len())));
         }
         Ok(HostTensor { rows, cols, data: values.to_vec() })
     }

@@ -179,7 +179,9 @@ pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys
     // Each segment's outputs: one slice per activation row, cut from `ys` in segment order.
     let tasks = plan_tasks(ws, batch, rayon::current_num_threads());
     let mut rests: Vec<Vec<&mut [f32]>> = ys.iter_mut().zip(ws).map(|(y, w)| y.chunks_exact_mut(w.rows.max(1)).collect()).collect();
-    let work: Vec<Vec<(Segment, Vec<&mut [f32]>)>> = tasks
+    // each task: its segments, each with its output rows
+    type Task<'y> = Vec<(Segment, Vec<&'y mut [f32]>)>;
+    let work: Vec<Task> = tasks
         .into_iter()
         .map(|segments| {
             segments

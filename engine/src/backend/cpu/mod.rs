@@ -34,6 +34,8 @@ macro_rules! fma_variants {
             $with($crate::quant::dispatch::Isa::active(), $($arg),*)
         }
 
+        // the kernel's own arguments and the tier: a struct would only rename them
+        #[allow(clippy::too_many_arguments)]
         $wvis fn $with(tier: $crate::quant::dispatch::Isa, $($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {

@@ -32,7 +32,7 @@ const WEIGHT_TYPES: [GgmlType; 13] = [
 
 pub fn table<B: Backend>() -> Vec<OpCases<B>> {
     vec![
-        OpCases { op: "from_host + to_host", bound: 0.0, run: host_round_trip },
+        OpCases { op: "upload_tensor + to_host", bound: 0.0, run: host_round_trip },
         // dequantization is exact on every tier
         OpCases { op: "get_rows", bound: 0.0, run: get_rows },
         // f32 activations against float weights: only the order of f32 sums differs
@@ -63,7 +63,7 @@ fn widen(x: &[f32]) -> Vec<f64> {
 }
 
 fn host<B: Backend>(b: &B, rows: usize, cols: usize, values: &[f32]) -> B::Tensor {
-    b.from_host(rows, cols, values).expect("from_host")
+    b.upload_tensor(rows, cols, values).expect("upload_tensor")
 }
 
 fn back<B: Backend>(b: &B, x: B::Tensor) -> Vec<f32> {

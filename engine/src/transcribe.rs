@@ -1,0 +1,43 @@
+//! Speech to text: what a transcription backend receives and returns. The server's
+//! `/v1/audio/transcriptions` route serves any [`Transcriber`].
+
+/// One timed piece of a transcript.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Segment {
+    /// Seconds from the start of the audio.
+    pub start: f64,
+    pub end: f64,
+    pub text: String,
+}
+
+/// What a backend returns.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Transcription {
+    pub text: String,
+    /// The spoken language, as the backend names it (`"english"`), when it knows.
+    pub language: Option<String>,
+    /// Length of the audio in seconds, when known.
+    pub duration: Option<f64>,
+    /// Timed segments; empty when the backend has no timings (then `srt` / `vtt` get one cue
+    /// spanning the whole audio).
+    pub segments: Vec<Segment>,
+}
+
+/// The request's options besides the audio.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TranscribeOptions {
+    /// ISO-639-1 code, when the caller knows it.
+    pub language: Option<String>,
+    /// Context text (earlier transcript, spellings).
+    pub prompt: Option<String>,
+    /// 0..=1; 0 lets the backend choose (temperature fallback).
+    pub temperature: f32,
+}
+
+/// A speech-to-text backend. It receives the uploaded bytes as they are (any container: the
+/// backend sniffs the format) and runs on a blocking thread.
+pub trait Transcriber: Send + Sync {
+    /// The model id requests must name.
+    fn model_id(&self) -> &str;
+    fn transcribe(&self, audio: &[u8], options: &TranscribeOptions) -> Result<Transcription, String>;
+}

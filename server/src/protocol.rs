@@ -1,0 +1,141 @@
+//! What the routes' side (`worker.rs`) and a model's engine thread (`engine_loop.rs`) say to
+//! each other: the loop's configuration, the messages it takes (generations, exclusive jobs),
+//! what a sequence reports, the request's place in the system and its cancellation flag, and
+//! the metrics the loop reports, behind a trait so that the loop knows no metrics library.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use engine::generate::{Completion, GenerateParams, TokenEvent};
+use engine::guard::Evaluator;
+use engine::model::Model;
+use engine::tokenizer::TokenId;
+use tokio::sync::mpsc;
+
+use crate::error::ApiError;
+
+/// How a model's engine thread schedules its work.
+#[derive(Clone, Debug)]
+pub struct LoopConfig {
+    /// Positions one sequence may hold (prompt and output).
+    pub n_ctx: usize,
+    /// Sequences decoded together (in flight at once).
+    pub parallel: usize,
+    /// Requests that may wait for a free sequence; beyond `parallel + queue` requests in the
+    /// system, new ones get 503 with `Retry-After`.
+    pub queue: usize,
+    /// Prompt tokens prefilled per step, shared by the prompts being prefilled: a long prompt
+    /// advances in chunks, between which the running sequences keep decoding.
+    pub prefill_chunk: usize,
+    /// KV-cache capacity in positions for all sequences and the prefix cache together
+    /// (`None`: `n_ctx * parallel`).
+    pub kv_positions: Option<usize>,
+    /// Finished sequences kept for prefix reuse.
+    pub cache_entries: usize,
+    /// Tokens the draft model proposes per speculative round.
+    pub n_draft: usize,
+}
+
+impl LoopConfig {
+    pub fn new(n_ctx: usize) -> LoopConfig {
+        LoopConfig { n_ctx, parallel: 8, queue: 64, prefill_chunk: 256, kv_positions: None, cache_entries: 16, n_draft: 8 }
+    }
+}
+
+/// What an exclusive job sees.
+pub struct EngineState {
+    pub model: Arc<Model>,
+    pub guard: Option<Arc<Evaluator>>,
+}
+
+pub(crate) type Job = Box<dyn FnOnce(&mut EngineState) + Send>;
+
+/// One output to generate.
+pub struct SeqSpec {
+    pub prompt: Vec<TokenId>,
+    pub params: GenerateParams,
+    /// Send each token's event (a streaming response); otherwise only the end.
+    pub stream: bool,
+    /// The draft model may propose tokens for it (when it decodes alone).
+    pub speculative: bool,
+}
+
+/// What a generation reports, for output `index` of its request.
+#[derive(Debug)]
+pub enum SeqEvent {
+    Token { index: usize, event: TokenEvent },
+    Done { index: usize, result: Result<Completion, ApiError> },
+}
+
+pub(crate) enum Msg {
+    Generate { seqs: Vec<SeqSpec>, events: mpsc::UnboundedSender<SeqEvent>, ticket: Ticket },
+    Job { job: Job, cancel: Cancel, ticket: Ticket },
+}
+
+/// A request's place in the system: released (dropped) when the request is done.
+pub(crate) struct Ticket(pub(crate) Arc<AtomicUsize>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Set when the request that queued a job goes away (the client disconnected and hyper dropped
+/// the handler): the job stops at its next step instead of computing an answer nobody reads.
+#[derive(Clone, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    pub fn flag(&self) -> &AtomicBool {
+        &self.0
+    }
+
+    /// A guard that sets the flag when dropped; keep it alive in the handler while it waits.
+    pub fn on_drop(&self) -> CancelOnDrop {
+        CancelOnDrop(self.clone(), true)
+    }
+}
+
+pub struct CancelOnDrop(Cancel, bool);
+
+impl CancelOnDrop {
+    /// The handler finished normally: nothing to cancel.
+    pub fn disarm(mut self) {
+        self.1 = false;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0 .0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What the engine loop of one model reports (`metrics.rs` keeps it as Prometheus families
+/// labelled by model).
+pub trait LoopMetrics: Send {
+    /// Requests accepted and waiting for a sequence slot.
+    fn queue_depth(&self, waiting: usize);
+    /// Sequences in the batch.
+    fn running(&self, sequences: usize);
+    /// KV-cache blocks in use, and the most there may be.
+    fn kv_blocks(&self, used: usize);
+    fn kv_capacity(&self, blocks: usize);
+    /// One forward step over `sequences` sequences.
+    fn step(&self, sequences: usize);
+    /// A new sequence looked for a cached prefix (`hit`: and shares one).
+    fn prefix_lookup(&self, hit: bool);
+    /// A new sequence's prompt, of which `cached` tokens were already in the cache.
+    fn prompt(&self, tokens: usize, cached: usize);
+    /// A speculative round: tokens proposed and accepted.
+    fn drafted(&self, proposed: usize, accepted: usize);
+    /// Work skipped or stopped because its client went away.
+    fn cancelled(&self);
+}
