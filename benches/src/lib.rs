@@ -34,18 +34,4 @@ pub fn pool(threads: usize) -> rayon::ThreadPool {
 }
 
 /// The weight types with SIMD kernels, in the order benches report them.
-pub const WEIGHT_TYPES: [GgmlType; 13] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
+pub const WEIGHT_TYPES: [GgmlType; 13] = GgmlType::WEIGHT_TYPES;

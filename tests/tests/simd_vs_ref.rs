@@ -5,21 +5,7 @@ use engine::quant::{ops_for, GgmlType, Isa, TypeOps};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const WEIGHT_TYPES: [GgmlType; 13] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
+const WEIGHT_TYPES: [GgmlType; 13] = GgmlType::WEIGHT_TYPES;
 
 /// Byte offsets of the f16 scale fields inside one block, so random bytes can be given finite
 /// scales (random bits would give NaN and infinity, which compare as nothing).

@@ -49,6 +49,24 @@ pub const QK_K: usize = 256;
 
 impl GgmlType {
     /// Every type, in id order.
+    /// The types model weights are computed in (dequantization, dot products, matmul), in the
+    /// order tests and benches report them.
+    pub const WEIGHT_TYPES: [GgmlType; 13] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+
     pub const ALL: [GgmlType; 32] = [
         Self::F32,
         Self::F16,

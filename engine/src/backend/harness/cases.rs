@@ -14,21 +14,7 @@ use crate::gguf::{GgufFile, GgufWriter};
 use crate::quant::{ops_for, GgmlType, Isa};
 
 /// Every weight type the engine computes with.
-const WEIGHT_TYPES: [GgmlType; 13] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
+const WEIGHT_TYPES: [GgmlType; 13] = GgmlType::WEIGHT_TYPES;
 
 pub fn table<B: Backend>() -> Vec<OpCases<B>> {
     vec![
