@@ -55,11 +55,7 @@ pub fn run_table<B: Backend>(b: &B, name: &str) -> Vec<OpResult> {
     for row in cases::table::<B>() {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         let cases = (row.run)(b, &mut rng);
-        let (worst_case, worst_nmse) = cases
-            .iter()
-            .max_by(|a, b| a.1.total_cmp(&b.1).then(std::cmp::Ordering::Greater))
-            .map(|(c, e)| (c.clone(), *e))
-            .unwrap_or_default();
+        let (worst_case, worst_nmse) = cases.iter().max_by(|a, b| a.1.total_cmp(&b.1)).map(|(c, e)| (c.clone(), *e)).unwrap_or_default();
         let r = OpResult { op: row.op, bound: row.bound, worst_case, worst_nmse, cases: cases.len() };
         let line = format!(
             "op harness {name:<12} {:<34} {:>3} cases  worst nmse {:.2e} (bound {:.0e}) {} [{}]\n",
