@@ -89,3 +89,41 @@ impl BlockQ8K {
         self.bsums[2 * i..2 * i + 2].copy_from_slice(&v.to_le_bytes());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CUDA kernels' `blocks.cuh` asserts each block's size; those sizes must be these.
+    #[test]
+    fn the_cuda_block_layouts_have_the_rust_sizes() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/cuda/blocks.cuh");
+        let header = std::fs::read_to_string(&path).expect("kernels/cuda/blocks.cuh");
+        let rust = [
+            ("block_q4_0", size_of::<BlockQ4_0>()),
+            ("block_q4_1", size_of::<BlockQ4_1>()),
+            ("block_q5_0", size_of::<BlockQ5_0>()),
+            ("block_q5_1", size_of::<BlockQ5_1>()),
+            ("block_q8_0", size_of::<BlockQ8_0>()),
+            ("block_q8_1", size_of::<BlockQ8_1>()),
+            ("block_q2_K", size_of::<BlockQ2K>()),
+            ("block_q3_K", size_of::<BlockQ3K>()),
+            ("block_q4_K", size_of::<BlockQ4K>()),
+            ("block_q5_K", size_of::<BlockQ5K>()),
+            ("block_q6_K", size_of::<BlockQ6K>()),
+            ("block_q8_K", size_of::<BlockQ8K>()),
+        ];
+        let asserted: Vec<(String, usize)> = header
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("static_assert(sizeof("))
+            .map(|rest| {
+                let (name, rest) = rest.split_once(") == ").expect("static_assert(sizeof(name) == size");
+                (name.to_string(), rest.split(',').next().unwrap().trim().parse().expect("a size"))
+            })
+            .collect();
+        assert_eq!(asserted.len(), rust.len(), "one assertion per block type: {asserted:?}");
+        for (name, size) in rust {
+            assert_eq!(asserted.iter().find(|(n, _)| n == name).map(|(_, s)| *s), Some(size), "{name}");
+        }
+    }
+}

@@ -1,0 +1,125 @@
+// Feed-forward activations, one thread per element: SiLU as ggml's SwiGLU computes it (its
+// polynomial exp on every full chunk of 16 of a row, the C library's on the rest), GELU through
+// the f16 rounding of ggml's table, and GELU with the exact erf (BERT).
+#include "portable.cuh"
+
+#define ACT_SILU 0
+#define ACT_GELU 1
+#define ACT_GELU_ERF 2
+
+// exp(x) as ggml's vectorised ggml_v_expf: round-to-nearest range reduction, a degree-5
+// polynomial, the scaling by 2^n in one rounding
+DEVICE float ggml_expf(float x) {
+    const float shift = 12582912.0f;  // 0x1.8p23
+    const float z = fmaf(x, __int_as_float(0x3fb8aa3b), shift);
+    const float n = z - shift;
+    const float b = fmaf(-n, __int_as_float(0x35bfbe8e), fmaf(-n, __int_as_float(0x3f317200), x));
+    const float u = b * b;
+    float j = fmaf(fmaf(__int_as_float(0x3c072010), b, __int_as_float(0x3d2b9f17)), u,
+                   fmaf(__int_as_float(0x3e2aaf33), b, __int_as_float(0x3efffedb)));
+    j = fmaf(j, u, fmaf(__int_as_float(0x3f7ffff6), b, 1.0f));
+    if (fabsf(n) > 192.0f) {
+        return n <= 0.0f ? 0.0f : __int_as_float(0x7f800000);
+    }
+    const int k = (int)fminf(fmaxf(n, -1022.0f), 1023.0f);
+    const double two_n = __longlong_as_double((long long)(k + 1023) << 52);
+    return (float)((double)j * two_n);
+}
+
+DEVICE float silu_libm(float x) {
+    return x / (1.0f + expf(-x));
+}
+
+DEVICE float gelu_tanh(float x) {
+    const float sqrt_2_over_pi = 0.7978845608f;
+    const float coef_a = 0.044715f;
+    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x)));
+}
+
+// ggml's table: the input rounded to f16, GELU of that, rounded to f16
+DEVICE float gelu_table(float x) {
+    if (x <= -10.0f) {
+        return 0.0f;
+    }
+    if (x >= 10.0f) {
+        return x;
+    }
+    const float xh = half_to_float(float_to_half(x));
+    return half_to_float(float_to_half(gelu_tanh(xh)));
+}
+
+// Maclaurin coefficients of erf(t) / t as a series in t²: (-1)^n / (n! (2n + 1)), the
+// factorials built upward as the CPU backend builds them; evaluated by the compiler
+struct ErfSeries {
+    double c[44];
+    HOST_DEVICE constexpr ErfSeries() : c() {
+        double fact = 1.0;
+        for (int n = 0; n < 44; n++) {
+            if (n > 0) {
+                fact *= (double)n;
+            }
+            c[n] = (n % 2 == 0 ? 1.0 : -1.0) / (fact * (double)(2 * n + 1));
+        }
+    }
+};
+
+__constant__ ErfSeries ERF_SERIES = ErfSeries();
+
+// erf in f64: the series below 2.5 by Horner's rule (as many terms as t needs), the continued
+// fraction of erfc up to 4, then ±1; rounded to f32
+DEVICE float erf_f64(float xf) {
+    const double x = (double)xf;
+    const double t = fabs(x);
+    double r;
+    if (t < 2.5) {
+        const double u = t * t;
+        int n = 12 + (int)ceil(4.5 * u);
+        n = n < 44 ? n : 44;
+        double p = 0.0;
+        for (int k = n - 1; k >= 0; k--) {
+            p = p * u + ERF_SERIES.c[k];
+        }
+        r = t * p * 2.0 / sqrt(3.14159265358979323846);
+    } else if (t < 4.0) {
+        double f = 0.0;
+        for (int k = 59; k >= 1; k--) {
+            f = ((double)k / 2.0) / (t + f);
+        }
+        r = 1.0 - exp(-t * t) / sqrt(3.14159265358979323846) / (t + f);
+    } else {
+        r = 1.0;
+    }
+    return (float)(x < 0.0 ? -r : r);
+}
+
+DEVICE float gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erf_f64(x * 0.70710678118654752f));
+}
+
+DEVICE float activate_one(int act, float x, bool poly_exp) {
+    if (act == ACT_SILU) {
+        return poly_exp ? x / (1.0f + ggml_expf(0.0f - x)) : silu_libm(x);
+    }
+    if (act == ACT_GELU) {
+        return gelu_table(x);
+    }
+    return gelu_erf(x);
+}
+
+// gate = act(gate) * up over rows of n values; grid (element blocks of a row, rows)
+KERNEL void glu(float* gate, const float* up, int n, int act) {
+    const int i = BLOCK_ID * BLOCK_THREADS + THREAD_ID;
+    if (i < n) {
+        const int64_t at = (int64_t)BLOCK_ID_Y * n + i;
+        const bool full_chunk = i < n / 16 * 16;
+        gate[at] = activate_one(act, gate[at], full_chunk) * up[at];
+    }
+}
+
+// x = act(x) (SiLU with the C library's exp, as the CPU backend's plain activation)
+KERNEL void activate(float* x, int64_t n, int act) {
+    const int64_t i = (int64_t)BLOCK_ID * BLOCK_THREADS + THREAD_ID;
+    if (i < n) {
+        x[i] = activate_one(act, x[i], false);
+    }
+}

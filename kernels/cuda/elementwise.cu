@@ -1,0 +1,36 @@
+// Element-wise kernels over f32 activations: residual adds, scaling, the logit soft cap, row
+// selection. One thread per element; each element's arithmetic is the CPU backend's, so the
+// result does not depend on the launch.
+#include "portable.cuh"
+
+// x[i] += y[i] * scale (x[i] += y[i] when the scale is 1, as on the CPU: no product rounding)
+KERNEL void add_scaled(float* x, const float* y, float scale, int64_t n) {
+    const int64_t i = (int64_t)BLOCK_ID * BLOCK_THREADS + THREAD_ID;
+    if (i < n) {
+        x[i] = scale == 1.0f ? x[i] + y[i] : x[i] + y[i] * scale;
+    }
+}
+
+KERNEL void scale(float* x, float s, int64_t n) {
+    const int64_t i = (int64_t)BLOCK_ID * BLOCK_THREADS + THREAD_ID;
+    if (i < n) {
+        x[i] = x[i] * s;
+    }
+}
+
+// x = tanh(x / cap) * cap
+KERNEL void softcap(float* x, float cap, int64_t n) {
+    const int64_t i = (int64_t)BLOCK_ID * BLOCK_THREADS + THREAD_ID;
+    if (i < n) {
+        x[i] = tanhf(x[i] / cap) * cap;
+    }
+}
+
+// out row r = x row rows[r]; grid (row blocks of `cols`, selected rows)
+KERNEL void select_rows(const float* x, const int32_t* rows, float* out, int cols) {
+    const int c = BLOCK_ID * BLOCK_THREADS + THREAD_ID;
+    const int r = BLOCK_ID_Y;
+    if (c < cols) {
+        out[(int64_t)r * cols + c] = x[(int64_t)rows[r] * cols + c];
+    }
+}

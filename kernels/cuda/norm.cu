@@ -1,0 +1,45 @@
+// Row normalisations, one block per group of `n` values (a row, or one head of a row): the sum
+// in f64 over the block in a fixed order (each thread's strided partial sum, then the block's
+// butterfly), one scale per group, as the CPU backend computes them.
+#include "portable.cuh"
+
+// y = x / sqrt(mean(x²) + eps) * w, for every group of n values; y may be x (in place)
+KERNEL void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
+    SHARED double scratch[32];
+    const float* xg = x + (int64_t)BLOCK_ID * n;
+    float* yg = y + (int64_t)BLOCK_ID * n;
+    double sum = 0.0;
+    for (int i = THREAD_ID; i < n; i += BLOCK_THREADS) {
+        const float v = xg[i];
+        sum += (double)(v * v);
+    }
+    sum = block_sum(sum, scratch);
+    const float mean = (float)(sum / n);
+    const float s = 1.0f / sqrtf(mean + eps);
+    for (int i = THREAD_ID; i < n; i += BLOCK_THREADS) {
+        yg[i] = (xg[i] * s) * w[i];
+    }
+}
+
+// y = (x - mean) / sqrt(var + eps) * w + b, for every row of n values
+KERNEL void layer_norm(const float* x, const float* w, const float* b, float* y, int n, float eps) {
+    SHARED double scratch[32];
+    const float* xr = x + (int64_t)BLOCK_ID * n;
+    float* yr = y + (int64_t)BLOCK_ID * n;
+    double sum = 0.0;
+    for (int i = THREAD_ID; i < n; i += BLOCK_THREADS) {
+        sum += (double)xr[i];
+    }
+    sum = block_sum(sum, scratch);
+    const float mean = (float)(sum / n);
+    double var = 0.0;
+    for (int i = THREAD_ID; i < n; i += BLOCK_THREADS) {
+        const float d = xr[i] - mean;
+        var += (double)(d * d);
+    }
+    var = block_sum(var, scratch);
+    const float s = 1.0f / sqrtf((float)(var / n) + eps);
+    for (int i = THREAD_ID; i < n; i += BLOCK_THREADS) {
+        yr[i] = ((xr[i] - mean) * s) * w[i] + b[i];
+    }
+}

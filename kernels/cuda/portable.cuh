@@ -1,0 +1,76 @@
+// The one portability header every kernel includes. Under NVRTC it maps the names below to
+// CUDA's built-ins; nothing else is included, so no CUDA header has to be found at run time.
+#pragma once
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+
+#define KERNEL extern "C" __global__
+#define DEVICE __device__ __forceinline__
+#define HOST_DEVICE __host__ __device__
+#define SHARED __shared__
+#define THREAD_ID threadIdx.x
+#define BLOCK_ID blockIdx.x
+#define BLOCK_ID_Y blockIdx.y
+#define BLOCK_THREADS blockDim.x
+#define SYNC_THREADS() __syncthreads()
+#define SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask), 32)
+
+// f16 bits to f32 and back (round to nearest even), through PTX: no cuda_fp16.h.
+DEVICE float half_to_float(uint16_t h) {
+    float f;
+    asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
+    return f;
+}
+
+DEVICE uint16_t float_to_half(float f) {
+    uint16_t h;
+    asm("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f));
+    return h;
+}
+
+#endif
+
+#define WARP_SIZE 32
+
+// Sum over the 32 lanes of a warp in a fixed butterfly order: every lane gets the same total,
+// and the order depends only on the lane count, never on the data or the launch.
+DEVICE double warp_sum(double v) {
+    for (int mask = 16; mask > 0; mask >>= 1) {
+        v += SHFL_XOR(v, mask);
+    }
+    return v;
+}
+
+DEVICE float warp_sum_f(float v) {
+    for (int mask = 16; mask > 0; mask >>= 1) {
+        v += SHFL_XOR(v, mask);
+    }
+    return v;
+}
+
+// Sum over the threads of a block (a multiple of 32, at most 1024): each warp's butterfly, then
+// the warps' totals in warp order by the first warp. `scratch` holds 32 values. Every thread
+// gets the total.
+DEVICE double block_sum(double v, double* scratch) {
+    const int lane = THREAD_ID % WARP_SIZE;
+    const int warp = THREAD_ID / WARP_SIZE;
+    v = warp_sum(v);
+    if (lane == 0) {
+        scratch[warp] = v;
+    }
+    SYNC_THREADS();
+    const int warps = BLOCK_THREADS / WARP_SIZE;
+    double total = lane < warps ? scratch[lane] : 0.0;
+    total = warp_sum(total);
+    SYNC_THREADS();  // scratch may be reused by the caller
+    return total;
+}

@@ -1,0 +1,10 @@
+//! The engine's CUDA kernels: CUDA C sources (`cuda/*.cu`, one file per op family, with the
+//! portability header and the block layouts in `cuda/*.cuh`), embedded in the binary and
+//! compiled at run time by NVRTC, loaded dynamically through `cudarc`, so that building needs no
+//! CUDA toolkit. A leaf crate: it knows nothing of GGUF files or models.
+
+pub mod nvrtc;
+pub mod sources;
+
+pub use nvrtc::{compile, CompiledModule, KernelReport, NvrtcError};
+pub use sources::{KernelSource, HEADERS, SOURCES};

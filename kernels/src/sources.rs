@@ -1,0 +1,87 @@
+//! The kernel sources, embedded at build time, and the textual expansion of their
+//! `#include "…"` lines (NVRTC is given one self-contained source; nothing is read from disk).
+
+/// One `.cu` file: an op family's kernels.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelSource {
+    /// The file name, e.g. `norm.cu`.
+    pub name: &'static str,
+    pub code: &'static str,
+}
+
+macro_rules! embedded {
+    ($($file:literal),* $(,)?) => {
+        &[$(KernelSource { name: $file, code: include_str!(concat!("../cuda/", $file)) }),*]
+    };
+}
+
+/// The headers a source may include.
+pub const HEADERS: &[KernelSource] = embedded!["portable.cuh", "blocks.cuh"];
+
+/// Every kernel source.
+pub const SOURCES: &[KernelSource] = embedded!["elementwise.cu", "norm.cu", "rope.cu", "activation.cu"];
+
+/// Why a source could not be expanded.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{file}: #include \"{header}\" names no embedded header")]
+pub struct UnknownHeader {
+    pub file: String,
+    pub header: String,
+}
+
+impl KernelSource {
+    /// The source with every `#include "header"` replaced by the header's own expansion, each
+    /// header once (the headers are `#pragma once`), in order of first inclusion.
+    pub fn expanded(&self) -> Result<String, UnknownHeader> {
+        let mut done = Vec::new();
+        let mut out = String::new();
+        expand_into(self, &mut done, &mut out)?;
+        Ok(out)
+    }
+}
+
+fn expand_into(src: &KernelSource, done: &mut Vec<&'static str>, out: &mut String) -> Result<(), UnknownHeader> {
+    for line in src.code.lines() {
+        let include =
+            line.trim().strip_prefix("#include").map(str::trim).and_then(|r| r.strip_prefix('"')).and_then(|r| r.strip_suffix('"'));
+        match include {
+            Some(name) => {
+                let header = HEADERS
+                    .iter()
+                    .find(|h| h.name == name)
+                    .ok_or_else(|| UnknownHeader { file: src.name.to_string(), header: name.to_string() })?;
+                if !done.contains(&header.name) {
+                    done.push(header.name);
+                    expand_into(header, done, out)?;
+                }
+            }
+            None if line.trim() == "#pragma once" => {}
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn includes_expand_once_and_unknown_headers_are_errors() {
+        let norm = SOURCES.iter().find(|s| s.name == "norm.cu").expect("norm.cu");
+        let text = norm.expanded().unwrap();
+        assert!(!text.contains("#include"));
+        assert_eq!(text.matches("DEVICE double warp_sum(").count(), 1);
+        assert!(text.contains("KERNEL void rms_norm("));
+        // blocks.cuh includes portable.cuh again: still once
+        let both = KernelSource { name: "t.cu", code: "#include \"blocks.cuh\"\n#include \"portable.cuh\"\nx\n" };
+        let text = both.expanded().unwrap();
+        assert_eq!(text.matches("DEVICE double warp_sum(").count(), 1);
+        assert!(text.contains("struct block_q4_0"));
+        let bad = KernelSource { name: "bad.cu", code: "#include \"nope.cuh\"\n" };
+        assert_eq!(bad.expanded(), Err(UnknownHeader { file: "bad.cu".into(), header: "nope.cuh".into() }));
+    }
+}

@@ -1,0 +1,66 @@
+//! Every kernel source compiled by NVRTC (the pinned PyPI wheel, fetched by
+//! `tools/fetch-nvrtc.sh`) for sm_80 (A100) and sm_90 (H100/H200), with ptxas's resource
+//! report printed per kernel: a compile error or warning, a kernel the report misses, or a
+//! register spill fails the test. No GPU is needed.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use kernels::{compile, SOURCES};
+
+/// Runs the repo's fetch script (idempotent; cached under ~/.cache/engine-assets).
+fn fetch_nvrtc() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/fetch-nvrtc.sh");
+    let out = Command::new("bash").arg(&script).output().expect("run tools/fetch-nvrtc.sh");
+    assert!(out.status.success(), "fetch-nvrtc.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The names of the `KERNEL void name(` entry points of a source.
+fn entry_points(code: &str) -> Vec<String> {
+    code.lines()
+        .filter_map(|l| l.trim().strip_prefix("KERNEL void "))
+        .map(|r| r.split('(').next().unwrap_or_default().trim().to_string())
+        .collect()
+}
+
+#[test]
+fn every_kernel_compiles_for_sm_80_and_sm_90_without_spills() {
+    fetch_nvrtc();
+    let mut problems = Vec::new();
+    for arch in ["sm_80", "sm_90"] {
+        for source in SOURCES {
+            let module = match compile(source, arch) {
+                Ok(m) => m,
+                Err(e) => {
+                    problems.push(e.to_string());
+                    continue;
+                }
+            };
+            assert!(module.cubin.starts_with(b"\x7fELF"), "{} {arch}: not an ELF image", source.name);
+            if module.log.contains("warning") {
+                problems.push(format!("{arch} {}: compiler warnings:\n{}", source.name, module.log));
+            }
+            let wanted = entry_points(source.code);
+            assert!(!wanted.is_empty(), "{}: no kernels", source.name);
+            for name in &wanted {
+                let Some(k) = module.kernels.iter().find(|k| &k.name == name) else {
+                    problems.push(format!("{arch} {}: ptxas reported nothing for {name}:\n{}", source.name, module.log));
+                    continue;
+                };
+                let line = format!(
+                    "ptxas {arch} {:<16} {:<14} {:>3} registers, {:>4} B shared, {:>4} B stack, {} B spill stores, {} B spill loads\n",
+                    source.name, k.name, k.registers, k.shared, k.stack_frame, k.spill_stores, k.spill_loads
+                );
+                let _ = std::io::stderr().write_all(line.as_bytes());
+                if k.spill_stores > 0 || k.spill_loads > 0 {
+                    problems.push(format!(
+                        "{arch} {} {}: spills ({} B stores, {} B loads)",
+                        source.name, k.name, k.spill_stores, k.spill_loads
+                    ));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
