@@ -1,5 +1,6 @@
 // The one portability header every kernel includes. Under NVRTC it maps the names below to
 // CUDA's built-ins; nothing else is included, so no CUDA header has to be found at run time.
+// Under a host C++ compiler (the CPU execution harness) `host.hpp` maps them to host threads.
 #pragma once
 
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)
@@ -36,6 +37,10 @@ DEVICE uint16_t float_to_half(float f) {
     asm("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f));
     return h;
 }
+
+#else
+
+#include "host.hpp"
 
 #endif
 

@@ -3,6 +3,8 @@
 //! compiled at run time by NVRTC, loaded dynamically through `cudarc`, so that building needs no
 //! CUDA toolkit. A leaf crate: it knows nothing of GGUF files or models.
 
+#[cfg(feature = "host")]
+pub mod host;
 pub mod nvrtc;
 pub mod sources;
 

@@ -16,7 +16,7 @@ macro_rules! embedded {
 }
 
 /// The headers a source may include.
-pub const HEADERS: &[KernelSource] = embedded!["portable.cuh", "blocks.cuh"];
+pub const HEADERS: &[KernelSource] = embedded!["portable.cuh", "blocks.cuh", "host.hpp"];
 
 /// Every kernel source.
 pub const SOURCES: &[KernelSource] = embedded!["elementwise.cu", "norm.cu", "rope.cu", "activation.cu"];

@@ -9,6 +9,8 @@ pub mod device;
 mod error;
 #[cfg(test)]
 mod harness;
+#[cfg(all(test, feature = "sim"))]
+mod sim_check;
 pub mod types;
 
 use std::any::Any;

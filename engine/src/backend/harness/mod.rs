@@ -76,6 +76,10 @@ pub fn run_table<B: Backend>(b: &B, name: &str) -> Vec<OpResult> {
 pub struct Rng(u64);
 
 impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+
     pub fn next_f32(&mut self) -> f32 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;

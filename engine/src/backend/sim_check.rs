@@ -1,0 +1,175 @@
+//! The CUDA kernels written so far, run by the CPU execution harness (the kernels crate's `host`
+//! feature: the same `.cu` sources compiled as host C++, a block's threads as host threads),
+//! against the CPU backend on the same inputs, by normalised mean squared error with the op
+//! harness's bounds. `cargo test -p engine --features sim`.
+
+use std::ffi::c_void;
+use std::io::Write as _;
+
+use kernels::host::launch;
+use kernels::host_args;
+
+use super::cpu::{CpuBackend, HostTensor};
+use super::harness::{nmse, Rng};
+use super::{Activation, Backend, Rope, RopeKind};
+
+const THREADS: u32 = 256;
+
+fn blocks(n: usize) -> u32 {
+    n.div_ceil(THREADS as usize) as u32
+}
+
+fn run(name: &str, grid: [u32; 3], params: &mut [*mut c_void]) {
+    // SAFETY: each caller passes pointers to values of the kernel's parameter types and buffers
+    // of the sizes its launch geometry covers.
+    unsafe { launch(name, grid, [THREADS, 1, 1], params) }.unwrap_or_else(|e| panic!("{name}: {e}"));
+}
+
+fn widen(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| f64::from(v)).collect()
+}
+
+/// Records one comparison: printed, and checked against `bound`.
+struct Report(Vec<String>);
+
+impl Report {
+    fn check(&mut self, op: &str, case: &str, sim: &[f32], cpu: &[f32], bound: f64) {
+        let e = nmse(sim, &widen(cpu));
+        let same = sim.iter().zip(cpu).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
+        let line = format!("sim vs cpu  {op:<12} {case:<34} nmse {e:.2e} (bound {bound:.0e}), {same}/{} values bit-equal\n", cpu.len());
+        let _ = std::io::stderr().write_all(line.as_bytes());
+        // a NaN error fails too
+        if e.is_nan() || e > bound {
+            self.0.push(line);
+        }
+    }
+}
+
+fn host(rows: usize, cols: usize, data: Vec<f32>) -> HostTensor {
+    HostTensor { rows, cols, data }
+}
+
+#[test]
+fn the_kernels_run_on_host_threads_agree_with_the_cpu_backend() {
+    let cpu = CpuBackend::new();
+    let mut rng = Rng::new(0x5151);
+    let mut report = Report(Vec::new());
+
+    // rms_norm over whole rows and over heads (in place), layer_norm
+    for (rows, cols, group) in [(3usize, 896usize, 896usize), (4, 256, 64), (2, 7, 7)] {
+        let (x, w) = (rng.values(rows * cols, 4.0), rng.values(group, 1.5));
+        let mut y = vec![0.0f32; rows * cols];
+        let (n, eps) = (group as i32, 1e-6f32);
+        let (xp, wp, yp) = (x.as_ptr(), w.as_ptr(), y.as_mut_ptr());
+        run("rms_norm", [(rows * cols / group) as u32, 1, 1], &mut host_args![xp, wp, yp, n, eps]);
+        let mut want = host(rows, cols, x.clone());
+        cpu.rms_norm_in_place(&mut want, &w, eps).unwrap();
+        report.check("rms_norm", &format!("{rows}x{cols} in groups of {group}"), &y, &want.data, 1e-12);
+    }
+    for (rows, cols) in [(3usize, 384usize), (1, 5)] {
+        let x: Vec<f32> = rng.values(rows * cols, 4.0).into_iter().map(|v| v + 3.0).collect();
+        let (w, b) = (rng.values(cols, 1.5), rng.values(cols, 0.5));
+        let mut y = vec![0.0f32; rows * cols];
+        let (n, eps) = (cols as i32, 1e-12f32);
+        let (xp, wp, bp, yp) = (x.as_ptr(), w.as_ptr(), b.as_ptr(), y.as_mut_ptr());
+        run("layer_norm", [rows as u32, 1, 1], &mut host_args![xp, wp, bp, yp, n, eps]);
+        let mut want = HostTensor::zeros(rows, cols);
+        cpu.layer_norm(&host(rows, cols, x.clone()), &w, &b, eps, &mut want).unwrap();
+        report.check("layer_norm", &format!("{rows}x{cols}"), &y, &want.data, 1e-12);
+    }
+
+    // rope, both layouts, whole and partial rotation
+    for kind in [RopeKind::Norm, RopeKind::Neox] {
+        for (heads, head_dim, n_dims, base, scale) in [(4usize, 64usize, 64usize, 10000.0f32, 1.0f32), (2, 128, 64, 1e6, 0.25)] {
+            let positions = [0i32, 1, 37, 511, 3000];
+            let cols = heads * head_dim;
+            let x = rng.values(positions.len() * cols, 2.0);
+            let mut got = x.clone();
+            let (xp, pp) = (got.as_mut_ptr(), positions.as_ptr());
+            let (nh, hd, nd, neox) = (heads as i32, head_dim as i32, n_dims as i32, i32::from(kind == RopeKind::Neox));
+            run("rope", [positions.len() as u32, 1, 1], &mut host_args![xp, pp, nh, hd, nd, base, scale, neox]);
+            let mut want = host(positions.len(), cols, x);
+            let r = Rope { kind, head_dim, n_dims, freq_base: base, freq_scale: scale };
+            cpu.rope(&mut want, &r, &positions.map(|p| p as u32)).unwrap();
+            report.check("rope", &format!("{kind:?} {heads}x{head_dim} ({n_dims} rotated)"), &got, &want.data, 1e-8);
+        }
+    }
+
+    // gated and plain activations (rows of 100: six full chunks of 16 and a tail)
+    for (code, act) in [(0i32, Activation::Silu), (1, Activation::Gelu), (2, Activation::GeluErf)] {
+        let (rows, cols) = (3usize, 100usize);
+        let (g, u) = (rng.values(rows * cols, 6.0), rng.values(rows * cols, 2.0));
+        let mut got = g.clone();
+        let n = cols as i32;
+        let (gp, up) = (got.as_mut_ptr(), u.as_ptr());
+        run("glu", [blocks(cols), rows as u32, 1], &mut host_args![gp, up, n, code]);
+        let mut want = host(rows, cols, g);
+        cpu.glu(act, &mut want, &host(rows, cols, u)).unwrap();
+        report.check("glu", &format!("{act:?} {rows}x{cols}"), &got, &want.data, 1e-6);
+
+        let mut x = rng.values(4 * 300, 6.0);
+        x[0] = 12.0;
+        x[1] = -12.0;
+        let mut got = x.clone();
+        let total = x.len() as i64;
+        let xp = got.as_mut_ptr();
+        run("activate", [blocks(x.len()), 1, 1], &mut host_args![xp, total, code]);
+        let mut want = host(4, 300, x);
+        cpu.activate(act, &mut want).unwrap();
+        report.check("activate", &format!("{act:?} 4x300"), &got, &want.data, 1e-6);
+    }
+
+    // element-wise ops and row selection
+    for s in [1.0f32, 0.22] {
+        let (x, y) = (rng.values(3 * 77, 5.0), rng.values(3 * 77, 5.0));
+        let mut got = x.clone();
+        let n = x.len() as i64;
+        let (xp, yp) = (got.as_mut_ptr(), y.as_ptr());
+        run("add_scaled", [blocks(x.len()), 1, 1], &mut host_args![xp, yp, s, n]);
+        let mut want = host(3, 77, x);
+        cpu.add_scaled(&mut want, &host(3, 77, y), s).unwrap();
+        report.check("add_scaled", &format!("3x77, scale {s}"), &got, &want.data, 1e-14);
+    }
+    let x = rng.values(2 * 640, 50.0);
+    for (kernel, value) in [("scale", 29.9f32), ("softcap", 30.0)] {
+        let mut got = x.clone();
+        let n = x.len() as i64;
+        let xp = got.as_mut_ptr();
+        run(kernel, [blocks(x.len()), 1, 1], &mut host_args![xp, value, n]);
+        let mut want = host(2, 640, x.clone());
+        if kernel == "scale" {
+            cpu.scale(&mut want, value).unwrap();
+        } else {
+            cpu.softcap(&mut want, value).unwrap();
+        }
+        report.check(kernel, &format!("2x640 by {value}"), &got, &want.data, 1e-12);
+    }
+    let (rows, cols) = (9usize, 300usize);
+    let x = rng.values(rows * cols, 5.0);
+    let pick = [8i32, 0, 3, 3];
+    let mut got = vec![0.0f32; pick.len() * cols];
+    let c = cols as i32;
+    let (xp, pp, op) = (x.as_ptr(), pick.as_ptr(), got.as_mut_ptr());
+    run("select_rows", [blocks(cols), pick.len() as u32, 1], &mut host_args![xp, pp, op, c]);
+    let want = cpu.select_rows(&host(rows, cols, x), &pick.map(|r| r as usize)).unwrap();
+    report.check("select_rows", "rows [8, 0, 3, 3] of 9x300", &got, &want.data, 0.0);
+
+    assert!(report.0.is_empty(), "{}", report.0.concat());
+}
+
+#[test]
+fn every_kernel_of_the_sources_has_a_host_launcher() {
+    let names: Vec<&str> = kernels::host::kernel_names().collect();
+    for source in kernels::SOURCES {
+        for line in source.code.lines() {
+            if let Some(rest) = line.trim().strip_prefix("KERNEL void ") {
+                let name = rest.split('(').next().unwrap();
+                assert!(names.contains(&name), "{}: {name}", source.name);
+            }
+        }
+    }
+    // SAFETY: an unknown name is refused before anything runs.
+    assert!(unsafe { launch("no_such_kernel", [1, 1, 1], [1, 1, 1], &mut []) }.is_err());
+    // SAFETY: a bad geometry is refused before the kernel runs.
+    assert!(unsafe { launch("scale", [1, 1, 1], [2048, 1, 1], &mut []) }.is_err());
+}

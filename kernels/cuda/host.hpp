@@ -1,0 +1,128 @@
+// The CPU execution harness's side of the portability header: the same kernel sources compiled
+// as host C++ (the `host` feature of the kernels crate). A launch runs the grid's blocks one
+// after another and each block's threads as host threads: `__syncthreads` is a barrier of the
+// block, a warp shuffle goes through one slot per thread between two barriers of the warp,
+// `__shared__` memory is a static of the kernel (one block runs at a time, and one launch at
+// a time), and a thread that returns leaves the barriers, as on a GPU.
+#pragma once
+
+#include <barrier>
+#include <math.h>  // the C names (cosf, expf, ...) as device code spells them
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace host {
+
+struct Dim3 {
+    unsigned x = 1, y = 1, z = 1;
+};
+
+// What one block's threads share.
+struct Block {
+    Dim3 dim;
+    std::unique_ptr<std::barrier<>> all;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    std::vector<uint64_t> slots;  // one shuffle value per thread
+};
+
+extern thread_local Dim3 thread_idx;
+extern thread_local Dim3 block_idx;
+extern thread_local Block* block;
+
+inline void sync_threads() {
+    block->all->arrive_and_wait();
+}
+
+template <class T>
+T shfl_xor(T v, int mask) {
+    static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffled value fits a slot");
+    const unsigned t = thread_idx.x;
+    const unsigned warp = t / 32;
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    block->slots[t] = bits;
+    block->warps[warp]->arrive_and_wait();
+    const unsigned from = (t & ~31u) | ((t % 32) ^ (unsigned)mask);
+    T out = v;
+    if (from < block->dim.x) {
+        std::memcpy(&out, &block->slots[from], sizeof(T));
+    }
+    block->warps[warp]->arrive_and_wait();
+    return out;
+}
+
+inline float bits_to_float(uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+
+inline uint32_t float_to_bits(float f) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return b;
+}
+
+}  // namespace host
+
+#define KERNEL static
+#define DEVICE static inline
+#define HOST_DEVICE
+#define SHARED static
+#define __constant__ static
+#define THREAD_ID host::thread_idx.x
+#define BLOCK_ID host::block_idx.x
+#define BLOCK_ID_Y host::block_idx.y
+#define BLOCK_THREADS host::block->dim.x
+#define SYNC_THREADS() host::sync_threads()
+#define SHFL_XOR(v, mask) host::shfl_xor((v), (mask))
+
+DEVICE float __int_as_float(int i) {
+    return host::bits_to_float((uint32_t)i);
+}
+
+DEVICE double __longlong_as_double(long long i) {
+    double d;
+    std::memcpy(&d, &i, 8);
+    return d;
+}
+
+// f16 bits to f32, exactly
+DEVICE float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    const uint32_t exponent = (h >> 10) & 0x1f;
+    const uint32_t mantissa = h & 0x3ff;
+    if (exponent == 0x1f) {
+        return host::bits_to_float(sign | 0x7f800000 | (mantissa << 13));
+    }
+    if (exponent == 0) {
+        // zero or subnormal: mantissa · 2^-24, exact in f32
+        const float m = (float)mantissa * 5.9604644775390625e-8f;
+        return sign ? -m : m;
+    }
+    return host::bits_to_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+// f32 to f16 bits, rounded to nearest even (as cvt.rn.f16.f32)
+DEVICE uint16_t float_to_half(float f) {
+    const uint32_t x = host::float_to_bits(f);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    const uint32_t abs = x & 0x7fffffff;
+    if (abs > 0x7f800000) {
+        return sign | 0x7e00;  // NaN
+    }
+    if (abs >= 0x477ff000) {
+        return sign | 0x7c00;  // rounds to infinity (65520 and up)
+    }
+    if (abs < 0x38800000) {
+        // below the smallest normal half: a subnormal, rounded to nearest even by the f32 sum
+        const float r = host::bits_to_float(abs) + 0.5f;  // 0.5 = 2^-1: the half's ulp 2^-24 lands on f32's
+        return sign | (uint16_t)(host::float_to_bits(r) - host::float_to_bits(0.5f));
+    }
+    // normal: drop 13 mantissa bits, rounding to nearest even
+    const uint32_t rounded = abs + 0xfff + ((abs >> 13) & 1);
+    return sign | (uint16_t)((rounded - 0x38000000) >> 13);
+}
