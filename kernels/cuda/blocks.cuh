@@ -40,6 +40,21 @@ static_assert(sizeof(block_q5_K) == 176, "block_q5_K");
 static_assert(sizeof(block_q6_K) == 210, "block_q6_K");
 static_assert(sizeof(block_q8_K) == 292, "block_q8_K");
 
+// ggml's type ids of the weight types
+#define TYPE_F32 0
+#define TYPE_F16 1
+#define TYPE_Q4_0 2
+#define TYPE_Q4_1 3
+#define TYPE_Q5_0 6
+#define TYPE_Q5_1 7
+#define TYPE_Q8_0 8
+#define TYPE_Q2_K 10
+#define TYPE_Q3_K 11
+#define TYPE_Q4_K 12
+#define TYPE_Q5_K 13
+#define TYPE_Q6_K 14
+#define TYPE_BF16 30
+
 // a little-endian f16 stored as two bytes
 DEVICE float f16_le(const uint8_t* b) {
     return half_to_float((uint16_t)(b[0] | (b[1] << 8)));

@@ -12,6 +12,7 @@ use kernels::host_args;
 use super::cpu::{CpuBackend, HostTensor};
 use super::harness::{nmse, Rng};
 use super::{Activation, Backend, Rope, RopeKind};
+use crate::quant::{ops_for, GgmlType, Isa};
 
 const THREADS: u32 = 256;
 
@@ -155,6 +156,113 @@ fn the_kernels_run_on_host_threads_agree_with_the_cpu_backend() {
     report.check("select_rows", "rows [8, 0, 3, 3] of 9x300", &got, &want.data, 0.0);
 
     assert!(report.0.is_empty(), "{}", report.0.concat());
+}
+
+#[test]
+fn get_rows_dequantizes_every_weight_type_as_the_cpu_backend() {
+    let mut rng = Rng::new(0x6e75);
+    let mut report = Report(Vec::new());
+    let (rows, cols) = (5usize, 512usize);
+    for ty in GgmlType::WEIGHT_TYPES {
+        let reference = ops_for(ty, Isa::Scalar).unwrap();
+        let cpu = crate::quant::ops(ty).unwrap();
+        let row_bytes = ty.row_bytes(cols).unwrap();
+        let x = rng.values(rows * cols, 3.0);
+        let mut table = vec![0u8; rows * row_bytes];
+        for (src, dst) in x.chunks_exact(cols).zip(table.chunks_exact_mut(row_bytes)) {
+            (reference.quantize)(src, dst);
+        }
+        // a negative id leaves its row to the caller (an embedding row given as it is)
+        let ids = [4i32, 0, -1, 2, 4];
+        let mut got = vec![7.0f32; ids.len() * cols];
+        let (c, rb, code) = (cols as i32, row_bytes as i64, ty.id() as i32);
+        let (tp, ip, op) = (table.as_ptr(), ids.as_ptr(), got.as_mut_ptr());
+        run("get_rows", [blocks(cols), ids.len() as u32, 1], &mut host_args![tp, ip, op, c, rb, code]);
+        let mut want = vec![7.0f32; ids.len() * cols];
+        for (&id, out) in ids.iter().zip(want.chunks_exact_mut(cols)) {
+            if id >= 0 {
+                (cpu.dequantize)(&table[id as usize * row_bytes..(id as usize + 1) * row_bytes], out);
+            }
+        }
+        report.check("get_rows", &format!("{ty} {rows}x{cols}, ids {ids:?}"), &got, &want, 0.0);
+    }
+    assert!(report.0.is_empty(), "{}", report.0.concat());
+}
+
+#[test]
+fn activation_quantization_gives_the_cpu_backends_bytes() {
+    let mut rng = Rng::new(0x7138);
+    for (ty, with_sum) in [(GgmlType::Q8_0, 0i32), (GgmlType::Q8_1, 1)] {
+        // whole and partial thread blocks (8 quant blocks per 256 threads), values on halves
+        for n_blocks in [1usize, 8, 13] {
+            let mut x = rng.values(n_blocks * 32, 4.0);
+            // amax 15.875 makes id exactly 8: 0.3125 and -0.4375 land on halves (2.5, -3.5),
+            // which round to even (2, -4)
+            x[3] = 15.875;
+            x[5] = 0.3125;
+            x[6] = -0.4375;
+            if n_blocks > 1 {
+                x[32..64].fill(0.0); // a block of zeros: d = 0
+            }
+            let mut want = vec![0u8; ty.row_bytes(x.len()).unwrap()];
+            (crate::quant::ops(ty).unwrap().quantize_activations)(&x, &mut want);
+            let mut got = vec![0xAAu8; want.len()];
+            let n = n_blocks as i64;
+            let (xp, op) = (x.as_ptr(), got.as_mut_ptr());
+            run("quantize_q8", [blocks(n_blocks * 32), 1, 1], &mut host_args![xp, op, n, with_sum]);
+            assert_eq!(got, want, "{ty}, {n_blocks} blocks");
+        }
+    }
+}
+
+#[test]
+fn kv_write_stores_rows_where_the_cpu_store_does() {
+    use super::cpu::attention::{KvRow, KvRows};
+    use super::cpu::kv::CpuKvStore;
+    use super::{KvStorage, KvType, BLOCK_POSITIONS};
+    let mut rng = Rng::new(0x4b56);
+    let (n_layer, dim, n_blocks) = (3usize, 40usize, 4usize);
+    for (ty, f16) in [(KvType::F32, 0i32), (KvType::F16, 1)] {
+        let mut cpu = CpuKvStore::new(ty, n_layer, dim, dim);
+        (0..n_blocks as u32).for_each(|id| cpu.alloc_block(id).unwrap());
+        let elem = ty.size();
+        let mut pool = vec![0u8; n_blocks * n_layer * BLOCK_POSITIONS * dim * elem];
+        // rows into blocks out of order, two layers
+        let slots = [(2i32, 0i32), (0, 31), (3, 5), (2, 1)];
+        for layer in [1usize, 2] {
+            let rows = rng.values(slots.len() * dim, 3.0);
+            for (r, &(b, o)) in slots.iter().enumerate() {
+                cpu.write(b as u32, layer, o as usize, &rows[r * dim..(r + 1) * dim], &rows[r * dim..(r + 1) * dim]);
+            }
+            let (bs, os): (Vec<i32>, Vec<i32>) = slots.iter().copied().unzip();
+            let (d, nl, l) = (dim as i32, n_layer as i32, layer as i32);
+            let (sp, bp, op, pp) = (rows.as_ptr(), bs.as_ptr(), os.as_ptr(), pool.as_mut_ptr());
+            run("kv_write", [blocks(dim), slots.len() as u32, 1], &mut host_args![sp, bp, op, pp, d, nl, l, f16]);
+        }
+        for &(b, o) in &slots {
+            for layer in [1usize, 2] {
+                let table = [b as u32];
+                let view = cpu.layer_view(&table, layer);
+                let want: Vec<u32> = match view.key(o as usize) {
+                    KvRow::F32(r) => r.iter().map(|v| v.to_bits()).collect(),
+                    KvRow::F16(r) => r.iter().map(|v| u32::from(v.to_bits())).collect(),
+                };
+                let at = ((b as usize * n_layer + layer) * BLOCK_POSITIONS + o as usize) * dim * elem;
+                let got: Vec<u32> =
+                    pool[at..at + dim * elem]
+                        .chunks_exact(elem)
+                        .map(|c| {
+                            if elem == 4 {
+                                u32::from_le_bytes([c[0], c[1], c[2], c[3]])
+                            } else {
+                                u32::from(u16::from_le_bytes([c[0], c[1]]))
+                            }
+                        })
+                        .collect();
+                assert_eq!(got, want, "{ty:?} block {b} position {o} layer {layer}");
+            }
+        }
+    }
 }
 
 #[test]
