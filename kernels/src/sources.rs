@@ -31,6 +31,11 @@ pub struct UnknownHeader {
 }
 
 impl KernelSource {
+    /// The kernels the source defines: the names of its `KERNEL void name(` lines.
+    pub fn entry_points(&self) -> Vec<&'static str> {
+        self.code.lines().filter_map(|l| l.trim().strip_prefix("KERNEL void ")).filter_map(|r| r.split('(').next()).map(str::trim).collect()
+    }
+
     /// The source with every `#include "header"` replaced by the header's own expansion, each
     /// header once (the headers are `#pragma once`), in order of first inclusion.
     pub fn expanded(&self) -> Result<String, UnknownHeader> {
@@ -79,6 +84,7 @@ mod tests {
         assert!(!text.contains("#include \""));
         assert_eq!(text.matches("DEVICE double warp_sum(").count(), 1);
         assert!(text.contains("KERNEL void rms_norm("));
+        assert_eq!(norm.entry_points(), ["rms_norm", "layer_norm"]);
         // blocks.cuh includes portable.cuh again: still once
         let both = KernelSource { name: "t.cu", code: "#include \"blocks.cuh\"\n#include \"portable.cuh\"\nx\n" };
         let text = both.expanded().unwrap();

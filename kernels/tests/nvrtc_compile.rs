@@ -16,14 +16,6 @@ fn fetch_nvrtc() {
     assert!(out.status.success(), "fetch-nvrtc.sh failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// The names of the `KERNEL void name(` entry points of a source.
-fn entry_points(code: &str) -> Vec<String> {
-    code.lines()
-        .filter_map(|l| l.trim().strip_prefix("KERNEL void "))
-        .map(|r| r.split('(').next().unwrap_or_default().trim().to_string())
-        .collect()
-}
-
 #[test]
 fn every_kernel_compiles_for_sm_80_and_sm_90_without_spills() {
     fetch_nvrtc();
@@ -41,10 +33,10 @@ fn every_kernel_compiles_for_sm_80_and_sm_90_without_spills() {
             if module.log.contains("warning") {
                 problems.push(format!("{arch} {}: compiler warnings:\n{}", source.name, module.log));
             }
-            let wanted = entry_points(source.code);
+            let wanted = source.entry_points();
             assert!(!wanted.is_empty(), "{}: no kernels", source.name);
             for name in &wanted {
-                let Some(k) = module.kernels.iter().find(|k| &k.name == name) else {
+                let Some(k) = module.kernels.iter().find(|k| k.name == *name) else {
                     problems.push(format!("{arch} {}: ptxas reported nothing for {name}:\n{}", source.name, module.log));
                     continue;
                 };

@@ -36,7 +36,10 @@ pub(crate) fn check_batch(c: &ModelConfig, kv: &mut KvCache, batch: &[InputEntry
             }
             _ => {}
         }
-        let (_, expected) = spans.entry(e.seq).or_insert_with(|| (kv.seq_len(e.seq), kv.seq_len(e.seq)));
+        let (_, expected) = spans.entry(e.seq).or_insert_with(|| {
+            let len = kv.seq_len(e.seq);
+            (len, len)
+        });
         if e.pos as usize != *expected {
             return Err(ModelError::BadBatch(format!("entry {i}: sequence {} continues at position {expected}, not {}", e.seq, e.pos)));
         }

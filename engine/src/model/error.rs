@@ -1,6 +1,5 @@
 //! Why a model could not be loaded or run.
 
-use crate::backend::cpu::MatmulError;
 use crate::backend::BackendError;
 use crate::gguf::GgufError;
 use crate::kv_cache::{KvError, KvWriteError};
@@ -31,8 +30,6 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
-    #[error(transparent)]
-    Matmul(#[from] MatmulError),
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error(transparent)]

@@ -257,15 +257,10 @@ impl Model {
     /// an [`InputEntry`] may carry in its place.
     pub fn token_embedding(&self, token: TokenId) -> Result<Vec<f32>, ModelError> {
         let info = self.file.tensor("token_embd.weight").ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
-        let n = self.config.n_embd;
         if token as usize >= self.config.n_vocab {
             return Err(ModelError::BadBatch(format!("token {token} is outside the vocabulary of {}", self.config.n_vocab)));
         }
-        let row_bytes = info.ty.row_bytes(n).ok_or(ModelError::TensorType { name: info.name.clone(), ty: info.ty })?;
-        let bytes = &self.file.tensor_data(info)[token as usize * row_bytes..(token as usize + 1) * row_bytes];
-        let mut out = vec![0.0f32; n];
-        (crate::quant::ops(info.ty)?.dequantize)(bytes, &mut out);
-        Ok(out)
+        weights::host_row(&self.file, info, self.config.n_embd, token as usize)
     }
 }
 

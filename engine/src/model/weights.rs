@@ -15,6 +15,18 @@ use crate::backend::Backend;
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant;
 
+/// Row `r` of tensor `t` (rows of `cols` values), dequantized on the host.
+pub(crate) fn host_row(file: &GgufFile, t: &TensorInfo, cols: usize, r: usize) -> Result<Vec<f32>, ModelError> {
+    let row_bytes = t.ty.row_bytes(cols).ok_or(ModelError::TensorType { name: t.name.clone(), ty: t.ty })?;
+    let bytes = file
+        .tensor_data(t)
+        .get(r * row_bytes..(r + 1) * row_bytes)
+        .ok_or_else(|| ModelError::BadBatch(format!("row {r} is outside tensor {}", t.name)))?;
+    let mut out = vec![0.0f32; cols];
+    (quant::ops(t.ty)?.dequantize)(bytes, &mut out);
+    Ok(out)
+}
+
 pub(crate) struct Loader<'a, B: Backend> {
     pub file: &'a Arc<GgufFile>,
     pub backend: &'a B,
@@ -72,10 +84,7 @@ impl<B: Backend> Loader<'_, B> {
             _ => return Err(ModelError::TensorShape { name: name.into(), expected: vec![cols as u64, 1], got: t.dims.clone() }),
         };
         let t = self.matrix_info(name, rows, cols)?.expect("present");
-        let row_bytes = t.ty.row_bytes(cols).expect("checked by matrix_info");
-        let mut out = vec![0.0f32; cols];
-        (quant::ops(t.ty)?.dequantize)(&self.file.tensor_data(t)[..row_bytes], &mut out);
-        Ok(Some(out))
+        Ok(Some(host_row(self.file, t, cols, 0)?))
     }
 
     /// A vector of `n` values converted to f32 on the host, if present.

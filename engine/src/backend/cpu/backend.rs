@@ -10,12 +10,12 @@ use rayon::prelude::*;
 use super::activation::{gelu, gelu_erf, silu, swiglu_row_with};
 use super::attention::{attend_group_with, with_scratch, KvRow, KvRows};
 use super::kv::CpuKvStore;
-use super::matmul::{matmul_each_on, WeightMatrix};
+use super::matmul::{get_rows, matmul_each_on, WeightMatrix};
 use super::norm::{layer_norm, rms_norm, rms_norm_in_place};
 use super::rope::rope_with;
 use crate::backend::{Activation, AttentionRow, AttentionShape, Backend, BackendError, Device, KvSlot, KvSource, KvType, Rope, RowInput};
 use crate::gguf::{GgufFile, TensorInfo};
-use crate::quant::{self, Isa};
+use crate::quant::Isa;
 
 /// The CPU backend: the kernels of one SIMD tier, run on rayon's current pool.
 #[derive(Clone, Copy, Debug)]
@@ -156,18 +156,8 @@ impl Backend for CpuBackend {
 
     fn get_rows(&self, table: &CpuMatrix, inputs: &[RowInput<'_>]) -> Result<HostTensor, BackendError> {
         let w = table.view();
-        let dequantize = quant::ops_on(w.ty, self.isa).map_err(super::MatmulError::from)?.dequantize;
         let mut out = HostTensor::zeros(inputs.len(), w.cols);
-        for (input, dst) in inputs.iter().zip(out.data.chunks_exact_mut(w.cols.max(1))) {
-            match *input {
-                RowInput::Token(id) if (id as usize) < w.rows => dequantize(w.row(id as usize), dst),
-                RowInput::Token(id) => return Err(super::MatmulError::RowId { id, rows: w.rows }.into()),
-                RowInput::Embedding(row) if row.len() == w.cols => dst.copy_from_slice(row),
-                RowInput::Embedding(row) => {
-                    return Err(BackendError::shape("get_rows", format!("an embedding row of {} values, not {}", row.len(), w.cols)))
-                }
-            }
-        }
+        get_rows(self.isa, &w, inputs, &mut out.data)?;
         Ok(out)
     }
 

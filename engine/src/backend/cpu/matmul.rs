@@ -8,6 +8,7 @@
 
 use rayon::prelude::*;
 
+use crate::backend::RowInput;
 use crate::quant::{self, GgmlType, Isa, QuantError};
 
 thread_local! {
@@ -29,6 +30,8 @@ pub enum MatmulError {
     Output { expected: usize, got: usize },
     #[error("row id {id} is out of range for a matrix of {rows} rows")]
     RowId { id: u32, rows: usize },
+    #[error("an embedding row of {got} values, not {cols}")]
+    RowLength { got: usize, cols: usize },
     #[error(transparent)]
     Quant(#[from] QuantError),
 }
@@ -227,18 +230,20 @@ pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys
     Ok(())
 }
 
-/// Dequantizes the rows `ids` of `w` into `out` (`ids.len()` rows of `w.cols`): the embedding
-/// lookup.
-pub fn get_rows(w: &WeightMatrix, ids: &[u32], out: &mut [f32]) -> Result<(), MatmulError> {
-    if out.len() != ids.len() * w.cols {
-        return Err(MatmulError::Output { expected: ids.len() * w.cols, got: out.len() });
+/// The embedding lookup: one row of `out` (`inputs.len()` rows of `w.cols`) per input, row `id`
+/// of `w` dequantized by tier `isa`'s kernel, or an embedding row copied as it is.
+pub fn get_rows(isa: Isa, w: &WeightMatrix, inputs: &[RowInput<'_>], out: &mut [f32]) -> Result<(), MatmulError> {
+    if out.len() != inputs.len() * w.cols {
+        return Err(MatmulError::Output { expected: inputs.len() * w.cols, got: out.len() });
     }
-    let dequantize = quant::ops(w.ty)?.dequantize;
-    for (&id, dst) in ids.iter().zip(out.chunks_exact_mut(w.cols.max(1))) {
-        if id as usize >= w.rows {
-            return Err(MatmulError::RowId { id, rows: w.rows });
+    let dequantize = quant::ops_on(w.ty, isa)?.dequantize;
+    for (input, dst) in inputs.iter().zip(out.chunks_exact_mut(w.cols.max(1))) {
+        match *input {
+            RowInput::Token(id) if (id as usize) < w.rows => dequantize(w.row(id as usize), dst),
+            RowInput::Token(id) => return Err(MatmulError::RowId { id, rows: w.rows }),
+            RowInput::Embedding(row) if row.len() == w.cols => dst.copy_from_slice(row),
+            RowInput::Embedding(row) => return Err(MatmulError::RowLength { got: row.len(), cols: w.cols }),
         }
-        dequantize(w.row(id as usize), dst);
     }
     Ok(())
 }
@@ -390,6 +395,6 @@ mod tests {
         let mut y = vec![0.0; 1];
         assert!(matches!(matmul(&w, &[0.0; 31], 1, &mut y), Err(MatmulError::Activations { .. })));
         let mut row = vec![0.0; 32];
-        assert_eq!(get_rows(&w, &[1], &mut row), Err(MatmulError::RowId { id: 1, rows: 1 }));
+        assert_eq!(get_rows(Isa::Scalar, &w, &[RowInput::Token(1)], &mut row), Err(MatmulError::RowId { id: 1, rows: 1 }));
     }
 }
