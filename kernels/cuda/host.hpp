@@ -90,6 +90,14 @@ DEVICE double __longlong_as_double(long long i) {
     return d;
 }
 
+// c + the sum of the four products of a's and b's signed bytes, as dp4a.s32.s32
+DEVICE int dp4a(int a, int b, int c) {
+    for (int k = 0; k < 4; k++) {
+        c += (int)(int8_t)(a >> (8 * k)) * (int)(int8_t)(b >> (8 * k));
+    }
+    return c;
+}
+
 // f16 bits to f32, exactly
 DEVICE float half_to_float(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000) << 16;

@@ -38,6 +38,13 @@ DEVICE uint16_t float_to_half(float f) {
     return h;
 }
 
+// c + the sum of the four products of a's and b's signed bytes (sm_61 and up)
+DEVICE int dp4a(int a, int b, int c) {
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
 #else
 
 #include "host.hpp"
@@ -58,6 +65,13 @@ DEVICE double warp_sum(double v) {
 DEVICE float warp_sum_f(float v) {
     for (int mask = 16; mask > 0; mask >>= 1) {
         v += SHFL_XOR(v, mask);
+    }
+    return v;
+}
+
+DEVICE float warp_max_f(float v) {
+    for (int mask = 16; mask > 0; mask >>= 1) {
+        v = fmaxf(v, SHFL_XOR(v, mask));
     }
     return v;
 }

@@ -4,13 +4,6 @@
 // per block, one lane per value; the maximum and the integer sum are exact in any order.
 #include "blocks.cuh"
 
-DEVICE float warp_max_f(float v) {
-    for (int mask = 16; mask > 0; mask >>= 1) {
-        v = fmaxf(v, SHFL_XOR(v, mask));
-    }
-    return v;
-}
-
 DEVICE int warp_sum_i(int v) {
     for (int mask = 16; mask > 0; mask >>= 1) {
         v += SHFL_XOR(v, mask);

@@ -4,9 +4,12 @@
 //! kernels' arithmetic on a machine without a GPU, so they can be checked against the CPU
 //! backend.
 
+use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::sync::mpsc;
 use std::time::Duration;
+
+use crate::runtime::{scalar_slot, Arg, Launch, Runtime, RuntimeError};
 
 type Launcher = unsafe extern "C" fn(*const u32, *const u32, *mut *mut c_void) -> i32;
 
@@ -75,4 +78,92 @@ macro_rules! host_args {
     ($($arg:expr),* $(,)?) => {
         [$(std::ptr::from_ref(&$arg).cast_mut().cast::<std::ffi::c_void>()),*]
     };
+}
+
+/// Memory of the harness's "device": host memory written only by launches and copies, through
+/// the pointers they are given (so it sits behind a cell), 8-byte aligned like a device
+/// allocation's start.
+pub struct HostBuffer {
+    words: Box<[UnsafeCell<u64>]>,
+    len: usize,
+}
+
+// SAFETY: the buffer is only written by `HostRuntime`'s launches and copies, one at a time; the
+// backend above hands out each buffer mutably to one op at a time, as it would device memory.
+unsafe impl Send for HostBuffer {}
+// SAFETY: as above: shared references only pass the address to a launch or a copy.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    fn zeroed(len: usize) -> HostBuffer {
+        HostBuffer { words: (0..len.div_ceil(8)).map(|_| UnsafeCell::new(0)).collect(), len }
+    }
+
+    fn ptr(&self) -> *mut u8 {
+        UnsafeCell::raw_get(self.words.as_ptr()).cast()
+    }
+}
+
+/// The CPU execution harness as a [`Runtime`]: the kernels run on host threads over host
+/// buffers, one launch at a time.
+#[derive(Default)]
+pub struct HostRuntime;
+
+impl Runtime for HostRuntime {
+    type Buffer = HostBuffer;
+
+    fn alloc_zeroed(&self, bytes: usize) -> Result<HostBuffer, RuntimeError> {
+        Ok(HostBuffer::zeroed(bytes))
+    }
+
+    fn upload(&self, data: &[u8]) -> Result<HostBuffer, RuntimeError> {
+        let b = HostBuffer::zeroed(data.len());
+        // SAFETY: the buffer was just made with room for `data.len()` bytes and is not shared.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), b.ptr(), data.len()) };
+        Ok(b)
+    }
+
+    fn download(&self, buf: &HostBuffer, out: &mut [u8]) -> Result<(), RuntimeError> {
+        if out.len() > buf.len {
+            return Err(RuntimeError::Device(format!("download of {} bytes from a buffer of {}", out.len(), buf.len)));
+        }
+        // SAFETY: in bounds (checked); no launch runs while this copy does (launches finish
+        // before `launch` returns).
+        unsafe { std::ptr::copy_nonoverlapping(buf.ptr(), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    fn copy(&self, src: &HostBuffer, src_at: usize, dst: &HostBuffer, dst_at: usize, bytes: usize) -> Result<(), RuntimeError> {
+        if src_at + bytes > src.len || dst_at + bytes > dst.len {
+            return Err(RuntimeError::Device(format!("copy of {bytes} bytes out of bounds")));
+        }
+        // SAFETY: both ranges are in bounds (checked); `copy` allows them in one buffer.
+        unsafe { std::ptr::copy(src.ptr().add(src_at), dst.ptr().add(dst_at), bytes) };
+        Ok(())
+    }
+
+    fn len(&self, buf: &HostBuffer) -> usize {
+        buf.len
+    }
+
+    fn free_memory(&self) -> Option<usize> {
+        None
+    }
+
+    unsafe fn launch(&self, l: Launch, args: &[Arg<'_, HostBuffer>]) -> Result<(), RuntimeError> {
+        let slots: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::Buf(b) => b.ptr() as u64,
+                Arg::BufAt(b, at) => b.ptr().wrapping_add(at) as u64,
+                _ => scalar_slot(a).expect("a scalar"),
+            })
+            .collect();
+        let mut params: Vec<*mut c_void> = slots.iter().map(|s| std::ptr::from_ref(s).cast_mut().cast()).collect();
+        // SAFETY: the caller's contract; each slot holds the parameter's bytes first.
+        unsafe { launch(l.kernel, l.grid, [l.block, 1, 1], &mut params) }.map_err(|e| match e {
+            HostError::UnknownKernel(n) => RuntimeError::UnknownKernel(n),
+            e => RuntimeError::Device(e.to_string()),
+        })
+    }
 }

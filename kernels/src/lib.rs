@@ -3,10 +3,15 @@
 //! compiled at run time by NVRTC, loaded dynamically through `cudarc`, so that building needs no
 //! CUDA toolkit. A leaf crate: it knows nothing of GGUF files or models.
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 #[cfg(feature = "host")]
 pub mod host;
+pub mod launch;
 pub mod nvrtc;
+pub mod runtime;
 pub mod sources;
 
 pub use nvrtc::{compile, CompiledModule, KernelReport, NvrtcError};
+pub use runtime::{Arg, Launch, Runtime, RuntimeError};
 pub use sources::{KernelSource, HEADERS, SOURCES};

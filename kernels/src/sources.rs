@@ -16,11 +16,21 @@ macro_rules! embedded {
 }
 
 /// The headers a source may include.
-pub const HEADERS: &[KernelSource] = embedded!["portable.cuh", "blocks.cuh", "host.hpp"];
+pub const HEADERS: &[KernelSource] = embedded!["portable.cuh", "blocks.cuh", "vecdot.cuh", "mulmat.cuh", "host.hpp"];
 
 /// Every kernel source.
-pub const SOURCES: &[KernelSource] =
-    embedded!["elementwise.cu", "norm.cu", "rope.cu", "activation.cu", "dequantize.cu", "quantize.cu", "kv.cu"];
+pub const SOURCES: &[KernelSource] = embedded![
+    "elementwise.cu",
+    "norm.cu",
+    "rope.cu",
+    "activation.cu",
+    "dequantize.cu",
+    "quantize.cu",
+    "kv.cu",
+    "matvec.cu",
+    "matmul.cu",
+    "attention.cu"
+];
 
 /// Why a source could not be expanded.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]

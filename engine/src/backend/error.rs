@@ -13,6 +13,11 @@ pub enum BackendError {
     ForeignKvCache(Device),
     #[error(transparent)]
     Matmul(#[from] MatmulError),
+    /// The device could not do what was asked (a driver, compiler or launch failure).
+    #[error("device {device}: {message}")]
+    Device { device: Device, message: String },
+    #[error("device {device}: out of memory ({bytes} bytes asked for)")]
+    OutOfMemory { device: Device, bytes: usize },
 }
 
 impl BackendError {

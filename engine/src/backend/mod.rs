@@ -9,6 +9,8 @@ pub mod device;
 mod error;
 #[cfg(test)]
 mod harness;
+#[cfg(any(feature = "sim", feature = "cuda"))]
+pub mod kernel;
 #[cfg(all(test, feature = "sim"))]
 mod sim_check;
 pub mod types;
@@ -32,7 +34,7 @@ pub trait KvStorage: Any + Send + Sync {
     /// Block `id` is no longer used by any sequence.
     fn release_block(&mut self, id: BlockId);
     /// Copies the contents of block `src` into block `dst` (both in use).
-    fn copy_block(&mut self, src: BlockId, dst: BlockId);
+    fn copy_block(&mut self, src: BlockId, dst: BlockId) -> Result<(), BackendError>;
     /// Bytes one block takes.
     fn block_bytes(&self) -> usize;
 }

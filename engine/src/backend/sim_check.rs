@@ -280,3 +280,54 @@ fn every_kernel_of_the_sources_has_a_host_launcher() {
     // SAFETY: a bad geometry is refused before the kernel runs.
     assert!(unsafe { launch("scale", [1, 1, 1], [2048, 1, 1], &mut []) }.is_err());
 }
+
+#[test]
+fn the_kernel_backend_on_host_threads_passes_the_op_table() {
+    use super::harness::run_table;
+    use super::kernel::SimBackend;
+    let b = SimBackend::new();
+    let mut failed = Vec::new();
+    for r in run_table(&b, "sim") {
+        assert!(r.cases > 0, "{}: no cases", r.op);
+        if !r.passed() {
+            failed.push(format!("{}: nmse {:e} > {:e} in {}", r.op, r.worst_nmse, r.bound, r.worst_case));
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+#[test]
+fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
+    use super::kernel::SimBackend;
+    use crate::gguf::{GgufFile, GgufWriter};
+    use std::sync::Arc;
+    // a batch of 11 runs the tiled kernel (8 rows per block, a partial tile), a row alone the
+    // matrix-vector kernel: every output must be bit for bit the same
+    let b = SimBackend::new();
+    let mut rng = Rng::new(0xba7c);
+    let (rows, cols, batch) = (12usize, 512usize, 11usize);
+    let types =
+        [GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16];
+    let mut w = GgufWriter::new();
+    for (i, &ty) in types.iter().enumerate() {
+        let values = rng.values(rows * cols, 1.0);
+        let row_bytes = ty.row_bytes(cols).unwrap();
+        let mut data = vec![0u8; rows * row_bytes];
+        for (src, dst) in values.chunks_exact(cols).zip(data.chunks_exact_mut(row_bytes)) {
+            (ops_for(ty, Isa::Scalar).unwrap().quantize)(src, dst);
+        }
+        w.add_tensor(format!("w{i}"), &[cols as u64, rows as u64], ty, data).unwrap();
+    }
+    let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
+    let x = rng.values(batch * cols, 2.0);
+    for (i, ty) in types.iter().enumerate() {
+        let m = b.upload_matrix(&file, file.tensor(&format!("w{i}")).unwrap(), rows, cols).unwrap();
+        let all = b.to_host(b.matmul_each(&[&m], &[None], &b.upload_tensor(batch, cols, &x).unwrap()).unwrap().remove(0)).unwrap();
+        for r in [0usize, 5, 10] {
+            let alone = b.upload_tensor(1, cols, &x[r * cols..(r + 1) * cols]).unwrap();
+            let one = b.to_host(b.matmul_each(&[&m], &[None], &alone).unwrap().remove(0)).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+            assert_eq!(bits(&one), bits(&all[r * rows..(r + 1) * rows]), "{ty}: row {r} alone and in a batch of {batch}");
+        }
+    }
+}

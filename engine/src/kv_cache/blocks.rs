@@ -98,7 +98,10 @@ impl BlockTable {
             let id = self.seqs[&seq].blocks[b];
             if self.refs[id as usize] > 1 {
                 let copy = self.acquire(storage)?;
-                storage.copy_block(id, copy);
+                if let Err(e) = storage.copy_block(id, copy) {
+                    self.release(copy, storage);
+                    return Err(e);
+                }
                 self.release(id, storage);
                 self.seqs.get_mut(&seq).expect("the sequence exists").blocks[b] = copy;
             }
@@ -182,10 +185,11 @@ mod tests {
         fn release_block(&mut self, id: BlockId) {
             assert!(self.blocks.remove(&id).is_some(), "block {id} released while free");
         }
-        fn copy_block(&mut self, src: BlockId, dst: BlockId) {
+        fn copy_block(&mut self, src: BlockId, dst: BlockId) -> Result<(), BackendError> {
             let v = self.blocks[&src];
             self.blocks.insert(dst, v);
             self.copies.push((src, dst));
+            Ok(())
         }
         fn block_bytes(&self) -> usize {
             8

@@ -218,7 +218,9 @@ mod tests {
                 Ok(())
             }
             fn release_block(&mut self, _: crate::backend::BlockId) {}
-            fn copy_block(&mut self, _: crate::backend::BlockId, _: crate::backend::BlockId) {}
+            fn copy_block(&mut self, _: crate::backend::BlockId, _: crate::backend::BlockId) -> Result<(), BackendError> {
+                Ok(())
+            }
             fn block_bytes(&self) -> usize {
                 0
             }

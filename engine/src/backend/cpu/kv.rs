@@ -91,9 +91,10 @@ impl KvStorage for CpuKvStore {
         self.blocks[id as usize] = None;
     }
 
-    fn copy_block(&mut self, src: BlockId, dst: BlockId) {
+    fn copy_block(&mut self, src: BlockId, dst: BlockId) -> Result<(), BackendError> {
         let copy = self.block(src).clone();
         self.blocks[dst as usize] = Some(Box::new(copy));
+        Ok(())
     }
 
     fn block_bytes(&self) -> usize {

@@ -1,0 +1,389 @@
+//! The backend that runs the `kernels` crate's CUDA C kernels, written once over the crate's
+//! [`Runtime`]: on a GPU through the CUDA driver ([`CudaBackend`], feature `cuda`), and on host
+//! threads through the CPU execution harness ([`SimBackend`], feature `sim`), so that every
+//! line of this file — buffer sizes, index arrays, launch choices — runs in the tests of a
+//! machine without a GPU. Weights are uploaded once as the file stores them; activations stay
+//! on the device until `to_host`.
+
+mod kv;
+
+use std::sync::Arc;
+
+use kernels::launch::{self, HeadArgs, KvArgs, MatmulInput, MatrixArgs, QueryRow, RopeArgs, Q8_1_BYTES};
+use kernels::{Runtime, RuntimeError};
+
+pub use kv::DeviceKvStore;
+
+use crate::backend::cpu::WeightMatrix;
+use crate::backend::{
+    Activation, AttentionRow, AttentionShape, Backend, BackendError, Device, KvSlot, KvSource, KvType, Rope, RopeKind, RowInput,
+};
+use crate::gguf::{GgufFile, TensorInfo};
+use crate::quant::GgmlType;
+
+/// Batches of at most this many rows use the matrix-vector kernels, larger ones the tiled
+/// matrix kernels; an output's value is the same either way (see `kernels/cuda/mulmat.cuh`).
+const MATVEC_MAX_ROWS: usize = 4;
+
+pub(crate) fn runtime_error(device: Device, e: RuntimeError) -> BackendError {
+    match e {
+        RuntimeError::OutOfMemory { bytes } => BackendError::OutOfMemory { device, bytes },
+        e => BackendError::Device { device, message: e.to_string() },
+    }
+}
+
+/// The kernel backend on runtime `R`.
+pub struct KernelBackend<R: Runtime> {
+    rt: Arc<R>,
+    device: Device,
+}
+
+/// A weight matrix on the device, rows as the file stores them.
+pub struct DeviceMatrix<R: Runtime> {
+    buf: R::Buffer,
+    args: MatrixArgs,
+    ty: GgmlType,
+}
+
+/// An f32 vector on the device.
+pub struct DeviceVector<R: Runtime> {
+    buf: R::Buffer,
+    len: usize,
+}
+
+/// `rows x cols` f32 activations on the device.
+pub struct DeviceTensor<R: Runtime> {
+    buf: R::Buffer,
+    rows: usize,
+    cols: usize,
+}
+
+fn as_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn act_code(act: Activation) -> i32 {
+    match act {
+        Activation::Silu => 0,
+        Activation::Gelu => 1,
+        Activation::GeluErf => 2,
+    }
+}
+
+fn same_shape<R: Runtime>(op: &'static str, a: &DeviceTensor<R>, b: &DeviceTensor<R>) -> Result<(), BackendError> {
+    if (a.rows, a.cols) != (b.rows, b.cols) {
+        return Err(BackendError::shape(op, format!("{}x{} against {}x{}", a.rows, a.cols, b.rows, b.cols)));
+    }
+    Ok(())
+}
+
+impl<R: Runtime> KernelBackend<R> {
+    /// The backend over `rt`, named `device`.
+    pub fn with_runtime(rt: R, device: Device) -> KernelBackend<R> {
+        KernelBackend { rt: Arc::new(rt), device }
+    }
+
+    pub fn runtime(&self) -> &R {
+        &self.rt
+    }
+
+    fn fail(&self) -> impl Fn(RuntimeError) -> BackendError + '_ {
+        move |e| runtime_error(self.device, e)
+    }
+
+    fn tensor(&self, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
+        let buf = self.rt.alloc_zeroed(rows * cols * 4).map_err(self.fail())?;
+        Ok(DeviceTensor { buf, rows, cols })
+    }
+}
+
+impl<R: Runtime> Backend for KernelBackend<R> {
+    type Matrix = DeviceMatrix<R>;
+    type Vector = DeviceVector<R>;
+    type Tensor = DeviceTensor<R>;
+    type KvStore = DeviceKvStore<R>;
+
+    fn device(&self) -> Device {
+        self.device
+    }
+
+    fn upload_matrix(&self, file: &Arc<GgufFile>, info: &TensorInfo, rows: usize, cols: usize) -> Result<DeviceMatrix<R>, BackendError> {
+        let data = file.tensor_data(info);
+        // the same shape and size checks as the CPU's view of the bytes
+        WeightMatrix::new(info.ty, rows, cols, data)?;
+        if !GgmlType::WEIGHT_TYPES.contains(&info.ty) {
+            return Err(BackendError::shape("upload_matrix", format!("{}: no kernel computes with {}", info.name, info.ty)));
+        }
+        let row_bytes =
+            info.ty.row_bytes(cols).ok_or_else(|| BackendError::shape("upload_matrix", format!("{cols} columns of {}", info.ty)))?;
+        let buf = self.rt.upload(&data[..rows * row_bytes]).map_err(self.fail())?;
+        Ok(DeviceMatrix { buf, args: MatrixArgs { ty: info.ty.id(), rows, cols, row_bytes }, ty: info.ty })
+    }
+
+    fn upload_vector(&self, values: &[f32]) -> Result<DeviceVector<R>, BackendError> {
+        Ok(DeviceVector { buf: self.rt.upload(&as_bytes(values)).map_err(self.fail())?, len: values.len() })
+    }
+
+    fn new_kv_store(&self, ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize) -> DeviceKvStore<R> {
+        DeviceKvStore::new(Arc::clone(&self.rt), self.device, ty, n_layer, k_dim, v_dim)
+    }
+
+    fn zeros(&self, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
+        self.tensor(rows, cols)
+    }
+
+    fn upload_tensor(&self, rows: usize, cols: usize, values: &[f32]) -> Result<DeviceTensor<R>, BackendError> {
+        if values.len() != rows * cols {
+            return Err(BackendError::shape("upload_tensor", format!("{} values for {rows}x{cols}", values.len())));
+        }
+        Ok(DeviceTensor { buf: self.rt.upload(&as_bytes(values)).map_err(self.fail())?, rows, cols })
+    }
+
+    fn to_host(&self, x: DeviceTensor<R>) -> Result<Vec<f32>, BackendError> {
+        let mut bytes = vec![0u8; x.rows * x.cols * 4];
+        self.rt.download(&x.buf, &mut bytes).map_err(self.fail())?;
+        Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    }
+
+    fn shape(&self, x: &DeviceTensor<R>) -> (usize, usize) {
+        (x.rows, x.cols)
+    }
+
+    fn get_rows(&self, table: &DeviceMatrix<R>, inputs: &[RowInput<'_>]) -> Result<DeviceTensor<R>, BackendError> {
+        let cols = table.args.cols;
+        // the given rows go up with the upload; the kernel fills the tokens' rows around them
+        let mut host = vec![0.0f32; inputs.len() * cols];
+        let mut ids = Vec::with_capacity(inputs.len());
+        for (r, input) in inputs.iter().enumerate() {
+            match *input {
+                RowInput::Token(t) => ids.push(Some(t)),
+                RowInput::Embedding(row) => {
+                    if row.len() != cols {
+                        return Err(BackendError::shape("get_rows", format!("an embedding row of {} for rows of {cols}", row.len())));
+                    }
+                    host[r * cols..(r + 1) * cols].copy_from_slice(row);
+                    ids.push(None);
+                }
+            }
+        }
+        let out = self.upload_tensor(inputs.len(), cols, &host)?;
+        launch::get_rows(&*self.rt, &table.buf, table.args, &ids, &out.buf).map_err(self.fail())?;
+        Ok(out)
+    }
+
+    fn matmul_each(
+        &self,
+        ws: &[&DeviceMatrix<R>],
+        biases: &[Option<&DeviceVector<R>>],
+        x: &DeviceTensor<R>,
+    ) -> Result<Vec<DeviceTensor<R>>, BackendError> {
+        assert_eq!(ws.len(), biases.len(), "one bias (or none) per matrix");
+        let mut quantized: Option<R::Buffer> = None;
+        let tiled = x.rows > MATVEC_MAX_ROWS;
+        let mut outs = Vec::with_capacity(ws.len());
+        for (w, bias) in ws.iter().zip(biases) {
+            if w.args.cols != x.cols {
+                return Err(BackendError::shape("matmul_each", format!("{}x{} weights for rows of {}", w.args.rows, w.args.cols, x.cols)));
+            }
+            if let Some(b) = bias.filter(|b| b.len != w.args.rows) {
+                return Err(BackendError::shape("matmul_each", format!("a bias of {} for rows of {}", b.len, w.args.rows)));
+            }
+            let input = if matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+                MatmulInput::F32(&x.buf)
+            } else {
+                if quantized.is_none() {
+                    // one Q8_1 conversion of x for every quantized matrix of the call
+                    let blocks = x.rows * x.cols / 32;
+                    let q = self.rt.alloc_zeroed(blocks * Q8_1_BYTES).map_err(self.fail())?;
+                    launch::quantize_q8_1(&*self.rt, &x.buf, &q, blocks).map_err(self.fail())?;
+                    quantized = Some(q);
+                }
+                MatmulInput::Q8_1(quantized.as_ref().expect("quantized above"))
+            };
+            let out = self.tensor(x.rows, w.args.rows)?;
+            launch::mul_mat(&*self.rt, &w.buf, w.args, input, x.rows, bias.map(|b| &b.buf), &out.buf, tiled).map_err(self.fail())?;
+            outs.push(out);
+        }
+        Ok(outs)
+    }
+
+    fn rms_norm(&self, x: &DeviceTensor<R>, w: &DeviceVector<R>, eps: f32, out: &mut DeviceTensor<R>) -> Result<(), BackendError> {
+        same_shape("rms_norm", x, out)?;
+        if w.len != x.cols {
+            return Err(BackendError::shape("rms_norm", format!("a scale of {} for rows of {}", w.len, x.cols)));
+        }
+        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &out.buf, x.rows, x.cols, eps).map_err(self.fail())
+    }
+
+    fn rms_norm_in_place(&self, x: &mut DeviceTensor<R>, w: &DeviceVector<R>, eps: f32) -> Result<(), BackendError> {
+        if w.len == 0 || !x.cols.is_multiple_of(w.len) {
+            return Err(BackendError::shape("rms_norm_in_place", format!("rows of {} values are not whole groups of {}", x.cols, w.len)));
+        }
+        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &x.buf, x.rows * x.cols / w.len, w.len, eps).map_err(self.fail())
+    }
+
+    fn layer_norm(
+        &self,
+        x: &DeviceTensor<R>,
+        w: &DeviceVector<R>,
+        b: &DeviceVector<R>,
+        eps: f32,
+        out: &mut DeviceTensor<R>,
+    ) -> Result<(), BackendError> {
+        same_shape("layer_norm", x, out)?;
+        if w.len != x.cols || b.len != x.cols {
+            return Err(BackendError::shape("layer_norm", format!("scale {} and shift {} for rows of {}", w.len, b.len, x.cols)));
+        }
+        launch::layer_norm(&*self.rt, &x.buf, &w.buf, &b.buf, &out.buf, x.rows, x.cols, eps).map_err(self.fail())
+    }
+
+    fn rope(&self, x: &mut DeviceTensor<R>, r: &Rope, positions: &[u32]) -> Result<(), BackendError> {
+        if r.head_dim == 0 || !x.cols.is_multiple_of(r.head_dim) || positions.len() != x.rows {
+            return Err(BackendError::shape(
+                "rope",
+                format!("{} positions, {}x{} rows, heads of {}", positions.len(), x.rows, x.cols, r.head_dim),
+            ));
+        }
+        let args = RopeArgs {
+            n_head: x.cols / r.head_dim,
+            head_dim: r.head_dim,
+            n_dims: r.n_dims,
+            freq_base: r.freq_base,
+            freq_scale: r.freq_scale,
+            neox: r.kind == RopeKind::Neox,
+        };
+        launch::rope(&*self.rt, &x.buf, positions, args).map_err(self.fail())
+    }
+
+    fn kv_write(
+        &self,
+        store: &mut DeviceKvStore<R>,
+        layer: usize,
+        slots: &[KvSlot],
+        k: &DeviceTensor<R>,
+        v: &DeviceTensor<R>,
+    ) -> Result<(), BackendError> {
+        if slots.len() != k.rows || slots.len() != v.rows {
+            return Err(BackendError::shape("kv_write", format!("{} slots for {} keys and {} values", slots.len(), k.rows, v.rows)));
+        }
+        let Some((kp, vp, ka, va)) = store.pools() else {
+            return Err(BackendError::shape("kv_write", "no block was allocated"));
+        };
+        if k.cols != ka.dim || v.cols != va.dim {
+            return Err(BackendError::shape("kv_write", format!("rows of {}/{} for a cache of {}/{}", k.cols, v.cols, ka.dim, va.dim)));
+        }
+        let at: Vec<(u32, usize)> = slots.iter().map(|s| (s.block, s.offset)).collect();
+        launch::kv_write(&*self.rt, &k.buf, &at, kp, ka, layer).map_err(self.fail())?;
+        launch::kv_write(&*self.rt, &v.buf, &at, vp, va, layer).map_err(self.fail())
+    }
+
+    fn attention(
+        &self,
+        q: &DeviceTensor<R>,
+        kv: KvSource<'_, Self>,
+        rows: &[AttentionRow],
+        shape: &AttentionShape,
+    ) -> Result<DeviceTensor<R>, BackendError> {
+        if q.cols != shape.q_dim() || rows.len() != q.rows || shape.n_head_kv == 0 || !shape.n_head.is_multiple_of(shape.n_head_kv) {
+            return Err(BackendError::shape("attention", format!("{}x{} queries, {} rows, {shape:?}", q.rows, q.cols, rows.len())));
+        }
+        let out = self.tensor(q.rows, shape.out_dim())?;
+        let heads =
+            HeadArgs { n_head: shape.n_head, n_head_kv: shape.n_head_kv, dk: shape.head_dim_k, dv: shape.head_dim_v, scale: shape.scale };
+        match kv {
+            KvSource::Cache { store, layer, tables } => {
+                let Some((k, v, k_pool, v_pool)) = store.pools() else {
+                    return Err(BackendError::shape("attention", "an empty KV cache"));
+                };
+                // the tables one after another; a row's keys start at its table's offset
+                let mut flat = Vec::new();
+                let mut offsets = Vec::with_capacity(tables.len());
+                for t in tables {
+                    offsets.push(flat.len());
+                    flat.extend_from_slice(t);
+                }
+                let mut query_rows = Vec::with_capacity(rows.len());
+                for r in rows {
+                    let &kv = offsets
+                        .get(r.kv)
+                        .ok_or_else(|| BackendError::shape("attention", format!("block table {} of {}", r.kv, tables.len())))?;
+                    query_rows.push(QueryRow { kv, positions: r.positions.clone() });
+                }
+                let source = KvArgs::Pool { k, v, k_pool, v_pool, layer, tables: &flat };
+                launch::attention(&*self.rt, &q.buf, source, &query_rows, heads, &out.buf).map_err(self.fail())?;
+            }
+            KvSource::Batch { k, v } => {
+                if k.cols != shape.n_head_kv * shape.head_dim_k || v.cols != shape.n_head_kv * shape.head_dim_v || k.rows != v.rows {
+                    return Err(BackendError::shape(
+                        "attention",
+                        format!("keys {}x{} and values {}x{} for {shape:?}", k.rows, k.cols, v.rows, v.cols),
+                    ));
+                }
+                let query_rows: Vec<QueryRow> = rows.iter().map(|r| QueryRow { kv: r.kv, positions: r.positions.clone() }).collect();
+                let source = KvArgs::Rows { k: &k.buf, v: &v.buf, rows: k.rows };
+                launch::attention(&*self.rt, &q.buf, source, &query_rows, heads, &out.buf).map_err(self.fail())?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn glu(&self, act: Activation, gate: &mut DeviceTensor<R>, up: &DeviceTensor<R>) -> Result<(), BackendError> {
+        same_shape("glu", gate, up)?;
+        launch::glu(&*self.rt, &gate.buf, &up.buf, gate.rows, gate.cols, act_code(act)).map_err(self.fail())
+    }
+
+    fn activate(&self, act: Activation, x: &mut DeviceTensor<R>) -> Result<(), BackendError> {
+        launch::activate(&*self.rt, &x.buf, x.rows * x.cols, act_code(act)).map_err(self.fail())
+    }
+
+    fn add_scaled(&self, x: &mut DeviceTensor<R>, y: &DeviceTensor<R>, scale: f32) -> Result<(), BackendError> {
+        same_shape("add_scaled", x, y)?;
+        launch::add_scaled(&*self.rt, &x.buf, &y.buf, scale, x.rows * x.cols).map_err(self.fail())
+    }
+
+    fn scale(&self, x: &mut DeviceTensor<R>, s: f32) -> Result<(), BackendError> {
+        launch::scale_or_cap(&*self.rt, "scale", &x.buf, s, x.rows * x.cols).map_err(self.fail())
+    }
+
+    fn softcap(&self, x: &mut DeviceTensor<R>, cap: f32) -> Result<(), BackendError> {
+        launch::scale_or_cap(&*self.rt, "softcap", &x.buf, cap, x.rows * x.cols).map_err(self.fail())
+    }
+
+    fn select_rows(&self, x: &DeviceTensor<R>, rows: &[usize]) -> Result<DeviceTensor<R>, BackendError> {
+        let out = self.tensor(rows.len(), x.cols)?;
+        launch::select_rows(&*self.rt, &x.buf, x.rows, rows, &out.buf, x.cols).map_err(self.fail())?;
+        Ok(out)
+    }
+}
+
+/// The kernels run by the CPU execution harness, standing for GPU 0.
+#[cfg(feature = "sim")]
+pub type SimBackend = KernelBackend<kernels::host::HostRuntime>;
+
+#[cfg(feature = "sim")]
+impl SimBackend {
+    pub fn new() -> SimBackend {
+        KernelBackend::with_runtime(kernels::host::HostRuntime, Device::Cuda(0))
+    }
+}
+
+#[cfg(feature = "sim")]
+impl Default for SimBackend {
+    fn default() -> Self {
+        SimBackend::new()
+    }
+}
+
+/// The kernels on a CUDA GPU.
+#[cfg(feature = "cuda")]
+pub type CudaBackend = KernelBackend<kernels::cuda::CudaRuntime>;
+
+#[cfg(feature = "cuda")]
+impl CudaBackend {
+    /// GPU `ordinal`: a one-line error when the driver, NVRTC or the GPU is missing.
+    pub fn open(ordinal: u32) -> Result<CudaBackend, BackendError> {
+        let device = Device::Cuda(ordinal);
+        let rt = kernels::cuda::CudaRuntime::open(ordinal as usize).map_err(|e| runtime_error(device, e))?;
+        Ok(KernelBackend::with_runtime(rt, device))
+    }
+}

@@ -1,0 +1,93 @@
+// The body shared by the matrix kernels: one warp per output column j (a weight row), a tile of
+// ROWS activation rows per block along y. Lane l takes the weight row's chunks l, l + 32, ...
+// in order, each unpacked once for the tile; the lanes' partial sums meet in the warp's fixed
+// butterfly. An output's arithmetic is the same for every ROWS and every batch, so matvec
+// (ROWS 1) and matmul (ROWS 8) give bitwise the same row whatever the batch (batch invariance).
+#pragma once
+#include "vecdot.cuh"
+
+#define MULMAT_WARPS 4  // warps (output columns) per block: blocks of 128 threads
+
+// out[r][j] = Σ_c chunk_dot(w[j] chunk c, x[r] block c) (+ bias[j]); x: rows of n_chunks Q8_1
+// blocks. Grid (ceil(n_out / MULMAT_WARPS), ceil(batch / ROWS)).
+template <int ROWS>
+DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, int batch, const float* bias,
+                           float* out, int n_out, int has_bias) {
+    const int lane = THREAD_ID % WARP_SIZE;
+    const int j = BLOCK_ID * MULMAT_WARPS + THREAD_ID / WARP_SIZE;
+    const int r0 = BLOCK_ID_Y * ROWS;
+    if (j >= n_out) {
+        return;  // the whole warp: its shuffles below see every lane
+    }
+    const uint8_t* row = w + (int64_t)j * row_bytes;
+    float acc[ROWS];
+    for (int t = 0; t < ROWS; t++) {
+        acc[t] = 0.0f;
+    }
+    for (int c = lane; c < n_chunks; c += WARP_SIZE) {
+        Chunk chunk;
+        unpack_chunk(row, type, c, &chunk);
+        for (int t = 0; t < ROWS; t++) {
+            if (r0 + t < batch) {
+                acc[t] = acc[t] + chunk_dot(&chunk, xq + ((int64_t)(r0 + t) * n_chunks + c) * sizeof(block_q8_1));
+            }
+        }
+    }
+    for (int t = 0; t < ROWS; t++) {
+        if (r0 + t < batch) {
+            const float v = warp_sum_f(acc[t]);
+            if (lane == 0) {
+                out[(int64_t)(r0 + t) * n_out + j] = has_bias ? v + bias[j] : v;
+            }
+        }
+    }
+}
+
+// a float weight: F32, F16 or BF16
+DEVICE float float_weight(const uint8_t* row, int type, int e) {
+    if (type == TYPE_F32) {
+        return __int_as_float(load_le32(row + 4 * (int64_t)e));
+    }
+    const uint16_t h = (uint16_t)(row[2 * (int64_t)e] | (row[2 * (int64_t)e + 1] << 8));
+    if (type == TYPE_F16) {
+        return half_to_float(h);
+    }
+    if (type == TYPE_BF16) {
+        return __int_as_float((int)((uint32_t)h << 16));
+    }
+    return __int_as_float(0x7fc00000);
+}
+
+// the same over float weights and f32 activations (rows of `cols`): lane l takes the values
+// l, l + 32, ... of the row, in order
+template <int ROWS>
+DEVICE void mul_mat_f_tile(const uint8_t* w, int64_t row_bytes, int type, int cols, const float* x, int batch, const float* bias,
+                           float* out, int n_out, int has_bias) {
+    const int lane = THREAD_ID % WARP_SIZE;
+    const int j = BLOCK_ID * MULMAT_WARPS + THREAD_ID / WARP_SIZE;
+    const int r0 = BLOCK_ID_Y * ROWS;
+    if (j >= n_out) {
+        return;
+    }
+    const uint8_t* row = w + (int64_t)j * row_bytes;
+    float acc[ROWS];
+    for (int t = 0; t < ROWS; t++) {
+        acc[t] = 0.0f;
+    }
+    for (int e = lane; e < cols; e += WARP_SIZE) {
+        const float wv = float_weight(row, type, e);
+        for (int t = 0; t < ROWS; t++) {
+            if (r0 + t < batch) {
+                acc[t] = acc[t] + wv * x[(int64_t)(r0 + t) * cols + e];
+            }
+        }
+    }
+    for (int t = 0; t < ROWS; t++) {
+        if (r0 + t < batch) {
+            const float v = warp_sum_f(acc[t]);
+            if (lane == 0) {
+                out[(int64_t)(r0 + t) * n_out + j] = has_bias ? v + bias[j] : v;
+            }
+        }
+    }
+}

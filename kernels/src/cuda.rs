@@ -1,0 +1,156 @@
+//! The CUDA runtime (feature `cuda`): a context and one stream on GPU N, buffers as driver
+//! allocations, and each kernel source compiled by NVRTC for the GPU's own `sm_XY` the first
+//! time one of its kernels is launched (a CUBIN the driver loads as it is: no PTX of a newer ISA
+//! than the driver knows), its functions kept for the life of the runtime. The driver library
+//! and NVRTC are looked for before any call into `cudarc`, which panics when one is missing.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+
+use crate::runtime::{scalar_slot, Arg, Launch, Runtime, RuntimeError};
+use crate::SOURCES;
+
+/// The driver library, as the loader finds it.
+pub const DRIVER_LIBRARY: &str = "libcuda.so.1";
+
+fn driver_error(what: &str, e: DriverError) -> RuntimeError {
+    if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        return RuntimeError::OutOfMemory { bytes: 0 };
+    }
+    RuntimeError::Device(format!("{what}: {e}"))
+}
+
+/// GPU `ordinal` with its context, stream and compiled kernels.
+pub struct CudaRuntime {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    arch: String,
+    name: String,
+    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+}
+
+impl CudaRuntime {
+    /// Opens GPU `ordinal`: the driver and NVRTC must be present, and the GPU must exist.
+    pub fn open(ordinal: usize) -> Result<CudaRuntime, RuntimeError> {
+        // SAFETY: only tries to open the driver library by its names; never panics.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(RuntimeError::Device(format!("no CUDA driver: {DRIVER_LIBRARY} was not found by the loader")));
+        }
+        crate::nvrtc::load().map_err(|e| RuntimeError::Device(e.to_string()))?;
+        let count = CudaContext::device_count().map_err(|e| driver_error("counting the GPUs", e))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(RuntimeError::Device(format!("cuda:{ordinal}: this machine has {count} CUDA device(s)")));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| driver_error("creating the context", e))?;
+        // SAFETY: every launch and copy goes through the one stream below, in issue order, so
+        // cudarc's events between streams are not needed.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let (major, minor) = ctx.compute_capability().map_err(|e| driver_error("reading the compute capability", e))?;
+        let name = ctx.name().unwrap_or_else(|_| "CUDA GPU".into());
+        Ok(CudaRuntime { ctx, stream, arch: format!("sm_{major}{minor}"), name, functions: Mutex::new(HashMap::new()) })
+    }
+
+    /// The GPU's name and architecture, e.g. `NVIDIA H100 80GB HBM3 (sm_90)`.
+    pub fn description(&self) -> String {
+        format!("{} ({})", self.name, self.arch)
+    }
+
+    /// Waits for everything issued so far.
+    pub fn synchronize(&self) -> Result<(), RuntimeError> {
+        self.stream.synchronize().map_err(|e| driver_error("synchronizing", e))
+    }
+
+    /// The function `name`, compiling and loading its source on first use.
+    fn function(&self, name: &'static str) -> Result<CudaFunction, RuntimeError> {
+        let mut functions = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = functions.get(name) {
+            return Ok(f.clone());
+        }
+        let source = SOURCES.iter().find(|s| s.entry_points().contains(&name)).ok_or_else(|| RuntimeError::UnknownKernel(name.into()))?;
+        let module = crate::nvrtc::compile(source, &self.arch).map_err(|e| RuntimeError::Device(e.to_string()))?;
+        let loaded = self.ctx.load_module(Ptx::from_binary(module.cubin)).map_err(|e| driver_error(source.name, e))?;
+        for entry in source.entry_points() {
+            let f = loaded.load_function(entry).map_err(|e| driver_error(entry, e))?;
+            functions.insert(entry, f);
+        }
+        functions.get(name).cloned().ok_or_else(|| RuntimeError::UnknownKernel(name.into()))
+    }
+
+    fn address(&self, buf: &CudaSlice<u8>) -> u64 {
+        let (ptr, _sync) = buf.device_ptr(&self.stream);
+        ptr
+    }
+}
+
+impl Runtime for CudaRuntime {
+    type Buffer = CudaSlice<u8>;
+
+    fn alloc_zeroed(&self, bytes: usize) -> Result<CudaSlice<u8>, RuntimeError> {
+        self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| match driver_error("allocating", e) {
+            RuntimeError::OutOfMemory { .. } => RuntimeError::OutOfMemory { bytes },
+            other => other,
+        })
+    }
+
+    fn upload(&self, data: &[u8]) -> Result<CudaSlice<u8>, RuntimeError> {
+        let buf = self.alloc_zeroed(data.len())?;
+        if !data.is_empty() {
+            // SAFETY: the buffer holds `data.len()` bytes; the copy is ordered on the stream
+            // and `data` outlives it (the stream is synchronized before returning).
+            unsafe { result::memcpy_htod_async(self.address(&buf), data, self.stream.cu_stream()) }
+                .map_err(|e| driver_error("upload", e))?;
+            self.synchronize()?;
+        }
+        Ok(buf)
+    }
+
+    fn download(&self, buf: &CudaSlice<u8>, out: &mut [u8]) -> Result<(), RuntimeError> {
+        if out.len() > buf.len() {
+            return Err(RuntimeError::Device(format!("download of {} bytes from a buffer of {}", out.len(), buf.len())));
+        }
+        self.stream.memcpy_dtoh(&buf.slice(0..out.len()), out).map_err(|e| driver_error("download", e))?;
+        self.synchronize()
+    }
+
+    fn copy(&self, src: &CudaSlice<u8>, src_at: usize, dst: &CudaSlice<u8>, dst_at: usize, bytes: usize) -> Result<(), RuntimeError> {
+        if src_at + bytes > src.len() || dst_at + bytes > dst.len() {
+            return Err(RuntimeError::Device(format!("copy of {bytes} bytes out of bounds")));
+        }
+        let (s, d) = (self.address(src) + src_at as u64, self.address(dst) + dst_at as u64);
+        // SAFETY: both ranges are in bounds (checked) and live; ordered on the one stream.
+        unsafe { result::memcpy_dtod_async(d, s, bytes, self.stream.cu_stream()) }.map_err(|e| driver_error("copy", e))
+    }
+
+    fn len(&self, buf: &CudaSlice<u8>) -> usize {
+        buf.len()
+    }
+
+    fn free_memory(&self) -> Option<usize> {
+        self.ctx.mem_get_info().ok().map(|(free, _total)| free)
+    }
+
+    unsafe fn launch(&self, l: Launch, args: &[Arg<'_, CudaSlice<u8>>]) -> Result<(), RuntimeError> {
+        let f = self.function(l.kernel)?;
+        let slots: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::Buf(b) => self.address(b),
+                Arg::BufAt(b, at) => self.address(b) + at as u64,
+                _ => scalar_slot(a).expect("a scalar"),
+            })
+            .collect();
+        let mut builder = self.stream.launch_builder(&f);
+        for slot in &slots {
+            builder.arg(slot);
+        }
+        let cfg = LaunchConfig { grid_dim: (l.grid[0], l.grid[1], l.grid[2]), block_dim: (l.block, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: the caller's contract covers the arguments; each slot holds its parameter's
+        // bytes first (little-endian) and lives until the launch call returns.
+        unsafe { builder.launch(cfg) }.map_err(|e| driver_error(l.kernel, e))?;
+        Ok(())
+    }
+}

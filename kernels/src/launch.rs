@@ -1,0 +1,429 @@
+//! Typed launchers, one per kernel: each checks that its buffers hold what the launch geometry
+//! makes the kernel read and write, uploads the small index arrays it is given from the host
+//! (checking their values), and launches. They are safe to call: a size or an index that does
+//! not fit is an error, never an out-of-bounds access on the device.
+
+use crate::runtime::{Arg, Launch, Runtime, RuntimeError};
+
+/// Threads per block of the element-wise and row kernels.
+const THREADS: u32 = 256;
+/// Output columns per block of the matrix kernels (warps of `mulmat.cuh`).
+const MULMAT_WARPS: usize = 4;
+/// Activation rows per block of `mul_mat_q` / `mul_mat_f`.
+pub const MULMAT_TILE: usize = 8;
+/// The largest head size `attention` takes.
+pub const ATTENTION_MAX_HEAD: usize = 256;
+/// Positions per KV block (`kv.cu`, `attention.cu`).
+pub const KV_BLOCK_POSITIONS: usize = 32;
+/// Bytes of a Q8_1 block of 32 values.
+pub const Q8_1_BYTES: usize = 36;
+
+fn check<R: Runtime>(rt: &R, kernel: &str, what: &str, buf: &R::Buffer, bytes: usize) -> Result<(), RuntimeError> {
+    let have = rt.len(buf);
+    if have < bytes {
+        return Err(RuntimeError::Device(format!("{kernel}: {what} holds {have} bytes, the launch needs {bytes}")));
+    }
+    Ok(())
+}
+
+fn dim(kernel: &str, what: &str, v: usize) -> Result<u32, RuntimeError> {
+    u32::try_from(v).ok().filter(|&v| v < 1 << 31).ok_or_else(|| RuntimeError::Device(format!("{kernel}: {what} {v} is out of range")))
+}
+
+fn int(kernel: &str, what: &str, v: usize) -> Result<i32, RuntimeError> {
+    i32::try_from(v).map_err(|_| RuntimeError::Device(format!("{kernel}: {what} {v} is out of range")))
+}
+
+fn ints<R: Runtime>(rt: &R, v: &[i32]) -> Result<R::Buffer, RuntimeError> {
+    rt.upload(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+}
+
+/// Launches, unless the grid is empty (nothing to compute: no rows, no values).
+fn go<R: Runtime>(rt: &R, kernel: &'static str, grid: [u32; 3], block: u32, args: &[Arg<'_, R::Buffer>]) -> Result<(), RuntimeError> {
+    if grid.contains(&0) {
+        return Ok(());
+    }
+    // SAFETY: every caller below passes the kernel's parameters in order with their C types
+    // (pointers as buffers, `int` as I32, `int64_t` as I64, `float` as F32), and has checked
+    // that each buffer and index covers what this geometry touches.
+    unsafe { rt.launch(Launch { kernel, grid, block }, args) }
+}
+
+fn blocks_of(n: usize) -> usize {
+    n.div_ceil(THREADS as usize)
+}
+
+/// `x[i] += y[i] · scale` over `n` f32 values.
+pub fn add_scaled<R: Runtime>(rt: &R, x: &R::Buffer, y: &R::Buffer, scale: f32, n: usize) -> Result<(), RuntimeError> {
+    check(rt, "add_scaled", "x", x, n * 4)?;
+    check(rt, "add_scaled", "y", y, n * 4)?;
+    go(
+        rt,
+        "add_scaled",
+        [dim("add_scaled", "blocks", blocks_of(n))?, 1, 1],
+        THREADS,
+        &[Arg::Buf(x), Arg::Buf(y), Arg::F32(scale), Arg::I64(n as i64)],
+    )
+}
+
+/// `x[i] *= s` (`scale`) or `x[i] = tanh(x[i] / s) · s` (`softcap`) over `n` values.
+pub fn scale_or_cap<R: Runtime>(rt: &R, kernel: &'static str, x: &R::Buffer, s: f32, n: usize) -> Result<(), RuntimeError> {
+    assert!(kernel == "scale" || kernel == "softcap", "scale_or_cap: {kernel}");
+    check(rt, kernel, "x", x, n * 4)?;
+    go(rt, kernel, [dim(kernel, "blocks", blocks_of(n))?, 1, 1], THREADS, &[Arg::Buf(x), Arg::F32(s), Arg::I64(n as i64)])
+}
+
+/// `out` row r = `x` row `pick[r]`; `x` has `rows` rows of `cols`.
+pub fn select_rows<R: Runtime>(
+    rt: &R,
+    x: &R::Buffer,
+    rows: usize,
+    pick: &[usize],
+    out: &R::Buffer,
+    cols: usize,
+) -> Result<(), RuntimeError> {
+    const K: &str = "select_rows";
+    if let Some(&bad) = pick.iter().find(|&&r| r >= rows) {
+        return Err(RuntimeError::Device(format!("{K}: row {bad} of {rows}")));
+    }
+    check(rt, K, "x", x, rows * cols * 4)?;
+    check(rt, K, "out", out, pick.len() * cols * 4)?;
+    let idx: Vec<i32> = pick.iter().map(|&r| r as i32).collect();
+    let idx = ints(rt, &idx)?;
+    let grid = [dim(K, "blocks", blocks_of(cols))?, dim(K, "rows", pick.len())?, 1];
+    go(rt, K, grid, THREADS, &[Arg::Buf(x), Arg::Buf(&idx), Arg::Buf(out), Arg::I32(int(K, "cols", cols)?)])
+}
+
+/// RMS norm of every group of `n` values (`groups` of them) by `w`, into `y` (may be `x`).
+pub fn rms_norm<R: Runtime>(
+    rt: &R,
+    x: &R::Buffer,
+    w: &R::Buffer,
+    y: &R::Buffer,
+    groups: usize,
+    n: usize,
+    eps: f32,
+) -> Result<(), RuntimeError> {
+    const K: &str = "rms_norm";
+    check(rt, K, "x", x, groups * n * 4)?;
+    check(rt, K, "y", y, groups * n * 4)?;
+    check(rt, K, "w", w, n * 4)?;
+    let args = [Arg::Buf(x), Arg::Buf(w), Arg::Buf(y), Arg::I32(int(K, "n", n)?), Arg::F32(eps)];
+    go(rt, K, [dim(K, "groups", groups)?, 1, 1], THREADS, &args)
+}
+
+/// Layer norm of every row of `n` values by `w` and `b`, into `y`.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm<R: Runtime>(
+    rt: &R,
+    x: &R::Buffer,
+    w: &R::Buffer,
+    b: &R::Buffer,
+    y: &R::Buffer,
+    rows: usize,
+    n: usize,
+    eps: f32,
+) -> Result<(), RuntimeError> {
+    const K: &str = "layer_norm";
+    check(rt, K, "x", x, rows * n * 4)?;
+    check(rt, K, "y", y, rows * n * 4)?;
+    check(rt, K, "w", w, n * 4)?;
+    check(rt, K, "b", b, n * 4)?;
+    let args = [Arg::Buf(x), Arg::Buf(w), Arg::Buf(b), Arg::Buf(y), Arg::I32(int(K, "n", n)?), Arg::F32(eps)];
+    go(rt, K, [dim(K, "rows", rows)?, 1, 1], THREADS, &args)
+}
+
+/// The rotation of one `rope` launch.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeArgs {
+    pub n_head: usize,
+    pub head_dim: usize,
+    pub n_dims: usize,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    pub neox: bool,
+}
+
+/// Rotates every head of row r of `x` for position `positions[r]`.
+pub fn rope<R: Runtime>(rt: &R, x: &R::Buffer, positions: &[u32], a: RopeArgs) -> Result<(), RuntimeError> {
+    const K: &str = "rope";
+    if a.n_dims > a.head_dim || a.n_dims % 2 != 0 {
+        return Err(RuntimeError::Device(format!("{K}: {} rotated values of heads of {}", a.n_dims, a.head_dim)));
+    }
+    check(rt, K, "x", x, positions.len() * a.n_head * a.head_dim * 4)?;
+    let pos: Vec<i32> = positions.iter().map(|&p| int(K, "position", p as usize)).collect::<Result<_, _>>()?;
+    let pos = ints(rt, &pos)?;
+    let args = [
+        Arg::Buf(x),
+        Arg::Buf(&pos),
+        Arg::I32(int(K, "heads", a.n_head)?),
+        Arg::I32(int(K, "head size", a.head_dim)?),
+        Arg::I32(int(K, "dims", a.n_dims)?),
+        Arg::F32(a.freq_base),
+        Arg::F32(a.freq_scale),
+        Arg::I32(i32::from(a.neox)),
+    ];
+    go(rt, K, [dim(K, "rows", positions.len())?, 1, 1], THREADS, &args)
+}
+
+/// `gate = act(gate) · up` over `rows` rows of `n` (act: 0 SiLU, 1 GELU, 2 exact GELU).
+pub fn glu<R: Runtime>(rt: &R, gate: &R::Buffer, up: &R::Buffer, rows: usize, n: usize, act: i32) -> Result<(), RuntimeError> {
+    const K: &str = "glu";
+    check(rt, K, "gate", gate, rows * n * 4)?;
+    check(rt, K, "up", up, rows * n * 4)?;
+    let grid = [dim(K, "blocks", blocks_of(n))?, dim(K, "rows", rows)?, 1];
+    go(rt, K, grid, THREADS, &[Arg::Buf(gate), Arg::Buf(up), Arg::I32(int(K, "n", n)?), Arg::I32(act)])
+}
+
+/// `x = act(x)` over `n` values.
+pub fn activate<R: Runtime>(rt: &R, x: &R::Buffer, n: usize, act: i32) -> Result<(), RuntimeError> {
+    const K: &str = "activate";
+    check(rt, K, "x", x, n * 4)?;
+    go(rt, K, [dim(K, "blocks", blocks_of(n))?, 1, 1], THREADS, &[Arg::Buf(x), Arg::I64(n as i64), Arg::I32(act)])
+}
+
+/// A weight matrix on the device: `rows` rows of `row_bytes` bytes of ggml type `ty` (its id).
+#[derive(Clone, Copy, Debug)]
+pub struct MatrixArgs {
+    pub ty: u32,
+    pub rows: usize,
+    pub cols: usize,
+    pub row_bytes: usize,
+}
+
+/// Row r of `out` (rows of `cols`) = row `ids[r]` of `table` dequantized; `None` leaves row r
+/// as it is.
+pub fn get_rows<R: Runtime>(rt: &R, table: &R::Buffer, m: MatrixArgs, ids: &[Option<u32>], out: &R::Buffer) -> Result<(), RuntimeError> {
+    const K: &str = "get_rows";
+    if let Some(bad) = ids.iter().flatten().find(|&&id| id as usize >= m.rows) {
+        return Err(RuntimeError::Device(format!("{K}: row {bad} of {}", m.rows)));
+    }
+    check(rt, K, "table", table, m.rows * m.row_bytes)?;
+    check(rt, K, "out", out, ids.len() * m.cols * 4)?;
+    let idx: Vec<i32> = ids.iter().map(|id| id.map_or(-1, |v| v as i32)).collect();
+    let idx = ints(rt, &idx)?;
+    let args = [
+        Arg::Buf(table),
+        Arg::Buf(&idx),
+        Arg::Buf(out),
+        Arg::I32(int(K, "cols", m.cols)?),
+        Arg::I64(m.row_bytes as i64),
+        Arg::I32(m.ty as i32),
+    ];
+    go(rt, K, [dim(K, "blocks", blocks_of(m.cols))?, dim(K, "rows", ids.len())?, 1], THREADS, &args)
+}
+
+/// `n_blocks` blocks of 32 f32 values of `x` as Q8_1 blocks into `out`.
+pub fn quantize_q8_1<R: Runtime>(rt: &R, x: &R::Buffer, out: &R::Buffer, n_blocks: usize) -> Result<(), RuntimeError> {
+    const K: &str = "quantize_q8";
+    check(rt, K, "x", x, n_blocks * 32 * 4)?;
+    check(rt, K, "out", out, n_blocks * Q8_1_BYTES)?;
+    // one warp per block: 8 per block of 256 threads
+    go(
+        rt,
+        K,
+        [dim(K, "blocks", n_blocks.div_ceil(8))?, 1, 1],
+        THREADS,
+        &[Arg::Buf(x), Arg::Buf(out), Arg::I64(n_blocks as i64), Arg::I32(1)],
+    )
+}
+
+/// The activations of a matrix product: Q8_1 blocks (quantized weights) or f32 rows (float
+/// weights), `batch` rows of `m.cols` values.
+pub enum MatmulInput<'a, B> {
+    Q8_1(&'a B),
+    F32(&'a B),
+}
+
+/// `out = x · wᵀ (+ bias)`: `batch` rows of `m.rows` outputs. `tiled` picks `mul_mat_*` (8 rows
+/// per block) over `mul_mat_vec_*` (one); an output's value is the same either way.
+pub fn mul_mat<R: Runtime>(
+    rt: &R,
+    w: &R::Buffer,
+    m: MatrixArgs,
+    x: MatmulInput<'_, R::Buffer>,
+    batch: usize,
+    bias: Option<&R::Buffer>,
+    out: &R::Buffer,
+    tiled: bool,
+) -> Result<(), RuntimeError> {
+    let (kernel, xb, inner, x_bytes) = match x {
+        MatmulInput::Q8_1(b) => {
+            if m.cols % 32 != 0 {
+                return Err(RuntimeError::Device(format!("mul_mat: {} columns are not whole blocks of 32", m.cols)));
+            }
+            let k = if tiled { "mul_mat_q" } else { "mul_mat_vec_q" };
+            (k, b, m.cols / 32, batch * m.cols / 32 * Q8_1_BYTES)
+        }
+        MatmulInput::F32(b) => (if tiled { "mul_mat_f" } else { "mul_mat_vec_f" }, b, m.cols, batch * m.cols * 4),
+    };
+    check(rt, kernel, "w", w, m.rows * m.row_bytes)?;
+    check(rt, kernel, "x", xb, x_bytes)?;
+    check(rt, kernel, "out", out, batch * m.rows * 4)?;
+    if let Some(b) = bias {
+        check(rt, kernel, "bias", b, m.rows * 4)?;
+    }
+    let tile = if tiled { MULMAT_TILE } else { 1 };
+    let grid = [dim(kernel, "blocks", m.rows.div_ceil(MULMAT_WARPS))?, dim(kernel, "row tiles", batch.div_ceil(tile))?, 1];
+    let args = [
+        Arg::Buf(w),
+        Arg::I64(m.row_bytes as i64),
+        Arg::I32(m.ty as i32),
+        Arg::I32(int(kernel, "inner size", inner)?),
+        Arg::Buf(xb),
+        Arg::I32(int(kernel, "batch", batch)?),
+        // an unused pointer when there is no bias
+        Arg::Buf(bias.unwrap_or(w)),
+        Arg::Buf(out),
+        Arg::I32(int(kernel, "outputs", m.rows)?),
+        Arg::I32(i32::from(bias.is_some())),
+    ];
+    go(rt, kernel, grid, (MULMAT_WARPS * 32) as u32, &args)
+}
+
+/// A KV pool: `blocks` blocks of `n_layer` layers of 32 positions of `dim` values (f16 or f32).
+#[derive(Clone, Copy, Debug)]
+pub struct PoolArgs {
+    pub blocks: usize,
+    pub n_layer: usize,
+    pub dim: usize,
+    pub f16: bool,
+}
+
+impl PoolArgs {
+    pub fn bytes(&self) -> usize {
+        self.blocks * self.n_layer * KV_BLOCK_POSITIONS * self.dim * if self.f16 { 2 } else { 4 }
+    }
+}
+
+/// Row r of `src` (rows of `pool.dim`) to position `slots[r].1` of block `slots[r].0`, layer `layer`.
+pub fn kv_write<R: Runtime>(
+    rt: &R,
+    src: &R::Buffer,
+    slots: &[(u32, usize)],
+    pool_buf: &R::Buffer,
+    pool: PoolArgs,
+    layer: usize,
+) -> Result<(), RuntimeError> {
+    const K: &str = "kv_write";
+    if let Some(bad) = slots.iter().find(|&&(b, o)| b as usize >= pool.blocks || o >= KV_BLOCK_POSITIONS) {
+        return Err(RuntimeError::Device(format!("{K}: slot {bad:?} outside {} blocks", pool.blocks)));
+    }
+    if layer >= pool.n_layer {
+        return Err(RuntimeError::Device(format!("{K}: layer {layer} of {}", pool.n_layer)));
+    }
+    check(rt, K, "src", src, slots.len() * pool.dim * 4)?;
+    check(rt, K, "pool", pool_buf, pool.bytes())?;
+    let (bs, os): (Vec<i32>, Vec<i32>) = slots.iter().map(|&(b, o)| (b as i32, o as i32)).unzip();
+    let (bs, os) = (ints(rt, &bs)?, ints(rt, &os)?);
+    let args = [
+        Arg::Buf(src),
+        Arg::Buf(&bs),
+        Arg::Buf(&os),
+        Arg::Buf(pool_buf),
+        Arg::I32(int(K, "dim", pool.dim)?),
+        Arg::I32(int(K, "layers", pool.n_layer)?),
+        Arg::I32(layer as i32),
+        Arg::I32(i32::from(pool.f16)),
+    ];
+    go(rt, K, [dim(K, "blocks", blocks_of(pool.dim))?, dim(K, "rows", slots.len())?, 1], THREADS, &args)
+}
+
+/// The heads of an attention launch.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadArgs {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub dk: usize,
+    pub dv: usize,
+    pub scale: f32,
+}
+
+/// Where `attention` reads keys and values.
+pub enum KvArgs<'a, B> {
+    /// Layer `layer` of two pools (keys, values); `tables` the block tables one after another.
+    Pool { k: &'a B, v: &'a B, k_pool: PoolArgs, v_pool: PoolArgs, layer: usize, tables: &'a [u32] },
+    /// f32 rows of the batch, `rows` of them.
+    Rows { k: &'a B, v: &'a B, rows: usize },
+}
+
+/// One query row: its keys start at `kv` (a table's offset in `tables`, or a batch row) and it
+/// attends to `positions`.
+#[derive(Clone, Debug)]
+pub struct QueryRow {
+    pub kv: usize,
+    pub positions: std::ops::Range<usize>,
+}
+
+/// Attention of every query row of `q` over its positions, into `out`.
+pub fn attention<R: Runtime>(
+    rt: &R,
+    q: &R::Buffer,
+    kv: KvArgs<'_, R::Buffer>,
+    rows: &[QueryRow],
+    h: HeadArgs,
+    out: &R::Buffer,
+) -> Result<(), RuntimeError> {
+    const K: &str = "attention";
+    if h.dk > ATTENTION_MAX_HEAD || h.dv > ATTENTION_MAX_HEAD || h.n_head_kv == 0 || h.n_head % h.n_head_kv != 0 {
+        return Err(RuntimeError::Device(format!(
+            "{K}: heads {}/{} of {}/{} (at most {ATTENTION_MAX_HEAD})",
+            h.n_head, h.n_head_kv, h.dk, h.dv
+        )));
+    }
+    check(rt, K, "q", q, rows.len() * h.n_head * h.dk * 4)?;
+    check(rt, K, "out", out, rows.len() * h.n_head * h.dv * 4)?;
+    for r in rows {
+        if r.positions.is_empty() {
+            return Err(RuntimeError::Device(format!("{K}: a query row attends to no position")));
+        }
+    }
+    let info: Vec<i32> = rows.iter().flat_map(|r| [r.kv as i32, r.positions.start as i32, r.positions.end as i32]).collect();
+    let info = ints(rt, &info)?;
+    let heads = |f16: bool, n_layer: usize, layer: usize| {
+        [
+            Arg::I32(h.n_head as i32),
+            Arg::I32(h.n_head_kv as i32),
+            Arg::I32(h.dk as i32),
+            Arg::I32(h.dv as i32),
+            Arg::F32(h.scale),
+            Arg::I32(i32::from(f16)),
+            Arg::I32(n_layer as i32),
+            Arg::I32(layer as i32),
+        ]
+    };
+    let grid = [dim(K, "heads", h.n_head)?, dim(K, "rows", rows.len())?, 1];
+    match kv {
+        KvArgs::Pool { k, v, k_pool, v_pool, layer, tables } => {
+            if k_pool.dim != h.n_head_kv * h.dk || v_pool.dim != h.n_head_kv * h.dv || layer >= k_pool.n_layer {
+                return Err(RuntimeError::Device(format!("{K}: the pools do not hold these heads")));
+            }
+            check(rt, K, "k pool", k, k_pool.bytes())?;
+            check(rt, K, "v pool", v, v_pool.bytes())?;
+            if let Some(bad) = tables.iter().find(|&&b| b as usize >= k_pool.blocks.min(v_pool.blocks)) {
+                return Err(RuntimeError::Device(format!("{K}: block {bad} outside the pool")));
+            }
+            for r in rows {
+                if r.kv + r.positions.end.div_ceil(KV_BLOCK_POSITIONS) > tables.len() {
+                    return Err(RuntimeError::Device(format!("{K}: positions {:?} beyond the block table", r.positions)));
+                }
+            }
+            let t: Vec<i32> = tables.iter().map(|&b| b as i32).collect();
+            let t = ints(rt, &t)?;
+            let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&info), Arg::Buf(&t), Arg::Buf(out)];
+            args.extend(heads(k_pool.f16, k_pool.n_layer, layer));
+            go(rt, K, grid, 32, &args)
+        }
+        KvArgs::Rows { k, v, rows: n } => {
+            if let Some(r) = rows.iter().find(|r| r.kv + r.positions.end > n) {
+                return Err(RuntimeError::Device(format!("{K}: positions {:?} from row {} beyond {n} rows", r.positions, r.kv)));
+            }
+            check(rt, K, "k", k, n * h.n_head_kv * h.dk * 4)?;
+            check(rt, K, "v", v, n * h.n_head_kv * h.dv * 4)?;
+            // a null table pointer selects the batch rows
+            let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&info), Arg::I64(0), Arg::Buf(out)];
+            args.extend(heads(false, 1, 0));
+            go(rt, K, grid, 32, &args)
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! What a backend needs of a device to run the kernels: buffers, copies to and from the host and
+//! between buffers, and launches by kernel name. Two runtimes implement it: CUDA through the
+//! driver (`cuda` feature) and the CPU execution harness (`host` feature), so the engine's
+//! kernel backend is written once and its launch code is exercised without a GPU.
+
+/// One kernel argument. A buffer is passed as the device address of its byte `offset`; scalars
+/// by value. Every argument travels as one 8-byte slot (little-endian, low bytes first), which
+/// is how both the driver and the host launchers read a parameter of 4 or 8 bytes.
+#[derive(Clone, Copy)]
+pub enum Arg<'a, B> {
+    Buf(&'a B),
+    BufAt(&'a B, usize),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+}
+
+/// A launch's geometry: a grid of blocks of `block` threads (along x).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub kernel: &'static str,
+    pub grid: [u32; 3],
+    pub block: u32,
+}
+
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RuntimeError {
+    /// An allocation the device could not make.
+    #[error("out of device memory: {bytes} bytes asked for")]
+    OutOfMemory { bytes: usize },
+    /// No kernel of that name in any source.
+    #[error("no kernel named {0}")]
+    UnknownKernel(String),
+    /// A driver, compiler or harness failure, in its own words.
+    #[error("{0}")]
+    Device(String),
+}
+
+/// Device memory and kernel launches. Buffers are written only by launches and copies, which a
+/// runtime runs in the order they are issued (one stream); a download waits for everything
+/// issued before it.
+pub trait Runtime: Send + Sync + 'static {
+    type Buffer: Send + Sync;
+
+    /// `bytes` zero bytes on the device.
+    fn alloc_zeroed(&self, bytes: usize) -> Result<Self::Buffer, RuntimeError>;
+    /// A new buffer holding `data`.
+    fn upload(&self, data: &[u8]) -> Result<Self::Buffer, RuntimeError>;
+    /// Copies the first `out.len()` bytes of `buf` to the host.
+    fn download(&self, buf: &Self::Buffer, out: &mut [u8]) -> Result<(), RuntimeError>;
+    /// Copies `bytes` bytes from `src` at `src_at` to `dst` at `dst_at` (ranges in bounds; the
+    /// same buffer is allowed, the ranges must not overlap).
+    fn copy(&self, src: &Self::Buffer, src_at: usize, dst: &Self::Buffer, dst_at: usize, bytes: usize) -> Result<(), RuntimeError>;
+    /// The buffer's size in bytes.
+    fn len(&self, buf: &Self::Buffer) -> usize;
+    /// Device memory still free, when the device says.
+    fn free_memory(&self) -> Option<usize>;
+    /// Runs `launch` with `args`.
+    ///
+    /// # Safety
+    /// The arguments must match the kernel's parameters in number and type, and every buffer
+    /// must hold what the kernel reads and writes at this geometry.
+    unsafe fn launch(&self, launch: Launch, args: &[Arg<'_, Self::Buffer>]) -> Result<(), RuntimeError>;
+}
+
+/// The 8-byte slot of a scalar argument (see [`Arg`]).
+pub fn scalar_slot<B>(arg: &Arg<'_, B>) -> Option<u64> {
+    match *arg {
+        Arg::I32(v) => Some(u64::from(v as u32)),
+        Arg::I64(v) => Some(v as u64),
+        Arg::F32(v) => Some(u64::from(v.to_bits())),
+        Arg::Buf(_) | Arg::BufAt(..) => None,
+    }
+}
