@@ -40,11 +40,20 @@ fn main() {
         std::fs::read_dir(&cuda).expect("cuda/").flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "cu")).collect();
     sources.sort();
     let mut build = cc::Build::new();
-    build.cpp(true).std("c++20").include(&cuda).flag("-ffp-contract=off").flag("-pthread").flag_if_supported("-Wno-unused-function");
+    // optimised even in debug builds (the harness runs whole models in the tests); no fast-math
+    // and no contraction, so the arithmetic is the source's
+    build
+        .cpp(true)
+        .std("c++20")
+        .opt_level(2)
+        .include(&cuda)
+        .flag("-ffp-contract=off")
+        .flag("-pthread")
+        .flag_if_supported("-Wno-unused-function");
     if std::env::var_os("CARGO_FEATURE_TSAN").is_some() {
         // the harness's own C++ (threads, barriers, shuffle slots, shared statics) instrumented;
         // the Rust around it is not, so only races among the kernel threads are reported
-        build.flag("-fsanitize=thread").flag("-g");
+        build.flag("-fsanitize=thread").flag("-g").define("KERNELS_HOST_OS_THREADS", None);
         println!("cargo:rustc-link-lib=dylib=tsan");
     }
     build.file(cuda.join("host.cpp"));

@@ -3,15 +3,15 @@
 // after another and each block's threads as host threads: `__syncthreads` is a barrier of the
 // block, a warp shuffle goes through one slot per thread between two barriers of the warp,
 // `__shared__` memory is a static of the kernel (one block runs at a time, and one launch at
-// a time), and a thread that returns leaves the barriers, as on a GPU.
+// a time), and a thread that returns leaves the barriers, as on a GPU. The threads are fibers
+// (user-level threads switched at the barriers, on one OS thread), or OS threads when built
+// for ThreadSanitizer (KERNELS_HOST_OS_THREADS): the same kernels, barriers and slots.
 #pragma once
 
-#include <barrier>
 #include <math.h>  // the C names (cosf, expf, ...) as device code spells them
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <memory>
 #include <vector>
 
 namespace host {
@@ -23,8 +23,6 @@ struct Dim3 {
 // What one block's threads share.
 struct Block {
     Dim3 dim;
-    std::unique_ptr<std::barrier<>> all;
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
     std::vector<uint64_t> slots;  // one shuffle value per thread
 };
 
@@ -32,25 +30,24 @@ extern thread_local Dim3 thread_idx;
 extern thread_local Dim3 block_idx;
 extern thread_local Block* block;
 
-inline void sync_threads() {
-    block->all->arrive_and_wait();
-}
+// the barrier of the calling thread's block, and of its warp (host.cpp)
+void sync_threads();
+void sync_warp();
 
 template <class T>
 T shfl_xor(T v, int mask) {
     static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffled value fits a slot");
     const unsigned t = thread_idx.x;
-    const unsigned warp = t / 32;
     uint64_t bits = 0;
     std::memcpy(&bits, &v, sizeof(T));
     block->slots[t] = bits;
-    block->warps[warp]->arrive_and_wait();
+    sync_warp();
     const unsigned from = (t & ~31u) | ((t % 32) ^ (unsigned)mask);
     T out = v;
     if (from < block->dim.x) {
         std::memcpy(&out, &block->slots[from], sizeof(T));
     }
-    block->warps[warp]->arrive_and_wait();
+    sync_warp();
     return out;
 }
 

@@ -25,6 +25,8 @@ pub enum HostError {
     UnknownKernel(String),
     #[error("{0}: the block must be 1 to 1024 threads along x only, and the grid non-empty")]
     Geometry(String),
+    #[error("{0}: the threads of a block wait at barriers that cannot complete")]
+    Deadlock(String),
 }
 
 /// The kernels the harness has.
@@ -63,6 +65,7 @@ pub unsafe fn launch(name: &str, grid: [u32; 3], block: [u32; 3], params: &mut [
     }
     match status {
         Ok(0) => Ok(()),
+        Ok(2) => Err(HostError::Deadlock(name.to_string())),
         Ok(_) => Err(HostError::Geometry(name.to_string())),
         Err(_) => {
             // the launch still holds the caller's buffers: returning would free them under it

@@ -147,7 +147,7 @@ pub struct RopeArgs {
 /// Rotates every head of row r of `x` for position `positions[r]`.
 pub fn rope<R: Runtime>(rt: &R, x: &R::Buffer, positions: &[u32], a: RopeArgs) -> Result<(), RuntimeError> {
     const K: &str = "rope";
-    if a.n_dims > a.head_dim || a.n_dims % 2 != 0 {
+    if a.n_dims > a.head_dim || !a.n_dims.is_multiple_of(2) {
         return Err(RuntimeError::Device(format!("{K}: {} rotated values of heads of {}", a.n_dims, a.head_dim)));
     }
     check(rt, K, "x", x, positions.len() * a.n_head * a.head_dim * 4)?;
@@ -237,6 +237,7 @@ pub enum MatmulInput<'a, B> {
 
 /// `out = x · wᵀ (+ bias)`: `batch` rows of `m.rows` outputs. `tiled` picks `mul_mat_*` (8 rows
 /// per block) over `mul_mat_vec_*` (one); an output's value is the same either way.
+#[allow(clippy::too_many_arguments)]
 pub fn mul_mat<R: Runtime>(
     rt: &R,
     w: &R::Buffer,
@@ -249,7 +250,7 @@ pub fn mul_mat<R: Runtime>(
 ) -> Result<(), RuntimeError> {
     let (kernel, xb, inner, x_bytes) = match x {
         MatmulInput::Q8_1(b) => {
-            if m.cols % 32 != 0 {
+            if !m.cols.is_multiple_of(32) {
                 return Err(RuntimeError::Device(format!("mul_mat: {} columns are not whole blocks of 32", m.cols)));
             }
             let k = if tiled { "mul_mat_q" } else { "mul_mat_vec_q" };
@@ -365,7 +366,7 @@ pub fn attention<R: Runtime>(
     out: &R::Buffer,
 ) -> Result<(), RuntimeError> {
     const K: &str = "attention";
-    if h.dk > ATTENTION_MAX_HEAD || h.dv > ATTENTION_MAX_HEAD || h.n_head_kv == 0 || h.n_head % h.n_head_kv != 0 {
+    if h.dk > ATTENTION_MAX_HEAD || h.dv > ATTENTION_MAX_HEAD || h.n_head_kv == 0 || !h.n_head.is_multiple_of(h.n_head_kv) {
         return Err(RuntimeError::Device(format!(
             "{K}: heads {}/{} of {}/{} (at most {ATTENTION_MAX_HEAD})",
             h.n_head, h.n_head_kv, h.dk, h.dv

@@ -15,11 +15,12 @@ pub enum Device {
 }
 
 impl Device {
-    /// Whether this build can run models on the device (no CUDA backend is built yet).
+    /// Whether this build can run models on the device (CUDA: built with the `cuda` feature;
+    /// whether a GPU is there is known only when it is opened).
     pub fn is_built(self) -> bool {
         match self {
             Device::Cpu => true,
-            Device::Cuda(_) => false,
+            Device::Cuda(_) => cfg!(feature = "cuda"),
         }
     }
 }
@@ -71,6 +72,6 @@ mod tests {
             assert_eq!(e.to_string(), format!("unknown device {bad:?} (expected cpu, cuda or cuda:N)"));
         }
         assert!(Device::Cpu.is_built());
-        assert!(!Device::Cuda(0).is_built());
+        assert_eq!(Device::Cuda(0).is_built(), cfg!(feature = "cuda"));
     }
 }

@@ -5,6 +5,8 @@
 //! always built; every backend is checked op by op against the reference by `harness`.
 
 pub mod cpu;
+#[cfg(all(test, feature = "cuda"))]
+mod cuda_check;
 pub mod device;
 mod error;
 #[cfg(test)]

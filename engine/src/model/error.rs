@@ -30,6 +30,8 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    #[error("{model} does not fit on {device}: its weights take {need} bytes{}", free.map_or(String::new(), |f| format!(", {f} are free")))]
+    DoesNotFit { model: String, device: crate::backend::Device, need: u64, free: Option<u64> },
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error(transparent)]

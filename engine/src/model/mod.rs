@@ -11,6 +11,8 @@ mod blocks;
 pub mod config;
 mod decoder;
 pub mod error;
+#[cfg(all(test, feature = "sim"))]
+mod sim_check;
 pub mod weights;
 
 use std::path::Path;
@@ -140,9 +142,50 @@ impl<B: Backend> OnDevice<B> {
     }
 }
 
+/// Loads the weights onto a kernel device, first checking that they fit: a model too large
+/// for the GPU is one clear error naming the model and the bytes, not an allocation failing
+/// halfway through the upload.
+#[cfg(any(feature = "sim", feature = "cuda"))]
+fn on_gpu<R: kernels::Runtime>(
+    backend: crate::backend::kernel::KernelBackend<R>,
+    file: &Arc<GgufFile>,
+    config: &ModelConfig,
+) -> Result<OnDevice<crate::backend::kernel::KernelBackend<R>>, ModelError> {
+    let need = file.tensor_data_bytes();
+    let model = file.get_str("general.name").unwrap_or(&config.arch).to_string();
+    let device = backend.device();
+    if let Some(free) = backend.runtime().free_memory() {
+        if need > free as u64 {
+            return Err(ModelError::DoesNotFit { model, device, need, free: Some(free as u64) });
+        }
+    }
+    OnDevice::load(backend, file, config).map_err(|e| match e {
+        ModelError::Backend(BackendError::OutOfMemory { .. }) => ModelError::DoesNotFit { model, device, need, free: None },
+        e => e,
+    })
+}
+
 /// The backends this build has, one variant each.
 enum Loaded {
     Cpu(OnDevice<CpuBackend>),
+    /// The CUDA kernels run by the CPU execution harness (tests of the kernel backend).
+    #[cfg(feature = "sim")]
+    Sim(OnDevice<crate::backend::kernel::SimBackend>),
+    #[cfg(feature = "cuda")]
+    Cuda(OnDevice<crate::backend::kernel::CudaBackend>),
+}
+
+/// `$body` with `$m` bound to the loaded weights, whichever backend holds them.
+macro_rules! on_device {
+    ($loaded:expr, $m:ident => $body:expr) => {
+        match $loaded {
+            Loaded::Cpu($m) => $body,
+            #[cfg(feature = "sim")]
+            Loaded::Sim($m) => $body,
+            #[cfg(feature = "cuda")]
+            Loaded::Cuda($m) => $body,
+        }
+    };
 }
 
 /// A loaded model: the mapped file, its configuration, tokenizer, and weights on a device.
@@ -192,9 +235,22 @@ impl Model {
         }
         let loaded = match device {
             Device::Cpu => Loaded::Cpu(OnDevice::load(CpuBackend::new(), &file, &config)?),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(n) => Loaded::Cuda(on_gpu(crate::backend::kernel::CudaBackend::open(n)?, &file, &config)?),
+            #[cfg(not(feature = "cuda"))]
             Device::Cuda(_) => return Err(BackendError::NotBuilt(device).into()),
         };
         Ok(Model { file, config, loaded, tokenizer })
+    }
+
+    /// The model with its weights on the simulated GPU: the CUDA kernels run by the CPU
+    /// execution harness (slow; for tests of the kernel backend).
+    #[cfg(feature = "sim")]
+    pub fn load_simulated(path: impl AsRef<Path>) -> Result<Model, ModelError> {
+        let file = Arc::new(GgufFile::open(path)?);
+        let mut model = Model::from_file_on(Arc::clone(&file), Device::Cpu)?;
+        model.loaded = Loaded::Sim(on_gpu(crate::backend::kernel::SimBackend::new(), &file, &model.config)?);
+        Ok(model)
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -211,9 +267,7 @@ impl Model {
 
     /// The device the weights live on.
     pub fn device(&self) -> Device {
-        match &self.loaded {
-            Loaded::Cpu(m) => m.backend.device(),
-        }
+        on_device!(&self.loaded, m => m.backend.device())
     }
 
     /// Whether this is an encoder (BERT): run it with [`Model::encode`], not [`Model::forward`].
@@ -224,9 +278,7 @@ impl Model {
     /// An empty KV cache for this model, on its device, holding up to `n_ctx` positions per
     /// sequence.
     pub fn new_kv_cache(&self, ty: KvType, n_ctx: usize) -> KvCache {
-        match &self.loaded {
-            Loaded::Cpu(m) => m.new_kv_cache(&self.config, ty, n_ctx),
-        }
+        on_device!(&self.loaded, m => m.new_kv_cache(&self.config, ty, n_ctx))
     }
 
     /// Runs a batch: its keys and values are added to `kv`, and logits come back for the
@@ -239,18 +291,14 @@ impl Model {
     /// [`Model::forward`] for entries whose input may be an embedding row of `n_embd` values
     /// instead of a token (it goes through the same scaling as a token's embedding).
     pub fn forward_inputs(&self, kv: &mut KvCache, batch: &[InputEntry<'_>]) -> Result<Logits, ModelError> {
-        match &self.loaded {
-            Loaded::Cpu(m) => m.forward(&self.config, kv, batch),
-        }
+        on_device!(&self.loaded, m => m.forward(&self.config, kv, batch))
     }
 
     /// Encoders: the final hidden state of every token of `seqs` (each sequence attends to
     /// itself only), the sequences' rows one after the other, `n_embd` values each.
     pub fn encode<S: AsRef<[TokenId]>>(&self, seqs: &[S]) -> Result<Vec<f32>, ModelError> {
         let seqs: Vec<&[TokenId]> = seqs.iter().map(|s| s.as_ref()).collect();
-        match &self.loaded {
-            Loaded::Cpu(m) => m.encode(&self.config, &seqs),
-        }
+        on_device!(&self.loaded, m => m.encode(&self.config, &seqs))
     }
 
     /// Row `token` of the token-embedding table as f32 (before any embedding scale): the row

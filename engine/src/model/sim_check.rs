@@ -1,0 +1,118 @@
+//! Whole models on the kernel backend, run by the CPU execution harness (`--features sim`):
+//! the tiny random-weight fixtures against llama.cpp's logits within the same bounds as the CPU
+//! backend, a greedy continuation, and batch invariance bit for bit — the forward pass, the
+//! KV pool, the launch choices (matrix-vector for single rows, tiled for prompts) exactly as a
+//! GPU runs them, without a GPU.
+
+use std::path::PathBuf;
+
+use crate::kv_cache::KvType;
+use crate::logprobs::argmax;
+use crate::model::{BatchEntry, Model};
+
+fn fixture(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(rel)
+}
+
+fn json(rel: &str) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(fixture(rel)).expect("fixture")).expect("json")
+}
+
+fn f32s(rel: &str) -> Vec<f32> {
+    std::fs::read(fixture(rel)).expect("fixture").chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().expect("ids").iter().map(|t| t.as_u64().expect("id") as u32).collect()
+}
+
+/// One file per weight-type family (a legacy quant with and without an offset, every K-quant
+/// layout, a float type), both architectures.
+const FILES: &[&str] = &[
+    "tiny-llama-Q4_K",
+    "tiny-llama-Q8_0",
+    "tiny-llama-Q2_K",
+    "tiny-llama-BF16",
+    "tiny-granite-Q5_1",
+    "tiny-granite-Q6_K",
+    "tiny-granite-Q3_K",
+];
+
+#[test]
+fn tiny_models_on_the_simulated_gpu_match_llama_cpp() {
+    let tolerance = json("models/tolerance.json");
+    let mut report = Vec::new();
+    for &name in FILES {
+        let model = Model::load_simulated(fixture(&format!("models/{name}.gguf"))).expect("load");
+        let golden = json(&format!("models/golden/{name}.logits.json"));
+        let bin = f32s(&format!("models/golden/{name}.logits.bin"));
+        let bound = tolerance["files"][name]["recommended"]["f32_attention"]["max_abs"].as_f64().expect("bound") as f32;
+        // the longest sequence (64 positions: two KV blocks, the tiled matrix kernels)
+        let seq = &golden["sequences"][2];
+        let tokens = ids(&seq["tokens"]);
+        let offset = seq["logits"]["offset"].as_u64().expect("offset") as usize / 4;
+        let mut kv = model.new_kv_cache(KvType::F32, 512);
+        let out = model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)).expect("forward");
+        let mut worst = 0.0f32;
+        for p in 0..tokens.len() {
+            for (a, b) in out.row(p).iter().zip(&bin[offset + p * 512..offset + (p + 1) * 512]) {
+                worst = worst.max((a - b).abs());
+            }
+        }
+        // greedy decoding (the matrix-vector kernels) while llama.cpp's choice is clear
+        let margins: Vec<f64> = seq["greedy_margins"].as_array().expect("margins").iter().map(|v| v.as_f64().expect("margin")).collect();
+        let greedy = ids(&seq["greedy"]);
+        let mut next = argmax(out.row(tokens.len() - 1));
+        for (j, &want) in greedy.iter().enumerate().take(4) {
+            if margins[j] < 2.0 * f64::from(bound) {
+                break;
+            }
+            assert_eq!(next, want, "{name}: greedy token {j}");
+            let o =
+                model.forward(&mut kv, &[BatchEntry { seq: 0, token: next, pos: (tokens.len() + j) as u32, logits: true }]).expect("step");
+            next = argmax(o.row(0));
+        }
+        report.push(format!("sim {name}: max |sim - llama.cpp| = {worst:.3e} (bound {bound:.1e})"));
+        assert!(worst <= bound, "{}", report.join("\n"));
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+#[test]
+fn batch_invariance_on_the_simulated_gpu_is_bitwise() {
+    let name = "tiny-llama-Q4_K";
+    let model = Model::load_simulated(fixture(&format!("models/{name}.gguf"))).expect("load");
+    let golden = json(&format!("models/golden/{name}.logits.json"));
+    let tokens = ids(&golden["sequences"][2]["tokens"]);
+    let other = ids(&golden["sequences"][1]["tokens"]);
+    for ty in [KvType::F32, KvType::F16] {
+        let mut kv = model.new_kv_cache(ty, 512);
+        let full = model.forward(&mut kv, &BatchEntry::sequence(0, &tokens[..40], 0, true)).expect("prefill");
+        // one token at a time (matrix-vector kernels, decode attention rows)
+        let mut kv1 = model.new_kv_cache(ty, 512);
+        for (p, &t) in tokens[..40].iter().enumerate() {
+            let o = model.forward(&mut kv1, &[BatchEntry { seq: 0, token: t, pos: p as u32, logits: true }]).expect("step");
+            assert_eq!(o.row(0), full.row(p), "{ty:?}: position {p} alone vs in a prefill batch");
+        }
+        // uneven chunks interleaved with another sequence
+        let mut kv2 = model.new_kv_cache(ty, 512);
+        let (mut p, mut q) = (0, 0);
+        for chunk in [3usize, 1, 20, 16] {
+            let mut batch = BatchEntry::sequence(1, &tokens[p..p + chunk], p as u32, true);
+            batch.extend(BatchEntry::sequence(7, &other[q..q + 1], q as u32, true));
+            q += 1;
+            let o = model.forward(&mut kv2, &batch).expect("mixed batch");
+            for i in 0..chunk {
+                assert_eq!(o.row(i), full.row(p + i), "{ty:?}: position {} in a mixed batch", p + i);
+            }
+            p += chunk;
+        }
+        // a fork of a shared prefix (a copy-on-write of a pool block) equals the sequence
+        kv.fork(0, 1).expect("fork");
+        kv.truncate(1, 33);
+        let o = model.forward(&mut kv, &BatchEntry::sequence(1, &tokens[33..40], 33, true)).expect("forked");
+        for i in 0..7 {
+            assert_eq!(o.row(i), full.row(33 + i), "{ty:?}: forked sequence at {}", 33 + i);
+        }
+    }
+}
