@@ -48,7 +48,8 @@ impl CudaRuntime {
         // SAFETY: every launch and copy goes through the one stream below, in issue order, so
         // cudarc's events between streams are not needed.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // a stream of its own: a second model on the same GPU does not wait for this one
+        let stream = ctx.new_stream().map_err(|e| driver_error("creating a stream", e))?;
         let (major, minor) = ctx.compute_capability().map_err(|e| driver_error("reading the compute capability", e))?;
         let name = ctx.name().unwrap_or_else(|_| "CUDA GPU".into());
         Ok(CudaRuntime { ctx, stream, arch: format!("sm_{major}{minor}"), name, functions: Mutex::new(HashMap::new()) })
@@ -99,11 +100,12 @@ impl Runtime for CudaRuntime {
     fn upload(&self, data: &[u8]) -> Result<CudaSlice<u8>, RuntimeError> {
         let buf = self.alloc_zeroed(data.len())?;
         if !data.is_empty() {
-            // SAFETY: the buffer holds `data.len()` bytes; the copy is ordered on the stream
-            // and `data` outlives it (the stream is synchronized before returning).
+            // the raw copy below does not make the context current on this thread itself
+            self.ctx.bind_to_thread().map_err(|e| driver_error("upload", e))?;
+            // SAFETY: the buffer holds `data.len()` bytes. `data` is pageable memory: the driver
+            // has copied it to its staging memory when the call returns, so it may go after.
             unsafe { result::memcpy_htod_async(self.address(&buf), data, self.stream.cu_stream()) }
                 .map_err(|e| driver_error("upload", e))?;
-            self.synchronize()?;
         }
         Ok(buf)
     }
@@ -120,6 +122,7 @@ impl Runtime for CudaRuntime {
         if src_at + bytes > src.len() || dst_at + bytes > dst.len() {
             return Err(RuntimeError::Device(format!("copy of {bytes} bytes out of bounds")));
         }
+        self.ctx.bind_to_thread().map_err(|e| driver_error("copy", e))?;
         let (s, d) = (self.address(src) + src_at as u64, self.address(dst) + dst_at as u64);
         // SAFETY: both ranges are in bounds (checked) and live; ordered on the one stream.
         unsafe { result::memcpy_dtod_async(d, s, bytes, self.stream.cu_stream()) }.map_err(|e| driver_error("copy", e))
