@@ -46,3 +46,18 @@ impl From<KvWriteError> for ModelError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Device;
+
+    #[test]
+    fn a_model_too_large_for_the_gpu_names_the_model_and_the_bytes() {
+        let e =
+            ModelError::DoesNotFit { model: "Qwen2.5 0.5B".into(), device: Device::Cuda(1), need: 397_000_000, free: Some(120_000_000) };
+        assert_eq!(e.to_string(), "Qwen2.5 0.5B does not fit on cuda:1: its weights take 397000000 bytes, 120000000 are free");
+        let e = ModelError::DoesNotFit { model: "m".into(), device: Device::Cuda(0), need: 10, free: None };
+        assert_eq!(e.to_string(), "m does not fit on cuda:0: its weights take 10 bytes");
+    }
+}

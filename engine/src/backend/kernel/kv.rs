@@ -85,3 +85,45 @@ impl<R: Runtime> KvStorage for DeviceKvStore<R> {
         self.bytes_per_block(self.k_dim) + self.bytes_per_block(self.v_dim)
     }
 }
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use super::*;
+    use kernels::host::HostRuntime;
+
+    fn bytes(rt: &HostRuntime, buf: &<HostRuntime as Runtime>::Buffer) -> Vec<u8> {
+        let mut out = vec![0u8; rt.len(buf)];
+        rt.download(buf, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn the_pool_grows_keeping_its_blocks_and_copies_whole_blocks() {
+        let rt = Arc::new(HostRuntime);
+        let mut s = DeviceKvStore::new(Arc::clone(&rt), Device::Cuda(0), KvType::F16, 2, 8, 4);
+        assert!(s.pools().is_none());
+        s.alloc_block(3).unwrap();
+        assert_eq!(s.capacity, INITIAL_BLOCKS);
+        let (kb, vb) = (s.bytes_per_block(8), s.bytes_per_block(4));
+        assert_eq!(s.block_bytes(), kb + vb);
+        let key: Vec<u8> = (0..kb).map(|i| (i % 251) as u8).collect();
+        let value: Vec<u8> = (0..vb).map(|i| (i % 13 + 100) as u8).collect();
+        {
+            let (k, v) = s.pools.as_ref().unwrap();
+            rt.copy(&rt.upload(&key).unwrap(), 0, k, 3 * kb, kb).unwrap();
+            rt.copy(&rt.upload(&value).unwrap(), 0, v, 3 * vb, vb).unwrap();
+        }
+        // a block past the end: the pools grow, block 3 comes along
+        s.alloc_block(40).unwrap();
+        assert_eq!(s.capacity, 41);
+        s.copy_block(3, 40).unwrap();
+        let (k, v) = s.pools.as_ref().unwrap();
+        let (kall, vall) = (bytes(&rt, k), bytes(&rt, v));
+        assert_eq!(kall.len(), 41 * kb);
+        for b in [3usize, 40] {
+            assert_eq!(&kall[b * kb..(b + 1) * kb], &key[..], "keys of block {b}");
+            assert_eq!(&vall[b * vb..(b + 1) * vb], &value[..], "values of block {b}");
+        }
+        assert!(kall[..3 * kb].iter().all(|&x| x == 0), "the other blocks are untouched");
+    }
+}
