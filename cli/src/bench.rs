@@ -57,6 +57,10 @@ struct TestResult {
     model_type: String,
     model_size: u64,
     model_n_params: u64,
+    /// llama-bench's name of the backend: `CPU` or `CUDA`
+    backends: &'static str,
+    /// the device the model ran on: `cpu`, `cuda:N`
+    device: String,
     n_threads: usize,
     type_kv: &'static str,
     test: String,
@@ -121,8 +125,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     })?;
     let mut results = Vec::new();
     if !args.json {
-        println!("| {:<30} | {:>10} | {:>10} | {:>7} | {:>10} | {:>20} |", "model", "size", "params", "threads", "test", "t/s");
-        println!("| {:-<30} | {:->9}: | {:->9}: | {:->6}: | {:->9}: | {:->19}: |", "", "", "", "", "", "");
+        println!(
+            "| {:<30} | {:>10} | {:>10} | {:<7} | {:>7} | {:>10} | {:>20} |",
+            "model", "size", "params", "backend", "threads", "test", "t/s"
+        );
+        println!("| {:-<30} | {:->9}: | {:->9}: | {:-<7} | {:->6}: | {:->9}: | {:->19}: |", "", "", "", "", "", "", "");
     }
     for ((test, n_prompt, n_gen, n_parallel), samples_ns) in tests.into_iter().zip(samples) {
         let n_tokens = (n_prompt + n_gen * n_parallel) as f64;
@@ -135,6 +142,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             model_type: model_type.clone(),
             model_size: file.tensor_data_bytes(),
             model_n_params: file.n_parameters(),
+            backends: match model.device() {
+                Device::Cpu => "CPU",
+                Device::Cuda(_) => "CUDA",
+            },
+            device: model.device().to_string(),
             n_threads,
             type_kv: kv_type_name(args.kv_type),
             test,
@@ -150,10 +162,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         };
         if !args.json {
             println!(
-                "| {:<30} | {:>10} | {:>10} | {:>7} | {:>10} | {:>20} |",
+                "| {:<30} | {:>10} | {:>10} | {:<7} | {:>7} | {:>10} | {:>20} |",
                 r.model_type,
                 size(r.model_size),
                 params(r.model_n_params),
+                r.device,
                 r.n_threads,
                 r.test,
                 format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts)

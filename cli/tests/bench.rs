@@ -26,6 +26,7 @@ fn json_has_one_result_per_test_with_every_sample() {
         assert_eq!(r["n_prompt"], n_prompt);
         assert_eq!(r["n_gen"], n_gen);
         assert_eq!(r["n_threads"], 1);
+        assert_eq!((r["backends"].as_str(), r["device"].as_str()), (Some("CPU"), Some("cpu")), "{r}");
         assert_eq!(r["model_type"], "llama Q4_0");
         assert!(r["model_size"].as_u64().unwrap() > 0 && r["model_n_params"].as_u64().unwrap() > 0);
         let ts = r["samples_ts"].as_array().unwrap();
@@ -68,7 +69,8 @@ fn table_like_llama_bench() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "{text}");
     assert!(lines[0].contains("| model") && lines[0].contains("t/s |"), "{text}");
-    assert!(lines[2].contains(" pp8 |") && lines[2].contains(" ± "), "{text}");
+    assert!(lines[0].contains("| backend |"), "{text}");
+    assert!(lines[2].contains(" pp8 |") && lines[2].contains(" ± ") && lines[2].contains("| cpu "), "{text}");
 }
 
 #[test]
