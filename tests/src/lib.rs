@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod tiny;
+
 /// `tests/fixtures/<rel>` inside this repository.
 pub fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(rel)

@@ -283,16 +283,7 @@ fn every_kernel_of_the_sources_has_a_host_launcher() {
 
 #[test]
 fn the_kernel_backend_on_host_threads_passes_the_op_table() {
-    use super::harness::run_table;
-    use super::kernel::SimBackend;
-    let b = SimBackend::new();
-    let mut failed = Vec::new();
-    for r in run_table(&b, "sim") {
-        assert!(r.cases > 0, "{}: no cases", r.op);
-        if !r.passed() {
-            failed.push(format!("{}: nmse {:e} > {:e} in {}", r.op, r.worst_nmse, r.bound, r.worst_case));
-        }
-    }
+    let failed = super::harness::failures(&super::kernel::SimBackend::new(), "sim");
     assert!(failed.is_empty(), "{failed:#?}");
 }
 

@@ -1,0 +1,113 @@
+//! The tiny-model checks every device runs (`tests/tiny_archs.rs` on the CPU, `tests/cuda.rs`
+//! on a GPU): agreement with llama.cpp's logits, and batch invariance bit for bit.
+
+use std::path::Path;
+
+use engine::kv_cache::KvType;
+use engine::logprobs::argmax;
+use engine::model::{BatchEntry, Model};
+
+use crate::{fixture, json_ids, read_f32s, read_json};
+
+/// Every weight type of the fixtures.
+pub const TYPES: &[&str] = &["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"];
+
+/// Every position of the three fixture sequences of the tiny llama and granite models, in all
+/// 13 weight types, within the file's recommended tolerance of llama.cpp's logits (f32
+/// attention); greedy continuations equal while llama.cpp's margins are clear. `load` puts a
+/// model on the device under test; `label` names it in the report.
+pub fn tiny_models_match_llama_cpp(label: &str, load: impl Fn(&Path) -> Model) {
+    let tolerance = read_json(&fixture("models/tolerance.json"));
+    let mut report = Vec::new();
+    for model_name in ["tiny-llama", "tiny-granite"] {
+        for ty in TYPES {
+            let name = format!("{model_name}-{ty}");
+            let model = load(&fixture(&format!("models/{name}.gguf")));
+            let golden = read_json(&fixture(&format!("models/golden/{name}.logits.json")));
+            let bin = read_f32s(&fixture(&format!("models/golden/{name}.logits.bin")));
+            let bound = tolerance["files"][&name]["recommended"]["f32_attention"]["max_abs"].as_f64().unwrap() as f32;
+            let mut worst = 0.0f32;
+            for seq in golden["sequences"].as_array().unwrap() {
+                let tokens = json_ids(&seq["tokens"]);
+                let offset = seq["logits"]["offset"].as_u64().unwrap() as usize / 4;
+                let mut kv = model.new_kv_cache(KvType::F32, 512);
+                let out = model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)).unwrap();
+                assert_eq!(out.len(), tokens.len());
+                for p in 0..tokens.len() {
+                    let want = &bin[offset + p * 512..offset + (p + 1) * 512];
+                    for (a, b) in out.row(p).iter().zip(want) {
+                        worst = worst.max((a - b).abs());
+                    }
+                }
+                // greedy continuation, one token at a time, while llama.cpp's choice is clear
+                let margins: Vec<f64> = seq["greedy_margins"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+                let greedy = json_ids(&seq["greedy"]);
+                let mut next = argmax(out.row(tokens.len() - 1));
+                for (j, &want) in greedy.iter().enumerate() {
+                    if margins[j] < 2.0 * f64::from(bound) {
+                        break;
+                    }
+                    assert_eq!(next, want, "{name}: greedy token {j}");
+                    let pos = (tokens.len() + j) as u32;
+                    let o = model.forward(&mut kv, &[BatchEntry { seq: 0, token: next, pos, logits: true }]).unwrap();
+                    next = argmax(o.row(0));
+                }
+            }
+            report.push(format!("{label} {name}: max |ours - llama.cpp| = {worst:.3e} (bound {bound:.1e})"));
+            assert!(worst <= bound, "{}", report.join("\n"));
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+/// A row's logits bit for bit the same in a prefill batch, one token at a time, in uneven
+/// chunks beside another sequence, and after a fork of a shared prefix (f32 cache), on three
+/// tiny models. `load` puts a model on the device under test.
+pub fn tiny_models_are_batch_invariant(load: impl Fn(&Path) -> Model) {
+    for name in ["tiny-llama-Q4_K", "tiny-granite-Q8_0", "tiny-llama-F16"] {
+        let model = load(&fixture(&format!("models/{name}.gguf")));
+        let golden = read_json(&fixture(&format!("models/golden/{name}.logits.json")));
+        let tokens = json_ids(&golden["sequences"][2]["tokens"]);
+        let other = json_ids(&golden["sequences"][1]["tokens"]);
+
+        // one prefill batch of the whole sequence
+        let mut kv = model.new_kv_cache(KvType::F32, 512);
+        let full = model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)).unwrap();
+
+        // one token at a time
+        let mut kv1 = model.new_kv_cache(KvType::F32, 512);
+        for (p, &t) in tokens.iter().enumerate() {
+            let o = model.forward(&mut kv1, &[BatchEntry { seq: 0, token: t, pos: p as u32, logits: true }]).unwrap();
+            assert_eq!(o.row(0), full.row(p), "{name}: position {p} alone vs in a prefill batch");
+        }
+
+        // uneven chunks, interleaved with another sequence in the same batches
+        let mut kv2 = model.new_kv_cache(KvType::F32, 512);
+        let mut p = 0;
+        let mut q = 0;
+        for chunk in [5usize, 1, 17, 3, 38] {
+            let mut batch = BatchEntry::sequence(1, &tokens[p..p + chunk], p as u32, true);
+            if q < other.len() {
+                batch.extend(BatchEntry::sequence(7, &other[q..q + 1], q as u32, true));
+                q += 1;
+            }
+            let o = model.forward(&mut kv2, &batch).unwrap();
+            for i in 0..chunk {
+                assert_eq!(o.row(i), full.row(p + i), "{name}: position {} in a mixed batch", p + i);
+            }
+            p += chunk;
+        }
+
+        // a fork of a shared prefix equals the sequence computed from scratch
+        let mut kv3 = model.new_kv_cache(KvType::F32, 512);
+        model.forward(&mut kv3, &BatchEntry::sequence(0, &tokens[..40], 0, false)).unwrap();
+        kv3.fork(0, 1).unwrap();
+        kv3.truncate(1, 33);
+        let o = model.forward(&mut kv3, &BatchEntry::sequence(1, &tokens[33..], 33, true)).unwrap();
+        for i in 0..tokens.len() - 33 {
+            assert_eq!(o.row(i), full.row(33 + i), "{name}: forked sequence at {}", 33 + i);
+        }
+        let o = model.forward(&mut kv3, &BatchEntry::sequence(0, &tokens[40..], 40, true)).unwrap();
+        assert_eq!(o.row(0), full.row(40), "{name}: the original after its fork diverged");
+    }
+}
