@@ -8,6 +8,19 @@
 
 #define MULMAT_WARPS 4  // warps (output columns) per block: blocks of 128 threads
 
+// Each row's partial sums meet in the warp's butterfly; lane 0 writes out[r][j] (+ bias[j]).
+template <int ROWS>
+DEVICE void store_outputs(const float* acc, int lane, int j, int r0, int batch, const float* bias, float* out, int n_out, int has_bias) {
+    for (int t = 0; t < ROWS; t++) {
+        if (r0 + t < batch) {
+            const float v = warp_sum_f(acc[t]);
+            if (lane == 0) {
+                out[(int64_t)(r0 + t) * n_out + j] = has_bias ? v + bias[j] : v;
+            }
+        }
+    }
+}
+
 // out[r][j] = Σ_c chunk_dot(w[j] chunk c, x[r] block c) (+ bias[j]); x: rows of n_chunks Q8_1
 // blocks. Grid (ceil(n_out / MULMAT_WARPS), ceil(batch / ROWS)).
 template <int ROWS>
@@ -33,14 +46,7 @@ DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_
             }
         }
     }
-    for (int t = 0; t < ROWS; t++) {
-        if (r0 + t < batch) {
-            const float v = warp_sum_f(acc[t]);
-            if (lane == 0) {
-                out[(int64_t)(r0 + t) * n_out + j] = has_bias ? v + bias[j] : v;
-            }
-        }
-    }
+    store_outputs<ROWS>(acc, lane, j, r0, batch, bias, out, n_out, has_bias);
 }
 
 // a float weight: F32, F16 or BF16
@@ -82,12 +88,5 @@ DEVICE void mul_mat_f_tile(const uint8_t* w, int64_t row_bytes, int type, int co
             }
         }
     }
-    for (int t = 0; t < ROWS; t++) {
-        if (r0 + t < batch) {
-            const float v = warp_sum_f(acc[t]);
-            if (lane == 0) {
-                out[(int64_t)(r0 + t) * n_out + j] = has_bias ? v + bias[j] : v;
-            }
-        }
-    }
+    store_outputs<ROWS>(acc, lane, j, r0, batch, bias, out, n_out, has_bias);
 }
