@@ -226,13 +226,7 @@ impl Model {
     }
 
     pub fn from_file_on(file: Arc<GgufFile>, device: Device) -> Result<Model, ModelError> {
-        let arch = file.architecture().ok_or(ModelError::NoArchitecture)?.to_string();
-        let facts = arch::facts(&arch).ok_or_else(|| ModelError::UnsupportedArchitecture(arch.clone()))?;
-        let tokenizer = Tokenizer::from_gguf(&file)?;
-        let mut config = ModelConfig::from_gguf(&file, &arch, facts)?;
-        if config.n_vocab == 0 {
-            config.n_vocab = tokenizer.n_vocab();
-        }
+        let (config, tokenizer) = Model::read_config(&file)?;
         let loaded = match device {
             Device::Cpu => Loaded::Cpu(OnDevice::load(CpuBackend::new(), &file, &config)?),
             #[cfg(feature = "cuda")]
@@ -248,9 +242,22 @@ impl Model {
     #[cfg(feature = "sim")]
     pub fn load_simulated(path: impl AsRef<Path>) -> Result<Model, ModelError> {
         let file = Arc::new(GgufFile::open(path)?);
-        let mut model = Model::from_file_on(Arc::clone(&file), Device::Cpu)?;
-        model.loaded = Loaded::Sim(on_gpu(crate::backend::kernel::SimBackend::new(), &file, &model.config)?);
-        Ok(model)
+        let (config, tokenizer) = Model::read_config(&file)?;
+        let loaded = Loaded::Sim(on_gpu(crate::backend::kernel::SimBackend::new(), &file, &config)?);
+        Ok(Model { file, config, loaded, tokenizer })
+    }
+
+    /// The file's configuration and tokenizer (the vocabulary size from the tokenizer when the
+    /// metadata leaves it out).
+    fn read_config(file: &GgufFile) -> Result<(ModelConfig, Tokenizer), ModelError> {
+        let arch = file.architecture().ok_or(ModelError::NoArchitecture)?.to_string();
+        let facts = arch::facts(&arch).ok_or_else(|| ModelError::UnsupportedArchitecture(arch.clone()))?;
+        let tokenizer = Tokenizer::from_gguf(file)?;
+        let mut config = ModelConfig::from_gguf(file, &arch, facts)?;
+        if config.n_vocab == 0 {
+            config.n_vocab = tokenizer.n_vocab();
+        }
+        Ok((config, tokenizer))
     }
 
     pub fn config(&self) -> &ModelConfig {

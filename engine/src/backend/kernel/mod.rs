@@ -151,8 +151,9 @@ impl<R: Runtime> Backend for KernelBackend<R> {
 
     fn get_rows(&self, table: &DeviceMatrix<R>, inputs: &[RowInput<'_>]) -> Result<DeviceTensor<R>, BackendError> {
         let cols = table.args.cols;
-        // the given rows go up with the upload; the kernel fills the tokens' rows around them
-        let mut host = vec![0.0f32; inputs.len() * cols];
+        // given rows go up with the upload and the kernel fills the tokens' rows around them;
+        // with token rows only (every decode step) there is nothing to upload
+        let mut given: Option<Vec<f32>> = None;
         let mut ids = Vec::with_capacity(inputs.len());
         for (r, input) in inputs.iter().enumerate() {
             match *input {
@@ -161,12 +162,16 @@ impl<R: Runtime> Backend for KernelBackend<R> {
                     if row.len() != cols {
                         return Err(BackendError::shape("get_rows", format!("an embedding row of {} for rows of {cols}", row.len())));
                     }
+                    let host = given.get_or_insert_with(|| vec![0.0f32; inputs.len() * cols]);
                     host[r * cols..(r + 1) * cols].copy_from_slice(row);
                     ids.push(None);
                 }
             }
         }
-        let out = self.upload_tensor(inputs.len(), cols, &host)?;
+        let out = match given {
+            Some(host) => self.upload_tensor(inputs.len(), cols, &host)?,
+            None => self.tensor(inputs.len(), cols)?,
+        };
         launch::get_rows(&*self.rt, &table.buf, table.args, &ids, &out.buf).map_err(self.fail())?;
         Ok(out)
     }
