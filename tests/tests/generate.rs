@@ -307,9 +307,13 @@ fn a_draft_with_another_vocabulary_is_refused() {
 fn streamed_multibyte_text_equals_the_final_text() {
     let model = Model::load(fetch_model("qwen2.5-coder")).unwrap();
     let tok = model.tokenizer();
-    for prompt in
-        ["<|im_start|>user\n用中文介绍一下北京。<|im_end|>\n<|im_start|>assistant\n", "日本の首都は", "Emoji for joy: 😂, for fire:"]
-    {
+    // the answers to the CJK prompts are CJK text; the emoji prompt's answer may be plain ASCII
+    // (it depends on the last bits of the logits) and is checked for equality only
+    for (prompt, multibyte) in [
+        ("<|im_start|>user\n用中文介绍一下北京。<|im_end|>\n<|im_start|>assistant\n", true),
+        ("日本の首都は", true),
+        ("Emoji for joy: 😂, for fire:", false),
+    ] {
         let ids = tok.encode(prompt, true, true);
         for params in [GenerateParams::greedy(24), sampled(3, 24)] {
             let mut kv = model.new_kv_cache(KvType::F16, 256);
@@ -321,7 +325,7 @@ fn streamed_multibyte_text_equals_the_final_text() {
             let c = generator.complete().unwrap();
             assert_eq!(streamed, c.text, "{prompt}");
             assert_eq!(c.text, piece_text(&model, &c.tokens));
-            assert!(c.text.chars().any(|ch| ch.len_utf8() > 1), "{prompt}: {:?}", c.text);
+            assert!(!multibyte || c.text.chars().any(|ch| ch.len_utf8() > 1), "{prompt}: {:?}", c.text);
         }
     }
 }

@@ -30,6 +30,7 @@ pub mod blocks;
 pub mod dispatch;
 pub mod float;
 pub mod k_quants;
+pub mod panel;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q5_0;

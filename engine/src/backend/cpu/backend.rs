@@ -3,7 +3,7 @@
 //! rayon pool (matmul tasks of equal work, attention one task per row and key/value head, the
 //! gated activations row by row).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rayon::prelude::*;
 
@@ -15,6 +15,7 @@ use super::norm::{layer_norm, rms_norm, rms_norm_in_place};
 use super::rope::rope_with;
 use crate::backend::{Activation, AttentionRow, AttentionShape, Backend, BackendError, Device, KvSlot, KvSource, KvType, Rope, RowInput};
 use crate::gguf::{GgufFile, TensorInfo};
+use crate::quant::panel::{self, Panels};
 use crate::quant::Isa;
 
 /// The CPU backend: the kernels of one SIMD tier, run on rayon's current pool.
@@ -47,12 +48,15 @@ impl Default for CpuBackend {
     }
 }
 
-/// A weight matrix in the memory map of its file (no copy).
+/// A weight matrix in the memory map of its file, and, for the types with a panel layout,
+/// repacked into 8-row panels the first time it takes part in a product (a matrix only ever
+/// read as an embedding table, like tied token embeddings, is never repacked).
 pub struct CpuMatrix {
     file: Arc<GgufFile>,
     info: TensorInfo,
     rows: usize,
     cols: usize,
+    panels: OnceLock<Option<Panels>>,
 }
 
 impl CpuMatrix {
@@ -60,6 +64,20 @@ impl CpuMatrix {
     pub fn view(&self) -> WeightMatrix<'_> {
         WeightMatrix::new(self.info.ty, self.rows, self.cols, self.file.tensor_data(&self.info))
             .expect("shape and size were checked at upload")
+    }
+
+    /// The matrix as products read it: with its panels where its type has a layout.
+    pub fn product_view(&self) -> WeightMatrix<'_> {
+        let view = self.view();
+        let panels = self.panels.get_or_init(|| {
+            let panels = panel::repack(view.ty, view.rows, view.cols, view.data)?;
+            tracing::debug!(tensor = %self.info.name, bytes = panels.bytes(), "repacked into 8-row panels");
+            Some(panels)
+        });
+        match panels {
+            Some(p) => view.with_panels(p),
+            None => view,
+        }
     }
 }
 
@@ -124,7 +142,7 @@ impl Backend for CpuBackend {
 
     fn upload_matrix(&self, file: &Arc<GgufFile>, info: &TensorInfo, rows: usize, cols: usize) -> Result<CpuMatrix, BackendError> {
         WeightMatrix::new(info.ty, rows, cols, file.tensor_data(info))?;
-        Ok(CpuMatrix { file: Arc::clone(file), info: info.clone(), rows, cols })
+        Ok(CpuMatrix { file: Arc::clone(file), info: info.clone(), rows, cols, panels: OnceLock::new() })
     }
 
     fn upload_vector(&self, values: &[f32]) -> Result<Vec<f32>, BackendError> {
@@ -163,7 +181,7 @@ impl Backend for CpuBackend {
 
     fn matmul_each(&self, ws: &[&CpuMatrix], biases: &[Option<&Vec<f32>>], x: &HostTensor) -> Result<Vec<HostTensor>, BackendError> {
         assert_eq!(ws.len(), biases.len(), "one bias (or none) per matrix");
-        let views: Vec<WeightMatrix> = ws.iter().map(|m| m.view()).collect();
+        let views: Vec<WeightMatrix> = ws.iter().map(|m| m.product_view()).collect();
         let mut ys: Vec<HostTensor> = views.iter().map(|w| HostTensor::zeros(x.rows, w.rows)).collect();
         let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.data.as_mut_slice()).collect();
         matmul_each_on(self.isa, &views, &x.data, x.rows, &mut outs)?;

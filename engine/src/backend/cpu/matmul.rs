@@ -8,7 +8,9 @@
 
 use rayon::prelude::*;
 
+use super::matmul_panels::{prepare_activations, run_panels};
 use crate::backend::RowInput;
+use crate::quant::panel::Panels;
 use crate::quant::{self, GgmlType, Isa, QuantError};
 
 thread_local! {
@@ -44,6 +46,9 @@ pub struct WeightMatrix<'a> {
     pub cols: usize,
     pub data: &'a [u8],
     row_bytes: usize,
+    /// The same matrix repacked into 8-row panels, when it has been: products then run the
+    /// panel kernels (their own order of sums, the same for every batch).
+    pub panels: Option<&'a Panels>,
 }
 
 impl<'a> WeightMatrix<'a> {
@@ -55,7 +60,13 @@ impl<'a> WeightMatrix<'a> {
             let expected = expected.unwrap_or(usize::MAX);
             return Err(MatmulError::WeightBytes { ty, rows, cols, expected, got: data.len() });
         }
-        Ok(WeightMatrix { ty, rows, cols, data, row_bytes })
+        Ok(WeightMatrix { ty, rows, cols, data, row_bytes, panels: None })
+    }
+
+    /// This matrix with its panels (a repacking of exactly these rows).
+    pub fn with_panels(self, panels: &'a Panels) -> Self {
+        assert_eq!((panels.layout.ty, panels.rows, panels.cols), (self.ty, self.rows, self.cols), "panels of another matrix");
+        WeightMatrix { panels: Some(panels), ..self }
     }
 
     /// The bytes of row `r`.
@@ -153,7 +164,7 @@ pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys
     let ops = ws.iter().map(|w| quant::ops_on(w.ty, isa)).collect::<Result<Vec<_>, _>>()?;
 
     // Float weights read the f32 activations in place; quantized weights get them converted
-    // once here, rather than once per output row.
+    // once here, rather than once per output row (and prepared once for panel kernels).
     let mut converted: Vec<(GgmlType, Vec<u8>)> = Vec::new();
     for (w, op) in ws.iter().zip(&ops) {
         let act_ty = op.vec_dot_type;
@@ -173,6 +184,7 @@ pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys
             None => bytemuck::cast_slice(x),
         })
         .collect();
+    let prepared = prepare_activations(ws, &acts, batch);
 
     for (w, y) in ws.iter().zip(ys.iter_mut()) {
         if w.cols == 0 {
@@ -206,6 +218,10 @@ pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys
     work.into_par_iter().for_each(|segments| {
         for (seg, mut outs) in segments {
             let (w, act, op) = (&ws[seg.m], acts[seg.m], &ops[seg.m]);
+            if let (Some(panels), Some(prepared)) = (w.panels, prepared.for_matrix(seg.m)) {
+                run_panels(isa, panels, prepared, batch, seg.rows, &mut outs);
+                continue;
+            }
             let act_row_bytes = act.len() / batch;
             let rows_bytes = &w.data[seg.rows.start * w.row_bytes()..seg.rows.end * w.row_bytes()];
             match op.vec_dot_rows {
@@ -283,6 +299,41 @@ mod tests {
                 matmul(&w, &x[b * cols..(b + 1) * cols], 1, &mut y1).unwrap();
                 for r in 0..rows {
                     assert_eq!(y[b * rows + r].to_bits(), y1[r].to_bits(), "{ty} b={b} r={r}");
+                }
+            }
+        }
+    }
+
+    /// Repacked matrices: every output has the same bits whatever the batch, the thread count
+    /// and the SIMD tier (the panel kernels' order is the scalar reference's).
+    #[test]
+    fn panel_products_are_batch_thread_and_tier_invariant() {
+        use crate::quant::panel::{repack, PanelLayout};
+        for ty in crate::quant::panel::tests::TYPES {
+            let l = PanelLayout::of(ty).unwrap();
+            let (rows, cols) = (21, 2 * l.block_values);
+            let (wb, _) = quantized(ty, rows, cols, 3);
+            let panels = repack(ty, rows, cols, &wb).unwrap();
+            let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap().with_panels(&panels);
+            let (_, x) = quantized(GgmlType::F32, 9, cols, 4);
+            let alone: Vec<Vec<u32>> = (0..9)
+                .map(|b| {
+                    let mut y = vec![0.0; rows];
+                    matmul_each_on(Isa::Scalar, &[w], &x[b * cols..(b + 1) * cols], 1, &mut [&mut y]).unwrap();
+                    y.iter().map(|v| v.to_bits()).collect()
+                })
+                .collect();
+            for isa in Isa::available() {
+                for threads in [1, 3] {
+                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                    for batch in [1, 2, 5, 9] {
+                        let mut y = vec![0.0; batch * rows];
+                        pool.install(|| matmul_each_on(isa, &[w], &x[..batch * cols], batch, &mut [&mut y]).unwrap());
+                        for b in 0..batch {
+                            let got: Vec<u32> = y[b * rows..(b + 1) * rows].iter().map(|v| v.to_bits()).collect();
+                            assert_eq!(got, alone[b], "{ty} on {isa}, {threads} threads, batch {batch}, row {b}");
+                        }
+                    }
                 }
             }
         }

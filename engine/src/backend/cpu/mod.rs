@@ -7,6 +7,7 @@ pub mod attention;
 mod backend;
 pub mod kv;
 pub mod matmul;
+mod matmul_panels;
 pub mod norm;
 pub mod rope;
 pub mod transpose;

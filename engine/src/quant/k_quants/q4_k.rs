@@ -10,7 +10,7 @@ crate::quant::row_fns!(BlockQ4K, BlockQ8K);
 /// Quants in element order: 32 bytes hold a run of 32 elements in their low nibbles and the
 /// next run of 32 in their high nibbles.
 #[inline(always)]
-fn unpack(qs: &[u8; QK_K / 2]) -> [u8; QK_K] {
+pub(crate) fn unpack(qs: &[u8; QK_K / 2]) -> [u8; QK_K] {
     std::array::from_fn(|e| {
         let b = qs[32 * (e / 64) + e % 32];
         if e % 64 < 32 {

@@ -10,7 +10,7 @@ crate::quant::row_fns!(BlockQ5K, BlockQ8K);
 /// Quants in element order: the nibbles as in Q4_K, plus 16 where bit `e / 32` of
 /// `qh[e % 32]` is set.
 #[inline(always)]
-fn unpack(b: &BlockQ5K) -> [u8; QK_K] {
+pub(crate) fn unpack(b: &BlockQ5K) -> [u8; QK_K] {
     std::array::from_fn(|e| {
         let byte = b.qs[32 * (e / 64) + e % 32];
         let low = if e % 64 < 32 { byte & 0x0F } else { byte >> 4 };

@@ -11,7 +11,7 @@ crate::quant::row_fns!(BlockQ6K, BlockQ8K);
 /// and 32 of `qh`: element `32 k + l` of the half takes the low or high nibble (k < 2 or not)
 /// of `ql[32 (k % 2) + l]` and bits `2k..2k+2` of `qh[l]`.
 #[inline(always)]
-fn unpack(b: &BlockQ6K) -> [u8; QK_K] {
+pub(crate) fn unpack(b: &BlockQ6K) -> [u8; QK_K] {
     std::array::from_fn(|e| {
         let (h, k, l) = (e / 128, (e % 128) / 32, e % 32);
         let byte = b.ql[64 * h + 32 * (k % 2) + l];

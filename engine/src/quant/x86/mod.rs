@@ -5,3 +5,4 @@
 pub mod avx2;
 pub mod avx512;
 mod common;
+mod panel;

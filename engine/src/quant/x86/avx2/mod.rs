@@ -11,6 +11,9 @@ mod k_quants_q5q6;
 #[cfg(test)]
 pub(crate) mod k_quants_tests;
 mod legacy;
+mod panel;
+
+pub(crate) use panel::panel_kernel;
 
 /// This tier's kernels for `ty`, or `None` where the scalar ones serve.
 pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {

@@ -8,6 +8,9 @@ mod k_quants;
 mod k_quants_q5q6;
 mod k_quants_rows;
 mod legacy;
+mod panel;
+
+pub(crate) use panel::panel_kernel;
 
 /// This tier's kernels for `ty`, or `None` where the scalar ones serve.
 pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {

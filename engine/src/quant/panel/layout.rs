@@ -1,0 +1,292 @@
+//! The panel layouts and the repacking of a row-major GGUF matrix into them.
+//!
+//! Per panel (8 rows) and block column, a layout stores the 8 rows' f16 scales side by side,
+//! then the quants as the vectors `V_k` of the module docs, packed as tightly as the file has
+//! them (the panels take the file's bytes, give or take the scales' arrangement):
+//!
+//! | type | bytes per panel block | contents |
+//! |---|---|---|
+//! | Q4_0 | 144 | `d` 8 x f16, nibbles `P` (4 x 32) |
+//! | Q5_0 | 176 | `d`, `P`, fifth bits `H` (32) |
+//! | Q8_0 | 272 | `d`, `V_0..V_8` as signed bytes (8 x 32) |
+//! | Q4_K | 1184 | `d`, `dmin` 8 x f16, scales and mins (64 + 64), then 8 chunks of `P` |
+//! | Q5_K | 1440 | as Q4_K, then 8 chunks of `H` |
+//! | Q6_K | 1680 | `d`, scales (128), 8 chunks of `P`, then 8 chunks of high bits `QH` (2 x 32) |
+//!
+//! Nibbles: byte `4r + t` of `P_k` (`k < 4`) holds value `4k + t` of row `r` in its low nibble
+//! and value `4(k + 4) + t` in its high nibble. Fifth bits: bit `k` of byte `4r + t` of `H` is
+//! bit 4 of value `4k + t`. Q6_K's high bits: bits `2i..2i+2` of byte `4r + t` of `QH_h` are bits
+//! 4..6 of value `4(4h + i) + t`. Scales and mins (bytes): pair `p` of row `r` at `16p + 2r`,
+//! `(s[2p], s[2p + 1])`, so that widening 16 bytes gives each row's pair of 16-bit scales in its
+//! 32-bit lane.
+
+use crate::quant::blocks::{BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8_0};
+use crate::quant::k_quants::scales::scale_min_k4;
+use crate::quant::k_quants::{q4_k, q5_k, q6_k};
+use crate::quant::{q5_0, GgmlType, QK_K};
+
+/// Weight rows per panel.
+pub const PANEL_ROWS: usize = 8;
+
+/// Where a type's panel block keeps its parts (byte offsets into one panel block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PanelLayout {
+    pub ty: GgmlType,
+    /// The activation format its rows are prepared from (Q8_0 or Q8_K).
+    pub act_ty: GgmlType,
+    /// Values per block (32, or 256 for the K-quants: 8 chunks of 32).
+    pub block_values: usize,
+    /// Bytes of one panel block (8 rows).
+    pub block_bytes: usize,
+    /// Bytes of one prepared activation block.
+    pub act_block_bytes: usize,
+}
+
+/// Offsets inside a panel block.
+pub mod at {
+    /// 8 x f16 `d`, every type.
+    pub const D: usize = 0;
+    /// Legacy types: the quants after `d`.
+    pub const LEGACY_QUANTS: usize = 16;
+    /// Q5_0: the fifth bits after the nibbles.
+    pub const Q5_0_HIGH: usize = 144;
+    /// Q4_K / Q5_K: `dmin`, scales, mins, nibbles (chunk `c` at `+ 128 c`), Q5_K's fifth bits
+    /// (chunk `c` at `+ 32 c`).
+    pub const K4_DMIN: usize = 16;
+    pub const K4_SCALES: usize = 32;
+    pub const K4_MINS: usize = 96;
+    pub const K4_NIBBLES: usize = 160;
+    pub const Q5K_HIGH: usize = 1184;
+    /// Q6_K: scales (8 pairs of 16 groups), nibbles (chunk `c` at `+ 128 c`), high bits (chunk
+    /// `c` at `+ 64 c`).
+    pub const Q6K_SCALES: usize = 16;
+    pub const Q6K_NIBBLES: usize = 144;
+    pub const Q6K_HIGH: usize = 1168;
+}
+
+/// Prepared activation blocks (see `prepared`): legacy 40 bytes, K-quant 308 bytes.
+pub const ACT_LEGACY_BYTES: usize = 40;
+pub const ACT_K_BYTES: usize = 308;
+
+impl PanelLayout {
+    /// The layout of `ty`, if it is repacked.
+    pub fn of(ty: GgmlType) -> Option<PanelLayout> {
+        use GgmlType as T;
+        let (act_ty, block_values, block_bytes) = match ty {
+            T::Q4_0 => (T::Q8_0, 32, 144),
+            T::Q5_0 => (T::Q8_0, 32, 176),
+            T::Q8_0 => (T::Q8_0, 32, 272),
+            T::Q4_K => (T::Q8_K, QK_K, 1184),
+            T::Q5_K => (T::Q8_K, QK_K, 1440),
+            T::Q6_K => (T::Q8_K, QK_K, 1680),
+            _ => return None,
+        };
+        let act_block_bytes = if act_ty == T::Q8_0 { ACT_LEGACY_BYTES } else { ACT_K_BYTES };
+        Some(PanelLayout { ty, act_ty, block_values, block_bytes, act_block_bytes })
+    }
+}
+
+/// A matrix repacked into panels: `rows.div_ceil(8)` panels of `blocks` panel blocks each (the
+/// last panel's missing rows are zero weights).
+pub struct Panels {
+    pub layout: PanelLayout,
+    pub rows: usize,
+    pub cols: usize,
+    /// Blocks per row.
+    pub blocks: usize,
+    data: Vec<u8>,
+}
+
+impl std::fmt::Debug for Panels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Panels({} {}x{}, {} bytes)", self.layout.ty, self.rows, self.cols, self.data.len())
+    }
+}
+
+impl Panels {
+    pub fn panel_count(&self) -> usize {
+        self.rows.div_ceil(PANEL_ROWS)
+    }
+
+    pub fn panel_bytes(&self) -> usize {
+        self.blocks * self.layout.block_bytes
+    }
+
+    /// The bytes of panel `p`.
+    pub fn panel(&self, p: usize) -> &[u8] {
+        &self.data[p * self.panel_bytes()..(p + 1) * self.panel_bytes()]
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// Repacks the row-major matrix `data` (`rows` rows of `cols` values of `ty`) into panels;
+/// `None` if `ty` has no panel layout or `data` is not that matrix.
+pub fn repack(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Option<Panels> {
+    let layout = PanelLayout::of(ty)?;
+    let row_bytes = ty.row_bytes(cols)?;
+    if data.len() != rows * row_bytes || !cols.is_multiple_of(layout.block_values) {
+        return None;
+    }
+    let blocks = cols / layout.block_values;
+    let src_block = row_bytes / blocks.max(1);
+    let panels = rows.div_ceil(PANEL_ROWS);
+    let mut out = vec![0u8; panels * blocks * layout.block_bytes];
+    let zero = vec![0u8; src_block];
+    // panels are independent: repacked in parallel (a model's worth takes a fraction of a second)
+    use rayon::prelude::*;
+    out.par_chunks_exact_mut((blocks * layout.block_bytes).max(1)).take(panels).enumerate().for_each(|(p, panel)| {
+        for (b, dst) in panel.chunks_exact_mut(layout.block_bytes).enumerate() {
+            let src: [&[u8]; PANEL_ROWS] = std::array::from_fn(|r| {
+                let row = p * PANEL_ROWS + r;
+                if row < rows {
+                    &data[row * row_bytes + b * src_block..row * row_bytes + (b + 1) * src_block]
+                } else {
+                    &zero
+                }
+            });
+            let decoded = src.map(|s| RowBlock::decode(ty, s));
+            encode(&layout, &decoded, dst);
+        }
+    });
+    Some(Panels { layout, rows, cols, blocks, data: out })
+}
+
+/// One row's block, decoded: f16 scales as stored, quants in element order (unsigned, or the
+/// signed bytes of Q8_0), per-group scales and mins.
+struct RowBlock {
+    d: [u8; 2],
+    dmin: [u8; 2],
+    q: [u8; QK_K],
+    scales: [u8; 16],
+    mins: [u8; 8],
+}
+
+impl RowBlock {
+    fn decode(ty: GgmlType, bytes: &[u8]) -> RowBlock {
+        let mut rb = RowBlock { d: [0; 2], dmin: [0; 2], q: [0; QK_K], scales: [0; 16], mins: [0; 8] };
+        match ty {
+            GgmlType::Q4_0 => {
+                let b: &BlockQ4_0 = bytemuck::from_bytes(bytes);
+                rb.d = b.d;
+                for j in 0..16 {
+                    rb.q[j] = b.qs[j] & 0x0F;
+                    rb.q[j + 16] = b.qs[j] >> 4;
+                }
+            }
+            GgmlType::Q5_0 => {
+                let b: &BlockQ5_0 = bytemuck::from_bytes(bytes);
+                rb.d = b.d;
+                rb.q[..32].copy_from_slice(&q5_0::unpack5(&b.qs, b.qh));
+            }
+            GgmlType::Q8_0 => {
+                let b: &BlockQ8_0 = bytemuck::from_bytes(bytes);
+                rb.d = b.d;
+                rb.q[..32].copy_from_slice(bytemuck::cast_slice(&b.qs));
+            }
+            GgmlType::Q4_K | GgmlType::Q5_K => {
+                let (d, dmin, scales, q) = if ty == GgmlType::Q4_K {
+                    let b: &BlockQ4K = bytemuck::from_bytes(bytes);
+                    (b.d, b.dmin, b.scales, q4_k::unpack(&b.qs))
+                } else {
+                    let b: &BlockQ5K = bytemuck::from_bytes(bytes);
+                    (b.d, b.dmin, b.scales, q5_k::unpack(b))
+                };
+                (rb.d, rb.dmin, rb.q) = (d, dmin, q);
+                for j in 0..8 {
+                    (rb.scales[j], rb.mins[j]) = scale_min_k4(j, &scales);
+                }
+            }
+            GgmlType::Q6_K => {
+                let b: &BlockQ6K = bytemuck::from_bytes(bytes);
+                rb.d = b.d;
+                rb.q = q6_k::unpack(b);
+                rb.scales = bytemuck::cast(b.scales);
+            }
+            _ => unreachable!("{ty} has no panel layout"),
+        }
+        rb
+    }
+}
+
+/// Writes the panel block of 8 decoded rows.
+fn encode(l: &PanelLayout, rows: &[RowBlock; PANEL_ROWS], dst: &mut [u8]) {
+    for (r, rb) in rows.iter().enumerate() {
+        dst[at::D + 2 * r..at::D + 2 * r + 2].copy_from_slice(&rb.d);
+    }
+    let chunk = |c: usize| -> [&[u8]; PANEL_ROWS] { std::array::from_fn(|r| &rows[r].q[32 * c..32 * c + 32]) };
+    match l.ty {
+        GgmlType::Q4_0 => put_nibbles(chunk(0), &mut dst[at::LEGACY_QUANTS..at::LEGACY_QUANTS + 128]),
+        GgmlType::Q5_0 => {
+            put_nibbles(chunk(0), &mut dst[at::LEGACY_QUANTS..at::LEGACY_QUANTS + 128]);
+            put_fifth_bits(chunk(0), &mut dst[at::Q5_0_HIGH..at::Q5_0_HIGH + 32]);
+        }
+        GgmlType::Q8_0 => {
+            for (r, q) in chunk(0).iter().enumerate() {
+                for k in 0..8 {
+                    let o = at::LEGACY_QUANTS + 32 * k + 4 * r;
+                    dst[o..o + 4].copy_from_slice(&q[4 * k..4 * k + 4]);
+                }
+            }
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            for (r, rb) in rows.iter().enumerate() {
+                dst[at::K4_DMIN + 2 * r..at::K4_DMIN + 2 * r + 2].copy_from_slice(&rb.dmin);
+                for p in 0..4 {
+                    let o = 16 * p + 2 * r;
+                    dst[at::K4_SCALES + o..at::K4_SCALES + o + 2].copy_from_slice(&rb.scales[2 * p..2 * p + 2]);
+                    dst[at::K4_MINS + o..at::K4_MINS + o + 2].copy_from_slice(&rb.mins[2 * p..2 * p + 2]);
+                }
+            }
+            for c in 0..8 {
+                put_nibbles(chunk(c), &mut dst[at::K4_NIBBLES + 128 * c..at::K4_NIBBLES + 128 * (c + 1)]);
+                if l.ty == GgmlType::Q5_K {
+                    put_fifth_bits(chunk(c), &mut dst[at::Q5K_HIGH + 32 * c..at::Q5K_HIGH + 32 * (c + 1)]);
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            for (r, rb) in rows.iter().enumerate() {
+                for p in 0..8 {
+                    let o = at::Q6K_SCALES + 16 * p + 2 * r;
+                    dst[o..o + 2].copy_from_slice(&rb.scales[2 * p..2 * p + 2]);
+                }
+            }
+            for c in 0..8 {
+                put_nibbles(chunk(c), &mut dst[at::Q6K_NIBBLES + 128 * c..at::Q6K_NIBBLES + 128 * (c + 1)]);
+                let high = &mut dst[at::Q6K_HIGH + 64 * c..at::Q6K_HIGH + 64 * (c + 1)];
+                for (r, q) in chunk(c).iter().enumerate() {
+                    for t in 0..4 {
+                        for h in 0..2 {
+                            high[32 * h + 4 * r + t] = (0..4).map(|i| ((q[4 * (4 * h + i) + t] >> 4) & 3) << (2 * i)).fold(0, |a, b| a | b);
+                        }
+                    }
+                }
+            }
+        }
+        _ => unreachable!(),
+    }
+}
+
+/// The nibbles `P_0..P_4` of a chunk of 32 values of 8 rows (128 bytes).
+fn put_nibbles(q: [&[u8]; PANEL_ROWS], out: &mut [u8]) {
+    for (r, q) in q.iter().enumerate() {
+        for k in 0..4 {
+            for t in 0..4 {
+                out[32 * k + 4 * r + t] = (q[4 * k + t] & 0x0F) | ((q[4 * (k + 4) + t] & 0x0F) << 4);
+            }
+        }
+    }
+}
+
+/// The fifth bits `H` of a chunk of 32 values of 8 rows (32 bytes).
+fn put_fifth_bits(q: [&[u8]; PANEL_ROWS], out: &mut [u8]) {
+    for (r, q) in q.iter().enumerate() {
+        for t in 0..4 {
+            out[4 * r + t] = (0..8).map(|k| ((q[4 * k + t] >> 4) & 1) << k).fold(0, |a, b| a | b);
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! The AVX2 panel kernels (`x86/panel.rs` has the shared bodies): integer dot products by
+//! `vpmaddubsw` (unsigned quants times signed activations, pairs in i16) and `vpmaddwd`.
+
+use core::arch::x86_64::*;
+
+use crate::quant::GgmlType;
+
+/// `init + Σ_k V_k · a[4k..4k+4]` for quants below 32: four `vpmaddubsw` summed in i16 at a
+/// time (at most 4 · 2 · 31 · 127 = 31496), then widened by `vpmaddwd` with ones.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_legacy(v: &[__m256i; 8], a: *const u8, init: __m256i) -> __m256i {
+    let ones = _mm256_set1_epi16(1);
+    let lo = _mm256_madd_epi16(sum16(v, a, 0..4), ones);
+    let hi = _mm256_madd_epi16(sum16(v, a, 4..8), ones);
+    _mm256_add_epi32(init, _mm256_add_epi32(lo, hi))
+}
+
+/// `acc + vpmaddwd(s16, s)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn madd_acc(acc: __m256i, s16: __m256i, s: __m256i) -> __m256i {
+    _mm256_add_epi32(acc, _mm256_madd_epi16(s16, s))
+}
+
+crate::quant::x86::panel::panel_kernels!("avx2,fma,f16c");
+
+#[cfg(test)]
+mod tests {
+    use crate::quant::panel::tests::check_tier;
+    use crate::quant::Isa;
+
+    #[test]
+    fn every_panel_kernel_gives_the_reference_bits() {
+        check_tier(Isa::Avx2);
+    }
+}

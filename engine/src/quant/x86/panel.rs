@@ -1,0 +1,355 @@
+//! The panel kernels of both x86 tiers (see `quant::panel` for the layouts and the order of
+//! the sums): shared unpacking helpers, and `panel_kernels!`, which stamps out each type's tile
+//! kernel in a tier's module over that tier's two integer primitives:
+//!
+//! - `dot_legacy(v, a, init)`: `init + Σ_k V_k · a[4k..4k+4]` in i32 lanes, for 8 vectors of
+//!   unsigned quants below 32 (AVX2: `vpmaddubsw` pairs summed four at a time in i16, never
+//!   past 4 · 2 · 31 · 127 = 31496, then `vpmaddwd`; VNNI: one `vpdpbusd` per vector);
+//! - `madd_acc(acc, s16, s)`: `acc + Σ pairs s16 · s` (AVX2 `vpmaddwd` and an add; VNNI
+//!   `vpdpwssd`).
+//!
+//! A tile is one panel (8 weight rows, one per 32-bit lane) by `R` activation rows: each block's
+//! quants are unpacked once for the `R` rows, every row keeps its float accumulator(s) in a
+//! register, and the results are stored as 8 contiguous floats per row. Only exact integer
+//! regrouping differs from the scalar reference, so the bits are the same.
+
+use core::arch::x86_64::*;
+
+/// The 4 bytes at `p` broadcast to every 32-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn bcast4(p: *const u8) -> __m256i {
+    _mm256_set1_epi32(core::ptr::read_unaligned(p as *const i32))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn load(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p.cast())
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn load128(p: *const u8) -> __m128i {
+    _mm_loadu_si128(p.cast())
+}
+
+/// The 8 f16 at `p` as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn f16x8(p: *const u8) -> __m256 {
+    _mm256_cvtph_ps(load128(p))
+}
+
+/// The f32 at `p`, broadcast.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn f32_splat(p: *const u8) -> __m256 {
+    _mm256_set1_ps(core::ptr::read_unaligned(p as *const f32))
+}
+
+/// The i32 at `p`.
+#[inline(always)]
+pub(super) unsafe fn i32_at(p: *const u8) -> i32 {
+    core::ptr::read_unaligned(p as *const i32)
+}
+
+/// `V_0..V_8` of a chunk from its nibbles `P_0..P_4` at `p` (values 0..16).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn nibbles(p: *const u8) -> [__m256i; 8] {
+    let m = _mm256_set1_epi8(0x0F);
+    let q: [__m256i; 4] = core::array::from_fn(|k| load(p.add(32 * k)));
+    core::array::from_fn(|k| if k < 4 { _mm256_and_si256(q[k], m) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(q[k - 4]), m) })
+}
+
+/// Adds the fifth bits at `h` (bit `k` of each byte for `V_k`) into `v` as 16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn add_fifth_bits(v: &mut [__m256i; 8], h: *const u8) {
+    let h = load(h);
+    let m = _mm256_set1_epi8(0x10);
+    // bit k to bit 4 of the same byte: 16-bit shifts move no other byte's bit into bit 4
+    let bits = [
+        _mm256_slli_epi16::<4>(h),
+        _mm256_slli_epi16::<3>(h),
+        _mm256_slli_epi16::<2>(h),
+        _mm256_slli_epi16::<1>(h),
+        h,
+        _mm256_srli_epi16::<1>(h),
+        _mm256_srli_epi16::<2>(h),
+        _mm256_srli_epi16::<3>(h),
+    ];
+    for k in 0..8 {
+        v[k] = _mm256_or_si256(v[k], _mm256_and_si256(bits[k], m));
+    }
+}
+
+/// Adds Q6_K's high bits at `h` (two vectors: bits `2i..2i+2` of `QH_h` for `V_{4h+i}`) into
+/// `v` as 16, 32 or 48.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn add_q6_high(v: &mut [__m256i; 8], h: *const u8) {
+    let m = _mm256_set1_epi8(0x30);
+    for half in 0..2 {
+        let q = load(h.add(32 * half));
+        // bits 2i..2i+2 to bits 4..6 of the same byte (16-bit shifts, masked)
+        let bits = [_mm256_slli_epi16::<4>(q), _mm256_slli_epi16::<2>(q), q, _mm256_srli_epi16::<2>(q)];
+        for i in 0..4 {
+            v[4 * half + i] = _mm256_or_si256(v[4 * half + i], _mm256_and_si256(bits[i], m));
+        }
+    }
+}
+
+/// `Σ_k maddubs(v[k], a[4k..4k+4])` for `k` in `range`, in i16 lanes (the caller keeps it in
+/// range: at most 4 vectors of quants below 32, 8 below 16, 2 below 64).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn sum16(v: &[__m256i; 8], a: *const u8, range: core::ops::Range<usize>) -> __m256i {
+    let mut s = _mm256_setzero_si256();
+    for k in range {
+        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(v[k], bcast4(a.add(4 * k))));
+    }
+    s
+}
+
+/// Each 32-bit lane's 16-bit word `W` (0 or 1) in both halves: a group's scale for both words
+/// of a `vpmaddwd`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dup_word<const W: usize>(x: __m256i) -> __m256i {
+    // byte indices count within each 128-bit half: dword i takes bytes 4i + 2W, 4i + 2W + 1
+    let (a, b) = (2 * W as i8, 2 * W as i8 + 1);
+    #[rustfmt::skip]
+    let idx = _mm_setr_epi8(a, b, a, b, a + 4, b + 4, a + 4, b + 4, a + 8, b + 8, a + 8, b + 8, a + 12, b + 12, a + 12, b + 12);
+    _mm256_shuffle_epi8(x, _mm256_broadcastsi128_si256(idx))
+}
+
+/// Stores the 8 floats of each accumulator as an output row.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn store_rows<const R: usize>(acc: [__m256; R], out: &mut [[f32; 8]]) {
+    for (o, a) in out.iter_mut().zip(acc) {
+        _mm256_storeu_ps(o.as_mut_ptr(), a);
+    }
+}
+
+/// Stamps out, in a tier's module, the tile kernels of Q4_0, Q5_0, Q4_K, Q5_K and Q6_K over the
+/// tier's `dot_legacy` and `madd_acc` (see the module docs) and the safe entry points.
+macro_rules! panel_kernels {
+    ($features:literal) => {
+        use $crate::quant::panel::layout::at;
+        use $crate::quant::panel::prepared::{K_D, K_QS, K_SUMS16, K_SUMS32, LEGACY_QS, LEGACY_SUM};
+        use $crate::quant::x86::panel::{
+            add_fifth_bits, add_q6_high, bcast4, dup_word, f16x8, f32_splat, i32_at, load128, nibbles, store_rows, sum16,
+        };
+
+        /// A legacy type's tile: `quants(w)` unpacks a block's 8 vectors, `OFF` is the offset the
+        /// quants carry (taken back out as `OFF · Σ a`).
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn legacy_tile<const R: usize, const BLOCK_BYTES: usize, const OFF: i32>(
+            panel: *const u8,
+            nb: usize,
+            acts: *const u8,
+            stride: usize,
+            quants: impl Fn(*const u8) -> [__m256i; 8],
+            out: &mut [[f32; 8]],
+        ) {
+            let mut acc = [_mm256_setzero_ps(); R];
+            for b in 0..nb {
+                let w = panel.add(b * BLOCK_BYTES);
+                let dw = f16x8(w.add(at::D));
+                let v = quants(w);
+                for r in 0..R {
+                    let a = acts.add(r * stride + b * $crate::quant::panel::layout::ACT_LEGACY_BYTES);
+                    let isum = dot_legacy(&v, a.add(LEGACY_QS), _mm256_set1_epi32(-OFF * i32_at(a.add(LEGACY_SUM))));
+                    let scale = _mm256_mul_ps(dw, f32_splat(a));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[r]);
+                }
+            }
+            store_rows(acc, out);
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn q4_0_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
+            legacy_tile::<R, 144, 8>(panel, nb, acts, stride, |w| nibbles(w.add(at::LEGACY_QUANTS)), out)
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn q5_0_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
+            let quants = |w: *const u8| {
+                let mut v = nibbles(w.add(at::LEGACY_QUANTS));
+                add_fifth_bits(&mut v, w.add(at::Q5_0_HIGH));
+                v
+            };
+            legacy_tile::<R, 176, 16>(panel, nb, acts, stride, quants, out)
+        }
+
+        /// Q8_0 in ggml's order (see the scalar reference): 8 chains per output, one per lane
+        /// of 4 values, as the lanes of 8 vectors (one per `V_k`, each holding the 8 weight
+        /// rows); `|w| · sign(a, w)` by `vpmaddubsw` (at most 2 · 128 · 127 in i16), widened at
+        /// once. An activation row at a time, so its 8 accumulators stay in registers.
+        #[target_feature(enable = $features)]
+        unsafe fn q8_0_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
+            let ones = _mm256_set1_epi16(1);
+            for (r, out) in out.iter_mut().enumerate().take(R) {
+                let mut acc = [_mm256_setzero_ps(); 8];
+                for b in 0..nb {
+                    let w = panel.add(b * 272);
+                    let a = acts.add(r * stride + b * $crate::quant::panel::layout::ACT_LEGACY_BYTES);
+                    let scale = _mm256_mul_ps(f16x8(w.add(at::D)), f32_splat(a));
+                    for k in 0..8 {
+                        let v = _mm256_loadu_si256(w.add(at::LEGACY_QUANTS + 32 * k).cast());
+                        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(bcast4(a.add(LEGACY_QS + 4 * k)), v));
+                        acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), scale, acc[k]);
+                    }
+                }
+                let sum = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
+                    _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])),
+                );
+                _mm256_storeu_ps(out.as_mut_ptr(), sum);
+            }
+        }
+
+        /// Q4_K / Q5_K tile.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn scale_min_tile<const R: usize, const FIFTH: bool>(
+            panel: *const u8,
+            nb: usize,
+            acts: *const u8,
+            stride: usize,
+            out: &mut [[f32; 8]],
+        ) {
+            let block_bytes = if FIFTH { 1440 } else { 1184 };
+            let (mut acc, mut acc_min) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+            let mut v = [[_mm256_setzero_si256(); 8]; 8];
+            for b in 0..nb {
+                let w = panel.add(b * block_bytes);
+                let (dw, dmin) = (f16x8(w.add(at::D)), f16x8(w.add(at::K4_DMIN)));
+                let pairs: [__m256i; 4] = core::array::from_fn(|p| _mm256_cvtepu8_epi16(load128(w.add(at::K4_SCALES + 16 * p))));
+                let scales: [__m256i; 8] =
+                    core::array::from_fn(|c| if c % 2 == 0 { dup_word::<0>(pairs[c / 2]) } else { dup_word::<1>(pairs[c / 2]) });
+                let mins: [__m256i; 4] = core::array::from_fn(|p| _mm256_cvtepu8_epi16(load128(w.add(at::K4_MINS + 16 * p))));
+                for c in 0..8 {
+                    v[c] = nibbles(w.add(at::K4_NIBBLES + 128 * c));
+                    if FIFTH {
+                        add_fifth_bits(&mut v[c], w.add(at::Q5K_HIGH + 32 * c));
+                    }
+                }
+                for r in 0..R {
+                    let a = acts.add(r * stride + b * $crate::quant::panel::layout::ACT_K_BYTES);
+                    let mut isum = _mm256_setzero_si256();
+                    for c in 0..8 {
+                        let q = a.add(K_QS + 32 * c);
+                        if FIFTH {
+                            isum = madd_acc(isum, sum16(&v[c], q, 0..4), scales[c]);
+                            isum = madd_acc(isum, sum16(&v[c], q, 4..8), scales[c]);
+                        } else {
+                            isum = madd_acc(isum, sum16(&v[c], q, 0..8), scales[c]);
+                        }
+                    }
+                    let mut imin = _mm256_setzero_si256();
+                    for p in 0..4 {
+                        imin = madd_acc(imin, mins[p], bcast4(a.add(K_SUMS32 + 4 * p)));
+                    }
+                    let da = f32_splat(a.add(K_D));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, da), acc[r]);
+                    acc_min[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, da), acc_min[r]);
+                }
+            }
+            store_rows(core::array::from_fn::<_, R, _>(|r| _mm256_sub_ps(acc[r], acc_min[r])), out);
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn q4_k_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
+            scale_min_tile::<R, false>(panel, nb, acts, stride, out)
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn q5_k_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
+            scale_min_tile::<R, true>(panel, nb, acts, stride, out)
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn q6_k_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
+            let mut acc = [_mm256_setzero_ps(); R];
+            let mut v = [[_mm256_setzero_si256(); 8]; 8];
+            for b in 0..nb {
+                let w = panel.add(b * 1680);
+                let dw = f16x8(w.add(at::D));
+                let pairs: [__m256i; 8] = core::array::from_fn(|p| _mm256_cvtepi8_epi16(load128(w.add(at::Q6K_SCALES + 16 * p))));
+                let scales: [__m256i; 16] =
+                    core::array::from_fn(|j| if j % 2 == 0 { dup_word::<0>(pairs[j / 2]) } else { dup_word::<1>(pairs[j / 2]) });
+                for c in 0..8 {
+                    v[c] = nibbles(w.add(at::Q6K_NIBBLES + 128 * c));
+                    add_q6_high(&mut v[c], w.add(at::Q6K_HIGH + 64 * c));
+                }
+                for r in 0..R {
+                    let a = acts.add(r * stride + b * $crate::quant::panel::layout::ACT_K_BYTES);
+                    let mut isum = _mm256_setzero_si256();
+                    for c in 0..8 {
+                        let q = a.add(K_QS + 32 * c);
+                        for (g, range) in [0..2, 2..4, 4..6, 6..8].into_iter().enumerate() {
+                            isum = madd_acc(isum, sum16(&v[c], q, range), scales[2 * c + g / 2]);
+                        }
+                    }
+                    // the offset 32 of the quants: 32 Σ_j sc_j Σ a over the groups
+                    let mut offset = _mm256_setzero_si256();
+                    for p in 0..8 {
+                        offset = madd_acc(offset, pairs[p], bcast4(a.add(K_SUMS16 + 4 * p)));
+                    }
+                    let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<5>(offset));
+                    let scale = _mm256_mul_ps(dw, f32_splat(a.add(K_D)));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[r]);
+                }
+            }
+            store_rows(acc, out);
+        }
+
+        /// The safe entry point of a tile kernel: checks the operands, then runs the tile for
+        /// `out.len()` rows.
+        macro_rules! entry {
+            ($name:ident, $ty:expr, $tile:ident) => {
+                fn $name(panel: &[u8], nb: usize, acts: &[u8], stride: usize, out: &mut [[f32; 8]]) {
+                    $crate::quant::panel::check_call($ty, panel, nb, acts, stride, out.len());
+                    let (p, a) = (panel.as_ptr(), acts.as_ptr());
+                    // SAFETY: dispatch hands out this tier's kernels only after detecting every
+                    // feature they enable; `check_call` checked that the panel holds `nb` blocks
+                    // and `acts` `out.len()` rows of `nb` prepared blocks each.
+                    unsafe {
+                        match out.len() {
+                            4 => $tile::<4>(p, nb, a, stride, out),
+                            3 => $tile::<3>(p, nb, a, stride, out),
+                            2 => $tile::<2>(p, nb, a, stride, out),
+                            _ => $tile::<1>(p, nb, a, stride, out),
+                        }
+                    }
+                }
+            };
+        }
+
+        entry!(q4_0, GgmlType::Q4_0, q4_0_tile);
+        entry!(q5_0, GgmlType::Q5_0, q5_0_tile);
+        entry!(q8_0, GgmlType::Q8_0, q8_0_tile);
+        entry!(q4_k, GgmlType::Q4_K, q4_k_tile);
+        entry!(q5_k, GgmlType::Q5_K, q5_k_tile);
+        entry!(q6_k, GgmlType::Q6_K, q6_k_tile);
+
+        /// This tier's panel kernel of `ty`.
+        pub(crate) fn panel_kernel(ty: GgmlType) -> Option<$crate::quant::panel::PanelKernelFn> {
+            Some(match ty {
+                GgmlType::Q4_0 => q4_0,
+                GgmlType::Q5_0 => q5_0,
+                GgmlType::Q8_0 => q8_0,
+                GgmlType::Q4_K => q4_k,
+                GgmlType::Q5_K => q5_k,
+                GgmlType::Q6_K => q6_k,
+                _ => return None,
+            })
+        }
+    };
+}
+pub(super) use panel_kernels;
