@@ -2,13 +2,14 @@
 //! every running sequence contributes one activation row per step), for batches of 1, 4 and 8
 //! on two threads, on the active ISA tier. Throughput is multiply-adds per second (weight
 //! elements times batch), so a kernel that reuses each weight row across the batch shows it as
-//! a rate that grows with the batch.
+//! a rate that grows with the batch. Matrices are repacked into panels, as models run them.
 //!
 //! `cargo bench -p benches --bench batched_matmul -- lm_head` filters.
 
 use benches::{pool, random_floats, random_matrix};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use engine::backend::cpu::{matmul, WeightMatrix};
+use engine::quant::panel::repack;
 use engine::quant::GgmlType;
 
 /// (matrix, rows, cols, type): what the Q4_K_M file of Qwen2.5-0.5B stores (its 896-wide rows
@@ -25,7 +26,9 @@ fn batched(c: &mut Criterion) {
     let pool = pool(2);
     for (name, rows, cols, ty) in SHAPES {
         let w_bytes = random_matrix(ty, rows, cols, 5);
+        let panels = repack(ty, rows, cols, &w_bytes);
         let w = WeightMatrix::new(ty, rows, cols, &w_bytes).unwrap();
+        let w = panels.as_ref().map_or(w, |p| w.with_panels(p));
         let mut group = c.benchmark_group(format!("batched_matmul/qwen2.5-0.5b/{name}"));
         for batch in [1usize, 4, 8] {
             let x = random_floats(cols * batch, 3);

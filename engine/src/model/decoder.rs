@@ -69,8 +69,19 @@ pub(crate) fn forward<B: Backend>(
     let positions: Vec<u32> = batch.iter().map(|e| e.pos).collect();
     let (table, store) = kv.parts_mut::<B::KvStore>().ok_or(BackendError::ForeignKvCache(b.device()))?;
     let slots: Vec<KvSlot> = batch.iter().map(|e| table.slot(e.seq, e.pos as usize)).collect();
-    // one block table per row: row i attends to its own sequence
-    let tables: Vec<&[BlockId]> = batch.iter().map(|e| table.table(e.seq)).collect();
+    // one block table per sequence of the batch (in order of first appearance); each row
+    // attends to its own sequence's, and rows of one sequence share tiles of its keys
+    let mut seqs = Vec::new();
+    let row_seq: Vec<usize> = batch
+        .iter()
+        .map(|e| {
+            seqs.iter().position(|&s| s == e.seq).unwrap_or_else(|| {
+                seqs.push(e.seq);
+                seqs.len() - 1
+            })
+        })
+        .collect();
+    let tables: Vec<&[BlockId]> = seqs.iter().map(|&s| table.table(s)).collect();
     let mut h = b.zeros(n, e)?;
     for (il, layer) in w.layers.iter().enumerate() {
         // attention
@@ -95,7 +106,7 @@ pub(crate) fn forward<B: Backend>(
             .map(|(i, entry)| {
                 let pos = entry.pos as usize;
                 let lo = window.map_or(0, |wnd| (pos + 1).saturating_sub(wnd));
-                AttentionRow { kv: i, positions: lo..pos + 1 }
+                AttentionRow { kv: row_seq[i], positions: lo..pos + 1 }
             })
             .collect();
         let source = KvSource::Cache { store: &*store, layer: il, tables: &tables };

@@ -83,34 +83,18 @@ pub fn with_scratch<R>(f: impl FnOnce(&mut AttnScratch) -> R) -> R {
     SCRATCH.with_borrow_mut(f)
 }
 
-super::fma_variants!(
-    /// Attention of the query heads that share key/value head `g` (heads `g * group ..
-    /// (g + 1) * group`) of query row `q` over `positions` of `kv`, written to `out` (`group *
-    /// head_dim_v` values, head after head).
-    ///
-    /// The arithmetic is that of ggml's tiled CPU flash attention, which llama.cpp runs for prompts
-    /// (at least 64 tokens per batch): key tiles of 64 aligned positions; each score a sequential
-    /// fused multiply-add chain, then scaled; an online softmax that rescales the running sum and
-    /// output whenever a tile raises the maximum (C library `expf`), the tile's weights from ggml's
-    /// polynomial exp summed per 16 lanes in double; each output element a sequential FMA chain over
-    /// the tile; a final division by the sum. Matching it bit for bit matters: small random-weight
-    /// models amplify a one-ulp difference into a visible change of the next token's probability.
-    /// The heads of a group read the same keys and values, so each tile is widened from f16 and
-    /// transposed once for all of them; every head's sums keep their own order, so the result is
-    /// that of one head at a time, bit for bit.
-    pub fn attend_group, pub(crate) fn attend_group_with(
-        q: &[f32],
-        g: usize,
-        shape: &AttentionShape,
-        positions: std::ops::Range<usize>,
-        kv: &dyn KvRows,
-        out: &mut [f32],
-        scratch: &mut AttnScratch,
-    ) = attend_group_body
-);
+/// One query row of a block that shares a sequence: its heads' values, the positions it
+/// attends, and its output for one key/value head's group of query heads.
+pub struct Query<'a> {
+    pub q: &'a [f32],
+    pub positions: std::ops::Range<usize>,
+    pub out: &'a mut [f32],
+}
 
-#[inline(always)]
-fn attend_group_body(
+/// Attention of the query heads that share key/value head `g` (heads `g * group ..
+/// (g + 1) * group`) of query row `q` over `positions` of `kv`, written to `out` (`group *
+/// head_dim_v` values, head after head): [`attend_queries`] of one query.
+pub fn attend_group(
     q: &[f32],
     g: usize,
     shape: &AttentionShape,
@@ -119,15 +103,62 @@ fn attend_group_body(
     out: &mut [f32],
     scratch: &mut AttnScratch,
 ) {
+    attend_group_with(crate::quant::Isa::active(), q, g, shape, positions, kv, out, scratch)
+}
+
+/// [`attend_group`] on tier `tier`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attend_group_with(
+    tier: crate::quant::Isa,
+    q: &[f32],
+    g: usize,
+    shape: &AttentionShape,
+    positions: std::ops::Range<usize>,
+    kv: &dyn KvRows,
+    out: &mut [f32],
+    scratch: &mut AttnScratch,
+) {
+    attend_queries_with(tier, &mut [Query { q, positions, out }], g, shape, kv, scratch)
+}
+
+super::fma_variants!(
+    /// Attention of a block of query rows of one sequence, for the query heads that share
+    /// key/value head `g`: each query's `out` gets its heads' outputs.
+    ///
+    /// The arithmetic is that of ggml's tiled CPU flash attention, which llama.cpp runs for prompts
+    /// (at least 64 tokens per batch): key tiles of 64 aligned positions; each score a sequential
+    /// fused multiply-add chain, then scaled; an online softmax that rescales the running sum and
+    /// output whenever a tile raises the maximum (C library `expf`), the tile's weights from ggml's
+    /// polynomial exp summed per 16 lanes in double; each output element a sequential FMA chain over
+    /// the tile; a final division by the sum. Matching it bit for bit matters: small random-weight
+    /// models amplify a one-ulp difference into a visible change of the next token's probability.
+    /// The queries of the block and the heads of a group read the same keys and values, so each
+    /// tile is widened from f16 and transposed once for all of them; every query's and head's sums
+    /// keep their own order, so the result is that of one head of one query at a time, bit for
+    /// bit, whatever the block.
+    pub fn attend_queries, pub(crate) fn attend_queries_with(
+        queries: &mut [Query<'_>],
+        g: usize,
+        shape: &AttentionShape,
+        kv: &dyn KvRows,
+        scratch: &mut AttnScratch,
+    ) = attend_queries_body
+);
+
+#[inline(always)]
+fn attend_queries_body(queries: &mut [Query<'_>], g: usize, shape: &AttentionShape, kv: &dyn KvRows, scratch: &mut AttnScratch) {
     let AttnScratch { tile_rows, keys, weights, max, sum, weighted } = scratch;
     let group = shape.n_head / shape.n_head_kv;
     let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
-    debug_assert_eq!(out.len(), group * dv);
     let (krange, vrange) = (g * dk..(g + 1) * dk, g * dv..(g + 1) * dv);
-    out.fill(0.0);
-    if positions.is_empty() {
-        return;
+    for query in queries.iter_mut() {
+        debug_assert_eq!(query.out.len(), group * dv);
+        query.out.fill(0.0);
     }
+    let attended = queries.iter().map(|x| x.positions.clone()).filter(|p| !p.is_empty());
+    let (Some(start), Some(end)) = (attended.clone().map(|p| p.start).min(), attended.map(|p| p.end).max()) else {
+        return;
+    };
     // positions a tile leaves unwritten (before a window's start, past the last position)
     // hold what an earlier tile left there: their scores are masked to -inf
     if keys.len() < dk * KV_TILE {
@@ -137,72 +168,89 @@ fn attend_group_body(
     if tile_rows.len() < dk.max(dv) * KV_TILE {
         tile_rows.resize(dk.max(dv) * KV_TILE, 0.0);
     }
-    weights.resize(group * KV_TILE, 0.0);
+    let states = queries.len() * group;
+    weights.resize(states * KV_TILE, 0.0);
     max.clear();
-    max.resize(group, f32::NEG_INFINITY);
+    max.resize(states, f32::NEG_INFINITY);
     sum.clear();
-    sum.resize(group, 0.0);
-    weighted.resize(group, false);
-    let first_tile = positions.start / KV_TILE * KV_TILE;
-    for tile in (first_tile..positions.end).step_by(KV_TILE) {
-        let live = tile.max(positions.start)..(tile + KV_TILE).min(positions.end);
-        for p in live.clone() {
+    sum.resize(states, 0.0);
+    weighted.clear();
+    weighted.resize(states, false);
+    let live_of = |positions: &std::ops::Range<usize>, tile: usize| tile.max(positions.start)..(tile + KV_TILE).min(positions.end);
+    for tile in (start / KV_TILE * KV_TILE..end).step_by(KV_TILE) {
+        // the positions of the tile any query of the block attends
+        let any = tile.max(start)..(tile + KV_TILE).min(end);
+        for p in any.clone() {
             kv.key(p).widen_into(krange.clone(), &mut tile_rows[(p - tile) * dk..(p - tile + 1) * dk]);
         }
         transpose(tile_rows, KV_TILE, dk, keys, KV_TILE);
-        for j in 0..group {
-            let h = g * group + j;
-            let qh = &q[h * dk..(h + 1) * dk];
-            let w: &mut [f32; KV_TILE] = (&mut weights[j * KV_TILE..(j + 1) * KV_TILE]).try_into().unwrap();
-            // every score its own FMA chain over the head dimension, 64 chains side by side in
-            // a local array the compiler keeps in registers (through memory, every step of
-            // every chain would wait for its own store)
-            let mut acc = [0.0f32; KV_TILE];
-            for (d, &qd) in qh.iter().enumerate() {
-                let kd: &[f32; KV_TILE] = keys[d * KV_TILE..(d + 1) * KV_TILE].try_into().unwrap();
-                for (a, &k) in acc.iter_mut().zip(kd) {
-                    *a = qd.mul_add(k, *a);
+        for (i, query) in queries.iter_mut().enumerate() {
+            let live = live_of(&query.positions, tile);
+            for j in 0..group {
+                let s = i * group + j;
+                weighted[s] = false;
+                if live.is_empty() {
+                    continue;
                 }
+                let h = g * group + j;
+                let qh = &query.q[h * dk..(h + 1) * dk];
+                let w: &mut [f32; KV_TILE] = (&mut weights[s * KV_TILE..(s + 1) * KV_TILE]).try_into().unwrap();
+                // every score its own FMA chain over the head dimension, 64 chains side by side in
+                // a local array the compiler keeps in registers (through memory, every step of
+                // every chain would wait for its own store)
+                let mut acc = [0.0f32; KV_TILE];
+                for (d, &qd) in qh.iter().enumerate() {
+                    let kd: &[f32; KV_TILE] = keys[d * KV_TILE..(d + 1) * KV_TILE].try_into().unwrap();
+                    for (a, &k) in acc.iter_mut().zip(kd) {
+                        *a = qd.mul_add(k, *a);
+                    }
+                }
+                for (t, (wt, a)) in w.iter_mut().zip(acc).enumerate() {
+                    *wt = if live.contains(&(tile + t)) { a * shape.scale } else { f32::NEG_INFINITY };
+                }
+                let tile_max = w.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                weighted[s] = tile_max != f32::NEG_INFINITY;
+                if !weighted[s] {
+                    continue;
+                }
+                let new_max = max[s].max(tile_max);
+                if new_max > max[s] {
+                    let rescale = (max[s] - new_max).exp();
+                    query.out[j * dv..(j + 1) * dv].iter_mut().for_each(|o| *o *= rescale);
+                    sum[s] *= rescale;
+                }
+                max[s] = new_max;
+                w.iter_mut().for_each(|x| *x = ggml_expf(*x - new_max));
+                let tile_sum: f64 = w.chunks_exact(16).map(|l| f64::from(reduce_16(l))).sum();
+                sum[s] = (f64::from(sum[s]) + tile_sum) as f32;
             }
-            for (t, (wt, a)) in w.iter_mut().zip(acc).enumerate() {
-                *wt = if live.contains(&(tile + t)) { a * shape.scale } else { f32::NEG_INFINITY };
-            }
-            let tile_max = w.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            weighted[j] = tile_max != f32::NEG_INFINITY;
-            if !weighted[j] {
-                continue;
-            }
-            let new_max = max[j].max(tile_max);
-            if new_max > max[j] {
-                let rescale = (max[j] - new_max).exp();
-                out[j * dv..(j + 1) * dv].iter_mut().for_each(|o| *o *= rescale);
-                sum[j] *= rescale;
-            }
-            max[j] = new_max;
-            w.iter_mut().for_each(|x| *x = ggml_expf(*x - new_max));
-            let tile_sum: f64 = w.chunks_exact(16).map(|l| f64::from(reduce_16(l))).sum();
-            sum[j] = (f64::from(sum[j]) + tile_sum) as f32;
         }
-        if !weighted.contains(&true) {
+        if !weighted[..states].contains(&true) {
             continue;
         }
-        // the tile's values widened once for every head, then each head's output elements
-        // run their FMA chains over the positions in registers, 64 (or 16) elements at a time
-        let first = live.start - tile;
-        let values = &mut tile_rows[first * dv..(live.end - tile) * dv];
-        for (p, dst) in live.clone().zip(values.chunks_exact_mut(dv)) {
-            kv.value(p).widen_into(vrange.clone(), dst);
+        // the tile's values widened once for every query and head, then each head's output
+        // elements run their FMA chains over the positions in registers, 64 (or 16) at a time
+        for p in any.clone() {
+            kv.value(p).widen_into(vrange.clone(), &mut tile_rows[(p - tile) * dv..(p - tile + 1) * dv]);
         }
-        for (j, oh) in out.chunks_exact_mut(dv).enumerate() {
-            if weighted[j] {
-                let w = &weights[j * KV_TILE + first..j * KV_TILE + (live.end - tile)];
-                add_weighted_values(oh, w, values);
+        for (i, query) in queries.iter_mut().enumerate() {
+            let live = live_of(&query.positions, tile);
+            let (first, last) = (live.start.saturating_sub(tile), live.end.saturating_sub(tile));
+            for (j, oh) in query.out.chunks_exact_mut(dv).enumerate() {
+                let s = i * group + j;
+                if weighted[s] {
+                    let w = &weights[s * KV_TILE + first..s * KV_TILE + last];
+                    add_weighted_values(oh, w, &tile_rows[first * dv..last * dv]);
+                }
             }
         }
     }
-    for (j, oh) in out.chunks_exact_mut(dv).enumerate() {
-        let inv = if sum[j] == 0.0 { 0.0 } else { 1.0 / sum[j] };
-        oh.iter_mut().for_each(|o| *o *= inv);
+    for (i, query) in queries.iter_mut().enumerate() {
+        for (j, oh) in query.out.chunks_exact_mut(dv).enumerate() {
+            let s = sum[i * group + j];
+            let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+            oh.iter_mut().for_each(|o| *o *= inv);
+        }
     }
 }
 
@@ -325,6 +373,43 @@ mod tests {
                     for (got, want) in got_head.iter().zip(reference(&q, 3 + j, &shape, positions.clone(), &kv)) {
                         assert!((f64::from(*got) - want).abs() < 1e-5, "{dk}/{dv} {positions:?} head {j}: {got} vs {want}");
                     }
+                }
+            }
+        }
+    }
+
+    /// A block of queries with nested, disjoint and empty ranges gives every query the bits it
+    /// gets alone, on every tier.
+    #[test]
+    fn a_block_of_queries_gives_each_query_its_own_bits() {
+        let shape = AttentionShape { n_head: 4, n_head_kv: 2, head_dim_k: 64, head_dim_v: 48, scale: 0.125 };
+        let val = |p: usize, i: usize, salt: usize| (((p * 31 + i * 17 + salt) % 97) as f32 / 97.0 - 0.5) * 3.0;
+        let n = 200;
+        let kv = Rows(
+            (0..n).map(|p| (0..128).map(|i| val(p, i, 1)).collect()).collect(),
+            (0..n).map(|p| (0..96).map(|i| val(p, i, 5)).collect()).collect(),
+        );
+        let ranges = [0..1, 0..64, 0..65, 0..130, 5..5, 100..200, 63..64, 0..200, 150..151, 0..199];
+        let qs: Vec<Vec<f32>> = (0..ranges.len()).map(|r| (0..256).map(|i| val(r, i, 3)).collect()).collect();
+        let mut s = AttnScratch::default();
+        for tier in Isa::available() {
+            for g in 0..2 {
+                let alone: Vec<Vec<f32>> = ranges
+                    .iter()
+                    .zip(&qs)
+                    .map(|(r, q)| {
+                        let mut out = vec![0.0; 96];
+                        attend_group_with(tier, q, g, &shape, r.clone(), &kv, &mut out, &mut s);
+                        out
+                    })
+                    .collect();
+                let mut outs = vec![vec![7.0f32; 96]; ranges.len()];
+                let mut block: Vec<Query> =
+                    ranges.iter().zip(&qs).zip(outs.iter_mut()).map(|((r, q), out)| Query { q, positions: r.clone(), out }).collect();
+                attend_queries_with(tier, &mut block, g, &shape, &kv, &mut s);
+                for (i, (got, want)) in outs.iter().zip(&alone).enumerate() {
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(got), bits(want), "{tier:?} group {g} query {i} ({:?})", ranges[i]);
                 }
             }
         }

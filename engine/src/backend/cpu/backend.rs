@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use rayon::prelude::*;
 
 use super::activation::{gelu, gelu_erf, silu, swiglu_row_with};
-use super::attention::{attend_group_with, with_scratch, KvRow, KvRows};
+use super::attention::{attend_queries_with, with_scratch, KvRow, KvRows, Query};
 use super::kv::CpuKvStore;
 use super::matmul::{get_rows, matmul_each_on, WeightMatrix};
 use super::norm::{layer_norm, rms_norm, rms_norm_in_place};
@@ -47,6 +47,11 @@ impl Default for CpuBackend {
         CpuBackend::new()
     }
 }
+
+/// Query rows of one sequence that share each tile of keys and values in one attention task:
+/// a prompt's rows come in blocks of this many (causal rows attend nested ranges, so they share
+/// all but the last tile).
+const QUERY_BLOCK: usize = 16;
 
 /// A weight matrix in the memory map of its file, and, for the types with a panel layout,
 /// repacked into 8-row panels the first time it takes part in a product (a matrix only ever
@@ -259,25 +264,36 @@ impl Backend for CpuBackend {
             return Err(BackendError::shape("attention", format!("{}x{} queries, {} rows, {shape:?}", q.rows, q.cols, rows.len())));
         }
         let mut out = HostTensor::zeros(q.rows, shape.out_dim());
-        // one task per row and key/value head: the query heads sharing it widen its keys once
-        let task = |idx: usize, out: &mut [f32], view: &dyn KvRows| {
-            let (i, g) = (idx / shape.n_head_kv, idx % shape.n_head_kv);
-            let positions = rows[i].positions.clone();
-            with_scratch(|scratch| attend_group_with(self.isa, q.row(i), g, shape, positions, view, out, scratch));
+        // one task per block of consecutive rows of one sequence and key/value head: the rows
+        // and the query heads sharing that head widen and transpose each tile of keys once
+        let n_kv = shape.n_head_kv;
+        let mut chunks: Vec<Option<&mut [f32]>> = out.data.chunks_mut(group * hv).map(Some).collect();
+        // (key/value head, the rows' sequence: its block table or first batch row, the rows)
+        let mut tasks: Vec<(usize, usize, Vec<Query>)> = Vec::new();
+        let mut i = 0;
+        while i < rows.len() {
+            let end = (i + QUERY_BLOCK).min(rows.len());
+            let end = (i + 1..end).find(|&e| rows[e].kv != rows[i].kv).unwrap_or(end);
+            for g in 0..n_kv {
+                let queries = (i..end)
+                    .map(|r| Query { q: q.row(r), positions: rows[r].positions.clone(), out: chunks[r * n_kv + g].take().unwrap() })
+                    .collect();
+                tasks.push((g, rows[i].kv, queries));
+            }
+            i = end;
+        }
+        let run = |g: usize, queries: &mut [Query], view: &dyn KvRows| {
+            with_scratch(|scratch| attend_queries_with(self.isa, queries, g, shape, view, scratch));
         };
         match kv {
-            KvSource::Cache { store, layer, tables } => {
-                out.data.par_chunks_mut(group * hv).enumerate().for_each(|(idx, out)| {
-                    let view = store.layer_view(tables[rows[idx / shape.n_head_kv].kv], layer);
-                    task(idx, out, &view);
-                });
-            }
-            KvSource::Batch { k, v } => {
-                out.data.par_chunks_mut(group * hv).enumerate().for_each(|(idx, out)| {
-                    let view = SeqRows { k, v, start: rows[idx / shape.n_head_kv].kv };
-                    task(idx, out, &view);
-                });
-            }
+            KvSource::Cache { store, layer, tables } => tasks.into_par_iter().for_each(|(g, seq, mut queries)| {
+                let view = store.layer_view(tables[seq], layer);
+                run(g, &mut queries, &view);
+            }),
+            KvSource::Batch { k, v } => tasks.into_par_iter().for_each(|(g, start, mut queries)| {
+                let view = SeqRows { k, v, start };
+                run(g, &mut queries, &view);
+            }),
         }
         Ok(out)
     }

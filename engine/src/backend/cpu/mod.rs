@@ -13,7 +13,7 @@ pub mod rope;
 pub mod transpose;
 
 pub use backend::{CpuBackend, CpuMatrix, HostTensor};
-pub use matmul::{get_rows, matmul, matmul_each, MatmulError, WeightMatrix};
+pub use matmul::{get_rows, matmul, matmul_each, matmul_each_on, MatmulError, WeightMatrix};
 
 /// The element-wise kernels written with `f32::mul_add` (attention, SiLU, rope, the softmax's
 /// exp) run a copy compiled for the active tier: AVX-512 (16 lanes), AVX2 + FMA (8 lanes), or

@@ -6,3 +6,4 @@ pub mod avx2;
 pub mod avx512;
 mod common;
 mod panel;
+pub mod peak;
