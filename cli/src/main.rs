@@ -14,6 +14,12 @@ mod sampling_args;
 mod serve;
 mod tokenize;
 
+/// mimalloc keeps freed memory for reuse: a forward pass allocates its activation buffers
+/// afresh every step, and with glibc's allocator each large one is a new mapping whose pages
+/// fault in and are zeroed again (a tenth of a 2-thread prompt's time on gemma-3-270m).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "engine-cli", version, about = "GGUF inference engine command-line tool")]
 struct Cli {
