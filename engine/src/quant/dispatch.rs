@@ -101,10 +101,6 @@ pub type DequantizeFn = fn(&[u8], &mut [f32]);
 pub type QuantizeFn = fn(&[f32], &mut [u8]);
 /// Dot product of a weight row with an activation row (raw bytes), same element count.
 pub type VecDotFn = fn(&[u8], &[u8]) -> f32;
-/// Several weight rows dotted with each of several activation rows of `stride` bytes:
-/// `(weight rows, activation rows, stride, out)` with `out[b * weight_rows + i]` for activation
-/// row `b` and weight row `i`; each result has the bits [`VecDotFn`] gives.
-pub type VecDotRowsFn = fn(&[u8], &[u8], usize, &mut [f32]);
 
 /// Row kernels of one SIMD tier for one type, over raw little-endian bytes.
 #[derive(Clone, Copy)]
@@ -130,8 +126,6 @@ pub struct TypeOps {
     pub quantize_activations: QuantizeFn,
     /// Against a row of `vec_dot_type`.
     pub vec_dot: VecDotFn,
-    /// Against several rows at once (weights unpacked once for all), where the tier has it.
-    pub vec_dot_rows: Option<VecDotRowsFn>,
 }
 
 /// The scalar kernels of a type.
@@ -166,7 +160,7 @@ fn scalar(ty: GgmlType) -> Option<TypeOps> {
         T::Q8_1 => q8_1::quantize_activations,
         _ => quantize,
     };
-    Some(TypeOps { ty, isa: Isa::Scalar, vec_dot_type, dequantize, quantize, quantize_activations, vec_dot, vec_dot_rows: None })
+    Some(TypeOps { ty, isa: Isa::Scalar, vec_dot_type, dequantize, quantize, quantize_activations, vec_dot })
 }
 
 /// The kernels of `ty` on tier `isa`: that tier's SIMD kernels where it has them, the scalar
@@ -189,10 +183,6 @@ pub fn ops_for(ty: GgmlType, isa: Isa) -> Result<TypeOps, QuantError> {
         ops.isa = isa;
         ops.dequantize = k.dequantize;
         ops.vec_dot = k.vec_dot;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 {
-        ops.vec_dot_rows = super::x86::avx512::rows_kernel(ty);
     }
     Ok(ops)
 }

@@ -2,7 +2,8 @@
 //!
 //! The activation rows are converted once per call to the format the weight type dots against
 //! (Q8_0 / Q8_1 / Q8_K, or f32 bytes for float weights), then output rows are split across the
-//! rayon pool in tasks of equal work and each output is one `vec_dot` of a weight row with an
+//! rayon pool in tasks of equal work. A matrix repacked into panels runs the panel kernels
+//! (`matmul_panels`); any other has each output as one `vec_dot` of a weight row with an
 //! activation row. Each output is computed by the same kernel in the same order whatever the
 //! batch size and thread count, so results are bitwise batch-invariant.
 
@@ -12,12 +13,6 @@ use super::matmul_panels::{prepare_activations, run_panels};
 use crate::backend::RowInput;
 use crate::quant::panel::Panels;
 use crate::quant::{self, GgmlType, Isa, QuantError};
-
-thread_local! {
-    /// A several-row kernel's results for one segment (activation row after activation row),
-    /// before they go to their rows of the outputs: kept per thread, so no task allocates.
-    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
 
 /// A shape or type problem with a matmul's operands.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -222,23 +217,12 @@ pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys
                 run_panels(isa, panels, prepared, batch, seg.rows, &mut outs);
                 continue;
             }
+            // each weight row, once read, dotted with every activation row
             let act_row_bytes = act.len() / batch;
-            let rows_bytes = &w.data[seg.rows.start * w.row_bytes()..seg.rows.end * w.row_bytes()];
-            match op.vec_dot_rows {
-                Some(rows_kernel) if batch > 1 => SCRATCH.with_borrow_mut(|scratch| {
-                    let n = seg.rows.len();
-                    scratch.resize(n * batch, 0.0);
-                    rows_kernel(rows_bytes, act, act_row_bytes, &mut scratch[..n * batch]);
-                    for (out, results) in outs.iter_mut().zip(scratch.chunks_exact(n)) {
-                        out.copy_from_slice(results);
-                    }
-                }),
-                _ => {
-                    for (out, a) in outs.iter_mut().zip(act.chunks_exact(act_row_bytes)) {
-                        for (y, r) in out.iter_mut().zip(seg.rows.clone()) {
-                            *y = (op.vec_dot)(w.row(r), a);
-                        }
-                    }
+            for (i, r) in seg.rows.clone().enumerate() {
+                let row = w.row(r);
+                for (out, a) in outs.iter_mut().zip(act.chunks_exact(act_row_bytes)) {
+                    out[i] = (op.vec_dot)(row, a);
                 }
             }
         }

@@ -18,23 +18,12 @@
 use core::arch::x86_64::*;
 
 use crate::quant::dispatch::Kernels;
-use crate::quant::dispatch::VecDotRowsFn;
 use crate::quant::x86::common::{entry_points, le16, le32, legacy_deq_rows, legacy_dot_rows, Chain, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1};
 use crate::quant::GgmlType;
 
 mod q5_0;
-mod rows;
 
 use q5_0::dot_q5_0;
-
-/// The several-activation-rows kernel of `ty`, where this tier has one.
-pub(super) fn rows_kernel(ty: GgmlType) -> Option<VecDotRowsFn> {
-    match ty {
-        GgmlType::Q5_0 => Some(q5_0::vec_dot_rows_q5_0),
-        GgmlType::Q8_0 => Some(rows::vec_dot_rows_q8_0),
-        _ => None,
-    }
-}
 
 pub(super) fn kernels(ty: GgmlType) -> Option<Kernels> {
     Some(match ty {

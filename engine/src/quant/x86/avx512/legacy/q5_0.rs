@@ -1,25 +1,17 @@
-//! Q5_0 weights dotted with Q8_0 activations: one activation row, or several at once (the
-//! batched matmul of decoding many sequences together).
+//! Q5_0 weights dotted with Q8_0 activations, one activation row (matrices repacked into
+//! panels run the panel kernels instead).
 //!
 //! A group of four blocks is held as two vectors: the first has elements 0..16 of each block
 //! (one block per 128-bit lane), the second elements 16..32. One `vpdpbusd` on each adds
 //! eight products of one block into every 32-bit lane, so a block's scale covers four lanes
-//! and a group takes one conversion, one scale product and one fused multiply-add per
-//! activation row: half the float work of two blocks per vector, which is what bounds the
-//! loop once eight activation rows share each unpacked weight group. The integer sums are
-//! exact (activations as unsigned `y + 128`, weights as signed `q - 16`, and `-128 Σ (q - 16)`
-//! taken back out), and the single-row and the several-row kernels run the same float steps in
-//! the same order, so they give the same bits.
+//! and a group takes one conversion, one scale product and one fused multiply-add. The integer
+//! sums are exact (activations as unsigned `y + 128`, weights as signed `q - 16`, and
+//! `-128 Σ (q - 16)` taken back out).
 
 use core::arch::x86_64::*;
 
 use super::load128;
-use crate::quant::x86::avx512::rows_shape;
 use crate::quant::x86::common::{le16, le32, Q5_0, Q8_0};
-
-/// Activation rows per pass: their accumulators stay in registers, and a batch of eight (the
-/// default number of parallel sequences) unpacks each weight group once.
-const ROWS: usize = 8;
 
 /// The f16 `d` of four consecutive blocks of `bytes` bytes, packed low first.
 #[inline]
@@ -132,109 +124,4 @@ pub(super) unsafe fn dot_q5_0(w: *const u8, a: *const u8, nb: usize) -> f32 {
         }
     }
     _mm512_reduce_add_ps(_mm512_add_ps(even, odd))
-}
-
-/// One activation row's group, made ready once per call for every weight row.
-#[derive(Clone, Copy)]
-struct PreparedGroup {
-    lo: __m512i,
-    hi: __m512i,
-    /// The four blocks' `d`, each over its four lanes.
-    d: __m512,
-}
-
-/// Appends the prepared groups of the Q8_0 activation row of `nb` blocks at `a` to `out`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn prepare_row(a: *const u8, nb: usize, out: &mut Vec<PreparedGroup>) {
-    let mut tail = [0u8; 4 * Q8_0];
-    for g in 0..nb.div_ceil(4) {
-        let y = group_at(a, g, nb, Q8_0, &mut tail);
-        let (lo, hi) = activation_group(y);
-        out.push(PreparedGroup { lo, hi, d: spread4(widen4(halves(y, Q8_0))) });
-    }
-}
-
-/// Adds a weight group times activation row `r`'s group (`prep[r * groups]`) into `acc[r]`.
-#[inline(always)]
-unsafe fn add_group<const R: usize>(acc: &mut [__m512; R], w: &WeightGroup, dw: __m512, prep: &[PreparedGroup], groups: usize) {
-    for (r, acc) in acc.iter_mut().enumerate() {
-        let p = &prep[r * groups];
-        let sums = _mm512_cvtepi32_ps(group_sums(w, p.lo, p.hi));
-        *acc = _mm512_fmadd_ps(sums, _mm512_mul_ps(dw, p.d), *acc);
-    }
-}
-
-/// `out[r * n_w + i]` = Q5_0 weight row `i` (of `n_w` rows of `nb` blocks at `w`) dotted with
-/// the `R` activation rows whose groups `prep` holds (row after row): the steps of
-/// [`dot_q5_0`], each weight group unpacked once for the `R` rows. The scale product is
-/// taken lane by lane from the spread `d`s, the same products as the single-row kernel's.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_prepared<const R: usize>(w: *const u8, n_w: usize, nb: usize, prep: &[PreparedGroup], out: &mut [f32]) {
-    let groups = nb.div_ceil(4);
-    for i in 0..n_w {
-        let row = w.add(i * nb * Q5_0);
-        let (mut even, mut odd) = ([_mm512_setzero_ps(); R], [_mm512_setzero_ps(); R]);
-        let mut wt = [0u8; 4 * Q5_0];
-        for g in 0..groups {
-            let x = group_at(row, g, nb, Q5_0, &mut wt);
-            let weights = weight_group(x);
-            let dw = spread4(widen4(halves(x, Q5_0)));
-            // one branch per group, so that each accumulator array stays in registers
-            let group = &prep[g..];
-            if g % 2 == 0 {
-                add_group(&mut even, &weights, dw, group, groups);
-            } else {
-                add_group(&mut odd, &weights, dw, group, groups);
-            }
-        }
-        for (r, (even, odd)) in even.into_iter().zip(odd).enumerate() {
-            out[r * n_w + i] = _mm512_reduce_add_ps(_mm512_add_ps(even, odd));
-        }
-    }
-}
-
-/// `out[b * n_w + i]` = Q5_0 weight row `i` of `w` dotted with activation row `b` of `acts`
-/// (rows of `stride` bytes); eight activation rows are prepared at a time, once for all the
-/// weight rows.
-pub(in crate::quant::x86::avx512) fn vec_dot_rows_q5_0(w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
-    let (nb, n_w, batch) = rows_shape(w, Q5_0, acts, stride, Q8_0, out);
-    let mut prep = Vec::with_capacity(ROWS * nb.div_ceil(4));
-    for c in 0..batch.div_ceil(ROWS) {
-        let rows = (batch - c * ROWS).min(ROWS);
-        prep.clear();
-        for r in 0..rows {
-            // SAFETY: dispatch hands out this tier's kernels only after detecting every
-            // feature they enable; `rows_shape` checked that activation row `c * ROWS + r`
-            // holds `nb` blocks.
-            unsafe { prepare_row(acts[(c * ROWS + r) * stride..].as_ptr(), nb, &mut prep) };
-        }
-        let (w, chunk) = (w.as_ptr(), &mut out[c * ROWS * n_w..(c * ROWS + rows) * n_w]);
-        // SAFETY: as above; `w` holds `n_w` rows of `nb` blocks, `prep` the groups of
-        // `rows` activation rows, and `chunk` their `rows * n_w` outputs.
-        unsafe {
-            match rows {
-                8 => dot_prepared::<8>(w, n_w, nb, &prep, chunk),
-                7 => dot_prepared::<7>(w, n_w, nb, &prep, chunk),
-                6 => dot_prepared::<6>(w, n_w, nb, &prep, chunk),
-                5 => dot_prepared::<5>(w, n_w, nb, &prep, chunk),
-                4 => dot_prepared::<4>(w, n_w, nb, &prep, chunk),
-                3 => dot_prepared::<3>(w, n_w, nb, &prep, chunk),
-                2 => dot_prepared::<2>(w, n_w, nb, &prep, chunk),
-                _ => dot_prepared::<1>(w, n_w, nb, &prep, chunk),
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::quant::x86::avx512::check_rows_kernel;
-    use crate::quant::GgmlType;
-
-    /// Every result equals the single-row kernel's, bit for bit, for row lengths with and
-    /// without a partial last group, and batches with and without a remainder.
-    #[test]
-    fn several_rows_give_the_single_row_bits() {
-        check_rows_kernel(GgmlType::Q5_0, &[1, 3, 4, 7, 28, 33], &[1, 4, 5, 8, 11, 19], 7);
-    }
 }
