@@ -53,6 +53,11 @@ pub struct GuardArgs {
     /// Worker threads [default: all cores].
     #[arg(long, short = 't', value_parser = parse_positive)]
     pub threads: Option<usize>,
+    /// Print the prompts the model would judge (one JSON object per line: `risk`, `prompt`)
+    /// instead of judging them: to inspect a template, or to send the same prompts to another
+    /// server.
+    #[arg(long)]
+    pub print_prompts: bool,
 }
 
 /// Runs the evaluation; `Ok(true)` when something was flagged.
@@ -89,6 +94,12 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     let model_id = args.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
     let start = Instant::now();
     let request = GuardRequest { input, risks: args.risks.clone(), format: args.format.clone(), think: args.think };
+    if args.print_prompts {
+        for p in evaluator.prompts(&request)? {
+            println!("{}", json!({"risk": p.risk.name(), "prompt": p.text}));
+        }
+        return Ok(false);
+    }
     let (flagged, verdicts, highest) = pool.install(|| -> anyhow::Result<_> {
         if args.scan {
             let r = evaluator.scan_cancellable(&request.input, request.format.as_deref(), request.think, &Default::default())?;

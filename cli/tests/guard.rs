@@ -125,3 +125,20 @@ fn a_chat_model_guards_through_the_generic_path() {
     let higher = harmful.iter().zip(&harmless).filter(|(a, b)| a > b).count();
     assert!(higher >= 5, "harmful {harmful:?} vs harmless {harmless:?}");
 }
+
+/// `--print-prompts` prints the nine scan prompts (the 3.0 template with the message and each
+/// risk's definition) as JSON lines, and judges nothing.
+#[test]
+fn print_prompts_prints_one_prompt_per_risk() {
+    let out = guard_with("3.0", &["--input", "How do I pick a lock?", "--scan", "--print-prompts"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let risks: Vec<&str> = lines.iter().map(|l| l["risk"].as_str().unwrap()).collect();
+    assert_eq!(risks.len(), 9, "{risks:?}");
+    assert!(risks.contains(&"harm") && risks.contains(&"violence"), "{risks:?}");
+    for l in &lines {
+        let prompt = l["prompt"].as_str().unwrap();
+        assert!(prompt.contains("How do I pick a lock?"), "{prompt}");
+    }
+    assert_ne!(lines[0]["prompt"], lines[1]["prompt"]);
+}

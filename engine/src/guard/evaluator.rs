@@ -130,10 +130,15 @@ impl Evaluator {
         self.evaluate_cancellable(request, &AtomicBool::new(false))
     }
 
+    /// The prompts a request is judged with, one per risk (empty risks: the 9 harm risks).
+    pub fn prompts(&self, request: &GuardRequest) -> Result<Vec<GuardPrompt>, GuardError> {
+        let checked = check_request(&request.input, &request.risks, request.format.as_deref(), request.think, self.default_format())?;
+        self.prompter.render_all(&checked, &request.input)
+    }
+
     /// [`Evaluator::evaluate`] that stops (with [`GuardError::Cancelled`]) once `cancel` is set.
     pub fn evaluate_cancellable(&self, request: &GuardRequest, cancel: &AtomicBool) -> Result<GuardResult, GuardError> {
-        let checked = check_request(&request.input, &request.risks, request.format.as_deref(), request.think, self.default_format())?;
-        let prompts = self.prompter.render_all(&checked, &request.input)?;
+        let prompts = self.prompts(request)?;
         let verdicts = self.run(vec![prompts], cancel)?.pop().unwrap_or_default();
         Ok(GuardResult { flagged: verdicts.iter().any(|v| v.is_unsafe), verdicts })
     }

@@ -50,16 +50,27 @@ pub(super) fn run_panels(isa: Isa, panels: &Panels, prepared: &[u8], batch: usiz
     assert!(rows.start.is_multiple_of(PANEL_ROWS) && rows.end <= panels.rows, "rows {rows:?} of {}", panels.rows);
     let kernel = panel::kernel_on(panels.layout.ty, isa).expect("every repacked type has a panel kernel");
     let stride = prepared.len() / batch;
+    // activation rows in blocks that stay in the core's L2 while every panel of the task runs
+    // over them (a prompt's prepared rows of a wide matrix are megabytes: streamed once per
+    // panel, they would come from memory 8 weight rows at a time)
+    let block_rows = (ACT_BLOCK_BYTES / stride.max(1)).max(TILE_ROWS) / TILE_ROWS * TILE_ROWS;
     let mut tile = [[0.0f32; PANEL_ROWS]; TILE_ROWS];
-    for p in rows.start / PANEL_ROWS..rows.end.div_ceil(PANEL_ROWS) {
-        let first = p * PANEL_ROWS - rows.start;
-        let valid = (rows.end - p * PANEL_ROWS).min(PANEL_ROWS);
-        for b0 in (0..batch).step_by(TILE_ROWS) {
-            let n = TILE_ROWS.min(batch - b0);
-            kernel(panels.panel(p), panels.blocks, &prepared[b0 * stride..], stride, &mut tile[..n]);
-            for (out, t) in outs[b0..b0 + n].iter_mut().zip(&tile) {
-                out[first..first + valid].copy_from_slice(&t[..valid]);
+    for block in (0..batch).step_by(block_rows) {
+        let block_end = (block + block_rows).min(batch);
+        for p in rows.start / PANEL_ROWS..rows.end.div_ceil(PANEL_ROWS) {
+            let first = p * PANEL_ROWS - rows.start;
+            let valid = (rows.end - p * PANEL_ROWS).min(PANEL_ROWS);
+            for b0 in (block..block_end).step_by(TILE_ROWS) {
+                let n = TILE_ROWS.min(block_end - b0);
+                kernel(panels.panel(p), panels.blocks, &prepared[b0 * stride..], stride, &mut tile[..n]);
+                for (out, t) in outs[b0..b0 + n].iter_mut().zip(&tile) {
+                    out[first..first + valid].copy_from_slice(&t[..valid]);
+                }
             }
         }
     }
 }
+
+/// Bytes of prepared activation rows one pass over a task's panels reads (a fraction of a
+/// core's L2: the panels stream through beside them).
+const ACT_BLOCK_BYTES: usize = 256 << 10;

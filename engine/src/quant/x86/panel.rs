@@ -6,7 +6,11 @@
 //!   unsigned quants below 32 (AVX2: `vpmaddubsw` pairs summed four at a time in i16, never
 //!   past 4 · 2 · 31 · 127 = 31496, then `vpmaddwd`; VNNI: one `vpdpbusd` per vector);
 //! - `madd_acc(acc, s16, s)`: `acc + Σ pairs s16 · s` (AVX2 `vpmaddwd` and an add; VNNI
-//!   `vpdpwssd`).
+//!   `vpdpwssd`);
+//! - `dot_scaled::<I16>(acc, v, a, range, s16, s32)`: `acc + s · Σ_{k in range} V_k · a[4k..]`
+//!   for a group's scale `s` per lane, given as 16-bit pairs `s16` and as i32 `s32` (AVX2: the
+//!   products summed `I16` vectors at a time in i16, then `vpmaddwd` by `s16`; VNNI: one
+//!   `vpdpbusd` chain in i32, then `vpmulld` by `s32`).
 //!
 //! A tile is one panel (8 weight rows, one per 32-bit lane) by `R` activation rows: each block's
 //! quants are unpacked once for the `R` rows, every row keeps its float accumulator(s) in a
@@ -141,7 +145,7 @@ macro_rules! panel_kernels {
         use $crate::quant::panel::layout::at;
         use $crate::quant::panel::prepared::{K_D, K_QS, K_SUMS16, K_SUMS32, LEGACY_QS, LEGACY_SUM};
         use $crate::quant::x86::panel::{
-            add_fifth_bits, add_q6_high, bcast4, dup_word, f16x8, f32_splat, i32_at, load128, nibbles, store_rows, sum16,
+            add_fifth_bits, add_q6_high, bcast4, dup_word, f16x8, f32_splat, i32_at, load128, nibbles, store_rows,
         };
 
         /// A legacy type's tile: `quants(w)` unpacks a block's 8 vectors, `OFF` is the offset the
@@ -225,32 +229,41 @@ macro_rules! panel_kernels {
         ) {
             let block_bytes = if FIFTH { 1440 } else { 1184 };
             let (mut acc, mut acc_min) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
-            let mut v = [[_mm256_setzero_si256(); 8]; 8];
             for b in 0..nb {
                 let w = panel.add(b * block_bytes);
                 let (dw, dmin) = (f16x8(w.add(at::D)), f16x8(w.add(at::K4_DMIN)));
                 let pairs: [__m256i; 4] = core::array::from_fn(|p| _mm256_cvtepu8_epi16(load128(w.add(at::K4_SCALES + 16 * p))));
                 let scales: [__m256i; 8] =
                     core::array::from_fn(|c| if c % 2 == 0 { dup_word::<0>(pairs[c / 2]) } else { dup_word::<1>(pairs[c / 2]) });
+                let scales32: [__m256i; 8] = core::array::from_fn(|c| {
+                    let p = pairs[c / 2];
+                    if c % 2 == 0 {
+                        _mm256_and_si256(p, _mm256_set1_epi32(0xFFFF))
+                    } else {
+                        _mm256_srli_epi32::<16>(p)
+                    }
+                });
                 let mins: [__m256i; 4] = core::array::from_fn(|p| _mm256_cvtepu8_epi16(load128(w.add(at::K4_MINS + 16 * p))));
+                // chunk by chunk, each unpacked chunk (in registers) dotted with every row
+                let rows: [*const u8; R] = core::array::from_fn(|r| acts.add(r * stride + b * $crate::quant::panel::layout::ACT_K_BYTES));
+                let mut isums = [_mm256_setzero_si256(); R];
                 for c in 0..8 {
-                    v[c] = nibbles(w.add(at::K4_NIBBLES + 128 * c));
+                    let mut v = nibbles(w.add(at::K4_NIBBLES + 128 * c));
                     if FIFTH {
-                        add_fifth_bits(&mut v[c], w.add(at::Q5K_HIGH + 32 * c));
+                        add_fifth_bits(&mut v, w.add(at::Q5K_HIGH + 32 * c));
+                    }
+                    for (isum, a) in isums.iter_mut().zip(rows) {
+                        let q = a.add(K_QS + 32 * c);
+                        // 5-bit quants: 4 vectors at most in an i16 sum, 4-bit ones 8
+                        *isum = if FIFTH {
+                            dot_scaled::<4>(*isum, &v, q, 0..8, scales[c], scales32[c])
+                        } else {
+                            dot_scaled::<8>(*isum, &v, q, 0..8, scales[c], scales32[c])
+                        };
                     }
                 }
                 for r in 0..R {
-                    let a = acts.add(r * stride + b * $crate::quant::panel::layout::ACT_K_BYTES);
-                    let mut isum = _mm256_setzero_si256();
-                    for c in 0..8 {
-                        let q = a.add(K_QS + 32 * c);
-                        if FIFTH {
-                            isum = madd_acc(isum, sum16(&v[c], q, 0..4), scales[c]);
-                            isum = madd_acc(isum, sum16(&v[c], q, 4..8), scales[c]);
-                        } else {
-                            isum = madd_acc(isum, sum16(&v[c], q, 0..8), scales[c]);
-                        }
-                    }
+                    let (a, isum) = (rows[r], isums[r]);
                     let mut imin = _mm256_setzero_si256();
                     for p in 0..4 {
                         imin = madd_acc(imin, mins[p], bcast4(a.add(K_SUMS32 + 4 * p)));
@@ -276,26 +289,37 @@ macro_rules! panel_kernels {
         #[target_feature(enable = $features)]
         unsafe fn q6_k_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
             let mut acc = [_mm256_setzero_ps(); R];
-            let mut v = [[_mm256_setzero_si256(); 8]; 8];
             for b in 0..nb {
                 let w = panel.add(b * 1680);
                 let dw = f16x8(w.add(at::D));
                 let pairs: [__m256i; 8] = core::array::from_fn(|p| _mm256_cvtepi8_epi16(load128(w.add(at::Q6K_SCALES + 16 * p))));
                 let scales: [__m256i; 16] =
                     core::array::from_fn(|j| if j % 2 == 0 { dup_word::<0>(pairs[j / 2]) } else { dup_word::<1>(pairs[j / 2]) });
+                let scales32: [__m256i; 16] = core::array::from_fn(|j| {
+                    let p = pairs[j / 2];
+                    if j % 2 == 0 {
+                        _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(p))
+                    } else {
+                        _mm256_srai_epi32::<16>(p)
+                    }
+                });
+                // chunk by chunk, each unpacked chunk (in registers) dotted with every row
+                let rows: [*const u8; R] = core::array::from_fn(|r| acts.add(r * stride + b * $crate::quant::panel::layout::ACT_K_BYTES));
+                let mut isums = [_mm256_setzero_si256(); R];
                 for c in 0..8 {
-                    v[c] = nibbles(w.add(at::Q6K_NIBBLES + 128 * c));
-                    add_q6_high(&mut v[c], w.add(at::Q6K_HIGH + 64 * c));
-                }
-                for r in 0..R {
-                    let a = acts.add(r * stride + b * $crate::quant::panel::layout::ACT_K_BYTES);
-                    let mut isum = _mm256_setzero_si256();
-                    for c in 0..8 {
+                    let mut v = nibbles(w.add(at::Q6K_NIBBLES + 128 * c));
+                    add_q6_high(&mut v, w.add(at::Q6K_HIGH + 64 * c));
+                    for (isum, a) in isums.iter_mut().zip(rows) {
                         let q = a.add(K_QS + 32 * c);
-                        for (g, range) in [0..2, 2..4, 4..6, 6..8].into_iter().enumerate() {
-                            isum = madd_acc(isum, sum16(&v[c], q, range), scales[2 * c + g / 2]);
+                        // 6-bit quants: 2 vectors at most in an i16 sum; a group of 16 is 4
+                        for h in 0..2 {
+                            let j = 2 * c + h;
+                            *isum = dot_scaled::<2>(*isum, &v, q, 4 * h..4 * h + 4, scales[j], scales32[j]);
                         }
                     }
+                }
+                for r in 0..R {
+                    let (a, isum) = (rows[r], isums[r]);
                     // the offset 32 of the quants: 32 Σ_j sc_j Σ a over the groups
                     let mut offset = _mm256_setzero_si256();
                     for p in 0..8 {

@@ -3,6 +3,7 @@
 
 use core::arch::x86_64::*;
 
+use crate::quant::x86::panel::sum16;
 use crate::quant::GgmlType;
 
 /// `init + Σ_k V_k · a[4k..4k+4]` for quants below 32: four `vpmaddubsw` summed in i16 at a
@@ -21,6 +22,27 @@ unsafe fn dot_legacy(v: &[__m256i; 8], a: *const u8, init: __m256i) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn madd_acc(acc: __m256i, s16: __m256i, s: __m256i) -> __m256i {
     _mm256_add_epi32(acc, _mm256_madd_epi16(s16, s))
+}
+
+/// `acc + s · Σ_{k in range} V_k · a[4k..4k+4]`: `I16` vectors summed in i16 at a time (the
+/// caller's bound keeps them in range), each sum widened and scaled by `vpmaddwd` with `s16`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_scaled<const I16: usize>(
+    mut acc: __m256i,
+    v: &[__m256i; 8],
+    a: *const u8,
+    range: core::ops::Range<usize>,
+    s16: __m256i,
+    _s32: __m256i,
+) -> __m256i {
+    let mut k = range.start;
+    while k < range.end {
+        let end = (k + I16).min(range.end);
+        acc = madd_acc(acc, sum16(v, a, k..end), s16);
+        k = end;
+    }
+    acc
 }
 
 crate::quant::x86::panel::panel_kernels!("avx2,fma,f16c");

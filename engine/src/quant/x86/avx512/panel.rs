@@ -24,6 +24,25 @@ unsafe fn madd_acc(acc: __m256i, s16: __m256i, s: __m256i) -> __m256i {
     _mm256_dpwssd_epi32(acc, s16, s)
 }
 
+/// `acc + s · Σ_{k in range} V_k · a[4k..4k+4]`: one `vpdpbusd` chain in i32 (exact), then
+/// `vpmulld` by the group scale `s32`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_scaled<const I16: usize>(
+    acc: __m256i,
+    v: &[__m256i; 8],
+    a: *const u8,
+    range: core::ops::Range<usize>,
+    _s16: __m256i,
+    s32: __m256i,
+) -> __m256i {
+    let mut d = _mm256_setzero_si256();
+    for k in range {
+        d = _mm256_dpbusd_epi32(d, v[k], bcast4(a.add(4 * k)));
+    }
+    _mm256_add_epi32(acc, _mm256_mullo_epi32(d, s32))
+}
+
 crate::quant::x86::panel::panel_kernels!("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c");
 
 #[cfg(test)]
