@@ -1,6 +1,7 @@
-//! Scaled dot-product attention of one query row (all heads) over the cached keys and values of
-//! its sequence, with grouped-query heads. Every sum runs in one fixed order that depends only on
-//! the positions attended, never on the batch, so results are batch-invariant.
+//! Scaled dot-product attention of query rows (all heads) over the cached keys and values of
+//! their sequence, with grouped-query heads; a block of rows of one sequence shares each tile of
+//! keys and values. Every sum runs in one fixed order that depends only on the positions a row
+//! attends, never on the batch or the block, so results are batch-invariant.
 
 use half::f16;
 
@@ -225,7 +226,7 @@ fn attend_queries_body(queries: &mut [Query<'_>], g: usize, shape: &AttentionSha
                 sum[s] = (f64::from(sum[s]) + tile_sum) as f32;
             }
         }
-        if !weighted[..states].contains(&true) {
+        if !weighted.contains(&true) {
             continue;
         }
         // the tile's values widened once for every query and head, then each head's output

@@ -1,7 +1,7 @@
 //! The CPU implementation of the [`Backend`] trait: weights are views into the memory map,
 //! activations are host vectors, and the operations run the kernels of this module on the
-//! rayon pool (matmul tasks of equal work, attention one task per row and key/value head, the
-//! gated activations row by row).
+//! rayon pool (matmul tasks of equal work, attention one task per block of a sequence's rows and
+//! key/value head, the gated activations row by row).
 
 use std::sync::{Arc, OnceLock};
 

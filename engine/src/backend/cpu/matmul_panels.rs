@@ -29,15 +29,16 @@ pub(super) fn prepare_activations(ws: &[WeightMatrix], acts: &[&[u8]], batch: us
         .iter()
         .zip(acts)
         .map(|(w, act)| {
-            let layout = w.panels?.layout;
-            if let Some(i) = bufs.iter().position(|(t, _)| *t == layout.act_ty) {
+            let panels = w.panels?;
+            let act_ty = panels.layout.act_ty;
+            if let Some(i) = bufs.iter().position(|(t, _)| *t == act_ty) {
                 return Some(i);
             }
-            let row = prepared_row_bytes(layout.act_ty, w.panels?.blocks);
+            let row = prepared_row_bytes(act_ty, panels.blocks);
             let mut buf = vec![0u8; batch * row];
             let src_row = act.len() / batch;
-            buf.par_chunks_mut(row).zip(act.par_chunks(src_row)).for_each(|(dst, src)| prepare_row(layout.act_ty, src, dst));
-            bufs.push((layout.act_ty, buf));
+            buf.par_chunks_mut(row).zip(act.par_chunks(src_row)).for_each(|(dst, src)| prepare_row(act_ty, src, dst));
+            bufs.push((act_ty, buf));
             Some(bufs.len() - 1)
         })
         .collect();

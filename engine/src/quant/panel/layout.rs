@@ -56,12 +56,22 @@ pub mod at {
     pub const K4_SCALES: usize = 32;
     pub const K4_MINS: usize = 96;
     pub const K4_NIBBLES: usize = 160;
-    pub const Q5K_HIGH: usize = 1184;
+    pub const Q5K_HIGH: usize = super::block_bytes::Q4_K;
     /// Q6_K: scales (8 pairs of 16 groups), nibbles (chunk `c` at `+ 128 c`), high bits (chunk
     /// `c` at `+ 64 c`).
     pub const Q6K_SCALES: usize = 16;
     pub const Q6K_NIBBLES: usize = 144;
     pub const Q6K_HIGH: usize = 1168;
+}
+
+/// Bytes of one panel block (8 rows) of each type: the kernels step through panels by these.
+pub mod block_bytes {
+    pub const Q4_0: usize = 144;
+    pub const Q5_0: usize = 176;
+    pub const Q8_0: usize = 272;
+    pub const Q4_K: usize = 1184;
+    pub const Q5_K: usize = 1440;
+    pub const Q6_K: usize = 1680;
 }
 
 /// Prepared activation blocks (see `prepared`): legacy 40 bytes, K-quant 308 bytes.
@@ -73,12 +83,12 @@ impl PanelLayout {
     pub fn of(ty: GgmlType) -> Option<PanelLayout> {
         use GgmlType as T;
         let (act_ty, block_values, block_bytes) = match ty {
-            T::Q4_0 => (T::Q8_0, 32, 144),
-            T::Q5_0 => (T::Q8_0, 32, 176),
-            T::Q8_0 => (T::Q8_0, 32, 272),
-            T::Q4_K => (T::Q8_K, QK_K, 1184),
-            T::Q5_K => (T::Q8_K, QK_K, 1440),
-            T::Q6_K => (T::Q8_K, QK_K, 1680),
+            T::Q4_0 => (T::Q8_0, 32, block_bytes::Q4_0),
+            T::Q5_0 => (T::Q8_0, 32, block_bytes::Q5_0),
+            T::Q8_0 => (T::Q8_0, 32, block_bytes::Q8_0),
+            T::Q4_K => (T::Q8_K, QK_K, block_bytes::Q4_K),
+            T::Q5_K => (T::Q8_K, QK_K, block_bytes::Q5_K),
+            T::Q6_K => (T::Q8_K, QK_K, block_bytes::Q6_K),
             _ => return None,
         };
         let act_block_bytes = if act_ty == T::Q8_0 { ACT_LEGACY_BYTES } else { ACT_K_BYTES };

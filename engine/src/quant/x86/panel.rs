@@ -138,11 +138,12 @@ pub(super) unsafe fn store_rows<const R: usize>(acc: [__m256; R], out: &mut [[f3
     }
 }
 
-/// Stamps out, in a tier's module, the tile kernels of Q4_0, Q5_0, Q4_K, Q5_K and Q6_K over the
-/// tier's `dot_legacy` and `madd_acc` (see the module docs) and the safe entry points.
+/// Stamps out, in a tier's module, the tile kernels of Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K over
+/// the tier's `dot_legacy`, `madd_acc` and `dot_scaled` (see the module docs) and the safe entry
+/// points.
 macro_rules! panel_kernels {
     ($features:literal) => {
-        use $crate::quant::panel::layout::at;
+        use $crate::quant::panel::layout::{at, block_bytes, ACT_K_BYTES, ACT_LEGACY_BYTES};
         use $crate::quant::panel::prepared::{K_D, K_QS, K_SUMS16, K_SUMS32, LEGACY_QS, LEGACY_SUM};
         use $crate::quant::x86::panel::{
             add_fifth_bits, add_q6_high, bcast4, dup_word, f16x8, f32_splat, i32_at, load128, nibbles, store_rows,
@@ -166,7 +167,7 @@ macro_rules! panel_kernels {
                 let dw = f16x8(w.add(at::D));
                 let v = quants(w);
                 for r in 0..R {
-                    let a = acts.add(r * stride + b * $crate::quant::panel::layout::ACT_LEGACY_BYTES);
+                    let a = acts.add(r * stride + b * ACT_LEGACY_BYTES);
                     let isum = dot_legacy(&v, a.add(LEGACY_QS), _mm256_set1_epi32(-OFF * i32_at(a.add(LEGACY_SUM))));
                     let scale = _mm256_mul_ps(dw, f32_splat(a));
                     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[r]);
@@ -177,7 +178,7 @@ macro_rules! panel_kernels {
 
         #[target_feature(enable = $features)]
         unsafe fn q4_0_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
-            legacy_tile::<R, 144, 8>(panel, nb, acts, stride, |w| nibbles(w.add(at::LEGACY_QUANTS)), out)
+            legacy_tile::<R, { block_bytes::Q4_0 }, 8>(panel, nb, acts, stride, |w| nibbles(w.add(at::LEGACY_QUANTS)), out)
         }
 
         #[target_feature(enable = $features)]
@@ -187,7 +188,7 @@ macro_rules! panel_kernels {
                 add_fifth_bits(&mut v, w.add(at::Q5_0_HIGH));
                 v
             };
-            legacy_tile::<R, 176, 16>(panel, nb, acts, stride, quants, out)
+            legacy_tile::<R, { block_bytes::Q5_0 }, 16>(panel, nb, acts, stride, quants, out)
         }
 
         /// Q8_0 in ggml's order (see the scalar reference): 8 chains per output, one per lane
@@ -200,8 +201,8 @@ macro_rules! panel_kernels {
             for (r, out) in out.iter_mut().enumerate().take(R) {
                 let mut acc = [_mm256_setzero_ps(); 8];
                 for b in 0..nb {
-                    let w = panel.add(b * 272);
-                    let a = acts.add(r * stride + b * $crate::quant::panel::layout::ACT_LEGACY_BYTES);
+                    let w = panel.add(b * block_bytes::Q8_0);
+                    let a = acts.add(r * stride + b * ACT_LEGACY_BYTES);
                     let scale = _mm256_mul_ps(f16x8(w.add(at::D)), f32_splat(a));
                     for k in 0..8 {
                         let v = _mm256_loadu_si256(w.add(at::LEGACY_QUANTS + 32 * k).cast());
@@ -227,10 +228,10 @@ macro_rules! panel_kernels {
             stride: usize,
             out: &mut [[f32; 8]],
         ) {
-            let block_bytes = if FIFTH { 1440 } else { 1184 };
+            let step = if FIFTH { block_bytes::Q5_K } else { block_bytes::Q4_K };
             let (mut acc, mut acc_min) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
             for b in 0..nb {
-                let w = panel.add(b * block_bytes);
+                let w = panel.add(b * step);
                 let (dw, dmin) = (f16x8(w.add(at::D)), f16x8(w.add(at::K4_DMIN)));
                 let pairs: [__m256i; 4] = core::array::from_fn(|p| _mm256_cvtepu8_epi16(load128(w.add(at::K4_SCALES + 16 * p))));
                 let scales: [__m256i; 8] =
@@ -245,7 +246,7 @@ macro_rules! panel_kernels {
                 });
                 let mins: [__m256i; 4] = core::array::from_fn(|p| _mm256_cvtepu8_epi16(load128(w.add(at::K4_MINS + 16 * p))));
                 // chunk by chunk, each unpacked chunk (in registers) dotted with every row
-                let rows: [*const u8; R] = core::array::from_fn(|r| acts.add(r * stride + b * $crate::quant::panel::layout::ACT_K_BYTES));
+                let rows: [*const u8; R] = core::array::from_fn(|r| acts.add(r * stride + b * ACT_K_BYTES));
                 let mut isums = [_mm256_setzero_si256(); R];
                 for c in 0..8 {
                     let mut v = nibbles(w.add(at::K4_NIBBLES + 128 * c));
@@ -290,7 +291,7 @@ macro_rules! panel_kernels {
         unsafe fn q6_k_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
             let mut acc = [_mm256_setzero_ps(); R];
             for b in 0..nb {
-                let w = panel.add(b * 1680);
+                let w = panel.add(b * block_bytes::Q6_K);
                 let dw = f16x8(w.add(at::D));
                 let pairs: [__m256i; 8] = core::array::from_fn(|p| _mm256_cvtepi8_epi16(load128(w.add(at::Q6K_SCALES + 16 * p))));
                 let scales: [__m256i; 16] =
@@ -304,7 +305,7 @@ macro_rules! panel_kernels {
                     }
                 });
                 // chunk by chunk, each unpacked chunk (in registers) dotted with every row
-                let rows: [*const u8; R] = core::array::from_fn(|r| acts.add(r * stride + b * $crate::quant::panel::layout::ACT_K_BYTES));
+                let rows: [*const u8; R] = core::array::from_fn(|r| acts.add(r * stride + b * ACT_K_BYTES));
                 let mut isums = [_mm256_setzero_si256(); R];
                 for c in 0..8 {
                     let mut v = nibbles(w.add(at::Q6K_NIBBLES + 128 * c));
