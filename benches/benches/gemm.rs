@@ -2,7 +2,7 @@
 //! the machine has, at the shapes of Qwen2.5-0.5B and granite-guardian-3.0-2b, for batches of
 //! 1 (decode), 8 (parallel sequences), 64 and 512 (prompts), on two threads. Throughput is
 //! multiply-adds per second (weight elements times batch), next to the machine's int8 peak on
-//! the same two threads (`int8_peak/*`: register-only `vpmaddubsw` / `vpdpbusd` loops).
+//! the same two threads (`int8_peak/*`: register-only `vpmaddubsw` / `vpdpbusd` / `tdpbsud` loops).
 //!
 //! `cargo bench -p benches --bench gemm -- Q4_K` filters (by type, tier, shape or batch).
 
@@ -10,7 +10,7 @@ use benches::{pool, random_floats, random_matrix};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use engine::backend::cpu::{matmul_each_on, WeightMatrix};
 use engine::quant::panel::{repack, PanelLayout};
-use engine::quant::x86::peak::{int8_peak, MACS_PER_ROUND};
+use engine::quant::x86::peak::{int8_peak, macs_per_round};
 use engine::quant::{GgmlType, Isa};
 use rayon::prelude::*;
 
@@ -29,8 +29,9 @@ fn peak(c: &mut Criterion) {
     let pool = pool(2);
     let mut group = c.benchmark_group("int8_peak");
     let rounds = 1 << 16;
-    group.throughput(Throughput::Elements((2 * rounds * MACS_PER_ROUND) as u64));
     for isa in Isa::available().into_iter().filter(|&i| i != Isa::Scalar) {
+        let rounds = if isa == Isa::Amx { rounds / 64 } else { rounds };
+        group.throughput(Throughput::Elements((2 * rounds * macs_per_round(isa)) as u64));
         group.bench_function(isa.name(), |b| {
             b.iter(|| pool.install(|| (0..2).into_par_iter().map(|_| int8_peak(isa, black_box(rounds)).unwrap()).sum::<i32>()))
         });

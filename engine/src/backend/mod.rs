@@ -69,6 +69,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Uploads tensor `info` of `file` as a `rows x cols` matrix (shape and type already checked).
     fn upload_matrix(&self, file: &Arc<GgufFile>, info: &TensorInfo, rows: usize, cols: usize) -> Result<Self::Matrix, BackendError>;
     fn upload_vector(&self, values: &[f32]) -> Result<Self::Vector, BackendError>;
+    /// Readies the matrices that products read (not the embedding tables) for them, once, at
+    /// load: where a device keeps them in another layout (the CPU's repacked panels) the work
+    /// and the memory are then spent before the first request, not inside it.
+    fn prepare_products(&self, _matrices: &[&Self::Matrix]) -> Result<(), BackendError> {
+        Ok(())
+    }
     /// Empty block storage for `n_layer` layers of `k_dim` / `v_dim` values per position.
     fn new_kv_store(&self, ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize) -> Self::KvStore;
 

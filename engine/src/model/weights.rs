@@ -188,6 +188,9 @@ impl<B: Backend> DecoderWeights<B> {
             Some(m) => m,
             None => l.matrix("token_embd.weight", c.n_vocab, e)?,
         };
+        let products: Vec<&B::Matrix> =
+            layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down]).chain([&output]).collect();
+        backend.prepare_products(&products)?;
         Ok(DecoderWeights { token_embd, layers, output_norm, output })
     }
 }

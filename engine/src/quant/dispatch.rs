@@ -1,5 +1,5 @@
 //! Run-time choice of kernels: the CPU's instruction-set tier is detected once (or forced by
-//! `ENGINE_ISA=scalar|avx2|avx512`) and every type gets a table of function pointers.
+//! `ENGINE_ISA=scalar|avx2|avx512|amx`) and every type gets a table of function pointers.
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -16,16 +16,20 @@ pub enum Isa {
     Avx2,
     /// x86-64 AVX-512 F/BW/VL/DQ with VNNI (int8 dot products), plus the AVX2 tier's features.
     Avx512,
+    /// The AVX-512 tier plus AMX-INT8 tiles (`x86::amx`): the same kernels, and the prompt GEMM
+    /// of the K-quant panels on the tile unit.
+    Amx,
 }
 
 impl Isa {
-    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Amx];
 
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Amx => "amx",
         }
     }
 
@@ -48,6 +52,8 @@ impl Isa {
                     && is_x86_feature_detected!("avx512dq")
                     && is_x86_feature_detected!("avx512vnni")
             }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Amx => Isa::Avx512.is_available() && super::x86::amx::is_available(),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -82,7 +88,7 @@ impl Isa {
                 best
             }
             None => {
-                tracing::warn!("ENGINE_ISA={req} is not one of scalar|avx2|avx512, using {best}");
+                tracing::warn!("ENGINE_ISA={req} is not one of scalar|avx2|avx512|amx, using {best}");
                 best
             }
         }
@@ -175,7 +181,7 @@ pub fn ops_for(ty: GgmlType, isa: Isa) -> Result<TypeOps, QuantError> {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => super::x86::avx2::kernels(ty),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => super::x86::avx512::kernels(ty),
+        Isa::Avx512 | Isa::Amx => super::x86::avx512::kernels(ty),
         #[cfg(not(target_arch = "x86_64"))]
         _ => None,
     };
@@ -211,8 +217,9 @@ mod tests {
 
     #[test]
     fn engine_isa_lowers_the_tier_and_never_raises_it() {
-        let all = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
-        assert_eq!(Isa::choose(None, &all), Isa::Avx512);
+        let all = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Amx];
+        assert_eq!(Isa::choose(None, &all), Isa::Amx);
+        assert_eq!(Isa::choose(Some("avx512"), &all), Isa::Avx512);
         assert_eq!(Isa::choose(Some("scalar"), &all), Isa::Scalar);
         assert_eq!(Isa::choose(Some(" AVX2 "), &all), Isa::Avx2);
         let no_512 = [Isa::Scalar, Isa::Avx2];

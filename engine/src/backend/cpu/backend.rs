@@ -150,6 +150,22 @@ impl Backend for CpuBackend {
         Ok(CpuMatrix { file: Arc::clone(file), info: info.clone(), rows, cols, panels: OnceLock::new() })
     }
 
+    fn prepare_products(&self, matrices: &[&CpuMatrix]) -> Result<(), BackendError> {
+        let start = std::time::Instant::now();
+        // matrices in parallel as well as the panels within each (small matrices would leave
+        // the threads idle one after another)
+        let bytes: usize = matrices.par_iter().map(|m| m.product_view().panels.map_or(0, |p| p.bytes())).sum();
+        if bytes > 0 {
+            tracing::info!(
+                matrices = matrices.len(),
+                mib = bytes >> 20,
+                ms = start.elapsed().as_millis() as u64,
+                "weights repacked into panels for the matmul kernels (memory added beside the mapped file)"
+            );
+        }
+        Ok(())
+    }
+
     fn upload_vector(&self, values: &[f32]) -> Result<Vec<f32>, BackendError> {
         Ok(values.to_vec())
     }

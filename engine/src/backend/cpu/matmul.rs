@@ -289,7 +289,8 @@ mod tests {
     }
 
     /// Repacked matrices: every output has the same bits whatever the batch, the thread count
-    /// and the SIMD tier (the panel kernels' order is the scalar reference's).
+    /// and the SIMD tier (the panel kernels' order is the scalar reference's); batches of 16
+    /// and more take the AMX tier's tile path (whole 16-row groups and a remainder).
     #[test]
     fn panel_products_are_batch_thread_and_tier_invariant() {
         use crate::quant::panel::{repack, PanelLayout};
@@ -299,8 +300,8 @@ mod tests {
             let (wb, _) = quantized(ty, rows, cols, 3);
             let panels = repack(ty, rows, cols, &wb).unwrap();
             let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap().with_panels(&panels);
-            let (_, x) = quantized(GgmlType::F32, 9, cols, 4);
-            let alone: Vec<Vec<u32>> = (0..9)
+            let (_, x) = quantized(GgmlType::F32, 37, cols, 4);
+            let alone: Vec<Vec<u32>> = (0..37)
                 .map(|b| {
                     let mut y = vec![0.0; rows];
                     matmul_each_on(Isa::Scalar, &[w], &x[b * cols..(b + 1) * cols], 1, &mut [&mut y]).unwrap();
@@ -310,7 +311,7 @@ mod tests {
             for isa in Isa::available() {
                 for threads in [1, 3] {
                     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                    for batch in [1, 2, 5, 9] {
+                    for batch in [1, 2, 5, 9, 16, 37] {
                         let mut y = vec![0.0; batch * rows];
                         pool.install(|| matmul_each_on(isa, &[w], &x[..batch * cols], batch, &mut [&mut y]).unwrap());
                         for b in 0..batch {

@@ -6,6 +6,8 @@ use rayon::prelude::*;
 use super::matmul::WeightMatrix;
 use crate::quant::panel::prepared::prepared_row_bytes;
 use crate::quant::panel::{self, prepare_row, Panels, PANEL_ROWS, TILE_ROWS};
+#[cfg(target_arch = "x86_64")]
+use crate::quant::x86::amx;
 use crate::quant::{GgmlType, Isa};
 
 /// The activation rows of one matmul call prepared for the panel kernels, once per activation
@@ -50,24 +52,89 @@ pub(super) fn prepare_activations(ws: &[WeightMatrix], acts: &[&[u8]], batch: us
 pub(super) fn run_panels(isa: Isa, panels: &Panels, prepared: &[u8], batch: usize, rows: std::ops::Range<usize>, outs: &mut [&mut [f32]]) {
     assert!(rows.start.is_multiple_of(PANEL_ROWS) && rows.end <= panels.rows, "rows {rows:?} of {}", panels.rows);
     let kernel = panel::kernel_on(panels.layout.ty, isa).expect("every repacked type has a panel kernel");
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Amx && batch >= amx::PAIR_ROWS {
+        if let Some(pair) = amx::pair_kernel(panels.layout.ty) {
+            return run_pairs(pair, kernel, panels, prepared, batch, rows, outs);
+        }
+    }
     let stride = prepared.len() / batch;
     // activation rows in blocks that stay in the core's L2 while every panel of the task runs
     // over them (a prompt's prepared rows of a wide matrix are megabytes: streamed once per
     // panel, they would come from memory 8 weight rows at a time)
     let block_rows = (ACT_BLOCK_BYTES / stride.max(1)).max(TILE_ROWS) / TILE_ROWS * TILE_ROWS;
-    let mut tile = [[0.0f32; PANEL_ROWS]; TILE_ROWS];
     for block in (0..batch).step_by(block_rows) {
         let block_end = (block + block_rows).min(batch);
         for p in rows.start / PANEL_ROWS..rows.end.div_ceil(PANEL_ROWS) {
-            let first = p * PANEL_ROWS - rows.start;
-            let valid = (rows.end - p * PANEL_ROWS).min(PANEL_ROWS);
-            for b0 in (block..block_end).step_by(TILE_ROWS) {
-                let n = TILE_ROWS.min(block_end - b0);
-                kernel(panels.panel(p), panels.blocks, &prepared[b0 * stride..], stride, &mut tile[..n]);
-                for (out, t) in outs[b0..b0 + n].iter_mut().zip(&tile) {
-                    out[first..first + valid].copy_from_slice(&t[..valid]);
-                }
+            vector_tiles(kernel, panels, p, &rows, prepared, stride, block..block_end, outs);
+        }
+    }
+}
+
+/// Panel `p` times the activation rows `acts` by the vector tile kernel, 8 weight rows by up to
+/// `TILE_ROWS` activation rows at a time.
+#[allow(clippy::too_many_arguments)]
+fn vector_tiles(
+    kernel: panel::PanelKernelFn,
+    panels: &Panels,
+    p: usize,
+    rows: &std::ops::Range<usize>,
+    prepared: &[u8],
+    stride: usize,
+    acts: std::ops::Range<usize>,
+    outs: &mut [&mut [f32]],
+) {
+    let first = p * PANEL_ROWS - rows.start;
+    let valid = (rows.end - p * PANEL_ROWS).min(PANEL_ROWS);
+    let mut tile = [[0.0f32; PANEL_ROWS]; TILE_ROWS];
+    for b0 in acts.clone().step_by(TILE_ROWS) {
+        let n = TILE_ROWS.min(acts.end - b0);
+        kernel(panels.panel(p), panels.blocks, &prepared[b0 * stride..], stride, &mut tile[..n]);
+        for (out, t) in outs[b0..b0 + n].iter_mut().zip(&tile) {
+            out[first..first + valid].copy_from_slice(&t[..valid]);
+        }
+    }
+}
+
+/// The AMX tier's path: panel pairs times 16 activation rows at a time on the tile unit (each
+/// pair unpacked once per block of activation rows), the rows and the panel left over by the
+/// vector tile, which gives the same bits.
+#[cfg(target_arch = "x86_64")]
+fn run_pairs(
+    pair: amx::PairKernelFn,
+    kernel: panel::PanelKernelFn,
+    panels: &Panels,
+    prepared: &[u8],
+    batch: usize,
+    rows: std::ops::Range<usize>,
+    outs: &mut [&mut [f32]],
+) {
+    let stride = prepared.len() / batch;
+    let block_rows = (AMX_ACT_BLOCK_BYTES / stride.max(1)).max(amx::PAIR_ROWS) / amx::PAIR_ROWS * amx::PAIR_ROWS;
+    let mut scratch = amx::PairScratch::default();
+    let mut pair_out = vec![[0.0f32; 2 * PANEL_ROWS]; block_rows.min(batch)];
+    let panel_end = rows.end.div_ceil(PANEL_ROWS);
+    for block in (0..batch).step_by(block_rows) {
+        let block_end = (block + block_rows).min(batch);
+        let whole = block + (block_end - block) / amx::PAIR_ROWS * amx::PAIR_ROWS;
+        let mut p = rows.start / PANEL_ROWS;
+        while p < panel_end {
+            if p + 1 == panel_end || whole == block {
+                vector_tiles(kernel, panels, p, &rows, prepared, stride, block..block_end, outs);
+                p += 1;
+                continue;
             }
+            let out = &mut pair_out[..whole - block];
+            pair(panels.panel(p), panels.panel(p + 1), panels.blocks, &prepared[block * stride..], stride, &mut scratch, out);
+            let first = p * PANEL_ROWS - rows.start;
+            let valid = (rows.end - p * PANEL_ROWS).min(2 * PANEL_ROWS);
+            for (dst, t) in outs[block..whole].iter_mut().zip(out.iter()) {
+                dst[first..first + valid].copy_from_slice(&t[..valid]);
+            }
+            for q in [p, p + 1] {
+                vector_tiles(kernel, panels, q, &rows, prepared, stride, whole..block_end, outs);
+            }
+            p += 2;
         }
     }
 }
@@ -75,3 +142,7 @@ pub(super) fn run_panels(isa: Isa, panels: &Panels, prepared: &[u8], batch: usiz
 /// Bytes of prepared activation rows one pass over a task's panels reads (a fraction of a
 /// core's L2: the panels stream through beside them).
 const ACT_BLOCK_BYTES: usize = 256 << 10;
+
+/// The AMX path's blocks are larger: every block unpacks each panel pair again.
+#[cfg(target_arch = "x86_64")]
+const AMX_ACT_BLOCK_BYTES: usize = 1 << 20;

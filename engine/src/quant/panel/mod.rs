@@ -44,7 +44,7 @@ pub fn kernel_on(ty: GgmlType, isa: Isa) -> Option<PanelKernelFn> {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 if isa.is_available() => crate::quant::x86::avx2::panel_kernel(ty),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if isa.is_available() => crate::quant::x86::avx512::panel_kernel(ty),
+        Isa::Avx512 | Isa::Amx if isa.is_available() => crate::quant::x86::avx512::panel_kernel(ty),
         _ => None,
     };
     simd.or_else(|| scalar::kernel(ty))

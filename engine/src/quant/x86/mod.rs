@@ -2,6 +2,7 @@
 //! Every function here is only reached through [`super::dispatch`], which hands out a tier's
 //! kernels only after detecting its features.
 
+pub mod amx;
 pub mod avx2;
 pub mod avx512;
 mod common;

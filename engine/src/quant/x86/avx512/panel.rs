@@ -36,11 +36,16 @@ unsafe fn dot_scaled<const I16: usize>(
     _s16: __m256i,
     s32: __m256i,
 ) -> __m256i {
-    let mut d = _mm256_setzero_si256();
+    // two chains (even and odd k) halve the dependent latency; integer sums are exact
+    let (mut d0, mut d1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
     for k in range {
-        d = _mm256_dpbusd_epi32(d, v[k], bcast4(a.add(4 * k)));
+        if k % 2 == 0 {
+            d0 = _mm256_dpbusd_epi32(d0, v[k], bcast4(a.add(4 * k)));
+        } else {
+            d1 = _mm256_dpbusd_epi32(d1, v[k], bcast4(a.add(4 * k)));
+        }
     }
-    _mm256_add_epi32(acc, _mm256_mullo_epi32(d, s32))
+    _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_add_epi32(d0, d1), s32))
 }
 
 crate::quant::x86::panel::panel_kernels!("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c");

@@ -1,0 +1,156 @@
+//! The AMX tier: the AVX-512 tier's kernels, plus the prompt GEMM of the K-quant panels on the
+//! tile unit (`k_quants`). AMX-INT8 multiplies a 16 x K tile of signed bytes by a K x 16 tile of
+//! unsigned bytes into 16 x 16 exact i32 sums, so a panel pair's integer dot products come out
+//! whole, 16 activation rows at a time, and everything after them (group scales, mins, the
+//! float chain) is the AVX-512 tile's, in the same order: the same bits as every other tier.
+//!
+//! This module checks the CPU and asks Linux for the tile state (a process must request it
+//! before its first tile instruction), and wraps the few tile instructions the kernels use.
+
+use core::arch::asm;
+use std::sync::OnceLock;
+
+mod k_quants;
+
+pub(crate) use k_quants::{pair_kernel, PairKernelFn, PairScratch, PAIR_ROWS};
+
+/// Whether this CPU has AMX-TILE and AMX-INT8 and the OS lets this process use them (asked once).
+pub fn is_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| cpu_has_amx_int8() && request_tile_state())
+}
+
+fn cpu_has_amx_int8() -> bool {
+    if core::arch::x86_64::__cpuid(0).eax < 7 {
+        return false;
+    }
+    let edx = core::arch::x86_64::__cpuid_count(7, 0).edx;
+    // EDX bit 24: AMX-TILE, bit 25: AMX-INT8
+    edx & (1 << 24) != 0 && edx & (1 << 25) != 0
+}
+
+/// Linux keeps the 8 KiB tile state off until a process asks for it (`ARCH_REQ_XCOMP_PERM` for
+/// `XFEATURE_XTILEDATA`); the permission then holds for every thread of the process.
+#[cfg(target_os = "linux")]
+fn request_tile_state() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: arch_prctl with these arguments only changes this process's permissions; it
+    // reads and writes no memory of ours.
+    unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn request_tile_state() -> bool {
+    false
+}
+
+/// A tile configuration (palette 1): rows and bytes per row of each of the 8 tile registers.
+#[repr(C, align(64))]
+pub(crate) struct TileConfig([u8; 64]);
+
+impl TileConfig {
+    /// `shapes[t] = (rows, bytes per row)` of tile `t`; the rest stay unconfigured.
+    pub(crate) fn new(shapes: &[(u8, u16)]) -> TileConfig {
+        let mut c = [0u8; 64];
+        c[0] = 1;
+        for (t, &(rows, colsb)) in shapes.iter().enumerate().take(8) {
+            c[16 + 2 * t..18 + 2 * t].copy_from_slice(&colsb.to_le_bytes());
+            c[48 + t] = rows;
+        }
+        TileConfig(c)
+    }
+
+    /// Loads the configuration into this thread's tile unit.
+    ///
+    /// # Safety
+    /// [`is_available`] must have returned true.
+    #[inline]
+    pub(crate) unsafe fn load(&self) {
+        // SAFETY (caller): the CPU has AMX and the process has the tile state; the pointer is
+        // a valid, 64-byte aligned 64-byte configuration.
+        asm!("ldtilecfg [{}]", in(reg) self.0.as_ptr(), options(nostack, readonly));
+    }
+}
+
+/// Clears this thread's tile state (so context switches stop saving it).
+///
+/// # Safety
+/// [`is_available`] must have returned true.
+#[inline]
+pub(crate) unsafe fn release() {
+    asm!("tilerelease", options(nostack, nomem));
+}
+
+/// The tile instructions of the kernels, on fixed registers: `tmm0..tmm3` the sums (high and
+/// low plane of two sets of 16 activation rows), `tmm4` / `tmm5` the two sets' activations,
+/// `tmm6` / `tmm7` the high and low weight planes; all 16 rows of 64 bytes.
+pub(crate) mod tile {
+    use core::arch::asm;
+
+    pub(crate) fn config() -> super::TileConfig {
+        super::TileConfig::new(&[(16, 64); 8])
+    }
+
+    /// One super-block (256 values, 4 steps of 64) of two sets of 16 activation rows (signed
+    /// bytes at `acts0` and `acts1`, rows `stride` apart) times a pair's two weight planes at
+    /// `planes` (per step: the high plane, then the low one, 16 rows of 64 signed bytes each);
+    /// the four 16 x 16 i32 sums go to `sums` (4 KiB): high and low of the first set, then of
+    /// the second.
+    ///
+    /// # Safety
+    /// [`config`] is loaded on this thread; 16 rows of 256 bytes at each `acts` and 8 KiB at
+    /// `planes` may be read, `sums` may be written for 4 KiB.
+    #[inline(always)]
+    pub(crate) unsafe fn super_block(acts0: *const u8, acts1: *const u8, stride: usize, planes: *const u8, sums: *mut u8) {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            "tileloadd tmm4, [{a0}+{s}*1]",
+            "tileloadd tmm5, [{a1}+{s}*1]",
+            "tileloadd tmm6, [{w}+{ws}*1]",
+            "tileloadd tmm7, [{w}+{ws}*1+1024]",
+            "tdpbssd tmm0, tmm4, tmm6",
+            "tdpbssd tmm1, tmm4, tmm7",
+            "tdpbssd tmm2, tmm5, tmm6",
+            "tdpbssd tmm3, tmm5, tmm7",
+            "tileloadd tmm4, [{a0}+{s}*1+64]",
+            "tileloadd tmm5, [{a1}+{s}*1+64]",
+            "tileloadd tmm6, [{w}+{ws}*1+2048]",
+            "tileloadd tmm7, [{w}+{ws}*1+3072]",
+            "tdpbssd tmm0, tmm4, tmm6",
+            "tdpbssd tmm1, tmm4, tmm7",
+            "tdpbssd tmm2, tmm5, tmm6",
+            "tdpbssd tmm3, tmm5, tmm7",
+            "tileloadd tmm4, [{a0}+{s}*1+128]",
+            "tileloadd tmm5, [{a1}+{s}*1+128]",
+            "tileloadd tmm6, [{w}+{ws}*1+4096]",
+            "tileloadd tmm7, [{w}+{ws}*1+5120]",
+            "tdpbssd tmm0, tmm4, tmm6",
+            "tdpbssd tmm1, tmm4, tmm7",
+            "tdpbssd tmm2, tmm5, tmm6",
+            "tdpbssd tmm3, tmm5, tmm7",
+            "tileloadd tmm4, [{a0}+{s}*1+192]",
+            "tileloadd tmm5, [{a1}+{s}*1+192]",
+            "tileloadd tmm6, [{w}+{ws}*1+6144]",
+            "tileloadd tmm7, [{w}+{ws}*1+7168]",
+            "tdpbssd tmm0, tmm4, tmm6",
+            "tdpbssd tmm1, tmm4, tmm7",
+            "tdpbssd tmm2, tmm5, tmm6",
+            "tdpbssd tmm3, tmm5, tmm7",
+            "tilestored [{c}+{ws}*1], tmm0",
+            "tilestored [{c}+{ws}*1+1024], tmm1",
+            "tilestored [{c}+{ws}*1+2048], tmm2",
+            "tilestored [{c}+{ws}*1+3072], tmm3",
+            a0 = in(reg) acts0,
+            a1 = in(reg) acts1,
+            s = in(reg) stride,
+            w = in(reg) planes,
+            ws = in(reg) 64usize,
+            c = in(reg) sums,
+            options(nostack),
+        );
+    }
+}
