@@ -185,6 +185,12 @@ pub fn ops_for(ty: GgmlType, isa: Isa) -> Result<TypeOps, QuantError> {
         #[cfg(not(target_arch = "x86_64"))]
         _ => None,
     };
+    // Q8_K has no SIMD row kernels, but every K-quant matmul quantizes its activations to it:
+    // the AVX2 quantizer (the reference's bytes) serves the tiers above scalar
+    #[cfg(target_arch = "x86_64")]
+    if ty == GgmlType::Q8_K && isa >= Isa::Avx2 {
+        ops.quantize_activations = super::x86::avx2::q8_k::quantize_row;
+    }
     if let Some(k) = simd {
         ops.isa = isa;
         ops.dequantize = k.dequantize;

@@ -91,7 +91,7 @@ fn vector_tiles(
         let n = TILE_ROWS.min(acts.end - b0);
         kernel(panels.panel(p), panels.blocks, &prepared[b0 * stride..], stride, &mut tile[..n]);
         for (out, t) in outs[b0..b0 + n].iter_mut().zip(&tile) {
-            out[first..first + valid].copy_from_slice(&t[..valid]);
+            put(out, first, t, valid);
         }
     }
 }
@@ -129,13 +129,26 @@ fn run_pairs(
             let first = p * PANEL_ROWS - rows.start;
             let valid = (rows.end - p * PANEL_ROWS).min(2 * PANEL_ROWS);
             for (dst, t) in outs[block..whole].iter_mut().zip(out.iter()) {
-                dst[first..first + valid].copy_from_slice(&t[..valid]);
+                put(dst, first, t, valid);
             }
             for q in [p, p + 1] {
                 vector_tiles(kernel, panels, q, &rows, prepared, stride, whole..block_end, outs);
             }
             p += 2;
         }
+    }
+}
+
+/// `out[first..first + valid] = tile[..valid]`: a whole tile row as a fixed-size copy (a few
+/// vector moves), not a call to `memcpy` per row and panel.
+#[inline(always)]
+fn put<const N: usize>(out: &mut [f32], first: usize, tile: &[f32; N], valid: usize) {
+    match out.get_mut(first..first + N) {
+        Some(dst) if valid == N => {
+            let dst: &mut [f32; N] = dst.try_into().expect("N values");
+            *dst = *tile;
+        }
+        _ => out[first..first + valid].copy_from_slice(&tile[..valid]),
     }
 }
 

@@ -12,6 +12,7 @@ mod k_quants_q5q6;
 pub(crate) mod k_quants_tests;
 mod legacy;
 mod panel;
+pub(crate) mod q8_k;
 
 pub(crate) use panel::panel_kernel;
 
