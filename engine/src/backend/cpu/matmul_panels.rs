@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::matmul::WeightMatrix;
-use crate::quant::panel::prepared::prepared_row_bytes;
+use crate::quant::panel::prepared::{prepared_row_bytes, AlignedBytes};
 use crate::quant::panel::{self, prepare_row, Panels, PANEL_ROWS, TILE_ROWS};
 #[cfg(target_arch = "x86_64")]
 use crate::quant::x86::amx;
@@ -13,7 +13,7 @@ use crate::quant::{GgmlType, Isa};
 /// The activation rows of one matmul call prepared for the panel kernels, once per activation
 /// type, and which buffer each matrix reads.
 pub(super) struct PreparedActs {
-    bufs: Vec<(GgmlType, Vec<u8>)>,
+    bufs: Vec<(GgmlType, AlignedBytes)>,
     /// Per matrix: its buffer's index, if it has panels.
     of_matrix: Vec<Option<usize>>,
 }
@@ -26,7 +26,7 @@ impl PreparedActs {
 
 /// Prepares the quantized activation rows `acts[m]` of every matrix `ws[m]` that has panels.
 pub(super) fn prepare_activations(ws: &[WeightMatrix], acts: &[&[u8]], batch: usize) -> PreparedActs {
-    let mut bufs: Vec<(GgmlType, Vec<u8>)> = Vec::new();
+    let mut bufs: Vec<(GgmlType, AlignedBytes)> = Vec::new();
     let of_matrix = ws
         .iter()
         .zip(acts)
@@ -37,9 +37,9 @@ pub(super) fn prepare_activations(ws: &[WeightMatrix], acts: &[&[u8]], batch: us
                 return Some(i);
             }
             let row = prepared_row_bytes(act_ty, panels.blocks);
-            let mut buf = vec![0u8; batch * row];
+            let mut buf = AlignedBytes::zeroed(batch * row);
             let src_row = act.len() / batch;
-            buf.par_chunks_mut(row).zip(act.par_chunks(src_row)).for_each(|(dst, src)| prepare_row(act_ty, src, dst));
+            buf.as_mut_slice().par_chunks_mut(row).zip(act.par_chunks(src_row)).for_each(|(dst, src)| prepare_row(act_ty, src, dst));
             bufs.push((act_ty, buf));
             Some(bufs.len() - 1)
         })

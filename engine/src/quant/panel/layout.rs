@@ -74,9 +74,11 @@ pub mod block_bytes {
     pub const Q6_K: usize = 1680;
 }
 
-/// Prepared activation blocks (see `prepared`): legacy 40 bytes, K-quant 308 bytes.
+/// Prepared activation blocks (see `prepared`): legacy 40 bytes, K-quant 320 bytes (its quants
+/// start 64 bytes in, so that rows of a 64-byte aligned buffer keep them on cache-line
+/// boundaries: the AMX tile loads read 64 of them per row).
 pub const ACT_LEGACY_BYTES: usize = 40;
-pub const ACT_K_BYTES: usize = 308;
+pub const ACT_K_BYTES: usize = 320;
 
 impl PanelLayout {
     /// The layout of `ty`, if it is repacked.

@@ -43,6 +43,9 @@ pub(crate) struct PairScratch {
     /// Per super-block: `d` and `dmin` of the 16 rows.
     dw: Vec<[f32; 16]>,
     dmin: Vec<[f32; 16]>,
+    /// Per activation row: the float chains `acc` and `acc_min` of the 16 outputs, carried from
+    /// one run of super-blocks to the next.
+    acc: Vec<[__m512; 2]>,
 }
 
 /// `KIND`: 0 Q4_K, 1 Q5_K, 2 Q6_K. 16-bit pairs of correction factors per super-block.
@@ -94,6 +97,10 @@ entry!(q4_k, 0);
 entry!(q5_k, 1);
 entry!(q6_k, 2);
 
+/// Super-blocks unpacked and run at a time: their planes (8 KiB each) stay in L1 while every
+/// 32 activation rows of the call pass over them.
+const RUN_BLOCKS: usize = 2;
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn run<const KIND: u8>(
     p0: *const u8,
@@ -104,15 +111,25 @@ unsafe fn run<const KIND: u8>(
     s: &mut PairScratch,
     out: &mut [[f32; 16]],
 ) {
-    unpack::<KIND>(p0, p1, nb, s);
+    let mut acc = std::mem::take(&mut s.acc);
+    acc.clear();
+    acc.resize(out.len(), [_mm512_setzero_ps(); 2]);
     tile::config().load();
-    for (i, out) in out.chunks_mut(2 * PAIR_ROWS).enumerate() {
-        let a0 = acts.add(2 * i * PAIR_ROWS * stride);
-        // a last lone 16 rows run as both tiles (the second one's sums unread)
-        let a1 = if out.len() > PAIR_ROWS { a0.add(PAIR_ROWS * stride) } else { a0 };
-        rows32::<KIND>(s, nb, [a0, a1], stride, out);
+    for first in (0..nb).step_by(RUN_BLOCKS) {
+        let blocks = first..(first + RUN_BLOCKS).min(nb);
+        unpack::<KIND>(p0, p1, blocks.clone(), s);
+        for (i, acc) in acc.chunks_mut(2 * PAIR_ROWS).enumerate() {
+            let a0 = acts.add(2 * i * PAIR_ROWS * stride);
+            // a last lone 16 rows run as both tiles (the second one's sums unread)
+            let a1 = if acc.len() > PAIR_ROWS { a0.add(PAIR_ROWS * stride) } else { a0 };
+            rows32::<KIND>(s, blocks.clone(), [a0, a1], stride, acc);
+        }
     }
     release();
+    for (out, [acc, acc_min]) in out.iter_mut().zip(&acc) {
+        _mm512_storeu_ps(out.as_mut_ptr(), _mm512_sub_ps(*acc, *acc_min));
+    }
+    s.acc = acc;
 }
 
 /// Lane `4r + t` (32 lanes of 16 bits) takes lane `2r + odd` of a pair of scales widened to
@@ -125,18 +142,18 @@ unsafe fn spread<const ODD: bool>(pair: __m256i) -> __m512i {
     _mm512_permutexvar_epi16(_mm512_loadu_si512(idx.as_ptr().cast()), _mm512_castsi256_si512(pair))
 }
 
-/// Unpacks `nb` super-blocks of the panels `p0` and `p1` into `s`.
+/// Unpacks super-blocks `blocks` of the panels `p0` and `p1` into `s` (from its start).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn unpack<const KIND: u8>(p0: *const u8, p1: *const u8, nb: usize, s: &mut PairScratch) {
-    let np = pair_count(KIND);
+unsafe fn unpack<const KIND: u8>(p0: *const u8, p1: *const u8, blocks: std::ops::Range<usize>, s: &mut PairScratch) {
+    let (np, nb) = (pair_count(KIND), blocks.len());
     s.planes.resize(nb * SB_PLANES, 0);
     s.pairs.resize(nb * np, [0; 16]);
     s.dw.resize(nb, [0.0; 16]);
     s.dmin.resize(nb, [0.0; 16]);
     let low7 = _mm512_set1_epi16(127);
-    for b in 0..nb {
+    for (b, block) in blocks.enumerate() {
         for (half, panel) in [p0, p1].into_iter().enumerate() {
-            let w = panel.add(b * block_size(KIND));
+            let w = panel.add(block * block_size(KIND));
             let lanes = 8 * half;
             let planes = s.planes.as_mut_ptr().add(b * SB_PLANES + 32 * half);
             for c in 0..8 {
@@ -183,20 +200,19 @@ unsafe fn unpack<const KIND: u8>(p0: *const u8, p1: *const u8, nb: usize, s: &mu
 #[repr(C, align(64))]
 struct Sums([[[i32; 16]; 16]; 4]);
 
-/// The activation rows at `acts[0]` and `acts[1]` (16 each) times the unpacked pair, into
-/// `out` (32 rows, or 16: the second tile's sums are then not read).
+/// The activation rows at `acts[0]` and `acts[1]` (16 each) times super-blocks `blocks` of the
+/// unpacked pair, continuing the rows' float chains `acc` (32 rows, or 16: the second tile's
+/// sums are then not read).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn rows32<const KIND: u8>(s: &PairScratch, nb: usize, acts: [*const u8; 2], stride: usize, out: &mut [[f32; 16]]) {
+unsafe fn rows32<const KIND: u8>(s: &PairScratch, blocks: std::ops::Range<usize>, acts: [*const u8; 2], stride: usize, acc: &mut [[__m512; 2]]) {
     let np = pair_count(KIND);
     let corr_sums = if KIND == 2 { K_SUMS16 } else { K_SUMS32 };
-    let mut acc = [_mm512_setzero_ps(); 2 * PAIR_ROWS];
-    let mut acc_min = [_mm512_setzero_ps(); 2 * PAIR_ROWS];
     let mut sums = Sums([[[0; 16]; 16]; 4]);
-    for b in 0..nb {
-        let a = acts.map(|a| a.add(b * ACT_K_BYTES));
+    for (b, block) in blocks.enumerate() {
+        let a = acts.map(|a| a.add(block * ACT_K_BYTES));
         tile::super_block(a[0].add(K_QS), a[1].add(K_QS), stride, s.planes.as_ptr().add(b * SB_PLANES), sums.0.as_mut_ptr().cast());
         let (dw, dmin) = (_mm512_loadu_ps(s.dw[b].as_ptr()), _mm512_loadu_ps(s.dmin[b].as_ptr()));
-        for (i, (acc, acc_min)) in acc.iter_mut().zip(acc_min.iter_mut()).enumerate().take(out.len()) {
+        for (i, [acc, acc_min]) in acc.iter_mut().enumerate() {
             let (t, r) = (i / PAIR_ROWS, i % PAIR_ROWS);
             let hi = _mm512_load_si512(sums.0[2 * t][r].as_ptr().cast());
             let lo = _mm512_load_si512(sums.0[2 * t + 1][r].as_ptr().cast());
@@ -217,9 +233,6 @@ unsafe fn rows32<const KIND: u8>(s: &PairScratch, nb: usize, acts: [*const u8; 2
                 *acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), _mm512_mul_ps(dmin, da), *acc_min);
             }
         }
-    }
-    for (out, (acc, acc_min)) in out.iter_mut().zip(acc.iter().zip(&acc_min)) {
-        _mm512_storeu_ps(out.as_mut_ptr(), _mm512_sub_ps(*acc, *acc_min));
     }
 }
 
