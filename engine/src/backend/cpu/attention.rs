@@ -122,32 +122,68 @@ pub(crate) fn attend_group_with(
     attend_queries_with(tier, &mut [Query { q, positions, out }], g, shape, kv, scratch)
 }
 
-super::fma_variants!(
-    /// Attention of a block of query rows of one sequence, for the query heads that share
-    /// key/value head `g`: each query's `out` gets its heads' outputs.
-    ///
-    /// The arithmetic is that of ggml's tiled CPU flash attention, which llama.cpp runs for prompts
-    /// (at least 64 tokens per batch): key tiles of 64 aligned positions; each score a sequential
-    /// fused multiply-add chain, then scaled; an online softmax that rescales the running sum and
-    /// output whenever a tile raises the maximum (C library `expf`), the tile's weights from ggml's
-    /// polynomial exp summed per 16 lanes in double; each output element a sequential FMA chain over
-    /// the tile; a final division by the sum. Matching it bit for bit matters: small random-weight
-    /// models amplify a one-ulp difference into a visible change of the next token's probability.
-    /// The queries of the block and the heads of a group read the same keys and values, so each
-    /// tile is widened from f16 and transposed once for all of them; every query's and head's sums
-    /// keep their own order, so the result is that of one head of one query at a time, bit for
-    /// bit, whatever the block.
-    pub fn attend_queries, pub(crate) fn attend_queries_with(
-        queries: &mut [Query<'_>],
-        g: usize,
-        shape: &AttentionShape,
-        kv: &dyn KvRows,
-        scratch: &mut AttnScratch,
-    ) = attend_queries_body
-);
+/// Attention of a block of query rows of one sequence, for the query heads that share key/value
+/// head `g`: each query's `out` gets its heads' outputs.
+///
+/// The arithmetic is that of ggml's tiled CPU flash attention, which llama.cpp runs for prompts
+/// (at least 64 tokens per batch): key tiles of 64 aligned positions; each score a sequential
+/// fused multiply-add chain, then scaled; an online softmax that rescales the running sum and
+/// output whenever a tile raises the maximum (C library `expf`), the tile's weights from ggml's
+/// polynomial exp summed per 16 lanes in double; each output element a sequential FMA chain over
+/// the tile; a final division by the sum. Matching it bit for bit matters: small random-weight
+/// models amplify a one-ulp difference into a visible change of the next token's probability.
+/// The queries of the block and the heads of a group read the same keys and values, so each
+/// tile is widened from f16 and transposed once for all of them, and (on AVX-512, whose 32
+/// registers hold the chains of 4 of them) 4 (query, head) states at a time share every load of
+/// a key or value vector; every query's and head's sums keep their own order, so the result is
+/// that of one head of one query at a time, bit for bit, whatever the block.
+pub fn attend_queries(queries: &mut [Query<'_>], g: usize, shape: &AttentionShape, kv: &dyn KvRows, scratch: &mut AttnScratch) {
+    attend_queries_with(crate::quant::Isa::active(), queries, g, shape, kv, scratch)
+}
 
+/// [`attend_queries`] on tier `tier`.
+pub(crate) fn attend_queries_with(
+    tier: crate::quant::Isa,
+    queries: &mut [Query<'_>],
+    g: usize,
+    shape: &AttentionShape,
+    kv: &dyn KvRows,
+    scratch: &mut AttnScratch,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::quant::Isa;
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+        unsafe fn with_avx512(queries: &mut [Query<'_>], g: usize, shape: &AttentionShape, kv: &dyn KvRows, scratch: &mut AttnScratch) {
+            attend_queries_body::<4>(queries, g, shape, kv, scratch)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn with_fma(queries: &mut [Query<'_>], g: usize, shape: &AttentionShape, kv: &dyn KvRows, scratch: &mut AttnScratch) {
+            // 16 registers: one state's 64 chains (8 vectors) already keep both FMA units busy
+            attend_queries_body::<1>(queries, g, shape, kv, scratch)
+        }
+        if tier >= Isa::Avx512 && Isa::Avx512.is_available() {
+            // SAFETY: the CPU has AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C (checked just above).
+            return unsafe { with_avx512(queries, g, shape, kv, scratch) };
+        }
+        if tier >= Isa::Avx2 && Isa::Avx2.is_available() {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            return unsafe { with_fma(queries, g, shape, kv, scratch) };
+        }
+    }
+    let _ = tier;
+    attend_queries_body::<1>(queries, g, shape, kv, scratch)
+}
+
+/// The body of [`attend_queries`], `N` (query, head) states at a time.
 #[inline(always)]
-fn attend_queries_body(queries: &mut [Query<'_>], g: usize, shape: &AttentionShape, kv: &dyn KvRows, scratch: &mut AttnScratch) {
+fn attend_queries_body<const N: usize>(
+    queries: &mut [Query<'_>],
+    g: usize,
+    shape: &AttentionShape,
+    kv: &dyn KvRows,
+    scratch: &mut AttnScratch,
+) {
     let AttnScratch { tile_rows, keys, weights, max, sum, weighted } = scratch;
     let group = shape.n_head / shape.n_head_kv;
     let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
@@ -160,6 +196,13 @@ fn attend_queries_body(queries: &mut [Query<'_>], g: usize, shape: &AttentionSha
     let (Some(start), Some(end)) = (attended.clone().map(|p| p.start).min(), attended.map(|p| p.end).max()) else {
         return;
     };
+    // state s = i * group + j: query i, head g * group + j
+    let rows: Vec<(&[f32], std::ops::Range<usize>)> = queries.iter().map(|x| (x.q, x.positions.clone())).collect();
+    let mut heads: Vec<&mut [f32]> = queries.iter_mut().flat_map(|x| x.out.chunks_exact_mut(dv)).collect();
+    let q_of = |s: usize| {
+        let h = g * group + s % group;
+        &rows[s / group].0[h * dk..(h + 1) * dk]
+    };
     // positions a tile leaves unwritten (before a window's start, past the last position)
     // hold what an earlier tile left there: their scores are masked to -inf
     if keys.len() < dk * KV_TILE {
@@ -169,7 +212,7 @@ fn attend_queries_body(queries: &mut [Query<'_>], g: usize, shape: &AttentionSha
     if tile_rows.len() < dk.max(dv) * KV_TILE {
         tile_rows.resize(dk.max(dv) * KV_TILE, 0.0);
     }
-    let states = queries.len() * group;
+    let states = heads.len();
     weights.resize(states * KV_TILE, 0.0);
     max.clear();
     max.resize(states, f32::NEG_INFINITY);
@@ -178,6 +221,7 @@ fn attend_queries_body(queries: &mut [Query<'_>], g: usize, shape: &AttentionSha
     weighted.clear();
     weighted.resize(states, false);
     let live_of = |positions: &std::ops::Range<usize>, tile: usize| tile.max(positions.start)..(tile + KV_TILE).min(positions.end);
+    let mut live_states = Vec::with_capacity(states);
     for tile in (start / KV_TILE * KV_TILE..end).step_by(KV_TILE) {
         // the positions of the tile any query of the block attends
         let any = tile.max(start)..(tile + KV_TILE).min(end);
@@ -185,72 +229,130 @@ fn attend_queries_body(queries: &mut [Query<'_>], g: usize, shape: &AttentionSha
             kv.key(p).widen_into(krange.clone(), &mut tile_rows[(p - tile) * dk..(p - tile + 1) * dk]);
         }
         transpose(tile_rows, KV_TILE, dk, keys, KV_TILE);
-        for (i, query) in queries.iter_mut().enumerate() {
-            let live = live_of(&query.positions, tile);
-            for j in 0..group {
-                let s = i * group + j;
-                weighted[s] = false;
-                if live.is_empty() {
-                    continue;
-                }
-                let h = g * group + j;
-                let qh = &query.q[h * dk..(h + 1) * dk];
-                let w: &mut [f32; KV_TILE] = (&mut weights[s * KV_TILE..(s + 1) * KV_TILE]).try_into().unwrap();
-                // every score its own FMA chain over the head dimension, 64 chains side by side in
-                // a local array the compiler keeps in registers (through memory, every step of
-                // every chain would wait for its own store)
-                let mut acc = [0.0f32; KV_TILE];
-                for (d, &qd) in qh.iter().enumerate() {
-                    let kd: &[f32; KV_TILE] = keys[d * KV_TILE..(d + 1) * KV_TILE].try_into().unwrap();
-                    for (a, &k) in acc.iter_mut().zip(kd) {
-                        *a = qd.mul_add(k, *a);
-                    }
-                }
-                for (t, (wt, a)) in w.iter_mut().zip(acc).enumerate() {
-                    *wt = if live.contains(&(tile + t)) { a * shape.scale } else { f32::NEG_INFINITY };
-                }
-                let tile_max = w.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                weighted[s] = tile_max != f32::NEG_INFINITY;
-                if !weighted[s] {
-                    continue;
-                }
-                let new_max = max[s].max(tile_max);
-                if new_max > max[s] {
-                    let rescale = (max[s] - new_max).exp();
-                    query.out[j * dv..(j + 1) * dv].iter_mut().for_each(|o| *o *= rescale);
-                    sum[s] *= rescale;
-                }
-                max[s] = new_max;
-                w.iter_mut().for_each(|x| *x = ggml_expf(*x - new_max));
-                let tile_sum: f64 = w.chunks_exact(16).map(|l| f64::from(reduce_16(l))).sum();
-                sum[s] = (f64::from(sum[s]) + tile_sum) as f32;
+        weighted.iter_mut().for_each(|w| *w = false);
+        live_states.clear();
+        live_states.extend((0..states).filter(|&s| !live_of(&rows[s / group].1, tile).is_empty()));
+        // the raw scores of the live states, N at a time
+        let mut batches = live_states.chunks_exact(N);
+        for batch in batches.by_ref() {
+            let batch: &[usize; N] = batch.try_into().unwrap();
+            scores::<N>(batch.map(q_of), keys, batch.map(|s| s * KV_TILE), weights);
+        }
+        for &s in batches.remainder() {
+            scores::<1>([q_of(s)], keys, [s * KV_TILE], weights);
+        }
+        for &s in &live_states {
+            let live = live_of(&rows[s / group].1, tile);
+            let w: &mut [f32; KV_TILE] = (&mut weights[s * KV_TILE..(s + 1) * KV_TILE]).try_into().unwrap();
+            for (t, wt) in w.iter_mut().enumerate() {
+                *wt = if live.contains(&(tile + t)) { *wt * shape.scale } else { f32::NEG_INFINITY };
             }
+            let tile_max = w.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            weighted[s] = tile_max != f32::NEG_INFINITY;
+            if !weighted[s] {
+                continue;
+            }
+            let new_max = max[s].max(tile_max);
+            if new_max > max[s] {
+                let rescale = (max[s] - new_max).exp();
+                heads[s].iter_mut().for_each(|o| *o *= rescale);
+                sum[s] *= rescale;
+            }
+            max[s] = new_max;
+            w.iter_mut().for_each(|x| *x = ggml_expf(*x - new_max));
+            let tile_sum: f64 = w.chunks_exact(16).map(|l| f64::from(reduce_16(l))).sum();
+            sum[s] = (f64::from(sum[s]) + tile_sum) as f32;
         }
         if !weighted.contains(&true) {
             continue;
         }
         // the tile's values widened once for every query and head, then each head's output
-        // elements run their FMA chains over the positions in registers, 64 (or 16) at a time
+        // elements run their FMA chains over the positions in registers, 64 (or 16) at a time,
+        // N states at once where they attend the same positions of the tile
         for p in any.clone() {
             kv.value(p).widen_into(vrange.clone(), &mut tile_rows[(p - tile) * dv..(p - tile + 1) * dv]);
         }
-        for (i, query) in queries.iter_mut().enumerate() {
-            let live = live_of(&query.positions, tile);
-            let (first, last) = (live.start.saturating_sub(tile), live.end.saturating_sub(tile));
-            for (j, oh) in query.out.chunks_exact_mut(dv).enumerate() {
-                let s = i * group + j;
-                if weighted[s] {
-                    let w = &weights[s * KV_TILE + first..s * KV_TILE + last];
-                    add_weighted_values(oh, w, &tile_rows[first * dv..last * dv]);
-                }
+        let span = |s: usize| {
+            let live = live_of(&rows[s / group].1, tile);
+            (live.start.saturating_sub(tile), live.end.saturating_sub(tile))
+        };
+        live_states.retain(|&s| weighted[s]);
+        let mut i = 0;
+        while i < live_states.len() {
+            let s0 = live_states[i];
+            let (first, last) = span(s0);
+            let values = &tile_rows[first * dv..last * dv];
+            if N > 1 && i + N <= live_states.len() && live_states[i..i + N].iter().all(|&s| span(s) == (first, last)) {
+                let batch: [usize; N] = live_states[i..i + N].try_into().unwrap();
+                let ws = batch.map(|s| &weights[s * KV_TILE + first..s * KV_TILE + last]);
+                let outs = heads.get_disjoint_mut(batch).expect("distinct states");
+                add_weighted_values_n(outs.map(|o| &mut **o), ws, values);
+                i += N;
+            } else {
+                add_weighted_values(heads[s0], &weights[s0 * KV_TILE + first..s0 * KV_TILE + last], values);
+                i += 1;
             }
         }
     }
-    for (i, query) in queries.iter_mut().enumerate() {
-        for (j, oh) in query.out.chunks_exact_mut(dv).enumerate() {
-            let s = sum[i * group + j];
-            let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
-            oh.iter_mut().for_each(|o| *o *= inv);
+    for (oh, &s) in heads.iter_mut().zip(sum.iter()) {
+        let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+        oh.iter_mut().for_each(|o| *o *= inv);
+    }
+}
+
+/// The raw scores of `N` states over one tile: `out[at[n] + t] = Σ_d q[n][d] · keys[d][t]`,
+/// each a sequential fused multiply-add chain over `d`, the `N` states' 64 chains side by side
+/// in registers sharing every load of the keys.
+#[inline(always)]
+fn scores<const N: usize>(q: [&[f32]; N], keys: &[f32], at: [usize; N], out: &mut [f32]) {
+    let mut acc = [[0.0f32; KV_TILE]; N];
+    for d in 0..q[0].len() {
+        let kd: &[f32; KV_TILE] = keys[d * KV_TILE..(d + 1) * KV_TILE].try_into().unwrap();
+        for (acc, q) in acc.iter_mut().zip(&q) {
+            let qd = q[d];
+            for (a, &k) in acc.iter_mut().zip(kd) {
+                *a = qd.mul_add(k, *a);
+            }
+        }
+    }
+    for (acc, at) in acc.iter().zip(at) {
+        out[at..at + KV_TILE].copy_from_slice(acc);
+    }
+}
+
+/// [`add_weighted_values`] of `N` states with the same positions: each keeps its chains, the
+/// loads of the values are shared.
+#[inline(always)]
+fn add_weighted_values_n<const N: usize>(mut outs: [&mut [f32]; N], ws: [&[f32]; N], values: &[f32]) {
+    let dv = outs[0].len();
+    let wide = dv - dv % 16;
+    if wide % 64 == 0 {
+        chains_n::<N, 64>(&mut outs, wide, ws, values);
+    } else {
+        chains_n::<N, 16>(&mut outs, wide, ws, values);
+    }
+    for (o, w) in outs.iter_mut().zip(&ws) {
+        chains::<1>(&mut o[wide..], wide, dv, w, values);
+    }
+}
+
+/// The chains of [`add_weighted_values_n`] for elements `..wide` of each output, `W` at a time.
+#[inline(always)]
+fn chains_n<const N: usize, const W: usize>(outs: &mut [&mut [f32]; N], wide: usize, ws: [&[f32]; N], values: &[f32]) {
+    let dv = outs[0].len();
+    for start in (0..wide).step_by(W) {
+        let mut acc: [[f32; W]; N] = std::array::from_fn(|n| outs[n][start..start + W].try_into().unwrap());
+        for t in 0..ws[0].len() {
+            let v: &[f32; W] = values[t * dv + start..t * dv + start + W].try_into().unwrap();
+            for (acc, w) in acc.iter_mut().zip(&ws) {
+                let wt = w[t];
+                for (a, &x) in acc.iter_mut().zip(v) {
+                    *a = wt.mul_add(x, *a);
+                }
+            }
+        }
+        for (o, acc) in outs.iter_mut().zip(&acc) {
+            o[start..start + W].copy_from_slice(acc);
         }
     }
 }
@@ -383,34 +485,38 @@ mod tests {
     /// gets alone, on every tier.
     #[test]
     fn a_block_of_queries_gives_each_query_its_own_bits() {
-        let shape = AttentionShape { n_head: 4, n_head_kv: 2, head_dim_k: 64, head_dim_v: 48, scale: 0.125 };
-        let val = |p: usize, i: usize, salt: usize| (((p * 31 + i * 17 + salt) % 97) as f32 / 97.0 - 0.5) * 3.0;
-        let n = 200;
-        let kv = Rows(
-            (0..n).map(|p| (0..128).map(|i| val(p, i, 1)).collect()).collect(),
-            (0..n).map(|p| (0..96).map(|i| val(p, i, 5)).collect()).collect(),
-        );
-        let ranges = [0..1, 0..64, 0..65, 0..130, 5..5, 100..200, 63..64, 0..200, 150..151, 0..199];
-        let qs: Vec<Vec<f32>> = (0..ranges.len()).map(|r| (0..256).map(|i| val(r, i, 3)).collect()).collect();
-        let mut s = AttnScratch::default();
-        for tier in Isa::available() {
-            for g in 0..2 {
-                let alone: Vec<Vec<f32>> = ranges
-                    .iter()
-                    .zip(&qs)
-                    .map(|(r, q)| {
-                        let mut out = vec![0.0; 96];
-                        attend_group_with(tier, q, g, &shape, r.clone(), &kv, &mut out, &mut s);
-                        out
-                    })
-                    .collect();
-                let mut outs = vec![vec![7.0f32; 96]; ranges.len()];
-                let mut block: Vec<Query> =
-                    ranges.iter().zip(&qs).zip(outs.iter_mut()).map(|((r, q), out)| Query { q, positions: r.clone(), out }).collect();
-                attend_queries_with(tier, &mut block, g, &shape, &kv, &mut s);
-                for (i, (got, want)) in outs.iter().zip(&alone).enumerate() {
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(got), bits(want), "{tier:?} group {g} query {i} ({:?})", ranges[i]);
+        // head sizes of 48 (chains 16 wide) and 64 (64 wide); 10 queries of 2 heads each: the
+        // AVX-512 tier's batches of 4 states, spans shared and not
+        for dv in [48, 64] {
+            let shape = AttentionShape { n_head: 4, n_head_kv: 2, head_dim_k: 64, head_dim_v: dv, scale: 0.125 };
+            let val = |p: usize, i: usize, salt: usize| (((p * 31 + i * 17 + salt) % 97) as f32 / 97.0 - 0.5) * 3.0;
+            let n = 200;
+            let kv = Rows(
+                (0..n).map(|p| (0..128).map(|i| val(p, i, 1)).collect()).collect(),
+                (0..n).map(|p| (0..2 * dv).map(|i| val(p, i, 5)).collect()).collect(),
+            );
+            let ranges = [0..1, 0..64, 0..65, 0..130, 5..5, 100..200, 63..64, 0..200, 150..151, 0..199, 0..200, 0..130];
+            let qs: Vec<Vec<f32>> = (0..ranges.len()).map(|r| (0..256).map(|i| val(r, i, 3)).collect()).collect();
+            let mut s = AttnScratch::default();
+            for tier in Isa::available() {
+                for g in 0..2 {
+                    let alone: Vec<Vec<f32>> = ranges
+                        .iter()
+                        .zip(&qs)
+                        .map(|(r, q)| {
+                            let mut out = vec![0.0; 2 * dv];
+                            attend_group_with(tier, q, g, &shape, r.clone(), &kv, &mut out, &mut s);
+                            out
+                        })
+                        .collect();
+                    let mut outs = vec![vec![7.0f32; 2 * dv]; ranges.len()];
+                    let mut block: Vec<Query> =
+                        ranges.iter().zip(&qs).zip(outs.iter_mut()).map(|((r, q), out)| Query { q, positions: r.clone(), out }).collect();
+                    attend_queries_with(tier, &mut block, g, &shape, &kv, &mut s);
+                    for (i, (got, want)) in outs.iter().zip(&alone).enumerate() {
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(got), bits(want), "{tier:?} dv {dv} group {g} query {i} ({:?})", ranges[i]);
+                    }
                 }
             }
         }

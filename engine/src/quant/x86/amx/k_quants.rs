@@ -204,7 +204,13 @@ struct Sums([[[i32; 16]; 16]; 4]);
 /// unpacked pair, continuing the rows' float chains `acc` (32 rows, or 16: the second tile's
 /// sums are then not read).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn rows32<const KIND: u8>(s: &PairScratch, blocks: std::ops::Range<usize>, acts: [*const u8; 2], stride: usize, acc: &mut [[__m512; 2]]) {
+unsafe fn rows32<const KIND: u8>(
+    s: &PairScratch,
+    blocks: std::ops::Range<usize>,
+    acts: [*const u8; 2],
+    stride: usize,
+    acc: &mut [[__m512; 2]],
+) {
     let np = pair_count(KIND);
     let corr_sums = if KIND == 2 { K_SUMS16 } else { K_SUMS32 };
     let mut sums = Sums([[[0; 16]; 16]; 4]);
