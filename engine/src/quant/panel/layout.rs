@@ -148,7 +148,7 @@ pub fn repack(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Option<Pan
     let panels = rows.div_ceil(PANEL_ROWS);
     let mut out = vec![0u8; panels * blocks * layout.block_bytes];
     let zero = vec![0u8; src_block];
-    // panels are independent: repacked in parallel (a model's worth takes a fraction of a second)
+    // panels are independent: repacked in parallel
     use rayon::prelude::*;
     out.par_chunks_exact_mut((blocks * layout.block_bytes).max(1)).take(panels).enumerate().for_each(|(p, panel)| {
         for (b, dst) in panel.chunks_exact_mut(layout.block_bytes).enumerate() {
