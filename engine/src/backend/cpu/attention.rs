@@ -326,7 +326,7 @@ fn scores<const N: usize>(q: [&[f32]; N], keys: &[f32], at: [usize; N], out: &mu
 fn add_weighted_values_n<const N: usize>(mut outs: [&mut [f32]; N], ws: [&[f32]; N], values: &[f32]) {
     let dv = outs[0].len();
     let wide = dv - dv % 16;
-    if wide % 64 == 0 {
+    if wide.is_multiple_of(64) {
         chains_n::<N, 64>(&mut outs, wide, ws, values);
     } else {
         chains_n::<N, 16>(&mut outs, wide, ws, values);
