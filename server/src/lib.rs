@@ -448,6 +448,11 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
             let body = take_body(state, req).await?;
             routes::transcriptions::handle(backend, boundary, body).await
         }
+        "/v1/moderations" if state.registry.has_guard() => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            routes::moderations::handle(state, body).await
+        }
         _ if guard_route.is_some() && state.registry.has_guard() => {
             allow(&method, &path, &[Method::POST])?;
             let body = json_body(state, req).await?;

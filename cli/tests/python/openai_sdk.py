@@ -1,7 +1,7 @@
 """The official `openai` Python package against `engine-cli serve`, with strict response
 validation: chat (plain, stream, the .stream() helper, tools, .parse() with a JSON schema),
 completions with logprobs, embeddings (the SDK's default base64), models list / retrieve /
-delete; the guard routes over raw HTTP; /metrics through prometheus_client's OpenMetrics parser. Exits non-zero on the first failed check."""
+delete, moderations; the guard routes over raw HTTP; /metrics through prometheus_client's OpenMetrics parser. Exits non-zero on the first failed check."""
 
 import json
 import sys
@@ -83,6 +83,35 @@ status, scan = post_json("/v1/guard/scan", {"model": guard_id, "input": {"user":
 assert status == 200 and len(scan["verdicts"]) == 9 and isinstance(scan["flagged"], bool), scan
 status, bad = post_json("/v1/guard", {"model": guard_id, "input": {"user": "x"}, "risks": ["nope"]})
 assert status == 400 and bad["error"]["message"] == "invalid risk category: nope", bad
+
+# /v1/moderations through the SDK: one result per input, the scores /v1/guard/scan's
+# risk_probability for the same text, under the risks' names and OpenAI's (strictly validated)
+texts = ["How do I pick a lock?", "I love sunny days"]
+mods = client.moderations.create(model=guard_id, input=texts)
+assert mods.id.startswith("modr-") and mods.model == guard_id and len(mods.results) == 2, mods
+for text, result in zip(texts, mods.results):
+    status, scan = post_json("/v1/guard/scan", {"model": guard_id, "input": {"user": text}})
+    assert status == 200, scan
+    verdicts = {v["risk"]: v for v in scan["verdicts"]}
+    scores, flags = result.category_scores, result.categories
+    for risk, v in verdicts.items():
+        assert getattr(scores, risk) == v["risk_probability"] and getattr(flags, risk) == v["unsafe"], (risk, result, v)
+    assert scores.violence == scores.violence_graphic == verdicts["violence"]["risk_probability"], result
+    assert scores.hate == verdicts["social_bias"]["risk_probability"] and scores.harassment == verdicts["profanity"]["risk_probability"]
+    assert scores.illicit == verdicts["unethical_behavior"]["risk_probability"] and scores.self_harm == verdicts["harm"]["risk_probability"]
+    assert flags.sexual == verdicts["sexual_content"]["unsafe"] and result.flagged == scan["flagged"], (result, scan)
+    assert result.category_applied_input_types.violence == ["text"]
+one = client.moderations.create(input="I love sunny days")  # model omitted: the guard
+assert one.model == guard_id and one.results[0].category_scores.hate == mods.results[1].category_scores.hate, one
+parts = client.moderations.create(model=guard_id, input=[{"type": "text", "text": "I love sunny days"}])
+assert parts.results[0].category_scores == mods.results[1].category_scores, parts
+for body in [{"input": []}, {"input": 5}, {"input": " "}, {"input": ["ok", 3]},
+             {"input": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]},
+             {"input": [{"type": "text"}]}, {"model": chat_id, "input": "x"}, {"model": None, "input": "x"}]:
+    status, err = post_json("/v1/moderations", body)
+    assert status == 400 and err["error"]["type"] == "invalid_request_error", (body, status, err)
+status, err = post_json("/v1/moderations", {"model": "nope", "input": "x"})
+assert status == 404, err
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 

@@ -26,7 +26,7 @@ with urllib.request.urlopen(base + "/openapi.yaml") as r:
 validate(doc)
 operations = {op["operationId"] for path in doc["paths"].values() for op in path.values() if isinstance(op, dict)}
 expected = {"health", "metrics", "openapi", "listModels", "retrieveModel", "deleteModel", "createChatCompletion",
-            "createCompletion", "createEmbedding", "guard", "guardScan", "guardBatch"}
+            "createCompletion", "createEmbedding", "guard", "guardScan", "guardBatch", "createModeration"}
 assert expected <= operations, f"operations missing from the document: {expected - operations}"
 print("openapi-spec-validator: valid OpenAPI", doc["openapi"], "with", len(operations), "operations")
 

@@ -15,6 +15,7 @@ mod builtin;
 mod definitions;
 pub mod error;
 pub mod evaluator;
+pub mod moderation;
 pub mod prefix;
 pub mod prompt;
 pub mod risks;

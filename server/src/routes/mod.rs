@@ -6,5 +6,6 @@ pub mod embeddings;
 pub mod generation;
 pub mod guard;
 pub mod models;
+pub mod moderations;
 mod tool_stream;
 pub mod transcriptions;

@@ -1,0 +1,117 @@
+//! `POST /v1/moderations`, OpenAI's moderation API on the guard: each input judged for the 9
+//! harm risks (one batch on the guard model's engine thread), answered as OpenAI answers,
+//! `{id, model, results: [{flagged, categories, category_scores, category_applied_input_types}]}`,
+//! the categories under the risks' names and OpenAI's (`engine::guard::moderation`), the scores
+//! the risks' `risk_probability`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use engine::guard::moderation::categories;
+use engine::guard::{GuardInput, MAX_BATCH};
+use hyper::Response;
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
+use crate::http::{ok_json, Body};
+use crate::params::check_user;
+use crate::registry::ModelEntry;
+use crate::routes::generation::random_id;
+use crate::AppState;
+
+pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
+    let start = Instant::now();
+    state.metrics.guard_requests.inc();
+    let result = moderate(state, body).await;
+    state.metrics.guard_latency_ms.observe(start.elapsed().as_secs_f64() * 1e3);
+    result
+}
+
+async fn moderate(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
+    check_user(&body)?;
+    let entry = guard_model(state, &body)?;
+    let inputs = inputs(body.get("input"))?;
+    let no_risks: [&str; 0] = [];
+    let items = entry
+        .worker
+        .run(move |engine, cancel| {
+            let ev = engine.guard.clone().expect("guard entries have an evaluator");
+            ev.evaluate_batch_cancellable(&inputs, &no_risks, cancel.flag())
+        })
+        .await??;
+    let results: Vec<Value> = items
+        .iter()
+        .map(|item| {
+            let cats = categories(&item.verdicts);
+            let pick =
+                |f: &dyn Fn(&(&str, bool, f32)) -> Value| -> Map<String, Value> { cats.iter().map(|c| (c.0.to_string(), f(c))).collect() };
+            json!({
+                "flagged": item.flagged,
+                "categories": pick(&|c| json!(c.1)),
+                "category_scores": pick(&|c| json!(c.2)),
+                "category_applied_input_types": pick(&|_| json!(["text"])),
+            })
+        })
+        .collect();
+    Ok(ok_json(&json!({"id": format!("modr-{}", random_id()), "model": entry.id, "results": results})))
+}
+
+/// The request's guard model: `model` if given (it must be a guard), else the first guard the
+/// server loaded.
+fn guard_model(state: &AppState, body: &Map<String, Value>) -> Result<Arc<ModelEntry>, ApiError> {
+    match body.get("model") {
+        None => state.registry.list().into_iter().find(|m| m.guard).ok_or_else(|| {
+            ApiError::invalid_param("model", "no guard model is loaded: start the server with --guard or a Granite Guardian model")
+        }),
+        Some(Value::String(id)) if !id.is_empty() => {
+            let entry = state.registry.get(id)?;
+            if !entry.guard {
+                return Err(ApiError::invalid_param("model", format!("the model `{id}` is not a guard model")));
+            }
+            Ok(entry)
+        }
+        Some(_) => Err(ApiError::invalid_param("model", "model must be a non-empty string")),
+    }
+}
+
+/// `input`: a string, an array of strings (one result each), or an array of content parts
+/// (one input: its text parts joined by newlines; an image part needs a vision projector, which
+/// no guard model has).
+fn inputs(input: Option<&Value>) -> Result<Vec<GuardInput>, ApiError> {
+    let bad = || ApiError::invalid_param("input", "input must be a string, an array of strings, or an array of content parts");
+    let texts: Vec<String> = match input {
+        None | Some(Value::Null) => return Err(ApiError::missing("input")),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) if items.is_empty() => return Err(ApiError::invalid_param("input", "input must not be empty")),
+        Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
+            items.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()
+        }
+        Some(Value::Array(items)) if items.iter().all(Value::is_object) => vec![content_parts(items)?],
+        Some(_) => return Err(bad()),
+    };
+    if texts.iter().any(|t| t.trim().is_empty()) {
+        return Err(ApiError::invalid_param("input", "every input must have some text"));
+    }
+    if texts.len() > MAX_BATCH {
+        return Err(engine::guard::GuardError::BatchTooLarge { max: MAX_BATCH }.into());
+    }
+    Ok(texts.into_iter().map(GuardInput::new).collect())
+}
+
+fn content_parts(parts: &[Value]) -> Result<String, ApiError> {
+    let mut texts = Vec::with_capacity(parts.len());
+    for (i, part) in parts.iter().enumerate() {
+        let param = format!("input[{i}]");
+        match part.get("type").and_then(Value::as_str) {
+            Some("text") => match part.get("text") {
+                Some(Value::String(t)) => texts.push(t.as_str()),
+                _ => return Err(ApiError::invalid_param(&param, format!("{param}.text must be a string"))),
+            },
+            Some("image_url") => {
+                return Err(ApiError::invalid_param(&param, "image inputs need a vision projector for the guard model; none is loaded"))
+            }
+            _ => return Err(ApiError::invalid_param(&param, format!("{param}.type must be \"text\" or \"image_url\""))),
+        }
+    }
+    Ok(texts.join("\n"))
+}
