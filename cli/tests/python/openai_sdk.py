@@ -113,6 +113,27 @@ for body in [{"input": []}, {"input": 5}, {"input": " "}, {"input": ["ok", 3]},
 status, err = post_json("/v1/moderations", {"model": "nope", "input": "x"})
 assert status == 404, err
 
+# thresholds on risk_probability decide `unsafe` on both sides of the value, and are echoed
+p = mods.results[1].category_scores.violence
+at = client.moderations.create(model=guard_id, input=texts[1], extra_body={"thresholds": {"violence": p}})
+assert at.results[0].categories.violence and at.results[0].categories.violence_graphic and at.results[0].flagged, at
+above = {r: 1.0 for r in ["evasiveness", "harm", "harm_engagement", "jailbreaking", "profanity", "sexual_content", "social_bias", "unethical_behavior", "violence"]}
+if p < 1.0:
+    above["violence"] = p + (1.0 - p) / 2
+    status, none = post_json("/v1/moderations", {"model": guard_id, "input": texts[1], "thresholds": above})
+    assert status == 200 and none["thresholds"]["violence"] == above["violence"], none
+    assert not none["results"][0]["categories"]["violence"] and none["results"][0]["category_scores"]["violence"] == p, none
+    assert none["results"][0]["flagged"] == any(none["results"][0]["category_scores"][r] >= 1.0 for r in above), none
+status, scan0 = post_json("/v1/guard/scan", {"model": guard_id, "input": {"user": texts[1]}, "thresholds": {"harm": 0.0}})
+assert status == 200 and scan0["flagged"] and scan0["thresholds"] == {"harm": 0.0}, scan0
+assert [v["unsafe"] for v in scan0["verdicts"] if v["risk"] == "harm"] == [True] and scan0["highest_risk"], scan0
+status, batch0 = post_json("/v1/guard/batch", {"model": guard_id, "inputs": [{"user": texts[1]}], "thresholds": {"violence": 0.0}})
+assert status == 200 and batch0["results"][0]["flagged"], batch0
+for bad_t in [{"nope": 0.5}, {"harm": 2}, {"harm": "x"}, [0.5]]:
+    for path, body in [("/v1/moderations", {"input": "x"}), ("/v1/guard", {"model": guard_id, "input": {"user": "x"}})]:
+        status, err = post_json(path, {**body, "thresholds": bad_t})
+        assert status == 400 and err["error"]["param"] == "thresholds", (path, bad_t, err)
+
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 with urllib.request.urlopen(base + "/metrics") as r:

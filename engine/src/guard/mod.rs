@@ -16,6 +16,7 @@ mod definitions;
 pub mod error;
 pub mod evaluator;
 pub mod moderation;
+pub mod policy;
 pub mod prefix;
 pub mod prompt;
 pub mod risks;
@@ -23,6 +24,7 @@ pub mod verdict;
 
 pub use error::GuardError;
 pub use evaluator::{BatchItem, Evaluator, EvaluatorOptions, GuardRequest, GuardResult, ScanResult, MAX_BATCH};
+pub use policy::Thresholds;
 pub use prefix::{common_prefix_len, PrefixNode, PrefixTree};
 pub use prompt::{GuardPrompt, NativeRequest, PromptPath, Prompter};
 pub use risks::{

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::guard::{GuardInput, GuardRequest, MAX_BATCH};
+use engine::guard::evaluator::highest_risk;
+use engine::guard::{GuardInput, GuardRequest, Thresholds, MAX_BATCH};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
@@ -42,6 +43,8 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
         Some(_) => return Err(ApiError::invalid_param("format", "format must be a string")),
     };
     let think = boolean(&body, "think")?.unwrap_or(false);
+    let limits = thresholds(&body)?;
+    let applied = limits.clone();
     let mut out = match route {
         GuardRoute::Batch => {
             let inputs = match body.get("inputs") {
@@ -58,7 +61,13 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
                 .worker
                 .run(move |engine, cancel| {
                     let ev = engine.guard.clone().expect("guard entries have an evaluator");
-                    ev.evaluate_batch_cancellable(&inputs, &risks, cancel.flag())
+                    let mut items = ev.evaluate_batch_cancellable(&inputs, &risks, cancel.flag())?;
+                    if !limits.is_empty() {
+                        for item in &mut items {
+                            item.flagged = limits.apply(&mut item.verdicts);
+                        }
+                    }
+                    Ok::<_, engine::guard::GuardError>(items)
                 })
                 .await??;
             json!({"model": id, "results": items})
@@ -72,9 +81,18 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
                 .run(move |engine, cancel| {
                     let ev = engine.guard.clone().expect("guard entries have an evaluator");
                     if scan {
-                        ev.scan_cancellable(&request.input, request.format.as_deref(), request.think, cancel.flag()).map(|r| json!(r))
+                        let mut r = ev.scan_cancellable(&request.input, request.format.as_deref(), request.think, cancel.flag())?;
+                        if !limits.is_empty() {
+                            r.flagged = limits.apply(&mut r.verdicts);
+                            r.highest_risk = highest_risk(&r.verdicts);
+                        }
+                        Ok(json!(r))
                     } else {
-                        ev.evaluate_cancellable(&request, cancel.flag()).map(|r| json!(r))
+                        let mut r = ev.evaluate_cancellable(&request, cancel.flag())?;
+                        if !limits.is_empty() {
+                            r.flagged = limits.apply(&mut r.verdicts);
+                        }
+                        Ok::<_, engine::guard::GuardError>(json!(r))
                     }
                 })
                 .await??;
@@ -85,8 +103,34 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
             out
         }
     };
+    if !applied.is_empty() {
+        out["thresholds"] = thresholds_json(&applied);
+    }
     out["latency_ms"] = json!(start.elapsed().as_secs_f64() * 1e3);
     Ok(ok_json(&out))
+}
+
+/// `thresholds: {risk: p}` (each a risk of the contract, p from 0 to 1): a risk with one is
+/// unsafe exactly when its `risk_probability` reaches it (`engine::guard::policy`).
+pub fn thresholds(body: &Map<String, Value>) -> Result<Thresholds, ApiError> {
+    let bad = |m: String| ApiError::invalid_param("thresholds", m);
+    match body.get("thresholds") {
+        None | Some(Value::Null) => Ok(Thresholds::default()),
+        Some(Value::Object(map)) => {
+            let mut pairs = Vec::with_capacity(map.len());
+            for (risk, t) in map {
+                let t = t.as_f64().ok_or_else(|| bad(format!("the threshold of {risk} must be a number from 0 to 1")))?;
+                pairs.push((risk.as_str(), t));
+            }
+            Thresholds::parse(pairs).map_err(|e| bad(e.0))
+        }
+        Some(_) => Err(bad("thresholds must be an object of risk names to numbers from 0 to 1".into())),
+    }
+}
+
+/// The thresholds a response applied, echoed as `{risk: p}`.
+pub fn thresholds_json(t: &Thresholds) -> Value {
+    Value::Object(t.iter().map(|(r, p)| (r.name().to_string(), json!(p))).collect())
 }
 
 fn risks(body: &Map<String, Value>, route: GuardRoute) -> Result<Vec<String>, ApiError> {

@@ -2,7 +2,8 @@
 //! harm risks (one batch on the guard model's engine thread), answered as OpenAI answers,
 //! `{id, model, results: [{flagged, categories, category_scores, category_applied_input_types}]}`,
 //! the categories under the risks' names and OpenAI's (`engine::guard::moderation`), the scores
-//! the risks' `risk_probability`.
+//! the risks' `risk_probability`; `thresholds: {risk: p}` decides `unsafe` by the probability
+//! (`engine::guard::policy`) and is echoed.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,6 +18,7 @@ use crate::http::{ok_json, Body};
 use crate::params::check_user;
 use crate::registry::ModelEntry;
 use crate::routes::generation::random_id;
+use crate::routes::guard::{thresholds, thresholds_json};
 use crate::AppState;
 
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
@@ -31,12 +33,18 @@ async fn moderate(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Res
     check_user(&body)?;
     let entry = guard_model(state, &body)?;
     let inputs = inputs(body.get("input"))?;
+    let limits = thresholds(&body)?;
+    let echo = (!limits.is_empty()).then(|| thresholds_json(&limits));
     let no_risks: [&str; 0] = [];
     let items = entry
         .worker
         .run(move |engine, cancel| {
             let ev = engine.guard.clone().expect("guard entries have an evaluator");
-            ev.evaluate_batch_cancellable(&inputs, &no_risks, cancel.flag())
+            let mut items = ev.evaluate_batch_cancellable(&inputs, &no_risks, cancel.flag())?;
+            for item in &mut items {
+                item.flagged = limits.apply(&mut item.verdicts);
+            }
+            Ok::<_, engine::guard::GuardError>(items)
         })
         .await??;
     let results: Vec<Value> = items
@@ -53,7 +61,11 @@ async fn moderate(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Res
             })
         })
         .collect();
-    Ok(ok_json(&json!({"id": format!("modr-{}", random_id()), "model": entry.id, "results": results})))
+    let mut out = json!({"id": format!("modr-{}", random_id()), "model": entry.id, "results": results});
+    if let Some(echo) = echo {
+        out["thresholds"] = echo;
+    }
+    Ok(ok_json(&out))
 }
 
 /// The request's guard model: `model` if given (it must be a guard), else the first guard the

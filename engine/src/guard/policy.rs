@@ -1,0 +1,97 @@
+//! Per-risk thresholds: a request (or a server preset) may decide `unsafe` by the verdict's
+//! `risk_probability` instead of the model's own label. A risk with a threshold `t` is unsafe
+//! exactly when `risk_probability >= t`; a verdict without a probability (the model gave neither
+//! yes nor no any weight) keeps its label; risks without a threshold keep their label. The
+//! verdict's `confidence` stays the model's confidence in its own label.
+
+use super::{Risk, Verdict};
+
+/// Thresholds by risk, in the order given (a risk at most once).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Thresholds(Vec<(Risk, f64)>);
+
+/// Why a threshold was refused: the message names the risk or the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThresholdError(pub String);
+
+impl std::fmt::Display for ThresholdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Thresholds {
+    /// From `(risk name, threshold)` pairs: every name a risk of the contract, every threshold
+    /// a number in 0..=1, no risk twice.
+    pub fn parse<S: AsRef<str>>(pairs: impl IntoIterator<Item = (S, f64)>) -> Result<Thresholds, ThresholdError> {
+        let mut out: Vec<(Risk, f64)> = Vec::new();
+        for (name, t) in pairs {
+            let name = name.as_ref();
+            let risk = Risk::from_name(name).ok_or_else(|| ThresholdError(format!("invalid risk category: {name}")))?;
+            if !(0.0..=1.0).contains(&t) {
+                return Err(ThresholdError(format!("the threshold of {name} must be a number from 0 to 1, not {t}")));
+            }
+            if out.iter().any(|(r, _)| *r == risk) {
+                return Err(ThresholdError(format!("{name} has two thresholds")));
+            }
+            out.push((risk, t));
+        }
+        Ok(Thresholds(out))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn get(&self, risk: Risk) -> Option<f64> {
+        self.0.iter().find(|(r, _)| *r == risk).map(|&(_, t)| t)
+    }
+
+    /// `(risk, threshold)` in the order given.
+    pub fn iter(&self) -> impl Iterator<Item = (Risk, f64)> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// Decides each verdict's `unsafe` by its threshold; returns whether any is unsafe.
+    pub fn apply(&self, verdicts: &mut [Verdict]) -> bool {
+        for v in verdicts.iter_mut() {
+            if let (Some(t), Some(p)) = (self.get(v.risk), v.risk_probability) {
+                // compared as given: the request's f64 against the probability the response shows
+                v.is_unsafe = f64::from(p) >= t;
+            }
+        }
+        verdicts.iter().any(|v| v.is_unsafe)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(risk: Risk, is_unsafe: bool, p: Option<f32>) -> Verdict {
+        Verdict { risk, is_unsafe, confidence: 0.9, reasoning: String::new(), risk_probability: p }
+    }
+
+    #[test]
+    fn a_threshold_decides_on_both_sides_and_the_rest_keep_their_label() {
+        let t = Thresholds::parse([("violence", 0.3), ("harm", 0.9)]).unwrap();
+        let mut vs = vec![v(Risk::Violence, false, Some(0.3)), v(Risk::Harm, true, Some(0.899)), v(Risk::Profanity, true, Some(0.01))];
+        assert!(t.apply(&mut vs));
+        assert_eq!(vs.iter().map(|v| v.is_unsafe).collect::<Vec<_>>(), [true, false, true]);
+        let mut vs = vec![v(Risk::Violence, false, Some(0.2999)), v(Risk::Harm, true, None)];
+        assert!(t.apply(&mut vs), "no probability: the label stays");
+        assert!(!vs[0].is_unsafe && vs[1].is_unsafe);
+        assert_eq!(vs[0].confidence, 0.9);
+        let mut vs = vec![v(Risk::Violence, true, Some(0.1))];
+        assert!(!t.apply(&mut vs));
+    }
+
+    #[test]
+    fn bad_thresholds_are_refused_by_name() {
+        assert_eq!(Thresholds::parse([("nope", 0.5)]).unwrap_err().0, "invalid risk category: nope");
+        assert!(Thresholds::parse([("harm", 1.5)]).unwrap_err().0.contains("from 0 to 1"));
+        assert!(Thresholds::parse([("harm", f64::NAN)]).is_err());
+        assert!(Thresholds::parse([("harm", 0.5), ("harm", 0.6)]).unwrap_err().0.contains("two thresholds"));
+        assert!(Thresholds::parse([("harm", 0.0), ("violence", 1.0)]).is_ok());
+    }
+}
