@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use engine::backend::Device;
 use engine::guard::error::ApiError;
-use engine::guard::{Evaluator, EvaluatorOptions, GuardError, GuardFormat, GuardInput, GuardRequest, Verdict};
+use engine::guard::evaluator::highest_risk;
+use engine::guard::{Evaluator, EvaluatorOptions, GuardError, GuardFormat, GuardInput, GuardRequest, Thresholds, Verdict};
 use serde_json::json;
 
 use crate::load::{parse_device, parse_positive, text_or_file, thread_pool};
@@ -58,6 +59,21 @@ pub struct GuardArgs {
     /// server.
     #[arg(long)]
     pub print_prompts: bool,
+    /// `RISK=P` (repeatable): RISK is unsafe exactly when its probability reaches P (0 to 1),
+    /// whatever the model's label; as the endpoints' `thresholds`.
+    #[arg(long = "threshold", value_name = "RISK=P")]
+    pub thresholds: Vec<String>,
+}
+
+/// The `--threshold RISK=P` arguments, checked as the endpoints check `thresholds`.
+fn thresholds(args: &[String]) -> anyhow::Result<Thresholds> {
+    let mut pairs = Vec::with_capacity(args.len());
+    for a in args {
+        let (risk, p) = a.split_once('=').ok_or_else(|| anyhow::anyhow!("--threshold {a}: expected RISK=P"))?;
+        let p: f64 = p.trim().parse().map_err(|_| anyhow::anyhow!("--threshold {a}: P must be a number from 0 to 1"))?;
+        pairs.push((risk.trim().to_string(), p));
+    }
+    Thresholds::parse(pairs).map_err(|e| anyhow::anyhow!("--threshold: {e}"))
 }
 
 /// Runs the evaluation; `Ok(true)` when something was flagged.
@@ -82,6 +98,7 @@ fn error_body(e: &anyhow::Error) -> serde_json::Value {
 
 fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     let pool = thread_pool(args.threads)?;
+    let limits = thresholds(&args.thresholds)?;
     let Some(user) = text_or_file(args.input.as_deref(), args.file.as_deref())? else { anyhow::bail!("--input or --file is required") };
     if let Some(f) = &args.format {
         GuardFormat::parse(f)?;
@@ -100,7 +117,7 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
         }
         return Ok(false);
     }
-    let (flagged, verdicts, highest) = pool.install(|| -> anyhow::Result<_> {
+    let (mut flagged, mut verdicts, mut highest) = pool.install(|| -> anyhow::Result<_> {
         if args.scan {
             let r = evaluator.scan_cancellable(&request.input, request.format.as_deref(), request.think, &Default::default())?;
             Ok((r.flagged, r.verdicts, r.highest_risk))
@@ -109,9 +126,18 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
             Ok((r.flagged, r.verdicts, None))
         }
     })?;
+    if !limits.is_empty() {
+        flagged = limits.apply(&mut verdicts);
+        if args.scan {
+            highest = highest_risk(&verdicts);
+        }
+    }
     let latency_ms = start.elapsed().as_secs_f64() * 1e3;
     if args.json {
         let mut out = json!({"model": model_id, "flagged": flagged, "verdicts": verdicts, "latency_ms": latency_ms});
+        if !limits.is_empty() {
+            out["thresholds"] = limits.iter().map(|(r, p)| (r.name().to_string(), json!(p))).collect::<serde_json::Map<_, _>>().into();
+        }
         if let Some(h) = highest {
             out["highest_risk"] = json!(h);
         }

@@ -142,3 +142,39 @@ fn print_prompts_prints_one_prompt_per_risk() {
     }
     assert_ne!(lines[0]["prompt"], lines[1]["prompt"]);
 }
+
+/// `--threshold RISK=P` decides a risk by its probability on both sides of it (echoed in the
+/// JSON, the exit code following); a bad one is a one-line error, exit 2.
+#[test]
+fn thresholds_decide_by_the_probability() {
+    let scan = |extra: &[&str]| -> (Value, Option<i32>) {
+        let mut args = vec!["--input", "I love sunny days", "--scan", "--json"];
+        args.extend_from_slice(extra);
+        let out = guard(&args);
+        (serde_json::from_slice(&out.stdout).unwrap(), out.status.code())
+    };
+    let (plain, _) = scan(&[]);
+    let verdict = |j: &Value, risk: &str| j["verdicts"].as_array().unwrap().iter().find(|v| v["risk"] == risk).unwrap().clone();
+    let p = verdict(&plain, "harm")["risk_probability"].as_f64().unwrap();
+    let at = format!("harm={p}");
+    let (j, code) = scan(&["--threshold", &at]);
+    assert_eq!(verdict(&j, "harm")["unsafe"], true);
+    assert_eq!((j["flagged"].as_bool(), code), (Some(true), Some(1)));
+    assert_eq!(j["thresholds"]["harm"].as_f64(), Some(p));
+    let all_above: Vec<String> = plain["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| format!("{}={}", v["risk"].as_str().unwrap(), (v["risk_probability"].as_f64().unwrap() + 1.0) / 2.0))
+        .collect();
+    let args: Vec<&str> = all_above.iter().flat_map(|a| ["--threshold", a.as_str()]).collect();
+    let (j, code) = scan(&args);
+    assert_eq!((j["flagged"].as_bool(), code), (Some(false), Some(0)), "{j}");
+    assert!(j.get("highest_risk").is_none());
+    for bad in ["harm", "harm=2", "nope=0.5", "harm=x"] {
+        let out = guard(&["--input", "x", "--threshold", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("--threshold") && err.trim().lines().count() == 1, "{bad}: {err}");
+    }
+}
