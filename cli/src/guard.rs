@@ -136,7 +136,7 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     if args.json {
         let mut out = json!({"model": model_id, "flagged": flagged, "verdicts": verdicts, "latency_ms": latency_ms});
         if !limits.is_empty() {
-            out["thresholds"] = limits.iter().map(|(r, p)| (r.name().to_string(), json!(p))).collect::<serde_json::Map<_, _>>().into();
+            out["thresholds"] = json!(limits);
         }
         if let Some(h) = highest {
             out["highest_risk"] = json!(h);

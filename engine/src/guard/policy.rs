@@ -20,6 +20,18 @@ impl std::fmt::Display for ThresholdError {
     }
 }
 
+/// As the responses echo them: `{risk: p}` in the order given.
+impl serde::Serialize for Thresholds {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (risk, t) in &self.0 {
+            map.serialize_entry(risk.name(), t)?;
+        }
+        map.end()
+    }
+}
+
 impl Thresholds {
     /// From `(risk name, threshold)` pairs: every name a risk of the contract, every threshold
     /// a number in 0..=1, no risk twice.
@@ -45,11 +57,6 @@ impl Thresholds {
 
     pub fn get(&self, risk: Risk) -> Option<f64> {
         self.0.iter().find(|(r, _)| *r == risk).map(|&(_, t)| t)
-    }
-
-    /// `(risk, threshold)` in the order given.
-    pub fn iter(&self) -> impl Iterator<Item = (Risk, f64)> + '_ {
-        self.0.iter().copied()
     }
 
     /// Decides each verdict's `unsafe` by its threshold; returns whether any is unsafe.

@@ -104,7 +104,7 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
         }
     };
     if !applied.is_empty() {
-        out["thresholds"] = thresholds_json(&applied);
+        out["thresholds"] = json!(applied);
     }
     out["latency_ms"] = json!(start.elapsed().as_secs_f64() * 1e3);
     Ok(ok_json(&out))
@@ -126,11 +126,6 @@ pub fn thresholds(body: &Map<String, Value>) -> Result<Thresholds, ApiError> {
         }
         Some(_) => Err(bad("thresholds must be an object of risk names to numbers from 0 to 1".into())),
     }
-}
-
-/// The thresholds a response applied, echoed as `{risk: p}`.
-pub fn thresholds_json(t: &Thresholds) -> Value {
-    Value::Object(t.iter().map(|(r, p)| (r.name().to_string(), json!(p))).collect())
 }
 
 fn risks(body: &Map<String, Value>, route: GuardRoute) -> Result<Vec<String>, ApiError> {

@@ -18,7 +18,7 @@ use crate::http::{ok_json, Body};
 use crate::params::check_user;
 use crate::registry::ModelEntry;
 use crate::routes::generation::random_id;
-use crate::routes::guard::{thresholds, thresholds_json};
+use crate::routes::guard::thresholds;
 use crate::AppState;
 
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
@@ -34,7 +34,7 @@ async fn moderate(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Res
     let entry = guard_model(state, &body)?;
     let inputs = inputs(body.get("input"))?;
     let limits = thresholds(&body)?;
-    let echo = (!limits.is_empty()).then(|| thresholds_json(&limits));
+    let echo = (!limits.is_empty()).then(|| json!(limits));
     let no_risks: [&str; 0] = [];
     let items = entry
         .worker
