@@ -1,18 +1,21 @@
 //! `engine-cli guard`: judges a text (and optionally a response and a context) for risks with a
 //! Granite Guardian model, or any chat model through the generic path. Prints one line per risk
 //! and the overall result, or with `--json` the object the HTTP endpoint returns (for an error,
-//! its OpenAI-shaped error body, besides the error line on stderr). Exit code 0 when nothing is
+//! its OpenAI-shaped error body, besides the error line on stderr); a conversation with
+//! `--messages`, a data set with `--file --jsonl` (`guard_jsonl`). Exit code 0 when nothing is
 //! flagged, 1 when something is, 2 on error.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use anyhow::Context;
 use engine::backend::Device;
 use engine::guard::error::ApiError;
 use engine::guard::evaluator::highest_risk;
-use engine::guard::{Evaluator, EvaluatorOptions, GuardError, GuardFormat, GuardInput, GuardRequest, Thresholds, Verdict};
+use engine::guard::{Evaluator, EvaluatorOptions, GuardError, GuardFormat, GuardInput, GuardRequest, Policies, Thresholds, Verdict};
 use serde_json::json;
 
+use crate::guard_jsonl as jsonl;
 use crate::load::{parse_device, parse_positive, text_or_file, thread_pool};
 
 #[derive(clap::Args)]
@@ -22,11 +25,21 @@ pub struct GuardArgs {
     #[arg(long, short = 'm')]
     pub model: PathBuf,
     /// The user message to judge.
-    #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+    #[arg(long, conflicts_with_all = ["file", "messages"], required_unless_present_any = ["file", "messages"])]
     pub input: Option<String>,
-    /// Read the user message from a file (`-` for standard input).
-    #[arg(long, short = 'f')]
+    /// Read the user message from a file (`-` for standard input); with --jsonl, one input per
+    /// line.
+    #[arg(long, short = 'f', conflicts_with = "messages")]
     pub file: Option<PathBuf>,
+    /// A conversation to judge: a JSON file with an OpenAI chat message list (or an object with
+    /// `messages`); the last user turn is judged, or the assistant's turn when it comes last.
+    #[arg(long, value_name = "FILE.json", conflicts_with = "response")]
+    pub messages: Option<PathBuf>,
+    /// With --file: one input per line (a JSON string, or an object like the endpoint's `input`:
+    /// `{user, assistant, context}` or `{messages}`), one JSON result per line on standard
+    /// output; exit 1 if any line is flagged.
+    #[arg(long, requires = "file", conflicts_with_all = ["format", "think", "print_prompts", "json"])]
+    pub jsonl: bool,
     /// The assistant's response to judge (with the user message as its context).
     #[arg(long)]
     pub response: Option<String>,
@@ -63,6 +76,25 @@ pub struct GuardArgs {
     /// whatever the model's label; as the endpoints' `thresholds`.
     #[arg(long = "threshold", value_name = "RISK=P")]
     pub thresholds: Vec<String>,
+    /// A policy preset from a policy file (as `serve --guard-policy`): `FILE:NAME`, or `FILE`
+    /// for the file's default policy; --threshold replaces its thresholds risk by risk.
+    #[arg(long, value_name = "FILE:NAME")]
+    pub policy: Option<String>,
+}
+
+/// The policy (`--policy`) and thresholds (`--threshold` over the policy's) to judge by.
+fn applied(args: &GuardArgs) -> anyhow::Result<(Option<String>, Thresholds)> {
+    let own = thresholds(&args.thresholds)?;
+    let Some(spec) = &args.policy else { return Ok((None, own)) };
+    let (file, name) = match spec.rsplit_once(':') {
+        Some((file, name)) if !name.is_empty() && !name.contains('/') => (file, Some(name)),
+        _ => (spec.as_str(), None),
+    };
+    let policies = Policies::load(Path::new(file))?;
+    let policy =
+        policies.select(name).map_err(|e| anyhow::anyhow!("--policy {spec}: {}", e.replace(" the server has", " the file has")))?;
+    let policy = policy.ok_or_else(|| anyhow::anyhow!("--policy {spec}: the file has no default policy: name one as FILE:NAME"))?;
+    Ok((Some(policy.name.clone()), policy.thresholds.overridden_by(&own)))
 }
 
 /// The `--threshold RISK=P` arguments, checked as the endpoints check `thresholds`.
@@ -98,17 +130,43 @@ fn error_body(e: &anyhow::Error) -> serde_json::Value {
 
 fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     let pool = thread_pool(args.threads)?;
-    let limits = thresholds(&args.thresholds)?;
-    let Some(user) = text_or_file(args.input.as_deref(), args.file.as_deref())? else { anyhow::bail!("--input or --file is required") };
+    let (policy, limits) = applied(&args)?;
     if let Some(f) = &args.format {
         GuardFormat::parse(f)?;
     }
-    let mut input = GuardInput::new(user);
-    input.assistant = args.response.clone();
-    input.context = args.context.clone();
+    let lines = match (&args.file, args.jsonl) {
+        (Some(file), true) => Some(jsonl::read(file, args.context.as_deref())?),
+        _ => None,
+    };
+    let input = match (&lines, &args.messages) {
+        (Some(_), _) => GuardInput::default(),
+        (None, Some(path)) => {
+            let mut input = messages_file(path)?;
+            input.context = args.context.clone().or(input.context);
+            input
+        }
+        (None, None) => {
+            let Some(user) = text_or_file(args.input.as_deref(), args.file.as_deref())? else {
+                anyhow::bail!("--input, --file or --messages is required")
+            };
+            let mut input = GuardInput::new(user);
+            input.assistant = args.response.clone();
+            input.context = args.context.clone();
+            input
+        }
+    };
     let options = EvaluatorOptions { device: args.device, ..EvaluatorOptions::default() };
     let evaluator = Evaluator::new(&args.model, options).map_err(|e| anyhow::anyhow!(e).context(args.model.display().to_string()))?;
     let model_id = args.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+    let format = if evaluator.prompter().is_guardian() {
+        args.format.as_deref().map_or_else(|| evaluator.default_format().to_string(), |f| f.to_string())
+    } else {
+        "generic".to_string()
+    };
+    let audit = json!({"model": model_id, "format": format, "policy": policy});
+    if let Some(lines) = lines {
+        return pool.install(|| jsonl::judge(&evaluator, &lines, &args.risks, args.scan, &limits, &audit));
+    }
     let start = Instant::now();
     let request = GuardRequest { input, risks: args.risks.clone(), format: args.format.clone(), think: args.think };
     if args.print_prompts {
@@ -134,7 +192,10 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     }
     let latency_ms = start.elapsed().as_secs_f64() * 1e3;
     if args.json {
-        let mut out = json!({"model": model_id, "flagged": flagged, "verdicts": verdicts, "latency_ms": latency_ms});
+        let mut out = audit;
+        out["flagged"] = json!(flagged);
+        out["verdicts"] = json!(verdicts);
+        out["latency_ms"] = json!(latency_ms);
         if !limits.is_empty() {
             out["thresholds"] = json!(limits);
         }
@@ -152,6 +213,13 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
         eprintln!("{} risks in {latency_ms:.0} ms", verdicts.len());
     }
     Ok(flagged)
+}
+
+/// `--messages FILE.json`: a message list, or an object with `messages` (and `context`).
+fn messages_file(path: &Path) -> anyhow::Result<GuardInput> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    jsonl::input(&value).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 fn print_table(verdicts: &[Verdict]) {

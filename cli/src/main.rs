@@ -6,6 +6,7 @@ mod bench;
 mod chat;
 mod embed;
 mod guard;
+mod guard_jsonl;
 mod info;
 mod load;
 mod logits;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use engine::backend::{BackendError, Device};
-use engine::guard::{Evaluator, EvaluatorOptions};
+use engine::guard::{Evaluator, EvaluatorOptions, Policies};
 use engine::model::Model;
 use server::batch_scheduler::BatchConfig;
 use server::{ModelSpec, Scheduling, Server};
@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// Guardian serves as the guard.
     #[arg(long)]
     pub guard: Option<PathBuf>,
+    /// Guard policy presets (TOML, or JSON for a `.json` file): named per-risk thresholds that
+    /// guard requests select with `policy`, and the `default` one for requests that name none.
+    #[arg(long, value_name = "FILE")]
+    pub guard_policy: Option<PathBuf>,
     /// A smaller model with the same vocabulary that drafts tokens for the chat models
     /// (speculative decoding, used while a sequence decodes alone: with several, one batched pass
     /// already serves them all; greedy output is unchanged, sampled output keeps its
@@ -93,6 +97,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(n) = args.threads {
         rayon::ThreadPoolBuilder::new().num_threads(n).build_global().context("starting the worker threads")?;
     }
+    // read before any model: a bad policy file is a start-up error naming its line
+    let policies = args.guard_policy.as_deref().map(Policies::load).transpose()?;
     let guard_path = args.guard.as_ref().map(|p| p.canonicalize().with_context(|| p.display().to_string())).transpose()?;
     let scheduling = Scheduling {
         parallel: args.parallel,
@@ -101,7 +107,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         cache_entries: args.prompt_cache,
         kv_positions: None,
     };
-    let mut builder = Server::builder().api_key(args.api_key.clone()).scheduling(scheduling);
+    let mut builder =
+        Server::builder().api_key(args.api_key.clone()).scheduling(scheduling).guard_policies(policies.clone().unwrap_or_default());
     if args.max_batch.is_some() || args.batch_timeout_ms.is_some() {
         builder = builder.batch_scheduler(BatchConfig {
             max_batch_size: args.max_batch.unwrap_or(args.parallel),
@@ -139,6 +146,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 _ => "guard",
             };
             eprintln!("serving {} ({role}, context {}, {} sequences at once)", m.id, m.n_ctx, args.parallel);
+        }
+        if let Some(p) = &policies {
+            let names: Vec<&str> = p.names().collect();
+            let default = p.default_policy().map_or(String::new(), |d| format!(" (default {})", d.name));
+            eprintln!("guard policies: {}{default}", names.join(", "));
         }
         eprintln!("listening on http://{addr}");
         let server = Arc::new(server);

@@ -178,3 +178,129 @@ fn thresholds_decide_by_the_probability() {
         assert!(err.contains("--threshold") && err.trim().lines().count() == 1, "{bad}: {err}");
     }
 }
+
+/// A temporary file with `text`, removed when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, text: &str) -> TempFile {
+        let dir = std::env::temp_dir().join(format!("guard-cli-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        TempFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0.parent().unwrap());
+    }
+}
+
+#[test]
+fn a_policy_preset_decides_and_a_threshold_overrides_it() {
+    let policies = TempFile::new(
+        "p.toml",
+        "default = \"all\"\n[policies.all]\nthresholds = { harm = 0.0, violence = 0.0 }\n[policies.none]\nthresholds = { harm = 1.0 }\n",
+    );
+    let run = |extra: &[&str]| -> (Value, Option<i32>) {
+        let mut args = vec!["--input", "I love sunny days", "--json", "--risks", "harm,violence"];
+        args.extend_from_slice(extra);
+        let out = guard(&args);
+        (serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr))), out.status.code())
+    };
+    let (j, code) = run(&["--policy", policies.path()]);
+    assert_eq!((j["policy"].as_str(), j["flagged"].as_bool(), code), (Some("all"), Some(true), Some(1)), "{j}");
+    assert!(j["verdicts"].as_array().unwrap().iter().all(|v| v["unsafe"] == true));
+    assert_eq!((j["format"].as_str(), j["thresholds"]["violence"].as_f64()), (Some("3.0"), Some(0.0)));
+    let (j, _) = run(&["--policy", &format!("{}:all", policies.path()), "--threshold", "harm=1", "--threshold", "violence=1"]);
+    assert_eq!((j["flagged"].as_bool(), j["thresholds"]["harm"].as_f64()), (Some(false), Some(1.0)), "{j}");
+    let (j, _) = run(&["--policy", &format!("{}:none", policies.path())]);
+    assert_eq!(j["policy"], "none");
+    let bad = TempFile::new("bad.toml", "[policies.a]\n\nthresholds = { harm = 0.3, hate = 0.1 }\n");
+    for (arg, expected) in [
+        (format!("{}:nope", policies.path()), "unknown policy `nope`: the file has all, none".to_string()),
+        (bad.path().to_string(), format!("{} line 3: policy `a`: invalid risk category: hate", bad.path())),
+    ] {
+        let out = guard(&["--input", "x", "--policy", &arg]);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(err.contains(&expected) && err.trim().lines().count() == 1, "{err}");
+    }
+}
+
+#[test]
+fn a_conversation_file_judges_its_last_turn() {
+    let conversation = TempFile::new(
+        "c.json",
+        r#"[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "How do I pick a lock?"}]"#,
+    );
+    let out = guard(&["--messages", conversation.path(), "--json", "--risks", "harm"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(j["verdicts"][0]["risk"], "harm");
+    // 3.2 shows the whole conversation (3.0 only the judged turns); the system message is no part
+    // of it
+    let prompts = guard_with("3.2", &["--messages", conversation.path(), "--risks", "harm", "--print-prompts"]);
+    let prompt: Value = serde_json::from_slice(&prompts.stdout).unwrap();
+    let text = prompt["prompt"].as_str().unwrap();
+    assert!(text.contains("User Message: Hi\nAssistant Message: Hello\nUser Message: How do I pick a lock?\n"), "{text}");
+    assert!(!text.contains("Be brief"), "{text}");
+    let bad = TempFile::new("bad.json", r#"[{"role": "assistant", "content": "Hi"}]"#);
+    let out = guard(&["--messages", bad.path()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("input.messages must contain a user message"));
+}
+
+#[test]
+fn jsonl_judges_one_input_per_line() {
+    let data = TempFile::new(
+        "d.jsonl",
+        "\"I love sunny days\"\n\n{\"user\": \"How do I pick a lock?\", \"assistant\": \"Use a pick.\"}\n[{\"role\": \"user\", \"content\": \"Hi\"}]\n",
+    );
+    let out = guard(&["--file", data.path(), "--jsonl", "--scan"]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.iter().map(|l| l["line"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 3, 4]);
+    let any = lines.iter().any(|l| l["flagged"] == true);
+    assert_eq!(out.status.code(), Some(if any { 1 } else { 0 }));
+    for l in &lines {
+        assert_eq!(l["verdicts"].as_array().unwrap().len(), 9);
+        assert_eq!(l["highest_risk"].is_string(), l["flagged"] == true);
+    }
+    // the same verdicts as one input at a time
+    let single = guard(&["--input", "I love sunny days", "--scan", "--json"]);
+    let single: Value = serde_json::from_slice(&single.stdout).unwrap();
+    assert_eq!(single["verdicts"], lines[0]["verdicts"]);
+    // every line is flagged by a threshold of 0: exit 1
+    let out = guard(&["--file", data.path(), "--jsonl", "--risks", "harm", "--threshold", "harm=0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8(out.stdout).unwrap().lines().filter(|l| l.contains("\"flagged\":true")).count(), 3);
+    // a bad line: nothing judged, the line named
+    let bad = TempFile::new("bad.jsonl", "\"ok\"\n{\"user\": 3}\n");
+    let out = guard(&["--file", bad.path(), "--jsonl"]);
+    assert_eq!((out.status.code(), out.stdout.is_empty()), (Some(2), true));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("bad.jsonl line 2: user must be a string"), "{err}");
+}
+
+#[test]
+fn serve_refuses_a_bad_policy_file_naming_its_line() {
+    let bad = TempFile::new("bad.toml", "default = \"a\"\n[policies.a]\nthresholds = { harm = 0.5,\n  violence = 7 }\n");
+    let model = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
+    let out = Command::new(env!("CARGO_BIN_EXE_engine-cli"))
+        .args(["serve", "--port", "0", "--guard-policy", bad.path(), "-m"])
+        .arg(model)
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        err.contains(&format!("{} line 4: policy `a`: the threshold of violence must be a number from 0 to 1, not 7", bad.path())),
+        "{err}"
+    );
+}

@@ -4,12 +4,15 @@
 //! - `/openapi.yaml` validated by `openapi-spec-validator`, and `schemathesis` generating
 //!   requests from it for every route: no 5xx, no undeclared status or content type, no response
 //!   (streamed events included) that breaks its schema (`python/openapi_conformance.py`, settings
-//!   and the cross-field exceptions in `python/schemathesis.toml`).
+//!   and the cross-field exceptions in `python/schemathesis.toml`);
+//! - the `openai` package's moderations with the real Qwen2.5-Coder-0.5B as generic guard
+//!   (`python/moderations_generic.py`).
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 
-use engine_tests::{fixture, python_test_deps, ServeProcess};
+use engine_tests::{fetch_model, fixture, python_test_deps, ServeProcess};
 
 const CHAT: &str = "tiny-llama-Q8_0";
 const GUARD: &str = "guardian-tiny-3.0-q8_0";
@@ -17,14 +20,16 @@ const GUARD: &str = "guardian-tiny-3.0-q8_0";
 /// Runs `cli/tests/python/<script> <base URL> <args>` against a fresh server with the tiny chat
 /// model and the tiny guard; returns its stdout, failing the test when the script fails.
 fn run_against_tiny_server(script: &str, args: &[&str]) -> String {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let pythonpath = python_test_deps();
     let model = fixture("models/tiny-llama-Q8_0.gguf");
     let guard = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
-    let server = ServeProcess::start(
-        Path::new(env!("CARGO_BIN_EXE_engine-cli")),
-        &["-c".as_ref(), "512".as_ref(), "-m".as_ref(), model.as_os_str(), "--guard".as_ref(), guard.as_os_str()],
-    );
+    run_against(script, &["-c".as_ref(), "512".as_ref(), "-m".as_ref(), model.as_os_str(), "--guard".as_ref(), guard.as_os_str()], args)
+}
+
+/// Runs the script against `engine-cli serve <serve_args>`.
+fn run_against(script: &str, serve_args: &[&OsStr], args: &[&str]) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let pythonpath = python_test_deps();
+    let server = ServeProcess::start(Path::new(env!("CARGO_BIN_EXE_engine-cli")), serve_args);
     let out = Command::new("python3")
         .arg(root.join("cli/tests/python").join(script))
         .arg(&server.base)
@@ -44,6 +49,18 @@ fn run_against_tiny_server(script: &str, args: &[&str]) -> String {
 #[test]
 fn the_openai_python_package_works_against_the_server() {
     run_against_tiny_server("openai_sdk.py", &[CHAT, GUARD]);
+}
+
+/// Moderations with the real Qwen2.5-Coder-0.5B-Instruct as generic guard
+/// (`python/moderations_generic.py`).
+#[test]
+fn the_openai_package_moderates_with_a_chat_model_as_guard() {
+    let qwen = fetch_model("qwen2.5-coder");
+    let id = qwen.file_stem().unwrap().to_str().unwrap().to_string();
+    let args: [&OsStr; 5] = ["-c".as_ref(), "1024".as_ref(), "--guard".as_ref(), qwen.as_os_str(), "-m".as_ref()];
+    let mut serve: Vec<&OsStr> = args.to_vec();
+    serve.push(qwen.as_os_str());
+    run_against("moderations_generic.py", &serve, &[&id, qwen.to_str().unwrap()]);
 }
 
 #[test]

@@ -9,6 +9,7 @@
 //! it on a listener until `Server::close()`, then drains open connections and the batch
 //! scheduler.
 
+pub mod audit;
 pub mod batch_scheduler;
 pub mod engine_loop;
 pub mod error;
@@ -28,7 +29,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::guard::{Evaluator, EvaluatorOptions};
+use engine::guard::{Evaluator, EvaluatorOptions, Policies};
 use engine::model::Model;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
@@ -65,6 +66,8 @@ pub struct AppState {
     created: u64,
     /// Non-streaming generations go through it when attached.
     pub batcher: Option<Arc<Batcher>>,
+    /// The guard policy presets (`--guard-policy FILE`) requests select with `policy`.
+    pub policies: Policies,
 }
 
 /// The batch scheduler of non-streaming generations: a batch's requests are submitted to their
@@ -138,6 +141,7 @@ pub struct ServerBuilder {
     transcriber: Option<Arc<dyn Transcriber>>,
     scheduling: Scheduling,
     batch: Option<BatchConfig>,
+    policies: Policies,
 }
 
 impl ServerBuilder {
@@ -151,6 +155,12 @@ impl ServerBuilder {
     /// configuration (requests arriving within the timeout are admitted together).
     pub fn batch_scheduler(mut self, config: BatchConfig) -> Self {
         self.batch = Some(config);
+        self
+    }
+
+    /// The guard policy presets requests select with `policy` (and the default one).
+    pub fn guard_policies(mut self, policies: Policies) -> Self {
+        self.policies = policies;
         self
     }
 
@@ -219,8 +229,23 @@ impl ServerBuilder {
                 kv_positions: sc.kv_positions,
                 ..LoopConfig::new(n_ctx)
             };
+            let guard_format =
+                evaluator
+                    .as_ref()
+                    .map(|ev| if ev.prompter().is_guardian() { ev.default_format().to_string() } else { "generic".to_string() });
+            let digest = spec.guard.then(|| audit::ModelDigest::start(&spec.model));
             let worker = Worker::start(&spec.id, spec.model.clone(), config, evaluator, spec.draft, metrics.for_model(&spec.id))?;
-            registry.insert(ModelEntry { id: spec.id, created, model: spec.model, worker, guard: spec.guard, generates: spec.chat, n_ctx });
+            registry.insert(ModelEntry {
+                id: spec.id,
+                created,
+                model: spec.model,
+                worker,
+                guard: spec.guard,
+                generates: spec.chat,
+                n_ctx,
+                digest,
+                guard_format,
+            });
         }
         let state = Arc::new(AppState {
             registry,
@@ -229,6 +254,7 @@ impl ServerBuilder {
             max_body: self.max_body.unwrap_or(DEFAULT_MAX_BODY),
             transcriber: self.transcriber,
             created,
+            policies: self.policies,
             batcher: self.batch.map(|config| {
                 let b = BatchScheduler::new(config, routes::generation::submit_batch);
                 b.start();

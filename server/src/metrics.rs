@@ -1,6 +1,7 @@
 //! Prometheus metrics (text exposition through `prometheus-client`): request counts and
 //! latency, cancelled requests, generated tokens and speed, time to first token, the guard's
-//! requests and latency when a guard is configured, and per model (label `model`) the
+//! requests and latency when a guard is configured (with the verdicts flagged and the latency by
+//! risk, label `risk`), and per model (label `model`) the
 //! scheduler's state: queue depth, running sequences, batch sizes, KV-cache blocks, prompt and
 //! prefix-cache counts, speculative drafts.
 
@@ -26,6 +27,16 @@ const BATCH_SIZE_BUCKETS: [f64; 8] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.
 
 fn batch_size_histogram() -> Histogram {
     Histogram::new(BATCH_SIZE_BUCKETS.iter().copied())
+}
+
+/// Histograms with the server's latency buckets (the constructor of a labelled family).
+#[derive(Clone)]
+pub struct LatencyHistograms(std::sync::Arc<[f64]>);
+
+impl prometheus_client::metrics::family::MetricConstructor<Histogram> for LatencyHistograms {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(self.0.iter().copied())
+    }
 }
 
 /// The per-model families of the scheduler's metrics.
@@ -54,6 +65,10 @@ pub struct Metrics {
     pub time_to_first_token_ms: Histogram,
     pub guard_requests: Counter,
     pub guard_latency_ms: Histogram,
+    /// Verdicts that came back unsafe, by risk (`guard_flagged_total{risk}`).
+    guard_flagged: Family<Labels, Counter>,
+    /// Time to serve the guard requests that judged a risk, by risk.
+    guard_risk_latency_ms: Family<Labels, Histogram, LatencyHistograms>,
 }
 
 impl Metrics {
@@ -68,6 +83,8 @@ impl Metrics {
             time_to_first_token_ms: Histogram::new(latency_buckets.iter().copied()),
             guard_requests: Counter::default(),
             guard_latency_ms: Histogram::new(latency_buckets.iter().copied()),
+            guard_flagged: Family::default(),
+            guard_risk_latency_ms: Family::new_with_constructor(LatencyHistograms(latency_buckets.into())),
             registry: Registry::default(),
             scheduler: SchedulerFamilies {
                 queue_depth: Family::default(),
@@ -116,6 +133,12 @@ impl Metrics {
         if guard {
             registry.register("guard_requests", "Guard requests (/v1/guard, /scan, /batch)", m.guard_requests.clone());
             registry.register("guard_latency_ms", "Time to serve a guard request, in milliseconds", m.guard_latency_ms.clone());
+            registry.register("guard_flagged", "Verdicts that came back unsafe, by risk", m.guard_flagged.clone());
+            registry.register(
+                "guard_risk_latency_ms",
+                "Time to serve the guard requests that judged a risk, by risk, in milliseconds",
+                m.guard_risk_latency_ms.clone(),
+            );
         }
         Metrics { registry, ..m }
     }
@@ -147,6 +170,23 @@ impl Metrics {
         let secs = start.elapsed().as_secs_f64();
         if tokens > 0 && secs > 0.0 {
             self.tokens_per_second.set(tokens as f64 / secs);
+        }
+    }
+
+    /// The verdicts of one guard request that took `latency_ms`: each risk's latency, and the
+    /// unsafe ones counted.
+    pub fn record_verdicts<'a>(&self, verdicts: impl IntoIterator<Item = &'a engine::guard::Verdict>, latency_ms: f64) {
+        let mut seen: Vec<engine::guard::Risk> = Vec::new();
+        for v in verdicts {
+            let labels: Labels = vec![("risk".into(), v.risk.name().into())];
+            if v.is_unsafe {
+                self.guard_flagged.get_or_create(&labels).inc();
+            }
+            // a batch judges each risk once per input: its latency is observed once per request
+            if !seen.contains(&v.risk) {
+                seen.push(v.risk);
+                self.guard_risk_latency_ms.get_or_create(&labels).observe(latency_ms);
+            }
         }
     }
 

@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 use engine::model::Model;
 use serde_json::{json, Value};
 
+use crate::audit::ModelDigest;
 use crate::error::ApiError;
 use crate::worker::Worker;
 
@@ -21,6 +22,10 @@ pub struct ModelEntry {
     /// Serves chat and text completions (every decoder model).
     pub generates: bool,
     pub n_ctx: usize,
+    /// A guard's GGUF sha256 (`audit`), computed at start-up.
+    pub digest: Option<ModelDigest>,
+    /// A guard's prompt format when a request names none (`3.2`...), or `generic`.
+    pub guard_format: Option<String>,
 }
 
 impl ModelEntry {

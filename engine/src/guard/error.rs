@@ -37,6 +37,10 @@ pub enum GuardError {
     /// The model's answer for a risk does not follow its format (never read as "safe").
     #[error("cannot read the verdict for risk {risk} from the model output: {output:?}")]
     Unparseable { risk: String, output: String },
+    /// `input.messages` that is not a conversation the guard can judge (the message says which
+    /// message and why).
+    #[error("{0}")]
+    Messages(String),
     /// A batch with no inputs.
     #[error("inputs is required")]
     BatchEmpty,
@@ -66,6 +70,7 @@ impl GuardError {
                 | GuardError::UnsupportedFormat(_)
                 | GuardError::ThinkRequiresFormat33
                 | GuardError::AssistantRequired(_)
+                | GuardError::Messages(_)
                 | GuardError::BatchEmpty
                 | GuardError::BatchTooLarge { .. }
         )
@@ -86,6 +91,7 @@ impl GuardError {
             GuardError::InvalidRisk(_) => invalid("risks"),
             GuardError::RagInputRequired(_) | GuardError::Prompt { .. } => invalid("input"),
             GuardError::AssistantRequired(_) => invalid("input.assistant"),
+            GuardError::Messages(_) => invalid("input.messages"),
             GuardError::UnsupportedFormat(_) => invalid("format"),
             GuardError::ThinkRequiresFormat33 => invalid("think"),
             GuardError::BatchEmpty | GuardError::BatchTooLarge { .. } => invalid("inputs"),

@@ -12,12 +12,14 @@
 //! [`PrefixTree`] is the finer, branching plan of a scan's shared prefixes (not used yet).
 
 mod builtin;
+pub mod conversation;
 mod definitions;
 pub mod error;
 pub mod evaluator;
 pub mod moderation;
 pub mod policy;
 pub mod prefix;
+pub mod presets;
 pub mod prompt;
 pub mod risks;
 pub mod verdict;
@@ -26,6 +28,7 @@ pub use error::GuardError;
 pub use evaluator::{BatchItem, Evaluator, EvaluatorOptions, GuardRequest, GuardResult, ScanResult, MAX_BATCH};
 pub use policy::Thresholds;
 pub use prefix::{common_prefix_len, PrefixNode, PrefixTree};
+pub use presets::{Policies, Policy, PolicyFileError};
 pub use prompt::{GuardPrompt, NativeRequest, PromptPath, Prompter};
 pub use risks::{
     check_request, detect_format, is_guardian_template, parse_risks, CheckedRequest, Detection, GuardFormat, GuardInput, Judged, Risk,

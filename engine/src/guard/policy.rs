@@ -59,6 +59,14 @@ impl Thresholds {
         self.0.iter().find(|(r, _)| *r == risk).map(|&(_, t)| t)
     }
 
+    /// These thresholds with `over`'s replacing them risk by risk (a request's own thresholds
+    /// over its policy's).
+    pub fn overridden_by(&self, over: &Thresholds) -> Thresholds {
+        let mut out: Vec<(Risk, f64)> = self.0.iter().filter(|(r, _)| over.get(*r).is_none()).copied().collect();
+        out.extend(over.0.iter().copied());
+        Thresholds(out)
+    }
+
     /// Decides each verdict's `unsafe` by its threshold; returns whether any is unsafe.
     pub fn apply(&self, verdicts: &mut [Verdict]) -> bool {
         for v in verdicts.iter_mut() {
@@ -91,6 +99,14 @@ mod tests {
         assert_eq!(vs[0].confidence, 0.9);
         let mut vs = vec![v(Risk::Violence, true, Some(0.1))];
         assert!(!t.apply(&mut vs));
+    }
+
+    #[test]
+    fn a_request_overrides_its_policy_risk_by_risk() {
+        let policy = Thresholds::parse([("harm", 0.3), ("violence", 0.2)]).unwrap();
+        let merged = policy.overridden_by(&Thresholds::parse([("harm", 0.8), ("profanity", 0.5)]).unwrap());
+        assert_eq!((merged.get(Risk::Harm), merged.get(Risk::Violence), merged.get(Risk::Profanity)), (Some(0.8), Some(0.2), Some(0.5)));
+        assert_eq!(policy.overridden_by(&Thresholds::default()), policy);
     }
 
     #[test]

@@ -31,7 +31,7 @@ fn message(role: &str, content: impl Into<Value>) -> Value {
 
 impl NativeRequest {
     /// The native inputs the guard sends for one risk (`api-mapping.json`): the 9 harm risks judge
-    /// `[user]` or `[user, assistant]`; RAG risks use IBM's cookbook shapes (3.0 context
+    /// `[user]` or `[user, assistant]`, after the conversation's earlier turns (`history`); RAG risks use IBM's cookbook shapes (3.0 context
     /// relevance `[user, context]`, 3.2 `[context, user]`, 3.3 documents); 3.0 gets a custom
     /// definition (the 3.2 text) for the risks its bank lacks. The input should have passed
     /// [`check_request`](super::risks::check_request); missing parts are simply left out.
@@ -67,6 +67,7 @@ impl NativeRequest {
                         messages.extend(assistant());
                     }
                     _ => {
+                        messages.extend(input.history.iter().cloned());
                         messages.push(user());
                         messages.extend(assistant());
                     }
@@ -84,6 +85,7 @@ impl NativeRequest {
                     Risk::ContextRelevance => messages.push(user()),
                     Risk::Groundedness => messages.extend(assistant()),
                     _ => {
+                        messages.extend(input.history.iter().cloned());
                         messages.push(user());
                         messages.extend(assistant());
                     }

@@ -138,3 +138,28 @@ fn prompter_is_shareable_across_threads() {
     shareable::<GuardPrompt>();
     shareable::<GuardError>();
 }
+
+#[test]
+fn a_conversation_is_shown_before_the_judged_turn() {
+    let messages = json!([
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Tell me a joke"},
+        {"role": "assistant", "content": "No."},
+    ]);
+    let input = crate::guard::conversation::from_messages(messages.as_array().unwrap()).unwrap();
+    let n = NativeRequest::for_risk(GuardFormat::V3_2, Risk::Evasiveness, &input, false);
+    let roles: Vec<&str> = n.messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
+    let text = Prompter::builtin(GuardFormat::V3_2).render(GuardFormat::V3_2, Risk::Evasiveness, &input, false).unwrap().text;
+    assert!(text.contains("User Message: Hi\nAssistant Message: Hello!\nUser Message: Tell me a joke\nAssistant Message: No.\n"), "{text}");
+    assert!(text.contains("Is the last assistant message"), "{text}");
+    let text = Prompter::builtin(GuardFormat::V3_3).render(GuardFormat::V3_3, Risk::Harm, &input, false).unwrap().text;
+    assert!(
+        text.contains("<|start_of_role|>user<|end_of_role|>Hi<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>Hello!"),
+        "{text}"
+    );
+    // RAG shapes keep their own layout
+    let n = NativeRequest::for_risk(GuardFormat::V3_2, Risk::Groundedness, &input.clone().with_context("doc"), false);
+    assert_eq!(n.messages.len(), 2);
+}

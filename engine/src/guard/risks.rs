@@ -296,6 +296,10 @@ pub struct GuardInput {
     /// IBM's bare `{name, description, parameters}`), for function_call_hallucination.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<serde_json::Value>>,
+    /// The conversation before the judged turn: `{role: user|assistant, content}` messages
+    /// (`conversation::from_messages`), shown to the harm risks' prompts before it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<serde_json::Value>,
 }
 
 impl GuardInput {

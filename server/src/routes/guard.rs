@@ -1,18 +1,21 @@
 //! `POST /v1/guard`, `/v1/guard/scan`, `/v1/guard/batch` (guard.md §6): the request checked
 //! with the contract's messages, evaluated on the guard model's engine thread, answered with
-//! `model`, `flagged`, `verdicts` (and `highest_risk`, or `results`) and `latency_ms`.
+//! `flagged`, `verdicts` (and `highest_risk`, or `results`), `latency_ms` and the audit fields
+//! (`audit`: model, its sha256, format, policy, thresholds).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use engine::guard::evaluator::highest_risk;
-use engine::guard::{GuardInput, GuardRequest, Thresholds, MAX_BATCH};
+use engine::guard::{conversation, GuardFormat, GuardInput, GuardRequest, Thresholds, Verdict, MAX_BATCH};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
+use crate::audit::{self, Applied};
 use crate::error::ApiError;
 use crate::http::{ok_json, Body};
 use crate::params::{boolean, model_id};
+use crate::registry::ModelEntry;
 use crate::AppState;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,9 +46,9 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
         Some(_) => return Err(ApiError::invalid_param("format", "format must be a string")),
     };
     let think = boolean(&body, "think")?.unwrap_or(false);
-    let limits = thresholds(&body)?;
-    let applied = limits.clone();
-    let mut out = match route {
+    let applied = applied(state, &body)?;
+    let limits = applied.thresholds.clone();
+    let (mut out, verdicts) = match route {
         GuardRoute::Batch => {
             let inputs = match body.get("inputs") {
                 None | Some(Value::Null) => Vec::new(),
@@ -70,13 +73,14 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
                     Ok::<_, engine::guard::GuardError>(items)
                 })
                 .await??;
-            json!({"model": id, "results": items})
+            let verdicts: Vec<Verdict> = items.iter().flat_map(|i| i.verdicts.iter().cloned()).collect();
+            (json!({"results": items}), verdicts)
         }
         GuardRoute::Evaluate | GuardRoute::Scan => {
             let input = input(body.get("input").unwrap_or(&Value::Null), "input")?;
-            let request = GuardRequest { input, risks, format, think };
+            let request = GuardRequest { input, risks, format: format.clone(), think };
             let scan = route == GuardRoute::Scan;
-            let value = entry
+            entry
                 .worker
                 .run(move |engine, cancel| {
                     let ev = engine.guard.clone().expect("guard entries have an evaluator");
@@ -86,28 +90,47 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
                             r.flagged = limits.apply(&mut r.verdicts);
                             r.highest_risk = highest_risk(&r.verdicts);
                         }
-                        Ok(json!(r))
+                        Ok((json!(r), r.verdicts))
                     } else {
                         let mut r = ev.evaluate_cancellable(&request, cancel.flag())?;
                         if !limits.is_empty() {
                             r.flagged = limits.apply(&mut r.verdicts);
                         }
-                        Ok::<_, engine::guard::GuardError>(json!(r))
+                        Ok::<_, engine::guard::GuardError>((json!(r), r.verdicts))
                     }
                 })
-                .await??;
-            let mut out = json!({"model": id});
-            for (k, v) in value.as_object().into_iter().flatten() {
-                out[k] = v.clone();
-            }
-            out
+                .await??
         }
     };
-    if !applied.is_empty() {
-        out["thresholds"] = json!(applied);
+    let latency_ms = start.elapsed().as_secs_f64() * 1e3;
+    state.metrics.record_verdicts(&verdicts, latency_ms);
+    let mut response = audit::fields(&id, entry.digest.as_ref(), &format_label(&entry, format.as_deref()), &applied);
+    response.extend(out.as_object_mut().map(std::mem::take).unwrap_or_default());
+    response.insert("latency_ms".into(), json!(latency_ms));
+    Ok(ok_json(&Value::Object(response)))
+}
+
+/// The prompt format a request was judged in: the request's (as the evaluator reads it), else
+/// the model's; `generic` for a chat model on the generic path.
+pub fn format_label(entry: &ModelEntry, requested: Option<&str>) -> String {
+    match (&entry.guard_format, requested.map(GuardFormat::parse)) {
+        (Some(f), _) if f == "generic" => f.clone(),
+        (_, Some(Ok(f))) => f.to_string(),
+        (Some(f), _) => f.clone(),
+        (None, _) => String::new(),
     }
-    out["latency_ms"] = json!(start.elapsed().as_secs_f64() * 1e3);
-    Ok(ok_json(&out))
+}
+
+/// The policy (`policy: "name"`, else the server's default policy) and thresholds
+/// (`thresholds`, over the policy's) a guard request is judged by.
+pub fn applied(state: &AppState, body: &Map<String, Value>) -> Result<Applied, ApiError> {
+    let requested = match body.get("policy") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name.as_str()),
+        Some(_) => return Err(ApiError::invalid_param("policy", "policy must be the name of a policy")),
+    };
+    let policy = state.policies.select(requested).map_err(|m| ApiError::invalid_param("policy", m))?;
+    Ok(Applied::new(policy, thresholds(body)?))
 }
 
 /// `thresholds: {risk: p}` (each a risk of the contract, p from 0 to 1): a risk with one is
@@ -140,7 +163,8 @@ fn risks(body: &Map<String, Value>, route: GuardRoute) -> Result<Vec<String>, Ap
     }
 }
 
-/// `{user, assistant?, context?}`; an absent or empty `user` is left for the evaluator to
+/// `{user, assistant?, context?}`, or `{messages, context?}` (an OpenAI chat conversation,
+/// `engine::guard::conversation`); an absent or empty `user` is left for the evaluator to
 /// refuse with the contract's message.
 fn input(v: &Value, name: &str) -> Result<GuardInput, ApiError> {
     let field = |key: &str| -> Result<Option<String>, ApiError> {
@@ -155,8 +179,27 @@ fn input(v: &Value, name: &str) -> Result<GuardInput, ApiError> {
         Value::Null => return Err(ApiError::invalid_param(name, "input.user is required")),
         _ => return Err(ApiError::invalid_param(name, format!("{name} must be an object with user, assistant, context"))),
     }
-    let mut input = GuardInput::new(field("user")?.unwrap_or_default());
-    input.assistant = field("assistant")?;
+    let mut input = match v.get("messages") {
+        None | Some(Value::Null) => {
+            let mut input = GuardInput::new(field("user")?.unwrap_or_default());
+            input.assistant = field("assistant")?;
+            input
+        }
+        Some(Value::Array(messages)) => {
+            if field("user")?.is_some() || field("assistant")?.is_some() {
+                return Err(ApiError::invalid_param(
+                    name,
+                    format!("{name}.messages replaces {name}.user and {name}.assistant: give one or the other"),
+                ));
+            }
+            conversation::from_messages(messages).map_err(|e| {
+                ApiError::invalid_param(&format!("{name}.messages"), e.to_string().replacen("input.", &format!("{name}."), 1))
+            })?
+        }
+        Some(_) => {
+            return Err(ApiError::invalid_param(&format!("{name}.messages"), format!("{name}.messages must be an array of chat messages")))
+        }
+    };
     input.context = field("context")?;
     Ok(input)
 }

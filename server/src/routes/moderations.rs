@@ -2,8 +2,8 @@
 //! harm risks (one batch on the guard model's engine thread), answered as OpenAI answers,
 //! `{id, model, results: [{flagged, categories, category_scores, category_applied_input_types}]}`,
 //! the categories under the risks' names and OpenAI's (`engine::guard::moderation`), the scores
-//! the risks' `risk_probability`; `thresholds: {risk: p}` decides `unsafe` by the probability
-//! (`engine::guard::policy`) and is echoed.
+//! the risks' `risk_probability`; `policy` and `thresholds: {risk: p}` decide `unsafe` by the
+//! probability (`engine::guard::policy`) and are echoed with the other audit fields (`audit`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,28 +13,29 @@ use engine::guard::{GuardInput, MAX_BATCH};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
+use crate::audit;
 use crate::error::ApiError;
 use crate::http::{ok_json, Body};
 use crate::params::check_user;
 use crate::registry::ModelEntry;
 use crate::routes::generation::random_id;
-use crate::routes::guard::thresholds;
+use crate::routes::guard::{applied, format_label};
 use crate::AppState;
 
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let start = Instant::now();
     state.metrics.guard_requests.inc();
-    let result = moderate(state, body).await;
+    let result = moderate(state, body, start).await;
     state.metrics.guard_latency_ms.observe(start.elapsed().as_secs_f64() * 1e3);
     result
 }
 
-async fn moderate(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
+async fn moderate(state: &Arc<AppState>, body: Map<String, Value>, start: Instant) -> Result<Response<Body>, ApiError> {
     check_user(&body)?;
     let entry = guard_model(state, &body)?;
     let inputs = inputs(body.get("input"))?;
-    let limits = thresholds(&body)?;
-    let echo = (!limits.is_empty()).then(|| json!(limits));
+    let applied = applied(state, &body)?;
+    let limits = applied.thresholds.clone();
     let no_risks: [&str; 0] = [];
     let items = entry
         .worker
@@ -61,11 +62,12 @@ async fn moderate(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Res
             })
         })
         .collect();
-    let mut out = json!({"id": format!("modr-{}", random_id()), "model": entry.id, "results": results});
-    if let Some(echo) = echo {
-        out["thresholds"] = echo;
-    }
-    Ok(ok_json(&out))
+    state.metrics.record_verdicts(items.iter().flat_map(|i| &i.verdicts), start.elapsed().as_secs_f64() * 1e3);
+    let mut out = Map::new();
+    out.insert("id".into(), json!(format!("modr-{}", random_id())));
+    out.extend(audit::fields(&entry.id, entry.digest.as_ref(), &format_label(&entry, None), &applied));
+    out.insert("results".into(), Value::Array(results));
+    Ok(ok_json(&Value::Object(out)))
 }
 
 /// The request's guard model: `model` if given (it must be a guard), else the first guard the

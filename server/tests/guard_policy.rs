@@ -1,0 +1,162 @@
+//! The guard's policies, audit fields, conversation input and per-risk metrics, over real TCP
+//! with the tiny Guardian 3.0 fixture: presets chosen by `policy` (and the default one), a
+//! request's thresholds over its policy's, `model_sha256` equal to the file's digest, and
+//! `input.messages` judged as its last turn.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use engine::guard::Policies;
+use engine::model::Model;
+use engine_tests::fixture;
+use reqwest::blocking::Client;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use server::{ModelSpec, Server};
+use sha2::{Digest, Sha256};
+
+const GUARD: &str = "guardian-tiny-3.0";
+const POLICIES: &str =
+    "default = \"lenient\"\n[policies.lenient]\nthresholds = { harm = 1.0 }\n[policies.all]\nthresholds = { harm = 0.0, violence = 0.0 }\n";
+
+fn guard_path() -> std::path::PathBuf {
+    fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf")
+}
+
+fn start(policies: Policies) -> String {
+    let guard = Arc::new(Model::load(guard_path()).unwrap());
+    let server = Arc::new(
+        Server::builder()
+            .model(ModelSpec { id: GUARD.into(), model: guard, chat: false, guard: true, n_ctx: Some(1024), draft: None })
+            .guard_policies(policies)
+            .build()
+            .unwrap(),
+    );
+    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async move {
+            let (listener, addr) = Server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+            tx.send(addr).unwrap();
+            server.serve(listener).await.unwrap();
+        });
+    });
+    format!("http://{}", rx.recv().unwrap())
+}
+
+fn post(base: &str, path: &str, body: Value) -> (StatusCode, Value) {
+    let r = Client::new().post(format!("{base}{path}")).json(&body).send().unwrap();
+    (r.status(), r.json().unwrap())
+}
+
+fn unsafe_of(j: &Value) -> Vec<bool> {
+    j["verdicts"].as_array().unwrap().iter().map(|v| v["unsafe"].as_bool().unwrap()).collect()
+}
+
+#[test]
+fn policies_are_chosen_by_name_and_a_request_overrides_their_thresholds() {
+    let base = start(Policies::from_toml(POLICIES, "p.toml").unwrap());
+    let body = |extra: Value| {
+        let mut b = json!({"model": GUARD, "input": {"user": "I love sunny days"}, "risks": ["harm", "violence"]});
+        b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        b
+    };
+    let (s, j) = post(&base, "/v1/guard", body(json!({})));
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!((j["policy"].as_str(), j["thresholds"].clone()), (Some("lenient"), json!({"harm": 1.0})), "the default policy: {j}");
+    assert!(!unsafe_of(&j)[0], "{j}");
+    let (_, j) = post(&base, "/v1/guard", body(json!({"policy": "all"})));
+    assert_eq!((j["policy"].as_str(), j["flagged"].as_bool(), unsafe_of(&j)), (Some("all"), Some(true), vec![true, true]), "{j}");
+    let (_, j) = post(&base, "/v1/guard", body(json!({"policy": "all", "thresholds": {"violence": 1.0}})));
+    assert_eq!(unsafe_of(&j), [true, false], "{j}");
+    assert_eq!(j["thresholds"], json!({"harm": 0.0, "violence": 1.0}));
+    let (_, j) = post(&base, "/v1/guard/scan", json!({"model": GUARD, "input": {"user": "Hi"}, "policy": "all"}));
+    assert_eq!((j["flagged"].as_bool(), j["policy"].as_str()), (Some(true), Some("all")), "{j}");
+    assert!(["harm", "violence"].contains(&j["highest_risk"].as_str().unwrap()), "{j}");
+    let (_, j) = post(&base, "/v1/moderations", json!({"input": ["Hi", "Hello"], "policy": "all"}));
+    assert_eq!(j["results"].as_array().unwrap().iter().map(|r| r["flagged"].as_bool().unwrap()).collect::<Vec<_>>(), [true, true]);
+    assert_eq!(j["policy"], "all");
+    for (policy, message) in
+        [(json!("strict"), "unknown policy `strict`: the server has all, lenient"), (json!(3), "policy must be the name of a policy")]
+    {
+        for path in ["/v1/guard", "/v1/moderations"] {
+            let (s, e) = post(&base, path, json!({"model": GUARD, "input": {"user": "x"}, "policy": policy.clone()}));
+            let e = if path == "/v1/moderations" { post(&base, path, json!({"input": "x", "policy": policy.clone()})).1 } else { e };
+            assert_eq!(s, StatusCode::BAD_REQUEST);
+            assert_eq!((e["error"]["message"].as_str(), e["error"]["param"].as_str()), (Some(message), Some("policy")), "{path}: {e}");
+        }
+    }
+    // without presets, a named policy is refused and none is applied
+    let bare = start(Policies::default());
+    let (_, j) = post(&bare, "/v1/guard", body(json!({})));
+    assert_eq!((j["policy"].clone(), j.get("thresholds")), (Value::Null, None), "{j}");
+    let (s, e) = post(&bare, "/v1/guard", body(json!({"policy": "all"})));
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(e["error"]["message"].as_str().unwrap().contains("--guard-policy"), "{e}");
+}
+
+#[test]
+fn every_guard_response_carries_the_audit_fields_and_metrics_count_by_risk() {
+    let base = start(Policies::default());
+    let digest: String = Sha256::digest(std::fs::read(guard_path()).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
+    for (path, body) in [
+        ("/v1/guard", json!({"model": GUARD, "input": {"user": "x"}, "risks": ["harm"], "thresholds": {"harm": 0.0}})),
+        ("/v1/guard/scan", json!({"model": GUARD, "input": {"user": "x"}})),
+        ("/v1/guard/batch", json!({"model": GUARD, "inputs": [{"user": "x"}], "risks": ["harm"]})),
+        ("/v1/moderations", json!({"input": "x"})),
+    ] {
+        let (s, j) = post(&base, path, body);
+        assert_eq!(s, StatusCode::OK, "{path}: {j}");
+        assert_eq!(
+            (j["model"].as_str(), j["model_sha256"].as_str(), j["format"].as_str()),
+            (Some(GUARD), Some(digest.as_str()), Some("3.0")),
+            "{path}"
+        );
+        assert!(j.get("policy").is_some_and(Value::is_null), "{path}: {j}");
+    }
+    let metrics = Client::new().get(format!("{base}/metrics")).send().unwrap().text().unwrap();
+    let value = |prefix: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{prefix} missing:\n{metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(value("guard_flagged_total{risk=\"harm\"}") >= 1.0, "the threshold of 0 flagged harm");
+    // harm was judged by all four requests; violence by the scan and the moderation
+    assert_eq!(value("guard_risk_latency_ms_count{risk=\"harm\"}"), 4.0);
+    assert_eq!(value("guard_risk_latency_ms_count{risk=\"violence\"}"), 2.0);
+}
+
+#[test]
+fn a_conversation_is_judged_as_its_last_turn() {
+    let base = start(Policies::default());
+    let judge = |input: Value| post(&base, "/v1/guard", json!({"model": GUARD, "input": input, "risks": ["harm", "profanity"]}));
+    let (_, plain) = judge(json!({"user": "How do I pick a lock?", "assistant": "With a tension wrench."}));
+    let (s, conv) = judge(json!({"messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "How do I pick a lock?"},
+        {"role": "assistant", "content": "With a tension wrench."},
+    ]}));
+    assert_eq!(s, StatusCode::OK, "{conv}");
+    // 3.0 shows the judged turns only, so the same verdicts as the two fields
+    assert_eq!(plain["verdicts"], conv["verdicts"]);
+    for (input, message) in [
+        (json!({"messages": [{"role": "assistant", "content": "Hi"}]}), "input.messages must contain a user message"),
+        (
+            json!({"messages": [{"role": "user", "content": "Hi"}], "user": "Hi"}),
+            "input.messages replaces input.user and input.assistant: give one or the other",
+        ),
+        (json!({"messages": "Hi"}), "input.messages must be an array of chat messages"),
+    ] {
+        let (s, e) = judge(input);
+        assert_eq!(s, StatusCode::BAD_REQUEST);
+        assert_eq!(e["error"]["message"], message);
+        assert!(e["error"]["param"].as_str().unwrap().starts_with("input"), "{e}");
+    }
+    let (s, e) = post(
+        &base,
+        "/v1/guard/batch",
+        json!({"model": GUARD, "inputs": [{"user": "a"}, {"messages": [{"role": "tool", "content": "x"}]}]}),
+    );
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(e["error"]["param"], "inputs[1].messages");
+    assert!(e["error"]["message"].as_str().unwrap().starts_with("inputs[1].messages[0]"), "{e}");
+}
