@@ -9,7 +9,7 @@ use engine::backend::{BackendError, Device};
 use engine::guard::{Evaluator, EvaluatorOptions, Policies};
 use engine::model::Model;
 use server::batch_scheduler::BatchConfig;
-use server::{ModelSpec, Scheduling, Server};
+use server::{ModelSpec, Scheduling, Server, ServerGuardrails};
 
 use crate::load::{load_model, parse_device, parse_positive};
 
@@ -30,6 +30,11 @@ pub struct ServeArgs {
     /// guard requests select with `policy`, and the `default` one for requests that name none.
     #[arg(long, value_name = "FILE")]
     pub guard_policy: Option<PathBuf>,
+    /// Guard every chat completion: `input` (the last user turn is judged before generation; a
+    /// flagged one is refused), `output` (the reply is judged as it is generated and cut when
+    /// flagged), or both (`input,output`), with the guard model and the default policy.
+    #[arg(long, value_delimiter = ',', value_parser = ["input", "output"])]
+    pub guardrails: Vec<String>,
     /// A smaller model with the same vocabulary that drafts tokens for the chat models
     /// (speculative decoding, used while a sequence decodes alone: with several, one batched pass
     /// already serves them all; greedy output is unchanged, sampled output keeps its
@@ -107,8 +112,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         cache_entries: args.prompt_cache,
         kv_positions: None,
     };
-    let mut builder =
-        Server::builder().api_key(args.api_key.clone()).scheduling(scheduling).guard_policies(policies.clone().unwrap_or_default());
+    let mut builder = Server::builder()
+        .api_key(args.api_key.clone())
+        .scheduling(scheduling)
+        .guard_policies(policies.clone().unwrap_or_default())
+        .guardrails(ServerGuardrails {
+            input: args.guardrails.iter().any(|s| s == "input"),
+            output: args.guardrails.iter().any(|s| s == "output"),
+        });
     if args.max_batch.is_some() || args.batch_timeout_ms.is_some() {
         builder = builder.batch_scheduler(BatchConfig {
             max_batch_size: args.max_batch.unwrap_or(args.parallel),

@@ -9,7 +9,7 @@
 //! is loaded (several sequences already share each pass, so drafting would only add work).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 
@@ -33,6 +33,8 @@ struct Group {
     remaining: usize,
     /// One of its outputs has been admitted (it no longer counts as queued).
     started: bool,
+    /// Set when the request stopped it on purpose (a guardrail cut it): not a cancellation.
+    stopped: Arc<AtomicBool>,
     _ticket: Ticket,
 }
 
@@ -169,13 +171,13 @@ impl EngineLoop {
                 }
                 drop(ticket);
             }
-            Msg::Generate { seqs, events, ticket } => {
+            Msg::Generate { seqs, events, ticket, stopped } => {
                 if seqs.is_empty() {
                     return;
                 }
                 let group = self.next_group;
                 self.next_group += 1;
-                self.groups.insert(group, Group { events, remaining: seqs.len(), started: false, _ticket: ticket });
+                self.groups.insert(group, Group { events, remaining: seqs.len(), started: false, stopped, _ticket: ticket });
                 self.waiting.extend(seqs.into_iter().enumerate().map(|(index, spec)| Waiting { group, index, spec }));
             }
         }
@@ -186,8 +188,11 @@ impl EngineLoop {
     fn drop_cancelled(&mut self) {
         let gone: Vec<u64> = self.groups.iter().filter(|(_, g)| g.events.is_closed()).map(|(&id, _)| id).collect();
         for id in gone {
-            self.groups.remove(&id);
-            self.metrics.cancelled();
+            if let Some(g) = self.groups.remove(&id) {
+                if !g.stopped.load(Ordering::Relaxed) {
+                    self.metrics.cancelled();
+                }
+            }
             self.waiting.retain(|w| w.group != id);
             let (kv, draft) = (&mut self.kv, &mut self.draft);
             self.running.retain(|r| {

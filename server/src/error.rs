@@ -17,6 +17,8 @@ pub struct ApiError {
     pub code: Option<&'static str>,
     /// For 405: the methods the route allows (sent as the `Allow` header).
     pub allow: Option<String>,
+    /// For 400 `content_filter`: the guard's verdicts, sent as the error's `guard` field.
+    pub guard: Option<Box<serde_json::Value>>,
 }
 
 impl std::fmt::Display for ApiError {
@@ -27,7 +29,7 @@ impl std::fmt::Display for ApiError {
 
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, message: message.into(), kind, param: None, code: None, allow: None }
+        ApiError { status, message: message.into(), kind, param: None, code: None, allow: None, guard: None }
     }
 
     /// 400 `context_length_exceeded`: the request needs more positions than there are.
@@ -109,8 +111,22 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
 
+    /// 400 `content_filter`: the guard flagged the request's input; `verdicts` says how.
+    pub fn content_filter(message: impl Into<String>, verdicts: serde_json::Value) -> ApiError {
+        ApiError {
+            param: Some("messages".into()),
+            code: Some("content_filter"),
+            guard: Some(Box::new(verdicts)),
+            ..ApiError::invalid(message)
+        }
+    }
+
     pub fn body(&self) -> serde_json::Value {
-        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
+        let mut body = json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}});
+        if let Some(guard) = &self.guard {
+            body["error"]["guard"] = (**guard).clone();
+        }
+        body
     }
 }
 
@@ -124,6 +140,7 @@ impl From<GuardError> for ApiError {
             param: api.param.map(str::to_string),
             code: api.code,
             allow: None,
+            guard: None,
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod audit;
 pub mod batch_scheduler;
 pub mod engine_loop;
 pub mod error;
+pub mod guard_queue;
 pub mod http;
 pub mod metrics;
 pub mod openapi;
@@ -47,6 +48,7 @@ use crate::routes::guard::GuardRoute;
 use crate::worker::{Generation, LoopConfig, SeqSpec, Worker};
 
 pub use crate::error::ApiError as Error;
+pub use crate::routes::guardrails::ServerGuardrails;
 pub use engine::transcribe::{Segment, TranscribeOptions, Transcriber, Transcription};
 
 /// Sent as `system_fingerprint`.
@@ -68,6 +70,8 @@ pub struct AppState {
     pub batcher: Option<Arc<Batcher>>,
     /// The guard policy presets (`--guard-policy FILE`) requests select with `policy`.
     pub policies: Policies,
+    /// The guardrails of every chat completion (`--guardrails`).
+    pub guardrails: ServerGuardrails,
 }
 
 /// The batch scheduler of non-streaming generations: a batch's requests are submitted to their
@@ -142,6 +146,7 @@ pub struct ServerBuilder {
     scheduling: Scheduling,
     batch: Option<BatchConfig>,
     policies: Policies,
+    guardrails: ServerGuardrails,
 }
 
 impl ServerBuilder {
@@ -161,6 +166,13 @@ impl ServerBuilder {
     /// The guard policy presets requests select with `policy` (and the default one).
     pub fn guard_policies(mut self, policies: Policies) -> Self {
         self.policies = policies;
+        self
+    }
+
+    /// Guard the input and / or the output of every chat completion with the guard model (a
+    /// request's `guard` field may add a side, and sets the risks, policy and windows).
+    pub fn guardrails(mut self, sides: ServerGuardrails) -> Self {
+        self.guardrails = sides;
         self
     }
 
@@ -196,6 +208,9 @@ impl ServerBuilder {
     pub fn build(self) -> Result<Server, String> {
         if self.models.is_empty() {
             return Err("no model to serve".into());
+        }
+        if (self.guardrails.input || self.guardrails.output) && !self.models.iter().any(|m| m.guard) {
+            return Err("--guardrails needs a guard model (--guard)".into());
         }
         let registry = Registry::default();
         let buckets = self.latency_buckets.unwrap_or_else(|| DEFAULT_LATENCY_BUCKETS.to_vec());
@@ -245,6 +260,10 @@ impl ServerBuilder {
                 n_ctx,
                 digest,
                 guard_format,
+                guard_queue: Arc::new(guard_queue::GuardQueue::new(
+                    metrics.requests_cancelled.clone(),
+                    metrics.guard_batch_requests.clone(),
+                )),
             });
         }
         let state = Arc::new(AppState {
@@ -255,6 +274,7 @@ impl ServerBuilder {
             transcriber: self.transcriber,
             created,
             policies: self.policies,
+            guardrails: self.guardrails,
             batcher: self.batch.map(|config| {
                 let b = BatchScheduler::new(config, routes::generation::submit_batch);
                 b.start();

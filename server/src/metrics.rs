@@ -65,6 +65,9 @@ pub struct Metrics {
     pub time_to_first_token_ms: Histogram,
     pub guard_requests: Counter,
     pub guard_latency_ms: Histogram,
+    /// Requests judged per guard evaluation (moderation and batch requests from several clients
+    /// are judged together, `guard_queue`).
+    pub guard_batch_requests: Histogram,
     /// Verdicts that came back unsafe, by risk (`guard_flagged_total{risk}`).
     guard_flagged: Family<Labels, Counter>,
     /// Time to serve the guard requests that judged a risk, by risk.
@@ -83,6 +86,7 @@ impl Metrics {
             time_to_first_token_ms: Histogram::new(latency_buckets.iter().copied()),
             guard_requests: Counter::default(),
             guard_latency_ms: Histogram::new(latency_buckets.iter().copied()),
+            guard_batch_requests: batch_size_histogram(),
             guard_flagged: Family::default(),
             guard_risk_latency_ms: Family::new_with_constructor(LatencyHistograms(latency_buckets.into())),
             registry: Registry::default(),
@@ -133,6 +137,11 @@ impl Metrics {
         if guard {
             registry.register("guard_requests", "Guard requests (/v1/guard, /scan, /batch)", m.guard_requests.clone());
             registry.register("guard_latency_ms", "Time to serve a guard request, in milliseconds", m.guard_latency_ms.clone());
+            registry.register(
+                "guard_batch_requests",
+                "Moderation and guard batch requests judged together per evaluation",
+                m.guard_batch_requests.clone(),
+            );
             registry.register("guard_flagged", "Verdicts that came back unsafe, by risk", m.guard_flagged.clone());
             registry.register(
                 "guard_risk_latency_ms",

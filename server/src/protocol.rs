@@ -68,7 +68,7 @@ pub enum SeqEvent {
 }
 
 pub(crate) enum Msg {
-    Generate { seqs: Vec<SeqSpec>, events: mpsc::UnboundedSender<SeqEvent>, ticket: Ticket },
+    Generate { seqs: Vec<SeqSpec>, events: mpsc::UnboundedSender<SeqEvent>, ticket: Ticket, stopped: Arc<AtomicBool> },
     Job { job: Job, cancel: Cancel, ticket: Ticket },
 }
 

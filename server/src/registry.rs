@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::audit::ModelDigest;
 use crate::error::ApiError;
+use crate::guard_queue::GuardQueue;
 use crate::worker::Worker;
 
 pub struct ModelEntry {
@@ -26,6 +27,8 @@ pub struct ModelEntry {
     pub digest: Option<ModelDigest>,
     /// A guard's prompt format when a request names none (`3.2`...), or `generic`.
     pub guard_format: Option<String>,
+    /// Moderation and batch requests waiting to be judged together.
+    pub guard_queue: Arc<GuardQueue>,
 }
 
 impl ModelEntry {

@@ -4,7 +4,7 @@
 //! the next step). Prompt rendering and grammar compilation happen on the caller's thread, so
 //! the engine thread only runs forward passes.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 
@@ -24,12 +24,19 @@ use crate::protocol::{Job, Msg, Ticket};
 pub struct Generation {
     events: mpsc::UnboundedReceiver<SeqEvent>,
     n: usize,
+    stopped: Arc<AtomicBool>,
 }
 
 impl Generation {
     /// The next event (`None` once every output is done).
     pub async fn next(&mut self) -> Option<SeqEvent> {
         self.events.recv().await
+    }
+
+    /// Ends every output now, on purpose (a guardrail cut the reply): the engine thread frees
+    /// their sequences at its next step, without counting a cancelled request.
+    pub fn stop(self) {
+        self.stopped.store(true, Ordering::Relaxed);
     }
 
     /// Outputs that were submitted.
@@ -110,6 +117,18 @@ impl Worker {
     }
 
     /// A place in the system, or 503 when `parallel + queue` requests are already in it.
+    pub(crate) fn admit(&self) -> Result<Ticket, ApiError> {
+        self.ticket()
+    }
+
+    /// Queues an exclusive job nobody waits on (it reports through channels of its own, to
+    /// requests that hold their own places: the job itself is never refused).
+    pub(crate) fn submit(&self, job: Job) -> Result<(), ApiError> {
+        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        let ticket = Ticket(self.outstanding.clone());
+        self.tx.send(Msg::Job { job, cancel: Cancel::default(), ticket }).map_err(|_| ApiError::server("the engine thread stopped"))
+    }
+
     fn ticket(&self) -> Result<Ticket, ApiError> {
         let before = self.outstanding.fetch_add(1, Ordering::Relaxed);
         let ticket = Ticket(self.outstanding.clone());
@@ -124,8 +143,11 @@ impl Worker {
         let ticket = self.ticket()?;
         let (events, rx) = mpsc::unbounded_channel();
         let n = seqs.len();
-        self.tx.send(Msg::Generate { seqs, events, ticket }).map_err(|_| ApiError::server("the engine thread stopped"))?;
-        Ok(Generation { events: rx, n })
+        let stopped = Arc::new(AtomicBool::new(false));
+        self.tx
+            .send(Msg::Generate { seqs, events, ticket, stopped: stopped.clone() })
+            .map_err(|_| ApiError::server("the engine thread stopped"))?;
+        Ok(Generation { events: rx, n, stopped })
     }
 
     /// Queues an exclusive job (run between two steps of the batch) and waits for its result;

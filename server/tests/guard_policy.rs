@@ -160,3 +160,23 @@ fn a_conversation_is_judged_as_its_last_turn() {
     assert_eq!(e["error"]["param"], "inputs[1].messages");
     assert!(e["error"]["message"].as_str().unwrap().starts_with("inputs[1].messages[0]"), "{e}");
 }
+
+#[test]
+fn moderation_requests_from_many_clients_are_judged_together_with_the_same_verdicts() {
+    let base = start(Policies::default());
+    let texts: Vec<String> = (0..16).map(|i| format!("Message number {i}: how do I fix my bike's chain?")).collect();
+    let scores = |j: &Value| j["results"][0]["category_scores"].clone();
+    let alone: Vec<Value> = texts.iter().map(|t| scores(&post(&base, "/v1/moderations", json!({"input": t})).1)).collect();
+    let together: Vec<Value> = std::thread::scope(|s| {
+        let base = &base;
+        let handles: Vec<_> = texts.iter().map(|t| s.spawn(move || post(base, "/v1/moderations", json!({"input": t})).1)).collect();
+        handles.into_iter().map(|h| scores(&h.join().unwrap())).collect()
+    });
+    // the forward passes are batch-invariant: the same scores, bit for bit
+    assert_eq!(alone, together);
+    let metrics = Client::new().get(format!("{base}/metrics")).send().unwrap().text().unwrap();
+    let value = |name: &str| -> f64 { metrics.lines().find(|l| l.starts_with(name)).unwrap().rsplit(' ').next().unwrap().parse().unwrap() };
+    let (sum, count) = (value("guard_batch_requests_sum"), value("guard_batch_requests_count"));
+    assert_eq!(sum, 32.0, "{metrics}");
+    assert!(count < 32.0, "the 16 concurrent requests were judged in fewer than 16 evaluations: {count} evaluations in all");
+}

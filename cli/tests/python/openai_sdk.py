@@ -134,6 +134,24 @@ for bad_t in [{"nope": 0.5}, {"harm": 2}, {"harm": "x"}, [0.5]]:
         status, err = post_json(path, {**body, "thresholds": bad_t})
         assert status == 400 and err["error"]["param"] == "thresholds", (path, bad_t, err)
 
+# guardrails on a chat completion, parsed by the SDK: an output guard that flags every window
+# (threshold 0) ends the stream with finish_reason "content_filter" and the verdicts; an input
+# guard refuses with a 400 whose code is content_filter, before any token is generated
+flag = {"input": False, "risks": ["harm"], "thresholds": {"harm": 0.0}, "every": 3}
+chunks = list(client.chat.completions.create(model=chat_id, messages=messages, max_tokens=16, temperature=0, stream=True, extra_body={"guard": flag}))
+finals = [c.choices[0] for c in chunks if c.choices and c.choices[0].finish_reason]
+assert len(finals) == 1 and finals[0].finish_reason == "content_filter", finals
+verdict = finals[0].model_extra["guard"]
+assert verdict["flagged"] and verdict["stage"] == "output" and verdict["verdicts"][0]["risk"] == "harm", verdict
+assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) <= 3, chunks
+whole = client.chat.completions.create(model=chat_id, messages=messages, max_tokens=16, temperature=0, extra_body={"guard": flag})
+assert whole.choices[0].finish_reason == "content_filter" and whole.choices[0].message.content is None, whole
+try:
+    client.chat.completions.create(model=chat_id, messages=messages, max_tokens=16, extra_body={"guard": {"output": False, "thresholds": {"harm": 0.0}, "risks": ["harm"]}})
+    raise AssertionError("a flagged input was answered")
+except openai.BadRequestError as e:
+    assert e.code == "content_filter" and e.body["guard"]["verdicts"][0]["unsafe"], e.body
+
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 with urllib.request.urlopen(base + "/metrics") as r:

@@ -21,6 +21,7 @@ use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
 use crate::params::{boolean, common, integer, model_id, CommonParams};
 use crate::registry::ModelEntry;
+use crate::routes::guardrails::{self, Judgement, OutputWatch};
 use crate::routes::tool_stream::ContentGate;
 use crate::worker::{Generation, SeqEvent, SeqSpec};
 use crate::AppState;
@@ -48,6 +49,15 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let id = model_id(&body)?;
     let entry = state.registry.generator(&id)?;
     let request = Arc::new(parse(&body, entry.model.tokenizer().n_vocab())?);
+    let rails = guardrails::parse(state, &body)?;
+    if let Some(r) = &rails {
+        // before anything is generated: a flagged input is refused with the verdicts
+        r.check_input(state, &request.messages).await?;
+    }
+    let watch = match &rails {
+        Some(r) if r.output => Some((r.clone(), guardrails::user_turn(&request.messages)?)),
+        _ => None,
+    };
     let created = unix_now();
     let completion_id = format!("chatcmpl-{}", random_id());
     let start = Instant::now();
@@ -55,11 +65,13 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let (e, r) = (entry.clone(), request.clone());
     let seqs = blocking(move || outputs(&e, &r, streaming)).await?;
     if streaming {
+        let prompt_tokens = seqs.first().map_or(0, |s| s.prompt.len());
         let generation = entry.worker.generate(seqs)?;
         let (response, sse) = sse_response();
-        let ctx = StreamCtx { id: completion_id, created, model: id, sse };
+        let ctx = StreamCtx { id: completion_id, created, model: id, sse, prompt_tokens };
         let (state, model) = (state.clone(), entry.model.clone());
-        tokio::spawn(async move { stream(generation, &request, &ctx, &model, start, &state).await });
+        let watches = (0..request.common.n).map(|_| watch.as_ref().map(|(r, turn)| OutputWatch::new(r.clone(), turn.clone()))).collect();
+        tokio::spawn(async move { stream(generation, &request, &ctx, &model, start, &state, watches).await });
         return Ok(response);
     }
     let generation = submit(state, &entry, seqs).await?;
@@ -72,7 +84,11 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         add_usage(&mut usage, index, n, &completion.usage);
         let (content, tool_calls) = split_tool_calls(&completion.text, &request.tool_choice);
         let logprobs_json = request.logprobs.map(|_| logprobs_json(tokenizer, &completion.logprobs));
-        let choice = Choice { content, tool_calls, finish: completion.finish, logprobs_json };
+        let guard = match &watch {
+            Some((r, turn)) => Some(OutputWatch::new(r.clone(), turn.clone()).judge_text(state, completion.text.clone()).await?),
+            None => None,
+        };
+        let choice = Choice { content, tool_calls, finish: completion.finish, logprobs_json, guard };
         out.push(choice.to_json(index));
     }
     state.metrics.record_generation(usage.completion_tokens, start);
@@ -251,10 +267,17 @@ struct Choice {
     finish: FinishReason,
     /// The token texts of `logprobs`, rendered while the tokenizer was at hand.
     logprobs_json: Option<Value>,
+    /// The output guard's judgement of the reply, when the request has one.
+    guard: Option<Judgement>,
 }
 
 impl Choice {
     fn to_json(&self, index: usize) -> Value {
+        if let Some(j) = self.guard.as_ref().filter(|j| j.flagged) {
+            // the reply is withheld: only the verdicts say what it was
+            let message = json!({"role": "assistant", "content": null, "refusal": null});
+            return json!({"index": index, "message": message, "finish_reason": "content_filter", "logprobs": null, "guard": j.report});
+        }
         let finish = if self.tool_calls.is_empty() { self.finish.as_str() } else { "tool_calls" };
         let mut message = json!({
             "role": "assistant",
@@ -264,7 +287,11 @@ impl Choice {
         if !self.tool_calls.is_empty() {
             message["tool_calls"] = Value::Array(self.tool_calls.clone());
         }
-        json!({"index": index, "message": message, "finish_reason": finish, "logprobs": self.logprobs_json.clone()})
+        let mut choice = json!({"index": index, "message": message, "finish_reason": finish, "logprobs": self.logprobs_json.clone()});
+        if let Some(j) = &self.guard {
+            choice["guard"] = j.report.clone();
+        }
+        choice
     }
 }
 
@@ -336,6 +363,8 @@ struct StreamCtx {
     created: u64,
     model: String,
     sse: SseSender,
+    /// The prompt's length (the usage of a reply a guardrail cut).
+    prompt_tokens: usize,
 }
 
 impl StreamCtx {
@@ -348,18 +377,35 @@ impl StreamCtx {
     }
 }
 
-/// A streamed choice's state: text that may still turn out to be a tool call, and
-/// log-probabilities not yet sent.
+/// A streamed choice's state: text that may still turn out to be a tool call, log-probabilities
+/// not yet sent, and its output guard (the text it holds back, whether it cut the reply, its last
+/// judgement).
 struct ChoiceStream {
     gate: Option<ContentGate>,
     pending: Vec<TokenLogprob>,
+    watch: Option<OutputWatch>,
+    held: String,
+    cut: bool,
+    report: Option<Value>,
 }
 
 /// The SSE stream of a request: the choices decode together, their chunks interleaved as their
 /// tokens come. When tool calls may follow, the text that could be a call is held back (see
 /// [`ContentGate`]) and a call is sent as `tool_calls` deltas once it parses, never as text;
-/// logprobs travel with the content delta that releases their tokens.
-async fn stream(mut generation: Generation, request: &ChatRequest, ctx: &StreamCtx, model: &Model, start: Instant, state: &AppState) {
+/// logprobs travel with the content delta that releases their tokens. An output guardrail
+/// (`guardrails`) judges each window of tokens as it completes (the chat model decoding on
+/// meanwhile) and the reply's tail at its end; a flagged choice ends at once with
+/// `finish_reason: "content_filter"` and the verdicts (`guard`), and once every choice has
+/// ended the generation is stopped.
+async fn stream(
+    mut generation: Generation,
+    request: &ChatRequest,
+    ctx: &StreamCtx,
+    model: &Model,
+    start: Instant,
+    state: &AppState,
+    watches: Vec<Option<OutputWatch>>,
+) {
     let include_usage = request.common.include_usage;
     let tokenizer = model.tokenizer();
     let n = generation.len();
@@ -369,8 +415,16 @@ async fn stream(mut generation: Generation, request: &ChatRequest, ctx: &StreamC
             return;
         }
     }
-    let mut choices: Vec<ChoiceStream> = (0..n)
-        .map(|_| ChoiceStream { gate: (request.tool_choice != ToolChoice::None).then(ContentGate::default), pending: Vec::new() })
+    let mut choices: Vec<ChoiceStream> = watches
+        .into_iter()
+        .map(|watch| ChoiceStream {
+            gate: (request.tool_choice != ToolChoice::None).then(ContentGate::default),
+            pending: Vec::new(),
+            watch,
+            held: String::new(),
+            cut: false,
+            report: None,
+        })
         .collect();
     let content_delta = |index: usize, content: String, pending: &mut Vec<TokenLogprob>| {
         let logprobs = if pending.is_empty() { Value::Null } else { logprobs_json(tokenizer, pending) };
@@ -381,8 +435,14 @@ async fn stream(mut generation: Generation, request: &ChatRequest, ctx: &StreamC
             include_usage,
         )
     };
+    // a choice the guard flagged: its last chunk, with the verdicts
+    let cut_chunk = |index: usize, report: Value| {
+        let last = json!([{"index": index, "delta": {}, "logprobs": null, "finish_reason": "content_filter", "guard": report}]);
+        ctx.chunk(last, None, include_usage)
+    };
     let mut usage = Usage::default();
     let mut first_token = true;
+    let mut ended = 0;
     while let Some(event) = next_event(&mut generation, &ctx.sse).await {
         match event {
             SeqEvent::Token { index, event } => {
@@ -391,16 +451,46 @@ async fn stream(mut generation: Generation, request: &ChatRequest, ctx: &StreamC
                     state.metrics.time_to_first_token_ms.observe(start.elapsed().as_secs_f64() * 1e3);
                 }
                 let c = &mut choices[index];
+                if c.cut {
+                    continue;
+                }
                 c.pending.extend(event.logprob.clone());
-                let content = match c.gate.as_mut() {
+                let mut content = match c.gate.as_mut() {
                     Some(gate) => gate.push(&event.text),
                     None => event.text.clone(),
                 };
-                if content.is_empty() && (c.gate.is_some() || c.pending.is_empty()) {
-                    continue;
+                let due = c.watch.as_mut().is_some_and(|w| w.push(&event.text));
+                let hold = c.watch.as_ref().is_some_and(|w| !w.stream_first());
+                if hold {
+                    c.held.push_str(&content);
+                    content.clear();
                 }
-                if !ctx.sse.send_json(&content_delta(index, content, &mut c.pending)).await {
+                if !(content.is_empty() && (c.gate.is_some() || c.pending.is_empty() || hold))
+                    && !ctx.sse.send_json(&content_delta(index, content, &mut c.pending)).await
+                {
                     return;
+                }
+                if due {
+                    let Some(judgement) = judge_window(c, state, ctx).await else { return };
+                    if judgement.flagged {
+                        c.cut = true;
+                        usage.completion_tokens += c.watch.as_ref().map_or(0, OutputWatch::generated);
+                        if index.is_multiple_of(n) {
+                            usage.prompt_tokens += ctx.prompt_tokens;
+                        }
+                        ended += 1;
+                        if !ctx.sse.send_json(&cut_chunk(index, judgement.report)).await {
+                            return;
+                        }
+                        if ended == n {
+                            break;
+                        }
+                    } else if hold && !(c.held.is_empty() && c.pending.is_empty()) {
+                        let held = std::mem::take(&mut c.held);
+                        if !ctx.sse.send_json(&content_delta(index, held, &mut c.pending)).await {
+                            return;
+                        }
+                    }
                 }
             }
             SeqEvent::Done { result: Err(e), .. } => {
@@ -410,10 +500,27 @@ async fn stream(mut generation: Generation, request: &ChatRequest, ctx: &StreamC
             }
             SeqEvent::Done { index, result: Ok(completion) } => {
                 let c = &mut choices[index];
+                if c.cut {
+                    continue;
+                }
+                ended += 1;
+                if c.watch.as_ref().is_some_and(|w| w.unjudged() > 0 || c.report.is_none()) {
+                    // the reply's tail (or a reply shorter than one window)
+                    let Some(judgement) = judge_window(c, state, ctx).await else { return };
+                    if judgement.flagged {
+                        c.cut = true;
+                        add_usage(&mut usage, index, n, &completion.usage);
+                        if !ctx.sse.send_json(&cut_chunk(index, judgement.report)).await {
+                            return;
+                        }
+                        continue;
+                    }
+                }
                 let mut finish = completion.finish.as_str();
+                let held = std::mem::take(&mut c.held);
                 if let Some(gate) = &c.gate {
                     let (content, calls) = split_tool_calls(&completion.text, &request.tool_choice);
-                    let rest = gate.finish(&content, !calls.is_empty());
+                    let rest = held + &gate.finish(&content, !calls.is_empty());
                     if !rest.is_empty() || !c.pending.is_empty() {
                         ctx.sse.send_json(&content_delta(index, rest, &mut c.pending)).await;
                     }
@@ -430,8 +537,13 @@ async fn stream(mut generation: Generation, request: &ChatRequest, ctx: &StreamC
                     if !calls.is_empty() {
                         finish = "tool_calls";
                     }
+                } else if !held.is_empty() || !c.pending.is_empty() {
+                    ctx.sse.send_json(&content_delta(index, held, &mut c.pending)).await;
                 }
-                let last = json!([{"index": index, "delta": {}, "logprobs": null, "finish_reason": finish}]);
+                let mut last = json!([{"index": index, "delta": {}, "logprobs": null, "finish_reason": finish}]);
+                if let Some(report) = c.report.take() {
+                    last[0]["guard"] = report;
+                }
                 if !ctx.sse.send_json(&ctx.chunk(last, None, include_usage)).await {
                     return;
                 }
@@ -442,9 +554,28 @@ async fn stream(mut generation: Generation, request: &ChatRequest, ctx: &StreamC
     if ctx.sse.is_closed() {
         return;
     }
+    // every choice has ended; the ones a guardrail cut are still decoding: stop them
+    generation.stop();
     state.metrics.record_generation(usage.completion_tokens, start);
     if include_usage {
         ctx.sse.send_json(&ctx.chunk(json!([]), Some(usage_json(&usage)), true)).await;
     }
     ctx.sse.done().await;
+}
+
+/// Runs the choice's output check; a guard failure ends the stream with its error (the reply is
+/// not let through unjudged) and gives `None`.
+async fn judge_window(c: &mut ChoiceStream, state: &AppState, ctx: &StreamCtx) -> Option<Judgement> {
+    let watch = c.watch.as_mut()?;
+    match watch.judge_window(state).await {
+        Ok(j) => {
+            c.report = Some(j.report.clone());
+            Some(j)
+        }
+        Err(e) => {
+            ctx.sse.send_json(&e.body()).await;
+            ctx.sse.done().await;
+            None
+        }
+    }
 }

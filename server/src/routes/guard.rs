@@ -60,19 +60,12 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
             if inputs.len() > MAX_BATCH {
                 return Err(engine::guard::GuardError::BatchTooLarge { max: MAX_BATCH }.into());
             }
-            let items = entry
-                .worker
-                .run(move |engine, cancel| {
-                    let ev = engine.guard.clone().expect("guard entries have an evaluator");
-                    let mut items = ev.evaluate_batch_cancellable(&inputs, &risks, cancel.flag())?;
-                    if !limits.is_empty() {
-                        for item in &mut items {
-                            item.flagged = limits.apply(&mut item.verdicts);
-                        }
-                    }
-                    Ok::<_, engine::guard::GuardError>(items)
-                })
-                .await??;
+            let mut items = entry.guard_queue.evaluate(&entry.worker, inputs, risks).await?;
+            if !limits.is_empty() {
+                for item in &mut items {
+                    item.flagged = limits.apply(&mut item.verdicts);
+                }
+            }
             let verdicts: Vec<Verdict> = items.iter().flat_map(|i| i.verdicts.iter().cloned()).collect();
             (json!({"results": items}), verdicts)
         }

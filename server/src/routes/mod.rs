@@ -5,6 +5,7 @@ pub mod completions;
 pub mod embeddings;
 pub mod generation;
 pub mod guard;
+pub mod guardrails;
 pub mod models;
 pub mod moderations;
 mod tool_stream;

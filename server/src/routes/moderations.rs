@@ -1,5 +1,5 @@
 //! `POST /v1/moderations`, OpenAI's moderation API on the guard: each input judged for the 9
-//! harm risks (one batch on the guard model's engine thread), answered as OpenAI answers,
+//! harm risks (in one batch with the other clients' waiting requests, `guard_queue`), answered as OpenAI answers,
 //! `{id, model, results: [{flagged, categories, category_scores, category_applied_input_types}]}`,
 //! the categories under the risks' names and OpenAI's (`engine::guard::moderation`), the scores
 //! the risks' `risk_probability`; `policy` and `thresholds: {risk: p}` decide `unsafe` by the
@@ -36,18 +36,10 @@ async fn moderate(state: &Arc<AppState>, body: Map<String, Value>, start: Instan
     let inputs = inputs(body.get("input"))?;
     let applied = applied(state, &body)?;
     let limits = applied.thresholds.clone();
-    let no_risks: [&str; 0] = [];
-    let items = entry
-        .worker
-        .run(move |engine, cancel| {
-            let ev = engine.guard.clone().expect("guard entries have an evaluator");
-            let mut items = ev.evaluate_batch_cancellable(&inputs, &no_risks, cancel.flag())?;
-            for item in &mut items {
-                item.flagged = limits.apply(&mut item.verdicts);
-            }
-            Ok::<_, engine::guard::GuardError>(items)
-        })
-        .await??;
+    let mut items = entry.guard_queue.evaluate(&entry.worker, inputs, Vec::new()).await?;
+    for item in &mut items {
+        item.flagged = limits.apply(&mut item.verdicts);
+    }
     let results: Vec<Value> = items
         .iter()
         .map(|item| {

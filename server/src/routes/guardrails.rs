@@ -1,0 +1,237 @@
+//! Guardrails on chat completions: a request's `guard` field (or the server's `--guardrails`)
+//! has the guard model judge the conversation's last user turn before anything is generated
+//! (flagged: a 400 with code `content_filter` and the verdicts, no token generated), and the
+//! reply as it is generated: every `every` tokens, the new tokens with the `context` tokens
+//! before them (a streamed reply), or the whole reply (a plain one). A flagged reply ends with
+//! `finish_reason: "content_filter"` and the verdicts. With `stream_first` (the default) tokens
+//! are sent as they come and the stream is cut after the check that flags them; without it,
+//! tokens are held until the check of their window passes. The checks run as jobs of the guard
+//! model's engine thread (through its queue, with other clients' guard requests) while the chat
+//! model keeps decoding on its own.
+
+use std::sync::Arc;
+
+use engine::guard::{conversation, GuardInput, Risk};
+use serde_json::{json, Map, Value};
+
+use crate::audit::{self, Applied};
+use crate::error::ApiError;
+use crate::registry::ModelEntry;
+use crate::routes::guard::{applied, format_label};
+use crate::AppState;
+
+/// Output tokens per check when a request names no `every`.
+pub const DEFAULT_EVERY: usize = 200;
+/// Tokens before each window shown with it when a request names no `context`.
+pub const DEFAULT_CONTEXT: usize = 50;
+
+/// Which sides the server guards for every chat completion (`--guardrails`); a request's own
+/// `guard` field adds to them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerGuardrails {
+    pub input: bool,
+    pub output: bool,
+}
+
+/// A chat request's guardrails, checked.
+pub struct Guardrails {
+    pub guard: Arc<ModelEntry>,
+    pub input: bool,
+    pub output: bool,
+    /// Risk names; empty: the 9 harm risks.
+    pub risks: Vec<String>,
+    pub applied: Applied,
+    pub every: usize,
+    pub context: usize,
+    pub stream_first: bool,
+}
+
+/// The request's `guard` field merged with the server's guardrails; `None` when neither asks
+/// for any.
+pub fn parse(state: &AppState, body: &Map<String, Value>) -> Result<Option<Arc<Guardrails>>, ApiError> {
+    let server = state.guardrails;
+    let bad = |m: &str| ApiError::invalid_param("guard", m);
+    let empty = Map::new();
+    let field = match body.get("guard") {
+        None | Some(Value::Null) if !server.input && !server.output => return Ok(None),
+        None | Some(Value::Null) => &empty,
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(bad("guard must be an object: {input, output, risks, thresholds, policy, every, context, stream_first}")),
+    };
+    const KNOWN: [&str; 9] = ["model", "input", "output", "risks", "thresholds", "policy", "every", "context", "stream_first"];
+    if let Some(k) = field.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(bad(&format!("unknown field guard.{k} (known: {})", KNOWN.join(", "))));
+    }
+    let flag = |key: &str, default: bool| -> Result<bool, ApiError> {
+        match field.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(bad(&format!("guard.{key} must be a boolean"))),
+        }
+    };
+    let count = |key: &str, default: usize, min: u64, max: u64| -> Result<usize, ApiError> {
+        match field.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => match v.as_u64() {
+                Some(n) if (min..=max).contains(&n) => Ok(n as usize),
+                _ => Err(bad(&format!("guard.{key} must be an integer from {min} to {max}"))),
+            },
+        }
+    };
+    // a `guard` object alone guards both sides; the server's sides always stay on
+    let input = flag("input", true)? || server.input;
+    let output = flag("output", true)? || server.output;
+    if !input && !output {
+        return Err(bad("guard needs input or output (or both) to be true"));
+    }
+    let risks = match field.get("risks") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| match v.as_str() {
+                Some(name) if Risk::from_name(name).is_some() => Ok(name.to_string()),
+                Some(name) => Err(bad(&format!("invalid risk category: {name}"))),
+                None => Err(bad("guard.risks must be an array of risk names")),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad("guard.risks must be an array of risk names")),
+    };
+    let guard = guard_model(state, field.get("model"))?;
+    let applied =
+        applied(state, field).map_err(|e| ApiError { param: Some(format!("guard.{}", e.param.as_deref().unwrap_or(""))), ..e })?;
+    Ok(Some(Arc::new(Guardrails {
+        guard,
+        input,
+        output,
+        risks,
+        applied,
+        every: count("every", DEFAULT_EVERY, 1, 4096)?,
+        context: count("context", DEFAULT_CONTEXT, 0, 1024)?,
+        stream_first: flag("stream_first", true)?,
+    })))
+}
+
+fn guard_model(state: &AppState, model: Option<&Value>) -> Result<Arc<ModelEntry>, ApiError> {
+    match model {
+        None | Some(Value::Null) => state
+            .registry
+            .list()
+            .into_iter()
+            .find(|m| m.guard)
+            .ok_or_else(|| ApiError::invalid_param("guard", "no guard model is loaded: start the server with --guard")),
+        Some(Value::String(id)) => {
+            let entry = state.registry.get(id)?;
+            if !entry.guard {
+                return Err(ApiError::invalid_param("guard.model", format!("the model `{id}` is not a guard model")));
+            }
+            Ok(entry)
+        }
+        Some(_) => Err(ApiError::invalid_param("guard.model", "guard.model must be a model id")),
+    }
+}
+
+/// What the guard said of one text: `flagged`, the verdicts and the audit fields.
+pub struct Judgement {
+    pub flagged: bool,
+    pub report: Value,
+}
+
+impl Guardrails {
+    /// Judges `input` for the request's risks under its policy and thresholds.
+    pub async fn judge(&self, state: &AppState, input: GuardInput, stage: &str) -> Result<Judgement, ApiError> {
+        let start = std::time::Instant::now();
+        state.metrics.guard_requests.inc();
+        let mut items = self.guard.guard_queue.evaluate(&self.guard.worker, vec![input], self.risks.clone()).await?;
+        let mut item = items.pop().ok_or_else(|| ApiError::server("the guard returned no result"))?;
+        if !self.applied.thresholds.is_empty() {
+            item.flagged = self.applied.thresholds.apply(&mut item.verdicts);
+        }
+        let latency_ms = start.elapsed().as_secs_f64() * 1e3;
+        state.metrics.guard_latency_ms.observe(latency_ms);
+        state.metrics.record_verdicts(&item.verdicts, latency_ms);
+        let mut report = audit::fields(&self.guard.id, self.guard.digest.as_ref(), &format_label(&self.guard, None), &self.applied);
+        report.insert("stage".into(), json!(stage));
+        report.insert("flagged".into(), json!(item.flagged));
+        report.insert("verdicts".into(), json!(item.verdicts));
+        Ok(Judgement { flagged: item.flagged, report: Value::Object(report) })
+    }
+
+    /// The input check: the conversation's last user turn (with the turns before it). Flagged:
+    /// the 400 `content_filter` error, carrying the verdicts.
+    pub async fn check_input(&self, state: &AppState, messages: &[Value]) -> Result<(), ApiError> {
+        if !self.input {
+            return Ok(());
+        }
+        let judgement = self.judge(state, user_turn(messages)?, "input").await?;
+        if !judgement.flagged {
+            return Ok(());
+        }
+        let risks: Vec<&str> = judgement.report["verdicts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v["unsafe"] == true)
+            .filter_map(|v| v["risk"].as_str())
+            .collect();
+        Err(ApiError::content_filter(format!("the input was flagged by the guard ({})", risks.join(", ")), judgement.report))
+    }
+}
+
+/// The conversation up to its last user message, as the guard's input.
+pub fn user_turn(messages: &[Value]) -> Result<GuardInput, ApiError> {
+    let last_user = messages.iter().rposition(|m| m.get("role").and_then(Value::as_str) == Some("user"));
+    let upto = last_user.map_or(messages.len(), |i| i + 1);
+    conversation::from_messages(&messages[..upto])
+        .map_err(|e| ApiError::invalid_param("messages", format!("the guard cannot read the conversation: {e}")))
+}
+
+/// One choice's output as the guard sees it: the token texts so far and how many were judged.
+pub struct OutputWatch {
+    rails: Arc<Guardrails>,
+    /// The conversation the reply answers (its last user turn and the turns before).
+    turn: GuardInput,
+    tokens: Vec<String>,
+    judged: usize,
+}
+
+impl OutputWatch {
+    pub fn new(rails: Arc<Guardrails>, turn: GuardInput) -> OutputWatch {
+        OutputWatch { rails, turn, tokens: Vec::new(), judged: 0 }
+    }
+
+    /// Adds a generated token's text; true when a window is due for judging.
+    pub fn push(&mut self, text: &str) -> bool {
+        self.tokens.push(text.to_string());
+        self.tokens.len() - self.judged >= self.rails.every
+    }
+
+    /// Tokens generated so far.
+    pub fn generated(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Tokens generated since the last check.
+    pub fn unjudged(&self) -> usize {
+        self.tokens.len() - self.judged
+    }
+
+    pub fn stream_first(&self) -> bool {
+        self.rails.stream_first
+    }
+
+    /// Judges the tokens since the last check, with up to `context` tokens before them, as the
+    /// assistant's reply to the conversation.
+    pub async fn judge_window(&mut self, state: &AppState) -> Result<Judgement, ApiError> {
+        let from = self.judged.saturating_sub(self.rails.context);
+        let window = self.tokens[from..].concat();
+        self.judged = self.tokens.len();
+        self.judge_text(state, window).await
+    }
+
+    /// Judges a whole reply (a response that is not streamed).
+    pub async fn judge_text(&self, state: &AppState, reply: String) -> Result<Judgement, ApiError> {
+        let mut input = self.turn.clone();
+        input.assistant = Some(reply);
+        self.rails.judge(state, input, "output").await
+    }
+}
