@@ -12,7 +12,9 @@ use anyhow::Context;
 use engine::backend::Device;
 use engine::guard::error::ApiError;
 use engine::guard::evaluator::highest_risk;
-use engine::guard::{Evaluator, EvaluatorOptions, GuardError, GuardFormat, GuardInput, GuardRequest, Policies, Thresholds, Verdict};
+use engine::guard::{
+    Evaluator, EvaluatorOptions, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardRequest, Policies, Thresholds, Verdict,
+};
 use serde_json::json;
 
 use crate::guard_jsonl as jsonl;
@@ -80,6 +82,15 @@ pub struct GuardArgs {
     /// for the file's default policy; --threshold replaces its thresholds risk by risk.
     #[arg(long, value_name = "FILE:NAME")]
     pub policy: Option<String>,
+    /// How a chat model (not a Granite Guardian) is asked: `layout` (Granite Guardian 3.2's
+    /// prompt in the model's template), `direct` (a plain yes/no question) or `few-shot` (the
+    /// question after two answered examples).
+    #[arg(long, value_parser = parse_generic_prompt, default_value = "direct")]
+    pub generic_prompt: GenericPrompt,
+}
+
+pub fn parse_generic_prompt(s: &str) -> Result<GenericPrompt, String> {
+    GenericPrompt::parse(s).ok_or_else(|| "expected layout, direct or few-shot".to_string())
 }
 
 /// The policy (`--policy`) and thresholds (`--threshold` over the policy's) to judge by.
@@ -155,13 +166,13 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
             input
         }
     };
-    let options = EvaluatorOptions { device: args.device, ..EvaluatorOptions::default() };
+    let options = EvaluatorOptions { device: args.device, generic_prompt: args.generic_prompt, ..EvaluatorOptions::default() };
     let evaluator = Evaluator::new(&args.model, options).map_err(|e| anyhow::anyhow!(e).context(args.model.display().to_string()))?;
     let model_id = args.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
     let format = if evaluator.prompter().is_guardian() {
         args.format.as_deref().map_or_else(|| evaluator.default_format().to_string(), |f| f.to_string())
     } else {
-        "generic".to_string()
+        format!("generic/{}", args.generic_prompt.name())
     };
     let audit = json!({"model": model_id, "format": format, "policy": policy});
     if let Some(lines) = lines {

@@ -9,16 +9,17 @@ use std::time::Instant;
 
 use anyhow::Context;
 use engine::guard::evaluator::highest_risk;
-use engine::guard::{conversation, Evaluator, GuardInput, Thresholds};
+use engine::guard::{conversation, BatchItem, Evaluator, GuardInput, Thresholds};
 use serde_json::{json, Value};
 
 /// Lines judged together (one `evaluate_batch`).
 const LINES_PER_BATCH: usize = 32;
 
-/// One input of the data set and its 1-based line number.
+/// One input of the data set, its 1-based line number, and its own risks when it names them.
 pub struct Line {
     pub number: usize,
     pub input: GuardInput,
+    pub risks: Option<Vec<String>>,
 }
 
 /// Reads and checks every non-blank line; `context` (the `--context` argument) applies to
@@ -42,7 +43,17 @@ pub fn read(path: &Path, context: Option<&str>) -> anyhow::Result<Vec<Line>> {
         if input.context.is_none() {
             input.context = context.map(str::to_string);
         }
-        lines.push(Line { number, input });
+        let risks = match value.get("risks") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(names)) => Some(
+                names
+                    .iter()
+                    .map(|n| n.as_str().map(str::to_string).ok_or_else(|| at("risks must be an array of risk names".into())))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Some(_) => return Err(at("risks must be an array of risk names".into())),
+        };
+        lines.push(Line { number, input, risks });
     }
     if lines.is_empty() {
         anyhow::bail!("{}: no inputs", path.display());
@@ -51,7 +62,8 @@ pub fn read(path: &Path, context: Option<&str>) -> anyhow::Result<Vec<Line>> {
 }
 
 /// An input as JSON: a string (the user message), a message list, or an object like the
-/// endpoint's `input` (`{user, assistant?, context?}` or `{messages, context?}`).
+/// endpoint's `input` (`{user, assistant?, context?}` or `{messages, context?}`; a line may add
+/// `risks`, judged instead of `--risks`).
 pub fn input(value: &Value) -> Result<GuardInput, String> {
     let text = |key: &str| -> Result<Option<String>, String> {
         match value.get(key) {
@@ -99,11 +111,24 @@ pub fn judge(
     let mut flagged_lines = 0;
     let stdout = std::io::stdout();
     for chunk in lines.chunks(LINES_PER_BATCH) {
-        let inputs: Vec<GuardInput> = chunk.iter().map(|l| l.input.clone()).collect();
-        let items = evaluator.evaluate_batch(&inputs, risks).map_err(|e| {
-            let (first, last) = (chunk[0].number, chunk[chunk.len() - 1].number);
-            anyhow::anyhow!(e).context(format!("lines {first} to {last}"))
-        })?;
+        // the chunk's lines by the risks they ask for, one evaluation each, answered in order
+        let mut items: Vec<Option<BatchItem>> = (0..chunk.len()).map(|_| None).collect();
+        let mut left: Vec<usize> = (0..chunk.len()).collect();
+        while let Some(&first) = left.first() {
+            let wanted = chunk[first].risks.as_deref().unwrap_or(risks);
+            let (same, rest): (Vec<usize>, Vec<usize>) =
+                left.into_iter().partition(|&i| chunk[i].risks.as_deref().unwrap_or(risks) == wanted);
+            left = rest;
+            let inputs: Vec<GuardInput> = same.iter().map(|&i| chunk[i].input.clone()).collect();
+            let judged = evaluator.evaluate_batch(&inputs, wanted).map_err(|e| {
+                let numbers: Vec<String> = same.iter().map(|&i| chunk[i].number.to_string()).collect();
+                anyhow::anyhow!(e).context(format!("lines {}", numbers.join(", ")))
+            })?;
+            for (i, item) in same.into_iter().zip(judged) {
+                items[i] = Some(item);
+            }
+        }
+        let items = items.into_iter().map(|i| i.expect("every line judged"));
         let mut out = stdout.lock();
         for (line, mut item) in chunk.iter().zip(items) {
             if !limits.is_empty() {

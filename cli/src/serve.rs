@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use engine::backend::{BackendError, Device};
-use engine::guard::{Evaluator, EvaluatorOptions, Policies};
+use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, Policies};
 use engine::model::Model;
 use server::batch_scheduler::BatchConfig;
 use server::{ModelSpec, Scheduling, Server, ServerGuardrails};
@@ -35,6 +35,10 @@ pub struct ServeArgs {
     /// flagged), or both (`input,output`), with the guard model and the default policy.
     #[arg(long, value_delimiter = ',', value_parser = ["input", "output"])]
     pub guardrails: Vec<String>,
+    /// How a chat model serving as guard is asked: layout, direct or few-shot (as `guard
+    /// --generic-prompt`).
+    #[arg(long, value_parser = crate::guard::parse_generic_prompt, default_value = "direct")]
+    pub generic_prompt: GenericPrompt,
     /// A smaller model with the same vocabulary that drafts tokens for the chat models
     /// (speculative decoding, used while a sequence decodes alone: with several, one batched pass
     /// already serves them all; greedy output is unchanged, sampled output keeps its
@@ -116,6 +120,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .api_key(args.api_key.clone())
         .scheduling(scheduling)
         .guard_policies(policies.clone().unwrap_or_default())
+        .generic_prompt(args.generic_prompt)
         .guardrails(ServerGuardrails {
             input: args.guardrails.iter().any(|s| s == "input"),
             output: args.guardrails.iter().any(|s| s == "output"),

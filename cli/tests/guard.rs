@@ -1,6 +1,7 @@
 //! `engine-cli guard` on the tiny Guardian-shaped model: the table, `--scan --json` as the HTTP
 //! object, exit codes 0 / 1 / 2 and one-line errors.
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use engine_tests::{fetch_model, fixture};
@@ -280,6 +281,21 @@ fn jsonl_judges_one_input_per_line() {
     let out = guard(&["--file", data.path(), "--jsonl", "--risks", "harm", "--threshold", "harm=0"]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(String::from_utf8(out.stdout).unwrap().lines().filter(|l| l.contains("\"flagged\":true")).count(), 3);
+    // a line may name its own risks
+    let mixed = TempFile::new(
+        "m.jsonl",
+        "{\"user\": \"Hi\", \"risks\": [\"harm\", \"violence\"]}\n\"Hello\"\n{\"user\": \"Hey\", \"risks\": [\"profanity\"]}\n",
+    );
+    let out = guard(&["--file", mixed.path(), "--jsonl", "--risks", "jailbreaking"]);
+    let risks: Vec<Vec<String>> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let j: Value = serde_json::from_str(l).unwrap();
+            j["verdicts"].as_array().unwrap().iter().map(|v| v["risk"].as_str().unwrap().to_string()).collect()
+        })
+        .collect();
+    assert_eq!(risks, [vec!["harm", "violence"], vec!["jailbreaking"], vec!["profanity"]]);
     // a bad line: nothing judged, the line named
     let bad = TempFile::new("bad.jsonl", "\"ok\"\n{\"user\": 3}\n");
     let out = guard(&["--file", bad.path(), "--jsonl"]);
@@ -303,4 +319,29 @@ fn serve_refuses_a_bad_policy_file_naming_its_line() {
         err.contains(&format!("{} line 4: policy `a`: the threshold of violence must be a number from 0 to 1, not 7", bad.path())),
         "{err}"
     );
+}
+
+/// The quick start's example with the default guard (`tools/fetch-models.sh guard-default`, the
+/// `direct` prompt, `policies/default-guard.toml`): the bomb question is flagged for harm, a
+/// bread question is not.
+#[test]
+fn the_default_guard_flags_the_quick_start_bomb_and_not_bread() {
+    let model = fetch_model("guard-default");
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/default-guard.toml");
+    let judge = |text: &str| -> (Value, Option<i32>) {
+        let out = Command::new(env!("CARGO_BIN_EXE_engine-cli"))
+            .args(["guard", "--json", "--generic-prompt", "direct", "--risks", "harm,violence", "--input", text, "--policy"])
+            .arg(&policy)
+            .arg("-m")
+            .arg(&model)
+            .output()
+            .unwrap();
+        (serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr))), out.status.code())
+    };
+    let (bomb, code) = judge("How do I build a bomb?");
+    assert_eq!((bomb["flagged"].as_bool(), code, bomb["policy"].as_str()), (Some(true), Some(1), Some("default-guard")), "{bomb}");
+    assert_eq!(bomb["verdicts"][0]["unsafe"], true, "harm: {bomb}");
+    assert_eq!(bomb["format"], "generic/direct");
+    let (bread, code) = judge("How do I bake sourdough bread?");
+    assert_eq!((bread["flagged"].as_bool(), code), (Some(false), Some(0)), "{bread}");
 }

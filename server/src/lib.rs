@@ -30,7 +30,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::guard::{Evaluator, EvaluatorOptions, Policies};
+use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, Policies};
 use engine::model::Model;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
@@ -147,6 +147,7 @@ pub struct ServerBuilder {
     batch: Option<BatchConfig>,
     policies: Policies,
     guardrails: ServerGuardrails,
+    generic_prompt: GenericPrompt,
 }
 
 impl ServerBuilder {
@@ -166,6 +167,12 @@ impl ServerBuilder {
     /// The guard policy presets requests select with `policy` (and the default one).
     pub fn guard_policies(mut self, policies: Policies) -> Self {
         self.policies = policies;
+        self
+    }
+
+    /// How a chat model serving as guard is asked (no effect on Granite Guardian models).
+    pub fn generic_prompt(mut self, variant: GenericPrompt) -> Self {
+        self.generic_prompt = variant;
         self
     }
 
@@ -224,7 +231,11 @@ impl ServerBuilder {
                 Some(Arc::new(
                     Evaluator::from_model(
                         spec.model.clone(),
-                        EvaluatorOptions { device: spec.model.device(), ..EvaluatorOptions::default() },
+                        EvaluatorOptions {
+                            device: spec.model.device(),
+                            generic_prompt: self.generic_prompt,
+                            ..EvaluatorOptions::default()
+                        },
                     )
                     .map_err(|e| format!("{}: {e}", spec.id))?,
                 ))
@@ -244,10 +255,13 @@ impl ServerBuilder {
                 kv_positions: sc.kv_positions,
                 ..LoopConfig::new(n_ctx)
             };
-            let guard_format =
-                evaluator
-                    .as_ref()
-                    .map(|ev| if ev.prompter().is_guardian() { ev.default_format().to_string() } else { "generic".to_string() });
+            let guard_format = evaluator.as_ref().map(|ev| {
+                if ev.prompter().is_guardian() {
+                    ev.default_format().to_string()
+                } else {
+                    format!("generic/{}", ev.prompter().generic_prompt().name())
+                }
+            });
             let digest = spec.guard.then(|| audit::ModelDigest::start(&spec.model));
             let worker = Worker::start(&spec.id, spec.model.clone(), config, evaluator, spec.draft, metrics.for_model(&spec.id))?;
             registry.insert(ModelEntry {

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use engine::guard::{
-    check_request, GuardError, GuardFormat, GuardInput, GuardPrompt, NativeRequest, PrefixTree, PromptPath, Prompter, Risk,
+    check_request, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardPrompt, NativeRequest, PrefixTree, PromptPath, Prompter, Risk,
 };
 use engine::model::Model;
 use engine_tests::{fixture, json_ids, read_json};
@@ -347,8 +347,9 @@ fn request_errors() {
     assert_eq!((ok.format, ok.think, ok.risks.len()), (GuardFormat::V3_3, true, 9));
 }
 
-/// guard.md §3: a generic chat model gets the built-in 3.2 prompt's user turn as its one user
-/// message, in its own template, read by the 3.0 rules.
+/// guard.md §3: a generic chat model asked with the `layout` prompt gets the built-in 3.2 prompt's
+/// user turn as its one user message, in its own template, read by the 3.0 rules; the default
+/// (`direct`) asks a plain yes/no question in the same template.
 #[test]
 fn generic_model_path() {
     let golden = std::fs::read_to_string(dir().join("builtin/3.2_harm_user.txt")).unwrap();
@@ -358,7 +359,16 @@ fn generic_model_path() {
         .unwrap();
     let input = GuardInput::new("How do I pick the lock on my neighbour's front door while they are away?");
 
-    let chatml = Prompter::generic(engine::chat::ChatTemplate::chatml());
+    let direct = Prompter::generic(engine::chat::ChatTemplate::chatml());
+    assert_eq!(direct.generic_prompt(), GenericPrompt::Direct);
+    let p = direct.render(GuardFormat::V3_0, Risk::Harm, &input, false).unwrap();
+    assert!(
+        p.text.starts_with("<|im_start|>user\nAnswer with Yes or No only.")
+            && p.text.ends_with("Answer Yes or No.<|im_end|>\n<|im_start|>assistant\n"),
+        "{}",
+        p.text
+    );
+    let chatml = Prompter::generic(engine::chat::ChatTemplate::chatml()).with_generic_prompt(GenericPrompt::Layout);
     assert!(!chatml.is_guardian());
     let p: GuardPrompt = chatml.render(GuardFormat::V3_0, Risk::Harm, &input, false).unwrap();
     assert_eq!((p.path, p.format, p.think), (PromptPath::Generic, GuardFormat::V3_0, false));
@@ -366,7 +376,7 @@ fn generic_model_path() {
 
     // A real file: the tiny Granite instruct model (not a Guardian) through its own template.
     let m = Model::load(fixture("models/tiny-granite-Q8_0.gguf")).unwrap();
-    let prompter = Prompter::from_model(&m).unwrap();
+    let prompter = Prompter::from_model(&m).unwrap().with_generic_prompt(GenericPrompt::Layout);
     assert_eq!((prompter.is_guardian(), prompter.default_format()), (false, GuardFormat::V3_0));
     let p = prompter.render(GuardFormat::V3_0, Risk::Harm, &input, false).unwrap();
     let turn = format!("<|start_of_role|>user<|end_of_role|>{body}<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>");

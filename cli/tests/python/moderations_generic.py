@@ -1,7 +1,7 @@
 """The official `openai` package's moderations (strict response validation) against
 `engine-cli serve` with a real chat model (Qwen2.5-Coder-0.5B-Instruct) as generic guard: one
 result per input, each score the risk_probability /v1/guard/scan gives for the same text, and the
-audit fields (format "generic", the sha256 of the GGUF as hashlib computes it). Exits non-zero on
+audit fields (format "generic/direct", the sha256 of the GGUF as hashlib computes it). Exits non-zero on
 the first failed check."""
 
 import hashlib
@@ -30,10 +30,10 @@ texts = ["How do I build a bomb?", "How do I bake sourdough bread?"]
 mods = client.moderations.create(model=guard_id, input=texts)
 assert mods.id.startswith("modr-") and mods.model == guard_id and len(mods.results) == 2, mods
 extra = mods.model_extra
-assert extra["format"] == "generic" and extra["policy"] is None, extra
+assert extra["format"] == "generic/direct" and extra["policy"] is None, extra
 for text, result in zip(texts, mods.results):
     status, scan = post_json("/v1/guard/scan", {"model": guard_id, "input": {"user": text}})
-    assert status == 200 and scan["format"] == "generic", scan
+    assert status == 200 and scan["format"] == extra["format"], scan
     scores = result.category_scores
     for v in scan["verdicts"]:
         assert getattr(scores, v["risk"]) == v["risk_probability"], (v, result)

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::verdict::{risk_probability, verdict_3_0, verdict_3_2, verdict_3_3, Verdict, YesNoTokens};
-use super::{check_request, GuardError, GuardFormat, GuardInput, GuardPrompt, Prompter, Risk};
+use super::{check_request, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardPrompt, Prompter, Risk};
 use crate::backend::{BackendError, Device};
 use crate::chat::tokenize_rendered;
 use crate::generate::{decode_lockstep, prefill_shared_prefixes, GenerateError, GenerateParams, LockstepSeq, SequenceDecoder};
@@ -34,6 +34,8 @@ pub struct EvaluatorOptions {
     pub max_tokens_3_2: usize,
     pub max_tokens_3_3: usize,
     pub max_tokens_think: usize,
+    /// How a generic (non-Guardian) model is asked (`generic`).
+    pub generic_prompt: GenericPrompt,
 }
 
 impl Default for EvaluatorOptions {
@@ -45,6 +47,7 @@ impl Default for EvaluatorOptions {
             max_tokens_3_2: 32,
             max_tokens_3_3: 64,
             max_tokens_think: 2048,
+            generic_prompt: GenericPrompt::default(),
         }
     }
 }
@@ -108,7 +111,7 @@ impl Evaluator {
         if model.is_encoder() {
             return Err(GuardError::Model(ModelError::BadBatch("an encoder model cannot be a guard".into())));
         }
-        let prompter = Prompter::from_model(&model)?;
+        let prompter = Prompter::from_model(&model)?.with_generic_prompt(options.generic_prompt);
         let yes_no = YesNoTokens::of(model.tokenizer());
         Ok(Evaluator { model, prompter, yes_no, options })
     }

@@ -16,6 +16,7 @@ pub mod conversation;
 mod definitions;
 pub mod error;
 pub mod evaluator;
+pub mod generic;
 pub mod moderation;
 pub mod policy;
 pub mod prefix;
@@ -26,6 +27,7 @@ pub mod verdict;
 
 pub use error::GuardError;
 pub use evaluator::{BatchItem, Evaluator, EvaluatorOptions, GuardRequest, GuardResult, ScanResult, MAX_BATCH};
+pub use generic::GenericPrompt;
 pub use policy::Thresholds;
 pub use prefix::{common_prefix_len, PrefixNode, PrefixTree};
 pub use presets::{Policies, Policy, PolicyFileError};

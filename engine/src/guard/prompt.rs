@@ -11,6 +11,7 @@ use crate::model::Model;
 
 use super::builtin;
 use super::error::GuardError;
+use super::generic::{self, GenericPrompt};
 use super::risks::{detect_format, CheckedRequest, Detection, GuardFormat, GuardInput, Risk, RiskGroup};
 
 /// What a Guardian template (or the built-in renderer, which takes the same inputs) is given.
@@ -164,7 +165,8 @@ pub enum PromptPath {
     /// The built-in renderer of the format (a Guardian model without a usable template, or a
     /// format other than its template's).
     Builtin,
-    /// A generic chat model: the built-in 3.2 prompt as one user message in its own template.
+    /// A generic chat model: a question in its own chat template (`generic`: the built-in 3.2
+    /// prompt as one user message, or a direct or few-shot yes/no question).
     Generic,
 }
 
@@ -190,6 +192,8 @@ pub struct Prompter {
     /// The Guardian template (when `detection.template_format` is set) or, for a generic model,
     /// its chat template; `None` for a Guardian model rendered by the built-in renderer.
     template: Option<ChatTemplate>,
+    /// The prompt variant on the generic path (`generic`).
+    generic: GenericPrompt,
 }
 
 impl Prompter {
@@ -213,7 +217,7 @@ impl Prompter {
                 }
             },
         };
-        Ok(Prompter { detection, template })
+        Ok(Prompter { detection, template, generic: GenericPrompt::default() })
     }
 
     /// A Guardian model with this chat template source (its format detected from the template).
@@ -222,18 +226,36 @@ impl Prompter {
         if detection.template_format.is_none() {
             return Err(GuardError::prompt("not a Granite Guardian chat template (it never reads guardian_config)"));
         }
-        Ok(Prompter { detection, template: Some(ChatTemplate::new(source, None, None)?) })
+        Ok(Prompter { detection, template: Some(ChatTemplate::new(source, None, None)?), generic: GenericPrompt::default() })
     }
 
     /// A Guardian model without a usable template: every format through the built-in renderer,
     /// `format` by default.
     pub fn builtin(format: GuardFormat) -> Prompter {
-        Prompter { detection: Detection { format, guardian: true, template_format: None }, template: None }
+        Prompter {
+            detection: Detection { format, guardian: true, template_format: None },
+            template: None,
+            generic: GenericPrompt::default(),
+        }
     }
 
     /// Any other chat model as a guard, through its own chat template.
     pub fn generic(template: ChatTemplate) -> Prompter {
-        Prompter { detection: Detection { format: GuardFormat::V3_0, guardian: false, template_format: None }, template: Some(template) }
+        Prompter {
+            detection: Detection { format: GuardFormat::V3_0, guardian: false, template_format: None },
+            template: Some(template),
+            generic: GenericPrompt::default(),
+        }
+    }
+
+    /// The prompt variant a generic model is asked with (no effect on a Guardian model).
+    pub fn with_generic_prompt(mut self, variant: GenericPrompt) -> Prompter {
+        self.generic = variant;
+        self
+    }
+
+    pub fn generic_prompt(&self) -> GenericPrompt {
+        self.generic
     }
 
     pub fn detection(&self) -> Detection {
@@ -263,8 +285,13 @@ impl Prompter {
     pub fn render(&self, format: GuardFormat, risk: Risk, input: &GuardInput, think: bool) -> Result<GuardPrompt, GuardError> {
         let path = self.path(format);
         if path == PromptPath::Generic {
-            let native = NativeRequest::for_risk(GuardFormat::V3_2, risk, input, false);
-            let text = self.render_generic(&native)?;
+            let text = if self.generic.covers(risk) {
+                let template = self.template.as_ref().ok_or_else(|| GuardError::prompt("generic guard without a chat template"))?;
+                let messages = generic::messages(self.generic, risk, input);
+                template.render(&ChatInput { add_generation_prompt: true, ..ChatInput::new(messages) })?
+            } else {
+                self.render_generic(&NativeRequest::for_risk(GuardFormat::V3_2, risk, input, false))?
+            };
             return Ok(GuardPrompt { risk, format: GuardFormat::V3_0, think: false, path, text });
         }
         let mut native = NativeRequest::for_risk(format, risk, input, think);

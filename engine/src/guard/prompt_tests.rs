@@ -112,7 +112,9 @@ fn paths_follow_the_template_format() {
     let request = check_request(&input, &[] as &[&str], None, false, generic.default_format()).unwrap();
     let prompts = generic.render_all(&request, &input).unwrap();
     assert_eq!(prompts.len(), 9);
-    assert!(prompts.iter().all(|p| p.format == GuardFormat::V3_0 && p.text.starts_with("<|im_start|>user\nYou are")));
+    assert!(prompts.iter().all(|p| p.format == GuardFormat::V3_0 && p.text.starts_with("<|im_start|>user\nAnswer with Yes or No")));
+    let layout = Prompter::generic(ChatTemplate::chatml()).with_generic_prompt(GenericPrompt::Layout);
+    assert!(layout.render_all(&request, &input).unwrap().iter().all(|p| p.text.starts_with("<|im_start|>user\nYou are")));
 }
 
 #[test]

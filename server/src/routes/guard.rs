@@ -104,10 +104,10 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
 }
 
 /// The prompt format a request was judged in: the request's (as the evaluator reads it), else
-/// the model's; `generic` for a chat model on the generic path.
+/// the model's; `generic/<variant>` for a chat model on the generic path.
 pub fn format_label(entry: &ModelEntry, requested: Option<&str>) -> String {
     match (&entry.guard_format, requested.map(GuardFormat::parse)) {
-        (Some(f), _) if f == "generic" => f.clone(),
+        (Some(f), _) if f.starts_with("generic") => f.clone(),
         (_, Some(Ok(f))) => f.to_string(),
         (Some(f), _) => f.clone(),
         (None, _) => String::new(),

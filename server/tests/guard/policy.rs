@@ -1,47 +1,30 @@
-//! The guard's policies, audit fields, conversation input and per-risk metrics, over real TCP
-//! with the tiny Guardian 3.0 fixture: presets chosen by `policy` (and the default one), a
-//! request's thresholds over its policy's, `model_sha256` equal to the file's digest, and
-//! `input.messages` judged as its last turn.
+//! The guard's policies, audit fields, conversation input and per-risk metrics: presets chosen
+//! by `policy` (and the default one), a request's thresholds over its policy's, `model_sha256`
+//! equal to the file's digest, `input.messages` judged as its last turn, and moderation requests
+//! of many clients judged together.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use engine::guard::Policies;
 use engine::model::Model;
-use engine_tests::fixture;
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use server::{ModelSpec, Server};
 use sha2::{Digest, Sha256};
 
-const GUARD: &str = "guardian-tiny-3.0";
+use super::{guard_path, GUARD};
+
 const POLICIES: &str =
     "default = \"lenient\"\n[policies.lenient]\nthresholds = { harm = 1.0 }\n[policies.all]\nthresholds = { harm = 0.0, violence = 0.0 }\n";
 
-fn guard_path() -> std::path::PathBuf {
-    fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf")
-}
-
 fn start(policies: Policies) -> String {
     let guard = Arc::new(Model::load(guard_path()).unwrap());
-    let server = Arc::new(
+    super::start(
         Server::builder()
             .model(ModelSpec { id: GUARD.into(), model: guard, chat: false, guard: true, n_ctx: Some(1024), draft: None })
-            .guard_policies(policies)
-            .build()
-            .unwrap(),
-    );
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        rt.block_on(async move {
-            let (listener, addr) = Server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-            tx.send(addr).unwrap();
-            server.serve(listener).await.unwrap();
-        });
-    });
-    format!("http://{}", rx.recv().unwrap())
+            .guard_policies(policies),
+    )
 }
 
 fn post(base: &str, path: &str, body: Value) -> (StatusCode, Value) {

@@ -1,11 +1,9 @@
-//! Guardrails on chat completions over real TCP: the tiny llama fixture as chat model, the tiny
-//! Guardian 3.0 fixture as guard. A threshold of 0 on a risk makes the guard flag everything and
-//! a threshold of 1 nothing, so that both paths are deterministic: an input guard refuses before
-//! any token is generated, an output guard cuts a stream after its first window (the tokens
-//! already sent, or none when held back) and withholds a plain reply; a guard that passes
-//! changes nothing of the reply.
+//! Guardrails on chat completions, the tiny llama fixture as chat model. A threshold of 0 on a
+//! risk makes the guard flag everything and a threshold of 1 nothing, so that both paths are
+//! deterministic: an input guard refuses before any token is generated, an output guard cuts a
+//! stream after its first window (the tokens already sent, or none when held back) and withholds
+//! a plain reply; a guard that passes changes nothing of the reply.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use engine::model::Model;
@@ -15,29 +13,16 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use server::{ModelSpec, Server, ServerBuilder, ServerGuardrails};
 
+use super::{guard_path, start, GUARD};
+
 const CHAT: &str = "tiny-llama";
-const GUARD: &str = "guardian-tiny-3.0";
 
 fn builder() -> ServerBuilder {
     let chat = Arc::new(Model::load(fixture("models/tiny-llama-Q8_0.gguf")).unwrap());
-    let guard = Arc::new(Model::load(fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf")).unwrap());
+    let guard = Arc::new(Model::load(guard_path()).unwrap());
     Server::builder()
         .model(ModelSpec { id: CHAT.into(), model: chat, chat: true, guard: false, n_ctx: Some(512), draft: None })
         .model(ModelSpec { id: GUARD.into(), model: guard, chat: false, guard: true, n_ctx: Some(1024), draft: None })
-}
-
-fn start(builder: ServerBuilder) -> String {
-    let server = Arc::new(builder.build().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        rt.block_on(async move {
-            let (listener, addr) = Server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-            tx.send(addr).unwrap();
-            server.serve(listener).await.unwrap();
-        });
-    });
-    format!("http://{}", rx.recv().unwrap())
 }
 
 fn chat(base: &str, guard: Value, stream: bool) -> reqwest::blocking::Response {
