@@ -5,24 +5,17 @@ audit fields (format "generic/direct", the sha256 of the GGUF as hashlib compute
 the first failed check."""
 
 import hashlib
-import json
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import openai
+import raw_http
 
 base, guard_id, gguf = sys.argv[1:4]
 
 
 def post_json(path, body):
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
+    return raw_http.post_json(base, path, body)
 
 
 client = openai.OpenAI(base_url=base + "/v1", api_key="unused", _strict_response_validation=True, max_retries=0)

@@ -3,26 +3,19 @@ validation: chat (plain, stream, the .stream() helper, tools, .parse() with a JS
 completions with logprobs, embeddings (the SDK's default base64), models list / retrieve /
 delete, moderations; the guard routes over raw HTTP; /metrics through prometheus_client's OpenMetrics parser. Exits non-zero on the first failed check."""
 
-import json
 import sys
-import urllib.error
 import urllib.request
 from typing import Annotated
 
 import openai
+import raw_http
 from pydantic import BaseModel, Field
 
 base, chat_id, guard_id = sys.argv[1:4]
 
 
 def post_json(path, body):
-    """Raw HTTP POST; returns (status, parsed body)."""
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
+    return raw_http.post_json(base, path, body)
 
 
 client = openai.OpenAI(base_url=base + "/v1", api_key="unused", _strict_response_validation=True, max_retries=0)

@@ -41,6 +41,9 @@ pub enum GuardError {
     /// message and why).
     #[error("{0}")]
     Messages(String),
+    /// A custom risk whose name or definition is refused (the message says which and why).
+    #[error("{0}")]
+    CustomRisk(String),
     /// A batch with no inputs.
     #[error("inputs is required")]
     BatchEmpty,
@@ -71,6 +74,7 @@ impl GuardError {
                 | GuardError::ThinkRequiresFormat33
                 | GuardError::AssistantRequired(_)
                 | GuardError::Messages(_)
+                | GuardError::CustomRisk(_)
                 | GuardError::BatchEmpty
                 | GuardError::BatchTooLarge { .. }
         )
@@ -92,6 +96,7 @@ impl GuardError {
             GuardError::RagInputRequired(_) | GuardError::Prompt { .. } => invalid("input"),
             GuardError::AssistantRequired(_) => invalid("input.assistant"),
             GuardError::Messages(_) => invalid("input.messages"),
+            GuardError::CustomRisk(_) => invalid("risk_definitions"),
             GuardError::UnsupportedFormat(_) => invalid("format"),
             GuardError::ThinkRequiresFormat33 => invalid("think"),
             GuardError::BatchEmpty | GuardError::BatchTooLarge { .. } => invalid("inputs"),

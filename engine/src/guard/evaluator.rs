@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::custom::{CustomRisk, CustomVerdict};
 use super::verdict::{risk_probability, verdict_3_0, verdict_3_2, verdict_3_3, Verdict, YesNoTokens};
 use super::{check_request, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardPrompt, Prompter, Risk};
 use crate::backend::{BackendError, Device};
@@ -144,6 +145,35 @@ impl Evaluator {
         let prompts = self.prompts(request)?;
         let verdicts = self.run(vec![prompts], cancel)?.pop().unwrap_or_default();
         Ok(GuardResult { flagged: verdicts.iter().any(|v| v.is_unsafe), verdicts })
+    }
+
+    /// The request's risks and custom risks judged together (one batch; the prompts share the
+    /// conversation): the built-in verdicts, and the custom ones in the order given. With custom
+    /// risks and no `risks`, only the custom risks are judged (not the 9 harm risks).
+    pub fn evaluate_with_custom(
+        &self,
+        request: &GuardRequest,
+        customs: &[CustomRisk],
+        cancel: &AtomicBool,
+    ) -> Result<(GuardResult, Vec<CustomVerdict>), GuardError> {
+        if customs.is_empty() {
+            return Ok((self.evaluate_cancellable(request, cancel)?, Vec::new()));
+        }
+        // the request's checks (input, format, think) apply whatever risks it names
+        let only_custom = request.risks.is_empty();
+        let stand_in = ["harm".to_string()];
+        let named: &[String] = if only_custom { &stand_in } else { &request.risks };
+        let checked = check_request(&request.input, named, request.format.as_deref(), request.think, self.default_format())?;
+        let mut prompts = if only_custom { Vec::new() } else { self.prompter.render_all(&checked, &request.input)? };
+        let builtin = prompts.len();
+        for c in customs {
+            prompts.push(self.prompter.render_custom(checked.format, c, &request.input, checked.think)?);
+        }
+        let mut verdicts = self.run(vec![prompts], cancel)?.pop().unwrap_or_default();
+        let custom: Vec<CustomVerdict> =
+            verdicts.split_off(builtin).into_iter().zip(customs).map(|(v, c)| CustomVerdict::named(&c.name, v)).collect();
+        let flagged = verdicts.iter().any(|v| v.is_unsafe) || custom.iter().any(|v| v.is_unsafe);
+        Ok((GuardResult { flagged, verdicts }, custom))
     }
 
     /// The 9 harm risks; `highest_risk` is the unsafe verdict with the highest confidence (ties to

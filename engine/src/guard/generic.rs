@@ -94,11 +94,17 @@ fn examples(risk: Risk) -> [(&'static str, Option<&'static str>, bool); 2] {
     }
 }
 
+/// What a question asks: the criterion (completing "Does the last user message ..."), and the
+/// risk whose examples the few-shot variant shows (none for a custom risk).
+struct Asked<'a> {
+    criterion: &'a str,
+    examples: Option<Risk>,
+}
+
 /// The question for one input: its conversation, then the criterion (after the answered
 /// examples in the few-shot variant, so that the conversation still starts the prompt and is
 /// computed once for every risk).
-fn question(risk: Risk, input: &GuardInput, few_shot: bool) -> String {
-    let judged = risk.judged(input.assistant().is_some());
+fn question(asked: Asked<'_>, judged: Judged, input: &GuardInput) -> String {
     let mut text = String::from("Answer with Yes or No only.\n\n<conversation>\n");
     for turn in &input.history {
         let role = if turn["role"] == "assistant" { "Assistant" } else { "User" };
@@ -113,8 +119,8 @@ fn question(risk: Risk, input: &GuardInput, few_shot: bool) -> String {
         Judged::User => ("the last user message", "Message"),
         Judged::Assistant => ("the assistant's last reply", "Reply"),
     };
-    let criterion = criterion(risk, judged);
-    if few_shot {
+    let criterion = asked.criterion;
+    if let Some(risk) = asked.examples {
         text.push_str(&format!("Examples of the question \"Does it {criterion}?\":\n"));
         for (user, assistant, answer) in examples(risk) {
             // a message example serves as a reply when a reply is judged; the reply examples
@@ -135,7 +141,17 @@ fn question(risk: Risk, input: &GuardInput, few_shot: bool) -> String {
 /// The chat message of a `direct` or `few-shot` prompt for `risk` (the caller renders it with
 /// the model's template and its generation prompt).
 pub fn messages(variant: GenericPrompt, risk: Risk, input: &GuardInput) -> Vec<Value> {
-    vec![json!({"role": "user", "content": question(risk, input, variant == GenericPrompt::FewShot)})]
+    let judged = risk.judged(input.assistant().is_some());
+    let asked = Asked { criterion: criterion(risk, judged), examples: (variant == GenericPrompt::FewShot).then_some(risk) };
+    vec![json!({"role": "user", "content": question(asked, judged, input)})]
+}
+
+/// The chat message of a custom risk's question (`direct`; `few-shot` has no examples of it): the
+/// judged message (the reply when there is one) against the risk's definition.
+pub fn custom_messages(definition: &str, input: &GuardInput) -> Vec<Value> {
+    let judged = if input.assistant().is_some() { Judged::Assistant } else { Judged::User };
+    let criterion = format!("match this description: {}", definition.trim().trim_end_matches('.'));
+    vec![json!({"role": "user", "content": question(Asked { criterion: &criterion, examples: None }, judged, input)})]
 }
 
 #[cfg(test)]

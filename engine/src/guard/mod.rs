@@ -13,6 +13,7 @@
 
 mod builtin;
 pub mod conversation;
+pub mod custom;
 mod definitions;
 pub mod error;
 pub mod evaluator;
@@ -25,6 +26,7 @@ pub mod prompt;
 pub mod risks;
 pub mod verdict;
 
+pub use custom::{CustomRisk, CustomVerdict};
 pub use error::GuardError;
 pub use evaluator::{BatchItem, Evaluator, EvaluatorOptions, GuardRequest, GuardResult, ScanResult, MAX_BATCH};
 pub use generic::GenericPrompt;

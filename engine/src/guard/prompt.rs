@@ -10,6 +10,7 @@ use crate::chat::{ChatInput, ChatTemplate};
 use crate::model::Model;
 
 use super::builtin;
+use super::custom::CustomRisk;
 use super::error::GuardError;
 use super::generic::{self, GenericPrompt};
 use super::risks::{detect_format, CheckedRequest, Detection, GuardFormat, GuardInput, Risk, RiskGroup};
@@ -300,6 +301,33 @@ impl Prompter {
         }
         let text = self.render_native(format, &native)?;
         Ok(GuardPrompt { risk, format, think: think && format == GuardFormat::V3_3, path, text })
+    }
+
+    /// The prompt of a custom risk (`custom`). It is decoded as a harm risk of `format` (3.0 on
+    /// the generic path): `risk` names that stand-in, the caller knows the real name.
+    pub fn render_custom(
+        &self,
+        format: GuardFormat,
+        custom: &CustomRisk,
+        input: &GuardInput,
+        think: bool,
+    ) -> Result<GuardPrompt, GuardError> {
+        let path = self.path(format);
+        if path == PromptPath::Generic {
+            let text = match self.generic {
+                GenericPrompt::Layout => self.render_generic(&custom.native(GuardFormat::V3_2, input, false))?,
+                GenericPrompt::Direct | GenericPrompt::FewShot => {
+                    let template = self.template.as_ref().ok_or_else(|| GuardError::prompt("generic guard without a chat template"))?;
+                    template.render(&ChatInput {
+                        add_generation_prompt: true,
+                        ..ChatInput::new(generic::custom_messages(&custom.definition, input))
+                    })?
+                }
+            };
+            return Ok(GuardPrompt { risk: Risk::Harm, format: GuardFormat::V3_0, think: false, path, text });
+        }
+        let text = self.render_native(format, &custom.native(format, input, think))?;
+        Ok(GuardPrompt { risk: Risk::Harm, format, think: think && format == GuardFormat::V3_3, path, text })
     }
 
     /// The prompts of a checked request, one per risk in its order (a scan: the 9 harm risks).

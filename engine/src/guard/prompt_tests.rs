@@ -165,3 +165,31 @@ fn a_conversation_is_shown_before_the_judged_turn() {
     let n = NativeRequest::for_risk(GuardFormat::V3_2, Risk::Groundedness, &input.clone().with_context("doc"), false);
     assert_eq!(n.messages.len(), 2);
 }
+
+#[test]
+fn a_custom_risk_is_asked_with_its_definition_in_every_path() {
+    let custom = crate::guard::CustomRisk::new("pii", "The message contains a phone number.").unwrap();
+    let input = GuardInput::new("Call me at 555-0100");
+    let p = Prompter::builtin(GuardFormat::V3_2).render_custom(GuardFormat::V3_2, &custom, &input, false).unwrap();
+    assert!(p.text.contains("<start_of_risk_definition>\n- The message contains a phone number.\n<end_of_risk_definition>"), "{}", p.text);
+    assert_eq!((p.format, p.path), (GuardFormat::V3_2, PromptPath::Builtin));
+    let p = Prompter::builtin(GuardFormat::V3_0).render_custom(GuardFormat::V3_0, &custom, &input, false).unwrap();
+    assert!(p.text.contains("The message contains a phone number."), "{}", p.text);
+    let p = Prompter::builtin(GuardFormat::V3_3).render_custom(GuardFormat::V3_3, &custom, &input, true).unwrap();
+    assert!(p.text.contains("### Criteria: The message contains a phone number."), "{}", p.text);
+    assert!(p.think);
+    let generic = Prompter::generic(ChatTemplate::chatml());
+    let p = generic.render_custom(GuardFormat::V3_0, &custom, &input, false).unwrap();
+    assert!(
+        p.text.contains("Question: Does the last user message match this description: The message contains a phone number?"),
+        "{}",
+        p.text
+    );
+    assert_eq!(p.format, GuardFormat::V3_0);
+    let layout = Prompter::generic(ChatTemplate::chatml()).with_generic_prompt(GenericPrompt::Layout);
+    assert!(layout
+        .render_custom(GuardFormat::V3_0, &custom, &input, false)
+        .unwrap()
+        .text
+        .contains("- The message contains a phone number."));
+}

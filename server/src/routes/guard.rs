@@ -16,6 +16,7 @@ use crate::error::ApiError;
 use crate::http::{ok_json, Body};
 use crate::params::{boolean, model_id};
 use crate::registry::ModelEntry;
+use crate::routes::custom_risks::CustomRisks;
 use crate::AppState;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +34,12 @@ pub async fn handle(state: &Arc<AppState>, route: GuardRoute, body: Map<String, 
     result
 }
 
-async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Value>, start: Instant) -> Result<Response<Body>, ApiError> {
+async fn evaluate(
+    state: &Arc<AppState>,
+    route: GuardRoute,
+    mut body: Map<String, Value>,
+    start: Instant,
+) -> Result<Response<Body>, ApiError> {
     let id = model_id(&body)?;
     let entry = state.registry.get(&id)?;
     if !entry.guard {
@@ -46,6 +52,13 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
         Some(_) => return Err(ApiError::invalid_param("format", "format must be a string")),
     };
     let think = boolean(&body, "think")?.unwrap_or(false);
+    let customs = match route {
+        GuardRoute::Evaluate => CustomRisks::parse(&mut body, &risks)?,
+        _ if body.get("risk_definitions").is_some_and(|d| !d.is_null()) => {
+            return Err(ApiError::invalid_param("risk_definitions", "custom risks are judged by POST /v1/guard"))
+        }
+        _ => None,
+    };
     let applied = applied(state, &body)?;
     let limits = applied.thresholds.clone();
     let (mut out, verdicts) = match route {
@@ -68,6 +81,34 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
             }
             let verdicts: Vec<Verdict> = items.iter().flat_map(|i| i.verdicts.iter().cloned()).collect();
             (json!({"results": items}), verdicts)
+        }
+        GuardRoute::Evaluate if customs.is_some() => {
+            let customs = customs.expect("matched");
+            let input = input(body.get("input").unwrap_or(&Value::Null), "input")?;
+            let request = GuardRequest { input, risks: customs.builtin.clone(), format: format.clone(), think };
+            let list = customs.risks.clone();
+            let (mut r, mut custom) = entry
+                .worker
+                .run(move |engine, cancel| {
+                    let ev = engine.guard.clone().expect("guard entries have an evaluator");
+                    ev.evaluate_with_custom(&request, &list, cancel.flag())
+                })
+                .await??;
+            if !limits.is_empty() {
+                limits.apply(&mut r.verdicts);
+            }
+            customs.apply(&mut custom);
+            let flagged = r.verdicts.iter().any(|v| v.is_unsafe) || custom.iter().any(|v| v.is_unsafe);
+            let mut out = json!({"flagged": flagged, "verdicts": customs.merge(&r.verdicts, &custom)});
+            let mut echo = match json!(limits) {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            };
+            customs.echo(&mut echo);
+            if !echo.is_empty() {
+                out["thresholds"] = Value::Object(echo);
+            }
+            (out, r.verdicts)
         }
         GuardRoute::Evaluate | GuardRoute::Scan => {
             let input = input(body.get("input").unwrap_or(&Value::Null), "input")?;

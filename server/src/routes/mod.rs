@@ -2,6 +2,7 @@
 
 pub mod chat;
 pub mod completions;
+pub mod custom_risks;
 pub mod embeddings;
 pub mod generation;
 pub mod guard;

@@ -163,3 +163,46 @@ fn moderation_requests_from_many_clients_are_judged_together_with_the_same_verdi
     assert_eq!(sum, 32.0, "{metrics}");
     assert!(count < 32.0, "the 16 concurrent requests were judged in fewer than 16 evaluations: {count} evaluations in all");
 }
+
+#[test]
+fn custom_risks_are_judged_by_their_definitions_among_the_built_in_ones() {
+    let base = start(Policies::default());
+    let defs = json!({"pii": "The message contains a phone number or an email address."});
+    let ask = |risks: Value, extra: Value| {
+        let mut body = json!({"model": GUARD, "input": {"user": "Call me at 555-0100"}, "risks": risks, "risk_definitions": defs.clone()});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        post(&base, "/v1/guard", body)
+    };
+    let (s, j) = ask(json!(["pii", "harm"]), json!({}));
+    assert_eq!(s, StatusCode::OK, "{j}");
+    let names: Vec<&str> = j["verdicts"].as_array().unwrap().iter().map(|v| v["risk"].as_str().unwrap()).collect();
+    assert_eq!(names, ["pii", "harm"]);
+    let p = j["verdicts"][0]["risk_probability"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&p));
+    // a threshold on the custom risk decides it like any other, and is echoed
+    let (_, j) = ask(json!(["pii"]), json!({"thresholds": {"pii": p}}));
+    assert_eq!(
+        (j["verdicts"].as_array().unwrap().len(), j["verdicts"][0]["unsafe"].as_bool(), j["flagged"].as_bool()),
+        (1, Some(true), Some(true)),
+        "{j}"
+    );
+    assert_eq!(j["thresholds"]["pii"].as_f64(), Some(p));
+    let (_, j) = ask(json!(["pii", "harm"]), json!({"thresholds": {"pii": 1.0, "harm": 1.0}}));
+    assert_eq!(j["verdicts"][0]["risk_probability"].as_f64(), Some(p), "the same prompt, alone or with others");
+    for (body, message) in [
+        (json!({"risks": ["harm"], "risk_definitions": {"harm": "x"}}), "is a built-in risk"),
+        (json!({"risks": ["harm"], "risk_definitions": {"pii": "x"}}), "pii is defined but not in risks"),
+        (json!({"risks": ["Bad Name"], "risk_definitions": {"Bad Name": "x"}}), "lowercase letters"),
+        (json!({"risks": ["pii"], "risk_definitions": {"pii": ""}}), "1 to 4000 characters"),
+        (json!({"risks": ["pii"], "risk_definitions": {"pii": "x"}, "thresholds": {"pii": 2}}), "from 0 to 1"),
+        (json!({"risks": ["pii"]}), "invalid risk category: pii"),
+    ] {
+        let mut b = json!({"model": GUARD, "input": {"user": "x"}});
+        b.as_object_mut().unwrap().extend(body.as_object().unwrap().clone());
+        let (s, e) = post(&base, "/v1/guard", b);
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains(message), "{message}: {e}");
+    }
+    let (s, e) = post(&base, "/v1/guard/scan", json!({"model": GUARD, "input": {"user": "x"}, "risk_definitions": defs}));
+    assert_eq!((s, e["error"]["param"].as_str()), (StatusCode::BAD_REQUEST, Some("risk_definitions")));
+}

@@ -1,0 +1,99 @@
+//! Custom risks on `POST /v1/guard`: `risk_definitions: {name: definition}` defines risks of the
+//! caller's own, judged when `risks` names them (with or among the built-in ones); a threshold
+//! in `thresholds` may name them too. Their verdicts take their place in `verdicts`, in the
+//! order of `risks` (`engine::guard::custom`).
+
+use engine::guard::{CustomRisk, CustomVerdict, Verdict};
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
+
+/// A request's custom risks, checked.
+pub struct CustomRisks {
+    pub risks: Vec<CustomRisk>,
+    /// The built-in risks the request names.
+    pub builtin: Vec<String>,
+    /// Every risk the request names, in its order.
+    order: Vec<String>,
+    /// Thresholds on the custom risks.
+    limits: Vec<(String, f64)>,
+}
+
+impl CustomRisks {
+    /// `risk_definitions` with the request's `risks`; `None` without definitions. Every
+    /// definition must be used by `risks`. The custom thresholds are taken out of `body`'s
+    /// `thresholds`, leaving the built-in ones to `routes::guard::applied`.
+    pub fn parse(body: &mut Map<String, Value>, risks: &[String]) -> Result<Option<CustomRisks>, ApiError> {
+        let defs = match body.get("risk_definitions") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Object(defs)) => defs.clone(),
+            Some(_) => {
+                return Err(ApiError::invalid_param("risk_definitions", "risk_definitions must be an object of risk names to definitions"))
+            }
+        };
+        let mut customs = Vec::with_capacity(defs.len());
+        for (name, def) in &defs {
+            let def = def
+                .as_str()
+                .ok_or_else(|| ApiError::invalid_param("risk_definitions", format!("the definition of {name} must be a string")))?;
+            let custom = CustomRisk::new(name, def)?;
+            if !risks.contains(name) {
+                return Err(ApiError::invalid_param(
+                    "risk_definitions",
+                    format!("{name} is defined but not in risks: name it there to judge it"),
+                ));
+            }
+            customs.push(custom);
+        }
+        // in the order `risks` names them
+        customs.sort_by_key(|c| risks.iter().position(|r| *r == c.name));
+        let builtin: Vec<String> = risks.iter().filter(|r| !defs.contains_key(r.as_str())).cloned().collect();
+        let mut limits = Vec::new();
+        if let Some(Value::Object(t)) = body.get_mut("thresholds") {
+            for c in &customs {
+                if let Some(v) = t.remove(&c.name) {
+                    match v.as_f64() {
+                        Some(p) if (0.0..=1.0).contains(&p) => limits.push((c.name.clone(), p)),
+                        _ => {
+                            return Err(ApiError::invalid_param(
+                                "thresholds",
+                                format!("the threshold of {} must be a number from 0 to 1", c.name),
+                            ))
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Some(CustomRisks { risks: customs, builtin, order: risks.to_vec(), limits }))
+    }
+
+    /// Decides each custom verdict by its threshold (unsafe exactly when `risk_probability`
+    /// reaches it), as the built-in thresholds do.
+    pub fn apply(&self, verdicts: &mut [CustomVerdict]) {
+        for v in verdicts {
+            if let (Some(&(_, t)), Some(p)) = (self.limits.iter().find(|(n, _)| *n == v.risk), v.risk_probability) {
+                v.is_unsafe = f64::from(p) >= t;
+            }
+        }
+    }
+
+    /// The custom thresholds, to echo with the built-in ones.
+    pub fn echo(&self, thresholds: &mut Map<String, Value>) {
+        for (name, t) in &self.limits {
+            thresholds.insert(name.clone(), json!(t));
+        }
+    }
+
+    /// All verdicts in the order of `risks`.
+    pub fn merge(&self, builtin: &[Verdict], custom: &[CustomVerdict]) -> Value {
+        let (mut b, mut c) = (builtin.iter(), custom.iter());
+        let verdicts: Vec<Value> = self
+            .order
+            .iter()
+            .filter_map(
+                |name| if self.risks.iter().any(|r| r.name == *name) { c.next().map(|v| json!(v)) } else { b.next().map(|v| json!(v)) },
+            )
+            .collect();
+        Value::Array(verdicts)
+    }
+}
