@@ -513,6 +513,9 @@ async fn stream(
                         if !ctx.sse.send_json(&cut_chunk(index, judgement.report)).await {
                             return;
                         }
+                        if ended == n {
+                            break;
+                        }
                         continue;
                     }
                 }
@@ -548,6 +551,10 @@ async fn stream(
                     return;
                 }
                 add_usage(&mut usage, index, n, &completion.usage);
+                if ended == n {
+                    // a choice a guardrail cut may still be decoding: not waited for
+                    break;
+                }
             }
         }
     }

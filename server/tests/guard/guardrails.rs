@@ -116,6 +116,16 @@ fn an_output_guard_cuts_a_stream_with_content_filter_and_the_verdicts() {
     assert!(deltas.is_empty(), "{deltas:?}");
     assert_eq!(last["finish_reason"], "content_filter");
 
+    // several choices: each is cut on its own, and the stream ends once all are
+    let body = json!({"model": CHAT, "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 200, "n": 2, "seed": 3, "stream": true, "guard": flag_all});
+    let text = Client::new().post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap().text().unwrap();
+    let finals: Vec<Value> =
+        events(&text).iter().filter_map(|e| e["choices"].get(0)).filter(|c| !c["finish_reason"].is_null()).cloned().collect();
+    let mut cut: Vec<u64> =
+        finals.iter().filter(|c| c["finish_reason"] == "content_filter").map(|c| c["index"].as_u64().unwrap()).collect();
+    cut.sort_unstable();
+    assert_eq!(cut, [0, 1], "{text}");
+
     // a cut reply stops its generation on purpose: no cancelled request
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert_eq!(counter(&base, "requests_cancelled_total"), 0.0);
