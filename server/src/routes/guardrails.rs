@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use engine::guard::{conversation, GuardInput, Risk};
+use engine::guard::{conversation, GuardInput, Risk, RiskGroup};
 use serde_json::{json, Map, Value};
 
 use crate::audit::{self, Applied};
@@ -89,8 +89,12 @@ pub fn parse(state: &AppState, body: &Map<String, Value>) -> Result<Option<Arc<G
         Some(Value::Array(items)) => items
             .iter()
             .map(|v| match v.as_str() {
-                Some(name) if Risk::from_name(name).is_some() => Ok(name.to_string()),
-                Some(name) => Err(bad(&format!("invalid risk category: {name}"))),
+                Some(name) => match Risk::from_name(name).map(Risk::group) {
+                    Some(RiskGroup::Harm) => Ok(name.to_string()),
+                    // they judge a reply against documents or tools a chat request does not give
+                    Some(_) => Err(bad(&format!("{name} cannot guard a chat completion: only the 9 harm risks can"))),
+                    None => Err(bad(&format!("invalid risk category: {name}"))),
+                },
                 None => Err(bad("guard.risks must be an array of risk names")),
             })
             .collect::<Result<_, _>>()?,

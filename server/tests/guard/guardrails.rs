@@ -160,6 +160,7 @@ fn bad_guard_fields_are_refused_by_name_and_server_guardrails_need_no_field() {
         (json!({"input": false, "output": false}), "guard needs input or output"),
         (json!({"every": 0}), "guard.every must be an integer from 1 to 4096"),
         (json!({"risks": ["nope"]}), "invalid risk category: nope"),
+        (json!({"risks": ["groundedness"]}), "only the 9 harm risks"),
         (json!({"colour": 1}), "unknown field guard.colour"),
         (json!({"model": CHAT}), "is not a guard model"),
         (json!({"policy": "strict"}), "unknown policy `strict`"),
