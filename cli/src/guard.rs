@@ -13,7 +13,8 @@ use engine::backend::Device;
 use engine::guard::error::ApiError;
 use engine::guard::evaluator::highest_risk;
 use engine::guard::{
-    Evaluator, EvaluatorOptions, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardRequest, Policies, Thresholds, Verdict,
+    CustomRisk, Evaluator, EvaluatorOptions, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardRequest, Policies, Thresholds,
+    Verdict,
 };
 use serde_json::json;
 
@@ -87,6 +88,20 @@ pub struct GuardArgs {
     /// question after two answered examples).
     #[arg(long, value_parser = parse_generic_prompt, default_value = "direct")]
     pub generic_prompt: GenericPrompt,
+    /// `NAME=DEFINITION` (repeatable): a custom risk, judged with --risks (alone when --risks is
+    /// not given), as the endpoint's `risk_definitions`; --threshold may name it.
+    #[arg(long = "risk-definition", value_name = "NAME=DEFINITION", conflicts_with_all = ["scan", "jsonl", "print_prompts"])]
+    pub risk_definitions: Vec<String>,
+}
+
+/// The `--risk-definition NAME=DEFINITION` arguments, checked as the endpoint checks them.
+fn custom_risks(args: &[String]) -> anyhow::Result<Vec<CustomRisk>> {
+    args.iter()
+        .map(|a| {
+            let (name, def) = a.split_once('=').ok_or_else(|| anyhow::anyhow!("--risk-definition {a}: expected NAME=DEFINITION"))?;
+            CustomRisk::new(name.trim(), def).map_err(|e| anyhow::anyhow!("--risk-definition: {e}"))
+        })
+        .collect()
 }
 
 pub fn parse_generic_prompt(s: &str) -> Result<GenericPrompt, String> {
@@ -94,8 +109,14 @@ pub fn parse_generic_prompt(s: &str) -> Result<GenericPrompt, String> {
 }
 
 /// The policy (`--policy`) and thresholds (`--threshold` over the policy's) to judge by.
-fn applied(args: &GuardArgs) -> anyhow::Result<(Option<String>, Thresholds)> {
-    let own = thresholds(&args.thresholds)?;
+fn applied(args: &GuardArgs, customs: &[CustomRisk]) -> anyhow::Result<(Option<String>, Thresholds)> {
+    let builtin: Vec<String> = args
+        .thresholds
+        .iter()
+        .filter(|a| !customs.iter().any(|c| a.split_once('=').is_some_and(|(n, _)| n.trim() == c.name)))
+        .cloned()
+        .collect();
+    let own = thresholds(&builtin)?;
     let Some(spec) = &args.policy else { return Ok((None, own)) };
     let (file, name) = match spec.rsplit_once(':') {
         Some((file, name)) if !name.is_empty() && !name.contains('/') => (file, Some(name)),
@@ -141,7 +162,9 @@ fn error_body(e: &anyhow::Error) -> serde_json::Value {
 
 fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     let pool = thread_pool(args.threads)?;
-    let (policy, limits) = applied(&args)?;
+    let customs = custom_risks(&args.risk_definitions)?;
+    let custom_limits = custom_thresholds(&args.thresholds, &customs)?;
+    let (policy, limits) = applied(&args, &customs)?;
     if let Some(f) = &args.format {
         GuardFormat::parse(f)?;
     }
@@ -186,6 +209,9 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
         }
         return Ok(false);
     }
+    if !customs.is_empty() {
+        return pool.install(|| judge_custom(&evaluator, &request, &customs, &limits, &custom_limits, audit, args.json, start));
+    }
     let (mut flagged, mut verdicts, mut highest) = pool.install(|| -> anyhow::Result<_> {
         if args.scan {
             let r = evaluator.scan_cancellable(&request.input, request.format.as_deref(), request.think, &Default::default())?;
@@ -226,6 +252,75 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     Ok(flagged)
 }
 
+/// Thresholds (`--threshold NAME=P`) on the custom risks.
+fn custom_thresholds(args: &[String], customs: &[CustomRisk]) -> anyhow::Result<Vec<(String, f64)>> {
+    let mut out = Vec::new();
+    for a in args {
+        let Some((name, p)) = a.split_once('=') else { continue };
+        if customs.iter().any(|c| c.name == name.trim()) {
+            let p: f64 = p
+                .trim()
+                .parse()
+                .ok()
+                .filter(|p| (0.0..=1.0).contains(p))
+                .ok_or_else(|| anyhow::anyhow!("--threshold {a}: P must be a number from 0 to 1"))?;
+            out.push((name.trim().to_string(), p));
+        }
+    }
+    Ok(out)
+}
+
+/// The request's built-in risks and its custom risks judged together: the verdicts in that
+/// order (built-in, then custom), printed as the other evaluations are.
+#[allow(clippy::too_many_arguments)]
+fn judge_custom(
+    evaluator: &Evaluator,
+    request: &GuardRequest,
+    customs: &[CustomRisk],
+    limits: &Thresholds,
+    custom_limits: &[(String, f64)],
+    audit: serde_json::Value,
+    json: bool,
+    start: Instant,
+) -> anyhow::Result<bool> {
+    let (mut result, mut custom) = evaluator.evaluate_with_custom(request, customs, &Default::default())?;
+    if !limits.is_empty() {
+        limits.apply(&mut result.verdicts);
+    }
+    for v in &mut custom {
+        if let (Some((_, t)), Some(p)) = (custom_limits.iter().find(|(n, _)| *n == v.risk), v.risk_probability) {
+            v.is_unsafe = f64::from(p) >= *t;
+        }
+    }
+    let flagged = result.verdicts.iter().any(|v| v.is_unsafe) || custom.iter().any(|v| v.is_unsafe);
+    let latency_ms = start.elapsed().as_secs_f64() * 1e3;
+    if json {
+        let mut all: Vec<serde_json::Value> = result.verdicts.iter().map(|v| json!(v)).collect();
+        all.extend(custom.iter().map(|v| json!(v)));
+        let mut out = audit;
+        out["flagged"] = json!(flagged);
+        out["verdicts"] = json!(all);
+        out["latency_ms"] = json!(latency_ms);
+        let mut echo = match json!(limits) {
+            serde_json::Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        };
+        echo.extend(custom_limits.iter().map(|(n, t)| (n.clone(), json!(t))));
+        if !echo.is_empty() {
+            out["thresholds"] = serde_json::Value::Object(echo);
+        }
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        let mut rows: Vec<Row> =
+            result.verdicts.iter().map(|v| Row::of(v.risk.name(), v.is_unsafe, v.confidence, v.risk_probability, &v.reasoning)).collect();
+        rows.extend(custom.iter().map(|v| Row::of(&v.risk, v.is_unsafe, v.confidence, v.risk_probability, &v.reasoning)));
+        print_rows(&rows);
+        println!("result: {}", if flagged { "UNSAFE" } else { "SAFE" });
+        eprintln!("{} risks in {latency_ms:.0} ms", rows.len());
+    }
+    Ok(flagged)
+}
+
 /// `--messages FILE.json`: a message list, or an object with `messages` (and `context`).
 fn messages_file(path: &Path) -> anyhow::Result<GuardInput> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -233,14 +328,35 @@ fn messages_file(path: &Path) -> anyhow::Result<GuardInput> {
     jsonl::input(&value).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
+/// One line of the table.
+struct Row<'a> {
+    risk: &'a str,
+    is_unsafe: bool,
+    confidence: f32,
+    probability: Option<f32>,
+    reasoning: &'a str,
+}
+
+impl<'a> Row<'a> {
+    fn of(risk: &'a str, is_unsafe: bool, confidence: f32, probability: Option<f32>, reasoning: &'a str) -> Row<'a> {
+        Row { risk, is_unsafe, confidence, probability, reasoning }
+    }
+}
+
 fn print_table(verdicts: &[Verdict]) {
-    let width = verdicts.iter().map(|v| v.risk.name().len()).max().unwrap_or(4);
-    for v in verdicts {
-        let label = if v.is_unsafe { "UNSAFE" } else { "SAFE" };
-        let prob = v.risk_probability.map_or(String::new(), |p| format!("  P(risk) {p:.3}"));
-        println!("{:<width$}  {label:<6}  confidence {:.3}{prob}", v.risk.name(), v.confidence);
-        if !v.reasoning.is_empty() {
-            println!("{:<width$}  reasoning: {}", "", v.reasoning.replace('\n', " "));
+    let rows: Vec<Row> =
+        verdicts.iter().map(|v| Row::of(v.risk.name(), v.is_unsafe, v.confidence, v.risk_probability, &v.reasoning)).collect();
+    print_rows(&rows);
+}
+
+fn print_rows(rows: &[Row]) {
+    let width = rows.iter().map(|r| r.risk.len()).max().unwrap_or(4);
+    for r in rows {
+        let label = if r.is_unsafe { "UNSAFE" } else { "SAFE" };
+        let prob = r.probability.map_or(String::new(), |p| format!("  P(risk) {p:.3}"));
+        println!("{:<width$}  {label:<6}  confidence {:.3}{prob}", r.risk, r.confidence);
+        if !r.reasoning.is_empty() {
+            println!("{:<width$}  reasoning: {}", "", r.reasoning.replace('\n', " "));
         }
     }
 }

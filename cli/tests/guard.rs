@@ -345,3 +345,30 @@ fn the_default_guard_flags_the_quick_start_bomb_and_not_bread() {
     let (bread, code) = judge("How do I bake sourdough bread?");
     assert_eq!((bread["flagged"].as_bool(), code), (Some(false), Some(0)), "{bread}");
 }
+
+#[test]
+fn a_custom_risk_is_judged_from_its_definition_and_decided_by_its_threshold() {
+    let def = "pii=The message contains a phone number.";
+    let out = guard(&["--input", "Call me at 555-0100", "--json", "--risks", "harm", "--risk-definition", def]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let names: Vec<&str> = j["verdicts"].as_array().unwrap().iter().map(|v| v["risk"].as_str().unwrap()).collect();
+    assert_eq!(names, ["harm", "pii"]);
+    let p = j["verdicts"][1]["risk_probability"].as_f64().unwrap();
+    let at = format!("pii={p}");
+    let out = guard(&["--input", "Call me at 555-0100", "--json", "--risk-definition", def, "--threshold", &at]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (j["verdicts"].as_array().unwrap().len(), j["verdicts"][0]["unsafe"].as_bool(), out.status.code()),
+        (1, Some(true), Some(1)),
+        "{j}"
+    );
+    assert_eq!(j["thresholds"]["pii"].as_f64(), Some(p));
+    let table = guard(&["--input", "Call me at 555-0100", "--risk-definition", def]);
+    assert!(String::from_utf8(table.stdout).unwrap().lines().next().unwrap().starts_with("pii  "));
+    for bad in ["harm=x", "Bad=x", "pii"] {
+        let out = guard(&["--input", "x", "--risk-definition", bad]);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(err.contains("--risk-definition") && err.trim().lines().count() == 1, "{bad}: {err}");
+    }
+}
