@@ -287,11 +287,7 @@ fn judge_custom(
     if !limits.is_empty() {
         limits.apply(&mut result.verdicts);
     }
-    for v in &mut custom {
-        if let (Some((_, t)), Some(p)) = (custom_limits.iter().find(|(n, _)| *n == v.risk), v.risk_probability) {
-            v.is_unsafe = f64::from(p) >= *t;
-        }
-    }
+    engine::guard::custom::apply_thresholds(&mut custom, custom_limits);
     let flagged = result.verdicts.iter().any(|v| v.is_unsafe) || custom.iter().any(|v| v.is_unsafe);
     let latency_ms = start.elapsed().as_secs_f64() * 1e3;
     if json {

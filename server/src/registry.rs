@@ -81,6 +81,21 @@ impl Registry {
         }
     }
 
+    /// The guard model `id` (404 when unknown, 400 naming `param` when it is no guard), or with
+    /// no id the first guard the server loaded (400 when there is none).
+    pub fn guard(&self, id: Option<&str>, param: &str) -> Result<Arc<ModelEntry>, ApiError> {
+        let Some(id) = id else {
+            return self.list().into_iter().find(|m| m.guard).ok_or_else(|| {
+                ApiError::invalid_param(param, "no guard model is loaded: start the server with --guard or a Granite Guardian model")
+            });
+        };
+        let entry = self.get(id)?;
+        if !entry.guard {
+            return Err(ApiError::invalid_param(param, format!("the model `{id}` is not a guard model")));
+        }
+        Ok(entry)
+    }
+
     pub fn remove(&self, id: &str) -> Result<Arc<ModelEntry>, ApiError> {
         self.models.write().expect("registry lock").remove(id).ok_or_else(|| ApiError::model_not_found(id))
     }

@@ -98,6 +98,16 @@ impl CustomVerdict {
     }
 }
 
+/// Decides each custom verdict by its threshold in `limits` (`(name, p)`): unsafe exactly when
+/// its `risk_probability` reaches it, as `policy::Thresholds` decides the built-in risks.
+pub fn apply_thresholds(verdicts: &mut [CustomVerdict], limits: &[(String, f64)]) {
+    for v in verdicts {
+        if let (Some(&(_, t)), Some(p)) = (limits.iter().find(|(n, _)| *n == v.risk), v.risk_probability) {
+            v.is_unsafe = f64::from(p) >= t;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! in `thresholds` may name them too. Their verdicts take their place in `verdicts`, in the
 //! order of `risks` (`engine::guard::custom`).
 
-use engine::guard::{CustomRisk, CustomVerdict, Verdict};
+use engine::guard::{custom, CustomRisk, CustomVerdict, Verdict};
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
@@ -70,11 +70,7 @@ impl CustomRisks {
     /// Decides each custom verdict by its threshold (unsafe exactly when `risk_probability`
     /// reaches it), as the built-in thresholds do.
     pub fn apply(&self, verdicts: &mut [CustomVerdict]) {
-        for v in verdicts {
-            if let (Some(&(_, t)), Some(p)) = (self.limits.iter().find(|(n, _)| *n == v.risk), v.risk_probability) {
-                v.is_unsafe = f64::from(p) >= t;
-            }
-        }
+        custom::apply_thresholds(verdicts, &self.limits);
     }
 
     /// The custom thresholds, to echo with the built-in ones.

@@ -41,10 +41,7 @@ async fn evaluate(
     start: Instant,
 ) -> Result<Response<Body>, ApiError> {
     let id = model_id(&body)?;
-    let entry = state.registry.get(&id)?;
-    if !entry.guard {
-        return Err(ApiError::invalid_param("model", format!("the model `{id}` is not a guard model")));
-    }
+    let entry = state.registry.guard(Some(&id), "model")?;
     let risks = risks(&body, route)?;
     let format = match body.get("format") {
         None | Some(Value::Null) => None,

@@ -117,19 +117,8 @@ pub fn parse(state: &AppState, body: &Map<String, Value>) -> Result<Option<Arc<G
 
 fn guard_model(state: &AppState, model: Option<&Value>) -> Result<Arc<ModelEntry>, ApiError> {
     match model {
-        None | Some(Value::Null) => state
-            .registry
-            .list()
-            .into_iter()
-            .find(|m| m.guard)
-            .ok_or_else(|| ApiError::invalid_param("guard", "no guard model is loaded: start the server with --guard")),
-        Some(Value::String(id)) => {
-            let entry = state.registry.get(id)?;
-            if !entry.guard {
-                return Err(ApiError::invalid_param("guard.model", format!("the model `{id}` is not a guard model")));
-            }
-            Ok(entry)
-        }
+        None | Some(Value::Null) => state.registry.guard(None, "guard"),
+        Some(Value::String(id)) => state.registry.guard(Some(id), "guard.model"),
         Some(_) => Err(ApiError::invalid_param("guard.model", "guard.model must be a model id")),
     }
 }

@@ -66,16 +66,8 @@ async fn moderate(state: &Arc<AppState>, body: Map<String, Value>, start: Instan
 /// server loaded.
 fn guard_model(state: &AppState, body: &Map<String, Value>) -> Result<Arc<ModelEntry>, ApiError> {
     match body.get("model") {
-        None => state.registry.list().into_iter().find(|m| m.guard).ok_or_else(|| {
-            ApiError::invalid_param("model", "no guard model is loaded: start the server with --guard or a Granite Guardian model")
-        }),
-        Some(Value::String(id)) if !id.is_empty() => {
-            let entry = state.registry.get(id)?;
-            if !entry.guard {
-                return Err(ApiError::invalid_param("model", format!("the model `{id}` is not a guard model")));
-            }
-            Ok(entry)
-        }
+        None => state.registry.guard(None, "model"),
+        Some(Value::String(id)) if !id.is_empty() => state.registry.guard(Some(id), "model"),
         Some(_) => Err(ApiError::invalid_param("model", "model must be a non-empty string")),
     }
 }
