@@ -108,15 +108,9 @@ pub fn parse_generic_prompt(s: &str) -> Result<GenericPrompt, String> {
     GenericPrompt::parse(s).ok_or_else(|| "expected layout, direct or few-shot".to_string())
 }
 
-/// The policy (`--policy`) and thresholds (`--threshold` over the policy's) to judge by.
-fn applied(args: &GuardArgs, customs: &[CustomRisk]) -> anyhow::Result<(Option<String>, Thresholds)> {
-    let builtin: Vec<String> = args
-        .thresholds
-        .iter()
-        .filter(|a| !customs.iter().any(|c| a.split_once('=').is_some_and(|(n, _)| n.trim() == c.name)))
-        .cloned()
-        .collect();
-    let own = thresholds(&builtin)?;
+/// The policy (`--policy`) and the thresholds to judge by (`own`, the `--threshold` ones, over
+/// the policy's).
+fn applied(args: &GuardArgs, own: Thresholds) -> anyhow::Result<(Option<String>, Thresholds)> {
     let Some(spec) = &args.policy else { return Ok((None, own)) };
     let (file, name) = match spec.rsplit_once(':') {
         Some((file, name)) if !name.is_empty() && !name.contains('/') => (file, Some(name)),
@@ -129,15 +123,26 @@ fn applied(args: &GuardArgs, customs: &[CustomRisk]) -> anyhow::Result<(Option<S
     Ok((Some(policy.name.clone()), policy.thresholds.overridden_by(&own)))
 }
 
-/// The `--threshold RISK=P` arguments, checked as the endpoints check `thresholds`.
-fn thresholds(args: &[String]) -> anyhow::Result<Thresholds> {
-    let mut pairs = Vec::with_capacity(args.len());
+/// The `--threshold RISK=P` arguments, checked as the endpoints check `thresholds`: the
+/// built-in risks' thresholds, and those naming a custom risk (`--risk-definition`).
+fn thresholds(args: &[String], customs: &[CustomRisk]) -> anyhow::Result<(Thresholds, Vec<(String, f64)>)> {
+    let (mut builtin, mut custom) = (Vec::with_capacity(args.len()), Vec::new());
     for a in args {
         let (risk, p) = a.split_once('=').ok_or_else(|| anyhow::anyhow!("--threshold {a}: expected RISK=P"))?;
         let p: f64 = p.trim().parse().map_err(|_| anyhow::anyhow!("--threshold {a}: P must be a number from 0 to 1"))?;
-        pairs.push((risk.trim().to_string(), p));
+        let risk = risk.trim().to_string();
+        if customs.iter().any(|c| c.name == risk) {
+            // a custom risk's threshold: range-checked here, the built-in ones by Thresholds::parse
+            if !(0.0..=1.0).contains(&p) {
+                anyhow::bail!("--threshold {a}: P must be a number from 0 to 1");
+            }
+            custom.push((risk, p));
+        } else {
+            builtin.push((risk, p));
+        }
     }
-    Thresholds::parse(pairs).map_err(|e| anyhow::anyhow!("--threshold: {e}"))
+    let builtin = Thresholds::parse(builtin).map_err(|e| anyhow::anyhow!("--threshold: {e}"))?;
+    Ok((builtin, custom))
 }
 
 /// Runs the evaluation; `Ok(true)` when something was flagged.
@@ -163,8 +168,8 @@ fn error_body(e: &anyhow::Error) -> serde_json::Value {
 fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     let pool = thread_pool(args.threads)?;
     let customs = custom_risks(&args.risk_definitions)?;
-    let custom_limits = custom_thresholds(&args.thresholds, &customs)?;
-    let (policy, limits) = applied(&args, &customs)?;
+    let (own, custom_limits) = thresholds(&args.thresholds, &customs)?;
+    let (policy, limits) = applied(&args, own)?;
     if let Some(f) = &args.format {
         GuardFormat::parse(f)?;
     }
@@ -250,24 +255,6 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
         eprintln!("{} risks in {latency_ms:.0} ms", verdicts.len());
     }
     Ok(flagged)
-}
-
-/// Thresholds (`--threshold NAME=P`) on the custom risks.
-fn custom_thresholds(args: &[String], customs: &[CustomRisk]) -> anyhow::Result<Vec<(String, f64)>> {
-    let mut out = Vec::new();
-    for a in args {
-        let Some((name, p)) = a.split_once('=') else { continue };
-        if customs.iter().any(|c| c.name == name.trim()) {
-            let p: f64 = p
-                .trim()
-                .parse()
-                .ok()
-                .filter(|p| (0.0..=1.0).contains(p))
-                .ok_or_else(|| anyhow::anyhow!("--threshold {a}: P must be a number from 0 to 1"))?;
-            out.push((name.trim().to_string(), p));
-        }
-    }
-    Ok(out)
 }
 
 /// The request's built-in risks and its custom risks judged together: the verdicts in that

@@ -2,9 +2,11 @@
 //! model and the tiny Guardian 3.0 fixture as guard. Routes, error statuses and bodies, SSE
 //! framing, usage counts against the tokenizer, guard routes, unloading, metrics.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::sync::Arc;
 
+use common::start;
 use engine::chat::{tokenize_rendered, ChatInput, ChatTemplate};
 use engine::model::Model;
 use engine_tests::fixture;
@@ -26,21 +28,6 @@ fn builder() -> ServerBuilder {
         .model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(512), draft: None })
         .model(ModelSpec { id: GUARD.into(), model: guard, chat: false, guard: true, n_ctx: Some(1024), draft: None })
         .max_body_bytes(64 << 10)
-}
-
-/// Starts `builder`'s server on a free port in a background runtime; returns its base URL.
-fn start(builder: ServerBuilder) -> String {
-    let server = Arc::new(builder.build().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        rt.block_on(async move {
-            let (listener, addr) = Server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-            tx.send(addr).unwrap();
-            server.serve(listener).await.unwrap();
-        });
-    });
-    format!("http://{}", rx.recv().unwrap())
 }
 
 fn client() -> Client {

@@ -4,10 +4,12 @@
 //! model that is busy, the batch scheduler and graceful shutdown, KV-cache limits, and the
 //! scheduler's metrics.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{start, start_server};
 use engine::model::Model;
 use engine_tests::fixture;
 use reqwest::blocking::Client;
@@ -33,23 +35,6 @@ fn scheduling(parallel: usize, queue: usize) -> Scheduling {
 
 /// Serves `server` on a free port in a background runtime; returns its base URL and a handle
 /// that ends when `serve` returns.
-fn start_server(server: Arc<Server>) -> (String, std::thread::JoinHandle<()>) {
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    let handle = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        rt.block_on(async move {
-            let (listener, addr) = Server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-            tx.send(addr).unwrap();
-            server.serve(listener).await.unwrap();
-        });
-    });
-    (format!("http://{}", rx.recv().unwrap()), handle)
-}
-
-fn start(builder: ServerBuilder) -> String {
-    start_server(Arc::new(builder.build().unwrap())).0
-}
-
 fn client() -> Client {
     Client::builder().timeout(Duration::from_secs(120)).build().unwrap()
 }
