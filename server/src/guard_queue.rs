@@ -6,7 +6,7 @@
 //! schedules the job at once. The forward passes are batch-invariant, so a request's verdicts
 //! are the same whichever requests it was judged with.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use engine::guard::{BatchItem, GuardError, GuardInput, MAX_BATCH};
@@ -15,7 +15,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
-use crate::protocol::EngineState;
+use crate::protocol::{Cancel, EngineState};
 use crate::worker::Worker;
 
 type Reply = oneshot::Sender<Result<Vec<BatchItem>, GuardError>>;
@@ -25,7 +25,7 @@ struct Pending {
     risks: Vec<String>,
     reply: Reply,
     /// Set when the request goes away: its work is skipped, or stopped when judged alone.
-    cancel: Arc<AtomicBool>,
+    cancel: Cancel,
 }
 
 #[derive(Default)]
@@ -38,22 +38,11 @@ struct Queue {
 /// The queue of one guard model.
 pub struct GuardQueue {
     queue: Mutex<Queue>,
-    /// `requests_cancelled`: requests whose client went away before their answer.
+    /// `requests_cancelled`: requests whose client went away before their answer (counted on
+    /// the engine thread, when their work is skipped or done).
     cancelled: Counter,
     /// `guard_batch_requests`: requests per evaluation.
     batch_sizes: Histogram,
-}
-
-/// Sets the request's flag and counts it when the request is dropped before its answer.
-struct Departure<'a>(&'a Arc<AtomicBool>, &'a Counter, bool);
-
-impl Drop for Departure<'_> {
-    fn drop(&mut self) {
-        if self.2 {
-            self.0.store(true, Ordering::Relaxed);
-            self.1.inc();
-        }
-    }
 }
 
 impl GuardQueue {
@@ -72,8 +61,9 @@ impl GuardQueue {
         // the request's place in the system while it waits (admission control as for any job)
         let _ticket = worker.admit()?;
         let (reply, result) = oneshot::channel();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let mut departure = Departure(&cancel, &self.cancelled, true);
+        let cancel = Cancel::default();
+        // set if this request is dropped before its answer (its client went away)
+        let departure = cancel.on_drop();
         let schedule = {
             let mut q = self.queue.lock().expect("guard queue lock");
             q.pending.push(Pending { inputs, risks, reply, cancel: cancel.clone() });
@@ -91,7 +81,7 @@ impl GuardQueue {
             }
         }
         let answer = result.await;
-        departure.2 = false;
+        departure.disarm();
         answer.map_err(|_| ApiError::server("the engine thread stopped"))?.map_err(ApiError::from)
     }
 
@@ -109,8 +99,9 @@ impl GuardQueue {
             }
             return;
         };
-        // a request whose client went away is not judged
-        let mut pending: Vec<Pending> = pending.into_iter().filter(|p| !p.cancel.load(Ordering::Relaxed)).collect();
+        // a request whose client went away is not judged (but counted, as any job skipped)
+        let (gone, mut pending): (Vec<Pending>, Vec<Pending>) = pending.into_iter().partition(|p| p.cancel.is_set());
+        self.cancelled.inc_by(gone.len() as u64);
         while !pending.is_empty() {
             let risks = pending[0].risks.clone();
             let (mut group, rest): (Vec<Pending>, Vec<Pending>) = pending.into_iter().partition(|p| p.risks == risks);
@@ -125,7 +116,10 @@ impl GuardQueue {
                 }
                 let batch: Vec<Pending> = group.drain(..take).collect();
                 self.batch_sizes.observe(batch.len() as f64);
+                let cancels: Vec<Cancel> = batch.iter().map(|p| p.cancel.clone()).collect();
                 judge(&evaluator, batch, &risks);
+                // clients that went away while judged, as the engine loop counts its jobs
+                self.cancelled.inc_by(cancels.iter().filter(|c| c.is_set()).count() as u64);
             }
         }
     }
@@ -150,7 +144,7 @@ fn judge(evaluator: &engine::guard::Evaluator, batch: Vec<Pending>, risks: &[Str
         }
     }
     for p in batch {
-        let result = evaluator.evaluate_batch_cancellable(&p.inputs, risks, &p.cancel);
+        let result = evaluator.evaluate_batch_cancellable(&p.inputs, risks, p.cancel.flag());
         let _ = p.reply.send(result);
     }
 }
