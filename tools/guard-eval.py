@@ -8,7 +8,7 @@ assistant replies: harm, harm_engagement, evasiveness). A risk's AUROC compares 
 risk_probability of the lines labelled with it against the benign lines of the same side (the
 probability that a random positive scores above a random benign line; ties count half).
 
-    tools/guard-eval.py MODEL.gguf [MODEL.gguf ...] [--variants layout,direct,few-shot]
+    tools/guard-eval.py MODEL.gguf [MODEL.gguf ...] [--variants layout,direct,few-shot,question-first]
                         [--set FILE] [--engine-cli PATH] [--scores OUT.json] [-t THREADS]
 
 Prints one markdown table row per (model, variant), then, for each, per-risk thresholds fitted
@@ -81,7 +81,7 @@ def judge(cli, model, variant, lines, threads):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("models", nargs="+")
-    ap.add_argument("--variants", default="layout,direct,few-shot")
+    ap.add_argument("--variants", default="layout,direct,few-shot,question-first")
     ap.add_argument("--set", default=os.path.join(ROOT, "tests/fixtures/guard-eval/labelled.jsonl"))
     ap.add_argument("--engine-cli", default=os.path.join(ROOT, "target/release/engine-cli"))
     ap.add_argument("--scores", help="write every line's scores here (JSON)")

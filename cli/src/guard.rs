@@ -84,8 +84,9 @@ pub struct GuardArgs {
     #[arg(long, value_name = "FILE:NAME")]
     pub policy: Option<String>,
     /// How a chat model (not a Granite Guardian) is asked: `layout` (Granite Guardian 3.2's
-    /// prompt in the model's template), `direct` (a plain yes/no question) or `few-shot` (the
-    /// question after two answered examples).
+    /// prompt in the model's template), `direct` (a plain yes/no question), `few-shot` (the
+    /// question after two answered examples) or `question-first` (the question before the
+    /// conversation: each risk's start is cached across inputs).
     #[arg(long, value_parser = parse_generic_prompt, default_value = "direct")]
     pub generic_prompt: GenericPrompt,
     /// `NAME=DEFINITION` (repeatable): a custom risk, judged with --risks (alone when --risks is
@@ -105,7 +106,7 @@ fn custom_risks(args: &[String]) -> anyhow::Result<Vec<CustomRisk>> {
 }
 
 pub fn parse_generic_prompt(s: &str) -> Result<GenericPrompt, String> {
-    GenericPrompt::parse(s).ok_or_else(|| "expected layout, direct or few-shot".to_string())
+    GenericPrompt::parse(s).ok_or_else(|| "expected layout, direct, few-shot or question-first".to_string())
 }
 
 /// The policy (`--policy`) and the thresholds to judge by (`own`, the `--threshold` ones, over

@@ -35,10 +35,15 @@ pub struct ServeArgs {
     /// flagged), or both (`input,output`), with the guard model and the default policy.
     #[arg(long, value_delimiter = ',', value_parser = ["input", "output"])]
     pub guardrails: Vec<String>,
-    /// How a chat model serving as guard is asked: layout, direct or few-shot (as `guard
-    /// --generic-prompt`).
+    /// How a chat model serving as guard is asked: layout, direct, few-shot or question-first
+    /// (as `guard --generic-prompt`).
     #[arg(long, value_parser = crate::guard::parse_generic_prompt, default_value = "direct")]
     pub generic_prompt: GenericPrompt,
+    /// MiB of keys and values the guard model keeps of earlier prompts, so that a later prompt
+    /// starting the same way (the format's start, a text judged again, a conversation or a
+    /// streamed reply judged as it grows) reuses them (0 turns it off).
+    #[arg(long, value_name = "MIB", default_value_t = engine::guard::DEFAULT_PROMPT_CACHE_BYTES >> 20)]
+    pub guard_cache_mib: usize,
     /// A smaller model with the same vocabulary that drafts tokens for the chat models
     /// (speculative decoding, used while a sequence decodes alone: with several, one batched pass
     /// already serves them all; greedy output is unchanged, sampled output keeps its
@@ -121,6 +126,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .scheduling(scheduling)
         .guard_policies(policies.clone().unwrap_or_default())
         .generic_prompt(args.generic_prompt)
+        .guard_prompt_cache_bytes(args.guard_cache_mib.saturating_mul(1 << 20))
         .guardrails(ServerGuardrails {
             input: args.guardrails.iter().any(|s| s == "input"),
             output: args.guardrails.iter().any(|s| s == "output"),

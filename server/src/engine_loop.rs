@@ -14,8 +14,8 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 
 use engine::generate::{common_prefix, draft_rng, speculative_round, Draft, FinishReason, SequenceDecoder, TokenEvent, Usage};
-use engine::guard::Evaluator;
-use engine::kv_cache::{KvCache, KvType, SeqId, BLOCK_POSITIONS};
+use engine::guard::{Evaluator, PromptStats};
+use engine::kv_cache::{KvCache, KvType, PrefixCache, SeqId, BLOCK_POSITIONS};
 use engine::model::{BatchEntry, Model};
 use engine::sampling::Rng;
 use engine::tokenizer::TokenId;
@@ -23,7 +23,6 @@ use rayon::prelude::*;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::ApiError;
-use crate::prefix_cache::PrefixCache;
 use crate::protocol::{EngineState, LoopConfig, LoopMetrics, Msg, SeqEvent, SeqSpec, Ticket};
 
 /// One request's outputs.
@@ -76,6 +75,8 @@ pub struct EngineLoop {
     next_seq: SeqId,
     capacity_blocks: usize,
     metrics: Box<dyn LoopMetrics>,
+    /// The guard's prompt counts at the last job's end.
+    guard_prompts_seen: PromptStats,
 }
 
 fn blocks(positions: usize) -> usize {
@@ -115,6 +116,7 @@ impl EngineLoop {
             next_seq: 0,
             capacity_blocks,
             metrics,
+            guard_prompts_seen: PromptStats::default(),
         }
     }
 
@@ -165,6 +167,7 @@ impl EngineLoop {
                     self.metrics.cancelled();
                 } else {
                     job(&mut self.state);
+                    self.count_guard_prompts();
                     if cancel.is_set() {
                         self.metrics.cancelled();
                     }
@@ -501,6 +504,19 @@ impl EngineLoop {
         if let Some(g) = self.groups.get(&r.group) {
             let _ = g.events.send(SeqEvent::Token { index: r.index, event });
         }
+    }
+
+    /// The guard's prompts since the last job, as the prompts of this model's sequences are
+    /// counted: one prefix-cache lookup each, their tokens and the cached ones.
+    fn count_guard_prompts(&mut self) {
+        let Some(guard) = &self.state.guard else { return };
+        let now = guard.prompt_stats();
+        let seen = std::mem::replace(&mut self.guard_prompts_seen, now);
+        let hits = now.prompts_reusing - seen.prompts_reusing;
+        for i in 0..now.prompts - seen.prompts {
+            self.metrics.prefix_lookup(i < hits);
+        }
+        self.metrics.prompt((now.prompt_tokens - seen.prompt_tokens) as usize, (now.reused_tokens - seen.reused_tokens) as usize);
     }
 
     /// Reports the end of `r` (its completion, or `error`) and keeps its cache for reuse.

@@ -18,7 +18,6 @@ pub mod http;
 pub mod metrics;
 pub mod openapi;
 pub mod params;
-pub mod prefix_cache;
 pub mod protocol;
 pub mod registry;
 mod routes;
@@ -148,6 +147,7 @@ pub struct ServerBuilder {
     policies: Policies,
     guardrails: ServerGuardrails,
     generic_prompt: GenericPrompt,
+    guard_prompt_cache_bytes: Option<usize>,
 }
 
 impl ServerBuilder {
@@ -173,6 +173,13 @@ impl ServerBuilder {
     /// How a chat model serving as guard is asked (no effect on Granite Guardian models).
     pub fn generic_prompt(mut self, variant: GenericPrompt) -> Self {
         self.generic_prompt = variant;
+        self
+    }
+
+    /// Bytes of keys and values each guard model keeps of earlier prompts for later ones to
+    /// start from (default [`engine::guard::DEFAULT_PROMPT_CACHE_BYTES`]; 0 turns it off).
+    pub fn guard_prompt_cache_bytes(mut self, bytes: usize) -> Self {
+        self.guard_prompt_cache_bytes = Some(bytes);
         self
     }
 
@@ -234,6 +241,7 @@ impl ServerBuilder {
                         EvaluatorOptions {
                             device: spec.model.device(),
                             generic_prompt: self.generic_prompt,
+                            prompt_cache_bytes: self.guard_prompt_cache_bytes.unwrap_or(engine::guard::DEFAULT_PROMPT_CACHE_BYTES),
                             ..EvaluatorOptions::default()
                         },
                     )

@@ -63,31 +63,35 @@ pub fn generate_batch(
         .collect())
 }
 
-/// For each group of two or more sequences (empty in the cache), prefills the tokens all its
-/// members start with in the group's first sequence, in one pass for all groups, and forks that
-/// cache into the other members. Each sequence keeps at least its last token to run itself: its
-/// logits start the output.
+/// For each group of two or more sequences, prefills the tokens all its members start with
+/// once, in one pass for all groups, and forks that cache into the members. A sequence may
+/// already hold a start of its prompt (forked from a prefix cache): a member holding the whole
+/// shared part keeps what it has; of the others, the one holding the most computes the rest and
+/// the others fork it. Each sequence keeps at least its last token to run itself: its logits
+/// start the output.
 pub fn prefill_shared_prefixes(model: &Model, kv: &mut KvCache, seqs: &[LockstepSeq], groups: &[Vec<usize>]) -> Result<(), GenerateError> {
     let mut batch = Vec::new();
     let mut forks = Vec::new();
     for group in groups.iter().filter(|g| g.len() > 1) {
         let first = &seqs[group[0]].tokens;
         let shared = group.iter().map(|&i| common_prefix(first, &seqs[i].tokens).min(seqs[i].tokens.len() - 1)).min().unwrap_or(0);
-        if shared == 0 {
+        let behind: Vec<usize> = group.iter().copied().filter(|&i| kv.seq_len(i as u32) < shared).collect();
+        // a lone member computes its own prompt in the first decoding pass: nothing to share
+        let Some(&leader) = behind.iter().rev().max_by_key(|&&i| kv.seq_len(i as u32)).filter(|_| behind.len() > 1) else {
             continue;
-        }
-        batch.extend(first[..shared].iter().enumerate().map(|(pos, &token)| BatchEntry {
-            seq: group[0] as u32,
+        };
+        let held = kv.seq_len(leader as u32);
+        batch.extend(first[held..shared].iter().enumerate().map(|(k, &token)| BatchEntry {
+            seq: leader as u32,
             token,
-            pos: pos as u32,
+            pos: (held + k) as u32,
             logits: false,
         }));
-        forks.extend(group[1..].iter().map(|&i| (group[0], i)));
+        forks.extend(behind.iter().filter(|&&i| i != leader).map(|&i| (leader, i)));
     }
-    if batch.is_empty() {
-        return Ok(());
+    if !batch.is_empty() {
+        model.forward(kv, &batch)?;
     }
-    model.forward(kv, &batch)?;
     for (src, dst) in forks {
         kv.fork(src as u32, dst as u32).map_err(ModelError::from)?;
     }

@@ -1,20 +1,22 @@
 //! The guard evaluator (guard.md §4, §5, §7): checks a request, renders one prompt per risk,
 //! computes the prompts' shared prefix once per input (KV fork), then runs every suffix of every
-//! input as one batch and decodes all of them in lockstep (greedy), reading the verdicts.
+//! input as one batch and decodes all of them in lockstep (greedy), reading the verdicts. The
+//! prompts stay in the evaluator's prompt cache, where later prompts find their common start.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, TryLockError};
 
 use serde::Serialize;
 
 use super::custom::{CustomRisk, CustomVerdict};
+use super::prompt_cache::{PromptCache, PromptCounters, PromptStats};
 use super::verdict::{risk_probability, verdict_3_0, verdict_3_2, verdict_3_3, Verdict, YesNoTokens};
 use super::{check_request, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardPrompt, Prompter, Risk};
 use crate::backend::{BackendError, Device};
 use crate::chat::tokenize_rendered;
 use crate::generate::{decode_lockstep, prefill_shared_prefixes, GenerateError, GenerateParams, LockstepSeq, SequenceDecoder};
-use crate::kv_cache::KvType;
+use crate::kv_cache::{KvCache, KvType};
 use crate::model::{Model, ModelError};
 use crate::tokenizer::TokenId;
 
@@ -22,6 +24,8 @@ use crate::tokenizer::TokenId;
 pub const MAX_BATCH: usize = 256;
 /// Sequences decoded together at most (bounds the KV cache of a large batch).
 const MAX_SEQS_PER_PASS: usize = 64;
+/// Bytes of earlier prompts' keys and values kept for reuse, unless the options say otherwise.
+pub const DEFAULT_PROMPT_CACHE_BYTES: usize = 1 << 30;
 
 /// How the evaluator runs.
 #[derive(Clone, Debug)]
@@ -37,6 +41,8 @@ pub struct EvaluatorOptions {
     pub max_tokens_think: usize,
     /// How a generic (non-Guardian) model is asked (`generic`).
     pub generic_prompt: GenericPrompt,
+    /// Bytes of keys and values of earlier prompts kept for later ones to start from (0: none).
+    pub prompt_cache_bytes: usize,
 }
 
 impl Default for EvaluatorOptions {
@@ -49,6 +55,7 @@ impl Default for EvaluatorOptions {
             max_tokens_3_3: 64,
             max_tokens_think: 2048,
             generic_prompt: GenericPrompt::default(),
+            prompt_cache_bytes: DEFAULT_PROMPT_CACHE_BYTES,
         }
     }
 }
@@ -90,6 +97,9 @@ pub struct Evaluator {
     prompter: Prompter,
     yes_no: YesNoTokens,
     options: EvaluatorOptions,
+    /// Made at the first run; `None` inside while none is made.
+    prompt_cache: Mutex<Option<PromptCache>>,
+    counters: PromptCounters,
 }
 
 impl std::fmt::Debug for Evaluator {
@@ -114,7 +124,7 @@ impl Evaluator {
         }
         let prompter = Prompter::from_model(&model)?.with_generic_prompt(options.generic_prompt);
         let yes_no = YesNoTokens::of(model.tokenizer());
-        Ok(Evaluator { model, prompter, yes_no, options })
+        Ok(Evaluator { model, prompter, yes_no, options, prompt_cache: Mutex::new(None), counters: PromptCounters::default() })
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -123,6 +133,16 @@ impl Evaluator {
 
     pub fn prompter(&self) -> &Prompter {
         &self.prompter
+    }
+
+    /// What the prompts run so far found in the prompt cache.
+    pub fn prompt_stats(&self) -> PromptStats {
+        self.counters.snapshot()
+    }
+
+    /// Bytes the prompt cache holds between runs.
+    pub fn prompt_cache_bytes(&self) -> usize {
+        self.prompt_cache.lock().map(|c| c.as_ref().map_or(0, PromptCache::bytes)).unwrap_or(0)
     }
 
     /// The format of a request that names none.
@@ -250,10 +270,6 @@ impl Evaluator {
             GuardFormat::V3_3 => self.options.max_tokens_3_3,
         };
         let n_ctx = prompts.iter().map(|(_, p, ids)| ids.len() + budget(p)).max().unwrap_or(1);
-        let mut kv = self.model.new_kv_cache(self.options.kv_type, n_ctx);
-
-        // each input's prompts share their common start: computed once, then forked; all
-        // sequences decode greedily in lockstep, keeping the yes/no mass of every step
         let mut seqs: Vec<LockstepSeq> = prompts
             .iter()
             .map(|(_, p, ids)| {
@@ -263,22 +279,83 @@ impl Evaluator {
             .collect::<Result<_, GuardError>>()?;
         let groups: Vec<Vec<usize>> = (0..n_groups).map(|g| (0..prompts.len()).filter(|&i| prompts[i].0 == g).collect()).collect();
         let mut masses: Vec<Vec<(f64, f64)>> = vec![Vec::new(); prompts.len()];
-        let cancelled = |e| match e {
-            GenerateError::Cancelled => GuardError::Cancelled,
-            e => GuardError::from(e),
-        };
         if cancel.load(Ordering::Relaxed) {
             return Err(GuardError::Cancelled);
         }
-        prefill_shared_prefixes(&self.model, &mut kv, &seqs, &groups).map_err(cancelled)?;
-        decode_lockstep(&self.model, &mut kv, &mut seqs, cancel, |i, row| masses[i].push(self.yes_no.probabilities(row)))
-            .map_err(cancelled)?;
+
+        // the prompt cache when it is free and long enough, else a cache for this run alone
+        let ids: Vec<&[TokenId]> = prompts.iter().map(|(_, _, ids)| ids.as_slice()).collect();
+        let mut cache = self.lock_prompt_cache(n_ctx);
+        let decoded = match cache.as_deref_mut().and_then(Option::as_mut) {
+            Some(cache) => {
+                let held = cache.seed(&ids).map_err(|e| GuardError::from(ModelError::from(e)))?;
+                self.counters.record(ids.iter().map(|p| p.len()), &held);
+                let decoded = self.decode(cache.kv(), &mut seqs, &groups, &mut masses, cancel);
+                match decoded {
+                    Ok(()) => cache.keep(&ids),
+                    Err(_) => cache.release_run(ids.len()),
+                }
+                decoded
+            }
+            None => {
+                self.counters.record(ids.iter().map(|p| p.len()), &vec![0; ids.len()]);
+                let mut kv = self.model.new_kv_cache(self.options.kv_type, n_ctx);
+                self.decode(&mut kv, &mut seqs, &groups, &mut masses, cancel)
+            }
+        };
+        drop(cache);
+        decoded?;
 
         let mut out: Vec<Vec<Verdict>> = vec![Vec::new(); n_groups];
         for (((g, prompt, _), seq), masses) in prompts.into_iter().zip(seqs).zip(masses) {
             out[g].push(self.read_verdict(&prompt, &seq.decoder, &masses)?);
         }
         Ok(out)
+    }
+
+    /// Each input's prompts share their common start: computed once (from what the cache holds
+    /// of it), then forked; all sequences decode greedily in lockstep, keeping the yes/no mass of
+    /// every step.
+    fn decode(
+        &self,
+        kv: &mut KvCache,
+        seqs: &mut [LockstepSeq],
+        groups: &[Vec<usize>],
+        masses: &mut [Vec<(f64, f64)>],
+        cancel: &AtomicBool,
+    ) -> Result<(), GuardError> {
+        let cancelled = |e| match e {
+            GenerateError::Cancelled => GuardError::Cancelled,
+            e => GuardError::from(e),
+        };
+        prefill_shared_prefixes(&self.model, kv, seqs, groups).map_err(cancelled)?;
+        decode_lockstep(&self.model, kv, seqs, cancel, |i, row| masses[i].push(self.yes_no.probabilities(row))).map_err(cancelled)
+    }
+
+    /// The prompt cache (made at the first call), unless caching is off, another evaluation
+    /// holds it, or its sequences are shorter than `n_ctx` positions.
+    fn lock_prompt_cache(&self, n_ctx: usize) -> Option<std::sync::MutexGuard<'_, Option<PromptCache>>> {
+        if self.options.prompt_cache_bytes == 0 {
+            return None;
+        }
+        let mut cache = match self.prompt_cache.try_lock() {
+            Ok(cache) => cache,
+            // a run that panicked left it: start again from an empty cache
+            Err(TryLockError::Poisoned(poisoned)) => {
+                let mut cache = poisoned.into_inner();
+                *cache = None;
+                cache
+            }
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        let positions = self.model.config().n_ctx_train.max(n_ctx);
+        if cache.is_none() {
+            *cache = Some(PromptCache::new(self.model.new_kv_cache(self.options.kv_type, positions), self.options.prompt_cache_bytes));
+        }
+        match cache.as_mut().is_some_and(|c| c.kv().n_ctx() >= n_ctx) {
+            true => Some(cache),
+            false => None,
+        }
     }
 
     /// The verdict of one finished sequence; the risk probability is read at the label token.

@@ -1,4 +1,4 @@
-//! The prompts of a generic chat model used as a guard (guard.md §3), in three variants compared
+//! The prompts of a generic chat model used as a guard (guard.md §3), in four variants compared
 //! on the labelled evaluation set (`tests/fixtures/guard-eval/`, README's table):
 //!
 //! - `layout`: Granite Guardian 3.2's prompt (its user turn) as one user message of the model's
@@ -6,7 +6,14 @@
 //! - `direct`: a short yes/no question in plain words: the conversation, then "Does the last
 //!   user message / the assistant's reply <criterion>?";
 //! - `few-shot`: `direct` with two answered examples of the same question (one yes, one no)
-//!   between the conversation and the question.
+//!   between the conversation and the question;
+//! - `question-first`: `direct` with the question before the conversation when a user message is
+//!   judged, so that each risk's prompt starts the same way for every input: the evaluator's
+//!   prompt cache holds that start (the risk's definition) across requests, and a request
+//!   computes only its conversation and the closing line, once per risk. Cheaper than `direct`
+//!   for short messages (a conversation shorter than the nine questions); `direct` computes a
+//!   long conversation once for all risks. An assistant's reply is asked about as in `direct`:
+//!   asked first, the models measured lose the reply-side risks (README's table).
 //!
 //! `direct` is the default: on the labelled set it ranks harmful above benign best for the real
 //! models measured (README's table). Every variant ends at the answer, whose first token's yes/no mass is the verdict (3.0
@@ -25,16 +32,19 @@ pub enum GenericPrompt {
     #[default]
     Direct,
     FewShot,
+    QuestionFirst,
 }
 
 impl GenericPrompt {
-    pub const ALL: [GenericPrompt; 3] = [GenericPrompt::Layout, GenericPrompt::Direct, GenericPrompt::FewShot];
+    pub const ALL: [GenericPrompt; 4] =
+        [GenericPrompt::Layout, GenericPrompt::Direct, GenericPrompt::FewShot, GenericPrompt::QuestionFirst];
 
     pub fn name(self) -> &'static str {
         match self {
             GenericPrompt::Layout => "layout",
             GenericPrompt::Direct => "direct",
             GenericPrompt::FewShot => "few-shot",
+            GenericPrompt::QuestionFirst => "question-first",
         }
     }
 
@@ -94,18 +104,30 @@ fn examples(risk: Risk) -> [(&'static str, Option<&'static str>, bool); 2] {
     }
 }
 
-/// What a question asks: the criterion (completing "Does the last user message ..."), and the
-/// risk whose examples the few-shot variant shows (none for a custom risk).
+/// What a question asks: the criterion (completing "Does the last user message ..."), the
+/// risk whose examples the few-shot variant shows (none for a custom risk), and whether the
+/// question comes first.
 struct Asked<'a> {
     criterion: &'a str,
     examples: Option<Risk>,
+    first: bool,
 }
 
 /// The question for one input: its conversation, then the criterion (after the answered
 /// examples in the few-shot variant, so that the conversation still starts the prompt and is
-/// computed once for every risk).
+/// computed once for every risk); or, asked first, the criterion, the conversation and a
+/// closing line that repeats the answer's form.
 fn question(asked: Asked<'_>, judged: Judged, input: &GuardInput) -> String {
-    let mut text = String::from("Answer with Yes or No only.\n\n<conversation>\n");
+    let (subject, short) = match judged {
+        Judged::User => ("the last user message", "Message"),
+        Judged::Assistant => ("the assistant's last reply", "Reply"),
+    };
+    let criterion = asked.criterion;
+    let mut text = String::from("Answer with Yes or No only.\n\n");
+    if asked.first {
+        text.push_str(&format!("Question: Does {subject} {criterion}?\n\n"));
+    }
+    text.push_str("<conversation>\n");
     for turn in &input.history {
         let role = if turn["role"] == "assistant" { "Assistant" } else { "User" };
         text.push_str(&format!("{role}: {}\n", turn["content"].as_str().unwrap_or_default()));
@@ -115,11 +137,10 @@ fn question(asked: Asked<'_>, judged: Judged, input: &GuardInput) -> String {
         text.push_str(&format!("Assistant: {a}\n"));
     }
     text.push_str("</conversation>\n\n");
-    let (subject, short) = match judged {
-        Judged::User => ("the last user message", "Message"),
-        Judged::Assistant => ("the assistant's last reply", "Reply"),
-    };
-    let criterion = asked.criterion;
+    if asked.first {
+        text.push_str(&format!("Answer the question about {subject} with Yes or No."));
+        return text;
+    }
     if let Some(risk) = asked.examples {
         text.push_str(&format!("Examples of the question \"Does it {criterion}?\":\n"));
         for (user, assistant, answer) in examples(risk) {
@@ -142,16 +163,22 @@ fn question(asked: Asked<'_>, judged: Judged, input: &GuardInput) -> String {
 /// the model's template and its generation prompt).
 pub fn messages(variant: GenericPrompt, risk: Risk, input: &GuardInput) -> Vec<Value> {
     let judged = risk.judged(input.assistant().is_some());
-    let asked = Asked { criterion: criterion(risk, judged), examples: (variant == GenericPrompt::FewShot).then_some(risk) };
+    let asked = Asked {
+        criterion: criterion(risk, judged),
+        examples: (variant == GenericPrompt::FewShot).then_some(risk),
+        first: variant == GenericPrompt::QuestionFirst && judged == Judged::User,
+    };
     vec![json!({"role": "user", "content": question(asked, judged, input)})]
 }
 
-/// The chat message of a custom risk's question (`direct`; `few-shot` has no examples of it): the
-/// judged message (the reply when there is one) against the risk's definition.
-pub fn custom_messages(definition: &str, input: &GuardInput) -> Vec<Value> {
+/// The chat message of a custom risk's question (`direct`, or `question-first`; `few-shot` has
+/// no examples of it): the judged message (the reply when there is one) against the risk's
+/// definition.
+pub fn custom_messages(variant: GenericPrompt, definition: &str, input: &GuardInput) -> Vec<Value> {
     let judged = if input.assistant().is_some() { Judged::Assistant } else { Judged::User };
     let criterion = format!("match this description: {}", definition.trim().trim_end_matches('.'));
-    vec![json!({"role": "user", "content": question(Asked { criterion: &criterion, examples: None }, judged, input)})]
+    let asked = Asked { criterion: &criterion, examples: None, first: variant == GenericPrompt::QuestionFirst && judged == Judged::User };
+    vec![json!({"role": "user", "content": question(asked, judged, input)})]
 }
 
 #[cfg(test)]
@@ -190,5 +217,30 @@ mod tests {
             few.contains("Reply: \"What is the boiling point of water at sea level? / I'd rather not talk about that.\" -> Yes"),
             "{few}"
         );
+    }
+
+    #[test]
+    fn a_question_asked_first_starts_every_input_s_prompt_the_same_way() {
+        let first =
+            |input: &GuardInput| messages(GenericPrompt::QuestionFirst, Risk::Violence, input)[0]["content"].as_str().unwrap().to_string();
+        let (a, b) = (first(&GuardInput::new("Hello")), first(&GuardInput::new("Where can I buy a lock?")));
+        let start = "Answer with Yes or No only.\n\nQuestion: Does the last user message threaten, promote";
+        assert!(a.starts_with(start) && b.starts_with(start), "{a}");
+        let shared = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+        assert!(a[..shared].ends_with("?\n\n<conversation>\nUser: "), "{a}");
+        assert!(
+            b.ends_with(
+                "User: Where can I buy a lock?\n</conversation>\n\nAnswer the question about the last user message with Yes or No."
+            ),
+            "{b}"
+        );
+        // a reply is asked about after the conversation, as in `direct`
+        let reply = GuardInput::new("Hello").with_assistant("Hi!");
+        assert_eq!(first(&reply), messages(GenericPrompt::Direct, Risk::Violence, &reply)[0]["content"].as_str().unwrap());
+        let custom = custom_messages(GenericPrompt::QuestionFirst, "Mentions cats.", &GuardInput::new("Hi"));
+        assert!(custom[0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Answer with Yes or No only.\n\nQuestion: Does the last user message match this description: Mentions cats?"));
     }
 }

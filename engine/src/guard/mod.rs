@@ -8,7 +8,9 @@
 //! A request goes: [`check_request`] (the contract's 400 errors, the format resolved) ->
 //! [`Prompter::render_all`] (one [`GuardPrompt`] per risk) -> tokenize each prompt
 //! (`chat::tokenize_rendered`) -> the prompts' common start prefilled once and forked, every
-//! suffix decoded in one lockstep batch (`generate::{prefill_shared_prefixes, decode_lockstep}`).
+//! suffix decoded in one lockstep batch (`generate::{prefill_shared_prefixes, decode_lockstep}`),
+//! each prompt starting from the longest start of it that the evaluator's `prompt_cache` holds
+//! from earlier requests.
 //! [`PrefixTree`] is the finer, branching plan of a scan's shared prefixes (not used yet).
 
 mod builtin;
@@ -23,17 +25,19 @@ pub mod policy;
 pub mod prefix;
 pub mod presets;
 pub mod prompt;
+pub mod prompt_cache;
 pub mod risks;
 pub mod verdict;
 
 pub use custom::{CustomRisk, CustomVerdict};
 pub use error::GuardError;
-pub use evaluator::{BatchItem, Evaluator, EvaluatorOptions, GuardRequest, GuardResult, ScanResult, MAX_BATCH};
+pub use evaluator::{BatchItem, Evaluator, EvaluatorOptions, GuardRequest, GuardResult, ScanResult, DEFAULT_PROMPT_CACHE_BYTES, MAX_BATCH};
 pub use generic::GenericPrompt;
 pub use policy::Thresholds;
 pub use prefix::{common_prefix_len, PrefixNode, PrefixTree};
 pub use presets::{Policies, Policy, PolicyFileError};
 pub use prompt::{GuardPrompt, NativeRequest, PromptPath, Prompter};
+pub use prompt_cache::PromptStats;
 pub use risks::{
     check_request, detect_format, is_guardian_template, parse_risks, CheckedRequest, Detection, GuardFormat, GuardInput, Judged, Risk,
     RiskGroup,

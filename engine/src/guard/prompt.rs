@@ -167,7 +167,7 @@ pub enum PromptPath {
     /// format other than its template's).
     Builtin,
     /// A generic chat model: a question in its own chat template (`generic`: the built-in 3.2
-    /// prompt as one user message, or a direct or few-shot yes/no question).
+    /// prompt as one user message, or a direct, few-shot or question-first yes/no question).
     Generic,
 }
 
@@ -316,11 +316,11 @@ impl Prompter {
         if path == PromptPath::Generic {
             let text = match self.generic {
                 GenericPrompt::Layout => self.render_generic(&custom.native(GuardFormat::V3_2, input, false))?,
-                GenericPrompt::Direct | GenericPrompt::FewShot => {
+                GenericPrompt::Direct | GenericPrompt::FewShot | GenericPrompt::QuestionFirst => {
                     let template = self.template.as_ref().ok_or_else(|| GuardError::prompt("generic guard without a chat template"))?;
                     template.render(&ChatInput {
                         add_generation_prompt: true,
-                        ..ChatInput::new(generic::custom_messages(&custom.definition, input))
+                        ..ChatInput::new(generic::custom_messages(self.generic, &custom.definition, input))
                     })?
                 }
             };

@@ -5,11 +5,13 @@
 //! every device; the blocks' contents live in the storage of the model's backend.
 
 mod blocks;
+mod prefix_cache;
 
 use std::any::Any;
 
 pub use crate::backend::{KvType, BLOCK_POSITIONS};
 pub use blocks::BlockTable;
+pub use prefix_cache::PrefixCache;
 
 use crate::backend::{BackendError, Device, KvStorage};
 

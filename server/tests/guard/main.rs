@@ -1,12 +1,13 @@
 //! The guard as a service over real TCP on 127.0.0.1, with the tiny Guardian 3.0 fixture as
 //! guard (and the tiny llama fixture as chat model): policies, audit fields, conversation input,
 //! per-risk metrics and requests of many clients judged together (`policy.rs`); guardrails on
-//! chat completions (`guardrails.rs`).
+//! chat completions (`guardrails.rs`); the prompt cache across requests (`prompt_cache.rs`).
 
 #[path = "../common/mod.rs"]
 mod common;
 mod guardrails;
 mod policy;
+mod prompt_cache;
 
 pub use common::start;
 

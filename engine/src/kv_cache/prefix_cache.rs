@@ -3,9 +3,9 @@
 //! the shared part of a guard scan) forks their blocks instead of computing them again. The
 //! least recently used entry goes first when space or the entry limit runs out.
 
-use engine::generate::common_prefix;
-use engine::kv_cache::SeqId;
-use engine::tokenizer::TokenId;
+use super::SeqId;
+use crate::generate::common_prefix;
+use crate::tokenizer::TokenId;
 
 struct Entry {
     seq: SeqId,
@@ -49,10 +49,17 @@ impl PrefixCache {
 
     /// Keeps `seq`, which holds `tokens`. Returns the sequences to drop from the KV cache:
     /// entries the new one covers (theirs is a prefix of its tokens) and, beyond the entry
-    /// limit, the least recently used.
+    /// limit, the least recently used; or `seq` itself when an entry covers it (that entry
+    /// counts as used).
     pub fn insert(&mut self, seq: SeqId, tokens: Vec<TokenId>) -> Vec<SeqId> {
         let mut dropped = Vec::new();
         if self.max_entries == 0 || tokens.is_empty() {
+            dropped.push(seq);
+            return dropped;
+        }
+        self.clock += 1;
+        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens.starts_with(&tokens)) {
+            e.last_used = self.clock;
             dropped.push(seq);
             return dropped;
         }
@@ -63,7 +70,6 @@ impl PrefixCache {
             }
             !covered
         });
-        self.clock += 1;
         self.entries.push(Entry { seq, tokens, last_used: self.clock });
         while self.entries.len() > self.max_entries {
             dropped.extend(self.evict_lru(None));
@@ -93,6 +99,9 @@ mod tests {
         // the next turn of conversation 1 replaces it
         assert_eq!(c.insert(3, vec![1, 2, 3, 4, 5]), vec![1]);
         assert_eq!(c.best_match(&[1, 2, 3, 4, 5, 6]), Some((3, 5)));
+        assert_eq!(c.len(), 2);
+        // a prompt the cache already holds more of adds nothing
+        assert_eq!(c.insert(4, vec![1, 2, 3]), vec![4]);
         assert_eq!(c.len(), 2);
     }
 

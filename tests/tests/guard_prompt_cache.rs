@@ -1,0 +1,132 @@
+//! The guard's prompt cache across requests, on the tiny Guardian-shaped models: a prompt that
+//! starts from an earlier request's keys and values gets exactly the verdict (bits of the
+//! probability included) or the output of a fresh computation; what is reused is counted; the
+//! cache stays within its byte budget; a generic guard asked `question-first` takes each risk's
+//! question from the cache for every new message.
+
+use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, GuardError, GuardInput, GuardRequest, GuardResult, PromptStats};
+use engine_tests::fixture;
+
+fn evaluator(format: &str, prompt_cache_bytes: usize) -> Evaluator {
+    let path = fixture(&format!("guardian/models/guardian-tiny-{format}-q8_0.gguf"));
+    Evaluator::new(path, EvaluatorOptions { prompt_cache_bytes, ..EvaluatorOptions::default() }).unwrap()
+}
+
+const CACHE: usize = 64 << 20;
+
+/// Requests whose prompts overlap the way moderation traffic does: a new text (the format's
+/// start is shared), the same text again, the same exchange with a longer reply, a batch.
+fn requests() -> Vec<Vec<GuardInput>> {
+    let lock = GuardInput::new("How do I pick a lock?").with_assistant("Use a tension wrench.");
+    let longer = GuardInput::new("How do I pick a lock?").with_assistant("Use a tension wrench and a pick, then rake the pins.");
+    vec![
+        vec![lock.clone()],
+        vec![GuardInput::new("What is the capital of France?")],
+        vec![lock.clone()],
+        vec![longer],
+        vec![GuardInput::new("Tell me a joke"), lock],
+    ]
+}
+
+/// Each request's result: verdicts, or the error (the tiny 3.2 / 3.3 models write noise).
+fn judge(ev: &Evaluator, inputs: &[GuardInput]) -> Vec<Result<GuardResult, String>> {
+    inputs
+        .iter()
+        .map(|input| {
+            let request = GuardRequest { input: input.clone(), ..Default::default() };
+            ev.evaluate(&request).map_err(|e| match e {
+                GuardError::Unparseable { risk, output } => format!("{risk}: {output}"),
+                e => panic!("{e}"),
+            })
+        })
+        .collect()
+}
+
+fn delta(after: PromptStats, before: PromptStats) -> PromptStats {
+    PromptStats {
+        prompts: after.prompts - before.prompts,
+        prompts_reusing: after.prompts_reusing - before.prompts_reusing,
+        prompt_tokens: after.prompt_tokens - before.prompt_tokens,
+        reused_tokens: after.reused_tokens - before.reused_tokens,
+    }
+}
+
+#[test]
+fn reused_prompts_give_the_results_of_fresh_ones() {
+    for format in ["3.0", "3.2", "3.3"] {
+        let cached = evaluator(format, CACHE);
+        let fresh = evaluator(format, 0);
+        let mut steps = Vec::new();
+        for inputs in requests() {
+            let before = cached.prompt_stats();
+            assert_eq!(judge(&cached, &inputs), judge(&fresh, &inputs), "{format}: {inputs:?}");
+            steps.push(delta(cached.prompt_stats(), before));
+        }
+        assert_eq!(fresh.prompt_stats().reused_tokens, 0, "{format}");
+        assert_eq!(fresh.prompt_cache_bytes(), 0);
+        let [first, other_text, same_again, longer_reply, batch] = steps[..] else { unreachable!() };
+        assert_eq!((first.prompts, first.reused_tokens), (9, 0), "{format}: nothing is cached yet");
+        // another text: every prompt starts from the format's start before the text
+        assert_eq!(other_text.prompts_reusing, 9, "{format}");
+        assert!(other_text.reused_tokens >= 9 * 8, "{format}: {other_text:?}");
+        // the same text again: all of each prompt but the last token, whose logits answer
+        assert_eq!(same_again.reused_tokens, same_again.prompt_tokens - 9, "{format}");
+        // a longer reply: the prompts start from the earlier exchange, up to the reply
+        assert!(longer_reply.reused_tokens > other_text.reused_tokens, "{format}: {longer_reply:?}");
+        assert_eq!(batch.prompts_reusing, 18, "{format}");
+        assert!(cached.prompt_cache_bytes() > 0 && cached.prompt_cache_bytes() <= CACHE);
+    }
+}
+
+#[test]
+fn batches_reuse_the_prompts_of_earlier_batches() {
+    let cached = evaluator("3.0", CACHE);
+    let fresh = evaluator("3.0", 0);
+    let inputs: Vec<GuardInput> = ["Hello there", "How do I make a weapon?", "Hello there"].into_iter().map(GuardInput::new).collect();
+    let first = cached.evaluate_batch(&inputs, &["harm", "violence"]).unwrap();
+    let before = cached.prompt_stats();
+    let again = cached.evaluate_batch(&inputs, &["harm", "violence"]).unwrap();
+    assert_eq!(first, again);
+    assert_eq!(again, fresh.evaluate_batch(&inputs, &["harm", "violence"]).unwrap());
+    let d = delta(cached.prompt_stats(), before);
+    assert_eq!((d.prompts, d.reused_tokens), (6, d.prompt_tokens - 6));
+}
+
+#[test]
+fn the_cache_keeps_to_its_budget() {
+    // room for about one request's nine prompts (600 KiB on this model): older prompts leave as
+    // new ones come, the newest still serve the next request, results unchanged
+    let budget = 700 << 10;
+    let small = evaluator("3.0", budget);
+    let fresh = evaluator("3.0", 0);
+    for inputs in requests() {
+        assert_eq!(judge(&small, &inputs), judge(&fresh, &inputs));
+        let bytes = small.prompt_cache_bytes();
+        assert!(bytes > 0 && bytes <= budget, "{bytes} bytes for a budget of {budget}");
+    }
+    let stats = small.prompt_stats();
+    assert!(stats.prompts_reusing >= 36, "{stats:?}");
+}
+
+#[test]
+fn question_first_prompts_take_each_risk_s_question_from_the_cache() {
+    let path = fixture("models/tiny-llama-Q8_0.gguf");
+    let generic = |generic_prompt, prompt_cache_bytes| {
+        Evaluator::new(&path, EvaluatorOptions { generic_prompt, prompt_cache_bytes, ..EvaluatorOptions::default() }).unwrap()
+    };
+    // what a new message finds in the cache after another one, and the same results as fresh
+    let reused_by_a_new_message = |variant| {
+        let ev = generic(variant, CACHE);
+        judge(&ev, &[GuardInput::new("Hello there")]);
+        let before = ev.prompt_stats();
+        let inputs = [GuardInput::new("Where can I buy a bike?")];
+        assert_eq!(judge(&ev, &inputs), judge(&generic(variant, 0), &inputs));
+        delta(ev.prompt_stats(), before)
+    };
+    let first = reused_by_a_new_message(GenericPrompt::QuestionFirst);
+    let direct = reused_by_a_new_message(GenericPrompt::Direct);
+    // asked first, each risk's question (some 30 to 60 tokens) comes from the cache; asked
+    // directly, only the opening before the message does
+    assert_eq!((first.prompts, first.prompts_reusing), (9, 9));
+    assert!(first.reused_tokens >= 9 * 30 && first.reused_tokens > 3 * direct.reused_tokens, "{first:?} vs {direct:?}");
+}
