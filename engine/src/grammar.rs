@@ -5,7 +5,10 @@
 //! The tokenizer is described to llguidance once, as a token trie over each token's bytes
 //! ([`GrammarCompiler::new`]); compiling a constraint then gives a [`GrammarMatcher`] per
 //! sequence. Output JSON is compact (no free whitespace, `,` and `:` separators): a small model
-//! cannot wander off into whitespace, and the text is what a client would parse anyway.
+//! cannot wander off into whitespace, and the text is what a client would parse anyway. Numbers
+//! are bounded in digits (`numbers`), so that one cannot run on for the whole token budget.
+
+mod numbers;
 
 use std::sync::Arc;
 
@@ -15,6 +18,8 @@ use serde_json::{json, Value};
 use toktrie::{TokRxInfo, TokTrie, TokenizerEnv};
 
 use crate::tokenizer::{TokenAttr, TokenId, Tokenizer};
+use numbers::{asks_for_more, NumberBound, TokenBytes};
+pub use numbers::{MAX_EXPONENT_DIGITS, MAX_FRACTION_DIGITS, MAX_INTEGRAL_DIGITS};
 
 /// What the output must be.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,6 +74,8 @@ struct CompilerInner {
     n_vocab: usize,
     /// Every end-of-generation id: all of them end a finished grammar, not just EOS.
     eog: Arc<[TokenId]>,
+    /// Each token's trie bytes, which the number bound reads.
+    tokens: Arc<TokenBytes>,
 }
 
 impl std::fmt::Debug for GrammarCompiler {
@@ -139,7 +146,8 @@ impl GrammarCompiler {
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| GrammarError::Tokenizer(e.to_string()))?;
         // llguidance would print warnings to stderr; they go to `tracing` instead (see compile).
         factory.quiet();
-        Ok(GrammarCompiler { inner: Arc::new(CompilerInner { factory, n_vocab, eog }) })
+        let tokens = Arc::new(TokenBytes::new(words));
+        Ok(GrammarCompiler { inner: Arc::new(CompilerInner { factory, n_vocab, eog, tokens }) })
     }
 
     /// The tokenizer's vocabulary size (ids at or past it are never allowed).
@@ -164,7 +172,13 @@ impl GrammarCompiler {
             tracing::warn!(warning = %w, "grammar compiled with a warning");
         }
         let tool_call = matches!(constraint, Constraint::ToolCall(_));
-        Ok(GrammarMatcher { matcher, n_vocab: self.inner.n_vocab, eog: self.inner.eog.clone(), eog_after_end: 0, tool_call })
+        let unbounded = match constraint {
+            Constraint::JsonObject => false,
+            Constraint::JsonSchema(schema) => asks_for_more(schema),
+            Constraint::ToolCall(tools) => tools.iter().any(|t| asks_for_more(&t.parameters)),
+        };
+        let numbers = (!unbounded).then(|| NumberBound::new(self.inner.tokens.clone()));
+        Ok(GrammarMatcher { matcher, n_vocab: self.inner.n_vocab, eog: self.inner.eog.clone(), eog_after_end: 0, tool_call, numbers })
     }
 }
 
@@ -265,6 +279,8 @@ pub struct GrammarMatcher {
     eog_after_end: usize,
     /// Compiled from [`Constraint::ToolCall`]: a finished output is a tool call.
     tool_call: bool,
+    /// The digits of numbers (none when the schema asks for larger or finer numbers).
+    numbers: Option<NumberBound>,
 }
 
 /// A copy at the same position that then goes its own way (several choices of one request,
@@ -277,6 +293,7 @@ impl Clone for GrammarMatcher {
             eog: self.eog.clone(),
             eog_after_end: self.eog_after_end,
             tool_call: self.tool_call,
+            numbers: self.numbers.clone(),
         }
     }
 }
@@ -303,6 +320,9 @@ impl GrammarMatcher {
         }
         let mask = self.matcher.compute_mask().map_err(|e| GrammarError::Matcher(e.to_string()))?;
         apply_mask(mask.as_slice(), self.n_vocab, logits);
+        if let Some(numbers) = &self.numbers {
+            numbers.mask(logits);
+        }
         Ok(())
     }
 
@@ -318,9 +338,17 @@ impl GrammarMatcher {
             }
             return Err(GrammarError::TokenNotAllowed { token });
         }
+        if self.numbers.as_ref().is_some_and(|n| !n.allows(token)) {
+            return Err(GrammarError::TokenNotAllowed { token });
+        }
         // try_consume checks the token first, so a refused token leaves the state as it was.
         match self.matcher.try_consume_tokens(&[token]) {
-            Ok(1) => Ok(()),
+            Ok(1) => {
+                if let Some(numbers) = &mut self.numbers {
+                    numbers.accept(token);
+                }
+                Ok(())
+            }
             Ok(_) => Err(GrammarError::TokenNotAllowed { token }),
             Err(e) => Err(GrammarError::Matcher(e.to_string())),
         }
@@ -336,7 +364,11 @@ impl GrammarMatcher {
     pub fn rollback(&mut self, n_tokens: usize) -> Result<(), GrammarError> {
         let after_end = n_tokens.min(self.eog_after_end);
         self.eog_after_end -= after_end;
-        self.matcher.rollback(n_tokens - after_end).map_err(|e| GrammarError::Matcher(e.to_string()))
+        self.matcher.rollback(n_tokens - after_end).map_err(|e| GrammarError::Matcher(e.to_string()))?;
+        if let Some(numbers) = &mut self.numbers {
+            numbers.rollback(n_tokens - after_end);
+        }
+        Ok(())
     }
 }
 
@@ -423,6 +455,39 @@ mod tests {
         for p in pieces {
             m.accept(id(p)).unwrap_or_else(|e| panic!("{p:?}: {e}"));
         }
+    }
+
+    #[test]
+    fn numbers_stop_at_their_digit_limits_unless_the_schema_asks_for_more() {
+        let c = compiler();
+        let n = CONTROL as usize + 10;
+        let mut m = c.compile(&Constraint::JsonObject).unwrap();
+        feed(&mut m, &["{\"", "a", "\":", "-"]);
+        feed(&mut m, &["12"; 8]);
+        // 16 integral digits: no 17th (nor a token carrying one), the number may go on otherwise
+        let next = allowed(&mut m, n);
+        assert!(!next.contains(&id("1")) && !next.contains(&id("12")), "{next:?}");
+        assert!(next.contains(&id(".")) && next.contains(&id("e")) && next.contains(&id("}")));
+        assert!(matches!(m.accept(id("1")), Err(GrammarError::TokenNotAllowed { .. })));
+        feed(&mut m, &["."]);
+        feed(&mut m, &["12"; 8]);
+        assert!(!allowed(&mut m, n).contains(&id("1")));
+        feed(&mut m, &["e", "-", "1", "2", "1"]);
+        assert!(!allowed(&mut m, n).contains(&id("1")), "three exponent digits");
+        // rolled back into the fraction, the exponent may start again
+        m.rollback(5).unwrap();
+        assert!(allowed(&mut m, n).contains(&id("e")));
+        feed(&mut m, &[","]);
+        assert!(allowed(&mut m, n).contains(&id("\"")));
+        // digits in strings are text
+        feed(&mut m, &["\"a", "\":", "\""]);
+        feed(&mut m, &["12"; 20]);
+
+        let big = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1e17}}, "required": ["n"]});
+        let mut m = c.compile(&Constraint::JsonSchema(big)).unwrap();
+        feed(&mut m, &["{\"", "n", "\":"]);
+        feed(&mut m, &["12"; 10]);
+        assert!(allowed(&mut m, n).contains(&id("1")), "the schema asks for 18 digits or more");
     }
 
     #[test]

@@ -439,3 +439,75 @@ fn a_forced_tool_call_finishes_as_tool_calls_and_parses() {
         assert_valid(&tool.parameters, &call.arguments.to_string());
     }
 }
+
+/// The most digits any number of `json` has in its integral part, fraction and exponent.
+fn widest_number(json: &str) -> [usize; 3] {
+    let (mut widest, mut in_string, mut escaped) = ([0; 3], false, false);
+    let (mut part, mut run) = (None::<usize>, 0);
+    for c in json.chars() {
+        if in_string {
+            (in_string, escaped) = (escaped || c != '"', !escaped && c == '\\');
+            continue;
+        }
+        match (c, part) {
+            ('"', _) => in_string = true,
+            ('-', None) => (part, run) = (Some(0), 0),
+            ('0'..='9', None) => (part, run) = (Some(0), 1),
+            ('0'..='9', Some(_)) => run += 1,
+            ('.', Some(0)) | ('e' | 'E', Some(0 | 1)) => {
+                widest[part.unwrap()] = widest[part.unwrap()].max(run);
+                (part, run) = (Some(if c == '.' { 1 } else { 2 }), 0);
+                continue;
+            }
+            ('+' | '-', Some(2)) => {}
+            _ => {}
+        }
+        if let Some(p) = part {
+            if !(c.is_ascii_digit() || c == '-' || c == '+') {
+                widest[p] = widest[p].max(run);
+                part = None;
+            }
+        }
+    }
+    if let Some(p) = part {
+        widest[p] = widest[p].max(run);
+    }
+    widest
+}
+
+/// Sampled at temperature 1 under schemas of bare numbers, the real model may not spend its
+/// budget on one number: every output ends within the cap, with numbers inside the bound (16
+/// integral, 16 fractional, 3 exponent digits).
+#[test]
+fn qwen_sampled_numbers_stay_within_the_digit_bound() {
+    assert_eq!(widest_number(r#"{"a":-123.45e+6,"b":"99999999","c":[1234567,0.1]}"#), [7, 2, 1]);
+    let model = Model::load(fetch_model("qwen2.5-coder")).unwrap();
+    let compiler = GrammarCompiler::new(model.tokenizer()).unwrap();
+    let cases = [
+        (
+            "Give the value of a very large number, as large as you can.",
+            json!({"type": "object", "properties": {"value": {"type": "number"}}, "required": ["value"]}),
+        ),
+        (
+            "How many grains of sand are on Earth? Give an exact count.",
+            json!({"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}),
+        ),
+        ("Write pi to as many decimals as you know.", json!({"type": "number"})),
+    ];
+    let jobs: Vec<Job> = cases
+        .iter()
+        .flat_map(|(task, schema)| {
+            let prompt = qwen_prompt(&model, task);
+            (0..6).map(move |seed| Job { prompt: prompt.clone(), constraint: Constraint::JsonSchema(schema.clone()), seed })
+        })
+        .collect();
+    let outs = run(&model, &compiler, &jobs, 160);
+    for (job, out) in jobs.iter().zip(&outs) {
+        let Constraint::JsonSchema(schema) = &job.constraint else { unreachable!() };
+        eprintln!("  {} ({} tokens)", out.text, out.n_tokens);
+        assert!(!out.capped, "ran to the token cap: {}", out.text);
+        assert_valid(schema, &out.text);
+        let [integral, fraction, exponent] = widest_number(&out.text);
+        assert!(integral <= 16 && fraction <= 16 && exponent <= 3, "{}", out.text);
+    }
+}
