@@ -1,5 +1,6 @@
 //! HTTP plumbing shared by the routes: the response body type, JSON and error responses, request
-//! bodies read under the size limit and parsed as JSON objects, and server-sent-event streams.
+//! bodies read under the size limit and parsed as JSON objects (or typed requests), and
+//! server-sent-event streams.
 
 use std::convert::Infallible;
 
@@ -70,6 +71,20 @@ pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
         Ok(_) => Err(ApiError::invalid("the request body must be a JSON object")),
         Err(e) => Err(ApiError::invalid(format!("the request body is not valid JSON: {e}"))),
     }
+}
+
+/// A request body as the typed request `T`. A wrong value is a 400 naming its field by its path
+/// (`tokens[3]`), a missing one a 400 `missing_required_parameter` naming it.
+pub fn typed<T: serde::de::DeserializeOwned>(body: Map<String, Value>) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(Value::Object(body)).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        // serde reports a missing field at its parent
+        if let Some(field) = inner.strip_prefix("missing field `").and_then(|r| r.strip_suffix('`')) {
+            return ApiError::missing(&if path == "." { field.to_string() } else { format!("{path}.{field}") });
+        }
+        ApiError::invalid_param(&path, format!("{path}: {inner}"))
+    })
 }
 
 /// The sending half of a server-sent-event stream: each `send` is one `data:` event, flushed.

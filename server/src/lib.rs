@@ -456,10 +456,13 @@ async fn take_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Res
     read_body(body, state.max_body).await
 }
 
+/// llama-server's token utilities (outside `/v1`, as there, and keyed like `/v1`).
+const TOKEN_ROUTES: [&str; 3] = ["/tokenize", "/detokenize", "/apply-template"];
+
 async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Result<Response<Body>, ApiError> {
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
-    if path.starts_with("/v1/") {
+    if path.starts_with("/v1/") || TOKEN_ROUTES.contains(&path.as_str()) {
         check_key(state, req.headers())?;
     }
     let guard_route = match path.as_str() {
@@ -493,6 +496,18 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
             } else {
                 routes::models::delete(state, id)
             }
+        }
+        "/tokenize" => {
+            allow(&method, &path, &[Method::POST])?;
+            routes::tokens::tokenize(state, json_body(state, req).await?)
+        }
+        "/detokenize" => {
+            allow(&method, &path, &[Method::POST])?;
+            routes::tokens::detokenize(state, json_body(state, req).await?)
+        }
+        "/apply-template" => {
+            allow(&method, &path, &[Method::POST])?;
+            routes::tokens::apply_template(state, json_body(state, req).await?)
         }
         "/v1/chat/completions" => {
             allow(&method, &path, &[Method::POST])?;

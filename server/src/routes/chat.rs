@@ -123,7 +123,7 @@ fn parse(body: &Map<String, Value>, n_vocab: usize) -> Result<ChatRequest, ApiEr
 
 /// The messages, each with a role and its content as text (text parts joined); image parts are
 /// refused, as no loaded model has a vision projector.
-fn messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
+pub(crate) fn messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
     let bad = |m: String| ApiError::invalid_param("messages", m);
     let list = match body.get("messages") {
         Some(Value::Array(list)) if !list.is_empty() => list,
@@ -146,6 +146,14 @@ fn messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
             Some(Value::Array(parts)) => Value::String(text_of_parts(parts, i)?),
             _ => return Err(bad(format!("messages[{i}].content must be a string or an array of content parts"))),
         };
+        if let Some(calls) = m.get("tool_calls").filter(|c| !c.is_null()) {
+            check_tool_calls(calls, i)?;
+        }
+        for key in ["name", "tool_call_id"] {
+            if !matches!(m.get(key), None | Some(Value::Null) | Some(Value::String(_))) {
+                return Err(bad(format!("messages[{i}].{key} must be a string")));
+            }
+        }
         // the templates know `developer` as nothing: it is the system role of newer APIs
         if role == "developer" {
             m.insert("role".into(), "system".into());
@@ -154,6 +162,27 @@ fn messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
         out.push(Value::Object(m));
     }
     Ok(out)
+}
+
+/// An assistant turn's earlier tool calls, as the templates read them: each with its `id`, type
+/// `function`, and a function with a `name` and its `arguments` (JSON text, or the object).
+fn check_tool_calls(calls: &Value, i: usize) -> Result<(), ApiError> {
+    let bad = |m: String| ApiError::invalid_param("messages", m);
+    let Value::Array(calls) = calls else { return Err(bad(format!("messages[{i}].tool_calls must be an array"))) };
+    for (j, c) in calls.iter().enumerate() {
+        let at = format!("messages[{i}].tool_calls[{j}]");
+        let function = c.get("function").filter(|f| f.is_object());
+        let ok = c.get("id").is_some_and(Value::is_string)
+            && c.get("type").and_then(Value::as_str) == Some("function")
+            && function.and_then(|f| f.get("name")).is_some_and(Value::is_string)
+            && function.and_then(|f| f.get("arguments")).is_some_and(|a| a.is_string() || a.is_object());
+        if !ok {
+            return Err(bad(format!(
+                "{at} must be {{\"id\": string, \"type\": \"function\", \"function\": {{\"name\": string, \"arguments\": JSON text or object}}}}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn text_of_parts(parts: &[Value], i: usize) -> Result<String, ApiError> {
@@ -177,7 +206,7 @@ fn text_of_parts(parts: &[Value], i: usize) -> Result<String, ApiError> {
     Ok(text)
 }
 
-fn tools(body: &Map<String, Value>) -> Result<Option<Vec<Value>>, ApiError> {
+pub(crate) fn tools(body: &Map<String, Value>) -> Result<Option<Vec<Value>>, ApiError> {
     let bad = |m: String| ApiError::invalid_param("tools", m);
     let list = match body.get("tools") {
         None | Some(Value::Null) => return Ok(None),
@@ -197,6 +226,9 @@ fn tools(body: &Map<String, Value>) -> Result<Option<Vec<Value>>, ApiError> {
         match f.get("parameters") {
             None | Some(Value::Null) | Some(Value::Object(_)) => {}
             Some(_) => return Err(bad(format!("tools[{i}].function.parameters must be a JSON schema object"))),
+        }
+        if !matches!(f.get("description"), None | Some(Value::Null) | Some(Value::String(_))) {
+            return Err(bad(format!("tools[{i}].function.description must be a string")));
         }
     }
     Ok(Some(list.clone()))

@@ -9,5 +9,6 @@ pub mod guard;
 pub mod guardrails;
 pub mod models;
 pub mod moderations;
+pub mod tokens;
 mod tool_stream;
 pub mod transcriptions;

@@ -35,15 +35,26 @@ fn a_text_judged_again_reuses_its_prompts_with_the_same_scores() {
             line[key.len()..].parse().unwrap()
         })
     };
+    // the engine thread counts a job's prompts once the job has replied: wait for the count
+    let settled = |done: &dyn Fn(&[u64; 3]) -> bool| {
+        let start = std::time::Instant::now();
+        loop {
+            let c = counts();
+            if done(&c) || start.elapsed().as_secs() > 10 {
+                return c;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
     let first = moderate("Where can I buy a cheap bike?");
-    let [tokens, cached, hits] = counts();
+    let [tokens, cached, hits] = settled(&|c| c[0] > 0);
     assert!(tokens > 9 && cached == 0 && hits == 0, "nothing was cached before: {tokens} {cached} {hits}");
     let again = moderate("Where can I buy a cheap bike?");
     assert_eq!(first, again);
-    let [tokens2, cached2, hits2] = counts();
+    let [tokens2, cached2, hits2] = settled(&|c| c[0] > tokens);
     // the nine prompts again: everything but each prompt's last token came from the cache
     assert_eq!((tokens2 - tokens, cached2 - cached, hits2 - hits), (tokens, tokens - 9, 9));
     moderate("Another text entirely");
-    let [tokens3, cached3, _] = counts();
+    let [tokens3, cached3, _] = settled(&|c| c[0] > tokens2);
     assert!(cached3 > cached2 && cached3 - cached2 < (tokens3 - tokens2) / 2, "another text shares the format's start only");
 }
