@@ -2,9 +2,10 @@
 # Installs the Python packages the test suite drives the server with, pinned, from PyPI into a
 # cached folder, once, and prints that folder: put it on PYTHONPATH. Needs python3 with pip; no
 # venv required. openai + prometheus_client: cli/tests/python/openai_sdk.py;
-# openapi-spec-validator + schemathesis: cli/tests/python/openapi_conformance.py.
+# openapi-spec-validator + schemathesis: cli/tests/python/openapi_conformance.py;
+# anthropic: cli/tests/python/anthropic_sdk.py.
 set -euo pipefail
-PACKAGES=("openai==3.54.0" "prometheus_client==0.26.0" "openapi-spec-validator==0.9.0" "schemathesis==4.32.5")
+PACKAGES=("openai==3.54.0" "prometheus_client==0.26.0" "openapi-spec-validator==0.9.0" "schemathesis==4.32.5" "anthropic==2.14.0")
 KEY=$(printf '%s\n' "${PACKAGES[@]}" | sha256sum | cut -c1-12)
 DIR="${ENGINE_ASSETS:-$HOME/.cache/engine-assets}/python/test-deps-$KEY"
 PY="${PYTHON:-python3}"

@@ -6,7 +6,9 @@
 //!   (streamed events included) that breaks its schema (`python/openapi_conformance.py`, settings
 //!   and the cross-field exceptions in `python/schemathesis.toml`);
 //! - the `openai` package's moderations with the real Qwen2.5-Coder-0.5B as generic guard
-//!   (`python/moderations_generic.py`).
+//!   (`python/moderations_generic.py`);
+//! - the official `anthropic` package's Messages API, with an API key sent as `x-api-key`
+//!   (`python/anthropic_sdk.py`).
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -61,6 +63,13 @@ fn the_openai_package_moderates_with_a_chat_model_as_guard() {
     let mut serve: Vec<&OsStr> = args.to_vec();
     serve.push(qwen.as_os_str());
     run_against("moderations_generic.py", &serve, &[&id, qwen.to_str().unwrap()]);
+}
+
+#[test]
+fn the_anthropic_package_talks_to_the_messages_api() {
+    let model = fixture("models/tiny-llama-Q8_0.gguf");
+    let serve: [&OsStr; 6] = ["-c".as_ref(), "512".as_ref(), "-m".as_ref(), model.as_os_str(), "--api-key".as_ref(), "sekret".as_ref()];
+    run_against("anthropic_sdk.py", &serve, &[CHAT, "sekret"]);
 }
 
 #[test]

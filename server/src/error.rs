@@ -121,6 +121,22 @@ impl ApiError {
         }
     }
 
+    /// The error as Anthropic's body `{"type": "error", "error": {"type", "message"}}` (the
+    /// Messages routes), its type named by the status as Anthropic names them.
+    pub fn anthropic_body(&self) -> serde_json::Value {
+        let kind = match self.status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            s if s >= 500 => "api_error",
+            _ => "invalid_request_error",
+        };
+        json!({"type": "error", "error": {"type": kind, "message": self.message}})
+    }
+
     pub fn body(&self) -> serde_json::Value {
         let mut body = json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}});
         if let Some(guard) = &self.guard {

@@ -41,7 +41,16 @@ pub fn text_response(content_type: &'static str, text: impl Into<Bytes>) -> Resp
 }
 
 pub fn error_response(e: &ApiError) -> Response<Body> {
-    let mut r = json_response(e.status, &e.body());
+    error_with_body(e, &e.body())
+}
+
+/// [`error_response`] with Anthropic's error body (the Messages routes).
+pub fn anthropic_error_response(e: &ApiError) -> Response<Body> {
+    error_with_body(e, &e.anthropic_body())
+}
+
+fn error_with_body(e: &ApiError, body: &Value) -> Response<Body> {
+    let mut r = json_response(e.status, body);
     if e.status.is_server_error() && e.status != StatusCode::SERVICE_UNAVAILABLE {
         // the same request would fail the same way: tell SDKs not to retry it
         r.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
@@ -85,6 +94,22 @@ pub fn typed<T: serde::de::DeserializeOwned>(body: Map<String, Value>) -> Result
         }
         ApiError::invalid_param(&path, format!("{path}: {inner}"))
     })
+}
+
+/// An internally tagged enum (`#[serde(tag = "type")]`) in a typed request, whose tag must be a
+/// string: serde alone would also take a number, as the index of a variant.
+#[derive(Debug)]
+pub struct Tagged<T>(pub T);
+
+impl<'de, T: serde::de::DeserializeOwned> serde::Deserialize<'de> for Tagged<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = Value::deserialize(d)?;
+        match value.get("type") {
+            Some(Value::String(_)) | None => serde_json::from_value(value).map(Tagged).map_err(D::Error::custom),
+            Some(other) => Err(D::Error::custom(format!("type must be a string, not {other}"))),
+        }
+    }
 }
 
 /// The sending half of a server-sent-event stream: each `send` is one `data:` event, flushed.

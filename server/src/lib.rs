@@ -39,7 +39,7 @@ use tokio::sync::watch;
 
 use crate::batch_scheduler::{BatchConfig, BatchScheduler};
 use crate::error::ApiError;
-use crate::http::{error_response, ok_json, read_body, text_response, Body};
+use crate::http::{anthropic_error_response, error_response, ok_json, read_body, text_response, Body};
 use crate::metrics::{Metrics, DEFAULT_LATENCY_BUCKETS};
 pub use crate::registry::ModelEntry;
 use crate::registry::Registry;
@@ -417,7 +417,10 @@ async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<Body> 
             if e.status.is_server_error() {
                 tracing::warn!("{method} {path}: {} {}", e.status, e.message);
             }
-            error_response(&e)
+            match path.starts_with("/v1/messages") {
+                true => anthropic_error_response(&e),
+                false => error_response(&e),
+            }
         }
     };
     tracing::debug!("{method} {path} -> {} in {:.1} ms", response.status(), start.elapsed().as_secs_f64() * 1e3);
@@ -437,7 +440,9 @@ fn allow(method: &Method, path: &str, allowed: &[Method]) -> Result<(), ApiError
 
 fn check_key(state: &AppState, headers: &hyper::HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &state.api_key else { return Ok(()) };
-    let given = headers.get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    // OpenAI's `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`
+    let bearer = headers.get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let given = bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
     if given.map(str::trim) == Some(key.as_str()) {
         Ok(())
     } else {
@@ -508,6 +513,15 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
         "/apply-template" => {
             allow(&method, &path, &[Method::POST])?;
             routes::tokens::apply_template(state, json_body(state, req).await?)
+        }
+        "/v1/messages" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            routes::messages::create(state, body).await
+        }
+        "/v1/messages/count_tokens" => {
+            allow(&method, &path, &[Method::POST])?;
+            routes::messages::count_tokens(state, json_body(state, req).await?)
         }
         "/v1/chat/completions" => {
             allow(&method, &path, &[Method::POST])?;

@@ -97,6 +97,53 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     Ok(ok_json(&completion))
 }
 
+/// One choice of a chat request answered whole, without guardrails: for the routes that convert
+/// into a chat request (`/v1/messages`).
+pub(crate) struct Reply {
+    /// The text outside tool calls, and the calls as OpenAI objects.
+    pub content: String,
+    pub tool_calls: Vec<Value>,
+    pub finish: FinishReason,
+    /// Everything generated (a stop string included), to tell which stop string ended it.
+    pub generated: String,
+}
+
+/// Runs the chat request `body` (checked as `/v1/chat/completions` checks it, not streamed) on
+/// its model: the choices, the usage, and the model's id.
+pub(crate) async fn complete(state: &Arc<AppState>, body: &Map<String, Value>) -> Result<(Vec<Reply>, Usage, String), ApiError> {
+    let id = model_id(body)?;
+    let entry = state.registry.generator(&id)?;
+    let request = Arc::new(parse(body, entry.model.tokenizer().n_vocab())?);
+    let (e, r) = (entry.clone(), request.clone());
+    let seqs = blocking(move || outputs(&e, &r, false)).await?;
+    let start = Instant::now();
+    let generation = submit(state, &entry, seqs).await?;
+    let n = generation.len();
+    let mut usage = Usage::default();
+    let mut replies = Vec::with_capacity(n);
+    for (index, c) in generation.collect().await?.into_iter().enumerate() {
+        add_usage(&mut usage, index, n, &c.usage);
+        let (content, tool_calls) = split_tool_calls(&c.text, &request.tool_choice);
+        let finish = if tool_calls.is_empty() { c.finish } else { FinishReason::ToolCalls };
+        replies.push(Reply { content, tool_calls, finish, generated: entry.model.tokenizer().decode(&c.tokens) });
+    }
+    state.metrics.record_generation(usage.completion_tokens, start);
+    Ok((replies, usage, id))
+}
+
+/// The prompt tokens of the chat request `body` on its model (its messages and tools rendered
+/// by the model's template, with the generation prompt).
+pub(crate) fn prompt_tokens(state: &AppState, body: &Map<String, Value>) -> Result<usize, ApiError> {
+    let entry = state.registry.generator(&model_id(body)?)?;
+    let input = ChatInput { tools: tools(body)?, add_generation_prompt: true, ..ChatInput::new(messages(body)?) };
+    let text = entry
+        .worker
+        .template()
+        .render(&input)
+        .map_err(|e| ApiError::invalid_param("messages", format!("the chat template failed: {e}")))?;
+    Ok(tokenize_rendered(entry.model.tokenizer(), &text).len())
+}
+
 fn parse(body: &Map<String, Value>, n_vocab: usize) -> Result<ChatRequest, ApiError> {
     let messages = messages(body)?;
     let tools = tools(body)?;

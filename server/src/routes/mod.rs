@@ -7,6 +7,7 @@ pub mod embeddings;
 pub mod generation;
 pub mod guard;
 pub mod guardrails;
+pub mod messages;
 pub mod models;
 pub mod moderations;
 pub mod tokens;

@@ -1,0 +1,280 @@
+//! Anthropic's Messages API: `POST /v1/messages` (answered whole; `stream` is refused for now)
+//! and `POST /v1/messages/count_tokens`. A request parses into a typed [`MessagesRequest`] and is
+//! converted into the chat request it means (system prompt, turns with text, `tool_use` and
+//! `tool_result` blocks as OpenAI messages and tool calls, tools and `tool_choice`), which the
+//! chat route checks and runs; its reply comes back as content blocks with Anthropic's stop
+//! reasons and usage. Errors on these routes have Anthropic's shape (`http::anthropic_error`).
+
+use std::sync::Arc;
+
+use engine::generate::FinishReason;
+use hyper::Response;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::chat;
+use super::generation::random_id;
+use crate::error::ApiError;
+use crate::http::{ok_json, typed, Body, Tagged};
+use crate::AppState;
+
+#[derive(Debug, Deserialize)]
+struct MessagesRequest {
+    model: String,
+    /// Required by `/v1/messages`, unused by `count_tokens`.
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    messages: Vec<InputMessage>,
+    #[serde(default)]
+    system: Option<Text>,
+    #[serde(default)]
+    tools: Option<Vec<Tool>>,
+    #[serde(default)]
+    tool_choice: Option<Tagged<ToolChoice>>,
+    #[serde(default)]
+    stop_sequences: Option<Vec<String>>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    top_k: Option<u64>,
+    #[serde(default)]
+    stream: Option<bool>,
+    /// Accepted and unused (`user_id` is for Anthropic's abuse tracking).
+    #[serde(default)]
+    #[allow(dead_code)]
+    metadata: Option<Map<String, Value>>,
+}
+
+/// A string, or a list of text blocks (the system prompt, a tool result's content).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Text {
+    Plain(String),
+    Blocks(Vec<Tagged<TextBlock>>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum TextBlock {
+    Text { text: String },
+}
+
+impl Text {
+    fn joined(&self) -> String {
+        match self {
+            Text::Plain(s) => s.clone(),
+            Text::Blocks(blocks) => blocks.iter().map(|Tagged(TextBlock::Text { text })| text.as_str()).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct InputMessage {
+    role: Role,
+    content: Content,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Plain(String),
+    Blocks(Vec<Tagged<Block>>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Text {
+        text: String,
+    },
+    Image {
+        #[allow(dead_code)]
+        source: Value,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Map<String, Value>,
+    },
+    ToolResult {
+        tool_use_id: String,
+        #[serde(default)]
+        content: Option<Text>,
+        #[serde(default)]
+        is_error: Option<bool>,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+struct Tool {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    input_schema: Map<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ToolChoice {
+    Auto,
+    Any,
+    None,
+    Tool { name: String },
+}
+
+impl MessagesRequest {
+    /// The chat request this one means, as the JSON body `/v1/chat/completions` would take.
+    fn to_chat(&self) -> Result<Map<String, Value>, ApiError> {
+        let mut messages = Vec::new();
+        if let Some(system) = &self.system {
+            messages.push(json!({"role": "system", "content": system.joined()}));
+        }
+        for (i, m) in self.messages.iter().enumerate() {
+            messages.extend(turn(m, i)?);
+        }
+        let mut body = Map::new();
+        body.insert("model".into(), json!(self.model));
+        body.insert("messages".into(), Value::Array(messages));
+        if let Some(max) = self.max_tokens {
+            body.insert("max_tokens".into(), json!(max));
+        }
+        if let Some(t) = self.temperature {
+            if !(0.0..=1.0).contains(&t) {
+                return Err(ApiError::invalid_param("temperature", "temperature must be between 0 and 1"));
+            }
+            body.insert("temperature".into(), json!(t));
+        }
+        for (key, value) in [("top_p", self.top_p.map(|v| json!(v))), ("top_k", self.top_k.map(|v| json!(v)))] {
+            if let Some(v) = value {
+                body.insert(key.into(), v);
+            }
+        }
+        if let Some(stops) = &self.stop_sequences {
+            body.insert("stop".into(), json!(stops));
+        }
+        if let Some(tools) = &self.tools {
+            let list: Vec<Value> = tools
+                .iter()
+                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}))
+                .collect();
+            body.insert("tools".into(), Value::Array(list));
+        }
+        match self.tool_choice.as_ref().map(|Tagged(c)| c) {
+            None | Some(ToolChoice::Auto) => {}
+            Some(ToolChoice::Any) => _ = body.insert("tool_choice".into(), json!("required")),
+            Some(ToolChoice::None) => _ = body.insert("tool_choice".into(), json!("none")),
+            Some(ToolChoice::Tool { name }) => {
+                _ = body.insert("tool_choice".into(), json!({"type": "function", "function": {"name": name}}))
+            }
+        }
+        Ok(body)
+    }
+}
+
+/// One Messages turn as chat messages: a user turn's tool results become `tool` messages (before
+/// its text), an assistant turn's `tool_use` blocks its `tool_calls`.
+fn turn(m: &InputMessage, i: usize) -> Result<Vec<Value>, ApiError> {
+    let blocks = match &m.content {
+        Content::Plain(text) => return Ok(vec![json!({"role": role_name(m.role), "content": text})]),
+        Content::Blocks(blocks) => blocks,
+    };
+    let (mut out, mut text, mut calls) = (Vec::new(), String::new(), Vec::new());
+    for (j, Tagged(block)) in blocks.iter().enumerate() {
+        let misplaced =
+            |what: &str| ApiError::invalid_param(&format!("messages[{i}].content[{j}]"), format!("messages[{i}].content[{j}]: {what}"));
+        match block {
+            Block::Text { text: t } => text.push_str(t),
+            Block::Image { .. } => return Err(misplaced("an image block, but this model has no vision support")),
+            Block::ToolUse { id, name, input } if m.role == Role::Assistant => calls.push(json!({
+                "id": id,
+                "type": "function",
+                "function": {"name": name, "arguments": Value::Object(input.clone()).to_string()},
+            })),
+            Block::ToolUse { .. } => return Err(misplaced("a tool_use block belongs to an assistant turn")),
+            Block::ToolResult { tool_use_id, content, is_error } if m.role == Role::User => {
+                let mut result = content.as_ref().map(Text::joined).unwrap_or_default();
+                if *is_error == Some(true) {
+                    result = format!("Error: {result}");
+                }
+                out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": result}));
+            }
+            Block::ToolResult { .. } => return Err(misplaced("a tool_result block belongs to a user turn")),
+        }
+    }
+    if !calls.is_empty() {
+        out.push(json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }, "tool_calls": calls}));
+    } else if !text.is_empty() || out.is_empty() {
+        out.push(json!({"role": role_name(m.role), "content": text}));
+    }
+    Ok(out)
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    }
+}
+
+pub async fn create(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
+    let request: MessagesRequest = typed(body)?;
+    if request.max_tokens.is_none() {
+        return Err(ApiError::missing("max_tokens"));
+    }
+    if request.stream == Some(true) {
+        return Err(ApiError::invalid_param("stream", "streamed messages are not supported yet: send stream false"));
+    }
+    let chat_body = request.to_chat()?;
+    let (mut replies, usage, model) = chat::complete(state, &chat_body).await?;
+    let reply = replies.pop().ok_or_else(|| ApiError::server("the model returned no reply"))?;
+    let mut content = Vec::new();
+    if !reply.content.is_empty() {
+        content.push(json!({"type": "text", "text": reply.content}));
+    }
+    for call in &reply.tool_calls {
+        let input: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap_or("{}")).unwrap_or_else(|_| json!({}));
+        content.push(json!({"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": input}));
+    }
+    // generation stops at the first stop string it meets: the earliest in the generated text
+    let stop_sequence = match reply.finish {
+        FinishReason::Stop => request
+            .stop_sequences
+            .iter()
+            .flatten()
+            .filter_map(|s| reply.generated.find(s.as_str()).map(|at| (at, s.len(), s)))
+            .min()
+            .map(|(_, _, s)| s.clone()),
+        _ => None,
+    };
+    let stop_reason = match (reply.finish, &stop_sequence) {
+        (FinishReason::ToolCalls, _) => "tool_use",
+        (FinishReason::Length, _) => "max_tokens",
+        (FinishReason::Stop, Some(_)) => "stop_sequence",
+        (FinishReason::Stop, None) => "end_turn",
+    };
+    Ok(ok_json(&json!({
+        "id": format!("msg_{}", random_id()),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "usage": {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens},
+    })))
+}
+
+pub fn count_tokens(state: &AppState, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
+    let request: MessagesRequest = typed(body)?;
+    let tokens = chat::prompt_tokens(state, &request.to_chat()?)?;
+    Ok(ok_json(&json!({"input_tokens": tokens})))
+}

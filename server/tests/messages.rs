@@ -1,0 +1,164 @@
+//! Anthropic's Messages API over real TCP on the tiny llama fixture: the reply's shape, stop
+//! reasons (max_tokens, a stop sequence), usage equal to `count_tokens` and to the equivalent
+//! chat completion, tool_use / tool_result turns converted as chat tool calls, Anthropic-shaped
+//! errors, and `x-api-key`.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::start;
+use engine::model::Model;
+use engine_tests::fixture;
+use reqwest::blocking::Client;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use server::{ModelSpec, Server, ServerBuilder};
+
+const CHAT: &str = "tiny-llama";
+
+fn builder() -> ServerBuilder {
+    let model = Arc::new(Model::load(fixture("models/tiny-llama-Q8_0.gguf")).unwrap());
+    Server::builder().model(ModelSpec { id: CHAT.into(), model, chat: true, guard: false, n_ctx: Some(512), draft: None })
+}
+
+fn post(base: &str, path: &str, body: Value) -> (StatusCode, Value) {
+    let r = Client::new().post(format!("{base}{path}")).json(&body).send().unwrap();
+    (r.status(), r.json().unwrap())
+}
+
+fn hello(max_tokens: u64) -> Value {
+    json!({"model": CHAT, "max_tokens": max_tokens, "temperature": 0, "system": "Be brief.", "messages": [{"role": "user", "content": "Hello"}]})
+}
+
+#[test]
+fn a_reply_has_the_messages_shape_and_counts_its_tokens() {
+    let base = start(builder());
+    let (s, m) = post(&base, "/v1/messages", hello(6));
+    assert_eq!(s, StatusCode::OK, "{m}");
+    assert!(m["id"].as_str().unwrap().starts_with("msg_"), "{m}");
+    assert_eq!((m["type"].as_str(), m["role"].as_str(), m["model"].as_str()), (Some("message"), Some("assistant"), Some(CHAT)));
+    assert_eq!(m["content"][0]["type"], "text");
+    // random weights do not end a reply within 6 tokens
+    assert_eq!((m["stop_reason"].as_str(), &m["stop_sequence"]), (Some("max_tokens"), &Value::Null), "{m}");
+    assert_eq!(m["usage"]["output_tokens"], 6);
+    let (_, counted) = post(&base, "/v1/messages/count_tokens", hello(6));
+    assert_eq!(counted["input_tokens"], m["usage"]["input_tokens"]);
+    // the same conversation as a chat completion: the same prompt, the same greedy text
+    let chat = json!({"model": CHAT, "max_tokens": 6, "temperature": 0, "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]});
+    let (_, c) = post(&base, "/v1/chat/completions", chat);
+    assert_eq!(c["usage"]["prompt_tokens"], m["usage"]["input_tokens"]);
+    assert_eq!(c["choices"][0]["message"]["content"], m["content"][0]["text"]);
+    // count_tokens needs no max_tokens
+    let mut no_max = hello(1);
+    no_max.as_object_mut().unwrap().remove("max_tokens");
+    assert_eq!(post(&base, "/v1/messages/count_tokens", no_max).1["input_tokens"], counted["input_tokens"]);
+}
+
+#[test]
+fn a_stop_sequence_ends_the_reply_and_is_named() {
+    let base = start(builder());
+    let (_, full) = post(&base, "/v1/messages", hello(24));
+    let text = full["content"][0]["text"].as_str().unwrap().to_string();
+    let chars: Vec<char> = text.chars().collect();
+    assert!(chars.len() > 8, "{text}");
+    let stop: String = chars[4..7].iter().collect();
+    let before = &text[..text.find(&stop).unwrap()];
+    let mut body = hello(24);
+    body["stop_sequences"] = json!(["\u{1}never", stop]);
+    let (s, m) = post(&base, "/v1/messages", body);
+    assert_eq!(s, StatusCode::OK, "{m}");
+    assert_eq!((m["stop_reason"].as_str(), m["stop_sequence"].as_str()), (Some("stop_sequence"), Some(stop.as_str())), "{m}");
+    let got = m["content"].get(0).and_then(|b| b["text"].as_str()).unwrap_or_default();
+    assert_eq!(got, before);
+}
+
+#[test]
+fn tool_turns_become_chat_tool_calls() {
+    let base = start(builder());
+    let tools = json!([{"name": "get_weather", "description": "The weather in a city", "input_schema": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"], "additionalProperties": false}}]);
+    let messages = json!([
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Let me look."}, {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "18 C, sunny"}]}]},
+    ]);
+    let (s, counted) = post(&base, "/v1/messages/count_tokens", json!({"model": CHAT, "messages": messages, "tools": tools}));
+    assert_eq!(s, StatusCode::OK, "{counted}");
+    let chat_messages = json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "18 C, sunny"},
+    ]);
+    let chat_tools = json!([{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city", "parameters": tools[0]["input_schema"]}}]);
+    let (_, c) =
+        post(&base, "/v1/chat/completions", json!({"model": CHAT, "max_tokens": 1, "messages": chat_messages, "tools": chat_tools}));
+    assert_eq!(counted["input_tokens"], c["usage"]["prompt_tokens"], "{c}");
+    // a forced tool: the reply is one tool_use block whose input follows the schema
+    let (s, m) = post(
+        &base,
+        "/v1/messages",
+        json!({"model": CHAT, "max_tokens": 64, "temperature": 0, "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": tools, "tool_choice": {"type": "tool", "name": "get_weather"}}),
+    );
+    assert_eq!(s, StatusCode::OK, "{m}");
+    assert_eq!(m["stop_reason"], "tool_use", "{m}");
+    let call = m["content"].as_array().unwrap().iter().find(|b| b["type"] == "tool_use").unwrap_or_else(|| panic!("{m}"));
+    assert_eq!(call["name"], "get_weather");
+    assert!(call["input"]["city"].is_string(), "{m}");
+}
+
+#[test]
+fn errors_have_the_anthropic_shape() {
+    let base = start(builder());
+    let cases = [
+        (json!({"model": CHAT, "messages": [{"role": "user", "content": "Hi"}]}), StatusCode::BAD_REQUEST, "max_tokens"),
+        (json!({"model": "nope", "max_tokens": 5, "messages": [{"role": "user", "content": "Hi"}]}), StatusCode::NOT_FOUND, "nope"),
+        (
+            json!({"model": CHAT, "max_tokens": 5, "messages": [{"role": "robot", "content": "Hi"}]}),
+            StatusCode::BAD_REQUEST,
+            "messages[0].role",
+        ),
+        (
+            json!({"model": CHAT, "max_tokens": 5, "temperature": 1.5, "messages": [{"role": "user", "content": "Hi"}]}),
+            StatusCode::BAD_REQUEST,
+            "temperature",
+        ),
+        (
+            json!({"model": CHAT, "max_tokens": 5, "stream": true, "messages": [{"role": "user", "content": "Hi"}]}),
+            StatusCode::BAD_REQUEST,
+            "stream",
+        ),
+        (
+            json!({"model": CHAT, "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}),
+            StatusCode::BAD_REQUEST,
+            "vision",
+        ),
+        (
+            json!({"model": CHAT, "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]}),
+            StatusCode::BAD_REQUEST,
+            "assistant turn",
+        ),
+    ];
+    for (body, status, names) in cases {
+        let (s, e) = post(&base, "/v1/messages", body.clone());
+        assert_eq!(s, status, "{body} -> {e}");
+        assert_eq!(e["type"], "error", "{e}");
+        let kind = if status == StatusCode::NOT_FOUND { "not_found_error" } else { "invalid_request_error" };
+        assert_eq!(e["error"]["type"], kind, "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains(names), "{names}: {e}");
+    }
+}
+
+#[test]
+fn x_api_key_is_accepted_like_a_bearer_token() {
+    let base = start(builder().api_key(Some("sekret".into())));
+    let c = Client::new();
+    let r = c.post(format!("{base}/v1/messages")).json(&hello(2)).send().unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(r.json::<Value>().unwrap()["error"]["type"], "authentication_error");
+    let r = c.post(format!("{base}/v1/messages")).header("x-api-key", "sekret").json(&hello(2)).send().unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = c.get(format!("{base}/v1/models")).header("x-api-key", "sekret").send().unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = c.get(format!("{base}/v1/models")).header("x-api-key", "wrong").send().unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+}
