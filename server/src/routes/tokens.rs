@@ -44,22 +44,13 @@ fn yes() -> bool {
     true
 }
 
-/// The model `id` names, or the only model there is.
-fn entry(state: &AppState, id: Option<&str>) -> Result<Arc<ModelEntry>, ApiError> {
+/// The model `id` names, or without one the only model there is: of every model, or of the
+/// generating ones when `generating` (as chat completions take them).
+fn named_or_only(state: &AppState, id: Option<&str>, generating: bool) -> Result<Arc<ModelEntry>, ApiError> {
     match id {
+        Some(id) if generating => state.registry.generator(id),
         Some(id) => state.registry.get(id),
-        None => match state.registry.list().as_slice() {
-            [only] => Ok(only.clone()),
-            _ => Err(ApiError::missing("model")),
-        },
-    }
-}
-
-/// The generating model `id` names (as chat completions take it), or the only one there is.
-fn generator(state: &AppState, id: Option<&str>) -> Result<Arc<ModelEntry>, ApiError> {
-    match id {
-        Some(id) => state.registry.generator(id),
-        None => match state.registry.list().into_iter().filter(|m| m.generates).collect::<Vec<_>>().as_slice() {
+        None => match state.registry.list().into_iter().filter(|m| m.generates || !generating).collect::<Vec<_>>().as_slice() {
             [only] => Ok(only.clone()),
             _ => Err(ApiError::missing("model")),
         },
@@ -68,7 +59,7 @@ fn generator(state: &AppState, id: Option<&str>) -> Result<Arc<ModelEntry>, ApiE
 
 pub fn tokenize(state: &AppState, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let request: TokenizeRequest = typed(body)?;
-    let entry = entry(state, request.model.as_deref())?;
+    let entry = named_or_only(state, request.model.as_deref(), false)?;
     let tokenizer = entry.model.tokenizer();
     let ids = tokenizer.encode(&request.content, request.add_special, request.parse_special);
     let tokens: Vec<Value> = match request.with_pieces {
@@ -89,7 +80,7 @@ fn piece(tokenizer: &Tokenizer, id: TokenId) -> Value {
 
 pub fn detokenize(state: &AppState, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let request: DetokenizeRequest = typed(body)?;
-    let entry = entry(state, request.model.as_deref())?;
+    let entry = named_or_only(state, request.model.as_deref(), false)?;
     let tokenizer = entry.model.tokenizer();
     let n_vocab = tokenizer.n_vocab();
     if let Some(i) = request.tokens.iter().position(|&t| t as usize >= n_vocab) {
@@ -112,7 +103,7 @@ pub fn apply_template(state: &AppState, body: Map<String, Value>) -> Result<Resp
         Some(Value::String(s)) => Some(s.as_str()),
         Some(_) => return Err(ApiError::invalid_param("model", "model must be a string")),
     };
-    let entry = generator(state, id)?;
+    let entry = named_or_only(state, id, true)?;
     let add_generation_prompt = match body.get("add_generation_prompt") {
         None | Some(Value::Null) => true,
         Some(Value::Bool(b)) => *b,
