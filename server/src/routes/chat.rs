@@ -136,11 +136,7 @@ pub(crate) async fn complete(state: &Arc<AppState>, body: &Map<String, Value>) -
 pub(crate) fn prompt_tokens(state: &AppState, body: &Map<String, Value>) -> Result<usize, ApiError> {
     let entry = state.registry.generator(&model_id(body)?)?;
     let input = ChatInput { tools: tools(body)?, add_generation_prompt: true, ..ChatInput::new(messages(body)?) };
-    let text = entry
-        .worker
-        .template()
-        .render(&input)
-        .map_err(|e| ApiError::invalid_param("messages", format!("the chat template failed: {e}")))?;
+    let text = render(&entry, &input)?;
     Ok(tokenize_rendered(entry.model.tokenizer(), &text).len())
 }
 
@@ -374,15 +370,16 @@ impl Choice {
     }
 }
 
+/// `input` rendered by the model's chat template (its failure is a 400 on `messages`).
+pub(crate) fn render(entry: &ModelEntry, input: &ChatInput) -> Result<String, ApiError> {
+    entry.worker.template().render(input).map_err(|e| ApiError::invalid_param("messages", format!("the chat template failed: {e}")))
+}
+
 /// The outputs of a request: its prompt (the messages rendered by the model's template and
 /// tokenized) and one output per choice, each with its own parameters (and grammar).
 fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -> Result<Vec<SeqSpec>, ApiError> {
     let input = ChatInput { tools: request.tools.clone(), add_generation_prompt: true, ..ChatInput::new(request.messages.clone()) };
-    let text = entry
-        .worker
-        .template()
-        .render(&input)
-        .map_err(|e| ApiError::invalid_param("messages", format!("the chat template failed: {e}")))?;
+    let text = render(entry, &input)?;
     let prompt = tokenize_rendered(entry.model.tokenizer(), &text);
     (0..request.common.n)
         .map(|i| {

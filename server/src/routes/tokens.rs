@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 use super::chat;
 use crate::error::ApiError;
 use crate::http::{ok_json, typed, Body};
+use crate::params::boolean;
 use crate::registry::ModelEntry;
 use crate::AppState;
 
@@ -104,16 +105,7 @@ pub fn apply_template(state: &AppState, body: Map<String, Value>) -> Result<Resp
         Some(_) => return Err(ApiError::invalid_param("model", "model must be a string")),
     };
     let entry = named_or_only(state, id, true)?;
-    let add_generation_prompt = match body.get("add_generation_prompt") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(ApiError::invalid_param("add_generation_prompt", "add_generation_prompt must be a boolean")),
-    };
+    let add_generation_prompt = boolean(&body, "add_generation_prompt")?.unwrap_or(true);
     let input = ChatInput { tools: chat::tools(&body)?, add_generation_prompt, ..ChatInput::new(chat::messages(&body)?) };
-    let prompt = entry
-        .worker
-        .template()
-        .render(&input)
-        .map_err(|e| ApiError::invalid_param("messages", format!("the chat template failed: {e}")))?;
-    Ok(ok_json(&json!({"prompt": prompt})))
+    Ok(ok_json(&json!({"prompt": chat::render(&entry, &input)?})))
 }
