@@ -44,6 +44,11 @@ pub struct ServeArgs {
     /// streamed reply judged as it grows) reuses them (0 turns it off).
     #[arg(long, value_name = "MIB", default_value_t = engine::guard::DEFAULT_PROMPT_CACHE_BYTES >> 20)]
     pub guard_cache_mib: usize,
+    /// Responses the Responses API keeps in memory (for `previous_response_id` and
+    /// `GET /v1/responses/{id}`; the least recently used go first, 256 MiB at most together; 0
+    /// keeps none).
+    #[arg(long, value_name = "N", default_value_t = server::response_store::DEFAULT_CAPACITY)]
+    pub responses_store: usize,
     /// A smaller model with the same vocabulary that drafts tokens for the chat models
     /// (speculative decoding, used while a sequence decodes alone: with several, one batched pass
     /// already serves them all; greedy output is unchanged, sampled output keeps its
@@ -127,6 +132,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .guard_policies(policies.clone().unwrap_or_default())
         .generic_prompt(args.generic_prompt)
         .guard_prompt_cache_bytes(args.guard_cache_mib.saturating_mul(1 << 20))
+        .responses_store(args.responses_store)
         .guardrails(ServerGuardrails {
             input: args.guardrails.iter().any(|s| s == "input"),
             output: args.guardrails.iter().any(|s| s == "output"),

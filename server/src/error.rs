@@ -75,6 +75,15 @@ impl ApiError {
         }
     }
 
+    /// 404 for an object the request names by id (a stored response).
+    pub fn not_found(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            param: Some(param.into()),
+            code: Some("not_found"),
+            ..ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
+        }
+    }
+
     pub fn route_not_found(method: &hyper::Method, path: &str) -> ApiError {
         ApiError { code: Some("not_found"), ..ApiError::new(StatusCode::NOT_FOUND, "not_found_error", format!("no route {method} {path}")) }
     }

@@ -85,13 +85,25 @@ pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
 /// A request body as the typed request `T`. A wrong value is a 400 naming its field by its path
 /// (`tokens[3]`), a missing one a 400 `missing_required_parameter` naming it.
 pub fn typed<T: serde::de::DeserializeOwned>(body: Map<String, Value>) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(Value::Object(body)).map_err(|e| {
-        let path = e.path().to_string();
+    typed_at(Value::Object(body), "")
+}
+
+/// A part of a request body as the typed `T`, its errors named by their path below `at` (the
+/// part's own path, `input[2]`).
+pub fn typed_at<T: serde::de::DeserializeOwned>(value: Value, at: &str) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = match (at, e.path().to_string()) {
+            (at, p) if p == "." => at.to_string(),
+            ("", p) => p,
+            (at, p) if p.starts_with('[') => format!("{at}{p}"),
+            (at, p) => format!("{at}.{p}"),
+        };
         let inner = e.into_inner().to_string();
         // serde reports a missing field at its parent
         if let Some(field) = inner.strip_prefix("missing field `").and_then(|r| r.strip_suffix('`')) {
-            return ApiError::missing(&if path == "." { field.to_string() } else { format!("{path}.{field}") });
+            return ApiError::missing(&if path.is_empty() { field.to_string() } else { format!("{path}.{field}") });
         }
+        let path = if path.is_empty() { ".".to_string() } else { path };
         ApiError::invalid_param(&path, format!("{path}: {inner}"))
     })
 }
@@ -112,7 +124,7 @@ impl<'de, T: serde::de::DeserializeOwned> serde::Deserialize<'de> for Tagged<T> 
     }
 }
 
-/// The sending half of a server-sent-event stream: each `send` is one `data:` event, flushed.
+/// The sending half of a server-sent-event stream: each send is one event, flushed.
 /// A failed send means the client has gone (its request's generation is then dropped, which
 /// cancels it and counts it in `requests_cancelled`).
 pub struct SseSender {
@@ -127,6 +139,15 @@ impl SseSender {
     /// Sends one `data: <compact JSON>` event; false when the client has disconnected.
     pub async fn send_json(&self, value: &Value) -> bool {
         let mut line = b"data: ".to_vec();
+        line.extend(serde_json::to_vec(value).expect("a JSON value serialises"));
+        line.extend(b"\n\n");
+        self.send(Bytes::from(line)).await
+    }
+
+    /// Sends one named event (`event: <name>` then `data: <compact JSON>`), as the Messages and
+    /// Responses streams type theirs; false when the client has disconnected.
+    pub async fn send_event(&self, name: &str, value: &Value) -> bool {
+        let mut line = format!("event: {name}\ndata: ").into_bytes();
         line.extend(serde_json::to_vec(value).expect("a JSON value serialises"));
         line.extend(b"\n\n");
         self.send(Bytes::from(line)).await

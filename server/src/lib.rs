@@ -20,6 +20,7 @@ pub mod openapi;
 pub mod params;
 pub mod protocol;
 pub mod registry;
+pub mod response_store;
 mod routes;
 pub mod worker;
 
@@ -43,6 +44,7 @@ use crate::http::{anthropic_error_response, error_response, ok_json, read_body, 
 use crate::metrics::{Metrics, DEFAULT_LATENCY_BUCKETS};
 pub use crate::registry::ModelEntry;
 use crate::registry::Registry;
+use crate::response_store::ResponseStore;
 use crate::routes::guard::GuardRoute;
 use crate::worker::{Generation, LoopConfig, SeqSpec, Worker};
 
@@ -71,6 +73,8 @@ pub struct AppState {
     pub policies: Policies,
     /// The guardrails of every chat completion (`--guardrails`).
     pub guardrails: ServerGuardrails,
+    /// The Responses API's stored responses.
+    pub responses: ResponseStore,
 }
 
 /// The batch scheduler of non-streaming generations: a batch's requests are submitted to their
@@ -148,6 +152,7 @@ pub struct ServerBuilder {
     guardrails: ServerGuardrails,
     generic_prompt: GenericPrompt,
     guard_prompt_cache_bytes: Option<usize>,
+    responses_store: Option<usize>,
 }
 
 impl ServerBuilder {
@@ -187,6 +192,13 @@ impl ServerBuilder {
     /// request's `guard` field may add a side, and sets the risks, policy and windows).
     pub fn guardrails(mut self, sides: ServerGuardrails) -> Self {
         self.guardrails = sides;
+        self
+    }
+
+    /// Responses the Responses API keeps for `previous_response_id` and `GET`
+    /// (default [`response_store::DEFAULT_CAPACITY`]; 0 keeps none).
+    pub fn responses_store(mut self, capacity: usize) -> Self {
+        self.responses_store = Some(capacity);
         self
     }
 
@@ -297,6 +309,7 @@ impl ServerBuilder {
             created,
             policies: self.policies,
             guardrails: self.guardrails,
+            responses: ResponseStore::new(self.responses_store.unwrap_or(response_store::DEFAULT_CAPACITY)),
             batcher: self.batch.map(|config| {
                 let b = BatchScheduler::new(config, routes::generation::submit_batch);
                 b.start();
@@ -513,6 +526,20 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
         "/apply-template" => {
             allow(&method, &path, &[Method::POST])?;
             routes::tokens::apply_template(state, json_body(state, req).await?)
+        }
+        "/v1/responses" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            routes::responses::create(state, body).await
+        }
+        p if p.starts_with("/v1/responses/") => {
+            let id = &p["/v1/responses/".len()..];
+            allow(&method, &path, &[Method::GET, Method::DELETE])?;
+            if method == Method::GET {
+                routes::responses::get(state, id)
+            } else {
+                routes::responses::delete(state, id)
+            }
         }
         "/v1/messages" => {
             allow(&method, &path, &[Method::POST])?;

@@ -1,13 +1,13 @@
 //! Anthropic's Messages API over real TCP on the tiny llama fixture: the reply's shape, stop
 //! reasons (max_tokens, a stop sequence), usage equal to `count_tokens` and to the equivalent
-//! chat completion, tool_use / tool_result turns converted as chat tool calls, Anthropic-shaped
-//! errors, and `x-api-key`.
+//! chat completion, tool_use / tool_result turns converted as chat tool calls, the event stream
+//! (the same reply as answered whole), thinking blocks, Anthropic-shaped errors, and `x-api-key`.
 
 mod common;
 
 use std::sync::Arc;
 
-use common::start;
+use common::{named_events, start, thinking_model};
 use engine::model::Model;
 use engine_tests::fixture;
 use reqwest::blocking::Client;
@@ -123,9 +123,9 @@ fn errors_have_the_anthropic_shape() {
             "temperature",
         ),
         (
-            json!({"model": CHAT, "max_tokens": 5, "stream": true, "messages": [{"role": "user", "content": "Hi"}]}),
+            json!({"model": CHAT, "max_tokens": 5, "stream": true, "messages": [{"role": "user", "content": "Hi"}], "thinking": {"type": "sometimes"}}),
             StatusCode::BAD_REQUEST,
-            "stream",
+            "thinking",
         ),
         (
             json!({"model": CHAT, "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}),
@@ -161,4 +161,117 @@ fn x_api_key_is_accepted_like_a_bearer_token() {
     assert_eq!(r.status(), StatusCode::OK);
     let r = c.get(format!("{base}/v1/models")).header("x-api-key", "wrong").send().unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+}
+
+fn stream(base: &str, body: Value) -> Vec<(String, Value)> {
+    let r = Client::new().post(format!("{base}/v1/messages")).json(&body).send().unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    named_events(&r.text().unwrap())
+}
+
+/// The content blocks a stream builds, from its start, delta and stop events (checking that
+/// every block starts, gets its deltas and stops in order, at consecutive indexes).
+fn blocks_of(events: &[(String, Value)]) -> Vec<Value> {
+    let mut blocks: Vec<Value> = Vec::new();
+    let mut open = false;
+    for (name, e) in events {
+        match name.as_str() {
+            "content_block_start" => {
+                assert!(!open, "a block starts while another is open");
+                assert_eq!(e["index"], blocks.len());
+                blocks.push(e["content_block"].clone());
+                open = true;
+            }
+            "content_block_delta" => {
+                assert!(open);
+                assert_eq!(e["index"], blocks.len() - 1);
+                let b = blocks.last_mut().unwrap();
+                let d = &e["delta"];
+                match d["type"].as_str().unwrap() {
+                    "text_delta" => b["text"] = json!(b["text"].as_str().unwrap().to_string() + d["text"].as_str().unwrap()),
+                    "thinking_delta" => {
+                        b["thinking"] = json!(b["thinking"].as_str().unwrap().to_string() + d["thinking"].as_str().unwrap())
+                    }
+                    "input_json_delta" => {
+                        let partial = b.get("partial").and_then(Value::as_str).unwrap_or_default().to_string();
+                        b["partial"] = json!(partial + d["partial_json"].as_str().unwrap());
+                    }
+                    other => panic!("unknown delta {other}"),
+                }
+            }
+            "content_block_stop" => {
+                assert!(open);
+                assert_eq!(e["index"], blocks.len() - 1);
+                open = false;
+                let b = blocks.last_mut().unwrap();
+                if let Some(partial) = b.as_object_mut().unwrap().remove("partial") {
+                    b["input"] = serde_json::from_str(partial.as_str().unwrap()).unwrap();
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(!open);
+    blocks
+}
+
+#[test]
+fn a_streamed_reply_is_the_whole_reply_as_events() {
+    let base = start(builder());
+    let (_, whole) = post(&base, "/v1/messages", hello(8));
+    let mut body = hello(8);
+    body["stream"] = json!(true);
+    let events = stream(&base, body);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names[..2], ["message_start", "ping"], "{names:?}");
+    assert_eq!(names[names.len() - 2..], ["message_delta", "message_stop"], "{names:?}");
+    let start = &events[0].1["message"];
+    assert!(start["id"].as_str().unwrap().starts_with("msg_"));
+    assert_eq!((start["model"].as_str(), start["content"].as_array().map(Vec::len)), (Some(CHAT), Some(0)));
+    assert_eq!(start["usage"]["input_tokens"], whole["usage"]["input_tokens"]);
+    assert_eq!(blocks_of(&events), whole["content"].as_array().unwrap().clone());
+    let delta = &events[events.len() - 2].1;
+    assert_eq!(delta["delta"]["stop_reason"], whole["stop_reason"]);
+    assert_eq!(delta["usage"]["output_tokens"], whole["usage"]["output_tokens"]);
+    // a forced tool: one tool_use block whose streamed input is the whole reply's
+    let tools = json!([{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"], "additionalProperties": false}}]);
+    let mut body = json!({"model": CHAT, "max_tokens": 64, "temperature": 0, "messages": [{"role": "user", "content": "Weather?"}], "tools": tools, "tool_choice": {"type": "tool", "name": "get_weather"}});
+    let (_, whole) = post(&base, "/v1/messages", body.clone());
+    body["stream"] = json!(true);
+    let events = stream(&base, body);
+    let blocks = blocks_of(&events);
+    let strip_ids = |blocks: &[Value]| -> Vec<Value> {
+        blocks
+            .iter()
+            .map(|b| {
+                let mut b = b.clone();
+                b.as_object_mut().unwrap().remove("id");
+                b
+            })
+            .collect()
+    };
+    assert_eq!(strip_ids(&blocks), strip_ids(whole["content"].as_array().unwrap()), "{events:?}");
+    assert!(blocks.iter().any(|b| b["type"] == "tool_use" && b["id"].as_str().unwrap().starts_with("call_")), "{blocks:?}");
+    assert_eq!(events[events.len() - 2].1["delta"]["stop_reason"], "tool_use");
+}
+
+#[test]
+fn a_thinking_block_is_its_own_content_block() {
+    let model = thinking_model();
+    let base =
+        start(Server::builder().model(ModelSpec { id: CHAT.into(), model, chat: true, guard: false, n_ctx: Some(512), draft: None }));
+    // the template opens the block and random weights never close it: all of the reply is thinking
+    let (s, m) = post(&base, "/v1/messages", hello(8));
+    assert_eq!(s, StatusCode::OK, "{m}");
+    let blocks = m["content"].as_array().unwrap();
+    assert_eq!(blocks.len(), 1, "{m}");
+    assert_eq!((blocks[0]["type"].as_str(), blocks[0]["signature"].as_str()), (Some("thinking"), Some("")));
+    let chat = json!({"model": CHAT, "max_tokens": 8, "temperature": 0, "reasoning_format": "none", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]});
+    let (_, c) = post(&base, "/v1/chat/completions", chat);
+    let raw = c["choices"][0]["message"]["content"].as_str().unwrap();
+    assert_eq!(raw.strip_prefix("<think>").unwrap().trim_start(), blocks[0]["thinking"].as_str().unwrap());
+    let mut body = hello(8);
+    body["stream"] = json!(true);
+    assert_eq!(blocks_of(&stream(&base, body)), *blocks);
 }

@@ -1,49 +1,30 @@
 //! `POST /v1/chat/completions`: the messages rendered by the model's own chat template, one
 //! generation per choice (`n`), tools (the model family's call syntax or bare JSON, parsed into
-//! `tool_calls`), `response_format` under a grammar, logprobs; a JSON response or an SSE stream
-//! (role in the first chunk only, content deltas, a final chunk with `finish_reason`, the usage
-//! chunk when asked, `[DONE]`).
+//! `tool_calls`), `response_format` under a grammar, logprobs, a thinking block returned apart as
+//! `reasoning_content` (unless `reasoning_format: "none"`); a JSON response or an SSE stream
+//! (role in the first chunk only, reasoning and content deltas, a final chunk with
+//! `finish_reason`, the usage chunk when asked, `[DONE]`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::chat::{parse_tool_calls, tokenize_rendered, ChatInput};
 use engine::generate::{FinishReason, Usage};
-use engine::grammar::{Constraint, ToolSpec};
 use engine::logprobs::TokenLogprob;
 use engine::model::Model;
 use engine::tokenizer::Tokenizer;
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
-use super::generation::{add_usage, blocking, completion_object, next_event, output, params_for, random_id, submit, unix_now, usage_json};
+use super::chat_request::{outputs, parse, split_tool_calls, ChatRequest, Outputs, ToolChoice};
+use super::generation::{add_usage, blocking, completion_object, next_event, random_id, submit, unix_now, usage_json};
+use super::reasoning::{self, Split, ThinkSplit};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
-use crate::params::{boolean, common, integer, model_id, CommonParams};
-use crate::registry::ModelEntry;
+use crate::params::model_id;
 use crate::routes::guardrails::{self, Judgement, OutputWatch};
 use crate::routes::tool_stream::ContentGate;
-use crate::worker::{Generation, SeqEvent, SeqSpec};
+use crate::worker::{Generation, SeqEvent};
 use crate::AppState;
-
-/// Everything a chat request asks for, checked.
-struct ChatRequest {
-    messages: Vec<Value>,
-    tools: Option<Vec<Value>>,
-    /// `none`: never parse calls; `auto` / `required` / a named function: parse them.
-    tool_choice: ToolChoice,
-    response_format: Option<Constraint>,
-    common: CommonParams,
-    logprobs: Option<usize>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-enum ToolChoice {
-    None,
-    Auto,
-    Required,
-    Named(String),
-}
 
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let id = model_id(&body)?;
@@ -63,12 +44,12 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let start = Instant::now();
     let streaming = request.common.stream;
     let (e, r) = (entry.clone(), request.clone());
-    let seqs = blocking(move || outputs(&e, &r, streaming)).await?;
+    let Outputs { seqs, opens_thinking } = blocking(move || outputs(&e, &r, streaming)).await?;
     if streaming {
         let prompt_tokens = seqs.first().map_or(0, |s| s.prompt.len());
         let generation = entry.worker.generate(seqs)?;
         let (response, sse) = sse_response();
-        let ctx = StreamCtx { id: completion_id, created, model: id, sse, prompt_tokens };
+        let ctx = StreamCtx { id: completion_id, created, model: id, sse, prompt_tokens, opens_thinking };
         let (state, model) = (state.clone(), entry.model.clone());
         let watches = (0..request.common.n).map(|_| watch.as_ref().map(|(r, turn)| OutputWatch::new(r.clone(), turn.clone()))).collect();
         tokio::spawn(async move { stream(generation, &request, &ctx, &model, start, &state, watches).await });
@@ -79,264 +60,53 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let completions = generation.collect().await?;
     let tokenizer = entry.model.tokenizer();
     let mut usage = Usage::default();
+    let mut reasoning_tokens = 0;
     let mut out = Vec::new();
     for (index, completion) in completions.into_iter().enumerate() {
         add_usage(&mut usage, index, n, &completion.usage);
-        let (content, tool_calls) = split_tool_calls(&completion.text, &request.tool_choice);
+        let (reasoning, text) = match request.inline_reasoning {
+            true => (None, inline_thinking(&completion.text, opens_thinking)),
+            false => reasoning::split(&completion.text, opens_thinking),
+        };
+        if reasoning.is_some() {
+            reasoning_tokens += reasoning::reasoning_tokens(tokenizer, &completion.tokens, opens_thinking);
+        }
+        let (content, tool_calls) = split_tool_calls(&text, &request.tool_choice);
         let logprobs_json = request.logprobs.map(|_| logprobs_json(tokenizer, &completion.logprobs));
         let guard = match &watch {
             Some((r, turn)) => Some(OutputWatch::new(r.clone(), turn.clone()).judge_text(state, completion.text.clone()).await?),
             None => None,
         };
-        let choice = Choice { content, tool_calls, finish: completion.finish, logprobs_json, guard };
+        let choice = Choice { reasoning, content, tool_calls, finish: completion.finish, logprobs_json, guard };
         out.push(choice.to_json(index));
     }
     state.metrics.record_generation(usage.completion_tokens, start);
     let mut completion = completion_object(&completion_id, "chat.completion", created, &id, json!(out));
-    completion["usage"] = usage_json(&usage);
+    completion["usage"] = chat_usage(&usage, reasoning_tokens);
     Ok(ok_json(&completion))
 }
 
-/// One choice of a chat request answered whole, without guardrails: for the routes that convert
-/// into a chat request (`/v1/messages`).
-pub(crate) struct Reply {
-    /// The text outside tool calls, and the calls as OpenAI objects.
-    pub content: String,
-    pub tool_calls: Vec<Value>,
-    pub finish: FinishReason,
-    /// Everything generated (a stop string included), to tell which stop string ended it.
-    pub generated: String,
+/// The usage object, with the tokens spent in thinking blocks.
+fn chat_usage(usage: &Usage, reasoning_tokens: usize) -> Value {
+    let mut u = usage_json(usage);
+    u["completion_tokens_details"]["reasoning_tokens"] = json!(reasoning_tokens);
+    u
 }
 
-/// Runs the chat request `body` (checked as `/v1/chat/completions` checks it, not streamed) on
-/// its model: the choices, the usage, and the model's id.
-pub(crate) async fn complete(state: &Arc<AppState>, body: &Map<String, Value>) -> Result<(Vec<Reply>, Usage, String), ApiError> {
-    let id = model_id(body)?;
-    let entry = state.registry.generator(&id)?;
-    let request = Arc::new(parse(body, entry.model.tokenizer().n_vocab())?);
-    let (e, r) = (entry.clone(), request.clone());
-    let seqs = blocking(move || outputs(&e, &r, false)).await?;
-    let start = Instant::now();
-    let generation = submit(state, &entry, seqs).await?;
-    let n = generation.len();
-    let mut usage = Usage::default();
-    let mut replies = Vec::with_capacity(n);
-    for (index, c) in generation.collect().await?.into_iter().enumerate() {
-        add_usage(&mut usage, index, n, &c.usage);
-        let (content, tool_calls) = split_tool_calls(&c.text, &request.tool_choice);
-        let finish = if tool_calls.is_empty() { c.finish } else { FinishReason::ToolCalls };
-        replies.push(Reply { content, tool_calls, finish, generated: entry.model.tokenizer().decode(&c.tokens) });
-    }
-    state.metrics.record_generation(usage.completion_tokens, start);
-    Ok((replies, usage, id))
-}
-
-/// The prompt tokens of the chat request `body` on its model (its messages and tools rendered
-/// by the model's template, with the generation prompt).
-pub(crate) fn prompt_tokens(state: &AppState, body: &Map<String, Value>) -> Result<usize, ApiError> {
-    let entry = state.registry.generator(&model_id(body)?)?;
-    let input = ChatInput { tools: tools(body)?, add_generation_prompt: true, ..ChatInput::new(messages(body)?) };
-    let text = render(&entry, &input)?;
-    Ok(tokenize_rendered(entry.model.tokenizer(), &text).len())
-}
-
-fn parse(body: &Map<String, Value>, n_vocab: usize) -> Result<ChatRequest, ApiError> {
-    let messages = messages(body)?;
-    let tools = tools(body)?;
-    let tool_choice = tool_choice(body, tools.as_deref())?;
-    let logprobs = match (boolean(body, "logprobs")?.unwrap_or(false), integer(body, "top_logprobs", 0, 20)?) {
-        (true, top) => Some(top.unwrap_or(0) as usize),
-        (false, Some(_)) => return Err(ApiError::invalid_param("top_logprobs", "top_logprobs requires logprobs to be true")),
-        (false, None) => None,
-    };
-    // a forced call (`required`, or a named function) is decoded under the tool-call grammar
-    let forced = match &tool_choice {
-        ToolChoice::Required => Some(tool_specs(tools.as_deref().unwrap_or_default(), None)),
-        ToolChoice::Named(name) => Some(tool_specs(tools.as_deref().unwrap_or_default(), Some(name))),
-        ToolChoice::None | ToolChoice::Auto => None,
-    };
-    let response_format = match (response_format(body)?, forced) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::invalid_param("response_format", "response_format cannot be combined with a forced tool_choice"))
-        }
-        (format, forced) => format.or(forced),
-    };
-    Ok(ChatRequest { messages, tools, tool_choice, response_format, common: common(body, n_vocab)?, logprobs })
-}
-
-/// The messages, each with a role and its content as text (text parts joined); image parts are
-/// refused, as no loaded model has a vision projector.
-pub(crate) fn messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
-    let bad = |m: String| ApiError::invalid_param("messages", m);
-    let list = match body.get("messages") {
-        Some(Value::Array(list)) if !list.is_empty() => list,
-        None | Some(Value::Null) => return Err(ApiError::missing("messages")),
-        Some(_) => return Err(bad("messages must be a non-empty array".into())),
-    };
-    let mut out = Vec::with_capacity(list.len());
-    for (i, m) in list.iter().enumerate() {
-        let Value::Object(m) = m else { return Err(bad(format!("messages[{i}] must be an object"))) };
-        let role = m.get("role").and_then(Value::as_str).ok_or_else(|| bad(format!("messages[{i}].role is required")))?;
-        if !["system", "developer", "user", "assistant", "tool"].contains(&role) {
-            return Err(bad(format!("messages[{i}].role must be system, developer, user, assistant or tool, got {role:?}")));
-        }
-        let mut m = m.clone();
-        let content = match m.get("content") {
-            // an assistant turn may be only tool calls; other roles read a missing text as empty
-            None | Some(Value::Null) if role == "assistant" => Value::Null,
-            None | Some(Value::Null) => Value::String(String::new()),
-            Some(Value::String(s)) => Value::String(s.clone()),
-            Some(Value::Array(parts)) => Value::String(text_of_parts(parts, i)?),
-            _ => return Err(bad(format!("messages[{i}].content must be a string or an array of content parts"))),
-        };
-        if let Some(calls) = m.get("tool_calls").filter(|c| !c.is_null()) {
-            check_tool_calls(calls, i)?;
-        }
-        for key in ["name", "tool_call_id"] {
-            if !matches!(m.get(key), None | Some(Value::Null) | Some(Value::String(_))) {
-                return Err(bad(format!("messages[{i}].{key} must be a string")));
-            }
-        }
-        // the templates know `developer` as nothing: it is the system role of newer APIs
-        if role == "developer" {
-            m.insert("role".into(), "system".into());
-        }
-        m.insert("content".into(), content);
-        out.push(Value::Object(m));
-    }
-    Ok(out)
-}
-
-/// An assistant turn's earlier tool calls, as the templates read them: each with its `id`, type
-/// `function`, and a function with a `name` and its `arguments` (JSON text, or the object).
-fn check_tool_calls(calls: &Value, i: usize) -> Result<(), ApiError> {
-    let bad = |m: String| ApiError::invalid_param("messages", m);
-    let Value::Array(calls) = calls else { return Err(bad(format!("messages[{i}].tool_calls must be an array"))) };
-    for (j, c) in calls.iter().enumerate() {
-        let at = format!("messages[{i}].tool_calls[{j}]");
-        let function = c.get("function").filter(|f| f.is_object());
-        let ok = c.get("id").is_some_and(Value::is_string)
-            && c.get("type").and_then(Value::as_str) == Some("function")
-            && function.and_then(|f| f.get("name")).is_some_and(Value::is_string)
-            && function.and_then(|f| f.get("arguments")).is_some_and(|a| a.is_string() || a.is_object());
-        if !ok {
-            return Err(bad(format!(
-                "{at} must be {{\"id\": string, \"type\": \"function\", \"function\": {{\"name\": string, \"arguments\": JSON text or object}}}}"
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn text_of_parts(parts: &[Value], i: usize) -> Result<String, ApiError> {
-    let mut text = String::new();
-    for (j, p) in parts.iter().enumerate() {
-        match p.get("type").and_then(Value::as_str) {
-            Some("text") => text.push_str(
-                p.get("text")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| ApiError::invalid_param("messages", format!("messages[{i}].content[{j}].text must be a string")))?,
-            ),
-            Some("image_url") | Some("input_image") | Some("input_audio") => {
-                return Err(ApiError::invalid_param(
-                    "messages",
-                    format!("messages[{i}].content[{j}] is an image or audio part, but this model has no vision or audio support"),
-                ))
-            }
-            _ => return Err(ApiError::invalid_param("messages", format!("messages[{i}].content[{j}] has an unknown type"))),
-        }
-    }
-    Ok(text)
-}
-
-pub(crate) fn tools(body: &Map<String, Value>) -> Result<Option<Vec<Value>>, ApiError> {
-    let bad = |m: String| ApiError::invalid_param("tools", m);
-    let list = match body.get("tools") {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Array(list)) if list.is_empty() => return Ok(None),
-        Some(Value::Array(list)) => list,
-        Some(_) => return Err(bad("tools must be an array".into())),
-    };
-    for (i, t) in list.iter().enumerate() {
-        if t.get("type").and_then(Value::as_str) != Some("function") {
-            return Err(bad(format!("tools[{i}].type must be \"function\"")));
-        }
-        let f = t.get("function").ok_or_else(|| bad(format!("tools[{i}].function is required")))?;
-        match f.get("name").and_then(Value::as_str) {
-            Some(n) if !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') => {}
-            _ => return Err(bad(format!("tools[{i}].function.name must be a non-empty name of letters, digits, _ or -"))),
-        }
-        match f.get("parameters") {
-            None | Some(Value::Null) | Some(Value::Object(_)) => {}
-            Some(_) => return Err(bad(format!("tools[{i}].function.parameters must be a JSON schema object"))),
-        }
-        if !matches!(f.get("description"), None | Some(Value::Null) | Some(Value::String(_))) {
-            return Err(bad(format!("tools[{i}].function.description must be a string")));
-        }
-    }
-    Ok(Some(list.clone()))
-}
-
-fn tool_choice(body: &Map<String, Value>, tools: Option<&[Value]>) -> Result<ToolChoice, ApiError> {
-    let bad = |m: String| ApiError::invalid_param("tool_choice", m);
-    let choice = match body.get("tool_choice") {
-        None | Some(Value::Null) => return Ok(if tools.is_some() { ToolChoice::Auto } else { ToolChoice::None }),
-        Some(Value::String(s)) => match s.as_str() {
-            "none" => ToolChoice::None,
-            "auto" => ToolChoice::Auto,
-            "required" => ToolChoice::Required,
-            other => return Err(bad(format!("tool_choice must be none, auto, required or a function, got {other:?}"))),
-        },
-        Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
-            Some(name) => ToolChoice::Named(name.to_string()),
-            None => {
-                return Err(bad(
-                    "tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}".into()
-                ))
-            }
-        },
-    };
-    if choice != ToolChoice::None && tools.is_none() {
-        return Err(bad("tool_choice needs tools".into()));
-    }
-    if let ToolChoice::Named(name) = &choice {
-        let known = tools.unwrap_or_default().iter().any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name));
-        if !known {
-            return Err(bad(format!("tool_choice names {name:?}, which is not in tools")));
-        }
-    }
-    Ok(choice)
-}
-
-/// The tool-call constraint over `tools` (or only the one named).
-fn tool_specs(tools: &[Value], only: Option<&str>) -> Constraint {
-    let specs = tools
-        .iter()
-        .filter_map(|t| {
-            let name = t.pointer("/function/name")?.as_str()?;
-            (only.is_none() || only == Some(name))
-                .then(|| ToolSpec { name: name.to_string(), parameters: t.pointer("/function/parameters").cloned().unwrap_or(Value::Null) })
-        })
-        .collect();
-    Constraint::ToolCall(specs)
-}
-
-fn response_format(body: &Map<String, Value>) -> Result<Option<Constraint>, ApiError> {
-    let bad = |m: &str| ApiError::invalid_param("response_format", m.to_string());
-    let Some(rf) = body.get("response_format").filter(|v| !v.is_null()) else { return Ok(None) };
-    match rf.get("type").and_then(Value::as_str) {
-        Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(Constraint::JsonObject)),
-        Some("json_schema") => match rf.pointer("/json_schema/schema") {
-            Some(schema @ Value::Object(_)) => Ok(Some(Constraint::JsonSchema(schema.clone()))),
-            _ => Err(bad("response_format.json_schema.schema must be a JSON schema object")),
-        },
-        _ => Err(bad("response_format.type must be text, json_object or json_schema")),
+/// A reply kept whole (`reasoning_format: "none"`): a thinking block the prompt opened is opened
+/// in the content too, so that the content reads as the model's whole turn.
+pub(crate) fn inline_thinking(text: &str, opens_thinking: bool) -> String {
+    if opens_thinking {
+        format!("<think>{text}")
+    } else {
+        text.to_string()
     }
 }
 
 /// One finished choice.
 struct Choice {
+    /// The thinking block's text, when the reply had one and it is returned apart.
+    reasoning: Option<String>,
     content: String,
     tool_calls: Vec<Value>,
     finish: FinishReason,
@@ -362,58 +132,16 @@ impl Choice {
         if !self.tool_calls.is_empty() {
             message["tool_calls"] = Value::Array(self.tool_calls.clone());
         }
+        if let Some(r) = &self.reasoning {
+            // llama-server's and DeepSeek's name, and vLLM's
+            message["reasoning_content"] = json!(r);
+            message["reasoning"] = json!(r);
+        }
         let mut choice = json!({"index": index, "message": message, "finish_reason": finish, "logprobs": self.logprobs_json.clone()});
         if let Some(j) = &self.guard {
             choice["guard"] = j.report.clone();
         }
         choice
-    }
-}
-
-/// `input` rendered by the model's chat template (its failure is a 400 on `messages`).
-pub(crate) fn render(entry: &ModelEntry, input: &ChatInput) -> Result<String, ApiError> {
-    entry.worker.template().render(input).map_err(|e| ApiError::invalid_param("messages", format!("the chat template failed: {e}")))
-}
-
-/// The outputs of a request: its prompt (the messages rendered by the model's template and
-/// tokenized) and one output per choice, each with its own parameters (and grammar).
-fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -> Result<Vec<SeqSpec>, ApiError> {
-    let input = ChatInput { tools: request.tools.clone(), add_generation_prompt: true, ..ChatInput::new(request.messages.clone()) };
-    let text = render(entry, &input)?;
-    let prompt = tokenize_rendered(entry.model.tokenizer(), &text);
-    (0..request.common.n)
-        .map(|i| {
-            let params = params_for(&entry.worker, &request.common, request.logprobs, request.response_format.as_ref(), prompt.len(), i)?;
-            Ok(output(prompt.clone(), params, stream))
-        })
-        .collect()
-}
-
-/// The reply's text and its tool calls as OpenAI objects (none when tools are off).
-fn split_tool_calls(text: &str, choice: &ToolChoice) -> (String, Vec<Value>) {
-    if *choice == ToolChoice::None {
-        return (text.to_string(), Vec::new());
-    }
-    let parsed = parse_tool_calls(text);
-    let calls: Vec<Value> = parsed
-        .tool_calls
-        .iter()
-        .filter(|c| match choice {
-            ToolChoice::Named(name) => &c.name == name,
-            _ => true,
-        })
-        .map(|c| {
-            json!({
-                "id": format!("call_{}", &random_id()[..22]),
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments.to_string()},
-            })
-        })
-        .collect();
-    if calls.is_empty() {
-        (text.to_string(), Vec::new())
-    } else {
-        (parsed.content, calls)
     }
 }
 
@@ -441,6 +169,8 @@ struct StreamCtx {
     sse: SseSender,
     /// The prompt's length (the usage of a reply a guardrail cut).
     prompt_tokens: usize,
+    /// The prompt leaves a thinking block open for the reply.
+    opens_thinking: bool,
 }
 
 impl StreamCtx {
@@ -457,10 +187,16 @@ impl StreamCtx {
 /// not yet sent, and its output guard (the text it holds back, whether it cut the reply, its last
 /// judgement).
 struct ChoiceStream {
+    /// Splits a thinking block from the content (none when it is kept inline).
+    think: Option<ThinkSplit>,
+    /// Text that opens the reply before its first token (the inline thinking block's tag).
+    prefix: String,
     gate: Option<ContentGate>,
     pending: Vec<TokenLogprob>,
     watch: Option<OutputWatch>,
     held: String,
+    held_reasoning: String,
+    reasoning_tokens: usize,
     cut: bool,
     report: Option<Value>,
 }
@@ -482,6 +218,7 @@ async fn stream(
     state: &AppState,
     watches: Vec<Option<OutputWatch>>,
 ) {
+    let opens_thinking = ctx.opens_thinking;
     let include_usage = request.common.include_usage;
     let tokenizer = model.tokenizer();
     let n = generation.len();
@@ -494,28 +231,34 @@ async fn stream(
     let mut choices: Vec<ChoiceStream> = watches
         .into_iter()
         .map(|watch| ChoiceStream {
+            think: (!request.inline_reasoning).then(|| ThinkSplit::new(opens_thinking)),
+            prefix: inline_thinking("", opens_thinking && request.inline_reasoning),
             gate: (request.tool_choice != ToolChoice::None).then(ContentGate::default),
             pending: Vec::new(),
             watch,
             held: String::new(),
+            held_reasoning: String::new(),
+            reasoning_tokens: 0,
             cut: false,
             report: None,
         })
         .collect();
-    let content_delta = |index: usize, content: String, pending: &mut Vec<TokenLogprob>| {
+    let delta_chunk = |index: usize, delta: Value, pending: &mut Vec<TokenLogprob>| {
         let logprobs = if pending.is_empty() { Value::Null } else { logprobs_json(tokenizer, pending) };
         pending.clear();
-        ctx.chunk(
-            json!([{"index": index, "delta": {"content": content}, "logprobs": logprobs, "finish_reason": null}]),
-            None,
-            include_usage,
-        )
+        ctx.chunk(json!([{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": null}]), None, include_usage)
+    };
+    let content_delta =
+        |index: usize, content: String, pending: &mut Vec<TokenLogprob>| delta_chunk(index, json!({"content": content}), pending);
+    let reasoning_delta = |index: usize, r: String, pending: &mut Vec<TokenLogprob>| {
+        delta_chunk(index, json!({"reasoning_content": r, "reasoning": r}), pending)
     };
     // a choice the guard flagged: its last chunk, with the verdicts
     let cut_chunk = |index: usize, report: Value| {
         let last = json!([{"index": index, "delta": {}, "logprobs": null, "finish_reason": "content_filter", "guard": report}]);
         ctx.chunk(last, None, include_usage)
     };
+    let mut reasoning_tokens = 0;
     let mut usage = Usage::default();
     let mut first_token = true;
     let mut ended = 0;
@@ -531,15 +274,31 @@ async fn stream(
                     continue;
                 }
                 c.pending.extend(event.logprob.clone());
+                let piece = std::mem::take(&mut c.prefix) + &event.text;
+                let split = match c.think.as_mut() {
+                    Some(think) => {
+                        let before = think.thinking();
+                        let split = think.push(&piece);
+                        c.reasoning_tokens += usize::from(before || think.thinking());
+                        split
+                    }
+                    None => Split { reasoning: String::new(), content: piece },
+                };
+                let mut reasoning = split.reasoning;
                 let mut content = match c.gate.as_mut() {
-                    Some(gate) => gate.push(&event.text),
-                    None => event.text.clone(),
+                    Some(gate) => gate.push(&split.content),
+                    None => split.content,
                 };
                 let due = c.watch.as_mut().is_some_and(|w| w.push(&event.text));
                 let hold = c.watch.as_ref().is_some_and(|w| !w.stream_first());
                 if hold {
                     c.held.push_str(&content);
+                    c.held_reasoning.push_str(&reasoning);
                     content.clear();
+                    reasoning.clear();
+                }
+                if !reasoning.is_empty() && !ctx.sse.send_json(&reasoning_delta(index, reasoning, &mut c.pending)).await {
+                    return;
                 }
                 if !(content.is_empty() && (c.gate.is_some() || c.pending.is_empty() || hold))
                     && !ctx.sse.send_json(&content_delta(index, content, &mut c.pending)).await
@@ -561,7 +320,11 @@ async fn stream(
                         if ended == n {
                             break;
                         }
-                    } else if hold && !(c.held.is_empty() && c.pending.is_empty()) {
+                    } else if hold && !(c.held.is_empty() && c.held_reasoning.is_empty() && c.pending.is_empty()) {
+                        let held_reasoning = std::mem::take(&mut c.held_reasoning);
+                        if !held_reasoning.is_empty() && !ctx.sse.send_json(&reasoning_delta(index, held_reasoning, &mut c.pending)).await {
+                            return;
+                        }
                         let held = std::mem::take(&mut c.held);
                         if !ctx.sse.send_json(&content_delta(index, held, &mut c.pending)).await {
                             return;
@@ -596,9 +359,20 @@ async fn stream(
                     }
                 }
                 let mut finish = completion.finish.as_str();
-                let held = std::mem::take(&mut c.held);
-                if let Some(gate) = &c.gate {
-                    let (content, calls) = split_tool_calls(&completion.text, &request.tool_choice);
+                let tail = c.think.as_mut().map(ThinkSplit::finish).unwrap_or_default();
+                let held_reasoning = std::mem::take(&mut c.held_reasoning) + &tail.reasoning;
+                if !held_reasoning.is_empty() {
+                    ctx.sse.send_json(&reasoning_delta(index, held_reasoning, &mut c.pending)).await;
+                }
+                reasoning_tokens += c.reasoning_tokens;
+                let mut held = std::mem::take(&mut c.held);
+                if let Some(gate) = &mut c.gate {
+                    let text = match c.think.is_some() {
+                        true => reasoning::split(&completion.text, opens_thinking).1,
+                        false => inline_thinking(&completion.text, opens_thinking),
+                    };
+                    let (content, calls) = split_tool_calls(&text, &request.tool_choice);
+                    held += &gate.push(&tail.content);
                     let rest = held + &gate.finish(&content, !calls.is_empty());
                     if !rest.is_empty() || !c.pending.is_empty() {
                         ctx.sse.send_json(&content_delta(index, rest, &mut c.pending)).await;
@@ -616,8 +390,11 @@ async fn stream(
                     if !calls.is_empty() {
                         finish = "tool_calls";
                     }
-                } else if !held.is_empty() || !c.pending.is_empty() {
-                    ctx.sse.send_json(&content_delta(index, held, &mut c.pending)).await;
+                } else {
+                    held += &tail.content;
+                    if !held.is_empty() || !c.pending.is_empty() {
+                        ctx.sse.send_json(&content_delta(index, held, &mut c.pending)).await;
+                    }
                 }
                 let mut last = json!([{"index": index, "delta": {}, "logprobs": null, "finish_reason": finish}]);
                 if let Some(report) = c.report.take() {
@@ -641,7 +418,7 @@ async fn stream(
     generation.stop();
     state.metrics.record_generation(usage.completion_tokens, start);
     if include_usage {
-        ctx.sse.send_json(&ctx.chunk(json!([]), Some(usage_json(&usage)), true)).await;
+        ctx.sse.send_json(&ctx.chunk(json!([]), Some(chat_usage(&usage, reasoning_tokens)), true)).await;
     }
     ctx.sse.done().await;
 }

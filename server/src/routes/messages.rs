@@ -1,9 +1,9 @@
-//! Anthropic's Messages API: `POST /v1/messages` (answered whole; `stream` is refused for now)
-//! and `POST /v1/messages/count_tokens`. A request parses into a typed [`MessagesRequest`] and is
+//! Anthropic's Messages API: `POST /v1/messages` (answered whole, or streamed as Anthropic's
+//! typed events) and `POST /v1/messages/count_tokens`. A request parses into a typed [`MessagesRequest`] and is
 //! converted into the chat request it means (system prompt, turns with text, `tool_use` and
 //! `tool_result` blocks as OpenAI messages and tool calls, tools and `tool_choice`), which the
-//! chat route checks and runs; its reply comes back as content blocks with Anthropic's stop
-//! reasons and usage. Errors on these routes have Anthropic's shape (`http::anthropic_error`).
+//! chat route's checks and generation run; its reply comes back as content blocks (a thinking
+//! block, text, tool uses) with Anthropic's stop reasons and usage. Errors on these routes have Anthropic's shape (`http::anthropic_error`).
 
 use std::sync::Arc;
 
@@ -12,10 +12,10 @@ use hyper::Response;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::chat;
+use super::chat_turn::{self, Call, Turn, TurnEnd, TurnEvent};
 use super::generation::random_id;
 use crate::error::ApiError;
-use crate::http::{ok_json, typed, Body, Tagged};
+use crate::http::{ok_json, sse_response, typed, Body, SseSender, Tagged};
 use crate::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -41,6 +41,11 @@ struct MessagesRequest {
     top_k: Option<u64>,
     #[serde(default)]
     stream: Option<bool>,
+    /// Accepted and checked, without effect: whether a model thinks is its chat template's
+    /// choice, and a thinking block it writes is returned as a `thinking` content block.
+    #[serde(default)]
+    #[allow(dead_code)]
+    thinking: Option<Tagged<Thinking>>,
     /// Accepted and unused (`user_id` is for Anthropic's abuse tracking).
     #[serde(default)]
     #[allow(dead_code)]
@@ -120,6 +125,14 @@ struct Tool {
     #[serde(default)]
     description: Option<String>,
     input_schema: Map<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[allow(dead_code)]
+enum Thinking {
+    Enabled { budget_tokens: u64 },
+    Disabled,
 }
 
 #[derive(Debug, Deserialize)]
@@ -230,51 +243,165 @@ pub async fn create(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     if request.max_tokens.is_none() {
         return Err(ApiError::missing("max_tokens"));
     }
-    if request.stream == Some(true) {
-        return Err(ApiError::invalid_param("stream", "streamed messages are not supported yet: send stream false"));
-    }
     let chat_body = request.to_chat()?;
-    let (mut replies, usage, model) = chat::complete(state, &chat_body).await?;
-    let reply = replies.pop().ok_or_else(|| ApiError::server("the model returned no reply"))?;
+    if request.stream == Some(true) {
+        let turn = Turn::start(state, &chat_body).await?;
+        let (response, sse) = sse_response();
+        let state = state.clone();
+        tokio::spawn(async move { stream(turn, &request, &state, &sse).await });
+        return Ok(response);
+    }
+    let reply = chat_turn::complete(state, &chat_body).await?;
     let mut content = Vec::new();
+    if let Some(thinking) = &reply.reasoning {
+        content.push(json!({"type": "thinking", "thinking": thinking, "signature": ""}));
+    }
     if !reply.content.is_empty() {
         content.push(json!({"type": "text", "text": reply.content}));
     }
-    for call in &reply.tool_calls {
-        let input: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap_or("{}")).unwrap_or_else(|_| json!({}));
-        content.push(json!({"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": input}));
+    for call in &reply.calls {
+        content.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call_input(call)}));
     }
+    let (stop_reason, stop_sequence) = stop_reason(&request, &reply.end);
+    Ok(ok_json(&json!({
+        "id": format!("msg_{}", random_id()),
+        "type": "message",
+        "role": "assistant",
+        "model": reply.model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "usage": {"input_tokens": reply.end.usage.prompt_tokens, "output_tokens": reply.end.usage.completion_tokens},
+    })))
+}
+
+/// A call's arguments as the object Anthropic's `input` is (they parsed as JSON already).
+fn call_input(call: &Call) -> Value {
+    serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}))
+}
+
+/// Anthropic's stop reason of a turn, with the stop sequence that ended it.
+fn stop_reason(request: &MessagesRequest, end: &TurnEnd) -> (&'static str, Option<String>) {
     // generation stops at the first stop string it meets: the earliest in the generated text
-    let stop_sequence = match reply.finish {
+    let stop_sequence = match end.finish {
         FinishReason::Stop => request
             .stop_sequences
             .iter()
             .flatten()
-            .filter_map(|s| reply.generated.find(s.as_str()).map(|at| (at, s.len(), s)))
+            .filter_map(|s| end.generated.find(s.as_str()).map(|at| (at, s.len(), s)))
             .min()
             .map(|(_, _, s)| s.clone()),
         _ => None,
     };
-    let stop_reason = match (reply.finish, &stop_sequence) {
+    let reason = match (end.finish, &stop_sequence) {
         (FinishReason::ToolCalls, _) => "tool_use",
         (FinishReason::Length, _) => "max_tokens",
         (FinishReason::Stop, Some(_)) => "stop_sequence",
         (FinishReason::Stop, None) => "end_turn",
     };
-    Ok(ok_json(&json!({
+    (reason, stop_sequence)
+}
+
+/// The content block being streamed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Open {
+    Thinking,
+    Text,
+}
+
+/// The event stream of a turn: `message_start`, then each content block (thinking, text, each
+/// tool use) as `content_block_start`, its deltas and `content_block_stop`, then `message_delta`
+/// with the stop reason and usage, and `message_stop`. A failure after the start is an `error`
+/// event.
+async fn stream(mut turn: Turn, request: &MessagesRequest, state: &AppState, sse: &SseSender) {
+    let start = json!({"type": "message_start", "message": {
         "id": format!("msg_{}", random_id()),
         "type": "message",
         "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": stop_reason,
-        "stop_sequence": stop_sequence,
-        "usage": {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens},
-    })))
+        "model": turn.model,
+        "content": [],
+        "stop_reason": null,
+        "stop_sequence": null,
+        "usage": {"input_tokens": turn.prompt_tokens, "output_tokens": 0},
+    }});
+    if !sse.send_event("message_start", &start).await || !sse.send_event("ping", &json!({"type": "ping"})).await {
+        return;
+    }
+    // the index of the next block, and the block now open
+    let mut index = 0;
+    let mut open: Option<Open> = None;
+    while let Some(events) = turn.next(state, sse).await {
+        let events = match events {
+            Ok(events) => events,
+            Err(e) => {
+                sse.send_event("error", &e.anthropic_body()).await;
+                return;
+            }
+        };
+        for event in events {
+            let mut out: Vec<(&str, Value)> = Vec::new();
+            let mut begin = |kind: Open, block: Value, out: &mut Vec<(&str, Value)>| {
+                if open != Some(kind) {
+                    if open.take().is_some() {
+                        out.push(("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+                        index += 1;
+                    }
+                    out.push(("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": block})));
+                    open = Some(kind);
+                }
+            };
+            match event {
+                TurnEvent::Reasoning(r) => {
+                    begin(Open::Thinking, json!({"type": "thinking", "thinking": "", "signature": ""}), &mut out);
+                    out.push((
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": index, "delta": {"type": "thinking_delta", "thinking": r}}),
+                    ));
+                }
+                TurnEvent::ReasoningDone => {}
+                TurnEvent::Text(t) => {
+                    begin(Open::Text, json!({"type": "text", "text": ""}), &mut out);
+                    out.push((
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": t}}),
+                    ));
+                }
+                TurnEvent::Call(call) => {
+                    if open.take().is_some() {
+                        out.push(("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+                        index += 1;
+                    }
+                    let block = json!({"type": "tool_use", "id": call.id, "name": call.name, "input": {}});
+                    out.push(("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": block})));
+                    let delta = json!({"type": "input_json_delta", "partial_json": call.arguments});
+                    out.push(("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": delta})));
+                    out.push(("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+                    index += 1;
+                }
+                TurnEvent::Done(end) => {
+                    if open.take().is_some() {
+                        out.push(("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+                    }
+                    let (reason, sequence) = stop_reason(request, &end);
+                    let usage = json!({"input_tokens": end.usage.prompt_tokens, "output_tokens": end.usage.completion_tokens});
+                    out.push((
+                        "message_delta",
+                        json!({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence}, "usage": usage}),
+                    ));
+                    out.push(("message_stop", json!({"type": "message_stop"})));
+                }
+            }
+            for (name, value) in out {
+                if !sse.send_event(name, &value).await {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 pub fn count_tokens(state: &AppState, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let request: MessagesRequest = typed(body)?;
-    let tokens = chat::prompt_tokens(state, &request.to_chat()?)?;
+    let tokens = chat_turn::prompt_tokens(state, &request.to_chat()?)?;
     Ok(ok_json(&json!({"input_tokens": tokens})))
 }

@@ -1,6 +1,8 @@
 //! The route handlers, one file per API family.
 
 pub mod chat;
+mod chat_request;
+mod chat_turn;
 pub mod completions;
 pub mod custom_risks;
 pub mod embeddings;
@@ -10,6 +12,9 @@ pub mod guardrails;
 pub mod messages;
 pub mod models;
 pub mod moderations;
+mod reasoning;
+pub mod responses;
+mod responses_stream;
 pub mod tokens;
 mod tool_stream;
 pub mod transcriptions;

@@ -11,7 +11,7 @@ use hyper::Response;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::chat;
+use super::chat_request;
 use crate::error::ApiError;
 use crate::http::{ok_json, typed, Body};
 use crate::params::boolean;
@@ -106,6 +106,6 @@ pub fn apply_template(state: &AppState, body: Map<String, Value>) -> Result<Resp
     };
     let entry = named_or_only(state, id, true)?;
     let add_generation_prompt = boolean(&body, "add_generation_prompt")?.unwrap_or(true);
-    let input = ChatInput { tools: chat::tools(&body)?, add_generation_prompt, ..ChatInput::new(chat::messages(&body)?) };
-    Ok(ok_json(&json!({"prompt": chat::render(&entry, &input)?})))
+    let input = ChatInput { tools: chat_request::tools(&body)?, add_generation_prompt, ..ChatInput::new(chat_request::messages(&body)?) };
+    Ok(ok_json(&json!({"prompt": chat_request::render(&entry, &input)?})))
 }

@@ -26,3 +26,45 @@ pub fn start_server(server: Arc<Server>) -> (String, std::thread::JoinHandle<()>
 pub fn start(builder: ServerBuilder) -> String {
     start_server(Arc::new(builder.build().unwrap())).0
 }
+
+/// The named events of an SSE body (`event:` name, `data:` JSON), read by a real SSE parser
+/// (`eventsource-stream`); each event's `type` field must equal its name.
+pub fn named_events(text: &str) -> Vec<(String, serde_json::Value)> {
+    use eventsource_stream::Eventsource;
+    use futures_util::StreamExt;
+    assert!(text.ends_with("\n\n"), "events end with a blank line");
+    let body = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(bytes::Bytes::from(text.to_string()))]);
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let events: Vec<_> = rt.block_on(body.eventsource().collect());
+    events
+        .into_iter()
+        .map(|e| {
+            let e = e.unwrap_or_else(|err| panic!("not an SSE stream: {err}\n{text}"));
+            let data: serde_json::Value = serde_json::from_str(&e.data).unwrap_or_else(|err| panic!("{err}: {}", e.data));
+            assert_eq!(data["type"], e.event.as_str(), "an event's type is its name: {data}");
+            (e.event, data)
+        })
+        .collect()
+}
+
+/// The tiny llama fixture with a chat template that opens a thinking block for the reply (as
+/// Qwen3's and DeepSeek-R1's do): written to memory with the GGUF writer and loaded from there.
+pub fn thinking_model() -> Arc<engine::model::Model> {
+    use engine::gguf::{GgufFile, GgufWriter};
+    const TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+                            {% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}";
+    let file = GgufFile::open(engine_tests::fixture("models/tiny-llama-Q8_0.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    for (key, value) in file.metadata() {
+        if key != "tokenizer.chat_template" {
+            w.add(key.clone(), value.clone()).unwrap();
+        }
+    }
+    w.add("tokenizer.chat_template", TEMPLATE.to_string()).unwrap();
+    for t in file.tensors() {
+        w.add_tensor(t.name.clone(), &t.dims, t.ty, file.tensor_data(t)).unwrap();
+    }
+    let mut bytes = Vec::new();
+    w.write(&mut bytes).unwrap();
+    Arc::new(engine::model::Model::from_file(Arc::new(GgufFile::from_bytes(bytes).unwrap())).unwrap())
+}

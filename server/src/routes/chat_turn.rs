@@ -1,0 +1,236 @@
+//! One assistant turn of a chat request, for the routes that convert into one (`/v1/messages`,
+//! `/v1/responses`): answered whole ([`complete`]) or as typed events while it decodes
+//! ([`Turn`]): reasoning and text as they come, each tool call once it parses, then how it ended.
+//! Both read the reply the same way (thinking block, then tool calls), so a streamed turn's events
+//! add up to the reply the whole answer gives.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use engine::chat::{tokenize_rendered, ChatInput};
+use engine::generate::{FinishReason, Usage};
+use serde_json::{Map, Value};
+
+use super::chat::inline_thinking;
+use super::chat_request::{messages, outputs, parse, render, split_tool_calls, tools, ChatRequest, Outputs, ToolChoice};
+use super::generation::{blocking, next_event, submit};
+use super::reasoning::{self, ThinkSplit};
+use super::tool_stream::ContentGate;
+use crate::error::ApiError;
+use crate::http::SseSender;
+use crate::params::model_id;
+use crate::registry::ModelEntry;
+use crate::worker::{Generation, SeqEvent};
+use crate::AppState;
+
+/// A tool call the reply made, parsed.
+#[derive(Clone, Debug)]
+pub(crate) struct Call {
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON text.
+    pub arguments: String,
+}
+
+/// How a turn ended.
+#[derive(Clone, Debug)]
+pub(crate) struct TurnEnd {
+    /// `ToolCalls` when the reply made calls.
+    pub finish: FinishReason,
+    pub usage: Usage,
+    pub reasoning_tokens: usize,
+    /// Everything generated (a stop string included), to tell which stop string ended it.
+    pub generated: String,
+}
+
+/// A turn answered whole.
+pub(crate) struct Reply {
+    /// The thinking block's text (`None` when the reply had none).
+    pub reasoning: Option<String>,
+    /// The text outside the thinking block and the tool calls.
+    pub content: String,
+    pub calls: Vec<Call>,
+    pub end: TurnEnd,
+    /// The model's id.
+    pub model: String,
+}
+
+fn calls_of(objects: &[Value]) -> Vec<Call> {
+    objects
+        .iter()
+        .map(|c| Call {
+            id: c["id"].as_str().unwrap_or_default().to_string(),
+            name: c["function"]["name"].as_str().unwrap_or_default().to_string(),
+            arguments: c["function"]["arguments"].as_str().unwrap_or("{}").to_string(),
+        })
+        .collect()
+}
+
+/// The reply `text` read as the request asks: its thinking block apart (unless kept inline),
+/// then its tool calls.
+fn read_reply(request: &ChatRequest, text: &str, opens_thinking: bool) -> (Option<String>, String, Vec<Call>) {
+    let (reasoning, rest) = match request.inline_reasoning {
+        true => (None, inline_thinking(text, opens_thinking)),
+        false => reasoning::split(text, opens_thinking),
+    };
+    let (content, calls) = split_tool_calls(&rest, &request.tool_choice);
+    (reasoning, content, calls_of(&calls))
+}
+
+/// Checks the chat request `body` (as `/v1/chat/completions` would), renders its prompt and
+/// prepares its single output.
+async fn prepare(
+    state: &AppState,
+    body: &Map<String, Value>,
+    stream: bool,
+) -> Result<(Arc<ModelEntry>, Arc<ChatRequest>, Outputs, String), ApiError> {
+    let id = model_id(body)?;
+    let entry = state.registry.generator(&id)?;
+    let request = Arc::new(parse(body, entry.model.tokenizer().n_vocab())?);
+    if request.common.n != 1 {
+        return Err(ApiError::invalid_param("n", "this route gives one reply: n must be 1"));
+    }
+    let (e, r) = (entry.clone(), request.clone());
+    let outputs = blocking(move || outputs(&e, &r, stream)).await?;
+    Ok((entry, request, outputs, id))
+}
+
+/// Runs the chat request `body` to its end.
+pub(crate) async fn complete(state: &Arc<AppState>, body: &Map<String, Value>) -> Result<Reply, ApiError> {
+    let (entry, request, Outputs { seqs, opens_thinking }, model) = prepare(state, body, false).await?;
+    let start = Instant::now();
+    let generation = submit(state, &entry, seqs).await?;
+    let c = generation.collect().await?.pop().ok_or_else(|| ApiError::server("the model returned no reply"))?;
+    state.metrics.record_generation(c.usage.completion_tokens, start);
+    let (reasoning, content, calls) = read_reply(&request, &c.text, opens_thinking);
+    let tokenizer = entry.model.tokenizer();
+    let reasoning_tokens = if reasoning.is_some() { reasoning::reasoning_tokens(tokenizer, &c.tokens, opens_thinking) } else { 0 };
+    let finish = if calls.is_empty() { c.finish } else { FinishReason::ToolCalls };
+    let end = TurnEnd { finish, usage: c.usage, reasoning_tokens, generated: tokenizer.decode(&c.tokens) };
+    Ok(Reply { reasoning, content, calls, end, model })
+}
+
+/// The prompt tokens of the chat request `body` on its model (its messages and tools rendered
+/// by the model's template, with the generation prompt).
+pub(crate) fn prompt_tokens(state: &AppState, body: &Map<String, Value>) -> Result<usize, ApiError> {
+    let entry = state.registry.generator(&model_id(body)?)?;
+    let input = ChatInput { tools: tools(body)?, add_generation_prompt: true, ..ChatInput::new(messages(body)?) };
+    let text = render(&entry, &input)?;
+    Ok(tokenize_rendered(entry.model.tokenizer(), &text).len())
+}
+
+/// What a streamed turn says, in order.
+#[derive(Debug)]
+pub(crate) enum TurnEvent {
+    Reasoning(String),
+    Text(String),
+    /// The reasoning is over (sent before the first text or call after reasoning).
+    ReasoningDone,
+    Call(Call),
+    Done(TurnEnd),
+}
+
+/// A turn being streamed.
+pub(crate) struct Turn {
+    generation: Generation,
+    request: Arc<ChatRequest>,
+    entry: Arc<ModelEntry>,
+    think: Option<ThinkSplit>,
+    gate: Option<ContentGate>,
+    /// Text that opens the reply before its first token (an inline thinking block's tag).
+    prefix: String,
+    opens_thinking: bool,
+    reasoning_tokens: usize,
+    /// Reasoning has been sent and not yet closed by `ReasoningDone`.
+    reasoning_open: bool,
+    pub model: String,
+    pub prompt_tokens: usize,
+    start: Instant,
+    first_token: bool,
+}
+
+impl Turn {
+    /// Checks and submits the chat request `body` for streaming.
+    pub async fn start(state: &Arc<AppState>, body: &Map<String, Value>) -> Result<Turn, ApiError> {
+        let (entry, request, Outputs { seqs, opens_thinking }, model) = prepare(state, body, true).await?;
+        let prompt_tokens = seqs.first().map_or(0, |s| s.prompt.len());
+        let generation = entry.worker.generate(seqs)?;
+        Ok(Turn {
+            generation,
+            think: (!request.inline_reasoning).then(|| ThinkSplit::new(opens_thinking)),
+            gate: (request.tool_choice != ToolChoice::None).then(ContentGate::default),
+            prefix: inline_thinking("", opens_thinking && request.inline_reasoning),
+            request,
+            entry,
+            opens_thinking,
+            reasoning_tokens: 0,
+            reasoning_open: false,
+            model,
+            prompt_tokens,
+            start: Instant::now(),
+            first_token: true,
+        })
+    }
+
+    /// The next events (`None` once the turn is done or its client has gone; an error ends it).
+    pub async fn next(&mut self, state: &AppState, sse: &SseSender) -> Option<Result<Vec<TurnEvent>, ApiError>> {
+        let event = next_event(&mut self.generation, sse).await?;
+        Some(match event {
+            SeqEvent::Token { event, .. } => {
+                if std::mem::take(&mut self.first_token) {
+                    state.metrics.time_to_first_token_ms.observe(self.start.elapsed().as_secs_f64() * 1e3);
+                }
+                let piece = std::mem::take(&mut self.prefix) + &event.text;
+                let (reasoning, content) = match self.think.as_mut() {
+                    Some(think) => {
+                        let before = think.thinking();
+                        let split = think.push(&piece);
+                        self.reasoning_tokens += usize::from(before || think.thinking());
+                        (split.reasoning, split.content)
+                    }
+                    None => (String::new(), piece),
+                };
+                let content = match self.gate.as_mut() {
+                    Some(gate) => gate.push(&content),
+                    None => content,
+                };
+                Ok(self.pieces(reasoning, content))
+            }
+            SeqEvent::Done { result: Err(e), .. } => Err(e),
+            SeqEvent::Done { result: Ok(c), .. } => {
+                state.metrics.record_generation(c.usage.completion_tokens, self.start);
+                let tail = self.think.as_mut().map(ThinkSplit::finish).unwrap_or_default();
+                let (_, content, calls) = read_reply(&self.request, &c.text, self.opens_thinking);
+                let text = match self.gate.as_mut() {
+                    Some(gate) => gate.push(&tail.content) + &gate.finish(&content, !calls.is_empty()),
+                    None => tail.content,
+                };
+                let mut events = self.pieces(tail.reasoning, text);
+                if std::mem::take(&mut self.reasoning_open) {
+                    events.push(TurnEvent::ReasoningDone);
+                }
+                let finish = if calls.is_empty() { c.finish } else { FinishReason::ToolCalls };
+                events.extend(calls.into_iter().map(TurnEvent::Call));
+                let generated = self.entry.model.tokenizer().decode(&c.tokens);
+                events.push(TurnEvent::Done(TurnEnd { finish, usage: c.usage, reasoning_tokens: self.reasoning_tokens, generated }));
+                Ok(events)
+            }
+        })
+    }
+
+    /// The events of one step's reasoning and text (either may be empty).
+    fn pieces(&mut self, reasoning: String, text: String) -> Vec<TurnEvent> {
+        let mut events = Vec::new();
+        if !reasoning.is_empty() {
+            self.reasoning_open = true;
+            events.push(TurnEvent::Reasoning(reasoning));
+        }
+        if !text.is_empty() {
+            if std::mem::take(&mut self.reasoning_open) {
+                events.push(TurnEvent::ReasoningDone);
+            }
+            events.push(TurnEvent::Text(text));
+        }
+        events
+    }
+}
