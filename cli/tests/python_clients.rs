@@ -8,7 +8,10 @@
 //! - the `openai` package's moderations with the real Qwen2.5-Coder-0.5B as generic guard
 //!   (`python/moderations_generic.py`);
 //! - the official `anthropic` package's Messages API, with an API key sent as `x-api-key`
-//!   (`python/anthropic_sdk.py`).
+//!   (`python/anthropic_sdk.py`);
+//! - both packages as agent frameworks use them, against the real Qwen2.5-Coder-0.5B: the
+//!   Responses API and the Messages API, answered whole and streamed, with function tool round
+//!   trips (`python/agent_clients.py`).
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -70,6 +73,15 @@ fn the_anthropic_package_talks_to_the_messages_api() {
     let model = fixture("models/tiny-llama-Q8_0.gguf");
     let serve: [&OsStr; 6] = ["-c".as_ref(), "512".as_ref(), "-m".as_ref(), model.as_os_str(), "--api-key".as_ref(), "sekret".as_ref()];
     run_against("anthropic_sdk.py", &serve, &[CHAT, "sekret"]);
+}
+
+/// The Responses and Messages APIs through the official packages with the real
+/// Qwen2.5-Coder-0.5B-Instruct (`python/agent_clients.py`).
+#[test]
+fn the_official_packages_run_tool_round_trips_on_responses_and_messages() {
+    let qwen = fetch_model("qwen2.5-coder");
+    let id = qwen.file_stem().unwrap().to_str().unwrap().to_string();
+    run_against("agent_clients.py", &["-c".as_ref(), "2048".as_ref(), "-m".as_ref(), qwen.as_os_str()], &[&id]);
 }
 
 #[test]

@@ -26,7 +26,8 @@ with urllib.request.urlopen(base + "/openapi.yaml") as r:
 validate(doc)
 operations = {op["operationId"] for path in doc["paths"].values() for op in path.values() if isinstance(op, dict)}
 expected = {"health", "metrics", "openapi", "listModels", "retrieveModel", "deleteModel", "createChatCompletion",
-            "createCompletion", "createEmbedding", "guard", "guardScan", "guardBatch", "createModeration"}
+            "createCompletion", "createEmbedding", "guard", "guardScan", "guardBatch", "createModeration",
+            "createResponse", "getResponse", "deleteResponse", "createMessage", "countMessageTokens"}
 assert expected <= operations, f"operations missing from the document: {expected - operations}"
 print("openapi-spec-validator: valid OpenAPI", doc["openapi"], "with", len(operations), "operations")
 
@@ -44,6 +45,14 @@ representative = [
     ("/v1/completions", {"model": chat_id, "prompt": ["Once", "upon"], "max_tokens": 4, "stream": True,
                          "logprobs": 2, "stream_options": {"include_usage": True}}),
     ("/v1/completions", {"model": chat_id, "prompt": "Once", "max_tokens": 4, "logprobs": 2, "echo": True}),
+    ("/v1/responses", {"model": chat_id, "input": "Weather in Paris?", "max_output_tokens": 6, "stream": True}),
+    ("/v1/responses", {"model": chat_id, "input": messages, "max_output_tokens": 24, "stream": True,
+                       "tools": [{"type": "function", **weather["function"]}], "tool_choice": "required"}),
+    ("/v1/responses", {"model": chat_id, "input": "Hi", "max_output_tokens": 24, "text": {"format": {"type": "json_object"}}}),
+    ("/v1/messages", {"model": chat_id, "messages": messages, "max_tokens": 6, "stream": True}),
+    ("/v1/messages", {"model": chat_id, "messages": messages, "max_tokens": 24, "stream": True,
+                      "tools": [{"name": "get_weather", "input_schema": weather["function"]["parameters"]}],
+                      "tool_choice": {"type": "any"}}),
 ]
 loaded = st.openapi.from_url(base + "/openapi.yaml")
 loaded.config.update(base_url=base)
@@ -54,7 +63,14 @@ for path, body in representative:
     case.validate_response(response)
     if body.get("stream"):
         events = [line for line in response.text.splitlines() if line.startswith("data: ")]
-        assert len(events) > 2 and events[-1] == "data: [DONE]", response.text
+        # chat and text completions end with [DONE]; Responses and Messages with their last named event
+        last = {"/v1/responses": 'data: {"type":"response.', "/v1/messages": 'data: {"type":"message_stop"'}.get(path, "data: [DONE]")
+        assert len(events) > 2 and events[-1].startswith(last), response.text
+    if path == "/v1/responses":
+        stored = loaded["/v1/responses/{response_id}"]["GET"].Case(path_parameters={"response_id": response.json()["id"]} if not body.get("stream") else {"response_id": "resp_unknown"})
+        got = stored.call()
+        assert got.status_code == (404 if body.get("stream") else 200), got.text
+        stored.validate_response(got)
 print(f"schemathesis: {len(representative)} representative requests (streams event by event) match the document")
 
 

@@ -91,8 +91,9 @@ pub(crate) fn messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError
             Some(Value::Array(parts)) => Value::String(text_of_parts(parts, i)?),
             _ => return Err(bad(format!("messages[{i}].content must be a string or an array of content parts"))),
         };
-        if let Some(calls) = m.get("tool_calls").filter(|c| !c.is_null()) {
+        if let Some(calls) = m.get_mut("tool_calls").filter(|c| !c.is_null()) {
             check_tool_calls(calls, i)?;
+            arguments_as_objects(calls);
         }
         for key in ["name", "tool_call_id"] {
             if !matches!(m.get(key), None | Some(Value::Null) | Some(Value::String(_))) {
@@ -128,6 +129,18 @@ fn check_tool_calls(calls: &Value, i: usize) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// Earlier calls' arguments as the objects the templates expect (`tool_call.arguments | tojson`
+/// would otherwise write the JSON text as one quoted string, which the model then imitates);
+/// arguments that are not a JSON object stay as they were sent.
+fn arguments_as_objects(calls: &mut Value) {
+    for call in calls.as_array_mut().into_iter().flatten() {
+        let arguments = &mut call["function"]["arguments"];
+        if let Some(Ok(object @ Value::Object(_))) = arguments.as_str().map(serde_json::from_str::<Value>) {
+            *arguments = object;
+        }
+    }
 }
 
 fn text_of_parts(parts: &[Value], i: usize) -> Result<String, ApiError> {
