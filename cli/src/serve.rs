@@ -16,8 +16,16 @@ use crate::load::{load_model, parse_device, parse_positive};
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// A model to serve (repeat for several). Its id is the file name without `.gguf`.
-    #[arg(long = "model", short = 'm', required = true)]
+    #[arg(long = "model", short = 'm', required_unless_present = "models_dir")]
     pub models: Vec<PathBuf>,
+    /// A directory whose GGUF files `POST /v1/models` may load (by file name) while the server
+    /// runs.
+    #[arg(long, value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// Unload a model nobody used for this many seconds; the next request that names it loads
+    /// it again (and waits for it). Guard models stay loaded.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_positive)]
+    pub idle_unload: Option<usize>,
     /// The id of the corresponding --model (repeat in the same order).
     #[arg(long)]
     pub alias: Vec<String>,
@@ -137,6 +145,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             input: args.guardrails.iter().any(|s| s == "input"),
             output: args.guardrails.iter().any(|s| s == "output"),
         });
+    if let Some(dir) = &args.models_dir {
+        builder = builder.models_dir(dir.clone(), args.device, args.ctx_size);
+    }
+    if let Some(secs) = args.idle_unload {
+        builder = builder.idle_unload(std::time::Duration::from_secs(secs as u64));
+    }
     if args.max_batch.is_some() || args.batch_timeout_ms.is_some() {
         builder = builder.batch_scheduler(BatchConfig {
             max_batch_size: args.max_batch.unwrap_or(args.parallel),
@@ -155,12 +169,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let named_guard = guard_path.is_some() && path.canonicalize().ok() == guard_path;
         let guardian = guard_path.is_none() && is_guardian(&model);
         guard_served |= named_guard || guardian;
-        builder =
-            builder.model(ModelSpec { id, model, chat: true, guard: named_guard || guardian, n_ctx: args.ctx_size, draft: draft.clone() });
+        let spec = ModelSpec { id, model, chat: true, guard: named_guard || guardian, n_ctx: args.ctx_size, draft: draft.clone() };
+        builder = builder.model_file(spec, path.clone());
     }
     if let (Some(path), false) = (&args.guard, guard_served) {
         let model = Arc::new(load_model(path, args.device)?);
-        builder = builder.model(ModelSpec { id: id_of(path), model, chat: false, guard: true, n_ctx: args.ctx_size, draft: None });
+        let spec = ModelSpec { id: id_of(path), model, chat: false, guard: true, n_ctx: args.ctx_size, draft: None };
+        builder = builder.model_file(spec, path.clone());
     }
     let server = builder.build().map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the runtime")?;
@@ -179,6 +194,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             let names: Vec<&str> = p.names().collect();
             let default = p.default_policy().map_or(String::new(), |d| format!(" (default {})", d.name));
             eprintln!("guard policies: {}{default}", names.join(", "));
+        }
+        if let Some(dir) = &args.models_dir {
+            eprintln!("loading models of {} on request (POST /v1/models)", dir.display());
         }
         eprintln!("listening on http://{addr}");
         let server = Arc::new(server);

@@ -84,6 +84,15 @@ impl ApiError {
         }
     }
 
+    /// 409: the request clashes with what the server holds (a model id already loaded).
+    pub fn conflict(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            param: Some(param.into()),
+            code: Some("conflict"),
+            ..ApiError::new(StatusCode::CONFLICT, "invalid_request_error", message)
+        }
+    }
+
     pub fn route_not_found(method: &hyper::Method, path: &str) -> ApiError {
         ApiError { code: Some("not_found"), ..ApiError::new(StatusCode::NOT_FOUND, "not_found_error", format!("no route {method} {path}")) }
     }

@@ -153,6 +153,17 @@ impl SseSender {
         self.send(Bytes::from(line)).await
     }
 
+    /// Bytes of another stream, passed on as they are.
+    pub async fn send_raw(&self, bytes: Bytes) -> bool {
+        self.send(bytes).await
+    }
+
+    /// An SSE comment line (`: text`), sent only if the stream has room for it now (a note on
+    /// progress that may be skipped).
+    pub fn try_comment(&self, text: &str) {
+        let _ = self.tx.try_send(Bytes::from(format!(": {}\n\n", text.replace(['\n', '\r'], " "))));
+    }
+
     /// The closing `data: [DONE]` event.
     pub async fn done(&self) -> bool {
         self.send(Bytes::from_static(b"data: [DONE]\n\n")).await

@@ -16,37 +16,41 @@ pub mod error;
 pub mod guard_queue;
 pub mod http;
 pub mod metrics;
+pub mod model_loader;
 pub mod openapi;
 pub mod params;
 pub mod protocol;
 pub mod registry;
 pub mod response_store;
+mod router;
 mod routes;
 pub mod worker;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
-use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, Policies};
+use engine::backend::Device;
+use engine::guard::{GenericPrompt, Policies};
 use engine::model::Model;
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response};
+use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::batch_scheduler::{BatchConfig, BatchScheduler};
 use crate::error::ApiError;
-use crate::http::{anthropic_error_response, error_response, ok_json, read_body, text_response, Body};
+use crate::http::Body;
 use crate::metrics::{Metrics, DEFAULT_LATENCY_BUCKETS};
+use crate::model_loader::{start_entry, EntrySettings, LoadSpec, Loader, Role};
 pub use crate::registry::ModelEntry;
 use crate::registry::Registry;
 use crate::response_store::ResponseStore;
-use crate::routes::guard::GuardRoute;
-use crate::worker::{Generation, LoopConfig, SeqSpec, Worker};
+use crate::worker::{Generation, LoopConfig, SeqSpec};
 
 pub use crate::error::ApiError as Error;
 pub use crate::routes::guardrails::ServerGuardrails;
@@ -75,6 +79,8 @@ pub struct AppState {
     pub guardrails: ServerGuardrails,
     /// The Responses API's stored responses.
     pub responses: ResponseStore,
+    /// Models loaded and unloaded at run time.
+    pub loader: Loader,
 }
 
 /// The batch scheduler of non-streaming generations: a batch's requests are submitted to their
@@ -141,7 +147,12 @@ pub struct ModelSpec {
 
 #[derive(Default)]
 pub struct ServerBuilder {
-    models: Vec<ModelSpec>,
+    /// Each model with its file, when known (it can then be unloaded when idle and loaded again).
+    models: Vec<(ModelSpec, Option<PathBuf>)>,
+    models_dir: Option<PathBuf>,
+    idle_unload: Option<Duration>,
+    runtime_ctx: Option<usize>,
+    device: Device,
     api_key: Option<String>,
     latency_buckets: Option<Vec<f64>>,
     max_body: Option<usize>,
@@ -203,7 +214,31 @@ impl ServerBuilder {
     }
 
     pub fn model(mut self, spec: ModelSpec) -> Self {
-        self.models.push(spec);
+        self.models.push((spec, None));
+        self
+    }
+
+    /// A model read from `path`: with [`ServerBuilder::idle_unload`] it is unloaded when idle
+    /// and read again when a request names it.
+    pub fn model_file(mut self, spec: ModelSpec, path: PathBuf) -> Self {
+        self.models.push((spec, Some(path)));
+        self
+    }
+
+    /// `POST /v1/models` loads GGUF files of this directory (named by file name only), on
+    /// `device`, with context `n_ctx` unless the request names one (`None`: the model's, at
+    /// most 4096).
+    pub fn models_dir(mut self, dir: PathBuf, device: Device, n_ctx: Option<usize>) -> Self {
+        self.models_dir = Some(dir);
+        self.device = device;
+        self.runtime_ctx = n_ctx;
+        self
+    }
+
+    /// Unloads a model nobody used for `after` (models with a known file that do not guard);
+    /// the next request that names it loads it again and waits for it.
+    pub fn idle_unload(mut self, after: Duration) -> Self {
+        self.idle_unload = Some(after);
         self
     }
 
@@ -232,74 +267,45 @@ impl ServerBuilder {
 
     /// Starts an engine thread per model.
     pub fn build(self) -> Result<Server, String> {
-        if self.models.is_empty() {
+        if self.models.is_empty() && self.models_dir.is_none() {
             return Err("no model to serve".into());
         }
-        if (self.guardrails.input || self.guardrails.output) && !self.models.iter().any(|m| m.guard) {
+        if (self.guardrails.input || self.guardrails.output) && !self.models.iter().any(|(m, _)| m.guard) {
             return Err("--guardrails needs a guard model (--guard)".into());
         }
         let registry = Registry::default();
         let buckets = self.latency_buckets.unwrap_or_else(|| DEFAULT_LATENCY_BUCKETS.to_vec());
-        let metrics = Metrics::new(&buckets, self.models.iter().any(|m| m.guard));
+        let metrics = Metrics::new(&buckets, self.models.iter().any(|(m, _)| m.guard));
         let created = routes::generation::unix_now();
-        for spec in self.models {
+        let settings = EntrySettings {
+            scheduling: self.scheduling,
+            generic_prompt: self.generic_prompt,
+            guard_prompt_cache_bytes: self.guard_prompt_cache_bytes.unwrap_or(engine::guard::DEFAULT_PROMPT_CACHE_BYTES),
+            n_ctx: self.runtime_ctx,
+            device: self.device,
+        };
+        for (spec, path) in self.models {
             if registry.get(&spec.id).is_ok() {
                 return Err(format!("two models have the id `{}`: name one with --alias", spec.id));
             }
-            let evaluator = if spec.guard {
-                Some(Arc::new(
-                    Evaluator::from_model(
-                        spec.model.clone(),
-                        EvaluatorOptions {
-                            device: spec.model.device(),
-                            generic_prompt: self.generic_prompt,
-                            prompt_cache_bytes: self.guard_prompt_cache_bytes.unwrap_or(engine::guard::DEFAULT_PROMPT_CACHE_BYTES),
-                            ..EvaluatorOptions::default()
-                        },
-                    )
-                    .map_err(|e| format!("{}: {e}", spec.id))?,
-                ))
-            } else {
-                None
-            };
-            if let Some(d) = &spec.draft {
-                engine::generate::check_same_vocabulary(&spec.model, d).map_err(|e| format!("{}: {e}", spec.id))?;
-            }
-            let n_ctx = spec.n_ctx.unwrap_or_else(|| default_ctx(&spec.model));
-            let sc = self.scheduling;
-            let config = LoopConfig {
-                parallel: sc.parallel,
-                queue: sc.queue,
-                prefill_chunk: sc.prefill_chunk,
-                cache_entries: sc.cache_entries,
-                kv_positions: sc.kv_positions,
-                ..LoopConfig::new(n_ctx)
-            };
-            let guard_format = evaluator.as_ref().map(|ev| {
-                if ev.prompter().is_guardian() {
-                    ev.default_format().to_string()
+            let source = path.map(|path| LoadSpec {
+                id: spec.id.clone(),
+                path,
+                role: if spec.guard {
+                    Role::Guard
+                } else if spec.chat {
+                    Role::Chat
                 } else {
-                    format!("generic/{}", ev.prompter().generic_prompt().name())
-                }
+                    Role::Embedding
+                },
+                n_ctx: spec.n_ctx,
+                draft: spec.draft.clone(),
             });
-            let digest = spec.guard.then(|| audit::ModelDigest::start(&spec.model));
-            let worker = Worker::start(&spec.id, spec.model.clone(), config, evaluator, spec.draft, metrics.for_model(&spec.id))?;
-            registry.insert(ModelEntry {
-                id: spec.id,
-                created,
-                model: spec.model,
-                worker,
-                guard: spec.guard,
-                generates: spec.chat,
-                n_ctx,
-                digest,
-                guard_format,
-                guard_queue: Arc::new(guard_queue::GuardQueue::new(
-                    metrics.requests_cancelled.clone(),
-                    metrics.guard_batch_requests.clone(),
-                )),
-            });
+            let mut entry = start_entry(spec, &settings, &metrics, created)?;
+            entry.source = source;
+            registry.insert(entry);
         }
+        let loader = Loader::new(self.models_dir, self.idle_unload, settings)?;
         let state = Arc::new(AppState {
             registry,
             metrics,
@@ -309,6 +315,7 @@ impl ServerBuilder {
             created,
             policies: self.policies,
             guardrails: self.guardrails,
+            loader,
             responses: ResponseStore::new(self.responses_store.unwrap_or(response_store::DEFAULT_CAPACITY)),
             batcher: self.batch.map(|config| {
                 let b = BatchScheduler::new(config, routes::generation::submit_batch);
@@ -348,7 +355,7 @@ impl hyper::service::Service<Request<Incoming>> for Handler {
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let state = self.state.clone();
-        Box::pin(async move { Ok(handle(state, req).await) })
+        Box::pin(async move { Ok(router::handle(state, req).await) })
     }
 }
 
@@ -370,6 +377,19 @@ impl Server {
     pub async fn serve(&self, listener: TcpListener) -> std::io::Result<()> {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         let mut closed = self.shutdown.subscribe();
+        let sweeper = self.state.loader.idle_unload().map(|idle| {
+            let state = self.state.clone();
+            // a model is unloaded at most a quarter of its idle time late
+            let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let s = state.clone();
+                    // unloading frees the model's memory: off the async threads
+                    let _ = tokio::task::spawn_blocking(move || model_loader::sweep(&s)).await;
+                }
+            })
+        });
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
@@ -391,6 +411,9 @@ impl Server {
                 _ = closed.changed() => break,
             }
         }
+        if let Some(sweeper) = sweeper {
+            sweeper.abort();
+        }
         tracing::info!("shutting down: waiting for open requests");
         graceful.shutdown().await;
         if let Some(batcher) = self.state.batcher.clone() {
@@ -409,179 +432,5 @@ impl Server {
         let listener = TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         Ok((listener, local))
-    }
-}
-
-async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<Body> {
-    let start = Instant::now();
-    let (method, path) = (req.method().clone(), req.uri().path().to_string());
-    // the body stays in the request until a route takes it
-    let mut req = req.map(Some);
-    let outcome = route(&state, &mut req).await;
-    if let Some(unread) = req.body_mut().take() {
-        // Answered without reading the body (401, 404, 405, ...): read it anyway, within the size
-        // limit, so that the connection stays in step and a client still sending it gets the
-        // answer rather than a broken pipe.
-        let _ = read_body(unread, state.max_body).await;
-    }
-    let response = match outcome {
-        Ok(r) => r,
-        Err(e) => {
-            if e.status.is_server_error() {
-                tracing::warn!("{method} {path}: {} {}", e.status, e.message);
-            }
-            match path.starts_with("/v1/messages") {
-                true => anthropic_error_response(&e),
-                false => error_response(&e),
-            }
-        }
-    };
-    tracing::debug!("{method} {path} -> {} in {:.1} ms", response.status(), start.elapsed().as_secs_f64() * 1e3);
-    state.metrics.requests.inc();
-    state.metrics.request_latency_ms.observe(start.elapsed().as_secs_f64() * 1e3);
-    response
-}
-
-fn allow(method: &Method, path: &str, allowed: &[Method]) -> Result<(), ApiError> {
-    if allowed.contains(method) {
-        Ok(())
-    } else {
-        let names: Vec<&str> = allowed.iter().map(Method::as_str).collect();
-        Err(ApiError::method_not_allowed(method, path, &names.join(", ")))
-    }
-}
-
-fn check_key(state: &AppState, headers: &hyper::HeaderMap) -> Result<(), ApiError> {
-    let Some(key) = &state.api_key else { return Ok(()) };
-    // OpenAI's `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`
-    let bearer = headers.get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    let given = bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
-    if given.map(str::trim) == Some(key.as_str()) {
-        Ok(())
-    } else {
-        Err(ApiError::unauthorized())
-    }
-}
-
-/// The request's body as a JSON object, under the size limit.
-async fn json_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
-    http::parse_object(&take_body(state, req).await?)
-}
-
-/// Reads the request's body, under the size limit (once: the request keeps no copy).
-async fn take_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Result<bytes::Bytes, ApiError> {
-    let body = req.body_mut().take().ok_or_else(|| ApiError::server("the request body was already read"))?;
-    read_body(body, state.max_body).await
-}
-
-/// llama-server's token utilities (outside `/v1`, as there, and keyed like `/v1`).
-const TOKEN_ROUTES: [&str; 3] = ["/tokenize", "/detokenize", "/apply-template"];
-
-async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Result<Response<Body>, ApiError> {
-    let method = req.method().clone();
-    let path = req.uri().path().trim_end_matches('/').to_string();
-    if path.starts_with("/v1/") || TOKEN_ROUTES.contains(&path.as_str()) {
-        check_key(state, req.headers())?;
-    }
-    let guard_route = match path.as_str() {
-        "/v1/guard" => Some(GuardRoute::Evaluate),
-        "/v1/guard/scan" => Some(GuardRoute::Scan),
-        "/v1/guard/batch" => Some(GuardRoute::Batch),
-        _ => None,
-    };
-    match path.as_str() {
-        "/health" => {
-            allow(&method, &path, &[Method::GET])?;
-            Ok(ok_json(&serde_json::json!({"status": "ok"})))
-        }
-        "/metrics" => {
-            allow(&method, &path, &[Method::GET])?;
-            Ok(text_response("application/openmetrics-text; version=1.0.0; charset=utf-8", state.metrics.render()))
-        }
-        "/openapi.yaml" => {
-            allow(&method, &path, &[Method::GET])?;
-            Ok(text_response("application/yaml", openapi::document(state)))
-        }
-        "/v1/models" => {
-            allow(&method, &path, &[Method::GET])?;
-            routes::models::list(state)
-        }
-        p if p.starts_with("/v1/models/") => {
-            let id = &p["/v1/models/".len()..];
-            allow(&method, &path, &[Method::GET, Method::DELETE])?;
-            if method == Method::GET {
-                routes::models::get(state, id)
-            } else {
-                routes::models::delete(state, id)
-            }
-        }
-        "/tokenize" => {
-            allow(&method, &path, &[Method::POST])?;
-            routes::tokens::tokenize(state, json_body(state, req).await?)
-        }
-        "/detokenize" => {
-            allow(&method, &path, &[Method::POST])?;
-            routes::tokens::detokenize(state, json_body(state, req).await?)
-        }
-        "/apply-template" => {
-            allow(&method, &path, &[Method::POST])?;
-            routes::tokens::apply_template(state, json_body(state, req).await?)
-        }
-        "/v1/responses" => {
-            allow(&method, &path, &[Method::POST])?;
-            let body = json_body(state, req).await?;
-            routes::responses::create(state, body).await
-        }
-        p if p.starts_with("/v1/responses/") => {
-            let id = &p["/v1/responses/".len()..];
-            allow(&method, &path, &[Method::GET, Method::DELETE])?;
-            if method == Method::GET {
-                routes::responses::get(state, id)
-            } else {
-                routes::responses::delete(state, id)
-            }
-        }
-        "/v1/messages" => {
-            allow(&method, &path, &[Method::POST])?;
-            let body = json_body(state, req).await?;
-            routes::messages::create(state, body).await
-        }
-        "/v1/messages/count_tokens" => {
-            allow(&method, &path, &[Method::POST])?;
-            routes::messages::count_tokens(state, json_body(state, req).await?)
-        }
-        "/v1/chat/completions" => {
-            allow(&method, &path, &[Method::POST])?;
-            let body = json_body(state, req).await?;
-            routes::chat::handle(state, body).await
-        }
-        "/v1/completions" => {
-            allow(&method, &path, &[Method::POST])?;
-            let body = json_body(state, req).await?;
-            routes::completions::handle(state, body).await
-        }
-        "/v1/embeddings" => {
-            allow(&method, &path, &[Method::POST])?;
-            let body = json_body(state, req).await?;
-            routes::embeddings::handle(state, body).await
-        }
-        "/v1/audio/transcriptions" if state.transcriber.is_some() => {
-            allow(&method, &path, &[Method::POST])?;
-            let backend = state.transcriber.clone().expect("matched");
-            let boundary = routes::transcriptions::boundary(req.headers().get(hyper::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()))?;
-            let body = take_body(state, req).await?;
-            routes::transcriptions::handle(backend, boundary, body).await
-        }
-        "/v1/moderations" if state.registry.has_guard() => {
-            allow(&method, &path, &[Method::POST])?;
-            let body = json_body(state, req).await?;
-            routes::moderations::handle(state, body).await
-        }
-        _ if guard_route.is_some() && state.registry.has_guard() => {
-            allow(&method, &path, &[Method::POST])?;
-            let body = json_body(state, req).await?;
-            routes::guard::handle(state, guard_route.expect("matched"), body).await
-        }
-        _ => Err(ApiError::route_not_found(&method, &path)),
     }
 }

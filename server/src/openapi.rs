@@ -1,6 +1,7 @@
 //! The served OpenAPI document: `openapi.yaml` as written, narrowed to this server — the model
 //! id schemas become enums of the loaded models, and routes that are off (the guard without a
-//! guard model, transcriptions without a backend) are left out.
+//! guard model, transcriptions without a backend, loading models without a models directory)
+//! are left out.
 
 use crate::AppState;
 
@@ -33,7 +34,33 @@ pub fn document(state: &AppState) -> String {
     if !state.has_transcriber() {
         doc = without_path(&doc, "/v1/audio/transcriptions");
     }
+    if !state.loader.loads() {
+        doc = without_operation(&doc, "/v1/models", "post");
+    }
     doc
+}
+
+/// `doc` without the `method` operation of `path` (its line and the lines indented under it).
+fn without_operation(doc: &str, path: &str, method: &str) -> String {
+    let (header, operation) = (format!("  {path}:"), format!("    {method}:"));
+    let mut out = String::with_capacity(doc.len());
+    let (mut in_path, mut skipping) = (false, false);
+    for line in doc.lines() {
+        if line.starts_with("  /") || !line.starts_with(' ') {
+            in_path = line == header;
+        }
+        if skipping && !line.starts_with("     ") {
+            skipping = false;
+        }
+        if in_path && line == operation {
+            skipping = true;
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// `doc` without the block of `path` under `paths:` (from its line to the next path or
@@ -67,5 +94,11 @@ mod tests {
         let doc = "paths:\n  /a:\n    get: {}\n  /b:\n    post:\n      x: 1\n  /c:\n    get: {}\ncomponents: {}\n";
         assert_eq!(without_path(doc, "/b"), "paths:\n  /a:\n    get: {}\n  /c:\n    get: {}\ncomponents: {}\n");
         assert_eq!(without_path(doc, "/c"), "paths:\n  /a:\n    get: {}\n  /b:\n    post:\n      x: 1\ncomponents: {}\n");
+    }
+
+    #[test]
+    fn an_operation_is_removed_whole_and_only_from_its_path() {
+        let doc = "paths:\n  /a:\n    get: {}\n    post:\n      x: 1\n  /b:\n    post:\n      y: 2\ncomponents: {}\n";
+        assert_eq!(without_operation(doc, "/a", "post"), "paths:\n  /a:\n    get: {}\n  /b:\n    post:\n      y: 2\ncomponents: {}\n");
     }
 }

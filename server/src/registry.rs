@@ -1,9 +1,11 @@
 //! The loaded models by id: each with its engine thread, what `/v1/models` says of it, and
-//! whether it serves chat / completions, embeddings, or guard requests. DELETE removes an entry:
-//! requests already holding it finish, later ones get 404.
+//! whether it serves chat / completions, embeddings, or guard requests. DELETE (and idle
+//! unloading) removes an entry: requests already holding it finish, later ones get 404 (or, for
+//! a parked model, load it again).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use engine::model::Model;
 use serde_json::{json, Value};
@@ -11,6 +13,7 @@ use serde_json::{json, Value};
 use crate::audit::ModelDigest;
 use crate::error::ApiError;
 use crate::guard_queue::GuardQueue;
+use crate::model_loader::LoadSpec;
 use crate::worker::Worker;
 
 pub struct ModelEntry {
@@ -29,6 +32,8 @@ pub struct ModelEntry {
     pub guard_format: Option<String>,
     /// Moderation and batch requests waiting to be judged together.
     pub guard_queue: Arc<GuardQueue>,
+    /// Its file and role, when it can be loaded again (idle unloading parks only these).
+    pub source: Option<LoadSpec>,
 }
 
 impl ModelEntry {
@@ -52,6 +57,7 @@ impl ModelEntry {
             "architecture": c.arch,
             "context_length": self.n_ctx,
             "capabilities": capabilities,
+            "status": "loaded",
         })
     }
 }
@@ -62,8 +68,18 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn insert(&self, entry: ModelEntry) {
-        self.models.write().expect("registry lock").insert(entry.id.clone(), Arc::new(entry));
+    pub fn insert(&self, entry: ModelEntry) -> Arc<ModelEntry> {
+        let entry = Arc::new(entry);
+        self.models.write().expect("registry lock").insert(entry.id.clone(), entry.clone());
+        entry
+    }
+
+    /// Removes `id` if its model has had no work for `idle` and no request holds its entry
+    /// (checked under the lock, so that a request holding it keeps finding it).
+    pub fn remove_if_idle(&self, id: &str, idle: Duration) -> bool {
+        let mut models = self.models.write().expect("registry lock");
+        let unused = models.get(id).is_some_and(|e| Arc::strong_count(e) == 1 && e.worker.idle_for().is_some_and(|d| d >= idle));
+        unused && models.remove(id).is_some()
     }
 
     pub fn get(&self, id: &str) -> Result<Arc<ModelEntry>, ApiError> {

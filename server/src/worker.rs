@@ -4,9 +4,10 @@
 //! the next step). Prompt rendering and grammar compilation happen on the caller's thread, so
 //! the engine thread only runs forward passes.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use engine::chat::ChatTemplate;
 use engine::generate::Completion;
@@ -64,6 +65,9 @@ pub struct Worker {
     tx: Sender<Msg>,
     /// Requests submitted and not finished (running or waiting).
     outstanding: Arc<AtomicUsize>,
+    /// When the worker started, and when it was last given work (milliseconds after that).
+    started: Instant,
+    last_used_ms: AtomicU64,
     limit: usize,
     config: LoopConfig,
     template: Arc<ChatTemplate>,
@@ -94,7 +98,33 @@ impl Worker {
             .spawn(move || engine_loop.run())
             .map_err(|e| format!("{id}: cannot start the engine thread: {e}"))?;
         let limit = config.parallel + config.queue;
-        Ok(Worker { tx, outstanding, limit, config, template, grammar: Mutex::new(None), model })
+        Ok(Worker {
+            tx,
+            outstanding,
+            started: Instant::now(),
+            last_used_ms: AtomicU64::new(0),
+            limit,
+            config,
+            template,
+            grammar: Mutex::new(None),
+            model,
+        })
+    }
+
+    /// How long the model has had no work, or `None` while it has some. Work counts as use
+    /// when it is given and whenever this finds it still running (so a long request ends its
+    /// model's idle time at most one look late).
+    pub fn idle_for(&self) -> Option<Duration> {
+        if self.outstanding.load(Ordering::Relaxed) > 0 {
+            self.touch();
+            return None;
+        }
+        let last = Duration::from_millis(self.last_used_ms.load(Ordering::Relaxed));
+        Some(self.started.elapsed().saturating_sub(last))
+    }
+
+    fn touch(&self) {
+        self.last_used_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
     pub fn config(&self) -> &LoopConfig {
@@ -124,12 +154,14 @@ impl Worker {
     /// Queues an exclusive job nobody waits on (it reports through channels of its own, to
     /// requests that hold their own places: the job itself is never refused).
     pub(crate) fn submit(&self, job: Job) -> Result<(), ApiError> {
+        self.touch();
         self.outstanding.fetch_add(1, Ordering::Relaxed);
         let ticket = Ticket(self.outstanding.clone());
         self.tx.send(Msg::Job { job, cancel: Cancel::default(), ticket }).map_err(|_| ApiError::server("the engine thread stopped"))
     }
 
     fn ticket(&self) -> Result<Ticket, ApiError> {
+        self.touch();
         let before = self.outstanding.fetch_add(1, Ordering::Relaxed);
         let ticket = Ticket(self.outstanding.clone());
         if before >= self.limit {

@@ -1,0 +1,48 @@
+//! `engine-cli serve` flags for models managed at run time: `--models-dir` alone (no `--model`)
+//! serves what `POST /v1/models` loads from it, `--idle-unload` unloads an idle model and loads it
+//! again for the next request; a models directory that does not exist stops the server at start.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use engine_tests::{fixture, ServeProcess};
+use reqwest::blocking::Client;
+use serde_json::{json, Value};
+
+fn engine_cli() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_engine-cli"))
+}
+
+#[test]
+fn a_models_directory_alone_serves_what_is_loaded_from_it_and_idle_models_are_unloaded() {
+    let dir = fixture("models");
+    let args = ["--models-dir".as_ref(), dir.as_os_str(), "--idle-unload".as_ref(), "1".as_ref(), "-c".as_ref(), "256".as_ref()];
+    let server = ServeProcess::start(engine_cli(), &args);
+    let c = Client::new();
+    let models: Value = c.get(format!("{}/v1/models", server.base)).send().unwrap().json().unwrap();
+    assert_eq!(models["data"], json!([]));
+    let loaded: Value =
+        c.post(format!("{}/v1/models", server.base)).json(&json!({"model": "tiny-llama-Q8_0"})).send().unwrap().json().unwrap();
+    assert_eq!((loaded["id"].as_str(), loaded["context_length"].as_u64()), (Some("tiny-llama-Q8_0"), Some(256)), "{loaded}");
+    let chat = json!({"model": "tiny-llama-Q8_0", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0});
+    let first: Value = c.post(format!("{}/v1/chat/completions", server.base)).json(&chat).send().unwrap().json().unwrap();
+    let status = || c.get(format!("{}/v1/models/tiny-llama-Q8_0", server.base)).send().unwrap().json::<Value>().unwrap()["status"].clone();
+    let mut waited = Duration::ZERO;
+    while status() != "unloaded" {
+        assert!(waited < Duration::from_secs(10), "not unloaded after {waited:?}");
+        std::thread::sleep(Duration::from_millis(200));
+        waited += Duration::from_millis(200);
+    }
+    let again: Value = c.post(format!("{}/v1/chat/completions", server.base)).json(&chat).send().unwrap().json().unwrap();
+    assert_eq!(again["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"], "{again}");
+}
+
+#[test]
+fn a_models_directory_that_is_not_there_is_an_error_at_start() {
+    let out = Command::new(engine_cli()).args(["serve", "--port", "0", "--models-dir", "/nonexistent/models"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--models-dir /nonexistent/models"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}

@@ -1,0 +1,318 @@
+//! Models started, loaded and unloaded while the server runs. [`start_entry`] starts a model's
+//! engine thread (at start-up and later alike). `POST /v1/models` loads a GGUF of the models
+//! directory (`--models-dir`: a bare file name, never a path) with its role. With
+//! `--idle-unload` a model nobody used for that long is unloaded but kept in mind (parked: its
+//! file and settings), and the next request that names it loads it again and waits for it; a
+//! stream answers at once and sends progress comments while it waits (see `router.rs`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use engine::backend::Device;
+use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt};
+use engine::model::Model;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::registry::ModelEntry;
+use crate::worker::{LoopConfig, Worker};
+use crate::{audit, default_ctx, guard_queue, AppState, ModelSpec, Scheduling};
+
+/// What every model's engine thread is started with.
+#[derive(Clone, Debug)]
+pub struct EntrySettings {
+    pub scheduling: Scheduling,
+    pub generic_prompt: GenericPrompt,
+    pub guard_prompt_cache_bytes: usize,
+    /// The context of a model loaded at run time that names none (`-c`).
+    pub n_ctx: Option<usize>,
+    /// Where models loaded at run time go.
+    pub device: Device,
+}
+
+/// Starts `spec`'s engine thread (and its guard evaluator when it guards).
+pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics, created: u64) -> Result<ModelEntry, String> {
+    let evaluator = if spec.guard {
+        let options = EvaluatorOptions {
+            device: spec.model.device(),
+            generic_prompt: settings.generic_prompt,
+            prompt_cache_bytes: settings.guard_prompt_cache_bytes,
+            ..EvaluatorOptions::default()
+        };
+        Some(Arc::new(Evaluator::from_model(spec.model.clone(), options).map_err(|e| format!("{}: {e}", spec.id))?))
+    } else {
+        None
+    };
+    if let Some(d) = &spec.draft {
+        engine::generate::check_same_vocabulary(&spec.model, d).map_err(|e| format!("{}: {e}", spec.id))?;
+    }
+    let n_ctx = spec.n_ctx.unwrap_or_else(|| default_ctx(&spec.model));
+    let sc = settings.scheduling;
+    let config = LoopConfig {
+        parallel: sc.parallel,
+        queue: sc.queue,
+        prefill_chunk: sc.prefill_chunk,
+        cache_entries: sc.cache_entries,
+        kv_positions: sc.kv_positions,
+        ..LoopConfig::new(n_ctx)
+    };
+    let guard_format = evaluator.as_ref().map(|ev| {
+        if ev.prompter().is_guardian() {
+            ev.default_format().to_string()
+        } else {
+            format!("generic/{}", ev.prompter().generic_prompt().name())
+        }
+    });
+    let digest = spec.guard.then(|| audit::ModelDigest::start(&spec.model));
+    let worker = Worker::start(&spec.id, spec.model.clone(), config, evaluator, spec.draft, metrics.for_model(&spec.id))?;
+    Ok(ModelEntry {
+        id: spec.id,
+        created,
+        model: spec.model,
+        worker,
+        guard: spec.guard,
+        generates: spec.chat,
+        n_ctx,
+        digest,
+        guard_format,
+        guard_queue: Arc::new(guard_queue::GuardQueue::new(metrics.requests_cancelled.clone(), metrics.guard_batch_requests.clone())),
+        source: None,
+    })
+}
+
+/// What a model serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Chat and text completions (and embeddings).
+    Chat,
+    /// Embeddings only (an encoder such as BERT, or a decoder used for its hidden states).
+    Embedding,
+    /// The guard routes (a Granite Guardian model, or a chat model through the generic path).
+    Guard,
+}
+
+impl Role {
+    fn parse(name: &str) -> Result<Role, ApiError> {
+        match name {
+            "chat" => Ok(Role::Chat),
+            "embedding" => Ok(Role::Embedding),
+            "guard" => Ok(Role::Guard),
+            "transcription" | "projector" => Err(ApiError::invalid_param(
+                "role",
+                format!("role {name:?} is not served by this build: speech-to-text and vision models are not supported yet"),
+            )),
+            other => Err(ApiError::invalid_param("role", format!("role must be chat, embedding or guard, got {other:?}"))),
+        }
+    }
+}
+
+/// How to load a model again: its file and what it serves.
+#[derive(Clone, Debug)]
+pub struct LoadSpec {
+    pub id: String,
+    pub path: PathBuf,
+    pub role: Role,
+    pub n_ctx: Option<usize>,
+    /// A draft model for its completions (models given at start-up with `--draft`).
+    pub draft: Option<Arc<Model>>,
+}
+
+/// A model unloaded for idleness: loaded again by the next request that names it.
+struct Parked {
+    spec: LoadSpec,
+    created: u64,
+    /// Held while it loads: the requests that wait for it wait for one load.
+    reload: tokio::sync::Mutex<()>,
+}
+
+pub struct Loader {
+    /// The models directory, canonical (`None`: `POST /v1/models` is off).
+    dir: Option<PathBuf>,
+    idle: Option<Duration>,
+    parked: Mutex<BTreeMap<String, Arc<Parked>>>,
+    /// Ids being loaded by `POST /v1/models` (a second load of one is a 409).
+    loading: Mutex<BTreeSet<String>>,
+    pub settings: EntrySettings,
+}
+
+impl Loader {
+    pub fn new(dir: Option<PathBuf>, idle: Option<Duration>, settings: EntrySettings) -> Result<Loader, String> {
+        let dir = dir.map(|d| d.canonicalize().map_err(|e| format!("--models-dir {}: {e}", d.display()))).transpose()?;
+        if dir.as_ref().is_some_and(|d| !d.is_dir()) {
+            return Err(format!("--models-dir {}: not a directory", dir.unwrap_or_default().display()));
+        }
+        Ok(Loader { dir, idle, parked: Mutex::default(), loading: Mutex::default(), settings })
+    }
+
+    pub fn loads(&self) -> bool {
+        self.dir.is_some()
+    }
+
+    pub fn idle_unload(&self) -> Option<Duration> {
+        self.idle
+    }
+
+    /// The file a request names: a bare `.gguf` file name (the extension may be left out) of
+    /// the models directory, itself inside it once links are followed.
+    fn resolve(&self, name: &str) -> Result<PathBuf, ApiError> {
+        let dir =
+            self.dir.as_ref().ok_or_else(|| ApiError::invalid("this server loads no models at run time: start it with --models-dir"))?;
+        let bad = |why: &str| ApiError::invalid_param("model", format!("model must be a file name of the models directory: {why}"));
+        if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\', '\0']) || name.contains("..") {
+            return Err(bad("no paths, no names starting with a dot"));
+        }
+        let file = if name.ends_with(".gguf") { name.to_string() } else { format!("{name}.gguf") };
+        let path = dir.join(&file);
+        let real = path.canonicalize().map_err(|_| ApiError::not_found("model", format!("the models directory has no file {file:?}")))?;
+        if !real.starts_with(dir) || !real.is_file() {
+            return Err(bad("it leads outside the directory, or is not a file"));
+        }
+        Ok(real)
+    }
+
+    /// Models unloaded for idleness, as `/v1/models` lists them.
+    pub fn parked_models(&self) -> Vec<Value> {
+        let parked = self.parked.lock().expect("parked lock");
+        parked
+            .values()
+            .map(|p| json!({"id": p.spec.id, "object": "model", "created": p.created, "owned_by": "local", "status": "unloaded"}))
+            .collect()
+    }
+
+    pub fn is_parked(&self, id: &str) -> bool {
+        self.parked.lock().expect("parked lock").contains_key(id)
+    }
+
+    /// Forgets a parked model (`DELETE /v1/models/{id}`); false when none has that id.
+    pub fn forget(&self, id: &str) -> bool {
+        self.parked.lock().expect("parked lock").remove(id).is_some()
+    }
+}
+
+/// The `POST /v1/models` request.
+#[derive(serde::Deserialize)]
+pub struct LoadRequest {
+    /// A file name of the models directory.
+    pub model: String,
+    /// The id requests will name (default: the file name without `.gguf`).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// chat (default), embedding or guard.
+    #[serde(default)]
+    pub role: Option<String>,
+    #[serde(default)]
+    pub context_length: Option<usize>,
+}
+
+/// Loads a model of the models directory (`POST /v1/models`); its `/v1/models` entry.
+pub async fn load(state: &Arc<AppState>, request: LoadRequest) -> Result<Value, ApiError> {
+    let loader = &state.loader;
+    let path = loader.resolve(&request.model)?;
+    let role = request.role.as_deref().map_or(Ok(Role::Chat), Role::parse)?;
+    let id = request.id.unwrap_or_else(|| request.model.trim_end_matches(".gguf").to_string());
+    if id.is_empty() || id.contains('/') || id.chars().any(char::is_control) {
+        return Err(ApiError::invalid_param("id", "id must be a non-empty name without / or control characters"));
+    }
+    if request.context_length == Some(0) {
+        return Err(ApiError::invalid_param("context_length", "context_length must be at least 1"));
+    }
+    if state.registry.get(&id).is_ok() || loader.is_parked(&id) {
+        return Err(ApiError::conflict("id", format!("a model with the id `{id}` is already loaded: unload it first")));
+    }
+    if !loader.loading.lock().expect("loading lock").insert(id.clone()) {
+        return Err(ApiError::conflict("id", format!("the model `{id}` is being loaded")));
+    }
+    let spec = LoadSpec { id: id.clone(), path, role, n_ctx: request.context_length, draft: None };
+    let loaded = start(state, spec).await;
+    loader.loading.lock().expect("loading lock").remove(&id);
+    let entry = loaded?;
+    tracing::info!("loaded model {id}");
+    Ok(entry.describe())
+}
+
+/// Reads `spec`'s file and starts its engine thread, off the async threads; the entry is in the
+/// registry when this returns.
+async fn start(state: &Arc<AppState>, spec: LoadSpec) -> Result<Arc<ModelEntry>, ApiError> {
+    let st = state.clone();
+    let entry = tokio::task::spawn_blocking(move || -> Result<ModelEntry, ApiError> {
+        let settings = &st.loader.settings;
+        let model = Model::load_on(&spec.path, settings.device)
+            .map_err(|e| ApiError::invalid_param("model", format!("{}: {e}", file_name(&spec.path))))?;
+        if spec.role == Role::Chat && model.config().arch == "bert" {
+            return Err(ApiError::invalid_param("role", "an encoder model (bert) cannot chat: load it with role embedding"));
+        }
+        let model_spec = ModelSpec {
+            id: spec.id.clone(),
+            model: Arc::new(model),
+            chat: spec.role == Role::Chat,
+            guard: spec.role == Role::Guard,
+            n_ctx: spec.n_ctx.or(settings.n_ctx),
+            draft: spec.draft.clone(),
+        };
+        let mut entry = start_entry(model_spec, settings, &st.metrics, crate::routes::generation::unix_now()).map_err(ApiError::invalid)?;
+        entry.source = Some(spec);
+        Ok(entry)
+    })
+    .await
+    .map_err(|e| ApiError::server(format!("loading the model failed: {e}")))??;
+    Ok(state.registry.insert(entry))
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+/// The model `id` held for the request that names it: loaded again first when it was parked
+/// (the request waits; `progress` is called when the load starts and about once a second
+/// after). `None` when no
+/// model has that id (the route answers its own 404).
+pub async fn pin(state: &Arc<AppState>, id: &str, mut progress: impl FnMut(Duration)) -> Result<Option<Arc<ModelEntry>>, ApiError> {
+    if let Ok(entry) = state.registry.get(id) {
+        return Ok(Some(entry));
+    }
+    let Some(parked) = state.loader.parked.lock().expect("parked lock").get(id).cloned() else { return Ok(None) };
+    let started = Instant::now();
+    let _one_load = parked.reload.lock().await;
+    if let Ok(entry) = state.registry.get(id) {
+        // another request loaded it while this one waited
+        return Ok(Some(entry));
+    }
+    progress(started.elapsed());
+    let load = start(state, parked.spec.clone());
+    tokio::pin!(load);
+    let entry = loop {
+        tokio::select! {
+            done = &mut load => break done?,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => progress(started.elapsed()),
+        }
+    };
+    state.loader.parked.lock().expect("parked lock").remove(id);
+    tracing::info!("loaded model {id} again after {:.1} s", started.elapsed().as_secs_f64());
+    Ok(Some(entry))
+}
+
+/// One look for idle models: each model that can be loaded again (it has its file) and does
+/// not guard, idle for `--idle-unload` with nobody holding it, is unloaded and parked.
+pub fn sweep(state: &AppState) {
+    let Some(idle) = state.loader.idle else { return };
+    for entry in state.registry.list() {
+        let Some(spec) = entry.source.clone() else { continue };
+        if entry.guard {
+            // the guardrails and moderations find their guard among the loaded models
+            continue;
+        }
+        let created = entry.created;
+        drop(entry);
+        // parked first, so that a request that no longer finds it loaded finds it parked
+        let parked = Arc::new(Parked { spec: spec.clone(), created, reload: tokio::sync::Mutex::new(()) });
+        state.loader.parked.lock().expect("parked lock").insert(spec.id.clone(), parked);
+        if state.registry.remove_if_idle(&spec.id, idle) {
+            tracing::info!("unloaded model {} (idle for {} s)", spec.id, idle.as_secs());
+        } else {
+            state.loader.parked.lock().expect("parked lock").remove(&spec.id);
+        }
+    }
+}

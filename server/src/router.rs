@@ -1,0 +1,259 @@
+//! The router: each request's key check, method check and route, its body read under the size
+//! limit, and its error answered in the shape of its API (Anthropic's on `/v1/messages*`,
+//! OpenAI's elsewhere).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+use crate::http::{anthropic_error_response, error_response, ok_json, read_body, sse_response, text_response, Body, SseSender};
+use crate::model_loader;
+use crate::routes::guard::GuardRoute;
+use crate::{http, openapi, routes, AppState};
+
+pub(crate) async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<Body> {
+    let start = Instant::now();
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    // the body stays in the request until a route takes it
+    let mut req = req.map(Some);
+    let outcome = route(&state, &mut req).await;
+    if let Some(unread) = req.body_mut().take() {
+        // Answered without reading the body (401, 404, 405, ...): read it anyway, within the size
+        // limit, so that the connection stays in step and a client still sending it gets the
+        // answer rather than a broken pipe.
+        let _ = read_body(unread, state.max_body).await;
+    }
+    let response = match outcome {
+        Ok(r) => r,
+        Err(e) => {
+            if e.status.is_server_error() {
+                tracing::warn!("{method} {path}: {} {}", e.status, e.message);
+            }
+            match path.starts_with("/v1/messages") {
+                true => anthropic_error_response(&e),
+                false => error_response(&e),
+            }
+        }
+    };
+    tracing::debug!("{method} {path} -> {} in {:.1} ms", response.status(), start.elapsed().as_secs_f64() * 1e3);
+    state.metrics.requests.inc();
+    state.metrics.request_latency_ms.observe(start.elapsed().as_secs_f64() * 1e3);
+    response
+}
+
+fn allow(method: &Method, path: &str, allowed: &[Method]) -> Result<(), ApiError> {
+    if allowed.contains(method) {
+        Ok(())
+    } else {
+        let names: Vec<&str> = allowed.iter().map(Method::as_str).collect();
+        Err(ApiError::method_not_allowed(method, path, &names.join(", ")))
+    }
+}
+
+fn check_key(state: &AppState, headers: &hyper::HeaderMap) -> Result<(), ApiError> {
+    let Some(key) = &state.api_key else { return Ok(()) };
+    // OpenAI's `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`
+    let bearer = headers.get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let given = bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
+    if given.map(str::trim) == Some(key.as_str()) {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized())
+    }
+}
+
+/// The request's body as a JSON object, under the size limit.
+async fn json_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
+    http::parse_object(&take_body(state, req).await?)
+}
+
+/// Reads the request's body, under the size limit (once: the request keeps no copy).
+async fn take_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Result<bytes::Bytes, ApiError> {
+    let body = req.body_mut().take().ok_or_else(|| ApiError::server("the request body was already read"))?;
+    read_body(body, state.max_body).await
+}
+
+/// llama-server's token utilities (outside `/v1`, as there, and keyed like `/v1`).
+const TOKEN_ROUTES: [&str; 3] = ["/tokenize", "/detokenize", "/apply-template"];
+
+async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Result<Response<Body>, ApiError> {
+    let method = req.method().clone();
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    if path.starts_with("/v1/") || TOKEN_ROUTES.contains(&path.as_str()) {
+        check_key(state, req.headers())?;
+    }
+    let guard_route = match path.as_str() {
+        "/v1/guard" => Some(GuardRoute::Evaluate),
+        "/v1/guard/scan" => Some(GuardRoute::Scan),
+        "/v1/guard/batch" => Some(GuardRoute::Batch),
+        _ => None,
+    };
+    match path.as_str() {
+        "/health" => {
+            allow(&method, &path, &[Method::GET])?;
+            Ok(ok_json(&serde_json::json!({"status": "ok"})))
+        }
+        "/metrics" => {
+            allow(&method, &path, &[Method::GET])?;
+            Ok(text_response("application/openmetrics-text; version=1.0.0; charset=utf-8", state.metrics.render()))
+        }
+        "/openapi.yaml" => {
+            allow(&method, &path, &[Method::GET])?;
+            Ok(text_response("application/yaml", openapi::document(state)))
+        }
+        "/v1/models" => {
+            // loading at run time is on with --models-dir
+            let methods: &[Method] = if state.loader.loads() { &[Method::GET, Method::POST] } else { &[Method::GET] };
+            allow(&method, &path, methods)?;
+            match method {
+                Method::GET => routes::models::list(state),
+                _ => routes::models::load(state, json_body(state, req).await?).await,
+            }
+        }
+        p if p.starts_with("/v1/models/") => {
+            let id = &p["/v1/models/".len()..];
+            allow(&method, &path, &[Method::GET, Method::DELETE])?;
+            if method == Method::GET {
+                routes::models::get(state, id)
+            } else {
+                routes::models::delete(state, id)
+            }
+        }
+        "/tokenize" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::tokens::tokenize(&s, b) }).await
+        }
+        "/detokenize" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::tokens::detokenize(&s, b) }).await
+        }
+        "/apply-template" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::tokens::apply_template(&s, b) }).await
+        }
+        "/v1/responses" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::responses::create(&s, b).await }).await
+        }
+        p if p.starts_with("/v1/responses/") => {
+            let id = &p["/v1/responses/".len()..];
+            allow(&method, &path, &[Method::GET, Method::DELETE])?;
+            if method == Method::GET {
+                routes::responses::get(state, id)
+            } else {
+                routes::responses::delete(state, id)
+            }
+        }
+        "/v1/messages" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::messages::create(&s, b).await }).await
+        }
+        "/v1/messages/count_tokens" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::messages::count_tokens(&s, b) }).await
+        }
+        "/v1/chat/completions" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::chat::handle(&s, b).await }).await
+        }
+        "/v1/completions" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::completions::handle(&s, b).await }).await
+        }
+        "/v1/embeddings" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::embeddings::handle(&s, b).await }).await
+        }
+        "/v1/audio/transcriptions" if state.transcriber.is_some() => {
+            allow(&method, &path, &[Method::POST])?;
+            let backend = state.transcriber.clone().expect("matched");
+            let boundary = routes::transcriptions::boundary(req.headers().get(hyper::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()))?;
+            let body = take_body(state, req).await?;
+            routes::transcriptions::handle(backend, boundary, body).await
+        }
+        "/v1/moderations" if state.registry.has_guard() => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            routes::moderations::handle(state, body).await
+        }
+        _ if guard_route.is_some() && state.registry.has_guard() => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            routes::guard::handle(state, guard_route.expect("matched"), body).await
+        }
+        _ => Err(ApiError::route_not_found(&method, &path)),
+    }
+}
+
+/// Runs a route whose body names its `model`, holding that model meanwhile (the idle sweep
+/// never unloads a model a request holds). A model unloaded for idleness is loaded again first:
+/// the request waits, and a stream (`stream: true`) is answered at once with comment lines
+/// (`: loading <id> (N s)`, which clients skip) until the route's own stream follows.
+async fn with_model<F, Fut>(state: &Arc<AppState>, path: &str, body: Map<String, Value>, run: F) -> Result<Response<Body>, ApiError>
+where
+    F: FnOnce(Arc<AppState>, Map<String, Value>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Response<Body>, ApiError>> + Send + 'static,
+{
+    let Some(id) = body.get("model").and_then(Value::as_str).map(str::to_string) else { return run(state.clone(), body).await };
+    if !state.loader.is_parked(&id) {
+        let _held = state.registry.get(&id).ok();
+        return run(state.clone(), body).await;
+    }
+    if body.get("stream") != Some(&Value::Bool(true)) {
+        let _held = model_loader::pin(state, &id, |_| {}).await?;
+        return run(state.clone(), body).await;
+    }
+    let (response, sse) = sse_response();
+    let (state, path) = (state.clone(), path.to_string());
+    tokio::spawn(async move {
+        let progress = |waited: Duration| sse.try_comment(&format!("loading {id} ({} s)", waited.as_secs()));
+        let _held = match model_loader::pin(&state, &id, progress).await {
+            Ok(held) => held,
+            Err(e) => return stream_error(&sse, &path, &e).await,
+        };
+        match run(state.clone(), body).await {
+            Ok(r) => {
+                let mut body = r.into_body();
+                while let Some(Ok(frame)) = body.frame().await {
+                    if let Ok(data) = frame.into_data() {
+                        if !sse.send_raw(data).await {
+                            return;
+                        }
+                    }
+                }
+            }
+            Err(e) => stream_error(&sse, &path, &e).await,
+        }
+    });
+    Ok(response)
+}
+
+/// A refusal sent on a stream already answered: as the route's API writes errors in a stream.
+async fn stream_error(sse: &SseSender, path: &str, e: &ApiError) {
+    match path {
+        "/v1/messages" => _ = sse.send_event("error", &e.anthropic_body()).await,
+        "/v1/responses" => {
+            let event = serde_json::json!({"type": "error", "code": e.code, "message": e.message, "param": e.param, "sequence_number": 0});
+            sse.send_event("error", &event).await;
+        }
+        _ => {
+            sse.send_json(&e.body()).await;
+            sse.done().await;
+        }
+    }
+}
