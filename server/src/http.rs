@@ -82,8 +82,10 @@ pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-/// A request body as the typed request `T`. A wrong value is a 400 naming its field by its path
-/// (`tokens[3]`), a missing one a 400 `missing_required_parameter` naming it.
+/// A request body as the typed request `T` (the routes added with the typed requests: tokens,
+/// Messages, Responses). A wrong value is a 400 whose `param` is its whole path (`tokens[3]`), a
+/// missing one a 400 `missing_required_parameter` naming it; the messages read as
+/// `requests::parse` writes them.
 pub fn typed<T: serde::de::DeserializeOwned>(body: Map<String, Value>) -> Result<T, ApiError> {
     typed_at(Value::Object(body), "")
 }
@@ -98,13 +100,8 @@ pub fn typed_at<T: serde::de::DeserializeOwned>(value: Value, at: &str) -> Resul
             (at, p) if p.starts_with('[') => format!("{at}{p}"),
             (at, p) => format!("{at}.{p}"),
         };
-        let inner = e.into_inner().to_string();
-        // serde reports a missing field at its parent
-        if let Some(field) = inner.strip_prefix("missing field `").and_then(|r| r.strip_suffix('`')) {
-            return ApiError::missing(&if path.is_empty() { field.to_string() } else { format!("{path}.{field}") });
-        }
         let path = if path.is_empty() { ".".to_string() } else { path };
-        ApiError::invalid_param(&path, format!("{path}: {inner}"))
+        crate::requests::value_error(&path, &e.into_inner().to_string(), true)
     })
 }
 

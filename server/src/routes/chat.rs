@@ -15,22 +15,23 @@ use engine::tokenizer::Tokenizer;
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
-use super::chat_request::{outputs, parse, split_tool_calls, ChatRequest, Outputs, ToolChoice};
+use super::chat_request::{outputs, split_tool_calls, ChatRequest, Outputs, ToolChoice};
 use super::generation::{add_usage, blocking, completion_object, next_event, random_id, submit, unix_now, usage_json};
 use super::reasoning::{self, Split, ThinkSplit};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
-use crate::params::model_id;
+use crate::requests::chat::ChatCompletionRequest;
 use crate::routes::guardrails::{self, Judgement, OutputWatch};
 use crate::routes::tool_stream::ContentGate;
 use crate::worker::{Generation, SeqEvent};
 use crate::AppState;
 
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
-    let id = model_id(&body)?;
+    let typed = ChatCompletionRequest::from_body(&Value::Object(body))?;
+    let id = typed.model_id()?;
     let entry = state.registry.generator(&id)?;
-    let request = Arc::new(parse(&body, entry.model.tokenizer().n_vocab())?);
-    let rails = guardrails::parse(state, &body)?;
+    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab())?);
+    let rails = guardrails::parse(state, typed.guard.as_ref())?;
     if let Some(r) = &rails {
         // before anything is generated: a flagged input is refused with the verdicts
         r.check_input(state, &request.messages).await?;

@@ -12,14 +12,14 @@ use engine::generate::{FinishReason, Usage};
 use serde_json::{Map, Value};
 
 use super::chat::inline_thinking;
-use super::chat_request::{messages, outputs, parse, render, split_tool_calls, tools, ChatRequest, Outputs, ToolChoice};
+use super::chat_request::{outputs, render, split_tool_calls, ChatRequest, Outputs, ToolChoice};
 use super::generation::{blocking, next_event, submit};
 use super::reasoning::{self, ThinkSplit};
 use super::tool_stream::ContentGate;
 use crate::error::ApiError;
 use crate::http::SseSender;
-use crate::params::model_id;
 use crate::registry::ModelEntry;
+use crate::requests::chat::ChatCompletionRequest;
 use crate::worker::{Generation, SeqEvent};
 use crate::AppState;
 
@@ -84,9 +84,10 @@ async fn prepare(
     body: &Map<String, Value>,
     stream: bool,
 ) -> Result<(Arc<ModelEntry>, Arc<ChatRequest>, Outputs, String), ApiError> {
-    let id = model_id(body)?;
+    let typed = ChatCompletionRequest::from_body(&Value::Object(body.clone()))?;
+    let id = typed.model_id()?;
     let entry = state.registry.generator(&id)?;
-    let request = Arc::new(parse(body, entry.model.tokenizer().n_vocab())?);
+    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab())?);
     if request.common.n != 1 {
         return Err(ApiError::invalid_param("n", "this route gives one reply: n must be 1"));
     }
@@ -113,8 +114,9 @@ pub(crate) async fn complete(state: &Arc<AppState>, body: &Map<String, Value>) -
 /// The prompt tokens of the chat request `body` on its model (its messages and tools rendered
 /// by the model's template, with the generation prompt).
 pub(crate) fn prompt_tokens(state: &AppState, body: &Map<String, Value>) -> Result<usize, ApiError> {
-    let entry = state.registry.generator(&model_id(body)?)?;
-    let input = ChatInput { tools: tools(body)?, add_generation_prompt: true, ..ChatInput::new(messages(body)?) };
+    let typed = ChatCompletionRequest::from_body(&Value::Object(body.clone()))?;
+    let entry = state.registry.generator(&typed.model_id()?)?;
+    let input = ChatInput { tools: typed.tools(), add_generation_prompt: true, ..ChatInput::new(typed.messages()?) };
     let text = render(&entry, &input)?;
     Ok(tokenize_rendered(entry.model.tokenizer(), &text).len())
 }

@@ -18,47 +18,17 @@ use serde_json::{json, Map, Value};
 use super::generation::{add_usage, blocking, completion_object, next_event, output, params_for, random_id, submit, unix_now, usage_json};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
-use crate::params::{boolean, common, inputs, integer, model_id, CommonParams, Inputs};
 use crate::registry::ModelEntry;
+use crate::requests::completion::{CheckedCompletion, CompletionRequest};
+use crate::requests::inputs::Inputs;
 use crate::worker::{EngineState, Generation, SeqEvent, SeqSpec};
 use crate::AppState;
 
-/// OpenAI's default `max_tokens` for this endpoint.
-pub const DEFAULT_MAX_TOKENS: usize = 16;
-
-struct CompletionRequest {
-    prompts: Inputs,
-    common: CommonParams,
-    echo: bool,
-    /// Legacy `logprobs`: how many alternatives (0..=5) per token; `None` = no log-probs.
-    logprobs: Option<usize>,
-}
-
-fn parse(body: &Map<String, Value>, n_vocab: usize) -> Result<CompletionRequest, ApiError> {
-    for unsupported in ["suffix"] {
-        if body.get(unsupported).is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::invalid_param(unsupported, format!("{unsupported} is not supported")));
-        }
-    }
-    if let Some(b) = integer(body, "best_of", 1, 20)? {
-        if b != 1 {
-            return Err(ApiError::invalid_param("best_of", "best_of other than 1 is not supported"));
-        }
-    }
-    let mut common = common(body, n_vocab)?;
-    common.max_tokens = Some(common.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS));
-    Ok(CompletionRequest {
-        prompts: inputs(body, "prompt")?,
-        common,
-        echo: boolean(body, "echo")?.unwrap_or(false),
-        logprobs: integer(body, "logprobs", 0, 5)?.map(|v| v as usize),
-    })
-}
-
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
-    let id = model_id(&body)?;
+    let typed = CompletionRequest::from_body(&Value::Object(body))?;
+    let id = typed.model_id()?;
     let entry = state.registry.generator(&id)?;
-    let request = Arc::new(parse(&body, entry.model.tokenizer().n_vocab())?);
+    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab())?);
     let (created, cmpl_id, start) = (unix_now(), format!("cmpl-{}", random_id()), Instant::now());
     let streaming = request.common.stream;
     let (e, r) = (entry.clone(), request.clone());
@@ -111,7 +81,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
 #[allow(clippy::too_many_arguments)]
 async fn stream(
     mut generation: Generation,
-    request: &CompletionRequest,
+    request: &CheckedCompletion,
     prompts: &[Vec<TokenId>],
     model: &Model,
     sse: &SseSender,
@@ -177,7 +147,7 @@ async fn stream(
 
 /// The prompts of a request, tokenized and checked, and its outputs: `n` per prompt,
 /// prompt-major.
-fn outputs(entry: &ModelEntry, request: &CompletionRequest, stream: bool) -> Result<(Vec<Vec<TokenId>>, Vec<SeqSpec>), ApiError> {
+fn outputs(entry: &ModelEntry, request: &CheckedCompletion, stream: bool) -> Result<(Vec<Vec<TokenId>>, Vec<SeqSpec>), ApiError> {
     let tokenizer = entry.model.tokenizer();
     let n_vocab = tokenizer.n_vocab();
     let prompts: Vec<Vec<TokenId>> = match &request.prompts {
@@ -202,7 +172,7 @@ fn outputs(entry: &ModelEntry, request: &CompletionRequest, stream: bool) -> Res
 
 fn choice_json(
     tokenizer: &Tokenizer,
-    request: &CompletionRequest,
+    request: &CheckedCompletion,
     index: usize,
     prompt: &[TokenId],
     prompt_lps: Option<&Vec<Option<TokenLogprob>>>,

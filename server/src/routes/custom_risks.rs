@@ -20,19 +20,12 @@ pub struct CustomRisks {
 }
 
 impl CustomRisks {
-    /// `risk_definitions` with the request's `risks`; `None` without definitions. Every
-    /// definition must be used by `risks`. The custom thresholds are taken out of `body`'s
-    /// `thresholds`, leaving the built-in ones to `routes::guard::applied`.
-    pub fn parse(body: &mut Map<String, Value>, risks: &[String]) -> Result<Option<CustomRisks>, ApiError> {
-        let defs = match body.get("risk_definitions") {
-            None | Some(Value::Null) => return Ok(None),
-            Some(Value::Object(defs)) => defs.clone(),
-            Some(_) => {
-                return Err(ApiError::invalid_param("risk_definitions", "risk_definitions must be an object of risk names to definitions"))
-            }
-        };
+    /// `risk_definitions` with the request's `risks`. Every definition must be used by `risks`.
+    /// The custom thresholds are taken out of the request's `thresholds`, leaving the built-in
+    /// ones to `routes::guard::applied`.
+    pub fn parse(defs: &Map<String, Value>, thresholds: &mut Map<String, Value>, risks: &[String]) -> Result<CustomRisks, ApiError> {
         let mut customs = Vec::with_capacity(defs.len());
-        for (name, def) in &defs {
+        for (name, def) in defs {
             let def = def
                 .as_str()
                 .ok_or_else(|| ApiError::invalid_param("risk_definitions", format!("the definition of {name} must be a string")))?;
@@ -49,22 +42,20 @@ impl CustomRisks {
         customs.sort_by_key(|c| risks.iter().position(|r| *r == c.name));
         let builtin: Vec<String> = risks.iter().filter(|r| !defs.contains_key(r.as_str())).cloned().collect();
         let mut limits = Vec::new();
-        if let Some(Value::Object(t)) = body.get_mut("thresholds") {
-            for c in &customs {
-                if let Some(v) = t.remove(&c.name) {
-                    match v.as_f64() {
-                        Some(p) if (0.0..=1.0).contains(&p) => limits.push((c.name.clone(), p)),
-                        _ => {
-                            return Err(ApiError::invalid_param(
-                                "thresholds",
-                                format!("the threshold of {} must be a number from 0 to 1", c.name),
-                            ))
-                        }
+        for c in &customs {
+            if let Some(v) = thresholds.remove(&c.name) {
+                match v.as_f64() {
+                    Some(p) if (0.0..=1.0).contains(&p) => limits.push((c.name.clone(), p)),
+                    _ => {
+                        return Err(ApiError::invalid_param(
+                            "thresholds",
+                            format!("the threshold of {} must be a number from 0 to 1", c.name),
+                        ))
                     }
                 }
             }
         }
-        Ok(Some(CustomRisks { risks: customs, builtin, order: risks.to_vec(), limits }))
+        Ok(CustomRisks { risks: customs, builtin, order: risks.to_vec(), limits })
     }
 
     /// Decides each custom verdict by its threshold (unsafe exactly when `risk_probability`

@@ -11,36 +11,19 @@ use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
 use crate::http::{ok_json, Body};
-use crate::params::{inputs, integer, model_id, Inputs};
+use crate::requests;
+use crate::requests::embedding::EmbeddingRequest;
+use crate::requests::inputs::Inputs;
 use crate::AppState;
 
-/// The most inputs one request may carry (OpenAI's bound).
-pub const MAX_INPUTS: usize = 2048;
-
-/// The inputs, at most [`MAX_INPUTS`], no text empty.
-fn checked_inputs(body: &Map<String, Value>) -> Result<Inputs, ApiError> {
-    let inputs = inputs(body, "input")?;
-    if inputs.len() > MAX_INPUTS {
-        return Err(ApiError::invalid_param("input", format!("input has {} items; at most {MAX_INPUTS}", inputs.len())));
-    }
-    if matches!(&inputs, Inputs::Texts(t) if t.iter().any(String::is_empty)) {
-        return Err(ApiError::invalid_param("input", "input items must not be empty"));
-    }
-    Ok(inputs)
-}
-
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
-    let id = model_id(&body)?;
+    let request: EmbeddingRequest = requests::parse(&Value::Object(body))?;
+    let id = request.model_id()?;
     let entry = state.registry.get(&id)?;
-    let inputs = checked_inputs(&body)?;
-    let base64 = match body.get("encoding_format").and_then(|v| if v.is_null() { None } else { Some(v) }) {
-        None => false,
-        Some(v) if v == "float" => false,
-        Some(v) if v == "base64" => true,
-        Some(_) => return Err(ApiError::invalid_param("encoding_format", "encoding_format must be float or base64")),
-    };
+    let inputs = request.inputs()?;
+    let base64 = request.base64();
     let n_embd = entry.model.config().n_embd;
-    let dimensions = integer(&body, "dimensions", 1, n_embd as u64)?.map(|d| d as usize);
+    let dimensions = request.dimensions(n_embd)?;
     let (vectors, tokens) = entry
         .worker
         .run(move |engine, _cancel| -> Result<_, ApiError> {

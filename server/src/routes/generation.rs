@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use crate::batch_scheduler::{BatchError, BatchRequest, Phase};
 use crate::error::ApiError;
 use crate::http::SseSender;
-use crate::params::CommonParams;
 use crate::registry::ModelEntry;
+use crate::requests::sampling::CommonParams;
 use crate::worker::{Generation, SeqEvent, SeqSpec, Worker};
 use crate::AppState;
 

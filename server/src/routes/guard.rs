@@ -14,8 +14,8 @@ use serde_json::{json, Map, Value};
 use crate::audit::{self, Applied};
 use crate::error::ApiError;
 use crate::http::{ok_json, Body};
-use crate::params::{boolean, model_id};
 use crate::registry::ModelEntry;
+use crate::requests::guard::{GuardBody, PolicyFields, ThresholdMap};
 use crate::routes::custom_risks::CustomRisks;
 use crate::AppState;
 
@@ -34,39 +34,27 @@ pub async fn handle(state: &Arc<AppState>, route: GuardRoute, body: Map<String, 
     result
 }
 
-async fn evaluate(
-    state: &Arc<AppState>,
-    route: GuardRoute,
-    mut body: Map<String, Value>,
-    start: Instant,
-) -> Result<Response<Body>, ApiError> {
-    let id = model_id(&body)?;
+async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Value>, start: Instant) -> Result<Response<Body>, ApiError> {
+    let mut body = GuardBody::from_body(&Value::Object(body))?;
+    let id = body.model_id()?;
     let entry = state.registry.guard(Some(&id), "model")?;
     let risks = risks(&body, route)?;
-    let format = match body.get("format") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(ApiError::invalid_param("format", "format must be a string")),
-    };
-    let think = boolean(&body, "think")?.unwrap_or(false);
-    let customs = match route {
-        GuardRoute::Evaluate => CustomRisks::parse(&mut body, &risks)?,
-        _ if body.get("risk_definitions").is_some_and(|d| !d.is_null()) => {
-            return Err(ApiError::invalid_param("risk_definitions", "custom risks are judged by POST /v1/guard"))
+    let format = body.format.clone();
+    let think = body.think.unwrap_or(false);
+    let customs = match (route, &body.risk_definitions) {
+        (_, None) => None,
+        (GuardRoute::Evaluate, Some(defs)) => {
+            let thresholds = &mut body.policy.thresholds.get_or_insert_with(Default::default).0;
+            Some(CustomRisks::parse(&defs.0, thresholds, &risks)?)
         }
-        _ => None,
+        _ => return Err(ApiError::invalid_param("risk_definitions", "custom risks are judged by POST /v1/guard")),
     };
-    let applied = applied(state, &body)?;
+    let applied = applied(state, &body.policy)?;
     let limits = applied.thresholds.clone();
     let (mut out, verdicts) = match route {
         GuardRoute::Batch => {
-            let inputs = match body.get("inputs") {
-                None | Some(Value::Null) => Vec::new(),
-                Some(Value::Array(items)) => {
-                    items.iter().enumerate().map(|(i, v)| input(v, &format!("inputs[{i}]"))).collect::<Result<_, _>>()?
-                }
-                Some(_) => return Err(ApiError::invalid_param("inputs", "inputs must be an array of inputs")),
-            };
+            let inputs: Vec<GuardInput> =
+                body.inputs.iter().flatten().enumerate().map(|(i, v)| input(v, &format!("inputs[{i}]"))).collect::<Result<_, _>>()?;
             if inputs.len() > MAX_BATCH {
                 return Err(engine::guard::GuardError::BatchTooLarge { max: MAX_BATCH }.into());
             }
@@ -81,7 +69,7 @@ async fn evaluate(
         }
         GuardRoute::Evaluate if customs.is_some() => {
             let customs = customs.expect("matched");
-            let input = input(body.get("input").unwrap_or(&Value::Null), "input")?;
+            let input = input(body.input.as_ref().unwrap_or(&Value::Null), "input")?;
             let request = GuardRequest { input, risks: customs.builtin.clone(), format: format.clone(), think };
             let list = customs.risks.clone();
             let (mut r, mut custom) = entry
@@ -108,7 +96,7 @@ async fn evaluate(
             (out, r.verdicts)
         }
         GuardRoute::Evaluate | GuardRoute::Scan => {
-            let input = input(body.get("input").unwrap_or(&Value::Null), "input")?;
+            let input = input(body.input.as_ref().unwrap_or(&Value::Null), "input")?;
             let request = GuardRequest { input, risks, format: format.clone(), think };
             let scan = route == GuardRoute::Scan;
             entry
@@ -154,43 +142,30 @@ pub fn format_label(entry: &ModelEntry, requested: Option<&str>) -> String {
 
 /// The policy (`policy: "name"`, else the server's default policy) and thresholds
 /// (`thresholds`, over the policy's) a guard request is judged by.
-pub fn applied(state: &AppState, body: &Map<String, Value>) -> Result<Applied, ApiError> {
-    let requested = match body.get("policy") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(name)) => Some(name.as_str()),
-        Some(_) => return Err(ApiError::invalid_param("policy", "policy must be the name of a policy")),
-    };
+pub fn applied(state: &AppState, fields: &PolicyFields) -> Result<Applied, ApiError> {
+    let requested = fields.policy.as_ref().map(|p| p.0.as_str());
     let policy = state.policies.select(requested).map_err(|m| ApiError::invalid_param("policy", m))?;
-    Ok(Applied::new(policy, thresholds(body)?))
+    Ok(Applied::new(policy, thresholds(fields)?))
 }
 
 /// `thresholds: {risk: p}` (each a risk of the contract, p from 0 to 1): a risk with one is
 /// unsafe exactly when its `risk_probability` reaches it (`engine::guard::policy`).
-pub fn thresholds(body: &Map<String, Value>) -> Result<Thresholds, ApiError> {
+pub fn thresholds(fields: &PolicyFields) -> Result<Thresholds, ApiError> {
     let bad = |m: String| ApiError::invalid_param("thresholds", m);
-    match body.get("thresholds") {
-        None | Some(Value::Null) => Ok(Thresholds::default()),
-        Some(Value::Object(map)) => {
-            let mut pairs = Vec::with_capacity(map.len());
-            for (risk, t) in map {
-                let t = t.as_f64().ok_or_else(|| bad(format!("the threshold of {risk} must be a number from 0 to 1")))?;
-                pairs.push((risk.as_str(), t));
-            }
-            Thresholds::parse(pairs).map_err(|e| bad(e.0))
-        }
-        Some(_) => Err(bad("thresholds must be an object of risk names to numbers from 0 to 1".into())),
+    let Some(ThresholdMap(map)) = &fields.thresholds else { return Ok(Thresholds::default()) };
+    let mut pairs = Vec::with_capacity(map.len());
+    for (risk, t) in map {
+        let t = t.as_f64().ok_or_else(|| bad(format!("the threshold of {risk} must be a number from 0 to 1")))?;
+        pairs.push((risk.as_str(), t));
     }
+    Thresholds::parse(pairs).map_err(|e| bad(e.0))
 }
 
-fn risks(body: &Map<String, Value>, route: GuardRoute) -> Result<Vec<String>, ApiError> {
-    match body.get("risks") {
-        None | Some(Value::Null) => Ok(Vec::new()),
+fn risks(body: &GuardBody, route: GuardRoute) -> Result<Vec<String>, ApiError> {
+    match &body.risks {
+        None => Ok(Vec::new()),
         Some(_) if route == GuardRoute::Scan => Err(ApiError::invalid_param("risks", "a scan judges the 9 harm risks: leave risks out")),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| v.as_str().map(str::to_string).ok_or_else(|| ApiError::invalid_param("risks", "risks must be an array of strings")))
-            .collect(),
-        Some(_) => Err(ApiError::invalid_param("risks", "risks must be an array of strings")),
+        Some(risks) => Ok(risks.clone()),
     }
 }
 

@@ -12,11 +12,12 @@
 use std::sync::Arc;
 
 use engine::guard::{conversation, GuardInput, Risk, RiskGroup};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::audit::{self, Applied};
 use crate::error::ApiError;
 use crate::registry::ModelEntry;
+use crate::requests::guard::GuardrailsField;
 use crate::routes::guard::{applied, format_label};
 use crate::AppState;
 
@@ -48,79 +49,55 @@ pub struct Guardrails {
 
 /// The request's `guard` field merged with the server's guardrails; `None` when neither asks
 /// for any.
-pub fn parse(state: &AppState, body: &Map<String, Value>) -> Result<Option<Arc<Guardrails>>, ApiError> {
+pub fn parse(state: &AppState, field: Option<&GuardrailsField>) -> Result<Option<Arc<Guardrails>>, ApiError> {
     let server = state.guardrails;
     let bad = |m: &str| ApiError::invalid_param("guard", m);
-    let empty = Map::new();
-    let field = match body.get("guard") {
-        None | Some(Value::Null) if !server.input && !server.output => return Ok(None),
-        None | Some(Value::Null) => &empty,
-        Some(Value::Object(map)) => map,
-        Some(_) => return Err(bad("guard must be an object: {input, output, risks, thresholds, policy, every, context, stream_first}")),
+    let none = GuardrailsField::default();
+    let field = match field {
+        None if !server.input && !server.output => return Ok(None),
+        None => &none,
+        Some(f) => f,
     };
-    const KNOWN: [&str; 9] = ["model", "input", "output", "risks", "thresholds", "policy", "every", "context", "stream_first"];
-    if let Some(k) = field.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-        return Err(bad(&format!("unknown field guard.{k} (known: {})", KNOWN.join(", "))));
-    }
-    let flag = |key: &str, default: bool| -> Result<bool, ApiError> {
-        match field.get(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(_) => Err(bad(&format!("guard.{key} must be a boolean"))),
-        }
-    };
-    let count = |key: &str, default: usize, min: u64, max: u64| -> Result<usize, ApiError> {
-        match field.get(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(v) => match v.as_u64() {
-                Some(n) if (min..=max).contains(&n) => Ok(n as usize),
-                _ => Err(bad(&format!("guard.{key} must be an integer from {min} to {max}"))),
-            },
+    let count = |key: &str, value: Option<u64>, default: usize, min: u64, max: u64| -> Result<usize, ApiError> {
+        match value {
+            None => Ok(default),
+            Some(n) if (min..=max).contains(&n) => Ok(n as usize),
+            Some(_) => Err(bad(&format!("guard.{key} must be an integer from {min} to {max}"))),
         }
     };
     // a `guard` object alone guards both sides; the server's sides always stay on
-    let input = flag("input", true)? || server.input;
-    let output = flag("output", true)? || server.output;
+    let input = field.input.unwrap_or(true) || server.input;
+    let output = field.output.unwrap_or(true) || server.output;
     if !input && !output {
         return Err(bad("guard needs input or output (or both) to be true"));
     }
-    let risks = match field.get("risks") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| match v.as_str() {
-                Some(name) => match Risk::from_name(name).map(Risk::group) {
-                    Some(RiskGroup::Harm) => Ok(name.to_string()),
-                    // they judge a reply against documents or tools a chat request does not give
-                    Some(_) => Err(bad(&format!("{name} cannot guard a chat completion: only the 9 harm risks can"))),
-                    None => Err(bad(&format!("invalid risk category: {name}"))),
-                },
-                None => Err(bad("guard.risks must be an array of risk names")),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err(bad("guard.risks must be an array of risk names")),
+    let risks = field
+        .risks
+        .iter()
+        .flatten()
+        .map(|name| match Risk::from_name(name).map(Risk::group) {
+            Some(RiskGroup::Harm) => Ok(name.to_string()),
+            // they judge a reply against documents or tools a chat request does not give
+            Some(_) => Err(bad(&format!("{name} cannot guard a chat completion: only the 9 harm risks can"))),
+            None => Err(bad(&format!("invalid risk category: {name}"))),
+        })
+        .collect::<Result<_, _>>()?;
+    let guard = match &field.model {
+        None => state.registry.guard(None, "guard")?,
+        Some(id) => state.registry.guard(Some(id), "guard.model")?,
     };
-    let guard = guard_model(state, field.get("model"))?;
     let applied =
-        applied(state, field).map_err(|e| ApiError { param: Some(format!("guard.{}", e.param.as_deref().unwrap_or(""))), ..e })?;
+        applied(state, &field.policy).map_err(|e| ApiError { param: Some(format!("guard.{}", e.param.as_deref().unwrap_or(""))), ..e })?;
     Ok(Some(Arc::new(Guardrails {
         guard,
         input,
         output,
         risks,
         applied,
-        every: count("every", DEFAULT_EVERY, 1, 4096)?,
-        context: count("context", DEFAULT_CONTEXT, 0, 1024)?,
-        stream_first: flag("stream_first", true)?,
+        every: count("every", field.every, DEFAULT_EVERY, 1, 4096)?,
+        context: count("context", field.context, DEFAULT_CONTEXT, 0, 1024)?,
+        stream_first: field.stream_first.unwrap_or(true),
     })))
-}
-
-fn guard_model(state: &AppState, model: Option<&Value>) -> Result<Arc<ModelEntry>, ApiError> {
-    match model {
-        None | Some(Value::Null) => state.registry.guard(None, "guard"),
-        Some(Value::String(id)) => state.registry.guard(Some(id), "guard.model"),
-        Some(_) => Err(ApiError::invalid_param("guard.model", "guard.model must be a model id")),
-    }
 }
 
 /// What the guard said of one text: `flagged`, the verdicts and the audit fields.

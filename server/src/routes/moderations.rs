@@ -16,8 +16,7 @@ use serde_json::{json, Map, Value};
 use crate::audit;
 use crate::error::ApiError;
 use crate::http::{ok_json, Body};
-use crate::params::check_user;
-use crate::registry::ModelEntry;
+use crate::requests::guard::ModerationBody;
 use crate::routes::generation::random_id;
 use crate::routes::guard::{applied, format_label};
 use crate::AppState;
@@ -31,10 +30,13 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
 }
 
 async fn moderate(state: &Arc<AppState>, body: Map<String, Value>, start: Instant) -> Result<Response<Body>, ApiError> {
-    check_user(&body)?;
-    let entry = guard_model(state, &body)?;
-    let inputs = inputs(body.get("input"))?;
-    let applied = applied(state, &body)?;
+    let body = ModerationBody::from_body(&Value::Object(body))?;
+    let entry = match &body.model {
+        Some(id) => state.registry.guard(Some(&id.0), "model")?,
+        None => state.registry.guard(None, "model")?,
+    };
+    let inputs = inputs(body.input.as_ref())?;
+    let applied = applied(state, &body.policy)?;
     let limits = applied.thresholds.clone();
     let mut items = entry.guard_queue.evaluate(&entry.worker, inputs, Vec::new()).await?;
     for item in &mut items {
@@ -60,16 +62,6 @@ async fn moderate(state: &Arc<AppState>, body: Map<String, Value>, start: Instan
     out.extend(audit::fields(&entry.id, entry.digest.as_ref(), &format_label(&entry, None), &applied));
     out.insert("results".into(), Value::Array(results));
     Ok(ok_json(&Value::Object(out)))
-}
-
-/// The request's guard model: `model` if given (it must be a guard), else the first guard the
-/// server loaded.
-fn guard_model(state: &AppState, body: &Map<String, Value>) -> Result<Arc<ModelEntry>, ApiError> {
-    match body.get("model") {
-        None => state.registry.guard(None, "model"),
-        Some(Value::String(id)) if !id.is_empty() => state.registry.guard(Some(id), "model"),
-        Some(_) => Err(ApiError::invalid_param("model", "model must be a non-empty string")),
-    }
 }
 
 /// `input`: a string, an array of strings (one result each), or an array of content parts

@@ -14,8 +14,9 @@ use serde_json::{json, Map, Value};
 use super::chat_request;
 use crate::error::ApiError;
 use crate::http::{ok_json, typed, Body};
-use crate::params::boolean;
 use crate::registry::ModelEntry;
+use crate::requests;
+use crate::requests::chat::ChatCompletionRequest;
 use crate::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -96,16 +97,21 @@ pub fn detokenize(state: &AppState, body: Map<String, Value>) -> Result<Response
     Ok(ok_json(&json!({"content": String::from_utf8_lossy(&bytes)})))
 }
 
+/// `/apply-template`'s own field, beside the chat completion's.
+#[derive(Deserialize)]
+struct TemplateFlags {
+    #[serde(default)]
+    add_generation_prompt: Option<bool>,
+}
+
 /// The prompt of a chat completion with these `messages` and `tools` (checked as that route
 /// checks them), its generation prompt included unless `add_generation_prompt` is false.
 pub fn apply_template(state: &AppState, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
-    let id = match body.get("model") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.as_str()),
-        Some(_) => return Err(ApiError::invalid_param("model", "model must be a string")),
-    };
-    let entry = named_or_only(state, id, true)?;
-    let add_generation_prompt = boolean(&body, "add_generation_prompt")?.unwrap_or(true);
-    let input = ChatInput { tools: chat_request::tools(&body)?, add_generation_prompt, ..ChatInput::new(chat_request::messages(&body)?) };
+    let body = Value::Object(body);
+    let flags: TemplateFlags = requests::parse(&body)?;
+    let add_generation_prompt = flags.add_generation_prompt.unwrap_or(true);
+    let request = ChatCompletionRequest::from_body(&body)?;
+    let entry = named_or_only(state, request.model(), true)?;
+    let input = ChatInput { tools: request.tools(), add_generation_prompt, ..ChatInput::new(request.messages()?) };
     Ok(ok_json(&json!({"prompt": chat_request::render(&entry, &input)?})))
 }

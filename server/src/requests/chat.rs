@@ -1,0 +1,407 @@
+//! The `/v1/chat/completions` request, typed: messages (roles, text or content parts, earlier
+//! tool calls), function tools, `tool_choice`, `response_format`, logprobs, `reasoning_format`,
+//! the guardrails field and the shared sampling fields. `/v1/messages` and `/v1/responses` build
+//! the body of one and read it here too. [`ChatCompletionRequest::check`] applies the cross-field
+//! rules and gives the [`ChatRequest`] the route runs.
+
+use engine::grammar::{Constraint, ToolSpec};
+use serde::de::{Error as _, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{json, Map, Value};
+
+use super::guard::GuardrailsField;
+use super::sampling::{int_in, CommonParams, SamplingRequest};
+use super::{nested_error, parse, ModelName};
+use crate::error::ApiError;
+
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct ChatCompletionRequest {
+    /// Required but by `/apply-template` (see [`ChatCompletionRequest::model_id`]).
+    #[serde(default)]
+    model: Option<ModelName>,
+    #[serde(default)]
+    messages: Option<Vec<ChatMessage>>,
+    #[serde(default)]
+    tools: Option<Vec<ToolDef>>,
+    #[serde(default)]
+    tool_choice: Option<ToolChoiceField>,
+    #[serde(default)]
+    response_format: Option<ResponseFormat>,
+    #[serde(default)]
+    logprobs: Option<bool>,
+    #[serde(default)]
+    top_logprobs: Option<u64>,
+    #[serde(default)]
+    reasoning_format: Option<ReasoningFormat>,
+    /// The request's guardrails (`guardrails.rs` reads it against the guard models).
+    #[serde(default)]
+    pub guard: Option<GuardrailsField>,
+    #[serde(skip)]
+    pub sampling: SamplingRequest,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ChatMessage {
+    role: Role,
+    #[serde(default)]
+    content: Option<MessageContent>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCallIn>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    /// Fields this server does not read, passed on to the template.
+    #[serde(flatten)]
+    extra: Map<String, Value>,
+}
+
+/// A message's content: text, or content parts whose texts are joined.
+#[derive(Debug, Clone)]
+struct MessageContent(String);
+
+impl<'de> Deserialize<'de> for MessageContent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MessageContent, D::Error> {
+        struct Content;
+        impl<'de> Visitor<'de> for Content {
+            type Value = MessageContent;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or an array of content parts")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<MessageContent, E> {
+                Ok(MessageContent(s.to_string()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MessageContent, A::Error> {
+                let mut text = String::new();
+                while let Some(TextPart(t)) = seq.next_element()? {
+                    text.push_str(&t);
+                }
+                Ok(MessageContent(text))
+            }
+        }
+        d.deserialize_any(Content)
+    }
+}
+
+/// A content part: text only (image and audio parts need a projector no model has).
+struct TextPart(String);
+
+impl<'de> Deserialize<'de> for TextPart {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<TextPart, D::Error> {
+        let part = Value::deserialize(d)?;
+        match part.get("type").and_then(Value::as_str) {
+            Some("text") => part
+                .get("text")
+                .and_then(Value::as_str)
+                .map(|t| TextPart(t.to_string()))
+                .ok_or_else(|| D::Error::custom(".text must be a string")),
+            Some("image_url") | Some("input_image") | Some("input_audio") => {
+                Err(D::Error::custom("is an image or audio part, but this model has no vision or audio support"))
+            }
+            _ => Err(D::Error::custom("has an unknown type")),
+        }
+    }
+}
+
+/// An earlier tool call of an assistant turn, as the templates read it.
+#[derive(Debug, Clone, Deserialize)]
+struct ToolCallIn {
+    id: String,
+    #[serde(rename = "type")]
+    #[allow(dead_code)]
+    kind: FunctionKind,
+    function: FunctionCallIn,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum FunctionKind {
+    Function,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct FunctionCallIn {
+    name: String,
+    arguments: Arguments,
+}
+
+/// A call's arguments: JSON text, or the object.
+#[derive(Debug, Clone)]
+struct Arguments(Value);
+
+impl<'de> Deserialize<'de> for Arguments {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Arguments, D::Error> {
+        match Value::deserialize(d)? {
+            v @ (Value::String(_) | Value::Object(_)) => Ok(Arguments(v)),
+            _ => Err(D::Error::custom("must be JSON text or an object")),
+        }
+    }
+}
+
+/// A function tool: checked, and kept as sent (the templates print it).
+#[derive(Debug, Clone)]
+pub struct ToolDef {
+    name: String,
+    parameters: Option<Value>,
+    raw: Value,
+}
+
+#[derive(Deserialize)]
+struct ToolShape {
+    #[serde(rename = "type")]
+    #[allow(dead_code)]
+    kind: FunctionKind,
+    function: FunctionDef,
+}
+
+#[derive(Deserialize)]
+struct FunctionDef {
+    name: ToolName,
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: Option<String>,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+}
+
+struct ToolName(String);
+
+impl<'de> Deserialize<'de> for ToolName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ToolName, D::Error> {
+        match Value::deserialize(d)? {
+            Value::String(n) if !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') => Ok(ToolName(n)),
+            _ => Err(D::Error::custom("must be a non-empty name of letters, digits, _ or -")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolDef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ToolDef, D::Error> {
+        let raw = Value::deserialize(d)?;
+        let shape: ToolShape = serde_path_to_error::deserialize(&raw).map_err(|e| D::Error::custom(nested_error(e)))?;
+        Ok(ToolDef { name: shape.function.name.0, parameters: shape.function.parameters.map(Value::Object), raw })
+    }
+}
+
+/// `tool_choice`: `none`, `auto`, `required` or `{"type": "function", "function": {"name"}}`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ToolChoice {
+    None,
+    Auto,
+    Required,
+    Named(String),
+}
+
+#[derive(Debug, Clone)]
+struct ToolChoiceField(ToolChoice);
+
+impl<'de> Deserialize<'de> for ToolChoiceField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ToolChoiceField, D::Error> {
+        let choice = match Value::deserialize(d)? {
+            Value::String(s) => match s.as_str() {
+                "none" => ToolChoice::None,
+                "auto" => ToolChoice::Auto,
+                "required" => ToolChoice::Required,
+                other => return Err(D::Error::custom(format!("must be none, auto, required or a function, got {other:?}"))),
+            },
+            v => match v.pointer("/function/name").and_then(Value::as_str) {
+                Some(name) => ToolChoice::Named(name.to_string()),
+                None => {
+                    return Err(D::Error::custom("must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}"))
+                }
+            },
+        };
+        Ok(ToolChoiceField(choice))
+    }
+}
+
+/// `response_format`: text, or JSON (any object, or under a schema) decoded under the grammar.
+#[derive(Debug, Clone)]
+struct ResponseFormat(Option<Constraint>);
+
+impl<'de> Deserialize<'de> for ResponseFormat {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ResponseFormat, D::Error> {
+        let rf = Value::deserialize(d)?;
+        match rf.get("type").and_then(Value::as_str) {
+            Some("text") => Ok(ResponseFormat(None)),
+            Some("json_object") => Ok(ResponseFormat(Some(Constraint::JsonObject))),
+            Some("json_schema") => match rf.pointer("/json_schema/schema") {
+                Some(schema @ Value::Object(_)) => Ok(ResponseFormat(Some(Constraint::JsonSchema(schema.clone())))),
+                _ => Err(D::Error::custom(".json_schema.schema must be a JSON schema object")),
+            },
+            _ => Err(D::Error::custom(".type must be text, json_object or json_schema")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum ReasoningFormat {
+    Auto,
+    Separate,
+    None,
+}
+
+/// Everything a chat request asks for, checked.
+pub(crate) struct ChatRequest {
+    /// The messages as the templates read them: text content, `developer` as `system`,
+    /// earlier calls' arguments as objects.
+    pub messages: Vec<Value>,
+    pub tools: Option<Vec<Value>>,
+    /// `none`: never parse calls; `auto` / `required` / a named function: parse them.
+    pub tool_choice: ToolChoice,
+    pub response_format: Option<Constraint>,
+    pub common: CommonParams,
+    pub logprobs: Option<usize>,
+    /// `reasoning_format: "none"` keeps a thinking block inline in the content; by default it is
+    /// returned apart (`reasoning_content`).
+    pub inline_reasoning: bool,
+}
+
+impl ChatCompletionRequest {
+    pub fn from_body(body: &Value) -> Result<ChatCompletionRequest, ApiError> {
+        let mut request: ChatCompletionRequest = parse(body)?;
+        request.sampling = parse(body)?;
+        Ok(request)
+    }
+
+    /// The model the request names.
+    pub fn model_id(&self) -> Result<String, ApiError> {
+        self.model.as_ref().map(|m| m.0.clone()).ok_or_else(|| ApiError::missing("model"))
+    }
+
+    /// The model, when the request names one.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_ref().map(|m| m.0.as_str())
+    }
+
+    /// The messages as the templates read them.
+    pub fn messages(&self) -> Result<Vec<Value>, ApiError> {
+        match &self.messages {
+            None => Err(ApiError::missing("messages")),
+            Some(list) if list.is_empty() => Err(ApiError::invalid_param("messages", "messages must be a non-empty array")),
+            Some(list) => Ok(list.iter().map(ChatMessage::template_json).collect()),
+        }
+    }
+
+    /// The tools as sent (`None` when there are none).
+    pub fn tools(&self) -> Option<Vec<Value>> {
+        self.tools.as_ref().filter(|t| !t.is_empty()).map(|t| t.iter().map(|t| t.raw.clone()).collect())
+    }
+
+    fn tool_choice(&self) -> Result<ToolChoice, ApiError> {
+        let tools = self.tools.as_deref().filter(|t| !t.is_empty());
+        let bad = |m: String| ApiError::invalid_param("tool_choice", m);
+        let choice = match &self.tool_choice {
+            None => return Ok(if tools.is_some() { ToolChoice::Auto } else { ToolChoice::None }),
+            Some(ToolChoiceField(c)) => c.clone(),
+        };
+        if choice != ToolChoice::None && tools.is_none() {
+            return Err(bad("tool_choice needs tools".into()));
+        }
+        if let ToolChoice::Named(name) = &choice {
+            if !tools.unwrap_or_default().iter().any(|t| &t.name == name) {
+                return Err(bad(format!("tool_choice names {name:?}, which is not in tools")));
+            }
+        }
+        Ok(choice)
+    }
+
+    /// The tool-call constraint over the tools (or only the one named).
+    fn tool_specs(&self, only: Option<&str>) -> Constraint {
+        let specs = self
+            .tools
+            .iter()
+            .flatten()
+            .filter(|t| only.is_none() || only == Some(t.name.as_str()))
+            .map(|t| ToolSpec { name: t.name.clone(), parameters: t.parameters.clone().unwrap_or(Value::Null) })
+            .collect();
+        Constraint::ToolCall(specs)
+    }
+
+    /// The request checked for a model of `n_vocab` tokens.
+    pub(crate) fn check(&self, n_vocab: usize) -> Result<ChatRequest, ApiError> {
+        let messages = self.messages()?;
+        let tool_choice = self.tool_choice()?;
+        let logprobs = match (self.logprobs.unwrap_or(false), int_in("top_logprobs", self.top_logprobs, 0, 20)?) {
+            (true, top) => Some(top.unwrap_or(0) as usize),
+            (false, Some(_)) => return Err(ApiError::invalid_param("top_logprobs", "top_logprobs requires logprobs to be true")),
+            (false, None) => None,
+        };
+        // a forced call (`required`, or a named function) is decoded under the tool-call grammar
+        let forced = match &tool_choice {
+            ToolChoice::Required => Some(self.tool_specs(None)),
+            ToolChoice::Named(name) => Some(self.tool_specs(Some(name))),
+            ToolChoice::None | ToolChoice::Auto => None,
+        };
+        let format = self.response_format.as_ref().and_then(|f| f.0.clone());
+        let response_format = match (format, forced) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid_param("response_format", "response_format cannot be combined with a forced tool_choice"))
+            }
+            (format, forced) => format.or(forced),
+        };
+        Ok(ChatRequest {
+            messages,
+            tools: self.tools(),
+            tool_choice,
+            response_format,
+            common: self.sampling.params(n_vocab)?,
+            logprobs,
+            inline_reasoning: self.reasoning_format == Some(ReasoningFormat::None),
+        })
+    }
+}
+
+impl ChatMessage {
+    /// The message as the templates read it: its content as text (an assistant turn of tool
+    /// calls alone has none; other roles read a missing text as empty), `developer` as `system`
+    /// (the templates know no `developer`), earlier calls' arguments as the objects the
+    /// templates expect (`tool_call.arguments | tojson` would otherwise write the JSON text as
+    /// one quoted string, which the model then imitates; arguments that are not a JSON object
+    /// stay as they were sent).
+    fn template_json(&self) -> Value {
+        let mut m = self.extra.clone();
+        let role = if self.role == Role::Developer { Role::System } else { self.role };
+        m.insert("role".into(), json!(role));
+        let content = match (&self.content, self.role) {
+            (Some(MessageContent(text)), _) => json!(text),
+            (None, Role::Assistant) => Value::Null,
+            (None, _) => json!(""),
+        };
+        m.insert("content".into(), content);
+        if let Some(name) = &self.name {
+            m.insert("name".into(), json!(name));
+        }
+        if let Some(id) = &self.tool_call_id {
+            m.insert("tool_call_id".into(), json!(id));
+        }
+        if let Some(calls) = &self.tool_calls {
+            let calls: Vec<Value> = calls
+                .iter()
+                .map(|c| {
+                    let arguments = match &c.function.arguments.0 {
+                        Value::String(text) => match serde_json::from_str::<Value>(text) {
+                            Ok(object @ Value::Object(_)) => object,
+                            _ => Value::String(text.clone()),
+                        },
+                        other => other.clone(),
+                    };
+                    json!({"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": arguments}})
+                })
+                .collect();
+            m.insert("tool_calls".into(), Value::Array(calls));
+        }
+        Value::Object(m)
+    }
+}

@@ -1,0 +1,71 @@
+//! The `/v1/completions` request: prompts, `echo`, legacy `logprobs` (0 to 5 alternatives), the
+//! shared sampling fields, and the OpenAI fields it refuses (`suffix`, `best_of` other than 1).
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::inputs::Inputs;
+use super::sampling::{int_in, CommonParams, SamplingRequest};
+use super::{parse, ModelName};
+use crate::error::ApiError;
+
+/// OpenAI's default `max_tokens` for this endpoint.
+pub const DEFAULT_MAX_TOKENS: usize = 16;
+
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    #[serde(default)]
+    model: Option<ModelName>,
+    #[serde(default)]
+    prompt: Option<Inputs>,
+    #[serde(default)]
+    echo: Option<bool>,
+    #[serde(default)]
+    logprobs: Option<u64>,
+    #[serde(default)]
+    suffix: Option<Value>,
+    #[serde(default)]
+    best_of: Option<u64>,
+    #[serde(skip)]
+    sampling: SamplingRequest,
+}
+
+/// A completion request, checked.
+pub struct CheckedCompletion {
+    pub prompts: Inputs,
+    pub common: CommonParams,
+    pub echo: bool,
+    /// Legacy `logprobs`: how many alternatives (0..=5) per token; `None` = no log-probs.
+    pub logprobs: Option<usize>,
+}
+
+impl CompletionRequest {
+    /// The model the request names (null or left out: `model is required`).
+    pub fn model_id(&self) -> Result<String, ApiError> {
+        self.model.as_ref().map(|m| m.0.clone()).ok_or_else(|| ApiError::missing("model"))
+    }
+
+    pub fn from_body(body: &Value) -> Result<CompletionRequest, ApiError> {
+        let mut request: CompletionRequest = parse(body)?;
+        request.sampling = parse(body)?;
+        Ok(request)
+    }
+
+    /// The request checked for a model of `n_vocab` tokens.
+    pub fn check(&self, n_vocab: usize) -> Result<CheckedCompletion, ApiError> {
+        if self.suffix.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::invalid_param("suffix", "suffix is not supported"));
+        }
+        if int_in("best_of", self.best_of, 1, 20)?.is_some_and(|b| b != 1) {
+            return Err(ApiError::invalid_param("best_of", "best_of other than 1 is not supported"));
+        }
+        let mut common = self.sampling.params(n_vocab)?;
+        common.max_tokens = Some(common.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS));
+        Ok(CheckedCompletion {
+            prompts: self.prompt.clone().ok_or_else(|| ApiError::missing("prompt"))?,
+            common,
+            echo: self.echo.unwrap_or(false),
+            logprobs: int_in("logprobs", self.logprobs, 0, 5)?.map(|v| v as usize),
+        })
+    }
+}

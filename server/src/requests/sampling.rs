@@ -1,0 +1,195 @@
+//! The fields chat and text completions share (sampling, length, stop strings, `n`, `seed`,
+//! streaming options, `user`), typed, and their checks into [`CommonParams`]. Unknown fields are
+//! ignored.
+
+use engine::sampling::{SamplingError, SamplingParams};
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// The largest `n` accepted (OpenAI's bound).
+pub const MAX_N: usize = 128;
+
+/// The shared fields, checked.
+#[derive(Debug, Clone)]
+pub struct CommonParams {
+    pub sampling: SamplingParams,
+    /// `max_completion_tokens`, else `max_tokens`; `None` = until the context is full.
+    pub max_tokens: Option<usize>,
+    pub stop: Vec<String>,
+    pub n: usize,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+/// The shared fields as sent.
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct SamplingRequest {
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub top_k: Option<u64>,
+    #[serde(default)]
+    pub min_p: Option<f64>,
+    #[serde(default)]
+    pub repetition_penalty: Option<f64>,
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
+    /// Token id (as a string) -> bias; ids and values are checked against the vocabulary.
+    #[serde(default)]
+    pub logit_bias: Option<Map<String, Value>>,
+    #[serde(default)]
+    pub seed: Option<Seed>,
+    #[serde(default)]
+    pub stop: Option<Stop>,
+    #[serde(default)]
+    pub n: Option<u64>,
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<u64>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    /// The end user: accepted and unused.
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+/// `seed`: any 64-bit integer, signed or not (a negative seed is as good as a positive one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seed(pub u64);
+
+impl<'de> Deserialize<'de> for Seed {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Seed, D::Error> {
+        use serde::de::Error;
+        match Value::deserialize(d)? {
+            Value::Number(n) => n
+                .as_u64()
+                .or_else(|| n.as_i64().map(|v| v as u64))
+                .map(Seed)
+                .ok_or_else(|| D::Error::custom(format!("must be a 64-bit integer, got {n}"))),
+            _ => Err(D::Error::custom("must be an integer")),
+        }
+    }
+}
+
+/// `stop`: a string or up to 4 strings, none empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stop(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for Stop {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Stop, D::Error> {
+        use serde::de::Error;
+        let bad = || D::Error::custom("must be a string or an array of at most 4 non-empty strings");
+        match Value::deserialize(d)? {
+            Value::String(s) if !s.is_empty() => Ok(Stop(vec![s])),
+            Value::Array(items) if items.len() <= 4 => items
+                .into_iter()
+                .map(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_string).ok_or_else(bad))
+                .collect::<Result<_, _>>()
+                .map(Stop),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// `Some(v)` when `v` is within `lo..=hi`, else the range error naming `name`.
+fn in_range(name: &str, value: Option<f64>, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
+    match value {
+        None => Ok(None),
+        Some(v) if (lo..=hi).contains(&v) => Ok(Some(v as f32)),
+        Some(v) => Err(ApiError::invalid_param(name, format!("{name} must be between {lo} and {hi}, got {v}"))),
+    }
+}
+
+/// An integer field within `min..=max`.
+pub fn int_in(name: &str, value: Option<u64>, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
+    match value {
+        Some(v) if !(min..=max).contains(&v) => {
+            Err(ApiError::invalid_param(name, format!("{name} must be an integer between {min} and {max}, got {v}")))
+        }
+        v => Ok(v),
+    }
+}
+
+impl SamplingRequest {
+    /// The checked parameters for a model of `n_vocab` tokens.
+    pub fn params(&self, n_vocab: usize) -> Result<CommonParams, ApiError> {
+        let defaults = SamplingParams::default();
+        let sampling = SamplingParams {
+            temperature: in_range("temperature", self.temperature, 0.0, 2.0)?.unwrap_or(defaults.temperature),
+            top_p: in_range("top_p", self.top_p, 0.0, 1.0)?.unwrap_or(defaults.top_p),
+            top_k: int_in("top_k", self.top_k, 0, n_vocab as u64)?.map_or(defaults.top_k, |v| v as usize),
+            min_p: in_range("min_p", self.min_p, 0.0, 1.0)?.unwrap_or(defaults.min_p),
+            repetition_penalty: match in_range("repetition_penalty", self.repetition_penalty, 0.0, 10.0)? {
+                Some(v) if v <= 0.0 => {
+                    return Err(ApiError::invalid_param("repetition_penalty", "repetition_penalty must be greater than 0"))
+                }
+                v => v.unwrap_or(defaults.repetition_penalty),
+            },
+            presence_penalty: in_range("presence_penalty", self.presence_penalty, -2.0, 2.0)?.unwrap_or(0.0),
+            frequency_penalty: in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?.unwrap_or(0.0),
+            logit_bias: self.logit_bias(n_vocab)?,
+            seed: self.seed.map_or_else(rand_seed, |s| s.0),
+        };
+        sampling.validate(n_vocab).map_err(|e| match e {
+            SamplingError::OutOfRange { name, .. } => ApiError::invalid_param(name, e.to_string()),
+            other => ApiError::invalid(other.to_string()),
+        })?;
+        let max_tokens = match int_in("max_completion_tokens", self.max_completion_tokens, 1, u32::MAX as u64)? {
+            Some(v) => Some(v as usize),
+            None => int_in("max_tokens", self.max_tokens, 1, u32::MAX as u64)?.map(|v| v as usize),
+        };
+        let stream = self.stream.unwrap_or(false);
+        if self.stream_options.is_some() && !stream {
+            return Err(ApiError::invalid_param("stream_options", "stream_options is only allowed when stream is true"));
+        }
+        Ok(CommonParams {
+            sampling,
+            max_tokens,
+            stop: self.stop.clone().unwrap_or_default().0,
+            n: int_in("n", self.n, 1, MAX_N as u64)?.map_or(1, |v| v as usize),
+            stream,
+            include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
+        })
+    }
+
+    fn logit_bias(&self, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+        let bad = |m: String| ApiError::invalid_param("logit_bias", m);
+        self.logit_bias
+            .iter()
+            .flatten()
+            .map(|(k, v)| {
+                let id: u32 = k.trim().parse().map_err(|_| bad(format!("logit_bias keys must be token ids, got {k:?}")))?;
+                if id as usize >= n_vocab {
+                    return Err(bad(format!("logit_bias token {id} is outside the vocabulary of {n_vocab}")));
+                }
+                match v.as_f64() {
+                    Some(b) if (-100.0..=100.0).contains(&b) => Ok((id, b as f32)),
+                    _ => Err(bad(format!("logit_bias values must be numbers between -100 and 100, got {v}"))),
+                }
+            })
+            .collect()
+    }
+}
+
+/// A seed for requests without one: different every time.
+fn rand_seed() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let t = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    t ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed)
+}
