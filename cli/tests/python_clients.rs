@@ -86,7 +86,21 @@ fn the_official_packages_run_tool_round_trips_on_responses_and_messages() {
 
 #[test]
 fn the_served_openapi_document_is_valid_and_the_server_keeps_to_it() {
-    let stdout = run_against_tiny_server("openapi_conformance.py", &[CHAT]);
+    // with a models directory, so that loading models (POST /v1/models) is in the document too
+    let model = fixture("models/tiny-llama-Q8_0.gguf");
+    let guard = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
+    let dir = fixture("models");
+    let serve: [&OsStr; 8] = [
+        "-c".as_ref(),
+        "512".as_ref(),
+        "-m".as_ref(),
+        model.as_os_str(),
+        "--guard".as_ref(),
+        guard.as_os_str(),
+        "--models-dir".as_ref(),
+        dir.as_os_str(),
+    ];
+    let stdout = run_against("openapi_conformance.py", &serve, &[CHAT]);
     // the number of generated cases, for the log (`cargo test -- --nocapture`)
     println!("{}", stdout.lines().filter(|l| l.starts_with("schemathesis:")).collect::<Vec<_>>().join("\n"));
 }

@@ -27,7 +27,7 @@ validate(doc)
 operations = {op["operationId"] for path in doc["paths"].values() for op in path.values() if isinstance(op, dict)}
 expected = {"health", "metrics", "openapi", "listModels", "retrieveModel", "deleteModel", "createChatCompletion",
             "createCompletion", "createEmbedding", "guard", "guardScan", "guardBatch", "createModeration",
-            "createResponse", "getResponse", "deleteResponse", "createMessage", "countMessageTokens"}
+            "createResponse", "getResponse", "deleteResponse", "createMessage", "countMessageTokens", "loadModel"}
 assert expected <= operations, f"operations missing from the document: {expected - operations}"
 print("openapi-spec-validator: valid OpenAPI", doc["openapi"], "with", len(operations), "operations")
 
@@ -71,7 +71,16 @@ for path, body in representative:
         got = stored.call()
         assert got.status_code == (404 if body.get("stream") else 200), got.text
         stored.validate_response(got)
-print(f"schemathesis: {len(representative)} representative requests (streams event by event) match the document")
+# a model of the models directory loaded at run time, then unloaded
+load = loaded["/v1/models"]["POST"].Case(body={"model": "tiny-granite-Q8_0", "id": "conformance-load", "context_length": 256})
+response = load.call()
+assert response.status_code == 200, response.text
+load.validate_response(response)
+again = load.call()
+assert again.status_code == 409, again.text
+load.validate_response(again)
+urllib.request.urlopen(urllib.request.Request(base + "/v1/models/conformance-load", method="DELETE")).read()
+print(f"schemathesis: {len(representative)} representative requests (streams event by event) and a model load match the document")
 
 
 def schemathesis(*args):
