@@ -57,6 +57,16 @@ pub struct ServeArgs {
     /// keeps none).
     #[arg(long, value_name = "N", default_value_t = server::response_store::DEFAULT_CAPACITY)]
     pub responses_store: usize,
+    /// Seconds a chat or text completion may take when it names no `timeout`: past them its
+    /// generation ends (finish reason `length`), or it fails with 408 when no token came yet.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub request_timeout: Option<f64>,
+    /// The most seconds a request's `timeout` may ask for (a larger one is a 400).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub max_request_timeout: Option<f64>,
+    /// Seconds SIGINT / SIGTERM waits for open requests before cutting them and exiting.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0, value_parser = parse_seconds)]
+    pub drain_timeout: f64,
     /// A smaller model with the same vocabulary that drafts tokens for the chat models
     /// (speculative decoding, used while a sequence decodes alone: with several, one batched pass
     /// already serves them all; greedy output is unchanged, sampled output keeps its
@@ -148,6 +158,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.models_dir {
         builder = builder.models_dir(dir.clone(), args.device, args.ctx_size);
     }
+    let seconds = |s: Option<f64>| s.map(std::time::Duration::from_secs_f64);
+    builder = builder.request_timeouts(seconds(args.request_timeout), seconds(args.max_request_timeout));
     if let Some(secs) = args.idle_unload {
         builder = builder.idle_unload(std::time::Duration::from_secs(secs as u64));
     }
@@ -206,8 +218,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             eprintln!("shutting down");
             stopper.close();
         });
-        server.serve(listener).await.context("serving")
-    })
+        server.serve_draining(listener, Some(std::time::Duration::from_secs_f64(args.drain_timeout))).await.context("serving")
+    })?;
+    // requests cut by the drain are dropped with the runtime; a model still loading is not waited for
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    Ok(())
+}
+
+/// Parses a number of seconds above 0.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        Ok(_) => Err("must be a number of seconds above 0".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Whether the model's own template is a Granite Guardian template.

@@ -46,3 +46,51 @@ fn a_models_directory_that_is_not_there_is_an_error_at_start() {
     assert!(stderr.contains("--models-dir /nonexistent/models"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
+
+/// Streams a chat completion in a thread, returning its whole body (what arrived before the
+/// connection closed).
+fn stream_in_background(base: &str, model: &str, max_tokens: u64) -> std::thread::JoinHandle<String> {
+    use std::io::Read;
+    let (url, body) = (
+        format!("{base}/v1/chat/completions"),
+        json!({"model": model, "messages": [{"role": "user", "content": "Tell a long story."}], "max_tokens": max_tokens, "temperature": 0, "stream": true}),
+    );
+    std::thread::spawn(move || {
+        let mut r = Client::new().post(url).json(&body).send().unwrap();
+        let mut text = String::new();
+        let _ = r.read_to_string(&mut text);
+        text
+    })
+}
+
+#[test]
+fn sigterm_drains_open_requests_and_cuts_them_after_the_drain_timeout() {
+    // a short request finishes during the drain, and the server exits 0
+    let model = fixture("models/tiny-llama-Q8_0.gguf");
+    let mut server = ServeProcess::start(
+        engine_cli(),
+        &["-m".as_ref(), model.as_os_str(), "-c".as_ref(), "512".as_ref(), "--drain-timeout".as_ref(), "20".as_ref()],
+    );
+    let stream = stream_in_background(&server.base, "tiny-llama-Q8_0", 400);
+    std::thread::sleep(Duration::from_millis(50));
+    let status = server.terminate(Duration::from_secs(20)).expect("the server exited");
+    assert!(status.success(), "{status:?}");
+    let text = stream.join().unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert!(Client::new().get(format!("{}/health", server.base)).send().is_err(), "still accepting after the drain");
+    // a long generation is cut once the drain timeout passes, and the server still exits 0
+    let qwen = engine_tests::fetch_model("qwen2.5-coder");
+    let id = qwen.file_stem().unwrap().to_str().unwrap().to_string();
+    let mut server = ServeProcess::start(
+        engine_cli(),
+        &["-m".as_ref(), qwen.as_os_str(), "-c".as_ref(), "1024".as_ref(), "--drain-timeout".as_ref(), "1".as_ref()],
+    );
+    let stream = stream_in_background(&server.base, &id, 600);
+    std::thread::sleep(Duration::from_millis(800));
+    let signalled = std::time::Instant::now();
+    let status = server.terminate(Duration::from_secs(20)).expect("the server exited");
+    assert!(status.success(), "{status:?}");
+    assert!(signalled.elapsed() < Duration::from_secs(5), "{:?}", signalled.elapsed());
+    let text = stream.join().unwrap();
+    assert!(text.contains("data: {") && !text.contains("[DONE]"), "{text}");
+}

@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
+use std::time::Instant;
 
 use engine::generate::{common_prefix, draft_rng, speculative_round, Draft, FinishReason, SequenceDecoder, TokenEvent, Usage};
 use engine::guard::{Evaluator, PromptStats};
@@ -57,6 +58,7 @@ struct Running {
     speculative: bool,
     /// Positions it may reach (its prompt and token budget), reserved at admission.
     reserved: usize,
+    deadline: Option<Instant>,
     draft_rng: Rng,
 }
 
@@ -124,6 +126,7 @@ impl EngineLoop {
     pub fn run(mut self) {
         while self.receive() {
             self.drop_cancelled();
+            self.expire();
             self.admit();
             if !self.running.is_empty() {
                 // The step runs on a worker of the pool: its many parallel operations then
@@ -208,6 +211,36 @@ impl EngineLoop {
                 }
                 false
             });
+        }
+    }
+
+    /// Sequences whose request's time is up: those without an output token yet fail with the
+    /// timeout error, the others end as if their token budget ran out (`length`).
+    fn expire(&mut self) {
+        let now = Instant::now();
+        let due = |d: &Option<Instant>| d.is_some_and(|d| d <= now);
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if due(&self.waiting[i].spec.deadline) {
+                let w = self.waiting.remove(i).expect("in range");
+                self.fail(w.group, w.index, ApiError::timeout());
+            } else {
+                i += 1;
+            }
+        }
+        for i in (0..self.running.len()).rev() {
+            if !due(&self.running[i].deadline) {
+                continue;
+            }
+            if self.running[i].history.len() <= self.running[i].prompt_len {
+                let r = self.running.remove(i);
+                self.finish(r, Some(ApiError::timeout()));
+            } else {
+                let event = self.running[i].decoder.end(FinishReason::Length);
+                self.emit(i, event);
+                let r = self.running.remove(i);
+                self.finish(r, None);
+            }
         }
     }
 
@@ -347,6 +380,7 @@ impl EngineLoop {
             prompt_len,
             usage,
             stream: w.spec.stream,
+            deadline: w.spec.deadline,
             speculative: w.spec.speculative,
             reserved: total,
             draft_rng: draft_rng(seed),

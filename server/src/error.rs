@@ -84,6 +84,14 @@ impl ApiError {
         }
     }
 
+    /// 408: the request's `timeout` passed before its first output token.
+    pub fn timeout() -> ApiError {
+        ApiError {
+            code: Some("request_timeout"),
+            ..ApiError::new(StatusCode::REQUEST_TIMEOUT, "timeout_error", "the request's timeout passed before its first token")
+        }
+    }
+
     /// 409: the request clashes with what the server holds (a model id already loaded).
     pub fn conflict(param: &str, message: impl Into<String>) -> ApiError {
         ApiError {
@@ -146,6 +154,7 @@ impl ApiError {
             401 => "authentication_error",
             403 => "permission_error",
             404 => "not_found_error",
+            408 => "timeout_error",
             413 => "request_too_large",
             429 => "rate_limit_error",
             503 | 529 => "overloaded_error",

@@ -51,7 +51,7 @@ pub fn anthropic_error_response(e: &ApiError) -> Response<Body> {
 
 fn error_with_body(e: &ApiError, body: &Value) -> Response<Body> {
     let mut r = json_response(e.status, body);
-    if e.status.is_server_error() && e.status != StatusCode::SERVICE_UNAVAILABLE {
+    if (e.status.is_server_error() && e.status != StatusCode::SERVICE_UNAVAILABLE) || e.status == StatusCode::REQUEST_TIMEOUT {
         // the same request would fail the same way: tell SDKs not to retry it
         r.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
     }

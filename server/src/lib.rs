@@ -49,6 +49,7 @@ use crate::metrics::{Metrics, DEFAULT_LATENCY_BUCKETS};
 use crate::model_loader::{start_entry, EntrySettings, LoadSpec, Loader, Role};
 pub use crate::registry::ModelEntry;
 use crate::registry::Registry;
+use crate::requests::sampling::Timeouts;
 use crate::response_store::ResponseStore;
 use crate::worker::{Generation, LoopConfig, SeqSpec};
 
@@ -81,6 +82,10 @@ pub struct AppState {
     pub responses: ResponseStore,
     /// Models loaded and unloaded at run time.
     pub loader: Loader,
+    /// The default and the most time a generation request may take.
+    pub timeouts: Timeouts,
+    /// Set once the server stops accepting connections (`GET /ready` then answers 503).
+    pub draining: std::sync::atomic::AtomicBool,
 }
 
 /// The batch scheduler of non-streaming generations: a batch's requests are submitted to their
@@ -164,6 +169,7 @@ pub struct ServerBuilder {
     generic_prompt: GenericPrompt,
     guard_prompt_cache_bytes: Option<usize>,
     responses_store: Option<usize>,
+    timeouts: Timeouts,
 }
 
 impl ServerBuilder {
@@ -235,6 +241,13 @@ impl ServerBuilder {
         self
     }
 
+    /// The time a generation request gets when it names no `timeout`, and the most it may
+    /// name (`None`: no default, no bound).
+    pub fn request_timeouts(mut self, default: Option<Duration>, max: Option<Duration>) -> Self {
+        self.timeouts = Timeouts { default, max };
+        self
+    }
+
     /// Unloads a model nobody used for `after` (models with a known file that do not guard);
     /// the next request that names it loads it again and waits for it.
     pub fn idle_unload(mut self, after: Duration) -> Self {
@@ -267,6 +280,15 @@ impl ServerBuilder {
 
     /// Starts an engine thread per model.
     pub fn build(self) -> Result<Server, String> {
+        if let (Some(default), Some(max)) = (self.timeouts.default, self.timeouts.max) {
+            if default > max {
+                return Err(format!(
+                    "the default request timeout ({} s) is above the maximum ({} s)",
+                    default.as_secs_f64(),
+                    max.as_secs_f64()
+                ));
+            }
+        }
         if self.models.is_empty() && self.models_dir.is_none() {
             return Err("no model to serve".into());
         }
@@ -316,6 +338,8 @@ impl ServerBuilder {
             policies: self.policies,
             guardrails: self.guardrails,
             loader,
+            timeouts: self.timeouts,
+            draining: std::sync::atomic::AtomicBool::new(false),
             responses: ResponseStore::new(self.responses_store.unwrap_or(response_store::DEFAULT_CAPACITY)),
             batcher: self.batch.map(|config| {
                 let b = BatchScheduler::new(config, routes::generation::submit_batch);
@@ -375,6 +399,13 @@ impl Server {
     /// Serves connections from `listener` until [`Server::close`], then waits for the open
     /// ones to finish their current requests.
     pub async fn serve(&self, listener: TcpListener) -> std::io::Result<()> {
+        self.serve_draining(listener, None).await
+    }
+
+    /// [`Server::serve`], waiting at most `drain` for open requests after [`Server::close`]:
+    /// those still running then are cut (their connections close, their generations are
+    /// cancelled at the next step).
+    pub async fn serve_draining(&self, listener: TcpListener, drain: Option<Duration>) -> std::io::Result<()> {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         let mut closed = self.shutdown.subscribe();
         let sweeper = self.state.loader.idle_unload().map(|idle| {
@@ -415,7 +446,15 @@ impl Server {
             sweeper.abort();
         }
         tracing::info!("shutting down: waiting for open requests");
-        graceful.shutdown().await;
+        self.state.draining.store(true, std::sync::atomic::Ordering::Relaxed);
+        match drain {
+            None => graceful.shutdown().await,
+            Some(limit) => {
+                if tokio::time::timeout(limit, graceful.shutdown()).await.is_err() {
+                    tracing::warn!("requests still open after the drain timeout ({} s): cut", limit.as_secs_f64());
+                }
+            }
+        }
         if let Some(batcher) = self.state.batcher.clone() {
             let _ = tokio::task::spawn_blocking(move || batcher.stop()).await;
         }

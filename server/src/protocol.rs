@@ -58,6 +58,9 @@ pub struct SeqSpec {
     pub stream: bool,
     /// The draft model may propose tokens for it (when it decodes alone).
     pub speculative: bool,
+    /// When the request's time is up (`timeout`): a sequence without an output token by then
+    /// fails with 408, one with some ends as if its token budget ran out.
+    pub deadline: Option<std::time::Instant>,
 }
 
 /// What a generation reports, for output `index` of its request.

@@ -99,6 +99,10 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
             allow(&method, &path, &[Method::GET])?;
             Ok(ok_json(&serde_json::json!({"status": "ok"})))
         }
+        "/ready" => {
+            allow(&method, &path, &[Method::GET])?;
+            Ok(readiness(state))
+        }
         "/metrics" => {
             allow(&method, &path, &[Method::GET])?;
             Ok(text_response("application/openmetrics-text; version=1.0.0; charset=utf-8", state.metrics.render()))
@@ -198,6 +202,30 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
         }
         _ => Err(ApiError::route_not_found(&method, &path)),
     }
+}
+
+/// `GET /ready`: 200 while the server accepts work (not draining, a model loaded, and every
+/// model with room in its queue), else 503 with the reason, so that a load balancer sends the
+/// request to another replica. `GET /health` stays the liveness probe.
+fn readiness(state: &AppState) -> Response<Body> {
+    let models = state.registry.list();
+    let saturated: Vec<&str> = models.iter().filter(|m| m.worker.saturated()).map(|m| m.id.as_str()).collect();
+    let reason = if state.draining.load(std::sync::atomic::Ordering::Relaxed) {
+        Some("the server is shutting down".to_string())
+    } else if models.is_empty() {
+        Some("no model is loaded".to_string())
+    } else if !saturated.is_empty() {
+        Some(format!("the queue of {} is full", saturated.join(", ")))
+    } else {
+        None
+    };
+    let body = serde_json::json!({
+        "status": if reason.is_some() { "unavailable" } else { "ready" },
+        "reason": reason,
+        "models": models.iter().map(|m| serde_json::json!({"id": m.id, "saturated": m.worker.saturated()})).collect::<Vec<_>>(),
+    });
+    let status = if reason.is_some() { hyper::StatusCode::SERVICE_UNAVAILABLE } else { hyper::StatusCode::OK };
+    http::json_response(status, &body)
 }
 
 /// Runs a route whose body names its `model`, holding that model meanwhile (the idle sweep

@@ -127,6 +127,12 @@ impl Worker {
         self.last_used_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
+    /// Whether the model has as much work as it accepts (`parallel` running and a full queue):
+    /// a new request would get 503.
+    pub fn saturated(&self) -> bool {
+        self.outstanding.load(Ordering::Relaxed) >= self.limit
+    }
+
     pub fn config(&self) -> &LoopConfig {
         &self.config
     }

@@ -86,6 +86,23 @@ impl ServeProcess {
     }
 }
 
+impl ServeProcess {
+    /// Sends SIGTERM and waits (at most `limit`) for the server to exit; its exit status, or
+    /// `None` when it was still running (it is killed then).
+    pub fn terminate(&mut self, limit: std::time::Duration) -> Option<std::process::ExitStatus> {
+        // SAFETY: kill(2) on the pid of a child this process started and has not reaped
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let start = std::time::Instant::now();
+        while start.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        None
+    }
+}
+
 impl Drop for ServeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();

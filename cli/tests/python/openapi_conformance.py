@@ -25,7 +25,7 @@ with urllib.request.urlopen(base + "/openapi.yaml") as r:
     doc = yaml.safe_load(r.read())
 validate(doc)
 operations = {op["operationId"] for path in doc["paths"].values() for op in path.values() if isinstance(op, dict)}
-expected = {"health", "metrics", "openapi", "listModels", "retrieveModel", "deleteModel", "createChatCompletion",
+expected = {"health", "ready", "metrics", "openapi", "listModels", "retrieveModel", "deleteModel", "createChatCompletion",
             "createCompletion", "createEmbedding", "guard", "guardScan", "guardBatch", "createModeration",
             "createResponse", "getResponse", "deleteResponse", "createMessage", "countMessageTokens", "loadModel"}
 assert expected <= operations, f"operations missing from the document: {expected - operations}"

@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::guard::GuardrailsField;
-use super::sampling::{int_in, CommonParams, SamplingRequest};
+use super::sampling::{int_in, CommonParams, SamplingRequest, Timeouts};
 use super::{nested_error, parse, ModelName};
 use crate::error::ApiError;
 
@@ -330,7 +330,7 @@ impl ChatCompletionRequest {
     }
 
     /// The request checked for a model of `n_vocab` tokens.
-    pub(crate) fn check(&self, n_vocab: usize) -> Result<ChatRequest, ApiError> {
+    pub(crate) fn check(&self, n_vocab: usize, timeouts: &Timeouts) -> Result<ChatRequest, ApiError> {
         let messages = self.messages()?;
         let tool_choice = self.tool_choice()?;
         let logprobs = match (self.logprobs.unwrap_or(false), int_in("top_logprobs", self.top_logprobs, 0, 20)?) {
@@ -356,7 +356,7 @@ impl ChatCompletionRequest {
             tools: self.tools(),
             tool_choice,
             response_format,
-            common: self.sampling.params(n_vocab)?,
+            common: self.sampling.params(n_vocab, timeouts)?,
             logprobs,
             inline_reasoning: self.reasoning_format == Some(ReasoningFormat::None),
         })

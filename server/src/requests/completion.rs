@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::inputs::Inputs;
-use super::sampling::{int_in, CommonParams, SamplingRequest};
+use super::sampling::{int_in, CommonParams, SamplingRequest, Timeouts};
 use super::{parse, ModelName};
 use crate::error::ApiError;
 
@@ -52,14 +52,14 @@ impl CompletionRequest {
     }
 
     /// The request checked for a model of `n_vocab` tokens.
-    pub fn check(&self, n_vocab: usize) -> Result<CheckedCompletion, ApiError> {
+    pub fn check(&self, n_vocab: usize, timeouts: &Timeouts) -> Result<CheckedCompletion, ApiError> {
         if self.suffix.as_ref().is_some_and(|v| !v.is_null()) {
             return Err(ApiError::invalid_param("suffix", "suffix is not supported"));
         }
         if int_in("best_of", self.best_of, 1, 20)?.is_some_and(|b| b != 1) {
             return Err(ApiError::invalid_param("best_of", "best_of other than 1 is not supported"));
         }
-        let mut common = self.sampling.params(n_vocab)?;
+        let mut common = self.sampling.params(n_vocab, timeouts)?;
         common.max_tokens = Some(common.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS));
         Ok(CheckedCompletion {
             prompts: self.prompt.clone().ok_or_else(|| ApiError::missing("prompt"))?,

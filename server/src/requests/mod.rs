@@ -97,7 +97,7 @@ mod tests {
     /// The (param, message) of the error a chat body gets, read and checked for a 512-token
     /// vocabulary.
     fn chat_error(body: Value) -> (String, String) {
-        let e = ChatCompletionRequest::from_body(&body).and_then(|r| r.check(512).map(|_| ())).unwrap_err();
+        let e = ChatCompletionRequest::from_body(&body).and_then(|r| r.check(512, &Default::default()).map(|_| ())).unwrap_err();
         (e.param.unwrap_or_default(), e.message)
     }
 
@@ -195,9 +195,13 @@ mod tests {
             (e.param.as_deref(), e.message.as_str()),
             (Some("prompt"), "prompt must be a string, an array of strings, an array of token ids or an array of such arrays")
         );
-        let e = CompletionRequest::from_body(&json!({"model": "m", "prompt": "a", "best_of": 2})).unwrap().check(512).err().unwrap();
+        let e = CompletionRequest::from_body(&json!({"model": "m", "prompt": "a", "best_of": 2}))
+            .unwrap()
+            .check(512, &Default::default())
+            .err()
+            .unwrap();
         assert_eq!(e.param.as_deref(), Some("best_of"));
-        let e = CompletionRequest::from_body(&json!({"model": "m"})).unwrap().check(512).err().unwrap();
+        let e = CompletionRequest::from_body(&json!({"model": "m"})).unwrap().check(512, &Default::default()).err().unwrap();
         assert_eq!((e.param.as_deref(), e.code), (Some("prompt"), Some("missing_required_parameter")));
         let r: EmbeddingRequest = parse(&json!({"model": "m", "input": ["a", ""]})).unwrap();
         assert_eq!(r.inputs().unwrap_err().message, "input items must not be empty");

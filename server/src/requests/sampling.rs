@@ -2,6 +2,8 @@
 //! streaming options, `user`), typed, and their checks into [`CommonParams`]. Unknown fields are
 //! ignored.
 
+use std::time::{Duration, Instant};
+
 use engine::sampling::{SamplingError, SamplingParams};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
@@ -21,6 +23,16 @@ pub struct CommonParams {
     pub n: usize,
     pub stream: bool,
     pub include_usage: bool,
+    /// When the request's time is up (its `timeout`, else the server's default).
+    pub deadline: Option<Instant>,
+}
+
+/// The server's request timeouts: the default of a request that names none, and the most a
+/// request may ask for (`--request-timeout`, `--max-request-timeout`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Timeouts {
+    pub default: Option<Duration>,
+    pub max: Option<Duration>,
 }
 
 /// The shared fields as sent.
@@ -60,6 +72,10 @@ pub struct SamplingRequest {
     /// The end user: accepted and unused.
     #[serde(default)]
     pub user: Option<String>,
+    /// Seconds the request may take: past them its generation ends (`length`), or it fails
+    /// with 408 when no token came yet.
+    #[serde(default)]
+    pub timeout: Option<f64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -126,8 +142,8 @@ pub fn int_in(name: &str, value: Option<u64>, min: u64, max: u64) -> Result<Opti
 }
 
 impl SamplingRequest {
-    /// The checked parameters for a model of `n_vocab` tokens.
-    pub fn params(&self, n_vocab: usize) -> Result<CommonParams, ApiError> {
+    /// The checked parameters for a model of `n_vocab` tokens, under the server's timeouts.
+    pub fn params(&self, n_vocab: usize, timeouts: &Timeouts) -> Result<CommonParams, ApiError> {
         let defaults = SamplingParams::default();
         let sampling = SamplingParams {
             temperature: in_range("temperature", self.temperature, 0.0, 2.0)?.unwrap_or(defaults.temperature),
@@ -164,7 +180,20 @@ impl SamplingRequest {
             n: int_in("n", self.n, 1, MAX_N as u64)?.map_or(1, |v| v as usize),
             stream,
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
+            deadline: self.timeout(timeouts)?.map(|t| Instant::now() + t),
         })
+    }
+
+    /// The request's time: its `timeout` (more than 0, at most the server's maximum), else the
+    /// server's default.
+    fn timeout(&self, timeouts: &Timeouts) -> Result<Option<Duration>, ApiError> {
+        let Some(seconds) = self.timeout else { return Ok(timeouts.default) };
+        let max = timeouts.max.map_or(f64::MAX, |m| m.as_secs_f64());
+        if !(seconds > 0.0 && seconds <= max && seconds.is_finite()) {
+            let bound = timeouts.max.map_or(String::new(), |m| format!(" and at most {}", m.as_secs_f64()));
+            return Err(ApiError::invalid_param("timeout", format!("timeout must be a number of seconds above 0{bound}, got {seconds}")));
+        }
+        Ok(Some(Duration::from_secs_f64(seconds)))
     }
 
     fn logit_bias(&self, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {

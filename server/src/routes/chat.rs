@@ -30,7 +30,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let typed = ChatCompletionRequest::from_body(&Value::Object(body))?;
     let id = typed.model_id()?;
     let entry = state.registry.generator(&id)?;
-    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab())?);
+    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab(), &state.timeouts)?);
     let rails = guardrails::parse(state, typed.guard.as_ref())?;
     if let Some(r) = &rails {
         // before anything is generated: a flagged input is refused with the verdicts

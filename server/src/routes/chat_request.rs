@@ -33,7 +33,7 @@ pub(crate) fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -
     let seqs = (0..request.common.n)
         .map(|i| {
             let params = params_for(&entry.worker, &request.common, request.logprobs, request.response_format.as_ref(), prompt.len(), i)?;
-            Ok(output(prompt.clone(), params, stream))
+            Ok(output(prompt.clone(), params, stream, request.common.deadline))
         })
         .collect::<Result<_, ApiError>>()?;
     // under a grammar the reply is what the grammar says from its first token: never reasoning

@@ -87,7 +87,7 @@ async fn prepare(
     let typed = ChatCompletionRequest::from_body(&Value::Object(body.clone()))?;
     let id = typed.model_id()?;
     let entry = state.registry.generator(&id)?;
-    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab())?);
+    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab(), &state.timeouts)?);
     if request.common.n != 1 {
         return Err(ApiError::invalid_param("n", "this route gives one reply: n must be 1"));
     }

@@ -28,7 +28,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let typed = CompletionRequest::from_body(&Value::Object(body))?;
     let id = typed.model_id()?;
     let entry = state.registry.generator(&id)?;
-    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab())?);
+    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab(), &state.timeouts)?);
     let (created, cmpl_id, start) = (unix_now(), format!("cmpl-{}", random_id()), Instant::now());
     let streaming = request.common.stream;
     let (e, r) = (entry.clone(), request.clone());
@@ -164,7 +164,7 @@ fn outputs(entry: &ModelEntry, request: &CheckedCompletion, stream: bool) -> Res
         }
         for j in 0..request.common.n {
             let params = params_for(&entry.worker, &request.common, request.logprobs, None, tokens.len(), p * request.common.n + j)?;
-            seqs.push(output(tokens.clone(), params, stream));
+            seqs.push(output(tokens.clone(), params, stream, request.common.deadline));
         }
     }
     Ok((prompts, seqs))

@@ -4,7 +4,7 @@
 //! timestamps.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use engine::generate::{GenerateParams, Usage};
 use engine::grammar::Constraint;
@@ -59,8 +59,8 @@ pub fn params_for(
 }
 
 /// One output of a request (the draft model, when loaded, may propose its tokens).
-pub fn output(prompt: Vec<TokenId>, params: GenerateParams, stream: bool) -> SeqSpec {
-    SeqSpec { prompt, params, stream, speculative: true }
+pub fn output(prompt: Vec<TokenId>, params: GenerateParams, stream: bool, deadline: Option<Instant>) -> SeqSpec {
+    SeqSpec { prompt, params, stream, speculative: true, deadline }
 }
 
 /// Submits a non-streaming request: through the batch scheduler when one is attached (requests
