@@ -3,13 +3,14 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use engine::backend::{BackendError, Device};
 use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, Policies};
 use engine::model::Model;
 use server::batch_scheduler::BatchConfig;
-use server::{ModelSpec, Scheduling, Server, ServerGuardrails};
+use server::{ConnectionLimits, ModelSpec, Scheduling, Server, ServerGuardrails};
 
 use crate::load::{load_model, parse_device, parse_positive};
 
@@ -60,13 +61,22 @@ pub struct ServeArgs {
     /// Seconds a chat or text completion may take when it names no `timeout`: past them its
     /// generation ends (finish reason `length`), or it fails with 408 when no token came yet.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
-    pub request_timeout: Option<f64>,
+    pub request_timeout: Option<Duration>,
     /// The most seconds a request's `timeout` may ask for (a larger one is a 400).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
-    pub max_request_timeout: Option<f64>,
+    pub max_request_timeout: Option<Duration>,
+    /// Connections held at once; more are answered 503 and closed.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = parse_positive)]
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers (the connection is closed after them).
+    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = parse_seconds)]
+    pub header_timeout: Duration,
+    /// Seconds a client has to send a request's body (408 after them).
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = parse_seconds)]
+    pub body_timeout: Duration,
     /// Seconds SIGINT / SIGTERM waits for open requests before cutting them and exiting.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30.0, value_parser = parse_seconds)]
-    pub drain_timeout: f64,
+    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = parse_seconds)]
+    pub drain_timeout: Duration,
     /// A smaller model with the same vocabulary that drafts tokens for the chat models
     /// (speculative decoding, used while a sequence decodes alone: with several, one batched pass
     /// already serves them all; greedy output is unchanged, sampled output keeps its
@@ -158,8 +168,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.models_dir {
         builder = builder.models_dir(dir.clone(), args.device, args.ctx_size);
     }
-    let seconds = |s: Option<f64>| s.map(std::time::Duration::from_secs_f64);
-    builder = builder.request_timeouts(seconds(args.request_timeout), seconds(args.max_request_timeout));
+    builder = builder.request_timeouts(args.request_timeout, args.max_request_timeout);
+    builder = builder.connection_limits(ConnectionLimits {
+        max_connections: args.max_connections,
+        header_timeout: args.header_timeout,
+        body_timeout: args.body_timeout,
+    });
     if let Some(secs) = args.idle_unload {
         builder = builder.idle_unload(std::time::Duration::from_secs(secs as u64));
     }
@@ -218,17 +232,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             eprintln!("shutting down");
             stopper.close();
         });
-        server.serve_draining(listener, Some(std::time::Duration::from_secs_f64(args.drain_timeout))).await.context("serving")
+        server.serve_draining(listener, Some(args.drain_timeout)).await.context("serving")
     })?;
     // requests cut by the drain are dropped with the runtime; a model still loading is not waited for
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     Ok(())
 }
 
-/// Parses a number of seconds above 0.
-fn parse_seconds(s: &str) -> Result<f64, String> {
+/// Parses a number of seconds above 0 (fractions allowed).
+fn parse_seconds(s: &str) -> Result<Duration, String> {
     match s.parse::<f64>() {
-        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        Ok(v) if v > 0.0 => Duration::try_from_secs_f64(v).map_err(|_| "too many seconds".to_string()),
         Ok(_) => Err("must be a number of seconds above 0".into()),
         Err(e) => Err(e.to_string()),
     }

@@ -92,6 +92,18 @@ impl ApiError {
         }
     }
 
+    /// 408: the request's body did not arrive in time.
+    pub fn body_timeout(limit: std::time::Duration) -> ApiError {
+        ApiError {
+            code: Some("request_timeout"),
+            ..ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout_error",
+                format!("the request body did not arrive within {} s", limit.as_secs_f64()),
+            )
+        }
+    }
+
     /// 409: the request clashes with what the server holds (a model id already loaded).
     pub fn conflict(param: &str, message: impl Into<String>) -> ApiError {
         ApiError {
@@ -130,6 +142,18 @@ impl ApiError {
     /// 503: the model is busy with more work than its queue holds.
     pub fn overloaded() -> ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable_error", "the server is overloaded; retry later")
+    }
+
+    /// 503 for a connection past the server's limit.
+    pub fn too_many_connections() -> ApiError {
+        ApiError {
+            code: Some("too_many_connections"),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable_error",
+                "the server holds as many connections as it accepts; retry later",
+            )
+        }
     }
 
     /// 500: a real fault of the model or engine.

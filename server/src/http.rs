@@ -64,18 +64,20 @@ fn error_with_body(e: &ApiError, body: &Value) -> Response<Body> {
     r
 }
 
-/// Reads the whole body, refusing more than `limit` bytes with 413.
-pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(ApiError::too_large(limit)),
-        Err(e) => Err(ApiError::invalid(format!("could not read the request body: {e}"))),
+/// Reads the whole body, refusing more than `limit` bytes with 413 and a body that has not
+/// arrived within `timeout` with 408 (a client that stops sending keeps nothing waiting).
+pub async fn read_body(body: Incoming, limit: usize, timeout: std::time::Duration) -> Result<Bytes, ApiError> {
+    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+        Err(_) => Err(ApiError::body_timeout(timeout)),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(ApiError::too_large(limit)),
+        Ok(Err(e)) => Err(ApiError::invalid(format!("could not read the request body: {e}"))),
     }
 }
 
 /// The body as a JSON object (400 for anything else).
 pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    match serde_json::from_slice::<Value>(bytes) {
+    match crate::strict_json::from_slice(bytes) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(ApiError::invalid("the request body must be a JSON object")),
         Err(e) => Err(ApiError::invalid(format!("the request body is not valid JSON: {e}"))),

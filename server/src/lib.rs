@@ -24,6 +24,7 @@ pub mod requests;
 pub mod response_store;
 mod router;
 mod routes;
+mod strict_json;
 pub mod worker;
 
 use std::future::Future;
@@ -86,7 +87,31 @@ pub struct AppState {
     pub timeouts: Timeouts,
     /// Set once the server stops accepting connections (`GET /ready` then answers 503).
     pub draining: std::sync::atomic::AtomicBool,
+    /// What a connection may hold and how long it may take to send a request.
+    pub limits: ConnectionLimits,
 }
+
+/// What one client may hold of the server: connections at once (more are answered 503 and
+/// closed), and the time to send a request's headers (the connection is closed after it) and
+/// its body (408 after it).
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> ConnectionLimits {
+        ConnectionLimits { max_connections: 1024, header_timeout: Duration::from_secs(30), body_timeout: Duration::from_secs(60) }
+    }
+}
+
+/// Connections the kernel may hold before the server accepts them.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// The read buffer of a connection, which bounds a request's head (larger: 431).
+const MAX_HEAD_BYTES: usize = 64 << 10;
 
 /// The batch scheduler of non-streaming generations: a batch's requests are submitted to their
 /// model together.
@@ -170,6 +195,7 @@ pub struct ServerBuilder {
     guard_prompt_cache_bytes: Option<usize>,
     responses_store: Option<usize>,
     timeouts: Timeouts,
+    limits: ConnectionLimits,
 }
 
 impl ServerBuilder {
@@ -245,6 +271,12 @@ impl ServerBuilder {
     /// name (`None`: no default, no bound).
     pub fn request_timeouts(mut self, default: Option<Duration>, max: Option<Duration>) -> Self {
         self.timeouts = Timeouts { default, max };
+        self
+    }
+
+    /// Connections at once and the time to send a request (default [`ConnectionLimits::default`]).
+    pub fn connection_limits(mut self, limits: ConnectionLimits) -> Self {
+        self.limits = limits;
         self
     }
 
@@ -340,6 +372,7 @@ impl ServerBuilder {
             loader,
             timeouts: self.timeouts,
             draining: std::sync::atomic::AtomicBool::new(false),
+            limits: self.limits,
             responses: ResponseStore::new(self.responses_store.unwrap_or(response_store::DEFAULT_CAPACITY)),
             batcher: self.batch.map(|config| {
                 let b = BatchScheduler::new(config, routes::generation::submit_batch);
@@ -350,6 +383,23 @@ impl ServerBuilder {
         let (shutdown, _) = watch::channel(false);
         Ok(Server { state, shutdown })
     }
+}
+
+/// A connection past the limit: a 503 with an OpenAI-shaped body, then closed (within a second,
+/// whatever the client does).
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let body = serde_json::to_vec(&ApiError::too_many_connections().body()).expect("a JSON value serialises");
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(&body).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
 }
 
 /// The context a model is served with when none is named: its trained context, capped so that
@@ -421,22 +471,32 @@ impl Server {
                 }
             })
         });
+        let limits = self.state.limits;
+        let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(MAX_HEAD_BYTES);
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
                     let (stream, peer) = match accepted {
                         Ok(a) => a,
                         Err(e) => {
+                            // out of file descriptors, most likely: let connections close first
                             tracing::warn!("accept failed: {e}");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
                             continue;
                         }
                     };
-                    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), self.handler());
-                    let conn = graceful.watch(conn);
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        tokio::spawn(refuse(stream));
+                        continue;
+                    };
+                    let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), self.handler()));
                     tokio::spawn(async move {
                         if let Err(e) = conn.await {
                             tracing::debug!("connection {peer}: {e}");
                         }
+                        drop(slot);
                     });
                 }
                 _ = closed.changed() => break,
@@ -468,7 +528,12 @@ impl Server {
 
     /// Binds `addr` (port 0 picks a free one) and returns the listener and its address.
     pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)> {
-        let listener = TcpListener::bind(addr).await?;
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        // a deep accept queue: a burst of connections waits there instead of having its SYNs
+        // dropped (and retried a second later) while the accept loop catches up
+        let listener = socket.listen(LISTEN_BACKLOG)?;
         let local = listener.local_addr()?;
         Ok((listener, local))
     }

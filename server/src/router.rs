@@ -27,7 +27,7 @@ pub(crate) async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Resp
         // Answered without reading the body (401, 404, 405, ...): read it anyway, within the size
         // limit, so that the connection stays in step and a client still sending it gets the
         // answer rather than a broken pipe.
-        let _ = read_body(unread, state.max_body).await;
+        let _ = read_body(unread, state.max_body, state.limits.body_timeout).await;
     }
     let response = match outcome {
         Ok(r) => r,
@@ -76,7 +76,7 @@ async fn json_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Res
 /// Reads the request's body, under the size limit (once: the request keeps no copy).
 async fn take_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Result<bytes::Bytes, ApiError> {
     let body = req.body_mut().take().ok_or_else(|| ApiError::server("the request body was already read"))?;
-    read_body(body, state.max_body).await
+    read_body(body, state.max_body, state.limits.body_timeout).await
 }
 
 /// llama-server's token utilities (outside `/v1`, as there, and keyed like `/v1`).

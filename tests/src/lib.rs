@@ -42,6 +42,19 @@ pub fn fetch_model(target: &str) -> PathBuf {
     PathBuf::from(stdout.lines().last().expect("fetch-models.sh printed no path").trim())
 }
 
+/// Installs the Debian packages the tests need (nginx) once, with the repository's
+/// `tools/system-test-deps.sh`, and returns the nginx binary's path.
+pub fn nginx_binary() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/system-test-deps.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run tools/system-test-deps.sh");
+    assert!(out.status.success(), "tools/system-test-deps.sh failed");
+    PathBuf::from(String::from_utf8(out.stdout).expect("utf-8 path").trim())
+}
+
 /// Installs the pinned Python test packages (openai, prometheus_client, openapi-spec-validator,
 /// schemathesis) from PyPI once, cached, with the repository's `tools/python-test-deps.sh`, and
 /// returns the folder to put on `PYTHONPATH`.
@@ -87,6 +100,17 @@ impl ServeProcess {
 }
 
 impl ServeProcess {
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Sends SIGTERM and waits (at most `limit`) for the server to exit; its exit status, or
     /// `None` when it was still running (it is killed then).
     pub fn terminate(&mut self, limit: std::time::Duration) -> Option<std::process::ExitStatus> {

@@ -180,7 +180,8 @@ impl SamplingRequest {
             n: int_in("n", self.n, 1, MAX_N as u64)?.map_or(1, |v| v as usize),
             stream,
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
-            deadline: self.timeout(timeouts)?.map(|t| Instant::now() + t),
+            // a deadline too far to represent is no deadline
+            deadline: self.timeout(timeouts)?.and_then(|t| Instant::now().checked_add(t)),
         })
     }
 
@@ -193,7 +194,9 @@ impl SamplingRequest {
             let bound = timeouts.max.map_or(String::new(), |m| format!(" and at most {}", m.as_secs_f64()));
             return Err(ApiError::invalid_param("timeout", format!("timeout must be a number of seconds above 0{bound}, got {seconds}")));
         }
-        Ok(Some(Duration::from_secs_f64(seconds)))
+        Duration::try_from_secs_f64(seconds)
+            .map(Some)
+            .map_err(|_| ApiError::invalid_param("timeout", format!("timeout must be a number of seconds above 0, got {seconds}")))
     }
 
     fn logit_bias(&self, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {

@@ -1,0 +1,178 @@
+//! Running as several replicas: `deploy/nginx/engine.conf` (Debian's nginx, installed by
+//! `tools/system-test-deps.sh`) balancing two `engine-cli serve` replicas on 127.0.0.1: streams
+//! through it, a conversation kept on one replica by its system prompt, and new requests still
+//! answered after one replica is killed mid-run. The Kubernetes manifests of `deploy/kubernetes`
+//! are checked against the API's schemas by `kubernetes-validate` (from PyPI, pinned).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine_tests::{fixture, nginx_binary, python_test_deps, ServeProcess};
+use reqwest::blocking::Client;
+use serde_json::{json, Value};
+
+const MODEL: &str = "tiny-llama-Q8_0";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn replica() -> ServeProcess {
+    let model = fixture("models/tiny-llama-Q8_0.gguf");
+    ServeProcess::start(Path::new(env!("CARGO_BIN_EXE_engine-cli")), &["-m".as_ref(), model.as_os_str(), "-c".as_ref(), "512".as_ref()])
+}
+
+/// nginx with the shipped configuration, its replicas and its port replaced; killed when dropped.
+struct Nginx {
+    child: Child,
+    base: String,
+    binary: PathBuf,
+    dir: PathBuf,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // `-s stop` ends the workers with the master (killing the master alone leaves them)
+        let stop =
+            Command::new(&self.binary).arg("-p").arg(&self.dir).arg("-c").arg(self.dir.join("engine.conf")).args(["-s", "stop"]).output();
+        if !stop.is_ok_and(|o| o.status.success()) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn nginx(replicas: &[&str]) -> Nginx {
+    let conf = std::fs::read_to_string(root().join("deploy/nginx/engine.conf")).unwrap();
+    let port = free_port();
+    let servers: String = replicas.iter().map(|r| format!("        server {r} max_fails=1 fail_timeout=10s;\n")).collect();
+    let mut out = String::new();
+    let mut replaced = false;
+    for line in conf.lines() {
+        if line.trim_start().starts_with("server 127.0.0.1:") {
+            if !replaced {
+                out.push_str(&servers);
+            }
+            replaced = true;
+            continue;
+        }
+        replaced = false;
+        out.push_str(&line.replace("listen 127.0.0.1:8080;", &format!("listen 127.0.0.1:{port};")));
+        out.push('\n');
+    }
+    let dir = std::env::temp_dir().join(format!("engine-nginx-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    // a prefix of its own: pid file, logs and temporary files under it, no root needed
+    let conf = format!("pid {}/nginx.pid;\nerror_log {}/logs/error.log;\n{out}", dir.display(), dir.display());
+    std::fs::write(dir.join("engine.conf"), &conf).unwrap();
+    let nginx = nginx_binary();
+    let test = Command::new(&nginx).args(["-t", "-p"]).arg(&dir).arg("-c").arg(dir.join("engine.conf")).output().unwrap();
+    assert!(test.status.success(), "nginx -t: {}", String::from_utf8_lossy(&test.stderr));
+    let child = Command::new(&nginx)
+        .arg("-p")
+        .arg(&dir)
+        .arg("-c")
+        .arg(dir.join("engine.conf"))
+        .args(["-g", "daemon off;"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    while Client::new().get(format!("{base}/health")).send().is_err() {
+        assert!(started.elapsed() < Duration::from_secs(20), "nginx did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Nginx { child, base, binary: nginx, dir }
+}
+
+fn chat(system: &str, stream: bool) -> Value {
+    json!({"model": MODEL, "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Hello"}], "max_tokens": 8, "temperature": 0, "stream": stream})
+}
+
+/// Posts a chat completion through nginx: the status, the replica that answered, and the body.
+fn post(base: &str, body: &Value) -> (u16, String, String) {
+    match Client::new().post(format!("{base}/v1/chat/completions")).json(body).timeout(Duration::from_secs(30)).send() {
+        Ok(r) => {
+            let upstream = r.headers().get("x-engine-upstream").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+            (r.status().as_u16(), upstream, r.text().unwrap_or_default())
+        }
+        Err(e) => (0, String::new(), e.to_string()),
+    }
+}
+
+#[test]
+fn nginx_balances_two_replicas_keeps_conversations_together_and_survives_a_killed_replica() {
+    let (a, mut b) = (replica(), replica());
+    let (addr_a, addr_b) = (a.base.trim_start_matches("http://").to_string(), b.base.trim_start_matches("http://").to_string());
+    let lb = nginx(&[&addr_a, &addr_b]);
+    // a stream through nginx arrives whole
+    let (status, _, text) = post(&lb.base, &chat("You are brief.", true));
+    assert_eq!(status, 200, "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    // one conversation, one replica; different conversations spread over both
+    let first = post(&lb.base, &chat("You are a pirate.", false)).1;
+    for _ in 0..5 {
+        assert_eq!(post(&lb.base, &chat("You are a pirate.", false)).1, first);
+    }
+    let upstreams: std::collections::BTreeSet<String> = (0..16).map(|i| post(&lb.base, &chat(&format!("Persona {i}."), false)).1).collect();
+    assert_eq!(upstreams.len(), 2, "{upstreams:?}");
+    // requests keep coming while replica b is killed: every request sent after the kill succeeds
+    let killed_at = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|i| {
+            let (base, stop, killed_at) = (lb.base.clone(), stop.clone(), killed_at.clone());
+            std::thread::spawn(move || {
+                let mut after_kill = (0, 0);
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let sent = Instant::now();
+                    let (status, _, text) = post(&base, &chat(&format!("Client {i} turn {n}."), n % 2 == 0));
+                    n += 1;
+                    if killed_at.lock().unwrap().is_some_and(|k| sent > k + Duration::from_millis(50)) {
+                        after_kill.0 += 1;
+                        assert_eq!(status, 200, "a request sent after the kill failed: {text}");
+                        after_kill.1 += 1;
+                    }
+                }
+                after_kill
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    b.kill();
+    *killed_at.lock().unwrap() = Some(Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let after: usize = clients.into_iter().map(|c| c.join().unwrap().1).sum();
+    assert!(after >= 8, "only {after} requests after the kill");
+    drop(a);
+}
+
+#[test]
+fn the_kubernetes_manifests_are_valid_for_the_api() {
+    let files: Vec<PathBuf> = std::fs::read_dir(root().join("deploy/kubernetes")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(files.len() >= 4, "{files:?}");
+    let out = Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--kubernetes-version", "1.31.0", "--strict"])
+        .args(&files)
+        .env("PYTHONPATH", python_test_deps())
+        .output()
+        .unwrap();
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{report}");
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        assert!(report.contains(&name) && !report.contains("ERROR"), "{name}: {report}");
+    }
+}
