@@ -119,21 +119,14 @@ fn chat_completion_counts_usage_like_the_tokenizer() {
     assert!(again["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0);
 }
 
-/// `data:` payloads of an SSE body, read by a real SSE parser (`eventsource-stream`); framing
-/// checked: every event is an unnamed `message`, and the body ends with a complete event.
+/// `data:` payloads of an SSE body (`common::sse_records`); framing checked: every event is an
+/// unnamed `message`.
 fn sse_events(text: &str) -> Vec<String> {
-    use eventsource_stream::Eventsource;
-    use futures_util::StreamExt;
-    assert!(text.ends_with("\n\n"), "events end with a blank line");
-    let body = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(bytes::Bytes::from(text.to_string()))]);
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    let events: Vec<_> = rt.block_on(body.eventsource().collect());
-    events
+    common::sse_records(text)
         .into_iter()
-        .map(|e| {
-            let e = e.unwrap_or_else(|err| panic!("not an SSE stream: {err}\n{text}"));
-            assert_eq!(e.event, "message", "unnamed events only");
-            e.data
+        .map(|(name, data)| {
+            assert_eq!(name, "message", "unnamed events only");
+            data
         })
         .collect()
 }

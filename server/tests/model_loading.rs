@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::start;
+use common::{post, start};
 use engine::backend::Device;
 use engine::model::Model;
 use engine_tests::fixture;
@@ -38,11 +38,6 @@ fn models_dir(name: &str) -> PathBuf {
 fn builder() -> ServerBuilder {
     let model = Arc::new(Model::load(fixture("models/tiny-llama-Q8_0.gguf")).unwrap());
     Server::builder().model(ModelSpec { id: A.into(), model, chat: true, guard: false, n_ctx: Some(512), draft: None })
-}
-
-fn post(base: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let r = Client::new().post(format!("{base}{path}")).json(&body).send().unwrap();
-    (r.status(), r.json().unwrap())
 }
 
 fn chat(model: &str, stream: bool) -> Value {

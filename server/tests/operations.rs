@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::start;
+use common::{post, start};
 use engine::model::Model;
 use engine_tests::{fetch_model, fixture};
 use reqwest::blocking::Client;
@@ -34,11 +34,6 @@ fn qwen(scheduling: Scheduling) -> ServerBuilder {
         n_ctx: Some(1024),
         draft: None,
     })
-}
-
-fn post(base: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let r = Client::new().post(format!("{base}{path}")).json(&body).send().unwrap();
-    (r.status(), r.json().unwrap())
 }
 
 fn chat(model: &str, max_tokens: u64) -> Value {

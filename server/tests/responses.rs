@@ -6,11 +6,7 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{named_events, start, thinking_model};
-use engine::model::Model;
-use engine_tests::fixture;
+use common::{named_events, post, start, thinking_model, tiny_llama};
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -19,13 +15,7 @@ use server::{ModelSpec, Server, ServerBuilder};
 const CHAT: &str = "tiny-llama";
 
 fn builder() -> ServerBuilder {
-    let model = Arc::new(Model::load(fixture("models/tiny-llama-Q8_0.gguf")).unwrap());
-    Server::builder().model(ModelSpec { id: CHAT.into(), model, chat: true, guard: false, n_ctx: Some(512), draft: None })
-}
-
-fn post(base: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let r = Client::new().post(format!("{base}{path}")).json(&body).send().unwrap();
-    (r.status(), r.json().unwrap())
+    tiny_llama(CHAT)
 }
 
 fn stream(base: &str, body: Value) -> Vec<(String, Value)> {

@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::start;
+use common::{post, start};
 use engine::chat::{ChatInput, ChatTemplate};
 use engine::model::Model;
 use engine_tests::fixture;
@@ -29,11 +29,6 @@ fn one_model() -> ServerBuilder {
 fn two_models() -> ServerBuilder {
     let guard = Arc::new(Model::load(fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf")).unwrap());
     one_model().model(ModelSpec { id: GUARD.into(), model: guard, chat: false, guard: true, n_ctx: Some(1024), draft: None })
-}
-
-fn post(base: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let r = Client::new().post(format!("{base}{path}")).json(&body).send().unwrap();
-    (r.status(), r.json().unwrap())
 }
 
 /// A 400's `param` and `code`.

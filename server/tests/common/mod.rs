@@ -27,9 +27,9 @@ pub fn start(builder: ServerBuilder) -> String {
     start_server(Arc::new(builder.build().unwrap())).0
 }
 
-/// The named events of an SSE body (`event:` name, `data:` JSON), read by a real SSE parser
-/// (`eventsource-stream`); each event's `type` field must equal its name.
-pub fn named_events(text: &str) -> Vec<(String, serde_json::Value)> {
+/// The events of an SSE body as (name, data), read by a real SSE parser (`eventsource-stream`);
+/// the body must end with a complete event.
+pub fn sse_records(text: &str) -> Vec<(String, String)> {
     use eventsource_stream::Eventsource;
     use futures_util::StreamExt;
     assert!(text.ends_with("\n\n"), "events end with a blank line");
@@ -40,11 +40,34 @@ pub fn named_events(text: &str) -> Vec<(String, serde_json::Value)> {
         .into_iter()
         .map(|e| {
             let e = e.unwrap_or_else(|err| panic!("not an SSE stream: {err}\n{text}"));
-            let data: serde_json::Value = serde_json::from_str(&e.data).unwrap_or_else(|err| panic!("{err}: {}", e.data));
-            assert_eq!(data["type"], e.event.as_str(), "an event's type is its name: {data}");
-            (e.event, data)
+            (e.event, e.data)
         })
         .collect()
+}
+
+/// The named events of an SSE body (`event:` name, `data:` JSON); each event's `type` field
+/// must equal its name.
+pub fn named_events(text: &str) -> Vec<(String, serde_json::Value)> {
+    sse_records(text)
+        .into_iter()
+        .map(|(name, data)| {
+            let data: serde_json::Value = serde_json::from_str(&data).unwrap_or_else(|err| panic!("{err}: {data}"));
+            assert_eq!(data["type"], name.as_str(), "an event's type is its name: {data}");
+            (name, data)
+        })
+        .collect()
+}
+
+/// The tiny llama fixture served as a chat model with id `id` (context 512).
+pub fn tiny_llama(id: &str) -> server::ServerBuilder {
+    let model = Arc::new(engine::model::Model::load(engine_tests::fixture("models/tiny-llama-Q8_0.gguf")).unwrap());
+    Server::builder().model(server::ModelSpec { id: id.into(), model, chat: true, guard: false, n_ctx: Some(512), draft: None })
+}
+
+/// POSTs `body` as JSON; the status and the JSON answer.
+pub fn post(base: &str, path: &str, body: serde_json::Value) -> (reqwest::StatusCode, serde_json::Value) {
+    let r = reqwest::blocking::Client::new().post(format!("{base}{path}")).json(&body).send().unwrap();
+    (r.status(), r.json().unwrap())
 }
 
 /// The tiny llama fixture with a chat template that opens a thinking block for the reply (as
