@@ -3,7 +3,7 @@
 # cached folder, once, and prints that folder: put it on PYTHONPATH. Needs python3 with pip; no
 # venv required. openai + prometheus_client: cli/tests/python/openai_sdk.py;
 # openapi-spec-validator + schemathesis: cli/tests/python/openapi_conformance.py;
-# anthropic: cli/tests/python/anthropic_sdk.py; kubernetes-validate: cli/tests/replicas.rs.
+# anthropic: cli/tests/python/anthropic_sdk.py; kubernetes-validate: cli/tests/operations/replicas.rs.
 set -euo pipefail
 PACKAGES=("openai==3.54.0" "prometheus_client==0.26.0" "openapi-spec-validator==0.9.0" "schemathesis==4.32.5" "anthropic==2.14.0" "kubernetes-validate==1.31.0")
 KEY=$(printf '%s\n' "${PACKAGES[@]}" | sha256sum | cut -c1-12)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite drives the server with, once: nginx (the
-# load-balancer test, cli/tests/replicas.rs). Prints the nginx binary's path. Needs root or
+# load-balancer test, cli/tests/operations/replicas.rs). Prints the nginx binary's path. Needs root or
 # sudo to install; nothing is done when nginx is already there. The package's own service is
 # stopped: the test runs nginx itself, on a port of its own.
 set -euo pipefail

@@ -42,6 +42,24 @@ pub fn fetch_model(target: &str) -> PathBuf {
     PathBuf::from(stdout.lines().last().expect("fetch-models.sh printed no path").trim())
 }
 
+/// Raises this process's soft limit of open files towards `wanted` (at most the hard limit);
+/// the limit now in force.
+pub fn raise_fd_limit(wanted: u64) -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit / setrlimit with a valid pointer to an rlimit this function owns
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        if limit.rlim_cur < wanted {
+            limit.rlim_cur = wanted.min(limit.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        }
+    }
+    limit.rlim_cur
+}
+
 /// Installs the Debian packages the tests need (nginx) once, with the repository's
 /// `tools/system-test-deps.sh`, and returns the nginx binary's path.
 pub fn nginx_binary() -> PathBuf {

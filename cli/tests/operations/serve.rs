@@ -16,6 +16,7 @@ fn engine_cli() -> &'static Path {
 
 #[test]
 fn a_models_directory_alone_serves_what_is_loaded_from_it_and_idle_models_are_unloaded() {
+    let _serial = crate::serial();
     let dir = fixture("models");
     let args = ["--models-dir".as_ref(), dir.as_os_str(), "--idle-unload".as_ref(), "1".as_ref(), "-c".as_ref(), "256".as_ref()];
     let server = ServeProcess::start(engine_cli(), &args);
@@ -40,6 +41,7 @@ fn a_models_directory_alone_serves_what_is_loaded_from_it_and_idle_models_are_un
 
 #[test]
 fn a_models_directory_that_is_not_there_is_an_error_at_start() {
+    let _serial = crate::serial();
     let out = Command::new(engine_cli()).args(["serve", "--port", "0", "--models-dir", "/nonexistent/models"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -65,6 +67,7 @@ fn stream_in_background(base: &str, model: &str, max_tokens: u64) -> std::thread
 
 #[test]
 fn sigterm_drains_open_requests_and_cuts_them_after_the_drain_timeout() {
+    let _serial = crate::serial();
     // a short request finishes during the drain, and the server exits 0
     let model = fixture("models/tiny-llama-Q8_0.gguf");
     let mut server = ServeProcess::start(

@@ -4,9 +4,7 @@
 //! response as answered whole, sequence numbers in order), stored responses continued with
 //! `previous_response_id`, fetched and deleted, reasoning items, and errors.
 
-mod common;
-
-use common::{named_events, post, start, thinking_model, tiny_llama};
+use crate::common::{named_events, post, start, thinking_model, tiny_llama};
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};

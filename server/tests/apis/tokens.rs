@@ -2,11 +2,9 @@
 //! model's own tokenizer, `/apply-template` against its chat template, the errors naming their
 //! field, and the API key.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{post, start};
+use crate::common::{post, start};
 use engine::chat::{ChatInput, ChatTemplate};
 use engine::model::Model;
 use engine_tests::fixture;

@@ -4,14 +4,12 @@
 //! 10 times, and idle unloading with the reload a later request waits for (a stream gets progress
 //! comments meanwhile).
 
-mod common;
-
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{post, start};
+use crate::common::{post, start};
 use engine::backend::Device;
 use engine::model::Model;
 use engine_tests::fixture;

@@ -112,6 +112,7 @@ fn post(base: &str, body: &Value) -> (u16, String, String) {
 
 #[test]
 fn nginx_balances_two_replicas_keeps_conversations_together_and_survives_a_killed_replica() {
+    let _serial = crate::serial();
     let (a, mut b) = (replica(), replica());
     let (addr_a, addr_b) = (a.base.trim_start_matches("http://").to_string(), b.base.trim_start_matches("http://").to_string());
     let lb = nginx(&[&addr_a, &addr_b]);
@@ -161,6 +162,7 @@ fn nginx_balances_two_replicas_keeps_conversations_together_and_survives_a_kille
 
 #[test]
 fn the_kubernetes_manifests_are_valid_for_the_api() {
+    let _serial = crate::serial();
     let files: Vec<PathBuf> = std::fs::read_dir(root().join("deploy/kubernetes")).unwrap().map(|e| e.unwrap().path()).collect();
     assert!(files.len() >= 4, "{files:?}");
     let out = Command::new("python3")

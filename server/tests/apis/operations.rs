@@ -3,12 +3,10 @@
 //! answers 503 while a model's queue is full). Cuts that need a generation slower than its
 //! deadline use the real Qwen2.5-Coder-0.5B; the rest the tiny llama fixture.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{post, start};
+use crate::common::{post, start};
 use engine::model::Model;
 use engine_tests::{fetch_model, fixture};
 use reqwest::blocking::Client;

@@ -3,9 +3,7 @@
 //! chat completion, tool_use / tool_result turns converted as chat tool calls, the event stream
 //! (the same reply as answered whole), thinking blocks, Anthropic-shaped errors, and `x-api-key`.
 
-mod common;
-
-use common::{named_events, post, start, thinking_model, tiny_llama};
+use crate::common::{named_events, post, start, thinking_model, tiny_llama};
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
