@@ -15,14 +15,14 @@ use engine::tokenizer::Tokenizer;
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
-use super::chat_request::{outputs, split_tool_calls, ChatRequest, Outputs, ToolChoice};
+use super::chat_request::{outputs, ChatRequest, Outputs, ToolChoice};
 use super::generation::{add_usage, blocking, completion_object, next_event, random_id, submit, unix_now, usage_json};
-use super::reasoning::{self, Split, ThinkSplit};
+use super::reasoning::Split;
+use super::reply::{self, ReadReply, ReplyReader};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
 use crate::requests::chat::ChatCompletionRequest;
 use crate::routes::guardrails::{self, Judgement, OutputWatch};
-use crate::routes::tool_stream::ContentGate;
 use crate::worker::{Generation, SeqEvent};
 use crate::AppState;
 
@@ -65,14 +65,9 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let mut out = Vec::new();
     for (index, completion) in completions.into_iter().enumerate() {
         add_usage(&mut usage, index, n, &completion.usage);
-        let (reasoning, text) = match request.inline_reasoning {
-            true => (None, inline_thinking(&completion.text, opens_thinking)),
-            false => reasoning::split(&completion.text, opens_thinking),
-        };
-        if reasoning.is_some() {
-            reasoning_tokens += reasoning::reasoning_tokens(tokenizer, &completion.tokens, opens_thinking);
-        }
-        let (content, tool_calls) = split_tool_calls(&text, &request.tool_choice);
+        let read = reply::read(&request, &completion.text, opens_thinking);
+        reasoning_tokens += reply::reasoning_tokens(&read, tokenizer, &completion.tokens, opens_thinking);
+        let ReadReply { reasoning, content, calls: tool_calls } = read;
         let logprobs_json = request.logprobs.map(|_| logprobs_json(tokenizer, &completion.logprobs));
         let guard = match &watch {
             Some((r, turn)) => Some(OutputWatch::new(r.clone(), turn.clone()).judge_text(state, completion.text.clone()).await?),
@@ -92,16 +87,6 @@ fn chat_usage(usage: &Usage, reasoning_tokens: usize) -> Value {
     let mut u = usage_json(usage);
     u["completion_tokens_details"]["reasoning_tokens"] = json!(reasoning_tokens);
     u
-}
-
-/// A reply kept whole (`reasoning_format: "none"`): a thinking block the prompt opened is opened
-/// in the content too, so that the content reads as the model's whole turn.
-pub(crate) fn inline_thinking(text: &str, opens_thinking: bool) -> String {
-    if opens_thinking {
-        format!("<think>{text}")
-    } else {
-        text.to_string()
-    }
 }
 
 /// One finished choice.
@@ -184,20 +169,16 @@ impl StreamCtx {
     }
 }
 
-/// A streamed choice's state: text that may still turn out to be a tool call, log-probabilities
+/// A streamed choice's state: its reply's reader, log-probabilities
 /// not yet sent, and its output guard (the text it holds back, whether it cut the reply, its last
 /// judgement).
 struct ChoiceStream {
-    /// Splits a thinking block from the content (none when it is kept inline).
-    think: Option<ThinkSplit>,
-    /// Text that opens the reply before its first token (the inline thinking block's tag).
-    prefix: String,
-    gate: Option<ContentGate>,
+    /// Its reasoning apart, and what of its content may go out while a tool call can follow.
+    reader: ReplyReader,
     pending: Vec<TokenLogprob>,
     watch: Option<OutputWatch>,
     held: String,
     held_reasoning: String,
-    reasoning_tokens: usize,
     cut: bool,
     report: Option<Value>,
 }
@@ -220,6 +201,8 @@ async fn stream(
     watches: Vec<Option<OutputWatch>>,
 ) {
     let opens_thinking = ctx.opens_thinking;
+    // with tools, text that could be a call is held back: a token may release no content
+    let gated = request.tool_choice != ToolChoice::None;
     let include_usage = request.common.include_usage;
     let tokenizer = model.tokenizer();
     let n = generation.len();
@@ -232,14 +215,11 @@ async fn stream(
     let mut choices: Vec<ChoiceStream> = watches
         .into_iter()
         .map(|watch| ChoiceStream {
-            think: (!request.inline_reasoning).then(|| ThinkSplit::new(opens_thinking)),
-            prefix: inline_thinking("", opens_thinking && request.inline_reasoning),
-            gate: (request.tool_choice != ToolChoice::None).then(ContentGate::default),
+            reader: ReplyReader::new(request, opens_thinking),
             pending: Vec::new(),
             watch,
             held: String::new(),
             held_reasoning: String::new(),
-            reasoning_tokens: 0,
             cut: false,
             report: None,
         })
@@ -275,21 +255,7 @@ async fn stream(
                     continue;
                 }
                 c.pending.extend(event.logprob.clone());
-                let piece = std::mem::take(&mut c.prefix) + &event.text;
-                let split = match c.think.as_mut() {
-                    Some(think) => {
-                        let before = think.thinking();
-                        let split = think.push(&piece);
-                        c.reasoning_tokens += usize::from(before || think.thinking());
-                        split
-                    }
-                    None => Split { reasoning: String::new(), content: piece },
-                };
-                let mut reasoning = split.reasoning;
-                let mut content = match c.gate.as_mut() {
-                    Some(gate) => gate.push(&split.content),
-                    None => split.content,
-                };
+                let Split { mut reasoning, mut content } = c.reader.push(&event.text);
                 let due = c.watch.as_mut().is_some_and(|w| w.push(&event.text));
                 let hold = c.watch.as_ref().is_some_and(|w| !w.stream_first());
                 if hold {
@@ -301,7 +267,7 @@ async fn stream(
                 if !reasoning.is_empty() && !ctx.sse.send_json(&reasoning_delta(index, reasoning, &mut c.pending)).await {
                     return;
                 }
-                if !(content.is_empty() && (c.gate.is_some() || c.pending.is_empty() || hold))
+                if !(content.is_empty() && (gated || c.pending.is_empty() || hold))
                     && !ctx.sse.send_json(&content_delta(index, content, &mut c.pending)).await
                 {
                     return;
@@ -360,42 +326,28 @@ async fn stream(
                     }
                 }
                 let mut finish = completion.finish.as_str();
-                let tail = c.think.as_mut().map(ThinkSplit::finish).unwrap_or_default();
+                let (tail, calls) = c.reader.finish(request, &completion.text);
                 let held_reasoning = std::mem::take(&mut c.held_reasoning) + &tail.reasoning;
                 if !held_reasoning.is_empty() {
                     ctx.sse.send_json(&reasoning_delta(index, held_reasoning, &mut c.pending)).await;
                 }
-                reasoning_tokens += c.reasoning_tokens;
-                let mut held = std::mem::take(&mut c.held);
-                if let Some(gate) = &mut c.gate {
-                    let text = match c.think.is_some() {
-                        true => reasoning::split(&completion.text, opens_thinking).1,
-                        false => inline_thinking(&completion.text, opens_thinking),
-                    };
-                    let (content, calls) = split_tool_calls(&text, &request.tool_choice);
-                    held += &gate.push(&tail.content);
-                    let rest = held + &gate.finish(&content, !calls.is_empty());
-                    if !rest.is_empty() || !c.pending.is_empty() {
-                        ctx.sse.send_json(&content_delta(index, rest, &mut c.pending)).await;
+                reasoning_tokens += c.reader.reasoning_tokens;
+                let rest = std::mem::take(&mut c.held) + &tail.content;
+                if !rest.is_empty() || !c.pending.is_empty() {
+                    ctx.sse.send_json(&content_delta(index, rest, &mut c.pending)).await;
+                }
+                for (i, call) in calls.iter().enumerate() {
+                    // the first delta of a call names it; its arguments (parsed, so never a
+                    // broken call) follow in a second one
+                    let head = json!({"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}});
+                    let args = json!({"index": i, "function": {"arguments": call["function"]["arguments"]}});
+                    for part in [head, args] {
+                        let delta = json!([{"index": index, "delta": {"tool_calls": [part]}, "logprobs": null, "finish_reason": null}]);
+                        ctx.sse.send_json(&ctx.chunk(delta, None, include_usage)).await;
                     }
-                    for (i, call) in calls.iter().enumerate() {
-                        // the first delta of a call names it; its arguments (parsed, so never a
-                        // broken call) follow in a second one
-                        let head = json!({"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}});
-                        let args = json!({"index": i, "function": {"arguments": call["function"]["arguments"]}});
-                        for part in [head, args] {
-                            let delta = json!([{"index": index, "delta": {"tool_calls": [part]}, "logprobs": null, "finish_reason": null}]);
-                            ctx.sse.send_json(&ctx.chunk(delta, None, include_usage)).await;
-                        }
-                    }
-                    if !calls.is_empty() {
-                        finish = "tool_calls";
-                    }
-                } else {
-                    held += &tail.content;
-                    if !held.is_empty() || !c.pending.is_empty() {
-                        ctx.sse.send_json(&content_delta(index, held, &mut c.pending)).await;
-                    }
+                }
+                if !calls.is_empty() {
+                    finish = "tool_calls";
                 }
                 let mut last = json!([{"index": index, "delta": {}, "logprobs": null, "finish_reason": finish}]);
                 if let Some(report) = c.report.take() {

@@ -11,11 +11,10 @@ use engine::chat::{tokenize_rendered, ChatInput};
 use engine::generate::{FinishReason, Usage};
 use serde_json::{Map, Value};
 
-use super::chat::inline_thinking;
-use super::chat_request::{outputs, render, split_tool_calls, ChatRequest, Outputs, ToolChoice};
+use super::chat_request::{outputs, render, ChatRequest, Outputs};
 use super::generation::{blocking, next_event, submit};
-use super::reasoning::{self, ThinkSplit};
-use super::tool_stream::ContentGate;
+use super::reasoning::Split;
+use super::reply::{self, ReadReply, ReplyReader};
 use crate::error::ApiError;
 use crate::http::SseSender;
 use crate::registry::ModelEntry;
@@ -66,25 +65,14 @@ fn calls_of(objects: &[Value]) -> Vec<Call> {
         .collect()
 }
 
-/// The reply `text` read as the request asks: its thinking block apart (unless kept inline),
-/// then its tool calls.
-fn read_reply(request: &ChatRequest, text: &str, opens_thinking: bool) -> (Option<String>, String, Vec<Call>) {
-    let (reasoning, rest) = match request.inline_reasoning {
-        true => (None, inline_thinking(text, opens_thinking)),
-        false => reasoning::split(text, opens_thinking),
-    };
-    let (content, calls) = split_tool_calls(&rest, &request.tool_choice);
-    (reasoning, content, calls_of(&calls))
-}
-
 /// Checks the chat request `body` (as `/v1/chat/completions` would), renders its prompt and
 /// prepares its single output.
 async fn prepare(
     state: &AppState,
-    body: &Map<String, Value>,
+    body: Map<String, Value>,
     stream: bool,
 ) -> Result<(Arc<ModelEntry>, Arc<ChatRequest>, Outputs, String), ApiError> {
-    let typed = ChatCompletionRequest::from_body(&Value::Object(body.clone()))?;
+    let typed = ChatCompletionRequest::from_body(&Value::Object(body))?;
     let id = typed.model_id()?;
     let entry = state.registry.generator(&id)?;
     let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab(), &state.timeouts)?);
@@ -97,15 +85,17 @@ async fn prepare(
 }
 
 /// Runs the chat request `body` to its end.
-pub(crate) async fn complete(state: &Arc<AppState>, body: &Map<String, Value>) -> Result<Reply, ApiError> {
+pub(crate) async fn complete(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Reply, ApiError> {
     let (entry, request, Outputs { seqs, opens_thinking }, model) = prepare(state, body, false).await?;
     let start = Instant::now();
     let generation = submit(state, &entry, seqs).await?;
     let c = generation.collect().await?.pop().ok_or_else(|| ApiError::server("the model returned no reply"))?;
     state.metrics.record_generation(c.usage.completion_tokens, start);
-    let (reasoning, content, calls) = read_reply(&request, &c.text, opens_thinking);
+    let read = reply::read(&request, &c.text, opens_thinking);
     let tokenizer = entry.model.tokenizer();
-    let reasoning_tokens = if reasoning.is_some() { reasoning::reasoning_tokens(tokenizer, &c.tokens, opens_thinking) } else { 0 };
+    let reasoning_tokens = reply::reasoning_tokens(&read, tokenizer, &c.tokens, opens_thinking);
+    let ReadReply { reasoning, content, calls } = read;
+    let calls = calls_of(&calls);
     let finish = if calls.is_empty() { c.finish } else { FinishReason::ToolCalls };
     let end = TurnEnd { finish, usage: c.usage, reasoning_tokens, generated: tokenizer.decode(&c.tokens) };
     Ok(Reply { reasoning, content, calls, end, model })
@@ -113,8 +103,8 @@ pub(crate) async fn complete(state: &Arc<AppState>, body: &Map<String, Value>) -
 
 /// The prompt tokens of the chat request `body` on its model (its messages and tools rendered
 /// by the model's template, with the generation prompt).
-pub(crate) fn prompt_tokens(state: &AppState, body: &Map<String, Value>) -> Result<usize, ApiError> {
-    let typed = ChatCompletionRequest::from_body(&Value::Object(body.clone()))?;
+pub(crate) fn prompt_tokens(state: &AppState, body: Map<String, Value>) -> Result<usize, ApiError> {
+    let typed = ChatCompletionRequest::from_body(&Value::Object(body))?;
     let entry = state.registry.generator(&typed.model_id()?)?;
     let input = ChatInput { tools: typed.tools(), add_generation_prompt: true, ..ChatInput::new(typed.messages()?) };
     let text = render(&entry, &input)?;
@@ -137,12 +127,7 @@ pub(crate) struct Turn {
     generation: Generation,
     request: Arc<ChatRequest>,
     entry: Arc<ModelEntry>,
-    think: Option<ThinkSplit>,
-    gate: Option<ContentGate>,
-    /// Text that opens the reply before its first token (an inline thinking block's tag).
-    prefix: String,
-    opens_thinking: bool,
-    reasoning_tokens: usize,
+    reader: ReplyReader,
     /// Reasoning has been sent and not yet closed by `ReasoningDone`.
     reasoning_open: bool,
     pub model: String,
@@ -153,19 +138,15 @@ pub(crate) struct Turn {
 
 impl Turn {
     /// Checks and submits the chat request `body` for streaming.
-    pub async fn start(state: &Arc<AppState>, body: &Map<String, Value>) -> Result<Turn, ApiError> {
+    pub async fn start(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Turn, ApiError> {
         let (entry, request, Outputs { seqs, opens_thinking }, model) = prepare(state, body, true).await?;
         let prompt_tokens = seqs.first().map_or(0, |s| s.prompt.len());
         let generation = entry.worker.generate(seqs)?;
         Ok(Turn {
             generation,
-            think: (!request.inline_reasoning).then(|| ThinkSplit::new(opens_thinking)),
-            gate: (request.tool_choice != ToolChoice::None).then(ContentGate::default),
-            prefix: inline_thinking("", opens_thinking && request.inline_reasoning),
+            reader: ReplyReader::new(&request, opens_thinking),
             request,
             entry,
-            opens_thinking,
-            reasoning_tokens: 0,
             reasoning_open: false,
             model,
             prompt_tokens,
@@ -182,39 +163,22 @@ impl Turn {
                 if std::mem::take(&mut self.first_token) {
                     state.metrics.time_to_first_token_ms.observe(self.start.elapsed().as_secs_f64() * 1e3);
                 }
-                let piece = std::mem::take(&mut self.prefix) + &event.text;
-                let (reasoning, content) = match self.think.as_mut() {
-                    Some(think) => {
-                        let before = think.thinking();
-                        let split = think.push(&piece);
-                        self.reasoning_tokens += usize::from(before || think.thinking());
-                        (split.reasoning, split.content)
-                    }
-                    None => (String::new(), piece),
-                };
-                let content = match self.gate.as_mut() {
-                    Some(gate) => gate.push(&content),
-                    None => content,
-                };
+                let Split { reasoning, content } = self.reader.push(&event.text);
                 Ok(self.pieces(reasoning, content))
             }
             SeqEvent::Done { result: Err(e), .. } => Err(e),
             SeqEvent::Done { result: Ok(c), .. } => {
                 state.metrics.record_generation(c.usage.completion_tokens, self.start);
-                let tail = self.think.as_mut().map(ThinkSplit::finish).unwrap_or_default();
-                let (_, content, calls) = read_reply(&self.request, &c.text, self.opens_thinking);
-                let text = match self.gate.as_mut() {
-                    Some(gate) => gate.push(&tail.content) + &gate.finish(&content, !calls.is_empty()),
-                    None => tail.content,
-                };
-                let mut events = self.pieces(tail.reasoning, text);
+                let (tail, calls) = self.reader.finish(&self.request, &c.text);
+                let calls = calls_of(&calls);
+                let mut events = self.pieces(tail.reasoning, tail.content);
                 if std::mem::take(&mut self.reasoning_open) {
                     events.push(TurnEvent::ReasoningDone);
                 }
                 let finish = if calls.is_empty() { c.finish } else { FinishReason::ToolCalls };
                 events.extend(calls.into_iter().map(TurnEvent::Call));
                 let generated = self.entry.model.tokenizer().decode(&c.tokens);
-                events.push(TurnEvent::Done(TurnEnd { finish, usage: c.usage, reasoning_tokens: self.reasoning_tokens, generated }));
+                events.push(TurnEvent::Done(TurnEnd { finish, usage: c.usage, reasoning_tokens: self.reader.reasoning_tokens, generated }));
                 Ok(events)
             }
         })

@@ -245,13 +245,13 @@ pub async fn create(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     }
     let chat_body = request.to_chat()?;
     if request.stream == Some(true) {
-        let turn = Turn::start(state, &chat_body).await?;
+        let turn = Turn::start(state, chat_body).await?;
         let (response, sse) = sse_response();
         let state = state.clone();
         tokio::spawn(async move { stream(turn, &request, &state, &sse).await });
         return Ok(response);
     }
-    let reply = chat_turn::complete(state, &chat_body).await?;
+    let reply = chat_turn::complete(state, chat_body).await?;
     let mut content = Vec::new();
     if let Some(thinking) = &reply.reasoning {
         content.push(json!({"type": "thinking", "thinking": thinking, "signature": ""}));
@@ -402,6 +402,6 @@ async fn stream(mut turn: Turn, request: &MessagesRequest, state: &AppState, sse
 
 pub fn count_tokens(state: &AppState, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let request: MessagesRequest = typed(body)?;
-    let tokens = chat_turn::prompt_tokens(state, &request.to_chat()?)?;
+    let tokens = chat_turn::prompt_tokens(state, request.to_chat()?)?;
     Ok(ok_json(&json!({"input_tokens": tokens})))
 }

@@ -13,6 +13,7 @@ pub mod messages;
 pub mod models;
 pub mod moderations;
 mod reasoning;
+mod reply;
 pub mod responses;
 mod responses_stream;
 pub mod tokens;

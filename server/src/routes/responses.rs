@@ -521,14 +521,14 @@ pub async fn create(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let chat_body = request.to_chat(&history)?;
     let keep = Keep { store, history };
     if request.stream == Some(true) {
-        let turn = Turn::start(state, &chat_body).await?;
+        let turn = Turn::start(state, chat_body).await?;
         let shell = request.echo(item_id("resp"), turn.model.clone(), store);
         let (response, sse) = sse_response();
         let state = state.clone();
         tokio::spawn(async move { responses_stream::run(turn, shell, keep, &state, &sse).await });
         return Ok(response);
     }
-    let reply = chat_turn::complete(state, &chat_body).await?;
+    let reply = chat_turn::complete(state, chat_body).await?;
     let shell = request.echo(item_id("resp"), reply.model.clone(), store);
     let response = shell.finished(output_items(&reply), &reply.end);
     keep.save(state, &response, assistant_turn(&reply.content, &reply.calls));
