@@ -276,7 +276,9 @@ async fn stream_error(sse: &SseSender, path: &str, e: &ApiError) {
     match path {
         "/v1/messages" => _ = sse.send_event("error", &e.anthropic_body()).await,
         "/v1/responses" => {
-            let event = serde_json::json!({"type": "error", "code": e.code, "message": e.message, "param": e.param, "sequence_number": 0});
+            // the stream's first event
+            let mut event = routes::responses_stream::error_event(e);
+            event["sequence_number"] = serde_json::json!(0);
             sse.send_event("error", &event).await;
         }
         _ => {

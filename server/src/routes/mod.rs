@@ -15,7 +15,7 @@ pub mod moderations;
 mod reasoning;
 mod reply;
 pub mod responses;
-mod responses_stream;
+pub(crate) mod responses_stream;
 pub mod tokens;
 mod tool_stream;
 pub mod transcriptions;

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::chat_turn::{Turn, TurnEvent};
 use super::responses::{assistant_turn, call_item, item_id, message_item, reasoning_item, Keep, ResponseShell};
+use crate::error::ApiError;
 use crate::http::SseSender;
 use crate::AppState;
 
@@ -35,6 +36,11 @@ impl Events<'_> {
     }
 }
 
+/// A failure as the Responses stream says it (its `sequence_number` is added when it is sent).
+pub(crate) fn error_event(e: &ApiError) -> Value {
+    json!({"type": "error", "code": e.code, "message": e.message, "param": e.param})
+}
+
 pub(crate) async fn run(mut turn: Turn, shell: ResponseShell, keep: Keep, state: &AppState, sse: &SseSender) {
     let mut keep = Some(keep);
     let mut events = Events { sse, sequence: 0 };
@@ -52,7 +58,7 @@ pub(crate) async fn run(mut turn: Turn, shell: ResponseShell, keep: Keep, state:
         let step = match step {
             Ok(step) => step,
             Err(e) => {
-                events.send(json!({"type": "error", "code": e.code, "message": e.message, "param": e.param})).await;
+                events.send(error_event(&e)).await;
                 return;
             }
         };
