@@ -4,6 +4,7 @@
 #[cfg(target_endian = "big")]
 compile_error!("the engine reads GGUF's little-endian data in place and needs a little-endian target");
 
+pub mod audio;
 pub mod backend;
 pub mod chat;
 pub mod embed;

@@ -1,0 +1,228 @@
+//! Audio files to 16 kHz mono f32 samples: the container and codec read by `symphonia`
+//! (WAV with 8/16/24/32-bit integer or float PCM, FLAC, MP3, Ogg Vorbis), channels averaged,
+//! the rate converted by `rubato`'s sinc resampler when it is not 16 kHz already.
+
+use std::io::Cursor;
+
+use rubato::{Resampler, SincFixedIn, SincInterpolationParameters, SincInterpolationType, WindowFunction};
+use symphonia::core::audio::SampleBuffer;
+use symphonia::core::codecs::{DecoderOptions, CODEC_TYPE_NULL};
+use symphonia::core::errors::Error as SymphoniaError;
+use symphonia::core::formats::FormatOptions;
+use symphonia::core::io::MediaSourceStream;
+use symphonia::core::meta::MetadataOptions;
+use symphonia::core::probe::Hint;
+
+use super::mel::SAMPLE_RATE;
+
+/// Why a file could not be read as audio; the message says what to fix.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum AudioError {
+    #[error("the file is empty")]
+    Empty,
+    #[error("not a supported audio file (WAV, FLAC, MP3 or Ogg Vorbis): {0}")]
+    Format(String),
+    #[error("the audio is corrupt: {0}")]
+    Corrupt(String),
+    #[error("the audio has no samples")]
+    NoSamples,
+    #[error("the audio is too long: {seconds:.0} s, at most {max:.0} s")]
+    TooLong { seconds: f64, max: f64 },
+}
+
+/// Decoded audio at 16 kHz, mono.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodedAudio {
+    pub samples: Vec<f32>,
+    /// The file's own rate and channel count, before conversion.
+    pub source_rate: u32,
+    pub source_channels: usize,
+}
+
+impl DecodedAudio {
+    /// Length in seconds.
+    pub fn duration(&self) -> f64 {
+        self.samples.len() as f64 / SAMPLE_RATE as f64
+    }
+}
+
+/// Decodes a whole audio file held in memory. Refuses more than `max_seconds` of audio (so a
+/// small compressed upload cannot expand into gigabytes of samples).
+pub fn decode_16k_mono(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, AudioError> {
+    if bytes.is_empty() {
+        return Err(AudioError::Empty);
+    }
+    let (rate, channels, mono) = decode_mono(bytes.to_vec(), max_seconds)?;
+    if mono.is_empty() {
+        return Err(AudioError::NoSamples);
+    }
+    let samples = if rate as usize == SAMPLE_RATE { mono } else { resample(&mono, rate)? };
+    Ok(DecodedAudio { samples, source_rate: rate, source_channels: channels })
+}
+
+/// The file's samples with channels averaged, at its own rate: (rate, channels, samples).
+fn decode_mono(bytes: Vec<u8>, max_seconds: f64) -> Result<(u32, usize, Vec<f32>), AudioError> {
+    let stream = MediaSourceStream::new(Box::new(Cursor::new(bytes)), Default::default());
+    let probed = symphonia::default::get_probe()
+        .format(&Hint::new(), stream, &FormatOptions::default(), &MetadataOptions::default())
+        .map_err(|e| AudioError::Format(e.to_string()))?;
+    let mut format = probed.format;
+    let track = format
+        .tracks()
+        .iter()
+        .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
+        .ok_or_else(|| AudioError::Format("no audio track".into()))?;
+    let track_id = track.id;
+    let mut decoder = symphonia::default::get_codecs()
+        .make(&track.codec_params, &DecoderOptions::default())
+        .map_err(|e| AudioError::Format(e.to_string()))?;
+    let (mut rate, mut channels) = (track.codec_params.sample_rate.unwrap_or(0), 0usize);
+    let mut mono = Vec::new();
+    let mut interleaved: Option<SampleBuffer<f32>> = None;
+    loop {
+        let packet = match format.next_packet() {
+            Ok(p) => p,
+            Err(SymphoniaError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(SymphoniaError::ResetRequired) => break,
+            Err(e) => return Err(AudioError::Corrupt(e.to_string())),
+        };
+        if packet.track_id() != track_id {
+            continue;
+        }
+        let decoded = match decoder.decode(&packet) {
+            Ok(d) => d,
+            Err(e) => return Err(AudioError::Corrupt(e.to_string())),
+        };
+        let spec = *decoded.spec();
+        rate = spec.rate;
+        channels = spec.channels.count().max(1);
+        if interleaved.as_ref().is_none_or(|b| b.capacity() < decoded.capacity() * channels) {
+            interleaved = Some(SampleBuffer::new(decoded.capacity() as u64, spec));
+        }
+        let buf = interleaved.as_mut().expect("allocated above");
+        buf.copy_interleaved_ref(decoded);
+        mono.extend(buf.samples().chunks_exact(channels).map(|frame| frame.iter().sum::<f32>() / channels as f32));
+        if rate > 0 && mono.len() as f64 / rate as f64 > max_seconds {
+            return Err(AudioError::TooLong { seconds: mono.len() as f64 / rate as f64, max: max_seconds });
+        }
+    }
+    if rate == 0 {
+        return Err(AudioError::Format("the stream has no sample rate".into()));
+    }
+    Ok((rate, channels, mono))
+}
+
+/// `samples` at `rate` Hz converted to 16 kHz by a windowed-sinc resampler (256 taps,
+/// Blackman-Harris window, cubic interpolation between 256 oversampled points).
+fn resample(samples: &[f32], rate: u32) -> Result<Vec<f32>, AudioError> {
+    const CHUNK: usize = 4096;
+    let ratio = SAMPLE_RATE as f64 / rate as f64;
+    let params = SincInterpolationParameters {
+        sinc_len: 256,
+        f_cutoff: 0.95,
+        interpolation: SincInterpolationType::Cubic,
+        oversampling_factor: 256,
+        window: WindowFunction::BlackmanHarris2,
+    };
+    let mut resampler =
+        SincFixedIn::<f32>::new(ratio, 1.0, params, CHUNK, 1).map_err(|e| AudioError::Format(format!("sample rate {rate} Hz: {e}")))?;
+    let want = (samples.len() as f64 * ratio).round() as usize;
+    let mut out = Vec::with_capacity(want + CHUNK);
+    let mut chunks = samples.chunks_exact(CHUNK);
+    for chunk in &mut chunks {
+        let o = resampler.process(&[chunk], None).map_err(|e| AudioError::Corrupt(e.to_string()))?;
+        out.extend_from_slice(&o[0]);
+    }
+    let rest = chunks.remainder();
+    let o = resampler.process_partial(Some(&[rest]), None).map_err(|e| AudioError::Corrupt(e.to_string()))?;
+    out.extend_from_slice(&o[0]);
+    // flush what the filter still holds (its output is aligned with its input: no delay to cut)
+    while out.len() < want {
+        let o = resampler.process_partial::<&[f32]>(None, None).map_err(|e| AudioError::Corrupt(e.to_string()))?;
+        if o[0].is_empty() {
+            break;
+        }
+        out.extend_from_slice(&o[0]);
+    }
+    out.truncate(want);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A WAV file of 16-bit PCM.
+    fn wav(rate: u32, channels: u16, samples: &[i16]) -> Vec<u8> {
+        let data_len = (samples.len() * 2) as u32;
+        let mut b = Vec::new();
+        b.extend_from_slice(b"RIFF");
+        b.extend_from_slice(&(36 + data_len).to_le_bytes());
+        b.extend_from_slice(b"WAVEfmt ");
+        b.extend_from_slice(&16u32.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&channels.to_le_bytes());
+        b.extend_from_slice(&rate.to_le_bytes());
+        b.extend_from_slice(&(rate * channels as u32 * 2).to_le_bytes());
+        b.extend_from_slice(&(channels * 2).to_le_bytes());
+        b.extend_from_slice(&16u16.to_le_bytes());
+        b.extend_from_slice(b"data");
+        b.extend_from_slice(&data_len.to_le_bytes());
+        for s in samples {
+            b.extend_from_slice(&s.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn sixteen_khz_mono_pcm_is_read_exactly() {
+        let samples: Vec<i16> = (0..1600).map(|i| ((i * 37) % 2000 - 1000) as i16).collect();
+        let a = decode_16k_mono(&wav(16_000, 1, &samples), 60.0).unwrap();
+        assert_eq!(a.samples.len(), 1600);
+        for (got, &want) in a.samples.iter().zip(&samples) {
+            assert_eq!(*got, want as f32 / 32768.0);
+        }
+    }
+
+    #[test]
+    fn stereo_is_averaged() {
+        let frames: Vec<i16> = (0..800).flat_map(|i| [(i % 100) as i16 * 100, -((i % 50) as i16) * 100]).collect();
+        let a = decode_16k_mono(&wav(16_000, 2, &frames), 60.0).unwrap();
+        assert_eq!(a.source_channels, 2);
+        for (i, got) in a.samples.iter().enumerate() {
+            let want = (((i % 100) as f32 * 100.0) + (-((i % 50) as f32) * 100.0)) / 2.0 / 32768.0;
+            assert!((got - want).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn other_rates_are_resampled_to_16_khz() {
+        // a 440 Hz tone at 44.1 kHz: as many seconds after, and still 440 Hz (zero crossings)
+        let tone: Vec<i16> =
+            (0..44_100).map(|i| ((2.0 * std::f64::consts::PI * 440.0 * i as f64 / 44_100.0).sin() * 16000.0) as i16).collect();
+        let a = decode_16k_mono(&wav(44_100, 1, &tone), 60.0).unwrap();
+        assert_eq!(a.source_rate, 44_100);
+        assert_eq!(a.samples.len(), 16_000);
+        let middle = &a.samples[2000..14_000];
+        let crossings = middle.windows(2).filter(|w| (w[0] < 0.0) != (w[1] < 0.0)).count();
+        // 0.75 s of 440 Hz: 660 crossings
+        assert!((655..=665).contains(&crossings), "{crossings} zero crossings");
+        // in time with the source: a click at 0.5 s is at 0.5 s (within a sample)
+        let mut click = vec![0i16; 44_100];
+        click[22_050] = 30_000;
+        let c = decode_16k_mono(&wav(44_100, 1, &click), 60.0).unwrap();
+        let peak = (0..c.samples.len()).max_by(|&x, &y| c.samples[x].total_cmp(&c.samples[y])).unwrap();
+        assert!((7999..=8001).contains(&peak), "the click is at {peak}, not 8000");
+    }
+
+    #[test]
+    fn bad_files_say_why() {
+        assert_eq!(decode_16k_mono(b"", 60.0), Err(AudioError::Empty));
+        assert!(matches!(decode_16k_mono(b"this is not audio at all", 60.0), Err(AudioError::Format(_))));
+        let mut truncated = wav(16_000, 1, &[1; 1000]);
+        truncated.truncate(30);
+        assert!(decode_16k_mono(&truncated, 60.0).is_err());
+        let long = wav(16_000, 1, &vec![0; 16_000 * 3]);
+        assert!(matches!(decode_16k_mono(&long, 2.0), Err(AudioError::TooLong { .. })));
+    }
+}
