@@ -23,12 +23,15 @@ The GGUF (dims innermost first, as GGUF stores them):
             from <|endoftext|> on, the timestamps included, is a control token), merges,
             bos = <|startoftranscript|>, eos = <|endoftext|>)
   encoder   enc.conv{1,2}.{weight [3, in, out], bias}, enc.position [d, 1500],
-            enc.blk.N.{attn_norm, attn_qkv, attn_out, ffn_norm, ffn_up, ffn_down}.{weight, bias},
+            enc.blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_out, ffn_norm, ffn_up,
+            ffn_down}.{weight, bias} (no attn_k.bias: Whisper's keys have none),
             enc.output_norm.{weight, bias}
   decoder   dec.token_embd.weight [d, n_vocab], dec.position [d, 448],
-            dec.blk.N.{attn_norm, attn_qkv, attn_out, cross_norm, cross_q, cross_kv, cross_out,
-            ffn_norm, ffn_up, ffn_down}.{weight, bias}, dec.output_norm.{weight, bias}
-  (attn_qkv holds q, k and v stacked as output rows, k's bias zero; cross_kv k and v.)
+            dec.blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_out, cross_norm, cross_q,
+            cross_k, cross_v, cross_out, ffn_norm, ffn_up, ffn_down}.{weight, bias} (no k
+            biases), dec.output_norm.{weight, bias}
+  (CTranslate2 fuses q, k and v, and the cross-attention's k and v, as stacked output rows:
+  they are split back.)
 """
 
 import argparse
@@ -45,17 +48,18 @@ CT2_DTYPES = {0: ("f", 4), 1: ("b", 1), 2: ("h", 2), 3: ("i", 4), 4: ("e", 2)}
 F16 = 4
 
 # CTranslate2 name (layer index as N) -> GGUF name
+# (a fused projection is split into the listed parts, stacked as output rows in that order)
 LAYER_NAMES = {
-    "self_attention/layer_norm": "attn_norm",
-    "self_attention/linear_0": "attn_qkv",
-    "self_attention/linear_1": "attn_out",
-    "attention/layer_norm": "cross_norm",
-    "attention/linear_0": "cross_q",
-    "attention/linear_1": "cross_kv",
-    "attention/linear_2": "cross_out",
-    "ffn/layer_norm": "ffn_norm",
-    "ffn/linear_0": "ffn_up",
-    "ffn/linear_1": "ffn_down",
+    "self_attention/layer_norm": ["attn_norm"],
+    "self_attention/linear_0": ["attn_q", "attn_k", "attn_v"],
+    "self_attention/linear_1": ["attn_out"],
+    "attention/layer_norm": ["cross_norm"],
+    "attention/linear_0": ["cross_q"],
+    "attention/linear_1": ["cross_k", "cross_v"],
+    "attention/linear_2": ["cross_out"],
+    "ffn/layer_norm": ["ffn_norm"],
+    "ffn/linear_0": ["ffn_up"],
+    "ffn/linear_1": ["ffn_down"],
 }
 PARAM_NAMES = {"weight": "weight", "bias": "bias", "gamma": "weight", "beta": "bias"}
 
@@ -67,6 +71,15 @@ class Variable:
     def scalar(self):
         fmt, _ = CT2_DTYPES[self.dtype]
         return struct.unpack("<" + fmt, self.data)[0]
+
+    def split(self, n: int):
+        """The variable cut into `n` equal parts along its outer dimension."""
+        rows = self.dims[0] // n
+        size = len(self.data) // n
+        return [Variable([rows, *self.dims[1:]], self.dtype, self.data[i * size:(i + 1) * size]) for i in range(n)]
+
+    def is_zero(self) -> bool:
+        return not any(self.data)
 
     def as_f32(self) -> bytes:
         fmt, size = CT2_DTYPES[self.dtype]
@@ -182,12 +195,16 @@ def convert(model_dir: Path, out: Path, name: str) -> None:
             tensors.append(tensor("dec.token_embd.weight", embd, True))
             tensors.append(tensor("dec.position", v["decoder/position_encodings/encodings"], False))
         for layer in range(n_layers(side)):
-            for ct2, ours in LAYER_NAMES.items():
+            for ct2, parts in LAYER_NAMES.items():
                 for param, suffix in PARAM_NAMES.items():
                     key = f"{side}/layer_{layer}/{ct2}/{param}"
-                    if key in v:
-                        matrix = param == "weight"
-                        tensors.append(tensor(f"{short}.blk.{layer}.{ours}.{suffix}", v[key], matrix))
+                    if key not in v:
+                        continue
+                    for ours, part in zip(parts, v[key].split(len(parts))):
+                        # Whisper's key projections have no bias: CTranslate2 fused zeros in
+                        if suffix == "bias" and ours.endswith("_k") and part.is_zero():
+                            continue
+                        tensors.append(tensor(f"{short}.blk.{layer}.{ours}.{suffix}", part, param == "weight"))
         tensors.append(tensor(f"{short}.output_norm.weight", v[f"{side}/layer_norm/gamma"], False))
         tensors.append(tensor(f"{short}.output_norm.bias", v[f"{side}/layer_norm/beta"], False))
 
