@@ -1,6 +1,7 @@
-//! Whisper's front end against faster-whisper (`tools/make-whisper-goldens.py` made the
-//! fixtures in `tests/fixtures/whisper/`): the clips decode to the same samples, and their
-//! log-mel spectrograms equal the reference's within 1e-4.
+//! Whisper against faster-whisper (`tools/make-whisper-goldens.py` made the fixtures in
+//! `tests/fixtures/whisper/`): the clips' log-mel spectrograms equal the reference's within
+//! 1e-4, and greedy decoding of each clip's window gives the reference's token ids (timestamps
+//! included), no-speech probability and average log-probability, for tiny.en and base.
 
 use engine::audio::{decode_16k_mono, log_mel, mel_filters};
 use engine_tests::fixture;
@@ -30,4 +31,58 @@ fn log_mel_matches_faster_whisper() {
         println!("{name}: {n_frames} frames, largest difference from faster-whisper {worst:.2e}");
         assert!(worst <= 1e-4, "{name}: log-mel differs from faster-whisper's by {worst}");
     }
+}
+
+/// Greedy decoding of each clip's single window equals faster-whisper's token ids.
+fn greedy_matches(model_target: &str, language: Option<&str>) {
+    use engine::model::whisper::WhisperModel;
+    use engine::transcribe::logit_rules::LogitRules;
+    use engine::transcribe::window::{decode_window, Uniform, WindowPrompt};
+    struct NoRng;
+    impl Uniform for NoRng {
+        fn next_f64(&mut self) -> f64 {
+            unreachable!("greedy decoding draws nothing")
+        }
+    }
+    let model = WhisperModel::load(engine_tests::fetch_model(model_target)).unwrap();
+    let c = model.config();
+    let rules = LogitRules::new(c, model.tokenizer());
+    let goldens = engine_tests::read_json(&fixture("whisper/goldens.json"));
+    let filters = mel_filters(c.n_mels);
+    let lang = language.map(|l| c.tokens.languages.iter().find(|(_, code)| code == l).unwrap().0);
+    for name in CLIPS {
+        let wav = std::fs::read(fixture(&format!("whisper/clips/{name}.wav"))).unwrap();
+        let audio = decode_16k_mono(&wav, 600.0).unwrap();
+        let mel = log_mel(&audio.samples, &filters, c.n_mels);
+        let mel = mel.window(0, mel.n_frames - 1);
+        let encoded = model.encode(&mel.data).unwrap();
+        let prompt = WindowPrompt { language: lang, timestamps: true, ..Default::default() };
+        let got = decode_window(&model, &encoded, &rules, &prompt, 0.0, &mut NoRng).unwrap();
+        let golden = &goldens[model_target][name];
+        let want: Vec<u32> = golden["segments"].as_array().unwrap().iter().flat_map(|s| engine_tests::json_ids(&s["tokens"])).collect();
+        println!("{model_target} {name}: {:?}", model.tokenizer().decode(&got.tokens));
+        assert_eq!(got.tokens, want, "{model_target} {name}");
+        let want_nsp = golden["segments"][0]["no_speech_prob"].as_f64().unwrap();
+        let want_avg = golden["segments"][0]["avg_logprob"].as_f64().unwrap();
+        println!(
+            "  no-speech probability {:.5} (faster-whisper {want_nsp:.5}), average log-probability {:.5} ({want_avg:.5})",
+            got.no_speech_prob, got.avg_logprob
+        );
+        assert!(
+            (got.no_speech_prob.ln() - want_nsp.ln()).abs() < 1e-3,
+            "{name}: no-speech probability {} vs {want_nsp}",
+            got.no_speech_prob
+        );
+        assert!((got.avg_logprob - want_avg).abs() < 1e-3, "{name}: average log-probability {} vs {want_avg}", got.avg_logprob);
+    }
+}
+
+#[test]
+fn greedy_tokens_match_faster_whisper_tiny_en() {
+    greedy_matches("whisper-tiny.en", None);
+}
+
+#[test]
+fn greedy_tokens_match_faster_whisper_base() {
+    greedy_matches("whisper-base", Some("en"));
 }

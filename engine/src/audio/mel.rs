@@ -37,11 +37,13 @@ impl LogMel {
         &self.data[m * self.n_frames..(m + 1) * self.n_frames]
     }
 
-    /// Frames `start..start + FRAMES_PER_WINDOW` as a new spectrogram, frames past the end
-    /// zero (faster-whisper pads a window's mel with zeros).
-    pub fn window(&self, start: usize) -> LogMel {
+    /// Frames `start..start + len` (at most `FRAMES_PER_WINDOW` of them) as one encoder window
+    /// of `FRAMES_PER_WINDOW` frames, the rest zero (faster-whisper pads a window's mel with
+    /// zeros; it also leaves the spectrogram's last frame out of the content, so callers pass
+    /// `n_frames - 1` as the end).
+    pub fn window(&self, start: usize, len: usize) -> LogMel {
         let mut data = vec![0f32; self.n_mels * FRAMES_PER_WINDOW];
-        let end = self.n_frames.min(start.saturating_add(FRAMES_PER_WINDOW));
+        let end = self.n_frames.min(start.saturating_add(len.min(FRAMES_PER_WINDOW)));
         if start < end {
             for m in 0..self.n_mels {
                 data[m * FRAMES_PER_WINDOW..][..end - start].copy_from_slice(&self.band(m)[start..end]);

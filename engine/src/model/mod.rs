@@ -7,13 +7,14 @@
 
 pub mod arch;
 pub mod bert;
-mod blocks;
+pub(crate) mod blocks;
 pub mod config;
 mod decoder;
 pub mod error;
 #[cfg(all(test, feature = "sim"))]
 mod sim_check;
 pub mod weights;
+pub mod whisper;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -87,6 +87,14 @@ impl<B: Backend> Loader<'_, B> {
         Ok(Some(host_row(self.file, t, cols, 0)?))
     }
 
+    /// A matrix of `rows` x `cols` converted to f32 on the host (a position table added once).
+    pub fn host_matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>, ModelError> {
+        let t = self.matrix_info(name, rows, cols)?.ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        let mut out = vec![0.0f32; rows * cols];
+        (quant::ops(t.ty)?.dequantize)(self.file.tensor_data(t), &mut out);
+        Ok(out)
+    }
+
     /// A vector of `n` values converted to f32 on the host, if present.
     pub fn host_vector_opt(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>, ModelError> {
         let Some(t) = self.info(name) else { return Ok(None) };

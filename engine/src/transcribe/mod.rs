@@ -1,5 +1,9 @@
 //! Speech to text: what a transcription backend receives and returns. The server's
-//! `/v1/audio/transcriptions` route serves any [`Transcriber`].
+//! `/v1/audio/transcriptions` route serves any [`Transcriber`]. Whisper's decoding: the logit
+//! rules (`logit_rules.rs`) and one window's decoding (`window.rs`).
+
+pub mod logit_rules;
+pub mod window;
 
 /// One timed piece of a transcript.
 #[derive(Clone, Debug, PartialEq)]
