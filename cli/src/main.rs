@@ -14,6 +14,7 @@ mod run;
 mod sampling_args;
 mod serve;
 mod tokenize;
+mod transcribe;
 
 /// mimalloc keeps freed memory for reuse: a forward pass allocates its activation buffers
 /// afresh every step, and with glibc's allocator each large one is a new mapping whose pages
@@ -49,12 +50,15 @@ enum Command {
     Embed(embed::EmbedArgs),
     /// Serve models over the OpenAI-style HTTP API, with the guard routes.
     Serve(serve::ServeArgs),
+    /// Transcribe an audio file with a Whisper model.
+    Transcribe(transcribe::TranscribeArgs),
 }
 
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,symphonia=off")),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -68,6 +72,7 @@ fn main() {
         Command::Bench(args) => bench::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Transcribe(args) => transcribe::run(args),
         Command::Guard(args) => match guard::run(args) {
             Ok(true) => std::process::exit(1),
             Ok(false) => Ok(()),

@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use engine::backend::{BackendError, Device};
 use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, Policies};
+use engine::model::whisper::WhisperModel;
 use engine::model::Model;
+use engine::transcribe::whisper::WhisperTranscriber;
 use server::batch_scheduler::BatchConfig;
 use server::{ConnectionLimits, ModelSpec, Scheduling, Server, ServerGuardrails};
 
@@ -17,7 +19,7 @@ use crate::load::{load_model, parse_device, parse_positive};
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// A model to serve (repeat for several). Its id is the file name without `.gguf`.
-    #[arg(long = "model", short = 'm', required_unless_present = "models_dir")]
+    #[arg(long = "model", short = 'm', required_unless_present_any = ["models_dir", "transcribe"])]
     pub models: Vec<PathBuf>,
     /// A directory whose GGUF files `POST /v1/models` may load (by file name) while the server
     /// runs.
@@ -27,6 +29,14 @@ pub struct ServeArgs {
     /// it again (and waits for it). Guard models stay loaded.
     #[arg(long, value_name = "SECONDS", value_parser = parse_positive)]
     pub idle_unload: Option<usize>,
+    /// A Whisper GGUF (`tools/fetch-models.sh whisper-base`) serving
+    /// `POST /v1/audio/transcriptions`; its id is the file name without `.gguf` (or
+    /// --transcribe-id).
+    #[arg(long, value_name = "GGUF")]
+    pub transcribe: Option<PathBuf>,
+    /// The id requests name the --transcribe model by.
+    #[arg(long, value_name = "ID", requires = "transcribe")]
+    pub transcribe_id: Option<String>,
     /// The id of the corresponding --model (repeat in the same order).
     #[arg(long)]
     pub alias: Vec<String>,
@@ -202,6 +212,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let model = Arc::new(load_model(path, args.device)?);
         let spec = ModelSpec { id: id_of(path), model, chat: false, guard: true, n_ctx: args.ctx_size, draft: None };
         builder = builder.model_file(spec, path.clone());
+    }
+    if let Some(path) = &args.transcribe {
+        let model = WhisperModel::load_on(path, args.device).with_context(|| path.display().to_string())?;
+        let id = args.transcribe_id.clone().unwrap_or_else(|| id_of(path));
+        eprintln!("serving {id} (transcription)");
+        builder = builder.transcriber(Arc::new(WhisperTranscriber::new(model, id)));
     }
     let server = builder.build().map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the runtime")?;

@@ -11,7 +11,9 @@
 //!   (`python/anthropic_sdk.py`);
 //! - both packages as agent frameworks use them, against the real Qwen2.5-Coder-0.5B: the
 //!   Responses API and the Messages API, answered whole and streamed, with function tool round
-//!   trips (`python/agent_clients.py`).
+//!   trips (`python/agent_clients.py`);
+//! - audio transcriptions with the real Whisper tiny.en, every response format
+//!   (`python/transcriptions.py`).
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -82,6 +84,21 @@ fn the_official_packages_run_tool_round_trips_on_responses_and_messages() {
     let qwen = fetch_model("qwen2.5-coder");
     let id = qwen.file_stem().unwrap().to_str().unwrap().to_string();
     run_against("agent_clients.py", &["-c".as_ref(), "2048".as_ref(), "-m".as_ref(), qwen.as_os_str()], &[&id]);
+}
+
+/// Transcriptions through the official package with the real Whisper tiny.en
+/// (`python/transcriptions.py`): the text equals faster-whisper's transcript of the clip.
+#[test]
+fn the_openai_package_transcribes_with_whisper() {
+    let whisper = fetch_model("whisper-tiny.en");
+    let goldens = engine_tests::read_json(&fixture("whisper/goldens.json"));
+    let text = goldens["whisper-tiny.en"]["question"]["text"].as_str().unwrap().to_string();
+    let clip = fixture("whisper/clips/question.wav");
+    run_against(
+        "transcriptions.py",
+        &["--transcribe".as_ref(), whisper.as_os_str()],
+        &["whisper-tiny.en-f16", clip.to_str().unwrap(), &text],
+    );
 }
 
 #[test]

@@ -56,7 +56,7 @@ use crate::worker::{Generation, LoopConfig, SeqSpec};
 
 pub use crate::error::ApiError as Error;
 pub use crate::routes::guardrails::ServerGuardrails;
-pub use engine::transcribe::{Segment, TranscribeOptions, Transcriber, Transcription};
+pub use engine::transcribe::{Segment, TranscribeError, TranscribeOptions, Transcriber, Transcription};
 
 /// Sent as `system_fingerprint`.
 pub const FINGERPRINT: &str = concat!("fp_engine_", env!("CARGO_PKG_VERSION"));
@@ -321,7 +321,7 @@ impl ServerBuilder {
                 ));
             }
         }
-        if self.models.is_empty() && self.models_dir.is_none() {
+        if self.models.is_empty() && self.models_dir.is_none() && self.transcriber.is_none() {
             return Err("no model to serve".into());
         }
         if (self.guardrails.input || self.guardrails.output) && !self.models.iter().any(|(m, _)| m.guard) {

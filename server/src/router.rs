@@ -187,7 +187,8 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
             allow(&method, &path, &[Method::POST])?;
             let backend = state.transcriber.clone().expect("matched");
             let boundary = routes::transcriptions::boundary(req.headers().get(hyper::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()))?;
-            let body = take_body(state, req).await?;
+            let body = req.body_mut().take().ok_or_else(|| ApiError::server("the request body was already read"))?;
+            let body = read_body(body, routes::transcriptions::MAX_UPLOAD_BYTES, state.limits.body_timeout).await?;
             routes::transcriptions::handle(backend, boundary, body).await
         }
         "/v1/moderations" if state.registry.has_guard() => {

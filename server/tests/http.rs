@@ -525,12 +525,12 @@ impl server::Transcriber for EchoBackend {
     fn model_id(&self) -> &str {
         "echo-asr"
     }
-    fn transcribe(&self, audio: &[u8], options: &server::TranscribeOptions) -> Result<server::Transcription, String> {
+    fn transcribe(&self, audio: &[u8], options: &server::TranscribeOptions) -> Result<server::Transcription, server::TranscribeError> {
         Ok(server::Transcription {
             text: format!("{} bytes in {}", audio.len(), options.language.as_deref().unwrap_or("any")),
             language: Some("english".into()),
             duration: Some(2.5),
-            segments: vec![server::Segment { start: 0.0, end: 2.5, text: format!("{} bytes", audio.len()) }],
+            segments: vec![server::Segment { start: 0.0, end: 2.5, text: format!("{} bytes", audio.len()), ..Default::default() }],
         })
     }
 }
@@ -581,6 +581,27 @@ fn transcriptions_are_multipart_and_only_with_a_backend() {
     let wrong = Form::new().text("model", "whisper-9").part("file", Part::bytes(vec![1u8; 10]).file_name("a.wav"));
     expect_error(c.post(&url).multipart(wrong).send().unwrap(), StatusCode::NOT_FOUND);
     expect_error(c.post(&url).json(&json!({"model": "echo-asr"})).send().unwrap(), StatusCode::BAD_REQUEST);
+    // uploads up to 25 MiB (more than the JSON routes take), then 413
+    let big = |n: usize| Form::new().text("model", "echo-asr").part("file", Part::bytes(vec![1u8; n]).file_name("a.wav"));
+    let r = c.post(&url).multipart(big(20 << 20)).send().unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // (the server answers 413 and closes without reading the rest: read the answer over raw TCP)
+    let status_of_oversize = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(base.trim_start_matches("http://")).unwrap();
+        let head = format!(
+            "POST /v1/audio/transcriptions HTTP/1.1\r\nhost: x\r\ncontent-type: multipart/form-data; boundary=b\r\ncontent-length: {}\r\n\r\n",
+            26 << 20
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        let _ = s.write_all(&vec![b'x'; 26 << 20]);
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        answer.lines().next().unwrap_or_default().to_string()
+    };
+    assert!(status_of_oversize.starts_with("HTTP/1.1 413"), "{status_of_oversize}");
+    let words = form("verbose_json").text("timestamp_granularities[]", "word");
+    assert_eq!(expect_error(c.post(&url).multipart(words).send().unwrap(), StatusCode::BAD_REQUEST)["param"], "timestamp_granularities");
 }
 
 /// The value of a counter in `/metrics` (0 before it is first set).

@@ -21,6 +21,22 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// Word error rate of `heard` against `said`: the fewest word substitutions, insertions and
+/// deletions that turn one into the other, over the words said.
+pub fn word_error_rate(said: &[String], heard: &[String]) -> f64 {
+    let mut row: Vec<usize> = (0..=heard.len()).collect();
+    for (i, s) in said.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, h) in heard.iter().enumerate() {
+            let substitution = diagonal + usize::from(s != h);
+            diagonal = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[heard.len()] as f64 / said.len().max(1) as f64
+}
+
 /// A JSON array of token ids.
 pub fn json_ids(v: &serde_json::Value) -> Vec<u32> {
     let arr = v.as_array().unwrap_or_else(|| panic!("expected an array of ids, found {v}"));

@@ -50,6 +50,10 @@ fn greedy_matches(model_target: &str, language: Option<&str>) {
     let goldens = engine_tests::read_json(&fixture("whisper/goldens.json"));
     let filters = mel_filters(c.n_mels);
     let lang = language.map(|l| c.tokens.languages.iter().find(|(_, code)| code == l).unwrap().0);
+    let words = |t: &str| -> Vec<String> {
+        t.split_whitespace().map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase()).filter(|w| !w.is_empty()).collect()
+    };
+    let (mut said_all, mut ours_all, mut reference_all) = (Vec::new(), Vec::new(), Vec::new());
     for name in CLIPS {
         let wav = std::fs::read(fixture(&format!("whisper/clips/{name}.wav"))).unwrap();
         let audio = decode_16k_mono(&wav, 600.0).unwrap();
@@ -62,6 +66,9 @@ fn greedy_matches(model_target: &str, language: Option<&str>) {
         let want: Vec<u32> = golden["segments"].as_array().unwrap().iter().flat_map(|s| engine_tests::json_ids(&s["tokens"])).collect();
         println!("{model_target} {name}: {:?}", model.tokenizer().decode(&got.tokens));
         assert_eq!(got.tokens, want, "{model_target} {name}");
+        said_all.extend(words(&std::fs::read_to_string(fixture(&format!("whisper/clips/{name}.txt"))).unwrap()));
+        ours_all.extend(words(&model.tokenizer().decode(&got.tokens.iter().copied().filter(|&t| t < c.tokens.eot).collect::<Vec<_>>())));
+        reference_all.extend(words(golden["text"].as_str().unwrap()));
         let want_nsp = golden["segments"][0]["no_speech_prob"].as_f64().unwrap();
         let want_avg = golden["segments"][0]["avg_logprob"].as_f64().unwrap();
         println!(
@@ -75,6 +82,9 @@ fn greedy_matches(model_target: &str, language: Option<&str>) {
         );
         assert!((got.avg_logprob - want_avg).abs() < 1e-3, "{name}: average log-probability {} vs {want_avg}", got.avg_logprob);
     }
+    let (ours, reference) = (engine_tests::word_error_rate(&said_all, &ours_all), engine_tests::word_error_rate(&said_all, &reference_all));
+    println!("{model_target}: word error rate {ours:.3} over the clips (faster-whisper {reference:.3})");
+    assert_eq!(ours, reference);
 }
 
 #[test]

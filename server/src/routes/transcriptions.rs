@@ -8,7 +8,7 @@ use bytes::Bytes;
 use hyper::Response;
 use serde_json::json;
 
-use engine::transcribe::{Segment, TranscribeOptions, Transcriber, Transcription};
+use engine::transcribe::{formats, TranscribeError, TranscribeOptions, Transcriber};
 
 use crate::error::ApiError;
 use crate::http::{ok_json, text_response, Body};
@@ -21,6 +21,9 @@ enum Format {
     Vtt,
     VerboseJson,
 }
+
+/// The largest upload (OpenAI's limit: 25 MB); more is a 413.
+pub const MAX_UPLOAD_BYTES: usize = 25 * 1024 * 1024;
 
 /// The multipart boundary of a request's `Content-Type` (400 when it has none).
 pub fn boundary(content_type: Option<&str>) -> Result<String, ApiError> {
@@ -65,7 +68,19 @@ pub async fn handle(transcriber: Arc<dyn Transcriber>, boundary: String, body: B
                 }
             }
             "stream" if value == "true" => return Err(ApiError::invalid_param("stream", "streaming transcriptions are not supported")),
-            // timestamp_granularities[], include[], chunking_strategy...: accepted, not used
+            "timestamp_granularities[]" | "timestamp_granularities" if value == "word" => {
+                return Err(ApiError::invalid_param(
+                    "timestamp_granularities",
+                    "word timestamps are not supported; segment timestamps come with response_format verbose_json",
+                ))
+            }
+            "timestamp_granularities[]" | "timestamp_granularities" if value != "segment" => {
+                return Err(ApiError::invalid_param(
+                    "timestamp_granularities",
+                    format!("timestamp_granularities must be segment, got {value:?}"),
+                ))
+            }
+            // include[], chunking_strategy...: accepted, not used
             _ => tracing::debug!("transcriptions: ignoring form field {name:?}"),
         }
     }
@@ -77,72 +92,15 @@ pub async fn handle(transcriber: Arc<dyn Transcriber>, boundary: String, body: B
     let t = tokio::task::spawn_blocking(move || transcriber.transcribe(&audio, &options))
         .await
         .map_err(|e| ApiError::server(format!("the transcription backend failed: {e}")))?
-        .map_err(|e| ApiError::server(format!("the transcription backend failed: {e}")))?;
+        .map_err(|e| match e {
+            TranscribeError::BadAudio(m) => ApiError::invalid_param("file", format!("the file cannot be transcribed: {m}")),
+            TranscribeError::Failed(m) => ApiError::server(format!("the transcription backend failed: {m}")),
+        })?;
     Ok(match format {
         Format::Json => ok_json(&json!({"text": t.text})),
         Format::Text => text_response("text/plain; charset=utf-8", t.text),
-        Format::Srt => text_response("text/plain; charset=utf-8", cues(&t, ',')),
-        Format::Vtt => text_response("text/vtt; charset=utf-8", format!("WEBVTT\n\n{}", cues(&t, '.'))),
-        Format::VerboseJson => {
-            let segments: Vec<_> = timed(&t)
-                .iter()
-                .enumerate()
-                .map(|(id, s)| json!({"id": id, "seek": 0, "start": s.start, "end": s.end, "text": s.text, "tokens": [], "temperature": 0.0, "avg_logprob": 0.0, "compression_ratio": 0.0, "no_speech_prob": 0.0}))
-                .collect();
-            ok_json(&json!({
-                "task": "transcribe",
-                "language": t.language.clone().unwrap_or_else(|| "unknown".into()),
-                "duration": t.duration.unwrap_or(0.0),
-                "text": t.text,
-                "segments": segments,
-            }))
-        }
+        Format::Srt => text_response("text/plain; charset=utf-8", formats::srt(&t)),
+        Format::Vtt => text_response("text/vtt; charset=utf-8", formats::vtt(&t)),
+        Format::VerboseJson => ok_json(&formats::verbose_json(&t, "transcribe")),
     })
-}
-
-/// The segments, or one spanning the whole audio when the backend gave none.
-fn timed(t: &Transcription) -> Vec<Segment> {
-    if t.segments.is_empty() {
-        vec![Segment { start: 0.0, end: t.duration.unwrap_or(0.0), text: t.text.clone() }]
-    } else {
-        t.segments.clone()
-    }
-}
-
-/// SRT cues (numbered; `,` before milliseconds) or VTT cues (`.`).
-fn cues(t: &Transcription, ms_sep: char) -> String {
-    let stamp = |secs: f64| {
-        let ms = (secs.max(0.0) * 1000.0).round() as u64;
-        format!("{:02}:{:02}:{:02}{ms_sep}{:03}", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000)
-    };
-    let mut out = String::new();
-    for (i, s) in timed(t).iter().enumerate() {
-        if ms_sep == ',' {
-            out.push_str(&format!("{}\n", i + 1));
-        }
-        out.push_str(&format!("{} --> {}\n{}\n\n", stamp(s.start), stamp(s.end), s.text.trim()));
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn srt_and_vtt_cues() {
-        let t = Transcription {
-            text: "Hello there. General Kenobi.".into(),
-            segments: vec![
-                Segment { start: 0.0, end: 1.5, text: " Hello there.".into() },
-                Segment { start: 3661.25, end: 3662.0, text: "General Kenobi.".into() },
-            ],
-            ..Default::default()
-        };
-        assert_eq!(
-            cues(&t, ','),
-            "1\n00:00:00,000 --> 00:00:01,500\nHello there.\n\n2\n01:01:01,250 --> 01:01:02,000\nGeneral Kenobi.\n\n"
-        );
-        assert!(cues(&t, '.').starts_with("00:00:00.000 --> 00:00:01.500\nHello there.\n\n"));
-    }
 }
