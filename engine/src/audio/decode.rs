@@ -215,6 +215,72 @@ mod tests {
         assert!((7999..=8001).contains(&peak), "the click is at {peak}, not 8000");
     }
 
+    /// A WAV file of `bits`-bit samples (integer PCM, or IEEE float for 32 with `float`).
+    fn wav_bits(rate: u32, channels: u16, bits: u16, float: bool, samples: &[f64]) -> Vec<u8> {
+        let bytes_per = (bits / 8) as usize;
+        let mut data = Vec::new();
+        for &x in samples {
+            match (bits, float) {
+                (8, _) => data.push(((x * 127.0).round() as i16 + 128) as u8),
+                (24, _) => data.extend_from_slice(&(((x * 8_388_607.0).round() as i32).to_le_bytes()[..3])),
+                (32, true) => data.extend_from_slice(&(x as f32).to_le_bytes()),
+                (32, false) => data.extend_from_slice(&(((x * 2_147_483_647.0).round() as i32).to_le_bytes())),
+                _ => data.extend_from_slice(&(((x * 32767.0).round() as i16).to_le_bytes())),
+            }
+        }
+        let mut b = b"RIFF".to_vec();
+        b.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+        b.extend_from_slice(b"WAVEfmt ");
+        b.extend_from_slice(&16u32.to_le_bytes());
+        b.extend_from_slice(&(if float { 3u16 } else { 1u16 }).to_le_bytes());
+        b.extend_from_slice(&channels.to_le_bytes());
+        b.extend_from_slice(&rate.to_le_bytes());
+        b.extend_from_slice(&(rate * channels as u32 * bytes_per as u32).to_le_bytes());
+        b.extend_from_slice(&(channels * bits / 8).to_le_bytes());
+        b.extend_from_slice(&bits.to_le_bytes());
+        b.extend_from_slice(b"data");
+        b.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        b.extend_from_slice(&data);
+        b
+    }
+
+    /// Zero crossings per second of the middle of `samples` (16 kHz): twice the frequency.
+    fn crossings_per_second(samples: &[f32]) -> f64 {
+        let middle = &samples[samples.len() / 5..samples.len() * 4 / 5];
+        let n = middle.windows(2).filter(|w| (w[0] < 0.0) != (w[1] < 0.0)).count();
+        n as f64 / (middle.len() as f64 / 16_000.0)
+    }
+
+    #[test]
+    fn every_wav_sample_format_decodes() {
+        // a 440 Hz tone at half scale, 0.5 s at 22.05 kHz
+        let tone: Vec<f64> = (0..11_025).map(|i| 0.5 * (2.0 * std::f64::consts::PI * 440.0 * i as f64 / 22_050.0).sin()).collect();
+        let stereo: Vec<f64> = tone.iter().flat_map(|&x| [x, x]).collect();
+        for (bits, float, channels) in [(8, false, 1), (16, false, 2), (24, false, 1), (32, false, 1), (32, true, 2)] {
+            let samples = if channels == 2 { &stereo } else { &tone };
+            let a = decode_16k_mono(&wav_bits(22_050, channels, bits, float, samples), 60.0).unwrap_or_else(|e| panic!("{bits}-bit: {e}"));
+            assert_eq!((a.source_rate, a.source_channels), (22_050, channels as usize));
+            assert_eq!(a.samples.len(), 8000, "{bits}-bit");
+            let peak = a.samples.iter().fold(0f32, |m, s| m.max(s.abs()));
+            assert!((peak - 0.5).abs() < 0.02, "{bits}-bit: peak {peak}");
+            assert!((crossings_per_second(&a.samples) - 880.0).abs() < 15.0, "{bits}-bit");
+        }
+    }
+
+    #[test]
+    fn flac_mp3_and_ogg_vorbis_decode() {
+        // tests/fixtures/audio: the same tone encoded by ffmpeg (stereo for the Vorbis file)
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/audio");
+        for name in ["tone-440hz.flac", "tone-440hz.mp3", "tone-440hz.ogg"] {
+            let bytes = std::fs::read(dir.join(name)).unwrap();
+            let a = decode_16k_mono(&bytes, 60.0).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(a.source_rate, 22_050, "{name}");
+            // an MP3 carries an encoder delay and padding of up to a frame or two
+            assert!((a.duration() - 0.5).abs() < 0.12, "{name}: {} s", a.duration());
+            assert!((crossings_per_second(&a.samples) - 880.0).abs() < 20.0, "{name}: {}", crossings_per_second(&a.samples));
+        }
+    }
+
     #[test]
     fn bad_files_say_why() {
         assert_eq!(decode_16k_mono(b"", 60.0), Err(AudioError::Empty));

@@ -1,5 +1,5 @@
 //! Unit tests of the API -> native mapping and the prompt paths (the byte-exact fixtures are in
-//! `tests/tests/guard_prompts.rs`).
+//! `tests/tests/golden/guard_prompts.rs`).
 
 use serde_json::json;
 

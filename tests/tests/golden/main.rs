@@ -1,0 +1,21 @@
+//! The engine against golden data (llama.cpp's outputs, faster-whisper's, the tokenizer
+//! vectors): one test binary, a module per subject, so that the suite links once.
+
+mod chat_templates;
+mod embedding_input;
+mod embeddings;
+mod generate;
+mod gguf_malformed;
+mod gguf_roundtrip;
+mod grammar;
+mod guard_evaluator;
+mod guard_prompt_cache;
+mod guard_prompts;
+mod guard_verdicts;
+mod quant_golden;
+mod reference;
+mod simd_vs_ref;
+mod tiny_archs;
+mod tokenizer_golden;
+mod tokenizer_robust;
+mod whisper;
