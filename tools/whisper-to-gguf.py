@@ -3,10 +3,13 @@
 vocabulary.txt and tokenizer.json, as faster-whisper uses it) into one GGUF file that the
 engine reads: architecture `whisper`.
 
-    tools/whisper-to-gguf.py MODEL_DIR OUT.gguf [--name NAME]
+    tools/whisper-to-gguf.py MODEL_DIR OUT.gguf [--name NAME] [--type f16|q8_0]
 
 Pure Python (the standard library only). Weight matrices, convolutions and the token embeddings
-keep CTranslate2's f16; biases, norms and position tables become f32.
+keep CTranslate2's f16, or with `--type q8_0` are quantized to Q8_0 as llama-quantize writes it
+(blocks of 32: scale = max |x| / 127 as f16, values rounded half away from zero; a matrix whose
+rows are not whole blocks, the first convolution's 80 x 3 taps, stays f16); biases, norms and
+position tables become f32.
 
 model.bin (little-endian): u32 format version (6), the spec name, u32 spec revision, u32
 variable count; each variable: its name, u8 rank, u32 dims (outermost first), u8 dtype (0 f32,
@@ -36,6 +39,7 @@ The GGUF (dims innermost first, as GGUF stores them):
 
 import argparse
 import json
+import math
 import re
 import struct
 import sys
@@ -128,9 +132,35 @@ def read_ct2(path: Path):
     return variables
 
 
-def tensor(gguf_name, var: Variable, keep_f16: bool):
+def quantize_q8_0(values) -> bytes:
+    """ggml's quantize_row_q8_0_ref: per block of 32, d = amax / 127, q = round(x / d)."""
+    def f32(x):
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+
+    out = bytearray()
+    for i in range(0, len(values), 32):
+        block = values[i:i + 32]
+        amax = max(abs(x) for x in block)
+        # each step rounded to f32, as ggml computes it
+        d = f32(amax / 127.0)
+        inv = f32(1.0 / d) if d else 0.0
+        scaled = struct.unpack("<32f", struct.pack("<32f", *[x * inv for x in block]))
+        q = [int(math.floor(abs(x) + 0.5)) * (1 if x >= 0 else -1) for x in scaled]
+        out += struct.pack("<e", d) + struct.pack("<32b", *q)
+    return bytes(out)
+
+
+# the weight type of matrices: "f16" or "q8_0" (set by --type)
+MATRIX_TYPE = "f16"
+
+
+def tensor(gguf_name, var: Variable, matrix: bool):
     dims = list(reversed(var.dims))
-    if keep_f16 and var.dtype == F16:
+    if matrix and MATRIX_TYPE == "q8_0" and dims[0] % 32 == 0 and len(dims) == 2:
+        n = len(var.data) // 2
+        values = struct.unpack(f"<{n}f", var.as_f32())
+        return (gguf_name, dims, "Q8_0", quantize_q8_0(values))
+    if matrix and var.dtype == F16:
         return (gguf_name, dims, "F16", var.data)
     return (gguf_name, dims, "F32", var.as_f32())
 
@@ -160,7 +190,7 @@ def convert(model_dir: Path, out: Path, name: str) -> None:
     kvs = [
         ("general.architecture", STRING, "whisper"),
         ("general.name", STRING, name),
-        ("general.file_type", U32, 1),
+        ("general.file_type", U32, 7 if MATRIX_TYPE == "q8_0" else 1),
         ("whisper.audio.n_mels", U32, v["encoder/conv1/weight"].dims[1]),
         ("whisper.encoder.context_length", U32, v["encoder/position_encodings/encodings"].dims[0]),
         ("whisper.encoder.embedding_length", U32, v["encoder/conv1/weight"].dims[0]),
@@ -219,7 +249,10 @@ def main() -> None:
     p.add_argument("model_dir", type=Path)
     p.add_argument("out", type=Path)
     p.add_argument("--name", default=None)
+    p.add_argument("--type", choices=["f16", "q8_0"], default="f16", help="the weight matrices' type")
     a = p.parse_args()
+    global MATRIX_TYPE
+    MATRIX_TYPE = a.type
     convert(a.model_dir, a.out, a.name or a.model_dir.name)
 
 

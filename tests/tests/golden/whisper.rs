@@ -96,3 +96,30 @@ fn greedy_tokens_match_faster_whisper_tiny_en() {
 fn greedy_tokens_match_faster_whisper_base() {
     greedy_matches("whisper-base", Some("en"));
 }
+
+/// Tiny.en with its matrices quantized to Q8_0 (`tools/fetch-models.sh whisper-tiny.en-q8_0`)
+/// through the same products: the clips' transcripts within a word of the f16 model's.
+#[test]
+fn q8_0_whisper_transcribes_like_f16() {
+    use engine::model::whisper::WhisperModel;
+    use engine::transcribe::whisper::{transcribe_samples, WhisperOptions};
+    let words = |t: &str| -> Vec<String> {
+        t.split_whitespace().map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase()).filter(|w| !w.is_empty()).collect()
+    };
+    let model = WhisperModel::load(engine_tests::fetch_model("whisper-tiny.en-q8_0")).unwrap();
+    let goldens = engine_tests::read_json(&fixture("whisper/goldens.json"));
+    let (mut said_all, mut heard_all) = (Vec::new(), Vec::new());
+    for name in CLIPS {
+        let wav = std::fs::read(fixture(&format!("whisper/clips/{name}.wav"))).unwrap();
+        let audio = decode_16k_mono(&wav, 600.0).unwrap();
+        let t = transcribe_samples(&model, &audio.samples, &WhisperOptions::default(), &mut |_, _| {}).unwrap();
+        let f16_words = words(goldens["whisper-tiny.en"][name]["text"].as_str().unwrap());
+        let heard = words(&t.text);
+        let apart = engine_tests::word_error_rate(&f16_words, &heard) * f16_words.len() as f64;
+        println!("{name}: {:?} ({apart} words from f16)", t.text);
+        assert!(apart <= 1.0 + 1e-9, "{name}: {:?} is {apart} words from the f16 model's", t.text);
+        said_all.extend(words(&std::fs::read_to_string(fixture(&format!("whisper/clips/{name}.txt"))).unwrap()));
+        heard_all.extend(heard);
+    }
+    println!("whisper-tiny.en Q8_0: word error rate {:.3}", engine_tests::word_error_rate(&said_all, &heard_all));
+}
