@@ -56,7 +56,8 @@ pub fn decode_16k_mono(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, A
     if mono.is_empty() {
         return Err(AudioError::NoSamples);
     }
-    let samples = if rate as usize == SAMPLE_RATE { mono } else { resample(&mono, rate)? };
+    // resampling rings a little past full scale next to clipped stretches: clipped again
+    let samples = if rate as usize == SAMPLE_RATE { mono } else { resample(&mono, rate)?.into_iter().map(full_scale).collect() };
     Ok(DecodedAudio { samples, source_rate: rate, source_channels: channels })
 }
 
@@ -101,7 +102,7 @@ fn decode_mono(bytes: Vec<u8>, max_seconds: f64) -> Result<(u32, usize, Vec<f32>
         }
         let buf = interleaved.as_mut().expect("allocated above");
         buf.copy_interleaved_ref(decoded);
-        mono.extend(buf.samples().chunks_exact(channels).map(|frame| frame.iter().sum::<f32>() / channels as f32));
+        mono.extend(buf.samples().chunks_exact(channels).map(|frame| full_scale(frame.iter().sum::<f32>() / channels as f32)));
         if rate > 0 && mono.len() as f64 / rate as f64 > max_seconds {
             return Err(AudioError::TooLong { seconds: mono.len() as f64 / rate as f64, max: max_seconds });
         }
@@ -110,6 +111,17 @@ fn decode_mono(bytes: Vec<u8>, max_seconds: f64) -> Result<(u32, usize, Vec<f32>
         return Err(AudioError::Format("the stream has no sample rate".into()));
     }
     Ok((rate, channels, mono))
+}
+
+/// A sample clipped to full scale, as 16-bit PCM holds it (what faster-whisper's decoder gives
+/// the model): float files may carry values past it, and NaN or infinities, which would poison
+/// every window after them; those become silence.
+fn full_scale(x: f32) -> f32 {
+    if x.is_finite() {
+        x.clamp(-1.0, 1.0)
+    } else {
+        0.0
+    }
 }
 
 /// `samples` at `rate` Hz converted to 16 kHz by a windowed-sinc resampler (256 taps,
@@ -279,6 +291,18 @@ mod tests {
             assert!((a.duration() - 0.5).abs() < 0.12, "{name}: {} s", a.duration());
             assert!((crossings_per_second(&a.samples) - 880.0).abs() < 20.0, "{name}: {}", crossings_per_second(&a.samples));
         }
+    }
+
+    #[test]
+    fn float_samples_past_full_scale_are_clipped_and_non_numbers_silenced() {
+        // found by the fuzz target `audio` (fuzz/regressions/audio/): a float WAV whose samples
+        // are 7.5, -3, NaN, infinity
+        let weird = [0.25, 7.5, -3.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.5];
+        let a = decode_16k_mono(&wav_bits(16_000, 1, 32, true, &weird), 60.0).unwrap();
+        assert_eq!(a.samples, [0.25, 1.0, -1.0, 0.0, 0.0, 0.0, -0.5]);
+        let regression = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/audio/float-wav-out-of-range");
+        let a = decode_16k_mono(&std::fs::read(regression).unwrap(), 60.0).unwrap();
+        assert!(a.samples.iter().all(|s| s.is_finite() && s.abs() <= 1.0), "resampled samples stay within full scale");
     }
 
     #[test]
