@@ -35,86 +35,94 @@ for t in "${targets[@]}"; do
     [[ " ${TARGETS_ALL[*]} " == *" $t "* ]] || { echo "fuzz/run.sh: no target $t (targets: ${TARGETS_ALL[*]})" >&2; exit 2; }
 done
 
-if [ "$(cargo fuzz --version 2>/dev/null | awk '{print $2}')" != "$CARGO_FUZZ_VERSION" ]; then
-    cargo install cargo-fuzz --locked --version "$CARGO_FUZZ_VERSION"
-fi
-export RUSTC_BOOTSTRAP=1
-# -O: optimised; -a: debug assertions and overflow checks on, so an arithmetic overflow is a
-# finding. Every target at once (one `cargo build --bins`).
-cargo fuzz build -O -a >build.log 2>&1 || { cat build.log >&2; exit 1; }
-rm -f build.log
-bin=target/x86_64-unknown-linux-gnu/release
+# The work, in a function: bash reads it whole before running it, so editing this file while a
+# long run goes on cannot break that run.
+main() {
+    if [ "$(cargo fuzz --version 2>/dev/null | awk '{print $2}')" != "$CARGO_FUZZ_VERSION" ]; then
+        cargo install cargo-fuzz --locked --version "$CARGO_FUZZ_VERSION"
+    fi
+    export RUSTC_BOOTSTRAP=1
+    # -O: optimised; -a: debug assertions and overflow checks on, so an arithmetic overflow is a
+    # finding. Every target at once (one `cargo build --bins`).
+    cargo fuzz build -O -a >build.log 2>&1 || { cat build.log >&2; exit 1; }
+    rm -f build.log
+    bin=target/x86_64-unknown-linux-gnu/release
 
-dict_of() {
-    case "$1" in
-        gguf) echo dicts/gguf.dict ;;
-        multipart) echo dicts/multipart.dict ;;
-        audio) echo dicts/audio.dict ;;
-        chat_template|json_schema|http_requests) echo dicts/json.dict ;;
-        *) echo "" ;;
-    esac
-}
+    dict_of() {
+        case "$1" in
+            gguf) echo dicts/gguf.dict ;;
+            multipart) echo dicts/multipart.dict ;;
+            audio) echo dicts/audio.dict ;;
+            chat_template|json_schema|http_requests) echo dicts/json.dict ;;
+            *) echo "" ;;
+        esac
+    }
 
-failed=0
-if [ -d regressions ]; then
+    failed=0
+    stamp=$(mktemp)
+    if [ -d regressions ]; then
+        for t in "${targets[@]}"; do
+            [ -d "regressions/$t" ] || continue
+            inputs=(regressions/"$t"/*)
+            [ -e "${inputs[0]}" ] || continue
+            if "$bin/$t" "${inputs[@]}" >"regressions-$t.log" 2>&1; then
+                echo "$t: ${#inputs[@]} saved findings replayed, none fails"
+            else
+                echo "$t: a saved finding fails again:" >&2; tail -30 "regressions-$t.log" >&2; failed=1
+            fi
+            rm -f "regressions-$t.log"
+        done
+    fi
+
+    if [ $ci = 1 ]; then
+        corpus_root=$(mktemp -d)
+        trap 'rm -rf "$corpus_root" "$stamp"' EXIT
+    else
+        corpus_root=corpus
+        trap 'rm -f "$stamp"' EXIT
+    fi
+    python3 seeds.py "$corpus_root"
+    mkdir -p logs
+
+    run_one() {
+        local t=$1 dict opts
+        dict=$(dict_of "$t")
+        mkdir -p "artifacts/$t" "$corpus_root/$t"
+        opts=(-max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1
+              -artifact_prefix="artifacts/$t/" -close_fd_mask=1)
+        [ "$runs" -gt 0 ] && opts+=(-runs="$runs")
+        [ -n "$dict" ] && opts+=(-dict="$dict")
+        ASAN_OPTIONS=detect_odr_violation=0:detect_leaks=0 "$bin/$t" "${opts[@]}" "$corpus_root/$t" >"logs/$t.log" 2>&1
+    }
+
+    summary() {
+        local t=$1 status=$2 log="logs/$1.log"
+        local execs rate cov ft corp findings
+        execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+        rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+        cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')
+        ft=$(grep -oE 'ft: [0-9]+' "$log" | tail -1 | awk '{print $2}')
+        corp=$(grep -oE 'corp: [0-9]+/[0-9]+[a-zA-Z]*' "$log" | tail -1 | awk '{print $2}')
+        findings=$(find "artifacts/$t" -type f -newer "$stamp" | wc -l)
+        printf '%-14s %12s execs %8s/s   cov %6s  ft %7s  corpus %-12s findings %s%s\n' \
+            "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$findings" \
+            "$([ "$status" = 0 ] || echo "   FAILED (see fuzz/logs/$t.log)")"
+    }
+
+    pids=() names=()
+    wait_one() {
+        local status=0
+        wait "${pids[0]}" || status=$?
+        summary "${names[0]}" $status
+        [ $status = 0 ] || { failed=1; grep -E '^(==[0-9]+==ERROR|thread .* panicked|SUMMARY|ERROR: libFuzzer)' "logs/${names[0]}.log" | head -5 >&2; }
+        pids=("${pids[@]:1}") names=("${names[@]:1}")
+    }
     for t in "${targets[@]}"; do
-        [ -d "regressions/$t" ] || continue
-        inputs=(regressions/"$t"/*)
-        [ -e "${inputs[0]}" ] || continue
-        if "$bin/$t" "${inputs[@]}" >"regressions-$t.log" 2>&1; then
-            echo "$t: ${#inputs[@]} saved findings replayed, none fails"
-        else
-            echo "$t: a saved finding fails again:" >&2; tail -30 "regressions-$t.log" >&2; failed=1
-        fi
-        rm -f "regressions-$t.log"
+        run_one "$t" & pids+=($!) names+=("$t")
+        [ ${#pids[@]} -lt "$jobs" ] || wait_one
     done
-fi
-
-if [ $ci = 1 ]; then
-    corpus_root=$(mktemp -d)
-    trap 'rm -rf "$corpus_root"' EXIT
-else
-    corpus_root=corpus
-fi
-python3 seeds.py "$corpus_root"
-mkdir -p logs
-
-run_one() {
-    local t=$1 dict opts
-    dict=$(dict_of "$t")
-    mkdir -p "artifacts/$t" "$corpus_root/$t"
-    opts=(-max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1
-          -artifact_prefix="artifacts/$t/" -close_fd_mask=1)
-    [ "$runs" -gt 0 ] && opts+=(-runs="$runs")
-    [ -n "$dict" ] && opts+=(-dict="$dict")
-    ASAN_OPTIONS=detect_odr_violation=0:detect_leaks=0 "$bin/$t" "${opts[@]}" "$corpus_root/$t" >"logs/$t.log" 2>&1
+    while [ ${#pids[@]} -gt 0 ]; do wait_one; done
+    exit $failed
 }
 
-summary() {
-    local t=$1 status=$2 log="logs/$1.log"
-    local execs rate cov ft corp findings
-    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-    cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')
-    ft=$(grep -oE 'ft: [0-9]+' "$log" | tail -1 | awk '{print $2}')
-    corp=$(grep -oE 'corp: [0-9]+/[0-9]+[a-zA-Z]*' "$log" | tail -1 | awk '{print $2}')
-    findings=$(find "artifacts/$t" -type f | wc -l)
-    printf '%-14s %12s execs %8s/s   cov %6s  ft %7s  corpus %-12s findings %s%s\n' \
-        "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$findings" \
-        "$([ "$status" = 0 ] || echo "   FAILED (see fuzz/logs/$t.log)")"
-}
-
-pids=() names=()
-wait_one() {
-    local status=0
-    wait "${pids[0]}" || status=$?
-    summary "${names[0]}" $status
-    [ $status = 0 ] || { failed=1; grep -E '^(==[0-9]+==ERROR|thread .* panicked|SUMMARY|ERROR: libFuzzer)' "logs/${names[0]}.log" | head -5 >&2; }
-    pids=("${pids[@]:1}") names=("${names[@]:1}")
-}
-for t in "${targets[@]}"; do
-    run_one "$t" & pids+=($!) names+=("$t")
-    [ ${#pids[@]} -lt "$jobs" ] || wait_one
-done
-while [ ${#pids[@]} -gt 0 ]; do wait_one; done
-exit $failed
+main

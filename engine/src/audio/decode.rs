@@ -57,7 +57,11 @@ pub fn decode_16k_mono(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, A
         return Err(AudioError::NoSamples);
     }
     // resampling rings a little past full scale next to clipped stretches: clipped again
-    let samples = if rate as usize == SAMPLE_RATE { mono } else { resample(&mono, rate)?.into_iter().map(full_scale).collect() };
+    let samples: Vec<f32> = if rate as usize == SAMPLE_RATE { mono } else { resample(&mono, rate)?.into_iter().map(full_scale).collect() };
+    if samples.is_empty() {
+        // a few samples at a high rate: less than one at 16 kHz
+        return Err(AudioError::NoSamples);
+    }
     Ok(DecodedAudio { samples, source_rate: rate, source_channels: channels })
 }
 
@@ -303,6 +307,15 @@ mod tests {
         let regression = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/audio/float-wav-out-of-range");
         let a = decode_16k_mono(&std::fs::read(regression).unwrap(), 60.0).unwrap();
         assert!(a.samples.iter().all(|s| s.is_finite() && s.abs() <= 1.0), "resampled samples stay within full scale");
+    }
+
+    #[test]
+    fn less_than_a_sample_at_16_khz_is_no_audio() {
+        // found by the fuzz target `audio` (fuzz/regressions/audio/huge-rate-wav, a WAV claiming
+        // 67 MHz): audio shorter than one 16 kHz sample decoded to nothing
+        assert_eq!(decode_16k_mono(&wav_bits(48_000, 1, 16, false, &[0.5]), 60.0), Err(AudioError::NoSamples));
+        let regression = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/audio/huge-rate-wav");
+        assert_eq!(decode_16k_mono(&std::fs::read(regression).unwrap(), 60.0), Err(AudioError::NoSamples));
     }
 
     #[test]
