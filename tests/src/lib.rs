@@ -79,9 +79,20 @@ pub fn raise_fd_limit(wanted: u64) -> u64 {
 /// Installs the Debian packages the tests need (nginx) once, with the repository's
 /// `tools/system-test-deps.sh`, and returns the nginx binary's path.
 pub fn nginx_binary() -> PathBuf {
+    system_tool("nginx")
+}
+
+/// Installs the Debian packages the tests need when missing (see [`nginx_binary`]) and returns
+/// espeak-ng's path: speech synthesized at test time.
+pub fn espeak_binary() -> PathBuf {
+    system_tool("espeak-ng")
+}
+
+fn system_tool(name: &str) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/system-test-deps.sh");
     let out = std::process::Command::new("bash")
         .arg(&script)
+        .arg(name)
         .stderr(std::process::Stdio::inherit())
         .output()
         .expect("run tools/system-test-deps.sh");

@@ -1,6 +1,7 @@
 //! `engine-cli transcribe` with the real Whisper tiny.en: a clip's text equals faster-whisper's;
 //! a recording longer than one window (the five test clips one after another, twice: 58 s) comes out
-//! whole, its segments in order across the window boundary; a file that is not audio is one
+//! whole, its segments in order across the window boundary; a sentence espeak-ng speaks at test
+//! time (22,050 Hz, resampled) comes out near word for word; a file that is not audio is one
 //! line on stderr and exit code 2.
 
 use std::path::Path;
@@ -77,6 +78,19 @@ fn transcribes_clips_and_long_recordings() {
     let wer = engine_tests::word_error_rate(&said, &words(v["text"].as_str().unwrap()));
     println!("word error rate over 58 s: {wer:.3}");
     assert!(wer < 0.15, "word error rate {wer}: {}", v["text"]);
+
+    // speech synthesized now (espeak-ng's 22,050 Hz through the resampler), never heard before
+    let sentence = "The museum opens at nine in the morning and closes early on Sundays.";
+    let spoken = dir.join("spoken.wav");
+    let status =
+        Command::new(engine_tests::espeak_binary()).args(["-v", "en-us", "-s", "150", "-w"]).arg(&spoken).arg(sentence).status().unwrap();
+    assert!(status.success());
+    let out = engine_cli().args(["transcribe", "-m"]).arg(&model).arg(&spoken).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let heard = String::from_utf8_lossy(&out.stdout);
+    let wer = engine_tests::word_error_rate(&words(sentence), &words(&heard));
+    println!("synthesized sentence: {heard:?}, word error rate {wer:.3}");
+    assert!(wer <= 0.25, "word error rate {wer}: {heard:?}");
     std::fs::remove_dir_all(&dir).ok();
 
     let out = engine_cli().args(["transcribe", "-m"]).arg(&model).arg(fixture("whisper/README.md")).output().unwrap();
