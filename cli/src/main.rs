@@ -49,7 +49,7 @@ enum Command {
     /// Print one embedding vector per text (sentence embeddings: BERT encoders, or decoders).
     Embed(embed::EmbedArgs),
     /// Serve models over the OpenAI-style HTTP API, with the guard routes.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Transcribe an audio file with a Whisper model.
     Transcribe(transcribe::TranscribeArgs),
 }
@@ -71,7 +71,7 @@ fn main() {
         Command::Logits(args) => logits::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Embed(args) => embed::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Transcribe(args) => transcribe::run(args),
         Command::Guard(args) => match guard::run(args) {
             Ok(true) => std::process::exit(1),

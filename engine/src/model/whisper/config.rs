@@ -82,7 +82,7 @@ impl WhisperConfig {
                 n_head: u32_key(file, &format!("whisper.{side}.attention.head_count"))?,
                 n_layer: u32_key(file, &format!("whisper.{side}.block_count"))?,
             };
-            if c.n_head == 0 || c.n_state % c.n_head != 0 || c.n_ctx == 0 || c.n_layer == 0 {
+            if c.n_head == 0 || !c.n_state.is_multiple_of(c.n_head) || c.n_ctx == 0 || c.n_layer == 0 {
                 return Err(ModelError::BadKey { key: format!("whisper.{side}"), reason: format!("inconsistent sizes {c:?}") });
             }
             Ok(c)
