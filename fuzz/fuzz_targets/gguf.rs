@@ -60,7 +60,7 @@ fn walk(value: &Value) {
 /// same bits (NaN for NaN).
 fn dequantize_first_row(ty: engine::quant::GgmlType, row_len: usize, bytes: &[u8]) {
     let (Ok(scalar), Some(row_bytes)) = (ops_on(ty, Isa::Scalar), ty.row_bytes(row_len)) else { return };
-    if row_len == 0 || row_len > 1 << 16 || row_bytes > bytes.len() || row_len % ty.block_size() != 0 {
+    if row_len == 0 || row_len > 1 << 16 || row_bytes > bytes.len() || !row_len.is_multiple_of(ty.block_size()) {
         return;
     }
     let row = &bytes[..row_bytes];
