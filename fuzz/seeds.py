@@ -9,6 +9,7 @@ Vorbis). Deterministic: the same files on every run."""
 import hashlib
 import json
 import random
+import re
 import struct
 import sys
 from pathlib import Path
@@ -16,23 +17,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 
-# The POST routes in the order of fuzz/src/http.rs's POST_ROUTES (the first byte picks one).
-POST_ROUTES = [
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/responses",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
-    "/v1/guard",
-    "/v1/guard/scan",
-    "/v1/guard/batch",
-    "/v1/moderations",
-    "/tokenize",
-    "/detokenize",
-    "/apply-template",
-    "/v1/models",
-]
+def post_routes() -> list:
+    """The POST routes of fuzz/src/http.rs's POST_ROUTES, in its order (the first byte of an
+    http_requests input picks one)."""
+    source = (Path(__file__).resolve().parent / "src" / "http.rs").read_text()
+    block = source[source.index("pub const POST_ROUTES"):]
+    block = block[:block.index("];")]
+    return re.findall(r'"(/[^"]*)"', block)
+
+
+POST_ROUTES = post_routes()
 
 
 def write(out: Path, target: str, data: bytes) -> None:
