@@ -8,7 +8,8 @@ clip, weights and threads, in alternating rounds: seconds of computing per secon
 The clip is the five clips of tests/fixtures/whisper one after another with a second of silence
 after each, twice, padded to 60 s. faster-whisper runs from the private environment
 tools/make-whisper-goldens.py makes (float32 compute, as the engine's f16 weights are used;
-greedy, timestamps on). Needs a release build: `cargo build --release -p cli`.
+greedy, timestamps on). Times target/release/engine-cli (`cargo build --release -p cli`) unless
+--cli names another build.
 """
 
 import argparse
@@ -55,8 +56,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--models", default="whisper-tiny.en,whisper-base")
+    p.add_argument("--cli", type=Path, default=ROOT / "target/release/engine-cli", help="the engine-cli binary to time")
     a = p.parse_args()
-    cli = ROOT / "target/release/engine-cli"
+    cli = a.cli
     if not cli.exists():
         sys.exit("build it first: cargo build --release -p cli")
     with tempfile.TemporaryDirectory() as tmp:
