@@ -30,7 +30,7 @@ fn templates() -> Vec<ChatTemplate> {
 
 fuzz_target!(|data: &[u8]| {
     static TEMPLATES: OnceLock<Vec<ChatTemplate>> = OnceLock::new();
-    let templates = engine_fuzz::once(&TEMPLATES, templates);
+    let templates = TEMPLATES.get_or_init(templates);
     let Some((&which, json)) = data.split_first() else { return };
     let Ok(Value::Object(mut input)) = serde_json::from_slice::<Value>(json) else { return };
     let Some(Value::Array(messages)) = input.remove("messages") else { return };

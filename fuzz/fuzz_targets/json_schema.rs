@@ -18,8 +18,7 @@ const STEPS: usize = 4;
 
 fuzz_target!(|data: &[u8]| {
     static COMPILER: OnceLock<GrammarCompiler> = OnceLock::new();
-    let compiler =
-        engine_fuzz::once(&COMPILER, || GrammarCompiler::new(&engine_fuzz::vocab("gpt-2")).expect("the gpt-2 vocabulary compiles"));
+    let compiler = COMPILER.get_or_init(|| GrammarCompiler::new(&engine_fuzz::vocab("gpt-2")).expect("the gpt-2 vocabulary compiles"));
     let Some((&mode, json)) = data.split_first() else { return };
     let Ok(value) = serde_json::from_slice::<Value>(json) else { return };
     let constraint = if mode & 1 == 0 {

@@ -10,6 +10,6 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     static TOKENIZER: OnceLock<Tokenizer> = OnceLock::new();
-    let tokenizer = engine_fuzz::once(&TOKENIZER, || engine_fuzz::vocab("bert-bge"));
+    let tokenizer = TOKENIZER.get_or_init(|| engine_fuzz::vocab("bert-bge"));
     engine_fuzz::tokenizer_properties(tokenizer, data, |_| false);
 });

@@ -2,7 +2,6 @@
 //! and the server's real HTTP handler over an in-memory connection.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use engine::gguf::GgufFile;
@@ -51,14 +50,5 @@ pub fn tokenizer_properties(tokenizer: &Tokenizer, data: &[u8], lossless: impl F
     }
 }
 
-/// A value created on first use and kept for the process (the fuzz loop calls its target
-/// millions of times; models and tokenizers load once).
-pub fn once<T>(cell: &'static OnceLock<T>, init: impl FnOnce() -> T) -> &'static T {
-    cell.get_or_init(init)
-}
-
 /// How long one fuzz input may keep the HTTP target waiting before it counts as a hang.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
-
-/// Shared handle type of the in-memory server.
-pub type SharedServer = Arc<server::Server>;

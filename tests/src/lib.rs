@@ -21,6 +21,11 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// A transcript's words, lowercased, punctuation trimmed (what word error rates compare).
+pub fn words(text: &str) -> Vec<String> {
+    text.split_whitespace().map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase()).filter(|w| !w.is_empty()).collect()
+}
+
 /// Word error rate of `heard` against `said`: the fewest word substitutions, insertions and
 /// deletions that turn one into the other, over the words said.
 pub fn word_error_rate(said: &[String], heard: &[String]) -> f64 {

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use engine_tests::{fetch_model, fixture, read_json};
+use engine_tests::{fetch_model, fixture, read_json, words};
 
 fn engine_cli() -> Command {
     Command::new(Path::new(env!("CARGO_BIN_EXE_engine-cli")))
@@ -36,11 +36,6 @@ fn wav(samples: &[i16]) -> Vec<u8> {
 fn clip_samples(name: &str) -> Vec<i16> {
     let bytes = std::fs::read(fixture(&format!("whisper/clips/{name}.wav"))).unwrap();
     bytes[44..].chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect()
-}
-
-/// Words, lowercased, without punctuation.
-fn words(text: &str) -> Vec<String> {
-    text.split_whitespace().map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase()).filter(|w| !w.is_empty()).collect()
 }
 
 #[test]

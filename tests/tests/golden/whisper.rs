@@ -4,7 +4,7 @@
 //! included), no-speech probability and average log-probability, for tiny.en and base.
 
 use engine::audio::{decode_16k_mono, log_mel, mel_filters};
-use engine_tests::fixture;
+use engine_tests::{fixture, words};
 
 const CLIPS: [&str; 5] = ["weather", "numbers", "science", "question", "story"];
 
@@ -50,9 +50,6 @@ fn greedy_matches(model_target: &str, language: Option<&str>) {
     let goldens = engine_tests::read_json(&fixture("whisper/goldens.json"));
     let filters = mel_filters(c.n_mels);
     let lang = language.map(|l| c.tokens.languages.iter().find(|(_, code)| code == l).unwrap().0);
-    let words = |t: &str| -> Vec<String> {
-        t.split_whitespace().map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase()).filter(|w| !w.is_empty()).collect()
-    };
     let (mut said_all, mut ours_all, mut reference_all) = (Vec::new(), Vec::new(), Vec::new());
     for name in CLIPS {
         let wav = std::fs::read(fixture(&format!("whisper/clips/{name}.wav"))).unwrap();
@@ -103,9 +100,6 @@ fn greedy_tokens_match_faster_whisper_base() {
 fn q8_0_whisper_transcribes_like_f16() {
     use engine::model::whisper::WhisperModel;
     use engine::transcribe::whisper::{transcribe_samples, WhisperOptions};
-    let words = |t: &str| -> Vec<String> {
-        t.split_whitespace().map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase()).filter(|w| !w.is_empty()).collect()
-    };
     let model = WhisperModel::load(engine_tests::fetch_model("whisper-tiny.en-q8_0")).unwrap();
     let goldens = engine_tests::read_json(&fixture("whisper/goldens.json"));
     let (mut said_all, mut heard_all) = (Vec::new(), Vec::new());
