@@ -11,8 +11,11 @@ implementation, faster-whisper (CTranslate2), on the same weights the engine con
   goldens.json          per model (whisper-tiny.en, whisper-base) and clip: the greedy token ids
                         of each segment (temperature 0, beam size 1, timestamps on, no previous
                         text), its text, and the whole transcript
+  speech-clips.json     the same for the recorded clips of `tools/fetch-models.sh speech-clips`
+                        (pytest-audioeval's, 9 languages): tiny.en on the English ones, base on
+                        every one with the language left to detect (the detected language kept)
 
-    tools/make-whisper-goldens.py [--out tests/fixtures/whisper]
+    tools/make-whisper-goldens.py [--out tests/fixtures/whisper] [--speech-clips-only]
 
 Needs espeak-ng (Debian) and network access to PyPI: faster-whisper and its dependencies are
 installed into a private virtual environment under ~/.cache/engine-assets/ on first use (the
@@ -70,16 +73,58 @@ def write_wav16(path: Path, samples) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / "whisper")
+    p.add_argument("--speech-clips-only", action="store_true", help="only speech-clips.json")
     a = p.parse_args()
     in_venv()
-    import numpy as np
+    speech_clips(a.out)
+    if not a.speech_clips_only:
+        espeak_clips(a.out)
+
+
+def load(model_name: str):
     from faster_whisper import WhisperModel
+
+    gguf = subprocess.check_output(["bash", str(ROOT / "tools" / "fetch-models.sh"), model_name], text=True).strip()
+    ct2_dir = Path(gguf).with_name(model_name + "-ct2")
+    return WhisperModel(str(ct2_dir), device="cpu", compute_type="float32", cpu_threads=2)
+
+
+def greedy(model, wav: Path, language):
+    segments, info = model.transcribe(str(wav), beam_size=1, temperature=0.0, condition_on_previous_text=False,
+                                      vad_filter=False, language=language)
+    segments = list(segments)
+    return {
+        "language": info.language,
+        "segments": [{"start": s.start, "end": s.end, "text": s.text, "tokens": s.tokens,
+                      "avg_logprob": s.avg_logprob, "no_speech_prob": s.no_speech_prob,
+                      "compression_ratio": s.compression_ratio, "temperature": s.temperature}
+                     for s in segments],
+        "text": "".join(s.text for s in segments).strip(),
+    }
+
+
+def speech_clips(out: Path) -> None:
+    folder = Path(subprocess.check_output(["bash", str(ROOT / "tools" / "fetch-models.sh"), "speech-clips"],
+                                          text=True).strip())
+    clips = sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.glob("*/*.wav"))
+    goldens = {}
+    for model_name in MODELS:
+        model = load(model_name)
+        english_only = model_name.endswith(".en")
+        goldens[model_name] = {
+            clip: {"reference": (folder / f"{clip}.txt").read_text().strip(), **greedy(model, folder / f"{clip}.wav", None)}
+            for clip in clips if not english_only or clip.startswith("en/")
+        }
+    (out / "speech-clips.json").write_text(json.dumps(goldens, indent=1, ensure_ascii=False) + "\n")
+
+
+def espeak_clips(out: Path) -> None:
     from faster_whisper.audio import decode_audio
     from faster_whisper.feature_extractor import FeatureExtractor
 
-    clips = a.out / "clips"
+    clips = out / "clips"
     clips.mkdir(parents=True, exist_ok=True)
-    tmp = a.out / "tmp.wav"
+    tmp = out / "tmp.wav"
     for name, text in SENTENCES.items():
         speak(text, tmp)
         # to 16 kHz as faster-whisper reads any file, then stored as 16-bit PCM: both sides
@@ -93,30 +138,14 @@ def main() -> None:
     for name in SENTENCES:
         audio = decode_audio(str(clips / f"{name}.wav"), sampling_rate=16000)
         mel = extractor(audio).astype("<f4")
-        (a.out / f"{name}.mel").write_bytes(struct.pack("<II", *mel.shape) + mel.tobytes())
+        (out / f"{name}.mel").write_bytes(struct.pack("<II", *mel.shape) + mel.tobytes())
 
     goldens = {}
     for model_name in MODELS:
-        ct2 = subprocess.check_output(["bash", str(ROOT / "tools" / "fetch-models.sh"), model_name], text=True).strip()
-        ct2_dir = Path(ct2).with_name(model_name + "-ct2")
-        model = WhisperModel(str(ct2_dir), device="cpu", compute_type="float32", cpu_threads=2)
-        per_clip = {}
-        for name in SENTENCES:
-            segments, info = model.transcribe(str(clips / f"{name}.wav"), beam_size=1, temperature=0.0,
-                                              condition_on_previous_text=False, vad_filter=False,
-                                              language="en" if not model_name.endswith(".en") else None)
-            segments = list(segments)
-            per_clip[name] = {
-                "language": info.language,
-                "segments": [{"start": s.start, "end": s.end, "text": s.text, "tokens": s.tokens,
-                              "avg_logprob": s.avg_logprob, "no_speech_prob": s.no_speech_prob,
-                              "compression_ratio": s.compression_ratio, "temperature": s.temperature}
-                             for s in segments],
-                "text": "".join(s.text for s in segments).strip(),
-            }
-        goldens[model_name] = per_clip
-    (a.out / "goldens.json").write_text(json.dumps(goldens, indent=1, ensure_ascii=False) + "\n")
-    np.set_printoptions(precision=4)
+        model = load(model_name)
+        goldens[model_name] = {name: greedy(model, clips / f"{name}.wav", None if model_name.endswith(".en") else "en")
+                               for name in SENTENCES}
+    (out / "goldens.json").write_text(json.dumps(goldens, indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ PACKAGES=("openai==3.54.0" "prometheus_client==0.26.0" "openapi-spec-validator==
 KEY=$(printf '%s\n' "${PACKAGES[@]}" | sha256sum | cut -c1-12)
 DIR="${ENGINE_ASSETS:-$HOME/.cache/engine-assets}/python/test-deps-$KEY"
 PY="${PYTHON:-python3}"
+# one install at a time: tests running in parallel call this at once on a fresh machine
+mkdir -p "$(dirname "$DIR")"
+exec 9>"$(dirname "$DIR")/.install.lock"
+flock 9
 if [ ! -f "$DIR/.complete" ]; then
   rm -rf "$DIR"
   mkdir -p "$DIR"

@@ -7,6 +7,11 @@
 set -euo pipefail
 find_nginx() { command -v nginx 2>/dev/null || { [ -x /usr/sbin/nginx ] && echo /usr/sbin/nginx; } || true; }
 find_espeak() { command -v espeak-ng 2>/dev/null || true; }
+# one install at a time: tests running in parallel call this at once on a fresh machine
+LOCK_DIR=${ENGINE_ASSETS:-$HOME/.cache/engine-assets}
+mkdir -p "$LOCK_DIR"
+exec 9>"$LOCK_DIR/.system-test-deps.lock"
+flock 9
 missing=()
 [ -n "$(find_nginx)" ] || missing+=(nginx-light)
 [ -n "$(find_espeak)" ] || missing+=(espeak-ng)

@@ -100,10 +100,11 @@ impl Role {
             "chat" => Ok(Role::Chat),
             "embedding" => Ok(Role::Embedding),
             "guard" => Ok(Role::Guard),
-            "transcription" | "projector" => Err(ApiError::invalid_param(
+            "transcription" => Err(ApiError::invalid_param(
                 "role",
-                format!("role {name:?} is not served by this build: speech-to-text and vision models are not supported yet"),
+                "a transcription model is served from start-up (`engine-cli serve --transcribe FILE`), not loaded at run time",
             )),
+            "projector" => Err(ApiError::invalid_param("role", "vision projectors (role \"projector\") are not supported yet")),
             other => Err(ApiError::invalid_param("role", format!("role must be chat, embedding or guard, got {other:?}"))),
         }
     }

@@ -108,6 +108,29 @@ pub type QuantizeFn = fn(&[f32], &mut [u8]);
 /// Dot product of a weight row with an activation row (raw bytes), same element count.
 pub type VecDotFn = fn(&[u8], &[u8]) -> f32;
 
+/// Weight rows and activation rows one tile kernel call dots together.
+pub const TILE_W: usize = 2;
+pub const TILE_A: usize = 3;
+
+/// `out[r][c]` = the dot product of weight row `r` (`TILE_W` rows from `w`, `w_stride` bytes
+/// apart) with activation row `c` (`TILE_A` rows of f32 from `a`, `a_stride` bytes apart), `n`
+/// values each: each output the bits [`VecDotFn`] of the same tier gives it, at a fraction of
+/// its loads (the matmul of many activation rows).
+pub type VecDotTileFn = fn(w: &[u8], w_stride: usize, a: &[u8], a_stride: usize, n: usize, out: &mut [[f32; TILE_A]; TILE_W]);
+
+/// The tile kernel of weight type `ty` on tier `isa`, where the tier has one (float weights on
+/// AVX-512) and the CPU has the tier.
+pub fn dot_tile_on(ty: GgmlType, isa: Isa) -> Option<VecDotTileFn> {
+    if !isa.is_available() {
+        return None;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Amx => super::x86::avx512::dot_tile(ty),
+        _ => None,
+    }
+}
+
 /// Row kernels of one SIMD tier for one type, over raw little-endian bytes.
 #[derive(Clone, Copy)]
 pub struct Kernels {

@@ -41,7 +41,7 @@ pub mod types;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
-pub use dispatch::{ops, ops_for, ops_on, Isa, TypeOps};
+pub use dispatch::{dot_tile_on, ops, ops_for, ops_on, Isa, TypeOps, VecDotTileFn, TILE_A, TILE_W};
 pub use types::{GgmlType, QK_K};
 
 /// A request the quant layer cannot serve.

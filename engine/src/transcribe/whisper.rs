@@ -256,7 +256,7 @@ pub fn transcribe_samples(
 
 /// The English name OpenAI's API gives a language (`"english"` for `en`), for the codes
 /// Whisper knows most often; others keep their code.
-fn language_name(code: &str) -> Option<&'static str> {
+pub fn language_name(code: &str) -> Option<&'static str> {
     const NAMES: [(&str, &str); 20] = [
         ("en", "english"),
         ("zh", "chinese"),

@@ -8,7 +8,7 @@
 use core::arch::x86_64::*;
 
 use super::legacy::{load256, load_ps, store_ps};
-use crate::quant::dispatch::Kernels;
+use crate::quant::dispatch::{Kernels, VecDotTileFn, TILE_A, TILE_W};
 use crate::quant::x86::common::{dequantize_f32, entry_points};
 use crate::quant::GgmlType;
 
@@ -115,6 +115,95 @@ macro_rules! dot_rows {
 dot_rows!(dot_f32, f32s, f32s_masked, 4);
 dot_rows!(dot_f16, f16s, f16s_masked, 2);
 dot_rows!(dot_bf16, bf16s, bf16s_masked, 2);
+
+/// Defines `$name(w, w_stride, a, a_stride, n, out)`: the dot products of `TILE_W` weight rows
+/// (`w_stride` bytes apart) with `TILE_A` activation rows (`a_stride` bytes apart), `n` values
+/// each, into `out[weight row][activation row]`. Each output runs exactly the operations of
+/// `dot_rows!` in the same order (its four accumulators, the 16-value steps, the masked tail, the
+/// same final sums), so it has the bits `vec_dot` gives it; sharing each weight load among
+/// three activation rows and each activation load among two weight rows is what is gained
+/// (24 accumulators and 5 loads in 32 registers).
+macro_rules! dot_tile {
+    ($name:ident, $load:ident, $masked:ident, $size:expr) => {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+        unsafe fn $name(w: *const u8, w_stride: usize, a: *const u8, a_stride: usize, n: usize, out: &mut [[f32; TILE_A]; TILE_W]) {
+            let mut acc = [[[_mm512_setzero_ps(); 4]; TILE_A]; TILE_W];
+            let mut i = 0;
+            while i + 64 <= n {
+                for k in 0..4 {
+                    let j = i + 16 * k;
+                    let ws: [__m512; TILE_W] = std::array::from_fn(|r| $load(w.add(r * w_stride + $size * j)));
+                    let xs: [__m512; TILE_A] = std::array::from_fn(|c| load_ps(a.add(c * a_stride + 4 * j)));
+                    for r in 0..TILE_W {
+                        for c in 0..TILE_A {
+                            acc[r][c][k] = _mm512_fmadd_ps(ws[r], xs[c], acc[r][c][k]);
+                        }
+                    }
+                }
+                i += 64;
+            }
+            while i + 16 <= n {
+                let ws: [__m512; TILE_W] = std::array::from_fn(|r| $load(w.add(r * w_stride + $size * i)));
+                let xs: [__m512; TILE_A] = std::array::from_fn(|c| load_ps(a.add(c * a_stride + 4 * i)));
+                for r in 0..TILE_W {
+                    for c in 0..TILE_A {
+                        acc[r][c][0] = _mm512_fmadd_ps(ws[r], xs[c], acc[r][c][0]);
+                    }
+                }
+                i += 16;
+            }
+            if i < n {
+                let k: __mmask16 = (1 << (n - i)) - 1;
+                let ws: [__m512; TILE_W] = std::array::from_fn(|r| $masked(w.add(r * w_stride + $size * i), k));
+                let xs: [__m512; TILE_A] = std::array::from_fn(|c| _mm512_maskz_loadu_ps(k, a.add(c * a_stride + 4 * i) as *const f32));
+                for r in 0..TILE_W {
+                    for c in 0..TILE_A {
+                        acc[r][c][0] = _mm512_fmadd_ps(ws[r], xs[c], acc[r][c][0]);
+                    }
+                }
+            }
+            for r in 0..TILE_W {
+                for c in 0..TILE_A {
+                    let s = &acc[r][c];
+                    out[r][c] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
+                }
+            }
+        }
+    };
+}
+
+dot_tile!(tile_f32, f32s, f32s_masked, 4);
+dot_tile!(tile_f16, f16s, f16s_masked, 2);
+dot_tile!(tile_bf16, bf16s, bf16s_masked, 2);
+
+/// This tier's tile kernel for float type `ty` (see [`VecDotTileFn`]).
+pub(super) fn dot_tile(ty: GgmlType) -> Option<VecDotTileFn> {
+    Some(match ty {
+        GgmlType::F32 => vec_dot_tile_f32,
+        GgmlType::F16 => vec_dot_tile_f16,
+        GgmlType::BF16 => vec_dot_tile_bf16,
+        _ => return None,
+    })
+}
+
+/// Defines the checked entry point `$entry` of tile kernel `$kernel` for weights of `$size`
+/// bytes a value.
+macro_rules! tile_entry {
+    ($entry:ident, $kernel:ident, $size:expr) => {
+        fn $entry(w: &[u8], w_stride: usize, a: &[u8], a_stride: usize, n: usize, out: &mut [[f32; TILE_A]; TILE_W]) {
+            assert!(w.len() >= (TILE_W - 1) * w_stride + $size * n, "{} weight bytes for {TILE_W} rows of {n} values", w.len());
+            assert!(a.len() >= (TILE_A - 1) * a_stride + 4 * n, "{} activation bytes for {TILE_A} rows of {n} values", a.len());
+            // SAFETY: dispatch hands out this tier's kernels only after detecting every feature
+            // they enable; the asserts above checked that every row read (`n` values at its
+            // stride) lies inside the slices.
+            unsafe { $kernel(w.as_ptr(), w_stride, a.as_ptr(), a_stride, n, out) }
+        }
+    };
+}
+
+tile_entry!(vec_dot_tile_f32, tile_f32, 4);
+tile_entry!(vec_dot_tile_f16, tile_f16, 2);
+tile_entry!(vec_dot_tile_bf16, tile_bf16, 2);
 
 /// Defines `$name(x, out, n)`, converting `n` values of `$size` bytes with `$load`.
 macro_rules! deq_rows {
