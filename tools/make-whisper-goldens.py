@@ -11,11 +11,15 @@ implementation, faster-whisper (CTranslate2), on the same weights the engine con
   goldens.json          per model (whisper-tiny.en, whisper-base) and clip: the greedy token ids
                         of each segment (temperature 0, beam size 1, timestamps on, no previous
                         text), its text, and the whole transcript
+  long-form.json        base (language en) on the espeak clips one after another with a second of
+                        silence after each, twice, padded to 60 s (what tools/bench-whisper.py
+                        times): faster-whisper's defaults (temperature fallback, each window
+                        prompted with the text before it), every segment's seek and tokens
   speech-clips.json     the same for the recorded clips of `tools/fetch-models.sh speech-clips`
                         (pytest-audioeval's, 9 languages): tiny.en on the English ones, base on
                         every one with the language left to detect (the detected language kept)
 
-    tools/make-whisper-goldens.py [--out tests/fixtures/whisper] [--speech-clips-only]
+    tools/make-whisper-goldens.py [--out tests/fixtures/whisper] [--keep-clips]
 
 Needs espeak-ng (Debian) and network access to PyPI: faster-whisper and its dependencies are
 installed into a private virtual environment under ~/.cache/engine-assets/ on first use (the
@@ -73,12 +77,31 @@ def write_wav16(path: Path, samples) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / "whisper")
-    p.add_argument("--speech-clips-only", action="store_true", help="only speech-clips.json")
+    p.add_argument("--keep-clips", action="store_true", help="leave the espeak clips, their mel frames and goldens.json as they are")
     a = p.parse_args()
     in_venv()
     speech_clips(a.out)
-    if not a.speech_clips_only:
+    if not a.keep_clips:
         espeak_clips(a.out)
+    long_form(a.out)
+
+
+def long_form(out: Path) -> None:
+    import tempfile
+
+    samples = b""
+    for name in list(SENTENCES) * 2:
+        samples += (out / "clips" / f"{name}.wav").read_bytes()[44:] + b"\0\0" * 16000
+    samples += b"\0\0" * max(0, 60 * 16000 - len(samples) // 2)
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = Path(tmp) / "long.wav"
+        header = b"RIFF" + struct.pack("<I", 36 + len(samples)) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 16000, 32000, 2, 16)
+        wav.write_bytes(header + b"data" + struct.pack("<I", len(samples)) + samples)
+        segments, _ = load("whisper-base").transcribe(str(wav), beam_size=1, condition_on_previous_text=True,
+                                                       vad_filter=False, language="en")
+        golden = {"whisper-base": [{"seek": s.seek, "start": s.start, "end": s.end, "temperature": s.temperature,
+                                    "tokens": s.tokens, "text": s.text} for s in segments]}
+    (out / "long-form.json").write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
 
 
 def load(model_name: str):

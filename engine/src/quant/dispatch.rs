@@ -119,12 +119,14 @@ pub const TILE_A: usize = 3;
 pub type VecDotTileFn = fn(w: &[u8], w_stride: usize, a: &[u8], a_stride: usize, n: usize, out: &mut [[f32; TILE_A]; TILE_W]);
 
 /// The tile kernel of weight type `ty` on tier `isa`, where the tier has one (float weights on
-/// AVX-512) and the CPU has the tier.
+/// AVX2 and AVX-512) and the CPU has the tier.
 pub fn dot_tile_on(ty: GgmlType, isa: Isa) -> Option<VecDotTileFn> {
     if !isa.is_available() {
         return None;
     }
     match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => super::x86::avx2::dot_tile(ty),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 | Isa::Amx => super::x86::avx512::dot_tile(ty),
         _ => None,

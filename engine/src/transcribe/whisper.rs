@@ -222,7 +222,10 @@ pub fn transcribe_samples(
             if start == end || text.trim().is_empty() {
                 continue;
             }
-            all_tokens.extend(piece.iter().copied().filter(|&t| t < c.tokens.eot));
+            // timestamps included: the next window's prompt carries them, as faster-whisper's
+            // and openai-whisper's do (left out, base lost its footing after a pause and fell
+            // back to sampling)
+            all_tokens.extend_from_slice(&piece);
             segments.push(Segment {
                 start,
                 end,

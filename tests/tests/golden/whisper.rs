@@ -141,8 +141,9 @@ fn speech_clips_match_faster_whisper(model_target: &str) {
             words(text)
         }
     };
-    // per language: (units said, units heard, units faster-whisper heard)
-    let mut rates: BTreeMap<String, (Vec<String>, Vec<String>, Vec<String>)> = BTreeMap::new();
+    /// Units said, units heard, units faster-whisper heard.
+    type Heard = (Vec<String>, Vec<String>, Vec<String>);
+    let mut rates: BTreeMap<String, Heard> = BTreeMap::new();
     let clips = goldens[model_target].as_object().unwrap();
     assert!(!clips.is_empty());
     let (mut near_ties, mut fallbacks) = (0, 0);
@@ -231,4 +232,37 @@ fn speech_clips_match_faster_whisper_tiny_en() {
 #[test]
 fn speech_clips_match_faster_whisper_base() {
     speech_clips_match_faster_whisper("whisper-base");
+}
+
+/// A minute of speech and pauses (the clips one after another, a second of silence after each,
+/// twice, padded to 60 s) through base with faster-whisper's defaults: three windows, each
+/// prompted with the text before it, timestamps included: the same segments (seek, tokens,
+/// temperature) as faster-whisper's in `tests/fixtures/whisper/long-form.json`.
+#[test]
+fn long_form_matches_faster_whisper_base() {
+    use engine::model::whisper::WhisperModel;
+    use engine::transcribe::whisper::{transcribe_samples, WhisperOptions};
+    let mut pcm: Vec<u8> = Vec::new();
+    for _ in 0..2 {
+        for name in CLIPS {
+            pcm.extend_from_slice(&std::fs::read(fixture(&format!("whisper/clips/{name}.wav"))).unwrap()[44..]);
+            pcm.extend(std::iter::repeat_n(0u8, 2 * 16_000));
+        }
+    }
+    pcm.resize(pcm.len().max(2 * 60 * 16_000), 0);
+    let samples: Vec<f32> = pcm.chunks_exact(2).map(|b| f32::from(i16::from_le_bytes([b[0], b[1]])) / 32768.0).collect();
+    let model = WhisperModel::load(engine_tests::fetch_model("whisper-base")).unwrap();
+    let options = WhisperOptions { language: Some("en".into()), condition_on_previous_text: true, ..Default::default() };
+    let got = transcribe_samples(&model, &samples, &options, &mut |_, _| {}).unwrap();
+    let golden = engine_tests::read_json(&fixture("whisper/long-form.json"));
+    let want = golden["whisper-base"].as_array().unwrap();
+    for (i, s) in got.segments.iter().enumerate() {
+        println!("{i}: seek {} {:.1}-{:.1} t={} {:?}", s.seek, s.start, s.end, s.temperature, s.text);
+    }
+    assert_eq!(got.segments.len(), want.len(), "segments");
+    for (i, (s, w)) in got.segments.iter().zip(want).enumerate() {
+        assert_eq!(s.seek as u64, w["seek"].as_u64().unwrap(), "segment {i}: seek");
+        assert_eq!(f64::from(s.temperature), w["temperature"].as_f64().unwrap(), "segment {i}: temperature");
+        assert_eq!(s.tokens, engine_tests::json_ids(&w["tokens"]), "segment {i}: {:?} vs {:?}", s.text, w["text"]);
+    }
 }

@@ -145,10 +145,10 @@ fn erf_taylor() -> &'static [[f64; ERF_DEGREE + 1]; ERF_INTERVALS] {
             // H_0, H_1, ... at c; coefficient k >= 1 is gauss · (-1)^(k-1) H_(k-1)(c) / k!
             let (mut h_prev, mut h) = (0.0, 1.0);
             let mut factorial = 1.0;
-            for k in 1..=ERF_DEGREE {
+            for (k, coefficient) in coefficients.iter_mut().enumerate().skip(1) {
                 factorial *= k as f64;
                 let sign = if k % 2 == 1 { 1.0 } else { -1.0 };
-                coefficients[k] = gauss * sign * h / factorial;
+                *coefficient = gauss * sign * h / factorial;
                 let n = (k - 1) as f64;
                 (h_prev, h) = (h, 2.0 * c * h - 2.0 * n * h_prev);
             }

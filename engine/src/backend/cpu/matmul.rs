@@ -271,9 +271,9 @@ fn dot_tiled(
                 }
                 b += TILE_A;
             }
-            for b in b..b1 {
+            for (b, out) in outs.iter_mut().enumerate().take(b1).skip(b) {
                 for i in 0..TILE_W {
-                    outs[b][r - rows.start + i] = dot(w.row(r + i), act_row(b));
+                    out[r - rows.start + i] = dot(w.row(r + i), act_row(b));
                 }
             }
             r += TILE_W;

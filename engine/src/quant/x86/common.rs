@@ -216,6 +216,23 @@ macro_rules! entry_points {
 }
 pub(super) use entry_points;
 
+/// Defines each line's checked entry point `$entry` (a [`crate::quant::dispatch::VecDotTileFn`])
+/// of tile kernel `$kernel`, for weights of `$size` bytes a value.
+macro_rules! tile_entries {
+    ($tier:literal; $($entry:ident => $kernel:ident, $size:expr;)*) => {$(
+        #[doc = concat!("Checks the rows' extents and runs the ", $tier, " tile kernel.")]
+        fn $entry(w: &[u8], w_stride: usize, a: &[u8], a_stride: usize, n: usize, out: &mut [[f32; TILE_A]; TILE_W]) {
+            assert!(w.len() >= (TILE_W - 1) * w_stride + $size * n, "{} weight bytes for {TILE_W} rows of {n} values", w.len());
+            assert!(a.len() >= (TILE_A - 1) * a_stride + 4 * n, "{} activation bytes for {TILE_A} rows of {n} values", a.len());
+            // SAFETY: dispatch hands out this tier's kernels only after detecting every feature
+            // they enable (the tier named in the doc line); the asserts above checked that every
+            // row read (`n` values at its stride) lies inside the slices.
+            unsafe { $kernel(w.as_ptr(), w_stride, a.as_ptr(), a_stride, n, out) }
+        }
+    )*};
+}
+pub(crate) use tile_entries;
+
 // ---------------------------------------------------------------------------------------------
 // Row loops of the legacy-quant kernels, around a tier's per-block code. `$features` is the
 // tier's `#[target_feature]` list, so that the per-block helpers inline into the loop.

@@ -20,3 +20,8 @@ pub(crate) use panel::panel_kernel;
 pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
     float::kernels(ty).or_else(|| legacy::kernels(ty)).or_else(|| k_quants::kernels(ty))
 }
+
+/// This tier's tile kernel for `ty` (float weights only), or `None`.
+pub(crate) fn dot_tile(ty: GgmlType) -> Option<crate::quant::dispatch::VecDotTileFn> {
+    float::dot_tile(ty)
+}

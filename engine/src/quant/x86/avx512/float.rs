@@ -186,24 +186,11 @@ pub(super) fn dot_tile(ty: GgmlType) -> Option<VecDotTileFn> {
     })
 }
 
-/// Defines the checked entry point `$entry` of tile kernel `$kernel` for weights of `$size`
-/// bytes a value.
-macro_rules! tile_entry {
-    ($entry:ident, $kernel:ident, $size:expr) => {
-        fn $entry(w: &[u8], w_stride: usize, a: &[u8], a_stride: usize, n: usize, out: &mut [[f32; TILE_A]; TILE_W]) {
-            assert!(w.len() >= (TILE_W - 1) * w_stride + $size * n, "{} weight bytes for {TILE_W} rows of {n} values", w.len());
-            assert!(a.len() >= (TILE_A - 1) * a_stride + 4 * n, "{} activation bytes for {TILE_A} rows of {n} values", a.len());
-            // SAFETY: dispatch hands out this tier's kernels only after detecting every feature
-            // they enable; the asserts above checked that every row read (`n` values at its
-            // stride) lies inside the slices.
-            unsafe { $kernel(w.as_ptr(), w_stride, a.as_ptr(), a_stride, n, out) }
-        }
-    };
+crate::quant::x86::common::tile_entries! { "AVX-512 (F, BW, VL, DQ, VNNI) + AVX2 + FMA + F16C";
+    vec_dot_tile_f32 => tile_f32, 4;
+    vec_dot_tile_f16 => tile_f16, 2;
+    vec_dot_tile_bf16 => tile_bf16, 2;
 }
-
-tile_entry!(vec_dot_tile_f32, tile_f32, 4);
-tile_entry!(vec_dot_tile_f16, tile_f16, 2);
-tile_entry!(vec_dot_tile_bf16, tile_bf16, 2);
 
 /// Defines `$name(x, out, n)`, converting `n` values of `$size` bytes with `$load`.
 macro_rules! deq_rows {
