@@ -12,6 +12,7 @@ pub mod generate;
 pub mod gguf;
 pub mod grammar;
 pub mod guard;
+pub mod image;
 pub mod kv_cache;
 pub mod logprobs;
 pub mod model;

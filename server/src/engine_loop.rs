@@ -17,7 +17,8 @@ use std::time::Instant;
 use engine::generate::{common_prefix, draft_rng, speculative_round, Draft, FinishReason, SequenceDecoder, TokenEvent, Usage};
 use engine::guard::{Evaluator, PromptStats};
 use engine::kv_cache::{KvCache, KvType, PrefixCache, SeqId, BLOCK_POSITIONS};
-use engine::model::{BatchEntry, Model};
+use engine::model::vision::PromptImages;
+use engine::model::{BatchEntry, InputEntry, Model};
 use engine::sampling::Rng;
 use engine::tokenizer::TokenId;
 use rayon::prelude::*;
@@ -56,6 +57,8 @@ struct Running {
     usage: Usage,
     stream: bool,
     speculative: bool,
+    /// The rows of the prompt's images (its ids past the vocabulary).
+    images: PromptImages,
     /// Positions it may reach (its prompt and token budget), reserved at admission.
     reserved: usize,
     deadline: Option<Instant>,
@@ -381,7 +384,8 @@ impl EngineLoop {
             usage,
             stream: w.spec.stream,
             deadline: w.spec.deadline,
-            speculative: w.spec.speculative,
+            speculative: w.spec.speculative && w.spec.images.is_empty(),
+            images: w.spec.images,
             reserved: total,
             draft_rng: draft_rng(seed),
         };
@@ -402,6 +406,8 @@ impl EngineLoop {
         let mut owners = Vec::new();
         let mut ended = Vec::new();
         let mut in_batch = 0;
+        let mut bad = Vec::new();
+        let n_vocab = self.state.model.tokenizer().n_vocab();
         // every decoding sequence advances one token
         for (i, r) in self.running.iter_mut().enumerate() {
             let fed = self.kv.seq_len(r.seq);
@@ -412,7 +418,7 @@ impl EngineLoop {
                 ended.push((i, r.decoder.end(FinishReason::Length)));
                 continue;
             }
-            batch.push(BatchEntry { seq: r.seq, token: r.history[fed], pos: fed as u32, logits: true });
+            batch.push(InputEntry::from(BatchEntry { seq: r.seq, token: r.history[fed], pos: fed as u32, logits: true }));
             owners.push(i);
             in_batch += 1;
         }
@@ -424,28 +430,30 @@ impl EngineLoop {
             if pending <= 1 || budget == 0 {
                 continue;
             }
-            let take = pending.min(budget);
-            budget -= take;
+            // an image's rows that see each other are never cut (a chunk may pass the budget)
+            let take = r.images.chunk_end(&r.history[fed..], pending.min(budget));
+            budget = budget.saturating_sub(take);
             let last = take == pending;
-            batch.extend(BatchEntry::sequence(r.seq, &r.history[fed..fed + take], fed as u32, false).into_iter().enumerate().map(
-                |(j, mut e)| {
-                    e.logits = last && j + 1 == take;
-                    e
-                },
-            ));
+            match r.images.entries(r.seq, &r.history[fed..fed + take], fed as u32, n_vocab, last) {
+                Ok(entries) => batch.extend(entries),
+                Err(id) => {
+                    bad.push((i, ApiError::server(format!("prompt id {id} is neither a token nor an image row"))));
+                    continue;
+                }
+            }
             if last {
                 owners.push(i);
             }
             in_batch += 1;
         }
-        let mut finished: Vec<(usize, Option<ApiError>)> = Vec::new();
+        let mut finished: Vec<(usize, Option<ApiError>)> = bad.into_iter().map(|(i, e)| (i, Some(e))).collect();
         for (i, event) in ended {
             self.emit(i, event);
             finished.push((i, None));
         }
         if !batch.is_empty() {
             self.metrics.step(in_batch);
-            match self.state.model.forward(&mut self.kv, &batch) {
+            match self.state.model.forward_inputs(&mut self.kv, &batch) {
                 Ok(logits) => {
                     let tokenizer = self.state.model.tokenizer();
                     let mut row_of = vec![None; self.running.len()];

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use engine::generate::{Completion, GenerateParams, TokenEvent};
 use engine::guard::Evaluator;
+use engine::model::vision::PromptImages;
 use engine::model::Model;
 use engine::tokenizer::TokenId;
 use tokio::sync::mpsc;
@@ -61,6 +62,8 @@ pub struct SeqSpec {
     /// When the request's time is up (`timeout`): a sequence without an output token by then
     /// fails with 408, one with some ends as if its token budget ran out.
     pub deadline: Option<std::time::Instant>,
+    /// The rows of the prompt's images (its ids past the vocabulary).
+    pub images: PromptImages,
 }
 
 /// What a generation reports, for output `index` of its request.

@@ -50,8 +50,15 @@ impl std::fmt::Debug for SequenceDecoder {
     }
 }
 
+/// The prompt's tokens without its image rows (see `model::vision::ImageRows`).
+fn text_tokens(tokenizer: &Tokenizer, prompt: &[TokenId]) -> Vec<TokenId> {
+    let n_vocab = tokenizer.n_vocab();
+    prompt.iter().copied().filter(|&t| (t as usize) < n_vocab).collect()
+}
+
 impl SequenceDecoder {
-    /// Checks `params` (sampling ranges, logprobs count) and starts an output after `prompt`.
+    /// Checks `params` (sampling ranges, logprobs count) and starts an output after `prompt`
+    /// (whose image rows, ids past the vocabulary, are no tokens to penalise).
     pub fn new(tokenizer: &Tokenizer, prompt: &[TokenId], params: GenerateParams) -> Result<Self, GenerateError> {
         params.sampling.validate(tokenizer.n_vocab())?;
         if let Some(n) = params.logprobs.filter(|&n| n > MAX_TOP_LOGPROBS) {
@@ -59,7 +66,7 @@ impl SequenceDecoder {
         }
         let finish = (params.max_tokens == 0).then_some(FinishReason::Length);
         Ok(SequenceDecoder {
-            sampler: Sampler::new(params.sampling, prompt),
+            sampler: Sampler::new(params.sampling, &text_tokens(tokenizer, prompt)),
             constraint: params.constraint,
             stops: StopStrings::new(&params.stop),
             stream: StreamDecoder::new(false),

@@ -9,6 +9,7 @@
 //! the other rows, by kernels whose summation order does not depend on the batch, so an entry's
 //! logits are bitwise the same alone, in a prefill batch or beside other sequences.
 
+use super::arch::EmbeddingScale;
 use super::blocks::{attention_out, gated_ffn, project, project_each};
 use super::config::ModelConfig;
 use super::error::ModelError;
@@ -51,6 +52,28 @@ pub(crate) fn check_batch(c: &ModelConfig, kv: &mut KvCache, batch: &[InputEntry
     Ok(())
 }
 
+/// The input rows times the model's embedding scale: every row for Granite (whose graph scales
+/// its input whatever it is), only the tokens' rows for Gemma (llama.cpp leaves an embedding
+/// row, an image's, as the projector made it).
+fn scale_embeddings<B: Backend>(b: &B, c: &ModelConfig, mut x: B::Tensor, inputs: &[RowInput<'_>]) -> Result<B::Tensor, ModelError> {
+    if c.embedding_scale == 1.0 {
+        return Ok(x);
+    }
+    let given = |r: &RowInput<'_>| matches!(r, RowInput::Embedding(_));
+    if c.facts.embedding_scale != EmbeddingScale::SqrtEmbd || !inputs.iter().any(given) {
+        b.scale(&mut x, c.embedding_scale)?;
+        return Ok(x);
+    }
+    let (n, e) = b.shape(&x);
+    let mut host = b.to_host(x)?;
+    for (row, input) in host.chunks_exact_mut(e).zip(inputs) {
+        if !given(input) {
+            row.iter_mut().for_each(|v| *v *= c.embedding_scale);
+        }
+    }
+    Ok(b.upload_tensor(n, e, &host)?)
+}
+
 pub(crate) fn forward<B: Backend>(
     b: &B,
     c: &ModelConfig,
@@ -62,9 +85,7 @@ pub(crate) fn forward<B: Backend>(
     let (n, e, eps) = (batch.len(), c.n_embd, c.norm_eps);
     let inputs: Vec<RowInput> = batch.iter().map(|b| b.input).collect();
     let mut x = b.get_rows(&w.token_embd, &inputs)?; // n x e
-    if c.embedding_scale != 1.0 {
-        b.scale(&mut x, c.embedding_scale)?;
-    }
+    x = scale_embeddings(b, c, x, &inputs)?;
     let shape = c.attention_shape();
     let positions: Vec<u32> = batch.iter().map(|e| e.pos).collect();
     let (table, store) = kv.parts_mut::<B::KvStore>().ok_or(BackendError::ForeignKvCache(b.device()))?;
@@ -82,6 +103,21 @@ pub(crate) fn forward<B: Backend>(
         })
         .collect();
     let tables: Vec<&[BlockId]> = seqs.iter().map(|&s| table.table(s)).collect();
+    // how far each non-causal row sees: the end of its run of non-causal rows (one image's)
+    let mut run_end = vec![0usize; n];
+    let mut later: Vec<Option<(u32, usize)>> = vec![None; seqs.len()]; // (position, run end)
+    for i in (0..n).rev() {
+        let (s, pos) = (row_seq[i], batch[i].pos);
+        if batch[i].non_causal {
+            run_end[i] = match later[s] {
+                Some((p, end)) if p == pos + 1 => end,
+                _ => pos as usize + 1,
+            };
+            later[s] = Some((pos, run_end[i]));
+        } else {
+            later[s] = None;
+        }
+    }
     let mut h = b.zeros(n, e)?;
     for (il, layer) in w.layers.iter().enumerate() {
         // attention
@@ -106,7 +142,8 @@ pub(crate) fn forward<B: Backend>(
             .map(|(i, entry)| {
                 let pos = entry.pos as usize;
                 let lo = window.map_or(0, |wnd| (pos + 1).saturating_sub(wnd));
-                AttentionRow { kv: row_seq[i], positions: lo..pos + 1 }
+                let end = if entry.non_causal { run_end[i] } else { pos + 1 };
+                AttentionRow { kv: row_seq[i], positions: lo..end }
             })
             .collect();
         let source = KvSource::Cache { store: &*store, layer: il, tables: &tables };

@@ -13,6 +13,7 @@ mod decoder;
 pub mod error;
 #[cfg(all(test, feature = "sim"))]
 mod sim_check;
+pub mod vision;
 pub mod weights;
 pub mod whisper;
 
@@ -61,11 +62,15 @@ pub struct InputEntry<'a> {
     pub input: RowInput<'a>,
     pub pos: u32,
     pub logits: bool,
+    /// The row also attends to the later rows of its run of non-causal rows in this batch (an
+    /// image's rows for Gemma 3's projector, which llama.cpp decodes with causal attention off,
+    /// the image alone in its batch).
+    pub non_causal: bool,
 }
 
 impl From<BatchEntry> for InputEntry<'_> {
     fn from(e: BatchEntry) -> Self {
-        InputEntry { seq: e.seq, input: RowInput::Token(e.token), pos: e.pos, logits: e.logits }
+        InputEntry { seq: e.seq, input: RowInput::Token(e.token), pos: e.pos, logits: e.logits, non_causal: false }
     }
 }
 
@@ -309,14 +314,20 @@ impl Model {
         on_device!(&self.loaded, m => m.encode(&self.config, &seqs))
     }
 
-    /// Row `token` of the token-embedding table as f32 (before any embedding scale): the row
-    /// an [`InputEntry`] may carry in its place.
+    /// The row an [`InputEntry`] may carry in place of `token`: row `token` of the
+    /// token-embedding table as f32, times the embedding scale where the model scales tokens'
+    /// rows but not given ones (Gemma, as llama.cpp); Granite scales every row, so its row is
+    /// the table's.
     pub fn token_embedding(&self, token: TokenId) -> Result<Vec<f32>, ModelError> {
         let info = self.file.tensor("token_embd.weight").ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
         if token as usize >= self.config.n_vocab {
             return Err(ModelError::BadBatch(format!("token {token} is outside the vocabulary of {}", self.config.n_vocab)));
         }
-        weights::host_row(&self.file, info, self.config.n_embd, token as usize)
+        let mut row = weights::host_row(&self.file, info, self.config.n_embd, token as usize)?;
+        if self.config.facts.embedding_scale == arch::EmbeddingScale::SqrtEmbd {
+            row.iter_mut().for_each(|v| *v *= self.config.embedding_scale);
+        }
+        Ok(row)
     }
 }
 

@@ -60,7 +60,7 @@ pub fn params_for(
 
 /// One output of a request (the draft model, when loaded, may propose its tokens).
 pub fn output(prompt: Vec<TokenId>, params: GenerateParams, stream: bool, deadline: Option<Instant>) -> SeqSpec {
-    SeqSpec { prompt, params, stream, speculative: true, deadline }
+    SeqSpec { prompt, params, stream, speculative: true, deadline, images: Default::default() }
 }
 
 /// Submits a non-streaming request: through the batch scheduler when one is attached (requests

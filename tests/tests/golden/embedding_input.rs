@@ -1,6 +1,7 @@
 //! Batch entries whose input is an embedding row (what a vision projector feeds a language
-//! model): a token's own embedding row must give exactly that token's logits, bit for bit, in
-//! every model family (the embedding scale of Granite and Gemma applies to both alike).
+//! model): a token's own embedding row (`Model::token_embedding`) must give exactly that token's
+//! logits, bit for bit, in every model family (Granite scales given rows as it scales tokens';
+//! Gemma scales only tokens' rows, as llama.cpp does, so its `token_embedding` is pre-scaled).
 
 use engine::backend::RowInput;
 use engine::kv_cache::KvType;
@@ -25,7 +26,7 @@ fn check(model: &Model, tokens: &[u32], swap: &[usize]) {
     for seq in [0u32, 1] {
         for (i, &t) in tokens.iter().enumerate() {
             let input = if seq == 0 && swap.contains(&i) { RowInput::Embedding(&rows[i]) } else { RowInput::Token(t) };
-            batch.push(InputEntry { seq, input, pos: i as u32, logits: true });
+            batch.push(InputEntry { seq, input, pos: i as u32, logits: true, non_causal: false });
         }
     }
     let mixed = model.forward_inputs(&mut kv, &batch).unwrap();
@@ -53,9 +54,10 @@ fn a_tokens_own_embedding_row_gives_its_logits_bit_for_bit() {
 }
 
 #[test]
-fn gemma_scales_embedding_rows_like_tokens() {
+fn gemma_reads_given_rows_unscaled() {
     let model = Model::load(fetch_model("gemma")).unwrap();
-    assert_ne!(model.config().embedding_scale, 1.0);
+    let scale = model.config().embedding_scale;
+    assert_ne!(scale, 1.0);
     check(&model, &[2, 818, 5279, 529, 7001, 563], &[0, 2, 3]);
 }
 
@@ -64,7 +66,7 @@ fn an_embedding_row_of_the_wrong_size_is_refused() {
     let model = Model::load(fixture("models/tiny-llama-Q8_0.gguf")).unwrap();
     let mut kv = model.new_kv_cache(KvType::F32, 16);
     let short = vec![0.5f32; model.config().n_embd - 1];
-    let batch = [InputEntry { seq: 0, input: RowInput::Embedding(&short), pos: 0, logits: true }];
+    let batch = [InputEntry { seq: 0, input: RowInput::Embedding(&short), pos: 0, logits: true, non_causal: false }];
     let e = model.forward_inputs(&mut kv, &batch).unwrap_err();
     assert!(matches!(e, ModelError::BadBatch(_)), "{e}");
     assert!(e.to_string().contains("embedding row"), "{e}");

@@ -18,4 +18,5 @@ mod simd_vs_ref;
 mod tiny_archs;
 mod tokenizer_golden;
 mod tokenizer_robust;
+mod vision;
 mod whisper;

@@ -1,0 +1,7 @@
+//! Image input of vision models: files decoded to RGB pixels (`decode`), then resized, cut into
+//! tiles and normalised as a projector type asks (`preprocess`).
+
+pub mod decode;
+pub mod preprocess;
+
+pub use decode::{decode_rgb, ImageError, RgbImage};

@@ -1,0 +1,112 @@
+//! Vision input against llama.cpp's multimodal library (`tools/vision/mtmd-golden.cpp`, b11434)
+//! on the tiny random-weight files of `tests/fixtures/vision/` (`make-vision-goldens.sh`): the
+//! prompt's layout (its text tokens, markers and image rows), every image row, and the language
+//! model's logits after the prompt, for both projector types.
+//!
+//! Inputs at the sizes the projectors read need no resampling, so the pixels are the reference's
+//! exactly: Gemma 3's 32 x 32 image, and idefics3's 64 x 64 image cut into 2 x 2 tiles of 32 (its
+//! overview is a 64 -> 32 Lanczos resize, compared apart with a looser bound).
+
+use std::sync::Arc;
+
+use engine::image::decode_rgb;
+use engine::kv_cache::KvType;
+use engine::model::vision::{build_prompt, ImageRows, VisionModel};
+use engine::model::Model;
+use engine_tests::{fixture, read_f32s, read_json};
+use serde_json::Value;
+
+/// The largest |a - b| and the error's energy relative to the reference's.
+fn compare(what: &str, ours: &[f32], reference: &[f32]) -> (f32, f64) {
+    assert_eq!(ours.len(), reference.len());
+    let max = ours.iter().zip(reference).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let err: f64 = ours.iter().zip(reference).map(|(a, b)| f64::from(a - b).powi(2)).sum();
+    let energy: f64 = reference.iter().map(|b| f64::from(*b).powi(2)).sum();
+    eprintln!("{what}: max |diff| {max:.3e}, NMSE {:.3e}", err / energy);
+    (max, err / energy)
+}
+
+fn argmax(x: &[f32]) -> usize {
+    x.iter().enumerate().fold((0, f32::MIN), |best, (i, &v)| if v > best.1 { (i, v) } else { best }).0
+}
+
+struct Run {
+    /// Our rows of every tile, tile after tile (the grid, then the overview).
+    rows: Vec<f32>,
+    /// The prompt's ids with every image row as -1, as the golden's chunks list them.
+    layout: Vec<i64>,
+    logits: Vec<f32>,
+}
+
+fn run(projector: &str, image: &str) -> Run {
+    let dir = fixture("vision");
+    let lm = Model::load(dir.join("tiny-vlm.gguf")).unwrap();
+    let vision = VisionModel::load(dir.join(format!("tiny-{projector}-mmproj.gguf"))).unwrap();
+    vision.check_language_model(&lm).unwrap();
+    let img = decode_rgb(&std::fs::read(dir.join(format!("{image}.png"))).unwrap(), 1 << 20).unwrap();
+    let tiles = vision.tiles(&img);
+    let rows = vision.encode(&tiles).unwrap();
+    let n_vocab = lm.tokenizer().n_vocab();
+    let n_embd = vision.config().n_embd_out;
+    let image_rows =
+        Arc::new(ImageRows { first_id: n_vocab as u32, n_embd, rows: rows.clone(), non_causal: vision.non_causal(), grid: tiles.grid });
+    let prompt_text = std::fs::read_to_string(dir.join("prompt.txt")).unwrap();
+    let prompt = build_prompt(vision.config(), lm.tokenizer(), &prompt_text, "<__media__>", &[image_rows]).unwrap();
+    let layout = prompt.ids.iter().map(|&id| if (id as usize) < n_vocab { i64::from(id) } else { -1 }).collect();
+    let mut kv = lm.new_kv_cache(KvType::F32, 512);
+    let entries = prompt.images.entries(0, &prompt.ids, 0, n_vocab, true).unwrap();
+    let logits = lm.forward_inputs(&mut kv, &entries).unwrap();
+    Run { rows, layout, logits: logits.row(0).to_vec() }
+}
+
+fn golden(name: &str) -> (Value, Vec<f32>, Vec<f32>) {
+    let dir = fixture("vision");
+    (
+        read_json(&dir.join(format!("{name}.json"))),
+        read_f32s(&dir.join(format!("{name}.embd.bin"))),
+        read_f32s(&dir.join(format!("{name}.logits.bin"))),
+    )
+}
+
+/// The golden's chunks as one list of ids, image rows as -1.
+fn golden_layout(g: &Value) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for chunk in g["chunks"].as_array().unwrap() {
+        match chunk.get("text") {
+            Some(t) => ids.extend(t.as_array().unwrap().iter().map(|v| v.as_i64().unwrap())),
+            None => ids.extend(std::iter::repeat_n(-1, chunk["image_rows"].as_u64().unwrap() as usize)),
+        }
+    }
+    ids
+}
+
+#[test]
+fn gemma3_image_rows_and_logits_match_llama_cpp() {
+    let ours = run("gemma3", "tile-32");
+    let (g, rows, logits) = golden("gemma3-tile-32");
+    assert_eq!(g["non_causal"], true);
+    assert_eq!(ours.layout, golden_layout(&g), "<start_of_image>, 4 rows, <end_of_image> in the text");
+    let (max, nmse) = compare("gemma3 image rows", &ours.rows, &rows);
+    assert!(max < 1e-4 && nmse < 1e-10, "image rows: max {max:e}, NMSE {nmse:e}");
+    let (max, nmse) = compare("gemma3 logits", &ours.logits, &logits);
+    assert!(max < 1e-4 && nmse < 1e-10, "logits after the image: max {max:e}, NMSE {nmse:e}");
+    assert_eq!(argmax(&ours.logits), argmax(&logits));
+}
+
+#[test]
+fn idefics3_tiles_overview_and_logits_match_llama_cpp() {
+    let ours = run("idefics3", "grid-64");
+    let (g, rows, logits) = golden("idefics3-grid-64");
+    assert_eq!(g["non_causal"], false);
+    assert_eq!(ours.layout, golden_layout(&g), "tiles row by row with <row_R_col_C>, then the overview with <global-img>");
+    // the four tiles are exact crops: the reference's pixels
+    let tile_values = 4 * 4 * 64;
+    let (max, nmse) = compare("idefics3 tile rows", &ours.rows[..tile_values], &rows[..tile_values]);
+    assert!(max < 1e-4 && nmse < 1e-10, "tile rows: max {max:e}, NMSE {nmse:e}");
+    // the overview went through a Lanczos resize (the image crate's, not llama.cpp's Pillow port)
+    let (max, nmse) = compare("idefics3 overview rows", &ours.rows[tile_values..], &rows[tile_values..]);
+    assert!(nmse < 1e-3, "overview rows: max {max:e}, NMSE {nmse:e}");
+    let (max, nmse) = compare("idefics3 logits", &ours.logits, &logits);
+    assert!(nmse < 1e-4, "logits after the image: max {max:e}, NMSE {nmse:e}");
+    assert_eq!(argmax(&ours.logits), argmax(&logits));
+}
