@@ -7,6 +7,7 @@ mod chat;
 mod embed;
 mod guard;
 mod guard_jsonl;
+mod images;
 mod info;
 mod load;
 mod logits;

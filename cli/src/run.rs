@@ -35,8 +35,15 @@ pub struct RunArgs {
     /// Constrain the output to a JSON object (any).
     #[arg(long)]
     pub json: bool,
+    /// A vision projector GGUF (mmproj: idefics3 / SmolVLM or gemma3) for --image.
+    #[arg(long, value_name = "GGUF", requires = "images")]
+    pub mmproj: Option<PathBuf>,
+    /// An image (PNG, JPEG, WEBP, GIF) read through --mmproj, placed at the prompt's next
+    /// `<__media__>` (or before the text when it has none); repeat for several.
+    #[arg(long = "image", value_name = "PATH", requires = "mmproj")]
+    pub images: Vec<PathBuf>,
     /// A draft model with the same vocabulary for speculative decoding.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "images")]
     pub draft: Option<PathBuf>,
     /// Tokens the draft proposes per round.
     #[arg(long, default_value_t = 8, value_parser = parse_positive)]
@@ -58,7 +65,7 @@ pub struct RunArgs {
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.threads)?;
     let model = load_model(&args.model, args.device)?;
-    let prompt = tokenize_prompt(&model, &args.prompt)?;
+    let prompt = if args.images.is_empty() { tokenize_prompt(&model, &args.prompt)? } else { Vec::new() };
     let params = GenerateParams {
         sampling: args.sampling.params(model.tokenizer().n_vocab())?,
         max_tokens: args.n_predict,
@@ -68,6 +75,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let needed = prompt.len() + args.n_predict;
     let n_ctx = match args.ctx_size {
+        Some(c) if !args.images.is_empty() => c,
+        None if !args.images.is_empty() => default_ctx(&model),
         Some(c) if c < needed => {
             bail!("--ctx-size {c} is too small: the prompt ({} tokens) and -n {} need {needed} positions", prompt.len(), args.n_predict)
         }
@@ -77,6 +86,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if model.config().n_ctx_train > 0 && n_ctx > model.config().n_ctx_train {
         tracing::warn!("context {n_ctx} is longer than the {} tokens the model was trained on", model.config().n_ctx_train);
     }
+
+    let seed = params.sampling.seed;
+    let draft = args.draft.as_deref().map(|p| load_model(p, args.device)).transpose()?;
+    let mut kv = model.new_kv_cache(args.kv_type, n_ctx);
+    let prompt = match &args.mmproj {
+        Some(mmproj) => pool.install(|| crate::images::prefill(&model, &mut kv, mmproj, &args.images, &args.prompt, args.device))?,
+        None => prompt,
+    };
     eprintln!(
         "prompt: {} tokens, context {n_ctx}, KV cache {}, {} threads",
         prompt.len(),
@@ -84,9 +101,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         pool.current_num_threads()
     );
 
-    let seed = params.sampling.seed;
-    let draft = args.draft.as_deref().map(|p| load_model(p, args.device)).transpose()?;
-    let mut kv = model.new_kv_cache(args.kv_type, n_ctx);
     let mut draft_kv = draft.as_ref().map(|d| d.new_kv_cache(args.kv_type, n_ctx));
     let start = Instant::now();
     let mut first_token: Option<Instant> = None;

@@ -8,10 +8,12 @@ use std::time::Duration;
 use anyhow::Context;
 use engine::backend::{BackendError, Device};
 use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, Policies};
+use engine::model::vision::VisionModel;
 use engine::model::whisper::WhisperModel;
 use engine::model::Model;
 use engine::transcribe::whisper::WhisperTranscriber;
 use server::batch_scheduler::BatchConfig;
+use server::vision::{MediaOptions, Projector};
 use server::{ConnectionLimits, ModelSpec, Scheduling, Server, ServerGuardrails};
 
 use crate::load::{load_model, parse_device, parse_positive};
@@ -40,6 +42,21 @@ pub struct ServeArgs {
     /// The id of the corresponding --model (repeat in the same order).
     #[arg(long)]
     pub alias: Vec<String>,
+    /// A vision projector GGUF (mmproj, as llama.cpp's converters write it: idefics3 for
+    /// SmolVLM, gemma3 for Gemma 3) for the corresponding --model (repeat in the same order):
+    /// its chat requests may then carry image_url parts.
+    #[arg(long, value_name = "GGUF")]
+    pub mmproj: Vec<PathBuf>,
+    /// A folder whose images `file://` image URLs may name (without it they are refused;
+    /// remote http(s) images are never fetched).
+    #[arg(long, value_name = "DIR")]
+    pub allowed_local_media_path: Option<PathBuf>,
+    /// The most bytes of one image (a larger one is a 413).
+    #[arg(long, value_name = "BYTES", default_value_t = 20 << 20, value_parser = parse_positive)]
+    pub max_image_bytes: usize,
+    /// The most pixels of one image, width x height (a larger one is a 413).
+    #[arg(long, value_name = "PIXELS", default_value_t = 50_000_000, value_parser = parse_positive)]
+    pub max_image_pixels: usize,
     /// The guard model for /v1/guard*: a Granite Guardian GGUF, or a chat model (the generic
     /// path; it may be one of the --model files). Without it, a --model that is a Granite
     /// Guardian serves as the guard.
@@ -148,6 +165,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.alias.len() > args.models.len() {
         anyhow::bail!("{} --alias for {} --model", args.alias.len(), args.models.len());
     }
+    if args.mmproj.len() > args.models.len() {
+        anyhow::bail!("{} --mmproj for {} --model (each projector goes with the --model in the same place)", args.mmproj.len(), args.models.len());
+    }
+    let media = MediaOptions {
+        allowed_local_dir: args
+            .allowed_local_media_path
+            .as_ref()
+            .map(|d| d.canonicalize().with_context(|| format!("--allowed-local-media-path {}", d.display())))
+            .transpose()?,
+        max_image_bytes: args.max_image_bytes,
+        max_image_pixels: args.max_image_pixels as u64,
+        ..MediaOptions::default()
+    };
     if args.latency_buckets.iter().any(|b| !b.is_finite() || *b <= 0.0) || args.latency_buckets.windows(2).any(|w| w[0] >= w[1]) {
         anyhow::bail!("--latency-buckets must be increasing positive numbers");
     }
@@ -205,6 +235,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let named_guard = guard_path.is_some() && path.canonicalize().ok() == guard_path;
         let guardian = guard_path.is_none() && is_guardian(&model);
         guard_served |= named_guard || guardian;
+        if let Some(mmproj) = args.mmproj.get(i) {
+            let vision = VisionModel::load_on(mmproj, args.device).with_context(|| mmproj.display().to_string())?;
+            let projector = Projector::new(vision, &model, media.clone()).with_context(|| format!("{} with {}", mmproj.display(), path.display()))?;
+            eprintln!("{id}: vision projector {} ({})", mmproj.display(), projector.model.config().projector.name());
+            builder = builder.projector(id.clone(), Arc::new(projector));
+        }
         let spec = ModelSpec { id, model, chat: true, guard: named_guard || guardian, n_ctx: args.ctx_size, draft: draft.clone() };
         builder = builder.model_file(spec, path.clone());
     }

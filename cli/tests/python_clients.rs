@@ -13,7 +13,9 @@
 //!   Responses API and the Messages API, answered whole and streamed, with function tool round
 //!   trips (`python/agent_clients.py`);
 //! - audio transcriptions with the real Whisper tiny.en, every response format
-//!   (`python/transcriptions.py`).
+//!   (`python/transcriptions.py`);
+//! - chat completions with an image part through the tiny Gemma 3 projector, whole and streamed,
+//!   the prefix cache, and the image errors (`python/vision.py`).
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -120,4 +122,28 @@ fn the_served_openapi_document_is_valid_and_the_server_keeps_to_it() {
     let stdout = run_against("openapi_conformance.py", &serve, &[CHAT]);
     // the number of generated cases, for the log (`cargo test -- --nocapture`)
     println!("{}", stdout.lines().filter(|l| l.starts_with("schemathesis:")).collect::<Vec<_>>().join("\n"));
+}
+
+/// Images in chat completions through `--mmproj` (the tiny VLM and Gemma 3 projector of
+/// `tests/fixtures/vision/`), beside a model without a projector.
+#[test]
+fn the_openai_package_sends_images_to_a_model_with_a_projector() {
+    let dir = fixture("vision");
+    let (lm, mmproj, image) = (dir.join("tiny-vlm.gguf"), dir.join("tiny-gemma3-mmproj.gguf"), dir.join("tile-32.png"));
+    let plain = fixture("models/tiny-llama-Q8_0.gguf");
+    let serve: Vec<&OsStr> = vec![
+        "-c".as_ref(),
+        "512".as_ref(),
+        "-m".as_ref(),
+        lm.as_os_str(),
+        "--mmproj".as_ref(),
+        mmproj.as_os_str(),
+        "-m".as_ref(),
+        plain.as_os_str(),
+        "--allowed-local-media-path".as_ref(),
+        dir.as_os_str(),
+        "--max-image-bytes".as_ref(),
+        "200000".as_ref(),
+    ];
+    run_against("vision.py", &serve, &["tiny-vlm", image.to_str().unwrap(), CHAT, dir.to_str().unwrap()]);
 }

@@ -135,6 +135,15 @@ impl ApiError {
         }
     }
 
+    /// A part of the request over a size limit (an image's bytes or pixels): 413 naming it.
+    pub fn payload_too_large(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code: Some("request_too_large"),
+            param: Some(param.to_string()),
+            ..ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", message)
+        }
+    }
+
     pub fn not_supported(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_IMPLEMENTED, "not_supported_error", message)
     }

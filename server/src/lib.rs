@@ -22,6 +22,7 @@ pub mod protocol;
 pub mod registry;
 pub mod requests;
 pub mod response_store;
+pub mod vision;
 mod router;
 mod routes;
 mod strict_json;
@@ -179,6 +180,8 @@ pub struct ModelSpec {
 pub struct ServerBuilder {
     /// Each model with its file, when known (it can then be unloaded when idle and loaded again).
     models: Vec<(ModelSpec, Option<PathBuf>)>,
+    /// The vision projector of a model, by model id.
+    projectors: Vec<(String, Arc<vision::Projector>)>,
     models_dir: Option<PathBuf>,
     idle_unload: Option<Duration>,
     runtime_ctx: Option<usize>,
@@ -252,6 +255,12 @@ impl ServerBuilder {
 
     /// A model read from `path`: with [`ServerBuilder::idle_unload`] it is unloaded when idle
     /// and read again when a request names it.
+    /// A vision projector (`--mmproj`) for the model `id`: its chat requests may carry images.
+    pub fn projector(mut self, id: impl Into<String>, projector: Arc<vision::Projector>) -> Self {
+        self.projectors.push((id.into(), projector));
+        self
+    }
+
     pub fn model_file(mut self, spec: ModelSpec, path: PathBuf) -> Self {
         self.models.push((spec, Some(path)));
         self
@@ -338,9 +347,14 @@ impl ServerBuilder {
             n_ctx: self.runtime_ctx,
             device: self.device,
         };
+        let mut projectors = self.projectors;
         for (spec, path) in self.models {
             if registry.get(&spec.id).is_ok() {
                 return Err(format!("two models have the id `{}`: name one with --alias", spec.id));
+            }
+            let projector = projectors.iter().position(|(id, _)| *id == spec.id).map(|i| projectors.remove(i).1);
+            if projector.is_some() && !spec.chat {
+                return Err(format!("the model `{}` has a vision projector but does not chat", spec.id));
             }
             let source = path.map(|path| LoadSpec {
                 id: spec.id.clone(),
@@ -354,10 +368,15 @@ impl ServerBuilder {
                 },
                 n_ctx: spec.n_ctx,
                 draft: spec.draft.clone(),
+                vision: projector.clone(),
             });
             let mut entry = start_entry(spec, &settings, &metrics, created)?;
             entry.source = source;
+            entry.vision = projector;
             registry.insert(entry);
+        }
+        if let Some((id, _)) = projectors.first() {
+            return Err(format!("a vision projector names the model `{id}`, which is not served"));
         }
         let loader = Loader::new(self.models_dir, self.idle_unload, settings)?;
         let state = Arc::new(AppState {

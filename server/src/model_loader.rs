@@ -80,6 +80,7 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
         guard_format,
         guard_queue: Arc::new(guard_queue::GuardQueue::new(metrics.requests_cancelled.clone(), metrics.guard_batch_requests.clone())),
         source: None,
+        vision: None,
     })
 }
 
@@ -119,6 +120,8 @@ pub struct LoadSpec {
     pub n_ctx: Option<usize>,
     /// A draft model for its completions (models given at start-up with `--draft`).
     pub draft: Option<Arc<Model>>,
+    /// Its vision projector (models given at start-up with `--mmproj`).
+    pub vision: Option<Arc<crate::vision::Projector>>,
 }
 
 /// A model unloaded for idleness: loaded again by the next request that names it.
@@ -226,7 +229,7 @@ pub async fn load(state: &Arc<AppState>, request: LoadRequest) -> Result<Value, 
     if !loader.loading.lock().expect("loading lock").insert(id.clone()) {
         return Err(ApiError::conflict("id", format!("the model `{id}` is being loaded")));
     }
-    let spec = LoadSpec { id: id.clone(), path, role, n_ctx: request.context_length, draft: None };
+    let spec = LoadSpec { id: id.clone(), path, role, n_ctx: request.context_length, draft: None, vision: None };
     let loaded = start(state, spec).await;
     loader.loading.lock().expect("loading lock").remove(&id);
     let entry = loaded?;
@@ -254,6 +257,7 @@ async fn start(state: &Arc<AppState>, spec: LoadSpec) -> Result<Arc<ModelEntry>,
             draft: spec.draft.clone(),
         };
         let mut entry = start_entry(model_spec, settings, &st.metrics, crate::routes::generation::unix_now()).map_err(ApiError::invalid)?;
+        entry.vision = spec.vision.clone();
         entry.source = Some(spec);
         Ok(entry)
     })

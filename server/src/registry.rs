@@ -34,6 +34,8 @@ pub struct ModelEntry {
     pub guard_queue: Arc<GuardQueue>,
     /// Its file and role, when it can be loaded again (idle unloading parks only these).
     pub source: Option<LoadSpec>,
+    /// The vision projector its chat requests' images go through.
+    pub vision: Option<Arc<crate::vision::Projector>>,
 }
 
 impl ModelEntry {
@@ -46,6 +48,9 @@ impl ModelEntry {
             capabilities.extend(["chat", "completion"]);
         }
         capabilities.push("embedding");
+        if self.vision.is_some() {
+            capabilities.push("vision");
+        }
         if self.guard {
             capabilities.push("guard");
         }

@@ -13,6 +13,7 @@ use super::guard::GuardrailsField;
 use super::sampling::{int_in, CommonParams, SamplingRequest, Timeouts};
 use super::{nested_error, parse, ModelName};
 use crate::error::ApiError;
+use crate::vision::{media_marker, ImagePart};
 
 #[derive(Debug, Default, Clone, Deserialize)]
 pub struct ChatCompletionRequest {
@@ -66,9 +67,14 @@ struct ChatMessage {
     extra: Map<String, Value>,
 }
 
-/// A message's content: text, or content parts whose texts are joined.
+/// A message's content: text, or content parts whose texts are joined, each image part
+/// standing as the media marker in the text (its rows replace it in the prompt).
 #[derive(Debug, Clone)]
-struct MessageContent(String);
+struct MessageContent {
+    text: String,
+    /// Each image part and its index among the parts.
+    images: Vec<(usize, ImagePart)>,
+}
 
 impl<'de> Deserialize<'de> for MessageContent {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MessageContent, D::Error> {
@@ -79,34 +85,61 @@ impl<'de> Deserialize<'de> for MessageContent {
                 f.write_str("a string or an array of content parts")
             }
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<MessageContent, E> {
-                Ok(MessageContent(s.to_string()))
+                Ok(MessageContent { text: s.to_string(), images: Vec::new() })
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MessageContent, A::Error> {
-                let mut text = String::new();
-                while let Some(TextPart(t)) = seq.next_element()? {
-                    text.push_str(&t);
+                let mut content = MessageContent { text: String::new(), images: Vec::new() };
+                let mut index = 0;
+                while let Some(part) = seq.next_element::<ContentPart>()? {
+                    match part {
+                        ContentPart::Text(t) => content.text.push_str(&t),
+                        ContentPart::Image(image) => {
+                            content.text.push_str(media_marker());
+                            content.images.push((index, image));
+                        }
+                    }
+                    index += 1;
                 }
-                Ok(MessageContent(text))
+                Ok(content)
             }
         }
         d.deserialize_any(Content)
     }
 }
 
-/// A content part: text only (image and audio parts need a projector no model has).
-struct TextPart(String);
+/// A content part: text, or an image (`image_url`: `{"url", "detail"}`); audio parts need an
+/// encoder no model has.
+enum ContentPart {
+    Text(String),
+    Image(ImagePart),
+}
 
-impl<'de> Deserialize<'de> for TextPart {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<TextPart, D::Error> {
+impl<'de> Deserialize<'de> for ContentPart {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ContentPart, D::Error> {
         let part = Value::deserialize(d)?;
         match part.get("type").and_then(Value::as_str) {
             Some("text") => part
                 .get("text")
                 .and_then(Value::as_str)
-                .map(|t| TextPart(t.to_string()))
+                .map(|t| ContentPart::Text(t.to_string()))
                 .ok_or_else(|| D::Error::custom(".text must be a string")),
-            Some("image_url") | Some("input_image") | Some("input_audio") => {
-                Err(D::Error::custom("is an image or audio part, but this model has no vision or audio support"))
+            Some("image_url") => {
+                let url = match part.get("image_url") {
+                    Some(Value::Object(o)) => o.get("url"),
+                    // a bare string is what some clients send
+                    Some(v @ Value::String(_)) => Some(v),
+                    _ => None,
+                };
+                let url = url.and_then(Value::as_str).ok_or_else(|| D::Error::custom(".image_url.url must be a string"))?;
+                let detail = match part.pointer("/image_url/detail") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(d)) if matches!(d.as_str(), "auto" | "low" | "high") => Some(d.clone()),
+                    Some(_) => return Err(D::Error::custom(".image_url.detail must be auto, low or high")),
+                };
+                Ok(ContentPart::Image(ImagePart { url: url.to_string(), detail }))
+            }
+            Some("input_image") | Some("input_audio") => {
+                Err(D::Error::custom("is an input_image or audio part; chat messages take images as image_url parts"))
             }
             _ => Err(D::Error::custom("has an unknown type")),
         }
@@ -266,6 +299,28 @@ pub(crate) struct ChatRequest {
     /// `reasoning_format: "none"` keeps a thinking block inline in the content; by default it is
     /// returned apart (`reasoning_content`).
     pub inline_reasoning: bool,
+    /// The image parts of the messages in order, each standing as the media marker in
+    /// `messages`, with the field that holds it (for errors).
+    pub images: Vec<(ImagePart, String)>,
+}
+
+impl ChatRequest {
+    /// The messages with their images' markers taken out (what the guard reads).
+    pub fn text_messages(&self) -> Vec<Value> {
+        if self.images.is_empty() {
+            return self.messages.clone();
+        }
+        self.messages
+            .iter()
+            .map(|m| {
+                let mut m = m.clone();
+                if let Some(Value::String(text)) = m.get_mut("content") {
+                    *text = text.replace(media_marker(), "");
+                }
+                m
+            })
+            .collect()
+    }
 }
 
 impl ChatCompletionRequest {
@@ -292,6 +347,19 @@ impl ChatCompletionRequest {
             Some(list) if list.is_empty() => Err(ApiError::invalid_param("messages", "messages must be a non-empty array")),
             Some(list) => Ok(list.iter().map(ChatMessage::template_json).collect()),
         }
+    }
+
+    /// The image parts of the messages in order, with the field each came from.
+    fn images(&self) -> Vec<(ImagePart, String)> {
+        let mut out = Vec::new();
+        for (i, m) in self.messages.iter().flatten().enumerate() {
+            if let Some(content) = &m.content {
+                for (j, image) in &content.images {
+                    out.push((image.clone(), format!("messages[{i}].content[{j}].image_url.url")));
+                }
+            }
+        }
+        out
     }
 
     /// The tools as sent (`None` when there are none).
@@ -359,6 +427,7 @@ impl ChatCompletionRequest {
             common: self.sampling.params(n_vocab, timeouts)?,
             logprobs,
             inline_reasoning: self.reasoning_format == Some(ReasoningFormat::None),
+            images: self.images(),
         })
     }
 }
@@ -375,7 +444,7 @@ impl ChatMessage {
         let role = if self.role == Role::Developer { Role::System } else { self.role };
         m.insert("role".into(), json!(role));
         let content = match (&self.content, self.role) {
-            (Some(MessageContent(text)), _) => json!(text),
+            (Some(MessageContent { text, .. }), _) => json!(text),
             (None, Role::Assistant) => Value::Null,
             (None, _) => json!(""),
         };

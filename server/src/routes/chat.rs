@@ -34,10 +34,10 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let rails = guardrails::parse(state, typed.guard.as_ref())?;
     if let Some(r) = &rails {
         // before anything is generated: a flagged input is refused with the verdicts
-        r.check_input(state, &request.messages).await?;
+        r.check_input(state, &request.text_messages()).await?;
     }
     let watch = match &rails {
-        Some(r) if r.output => Some((r.clone(), guardrails::user_turn(&request.messages)?)),
+        Some(r) if r.output => Some((r.clone(), guardrails::user_turn(&request.text_messages())?)),
         _ => None,
     };
     let created = unix_now();

@@ -10,7 +10,10 @@ use super::reasoning::prompt_opens_thinking;
 use crate::error::ApiError;
 use crate::registry::ModelEntry;
 pub(crate) use crate::requests::chat::{ChatRequest, ToolChoice};
+use crate::vision::ImagePart;
 use crate::worker::SeqSpec;
+use engine::model::vision::PromptImages;
+use engine::tokenizer::TokenId;
 
 /// `input` rendered by the model's chat template (its failure is a 400 on `messages`).
 pub(crate) fn render(entry: &ModelEntry, input: &ChatInput) -> Result<String, ApiError> {
@@ -29,16 +32,35 @@ pub(crate) struct Outputs {
 pub(crate) fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -> Result<Outputs, ApiError> {
     let input = ChatInput { tools: request.tools.clone(), add_generation_prompt: true, ..ChatInput::new(request.messages.clone()) };
     let text = render(entry, &input)?;
-    let prompt = tokenize_rendered(entry.model.tokenizer(), &text);
+    let (prompt, images) = prompt_with_images(entry, request, &text)?;
     let seqs = (0..request.common.n)
         .map(|i| {
             let params = params_for(&entry.worker, &request.common, request.logprobs, request.response_format.as_ref(), prompt.len(), i)?;
-            Ok(output(prompt.clone(), params, stream, request.common.deadline))
+            let mut spec = output(prompt.clone(), params, stream, request.common.deadline);
+            spec.images = images.clone();
+            Ok(spec)
         })
         .collect::<Result<_, ApiError>>()?;
     // under a grammar the reply is what the grammar says from its first token: never reasoning
     let opens_thinking = prompt_opens_thinking(&text) && request.response_format.is_none();
     Ok(Outputs { seqs, opens_thinking })
+}
+
+/// The rendered prompt's ids: its tokens, and the rows of its images (through the model's
+/// projector) in their places.
+fn prompt_with_images(entry: &ModelEntry, request: &ChatRequest, text: &str) -> Result<(Vec<TokenId>, PromptImages), ApiError> {
+    if request.images.is_empty() {
+        return Ok((tokenize_rendered(entry.model.tokenizer(), text), PromptImages::default()));
+    }
+    let Some(projector) = &entry.vision else {
+        return Err(ApiError::invalid_param(
+            &request.images[0].1,
+            format!("the model `{}` has no vision projector: start the server with --mmproj for it to read images", entry.id),
+        ));
+    };
+    let parts: Vec<ImagePart> = request.images.iter().map(|(p, _)| p.clone()).collect();
+    let prompt = projector.prompt(&entry.model, text, &parts, |i| request.images[i].1.clone())?;
+    Ok((prompt.ids, prompt.images))
 }
 
 /// The reply's text and its tool calls as OpenAI objects (none when tools are off).
