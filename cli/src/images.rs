@@ -22,7 +22,14 @@ const MAX_PIXELS: u64 = 100_000_000;
 
 /// The prompt's ids (tokens, and the images' rows past the vocabulary), with the images' rows
 /// already in `kv` (sequence 0) for all but the last id.
-pub fn prefill(model: &Model, kv: &mut KvCache, mmproj: &PathBuf, images: &[PathBuf], text: &str, device: Device) -> anyhow::Result<Vec<TokenId>> {
+pub fn prefill(
+    model: &Model,
+    kv: &mut KvCache,
+    mmproj: &PathBuf,
+    images: &[PathBuf],
+    text: &str,
+    device: Device,
+) -> anyhow::Result<Vec<TokenId>> {
     let vision = VisionModel::load_on(mmproj, device).with_context(|| mmproj.display().to_string())?;
     vision.check_language_model(model).with_context(|| format!("{} with this model", mmproj.display()))?;
     let n_vocab = model.tokenizer().n_vocab();

@@ -166,7 +166,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("{} --alias for {} --model", args.alias.len(), args.models.len());
     }
     if args.mmproj.len() > args.models.len() {
-        anyhow::bail!("{} --mmproj for {} --model (each projector goes with the --model in the same place)", args.mmproj.len(), args.models.len());
+        anyhow::bail!(
+            "{} --mmproj for {} --model (each projector goes with the --model in the same place)",
+            args.mmproj.len(),
+            args.models.len()
+        );
     }
     let media = MediaOptions {
         allowed_local_dir: args
@@ -237,7 +241,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         guard_served |= named_guard || guardian;
         if let Some(mmproj) = args.mmproj.get(i) {
             let vision = VisionModel::load_on(mmproj, args.device).with_context(|| mmproj.display().to_string())?;
-            let projector = Projector::new(vision, &model, media.clone()).with_context(|| format!("{} with {}", mmproj.display(), path.display()))?;
+            let projector =
+                Projector::new(vision, &model, media.clone()).with_context(|| format!("{} with {}", mmproj.display(), path.display()))?;
             eprintln!("{id}: vision projector {} ({})", mmproj.display(), projector.model.config().projector.name());
             builder = builder.projector(id.clone(), Arc::new(projector));
         }

@@ -22,10 +22,10 @@ pub mod protocol;
 pub mod registry;
 pub mod requests;
 pub mod response_store;
-pub mod vision;
 mod router;
 mod routes;
 mod strict_json;
+pub mod vision;
 pub mod worker;
 
 use std::future::Future;

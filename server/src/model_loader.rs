@@ -105,7 +105,10 @@ impl Role {
                 "role",
                 "a transcription model is served from start-up (`engine-cli serve --transcribe FILE`), not loaded at run time",
             )),
-            "projector" => Err(ApiError::invalid_param("role", "vision projectors (role \"projector\") are not supported yet")),
+            "projector" => Err(ApiError::invalid_param(
+                "role",
+                "a vision projector is given with its model at start (engine-cli serve --model LM.gguf --mmproj MMPROJ.gguf)",
+            )),
             other => Err(ApiError::invalid_param("role", format!("role must be chat, embedding or guard, got {other:?}"))),
         }
     }

@@ -85,9 +85,7 @@ impl Projector {
     /// allowed folder. `param` names the field in errors.
     pub fn fetch(&self, url: &str, param: &str) -> Result<Vec<u8>, ApiError> {
         let limit = self.options.max_image_bytes;
-        let too_large = |n: usize| {
-            ApiError::payload_too_large(param, format!("the image has {n} bytes; at most {limit} are accepted"))
-        };
+        let too_large = |n: usize| ApiError::payload_too_large(param, format!("the image has {n} bytes; at most {limit} are accepted"));
         if let Some(rest) = url.strip_prefix("data:") {
             let Some((head, data)) = rest.split_once(',') else {
                 return Err(ApiError::invalid_param(param, "a data: URI needs a comma before its data"));
@@ -160,6 +158,7 @@ impl Projector {
             })?;
             rows.push(found);
         }
-        build_prompt(self.model.config(), lm.tokenizer(), text, media_marker(), &rows).map_err(|e| ApiError::invalid_param("messages", e.to_string()))
+        build_prompt(self.model.config(), lm.tokenizer(), text, media_marker(), &rows)
+            .map_err(|e| ApiError::invalid_param("messages", e.to_string()))
     }
 }

@@ -22,6 +22,10 @@ go unnoticed. Every weight is F32. Weights N(0, 0.02), q/k N(0, 0.25) so that at
 flat, norms 1 + N(0, 0.1), biases N(0, 0.02). Seeded by tensor name: byte-identical on every run.
 
 Usage: make-tiny-vision.py OUTDIR [--vocab ../shared/fixtures/models/tiny-granite-F32.gguf]
+       make-tiny-vision.py --smolvlm-shape OUT.gguf
+  the second writes a random-weight idefics3 projector of SmolVLM-256M-Instruct's shape (SigLIP
+  base: 768 wide, 12 blocks, 12 heads, FFN 3072, patch 16, tiles of 512, pixel shuffle 4, fc to
+  576; preproc_image_size 2048; matrices F16 as ggml-org's mmproj files), for timing only
 Needs: pip install gguf==0.19.0 numpy pillow
 """
 import argparse
@@ -110,12 +114,20 @@ def write_lm(path, vocab_path):
     w.close()
 
 
-def write_projector(path, kind):
-    d, f = VIT["n_embd"], VIT["n_ff"]
-    if kind == "idefics3":
+SMOLVLM_256M = dict(n_embd=768, n_layer=12, n_head=12, n_ff=3072, image_size=512, patch=16, scale=4, out=576, preproc=2048)
+
+
+def write_projector(path, kind, shape=None):
+    vit, f16 = (shape or VIT), shape is not None
+    d, f, n_out = vit["n_embd"], vit["n_ff"], (shape or LM)["out" if shape else "n_embd"]
+    scale = shape["scale"] if shape else 2
+    if shape:
+        image_size, patch, mean, std = shape["image_size"], shape["patch"], [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]
+    elif kind == "idefics3":
         image_size, patch, mean, std = 32, 8, [0.48, 0.46, 0.41], [0.27, 0.26, 0.28]
     else:
         image_size, patch, mean, std = 32, 4, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]
+    mat = (lambda a: a.astype(np.float16)) if f16 else (lambda a: a)
     n_patches = (image_size // patch) ** 2
     w = GGUFWriter(str(path), "clip")
     w.add_name(f"tiny-{kind}-mmproj")
@@ -128,35 +140,35 @@ def write_projector(path, kind):
     w.add_uint32("clip.vision.patch_size", patch)
     w.add_uint32("clip.vision.embedding_length", d)
     w.add_uint32("clip.vision.feed_forward_length", f)
-    w.add_uint32("clip.vision.block_count", VIT["n_layer"])
-    w.add_uint32("clip.vision.attention.head_count", VIT["n_head"])
+    w.add_uint32("clip.vision.block_count", vit["n_layer"])
+    w.add_uint32("clip.vision.attention.head_count", vit["n_head"])
     w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
-    w.add_uint32("clip.vision.projection_dim", LM["n_embd"])
+    w.add_uint32("clip.vision.projection_dim", n_out)
     w.add_array("clip.vision.image_mean", mean)
     w.add_array("clip.vision.image_std", std)
     if kind == "idefics3":
-        w.add_uint32("clip.vision.projector.scale_factor", 2)
-        w.add_uint32("clip.vision.preproc_image_size", 64)
-    w.add_tensor("v.patch_embd.weight", normal("v.patch_embd", (d, 3, patch, patch), 0.1))
+        w.add_uint32("clip.vision.projector.scale_factor", scale)
+        w.add_uint32("clip.vision.preproc_image_size", shape["preproc"] if shape else 64)
+    w.add_tensor("v.patch_embd.weight", mat(normal("v.patch_embd", (d, 3, patch, patch), 0.1)))
     w.add_tensor("v.patch_embd.bias", normal("v.patch_embd.bias", d))
     w.add_tensor("v.position_embd.weight", normal("v.position_embd", (n_patches, d), 0.1))
-    for i in range(VIT["n_layer"]):
+    for i in range(vit["n_layer"]):
         p = f"v.blk.{i}."
         w.add_tensor(p + "ln1.weight", norm_weight(p + "ln1", d))
         w.add_tensor(p + "ln1.bias", normal(p + "ln1.bias", d))
         for t, s in (("attn_q", 0.25), ("attn_k", 0.25), ("attn_v", 0.1), ("attn_out", 0.1)):
-            w.add_tensor(p + t + ".weight", normal(p + t, (d, d), s))
+            w.add_tensor(p + t + ".weight", mat(normal(p + t, (d, d), s)))
             w.add_tensor(p + t + ".bias", normal(p + t + ".bias", d))
         w.add_tensor(p + "ln2.weight", norm_weight(p + "ln2", d))
         w.add_tensor(p + "ln2.bias", normal(p + "ln2.bias", d))
-        w.add_tensor(p + "ffn_up.weight", normal(p + "ffn_up", (f, d), 0.1))
+        w.add_tensor(p + "ffn_up.weight", mat(normal(p + "ffn_up", (f, d), 0.1)))
         w.add_tensor(p + "ffn_up.bias", normal(p + "ffn_up.bias", f))
-        w.add_tensor(p + "ffn_down.weight", normal(p + "ffn_down", (d, f), 0.1))
+        w.add_tensor(p + "ffn_down.weight", mat(normal(p + "ffn_down", (d, f), 0.1)))
         w.add_tensor(p + "ffn_down.bias", normal(p + "ffn_down.bias", d))
     w.add_tensor("v.post_ln.weight", norm_weight("v.post_ln", d))
     w.add_tensor("v.post_ln.bias", normal("v.post_ln.bias", d))
     if kind == "idefics3":
-        w.add_tensor("mm.model.fc.weight", normal("mm.model.fc", (LM["n_embd"], d * 4), 0.1))
+        w.add_tensor("mm.model.fc.weight", mat(normal("mm.model.fc", (n_out, d * scale * scale), 0.1)))
     else:
         w.add_tensor("mm.soft_emb_norm.weight", norm_weight("mm.soft_emb_norm", d))
         w.add_tensor("mm.input_projection.weight", normal("mm.input_projection", (d, LM["n_embd"]), 0.1))
@@ -176,9 +188,15 @@ def write_image(path, size, seed):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("outdir")
+    ap.add_argument("outdir", nargs="?")
+    ap.add_argument("--smolvlm-shape", metavar="OUT.gguf")
     ap.add_argument("--vocab", default=str(Path(__file__).resolve().parents[3] / "shared/fixtures/models/tiny-granite-F32.gguf"))
     a = ap.parse_args()
+    if a.smolvlm_shape:
+        Path(a.smolvlm_shape).parent.mkdir(parents=True, exist_ok=True)
+        write_projector(Path(a.smolvlm_shape), "idefics3", SMOLVLM_256M)
+        print(a.smolvlm_shape)
+        return
     out = Path(a.outdir)
     out.mkdir(parents=True, exist_ok=True)
     write_lm(out / "tiny-vlm.gguf", a.vocab)

@@ -106,3 +106,48 @@ fn errors_are_one_line_with_exit_code_2() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.lines().count() == 1 && err.contains("--ctx-size 8"), "{err}");
 }
+
+fn vision(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/vision").join(rel)
+}
+
+/// `--mmproj --image`: the first greedy token after the image prompt is llama.cpp's top token
+/// after the same prompt (`tests/fixtures/vision/gemma3-tile-32.logits.bin`), for both
+/// placements of the image (its marker in the text, or none: the image goes first).
+#[test]
+fn an_image_prompt_continues_with_llama_cpps_top_token() {
+    let lm = vision("tiny-vlm.gguf");
+    let prompt = std::fs::read_to_string(vision("prompt.txt")).unwrap();
+    let bytes = std::fs::read(vision("gemma3-tile-32.logits.bin")).unwrap();
+    let logits: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    let top = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap() as TokenId;
+    let (m, p, i) = (lm.to_str().unwrap(), vision("tiny-gemma3-mmproj.gguf"), vision("tile-32.png"));
+    let args =
+        ["--model", m, "--mmproj", p.to_str().unwrap(), "--image", i.to_str().unwrap(), "-n", "1", "--temp", "0", "--kv-type", "f32"];
+    let out = run(&[&args[..], &["--prompt", &prompt]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), streamed_text(&lm, &[top]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("1 tile(s), 4 rows"), "{stderr}");
+
+    // two markers for one image, a missing image, an image without a projector: one line each
+    let two = prompt.replace("<__media__>", "<__media__> <__media__>");
+    let out = run(&[&args[..], &["--prompt", &two]].concat());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("2 <__media__> markers for 1 --image"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["--model", m, "--mmproj", p.to_str().unwrap(), "--image", "/nonexistent.png", "--prompt", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.png"));
+    let out = run(&["--model", m, "--image", i.to_str().unwrap(), "--prompt", "x"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--mmproj"));
+    // a projector whose rows do not fit the model's embeddings
+    let other = fixture("tiny-llama-F32.gguf");
+    let out = run(&["--model", other.to_str().unwrap(), "--mmproj", p.to_str().unwrap(), "--image", i.to_str().unwrap(), "--prompt", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("projection_dim"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -10,3 +10,4 @@ mod model_loading;
 mod operations;
 mod responses;
 mod tokens;
+mod vision;
