@@ -143,7 +143,7 @@ impl VisionConfig {
                 format!("inconsistent sizes: {} wide, {} heads, {} layers", self.n_embd, self.n_head, self.n_layer),
             );
         }
-        if self.image_std.iter().any(|&s| s == 0.0) {
+        if self.image_std.contains(&0.0) {
             return bad("clip.vision.image_std", "has a zero".into());
         }
         if matches!(self.projector, Projector::Idefics3 { .. }) && self.preproc_image_size.is_none() {
