@@ -3,5 +3,6 @@
 
 pub mod decode;
 pub mod preprocess;
+pub mod resample;
 
 pub use decode::{decode_rgb, ImageError, RgbImage};

@@ -8,14 +8,10 @@
 //!   other edge rounded to even), then stretched to whole tiles, cut into a grid of tiles (row
 //!   by row), plus an overview: the whole image stretched to one tile (Lanczos).
 //!
-//! An image already at the size a step asks for is copied, not filtered (as llama.cpp does), so
-//! inputs at the tile size give the reference's pixels exactly. Resampling is the `image`
-//! crate's (triangle for bilinear, Lanczos3), the same filters as llama.cpp's Pillow-style ones
-//! but not their exact rounding.
+//! Every resize is Pillow's (`resample.rs`), byte for byte what llama.cpp's port computes; an
+//! image already at the size a step asks for is copied, not filtered (as llama.cpp does).
 
-use image::imageops::{self, FilterType};
-use image::RgbImage as Buffer;
-
+use super::resample::{resize, Filter};
 use super::RgbImage;
 
 /// The tiles of one image, ready for the encoder.
@@ -43,53 +39,57 @@ pub struct Normalisation {
     pub std: [f32; 3],
 }
 
-fn buffer(img: &RgbImage) -> Buffer {
-    Buffer::from_raw(img.width, img.height, img.pixels.clone()).expect("width · height · 3 bytes")
-}
-
-fn resize(img: &Buffer, w: u32, h: u32, filter: FilterType) -> Buffer {
-    if img.dimensions() == (w, h) {
-        return img.clone();
-    }
-    imageops::resize(img, w, h, filter)
-}
-
 /// The tile's pixels scaled and normalised, planar.
-fn normalise(img: &Buffer, n: &Normalisation) -> Vec<f32> {
-    let (w, h) = img.dimensions();
-    let plane = (w * h) as usize;
+fn normalise(img: &RgbImage, n: &Normalisation) -> Vec<f32> {
+    let plane = (img.width * img.height) as usize;
     let mut out = vec![0f32; 3 * plane];
-    for (i, px) in img.pixels().enumerate() {
+    for (i, px) in img.pixels.chunks_exact(3).enumerate() {
         for c in 0..3 {
-            out[c * plane + i] = (f32::from(px.0[c]) / 255.0 - n.mean[c]) / n.std[c];
+            out[c * plane + i] = (f32::from(px[c]) / 255.0 - n.mean[c]) / n.std[c];
         }
     }
     out
 }
 
-/// The image resized to fit `size x size` with its aspect kept, centred on black.
-fn fit(img: &Buffer, size: u32) -> Buffer {
-    let (w, h) = img.dimensions();
+/// `size x size` pixels of `img` from `(x, y)`.
+fn crop(img: &RgbImage, x: u32, y: u32, size: u32) -> RgbImage {
+    let row = img.width as usize * 3;
+    let mut pixels = Vec::with_capacity((size * size * 3) as usize);
+    for r in y..y + size {
+        let start = r as usize * row + x as usize * 3;
+        pixels.extend_from_slice(&img.pixels[start..start + size as usize * 3]);
+    }
+    RgbImage { width: size, height: size, pixels }
+}
+
+/// The image resized (bilinear) to fit `size x size` with its aspect kept, centred on black
+/// (the sizes computed in f32 and rounded up, as the reference).
+fn fit(img: &RgbImage, size: u32) -> RgbImage {
+    let (w, h) = (img.width, img.height);
     if (w, h) == (size, size) {
         return img.clone();
     }
     let scale = (size as f32 / w as f32).min(size as f32 / h as f32);
     let nw = ((w as f32 * scale).ceil() as u32).clamp(1, size);
     let nh = ((h as f32 * scale).ceil() as u32).clamp(1, size);
-    let resized = resize(img, nw, nh, FilterType::Triangle);
-    let mut out = Buffer::new(size, size);
-    imageops::replace(&mut out, &resized, i64::from((size - nw) / 2), i64::from((size - nh) / 2));
+    let resized = resize(img, nw, nh, Filter::Bilinear);
+    let mut out = RgbImage { width: size, height: size, pixels: vec![0; (size * size * 3) as usize] };
+    let (ox, oy) = ((size - nw) / 2, (size - nh) / 2);
+    for r in 0..nh {
+        let src = &resized.pixels[(r * nw * 3) as usize..((r + 1) * nw * 3) as usize];
+        let start = (((oy + r) * size + ox) * 3) as usize;
+        out.pixels[start..start + src.len()].copy_from_slice(src);
+    }
     out
 }
 
 /// Cuts `img` into tiles of `size` as `tiling` says.
 pub fn tiles(img: &RgbImage, size: usize, tiling: Tiling, n: &Normalisation) -> Tiles {
-    let src = buffer(img);
     let size32 = size as u32;
     match tiling {
-        Tiling::Fit => Tiles { tiles: vec![normalise(&fit(&src, size32), n)], grid: None },
+        Tiling::Fit => Tiles { tiles: vec![normalise(&fit(img, size32), n)], grid: None },
         Tiling::Grid { longest_edge } => {
-            let (w, h) = (img.width as f64, img.height as f64);
+            let (w, h) = (f64::from(img.width), f64::from(img.height));
             let edge = longest_edge as u32;
             let aspect = w / h;
             let (rw, rh) = if w >= h {
@@ -100,14 +100,13 @@ pub fn tiles(img: &RgbImage, size: usize, tiling: Tiling, n: &Normalisation) -> 
                 ((rw + rw % 2).max(1), edge)
             };
             let (cols, rows) = (rw.div_ceil(size32), rh.div_ceil(size32));
-            let resized = resize(&src, rw, rh, FilterType::Lanczos3);
-            let refined = resize(&resized, cols * size32, rows * size32, FilterType::Lanczos3);
-            let overview = resize(&refined, size32, size32, FilterType::Lanczos3);
+            let resized = resize(img, rw, rh, Filter::Lanczos);
+            let refined = resize(&resized, cols * size32, rows * size32, Filter::Lanczos);
+            let overview = resize(&refined, size32, size32, Filter::Lanczos);
             let mut out = Vec::with_capacity((rows * cols + 1) as usize);
             for y in 0..rows {
                 for x in 0..cols {
-                    let tile = imageops::crop_imm(&refined, x * size32, y * size32, size32, size32).to_image();
-                    out.push(normalise(&tile, n));
+                    out.push(normalise(&crop(&refined, x * size32, y * size32, size32), n));
                 }
             }
             out.push(normalise(&overview, n));
