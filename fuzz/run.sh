@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-TARGETS_ALL=(gguf tokenizer_spm tokenizer_bpe tokenizer_wpm chat_template json_schema http_requests multipart audio)
+TARGETS_ALL=(gguf tokenizer_spm tokenizer_bpe tokenizer_wpm chat_template json_schema http_requests multipart audio image)
 CARGO_FUZZ_VERSION=0.13.2
 seconds=60 runs=0 jobs=1 ci=0 targets=()
 while [ $# -gt 0 ]; do

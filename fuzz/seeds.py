@@ -4,7 +4,7 @@ small GGUF files of every value and tensor type, the tokenizer test strings of
 tests/fixtures/tokenizer, the template test conversations of tests/fixtures/templates, JSON
 schemas covering the keywords structured output supports, a valid body for every POST route,
 multipart transcription forms, and audio files (WAV of every sample format, FLAC, MP3, Ogg
-Vorbis). Deterministic: the same files on every run."""
+Vorbis), and the vision test images (PNG). Deterministic: the same files on every run."""
 
 import hashlib
 import json
@@ -271,6 +271,11 @@ def audio_seeds(out: Path) -> None:
     write(out, "audio", (FIXTURES / "whisper" / "clips" / "question.wav").read_bytes()[:16384])
 
 
+def image_seeds(out: Path) -> None:
+    for path in sorted((FIXTURES / "vision").glob("*.png")):
+        write(out, "image", path.read_bytes())
+
+
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fuzz" / "corpus"
     gguf_seeds(out)
@@ -280,6 +285,7 @@ def main() -> None:
     http_seeds(out)
     multipart_seeds(out)
     audio_seeds(out)
+    image_seeds(out)
 
 
 if __name__ == "__main__":

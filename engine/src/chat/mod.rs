@@ -80,6 +80,9 @@ pub struct ChatTemplate {
     bos_token: Option<String>,
     eos_token: Option<String>,
     fallback: bool,
+    /// The template reads a message's content only as a list of typed parts (SmolVLM's,
+    /// Idefics'): string contents are given to it as one text part, as llama.cpp does.
+    typed_content: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -153,21 +156,42 @@ impl ChatTemplate {
             line: e.line().unwrap_or(0),
             message: e.detail().map(str::to_string).unwrap_or_else(|| e.kind().to_string()),
         })?;
-        Ok(ChatTemplate {
+        let mut template = ChatTemplate {
             env,
             source: source.to_string(),
             bos_token: bos.map(str::to_string),
             eos_token: eos.map(str::to_string),
             fallback,
-        })
+            typed_content: false,
+        };
+        template.typed_content = template.reads_only_typed_content();
+        Ok(template)
     }
 
     /// Renders the conversation to the prompt text.
+    /// Whether a user message's text shows in the output only when its content is a list of
+    /// text parts (checked once, by rendering a probe both ways).
+    fn reads_only_typed_content(&self) -> bool {
+        const PROBE: &str = "\u{1}content probe\u{1}";
+        let shows = |content: serde_json::Value| {
+            let input = ChatInput::new(vec![serde_json::json!({"role": "user", "content": content})]);
+            self.render(&input).is_ok_and(|out| out.contains(PROBE))
+        };
+        !shows(serde_json::json!(PROBE)) && shows(serde_json::json!([{"type": "text", "text": PROBE}]))
+    }
+
     pub fn render(&self, input: &ChatInput) -> Result<String, ChatError> {
         let mut ctx: BTreeMap<String, Value> = BTreeMap::new();
         // What `render_jinja_template` passes: messages, tools and documents (None when absent),
         // add_generation_prompt, then the tokenizer's special tokens and the caller's kwargs.
-        let messages: Vec<serde_json::Value> = input.messages.iter().map(alias_reasoning_fields).collect();
+        let mut messages: Vec<serde_json::Value> = input.messages.iter().map(alias_reasoning_fields).collect();
+        if self.typed_content {
+            for m in &mut messages {
+                if let Some(content) = m.get_mut("content").filter(|c| c.is_string()) {
+                    *content = serde_json::json!([{"type": "text", "text": content.take()}]);
+                }
+            }
+        }
         ctx.insert("messages".into(), Value::from(Serde(&messages)));
         ctx.insert("tools".into(), input.tools.as_ref().map_or(Value::from(()), |t| Value::from(Serde(t))));
         ctx.insert("documents".into(), Value::from(()));

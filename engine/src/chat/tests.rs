@@ -183,3 +183,18 @@ fn filters_follow_jinja2() {
     assert_eq!(r("{{ 'x'|int }}|{{ 'x'|int(7) }}|{{ '12'|int + 1 }}|{{ 'x'|float }}|{{ nothing|length }}", json!({})), "0|7|13|0.0|0");
     assert_eq!(r("{{ 1e16|string }}|{{ 'a b_c, d'|wordcount }}", json!({})), "1e+16|3");
 }
+
+/// SmolVLM's template reads each message's content as a list of typed parts: a string content
+/// is given to it as one text part (as llama.cpp does), so the text shows; a template that
+/// prints string contents gets them as strings.
+#[test]
+fn a_template_that_reads_only_typed_parts_gets_the_text_as_one_part() {
+    let smolvlm = "<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}";
+    let t = ChatTemplate::new(smolvlm, None, None).unwrap();
+    assert!(t.typed_content);
+    let input = ChatInput { add_generation_prompt: true, ..ChatInput::new(vec![json!({"role": "user", "content": "What is this?"})]) };
+    assert_eq!(t.render(&input).unwrap(), "<|im_start|>User: What is this?<end_of_utterance>\nAssistant:");
+    let plain = ChatTemplate::new("{% for m in messages %}{{ m['content'] }}{% endfor %}", None, None).unwrap();
+    assert!(!plain.typed_content);
+    assert_eq!(plain.render(&ChatInput::new(vec![json!({"role": "user", "content": "hi"})])).unwrap(), "hi");
+}

@@ -111,10 +111,12 @@ mod tests {
             (json!({"model": "m", "messages": [{"role": "robot"}]}), "messages", "messages[0].role: unknown variant `robot`"),
             (m(json!([{"type": "text", "text": 5}])), "messages", "messages[0].content[0].text must be a string"),
             (
-                m(json!([{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}])),
+                m(json!([{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x", "detail": "huge"}}])),
                 "messages",
-                "messages[0].content[1] is an image or audio part",
+                "messages[0].content[1].image_url.detail must be auto, low or high",
             ),
+            (m(json!([{"type": "image_url", "image_url": {}}])), "messages", "messages[0].content[0].image_url.url must be a string"),
+            (m(json!([{"type": "input_audio"}])), "messages", "messages[0].content[0] is an input_image or audio part"),
             (m(json!([{"type": "video"}])), "messages", "messages[0].content[0] has an unknown type"),
             (m(json!(5)), "messages", "messages[0].content: invalid type: integer `5`, expected a string or an array of content parts"),
             (
