@@ -85,6 +85,32 @@ mod tests {
     }
 
     #[test]
+    fn jpeg_webp_and_the_first_frame_of_a_gif_are_read() {
+        let img = image::RgbImage::from_fn(6, 4, |x, y| image::Rgb([40 * x as u8, 60 * y as u8, 90]));
+        let mut jpeg = Vec::new();
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 100)
+            .write_image(img.as_raw(), 6, 4, image::ExtendedColorType::Rgb8)
+            .unwrap();
+        let mut webp = Vec::new();
+        image::codecs::webp::WebPEncoder::new_lossless(&mut webp).write_image(img.as_raw(), 6, 4, image::ExtendedColorType::Rgb8).unwrap();
+        let mut gif = Vec::new();
+        {
+            let mut enc = image::codecs::gif::GifEncoder::new(&mut gif);
+            for colour in [[200u8, 10, 10, 255], [10, 200, 10, 255]] {
+                let frame = image::RgbaImage::from_pixel(6, 4, image::Rgba(colour));
+                enc.encode_frame(image::Frame::new(frame)).unwrap();
+            }
+        }
+        let lossless = decode_rgb(&webp, 100).unwrap();
+        assert_eq!(lossless.pixels, img.as_raw().clone());
+        let lossy = decode_rgb(&jpeg, 100).unwrap();
+        assert_eq!((lossy.width, lossy.height), (6, 4));
+        assert!(lossy.pixels.iter().zip(img.as_raw()).all(|(&a, &b)| a.abs_diff(b) <= 12));
+        let first = decode_rgb(&gif, 100).unwrap();
+        assert_eq!(first.at(3, 2), [200, 10, 10]);
+    }
+
+    #[test]
     fn bad_bytes_and_large_images_are_clear_errors() {
         assert_eq!(decode_rgb(&[], 100), Err(ImageError::Empty));
         assert_eq!(decode_rgb(b"hello, not an image", 100), Err(ImageError::Format));

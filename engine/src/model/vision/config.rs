@@ -182,3 +182,65 @@ impl VisionConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::{Array, GgufWriter, Value};
+
+    /// A projector header with `extra` keys over a valid idefics3 set.
+    fn file(extra: &[(&str, Value)], without: &[&str]) -> GgufFile {
+        let mut keys: Vec<(&str, Value)> = vec![
+            ("general.architecture", Value::from("clip")),
+            ("clip.has_vision_encoder", Value::Bool(true)),
+            ("clip.projector_type", Value::from("idefics3")),
+            ("clip.use_gelu", Value::Bool(true)),
+            ("clip.vision.image_size", Value::U32(32)),
+            ("clip.vision.patch_size", Value::U32(8)),
+            ("clip.vision.embedding_length", Value::U32(48)),
+            ("clip.vision.feed_forward_length", Value::U32(96)),
+            ("clip.vision.block_count", Value::U32(2)),
+            ("clip.vision.attention.head_count", Value::U32(4)),
+            ("clip.vision.projection_dim", Value::U32(64)),
+            ("clip.vision.image_mean", Value::Array(Array::F32(vec![0.5, 0.5, 0.5]))),
+            ("clip.vision.image_std", Value::Array(Array::F32(vec![0.5, 0.5, 0.5]))),
+            ("clip.vision.projector.scale_factor", Value::U32(2)),
+            ("clip.vision.preproc_image_size", Value::U32(64)),
+        ];
+        keys.retain(|(k, _)| !without.contains(k) && !extra.iter().any(|(e, _)| e == k));
+        keys.extend(extra.iter().cloned());
+        let mut w = GgufWriter::new();
+        for (k, v) in keys {
+            w.add(k, v).unwrap();
+        }
+        GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+    }
+
+    fn error(extra: &[(&str, Value)], without: &[&str]) -> String {
+        VisionConfig::from_gguf(&file(extra, without)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn every_size_comes_from_the_file() {
+        let c = VisionConfig::from_gguf(&file(&[], &[])).unwrap();
+        assert_eq!(c.projector, Projector::Idefics3 { scale: 2 });
+        assert_eq!((c.image_size, c.patch_size, c.n_embd, c.n_ff, c.n_layer, c.n_head, c.n_embd_out), (32, 8, 48, 96, 2, 4, 64));
+        assert_eq!((c.n_patches(), c.rows_per_tile(), c.preproc_image_size), (16, 4, Some(64)));
+        assert_eq!(c.eps, 1e-6); // clip.cpp's default when the key is absent
+        let g = VisionConfig::from_gguf(&file(&[("clip.projector_type", Value::from("gemma3"))], &["clip.vision.projector.scale_factor"]))
+            .unwrap();
+        assert_eq!(g.projector, Projector::Gemma3 { pool: 4 });
+    }
+
+    #[test]
+    fn bad_projector_files_are_clear_errors() {
+        let e = error(&[("clip.projector_type", Value::from("qwen2vl_merger"))], &[]);
+        assert!(e.contains("\"qwen2vl_merger\" is not supported (supported: idefics3, gemma3)"), "{e}");
+        assert!(error(&[], &["clip.vision.projector.scale_factor"]).contains("clip.vision.projector.scale_factor"));
+        assert!(error(&[], &["clip.vision.patch_size"]).contains("clip.vision.patch_size"));
+        assert!(error(&[("clip.use_gelu", Value::Bool(false))], &[]).contains("clip.use_gelu"));
+        assert!(error(&[("clip.vision.patch_size", Value::U32(7))], &[]).contains("not a multiple of the patch size"));
+        assert!(error(&[("general.architecture", Value::from("llama"))], &[]).contains("not a projector"));
+        assert!(error(&[("clip.vision.image_mean", Value::Array(Array::F32(vec![0.5, 0.5])))], &[]).contains("3 numbers"));
+    }
+}
