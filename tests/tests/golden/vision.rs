@@ -107,3 +107,31 @@ fn idefics3_tiles_overview_and_logits_match_llama_cpp() {
     check("idefics3", "grid-64", false);
     check("idefics3", "tile-32", false);
 }
+
+/// Older converters wrote SigLIP's two feed-forward matrices under each other's names; llama.cpp
+/// swaps them back (its `ffn_down` then has rows of n_embd values), and so does the loader: the
+/// renamed file gives the same rows bit for bit.
+#[test]
+fn a_projector_with_the_ffn_names_swapped_reads_the_same() {
+    use engine::gguf::{GgufFile, GgufWriter};
+    let dir = fixture("vision");
+    let src = GgufFile::open(dir.join("tiny-gemma3-mmproj.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    for (key, value) in src.metadata() {
+        w.add(key.clone(), value.clone()).unwrap();
+    }
+    for t in src.tensors() {
+        let name = if t.name.contains("ffn_up") { t.name.replace("ffn_up", "ffn_down") } else { t.name.replace("ffn_down", "ffn_up") };
+        w.add_tensor(name, &t.dims, t.ty, src.tensor_data(t).to_vec()).unwrap();
+    }
+    let path = std::env::temp_dir().join(format!("swapped-ffn-{}.gguf", std::process::id()));
+    std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+    let swapped = VisionModel::load(&path);
+    std::fs::remove_file(&path).unwrap();
+    let img = decode_rgb(&std::fs::read(dir.join("tile-32.png")).unwrap(), 1 << 20).unwrap();
+    let original = VisionModel::load(dir.join("tiny-gemma3-mmproj.gguf")).unwrap();
+    let swapped = swapped.unwrap();
+    let rows = |v: &VisionModel| v.encode(&v.tiles(&img)).unwrap();
+    let bits = |x: Vec<f32>| x.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    assert_eq!(bits(rows(&swapped)), bits(rows(&original)));
+}

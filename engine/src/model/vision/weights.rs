@@ -98,6 +98,10 @@ impl<B: Backend> VisionWeights<B> {
     pub(crate) fn load(file: &Arc<GgufFile>, backend: &B, c: &VisionConfig) -> Result<VisionWeights<B>, ModelError> {
         let l = Loader { file, backend };
         let d = c.n_embd;
+        // older converters wrote SigLIP's fc1 / fc2 under each other's names; llama.cpp swaps
+        // them back when `ffn_down` has rows of n_embd values (which a correct file's has not)
+        let swapped = c.n_ff != d && file.tensor("v.blk.0.ffn_down.weight").is_some_and(|t| t.dims.first() == Some(&(d as u64)));
+        let (up, down) = if swapped { ("ffn_down", "ffn_up") } else { ("ffn_up", "ffn_down") };
         let blocks = (0..c.n_layer)
             .map(|i| {
                 let n = |s: &str| format!("v.blk.{i}.{s}");
@@ -110,8 +114,8 @@ impl<B: Backend> VisionWeights<B> {
                         out: linear(&l, &n("attn_out"), d, d, true)?,
                     },
                     ln2: norm(&l, &n("ln2"), d)?,
-                    ffn_up: linear(&l, &n("ffn_up"), c.n_ff, d, true)?,
-                    ffn_down: linear(&l, &n("ffn_down"), d, c.n_ff, true)?,
+                    ffn_up: linear(&l, &n(up), c.n_ff, d, true)?,
+                    ffn_down: linear(&l, &n(down), d, c.n_ff, true)?,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
