@@ -51,8 +51,9 @@ pub struct ServeArgs {
     /// remote http(s) images are never fetched).
     #[arg(long, value_name = "DIR")]
     pub allowed_local_media_path: Option<PathBuf>,
-    /// The most bytes of one image (a larger one is a 413).
-    #[arg(long, value_name = "BYTES", default_value_t = 20 << 20, value_parser = parse_positive)]
+    /// The most bytes of one image (a larger one is a 413). The default, 10 MiB, fits as a
+    /// base64 data: URI in the 16 MiB a request body may hold.
+    #[arg(long, value_name = "BYTES", default_value_t = 10 << 20, value_parser = parse_positive)]
     pub max_image_bytes: usize,
     /// The most pixels of one image, width x height (a larger one is a 413).
     #[arg(long, value_name = "PIXELS", default_value_t = 50_000_000, value_parser = parse_positive)]

@@ -34,7 +34,7 @@ pub struct MediaOptions {
 
 impl Default for MediaOptions {
     fn default() -> MediaOptions {
-        MediaOptions { allowed_local_dir: None, max_image_bytes: 20 << 20, max_image_pixels: 50_000_000, cached_images: 64 }
+        MediaOptions { allowed_local_dir: None, max_image_bytes: 10 << 20, max_image_pixels: 50_000_000, cached_images: 64 }
     }
 }
 

@@ -30,6 +30,13 @@ pub struct AttentionShape {
 }
 
 impl AttentionShape {
+    /// `n_head` heads sharing `width` values, each its own key/value head, scaled by
+    /// 1/sqrt(head_dim) (the encoders: Whisper's, the ViTs').
+    pub fn multi_head(width: usize, n_head: usize) -> AttentionShape {
+        let head_dim = width / n_head;
+        AttentionShape { n_head, n_head_kv: n_head, head_dim_k: head_dim, head_dim_v: head_dim, scale: 1.0 / (head_dim as f32).sqrt() }
+    }
+
     /// Query heads per key/value head.
     pub fn group(&self) -> usize {
         self.n_head / self.n_head_kv

@@ -124,13 +124,10 @@ impl<'de> Deserialize<'de> for ContentPart {
                 .map(|t| ContentPart::Text(t.to_string()))
                 .ok_or_else(|| D::Error::custom(".text must be a string")),
             Some("image_url") => {
-                let url = match part.get("image_url") {
-                    Some(Value::Object(o)) => o.get("url"),
-                    // a bare string is what some clients send
-                    Some(v @ Value::String(_)) => Some(v),
-                    _ => None,
+                let Some(Value::Object(image)) = part.get("image_url") else {
+                    return Err(D::Error::custom(".image_url must be an object: {\"url\": ..., \"detail\": ...}"));
                 };
-                let url = url.and_then(Value::as_str).ok_or_else(|| D::Error::custom(".image_url.url must be a string"))?;
+                let url = image.get("url").and_then(Value::as_str).ok_or_else(|| D::Error::custom(".image_url.url must be a string"))?;
                 let detail = match part.pointer("/image_url/detail") {
                     None | Some(Value::Null) => None,
                     Some(Value::String(d)) if matches!(d.as_str(), "auto" | "low" | "high") => Some(d.clone()),

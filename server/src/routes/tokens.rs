@@ -105,7 +105,8 @@ struct TemplateFlags {
 }
 
 /// The prompt of a chat completion with these `messages` and `tools` (checked as that route
-/// checks them), its generation prompt included unless `add_generation_prompt` is false.
+/// checks them), its generation prompt included unless `add_generation_prompt` is false; an
+/// image part shows as `<__media__>`, llama.cpp's marker, where its rows would go.
 pub fn apply_template(state: &AppState, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let body = Value::Object(body);
     let flags: TemplateFlags = requests::parse(&body)?;
@@ -113,5 +114,6 @@ pub fn apply_template(state: &AppState, body: Map<String, Value>) -> Result<Resp
     let request = ChatCompletionRequest::from_body(&body)?;
     let entry = named_or_only(state, request.model(), true)?;
     let input = ChatInput { tools: request.tools(), add_generation_prompt, ..ChatInput::new(request.messages()?) };
-    Ok(ok_json(&json!({"prompt": chat_request::render(&entry, &input)?})))
+    let prompt = chat_request::render(&entry, &input)?.replace(crate::vision::media_marker(), "<__media__>");
+    Ok(ok_json(&json!({"prompt": prompt})))
 }

@@ -18,14 +18,7 @@ pub struct StackConfig {
 
 impl StackConfig {
     pub fn attention_shape(&self) -> AttentionShape {
-        let head_dim = self.n_state / self.n_head;
-        AttentionShape {
-            n_head: self.n_head,
-            n_head_kv: self.n_head,
-            head_dim_k: head_dim,
-            head_dim_v: head_dim,
-            scale: 1.0 / (head_dim as f32).sqrt(),
-        }
+        AttentionShape::multi_head(self.n_state, self.n_head)
     }
 }
 
