@@ -142,14 +142,13 @@ impl Projector {
     }
 
     /// `text` (rendered messages with [`media_marker`] where the images were) with each image's
-    /// rows in its place, tokenized for `lm`. Each image is fetched, decoded and encoded (or
-    /// its rows found by pixel hash). `param(i)` names image `i`'s field in errors.
-    pub fn prompt(&self, lm: &Model, text: &str, images: &[ImagePart], param: impl Fn(usize) -> String) -> Result<ImagePrompt, ApiError> {
+    /// rows in its place, tokenized for `lm`. Each image (with the field that holds it, for
+    /// errors) is fetched, decoded and encoded (or its rows found by pixel hash).
+    pub fn prompt(&self, lm: &Model, text: &str, images: &[(ImagePart, String)]) -> Result<ImagePrompt, ApiError> {
         let mut rows = Vec::with_capacity(images.len());
-        for (i, part) in images.iter().enumerate() {
-            let p = param(i);
-            let bytes = self.fetch(&part.url, &p)?;
-            let image = self.decode(&bytes, &p)?;
+        for (part, param) in images {
+            let bytes = self.fetch(&part.url, param)?;
+            let image = self.decode(&bytes, param)?;
             let tiles = self.model.tiles(&image);
             let (found, _) = self.rows.get_or_encode(pixel_digest(&image), self.model.non_causal(), tiles.grid, || {
                 let _turn = self.encoding.lock().unwrap_or_else(|e| e.into_inner());

@@ -8,13 +8,11 @@
 
 use super::RgbImage;
 
-/// The resampling filter.
+/// The resampling filter (the two the projectors use: Gemma 3's bilinear, idefics3's Lanczos).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Filter {
     /// Triangle, support 1.
     Bilinear,
-    /// Keys cubic with a = -0.5 (Pillow's), support 2.
-    Bicubic,
     /// Lanczos with 3 lobes, support 3.
     Lanczos,
 }
@@ -26,7 +24,6 @@ impl Filter {
     fn support(self) -> f64 {
         match self {
             Filter::Bilinear => 1.0,
-            Filter::Bicubic => 2.0,
             Filter::Lanczos => 3.0,
         }
     }
@@ -44,16 +41,6 @@ impl Filter {
                 let x = x.abs();
                 if x < 1.0 {
                     1.0 - x
-                } else {
-                    0.0
-                }
-            }
-            Filter::Bicubic => {
-                let (x, a) = (x.abs(), -0.5);
-                if x < 1.0 {
-                    ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
-                } else if x < 2.0 {
-                    (((x - 5.0) * x + 8.0) * x - 4.0) * a
                 } else {
                     0.0
                 }
@@ -163,7 +150,7 @@ mod tests {
 
     #[test]
     fn weights_sum_to_one_in_fixed_point_and_cover_the_support() {
-        for filter in [Filter::Bilinear, Filter::Bicubic, Filter::Lanczos] {
+        for filter in [Filter::Bilinear, Filter::Lanczos] {
             for (i, o) in [(64, 32), (32, 64), (100, 7), (7, 100)] {
                 let c = coefficients(i, o, filter);
                 for (xx, &(xmin, count)) in c.bounds.iter().enumerate() {
@@ -178,7 +165,7 @@ mod tests {
     #[test]
     fn a_flat_image_stays_flat() {
         let flat = RgbImage { width: 9, height: 5, pixels: vec![77; 9 * 5 * 3] };
-        for filter in [Filter::Bilinear, Filter::Bicubic, Filter::Lanczos] {
+        for filter in [Filter::Bilinear, Filter::Lanczos] {
             let r = resize(&flat, 4, 11, filter);
             assert!(r.pixels.iter().all(|&p| p == 77), "{filter:?}");
         }

@@ -10,7 +10,6 @@ use super::reasoning::prompt_opens_thinking;
 use crate::error::ApiError;
 use crate::registry::ModelEntry;
 pub(crate) use crate::requests::chat::{ChatRequest, ToolChoice};
-use crate::vision::ImagePart;
 use crate::worker::SeqSpec;
 use engine::model::vision::PromptImages;
 use engine::tokenizer::TokenId;
@@ -58,8 +57,7 @@ fn prompt_with_images(entry: &ModelEntry, request: &ChatRequest, text: &str) -> 
             format!("the model `{}` has no vision projector: start the server with --mmproj for it to read images", entry.id),
         ));
     };
-    let parts: Vec<ImagePart> = request.images.iter().map(|(p, _)| p.clone()).collect();
-    let prompt = projector.prompt(&entry.model, text, &parts, |i| request.images[i].1.clone())?;
+    let prompt = projector.prompt(&entry.model, text, &request.images)?;
     Ok((prompt.ids, prompt.images))
 }
 

@@ -9,10 +9,11 @@
 //! layer norm.
 
 use super::config::{Projector, VisionConfig};
-use super::weights::{Block, ProjectorWeights, VisionWeights};
-use crate::backend::{AttentionRow, Backend, KvSource};
-use crate::model::blocks::{attention_out, plain_ffn, project, project_each};
+use super::weights::{ProjectorWeights, VisionWeights};
+use crate::backend::{AttentionRow, Backend};
+use crate::model::blocks::project;
 use crate::model::error::ModelError;
+use crate::model::whisper::encoder::pre_norm_layer;
 
 /// The patches of a `3 x size x size` planar image as rows of `3 · patch²` values, row-major
 /// over the patch grid (what the strided convolution reads).
@@ -33,21 +34,6 @@ fn patch_rows(pixels: &[f32], size: usize, patch: usize) -> Vec<f32> {
     rows
 }
 
-/// One block, in place on `x` (`n_patches x n_embd`).
-fn block<B: Backend>(b: &B, c: &VisionConfig, layer: &Block<B>, x: &mut B::Tensor, rows: &[AttentionRow]) -> Result<(), ModelError> {
-    let (n, d) = b.shape(x);
-    let mut h = b.zeros(n, d)?;
-    b.layer_norm(x, &layer.ln1.weight, &layer.ln1.bias, c.eps, &mut h)?;
-    let a = &layer.attn;
-    let [q, k, v] = project_each(b, [&a.q.w, &a.k.w, &a.v.w], [a.q.b.as_ref(), a.k.b.as_ref(), a.v.b.as_ref()], &h)?;
-    let o = attention_out(b, &q, KvSource::Batch { k: &k, v: &v }, rows, &c.attention_shape(), &a.out.w, a.out.b.as_ref())?;
-    b.add_scaled(x, &o, 1.0)?;
-    b.layer_norm(x, &layer.ln2.weight, &layer.ln2.bias, c.eps, &mut h)?;
-    let f = plain_ffn(b, c.activation, (&layer.ffn_up.w, layer.ffn_up.b.as_ref()), (&layer.ffn_down.w, layer.ffn_down.b.as_ref()), &h)?;
-    b.add_scaled(x, &f, 1.0)?;
-    Ok(())
-}
-
 /// The ViT's output for one tile: `n_patches x n_embd` on the host.
 pub fn vit<B: Backend>(b: &B, c: &VisionConfig, w: &VisionWeights<B>, pixels: &[f32]) -> Result<Vec<f32>, ModelError> {
     let size = c.image_size;
@@ -64,8 +50,9 @@ pub fn vit<B: Backend>(b: &B, c: &VisionConfig, w: &VisionWeights<B>, pixels: &[
     let mut x = project(b, &w.patch.w, w.patch.b.as_ref(), &patches)?; // n x d
     b.add_scaled(&mut x, &b.upload_tensor(n, c.n_embd, &w.position)?, 1.0)?;
     let rows = vec![AttentionRow { kv: 0, positions: 0..n }; n];
+    let shape = c.attention_shape();
     for layer in &w.blocks {
-        block(b, c, layer, &mut x, &rows)?;
+        pre_norm_layer(b, layer, &shape, c.eps, c.activation, &mut x, &rows)?;
     }
     let mut out = b.zeros(n, c.n_embd)?;
     b.layer_norm(&x, &w.post_norm.weight, &w.post_norm.bias, c.eps, &mut out)?;

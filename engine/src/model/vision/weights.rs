@@ -10,17 +10,8 @@ use crate::gguf::{GgufFile, GgufWriter, TensorInfo};
 use crate::model::bert::LayerNorm;
 use crate::model::error::ModelError;
 use crate::model::weights::Loader;
-use crate::model::whisper::weights::{AttentionWeights, Linear};
+use crate::model::whisper::weights::{AttentionWeights, Layer, Linear};
 use crate::quant::{self, types::GgmlType};
-
-/// One pre-norm ViT block.
-pub struct Block<B: Backend> {
-    pub ln1: LayerNorm<B>,
-    pub attn: AttentionWeights<B>,
-    pub ln2: LayerNorm<B>,
-    pub ffn_up: Linear<B>,
-    pub ffn_down: Linear<B>,
-}
 
 pub enum ProjectorWeights<B: Backend> {
     /// `mm.model.fc`: `[n_embd_out, n_embd · scale²]`, no bias.
@@ -39,7 +30,9 @@ pub struct VisionWeights<B: Backend> {
     pub patch_input_f16: bool,
     /// `[n_patches, n_embd]` on the host: added once per tile.
     pub position: Vec<f32>,
-    pub blocks: Vec<Block<B>>,
+    /// Pre-norm blocks (`ln1` / `ln2` as the layer's attention and feed-forward norms; no
+    /// cross-attention).
+    pub blocks: Vec<Layer<B>>,
     pub post_norm: LayerNorm<B>,
     pub projector: ProjectorWeights<B>,
 }
@@ -105,15 +98,17 @@ impl<B: Backend> VisionWeights<B> {
         let blocks = (0..c.n_layer)
             .map(|i| {
                 let n = |s: &str| format!("v.blk.{i}.{s}");
-                Ok(Block {
-                    ln1: norm(&l, &n("ln1"), d)?,
+                Ok(Layer {
+                    attn_norm: norm(&l, &n("ln1"), d)?,
                     attn: AttentionWeights {
                         q: linear(&l, &n("attn_q"), d, d, true)?,
                         k: linear(&l, &n("attn_k"), d, d, true)?,
                         v: linear(&l, &n("attn_v"), d, d, true)?,
                         out: linear(&l, &n("attn_out"), d, d, true)?,
                     },
-                    ln2: norm(&l, &n("ln2"), d)?,
+                    cross_norm: None,
+                    cross: None,
+                    ffn_norm: norm(&l, &n("ln2"), d)?,
                     ffn_up: linear(&l, &n(up), c.n_ff, d, true)?,
                     ffn_down: linear(&l, &n(down), d, c.n_ff, true)?,
                 })

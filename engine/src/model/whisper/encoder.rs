@@ -8,7 +8,7 @@
 
 use super::config::WhisperConfig;
 use super::weights::{AttentionWeights, Layer, Linear, WhisperWeights};
-use crate::backend::{Activation, AttentionRow, Backend, KvSource};
+use crate::backend::{Activation, AttentionRow, AttentionShape, Backend, KvSource};
 use crate::model::blocks::{attention_out, plain_ffn, project, project_each};
 use crate::model::error::ModelError;
 
@@ -45,25 +45,27 @@ fn conv_gelu<B: Backend>(b: &B, conv: &Linear<B>, cols: &[f32], rows: usize) -> 
     Ok(y)
 }
 
-/// Pre-norm self-attention and feed-forward of one encoder layer, in place on `x`.
-fn encoder_layer<B: Backend>(
+/// Pre-norm self-attention and feed-forward of one encoder layer (Whisper's, and a ViT's), in
+/// place on `x`: layer norm, biased q/k/v, attention over the batch's own rows, output
+/// projection, residual; layer norm, `act` feed-forward, residual.
+pub(crate) fn pre_norm_layer<B: Backend>(
     b: &B,
-    c: &WhisperConfig,
     layer: &Layer<B>,
+    shape: &AttentionShape,
+    eps: f32,
+    act: Activation,
     x: &mut B::Tensor,
     rows: &[AttentionRow],
 ) -> Result<(), ModelError> {
     let (n, d) = b.shape(x);
-    let shape = c.encoder.attention_shape();
     let mut h = b.zeros(n, d)?;
-    b.layer_norm(x, &layer.attn_norm.weight, &layer.attn_norm.bias, c.eps, &mut h)?;
+    b.layer_norm(x, &layer.attn_norm.weight, &layer.attn_norm.bias, eps, &mut h)?;
     let a: &AttentionWeights<B> = &layer.attn;
     let [q, k, v] = project_each(b, [&a.q.w, &a.k.w, &a.v.w], [a.q.b.as_ref(), a.k.b.as_ref(), a.v.b.as_ref()], &h)?;
-    let o = attention_out(b, &q, KvSource::Batch { k: &k, v: &v }, rows, &shape, &a.out.w, a.out.b.as_ref())?;
+    let o = attention_out(b, &q, KvSource::Batch { k: &k, v: &v }, rows, shape, &a.out.w, a.out.b.as_ref())?;
     b.add_scaled(x, &o, 1.0)?;
-    b.layer_norm(x, &layer.ffn_norm.weight, &layer.ffn_norm.bias, c.eps, &mut h)?;
-    let f =
-        plain_ffn(b, Activation::GeluErf, (&layer.ffn_up.w, layer.ffn_up.b.as_ref()), (&layer.ffn_down.w, layer.ffn_down.b.as_ref()), &h)?;
+    b.layer_norm(x, &layer.ffn_norm.weight, &layer.ffn_norm.bias, eps, &mut h)?;
+    let f = plain_ffn(b, act, (&layer.ffn_up.w, layer.ffn_up.b.as_ref()), (&layer.ffn_down.w, layer.ffn_down.b.as_ref()), &h)?;
     b.add_scaled(x, &f, 1.0)?;
     Ok(())
 }
@@ -88,8 +90,9 @@ pub fn encode<B: Backend>(b: &B, c: &WhisperConfig, w: &WhisperWeights<B>, mel: 
     b.add_scaled(&mut x, &b.upload_tensor(e.n_ctx, e.n_state, &w.encoder.position)?, 1.0)?;
 
     let rows = vec![AttentionRow { kv: 0, positions: 0..e.n_ctx }; e.n_ctx];
+    let shape = e.attention_shape();
     for layer in &w.encoder.layers {
-        encoder_layer(b, c, layer, &mut x, &rows)?;
+        pre_norm_layer(b, layer, &shape, c.eps, Activation::GeluErf, &mut x, &rows)?;
     }
     let mut out = b.zeros(e.n_ctx, e.n_state)?;
     b.layer_norm(&x, &w.encoder.output_norm.weight, &w.encoder.output_norm.bias, c.eps, &mut out)?;
