@@ -11,6 +11,7 @@ mod images;
 mod info;
 mod load;
 mod logits;
+mod quantize;
 mod run;
 mod sampling_args;
 mod serve;
@@ -53,6 +54,8 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Transcribe an audio file with a Whisper model.
     Transcribe(transcribe::TranscribeArgs),
+    /// Write a GGUF file with every weight matrix in one type (llama-quantize --pure).
+    Quantize(quantize::QuantizeArgs),
 }
 
 fn main() {
@@ -74,6 +77,7 @@ fn main() {
         Command::Embed(args) => embed::run(args),
         Command::Serve(args) => serve::run(*args),
         Command::Transcribe(args) => transcribe::run(args),
+        Command::Quantize(args) => quantize::run(args),
         Command::Guard(args) => match guard::run(args) {
             Ok(true) => std::process::exit(1),
             Ok(false) => Ok(()),

@@ -37,6 +37,7 @@ pub mod q5_0;
 pub mod q5_1;
 pub mod q8_0;
 pub mod q8_1;
+pub mod requantize;
 pub mod types;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
