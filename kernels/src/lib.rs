@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod host;
 pub mod launch;
 pub mod nvrtc;
+pub mod prepared;
 pub mod runtime;
 pub mod sources;
 

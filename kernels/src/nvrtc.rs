@@ -50,7 +50,8 @@ pub struct KernelReport {
 pub struct CompiledModule {
     pub file: &'static str,
     pub arch: String,
-    /// The device code for `arch` (an ELF image the driver loads as it is).
+    /// The device code for `arch`: an ELF image the driver loads as it is (a CUBIN), or PTX
+    /// text ending in a NUL (for a virtual `compute_XY` architecture).
     pub cubin: Vec<u8>,
     /// NVRTC's log (ptxas's report).
     pub log: String,
@@ -122,6 +123,23 @@ fn chars_to_string(chars: &[c_char]) -> String {
 
 /// Compiles `source` for `arch` (`sm_80`, `sm_90`, ...) to a CUBIN.
 pub fn compile(source: &KernelSource, arch: &str) -> Result<CompiledModule, NvrtcError> {
+    compile_as(source, arch, Image::Cubin)
+}
+
+/// Compiles `source` for the virtual architecture `arch` (`compute_80`, ...) to PTX: text the
+/// driver compiles for any GPU of that architecture or a later one.
+pub fn compile_ptx(source: &KernelSource, arch: &str) -> Result<CompiledModule, NvrtcError> {
+    compile_as(source, arch, Image::Ptx)
+}
+
+/// What NVRTC is asked for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Image {
+    Cubin,
+    Ptx,
+}
+
+fn compile_as(source: &KernelSource, arch: &str, image: Image) -> Result<CompiledModule, NvrtcError> {
     load()?;
     let code = CString::new(source.expanded()?).map_err(|_| NvrtcError::Compile {
         file: source.name.into(),
@@ -132,7 +150,9 @@ pub fn compile(source: &KernelSource, arch: &str) -> Result<CompiledModule, Nvrt
     let name = CString::new(source.name).expect("file names hold no NUL");
     let failed = |status: String, log: String| NvrtcError::Compile { file: source.name.into(), arch: arch.into(), status, log };
     let program = Program(result::create_program(&code, Some(&name)).map_err(|e| failed(format!("{e:?}"), String::new()))?);
-    let mut options: Vec<String> = OPTIONS.iter().map(|o| o.to_string()).collect();
+    // PTX is not assembled here, so there is no ptxas report to ask for
+    let mut options: Vec<String> =
+        OPTIONS.iter().filter(|o| image == Image::Cubin || !o.starts_with("--ptxas")).map(|o| o.to_string()).collect();
     options.push(format!("--gpu-architecture={arch}"));
     // SAFETY: `program` is a live program; the options are plain strings.
     let compiled = unsafe { result::compile_program(program.0, &options) };
@@ -140,13 +160,25 @@ pub fn compile(source: &KernelSource, arch: &str) -> Result<CompiledModule, Nvrt
     let log = unsafe { result::get_program_log(program.0) }.map(|l| chars_to_string(&l)).unwrap_or_default();
     compiled.map_err(|e| failed(format!("{e:?}"), log.clone()))?;
     let mut size = 0usize;
-    // SAFETY: `program` compiled successfully; `size` is a valid out pointer.
-    unsafe { sys::nvrtcGetCUBINSize(program.0, &mut size) }.result().map_err(|e| failed(format!("{e:?}"), log.clone()))?;
-    let mut cubin = vec![0u8; size];
-    // SAFETY: `cubin` holds the `size` bytes NVRTC said the image takes.
-    unsafe { sys::nvrtcGetCUBIN(program.0, cubin.as_mut_ptr().cast::<c_char>()) }
-        .result()
-        .map_err(|e| failed(format!("{e:?}"), log.clone()))?;
+    let cubin = if image == Image::Cubin {
+        // SAFETY: `program` compiled successfully; `size` is a valid out pointer.
+        unsafe { sys::nvrtcGetCUBINSize(program.0, &mut size) }.result().map_err(|e| failed(format!("{e:?}"), log.clone()))?;
+        let mut cubin = vec![0u8; size];
+        // SAFETY: `cubin` holds the `size` bytes NVRTC said the image takes.
+        unsafe { sys::nvrtcGetCUBIN(program.0, cubin.as_mut_ptr().cast::<c_char>()) }
+            .result()
+            .map_err(|e| failed(format!("{e:?}"), log.clone()))?;
+        cubin
+    } else {
+        // SAFETY: `program` compiled successfully; `size` is a valid out pointer.
+        unsafe { sys::nvrtcGetPTXSize(program.0, &mut size) }.result().map_err(|e| failed(format!("{e:?}"), log.clone()))?;
+        let mut ptx = vec![0u8; size];
+        // SAFETY: `ptx` holds the `size` bytes (the text and its NUL) NVRTC said it takes.
+        unsafe { sys::nvrtcGetPTX(program.0, ptx.as_mut_ptr().cast::<c_char>()) }
+            .result()
+            .map_err(|e| failed(format!("{e:?}"), log.clone()))?;
+        ptx
+    };
     let kernels = parse_report(&log);
     Ok(CompiledModule { file: source.name, arch: arch.to_string(), cubin, log, kernels })
 }

@@ -56,3 +56,27 @@ fn every_kernel_compiles_for_sm_80_and_sm_90_without_spills() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+#[test]
+fn the_prepared_folder_holds_every_source_for_every_architecture() {
+    fetch_nvrtc();
+    let dir = std::env::temp_dir().join(format!("prepared-kernels-all-{}", std::process::id()));
+    let report = kernels::prepared::write_all(&dir).expect("prepare");
+    for source in SOURCES {
+        for arch in kernels::prepared::CUBIN_ARCHS {
+            let cubin = std::fs::read(kernels::prepared::module_path(&dir, source, arch)).unwrap();
+            assert!(cubin.starts_with(b"\x7fELF"), "{} {arch}: not an ELF image", source.name);
+            for name in source.entry_points() {
+                assert!(report.lines().any(|l| l.starts_with(&format!("{}\t{name}\t{arch}\t", source.name))), "{name} {arch} not reported");
+            }
+        }
+        let ptx = std::fs::read_to_string(kernels::prepared::module_path(&dir, source, kernels::prepared::PTX_ARCH)).unwrap();
+        assert!(ptx.contains(".target sm_80"), "{}: PTX for compute_80", source.name);
+        assert!(ptx.ends_with('\0'), "{}: PTX is handed to the driver as a C string", source.name);
+        for name in source.entry_points() {
+            assert!(ptx.contains(&format!(".entry {name}(")), "{}: {name} in the PTX", source.name);
+        }
+    }
+    assert_eq!(std::fs::read_to_string(dir.join(kernels::prepared::REPORT)).unwrap(), report);
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -4,9 +4,13 @@ use std::path::{Path, PathBuf};
 
 pub mod tiny;
 
-/// `tests/fixtures/<rel>` inside this repository.
+/// `tests/fixtures/<rel>` inside this repository, or under `ENGINE_FIXTURES` when that is set
+/// (the device check's bundle carries its own fixtures folder to a machine without the tree).
 pub fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(rel)
+    match std::env::var_os("ENGINE_FIXTURES").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir).join(rel),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(rel),
+    }
 }
 
 /// Little-endian f32 values of a raw fixture file.

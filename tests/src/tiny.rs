@@ -12,50 +12,88 @@ use crate::{fixture, json_ids, read_f32s, read_json};
 /// Every weight type of the fixtures.
 pub const TYPES: &[&str] = &["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"];
 
+/// How one tiny model file on a device compares with llama.cpp's logits.
+#[derive(Debug)]
+pub struct TinyComparison {
+    pub name: String,
+    /// The largest |ours - llama.cpp| over every position of the three sequences.
+    pub worst: f32,
+    /// The file's recommended bound (f32 attention).
+    pub bound: f32,
+    /// Positions whose top token is llama.cpp's, of all positions.
+    pub top1_equal: usize,
+    pub positions: usize,
+    /// The first greedy token that differs from llama.cpp's while its margin was clear.
+    pub greedy_mismatch: Option<String>,
+}
+
+impl TinyComparison {
+    pub fn passed(&self) -> bool {
+        self.worst <= self.bound && self.greedy_mismatch.is_none()
+    }
+}
+
+/// Runs `model` (the fixture file `name`, e.g. `tiny-llama-Q4_K`) over every position of its
+/// three fixture sequences and greedily onwards, at most `greedy_steps` tokens (16 are
+/// recorded), while llama.cpp's choice is clear.
+pub fn compare_with_llama_cpp(model: &Model, name: &str, greedy_steps: usize) -> TinyComparison {
+    let tolerance = read_json(&fixture("models/tolerance.json"));
+    let golden = read_json(&fixture(&format!("models/golden/{name}.logits.json")));
+    let bin = read_f32s(&fixture(&format!("models/golden/{name}.logits.bin")));
+    let bound = tolerance["files"][name]["recommended"]["f32_attention"]["max_abs"].as_f64().unwrap() as f32;
+    let mut c = TinyComparison { name: name.to_string(), worst: 0.0, bound, top1_equal: 0, positions: 0, greedy_mismatch: None };
+    for seq in golden["sequences"].as_array().unwrap() {
+        let tokens = json_ids(&seq["tokens"]);
+        let offset = seq["logits"]["offset"].as_u64().unwrap() as usize / 4;
+        let mut kv = model.new_kv_cache(KvType::F32, 512);
+        // [tokens][n_vocab]
+        let out = model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)).unwrap();
+        assert_eq!(out.len(), tokens.len());
+        for p in 0..tokens.len() {
+            let want = &bin[offset + p * 512..offset + (p + 1) * 512];
+            for (a, b) in out.row(p).iter().zip(want) {
+                c.worst = c.worst.max((a - b).abs());
+            }
+            c.top1_equal += usize::from(argmax(out.row(p)) == argmax(want));
+            c.positions += 1;
+        }
+        // greedy continuation, one token at a time, while llama.cpp's choice is clear
+        let margins: Vec<f64> = seq["greedy_margins"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let greedy = json_ids(&seq["greedy"]);
+        let mut next = argmax(out.row(tokens.len() - 1));
+        for (j, &want) in greedy.iter().enumerate().take(greedy_steps) {
+            if margins[j] < 2.0 * f64::from(bound) {
+                break;
+            }
+            if next != want {
+                c.greedy_mismatch.get_or_insert(format!("greedy token {j} after {} tokens: {next}, llama.cpp {want}", tokens.len()));
+                break;
+            }
+            let pos = (tokens.len() + j) as u32;
+            let o = model.forward(&mut kv, &[BatchEntry { seq: 0, token: next, pos, logits: true }]).unwrap();
+            next = argmax(o.row(0));
+        }
+    }
+    c
+}
+
+/// The tiny fixture files: both models in every weight type.
+pub fn tiny_files() -> Vec<String> {
+    ["tiny-llama", "tiny-granite"].iter().flat_map(|m| TYPES.iter().map(move |ty| format!("{m}-{ty}"))).collect()
+}
+
 /// Every position of the three fixture sequences of the tiny llama and granite models, in all
 /// 13 weight types, within the file's recommended tolerance of llama.cpp's logits (f32
 /// attention); greedy continuations equal while llama.cpp's margins are clear. `load` puts a
 /// model on the device under test; `label` names it in the report.
 pub fn tiny_models_match_llama_cpp(label: &str, load: impl Fn(&Path) -> Model) {
-    let tolerance = read_json(&fixture("models/tolerance.json"));
     let mut report = Vec::new();
-    for model_name in ["tiny-llama", "tiny-granite"] {
-        for ty in TYPES {
-            let name = format!("{model_name}-{ty}");
-            let model = load(&fixture(&format!("models/{name}.gguf")));
-            let golden = read_json(&fixture(&format!("models/golden/{name}.logits.json")));
-            let bin = read_f32s(&fixture(&format!("models/golden/{name}.logits.bin")));
-            let bound = tolerance["files"][&name]["recommended"]["f32_attention"]["max_abs"].as_f64().unwrap() as f32;
-            let mut worst = 0.0f32;
-            for seq in golden["sequences"].as_array().unwrap() {
-                let tokens = json_ids(&seq["tokens"]);
-                let offset = seq["logits"]["offset"].as_u64().unwrap() as usize / 4;
-                let mut kv = model.new_kv_cache(KvType::F32, 512);
-                let out = model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)).unwrap();
-                assert_eq!(out.len(), tokens.len());
-                for p in 0..tokens.len() {
-                    let want = &bin[offset + p * 512..offset + (p + 1) * 512];
-                    for (a, b) in out.row(p).iter().zip(want) {
-                        worst = worst.max((a - b).abs());
-                    }
-                }
-                // greedy continuation, one token at a time, while llama.cpp's choice is clear
-                let margins: Vec<f64> = seq["greedy_margins"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-                let greedy = json_ids(&seq["greedy"]);
-                let mut next = argmax(out.row(tokens.len() - 1));
-                for (j, &want) in greedy.iter().enumerate() {
-                    if margins[j] < 2.0 * f64::from(bound) {
-                        break;
-                    }
-                    assert_eq!(next, want, "{name}: greedy token {j}");
-                    let pos = (tokens.len() + j) as u32;
-                    let o = model.forward(&mut kv, &[BatchEntry { seq: 0, token: next, pos, logits: true }]).unwrap();
-                    next = argmax(o.row(0));
-                }
-            }
-            report.push(format!("{label} {name}: max |ours - llama.cpp| = {worst:.3e} (bound {bound:.1e})"));
-            assert!(worst <= bound, "{}", report.join("\n"));
-        }
+    for name in tiny_files() {
+        let model = load(&fixture(&format!("models/{name}.gguf")));
+        let c = compare_with_llama_cpp(&model, &name, usize::MAX);
+        report.push(format!("{label} {name}: max |ours - llama.cpp| = {:.3e} (bound {:.1e})", c.worst, c.bound));
+        assert!(c.greedy_mismatch.is_none(), "{name}: {}", c.greedy_mismatch.unwrap_or_default());
+        assert!(c.worst <= c.bound, "{}", report.join("\n"));
     }
     eprintln!("{}", report.join("\n"));
 }

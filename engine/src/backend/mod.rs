@@ -9,8 +9,8 @@ pub mod cpu;
 mod cuda_check;
 pub mod device;
 mod error;
-#[cfg(test)]
-mod harness;
+#[cfg(any(test, feature = "sim", feature = "cuda"))]
+pub mod harness;
 #[cfg(any(feature = "sim", feature = "cuda"))]
 pub mod kernel;
 #[cfg(all(test, feature = "sim"))]

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU check, prepared on a CPU machine and run on a GPU machine that has the NVIDIA driver
+# and nothing else (no Rust, no CUDA toolkit, no network).
+#
+#   tools/device-check.sh prepare   (here) builds .device/: the device-check program (CUDA and
+#                                   the CPU execution harness built in), every kernel compiled
+#                                   by NVRTC to CUBINs for sm_80 and sm_90 and PTX for compute_80
+#                                   with ptxas's register and spill report, the tiny models' two
+#                                   F32 bases (every other weight type is made there) and
+#                                   llama.cpp's goldens; prints the bundle's and the tree's size
+#   tools/device-check.sh run       (there) runs the check on GPU 0 with the prepared kernels;
+#                                   writes everything it prints to device-check.log too, in $OUT
+#                                   when that is set (else in .device/)
+#   tools/device-check.sh check     (here) the same bundle and the same checks through the CPU
+#                                   execution harness: proves the check works end to end
+#
+# Copy the repository with .device/ in it (git ignores .device/) to the GPU machine, then run
+# `bash tools/device-check.sh run` in its root. The last line printed is PASS or FAIL.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUNDLE=$ROOT/.device
+LIMIT_MIB=60
+
+prepare() {
+  cd "$ROOT"
+  local nvrtc bases bin
+  nvrtc=$(bash tools/fetch-nvrtc.sh)
+  bases=$(bash tools/make-fixtures.sh --bases)
+  echo "building device-check (test profile: optimised, debug assertions on)" >&2
+  cargo build --quiet --profile test -p engine-tests --features cuda,sim --bin device-check
+  cargo build --quiet --profile test -p kernels --bin prepare-kernels
+  rm -rf "$BUNDLE"
+  mkdir -p "$BUNDLE/bin" "$BUNDLE/fixtures/models/golden"
+  ENGINE_NVRTC=$nvrtc target/debug/prepare-kernels "$BUNDLE/kernels" >&2
+  cp target/debug/device-check "$BUNDLE/bin/"
+  strip "$BUNDLE/bin/device-check"
+  cp "$bases"/tiny-llama-base-f32.gguf "$bases"/tiny-granite-base-f32.gguf "$BUNDLE/fixtures/models/"
+  cp tests/fixtures/models/index.json tests/fixtures/models/tolerance.json "$BUNDLE/fixtures/models/"
+  cp tests/fixtures/models/golden/tiny-* "$BUNDLE/fixtures/models/golden/"
+  local bundle tree
+  bundle=$(du -sb "$BUNDLE" | cut -f1)
+  tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+  awk -v b="$bundle" -v t="$tree" -v l="$LIMIT_MIB" \
+    'BEGIN { printf "bundle %.1f MiB + tree %.1f MiB = %.1f MiB (limit %d MiB)\n", b / 1048576, t / 1048576, (b + t) / 1048576, l }'
+  if [ $((bundle + tree)) -gt $((LIMIT_MIB * 1048576)) ]; then
+    echo "device-check: the bundle and the tree are over $LIMIT_MIB MiB" >&2
+    exit 1
+  fi
+}
+
+# the check on BACKEND, its output on the terminal and in the log
+check_on() {
+  local backend=$1 log_dir=${OUT:-$BUNDLE}
+  [ -x "$BUNDLE/bin/device-check" ] || { echo "device-check: no bundle: run 'tools/device-check.sh prepare' first" >&2; exit 2; }
+  mkdir -p "$log_dir"
+  # the device images keep the driver here, where ldconfig may not look
+  export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  set -o pipefail
+  {
+    echo "device-check on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ), backend $backend"
+    if [ "$backend" = cuda ] && command -v nvidia-smi >/dev/null; then
+      nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
+    fi
+    "$BUNDLE/bin/device-check" --backend "$backend" --fixtures "$BUNDLE/fixtures" --modules "$BUNDLE/kernels" 2>&1
+  } | tee "$log_dir/device-check.log"
+}
+
+case ${1:-} in
+  prepare) prepare ;;
+  run) check_on cuda ;;
+  check) check_on sim ;;
+  *) echo "usage: tools/device-check.sh prepare|run|check" >&2; exit 2 ;;
+esac
