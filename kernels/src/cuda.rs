@@ -76,6 +76,11 @@ impl CudaRuntime {
         format!("{} ({})", self.name, self.arch)
     }
 
+    /// The GPU's architecture, e.g. `sm_90`.
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
     /// The driver's CUDA version, e.g. `13.0`.
     pub fn driver_version(&self) -> Result<String, RuntimeError> {
         let mut v = 0i32;

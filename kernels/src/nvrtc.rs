@@ -159,26 +159,19 @@ fn compile_as(source: &KernelSource, arch: &str, image: Image) -> Result<Compile
     // SAFETY: `program` is a live program.
     let log = unsafe { result::get_program_log(program.0) }.map(|l| chars_to_string(&l)).unwrap_or_default();
     compiled.map_err(|e| failed(format!("{e:?}"), log.clone()))?;
-    let mut size = 0usize;
-    let cubin = if image == Image::Cubin {
-        // SAFETY: `program` compiled successfully; `size` is a valid out pointer.
-        unsafe { sys::nvrtcGetCUBINSize(program.0, &mut size) }.result().map_err(|e| failed(format!("{e:?}"), log.clone()))?;
-        let mut cubin = vec![0u8; size];
-        // SAFETY: `cubin` holds the `size` bytes NVRTC said the image takes.
-        unsafe { sys::nvrtcGetCUBIN(program.0, cubin.as_mut_ptr().cast::<c_char>()) }
-            .result()
-            .map_err(|e| failed(format!("{e:?}"), log.clone()))?;
-        cubin
-    } else {
-        // SAFETY: `program` compiled successfully; `size` is a valid out pointer.
-        unsafe { sys::nvrtcGetPTXSize(program.0, &mut size) }.result().map_err(|e| failed(format!("{e:?}"), log.clone()))?;
-        let mut ptx = vec![0u8; size];
-        // SAFETY: `ptx` holds the `size` bytes (the text and its NUL) NVRTC said it takes.
-        unsafe { sys::nvrtcGetPTX(program.0, ptx.as_mut_ptr().cast::<c_char>()) }
-            .result()
-            .map_err(|e| failed(format!("{e:?}"), log.clone()))?;
-        ptx
+    // the image's size, then its bytes (PTX: the text and its NUL)
+    type SizeFn = unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult;
+    type BytesFn = unsafe fn(sys::nvrtcProgram, *mut c_char) -> sys::nvrtcResult;
+    let (get_size, get_bytes): (SizeFn, BytesFn) = match image {
+        Image::Cubin => (sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN),
+        Image::Ptx => (sys::nvrtcGetPTXSize, sys::nvrtcGetPTX),
     };
+    let mut size = 0usize;
+    // SAFETY: `program` compiled successfully; `size` is a valid out pointer.
+    unsafe { get_size(program.0, &mut size) }.result().map_err(|e| failed(format!("{e:?}"), log.clone()))?;
+    let mut cubin = vec![0u8; size];
+    // SAFETY: `cubin` holds the `size` bytes NVRTC said the image takes.
+    unsafe { get_bytes(program.0, cubin.as_mut_ptr().cast::<c_char>()) }.result().map_err(|e| failed(format!("{e:?}"), log.clone()))?;
     let kernels = parse_report(&log);
     Ok(CompiledModule { file: source.name, arch: arch.to_string(), cubin, log, kernels })
 }

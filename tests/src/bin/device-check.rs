@@ -358,9 +358,7 @@ fn main() {
     if let Some(m) = &args.modules {
         let arch = match &target {
             #[cfg(feature = "cuda")]
-            Target::Cuda(b) => {
-                b.runtime().description().rsplit_once('(').map(|(_, a)| a.trim_end_matches(')').to_string()).unwrap_or_default()
-            }
+            Target::Cuda(b) => b.runtime().arch().to_string(),
             #[cfg(feature = "sim")]
             Target::Sim(_) => "sm_90".to_string(),
         };
