@@ -13,6 +13,8 @@
 #                                   when that is set (else in .device/)
 #   tools/device-check.sh check     (here) the same bundle and the same checks through the CPU
 #                                   execution harness: proves the check works end to end
+#   run and check take --sections ops,logits,invariance,speed,end-to-end (default: all), to rerun
+#   some after a fix
 #
 # Copy the repository with .device/ in it (git ignores .device/) to the GPU machine, then run
 # `bash tools/device-check.sh run` in its root. The last line printed is PASS or FAIL.
@@ -48,9 +50,11 @@ prepare() {
   fi
 }
 
-# the check on BACKEND, its output on the terminal and in the log
+# the check on BACKEND (then the program's own options, e.g. --sections speed,end-to-end), its
+# output on the terminal and in the log
 check_on() {
   local backend=$1 log_dir=${OUT:-$BUNDLE}
+  shift
   [ -x "$BUNDLE/bin/device-check" ] || { echo "device-check: no bundle: run 'tools/device-check.sh prepare' first" >&2; exit 2; }
   mkdir -p "$log_dir"
   # the device images keep the driver here, where ldconfig may not look
@@ -61,13 +65,14 @@ check_on() {
     if [ "$backend" = cuda ] && command -v nvidia-smi >/dev/null; then
       nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
     fi
-    "$BUNDLE/bin/device-check" --backend "$backend" --fixtures "$BUNDLE/fixtures" --modules "$BUNDLE/kernels" 2>&1
+    "$BUNDLE/bin/device-check" --backend "$backend" --fixtures "$BUNDLE/fixtures" --modules "$BUNDLE/kernels" \
+      --guardian "$ROOT/tests/fixtures/guardian/models/guardian-tiny-3.3-q8_0.gguf" "$@" 2>&1
   } | tee "$log_dir/device-check.log"
 }
 
 case ${1:-} in
   prepare) prepare ;;
-  run) check_on cuda ;;
-  check) check_on sim ;;
-  *) echo "usage: tools/device-check.sh prepare|run|check" >&2; exit 2 ;;
+  run) shift; check_on cuda "$@" ;;
+  check) shift; check_on sim "$@" ;;
+  *) echo "usage: tools/device-check.sh prepare | run|check [--sections ops,logits,invariance,speed,end-to-end]" >&2; exit 2 ;;
 esac

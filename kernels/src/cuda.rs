@@ -3,11 +3,15 @@
 //! functions kept for the life of the runtime: from the folder of prepared modules when
 //! `ENGINE_CUDA_MODULES` names one (`prepared.rs`: the CUBIN of the GPU's own `sm_XY`, else PTX),
 //! otherwise compiled by NVRTC for the GPU's own `sm_XY` (a CUBIN the driver loads as it is: no
-//! PTX of a newer ISA than the driver knows). The driver library
-//! and NVRTC are looked for before any call into `cudarc`, which panics when one is missing.
+//! PTX of a newer ISA than the driver knows). A source's image is made once per process and
+//! reused by every later runtime (model load). The driver library is looked for before any call
+//! into `cudarc`, which panics when it is missing. `ENGINE_CUDA_SYNC=1` waits for every launch
+//! and names the kernel that failed; otherwise a fault surfaces at the next wait, which names
+//! the last kernel launched.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
@@ -19,11 +23,62 @@ use crate::SOURCES;
 /// The driver library, as the loader finds it.
 pub const DRIVER_LIBRARY: &str = "libcuda.so.1";
 
+/// Folders the driver is looked for in when the loader does not find it by name: where GPU
+/// container images mount it (`/usr/local/nvidia`) and the distributions' library folders.
+const DRIVER_FOLDERS: [&str; 4] = ["/usr/local/nvidia/lib64", "/usr/local/nvidia/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64"];
+
+/// Set to 1: every launch is waited for and checked, so a fault names its kernel.
+pub const SYNC_VAR: &str = "ENGINE_CUDA_SYNC";
+
 fn driver_error(what: &str, e: DriverError) -> RuntimeError {
     if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
         return RuntimeError::OutOfMemory { bytes: 0 };
     }
     RuntimeError::Device(format!("{what}: {e}"))
+}
+
+/// Makes the driver loadable by name: when the loader's search misses it, the first
+/// `libcuda.so.1` of `ENGINE_CUDA_DRIVER` (the library or its folder) or [`DRIVER_FOLDERS`] is
+/// opened by its path and kept open; the loader then finds it by its soname. Once per process.
+fn find_driver() -> Result<(), RuntimeError> {
+    static FOUND: OnceLock<Result<(), String>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            // SAFETY: only tries to open the driver library by its names; never panics.
+            if unsafe { sys::is_culib_present() } {
+                return Ok(());
+            }
+            let mut looked: Vec<PathBuf> = Vec::new();
+            if let Some(p) = std::env::var_os("ENGINE_CUDA_DRIVER").map(PathBuf::from) {
+                looked.push(if p.is_dir() { p.join(DRIVER_LIBRARY) } else { p });
+            }
+            looked.extend(DRIVER_FOLDERS.iter().map(|d| PathBuf::from(d).join(DRIVER_LIBRARY)));
+            for path in looked.iter().filter(|p| p.is_file()) {
+                // SAFETY: loading the driver runs its initialisers, which have no preconditions;
+                // the handle is leaked so the library stays loaded for cudarc's open by name.
+                if let Ok(lib) = unsafe { libloading::Library::new(path) } {
+                    std::mem::forget(lib);
+                    // SAFETY: as above.
+                    if unsafe { sys::is_culib_present() } {
+                        return Ok(());
+                    }
+                }
+            }
+            let list: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+            Err(format!("no CUDA driver: {DRIVER_LIBRARY} was not found by the loader nor at {}", list.join(", ")))
+        })
+        .clone()
+        .map_err(RuntimeError::Device)
+}
+
+/// A source's loadable image for one architecture and how it was made.
+type Image = (Ptx, String);
+
+/// The images made so far in this process, by (source, architecture): a second runtime (a
+/// second model) loads them without compiling again.
+fn image_cache() -> &'static Mutex<HashMap<(&'static str, String), Image>> {
+    static CACHE: OnceLock<Mutex<HashMap<(&'static str, String), Image>>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
 }
 
 /// GPU `ordinal` with its context, stream and compiled kernels.
@@ -35,16 +90,17 @@ pub struct CudaRuntime {
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     /// How each source loaded so far was compiled (prepared CUBIN or PTX, or NVRTC).
     origins: Mutex<BTreeMap<&'static str, String>>,
+    /// `ENGINE_CUDA_SYNC=1`: wait for and check every launch.
+    sync_launches: bool,
+    /// The kernel launched last, named when a fault surfaces later.
+    last_kernel: Mutex<&'static str>,
 }
 
 impl CudaRuntime {
     /// Opens GPU `ordinal`: the driver must be present, NVRTC too unless prepared modules are
     /// named, and the GPU must exist.
     pub fn open(ordinal: usize) -> Result<CudaRuntime, RuntimeError> {
-        // SAFETY: only tries to open the driver library by its names; never panics.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(RuntimeError::Device(format!("no CUDA driver: {DRIVER_LIBRARY} was not found by the loader")));
-        }
+        find_driver()?;
         // prepared modules need no NVRTC (a source missing from them still asks for it, then)
         if crate::prepared::folder().is_none() {
             crate::nvrtc::load().map_err(|e| RuntimeError::Device(e.to_string()))?;
@@ -68,6 +124,8 @@ impl CudaRuntime {
             name,
             functions: Mutex::new(HashMap::new()),
             origins: Mutex::new(BTreeMap::new()),
+            sync_launches: std::env::var(SYNC_VAR).is_ok_and(|v| v == "1"),
+            last_kernel: Mutex::new("none"),
         })
     }
 
@@ -96,7 +154,19 @@ impl CudaRuntime {
 
     /// Waits for everything issued so far.
     pub fn synchronize(&self) -> Result<(), RuntimeError> {
-        self.stream.synchronize().map_err(|e| driver_error("synchronizing", e))
+        self.stream.synchronize().map_err(|e| self.fault("synchronizing", e))
+    }
+
+    /// A driver error that may report an earlier launch's fault (launches are asynchronous):
+    /// names the last kernel launched, unless every launch is checked already.
+    fn fault(&self, what: &str, e: DriverError) -> RuntimeError {
+        match driver_error(what, e) {
+            RuntimeError::Device(message) if !self.sync_launches => {
+                let last = *self.last_kernel.lock().unwrap_or_else(|p| p.into_inner());
+                RuntimeError::Device(format!("{message} (last kernel launched: {last}; {SYNC_VAR}=1 names the one that failed)"))
+            }
+            other => other,
+        }
     }
 
     /// The function `name`, compiling and loading its source on first use.
@@ -106,8 +176,29 @@ impl CudaRuntime {
             return Ok(f.clone());
         }
         let source = SOURCES.iter().find(|s| s.entry_points().contains(&name)).ok_or_else(|| RuntimeError::UnknownKernel(name.into()))?;
+        let key = (source.name, self.arch.clone());
+        let cached = image_cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+        let (image, origin) = match cached {
+            Some(made) => made,
+            None => {
+                let made = self.make_image(source)?;
+                image_cache().lock().unwrap_or_else(|p| p.into_inner()).insert(key, made.clone());
+                made
+            }
+        };
+        let loaded = self.ctx.load_module(image).map_err(|e| driver_error(source.name, e))?;
+        self.origins.lock().unwrap_or_else(|p| p.into_inner()).insert(source.name, origin);
+        for entry in source.entry_points() {
+            let f = loaded.load_function(entry).map_err(|e| driver_error(entry, e))?;
+            functions.insert(entry, f);
+        }
+        functions.get(name).cloned().ok_or_else(|| RuntimeError::UnknownKernel(name.into()))
+    }
+
+    /// `source`'s image for this GPU: the prepared CUBIN or PTX, else NVRTC's CUBIN.
+    fn make_image(&self, source: &crate::sources::KernelSource) -> Result<Image, RuntimeError> {
         let prepared = crate::prepared::folder().and_then(|dir| crate::prepared::find(&dir, source, &self.arch));
-        let (image, origin) = match prepared {
+        Ok(match prepared {
             Some(Prepared::Cubin(cubin)) => (Ptx::from_binary(cubin), format!("prepared CUBIN {}", self.arch)),
             Some(Prepared::Ptx(mut ptx)) => {
                 // the driver takes PTX as a C string
@@ -120,16 +211,10 @@ impl CudaRuntime {
             }
             None => {
                 let module = crate::nvrtc::compile(source, &self.arch).map_err(|e| RuntimeError::Device(e.to_string()))?;
-                (Ptx::from_binary(module.cubin), format!("NVRTC ({}) for {}", crate::nvrtc::LIBRARY, self.arch))
+                let nvrtc = crate::nvrtc::describe().unwrap_or_default();
+                (Ptx::from_binary(module.cubin), format!("NVRTC {nvrtc} for {}", self.arch))
             }
-        };
-        let loaded = self.ctx.load_module(image).map_err(|e| driver_error(source.name, e))?;
-        self.origins.lock().unwrap_or_else(|p| p.into_inner()).insert(source.name, origin);
-        for entry in source.entry_points() {
-            let f = loaded.load_function(entry).map_err(|e| driver_error(entry, e))?;
-            functions.insert(entry, f);
-        }
-        functions.get(name).cloned().ok_or_else(|| RuntimeError::UnknownKernel(name.into()))
+        })
     }
 
     fn address(&self, buf: &CudaSlice<u8>) -> u64 {
@@ -152,11 +237,10 @@ impl Runtime for CudaRuntime {
         let buf = self.alloc_zeroed(data.len())?;
         if !data.is_empty() {
             // the raw copy below does not make the context current on this thread itself
-            self.ctx.bind_to_thread().map_err(|e| driver_error("upload", e))?;
+            self.ctx.bind_to_thread().map_err(|e| self.fault("upload", e))?;
             // SAFETY: the buffer holds `data.len()` bytes. `data` is pageable memory: the driver
             // has copied it to its staging memory when the call returns, so it may go after.
-            unsafe { result::memcpy_htod_async(self.address(&buf), data, self.stream.cu_stream()) }
-                .map_err(|e| driver_error("upload", e))?;
+            unsafe { result::memcpy_htod_async(self.address(&buf), data, self.stream.cu_stream()) }.map_err(|e| self.fault("upload", e))?;
         }
         Ok(buf)
     }
@@ -165,7 +249,7 @@ impl Runtime for CudaRuntime {
         if out.len() > buf.len() {
             return Err(RuntimeError::Device(format!("download of {} bytes from a buffer of {}", out.len(), buf.len())));
         }
-        self.stream.memcpy_dtoh(&buf.slice(0..out.len()), out).map_err(|e| driver_error("download", e))?;
+        self.stream.memcpy_dtoh(&buf.slice(0..out.len()), out).map_err(|e| self.fault("download", e))?;
         self.synchronize()
     }
 
@@ -173,10 +257,10 @@ impl Runtime for CudaRuntime {
         if src_at + bytes > src.len() || dst_at + bytes > dst.len() {
             return Err(RuntimeError::Device(format!("copy of {bytes} bytes out of bounds")));
         }
-        self.ctx.bind_to_thread().map_err(|e| driver_error("copy", e))?;
+        self.ctx.bind_to_thread().map_err(|e| self.fault("copy", e))?;
         let (s, d) = (self.address(src) + src_at as u64, self.address(dst) + dst_at as u64);
         // SAFETY: both ranges are in bounds (checked) and live; ordered on the one stream.
-        unsafe { result::memcpy_dtod_async(d, s, bytes, self.stream.cu_stream()) }.map_err(|e| driver_error("copy", e))
+        unsafe { result::memcpy_dtod_async(d, s, bytes, self.stream.cu_stream()) }.map_err(|e| self.fault("copy", e))
     }
 
     fn len(&self, buf: &CudaSlice<u8>) -> usize {
@@ -205,6 +289,10 @@ impl Runtime for CudaRuntime {
         // SAFETY: the caller's contract covers the arguments; each slot holds its parameter's
         // bytes first (little-endian) and lives until the launch call returns.
         unsafe { builder.launch(cfg) }.map_err(|e| driver_error(l.kernel, e))?;
+        *self.last_kernel.lock().unwrap_or_else(|p| p.into_inner()) = l.kernel;
+        if self.sync_launches {
+            self.stream.synchronize().map_err(|e| RuntimeError::Device(format!("kernel {} failed: {e}", l.kernel)))?;
+        }
         Ok(())
     }
 }

@@ -38,10 +38,25 @@ fn ints<R: Runtime>(rt: &R, v: &[i32]) -> Result<R::Buffer, RuntimeError> {
     rt.upload(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }
 
-/// Launches, unless the grid is empty (nothing to compute: no rows, no values).
+/// CUDA's limits on a launch (every GPU since compute capability 3.0): blocks along x, along y
+/// and z, and threads per block.
+pub const MAX_GRID_X: u32 = (1 << 31) - 1;
+pub const MAX_GRID_YZ: u32 = 65_535;
+pub const MAX_BLOCK_THREADS: u32 = 1024;
+
+/// Launches, unless the grid is empty (nothing to compute: no rows, no values). A grid beyond
+/// CUDA's limits is an error here, naming the kernel, rather than the driver's bare
+/// `CUDA_ERROR_INVALID_VALUE`.
 fn go<R: Runtime>(rt: &R, kernel: &'static str, grid: [u32; 3], block: u32, args: &[Arg<'_, R::Buffer>]) -> Result<(), RuntimeError> {
     if grid.contains(&0) {
         return Ok(());
+    }
+    if grid[0] > MAX_GRID_X || grid[1] > MAX_GRID_YZ || grid[2] > MAX_GRID_YZ || block > MAX_BLOCK_THREADS {
+        return Err(RuntimeError::Device(format!(
+            "{kernel}: a grid of {}x{}x{} blocks of {block} threads is beyond CUDA's limits ({MAX_GRID_X} blocks along x, \
+             {MAX_GRID_YZ} along y and z, {MAX_BLOCK_THREADS} threads); split the batch",
+            grid[0], grid[1], grid[2]
+        )));
     }
     // SAFETY: every caller below passes the kernel's parameters in order with their C types
     // (pointers as buffers, `int` as I32, `int64_t` as I64, `float` as F32), and has checked
@@ -426,5 +441,56 @@ pub fn attention<R: Runtime>(
             args.extend(heads(false, 1, 0));
             go(rt, K, grid, 32, &args)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Host buffers and a record of launches, no kernel run: for the checks made before one.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<Launch>>);
+
+    impl Runtime for Recorder {
+        type Buffer = Vec<u8>;
+        fn alloc_zeroed(&self, bytes: usize) -> Result<Vec<u8>, RuntimeError> {
+            Ok(vec![0; bytes])
+        }
+        fn upload(&self, data: &[u8]) -> Result<Vec<u8>, RuntimeError> {
+            Ok(data.to_vec())
+        }
+        fn download(&self, buf: &Vec<u8>, out: &mut [u8]) -> Result<(), RuntimeError> {
+            out.copy_from_slice(&buf[..out.len()]);
+            Ok(())
+        }
+        fn copy(&self, _: &Vec<u8>, _: usize, _: &Vec<u8>, _: usize, _: usize) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        fn len(&self, buf: &Vec<u8>) -> usize {
+            buf.len()
+        }
+        fn free_memory(&self) -> Option<usize> {
+            None
+        }
+        unsafe fn launch(&self, launch: Launch, _: &[Arg<'_, Vec<u8>>]) -> Result<(), RuntimeError> {
+            self.0.lock().unwrap().push(launch);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_grid_beyond_cudas_limits_is_refused_before_the_launch() {
+        let rt = Recorder::default();
+        let (gate, up) = (vec![0u8; 70_000 * 4], vec![0u8; 70_000 * 4]);
+        // one row per grid row along y: 65,535 rows launch, 65,536 do not
+        glu(&rt, &gate, &up, 65_535, 1, 0).unwrap();
+        let err = glu(&rt, &gate, &up, 65_536, 1, 0).unwrap_err().to_string();
+        assert!(err.starts_with("glu: a grid of 1x65536x1 blocks"), "{err}");
+        assert!(err.contains("65535 along y and z"), "{err}");
+        let launched = rt.0.lock().unwrap();
+        assert_eq!(launched.len(), 1);
+        assert_eq!(launched[0].grid, [1, 65_535, 1]);
     }
 }

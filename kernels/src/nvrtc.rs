@@ -1,18 +1,16 @@
-//! Compiling a kernel source with NVRTC for one GPU architecture: the library is found and
-//! loaded first (never a panic when it is missing: `cudarc` panics if it cannot load it, so its
-//! presence is checked before any call), the source is compiled to a CUBIN for `sm_XX` with
-//! ptxas's resource report, and the report is read back per kernel.
+//! Compiling a kernel source with NVRTC for one GPU architecture: the library (NVRTC 12 or 13,
+//! whichever is found first) is opened by its path through our own binding of the few functions
+//! used, which have the same C signatures in both versions; the source is compiled to a CUBIN
+//! for `sm_XX` (or PTX for `compute_XX`) with ptxas's resource report, read back per kernel.
 
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use cudarc::nvrtc::{result, sys};
-
 use crate::sources::{KernelSource, UnknownHeader};
 
-/// The library's file name for the NVRTC major version `cudarc` is built for (12).
-pub const LIBRARY: &str = "libnvrtc.so.12";
+/// NVRTC's library names, looked for in this order in each place (`candidates`).
+pub const LIBRARIES: [&str; 2] = ["libnvrtc.so.12", "libnvrtc.so.13"];
 
 /// Options every kernel is compiled with. `--fmad=false`: a product and a sum are fused only
 /// where the source says `fmaf`, as the CPU backend fuses them, so results do not depend on the
@@ -22,7 +20,7 @@ const OPTIONS: &[&str] = &["--std=c++17", "--fmad=false", "--ptxas-options=-v"];
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum NvrtcError {
     #[error(
-        "NVRTC ({LIBRARY}) was not found (looked in: {0}); set ENGINE_NVRTC to the library or its folder, or run tools/fetch-nvrtc.sh"
+        "NVRTC (libnvrtc.so.12 or .13) was not found (looked in: {0}); set ENGINE_NVRTC to the library or its folder, or run tools/fetch-nvrtc.sh"
     )]
     NotFound(String),
     #[error("NVRTC ({path}) could not be loaded: {reason}")]
@@ -58,67 +56,195 @@ pub struct CompiledModule {
     pub kernels: Vec<KernelReport>,
 }
 
-/// The places looked in for [`LIBRARY`], first found wins: `ENGINE_NVRTC` (the library or its
-/// folder), the folder `tools/fetch-nvrtc.sh` fills, `CUDA_PATH`, `/usr/local/cuda`.
+/// The folders and files looked in, first found wins: `ENGINE_NVRTC` (the library or its
+/// folder), the folder `tools/fetch-nvrtc.sh` fills, `CUDA_PATH`, `/usr/local/cuda`, then the
+/// NVIDIA Python packages of the usual Python installs (CUDA 13's `nvidia/cu13/lib`, CUDA 12's
+/// `nvidia/cuda_nvrtc/lib`). In a folder, NVRTC 12 is taken before 13.
 fn candidates() -> Vec<PathBuf> {
-    let mut out = Vec::new();
+    let mut folders = Vec::new();
     if let Some(p) = std::env::var_os("ENGINE_NVRTC").map(PathBuf::from) {
-        out.push(if p.is_dir() { p.join(LIBRARY) } else { p });
+        if !p.is_dir() {
+            return vec![p];
+        }
+        folders.push(p);
     }
     let assets = std::env::var_os("ENGINE_ASSETS")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/engine-assets")));
     if let Some(versions) = assets.map(|a| a.join("nvrtc")).and_then(|d| std::fs::read_dir(d).ok()) {
-        let mut found: Vec<PathBuf> = versions.flatten().map(|v| v.path().join("lib").join(LIBRARY)).collect();
+        let mut found: Vec<PathBuf> = versions.flatten().map(|v| v.path().join("lib")).collect();
         found.sort();
-        out.extend(found.into_iter().rev()); // the newest version first
+        folders.extend(found.into_iter().rev()); // the newest version first
     }
     if let Some(cuda) = std::env::var_os("CUDA_PATH") {
-        out.push(Path::new(&cuda).join("lib64").join(LIBRARY));
+        folders.push(Path::new(&cuda).join("lib64"));
     }
-    out.push(Path::new("/usr/local/cuda/lib64").join(LIBRARY));
+    folders.push(PathBuf::from("/usr/local/cuda/lib64"));
+    folders.extend(python_package_folders());
+    folders.iter().flat_map(|f| LIBRARIES.iter().map(move |l| f.join(l))).collect()
+}
+
+/// `<site>/nvidia/{cu13,cuda_nvrtc}/lib` for the `site-packages` / `dist-packages` folders of
+/// the Python installs under `/opt/*/.venv`, `/usr/local/lib` and `/usr/lib`.
+fn python_package_folders() -> Vec<PathBuf> {
+    let children = |dir: &Path| -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+        v.sort();
+        v
+    };
+    let mut lib_dirs: Vec<PathBuf> = children(Path::new("/opt")).into_iter().map(|o| o.join(".venv/lib")).collect();
+    lib_dirs.extend([PathBuf::from("/usr/local/lib"), PathBuf::from("/usr/lib")]);
+    let mut out = Vec::new();
+    for lib in lib_dirs {
+        for python in children(&lib).into_iter().filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python3"))) {
+            for site in ["site-packages", "dist-packages"] {
+                for package in ["cu13", "cuda_nvrtc"] {
+                    let dir = python.join(site).join("nvidia").join(package).join("lib");
+                    if dir.is_dir() {
+                        out.push(dir);
+                    }
+                }
+            }
+        }
+    }
     out
 }
 
-/// Loads NVRTC once per process. A library found in [`candidates`] is opened by its path and
-/// kept open, so that `cudarc`'s own open by name finds it already loaded; otherwise the
-/// loader's search path (`LD_LIBRARY_PATH`, the system's) must have it.
-pub fn load() -> Result<(), NvrtcError> {
-    static LOADED: OnceLock<Result<(), NvrtcError>> = OnceLock::new();
-    LOADED
-        .get_or_init(|| {
-            let looked = candidates();
-            if let Some(path) = looked.iter().find(|p| p.is_file()) {
-                // SAFETY: loading NVRTC runs its initialisers, which have no preconditions; the
-                // handle is kept for the life of the process (never unloaded under cudarc).
-                let lib = unsafe { libloading::Library::new(path) }
-                    .map_err(|e| NvrtcError::Load { path: path.display().to_string(), reason: e.to_string() })?;
-                std::mem::forget(lib);
-            }
-            // SAFETY: only tries to open the library by its names; never panics.
-            if unsafe { sys::is_culib_present() } {
-                Ok(())
-            } else {
-                let list: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
-                Err(NvrtcError::NotFound(format!("{} and the loader's search path", list.join(", "))))
-            }
-        })
-        .clone()
+type NvrtcResult = c_int;
+type ProgramHandle = *mut c_void;
+
+/// The NVRTC functions used, resolved from the library once.
+struct Api {
+    /// The library's path, as found.
+    path: String,
+    version: (i32, i32),
+    create: unsafe extern "C" fn(
+        *mut ProgramHandle,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> NvrtcResult,
+    compile: unsafe extern "C" fn(ProgramHandle, c_int, *const *const c_char) -> NvrtcResult,
+    destroy: unsafe extern "C" fn(*mut ProgramHandle) -> NvrtcResult,
+    log_size: unsafe extern "C" fn(ProgramHandle, *mut usize) -> NvrtcResult,
+    log: unsafe extern "C" fn(ProgramHandle, *mut c_char) -> NvrtcResult,
+    cubin_size: unsafe extern "C" fn(ProgramHandle, *mut usize) -> NvrtcResult,
+    cubin: unsafe extern "C" fn(ProgramHandle, *mut c_char) -> NvrtcResult,
+    ptx_size: unsafe extern "C" fn(ProgramHandle, *mut usize) -> NvrtcResult,
+    ptx: unsafe extern "C" fn(ProgramHandle, *mut c_char) -> NvrtcResult,
+    error_string: unsafe extern "C" fn(NvrtcResult) -> *const c_char,
 }
 
-/// An NVRTC program, destroyed when dropped.
-struct Program(sys::nvrtcProgram);
+impl Api {
+    /// Opens the library at `path` and resolves every function (kept for the process's life).
+    fn open(path: &Path) -> Result<Api, NvrtcError> {
+        let fail = |reason: String| NvrtcError::Load { path: path.display().to_string(), reason };
+        preload_builtins(path);
+        // SAFETY: loading NVRTC runs its initialisers, which have no preconditions; the handle
+        // is leaked below, so the functions resolved from it stay valid for the process.
+        let lib: &'static libloading::Library =
+            Box::leak(Box::new(unsafe { libloading::Library::new(path) }.map_err(|e| fail(e.to_string()))?));
+        macro_rules! sym {
+            ($name:literal) => {
+                // SAFETY: the symbol is NVRTC's C function of that name; the field it is stored
+                // in has that function's C signature (the same in NVRTC 12 and 13).
+                *unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| fail(format!("{}: {e}", $name)))?
+            };
+        }
+        let version_fn: unsafe extern "C" fn(*mut c_int, *mut c_int) -> NvrtcResult = sym!("nvrtcVersion");
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: two valid out pointers.
+        unsafe { version_fn(&mut major, &mut minor) };
+        Ok(Api {
+            path: path.display().to_string(),
+            version: (major, minor),
+            create: sym!("nvrtcCreateProgram"),
+            compile: sym!("nvrtcCompileProgram"),
+            destroy: sym!("nvrtcDestroyProgram"),
+            log_size: sym!("nvrtcGetProgramLogSize"),
+            log: sym!("nvrtcGetProgramLog"),
+            cubin_size: sym!("nvrtcGetCUBINSize"),
+            cubin: sym!("nvrtcGetCUBIN"),
+            ptx_size: sym!("nvrtcGetPTXSize"),
+            ptx: sym!("nvrtcGetPTX"),
+            error_string: sym!("nvrtcGetErrorString"),
+        })
+    }
 
-impl Drop for Program {
-    fn drop(&mut self) {
-        // SAFETY: the program was created by `create_program` and is destroyed once, here.
-        let _ = unsafe { result::destroy_program(self.0) };
+    /// NVRTC's name for a status, e.g. `NVRTC_ERROR_COMPILATION`.
+    fn status(&self, r: NvrtcResult) -> String {
+        // SAFETY: NVRTC returns a static NUL-terminated string for every status.
+        let s = unsafe { (self.error_string)(r) };
+        if s.is_null() {
+            return format!("status {r}");
+        }
+        // SAFETY: non-null, static and NUL-terminated (above).
+        unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
     }
 }
 
-fn chars_to_string(chars: &[c_char]) -> String {
-    // SAFETY: NVRTC's log is NUL-terminated within the buffer it sized.
-    unsafe { CStr::from_ptr(chars.as_ptr()) }.to_string_lossy().into_owned()
+/// NVRTC opens its builtins library (`libnvrtc-builtins.so.13.0`, ...) by name when it
+/// compiles; NVRTC 13 does not look beside itself, so the one in NVRTC's folder is opened first by
+/// its path (and kept open), where the loader then finds it by its soname.
+fn preload_builtins(nvrtc: &Path) {
+    let Some(folder) = nvrtc.parent() else { return };
+    let Ok(entries) = std::fs::read_dir(folder) else { return };
+    let mut builtins: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libnvrtc-builtins.so.")))
+        .collect();
+    builtins.sort();
+    for path in builtins {
+        // SAFETY: the builtins library has no initialisers with preconditions; leaked so that it
+        // stays loaded for NVRTC's own open by name.
+        if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
+            std::mem::forget(lib);
+        }
+    }
+}
+
+fn api() -> Result<&'static Api, NvrtcError> {
+    static API: OnceLock<Result<Api, NvrtcError>> = OnceLock::new();
+    API.get_or_init(|| {
+        let looked = candidates();
+        match looked.iter().find(|p| p.is_file()) {
+            Some(path) => Api::open(path),
+            None => {
+                let list: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+                Err(NvrtcError::NotFound(list.join(", ")))
+            }
+        }
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// Finds and loads NVRTC once per process.
+pub fn load() -> Result<(), NvrtcError> {
+    api().map(|_| ())
+}
+
+/// The NVRTC in use: its path and version, e.g. `/usr/local/cuda/lib64/libnvrtc.so.12 (12.9)`.
+pub fn describe() -> Result<String, NvrtcError> {
+    api().map(|a| format!("{} ({}.{})", a.path, a.version.0, a.version.1))
+}
+
+/// An NVRTC program, destroyed when dropped.
+struct Program<'a> {
+    api: &'a Api,
+    handle: ProgramHandle,
+}
+
+impl Drop for Program<'_> {
+    fn drop(&mut self) {
+        if !self.handle.is_null() {
+            // SAFETY: the program was created by `nvrtcCreateProgram` and is destroyed once, here.
+            unsafe { (self.api.destroy)(&mut self.handle) };
+        }
+    }
 }
 
 /// Compiles `source` for `arch` (`sm_80`, `sm_90`, ...) to a CUBIN.
@@ -140,40 +266,63 @@ enum Image {
 }
 
 fn compile_as(source: &KernelSource, arch: &str, image: Image) -> Result<CompiledModule, NvrtcError> {
-    load()?;
-    let code = CString::new(source.expanded()?).map_err(|_| NvrtcError::Compile {
-        file: source.name.into(),
-        arch: arch.into(),
-        status: "source".into(),
-        log: "the source holds a NUL byte".into(),
-    })?;
-    let name = CString::new(source.name).expect("file names hold no NUL");
+    let api = api()?;
     let failed = |status: String, log: String| NvrtcError::Compile { file: source.name.into(), arch: arch.into(), status, log };
-    let program = Program(result::create_program(&code, Some(&name)).map_err(|e| failed(format!("{e:?}"), String::new()))?);
+    let code = CString::new(source.expanded()?).map_err(|_| failed("source".into(), "the source holds a NUL byte".into()))?;
+    let name = CString::new(source.name).expect("file names hold no NUL");
+    let mut program = Program { api, handle: std::ptr::null_mut() };
+    // SAFETY: valid out pointer and NUL-terminated strings; no headers (the source is expanded).
+    let r = unsafe { (api.create)(&mut program.handle, code.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null()) };
+    if r != 0 {
+        program.handle = std::ptr::null_mut(); // nothing was created
+        return Err(failed(api.status(r), String::new()));
+    }
     // PTX is not assembled here, so there is no ptxas report to ask for
-    let mut options: Vec<String> =
-        OPTIONS.iter().filter(|o| image == Image::Cubin || !o.starts_with("--ptxas")).map(|o| o.to_string()).collect();
-    options.push(format!("--gpu-architecture={arch}"));
-    // SAFETY: `program` is a live program; the options are plain strings.
-    let compiled = unsafe { result::compile_program(program.0, &options) };
-    // SAFETY: `program` is a live program.
-    let log = unsafe { result::get_program_log(program.0) }.map(|l| chars_to_string(&l)).unwrap_or_default();
-    compiled.map_err(|e| failed(format!("{e:?}"), log.clone()))?;
+    let mut options: Vec<CString> =
+        OPTIONS.iter().filter(|o| image == Image::Cubin || !o.starts_with("--ptxas")).map(|o| CString::new(*o).expect("no NUL")).collect();
+    options.push(CString::new(format!("--gpu-architecture={arch}")).map_err(|_| failed("options".into(), "NUL in arch".into()))?);
+    let pointers: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
+    // SAFETY: a live program; `pointers` holds `options.len()` NUL-terminated strings alive here.
+    let compiled = unsafe { (api.compile)(program.handle, pointers.len() as c_int, pointers.as_ptr()) };
+    let log = read_sized(api, &program, api.log_size, api.log).map(|l| text_of(&l)).unwrap_or_default();
+    if compiled != 0 {
+        return Err(failed(api.status(compiled), log));
+    }
     // the image's size, then its bytes (PTX: the text and its NUL)
-    type SizeFn = unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult;
-    type BytesFn = unsafe fn(sys::nvrtcProgram, *mut c_char) -> sys::nvrtcResult;
-    let (get_size, get_bytes): (SizeFn, BytesFn) = match image {
-        Image::Cubin => (sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN),
-        Image::Ptx => (sys::nvrtcGetPTXSize, sys::nvrtcGetPTX),
+    let (size_fn, bytes_fn) = match image {
+        Image::Cubin => (api.cubin_size, api.cubin),
+        Image::Ptx => (api.ptx_size, api.ptx),
     };
-    let mut size = 0usize;
-    // SAFETY: `program` compiled successfully; `size` is a valid out pointer.
-    unsafe { get_size(program.0, &mut size) }.result().map_err(|e| failed(format!("{e:?}"), log.clone()))?;
-    let mut cubin = vec![0u8; size];
-    // SAFETY: `cubin` holds the `size` bytes NVRTC said the image takes.
-    unsafe { get_bytes(program.0, cubin.as_mut_ptr().cast::<c_char>()) }.result().map_err(|e| failed(format!("{e:?}"), log.clone()))?;
+    let cubin = read_sized(api, &program, size_fn, bytes_fn).map_err(|status| failed(status, log.clone()))?;
     let kernels = parse_report(&log);
     Ok(CompiledModule { file: source.name, arch: arch.to_string(), cubin, log, kernels })
+}
+
+type SizeFn = unsafe extern "C" fn(ProgramHandle, *mut usize) -> NvrtcResult;
+type BytesFn = unsafe extern "C" fn(ProgramHandle, *mut c_char) -> NvrtcResult;
+
+/// One of the program's outputs (log, CUBIN, PTX): its size, then its bytes; NVRTC's status
+/// name on failure.
+fn read_sized(api: &Api, program: &Program<'_>, size_fn: SizeFn, bytes_fn: BytesFn) -> Result<Vec<u8>, String> {
+    let mut size = 0usize;
+    // SAFETY: a live program and a valid out pointer.
+    let r = unsafe { size_fn(program.handle, &mut size) };
+    if r != 0 {
+        return Err(api.status(r));
+    }
+    let mut bytes = vec![0u8; size];
+    // SAFETY: `bytes` holds the `size` bytes NVRTC said this output takes.
+    let r = unsafe { bytes_fn(program.handle, bytes.as_mut_ptr().cast::<c_char>()) };
+    if r != 0 {
+        return Err(api.status(r));
+    }
+    Ok(bytes)
+}
+
+/// A NUL-terminated log as text.
+fn text_of(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 /// The numbers before each `what` in `line` (`"0 bytes spill stores"` gives 0 for

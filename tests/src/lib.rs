@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod shaped;
 pub mod tiny;
 
 /// `tests/fixtures/<rel>` inside this repository, or under `ENGINE_FIXTURES` when that is set

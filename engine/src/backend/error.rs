@@ -16,8 +16,8 @@ pub enum BackendError {
     /// The device could not do what was asked (a driver, compiler or launch failure).
     #[error("device {device}: {message}")]
     Device { device: Device, message: String },
-    #[error("device {device}: out of memory ({bytes} bytes asked for)")]
-    OutOfMemory { device: Device, bytes: usize },
+    #[error("device {device}: out of memory in {op} ({bytes} bytes asked for)")]
+    OutOfMemory { device: Device, op: &'static str, bytes: usize },
 }
 
 impl BackendError {

@@ -247,7 +247,12 @@ impl Model {
     /// execution harness (slow; for tests of the kernel backend).
     #[cfg(feature = "sim")]
     pub fn load_simulated(path: impl AsRef<Path>) -> Result<Model, ModelError> {
-        let file = Arc::new(GgufFile::open(path)?);
+        Model::from_file_simulated(Arc::new(GgufFile::open(path)?))
+    }
+
+    /// [`Model::load_simulated`] of a file already open.
+    #[cfg(feature = "sim")]
+    pub fn from_file_simulated(file: Arc<GgufFile>) -> Result<Model, ModelError> {
         let (config, tokenizer) = Model::read_config(&file)?;
         let loaded = Loaded::Sim(on_gpu(crate::backend::kernel::SimBackend::new(), &file, &config)?);
         Ok(Model { file, config, loaded, tokenizer })

@@ -45,7 +45,7 @@ impl<R: Runtime> DeviceKvStore<R> {
     }
 
     fn grow_to(&mut self, blocks: usize) -> Result<(), BackendError> {
-        let fail = |e| runtime_error(self.device, e);
+        let fail = |e| runtime_error(self.device, "kv cache", e);
         let (kb, vb) = (self.bytes_per_block(self.k_dim), self.bytes_per_block(self.v_dim));
         let k = self.rt.alloc_zeroed(blocks * kb).map_err(fail)?;
         let v = self.rt.alloc_zeroed(blocks * vb).map_err(fail)?;
@@ -76,7 +76,7 @@ impl<R: Runtime> KvStorage for DeviceKvStore<R> {
             return Err(BackendError::shape("copy_block", "no block was allocated"));
         };
         let (s, d) = (src as usize, dst as usize);
-        let fail = |e| runtime_error(self.device, e);
+        let fail = |e| runtime_error(self.device, "copy_block", e);
         self.rt.copy(k, s * kb, k, d * kb, kb).map_err(fail)?;
         self.rt.copy(v, s * vb, v, d * vb, vb).map_err(fail)
     }

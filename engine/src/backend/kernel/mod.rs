@@ -25,10 +25,11 @@ use crate::quant::GgmlType;
 /// matrix kernels; an output's value is the same either way (see `kernels/cuda/mulmat.cuh`).
 const MATVEC_MAX_ROWS: usize = 4;
 
-pub(crate) fn runtime_error(device: Device, e: RuntimeError) -> BackendError {
+/// A runtime's error as the backend's, naming the operation (`op`) that met it.
+pub(crate) fn runtime_error(device: Device, op: &'static str, e: RuntimeError) -> BackendError {
     match e {
-        RuntimeError::OutOfMemory { bytes } => BackendError::OutOfMemory { device, bytes },
-        e => BackendError::Device { device, message: e.to_string() },
+        RuntimeError::OutOfMemory { bytes } => BackendError::OutOfMemory { device, op, bytes },
+        e => BackendError::Device { device, message: format!("{op}: {e}") },
     }
 }
 
@@ -87,12 +88,13 @@ impl<R: Runtime> KernelBackend<R> {
         &self.rt
     }
 
-    fn fail(&self) -> impl Fn(RuntimeError) -> BackendError + '_ {
-        move |e| runtime_error(self.device, e)
+    fn fail(&self, op: &'static str) -> impl Fn(RuntimeError) -> BackendError + '_ {
+        move |e| runtime_error(self.device, op, e)
     }
 
-    fn tensor(&self, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
-        let buf = self.rt.alloc_zeroed(rows * cols * 4).map_err(self.fail())?;
+    /// `rows x cols` zeros for operation `op`.
+    fn tensor(&self, op: &'static str, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
+        let buf = self.rt.alloc_zeroed(rows * cols * 4).map_err(self.fail(op))?;
         Ok(DeviceTensor { buf, rows, cols })
     }
 }
@@ -116,12 +118,12 @@ impl<R: Runtime> Backend for KernelBackend<R> {
         }
         let row_bytes =
             info.ty.row_bytes(cols).ok_or_else(|| BackendError::shape("upload_matrix", format!("{cols} columns of {}", info.ty)))?;
-        let buf = self.rt.upload(&data[..rows * row_bytes]).map_err(self.fail())?;
+        let buf = self.rt.upload(&data[..rows * row_bytes]).map_err(self.fail("upload_matrix"))?;
         Ok(DeviceMatrix { buf, args: MatrixArgs { ty: info.ty.id(), rows, cols, row_bytes }, ty: info.ty })
     }
 
     fn upload_vector(&self, values: &[f32]) -> Result<DeviceVector<R>, BackendError> {
-        Ok(DeviceVector { buf: self.rt.upload(&as_bytes(values)).map_err(self.fail())?, len: values.len() })
+        Ok(DeviceVector { buf: self.rt.upload(&as_bytes(values)).map_err(self.fail("upload_vector"))?, len: values.len() })
     }
 
     fn new_kv_store(&self, ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize) -> DeviceKvStore<R> {
@@ -129,19 +131,19 @@ impl<R: Runtime> Backend for KernelBackend<R> {
     }
 
     fn zeros(&self, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
-        self.tensor(rows, cols)
+        self.tensor("zeros", rows, cols)
     }
 
     fn upload_tensor(&self, rows: usize, cols: usize, values: &[f32]) -> Result<DeviceTensor<R>, BackendError> {
         if values.len() != rows * cols {
             return Err(BackendError::shape("upload_tensor", format!("{} values for {rows}x{cols}", values.len())));
         }
-        Ok(DeviceTensor { buf: self.rt.upload(&as_bytes(values)).map_err(self.fail())?, rows, cols })
+        Ok(DeviceTensor { buf: self.rt.upload(&as_bytes(values)).map_err(self.fail("upload_tensor"))?, rows, cols })
     }
 
     fn to_host(&self, x: DeviceTensor<R>) -> Result<Vec<f32>, BackendError> {
         let mut bytes = vec![0u8; x.rows * x.cols * 4];
-        self.rt.download(&x.buf, &mut bytes).map_err(self.fail())?;
+        self.rt.download(&x.buf, &mut bytes).map_err(self.fail("to_host"))?;
         Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
     }
 
@@ -170,9 +172,9 @@ impl<R: Runtime> Backend for KernelBackend<R> {
         }
         let out = match given {
             Some(host) => self.upload_tensor(inputs.len(), cols, &host)?,
-            None => self.tensor(inputs.len(), cols)?,
+            None => self.tensor("get_rows", inputs.len(), cols)?,
         };
-        launch::get_rows(&*self.rt, &table.buf, table.args, &ids, &out.buf).map_err(self.fail())?;
+        launch::get_rows(&*self.rt, &table.buf, table.args, &ids, &out.buf).map_err(self.fail("get_rows"))?;
         Ok(out)
     }
 
@@ -199,14 +201,15 @@ impl<R: Runtime> Backend for KernelBackend<R> {
                 if quantized.is_none() {
                     // one Q8_1 conversion of x for every quantized matrix of the call
                     let blocks = x.rows * x.cols / 32;
-                    let q = self.rt.alloc_zeroed(blocks * Q8_1_BYTES).map_err(self.fail())?;
-                    launch::quantize_q8_1(&*self.rt, &x.buf, &q, blocks).map_err(self.fail())?;
+                    let q = self.rt.alloc_zeroed(blocks * Q8_1_BYTES).map_err(self.fail("matmul"))?;
+                    launch::quantize_q8_1(&*self.rt, &x.buf, &q, blocks).map_err(self.fail("matmul"))?;
                     quantized = Some(q);
                 }
                 MatmulInput::Q8_1(quantized.as_ref().expect("quantized above"))
             };
-            let out = self.tensor(x.rows, w.args.rows)?;
-            launch::mul_mat(&*self.rt, &w.buf, w.args, input, x.rows, bias.map(|b| &b.buf), &out.buf, tiled).map_err(self.fail())?;
+            let out = self.tensor("matmul", x.rows, w.args.rows)?;
+            launch::mul_mat(&*self.rt, &w.buf, w.args, input, x.rows, bias.map(|b| &b.buf), &out.buf, tiled)
+                .map_err(self.fail("matmul"))?;
             outs.push(out);
         }
         Ok(outs)
@@ -217,14 +220,14 @@ impl<R: Runtime> Backend for KernelBackend<R> {
         if w.len != x.cols {
             return Err(BackendError::shape("rms_norm", format!("a scale of {} for rows of {}", w.len, x.cols)));
         }
-        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &out.buf, x.rows, x.cols, eps).map_err(self.fail())
+        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &out.buf, x.rows, x.cols, eps).map_err(self.fail("rms_norm"))
     }
 
     fn rms_norm_in_place(&self, x: &mut DeviceTensor<R>, w: &DeviceVector<R>, eps: f32) -> Result<(), BackendError> {
         if w.len == 0 || !x.cols.is_multiple_of(w.len) {
             return Err(BackendError::shape("rms_norm_in_place", format!("rows of {} values are not whole groups of {}", x.cols, w.len)));
         }
-        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &x.buf, x.rows * x.cols / w.len, w.len, eps).map_err(self.fail())
+        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &x.buf, x.rows * x.cols / w.len, w.len, eps).map_err(self.fail("rms_norm_in_place"))
     }
 
     fn layer_norm(
@@ -239,7 +242,7 @@ impl<R: Runtime> Backend for KernelBackend<R> {
         if w.len != x.cols || b.len != x.cols {
             return Err(BackendError::shape("layer_norm", format!("scale {} and shift {} for rows of {}", w.len, b.len, x.cols)));
         }
-        launch::layer_norm(&*self.rt, &x.buf, &w.buf, &b.buf, &out.buf, x.rows, x.cols, eps).map_err(self.fail())
+        launch::layer_norm(&*self.rt, &x.buf, &w.buf, &b.buf, &out.buf, x.rows, x.cols, eps).map_err(self.fail("layer_norm"))
     }
 
     fn rope(&self, x: &mut DeviceTensor<R>, r: &Rope, positions: &[u32]) -> Result<(), BackendError> {
@@ -257,7 +260,7 @@ impl<R: Runtime> Backend for KernelBackend<R> {
             freq_scale: r.freq_scale,
             neox: r.kind == RopeKind::Neox,
         };
-        launch::rope(&*self.rt, &x.buf, positions, args).map_err(self.fail())
+        launch::rope(&*self.rt, &x.buf, positions, args).map_err(self.fail("rope"))
     }
 
     fn kv_write(
@@ -278,8 +281,8 @@ impl<R: Runtime> Backend for KernelBackend<R> {
             return Err(BackendError::shape("kv_write", format!("rows of {}/{} for a cache of {}/{}", k.cols, v.cols, ka.dim, va.dim)));
         }
         let at: Vec<(u32, usize)> = slots.iter().map(|s| (s.block, s.offset)).collect();
-        launch::kv_write(&*self.rt, &k.buf, &at, kp, ka, layer).map_err(self.fail())?;
-        launch::kv_write(&*self.rt, &v.buf, &at, vp, va, layer).map_err(self.fail())
+        launch::kv_write(&*self.rt, &k.buf, &at, kp, ka, layer).map_err(self.fail("kv_write"))?;
+        launch::kv_write(&*self.rt, &v.buf, &at, vp, va, layer).map_err(self.fail("kv_write"))
     }
 
     fn attention(
@@ -292,7 +295,7 @@ impl<R: Runtime> Backend for KernelBackend<R> {
         if q.cols != shape.q_dim() || rows.len() != q.rows || shape.n_head_kv == 0 || !shape.n_head.is_multiple_of(shape.n_head_kv) {
             return Err(BackendError::shape("attention", format!("{}x{} queries, {} rows, {shape:?}", q.rows, q.cols, rows.len())));
         }
-        let out = self.tensor(q.rows, shape.out_dim())?;
+        let out = self.tensor("attention", q.rows, shape.out_dim())?;
         let heads =
             HeadArgs { n_head: shape.n_head, n_head_kv: shape.n_head_kv, dk: shape.head_dim_k, dv: shape.head_dim_v, scale: shape.scale };
         match kv {
@@ -315,7 +318,7 @@ impl<R: Runtime> Backend for KernelBackend<R> {
                     query_rows.push(QueryRow { kv, positions: r.positions.clone() });
                 }
                 let source = KvArgs::Pool { k, v, k_pool, v_pool, layer, tables: &flat };
-                launch::attention(&*self.rt, &q.buf, source, &query_rows, heads, &out.buf).map_err(self.fail())?;
+                launch::attention(&*self.rt, &q.buf, source, &query_rows, heads, &out.buf).map_err(self.fail("attention"))?;
             }
             KvSource::Batch { k, v } => {
                 if k.cols != shape.n_head_kv * shape.head_dim_k || v.cols != shape.n_head_kv * shape.head_dim_v || k.rows != v.rows {
@@ -326,7 +329,7 @@ impl<R: Runtime> Backend for KernelBackend<R> {
                 }
                 let query_rows: Vec<QueryRow> = rows.iter().map(|r| QueryRow { kv: r.kv, positions: r.positions.clone() }).collect();
                 let source = KvArgs::Rows { k: &k.buf, v: &v.buf, rows: k.rows };
-                launch::attention(&*self.rt, &q.buf, source, &query_rows, heads, &out.buf).map_err(self.fail())?;
+                launch::attention(&*self.rt, &q.buf, source, &query_rows, heads, &out.buf).map_err(self.fail("attention"))?;
             }
         }
         Ok(out)
@@ -334,29 +337,29 @@ impl<R: Runtime> Backend for KernelBackend<R> {
 
     fn glu(&self, act: Activation, gate: &mut DeviceTensor<R>, up: &DeviceTensor<R>) -> Result<(), BackendError> {
         same_shape("glu", gate, up)?;
-        launch::glu(&*self.rt, &gate.buf, &up.buf, gate.rows, gate.cols, act_code(act)).map_err(self.fail())
+        launch::glu(&*self.rt, &gate.buf, &up.buf, gate.rows, gate.cols, act_code(act)).map_err(self.fail("glu"))
     }
 
     fn activate(&self, act: Activation, x: &mut DeviceTensor<R>) -> Result<(), BackendError> {
-        launch::activate(&*self.rt, &x.buf, x.rows * x.cols, act_code(act)).map_err(self.fail())
+        launch::activate(&*self.rt, &x.buf, x.rows * x.cols, act_code(act)).map_err(self.fail("activate"))
     }
 
     fn add_scaled(&self, x: &mut DeviceTensor<R>, y: &DeviceTensor<R>, scale: f32) -> Result<(), BackendError> {
         same_shape("add_scaled", x, y)?;
-        launch::add_scaled(&*self.rt, &x.buf, &y.buf, scale, x.rows * x.cols).map_err(self.fail())
+        launch::add_scaled(&*self.rt, &x.buf, &y.buf, scale, x.rows * x.cols).map_err(self.fail("add_scaled"))
     }
 
     fn scale(&self, x: &mut DeviceTensor<R>, s: f32) -> Result<(), BackendError> {
-        launch::scale_or_cap(&*self.rt, "scale", &x.buf, s, x.rows * x.cols).map_err(self.fail())
+        launch::scale_or_cap(&*self.rt, "scale", &x.buf, s, x.rows * x.cols).map_err(self.fail("scale"))
     }
 
     fn softcap(&self, x: &mut DeviceTensor<R>, cap: f32) -> Result<(), BackendError> {
-        launch::scale_or_cap(&*self.rt, "softcap", &x.buf, cap, x.rows * x.cols).map_err(self.fail())
+        launch::scale_or_cap(&*self.rt, "softcap", &x.buf, cap, x.rows * x.cols).map_err(self.fail("softcap"))
     }
 
     fn select_rows(&self, x: &DeviceTensor<R>, rows: &[usize]) -> Result<DeviceTensor<R>, BackendError> {
-        let out = self.tensor(rows.len(), x.cols)?;
-        launch::select_rows(&*self.rt, &x.buf, x.rows, rows, &out.buf, x.cols).map_err(self.fail())?;
+        let out = self.tensor("select_rows", rows.len(), x.cols)?;
+        launch::select_rows(&*self.rt, &x.buf, x.rows, rows, &out.buf, x.cols).map_err(self.fail("select_rows"))?;
         Ok(out)
     }
 }
@@ -388,7 +391,20 @@ impl CudaBackend {
     /// GPU `ordinal`: a one-line error when the driver, NVRTC or the GPU is missing.
     pub fn open(ordinal: u32) -> Result<CudaBackend, BackendError> {
         let device = Device::Cuda(ordinal);
-        let rt = kernels::cuda::CudaRuntime::open(ordinal as usize).map_err(|e| runtime_error(device, e))?;
+        let rt = kernels::cuda::CudaRuntime::open(ordinal as usize).map_err(|e| runtime_error(device, "open", e))?;
         Ok(KernelBackend::with_runtime(rt, device))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_failure_names_the_operation_that_met_it() {
+        let oom = runtime_error(Device::Cuda(0), "matmul", RuntimeError::OutOfMemory { bytes: 4096 });
+        assert_eq!(oom.to_string(), "device cuda:0: out of memory in matmul (4096 bytes asked for)");
+        let fault = runtime_error(Device::Cuda(1), "to_host", RuntimeError::Device("download: CUDA_ERROR_ILLEGAL_ADDRESS".into()));
+        assert_eq!(fault.to_string(), "device cuda:1: to_host: download: CUDA_ERROR_ILLEGAL_ADDRESS");
     }
 }

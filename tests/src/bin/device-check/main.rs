@@ -3,31 +3,43 @@
 //! of time, and runs it there). The same program runs the same checks through the CPU execution
 //! harness (`--backend sim`), so a machine without a GPU proves the check works end to end.
 //!
-//! `device-check --backend cuda|sim --fixtures DIR [--modules DIR]`
+//! `device-check --backend cuda|sim --fixtures DIR --guardian FILE [--modules DIR]`
 //!
 //! Prints, in order: the device (name, compute capability, driver), how the kernels were loaded
 //! and each kernel's registers and spills; the tiny test models it makes from the two F32 files
 //! it is given (every weight type, sha256-checked against llama.cpp's files); the op table (every
 //! `Backend` op against the f64 reference, with its bound); the tiny models' logits in every
-//! weight type against llama.cpp's goldens; bitwise batch invariance; then one `PASS` or `FAIL`.
-//! Exit status 0 on PASS, 1 on FAIL, 2 when it could not start.
+//! weight type against llama.cpp's goldens; bitwise batch invariance; the kernels' speed
+//! (`speed.rs`); end to end on models shaped like Qwen2.5-0.5B and Llama-3-8B and a guard scan
+//! on a Granite Guardian 2B shape (`end_to_end.rs`); then one `PASS` or `FAIL`. Exit status 0 on
+//! PASS, 1 on FAIL, 2 when it could not start.
+
+mod against_llama_cpp;
+mod end_to_end;
+mod speed;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
+
+use against_llama_cpp::{batch_invariance, logits};
+use end_to_end::{end_to_end, EndToEndScope};
+use speed::{kernel_speed, SpeedScope};
 
 use engine::backend::harness::run_table;
 use engine::backend::Backend;
 use engine::gguf::GgufFile;
 use engine::kv_cache::KvType;
-use engine::model::{BatchEntry, Model};
+use engine::model::Model;
 use engine::quant::requantize::{file_type_of, quantize_pure};
 use engine::quant::types::GgmlType;
-use engine_tests::tiny::{compare_with_llama_cpp, tiny_files};
-use engine_tests::{fixture, json_ids, read_json};
+use engine_tests::shaped::{self, Shape};
+use engine_tests::tiny::tiny_files;
+use engine_tests::{fixture, read_json};
 use sha2::{Digest, Sha256};
 
 /// The device under test: how to put a model on it, and its op table.
-enum Target {
+pub enum Target {
     #[cfg(feature = "cuda")]
     Cuda(engine::backend::kernel::CudaBackend),
     #[cfg(feature = "sim")]
@@ -54,6 +66,27 @@ impl Target {
         loaded.map_err(|e| format!("{}: {e}", path.display()))
     }
 
+    /// A file already open (a shaped model made in memory), on the device.
+    fn load_file(&self, file: Arc<GgufFile>) -> Result<Model, String> {
+        let loaded = match self {
+            #[cfg(feature = "cuda")]
+            Target::Cuda(_) => Model::from_file_on(file, engine::backend::Device::Cuda(0)),
+            #[cfg(feature = "sim")]
+            Target::Sim(_) => Model::from_file_simulated(file),
+        };
+        loaded.map_err(|e| e.to_string())
+    }
+
+    /// The kernels' speed section.
+    fn speed(&self, scope: &SpeedScope) -> Vec<String> {
+        match self {
+            #[cfg(feature = "cuda")]
+            Target::Cuda(b) => kernel_speed(b.runtime(), scope),
+            #[cfg(feature = "sim")]
+            Target::Sim(b) => kernel_speed(b.runtime(), scope),
+        }
+    }
+
     /// Runs the op table; returns the number of ops outside their bounds.
     fn op_table(&self) -> usize {
         fn failed<B: Backend>(b: &B, label: &str) -> usize {
@@ -71,11 +104,13 @@ impl Target {
 /// How much each section runs. A GPU runs everything; the CPU execution harness, which runs
 /// each GPU thread in turn, runs every file and every batch size but fewer greedy steps and KV
 /// configurations, so that the whole check stays within minutes on two cores.
-struct Scope {
+pub struct Scope {
     /// Greedy tokens compared after each sequence (llama.cpp's goldens hold 16).
     greedy_steps: usize,
     /// (model file, KV cache type) pairs of the batch-invariance section.
     invariance: &'static [(&'static str, KvType)],
+    speed: SpeedScope,
+    end_to_end: EndToEndScope,
 }
 
 const FULL: Scope = Scope {
@@ -88,32 +123,92 @@ const FULL: Scope = Scope {
         ("tiny-llama-F16", KvType::F32),
         ("tiny-llama-F16", KvType::F16),
     ],
+    speed: SpeedScope {
+        matvec: &[(4096, 4096), (14_336, 4096), (151_936, 896)],
+        types: &[GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16],
+        matmul: (512, 4096, 4096),
+        attention_ctx: &[1024, 4096],
+        heads: (32, 8, 128),
+        bytes_per_measurement: 4 << 30,
+        max_launches: 2000,
+    },
+    end_to_end: EndToEndScope {
+        shapes: &[shaped::QWEN2_5_0_5B, shaped::LLAMA_3_8B],
+        pp: 512,
+        tg: 128,
+        streams: 8,
+        stream_steps: 32,
+        guard: Some(shaped::GRANITE_GUARDIAN_2B),
+        guard_risks: &[],
+    },
+};
+
+/// The Qwen2.5-0.5B shape at a size the CPU execution harness runs in seconds.
+const MINIATURE: Shape = Shape {
+    name: "Qwen2.5-0.5B in miniature",
+    n_vocab: 1024,
+    n_embd: 256,
+    n_layer: 2,
+    n_ff: 512,
+    n_head: 4,
+    n_head_kv: 2,
+    ..shaped::QWEN2_5_0_5B
 };
 
 const SIMULATED: Scope = Scope {
     greedy_steps: 4,
-    invariance: &[("tiny-llama-Q4_K", KvType::F32), ("tiny-llama-Q4_K", KvType::F16), ("tiny-granite-Q8_0", KvType::F32)],
+    invariance: &[("tiny-llama-Q4_K", KvType::F16), ("tiny-granite-Q8_0", KvType::F32)],
+    speed: SpeedScope {
+        matvec: &[(256, 256)],
+        types: &[GgmlType::Q8_0, GgmlType::Q4_K],
+        matmul: (16, 256, 256),
+        attention_ctx: &[64],
+        heads: (4, 2, 64),
+        bytes_per_measurement: 1,
+        max_launches: 1,
+    },
+    end_to_end: EndToEndScope { shapes: &[MINIATURE], pp: 16, tg: 4, streams: 2, stream_steps: 2, guard: None, guard_risks: &["harm"] },
 };
 
+/// The sections after the device and the tiny models, in the order they run.
+const SECTIONS: [&str; 5] = ["ops", "logits", "invariance", "speed", "end-to-end"];
+
 struct Args {
+    /// The sections to run (all unless `--sections` names some: a rerun after a fix).
+    sections: Vec<String>,
     backend: String,
     fixtures: PathBuf,
+    guardian: PathBuf,
     modules: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
-    let (mut backend, mut fixtures, mut modules) = (None, None, None);
+    let (mut backend, mut fixtures, mut guardian, mut modules) = (None, None, None, None);
+    let mut sections: Vec<String> = SECTIONS.iter().map(|s| s.to_string()).collect();
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
         match a.as_str() {
             "--backend" => backend = Some(value()?),
             "--fixtures" => fixtures = Some(PathBuf::from(value()?)),
             "--modules" => modules = Some(PathBuf::from(value()?)),
+            "--guardian" => guardian = Some(PathBuf::from(value()?)),
+            "--sections" => {
+                sections = value()?.split(',').map(str::to_string).collect();
+                if let Some(bad) = sections.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
+                    return Err(format!("no section {bad:?} (sections: {})", SECTIONS.join(",")));
+                }
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    Ok(Args { backend: backend.ok_or("--backend cuda|sim is required")?, fixtures: fixtures.ok_or("--fixtures DIR is required")?, modules })
+    Ok(Args {
+        sections,
+        backend: backend.ok_or("--backend cuda|sim is required")?,
+        fixtures: fixtures.ok_or("--fixtures DIR is required")?,
+        guardian: guardian.ok_or("--guardian FILE (the tiny Guardian 3.3 model) is required")?,
+        modules,
+    })
 }
 
 fn open(backend: &str) -> Result<Target, String> {
@@ -128,7 +223,7 @@ fn open(backend: &str) -> Result<Target, String> {
 
 /// What the checks found: failures counted, and a line per failure kept for the end.
 #[derive(Default)]
-struct Verdict(Vec<String>);
+pub struct Verdict(Vec<String>);
 
 impl Verdict {
     fn fail(&mut self, why: String) {
@@ -175,110 +270,6 @@ fn make_tiny_models(verdict: &mut Verdict) {
         }
     }
     println!("{made} files made, {} checked against llama.cpp's sha256 ({:.1} s)", tiny_files().len(), t0.elapsed().as_secs_f64());
-}
-
-/// Every tiny file's logits against llama.cpp's: one line per file.
-fn logits(target: &Target, scope: &Scope, verdict: &mut Verdict) {
-    for name in tiny_files() {
-        let (line, failure) = check_file(target, scope, &name);
-        println!("{line}");
-        if let Some(why) = failure {
-            verdict.fail(why);
-        }
-    }
-}
-
-/// One file's line of the logits section, and why it failed if it did.
-fn check_file(target: &Target, scope: &Scope, name: &str) -> (String, Option<String>) {
-    let t0 = Instant::now();
-    let model = match target.load(&fixture(&format!("models/{name}.gguf"))) {
-        Ok(m) => m,
-        Err(e) => return (format!("{name:<20} could not be loaded"), Some(e)),
-    };
-    let c = compare_with_llama_cpp(&model, name, scope.greedy_steps);
-    let line = format!(
-        "{:<20} max |ours - llama.cpp| {:.3e} (bound {:.1e})  top-1 equal {}/{}  {}  ({:.1} s)",
-        name,
-        c.worst,
-        c.bound,
-        c.top1_equal,
-        c.positions,
-        if c.passed() { "ok" } else { "FAIL" },
-        t0.elapsed().as_secs_f64()
-    );
-    let failure =
-        (!c.passed()).then(|| format!("{name}: max {:.3e} > {:.1e} or {}", c.worst, c.bound, c.greedy_mismatch.unwrap_or_default()));
-    (line, failure)
-}
-
-/// `IDENTICAL`, or the first of `positions` whose row differs from the reference's bit for bit.
-fn compare_rows(rows: &[Vec<f32>], reference: &[Vec<f32>], positions: &[usize]) -> String {
-    let differs = |(a, b): (&Vec<f32>, &Vec<f32>)| a.iter().map(|x| x.to_bits()).ne(b.iter().map(|x| x.to_bits()));
-    match rows.iter().zip(reference).position(differs) {
-        None => "IDENTICAL".to_string(),
-        Some(i) => format!("DIFFERENT at position {}", positions[i]),
-    }
-}
-
-/// Positions at which a sequence is decoded in a batch: the first, one inside the first KV
-/// block, the last of it, and one in the next block.
-const BATCHED_AT: [usize; 4] = [0, 17, 31, 35];
-
-/// One sequence decoded alone (one row a step) against the same rows decoded in batches of 2,
-/// 5, 8 and 64 rows (the others one row each of as many other sequences, as continuous batching
-/// runs them), and against one prefill batch of every token: the logits bit for bit.
-fn batch_invariance(target: &Target, scope: &Scope, verdict: &mut Verdict) {
-    // a legacy quant, a K-quant and a float type over both architectures; 36 positions cross a
-    // KV block boundary (32)
-    for &(name, kv_type) in scope.invariance {
-        let model = match target.load(&fixture(&format!("models/{name}.gguf"))) {
-            Ok(m) => m,
-            Err(e) => {
-                verdict.fail(e);
-                continue;
-            }
-        };
-        let golden = read_json(&fixture(&format!("models/golden/{name}.logits.json")));
-        let tokens: Vec<u32> = json_ids(&golden["sequences"][2]["tokens"]).into_iter().take(36).collect();
-        let other = json_ids(&golden["sequences"][1]["tokens"]);
-        let t0 = Instant::now();
-        // [positions][n_vocab] decoded alone
-        let mut kv = model.new_kv_cache(kv_type, 512);
-        let alone: Vec<Vec<f32>> = (0..tokens.len())
-            .map(|p| {
-                model.forward(&mut kv, &[BatchEntry { seq: 0, token: tokens[p], pos: p as u32, logits: true }]).unwrap().row(0).to_vec()
-            })
-            .collect();
-        let mut line = format!("{name:<18} kv {kv_type:?}: alone vs");
-        for rows in [2usize, 5, 8, 64] {
-            let mut got = Vec::new();
-            for &p in &BATCHED_AT {
-                let mut kv = model.new_kv_cache(kv_type, 512);
-                if p > 0 {
-                    model.forward(&mut kv, &BatchEntry::sequence(0, &tokens[..p], 0, false)).unwrap();
-                }
-                // the sequence's row first, then one row of each of rows-1 other sequences
-                let mut batch = vec![BatchEntry { seq: 0, token: tokens[p], pos: p as u32, logits: true }];
-                batch.extend((1..rows).map(|i| BatchEntry { seq: i as u32, token: other[i % other.len()], pos: 0, logits: true }));
-                got.push(model.forward(&mut kv, &batch).unwrap().row(0).to_vec());
-            }
-            let reference: Vec<Vec<f32>> = BATCHED_AT.iter().map(|&p| alone[p].clone()).collect();
-            let result = compare_rows(&got, &reference, &BATCHED_AT);
-            if result != "IDENTICAL" {
-                verdict.fail(format!("{name} kv {kv_type:?}: in batches of {rows} rows {result}"));
-            }
-            line += &format!("  {rows} rows {result}");
-        }
-        let mut kv = model.new_kv_cache(kv_type, 512);
-        let prefill = model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)).unwrap();
-        let rows: Vec<Vec<f32>> = (0..tokens.len()).map(|p| prefill.row(p).to_vec()).collect();
-        let positions: Vec<usize> = (0..tokens.len()).collect();
-        let result = compare_rows(&rows, &alone, &positions);
-        if result != "IDENTICAL" {
-            verdict.fail(format!("{name} kv {kv_type:?}: prefill vs decode {result}"));
-        }
-        println!("{line}  prefill {result}  ({:.1} s)", t0.elapsed().as_secs_f64());
-    }
 }
 
 /// The device, the driver and how the kernels came (CUDA); what stands for them (sim).
@@ -335,7 +326,10 @@ fn main() {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("device-check: {e}\nusage: device-check --backend cuda|sim --fixtures DIR [--modules DIR]");
+            eprintln!(
+                "device-check: {e}\nusage: device-check --backend cuda|sim --fixtures DIR --guardian FILE [--modules DIR] [--sections {}]",
+                SECTIONS.join(",")
+            );
             std::process::exit(2);
         }
     };
@@ -367,23 +361,53 @@ fn main() {
     }
     section("tiny models");
     make_tiny_models(&mut verdict);
-    section(&format!("op table on {} against the f64 reference", target.label()));
-    let t0 = Instant::now();
-    let failed_ops = target.op_table();
-    println!("{failed_ops} ops outside their bounds ({:.1} s)", t0.elapsed().as_secs_f64());
-    if failed_ops > 0 {
-        verdict.fail(format!("{failed_ops} ops outside their bounds (lines marked FAIL above)"));
-    }
-    section("how the kernels were loaded");
-    kernel_origins(&target);
-    section("tiny-model logits against llama.cpp (f32 KV cache, every position of 3 sequences)");
     let scope = if target.label() == "sim" { &SIMULATED } else { &FULL };
-    println!("greedy continuations: up to {} tokens, while llama.cpp's margin is clear", scope.greedy_steps);
-    logits(&target, scope, &mut verdict);
-    section("batch invariance (bitwise)");
-    batch_invariance(&target, scope, &mut verdict);
+    let wanted = |name: &str| args.sections.iter().any(|s| s == name);
+    if wanted("ops") {
+        section(&format!("op table on {} against the f64 reference", target.label()));
+        let t0 = Instant::now();
+        let failed_ops = target.op_table();
+        println!("{failed_ops} ops outside their bounds ({:.1} s)", t0.elapsed().as_secs_f64());
+        if failed_ops > 0 {
+            verdict.fail(format!("{failed_ops} ops outside their bounds (lines marked FAIL above)"));
+        }
+        section("how the kernels were loaded");
+        kernel_origins(&target);
+        match kernels::nvrtc::describe() {
+            Ok(nvrtc) => println!("NVRTC, the fallback for a kernel not prepared: {nvrtc}"),
+            Err(_) => println!("NVRTC: none found (not needed while every kernel comes prepared)"),
+        }
+    }
+    if wanted("logits") {
+        section("tiny-model logits against llama.cpp (f32 KV cache, every position of 3 sequences)");
+        println!("greedy continuations: up to {} tokens, while llama.cpp's margin is clear", scope.greedy_steps);
+        logits(&target, scope, &mut verdict);
+    }
+    if wanted("invariance") {
+        section("batch invariance (bitwise)");
+        batch_invariance(&target, scope, &mut verdict);
+    }
+    if wanted("speed") {
+        section(&format!("kernel speed on {}", target.label()));
+        if target.label() == "sim" {
+            println!("(the CPU execution harness at reduced shapes: proves the measurements run; its times say nothing of a GPU)");
+        }
+        for why in target.speed(&scope.speed) {
+            verdict.fail(why);
+        }
+    }
+    if wanted("end-to-end") {
+        section("end to end on shaped models (random weights, Q4_K_M-like mix, f16 KV cache)");
+        let template = fixture("models/tiny-llama-base-f32.gguf");
+        for why in end_to_end(&|file| target.load_file(file), &scope.end_to_end, &template, &args.guardian) {
+            verdict.fail(why);
+        }
+    }
     section("result");
     println!("{:.0} s in all", started.elapsed().as_secs_f64());
+    if args.sections.len() < SECTIONS.len() {
+        println!("(sections run: {}; the others were not)", args.sections.join(","));
+    }
     if verdict.0.is_empty() {
         println!("PASS");
     } else {
