@@ -129,7 +129,7 @@ const FULL: Scope = Scope {
         matmul: (512, 4096, 4096),
         attention_ctx: &[1024, 4096],
         heads: (32, 8, 128),
-        bytes_per_measurement: 4 << 30,
+        bytes_per_measurement: 16 << 30,
         max_launches: 2000,
     },
     end_to_end: EndToEndScope {
