@@ -74,5 +74,5 @@ case ${1:-} in
   prepare) prepare ;;
   run) shift; check_on cuda "$@" ;;
   check) shift; check_on sim "$@" ;;
-  *) echo "usage: tools/device-check.sh prepare | run|check [--sections ops,logits,invariance,speed,end-to-end]" >&2; exit 2 ;;
+  *) echo "usage: tools/device-check.sh prepare | run [--sections LIST] | check [--sections LIST]  (LIST: ops,logits,invariance,speed,end-to-end)" >&2; exit 2 ;;
 esac
