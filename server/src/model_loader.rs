@@ -248,8 +248,9 @@ async fn start(state: &Arc<AppState>, spec: LoadSpec) -> Result<Arc<ModelEntry>,
         let settings = &st.loader.settings;
         let model = Model::load_on(&spec.path, settings.device)
             .map_err(|e| ApiError::invalid_param("model", format!("{}: {e}", file_name(&spec.path))))?;
-        if spec.role == Role::Chat && model.config().arch == "bert" {
-            return Err(ApiError::invalid_param("role", "an encoder model (bert) cannot chat: load it with role embedding"));
+        if spec.role == Role::Chat && model.is_encoder() {
+            let why = format!("an encoder model ({}) cannot chat: load it with role embedding", model.config().arch);
+            return Err(ApiError::invalid_param("role", why));
         }
         let model_spec = ModelSpec {
             id: spec.id.clone(),

@@ -21,8 +21,8 @@ use server::{ModelSpec, Server, ServerBuilder};
 const A: &str = "tiny-llama";
 const B: &str = "tiny-granite-Q8_0";
 
-/// A fresh models directory holding the tiny granite fixture, a corrupt file, and a link to a
-/// file outside it.
+/// A fresh models directory holding the tiny granite fixture, an encoder (MiniLM), a corrupt
+/// file, and a link to a file outside it.
 fn models_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("engine-models-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -30,6 +30,7 @@ fn models_dir(name: &str) -> PathBuf {
     std::fs::copy(fixture("models/tiny-granite-Q8_0.gguf"), dir.join("tiny-granite-Q8_0.gguf")).unwrap();
     std::fs::write(dir.join("broken.gguf"), b"GGUF not really").unwrap();
     std::os::unix::fs::symlink(fixture("models/tiny-llama-Q8_0.gguf"), dir.join("outside.gguf")).unwrap();
+    std::fs::copy(fixture("real/all-MiniLM-L6-v2-Q8_0.gguf"), dir.join("minilm.gguf")).unwrap();
     dir
 }
 
@@ -85,6 +86,7 @@ fn only_bare_file_names_of_the_directory_load() {
         (json!({"model": "broken"}), StatusCode::BAD_REQUEST, "model"),
         (json!({"model": B, "role": "transcription"}), StatusCode::BAD_REQUEST, "role"),
         (json!({"model": B, "role": "robot"}), StatusCode::BAD_REQUEST, "role"),
+        (json!({"model": "minilm", "role": "chat"}), StatusCode::BAD_REQUEST, "role"),
         (json!({"model": B, "context_length": 0}), StatusCode::BAD_REQUEST, "context_length"),
         (json!({"model": B, "id": A}), StatusCode::CONFLICT, "id"),
         (json!({"role": "chat"}), StatusCode::BAD_REQUEST, "model"),
@@ -95,6 +97,8 @@ fn only_bare_file_names_of_the_directory_load() {
     }
     let (_, e) = post(&base, "/v1/models", json!({"model": "broken"}));
     assert!(e["error"]["message"].as_str().unwrap().starts_with("broken.gguf: "), "{e}");
+    let (_, e) = post(&base, "/v1/models", json!({"model": "minilm", "role": "chat"}));
+    assert!(e["error"]["message"].as_str().unwrap().contains("an encoder model (bert) cannot chat"), "{e}");
     // nothing was loaded by any of them
     let listed: Value = Client::new().get(format!("{base}/v1/models")).send().unwrap().json().unwrap();
     assert_eq!(listed["data"].as_array().unwrap().len(), 1, "{listed}");
