@@ -56,17 +56,17 @@ pub struct CompiledModule {
     pub kernels: Vec<KernelReport>,
 }
 
-/// The folders and files looked in, first found wins: `ENGINE_NVRTC` (the library or its
-/// folder), the folder `tools/fetch-nvrtc.sh` fills, `CUDA_PATH`, `/usr/local/cuda`, then the
-/// NVIDIA Python packages of the usual Python installs (CUDA 13's `nvidia/cu13/lib`, CUDA 12's
-/// `nvidia/cuda_nvrtc/lib`). In a folder, NVRTC 12 is taken before 13.
+/// The files looked at, first found wins: `ENGINE_NVRTC` (the library or its folder), the
+/// folder `tools/fetch-nvrtc.sh` fills, `CUDA_PATH`, `/usr/local/cuda`, then the NVIDIA Python
+/// packages of the usual Python installs (CUDA 13's `nvidia/cu13/lib`, CUDA 12's
+/// `nvidia/cuda_nvrtc/lib`). In a folder, NVRTC 12 is taken before 13. When none exists, the
+/// loader's search path is tried (`api`).
 fn candidates() -> Vec<PathBuf> {
-    let mut folders = Vec::new();
-    if let Some(p) = std::env::var_os("ENGINE_NVRTC").map(PathBuf::from) {
-        if !p.is_dir() {
-            return vec![p];
-        }
-        folders.push(p);
+    let (mut files, mut folders) = (Vec::new(), Vec::new());
+    match std::env::var_os("ENGINE_NVRTC").map(PathBuf::from) {
+        Some(p) if p.is_dir() => folders.push(p),
+        Some(p) => files.push(p),
+        None => {}
     }
     let assets = std::env::var_os("ENGINE_ASSETS")
         .map(PathBuf::from)
@@ -81,7 +81,8 @@ fn candidates() -> Vec<PathBuf> {
     }
     folders.push(PathBuf::from("/usr/local/cuda/lib64"));
     folders.extend(python_package_folders());
-    folders.iter().flat_map(|f| LIBRARIES.iter().map(move |l| f.join(l))).collect()
+    files.extend(folders.iter().flat_map(|f| LIBRARIES.iter().map(move |l| f.join(l))));
+    files
 }
 
 /// `<site>/nvidia/{cu13,cuda_nvrtc}/lib` for the `site-packages` / `dist-packages` folders of
@@ -210,13 +211,14 @@ fn api() -> Result<&'static Api, NvrtcError> {
     static API: OnceLock<Result<Api, NvrtcError>> = OnceLock::new();
     API.get_or_init(|| {
         let looked = candidates();
-        match looked.iter().find(|p| p.is_file()) {
-            Some(path) => Api::open(path),
-            None => {
-                let list: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
-                Err(NvrtcError::NotFound(list.join(", ")))
-            }
+        if let Some(path) = looked.iter().find(|p| p.is_file()) {
+            return Api::open(path);
         }
+        // a bare name: the loader's search path (LD_LIBRARY_PATH, ldconfig's folders)
+        LIBRARIES.iter().find_map(|name| Api::open(Path::new(name)).ok()).ok_or_else(|| {
+            let list: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+            NvrtcError::NotFound(format!("{} and the loader's search path", list.join(", ")))
+        })
     })
     .as_ref()
     .map_err(Clone::clone)

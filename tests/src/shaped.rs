@@ -170,9 +170,9 @@ pub fn make(shape: &Shape, template: &GgufFile) -> Result<Arc<GgufFile>, String>
     // (name, [cols, rows], type) of every matrix, then the f32 vectors
     let mut matrices: Vec<(String, usize, usize, GgmlType)> = Vec::new();
     let mut matrix = |name: String, layer: Option<usize>, cols: usize, rows: usize| {
-        let kind = name.split('.').rev().nth(1).unwrap_or(&name).to_string();
-        let kind = if layer.is_none() { name.trim_end_matches(".weight").to_string() } else { kind };
-        let ty = q4_k_m_type(&kind, layer, shape.n_layer, cols, shape.tied);
+        // `blk.3.attn_q.weight` -> `attn_q`, `token_embd.weight` -> `token_embd`
+        let kind = name.trim_end_matches(".weight").rsplit('.').next().unwrap_or_default();
+        let ty = q4_k_m_type(kind, layer, shape.n_layer, cols, shape.tied);
         matrices.push((name, cols, rows, ty));
     };
     matrix("token_embd.weight".into(), None, shape.n_embd, shape.n_vocab);

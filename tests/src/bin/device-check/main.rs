@@ -3,7 +3,7 @@
 //! of time, and runs it there). The same program runs the same checks through the CPU execution
 //! harness (`--backend sim`), so a machine without a GPU proves the check works end to end.
 //!
-//! `device-check --backend cuda|sim --fixtures DIR --guardian FILE [--modules DIR]`
+//! `device-check --backend cuda|sim --fixtures DIR --guardian FILE [--modules DIR] [--sections LIST]`
 //!
 //! Prints, in order: the device (name, compute capability, driver), how the kernels were loaded
 //! and each kernel's registers and spills; the tiny test models it makes from the two F32 files
@@ -39,7 +39,7 @@ use engine_tests::{fixture, read_json};
 use sha2::{Digest, Sha256};
 
 /// The device under test: how to put a model on it, and its op table.
-pub enum Target {
+enum Target {
     #[cfg(feature = "cuda")]
     Cuda(engine::backend::kernel::CudaBackend),
     #[cfg(feature = "sim")]
@@ -57,13 +57,8 @@ impl Target {
     }
 
     fn load(&self, path: &Path) -> Result<Model, String> {
-        let loaded = match self {
-            #[cfg(feature = "cuda")]
-            Target::Cuda(_) => Model::load_on(path, engine::backend::Device::Cuda(0)),
-            #[cfg(feature = "sim")]
-            Target::Sim(_) => Model::load_simulated(path),
-        };
-        loaded.map_err(|e| format!("{}: {e}", path.display()))
+        let file = GgufFile::open(path).map_err(|e| e.to_string());
+        file.and_then(|f| self.load_file(Arc::new(f))).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// A file already open (a shaped model made in memory), on the device.
@@ -105,7 +100,7 @@ impl Target {
 /// each GPU thread in turn, runs every file and every batch size but one greedy step, one
 /// batch-invariance pair (a K-quant over the f16 cache) and reduced shapes in the speed and
 /// end-to-end sections, so that prepare and check together stay within 10 minutes on two cores.
-pub struct Scope {
+struct Scope {
     /// Greedy tokens compared after each sequence (llama.cpp's goldens hold 16).
     greedy_steps: usize,
     /// (model file, KV cache type) pairs of the batch-invariance section.
@@ -224,7 +219,7 @@ fn open(backend: &str) -> Result<Target, String> {
 
 /// What the checks found: failures counted, and a line per failure kept for the end.
 #[derive(Default)]
-pub struct Verdict(Vec<String>);
+struct Verdict(Vec<String>);
 
 impl Verdict {
     fn fail(&mut self, why: String) {

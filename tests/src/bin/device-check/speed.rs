@@ -90,11 +90,6 @@ pub fn sig3(x: f64) -> String {
     format!("{x:.digits$}")
 }
 
-/// Whether `ty` can hold rows of `cols` values.
-fn fits(ty: GgmlType, cols: usize) -> bool {
-    cols.is_multiple_of(ty.block_size())
-}
-
 /// Prints the section; returns the problems met (a launch that failed).
 pub fn kernel_speed<R: Runtime>(rt: &R, s: &SpeedScope) -> Vec<String> {
     let mut problems = Vec::new();
@@ -102,7 +97,7 @@ pub fn kernel_speed<R: Runtime>(rt: &R, s: &SpeedScope) -> Vec<String> {
     for &(rows, cols) in s.matvec {
         let mut line = format!("  {rows:>6} x {cols:<5}");
         for &ty in s.types {
-            if !fits(ty, cols) {
+            if ty.row_bytes(cols).is_none() {
                 line += &format!("  {}: n/a ({cols} columns)", ty.name());
                 continue;
             }
@@ -119,7 +114,7 @@ pub fn kernel_speed<R: Runtime>(rt: &R, s: &SpeedScope) -> Vec<String> {
     let (batch, rows, cols) = s.matmul;
     println!("tiled matrix product ({batch} rows x {rows} x {cols}): TOPS (2 operations per multiply-add)");
     let mut line = String::from(" ");
-    for &ty in s.types.iter().filter(|&&t| fits(t, cols)) {
+    for &ty in s.types.iter().filter(|&&t| t.row_bytes(cols).is_some()) {
         match matmul(rt, ty, batch, rows, cols, s.max_launches.min(5)) {
             Ok(tops) => line += &format!("  {} {}", ty.name(), sig3(tops)),
             Err(e) => {
