@@ -96,7 +96,7 @@ vocab() {
 engine_cli() {
   if [ -z "$CLI" ]; then
     # the build of README's test command (the same features), so the tests reuse it
-    (cd "$ROOT" && cargo test --quiet --workspace --all-targets --features engine/sim --no-run)
+    (cd "$ROOT" && cargo test --quiet --workspace --all-targets --features engine/sim,cli/cuda --no-run)
     CLI=$ROOT/target/debug/engine-cli
   fi
   "$CLI" "$@"

@@ -8,9 +8,10 @@
 
 use benches::{pool, random_floats, random_matrix};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use engine::backend::cpu::{matmul, WeightMatrix};
+use engine::backend::cpu::matmul;
 use engine::quant::panel::repack;
 use engine::quant::GgmlType;
+use engine::quant::WeightMatrix;
 
 /// (matrix, rows, cols, type): what the Q4_K_M file of Qwen2.5-0.5B stores (its 896-wide rows
 /// cannot hold 256-value K-quant blocks, so most matrices are Q5_0; the tied output matrix

@@ -8,9 +8,10 @@
 
 use benches::{pool, random_floats, random_matrix};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use engine::backend::cpu::{matmul_each_on, WeightMatrix};
+use engine::backend::cpu::matmul_each_on;
 use engine::quant::panel::{repack, PanelLayout};
 use engine::quant::x86::peak::{int8_peak, macs_per_round};
+use engine::quant::WeightMatrix;
 use engine::quant::{GgmlType, Isa};
 use rayon::prelude::*;
 

@@ -7,8 +7,9 @@
 
 use benches::{pool, random_floats, random_matrix};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use engine::backend::cpu::{matmul, WeightMatrix};
+use engine::backend::cpu::matmul;
 use engine::quant::GgmlType;
+use engine::quant::WeightMatrix;
 
 /// (model, matrix, rows, cols, types): the types the real Q4_K_M file stores for that matrix
 /// (gemma-3-270m's 640-wide rows cannot hold 256-value K-quant blocks, so they are Q5_0), plus

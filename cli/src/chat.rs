@@ -7,14 +7,13 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
-use engine::backend::Device;
 use engine::chat::{tokenize_rendered, ChatInput, ChatTemplate};
-use engine::generate::{common_prefix, GenerateParams, Generator};
-use engine::kv_cache::KvType;
+use engine::generate::{GenerateParams, Generator};
+use engine::kv_cache::common_prefix;
 use engine::tokenizer::TokenId;
 use serde_json::{json, Value};
 
-use crate::load::{default_ctx, load_model, parse_device, parse_kv_type, parse_positive, thread_pool};
+use crate::load::{default_ctx, load_model, thread_pool, RuntimeArgs};
 use crate::sampling_args::SamplingArgs;
 
 #[derive(clap::Args)]
@@ -31,30 +30,20 @@ pub struct ChatArgs {
     pub n_predict: Option<usize>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// Context size in tokens [default: the model's, at most 4096].
-    #[arg(long, short = 'c', value_parser = parse_positive)]
-    pub ctx_size: Option<usize>,
-    /// KV cache element type.
-    #[arg(long, default_value = "f16", value_parser = parse_kv_type)]
-    pub kv_type: KvType,
-    /// Worker threads [default: all cores].
-    #[arg(long, short = 't', value_parser = parse_positive)]
-    pub threads: Option<usize>,
-    /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
-    #[arg(long, default_value = "cpu", value_parser = parse_device)]
-    pub device: Device,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
 }
 
 pub fn run(args: ChatArgs) -> anyhow::Result<()> {
-    let pool = thread_pool(args.threads)?;
-    let model = load_model(&args.model, args.device)?;
+    let pool = thread_pool(args.runtime.threads)?;
+    let model = load_model(&args.model, args.runtime.device)?;
     let sampling = args.sampling.params(model.tokenizer().n_vocab())?;
     let template = ChatTemplate::from_model(&model).context("the model's chat template")?;
     if template.is_fallback() {
         eprintln!("the model has no chat template: using ChatML");
     }
-    let n_ctx = args.ctx_size.unwrap_or_else(|| default_ctx(&model));
-    let mut kv = model.new_kv_cache(args.kv_type, n_ctx);
+    let n_ctx = args.runtime.ctx_size.unwrap_or_else(|| default_ctx(&model));
+    let mut kv = model.new_kv_cache(args.runtime.kv_type, n_ctx);
     let mut in_cache: Vec<TokenId> = Vec::new();
     let mut messages: Vec<Value> = Vec::new();
     if let Some(system) = &args.system {

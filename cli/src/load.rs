@@ -49,6 +49,23 @@ pub fn tokenize_prompt(model: &Model, prompt: &str) -> anyhow::Result<Vec<TokenI
     Ok(tokens)
 }
 
+/// How a generating command runs its model (`run`, `chat`): context, KV cache, threads, device.
+#[derive(clap::Args)]
+pub struct RuntimeArgs {
+    /// Context size in tokens [default: the model's, at most 4096; `run`: at least prompt + n].
+    #[arg(long, short = 'c', value_parser = parse_positive)]
+    pub ctx_size: Option<usize>,
+    /// KV cache element type.
+    #[arg(long, default_value = "f16", value_parser = parse_kv_type)]
+    pub kv_type: KvType,
+    /// Worker threads [default: all cores].
+    #[arg(long, short = 't', value_parser = parse_positive)]
+    pub threads: Option<usize>,
+    /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    pub device: Device,
+}
+
 /// Parses `--device`: `cpu`, `cuda` or `cuda:N`.
 pub fn parse_device(s: &str) -> Result<Device, String> {
     s.parse::<Device>().map_err(|e| e.to_string())

@@ -5,9 +5,9 @@ use std::io::BufWriter;
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Context};
+use engine::gguf::GgmlType;
 use engine::gguf::GgufFile;
 use engine::quant::requantize::{file_type_of, quantize_pure};
-use engine::quant::types::GgmlType;
 
 #[derive(clap::Args)]
 pub struct QuantizeArgs {

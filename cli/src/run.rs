@@ -6,13 +6,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use engine::backend::Device;
 use engine::generate::{FinishReason, GenerateParams, Generator, TokenConstraint, TokenEvent};
 use engine::grammar::{Constraint, GrammarCompiler};
-use engine::kv_cache::KvType;
 use engine::model::Model;
 
-use crate::load::{default_ctx, kv_type_name, load_model, parse_device, parse_kv_type, parse_positive, thread_pool, tokenize_prompt};
+use crate::load::{default_ctx, kv_type_name, load_model, parse_positive, thread_pool, tokenize_prompt, RuntimeArgs};
 use crate::sampling_args::SamplingArgs;
 
 #[derive(clap::Args)]
@@ -48,23 +46,13 @@ pub struct RunArgs {
     /// Tokens the draft proposes per round.
     #[arg(long, default_value_t = 8, value_parser = parse_positive)]
     pub draft_n: usize,
-    /// Context size in tokens [default: the model's, at most 4096, at least prompt + n].
-    #[arg(long, short = 'c')]
-    pub ctx_size: Option<usize>,
-    /// KV cache element type.
-    #[arg(long, default_value = "f16", value_parser = parse_kv_type)]
-    pub kv_type: KvType,
-    /// Worker threads [default: all cores].
-    #[arg(long, short = 't', value_parser = parse_positive)]
-    pub threads: Option<usize>,
-    /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
-    #[arg(long, default_value = "cpu", value_parser = parse_device)]
-    pub device: Device,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    let pool = thread_pool(args.threads)?;
-    let model = load_model(&args.model, args.device)?;
+    let pool = thread_pool(args.runtime.threads)?;
+    let model = load_model(&args.model, args.runtime.device)?;
     let prompt = if args.images.is_empty() { tokenize_prompt(&model, &args.prompt)? } else { Vec::new() };
     let params = GenerateParams {
         sampling: args.sampling.params(model.tokenizer().n_vocab())?,
@@ -74,7 +62,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         ..GenerateParams::default()
     };
     let needed = prompt.len() + args.n_predict;
-    let n_ctx = match args.ctx_size {
+    let n_ctx = match args.runtime.ctx_size {
         Some(c) if !args.images.is_empty() => c,
         None if !args.images.is_empty() => default_ctx(&model),
         Some(c) if c < needed => {
@@ -88,20 +76,22 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 
     let seed = params.sampling.seed;
-    let draft = args.draft.as_deref().map(|p| load_model(p, args.device)).transpose()?;
-    let mut kv = model.new_kv_cache(args.kv_type, n_ctx);
+    let draft = args.draft.as_deref().map(|p| load_model(p, args.runtime.device)).transpose()?;
+    let mut kv = model.new_kv_cache(args.runtime.kv_type, n_ctx);
     let prompt = match &args.mmproj {
-        Some(mmproj) => pool.install(|| crate::images::prefill(&model, &mut kv, mmproj, &args.images, &args.prompt, args.device))?,
+        Some(mmproj) => {
+            pool.install(|| crate::images::prefill(&model, &mut kv, mmproj, &args.images, &args.prompt, args.runtime.device))?
+        }
         None => prompt,
     };
     eprintln!(
         "prompt: {} tokens, context {n_ctx}, KV cache {}, {} threads",
         prompt.len(),
-        kv_type_name(args.kv_type),
+        kv_type_name(args.runtime.kv_type),
         pool.current_num_threads()
     );
 
-    let mut draft_kv = draft.as_ref().map(|d| d.new_kv_cache(args.kv_type, n_ctx));
+    let mut draft_kv = draft.as_ref().map(|d| d.new_kv_cache(args.runtime.kv_type, n_ctx));
     let start = Instant::now();
     let mut first_token: Option<Instant> = None;
     let mut out = std::io::stdout();

@@ -21,8 +21,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use distribution::sum_f64;
 pub use distribution::Distribution;
 
-use crate::backend::cpu::activation::ggml_expf;
 use crate::logprobs::argmax;
+use crate::quant::ggml_expf;
 use crate::tokenizer::TokenId;
 
 /// How tokens are chosen. `Default` is OpenAI's: temperature 1, nothing cut, no penalties.
@@ -233,7 +233,7 @@ fn normalise(w: &mut [f32], total: f64) {
     w.iter_mut().for_each(|x| *x = (f64::from(*x) * inv) as f32);
 }
 
-crate::backend::cpu::fma_variants!(
+crate::quant::fma_variants!(
     /// The distribution when nothing is cut (the common case: OpenAI's defaults, or a
     /// temperature alone): the same steps as the general path in [`distribution`], straight
     /// over the row and kept dense (by token id), without listing the candidates as (token,
@@ -273,7 +273,7 @@ fn finite_max(v: &[f32]) -> f32 {
     rest.iter().chain(&lanes).fold(f32::NEG_INFINITY, |m, &x| if x.is_finite() && x > m { x } else { m })
 }
 
-crate::backend::cpu::fma_variants!(
+crate::quant::fma_variants!(
     /// `w = exp(w)` over a row, with ggml's vectorised polynomial exp (within 1.5 ulp; the same
     /// bits on every machine, fused multiply-adds or not). A row of the whole vocabulary is the
     /// common case (no top-k / top-p), and the C library's exp on each of 150k-260k logits

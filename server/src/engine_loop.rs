@@ -14,9 +14,9 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::generate::{common_prefix, draft_rng, speculative_round, Draft, FinishReason, SequenceDecoder, TokenEvent, Usage};
+use engine::generate::{draft_rng, speculative_round, Draft, FinishReason, SequenceDecoder, TokenEvent, Usage};
 use engine::guard::{Evaluator, PromptStats};
-use engine::kv_cache::{KvCache, KvType, PrefixCache, SeqId, BLOCK_POSITIONS};
+use engine::kv_cache::{common_prefix, KvCache, KvType, PrefixCache, SeqId, BLOCK_POSITIONS};
 use engine::model::vision::PromptImages;
 use engine::model::{BatchEntry, InputEntry, Model};
 use engine::sampling::Rng;

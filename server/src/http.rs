@@ -6,7 +6,7 @@ use std::convert::Infallible;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
@@ -64,14 +64,48 @@ fn error_with_body(e: &ApiError, body: &Value) -> Response<Body> {
     r
 }
 
+/// Bytes of a body over its limit that are still read (and dropped) before the 413 goes out.
+const DRAIN_BYTES: usize = 128 << 20;
+
 /// Reads the whole body, refusing more than `limit` bytes with 413 and a body that has not
-/// arrived within `timeout` with 408 (a client that stops sending keeps nothing waiting).
-pub async fn read_body(body: Incoming, limit: usize, timeout: std::time::Duration) -> Result<Bytes, ApiError> {
-    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
-        Err(_) => Err(ApiError::body_timeout(timeout)),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(ApiError::too_large(limit)),
-        Ok(Err(e)) => Err(ApiError::invalid(format!("could not read the request body: {e}"))),
+/// arrived within `timeout` with 408 (a client that stops sending keeps nothing waiting). Past
+/// the limit the rest is read and dropped (up to [`DRAIN_BYTES`] more, within the same time):
+/// a client still sending then reads the 413 instead of a broken pipe, as a socket closed with
+/// unread data is reset.
+pub async fn read_body(mut body: Incoming, limit: usize, timeout: std::time::Duration) -> Result<Bytes, ApiError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut kept: Vec<u8> = Vec::new();
+    let mut over: Option<usize> = None; // bytes dropped since the limit was passed
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) if over.is_some() => break,
+            Err(_) => return Err(ApiError::body_timeout(timeout)),
+            Ok(None) => break,
+            Ok(Some(Err(e))) if over.is_some() => {
+                tracing::debug!("a body over its limit ended early: {e}");
+                break;
+            }
+            Ok(Some(Err(e))) => return Err(ApiError::invalid(format!("could not read the request body: {e}"))),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else { continue }; // trailers
+        match over.as_mut() {
+            Some(dropped) => {
+                *dropped += data.len();
+                if *dropped > DRAIN_BYTES {
+                    break;
+                }
+            }
+            None if kept.len() + data.len() > limit => {
+                over = Some(data.len());
+                kept = Vec::new();
+            }
+            None => kept.extend_from_slice(&data),
+        }
+    }
+    match over {
+        Some(_) => Err(ApiError::too_large(limit)),
+        None => Ok(Bytes::from(kept)),
     }
 }
 

@@ -111,6 +111,19 @@ impl Default for ConnectionLimits {
 /// Connections the kernel may hold before the server accepts them.
 const LISTEN_BACKLOG: u32 = 4096;
 
+/// Connections kept beyond `max_connections` for the operations routes (`/health`, `/ready`,
+/// `/metrics`): a client holding every connection slot (idle or slow) does not lock the
+/// orchestrator's probes and the metrics scraper out. One request per connection, its head
+/// within [`RESERVE_HEADER_TIMEOUT`]; any other route is answered 503 there.
+const OPERATIONS_RESERVE: usize = 32;
+
+/// How long a reserve connection may take to send its request's head: short, so that a flood
+/// that spills into the reserve is cut before the next probe.
+const RESERVE_HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The routes a reserve connection serves.
+const OPERATIONS_ROUTES: [&str; 3] = ["/health", "/ready", "/metrics"];
+
 /// The read buffer of a connection, which bounds a request's head (larger: 431).
 const MAX_HEAD_BYTES: usize = 64 << 10;
 
@@ -439,6 +452,8 @@ pub struct Server {
 #[derive(Clone)]
 pub struct Handler {
     state: Arc<AppState>,
+    /// A connection of the operations reserve: only [`OPERATIONS_ROUTES`] are served.
+    operations_only: bool,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Handler {
@@ -448,6 +463,9 @@ impl hyper::service::Service<Request<Incoming>> for Handler {
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let state = self.state.clone();
+        if self.operations_only && !OPERATIONS_ROUTES.contains(&req.uri().path().trim_end_matches('/')) {
+            return Box::pin(async { Ok(http::error_response(&ApiError::too_many_connections())) });
+        }
         Box::pin(async move { Ok(router::handle(state, req).await) })
     }
 }
@@ -462,7 +480,7 @@ impl Server {
     }
 
     pub fn handler(&self) -> Handler {
-        Handler { state: self.state.clone() }
+        Handler { state: self.state.clone(), operations_only: false }
     }
 
     /// Serves connections from `listener` until [`Server::close`], then waits for the open
@@ -492,8 +510,11 @@ impl Server {
         });
         let limits = self.state.limits;
         let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+        let reserve = Arc::new(tokio::sync::Semaphore::new(OPERATIONS_RESERVE));
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(MAX_HEAD_BYTES);
+        let mut reserve_http = http.clone();
+        reserve_http.header_read_timeout(RESERVE_HEADER_TIMEOUT.min(limits.header_timeout)).keep_alive(false);
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
@@ -506,11 +527,20 @@ impl Server {
                             continue;
                         }
                     };
-                    let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        tokio::spawn(refuse(stream));
-                        continue;
+                    let (slot, conn) = match slots.clone().try_acquire_owned() {
+                        Ok(slot) => (slot, http.serve_connection(TokioIo::new(stream), self.handler())),
+                        Err(_) => match reserve.clone().try_acquire_owned() {
+                            Ok(slot) => {
+                                let handler = Handler { state: self.state.clone(), operations_only: true };
+                                (slot, reserve_http.serve_connection(TokioIo::new(stream), handler))
+                            }
+                            Err(_) => {
+                                tokio::spawn(refuse(stream));
+                                continue;
+                            }
+                        },
                     };
-                    let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), self.handler()));
+                    let conn = graceful.watch(conn);
                     tokio::spawn(async move {
                         if let Err(e) = conn.await {
                             tracing::debug!("connection {peer}: {e}");

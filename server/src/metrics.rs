@@ -2,8 +2,10 @@
 //! latency, cancelled requests, generated tokens and speed, time to first token, the guard's
 //! requests and latency when a guard is configured (with the verdicts flagged and the latency by
 //! risk, label `risk`), and per model (label `model`) the
-//! scheduler's state: queue depth, running sequences, batch sizes, KV-cache blocks, prompt and
-//! prefix-cache counts, speculative drafts.
+//! scheduler's state: queue depth, running sequences, batch sizes, KV-cache blocks and their
+//! fraction in use, prompt and prefix-cache counts, speculative drafts. The queue depth, the
+//! running sequences and the KV-cache fraction are the three gauges the Gateway API Inference
+//! Extension's model-server protocol asks for (`deploy/`'s endpoint picker names them).
 
 use std::sync::atomic::AtomicU64;
 
@@ -45,6 +47,7 @@ struct SchedulerFamilies {
     running: Family<Labels, Gauge>,
     kv_blocks_used: Family<Labels, Gauge>,
     kv_blocks_capacity: Family<Labels, Gauge>,
+    kv_usage: Family<Labels, Gauge<f64, AtomicU64>>,
     batch_size: Family<Labels, Histogram, fn() -> Histogram>,
     prefix_lookups: Family<Labels, Counter>,
     prefix_hits: Family<Labels, Counter>,
@@ -95,6 +98,7 @@ impl Metrics {
                 running: Family::default(),
                 kv_blocks_used: Family::default(),
                 kv_blocks_capacity: Family::default(),
+                kv_usage: Family::default(),
                 batch_size: Family::new_with_constructor(batch_size_histogram as fn() -> Histogram),
                 prefix_lookups: Family::default(),
                 prefix_hits: Family::default(),
@@ -113,6 +117,13 @@ impl Metrics {
             f.kv_blocks_used.clone(),
         );
         registry.register("kv_cache_blocks_capacity", "KV-cache blocks the scheduler may use", f.kv_blocks_capacity.clone());
+        // what the Gateway API Inference Extension's endpoint picker reads as KV-cache
+        // utilisation (--kv-cache-usage-percentage-metric): a fraction, 0 to 1
+        registry.register(
+            "kv_cache_usage_ratio",
+            "Fraction of the KV-cache blocks the scheduler may use that are in use (0 to 1)",
+            f.kv_usage.clone(),
+        );
         registry.register("batch_size", "Sequences per forward step", f.batch_size.clone());
         registry.register("prefix_cache_lookups", "Sequences started (each looks for a cached prefix)", f.prefix_lookups.clone());
         registry.register("prefix_cache_hits", "Sequences started on a cached prefix", f.prefix_hits.clone());
@@ -161,6 +172,7 @@ impl Metrics {
             running: f.running.get_or_create(&labels).clone(),
             kv_blocks_used: f.kv_blocks_used.get_or_create(&labels).clone(),
             kv_blocks_capacity: f.kv_blocks_capacity.get_or_create(&labels).clone(),
+            kv_usage: f.kv_usage.get_or_create(&labels).clone(),
             batch_size: f.batch_size.get_or_create(&labels).clone(),
             prefix_lookups: f.prefix_lookups.get_or_create(&labels).clone(),
             prefix_hits: f.prefix_hits.get_or_create(&labels).clone(),
@@ -213,6 +225,7 @@ pub struct ModelMetrics {
     running: Gauge,
     kv_blocks_used: Gauge,
     kv_blocks_capacity: Gauge,
+    kv_usage: Gauge<f64, AtomicU64>,
     batch_size: Histogram,
     prefix_lookups: Counter,
     prefix_hits: Counter,
@@ -222,6 +235,15 @@ pub struct ModelMetrics {
     draft_tokens_accepted: Counter,
     /// `requests_cancelled` (shared by all models).
     cancelled: Counter,
+}
+
+impl ModelMetrics {
+    /// The used blocks over the capacity (0 before the capacity is known).
+    fn set_kv_usage(&self) {
+        let capacity = self.kv_blocks_capacity.get();
+        let ratio = if capacity > 0 { (self.kv_blocks_used.get() as f64 / capacity as f64).min(1.0) } else { 0.0 };
+        self.kv_usage.set(ratio);
+    }
 }
 
 impl LoopMetrics for ModelMetrics {
@@ -235,10 +257,12 @@ impl LoopMetrics for ModelMetrics {
 
     fn kv_blocks(&self, used: usize) {
         self.kv_blocks_used.set(used as i64);
+        self.set_kv_usage();
     }
 
     fn kv_capacity(&self, blocks: usize) {
         self.kv_blocks_capacity.set(blocks as i64);
+        self.set_kv_usage();
     }
 
     fn step(&self, sequences: usize) {

@@ -188,7 +188,11 @@ fn clients_that_hang_up_mid_stream_leave_no_sequence_running() {
     // (a few may have finished before their client's hang-up was noticed)
     assert!(cancelled >= 50, "{cancelled} of 100 counted as cancelled");
     // cancelled sequences free their blocks: what remains is the prefix cache at most
-    assert!(metric(&base, "kv_cache_blocks_used") <= 16.0 * 16.0, "{}", metric(&base, "kv_cache_blocks_used"));
+    let (used, capacity) = (metric(&base, "kv_cache_blocks_used"), metric(&base, "kv_cache_blocks_capacity"));
+    assert!(used <= 16.0 * 16.0, "{used}");
+    // the inference gateway's KV-cache utilisation: the same state as a fraction
+    assert!(capacity > 0.0);
+    assert_eq!(metric(&base, "kv_cache_usage_ratio"), used / capacity);
 }
 
 #[test]

@@ -14,6 +14,35 @@ pub fn fixture(rel: &str) -> PathBuf {
     }
 }
 
+/// The 13 vocabularies of llama.cpp's tokenizer test files (`fixtures/tokenizer/`), each with
+/// its test vectors.
+pub const VOCABS: &[&str] = &[
+    "llama-spm",
+    "phi-3",
+    "llama-bpe",
+    "gpt-2",
+    "refact",
+    "starcoder",
+    "qwen2",
+    "deepseek-coder",
+    "deepseek-llm",
+    "falcon",
+    "mpt",
+    "command-r",
+    "bert-bge",
+];
+
+/// The vocab-only GGUF of llama.cpp's tokenizer tests named `name` (one of [`VOCABS`]).
+pub fn vocab_file(name: &str) -> engine::gguf::GgufFile {
+    let path = fixture(&format!("tokenizer/ggml-vocab-{name}.gguf"));
+    engine::gguf::GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The tokenizer of [`vocab_file`]`(name)`.
+pub fn vocab_tokenizer(name: &str) -> engine::tokenizer::Tokenizer {
+    engine::tokenizer::Tokenizer::from_gguf(&vocab_file(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
 /// Little-endian f32 values of a raw fixture file.
 pub fn read_f32s(path: &Path) -> Vec<f32> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -66,6 +95,22 @@ pub fn fetch_model(target: &str) -> PathBuf {
     assert!(out.status.success(), "tools/fetch-models.sh {target} failed");
     let stdout = String::from_utf8(out.stdout).expect("utf-8 path");
     PathBuf::from(stdout.lines().last().expect("fetch-models.sh printed no path").trim())
+}
+
+/// The real model `target` of [`fetch_model`], loaded once per test binary and shared by its
+/// tests (a load maps the file and repacks the weights: seconds each time).
+pub fn shared_model(target: &str) -> &'static engine::model::Model {
+    static LOADED: std::sync::Mutex<Vec<(String, &'static engine::model::Model)>> = std::sync::Mutex::new(Vec::new());
+    // held while loading: two tests asking for the same model load it once
+    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, model)) = loaded.iter().find(|(t, _)| t == target) {
+        return model;
+    }
+    let model = engine::model::Model::load(fetch_model(target)).unwrap_or_else(|e| panic!("{target}: {e}"));
+    // lives as long as the test binary
+    let model: &'static engine::model::Model = Box::leak(Box::new(model));
+    loaded.push((target.to_string(), model));
+    model
 }
 
 /// Raises this process's soft limit of open files towards `wanted` (at most the hard limit);

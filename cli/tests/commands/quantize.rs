@@ -42,7 +42,7 @@ fn a_quantized_source_is_requantized_from_its_values() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let made = engine::gguf::GgufFile::open(&out).unwrap();
     assert_eq!(made.tensors().len(), 20);
-    assert!(made.tensors().iter().all(|t| t.ty == engine::quant::types::GgmlType::F32 && t.n_bytes == 4 * t.n_elements));
+    assert!(made.tensors().iter().all(|t| t.ty == engine::gguf::GgmlType::F32 && t.n_bytes == 4 * t.n_elements));
     assert_eq!(made.get_u64("general.file_type"), Some(0));
     std::fs::remove_file(out).unwrap();
 }

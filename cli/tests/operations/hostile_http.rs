@@ -16,6 +16,8 @@ use serde_json::{json, Value};
 
 const MODEL: &str = "tiny-llama-Q8_0";
 const MAX_CONNECTIONS: usize = 64;
+/// The server's connections beyond `--max-connections` for `/health`, `/ready` and `/metrics`.
+const OPERATIONS_RESERVE: usize = 32;
 
 fn serve() -> ServeProcess {
     let model = fixture("models/tiny-llama-Q8_0.gguf");
@@ -249,14 +251,66 @@ fn hostile_requests_get_a_4xx_or_a_clean_close_and_the_server_keeps_serving() {
     drop(idle);
     eprintln!("of them {refused} refused (503), {closed} closed after the header timeout");
     assert_eq!(refused + closed, wanted);
-    // a slot is held at most one header timeout (1 s): while the connections were being opened,
-    // at most the limit per second of them got one
+    // a slot (or one of the operations reserve) is held at most one header timeout (1 s): while
+    // the connections were being opened, at most that many per second of them got one
     let windows = opened_in.as_secs() as usize + 3;
-    assert!(refused > 0 && closed <= MAX_CONNECTIONS * windows, "refused {refused}, closed {closed} in {opened_in:?}");
+    let slots = MAX_CONNECTIONS + OPERATIONS_RESERVE;
+    assert!(refused > 0 && closed <= slots * windows, "refused {refused}, closed {closed} in {opened_in:?}");
     std::thread::sleep(Duration::from_millis(1500));
     assert!(healthy(&base), "the server does not answer after the attacks");
     assert_eq!(status_of(&post_json(&base, "/v1/chat/completions", chat.to_string().as_bytes(), "application/json")), 200);
     let after = rss_kib(server.pid());
     eprintln!("RSS before the attacks {baseline} KiB, after {after} KiB");
     assert!(after < baseline + 32 * 1024, "RSS grew from {baseline} KiB to {after} KiB");
+}
+
+/// A client holding every connection slot with idle connections (a 30-second header timeout, as
+/// by default) does not lock the probes and the metrics scraper out: `/health`, `/ready` and
+/// `/metrics` answer from the operations reserve, whose idle connections are cut after a second;
+/// any other route there is 503 `too_many_connections`, and the API answers again once the
+/// idle connections are gone.
+#[test]
+fn the_operations_routes_answer_while_idle_connections_hold_every_slot() {
+    let model = fixture("models/tiny-llama-Q8_0.gguf");
+    let args = [
+        "-m".as_ref(),
+        model.as_os_str(),
+        "-c".as_ref(),
+        "512".as_ref(),
+        "--header-timeout".as_ref(),
+        "30".as_ref(),
+        "--max-connections".as_ref(),
+        "64".as_ref(),
+    ];
+    let server = ServeProcess::start(Path::new(env!("CARGO_BIN_EXE_engine-cli")), &args);
+    let base = server.base.clone();
+    // every slot, the whole reserve, and more
+    let flood: Vec<TcpStream> =
+        (0..MAX_CONNECTIONS + 2 * OPERATIONS_RESERVE).map(|_| TcpStream::connect(address(&base)).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let flooded = Instant::now();
+    for path in ["/health", "/ready", "/metrics"] {
+        // retried as a probe is retried: the flood's spill into the reserve is cut after a second
+        loop {
+            let r = exchange(&base, format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes(), Duration::from_secs(5));
+            if status_of(&r) == 200 {
+                break;
+            }
+            assert_eq!(status_of(&r), 503, "{path}: {r}");
+            assert!(flooded.elapsed() < Duration::from_secs(5), "{path} is locked out by idle connections: {r}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let answered_in = flooded.elapsed();
+    eprintln!("with {} idle connections open: /health, /ready and /metrics answered within {answered_in:?}", flood.len());
+    // the idle connections still hold every slot: an API request has none
+    let r = exchange(&base, b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n", Duration::from_secs(5));
+    assert_eq!(status_of(&r), 503, "{r}");
+    assert_eq!(body_of(&r)["error"]["code"], "too_many_connections", "{r}");
+    drop(flood);
+    let again = Instant::now();
+    while status_of(&exchange(&base, b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n", Duration::from_secs(5))) != 200 {
+        assert!(again.elapsed() < Duration::from_secs(5), "the API does not answer after the idle connections closed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

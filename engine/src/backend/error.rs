@@ -1,7 +1,7 @@
 //! Why a backend could not do what was asked.
 
 use super::Device;
-use crate::backend::cpu::MatmulError;
+use crate::quant::MatmulError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {

@@ -6,8 +6,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{common_prefix, Completion, FinishReason, GenerateError, GenerateParams, SequenceDecoder, Usage};
-use crate::kv_cache::KvCache;
+use super::{Completion, FinishReason, GenerateError, GenerateParams, SequenceDecoder, Usage};
+use crate::kv_cache::{common_prefix, KvCache};
 use crate::model::{BatchEntry, Model, ModelError};
 use crate::tokenizer::TokenId;
 
@@ -68,10 +68,16 @@ pub fn generate_batch(
 /// already hold a start of its prompt (forked from a prefix cache): a member holding the whole
 /// shared part keeps what it has; of the others, the one holding the most computes the rest and
 /// the others fork it. Each sequence keeps at least its last token to run itself: its logits
-/// start the output.
-pub fn prefill_shared_prefixes(model: &Model, kv: &mut KvCache, seqs: &[LockstepSeq], groups: &[Vec<usize>]) -> Result<(), GenerateError> {
+/// start the output. Returns the positions the forked members did not compute.
+pub fn prefill_shared_prefixes(
+    model: &Model,
+    kv: &mut KvCache,
+    seqs: &[LockstepSeq],
+    groups: &[Vec<usize>],
+) -> Result<usize, GenerateError> {
     let mut batch = Vec::new();
     let mut forks = Vec::new();
+    let mut spared = 0;
     for group in groups.iter().filter(|g| g.len() > 1) {
         let first = &seqs[group[0]].tokens;
         let shared = group.iter().map(|&i| common_prefix(first, &seqs[i].tokens).min(seqs[i].tokens.len() - 1)).min().unwrap_or(0);
@@ -87,7 +93,10 @@ pub fn prefill_shared_prefixes(model: &Model, kv: &mut KvCache, seqs: &[Lockstep
             pos: (held + k) as u32,
             logits: false,
         }));
-        forks.extend(behind.iter().filter(|&&i| i != leader).map(|&i| (leader, i)));
+        for &i in behind.iter().filter(|&&i| i != leader) {
+            spared += shared - kv.seq_len(i as u32);
+            forks.push((leader, i));
+        }
     }
     if !batch.is_empty() {
         model.forward(kv, &batch)?;
@@ -95,7 +104,7 @@ pub fn prefill_shared_prefixes(model: &Model, kv: &mut KvCache, seqs: &[Lockstep
     for (src, dst) in forks {
         kv.fork(src as u32, dst as u32).map_err(ModelError::from)?;
     }
-    Ok(())
+    Ok(spared)
 }
 
 /// Advances every unfinished sequence, one forward pass per step for all of them, until each

@@ -137,12 +137,6 @@ pub enum GenerateError {
     Cancelled,
 }
 
-/// The length of the common prefix of two token sequences (how much of a cached sequence a new
-/// prompt can reuse).
-pub fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
 /// A generator's draft model: what [`Draft`] borrows each round.
 struct DraftState<'a> {
     model: &'a Model,
@@ -170,7 +164,7 @@ impl<'a> Generator<'a> {
     /// Starts generating after `prompt` in sequence `seq` of `kv`. The cache may already hold
     /// the start of the prompt (a previous turn of a conversation): its first
     /// `kv.seq_len(seq)` tokens must equal the prompt's first tokens (truncate the sequence to
-    /// [`common_prefix`] first); those are reused, not recomputed.
+    /// [`crate::kv_cache::common_prefix`] first); those are reused, not recomputed.
     pub fn new(
         model: &'a Model,
         kv: &'a mut KvCache,

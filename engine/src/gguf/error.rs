@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+use super::types::GgmlType;
 use super::value::ValueType;
-use crate::quant::types::GgmlType;
 
 /// Why a GGUF file could not be read or written.
 #[derive(Debug, Error)]

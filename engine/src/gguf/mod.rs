@@ -11,6 +11,7 @@ mod error;
 mod file;
 pub mod reader;
 mod tensor_info;
+pub mod types;
 mod value;
 pub mod writer;
 
@@ -18,5 +19,6 @@ pub use error::{GgufError, Place, Problem};
 pub use file::GgufFile;
 pub use reader::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH};
 pub use tensor_info::{shape_size, TensorInfo, MAX_DIMS};
+pub use types::{GgmlType, QK_K};
 pub use value::{Array, Value, ValueType};
 pub use writer::GgufWriter;

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use super::error::{GgufError, Place, Problem};
 use super::tensor_info::{TensorInfo, MAX_DIMS};
+use super::types::GgmlType;
 use super::value::{Array, Value, ValueType};
-use crate::quant::types::GgmlType;
 
 /// The 4 bytes every GGUF file starts with.
 pub const MAGIC: &[u8; 4] = b"GGUF";

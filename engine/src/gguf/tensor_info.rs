@@ -2,7 +2,7 @@
 //! rules shared by the reader and the writer.
 
 use super::error::Problem;
-use crate::quant::types::GgmlType;
+use super::types::GgmlType;
 
 /// ggml tensors have at most this many dimensions.
 pub const MAX_DIMS: usize = 4;

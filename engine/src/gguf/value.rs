@@ -111,9 +111,11 @@ pub enum Value {
     F64(f64),
 }
 
-impl Value {
-    pub fn value_type(&self) -> ValueType {
-        match self {
+/// The [`ValueType`] of a [`Value`]'s or an [`Array`]'s variant: both enums have one variant per
+/// type, of the type's name.
+macro_rules! type_of_variant {
+    ($value:expr) => {
+        match $value {
             Self::U8(_) => ValueType::U8,
             Self::I8(_) => ValueType::I8,
             Self::U16(_) => ValueType::U16,
@@ -128,6 +130,12 @@ impl Value {
             Self::I64(_) => ValueType::I64,
             Self::F64(_) => ValueType::F64,
         }
+    };
+}
+
+impl Value {
+    pub fn value_type(&self) -> ValueType {
+        type_of_variant!(self)
     }
 
     /// A string that is valid UTF-8.
@@ -268,21 +276,7 @@ impl Array {
     }
 
     pub fn elem_type(&self) -> ValueType {
-        match self {
-            Self::U8(_) => ValueType::U8,
-            Self::I8(_) => ValueType::I8,
-            Self::U16(_) => ValueType::U16,
-            Self::I16(_) => ValueType::I16,
-            Self::U32(_) => ValueType::U32,
-            Self::I32(_) => ValueType::I32,
-            Self::F32(_) => ValueType::F32,
-            Self::Bool(_) => ValueType::Bool,
-            Self::String(_) => ValueType::String,
-            Self::Array(_) => ValueType::Array,
-            Self::U64(_) => ValueType::U64,
-            Self::I64(_) => ValueType::I64,
-            Self::F64(_) => ValueType::F64,
-        }
+        type_of_variant!(self)
     }
 
     pub fn len(&self) -> usize {

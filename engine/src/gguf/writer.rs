@@ -13,8 +13,8 @@ use super::error::{GgufError, Place, Problem};
 use super::file::GgufFile;
 use super::reader::{describe, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH};
 use super::tensor_info::TensorInfo;
+use super::types::GgmlType;
 use super::value::{Array, Value};
-use crate::quant::types::GgmlType;
 
 /// A tensor added to a [`GgufWriter`]: name, dimensions, type, data.
 type Pending<'a> = (String, Vec<u64>, GgmlType, Cow<'a, [u8]>);

@@ -328,7 +328,8 @@ impl Evaluator {
             GenerateError::Cancelled => GuardError::Cancelled,
             e => GuardError::from(e),
         };
-        prefill_shared_prefixes(&self.model, kv, seqs, groups).map_err(cancelled)?;
+        let spared = prefill_shared_prefixes(&self.model, kv, seqs, groups).map_err(cancelled)?;
+        self.counters.record_shared(spared);
         decode_lockstep(&self.model, kv, seqs, cancel, |i, row| masses[i].push(self.yes_no.probabilities(row))).map_err(cancelled)
     }
 
@@ -408,6 +409,11 @@ mod tests {
     #[test]
     fn devices() {
         assert!(check_device(Device::Cpu).is_ok());
-        assert!(check_device(Device::Cuda(0)).unwrap_err().to_string().contains("no CUDA"));
+        // a build with CUDA knows whether a GPU is there only when the model is loaded on it
+        let checked = check_device(Device::Cuda(0));
+        assert_eq!(checked.is_ok(), cfg!(feature = "cuda"), "{checked:?}");
+        if let Err(e) = checked {
+            assert!(e.to_string().contains("no CUDA"), "{e}");
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The guard (content-safety evaluation with IBM Granite Guardian 3.0 / 3.2 / 3.3, or any chat
 //! model): its vocabulary and request checks (`risks`), the models' protocol texts
 //! (`definitions`), prompt rendering through the model's template or the built-in renderers
-//! (`prompt`, `builtin`) and the shared-prefix plan of a scan (`prefix`). The contract is
+//! (`prompt`, `builtin`). The contract is
 //! `spec/guard.md`; decoding and verdicts (`verdict`) and the `Evaluator` build on `Prompter`
 //! and `GuardPrompt`.
 //!
@@ -11,7 +11,6 @@
 //! suffix decoded in one lockstep batch (`generate::{prefill_shared_prefixes, decode_lockstep}`),
 //! each prompt starting from the longest start of it that the evaluator's `prompt_cache` holds
 //! from earlier requests.
-//! [`PrefixTree`] is the finer, branching plan of a scan's shared prefixes (not used yet).
 
 mod builtin;
 pub mod conversation;
@@ -22,7 +21,6 @@ pub mod evaluator;
 pub mod generic;
 pub mod moderation;
 pub mod policy;
-pub mod prefix;
 pub mod presets;
 pub mod prompt;
 pub mod prompt_cache;
@@ -34,7 +32,6 @@ pub use error::GuardError;
 pub use evaluator::{BatchItem, Evaluator, EvaluatorOptions, GuardRequest, GuardResult, ScanResult, DEFAULT_PROMPT_CACHE_BYTES, MAX_BATCH};
 pub use generic::GenericPrompt;
 pub use policy::Thresholds;
-pub use prefix::{common_prefix_len, PrefixNode, PrefixTree};
 pub use presets::{Policies, Policy, PolicyFileError};
 pub use prompt::{GuardPrompt, NativeRequest, PromptPath, Prompter};
 pub use prompt_cache::PromptStats;

@@ -28,6 +28,9 @@ pub struct PromptStats {
     /// Their tokens, and how many of them came from the cache instead of a forward pass.
     pub prompt_tokens: u64,
     pub reused_tokens: u64,
+    /// Prompt tokens not computed because another prompt of the same input computed them (a
+    /// scan's prompts share their start: computed once, forked).
+    pub shared_tokens: u64,
 }
 
 /// [`PromptStats`] as shared counters (evaluations may run on several threads).
@@ -37,6 +40,7 @@ pub(crate) struct PromptCounters {
     prompts_reusing: AtomicU64,
     prompt_tokens: AtomicU64,
     reused_tokens: AtomicU64,
+    shared_tokens: AtomicU64,
 }
 
 impl PromptCounters {
@@ -49,12 +53,18 @@ impl PromptCounters {
         self.reused_tokens.fetch_add(reused.iter().sum::<usize>() as u64, Ordering::Relaxed);
     }
 
+    /// `n` prompt tokens computed once for several prompts and forked into the others.
+    pub(crate) fn record_shared(&self, n: usize) {
+        self.shared_tokens.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self) -> PromptStats {
         PromptStats {
             prompts: self.prompts.load(Ordering::Relaxed),
             prompts_reusing: self.prompts_reusing.load(Ordering::Relaxed),
             prompt_tokens: self.prompt_tokens.load(Ordering::Relaxed),
             reused_tokens: self.reused_tokens.load(Ordering::Relaxed),
+            shared_tokens: self.shared_tokens.load(Ordering::Relaxed),
         }
     }
 }

@@ -11,7 +11,7 @@ use std::any::Any;
 
 pub use crate::backend::{KvType, BLOCK_POSITIONS};
 pub use blocks::BlockTable;
-pub use prefix_cache::PrefixCache;
+pub use prefix_cache::{common_prefix, PrefixCache};
 
 use crate::backend::{BackendError, Device, KvStorage};
 

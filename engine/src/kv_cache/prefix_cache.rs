@@ -4,8 +4,13 @@
 //! least recently used entry goes first when space or the entry limit runs out.
 
 use super::SeqId;
-use crate::generate::common_prefix;
 use crate::tokenizer::TokenId;
+
+/// The length of the common prefix of two token sequences (how much of a cached sequence a new
+/// prompt can reuse).
+pub fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
 
 struct Entry {
     seq: SeqId,

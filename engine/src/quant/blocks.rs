@@ -7,7 +7,7 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::types::QK_K;
+use super::QK_K;
 
 /// Elements per block of the legacy (non-K) quant types.
 pub const QK4_0: usize = 32;

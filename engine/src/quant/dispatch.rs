@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-use super::types::GgmlType;
+use super::GgmlType;
 use super::{float, k_quants, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, QuantError};
 
 /// An instruction-set tier, lowest first.

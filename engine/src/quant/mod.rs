@@ -29,7 +29,9 @@ pub(crate) use row_fns;
 pub mod blocks;
 pub mod dispatch;
 pub mod float;
+mod fma;
 pub mod k_quants;
+mod matrix;
 pub mod panel;
 pub mod q4_0;
 pub mod q4_1;
@@ -38,12 +40,15 @@ pub mod q5_1;
 pub mod q8_0;
 pub mod q8_1;
 pub mod requantize;
-pub mod types;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
 pub use dispatch::{dot_tile_on, ops, ops_for, ops_on, Isa, TypeOps, VecDotTileFn, TILE_A, TILE_W};
-pub use types::{GgmlType, QK_K};
+pub(crate) use fma::fma_variants;
+pub use fma::ggml_expf;
+pub use matrix::{MatmulError, WeightMatrix};
+// the ggml type table is the file format's (`gguf::types`); every type module reads it
+pub use crate::gguf::{GgmlType, QK_K};
 
 /// A request the quant layer cannot serve.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

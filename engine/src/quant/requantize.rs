@@ -19,7 +19,7 @@ use std::borrow::Cow;
 use thiserror::Error;
 
 use super::dispatch::{ops_on, Isa};
-use super::types::GgmlType;
+use super::GgmlType;
 use super::QuantError;
 use crate::gguf::{GgufError, GgufFile, GgufWriter, TensorInfo, Value};
 

@@ -8,6 +8,7 @@
 //!   never go back; and when the timestamps together are likelier than any single text token,
 //!   a timestamp it is.
 
+use crate::logprobs::log_normalizer;
 use crate::model::whisper::WhisperConfig;
 use crate::tokenizer::TokenId;
 
@@ -97,13 +98,7 @@ impl LogitRules {
             }
         }
         // all timestamps together likelier than the likeliest text token: a timestamp
-        let log_sum_exp = |xs: &[f32]| {
-            let m = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            if m == f32::NEG_INFINITY {
-                return f64::NEG_INFINITY;
-            }
-            m as f64 + xs.iter().map(|&x| ((x - m) as f64).exp()).sum::<f64>().ln()
-        };
+        let log_sum_exp = |xs: &[f32]| log_normalizer(xs).unwrap_or(f64::NEG_INFINITY);
         let total = log_sum_exp(logits);
         let ts = log_sum_exp(&logits[tb..]) - total;
         let best_text = logits[..tb].iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64 - total;
@@ -111,11 +106,4 @@ impl LogitRules {
             logits[..tb].fill(f32::NEG_INFINITY);
         }
     }
-}
-
-/// `log_softmax` of `logits` in f64 (the log-probabilities decoding accumulates).
-pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
-    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = m + logits.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln();
-    logits.iter().map(|&x| x as f64 - lse).collect()
 }

@@ -8,10 +8,11 @@
 
 use std::io::Write;
 
-use super::logit_rules::{log_softmax, LogitRules, TIMESTAMP_STEP};
-use super::window::{decode_window, Uniform, WindowPrompt, WindowResult};
+use super::logit_rules::{LogitRules, TIMESTAMP_STEP};
+use super::window::{decode_window, logprob, WindowPrompt, WindowResult};
 use super::{Segment, TranscribeError, TranscribeOptions, Transcriber, Transcription};
 use crate::audio::{decode_16k_mono, log_mel, mel_filters, HOP, SAMPLE_RATE};
+use crate::logprobs::argmax;
 use crate::model::whisper::{EncodedWindow, WhisperModel};
 use crate::model::ModelError;
 use crate::sampling::Rng;
@@ -58,14 +59,6 @@ pub fn compression_ratio(text: &str) -> f64 {
     text.len() as f64 / compressed.len() as f64
 }
 
-struct SeededUniform(Rng);
-
-impl Uniform for SeededUniform {
-    fn next_f64(&mut self) -> f64 {
-        self.0.next_f64()
-    }
-}
-
 /// A window's result with its text and compression ratio.
 struct Decoded {
     result: WindowResult,
@@ -86,7 +79,7 @@ fn decode_with_fallback(
     rules: &LogitRules,
     prompt: &WindowPrompt,
     temperatures: &[f32],
-    rng: &mut SeededUniform,
+    rng: &mut Rng,
 ) -> Result<Decoded, ModelError> {
     let mut tried: Vec<Decoded> = Vec::new();
     for &t in temperatures {
@@ -118,12 +111,12 @@ pub fn detect_language(model: &WhisperModel, audio: &EncodedWindow) -> Result<(T
     let mut cache = model.new_cache();
     let logits = model.decode(audio, &mut cache, &[c.tokens.sot], 0)?;
     let lang_logits: Vec<f32> = c.tokens.languages.iter().map(|&(id, _)| logits[id as usize]).collect();
-    let probs = log_softmax(&lang_logits);
-    let best = (0..probs.len())
-        .max_by(|&a, &b| probs[a].total_cmp(&probs[b]))
-        .ok_or_else(|| ModelError::BadBatch("the model lists no languages".into()))?;
-    let (id, code) = c.tokens.languages[best].clone();
-    Ok((id, code, probs[best].exp()))
+    if lang_logits.is_empty() {
+        return Err(ModelError::BadBatch("the model lists no languages".into()));
+    }
+    let best = argmax(&lang_logits);
+    let (id, code) = c.tokens.languages[best as usize].clone();
+    Ok((id, code, logprob(&lang_logits, best).exp()))
 }
 
 /// Transcribes 16 kHz mono samples. `progress` hears the seconds done after each window.
@@ -140,7 +133,7 @@ pub fn transcribe_samples(
     let frame_seconds = HOP as f64 / SAMPLE_RATE as f64;
     let duration = samples.len() as f64 / SAMPLE_RATE as f64;
     let ts_begin = c.tokens.timestamp_begin;
-    let mut rng = SeededUniform(Rng::new(options.seed));
+    let mut rng = Rng::new(options.seed);
     let temperatures: Vec<f32> = match options.temperature {
         Some(t) if t > 0.0 => vec![t],
         _ => TEMPERATURES.to_vec(),

@@ -3,9 +3,11 @@
 //! `<|notimestamps|>` when timestamps are off), then tokens chosen one at a time under the
 //! logit rules until the end of text or half the decoder's context.
 
-use super::logit_rules::{log_softmax, LogitRules};
+use super::logit_rules::LogitRules;
+use crate::logprobs::{argmax, log_normalizer};
 use crate::model::whisper::{EncodedWindow, WhisperModel};
 use crate::model::ModelError;
+use crate::sampling::{distribution, Rng, SamplingParams};
 use crate::tokenizer::TokenId;
 
 /// What goes before a window's own tokens.
@@ -32,11 +34,6 @@ pub struct WindowResult {
     /// Probability of `<|nospeech|>` right after `<|startoftranscript|>`.
     pub no_speech_prob: f64,
     pub temperature: f32,
-}
-
-/// A source of uniform numbers in `[0, 1)` for sampling at a temperature above 0.
-pub trait Uniform {
-    fn next_f64(&mut self) -> f64;
 }
 
 /// The prompt tokens, and the index of `<|startoftranscript|>` in them.
@@ -69,7 +66,7 @@ pub fn decode_window(
     rules: &LogitRules,
     prompt: &WindowPrompt,
     temperature: f32,
-    rng: &mut dyn Uniform,
+    rng: &mut Rng,
 ) -> Result<WindowResult, ModelError> {
     let c = model.config();
     let eot = c.tokens.eot;
@@ -77,7 +74,7 @@ pub fn decode_window(
     let mut cache = model.new_cache();
     // through <|startoftranscript|> first: its logits give the no-speech probability
     let mut logits = model.decode(audio, &mut cache, &tokens[..=sot_index], 0)?;
-    let no_speech_prob = log_softmax(&logits)[c.tokens.no_speech as usize].exp();
+    let no_speech_prob = logprob(&logits, c.tokens.no_speech).exp();
     if sot_index + 1 < tokens.len() {
         logits = model.decode(audio, &mut cache, &tokens[sot_index + 1..], sot_index + 1)?;
     }
@@ -87,9 +84,8 @@ pub fn decode_window(
     let mut pos = tokens.len();
     loop {
         rules.apply(&mut logits, &sampled, prompt.timestamps);
-        let logprobs = log_softmax(&logits);
         let next = if temperature > 0.0 { sample(&logits, temperature, rng) } else { argmax(&logits) };
-        sum_logprob += logprobs[next as usize];
+        sum_logprob += logprob(&logits, next);
         if next == eot || sampled.len() + 1 >= sample_len || pos + 1 >= c.decoder.n_ctx {
             if next != eot {
                 sampled.push(next);
@@ -104,28 +100,17 @@ pub fn decode_window(
     Ok(WindowResult { tokens: sampled, sum_logprob, avg_logprob, no_speech_prob, temperature })
 }
 
-/// The first index of the largest logit.
-fn argmax(logits: &[f32]) -> TokenId {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best as TokenId
+/// The log-probability of `token` under `softmax(logits)`, in f64 (what decoding sums).
+pub fn logprob(logits: &[f32], token: TokenId) -> f64 {
+    f64::from(logits[token as usize]) - log_normalizer(logits).unwrap_or(f64::NAN)
 }
 
-/// A token drawn from `softmax(logits / temperature)`.
-fn sample(logits: &[f32], temperature: f32, rng: &mut dyn Uniform) -> TokenId {
-    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f64> = logits.iter().map(|&l| (((l - m) / temperature) as f64).exp()).collect();
-    let total: f64 = weights.iter().sum();
-    let mut u = rng.next_f64() * total;
-    for (i, w) in weights.iter().enumerate() {
-        if u < *w {
-            return i as TokenId;
-        }
-        u -= w;
+/// A token drawn from `softmax(logits / temperature)` by the text models' sampler (nothing cut,
+/// no penalties); the likeliest token when the row has no distribution.
+fn sample(logits: &[f32], temperature: f32, rng: &mut Rng) -> TokenId {
+    let params = SamplingParams { temperature, ..SamplingParams::default() };
+    match distribution(&params, logits) {
+        Ok(dist) => dist.sample(rng),
+        Err(_) => argmax(logits),
     }
-    argmax(logits)
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use engine::chat::{ChatError, ChatInput, ChatTemplate, NaiveDateTime};
 use engine::model::Model;
-use engine_tests::{fetch_model, fixture, read_json};
+use engine_tests::{fixture, read_json, shared_model};
 
 /// Cases that cannot pass for a known reason, as (case name, why). The corpus test checks that
 /// each one still fails, so a fix forces its removal from this list.
@@ -141,8 +141,8 @@ fn corpus_renders_like_transformers() {
 #[test]
 fn qwen_coder_gguf_template_renders_like_transformers() {
     let dir = fixture("templates/qwen2.5-coder-0.5b");
-    let model = Model::load(fetch_model("qwen2.5-coder")).unwrap();
-    let template = ChatTemplate::from_model(&model).unwrap();
+    let model = shared_model("qwen2.5-coder");
+    let template = ChatTemplate::from_model(model).unwrap();
     assert!(!template.is_fallback());
     let extracted = std::fs::read_to_string(dir.join("template.jinja")).unwrap();
     assert_eq!(template.source(), extracted, "the GGUF's template differs from the extracted copy");

@@ -6,7 +6,7 @@
 use engine::backend::RowInput;
 use engine::kv_cache::KvType;
 use engine::model::{BatchEntry, InputEntry, Model, ModelError};
-use engine_tests::{fetch_model, fixture};
+use engine_tests::{fixture, shared_model};
 
 fn bits(x: &[f32]) -> Vec<u32> {
     x.iter().map(|v| v.to_bits()).collect()
@@ -55,10 +55,10 @@ fn a_tokens_own_embedding_row_gives_its_logits_bit_for_bit() {
 
 #[test]
 fn gemma_reads_given_rows_unscaled() {
-    let model = Model::load(fetch_model("gemma")).unwrap();
+    let model = shared_model("gemma");
     let scale = model.config().embedding_scale;
     assert_ne!(scale, 1.0);
-    check(&model, &[2, 818, 5279, 529, 7001, 563], &[0, 2, 3]);
+    check(model, &[2, 818, 5279, 529, 7001, 563], &[0, 2, 3]);
 }
 
 #[test]

@@ -8,7 +8,7 @@ use engine::logprobs::{log_softmax, LOGPROB_FLOOR};
 use engine::model::{BatchEntry, Model};
 use engine::sampling::SamplingParams;
 use engine::tokenizer::TokenId;
-use engine_tests::{fetch_model, fixture, json_ids, read_json};
+use engine_tests::{fixture, json_ids, read_json, shared_model};
 
 /// The model and its golden 7-token sequence with its 16 greedy tokens.
 fn setup(name: &str) -> (Model, Vec<TokenId>, Vec<TokenId>) {
@@ -305,7 +305,7 @@ fn a_draft_with_another_vocabulary_is_refused() {
 
 #[test]
 fn streamed_multibyte_text_equals_the_final_text() {
-    let model = Model::load(fetch_model("qwen2.5-coder")).unwrap();
+    let model = shared_model("qwen2.5-coder");
     let tok = model.tokenizer();
     // the answers to the CJK prompts are CJK text; the emoji prompt's answer may be plain ASCII
     // (it depends on the last bits of the logits) and is checked for equality only
@@ -317,14 +317,14 @@ fn streamed_multibyte_text_equals_the_final_text() {
         let ids = tok.encode(prompt, true, true);
         for params in [GenerateParams::greedy(24), sampled(3, 24)] {
             let mut kv = model.new_kv_cache(KvType::F16, 256);
-            let mut generator = Generator::new(&model, &mut kv, 0, &ids, params).unwrap();
+            let mut generator = Generator::new(model, &mut kv, 0, &ids, params).unwrap();
             let mut streamed = String::new();
             for event in generator.by_ref() {
                 streamed.push_str(&event.unwrap().text);
             }
             let c = generator.complete().unwrap();
             assert_eq!(streamed, c.text, "{prompt}");
-            assert_eq!(c.text, piece_text(&model, &c.tokens));
+            assert_eq!(c.text, piece_text(model, &c.tokens));
             assert!(!multibyte || c.text.chars().any(|ch| ch.len_utf8() > 1), "{prompt}: {:?}", c.text);
         }
     }

@@ -7,8 +7,8 @@ use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use engine::gguf::writer::encode_header;
+use engine::gguf::GgmlType;
 use engine::gguf::{Array, GgufError, GgufFile, GgufWriter, Problem, TensorInfo, Value, ValueType};
-use engine::quant::types::GgmlType;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -3,8 +3,8 @@
 
 use std::io::Write;
 
+use engine::gguf::GgmlType;
 use engine::gguf::{Array, GgufFile, GgufWriter, Value, ValueType};
-use engine::quant::types::GgmlType;
 use engine_tests::{fetch_model, fixture, read_json};
 
 /// The 26 fixture models, as (file name, index.json entry).

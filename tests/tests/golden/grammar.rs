@@ -11,7 +11,7 @@ use engine::kv_cache::KvType;
 use engine::model::Model;
 use engine::sampling::SamplingParams;
 use engine::tokenizer::TokenId;
-use engine_tests::{fetch_model, fixture};
+use engine_tests::{fixture, shared_model};
 use serde_json::{json, Value};
 
 /// One generation to run: its prompt, constraint and sampling seed.
@@ -280,7 +280,7 @@ fn unsupported_schemas_are_compile_errors() {
 /// Control tokens never appear inside JSON, end-of-generation tokens only where it may end.
 #[test]
 fn qwen_special_tokens_stay_out_of_the_text() {
-    let model = Model::load(fetch_model("qwen2.5-coder")).unwrap();
+    let model = shared_model("qwen2.5-coder");
     let tok = model.tokenizer();
     let compiler = GrammarCompiler::new(tok).unwrap();
     let mut m = compiler.compile(&Constraint::JsonSchema(json!({"type": "integer"}))).unwrap();
@@ -317,7 +317,7 @@ fn qwen_prompt(model: &Model, task: &str) -> Vec<TokenId> {
 /// The real model under constraints, several sequences batched; prints the mask cost.
 #[test]
 fn qwen_output_validates_and_mask_cost() {
-    let model = Model::load(fetch_model("qwen2.5-coder")).unwrap();
+    let model = shared_model("qwen2.5-coder");
     let t0 = Instant::now();
     let compiler = GrammarCompiler::new(model.tokenizer()).unwrap();
     let build = t0.elapsed();
@@ -342,7 +342,7 @@ fn qwen_output_validates_and_mask_cost() {
     let jobs: Vec<Job> = cases
         .iter()
         .enumerate()
-        .map(|(i, (task, c))| Job { prompt: qwen_prompt(&model, task), constraint: c.clone(), seed: 100 + i as u64 })
+        .map(|(i, (task, c))| Job { prompt: qwen_prompt(model, task), constraint: c.clone(), seed: 100 + i as u64 })
         .collect();
     let t0 = Instant::now();
     for j in &jobs {
@@ -350,7 +350,7 @@ fn qwen_output_validates_and_mask_cost() {
     }
     let compile = t0.elapsed() / jobs.len() as u32;
     let t0 = Instant::now();
-    let outs = run(&model, &compiler, &jobs, 96);
+    let outs = run(model, &compiler, &jobs, 96);
     let elapsed = t0.elapsed();
     let tokens: usize = outs.iter().map(|o| o.n_tokens).sum();
     eprintln!(
@@ -396,16 +396,16 @@ fn qwen_output_validates_and_mask_cost() {
 /// at temperature 1), every one parses and validates.
 #[test]
 fn qwen_two_hundred_generations_under_twenty_schemas() {
-    let model = Model::load(fetch_model("qwen2.5-coder")).unwrap();
+    let model = shared_model("qwen2.5-coder");
     let compiler = GrammarCompiler::new(model.tokenizer()).unwrap();
     let schemas: Vec<Value> = schemas().into_iter().take(20).collect();
     let t0 = Instant::now();
     let (mut n, mut tokens) = (0, 0);
     for schema in &schemas {
-        let prompt = qwen_prompt(&model, &format!("Reply with a JSON value that matches this JSON schema: {schema}"));
+        let prompt = qwen_prompt(model, &format!("Reply with a JSON value that matches this JSON schema: {schema}"));
         let jobs: Vec<Job> =
             (0..10).map(|seed| Job { prompt: prompt.clone(), constraint: Constraint::JsonSchema(schema.clone()), seed }).collect();
-        for out in run(&model, &compiler, &jobs, 160) {
+        for out in run(model, &compiler, &jobs, 160) {
             assert!(!out.capped, "hit the token cap under {schema}: {}", out.text);
             assert_valid(schema, &out.text);
             n += 1;
@@ -481,7 +481,7 @@ fn widest_number(json: &str) -> [usize; 3] {
 #[test]
 fn qwen_sampled_numbers_stay_within_the_digit_bound() {
     assert_eq!(widest_number(r#"{"a":-123.45e+6,"b":"99999999","c":[1234567,0.1]}"#), [7, 2, 1]);
-    let model = Model::load(fetch_model("qwen2.5-coder")).unwrap();
+    let model = shared_model("qwen2.5-coder");
     let compiler = GrammarCompiler::new(model.tokenizer()).unwrap();
     let cases = [
         (
@@ -497,11 +497,11 @@ fn qwen_sampled_numbers_stay_within_the_digit_bound() {
     let jobs: Vec<Job> = cases
         .iter()
         .flat_map(|(task, schema)| {
-            let prompt = qwen_prompt(&model, task);
+            let prompt = qwen_prompt(model, task);
             (0..6).map(move |seed| Job { prompt: prompt.clone(), constraint: Constraint::JsonSchema(schema.clone()), seed })
         })
         .collect();
-    let outs = run(&model, &compiler, &jobs, 160);
+    let outs = run(model, &compiler, &jobs, 160);
     for (job, out) in jobs.iter().zip(&outs) {
         let Constraint::JsonSchema(schema) = &job.constraint else { unreachable!() };
         eprintln!("  {} ({} tokens)", out.text, out.n_tokens);

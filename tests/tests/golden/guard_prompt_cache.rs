@@ -48,6 +48,7 @@ fn delta(after: PromptStats, before: PromptStats) -> PromptStats {
         prompts_reusing: after.prompts_reusing - before.prompts_reusing,
         prompt_tokens: after.prompt_tokens - before.prompt_tokens,
         reused_tokens: after.reused_tokens - before.reused_tokens,
+        shared_tokens: after.shared_tokens - before.shared_tokens,
     }
 }
 

@@ -3,13 +3,17 @@
 //! template files), every `builtin/` golden through the built-in renderer, IBM's own rendered
 //! prompts, the API -> native mapping of `api-mapping.json` / `builtin/index.jsonl`, format
 //! detection on the tiny GGUFs, the prompts' token ids against llama.cpp's (`models/goldens.json`),
-//! the generic-model path and the shared-prefix plan of a scan.
+//! the generic-model path and a scan's prompts computing their shared start once.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use engine::chat::tokenize_rendered;
 use engine::guard::{
-    check_request, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardPrompt, NativeRequest, PrefixTree, PromptPath, Prompter, Risk,
+    check_request, Evaluator, EvaluatorOptions, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardPrompt, NativeRequest, PromptPath,
+    Prompter, Risk,
 };
+use engine::kv_cache::common_prefix;
 use engine::model::Model;
 use engine_tests::{fixture, json_ids, read_json};
 use serde_json::{json, Map, Value};
@@ -383,32 +387,44 @@ fn generic_model_path() {
     assert!(p.text.ends_with(&turn), "{:?}", p.text);
 }
 
-/// A scan's nine prompts share their start: the prefix tree computes it once (guard.md §7).
+/// A scan's nine prompts share their start: the evaluator computes it once and forks it into
+/// the others (guard.md §7), which its counters show exactly.
 #[test]
-fn scan_prompts_share_prefixes() {
+fn scan_prompts_share_their_start() {
     let input = GuardInput::new("How do I pick the lock on my neighbour's front door while they are away?")
         .with_assistant("Insert a tension wrench, rake the pins with a pick until each one sets, then turn the plug.");
     for name in ["3.0", "3.2", "3.3"] {
-        let m = model(name);
+        let m = Arc::new(model(name));
         let prompter = Prompter::from_model(&m).unwrap();
         let request = check_request(&input, &[] as &[&str], None, false, prompter.default_format()).unwrap();
         let prompts = prompter.render_all(&request, &input).unwrap();
         assert_eq!(prompts.iter().map(|p| p.risk).collect::<Vec<_>>(), Risk::HARM);
-        let tokens: Vec<Vec<u32>> = prompts.iter().map(|p| m.tokenizer().encode(&p.text, false, true)).collect();
-        let tree = PrefixTree::build(&tokens);
+        // tokenized as the evaluator does
+        let tokens: Vec<Vec<u32>> = prompts.iter().map(|p| tokenize_rendered(m.tokenizer(), &p.text)).collect();
+        // the start all nine share, each keeping its last token to run itself
+        let shortest = tokens.iter().map(Vec::len).min().unwrap();
+        let shared = tokens.iter().map(|t| common_prefix(&tokens[0], t)).min().unwrap().min(shortest - 1);
+
+        // no prompt cache: what is spared is the scan's own sharing
+        let evaluator =
+            Evaluator::from_model(m.clone(), EvaluatorOptions { prompt_cache_bytes: 0, ..EvaluatorOptions::default() }).unwrap();
+        // the tiny models' weights are random: a 3.2 / 3.3 answer may not parse, after its
+        // prompts ran all the same
+        match evaluator.scan(&input) {
+            Ok(_) | Err(GuardError::Unparseable { .. }) => {}
+            Err(e) => panic!("{name}: {e}"),
+        }
+        let stats = evaluator.prompt_stats();
         let total: usize = tokens.iter().map(Vec::len).sum();
-        let shared = tree.shared_cost();
-        eprintln!("{name}: nine prompts {total} tokens, {shared} with shared prefixes ({:.2})", shared as f64 / total as f64);
-        // Each prompt ends at exactly one node.
-        let mut ends: Vec<usize> = tree.nodes.iter().flat_map(|n| n.ends.iter().copied()).collect();
-        ends.sort_unstable();
-        assert_eq!(ends, (0..9).collect::<Vec<_>>());
-        assert!(shared * 10 < total * 6, "{name}: sharing saves too little ({shared} of {total})");
+        eprintln!("{name}: nine prompts {total} tokens, {} computed", total - stats.shared_tokens as usize);
+        assert_eq!((stats.prompts, stats.prompt_tokens, stats.reused_tokens), (9, total as u64, 0));
+        assert_eq!(stats.shared_tokens, 8 * shared as u64, "{name}: the eight others fork the first one's start");
+        assert!(shared > 0, "{name}");
         if name == "3.3" {
             // 3.3 differs only in the judge protocol: the whole conversation is shared.
             let conv_end = prompts[0].text.find("<|start_of_role|>judge_protocol").unwrap();
             let conv = m.tokenizer().encode(&prompts[0].text[..conv_end], false, true);
-            assert!(engine::guard::common_prefix_len(&tokens) >= conv.len());
+            assert!(shared >= conv.len(), "{shared} < {}", conv.len());
         }
     }
 }

@@ -7,8 +7,8 @@
 
 use engine::kv_cache::KvType;
 use engine::logprobs::argmax;
-use engine::model::{BatchEntry, Model};
-use engine_tests::{fetch_model, fixture, json_ids, read_json};
+use engine::model::BatchEntry;
+use engine_tests::{fixture, json_ids, read_json, shared_model};
 
 const MARGIN: f32 = 0.5;
 
@@ -68,7 +68,7 @@ impl Stats {
 
 #[test]
 fn gemma_3_270m_matches_llama_cpp() {
-    let model = Model::load(fetch_model("gemma")).unwrap();
+    let model = shared_model("gemma");
     let golden = read_json(&fixture("real/gemma-3-270m.logits.json"));
     let tolerance = read_json(&fixture("real/gemma-3-270m.tolerance.json"));
     let rec = &tolerance["recommended"];
@@ -112,7 +112,7 @@ fn gemma_3_270m_matches_llama_cpp() {
 
 #[test]
 fn qwen2_5_coder_0_5b_matches_llama_cpp() {
-    let model = Model::load(fetch_model("qwen2.5-coder")).unwrap();
+    let model = shared_model("qwen2.5-coder");
     let golden = read_json(&fixture("real/qwen2.5-coder-0.5b/goldens.json"));
     let mut stats = Stats::new();
     for p in golden.as_array().unwrap() {

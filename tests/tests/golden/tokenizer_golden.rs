@@ -3,30 +3,7 @@
 
 use engine::gguf::GgufFile;
 use engine::tokenizer::Tokenizer;
-use engine_tests::{fixture, json_ids, read_json};
-
-/// The 13 vocabularies with llama.cpp test vectors.
-const VOCABS: &[&str] = &[
-    "llama-spm",
-    "phi-3",
-    "llama-bpe",
-    "gpt-2",
-    "refact",
-    "starcoder",
-    "qwen2",
-    "deepseek-coder",
-    "deepseek-llm",
-    "falcon",
-    "mpt",
-    "command-r",
-    "bert-bge",
-];
-
-fn load(name: &str) -> Tokenizer {
-    let path = fixture(&format!("tokenizer/ggml-vocab-{name}.gguf"));
-    let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
+use engine_tests::{fixture, json_ids, read_json, vocab_tokenizer, VOCABS};
 
 /// The texts of a `.inp` file and the ids of its `.out` file.
 fn cases(name: &str) -> Vec<(String, Vec<u32>)> {
@@ -44,7 +21,7 @@ fn every_vocab_matches_llama_cpp_on_every_case() {
     let mut failures = Vec::new();
     let mut total = 0;
     for name in VOCABS {
-        let tok = load(name);
+        let tok = vocab_tokenizer(name);
         for (text, want) in cases(name) {
             total += 1;
             let got = tok.encode(&text, false, false);
@@ -70,7 +47,7 @@ fn every_vocab_matches_llama_cpp_with_special_tokens_pieces_and_detokenization()
     let mut failures = Vec::new();
     let mut checked = 0;
     for name in VOCABS {
-        let tok = load(name);
+        let tok = vocab_tokenizer(name);
         for golden in [format!("tokenizer/golden/{name}.json"), format!("tokenizer/golden/{name}.special.json")] {
             let g = read_json(&fixture(&golden));
             assert_eq!(g["n_vocab"].as_u64(), Some(tok.n_vocab() as u64), "{golden}");
@@ -112,7 +89,7 @@ fn every_vocab_matches_llama_cpp_with_special_tokens_pieces_and_detokenization()
 fn round_trip_wherever_llama_cpp_round_trips() {
     let mut held = 0;
     for name in VOCABS {
-        let tok = load(name);
+        let tok = vocab_tokenizer(name);
         let g = read_json(&fixture(&format!("tokenizer/golden/{name}.json")));
         for case in g["texts"].as_array().unwrap() {
             let text = unhex(case["hex"].as_str().unwrap());
@@ -186,7 +163,7 @@ fn a_megabyte_of_english_matches_llama_cpp() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let text = std::fs::read_to_string(root.join(golden["text"].as_str().unwrap())).unwrap();
     for name in ["llama-bpe", "refact", "llama-spm"] {
-        let ids = load(name).encode(&text, false, false);
+        let ids = vocab_tokenizer(name).encode(&text, false, false);
         let listed = format!("{ids:?}");
         let sha = format!("{:x}", Sha256::digest(listed.as_bytes()));
         assert_eq!(ids.len() as u64, golden[name]["n_tokens"].as_u64().unwrap(), "{name}");

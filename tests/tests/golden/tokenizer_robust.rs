@@ -4,33 +4,9 @@
 
 use engine::gguf::{Array, GgufFile, GgufWriter, Value};
 use engine::tokenizer::{StreamDecoder, Tokenizer, TokenizerError, TokenizerKind};
-use engine_tests::fixture;
+use engine_tests::{vocab_file, vocab_tokenizer, VOCABS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-
-const VOCABS: &[&str] = &[
-    "llama-spm",
-    "phi-3",
-    "llama-bpe",
-    "gpt-2",
-    "refact",
-    "starcoder",
-    "qwen2",
-    "deepseek-coder",
-    "deepseek-llm",
-    "falcon",
-    "mpt",
-    "command-r",
-    "bert-bge",
-];
-
-fn vocab_file(name: &str) -> GgufFile {
-    GgufFile::open(fixture(&format!("tokenizer/ggml-vocab-{name}.gguf"))).unwrap()
-}
-
-fn load(name: &str) -> Tokenizer {
-    Tokenizer::from_gguf(&vocab_file(name)).unwrap()
-}
 
 /// The metadata of a fixture vocab with `edit` applied, as a new in-memory GGUF.
 fn edited(name: &str, edit: impl Fn(&str, &Value) -> Option<Value>) -> Result<Tokenizer, TokenizerError> {
@@ -166,7 +142,7 @@ fn random_text_never_panics_and_round_trips() {
     let specials = ["<s>", "</s>", "<|endoftext|>", "<|im_start|>", "[CLS]", "<|begin_of_text|>", "<unk>"];
     let mut rng = StdRng::seed_from_u64(0x70c0);
     for name in VOCABS {
-        let tok = load(name);
+        let tok = vocab_tokenizer(name);
         for i in 0..300 {
             let text = random_text(&mut rng, &specials);
             for (add, parse) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -198,7 +174,7 @@ fn long_runs_tokenize_without_blowing_up() {
     // O(n log n), so this finishes in well under a second each
     let texts = ["a".repeat(200_000), " ".repeat(200_000), "🦙".repeat(50_000), "\n".repeat(100_000)];
     for name in VOCABS {
-        let tok = load(name);
+        let tok = vocab_tokenizer(name);
         for t in &texts {
             let ids = tok.encode(t, false, false);
             let whitespace_only = t.trim().is_empty();
@@ -212,7 +188,7 @@ fn long_runs_tokenize_without_blowing_up() {
 fn streaming_never_splits_a_character() {
     // Llama 2's vocabulary has no piece for most emoji and many CJK characters: they come out as
     // byte tokens, one byte each.
-    let tok = load("llama-spm");
+    let tok = vocab_tokenizer("llama-spm");
     let text = "Hi 🦙🚀 中文 カタカナ 😶\u{200D}🌫\u{FE0F}!";
     let ids = tok.encode(text, true, false);
     let byte_tokens = ids.iter().filter(|&&id| tok.token_bytes(id).len() == 1 && tok.token_bytes(id)[0] >= 0x80).count();

@@ -36,14 +36,9 @@ fn log_mel_matches_faster_whisper() {
 /// Greedy decoding of each clip's single window equals faster-whisper's token ids.
 fn greedy_matches(model_target: &str, language: Option<&str>) {
     use engine::model::whisper::WhisperModel;
+    use engine::sampling::Rng;
     use engine::transcribe::logit_rules::LogitRules;
-    use engine::transcribe::window::{decode_window, Uniform, WindowPrompt};
-    struct NoRng;
-    impl Uniform for NoRng {
-        fn next_f64(&mut self) -> f64 {
-            unreachable!("greedy decoding draws nothing")
-        }
-    }
+    use engine::transcribe::window::{decode_window, WindowPrompt};
     let model = WhisperModel::load(engine_tests::fetch_model(model_target)).unwrap();
     let c = model.config();
     let rules = LogitRules::new(c, model.tokenizer());
@@ -58,7 +53,7 @@ fn greedy_matches(model_target: &str, language: Option<&str>) {
         let mel = mel.window(0, mel.n_frames - 1);
         let encoded = model.encode(&mel.data).unwrap();
         let prompt = WindowPrompt { language: lang, timestamps: true, ..Default::default() };
-        let got = decode_window(&model, &encoded, &rules, &prompt, 0.0, &mut NoRng).unwrap();
+        let got = decode_window(&model, &encoded, &rules, &prompt, 0.0, &mut Rng::new(0)).unwrap();
         let golden = &goldens[model_target][name];
         let want: Vec<u32> = golden["segments"].as_array().unwrap().iter().flat_map(|s| engine_tests::json_ids(&s["tokens"])).collect();
         println!("{model_target} {name}: {:?}", model.tokenizer().decode(&got.tokens));

@@ -5,9 +5,9 @@
 
 use half::f16;
 
-use super::activation::ggml_expf;
 use super::transpose::transpose;
 use crate::backend::types::AttentionShape;
+use crate::quant::ggml_expf;
 
 /// One cached key or value row.
 #[derive(Clone, Copy)]

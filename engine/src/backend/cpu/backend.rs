@@ -10,13 +10,14 @@ use rayon::prelude::*;
 use super::activation::{gelu, gelu_erf, silu, swiglu_row_with};
 use super::attention::{attend_queries_with, with_scratch, KvRow, KvRows, Query};
 use super::kv::CpuKvStore;
-use super::matmul::{get_rows, matmul_each_on, WeightMatrix};
+use super::matmul::{get_rows, matmul_each_on};
 use super::norm::{layer_norm, rms_norm, rms_norm_in_place};
 use super::rope::rope_with;
 use crate::backend::{Activation, AttentionRow, AttentionShape, Backend, BackendError, Device, KvSlot, KvSource, KvType, Rope, RowInput};
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::panel::{self, Panels};
 use crate::quant::Isa;
+use crate::quant::WeightMatrix;
 
 /// The CPU backend: the kernels of one SIMD tier, run on rayon's current pool.
 #[derive(Clone, Copy, Debug)]

@@ -3,11 +3,11 @@
 
 use rayon::prelude::*;
 
-use super::matmul::WeightMatrix;
 use crate::quant::panel::prepared::{prepared_row_bytes, AlignedBytes};
 use crate::quant::panel::{self, prepare_row, Panels, PANEL_ROWS, TILE_ROWS};
 #[cfg(target_arch = "x86_64")]
 use crate::quant::x86::amx;
+use crate::quant::WeightMatrix;
 use crate::quant::{GgmlType, Isa};
 
 /// The activation rows of one matmul call prepared for the panel kernels, once per activation

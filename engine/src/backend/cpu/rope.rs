@@ -5,7 +5,7 @@
 
 use crate::backend::types::RopeKind;
 
-super::fma_variants!(
+crate::quant::fma_variants!(
     /// Rotates the first `n_dims` values of every `head_dim`-value head in `x` (one row of heads)
     /// for position `pos`.
     pub fn rope, pub(crate) fn rope_with(

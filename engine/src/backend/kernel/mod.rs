@@ -14,12 +14,12 @@ use kernels::{Runtime, RuntimeError};
 
 pub use kv::DeviceKvStore;
 
-use crate::backend::cpu::WeightMatrix;
 use crate::backend::{
     Activation, AttentionRow, AttentionShape, Backend, BackendError, Device, KvSlot, KvSource, KvType, Rope, RopeKind, RowInput,
 };
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::GgmlType;
+use crate::quant::WeightMatrix;
 
 /// Batches of at most this many rows use the matrix-vector kernels, larger ones the tiled
 /// matrix kernels; an output's value is the same either way (see `kernels/cuda/mulmat.cuh`).

@@ -11,7 +11,7 @@ use crate::model::bert::LayerNorm;
 use crate::model::error::ModelError;
 use crate::model::weights::Loader;
 use crate::model::whisper::weights::{AttentionWeights, Layer, Linear};
-use crate::quant::{self, types::GgmlType};
+use crate::quant::{self, GgmlType};
 
 pub enum ProjectorWeights<B: Backend> {
     /// `mm.model.fc`: `[n_embd_out, n_embd · scale²]`, no bias.

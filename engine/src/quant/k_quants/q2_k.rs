@@ -3,7 +3,7 @@
 
 use super::scales::{fit_scale_min, nearest_int, MinFit};
 use crate::quant::blocks::{f16_le, f16_le_from, BlockQ2K, BlockQ8K};
-use crate::quant::types::QK_K;
+use crate::quant::QK_K;
 
 crate::quant::row_fns!(BlockQ2K, BlockQ8K);
 

@@ -4,7 +4,7 @@
 use super::q2_k::{pack2, unpack2};
 use super::scales::{fit_signed_scale_descent, nearest_int, signed_max};
 use crate::quant::blocks::{f16_le, f16_le_from, BlockQ3K, BlockQ8K};
-use crate::quant::types::QK_K;
+use crate::quant::QK_K;
 
 crate::quant::row_fns!(BlockQ3K, BlockQ8K);
 

@@ -3,7 +3,7 @@
 
 use super::scales::{dequantize_scale_min, dot_scale_min, quantize_scale_min_block, MinFit};
 use crate::quant::blocks::{BlockQ5K, BlockQ8K};
-use crate::quant::types::QK_K;
+use crate::quant::QK_K;
 
 crate::quant::row_fns!(BlockQ5K, BlockQ8K);
 

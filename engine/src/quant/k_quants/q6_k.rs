@@ -3,7 +3,7 @@
 
 use super::scales::{fit_signed_scale, nearest_int, signed_max};
 use crate::quant::blocks::{f16_le, f16_le_from, BlockQ6K, BlockQ8K};
-use crate::quant::types::QK_K;
+use crate::quant::QK_K;
 
 crate::quant::row_fns!(BlockQ6K, BlockQ8K);
 

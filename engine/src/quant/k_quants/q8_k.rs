@@ -3,7 +3,7 @@
 
 use super::scales::{nearest_int, signed_max};
 use crate::quant::blocks::BlockQ8K;
-use crate::quant::types::QK_K;
+use crate::quant::QK_K;
 
 crate::quant::row_fns!(BlockQ8K, BlockQ8K);
 

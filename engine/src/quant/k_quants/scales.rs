@@ -7,7 +7,7 @@
 //! importance matrix) byte for byte; the golden test checks that on real tensors.
 
 use crate::quant::blocks::{f16_le, f16_le_from, BlockQ8K};
-use crate::quant::types::QK_K;
+use crate::quant::QK_K;
 
 /// Groups whose largest magnitude is below this are treated as all zero.
 const GROUP_MAX_EPS: f32 = 1e-15;

@@ -5,7 +5,7 @@ use bytemuck::Zeroable;
 
 use super::q8_k;
 use crate::quant::blocks::BlockQ8K;
-use crate::quant::types::QK_K;
+use crate::quant::QK_K;
 
 /// xorshift64*: deterministic inputs without a dependency.
 pub struct Rng(u64);

@@ -28,11 +28,11 @@ use speed::{kernel_speed, SpeedScope};
 
 use engine::backend::harness::run_table;
 use engine::backend::Backend;
+use engine::gguf::GgmlType;
 use engine::gguf::GgufFile;
 use engine::kv_cache::KvType;
 use engine::model::Model;
 use engine::quant::requantize::{file_type_of, quantize_pure};
-use engine::quant::types::GgmlType;
 use engine_tests::shaped::{self, Shape};
 use engine_tests::tiny::tiny_files;
 use engine_tests::{fixture, read_json};

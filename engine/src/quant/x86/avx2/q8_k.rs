@@ -7,7 +7,7 @@
 use core::arch::x86_64::*;
 
 use crate::quant::blocks::BlockQ8K;
-use crate::quant::types::QK_K;
+use crate::quant::QK_K;
 
 /// Quantizes `x` into the Q8_K blocks of `bytes`, as `k_quants::q8_k::quantize_row` does.
 pub(crate) fn quantize_row(x: &[f32], bytes: &mut [u8]) {
