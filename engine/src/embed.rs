@@ -258,3 +258,45 @@ mod tests {
         assert_eq!(z, [0.0; 3]);
     }
 }
+
+/// The encoder on the simulated GPU (feature `sim`), with the model's checks' helpers.
+#[cfg(all(test, feature = "sim"))]
+mod sim_check {
+    use super::embed;
+    use crate::model::sim_check::{cosine, fixture, json};
+    use crate::model::Model;
+
+    /// The encoder path (BERT: token-type and position rows, layer norms, exact-erf GELU, attention
+    /// over the batch's own rows of several sequences) on the simulated GPU: all-MiniLM-L6-v2 Q8_0
+    /// sentence embeddings against llama.cpp's, and a sentence alone equal bit for bit to the same
+    /// sentence in a batch.
+    #[test]
+    fn sentence_embeddings_on_the_simulated_gpu_match_llama_cpp() {
+        let model = Model::load_simulated(fixture("real/all-MiniLM-L6-v2-Q8_0.gguf")).expect("load");
+        let golden = json("real/all-MiniLM-L6-v2.embeddings.json");
+        let sentences: Vec<(&str, Vec<f32>)> = golden["sentences"]
+            .as_array()
+            .expect("sentences")
+            .iter()
+            .take(3)
+            .map(|s| {
+                let e = s["embedding_llama_cpp_q8_0"]
+                    .as_array()
+                    .expect("embedding")
+                    .iter()
+                    .map(|x| x.as_f64().expect("value") as f32)
+                    .collect();
+                (s["text"].as_str().expect("text"), e)
+            })
+            .collect();
+        let texts: Vec<&str> = sentences.iter().map(|s| s.0).collect();
+        let all = embed(&model, &texts, None, true).expect("embed");
+        for ((text, want), got) in sentences.iter().zip(&all) {
+            let c = cosine(got, want);
+            eprintln!("sim all-MiniLM-L6-v2: cosine {c:.7} with llama.cpp for {text:?}");
+            assert!(c >= 0.999, "{text:?}: cosine {c}");
+        }
+        let alone = embed(&model, &texts[1..2], None, true).expect("embed").remove(0);
+        assert!(alone.iter().zip(&all[1]).all(|(a, b)| a.to_bits() == b.to_bits()), "a sentence alone vs in a batch");
+    }
+}

@@ -1,7 +1,8 @@
 //! Running as several replicas: `deploy/nginx/engine.conf` (Debian's nginx, installed by
 //! `tools/system-test-deps.sh`) balancing two `engine-cli serve` replicas on 127.0.0.1: streams
-//! through it, a conversation kept on one replica by its system prompt, and new requests still
-//! answered after one replica is killed mid-run. The Kubernetes manifests of `deploy/kubernetes`
+//! through it, a conversation kept on one replica by its system prompt, and one replica killed
+//! (SIGKILL) under load: no non-streamed request lost, a stream open on it cut at once, not
+//! left hanging. The Kubernetes manifests of `deploy/kubernetes`
 //! are checked against the API's schemas by `kubernetes-validate` (from PyPI, pinned).
 
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ fn root() -> PathBuf {
 
 fn replica() -> ServeProcess {
     let model = fixture("models/tiny-llama-Q8_0.gguf");
-    ServeProcess::start(Path::new(env!("CARGO_BIN_EXE_engine-cli")), &["-m".as_ref(), model.as_os_str(), "-c".as_ref(), "512".as_ref()])
+    ServeProcess::start(Path::new(env!("CARGO_BIN_EXE_engine-cli")), &["-m".as_ref(), model.as_os_str(), "-c".as_ref(), "2048".as_ref()])
 }
 
 /// nginx with the shipped configuration, its replicas and its port replaced; killed when dropped.
@@ -127,35 +128,65 @@ fn nginx_balances_two_replicas_keeps_conversations_together_and_survives_a_kille
     }
     let upstreams: std::collections::BTreeSet<String> = (0..16).map(|i| post(&lb.base, &chat(&format!("Persona {i}."), false)).1).collect();
     assert_eq!(upstreams.len(), 2, "{upstreams:?}");
-    // requests keep coming while replica b is killed: every request sent after the kill succeeds
+    // requests keep coming while replica b is killed (SIGKILL): none is lost (nginx sends one
+    // that had no answer yet to the other replica), and a stream cut by the kill ends at once
     let killed_at = Arc::new(std::sync::Mutex::new(None::<Instant>));
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..4)
         .map(|i| {
             let (base, stop, killed_at) = (lb.base.clone(), stop.clone(), killed_at.clone());
             std::thread::spawn(move || {
-                let mut after_kill = (0, 0);
+                let (mut after_kill, mut cut) = (0, 0);
                 let mut n = 0;
                 while !stop.load(Ordering::Relaxed) {
                     let sent = Instant::now();
-                    let (status, _, text) = post(&base, &chat(&format!("Client {i} turn {n}."), n % 2 == 0));
+                    let stream = n % 2 == 0;
+                    let (status, _, text) = post(&base, &chat(&format!("Client {i} turn {n}."), stream));
                     n += 1;
-                    if killed_at.lock().unwrap().is_some_and(|k| sent > k + Duration::from_millis(50)) {
-                        after_kill.0 += 1;
-                        assert_eq!(status, 200, "a request sent after the kill failed: {text}");
-                        after_kill.1 += 1;
+                    let killed = *killed_at.lock().unwrap();
+                    if stream && status == 200 && !text.ends_with("data: [DONE]\n\n") {
+                        // a stream of the killed replica: cut, right after the kill
+                        let k = killed.expect("a stream cut before the kill");
+                        assert!(k.elapsed() < Duration::from_secs(5), "a cut stream ended {:?} after the kill", k.elapsed());
+                        cut += 1;
+                    } else {
+                        assert_eq!(status, 200, "a request was lost: {text}");
+                    }
+                    if killed.is_some_and(|k| sent > k) {
+                        after_kill += 1;
                     }
                 }
-                after_kill
+                (after_kill, cut)
             })
         })
         .collect();
     std::thread::sleep(Duration::from_millis(500));
+    // a long stream on replica b (a system prompt that nginx sends there), killed as soon as its
+    // first bytes arrived
+    let to_b = (0..64).map(|i| format!("Persona {i}.")).find(|p| post(&lb.base, &chat(p, false)).1 == addr_b).expect("a persona on b");
+    let mut long = chat(&to_b, true);
+    // sampled: a random-weight model's greedy text may end at once
+    (long["max_tokens"], long["temperature"], long["seed"]) = (json!(1800), json!(1.0), json!(7));
+    let mut open_stream =
+        Client::new().post(format!("{}/v1/chat/completions", lb.base)).json(&long).timeout(Duration::from_secs(60)).send().unwrap();
+    assert_eq!(open_stream.status(), 200);
+    let mut first = [0u8; 64];
+    std::io::Read::read_exact(&mut open_stream, &mut first).unwrap();
+    // the time is set first: a stream cut by the kill must find it
+    let killed = Instant::now();
+    *killed_at.lock().unwrap() = Some(killed);
     b.kill();
-    *killed_at.lock().unwrap() = Some(Instant::now());
+    // the open stream ends (its connection closed without the end of the stream), not hangs
+    let mut rest = Vec::new();
+    let ended = std::io::Read::read_to_end(&mut open_stream, &mut rest);
+    let cut_after = killed.elapsed();
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(ended.is_err() || !rest.ends_with("data: [DONE]\n\n"), "the stream on the killed replica completed: {rest}");
+    assert!(cut_after < Duration::from_secs(5), "the stream on the killed replica ended {cut_after:?} after the kill");
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
-    let after: usize = clients.into_iter().map(|c| c.join().unwrap().1).sum();
+    let (after, cut) = clients.into_iter().map(|c| c.join().unwrap()).fold((0, 0), |(a, c), (x, y)| (a + x, c + y));
+    eprintln!("the open stream on the killed replica ended {cut_after:?} after the kill; {after} requests after it, all answered; {cut} other streams cut");
     assert!(after >= 8, "only {after} requests after the kill");
     drop(a);
 }

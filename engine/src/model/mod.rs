@@ -12,7 +12,7 @@ pub mod config;
 mod decoder;
 pub mod error;
 #[cfg(all(test, feature = "sim"))]
-mod sim_check;
+pub(crate) mod sim_check;
 pub mod vision;
 pub mod weights;
 pub mod whisper;
@@ -23,7 +23,7 @@ use std::sync::Arc;
 pub use config::ModelConfig;
 pub use error::ModelError;
 
-use crate::backend::cpu::CpuBackend;
+use crate::backend::CpuBackend;
 use crate::backend::{Backend, BackendError, Device, RowInput};
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCache, KvType, SeqId};

@@ -17,7 +17,7 @@ pub use config::{Projector, VisionConfig};
 pub use layout::{build_prompt, find_piece, ImagePrompt, Piece};
 pub use rows::{pixel_digest, ImageRowCache, ImageRows, OutOfIds, PromptImages};
 
-use crate::backend::cpu::CpuBackend;
+use crate::backend::CpuBackend;
 use crate::backend::{BackendError, Device};
 use crate::gguf::GgufFile;
 use crate::image::preprocess::{tiles, Normalisation, Tiles, Tiling};

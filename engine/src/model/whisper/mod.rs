@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 pub use config::{SpecialTokens, StackConfig, WhisperConfig};
 
-use crate::backend::cpu::CpuBackend;
+use crate::backend::CpuBackend;
 use crate::backend::{BackendError, Device};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvCache;
