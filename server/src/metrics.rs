@@ -5,7 +5,7 @@
 //! scheduler's state: queue depth, running sequences, batch sizes, KV-cache blocks and their
 //! fraction in use, prompt and prefix-cache counts, speculative drafts. The queue depth, the
 //! running sequences and the KV-cache fraction are the three gauges the Gateway API Inference
-//! Extension's model-server protocol asks for (`deploy/`'s endpoint picker names them).
+//! Extension's model-server protocol asks for (its endpoint picker is told their names).
 
 use std::sync::atomic::AtomicU64;
 

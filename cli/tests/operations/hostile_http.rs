@@ -19,7 +19,9 @@ const MAX_CONNECTIONS: usize = 64;
 /// The server's connections beyond `--max-connections` for `/health`, `/ready` and `/metrics`.
 const OPERATIONS_RESERVE: usize = 32;
 
-fn serve() -> ServeProcess {
+/// The tiny model served with 64 connections at most and a header timeout of `header_timeout`
+/// seconds (bodies: 1 s).
+fn serve(header_timeout: &str) -> ServeProcess {
     let model = fixture("models/tiny-llama-Q8_0.gguf");
     let args = [
         "-m".as_ref(),
@@ -27,7 +29,7 @@ fn serve() -> ServeProcess {
         "-c".as_ref(),
         "512".as_ref(),
         "--header-timeout".as_ref(),
-        "1".as_ref(),
+        header_timeout.as_ref(),
         "--body-timeout".as_ref(),
         "1".as_ref(),
         "--max-connections".as_ref(),
@@ -93,7 +95,7 @@ fn assert_refused(response: &str, what: &str) {
 #[test]
 fn hostile_requests_get_a_4xx_or_a_clean_close_and_the_server_keeps_serving() {
     let _serial = crate::serial();
-    let server = serve();
+    let server = serve("1");
     let base = server.base.clone();
     let chat = json!({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4});
     // warm up, then the memory to come back to
@@ -271,18 +273,7 @@ fn hostile_requests_get_a_4xx_or_a_clean_close_and_the_server_keeps_serving() {
 /// idle connections are gone.
 #[test]
 fn the_operations_routes_answer_while_idle_connections_hold_every_slot() {
-    let model = fixture("models/tiny-llama-Q8_0.gguf");
-    let args = [
-        "-m".as_ref(),
-        model.as_os_str(),
-        "-c".as_ref(),
-        "512".as_ref(),
-        "--header-timeout".as_ref(),
-        "30".as_ref(),
-        "--max-connections".as_ref(),
-        "64".as_ref(),
-    ];
-    let server = ServeProcess::start(Path::new(env!("CARGO_BIN_EXE_engine-cli")), &args);
+    let server = serve("30");
     let base = server.base.clone();
     // every slot, the whole reserve, and more
     let flood: Vec<TcpStream> =
