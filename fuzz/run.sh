@@ -9,9 +9,11 @@
 #       a time (default 1); the corpus grows in fuzz/corpus/TARGET (seeded by fuzz/seeds.py),
 #       findings land in fuzz/artifacts/TARGET
 #   fuzz/run.sh --ci
-#       what CI runs: the targets built without AddressSanitizer and at opt-level 1 (below), every
-#       saved finding in fuzz/regressions/ replayed, then each target 10 s on its seeds alone (a
-#       fresh corpus in a temporary folder), two at a time
+#       what CI runs: the targets built without AddressSanitizer, beside the test build (below),
+#       every saved finding in fuzz/regressions/ replayed, then each target 10 s on its seeds alone
+#       (a fresh corpus in a temporary folder), two at a time
+#   fuzz/run.sh [--ci] --build-only
+#       the build alone
 #
 # Exits 1 when a target crashed, hung, ran out of memory or a regression input fails again.
 set -euo pipefail
@@ -19,14 +21,15 @@ cd "$(dirname "$0")"
 
 TARGETS_ALL=(gguf tokenizer_spm tokenizer_bpe tokenizer_wpm chat_template json_schema http_requests multipart audio image)
 CARGO_FUZZ_VERSION=0.13.2
-seconds=60 runs=0 jobs=1 ci=0 targets=()
+seconds=60 runs=0 jobs=1 ci=0 build_only=0 targets=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds=$2; shift 2 ;;
         --runs) runs=$2; shift 2 ;;
         --jobs) jobs=$2; shift 2 ;;
         --ci) ci=1; seconds=10; jobs=2; shift ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        --build-only) build_only=1; shift ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         -*) echo "fuzz/run.sh: unknown option $1" >&2; exit 2 ;;
         *) targets+=("$1"); shift ;;
     esac
@@ -40,16 +43,14 @@ done
 # long run goes on cannot break that run.
 main() {
     if [ $ci = 1 ]; then
-        # CI: the same libFuzzer binaries with cargo-fuzz's coverage instrumentation, built by
-        # cargo itself without AddressSanitizer (its build, and installing cargo-fuzz, cost CI
-        # minutes and gigabytes it does not have); debug assertions and overflow checks stay on.
-        # opt-level 1: the build costs half of opt-level 3's time, and a short run on the seeds
-        # needs reach, not speed.
-        local flags=(--cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
-                     -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table
-                     -Cllvm-args=-sanitizer-coverage-trace-compares -Cdebug-assertions)
-        RUSTFLAGS="${flags[*]}" CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
-            cargo build --release --bins --target x86_64-unknown-linux-gnu >build.log 2>&1 || { cat build.log >&2; exit 1; }
+        # CI: the same libFuzzer binaries with cargo-fuzz's coverage instrumentation, without
+        # AddressSanitizer (its build, and installing cargo-fuzz, cost CI minutes and gigabytes it
+        # does not have), debug assertions and overflow checks on. Built in the main workspace's
+        # target folder with its test profile and features (Cargo.toml), after its test build:
+        # only this repository's crates are compiled again, instrumented (sancov-rustc.sh).
+        export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/../target}
+        RUSTC_WRAPPER=$PWD/sancov-rustc.sh cargo build --profile test --bins >build.log 2>&1 || { cat build.log >&2; exit 1; }
+        bin=$CARGO_TARGET_DIR/debug
     else
         if [ "$(cargo fuzz --version 2>/dev/null | awk '{print $2}')" != "$CARGO_FUZZ_VERSION" ]; then
             cargo install cargo-fuzz --locked --version "$CARGO_FUZZ_VERSION"
@@ -58,8 +59,9 @@ main() {
         # -O: optimised; -a: debug assertions and overflow checks on, so an arithmetic overflow
         # is a finding. Every target at once (one `cargo build --bins`).
         cargo fuzz build -O -a >build.log 2>&1 || { cat build.log >&2; exit 1; }
+        bin=target/x86_64-unknown-linux-gnu/release
     fi
-    bin=target/x86_64-unknown-linux-gnu/release
+    [ $build_only = 0 ] || exit 0
 
     dict_of() {
         case "$1" in

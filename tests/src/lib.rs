@@ -165,6 +165,35 @@ pub fn python_test_deps() -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).expect("utf-8 path").trim())
 }
 
+/// For each `(schema, text)`: the errors of validating `text` against `schema` with Python's
+/// `jsonschema`, the specification's reference implementation (formats checked; a text that is not
+/// JSON or a schema that is not valid is an error too), all in one process
+/// (`tests/python/json_schema_check.py`). An independent check of what the engine's grammars
+/// generate.
+pub fn json_schema_errors(cases: &[(serde_json::Value, String)]) -> Vec<Vec<String>> {
+    use std::io::Write;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/json_schema_check.py");
+    let mut child = std::process::Command::new("python3")
+        .arg(&script)
+        .env("PYTHONPATH", python_test_deps())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("run python3");
+    let input: Vec<serde_json::Value> = cases.iter().map(|(schema, text)| serde_json::json!({"schema": schema, "text": text})).collect();
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    // written from a thread: the script answers only after reading everything, but a large
+    // input must not fill the pipe while nothing reads its output
+    let writer = std::thread::spawn(move || stdin.write_all(&serde_json::to_vec(&input).expect("JSON")));
+    let out = child.wait_with_output().expect("python3 json_schema_check.py");
+    writer.join().expect("writer thread").expect("write to json_schema_check.py");
+    assert!(out.status.success(), "json_schema_check.py failed");
+    let errors: Vec<Vec<String>> = serde_json::from_slice(&out.stdout).expect("json_schema_check.py's output");
+    assert_eq!(errors.len(), cases.len());
+    errors
+}
+
 /// A running `engine-cli serve` child, killed when dropped (the test passed or not).
 pub struct ServeProcess {
     child: std::process::Child,

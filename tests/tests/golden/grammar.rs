@@ -1,6 +1,6 @@
 //! Structured output end to end: masked sampling (seeded, temperature 1) on the tiny fixture
 //! models and on Qwen2.5-Coder-0.5B always yields JSON that parses and validates against its
-//! schema (checked with the `jsonschema` crate), for JSON schemas, any-object and tool calls;
+//! schema (checked by Python's `jsonschema`, the reference implementation), for JSON schemas, any-object and tool calls;
 //! unsupported schemas fail at compile time; the mask's cost on a 150k vocabulary is measured.
 
 use std::time::{Duration, Instant};
@@ -57,12 +57,44 @@ fn run(model: &Model, compiler: &GrammarCompiler, jobs: &[Job], cap: usize) -> V
         .collect()
 }
 
-/// Asserts that `text` parses and that `schema` accepts it (formats checked too).
-fn assert_valid(schema: &Value, text: &str) {
-    let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
-    let validator = jsonschema::options().should_validate_formats(true).build(schema).unwrap();
-    let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "{text}\n  does not validate against {schema}: {errors:?}");
+/// Outputs that must validate against their schemas: each parses when added; the schemas are
+/// checked all at once by `assert_all` (one Python process, `engine_tests::json_schema_errors`).
+/// Dropped unchecked, it fails the test.
+#[derive(Default)]
+struct SchemaChecks {
+    cases: Vec<(Value, String)>,
+    checked: bool,
+}
+
+impl SchemaChecks {
+    /// `text` must parse as JSON (asserted now) and `schema` must accept it (asserted by
+    /// `assert_all`, formats included).
+    fn expect_valid(&mut self, schema: &Value, text: &str) {
+        let _: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+        self.cases.push((schema.clone(), text.to_string()));
+    }
+
+    fn assert_all(mut self) {
+        self.checked = true;
+        assert!(!self.cases.is_empty(), "nothing to validate");
+        let errors = engine_tests::json_schema_errors(&self.cases);
+        let failures: Vec<String> = self
+            .cases
+            .iter()
+            .zip(&errors)
+            .filter(|(_, e)| !e.is_empty())
+            .map(|((schema, text), e)| format!("{text}\n  does not validate against {schema}: {e:?}"))
+            .collect();
+        assert!(failures.is_empty(), "{} of {} outputs fail their schemas:\n{}", failures.len(), self.cases.len(), failures.join("\n"));
+    }
+}
+
+impl Drop for SchemaChecks {
+    fn drop(&mut self) {
+        if !self.checked && !std::thread::panicking() {
+            panic!("{} outputs were never validated (SchemaChecks::assert_all)", self.cases.len());
+        }
+    }
 }
 
 /// Parses output of the any-object constraint. JSON has no bound on exponents, and random
@@ -99,14 +131,15 @@ fn parse_any_json(text: &str) -> Value {
     }
 }
 
-/// Asserts a tool call names one of `tools` and its arguments validate against that tool.
-fn assert_tool_call(tools: &[ToolSpec], text: &str) -> String {
+/// Asserts a tool call names one of `tools`, and expects its arguments to validate against that
+/// tool.
+fn assert_tool_call(checks: &mut SchemaChecks, tools: &[ToolSpec], text: &str) -> String {
     let call: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
     let obj = call.as_object().unwrap_or_else(|| panic!("not an object: {text}"));
     assert_eq!(obj.keys().collect::<Vec<_>>(), ["name", "arguments"], "{text}");
     let name = obj["name"].as_str().unwrap();
     let tool = tools.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("unknown tool: {text}"));
-    assert_valid(&tool.parameters, &obj["arguments"].to_string());
+    checks.expect_valid(&tool.parameters, &obj["arguments"].to_string());
     name.to_string()
 }
 
@@ -214,6 +247,7 @@ fn tiny_model(name: &str) {
     let mut capped = Vec::new();
     let mut bounded_capped = 0;
     let mut names = Vec::new();
+    let mut checks = SchemaChecks::default();
     for (job, out) in jobs.iter().zip(&outs) {
         if out.capped {
             capped.push(out.text.clone());
@@ -221,13 +255,14 @@ fn tiny_model(name: &str) {
             continue;
         }
         match &job.constraint {
-            Constraint::JsonSchema(s) => assert_valid(s, &out.text),
+            Constraint::JsonSchema(s) => checks.expect_valid(s, &out.text),
             Constraint::JsonObject => {
                 assert!(parse_any_json(&out.text).is_object(), "{}", out.text);
             }
-            Constraint::ToolCall(t) => names.push(assert_tool_call(t, &out.text)),
+            Constraint::ToolCall(t) => names.push(assert_tool_call(&mut checks, t, &out.text)),
         }
     }
+    checks.assert_all();
     let tokens: usize = outs.iter().map(|o| o.n_tokens).sum();
     eprintln!(
         "{name}: {} generations ({} schema jobs), {tokens} tokens in {elapsed:.2?}, {} capped at {cap}; tools called: {names:?}",
@@ -357,19 +392,21 @@ fn qwen_output_validates_and_mask_cost() {
         "qwen: compiler built in {build:.2?}, a constraint compiled in {compile:.2?}; {} generations, {tokens} tokens in {elapsed:.2?}",
         outs.len(),
     );
+    let mut checks = SchemaChecks::default();
     for ((task, c), out) in cases.iter().zip(&outs) {
         eprintln!("  {task}\n    -> {} ({} tokens{})", out.text, out.n_tokens, if out.capped { ", CAPPED" } else { "" });
         assert!(!out.capped, "{task}: hit the token cap: {}", out.text);
         match c {
-            Constraint::JsonSchema(s) => assert_valid(s, &out.text),
+            Constraint::JsonSchema(s) => checks.expect_valid(s, &out.text),
             Constraint::JsonObject => {
                 assert!(parse_any_json(&out.text).is_object(), "{}", out.text);
             }
             Constraint::ToolCall(t) => {
-                assert_tool_call(t, &out.text);
+                assert_tool_call(&mut checks, t, &out.text);
             }
         }
     }
+    checks.assert_all();
 
     // the mask alone on the full vocabulary, token by token into a free string (most tokens
     // allowed there)
@@ -392,28 +429,34 @@ fn qwen_output_validates_and_mask_cost() {
     );
 }
 
-/// The bar on the real model: 200 generations under 20 schemas (10 seeds each, sampled
-/// at temperature 1), every one parses and validates.
+/// The bar on the real model: 200 generations under 20 schemas (10 seeds each, sampled at
+/// temperature 1, all 200 in one lockstep batch), every one parses and validates.
 #[test]
 fn qwen_two_hundred_generations_under_twenty_schemas() {
     let model = shared_model("qwen2.5-coder");
     let compiler = GrammarCompiler::new(model.tokenizer()).unwrap();
     let schemas: Vec<Value> = schemas().into_iter().take(20).collect();
+    assert_eq!(schemas.len(), 20);
+    let jobs: Vec<Job> = schemas
+        .iter()
+        .flat_map(|schema| {
+            let prompt = qwen_prompt(model, &format!("Reply with a JSON value that matches this JSON schema: {schema}"));
+            (0..10).map(move |seed| Job { prompt: prompt.clone(), constraint: Constraint::JsonSchema(schema.clone()), seed })
+        })
+        .collect();
     let t0 = Instant::now();
-    let (mut n, mut tokens) = (0, 0);
-    for schema in &schemas {
-        let prompt = qwen_prompt(model, &format!("Reply with a JSON value that matches this JSON schema: {schema}"));
-        let jobs: Vec<Job> =
-            (0..10).map(|seed| Job { prompt: prompt.clone(), constraint: Constraint::JsonSchema(schema.clone()), seed }).collect();
-        for out in run(model, &compiler, &jobs, 160) {
-            assert!(!out.capped, "hit the token cap under {schema}: {}", out.text);
-            assert_valid(schema, &out.text);
-            n += 1;
-            tokens += out.n_tokens;
-        }
+    let outs = run(model, &compiler, &jobs, 160);
+    let elapsed = t0.elapsed();
+    let mut checks = SchemaChecks::default();
+    for (job, out) in jobs.iter().zip(&outs) {
+        let Constraint::JsonSchema(schema) = &job.constraint else { unreachable!() };
+        assert!(!out.capped, "hit the token cap under {schema}: {}", out.text);
+        checks.expect_valid(schema, &out.text);
     }
-    assert_eq!(n, 200);
-    eprintln!("qwen: {n} generations under {} schemas, {tokens} tokens in {:.1?}", schemas.len(), t0.elapsed());
+    assert_eq!(outs.len(), 200);
+    checks.assert_all();
+    let tokens: usize = outs.iter().map(|o| o.n_tokens).sum();
+    eprintln!("qwen: {} generations under {} schemas, {tokens} tokens in {elapsed:.1?}", outs.len(), schemas.len());
 }
 
 /// A forced tool call ends with finish reason `tool_calls`, and the chat layer reads it back.
@@ -423,6 +466,7 @@ fn a_forced_tool_call_finishes_as_tool_calls_and_parses() {
     let compiler = GrammarCompiler::new(model.tokenizer()).unwrap();
     let prompt = model.tokenizer().encode("Call a tool:", true, false);
     let mut kv = model.new_kv_cache(KvType::F32, 512);
+    let mut checks = SchemaChecks::default();
     for seed in 0..4 {
         let params = GenerateParams {
             sampling: SamplingParams { seed, ..SamplingParams::default() },
@@ -436,8 +480,9 @@ fn a_forced_tool_call_finishes_as_tool_calls_and_parses() {
         assert_eq!(reply.tool_calls.len(), 1, "{}", c.text);
         let call = &reply.tool_calls[0];
         let tool = tools().into_iter().find(|t| t.name == call.name).unwrap();
-        assert_valid(&tool.parameters, &call.arguments.to_string());
+        checks.expect_valid(&tool.parameters, &call.arguments.to_string());
     }
+    checks.assert_all();
 }
 
 /// The most digits any number of `json` has in its integral part, fraction and exponent.
@@ -502,12 +547,14 @@ fn qwen_sampled_numbers_stay_within_the_digit_bound() {
         })
         .collect();
     let outs = run(model, &compiler, &jobs, 160);
+    let mut checks = SchemaChecks::default();
     for (job, out) in jobs.iter().zip(&outs) {
         let Constraint::JsonSchema(schema) = &job.constraint else { unreachable!() };
         eprintln!("  {} ({} tokens)", out.text, out.n_tokens);
         assert!(!out.capped, "ran to the token cap: {}", out.text);
-        assert_valid(schema, &out.text);
+        checks.expect_valid(schema, &out.text);
         let [integral, fraction, exponent] = widest_number(&out.text);
         assert!(integral <= 16 && fraction <= 16 && exponent <= 3, "{}", out.text);
     }
+    checks.assert_all();
 }
