@@ -2,8 +2,9 @@
 //! `tools/system-test-deps.sh`) balancing two `engine-cli serve` replicas on 127.0.0.1: streams
 //! through it, a conversation kept on one replica by its system prompt, and one replica killed
 //! (SIGKILL) under load: no non-streamed request lost, a stream open on it cut at once, not
-//! left hanging. The Kubernetes manifests of `deploy/kubernetes`
-//! are checked against the API's schemas by `kubernetes-validate` (from PyPI, pinned).
+//! left hanging. The Kubernetes manifests of `deploy/kubernetes` are checked against the API's
+//! schemas by `kubernetes-validate` (from PyPI, pinned); those of `deploy/inference-gateway`
+//! against them, each other and a live server's metrics (`python/inference_gateway.py`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -208,4 +209,24 @@ fn the_kubernetes_manifests_are_valid_for_the_api() {
         let name = f.file_name().unwrap().to_string_lossy().to_string();
         assert!(report.contains(&name) && !report.contains("ERROR"), "{name}: {report}");
     }
+}
+
+/// The Gateway API Inference Extension's pool, route and endpoint picker: valid where Kubernetes'
+/// schemas reach, consistent with the replicas' manifests, and every metric the picker reads a
+/// gauge in range on a live server.
+#[test]
+fn the_inference_gateway_manifests_fit_the_replicas_and_their_metrics() {
+    let _serial = crate::serial();
+    let server = replica();
+    let out = Command::new("python3")
+        .arg(root().join("cli/tests/python/inference_gateway.py"))
+        .arg(root())
+        .arg(&server.base)
+        .env("PYTHONPATH", python_test_deps())
+        .output()
+        .unwrap();
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("the picker reads queue_depth, running_sequences, kv_cache_usage_ratio"), "{report}");
+    eprint!("{report}");
 }
