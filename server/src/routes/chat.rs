@@ -15,7 +15,7 @@ use engine::tokenizer::Tokenizer;
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
-use super::chat_request::{outputs, ChatRequest, Outputs, ToolChoice};
+use super::chat_request::{outputs, Call, ChatRequest, Outputs, ToolChoice};
 use super::generation::{add_usage, blocking, completion_object, next_event, random_id, submit, unix_now, usage_json};
 use super::reasoning::Split;
 use super::reply::{self, ReadReply, ReplyReader};
@@ -94,7 +94,7 @@ struct Choice {
     /// The thinking block's text, when the reply had one and it is returned apart.
     reasoning: Option<String>,
     content: String,
-    tool_calls: Vec<Value>,
+    tool_calls: Vec<Call>,
     finish: FinishReason,
     /// The token texts of `logprobs`, rendered while the tokenizer was at hand.
     logprobs_json: Option<Value>,
@@ -116,7 +116,7 @@ impl Choice {
             "refusal": null,
         });
         if !self.tool_calls.is_empty() {
-            message["tool_calls"] = Value::Array(self.tool_calls.clone());
+            message["tool_calls"] = self.tool_calls.iter().map(Call::to_openai).collect();
         }
         if let Some(r) = &self.reasoning {
             // llama-server's and DeepSeek's name, and vLLM's
@@ -339,8 +339,8 @@ async fn stream(
                 for (i, call) in calls.iter().enumerate() {
                     // the first delta of a call names it; its arguments (parsed, so never a
                     // broken call) follow in a second one
-                    let head = json!({"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}});
-                    let args = json!({"index": i, "function": {"arguments": call["function"]["arguments"]}});
+                    let head = json!({"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}});
+                    let args = json!({"index": i, "function": {"arguments": call.arguments}});
                     for part in [head, args] {
                         let delta = json!([{"index": index, "delta": {"tool_calls": [part]}, "logprobs": null, "finish_reason": null}]);
                         ctx.sse.send_json(&ctx.chunk(delta, None, include_usage)).await;

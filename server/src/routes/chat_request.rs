@@ -61,26 +61,36 @@ fn prompt_with_images(entry: &ModelEntry, request: &ChatRequest, text: &str) -> 
     Ok((prompt.ids, prompt.images))
 }
 
-/// The reply's text and its tool calls as OpenAI objects (none when tools are off).
-pub(crate) fn split_tool_calls(text: &str, choice: &ToolChoice) -> (String, Vec<Value>) {
+/// A tool call the reply made, parsed, with the id the answer gives it.
+#[derive(Clone, Debug)]
+pub(crate) struct Call {
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON text.
+    pub arguments: String,
+}
+
+impl Call {
+    /// The call as a chat completion's `tool_calls` entry.
+    pub fn to_openai(&self) -> Value {
+        json!({"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}})
+    }
+}
+
+/// The reply's text and its tool calls (none when tools are off).
+pub(crate) fn split_tool_calls(text: &str, choice: &ToolChoice) -> (String, Vec<Call>) {
     if *choice == ToolChoice::None {
         return (text.to_string(), Vec::new());
     }
     let parsed = parse_tool_calls(text);
-    let calls: Vec<Value> = parsed
+    let calls: Vec<Call> = parsed
         .tool_calls
         .iter()
         .filter(|c| match choice {
             ToolChoice::Named(name) => &c.name == name,
             _ => true,
         })
-        .map(|c| {
-            json!({
-                "id": format!("call_{}", &random_id()[..22]),
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments.to_string()},
-            })
-        })
+        .map(|c| Call { id: format!("call_{}", &random_id()[..22]), name: c.name.clone(), arguments: c.arguments.to_string() })
         .collect();
     if calls.is_empty() {
         (text.to_string(), Vec::new())

@@ -11,6 +11,7 @@ use engine::chat::{tokenize_rendered, ChatInput};
 use engine::generate::{FinishReason, Usage};
 use serde_json::{Map, Value};
 
+pub(crate) use super::chat_request::Call;
 use super::chat_request::{outputs, render, ChatRequest, Outputs};
 use super::generation::{blocking, next_event, submit};
 use super::reasoning::Split;
@@ -21,15 +22,6 @@ use crate::registry::ModelEntry;
 use crate::requests::chat::ChatCompletionRequest;
 use crate::worker::{Generation, SeqEvent};
 use crate::AppState;
-
-/// A tool call the reply made, parsed.
-#[derive(Clone, Debug)]
-pub(crate) struct Call {
-    pub id: String,
-    pub name: String,
-    /// The arguments as JSON text.
-    pub arguments: String,
-}
 
 /// How a turn ended.
 #[derive(Clone, Debug)]
@@ -52,17 +44,6 @@ pub(crate) struct Reply {
     pub end: TurnEnd,
     /// The model's id.
     pub model: String,
-}
-
-fn calls_of(objects: &[Value]) -> Vec<Call> {
-    objects
-        .iter()
-        .map(|c| Call {
-            id: c["id"].as_str().unwrap_or_default().to_string(),
-            name: c["function"]["name"].as_str().unwrap_or_default().to_string(),
-            arguments: c["function"]["arguments"].as_str().unwrap_or("{}").to_string(),
-        })
-        .collect()
 }
 
 /// Checks the chat request `body` (as `/v1/chat/completions` would), renders its prompt and
@@ -95,7 +76,6 @@ pub(crate) async fn complete(state: &Arc<AppState>, body: Map<String, Value>) ->
     let tokenizer = entry.model.tokenizer();
     let reasoning_tokens = reply::reasoning_tokens(&read, tokenizer, &c.tokens, opens_thinking);
     let ReadReply { reasoning, content, calls } = read;
-    let calls = calls_of(&calls);
     let finish = if calls.is_empty() { c.finish } else { FinishReason::ToolCalls };
     let end = TurnEnd { finish, usage: c.usage, reasoning_tokens, generated: tokenizer.decode(&c.tokens) };
     Ok(Reply { reasoning, content, calls, end, model })
@@ -170,7 +150,6 @@ impl Turn {
             SeqEvent::Done { result: Ok(c), .. } => {
                 state.metrics.record_generation(c.usage.completion_tokens, self.start);
                 let (tail, calls) = self.reader.finish(&self.request, &c.text);
-                let calls = calls_of(&calls);
                 let mut events = self.pieces(tail.reasoning, tail.content);
                 if std::mem::take(&mut self.reasoning_open) {
                     events.push(TurnEvent::ReasoningDone);

@@ -6,9 +6,8 @@
 //! reply read whole.
 
 use engine::tokenizer::{TokenId, Tokenizer};
-use serde_json::Value;
 
-use super::chat_request::{split_tool_calls, ChatRequest, ToolChoice};
+use super::chat_request::{split_tool_calls, Call, ChatRequest, ToolChoice};
 use super::reasoning::{self, Split, ThinkSplit};
 use super::tool_stream::ContentGate;
 
@@ -23,11 +22,11 @@ fn inline_thinking(text: &str, opens_thinking: bool) -> String {
 }
 
 /// A whole reply read: its thinking block (`None` when it had none or it is kept inline), the
-/// rest's text outside tool calls, and the calls as OpenAI objects.
+/// rest's text outside tool calls, and the calls.
 pub(crate) struct ReadReply {
     pub reasoning: Option<String>,
     pub content: String,
-    pub calls: Vec<Value>,
+    pub calls: Vec<Call>,
 }
 
 /// Reads the whole reply `text` of `request`.
@@ -94,7 +93,7 @@ impl ReplyReader {
 
     /// The end of the reply, whose whole text is `text`: the reasoning and content still to send,
     /// and the reply's tool calls.
-    pub fn finish(&mut self, request: &ChatRequest, text: &str) -> (Split, Vec<Value>) {
+    pub fn finish(&mut self, request: &ChatRequest, text: &str) -> (Split, Vec<Call>) {
         let tail = self.think.as_mut().map(ThinkSplit::finish).unwrap_or_default();
         let ReadReply { content, calls, .. } = read(request, text, self.opens_thinking);
         let rest = match self.gate.as_mut() {
