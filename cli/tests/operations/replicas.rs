@@ -192,19 +192,24 @@ fn nginx_balances_two_replicas_keeps_conversations_together_and_survives_a_kille
     drop(a);
 }
 
+/// Runs `python3 ARGS...` with the pinned test packages; asserts it succeeded and returns what it
+/// printed (stdout, then stderr).
+fn python(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new("python3").args(args).env("PYTHONPATH", python_test_deps()).output().unwrap();
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "python3 {args:?}: {report}");
+    report
+}
+
 #[test]
 fn the_kubernetes_manifests_are_valid_for_the_api() {
     let _serial = crate::serial();
     let files: Vec<PathBuf> = std::fs::read_dir(root().join("deploy/kubernetes")).unwrap().map(|e| e.unwrap().path()).collect();
     assert!(files.len() >= 4, "{files:?}");
-    let out = Command::new("python3")
-        .args(["-m", "kubernetes_validate", "--kubernetes-version", "1.31.0", "--strict"])
-        .args(&files)
-        .env("PYTHONPATH", python_test_deps())
-        .output()
-        .unwrap();
-    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{report}");
+    let mut args: Vec<&std::ffi::OsStr> =
+        ["-m", "kubernetes_validate", "--kubernetes-version", "1.31.0", "--strict"].map(|a| a.as_ref()).to_vec();
+    args.extend(files.iter().map(|f| f.as_os_str()));
+    let report = python(&args);
     for f in &files {
         let name = f.file_name().unwrap().to_string_lossy().to_string();
         assert!(report.contains(&name) && !report.contains("ERROR"), "{name}: {report}");
@@ -218,15 +223,8 @@ fn the_kubernetes_manifests_are_valid_for_the_api() {
 fn the_inference_gateway_manifests_fit_the_replicas_and_their_metrics() {
     let _serial = crate::serial();
     let server = replica();
-    let out = Command::new("python3")
-        .arg(root().join("cli/tests/python/inference_gateway.py"))
-        .arg(root())
-        .arg(&server.base)
-        .env("PYTHONPATH", python_test_deps())
-        .output()
-        .unwrap();
-    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{report}");
+    let (script, root) = (root().join("cli/tests/python/inference_gateway.py"), root());
+    let report = python(&[script.as_os_str(), root.as_os_str(), server.base.as_ref()]);
     assert!(report.contains("the picker reads queue_depth, running_sequences, kv_cache_usage_ratio"), "{report}");
     eprint!("{report}");
 }

@@ -98,13 +98,13 @@ for what, (flag, spec) in read.items():
 profile_refs = {p["pluginRef"] for profile in config["schedulingProfiles"] for p in profile["plugins"]}
 assert profile_refs <= {p.get("name", p["type"]) for p in config["plugins"]}, profile_refs
 
-# the picker's role: watch the pool and the pods, bound to its service account
-role = objects[("Role", "engine-epp")]
+# the picker's service account is bound to a role that watches the pool and the pods
+account = {"kind": "ServiceAccount", "name": picker["spec"]["template"]["spec"]["serviceAccountName"]}
+assert ("ServiceAccount", account["name"]) in objects, account
+(binding,) = [d for d in gateway if d["kind"] == "RoleBinding" and account in d["subjects"]]
+role = objects[("Role", binding["roleRef"]["name"])]
 granted = {(g, r) for rule in role["rules"] if {"get", "list", "watch"} <= set(rule["verbs"]) for g in rule["apiGroups"] for r in rule["resources"]}
 assert {("inference.networking.k8s.io", "inferencepools"), ("", "pods")} <= granted, granted
-binding = objects[("RoleBinding", "engine-epp")]
-assert binding["roleRef"]["name"] == role["metadata"]["name"]
-assert {"kind": "ServiceAccount", "name": picker["spec"]["template"]["spec"]["serviceAccountName"]} in binding["subjects"]
 
 # every metric the picker reads is a gauge of the live server, in range
 text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
