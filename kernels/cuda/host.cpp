@@ -1,9 +1,10 @@
-// The CPU execution harness's launcher: the grid's blocks one after another, one launch at a
-// time (a kernel's `__shared__` statics are then the running block's). A block's threads are
-// fibers on the launching OS thread, switched at the barriers (a warp shuffle is two warp
-// barriers), round robin: cheap enough to run whole models in the tests. Built for
-// ThreadSanitizer (KERNELS_HOST_OS_THREADS) they are OS threads instead, so that the
-// sanitizer sees the kernels' accesses from real concurrent threads.
+// The CPU execution harness's launcher: the grid's blocks one after another. A block's threads
+// are fibers on the launching OS thread, switched at the barriers (a warp shuffle is one warp
+// barrier), round robin: cheap enough to run whole models in the tests; a kernel's `__shared__`
+// statics are thread-local, so launches from different OS threads run side by side. Built for
+// ThreadSanitizer (KERNELS_HOST_OS_THREADS) the block's threads are OS threads instead, so that
+// the sanitizer sees the kernels' accesses from real concurrent threads, and one launch runs at
+// a time (the `__shared__` statics are then plain statics, the running block's).
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -69,7 +70,8 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
     const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
     Block b;
     b.dim = dim;
-    b.slots.assign(dim.x, 0);
+    b.slots.assign(2 * (size_t)dim.x, 0);
+    b.parity.assign(dim.x, 0);
     reset_barriers(dim.x);
     auto next_block = [dim]() noexcept { reset_barriers(dim.x); };
     std::barrier<decltype(next_block)> between(dim.x, next_block);
@@ -81,6 +83,7 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
             block = &b;
             for (unsigned long long i = 0; i < blocks; i++) {
                 block_idx = block_number(i, grid);
+                b.parity[t] = 0;
                 kernel();
                 // a thread that returns no longer holds the others at the block's barriers
                 warp_barriers[t / 32]->arrive_and_drop();
@@ -99,13 +102,18 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
 
 #else
 
-// Switching between fibers: the callee-saved registers and the floating-point control words
-// are pushed on the running stack, its stack pointer stored in *save, and the stack at `to`
-// popped the same way (System V x86-64). A new fiber's stack is made to look as if it had
-// switched away just before `kernels_host_fiber_entry`.
+// Fibers: a block's threads as user-level threads on the launching OS thread. A thread that
+// waits at a barrier switches straight to the next thread of the block that can run (round
+// robin), and to the launcher only when none can: the block is finished, or its threads wait at
+// barriers that cannot complete. Each launch takes a launcher state (fibers and barriers) of its
+// own from a pool, so launches from different OS threads run side by side.
+
 extern "C" void kernels_host_switch(void** save, void* to);
 extern "C" void kernels_host_fiber_entry();
 
+// The switch saves the System V callee-saved registers. MXCSR and the x87 control word, also
+// callee-saved, are left alone: no kernel changes them, so every fiber runs with the launching
+// thread's (two serialising loads per switch saved).
 asm(R"(
     .pushsection .text
     .globl kernels_host_switch
@@ -117,14 +125,8 @@ kernels_host_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $16, %rsp
-    stmxcsr 8(%rsp)
-    fnstcw (%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    fldcw (%rsp)
-    ldmxcsr 8(%rsp)
-    addq $16, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -159,8 +161,8 @@ struct Fiber {
     unsigned long long generation = 0;  // of the barrier it waits at
 };
 
-// A barrier's state: threads still running the kernel, threads arrived, and a generation that
-// advances each time every live thread has arrived (which lets the waiting ones go).
+// A barrier of the running block: the threads still running (`live`) and those arrived; each
+// completion starts a new generation, which releases the threads that waited for it.
 struct BarrierState {
     unsigned live = 0;
     unsigned arrived = 0;
@@ -175,17 +177,55 @@ struct BarrierState {
     }
 };
 
-// The scheduler of the running launch (one at a time).
-static std::vector<std::unique_ptr<Fiber>> fibers;
-static void* scheduler_sp = nullptr;
-static Fiber* current = nullptr;
-static const std::function<void()>* running_kernel = nullptr;
-static BarrierState all_state;
-static std::vector<BarrierState> warp_states;
+// One launch's state: the fibers (kept with their stacks from launch to launch), the block's
+// barriers, and where the launcher waits.
+struct Launcher {
+    std::vector<std::unique_ptr<Fiber>> fibers;
+    unsigned threads = 0;  // of the running block
+    void* launcher_sp = nullptr;
+    const std::function<void()>* kernel = nullptr;
+    BarrierState all;
+    std::vector<BarrierState> warps;
+};
+
+// The launcher of the launch running on this OS thread.
+static thread_local Launcher* here = nullptr;
+
+static bool blocked(const Launcher& l, const Fiber& f) {
+    switch (f.wait) {
+        case AT_BLOCK_BARRIER:
+            return f.generation == l.all.generation;
+        case AT_WARP_BARRIER:
+            return f.generation == l.warps[f.t / 32].generation;
+        default:
+            return false;
+    }
+}
+
+// Leaves fiber `from` (waiting at a barrier, or done) for the next fiber after it that can run,
+// or for the launcher when none can.
+static void switch_from(Fiber* from) {
+    Launcher& l = *here;
+    const unsigned n = l.threads;
+    unsigned t = from->t;
+    for (unsigned k = 1; k < n; k++) {
+        t = t + 1 == n ? 0 : t + 1;
+        Fiber& f = *l.fibers[t];
+        if (f.done || blocked(l, f)) {
+            continue;
+        }
+        f.wait = RUNNING;
+        thread_idx = Dim3{t, 0, 0};
+        kernels_host_switch(&from->sp, f.sp);
+        return;
+    }
+    kernels_host_switch(&from->sp, l.launcher_sp);
+}
 
 static void arrive(Wait kind) {
-    Fiber* f = current;
-    BarrierState& s = kind == AT_BLOCK_BARRIER ? all_state : warp_states[f->t / 32];
+    Launcher& l = *here;
+    Fiber* f = l.fibers[thread_idx.x].get();
+    BarrierState& s = kind == AT_BLOCK_BARRIER ? l.all : l.warps[f->t / 32];
     s.arrived++;
     if (s.complete()) {
         s.release();  // the last to arrive goes on at once
@@ -193,7 +233,7 @@ static void arrive(Wait kind) {
     }
     f->wait = kind;
     f->generation = s.generation;
-    kernels_host_switch(&f->sp, scheduler_sp);
+    switch_from(f);
 }
 
 void sync_threads() {
@@ -204,22 +244,10 @@ void sync_warp() {
     arrive(AT_WARP_BARRIER);
 }
 
-static bool blocked(const Fiber& f) {
-    switch (f.wait) {
-        case AT_BLOCK_BARRIER:
-            return f.generation == all_state.generation;
-        case AT_WARP_BARRIER:
-            return f.generation == warp_states[f.t / 32].generation;
-        default:
-            return false;
-    }
-}
-
 static void prepare(Fiber& f) {
-    // the frame kernels_host_switch pops: control words, r15..r12, rbx, rbp, return address
+    // the initial frame kernels_host_switch pops: six registers, then the return address
     uintptr_t top = (uintptr_t)(f.stack.get() + FIBER_STACK) & ~(uintptr_t)15;
     uint64_t* sp = (uint64_t*)top;
-    // the return address at 8 mod 16: after `ret` the stack is 16-byte aligned for the call
     *--sp = (uint64_t)&kernels_host_fiber_entry;
     *--sp = 0;                                      // rbp
     *--sp = 0;                                      // rbx
@@ -227,8 +255,6 @@ static void prepare(Fiber& f) {
     *--sp = 0;                                      // r13
     *--sp = 0;                                      // r14
     *--sp = 0;                                      // r15
-    *--sp = 0x1f80;                                 // mxcsr (the default: round to nearest, all masked)
-    *--sp = 0x037f;                                 // x87 control word (the default)
     f.sp = sp;
     f.done = false;
     f.wait = RUNNING;
@@ -238,74 +264,87 @@ static void prepare(Fiber& f) {
 
 extern "C" void kernels_host_fiber_main(host::Fiber* f) {
     using namespace host;
-    (*running_kernel)();
+    Launcher& l = *here;
+    (*l.kernel)();
     f->done = true;
-    // a thread that returns no longer holds the others at a barrier
-    BarrierState& w = warp_states[f->t / 32];
-    all_state.live--;
+    // a thread that returns leaves both barriers, which may complete them
+    BarrierState& w = l.warps[f->t / 32];
+    l.all.live--;
     w.live--;
-    if (all_state.complete()) {
-        all_state.release();
+    if (l.all.complete()) {
+        l.all.release();
     }
     if (w.complete()) {
         w.release();
     }
-    kernels_host_switch(&f->sp, scheduler_sp);
+    switch_from(f);
     __builtin_unreachable();
 }
 
 namespace host {
 
+// Launcher states not in use, each with the fibers of the largest block it ran.
+static std::mutex pool_lock;
+static std::vector<std::unique_ptr<Launcher>> pool;
+
 int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
-    static std::mutex one_launch_at_a_time;
-    std::lock_guard<std::mutex> lock(one_launch_at_a_time);
     if (bad_geometry(grid, dim)) {
         return 1;
     }
-    while (fibers.size() < dim.x) {
-        fibers.push_back(std::make_unique<Fiber>());
+    std::unique_ptr<Launcher> taken;
+    {
+        std::lock_guard<std::mutex> lock(pool_lock);
+        if (!pool.empty()) {
+            taken = std::move(pool.back());
+            pool.pop_back();
+        }
     }
+    if (!taken) {
+        taken = std::make_unique<Launcher>();
+    }
+    Launcher& l = *taken;
+    while (l.fibers.size() < dim.x) {
+        l.fibers.push_back(std::make_unique<Fiber>());
+    }
+    l.threads = dim.x;
+    l.kernel = &kernel;
+    here = &l;
     Block b;
     b.dim = dim;
-    b.slots.assign(dim.x, 0);
+    b.slots.assign(2 * (size_t)dim.x, 0);
+    b.parity.assign(dim.x, 0);
     block = &b;
-    running_kernel = &kernel;
     const unsigned warps = (dim.x + 31) / 32;
     const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
-    for (unsigned long long i = 0; i < blocks; i++) {
+    int status = 0;
+    for (unsigned long long i = 0; i < blocks && status == 0; i++) {
         block_idx = block_number(i, grid);
-        all_state = BarrierState{dim.x, 0, 0};
-        warp_states.assign(warps, BarrierState{});
+        l.all = BarrierState{dim.x, 0, 0};
+        l.warps.assign(warps, BarrierState{});
         for (unsigned w = 0; w < warps; w++) {
-            warp_states[w].live = lanes_of_warp(w, dim.x);
+            l.warps[w].live = lanes_of_warp(w, dim.x);
         }
         for (unsigned t = 0; t < dim.x; t++) {
-            fibers[t]->t = t;
-            prepare(*fibers[t]);
+            l.fibers[t]->t = t;
+            prepare(*l.fibers[t]);
         }
-        unsigned remaining = dim.x;
-        while (remaining > 0) {
-            bool progressed = false;
-            for (unsigned t = 0; t < dim.x; t++) {
-                Fiber& f = *fibers[t];
-                if (f.done || blocked(f)) {
-                    continue;
-                }
-                f.wait = RUNNING;
-                thread_idx = Dim3{t, 0, 0};
-                current = &f;
-                kernels_host_switch(&scheduler_sp, f.sp);
-                progressed = true;
-                remaining -= f.done ? 1 : 0;
-            }
-            if (!progressed) {
-                // every live thread waits at a barrier that can never complete
+        std::fill(b.parity.begin(), b.parity.end(), 0);
+        // thread 0 first; the launcher goes on when no thread can run
+        thread_idx = Dim3{0, 0, 0};
+        kernels_host_switch(&l.launcher_sp, l.fibers[0]->sp);
+        for (unsigned t = 0; t < dim.x; t++) {
+            if (!l.fibers[t]->done) {
                 std::fprintf(stderr, "kernel block (%u, %u): the threads wait at barriers that cannot complete\n", block_idx.x, block_idx.y);
-                return 2;
+                status = 2;
+                break;
             }
         }
     }
-    return 0;
+    here = nullptr;
+    block = nullptr;
+    std::lock_guard<std::mutex> lock(pool_lock);
+    pool.push_back(std::move(taken));
+    return status;
 }
 
 }  // namespace host

@@ -1,11 +1,12 @@
 // The CPU execution harness's side of the portability header: the same kernel sources compiled
 // as host C++ (the `host` feature of the kernels crate). A launch runs the grid's blocks one
 // after another and each block's threads as host threads: `__syncthreads` is a barrier of the
-// block, a warp shuffle goes through one slot per thread between two barriers of the warp,
-// `__shared__` memory is a static of the kernel (one block runs at a time, and one launch at
-// a time), and a thread that returns leaves the barriers, as on a GPU. The threads are fibers
-// (user-level threads switched at the barriers, on one OS thread), or OS threads when built
-// for ThreadSanitizer (KERNELS_HOST_OS_THREADS): the same kernels, barriers and slots.
+// block, a warp shuffle goes through one slot per thread and one barrier of the warp (two slots
+// per thread, taken in turn), `__shared__` memory is a static of the kernel (one block runs at a
+// time on a launch's OS thread), and a thread that returns leaves the barriers, as on a GPU. The
+// threads are fibers (user-level threads switched at the barriers, on the launch's OS thread),
+// or OS threads when built for ThreadSanitizer (KERNELS_HOST_OS_THREADS): the same kernels,
+// barriers and slots.
 #pragma once
 
 #include <math.h>  // the C names (cosf, expf, ...) as device code spells them
@@ -23,7 +24,12 @@ struct Dim3 {
 // What one block's threads share.
 struct Block {
     Dim3 dim;
-    std::vector<uint64_t> slots;  // one shuffle value per thread
+    // two shuffle values per thread: shuffle k of a warp writes set k % 2 (`dim.x` slots each),
+    // so one barrier between the writes and the reads suffices. A thread cannot write set k % 2
+    // again (shuffle k + 2) before every lane of its warp has met the barrier of shuffle k + 1,
+    // which each reaches only after its read of shuffle k.
+    std::vector<uint64_t> slots;
+    std::vector<uint8_t> parity;  // the set each thread's next shuffle writes
 };
 
 extern thread_local Dim3 thread_idx;
@@ -38,16 +44,17 @@ template <class T>
 T shfl_xor(T v, int mask) {
     static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffled value fits a slot");
     const unsigned t = thread_idx.x;
+    uint64_t* slots = block->slots.data() + (size_t)block->parity[t] * block->dim.x;
+    block->parity[t] ^= 1;
     uint64_t bits = 0;
     std::memcpy(&bits, &v, sizeof(T));
-    block->slots[t] = bits;
+    slots[t] = bits;
     sync_warp();
     const unsigned from = (t & ~31u) | ((t % 32) ^ (unsigned)mask);
     T out = v;
     if (from < block->dim.x) {
-        std::memcpy(&out, &block->slots[from], sizeof(T));
+        std::memcpy(&out, &slots[from], sizeof(T));
     }
-    sync_warp();
     return out;
 }
 
@@ -68,7 +75,11 @@ inline uint32_t float_to_bits(float f) {
 #define KERNEL static
 #define DEVICE static inline
 #define HOST_DEVICE
+#ifdef KERNELS_HOST_OS_THREADS
 #define SHARED static
+#else
+#define SHARED static thread_local
+#endif
 #define __constant__ static
 #define THREAD_ID host::thread_idx.x
 #define BLOCK_ID host::block_idx.x

@@ -108,7 +108,8 @@ impl HostBuffer {
 }
 
 /// The CPU execution harness as a [`Runtime`]: the kernels run on host threads over host
-/// buffers, one launch at a time.
+/// buffers; launches from different threads run side by side (one at a time when built for
+/// ThreadSanitizer).
 #[derive(Default)]
 pub struct HostRuntime;
 
