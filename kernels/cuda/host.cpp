@@ -181,7 +181,6 @@ struct BarrierState {
 // barriers, and where the launcher waits.
 struct Launcher {
     std::vector<std::unique_ptr<Fiber>> fibers;
-    unsigned threads = 0;  // of the running block
     void* launcher_sp = nullptr;
     const std::function<void()>* kernel = nullptr;
     BarrierState all;
@@ -206,7 +205,7 @@ static bool blocked(const Launcher& l, const Fiber& f) {
 // or for the launcher when none can.
 static void switch_from(Fiber* from) {
     Launcher& l = *here;
-    const unsigned n = l.threads;
+    const unsigned n = block->dim.x;
     unsigned t = from->t;
     for (unsigned k = 1; k < n; k++) {
         t = t + 1 == n ? 0 : t + 1;
@@ -248,6 +247,7 @@ static void prepare(Fiber& f) {
     // the initial frame kernels_host_switch pops: six registers, then the return address
     uintptr_t top = (uintptr_t)(f.stack.get() + FIBER_STACK) & ~(uintptr_t)15;
     uint64_t* sp = (uint64_t*)top;
+    // the return address at 8 mod 16: after `ret` the stack is 16-byte aligned for the call
     *--sp = (uint64_t)&kernels_host_fiber_entry;
     *--sp = 0;                                      // rbp
     *--sp = 0;                                      // rbx
@@ -306,7 +306,6 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
     while (l.fibers.size() < dim.x) {
         l.fibers.push_back(std::make_unique<Fiber>());
     }
-    l.threads = dim.x;
     l.kernel = &kernel;
     here = &l;
     Block b;

@@ -2,8 +2,9 @@
 // as host C++ (the `host` feature of the kernels crate). A launch runs the grid's blocks one
 // after another and each block's threads as host threads: `__syncthreads` is a barrier of the
 // block, a warp shuffle goes through one slot per thread and one barrier of the warp (two slots
-// per thread, taken in turn), `__shared__` memory is a static of the kernel (one block runs at a
-// time on a launch's OS thread), and a thread that returns leaves the barriers, as on a GPU. The
+// per thread, taken in turn), `__shared__` memory is a thread-local static of the kernel (one
+// block runs at a time on a launch's OS thread; a plain static under ThreadSanitizer, where one
+// launch runs at a time), and a thread that returns leaves the barriers, as on a GPU. The
 // threads are fibers (user-level threads switched at the barriers, on the launch's OS thread),
 // or OS threads when built for ThreadSanitizer (KERNELS_HOST_OS_THREADS): the same kernels,
 // barriers and slots.
