@@ -207,11 +207,9 @@ fn turn(m: &InputMessage, i: usize) -> Result<Vec<Value>, ApiError> {
         match block {
             Block::Text { text: t } => text.push_str(t),
             Block::Image { .. } => return Err(misplaced("an image block, but this model has no vision support")),
-            Block::ToolUse { id, name, input } if m.role == Role::Assistant => calls.push(json!({
-                "id": id,
-                "type": "function",
-                "function": {"name": name, "arguments": Value::Object(input.clone()).to_string()},
-            })),
+            Block::ToolUse { id, name, input } if m.role == Role::Assistant => {
+                calls.push(Call { id: id.clone(), name: name.clone(), arguments: Value::Object(input.clone()).to_string() }.to_openai())
+            }
             Block::ToolUse { .. } => return Err(misplaced("a tool_use block belongs to an assistant turn")),
             Block::ToolResult { tool_use_id, content, is_error } if m.role == Role::User => {
                 let mut result = content.as_ref().map(Text::joined).unwrap_or_default();

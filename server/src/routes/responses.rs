@@ -267,7 +267,7 @@ impl ResponsesRequest {
                 }
                 Some("function_call") => {
                     let FunctionCallItem { call_id, name, arguments } = typed_at(item, &at)?;
-                    let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}});
+                    let call = Call { id: call_id, name, arguments }.to_openai();
                     // calls right after an assistant message (or other calls) join its turn
                     match out.last_mut() {
                         Some(last) if last["role"] == "assistant" => {
