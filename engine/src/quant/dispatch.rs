@@ -118,6 +118,16 @@ pub const TILE_A: usize = 3;
 /// its loads (the matmul of many activation rows).
 pub type VecDotTileFn = fn(w: &[u8], w_stride: usize, a: &[u8], a_stride: usize, n: usize, out: &mut [[f32; TILE_A]; TILE_W]);
 
+/// The many-row product of float weight type `ty` on tier `isa` (`quant::float_gemm`), where
+/// the tier has one (AVX2, whose row dot's chain order it follows) and the CPU has the tier.
+pub fn float_gemm_on(ty: GgmlType, isa: Isa) -> Option<super::float_gemm::FloatGemmFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 if isa.is_available() => super::x86::avx2::float_gemm(ty),
+        _ => None,
+    }
+}
+
 /// The tile kernel of weight type `ty` on tier `isa`, where the tier has one (float weights on
 /// AVX2 and AVX-512) and the CPU has the tier.
 pub fn dot_tile_on(ty: GgmlType, isa: Isa) -> Option<VecDotTileFn> {

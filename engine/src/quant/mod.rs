@@ -29,6 +29,7 @@ pub(crate) use row_fns;
 pub mod blocks;
 pub mod dispatch;
 pub mod float;
+pub mod float_gemm;
 mod fma;
 pub mod k_quants;
 mod matrix;
@@ -43,7 +44,7 @@ pub mod requantize;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
-pub use dispatch::{dot_tile_on, ops, ops_for, ops_on, Isa, TypeOps, VecDotTileFn, TILE_A, TILE_W};
+pub use dispatch::{dot_tile_on, float_gemm_on, ops, ops_for, ops_on, Isa, TypeOps, VecDotTileFn, TILE_A, TILE_W};
 pub(crate) use fma::fma_variants;
 pub use fma::ggml_expf;
 pub use matrix::{MatmulError, WeightMatrix};

@@ -54,6 +54,11 @@ impl Default for CpuBackend {
 /// all but the last tile).
 const QUERY_BLOCK: usize = 16;
 
+/// The same for rows that attend their own batch (an encoder's, which every row attends whole):
+/// widening and transposing a tile costs about what 16 rows' scores of it cost, so a block of
+/// a whole tile's worth of rows spends most of its time on the scores.
+const BATCH_QUERY_BLOCK: usize = 64;
+
 /// A weight matrix in the memory map of its file, and, for the types with a panel layout,
 /// repacked into 8-row panels the first time it takes part in a product (a matrix only ever
 /// read as an embedding table, like tied token embeddings, is never repacked).
@@ -287,9 +292,10 @@ impl Backend for CpuBackend {
         let mut chunks: Vec<Option<&mut [f32]>> = out.data.chunks_mut(group * hv).map(Some).collect();
         // (key/value head, the rows' sequence: its block table or first batch row, the rows)
         let mut tasks: Vec<(usize, usize, Vec<Query>)> = Vec::new();
+        let block = if matches!(kv, KvSource::Batch { .. }) { BATCH_QUERY_BLOCK } else { QUERY_BLOCK };
         let mut i = 0;
         while i < rows.len() {
-            let end = (i + QUERY_BLOCK).min(rows.len());
+            let end = (i + block).min(rows.len());
             let end = (i + 1..end).find(|&e| rows[e].kv != rows[i].kv).unwrap_or(end);
             for g in 0..n_kv {
                 let queries = (i..end)

@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use super::matmul_panels::{prepare_activations, run_panels};
 use crate::backend::RowInput;
+use crate::quant::float_gemm::{FloatGemmFn, PackedActs};
 use crate::quant::{self, GgmlType, Isa, QuantError, VecDotTileFn, TILE_A, TILE_W};
 use crate::quant::{MatmulError, WeightMatrix};
 
@@ -120,6 +121,10 @@ pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys
         .collect();
     let prepared = prepare_activations(ws, &acts, batch);
     let tiles: Vec<Option<VecDotTileFn>> = ws.iter().map(|w| quant::dot_tile_on(w.ty, isa)).collect();
+    // float weights against many rows: the rows packed once, in the row dot's chain order, for
+    // the register-blocked product (every matrix here reads the same rows)
+    let gemms: Vec<Option<FloatGemmFn>> = ws.iter().map(|w| quant::float_gemm_on(w.ty, isa).filter(|_| batch >= GEMM_MIN_BATCH)).collect();
+    let packed = gemms.iter().any(Option::is_some).then(|| PackedActs::new(x, batch, ws[0].cols));
 
     for (w, y) in ws.iter().zip(ys.iter_mut()) {
         if w.cols == 0 {
@@ -157,6 +162,11 @@ pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys
                 run_panels(isa, panels, prepared, batch, seg.rows, &mut outs);
                 continue;
             }
+            if let (Some(gemm), Some(packed)) = (gemms[seg.m], packed.as_ref()) {
+                let row_bytes = w.row_bytes();
+                gemm(&w.data[seg.rows.start * row_bytes..seg.rows.end * row_bytes], seg.rows.len(), packed, &mut outs);
+                continue;
+            }
             let act_row_bytes = act.len() / batch;
             if let Some(tile) = tiles[seg.m].filter(|_| batch >= TILE_A) {
                 dot_tiled(tile, op.vec_dot, w, act, act_row_bytes, seg.rows, &mut outs);
@@ -173,6 +183,10 @@ pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys
     });
     Ok(())
 }
+
+/// Activation rows from which float weights take the register-blocked product
+/// (`quant::float_gemm`), where the tier has one: its tiles are 16 rows, padded.
+const GEMM_MIN_BATCH: usize = 16;
 
 /// Activation rows per block of [`dot_tiled`]: a block stays in cache while every weight row
 /// of a task passes over it (48 rows of 1,536 f32 are 288 KiB).
@@ -295,7 +309,7 @@ mod tests {
                     continue;
                 }
                 let dot = quant::ops_on(ty, isa).unwrap().vec_dot;
-                for (rows, cols, batch) in [(7, 384, 50), (9, 100, 3), (4, 37, 98), (2, 64, 4)] {
+                for (rows, cols, batch) in [(7, 384, 50), (9, 100, 3), (4, 37, 98), (2, 64, 4), (13, 120, 33), (5, 59, 16), (6, 512, 17)] {
                     let (wb, _) = quantized(ty, rows, cols, 5);
                     let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
                     let (_, x) = quantized(GgmlType::F32, batch, cols, 6);

@@ -6,6 +6,7 @@ use crate::quant::GgmlType;
 #[cfg(test)]
 pub(crate) mod check;
 mod float;
+mod float_gemm;
 mod k_quants;
 mod k_quants_q5q6;
 #[cfg(test)]
@@ -19,6 +20,11 @@ pub(crate) use panel::panel_kernel;
 /// This tier's kernels for `ty`, or `None` where the scalar ones serve.
 pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
     float::kernels(ty).or_else(|| legacy::kernels(ty)).or_else(|| k_quants::kernels(ty))
+}
+
+/// This tier's many-row product for `ty` (float weights only), or `None`.
+pub(crate) fn float_gemm(ty: GgmlType) -> Option<crate::quant::float_gemm::FloatGemmFn> {
+    float_gemm::float_gemm(ty)
 }
 
 /// This tier's tile kernel for `ty` (float weights only), or `None`.

@@ -1,0 +1,173 @@
+//! Float-weight products of many activation rows in the order of the AVX2 float dot product, so
+//! that a register-blocked kernel gives every output the bits of its own row dot.
+//!
+//! The AVX2 dot (`x86::avx2::float`) sums a row of `n` values in 32 chains: chain `q = 8k + l`
+//! is lane `l` of accumulator `k`, a fused multiply-add chain over values `32i + q` (i = 0, 1,
+//! ... while whole 32-value steps last); chains `0..8` (accumulator 0) go on with the 8-value
+//! steps `main + 8m + l` and a last partial step whose missing values are zeros; the row's sum is
+//! then `(acc0 + acc1) + (acc2 + acc3)` reduced across lanes as `hsum256` reduces them.
+//!
+//! [`ChainLayout`] lists each chain's values in its order. Activation rows are packed in that
+//! order, [`GEMM_ROWS`] rows side by side per step ([`PackedActs`]), and weight rows the same way
+//! [`GEMM_PANEL`] at a time: a kernel then runs each chain for a tile of outputs with one vector
+//! load per 8 activation rows and one broadcast per weight row, in registers, and sums the
+//! chains in the dot's order. Zero-filled places (rows past the batch, values past the row) add
+//! `0 · 0` as the dot's zero-padded step does.
+
+/// Activation rows one kernel tile covers (two 8-lane vectors).
+pub const GEMM_ROWS: usize = 16;
+/// Weight rows one kernel tile covers (broadcast one at a time).
+pub const GEMM_PANEL: usize = 6;
+/// Chains of one row's sum: 4 accumulators of 8 lanes.
+pub const CHAINS: usize = 32;
+
+/// The chain order of a row of `n` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainLayout {
+    n: usize,
+    /// Whole 32-value steps: every chain's first steps.
+    main_steps: usize,
+    /// Steps chains `0..8` take after those: the 8-value steps and the partial one.
+    extra_steps: usize,
+}
+
+impl ChainLayout {
+    pub fn new(n: usize) -> ChainLayout {
+        let main = n / 32 * 32;
+        ChainLayout { n, main_steps: n / 32, extra_steps: (n - main).div_ceil(8) }
+    }
+
+    /// Values in the row.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Steps of chain `q`.
+    pub fn steps(&self, q: usize) -> usize {
+        self.main_steps + if q < 8 { self.extra_steps } else { 0 }
+    }
+
+    /// The first step of chain `q` in the packed order (chains one after the other).
+    pub fn offset(&self, q: usize) -> usize {
+        q * self.main_steps + q.min(8) * self.extra_steps
+    }
+
+    /// Steps of all chains together.
+    pub fn total_steps(&self) -> usize {
+        CHAINS * self.main_steps + 8 * self.extra_steps
+    }
+
+    /// The value chain `q` reads at step `s`, or `None` for a zero-filled place.
+    pub fn value_index(&self, q: usize, s: usize) -> Option<usize> {
+        let j = if s < self.main_steps { 32 * s + q } else { 32 * self.main_steps + 8 * (s - self.main_steps) + q };
+        (j < self.n).then_some(j)
+    }
+
+    /// Writes `row` (`n` values) in chain order to `dst[step * stride + lane]`; `dst` comes
+    /// zeroed, and the places past the row stay so.
+    pub fn scatter(&self, row: &[f32], dst: &mut [f32], stride: usize, lane: usize) {
+        debug_assert_eq!(row.len(), self.n);
+        let main = 32 * self.main_steps;
+        for (j, &x) in row[..main].iter().enumerate() {
+            let (q, s) = (j % 32, j / 32);
+            dst[(self.offset(q) + s) * stride + lane] = x;
+        }
+        for (j, &x) in row[main..].iter().enumerate() {
+            let (q, m) = (j % 8, j / 8);
+            dst[(self.offset(q) + self.main_steps + m) * stride + lane] = x;
+        }
+    }
+}
+
+/// Activation rows in chain order, [`GEMM_ROWS`] to a group: group `g` holds rows
+/// `g * GEMM_ROWS ..` as `[step][row in group]`, rows past the batch zero.
+pub struct PackedActs {
+    pub layout: ChainLayout,
+    pub rows: usize,
+    data: Vec<f32>,
+}
+
+impl PackedActs {
+    /// Packs `rows` activation rows of `n` values (`x`, row after row).
+    pub fn new(x: &[f32], rows: usize, n: usize) -> PackedActs {
+        use rayon::prelude::*;
+        assert_eq!(x.len(), rows * n, "{rows} rows of {n} values");
+        let layout = ChainLayout::new(n);
+        let group_len = layout.total_steps() * GEMM_ROWS;
+        let mut data = vec![0.0f32; rows.div_ceil(GEMM_ROWS) * group_len];
+        data.par_chunks_mut(group_len.max(1)).zip(x.par_chunks(GEMM_ROWS * n.max(1))).for_each(|(group, src)| {
+            for (lane, row) in src.chunks_exact(n.max(1)).enumerate() {
+                layout.scatter(row, group, GEMM_ROWS, lane);
+            }
+        });
+        PackedActs { layout, rows, data }
+    }
+
+    /// Group `g`: `[step][GEMM_ROWS]`.
+    pub fn group(&self, g: usize) -> &[f32] {
+        let len = self.layout.total_steps() * GEMM_ROWS;
+        &self.data[g * len..(g + 1) * len]
+    }
+
+    pub fn groups(&self) -> usize {
+        self.rows.div_ceil(GEMM_ROWS)
+    }
+}
+
+/// Outputs of weight rows `w` (whole rows of the matrix's type, `rows` of them) for every packed
+/// activation row: `outs[b][i]` = row `i` dotted with activation row `b`, the bits of the tier's
+/// row dot.
+pub type FloatGemmFn = fn(w: &[u8], rows: usize, acts: &PackedActs, outs: &mut [&mut [f32]]);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every value of the row is read exactly once, by the chain and step the dot reads it in.
+    #[test]
+    fn every_value_is_read_once_in_the_dots_order() {
+        for n in [0, 1, 7, 8, 31, 32, 37, 64, 100, 120, 384, 2051] {
+            let layout = ChainLayout::new(n);
+            let mut seen = vec![0; n];
+            let mut steps = 0;
+            for q in 0..CHAINS {
+                assert_eq!(layout.offset(q), steps, "n={n} q={q}");
+                let mut last = None;
+                for s in 0..layout.steps(q) {
+                    if let Some(j) = layout.value_index(q, s) {
+                        seen[j] += 1;
+                        // a chain's values rise, in its lane of 8 or 32
+                        assert!(last.is_none_or(|l| j > l) && j % 8 == q % 8, "n={n} q={q} s={s} j={j}");
+                        last = Some(j);
+                    }
+                }
+                steps += layout.steps(q);
+            }
+            assert_eq!(steps, layout.total_steps());
+            assert!(seen.iter().all(|&c| c == 1), "n={n}: {seen:?}");
+        }
+    }
+
+    /// `scatter` puts each value at its chain's step, in its lane, and leaves the places past
+    /// the row zero.
+    #[test]
+    fn scatter_writes_each_value_where_its_chain_reads_it() {
+        for n in [1, 7, 32, 37, 100, 120, 384] {
+            let layout = ChainLayout::new(n);
+            let row: Vec<f32> = (1..=n).map(|v| v as f32).collect();
+            let mut dst = vec![0.0; layout.total_steps() * 3];
+            layout.scatter(&row, &mut dst, 3, 1);
+            for q in 0..CHAINS {
+                for s in 0..layout.steps(q) {
+                    let at = (layout.offset(q) + s) * 3;
+                    assert_eq!(dst[at + 1], layout.value_index(q, s).map_or(0.0, |j| row[j]), "n={n} q={q} s={s}");
+                    assert_eq!((dst[at], dst[at + 2]), (0.0, 0.0), "other lanes untouched");
+                }
+            }
+        }
+    }
+}
