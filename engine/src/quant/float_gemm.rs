@@ -72,13 +72,17 @@ impl ChainLayout {
     pub fn scatter(&self, row: &[f32], dst: &mut [f32], stride: usize, lane: usize) {
         debug_assert_eq!(row.len(), self.n);
         let main = 32 * self.main_steps;
-        for (j, &x) in row[..main].iter().enumerate() {
-            let (q, s) = (j % 32, j / 32);
-            dst[(self.offset(q) + s) * stride + lane] = x;
+        // where each chain's first step lands
+        let at: [usize; CHAINS] = std::array::from_fn(|q| self.offset(q) * stride + lane);
+        for (s, step) in row[..main].chunks_exact(32).enumerate() {
+            for (&x, &at) in step.iter().zip(&at) {
+                dst[at + s * stride] = x;
+            }
         }
-        for (j, &x) in row[main..].iter().enumerate() {
-            let (q, m) = (j % 8, j / 8);
-            dst[(self.offset(q) + self.main_steps + m) * stride + lane] = x;
+        for (m, step) in row[main..].chunks(8).enumerate() {
+            for (&x, &at) in step.iter().zip(&at) {
+                dst[at + (self.main_steps + m) * stride] = x;
+            }
         }
     }
 }

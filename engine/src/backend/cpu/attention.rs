@@ -155,12 +155,12 @@ pub(crate) fn attend_queries_with(
         use crate::quant::Isa;
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
         unsafe fn with_avx512(queries: &mut [Query<'_>], g: usize, shape: &AttentionShape, kv: &dyn KvRows, scratch: &mut AttnScratch) {
-            attend_queries_body::<4>(queries, g, shape, kv, scratch)
+            attend_queries_body::<4, false>(queries, g, shape, kv, scratch)
         }
         #[target_feature(enable = "avx2,fma")]
         unsafe fn with_fma(queries: &mut [Query<'_>], g: usize, shape: &AttentionShape, kv: &dyn KvRows, scratch: &mut AttnScratch) {
             // 16 registers: one state's 64 chains (8 vectors) already keep both FMA units busy
-            attend_queries_body::<1>(queries, g, shape, kv, scratch)
+            attend_queries_body::<1, true>(queries, g, shape, kv, scratch)
         }
         if tier >= Isa::Avx512 && Isa::Avx512.is_available() {
             // SAFETY: the CPU has AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C (checked just above).
@@ -172,12 +172,14 @@ pub(crate) fn attend_queries_with(
         }
     }
     let _ = tier;
-    attend_queries_body::<1>(queries, g, shape, kv, scratch)
+    attend_queries_body::<1, false>(queries, g, shape, kv, scratch)
 }
 
-/// The body of [`attend_queries`], `N` (query, head) states at a time.
+/// The body of [`attend_queries`], `N` (query, head) states at a time; `AVX2`: one state at a
+/// time through `attention_x86`'s register forms of the inner loops (only in the instance that
+/// runs on CPUs with AVX2 and FMA).
 #[inline(always)]
-fn attend_queries_body<const N: usize>(
+fn attend_queries_body<const N: usize, const AVX2: bool>(
     queries: &mut [Query<'_>],
     g: usize,
     shape: &AttentionShape,
@@ -236,10 +238,14 @@ fn attend_queries_body<const N: usize>(
         let mut batches = live_states.chunks_exact(N);
         for batch in batches.by_ref() {
             let batch: &[usize; N] = batch.try_into().unwrap();
-            scores::<N>(batch.map(q_of), keys, batch.map(|s| s * KV_TILE), weights);
+            if AVX2 && N == 1 {
+                scores_1::<AVX2>(q_of(batch[0]), keys, batch[0] * KV_TILE, weights);
+            } else {
+                scores::<N>(batch.map(q_of), keys, batch.map(|s| s * KV_TILE), weights);
+            }
         }
         for &s in batches.remainder() {
-            scores::<1>([q_of(s)], keys, [s * KV_TILE], weights);
+            scores_1::<AVX2>(q_of(s), keys, s * KV_TILE, weights);
         }
         for &s in &live_states {
             let live = live_of(&rows[s / group].1, tile);
@@ -289,7 +295,7 @@ fn attend_queries_body<const N: usize>(
                 add_weighted_values_n(outs.map(|o| &mut **o), ws, values);
                 i += N;
             } else {
-                add_weighted_values(heads[s0], &weights[s0 * KV_TILE + first..s0 * KV_TILE + last], values);
+                add_weighted_values::<AVX2>(heads[s0], &weights[s0 * KV_TILE + first..s0 * KV_TILE + last], values);
                 i += 1;
             }
         }
@@ -318,6 +324,19 @@ fn scores<const N: usize>(q: [&[f32]; N], keys: &[f32], at: [usize; N], out: &mu
     for (acc, at) in acc.iter().zip(at) {
         out[at..at + KV_TILE].copy_from_slice(acc);
     }
+}
+
+/// [`scores`] of one state, on AVX2 (`AVX2`) in vector registers.
+#[inline(always)]
+fn scores_1<const AVX2: bool>(q: &[f32], keys: &[f32], at: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: `AVX2` is set only in the attention's instance for CPUs with AVX2 and FMA
+        // (`attend_queries_with`'s `with_fma`).
+        unsafe { super::attention_x86::scores_1(q, keys, &mut out[at..at + KV_TILE]) };
+        return;
+    }
+    scores::<1>([q], keys, [at], out)
 }
 
 /// [`add_weighted_values`] of `N` states with the same positions: each keeps its chains, the
@@ -358,12 +377,22 @@ fn chains_n<const N: usize, const W: usize>(outs: &mut [&mut [f32]; N], wide: us
 }
 
 /// `out[e] += Σ_t w[t] · values[t * out.len() + e]`, one fused multiply-add chain per element
-/// over the positions in order, with `W` chains side by side in a local array (registers).
+/// over the positions in order, with `W` chains side by side in a local array (on AVX2, 64 of
+/// them in vector registers: `attention_x86`).
 #[inline(always)]
-fn add_weighted_values(out: &mut [f32], w: &[f32], values: &[f32]) {
+fn add_weighted_values<const AVX2: bool>(out: &mut [f32], w: &[f32], values: &[f32]) {
     let dv = out.len();
     let (wide, rest) = out.split_at_mut(dv - dv % 16);
     if wide.len() % 64 == 0 {
+        #[cfg(target_arch = "x86_64")]
+        if AVX2 {
+            for (c, chunk) in wide.chunks_exact_mut(64).enumerate() {
+                // SAFETY: as in `scores_1`: the instance for CPUs with AVX2 and FMA.
+                unsafe { super::attention_x86::chains_64(chunk, c * 64, dv, w, values) };
+            }
+            chains::<1>(rest, dv - dv % 16, dv, w, values);
+            return;
+        }
         chains::<64>(wide, 0, dv, w, values);
     } else {
         chains::<16>(wide, 0, dv, w, values);

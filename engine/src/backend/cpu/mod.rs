@@ -4,6 +4,8 @@
 
 pub mod activation;
 pub mod attention;
+#[cfg(target_arch = "x86_64")]
+mod attention_x86;
 mod backend;
 pub mod kv;
 pub mod matmul;
