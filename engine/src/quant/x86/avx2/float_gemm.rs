@@ -107,15 +107,15 @@ unsafe fn tile_of_chains(layout: &ChainLayout, panel: &[f32], group: &[f32], out
     }
     // the row dot's reduction, per output: lane l of (acc0 + acc1) + (acc2 + acc3), then
     // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), as `hsum256`
-    for r in 0..GEMM_PANEL {
-        for h in 0..2 {
+    for (r, out_row) in out.iter_mut().enumerate() {
+        for (h, dst) in out_row.chunks_exact_mut(8).enumerate() {
             let lane: [__m256; 8] = core::array::from_fn(|l| {
                 let s = |k: usize| sums[8 * k + l][r][h];
                 _mm256_add_ps(_mm256_add_ps(s(0), s(1)), _mm256_add_ps(s(2), s(3)))
             });
             let even = _mm256_add_ps(_mm256_add_ps(lane[0], lane[4]), _mm256_add_ps(lane[2], lane[6]));
             let odd = _mm256_add_ps(_mm256_add_ps(lane[1], lane[5]), _mm256_add_ps(lane[3], lane[7]));
-            store_ps(out[r].as_mut_ptr().add(8 * h), _mm256_add_ps(even, odd));
+            store_ps(dst.as_mut_ptr(), _mm256_add_ps(even, odd));
         }
     }
 }
