@@ -11,14 +11,16 @@ crate::quant::row_fns!(BlockQ4K, BlockQ8K);
 /// next run of 32 in their high nibbles.
 #[inline(always)]
 pub(crate) fn unpack(qs: &[u8; QK_K / 2]) -> [u8; QK_K] {
-    std::array::from_fn(|e| {
-        let b = qs[32 * (e / 64) + e % 32];
-        if e % 64 < 32 {
-            b & 0x0F
-        } else {
-            b >> 4
+    // 64 values per 32 bytes: the low nibbles, then the high ones (whole-chunk loops, which
+    // vectorise: repacking a model at load decodes every block)
+    let mut q = [0u8; QK_K];
+    for (chunk, bytes) in q.chunks_exact_mut(64).zip(qs.chunks_exact(32)) {
+        let (low, high) = chunk.split_at_mut(32);
+        for ((l, h), &b) in low.iter_mut().zip(high.iter_mut()).zip(bytes) {
+            (*l, *h) = (b & 0x0F, b >> 4);
         }
-    })
+    }
+    q
 }
 
 pub fn dequantize_ref(blocks: &[BlockQ4K], out: &mut [f32]) {

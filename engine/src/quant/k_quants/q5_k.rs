@@ -11,11 +11,17 @@ crate::quant::row_fns!(BlockQ5K, BlockQ8K);
 /// `qh[e % 32]` is set.
 #[inline(always)]
 pub(crate) fn unpack(b: &BlockQ5K) -> [u8; QK_K] {
-    std::array::from_fn(|e| {
-        let byte = b.qs[32 * (e / 64) + e % 32];
-        let low = if e % 64 < 32 { byte & 0x0F } else { byte >> 4 };
-        low | (((b.qh[e % 32] >> (e / 32)) & 1) << 4)
-    })
+    // chunk c of 64 values: the low nibbles of its 32 bytes with bit 2c of `qh`, then the high
+    // nibbles with bit 2c + 1 (whole-chunk loops, which vectorise)
+    let mut q = [0u8; QK_K];
+    for (c, (chunk, bytes)) in q.chunks_exact_mut(64).zip(b.qs.chunks_exact(32)).enumerate() {
+        let (low, high) = chunk.split_at_mut(32);
+        for (((l, h), &byte), &qh) in low.iter_mut().zip(high.iter_mut()).zip(bytes).zip(&b.qh) {
+            *l = (byte & 0x0F) | (((qh >> (2 * c)) & 1) << 4);
+            *h = (byte >> 4) | (((qh >> (2 * c + 1)) & 1) << 4);
+        }
+    }
+    q
 }
 
 pub fn dequantize_ref(blocks: &[BlockQ5K], out: &mut [f32]) {

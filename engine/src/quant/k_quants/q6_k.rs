@@ -12,12 +12,20 @@ crate::quant::row_fns!(BlockQ6K, BlockQ8K);
 /// of `ql[32 (k % 2) + l]` and bits `2k..2k+2` of `qh[l]`.
 #[inline(always)]
 pub(crate) fn unpack(b: &BlockQ6K) -> [u8; QK_K] {
-    std::array::from_fn(|e| {
-        let (h, k, l) = (e / 128, (e % 128) / 32, e % 32);
-        let byte = b.ql[64 * h + 32 * (k % 2) + l];
-        let low = if k < 2 { byte & 0x0F } else { byte >> 4 };
-        low | (((b.qh[32 * h + l] >> (2 * k)) & 3) << 4)
-    })
+    // half h, quarter k, lane l: a nibble of `ql` (low for k < 2) and bits 2k, 2k + 1 of `qh`
+    // (loops over whole quarters, which vectorise)
+    let mut q = [0u8; QK_K];
+    for (h, half) in q.chunks_exact_mut(128).enumerate() {
+        let qh = &b.qh[32 * h..32 * h + 32];
+        for (k, quarter) in half.chunks_exact_mut(32).enumerate() {
+            let ql = &b.ql[64 * h + 32 * (k % 2)..64 * h + 32 * (k % 2) + 32];
+            let shift = if k < 2 { 0 } else { 4 };
+            for ((out, &byte), &high) in quarter.iter_mut().zip(ql).zip(qh) {
+                *out = ((byte >> shift) & 0x0F) | (((high >> (2 * k)) & 3) << 4);
+            }
+        }
+    }
+    q
 }
 
 /// Inverse of [`unpack`]; quants must be below 64.
