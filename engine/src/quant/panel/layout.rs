@@ -285,7 +285,11 @@ fn encode(l: &PanelLayout, rows: &[RowBlock; PANEL_ROWS], dst: &mut [u8]) {
 
 /// The nibbles `P_0..P_4` of a chunk of 32 values of 8 rows (128 bytes).
 fn put_nibbles(q: [&[u8]; PANEL_ROWS], out: &mut [u8]) {
+    // fixed sizes: every index below is known in range, so the loops unroll without checks
+    // (repacking a model at load runs this for every chunk)
+    let out: &mut [u8; 32 * PANEL_ROWS / 2] = (&mut out[..32 * PANEL_ROWS / 2]).try_into().expect("128 bytes");
     for (r, q) in q.iter().enumerate() {
+        let q: &[u8; 32] = q[..32].try_into().expect("a chunk of 32 values");
         for k in 0..4 {
             for t in 0..4 {
                 out[32 * k + 4 * r + t] = (q[4 * k + t] & 0x0F) | ((q[4 * (k + 4) + t] & 0x0F) << 4);
