@@ -166,8 +166,9 @@ fn nginx_balances_two_replicas_keeps_conversations_together_and_survives_a_kille
     // first bytes arrived
     let to_b = (0..64).map(|i| format!("Persona {i}.")).find(|p| post(&lb.base, &chat(p, false)).1 == addr_b).expect("a persona on b");
     let mut long = chat(&to_b, true);
-    // sampled: a random-weight model's greedy text may end at once
-    (long["max_tokens"], long["temperature"], long["seed"]) = (json!(1800), json!(1.0), json!(7));
+    // sampled, and the end of text (token 2) banned: a random-weight model's text may otherwise
+    // end after a few tokens, before the kill, on one CPU and not on another
+    (long["max_tokens"], long["temperature"], long["seed"], long["logit_bias"]) = (json!(1800), json!(1.0), json!(7), json!({"2": -100}));
     let mut open_stream =
         Client::new().post(format!("{}/v1/chat/completions", lb.base)).json(&long).timeout(Duration::from_secs(60)).send().unwrap();
     assert_eq!(open_stream.status(), 200);
