@@ -46,6 +46,22 @@ fn widen_f16(h: u16) -> f32 {
 pub trait KvRows: Sync {
     fn key(&self, pos: usize) -> KvRow<'_>;
     fn value(&self, pos: usize) -> KvRow<'_>;
+    /// The keys and values as f32 rows where they lie, when the store holds them so (a batch's
+    /// own rows, as an encoder's or the audio of Whisper's cross-attention): whole tiles are
+    /// then read in place instead of copied position by position.
+    fn in_place(&self) -> Option<InPlaceRows<'_>> {
+        None
+    }
+}
+
+/// Keys and values stored as f32 rows of all key/value heads: position `p`'s key at `keys[p *
+/// key_stride..]`, its value at `values[p * value_stride..]`.
+#[derive(Clone, Copy)]
+pub struct InPlaceRows<'a> {
+    pub keys: &'a [f32],
+    pub key_stride: usize,
+    pub values: &'a [f32],
+    pub value_stride: usize,
 }
 
 /// Keys and values are visited in tiles of this many positions, aligned to multiples of it.
@@ -224,13 +240,22 @@ fn attend_queries_body<const N: usize, const AVX2: bool>(
     weighted.resize(states, false);
     let live_of = |positions: &std::ops::Range<usize>, tile: usize| tile.max(positions.start)..(tile + KV_TILE).min(positions.end);
     let mut live_states = Vec::with_capacity(states);
+    let in_place = kv.in_place();
     for tile in (start / KV_TILE * KV_TILE..end).step_by(KV_TILE) {
         // the positions of the tile any query of the block attends
         let any = tile.max(start)..(tile + KV_TILE).min(end);
-        for p in any.clone() {
-            kv.key(p).widen_into(krange.clone(), &mut tile_rows[(p - tile) * dk..(p - tile + 1) * dk]);
+        // a whole tile of rows in place is read where it lies; otherwise its attended rows are
+        // widened into `tile_rows` (the rest hold what an earlier tile left: masked)
+        let rows_in_place = in_place.filter(|_| any.len() == KV_TILE);
+        match rows_in_place {
+            Some(r) => transpose(&r.keys[tile * r.key_stride + krange.start..], KV_TILE, dk, r.key_stride, keys, KV_TILE),
+            None => {
+                for p in any.clone() {
+                    kv.key(p).widen_into(krange.clone(), &mut tile_rows[(p - tile) * dk..(p - tile + 1) * dk]);
+                }
+                transpose(tile_rows, KV_TILE, dk, dk, keys, KV_TILE);
+            }
         }
-        transpose(tile_rows, KV_TILE, dk, keys, KV_TILE);
         weighted.iter_mut().for_each(|w| *w = false);
         live_states.clear();
         live_states.extend((0..states).filter(|&s| !live_of(&rows[s / group].1, tile).is_empty()));
@@ -250,8 +275,13 @@ fn attend_queries_body<const N: usize, const AVX2: bool>(
         for &s in &live_states {
             let live = live_of(&rows[s / group].1, tile);
             let w: &mut [f32; KV_TILE] = (&mut weights[s * KV_TILE..(s + 1) * KV_TILE]).try_into().unwrap();
-            for (t, wt) in w.iter_mut().enumerate() {
-                *wt = if live.contains(&(tile + t)) { *wt * shape.scale } else { f32::NEG_INFINITY };
+            if live == (tile..tile + KV_TILE) {
+                // the whole tile: one vector loop (the masked one below branches per position)
+                w.iter_mut().for_each(|wt| *wt *= shape.scale);
+            } else {
+                for (t, wt) in w.iter_mut().enumerate() {
+                    *wt = if live.contains(&(tile + t)) { *wt * shape.scale } else { f32::NEG_INFINITY };
+                }
             }
             let tile_max = w.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             weighted[s] = tile_max != f32::NEG_INFINITY;
@@ -272,12 +302,18 @@ fn attend_queries_body<const N: usize, const AVX2: bool>(
         if !weighted.contains(&true) {
             continue;
         }
-        // the tile's values widened once for every query and head, then each head's output
-        // elements run their FMA chains over the positions in registers, 64 (or 16) at a time,
-        // N states at once where they attend the same positions of the tile
-        for p in any.clone() {
-            kv.value(p).widen_into(vrange.clone(), &mut tile_rows[(p - tile) * dv..(p - tile + 1) * dv]);
-        }
+        // the tile's values (in place, or widened once for every query and head), then each
+        // head's output elements run their FMA chains over the positions in registers, 64 (or
+        // 16) at a time, N states at once where they attend the same positions of the tile
+        let (tile_values, stride): (&[f32], usize) = match rows_in_place {
+            Some(r) => (&r.values[tile * r.value_stride + vrange.start..], r.value_stride),
+            None => {
+                for p in any.clone() {
+                    kv.value(p).widen_into(vrange.clone(), &mut tile_rows[(p - tile) * dv..(p - tile + 1) * dv]);
+                }
+                (&tile_rows[..], dv)
+            }
+        };
         let span = |s: usize| {
             let live = live_of(&rows[s / group].1, tile);
             (live.start.saturating_sub(tile), live.end.saturating_sub(tile))
@@ -287,15 +323,15 @@ fn attend_queries_body<const N: usize, const AVX2: bool>(
         while i < live_states.len() {
             let s0 = live_states[i];
             let (first, last) = span(s0);
-            let values = &tile_rows[first * dv..last * dv];
+            let values = &tile_values[first * stride..];
             if N > 1 && i + N <= live_states.len() && live_states[i..i + N].iter().all(|&s| span(s) == (first, last)) {
                 let batch: [usize; N] = live_states[i..i + N].try_into().unwrap();
                 let ws = batch.map(|s| &weights[s * KV_TILE + first..s * KV_TILE + last]);
                 let outs = heads.get_disjoint_mut(batch).expect("distinct states");
-                add_weighted_values_n(outs.map(|o| &mut **o), ws, values);
+                add_weighted_values_n(outs.map(|o| &mut **o), ws, values, stride);
                 i += N;
             } else {
-                add_weighted_values::<AVX2>(heads[s0], &weights[s0 * KV_TILE + first..s0 * KV_TILE + last], values);
+                add_weighted_values::<AVX2>(heads[s0], &weights[s0 * KV_TILE + first..s0 * KV_TILE + last], values, stride);
                 i += 1;
             }
         }
@@ -342,27 +378,26 @@ fn scores_1<const AVX2: bool>(q: &[f32], keys: &[f32], at: usize, out: &mut [f32
 /// [`add_weighted_values`] of `N` states with the same positions: each keeps its chains, the
 /// loads of the values are shared.
 #[inline(always)]
-fn add_weighted_values_n<const N: usize>(mut outs: [&mut [f32]; N], ws: [&[f32]; N], values: &[f32]) {
+fn add_weighted_values_n<const N: usize>(mut outs: [&mut [f32]; N], ws: [&[f32]; N], values: &[f32], stride: usize) {
     let dv = outs[0].len();
     let wide = dv - dv % 16;
     if wide.is_multiple_of(64) {
-        chains_n::<N, 64>(&mut outs, wide, ws, values);
+        chains_n::<N, 64>(&mut outs, wide, ws, values, stride);
     } else {
-        chains_n::<N, 16>(&mut outs, wide, ws, values);
+        chains_n::<N, 16>(&mut outs, wide, ws, values, stride);
     }
     for (o, w) in outs.iter_mut().zip(&ws) {
-        chains::<1>(&mut o[wide..], wide, dv, w, values);
+        chains::<1>(&mut o[wide..], wide, stride, w, values);
     }
 }
 
 /// The chains of [`add_weighted_values_n`] for elements `..wide` of each output, `W` at a time.
 #[inline(always)]
-fn chains_n<const N: usize, const W: usize>(outs: &mut [&mut [f32]; N], wide: usize, ws: [&[f32]; N], values: &[f32]) {
-    let dv = outs[0].len();
+fn chains_n<const N: usize, const W: usize>(outs: &mut [&mut [f32]; N], wide: usize, ws: [&[f32]; N], values: &[f32], stride: usize) {
     for start in (0..wide).step_by(W) {
         let mut acc: [[f32; W]; N] = std::array::from_fn(|n| outs[n][start..start + W].try_into().unwrap());
         for t in 0..ws[0].len() {
-            let v: &[f32; W] = values[t * dv + start..t * dv + start + W].try_into().unwrap();
+            let v: &[f32; W] = values[t * stride + start..t * stride + start + W].try_into().unwrap();
             for (acc, w) in acc.iter_mut().zip(&ws) {
                 let wt = w[t];
                 for (a, &x) in acc.iter_mut().zip(v) {
@@ -376,11 +411,11 @@ fn chains_n<const N: usize, const W: usize>(outs: &mut [&mut [f32]; N], wide: us
     }
 }
 
-/// `out[e] += Σ_t w[t] · values[t * out.len() + e]`, one fused multiply-add chain per element
+/// `out[e] += Σ_t w[t] · values[t * stride + e]`, one fused multiply-add chain per element
 /// over the positions in order, with `W` chains side by side in a local array (on AVX2, 64 of
 /// them in vector registers: `attention_x86`).
 #[inline(always)]
-fn add_weighted_values<const AVX2: bool>(out: &mut [f32], w: &[f32], values: &[f32]) {
+fn add_weighted_values<const AVX2: bool>(out: &mut [f32], w: &[f32], values: &[f32], stride: usize) {
     let dv = out.len();
     let (wide, rest) = out.split_at_mut(dv - dv % 16);
     if wide.len() % 64 == 0 {
@@ -388,27 +423,27 @@ fn add_weighted_values<const AVX2: bool>(out: &mut [f32], w: &[f32], values: &[f
         if AVX2 {
             for (c, chunk) in wide.chunks_exact_mut(64).enumerate() {
                 // SAFETY: as in `scores_1`: the instance for CPUs with AVX2 and FMA.
-                unsafe { super::attention_x86::chains_64(chunk, c * 64, dv, w, values) };
+                unsafe { super::attention_x86::chains_64(chunk, c * 64, stride, w, values) };
             }
-            chains::<1>(rest, dv - dv % 16, dv, w, values);
+            chains::<1>(rest, dv - dv % 16, stride, w, values);
             return;
         }
-        chains::<64>(wide, 0, dv, w, values);
+        chains::<64>(wide, 0, stride, w, values);
     } else {
-        chains::<16>(wide, 0, dv, w, values);
+        chains::<16>(wide, 0, stride, w, values);
     }
-    chains::<1>(rest, dv - dv % 16, dv, w, values);
+    chains::<1>(rest, dv - dv % 16, stride, w, values);
 }
 
 /// The chains of [`add_weighted_values`] for `out` (a multiple of `W` elements starting at
-/// element `offset` of each value row of `dv`).
+/// element `offset` of each value row, rows `stride` apart).
 #[inline(always)]
-fn chains<const W: usize>(out: &mut [f32], offset: usize, dv: usize, w: &[f32], values: &[f32]) {
+fn chains<const W: usize>(out: &mut [f32], offset: usize, stride: usize, w: &[f32], values: &[f32]) {
     for (c, oc) in out.chunks_exact_mut(W).enumerate() {
         let mut acc: [f32; W] = oc.try_into().unwrap();
         let start = offset + c * W;
         for (t, &wt) in w.iter().enumerate() {
-            let v: &[f32; W] = values[t * dv + start..t * dv + start + W].try_into().unwrap();
+            let v: &[f32; W] = values[t * stride + start..t * stride + start + W].try_into().unwrap();
             for (a, &x) in acc.iter_mut().zip(v) {
                 *a = wt.mul_add(x, *a);
             }
@@ -546,6 +581,67 @@ mod tests {
                         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(got), bits(want), "{tier:?} dv {dv} group {g} query {i} ({:?})", ranges[i]);
                     }
+                }
+            }
+        }
+    }
+
+    /// Rows of all heads in two flat arrays, read in place by whole tiles.
+    struct Flat {
+        keys: Vec<f32>,
+        values: Vec<f32>,
+        key_stride: usize,
+        value_stride: usize,
+    }
+    impl KvRows for Flat {
+        fn key(&self, pos: usize) -> KvRow<'_> {
+            KvRow::F32(&self.keys[pos * self.key_stride..(pos + 1) * self.key_stride])
+        }
+        fn value(&self, pos: usize) -> KvRow<'_> {
+            KvRow::F32(&self.values[pos * self.value_stride..(pos + 1) * self.value_stride])
+        }
+        fn in_place(&self) -> Option<InPlaceRows<'_>> {
+            let (keys, values) = (&self.keys[..], &self.values[..]);
+            Some(InPlaceRows { keys, key_stride: self.key_stride, values, value_stride: self.value_stride })
+        }
+    }
+
+    /// Rows read in place give the bits of rows copied tile by tile, for whole and partial
+    /// tiles, windows that start mid-tile, and key and value heads of different sizes.
+    #[test]
+    fn rows_read_in_place_give_the_bits_of_rows_copied() {
+        for (dk, dv) in [(64, 64), (64, 48), (40, 80)] {
+            let shape = AttentionShape { n_head: 6, n_head_kv: 3, head_dim_k: dk, head_dim_v: dv, scale: 0.125 };
+            let val = |p: usize, i: usize, salt: usize| (((p * 37 + i * 11 + salt) % 89) as f32 / 89.0 - 0.5) * 2.0;
+            let n = 221;
+            let (key_stride, value_stride) = (3 * dk, 3 * dv);
+            let flat = Flat {
+                keys: (0..n * key_stride).map(|i| val(i / key_stride, i % key_stride, 1)).collect(),
+                values: (0..n * value_stride).map(|i| val(i / value_stride, i % value_stride, 2)).collect(),
+                key_stride,
+                value_stride,
+            };
+            let copied = Rows(
+                flat.keys.chunks_exact(key_stride).map(<[f32]>::to_vec).collect(),
+                flat.values.chunks_exact(value_stride).map(<[f32]>::to_vec).collect(),
+            );
+            let ranges = [0..n, 0..64, 0..128, 10..n, 64..200, 130..131, 0..n, 5..70];
+            let qs: Vec<Vec<f32>> = (0..ranges.len()).map(|r| (0..6 * dk).map(|i| val(r, i, 3)).collect()).collect();
+            let mut s = AttnScratch::default();
+            for tier in Isa::available() {
+                for g in 0..3 {
+                    let run = |kv: &dyn KvRows, s: &mut AttnScratch| {
+                        let mut outs = vec![vec![0.0f32; 2 * dv]; ranges.len()];
+                        let mut block: Vec<Query> = ranges
+                            .iter()
+                            .zip(&qs)
+                            .zip(outs.iter_mut())
+                            .map(|((r, q), out)| Query { q, positions: r.clone(), out })
+                            .collect();
+                        attend_queries_with(tier, &mut block, g, &shape, kv, s);
+                        outs.concat().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                    };
+                    assert_eq!(run(&flat, &mut s), run(&copied, &mut s), "{dk}/{dv} group {g} on {tier:?}");
                 }
             }
         }

@@ -42,7 +42,7 @@ pub(super) unsafe fn scores_1(q: &[f32], keys: &[f32], out: &mut [f32]) {
     }
 }
 
-/// `out[e] += Σ_t w[t] · values[t * dv + start + e]` for the 64 elements of `out`, each a
+/// `out[e] += Σ_t w[t] · values[t * stride + start + e]` for the 64 elements of `out`, each a
 /// sequential FMA chain over the positions in order from its current value (the portable
 /// `chains::<64>` of one chunk).
 ///
@@ -50,9 +50,9 @@ pub(super) unsafe fn scores_1(q: &[f32], keys: &[f32], out: &mut [f32]) {
 /// The CPU has AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn chains_64(out: &mut [f32], start: usize, dv: usize, w: &[f32], values: &[f32]) {
+pub(super) unsafe fn chains_64(out: &mut [f32], start: usize, stride: usize, w: &[f32], values: &[f32]) {
     assert!(
-        out.len() == 64 && w.len().checked_sub(1).is_none_or(|last| values.len() >= last * dv + start + 64),
+        out.len() == 64 && w.len().checked_sub(1).is_none_or(|last| values.len() >= last * stride + start + 64),
         "64 outputs and their values"
     );
     let mut acc = [_mm256_setzero_ps(); 8];
@@ -61,7 +61,7 @@ pub(super) unsafe fn chains_64(out: &mut [f32], start: usize, dv: usize, w: &[f3
     }
     for (t, &wt) in w.iter().enumerate() {
         let wt = _mm256_set1_ps(wt);
-        let row = values.as_ptr().add(t * dv + start);
+        let row = values.as_ptr().add(t * stride + start);
         for (i, a) in acc.iter_mut().enumerate() {
             *a = _mm256_fmadd_ps(wt, load(row.add(8 * i)), *a);
         }

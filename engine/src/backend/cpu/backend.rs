@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use rayon::prelude::*;
 
 use super::activation::{gelu, gelu_erf, silu, swiglu_row_with};
-use super::attention::{attend_queries_with, with_scratch, KvRow, KvRows, Query};
+use super::attention::{attend_queries_with, with_scratch, InPlaceRows, KvRow, KvRows, Query};
 use super::kv::CpuKvStore;
 use super::matmul::{get_rows, matmul_each_on};
 use super::norm::{layer_norm, rms_norm, rms_norm_in_place};
@@ -138,6 +138,16 @@ impl KvRows for SeqRows<'_> {
 
     fn value(&self, pos: usize) -> KvRow<'_> {
         KvRow::F32(self.v.row(self.start + pos))
+    }
+
+    fn in_place(&self) -> Option<InPlaceRows<'_>> {
+        let (k, v) = (self.k, self.v);
+        Some(InPlaceRows {
+            keys: &k.data[self.start * k.cols..],
+            key_stride: k.cols,
+            values: &v.data[self.start * v.cols..],
+            value_stride: v.cols,
+        })
     }
 }
 
