@@ -3,13 +3,14 @@
 //!
 //! Steps: 160 zero samples appended; the signal reflect-padded by `N_FFT / 2` on both sides;
 //! frames of `N_FFT` samples every `HOP` samples, each times a periodic Hann window; the power
-//! of its one-sided DFT (a mixed-radix FFT in f64, `realfft`); the slaney-normalised mel filter bank; `log10(max(x, 1e-10))`; every
+//! of its one-sided DFT (a mixed-radix FFT in f64, `fft.rs`); the slaney-normalised mel filter bank; `log10(max(x, 1e-10))`; every
 //! value floored at the maximum minus 8; `(x + 4) / 4`. The last frame is dropped, as Whisper
 //! drops it. Sums run in f64, so the result is the reference's f32 computation within
 //! rounding (1e-5 on the tests' clips).
 
 use rayon::prelude::*;
-use realfft::RealFftPlanner;
+
+use super::fft::Fft;
 
 /// Samples per second Whisper's front end expects.
 pub const SAMPLE_RATE: usize = 16_000;
@@ -111,20 +112,17 @@ pub fn log_mel(samples: &[f32], filters: &[f32], n_mels: usize) -> LogMel {
     // 1 + n / HOP frames of the padded signal, less the last
     let n_frames = n / HOP;
     let window = hann();
-    let fft = RealFftPlanner::<f64>::new().plan_fft_forward(N_FFT);
+    let fft = Fft::new(N_FFT);
 
     // power spectra: [n_frames][N_BINS]
     let mut power = vec![0f64; n_frames * N_BINS];
-    let buffers = || (fft.make_input_vec(), fft.make_output_vec(), fft.make_scratch_vec());
-    power.par_chunks_mut(N_BINS).enumerate().for_each_init(buffers, |(frame, spectrum, scratch), (t, out)| {
+    let buffers = || (vec![0f64; N_FFT], fft.scratch());
+    power.par_chunks_mut(N_BINS).enumerate().for_each_init(buffers, |(frame, scratch), (t, out)| {
         for (j, (f, w)) in frame.iter_mut().zip(&window).enumerate() {
             let i = (t * HOP + j) as isize - half;
             *f = (signal[reflect(i, n)] * w) as f64;
         }
-        fft.process_with_scratch(frame, spectrum, scratch).expect("buffers of the planned lengths");
-        for (p, x) in out.iter_mut().zip(spectrum.iter()) {
-            *p = x.norm_sqr();
-        }
+        fft.power_spectrum(frame, scratch, out);
     });
 
     // mel bands, log10 with the 1e-10 floor: [n_mels][n_frames]

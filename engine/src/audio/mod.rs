@@ -2,6 +2,7 @@
 //! samples ([`decode`]), and those samples to Whisper's log-mel spectrogram ([`mel`]).
 
 pub mod decode;
+mod fft;
 pub mod mel;
 
 pub use decode::{decode_16k_mono, AudioError, DecodedAudio};
