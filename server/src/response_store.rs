@@ -9,6 +9,8 @@ use std::sync::Mutex;
 use lru::LruCache;
 use serde_json::Value;
 
+use crate::requests::chat::ChatMessage;
+
 /// Responses kept unless the server is told otherwise (`--responses-store`).
 pub const DEFAULT_CAPACITY: usize = 1000;
 
@@ -22,12 +24,12 @@ pub struct Stored {
     pub response: Value,
     /// The conversation it ends, as chat messages (without its instructions, which a follow-up
     /// does not inherit): earlier turns, its input, its output.
-    pub history: Vec<Value>,
+    pub(crate) history: Vec<ChatMessage>,
 }
 
 impl Stored {
     fn size(&self) -> usize {
-        self.response.to_string().len() + self.history.iter().map(|m| m.to_string().len()).sum::<usize>()
+        self.response.to_string().len() + self.history.iter().map(ChatMessage::json_len).sum::<usize>()
     }
 }
 
@@ -110,8 +112,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    use crate::requests::chat::Role;
+
     fn stored(n: usize) -> Stored {
-        Stored { response: json!({"n": n}), history: vec![json!({"role": "user", "content": "hi"})] }
+        Stored { response: json!({"n": n}), history: vec![ChatMessage::text(Role::User, "hi".into())] }
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The `/v1/chat/completions` request, typed: messages (roles, text or content parts, earlier
 //! tool calls), function tools, `tool_choice`, `response_format`, logprobs, `reasoning_format`,
 //! the guardrails field and the shared sampling fields. `/v1/messages` and `/v1/responses` build
-//! the body of one and read it here too. [`ChatCompletionRequest::check`] applies the cross-field
-//! rules and gives the [`ChatRequest`] the route runs.
+//! the typed request they mean ([`ConvertedChat`]: messages, tools and settings already read by
+//! their own parsers), never a JSON body to read again. [`ChatCompletionRequest::check`] applies
+//! the cross-field rules and gives the [`ChatRequest`] the route runs.
 
 use engine::grammar::{Constraint, ToolSpec};
 use serde::de::{Error as _, SeqAccess, Visitor};
@@ -43,7 +44,7 @@ pub struct ChatCompletionRequest {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
-enum Role {
+pub(crate) enum Role {
     System,
     Developer,
     User,
@@ -52,7 +53,7 @@ enum Role {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-struct ChatMessage {
+pub(crate) struct ChatMessage {
     role: Role,
     #[serde(default)]
     content: Option<MessageContent>,
@@ -206,11 +207,18 @@ struct FunctionDef {
 
 struct ToolName(String);
 
+/// What a tool's name may be: what the tool-call grammar and the templates can carry.
+const TOOL_NAME_RULE: &str = "must be a non-empty name of letters, digits, _ or -";
+
+fn is_tool_name(n: &str) -> bool {
+    !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 impl<'de> Deserialize<'de> for ToolName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ToolName, D::Error> {
         match Value::deserialize(d)? {
-            Value::String(n) if !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') => Ok(ToolName(n)),
-            _ => Err(D::Error::custom("must be a non-empty name of letters, digits, _ or -")),
+            Value::String(n) if is_tool_name(&n) => Ok(ToolName(n)),
+            _ => Err(D::Error::custom(TOOL_NAME_RULE)),
         }
     }
 }
@@ -318,6 +326,108 @@ impl ChatRequest {
             })
             .collect()
     }
+}
+
+/// The chat request that a `/v1/messages` or `/v1/responses` request means, built from what
+/// their own parsers read.
+pub(crate) struct ConvertedChat {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    pub tools: Option<Vec<ToolDef>>,
+    /// `None`: the default (`auto` with tools).
+    pub tool_choice: Option<ToolChoice>,
+    pub response_format: Option<Constraint>,
+    pub sampling: SamplingRequest,
+}
+
+impl From<ConvertedChat> for ChatCompletionRequest {
+    fn from(c: ConvertedChat) -> ChatCompletionRequest {
+        ChatCompletionRequest {
+            model: Some(ModelName(c.model)),
+            messages: Some(c.messages),
+            tools: c.tools,
+            tool_choice: c.tool_choice.map(ToolChoiceField),
+            response_format: Some(ResponseFormat(c.response_format)),
+            sampling: c.sampling,
+            ..ChatCompletionRequest::default()
+        }
+    }
+}
+
+impl ToolDef {
+    /// A function tool (`at`: the field that named it, for the error of a bad name), kept as the
+    /// templates print a chat request's tools.
+    pub(crate) fn function(
+        name: &str,
+        description: Option<&str>,
+        parameters: Option<&Map<String, Value>>,
+        at: &str,
+    ) -> Result<ToolDef, ApiError> {
+        if !is_tool_name(name) {
+            return Err(ApiError::invalid_param(at, format!("{at} {TOOL_NAME_RULE}")));
+        }
+        let raw = json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}});
+        Ok(ToolDef { name: name.to_string(), parameters: parameters.cloned().map(Value::Object), raw })
+    }
+}
+
+impl ChatMessage {
+    /// A message of `role` with `text`.
+    pub(crate) fn text(role: Role, text: String) -> ChatMessage {
+        ChatMessage {
+            role,
+            content: Some(MessageContent { text, images: Vec::new() }),
+            name: None,
+            tool_calls: None,
+            tool_call_id: None,
+            extra: Map::new(),
+        }
+    }
+
+    /// The result of the call `call_id`.
+    pub(crate) fn tool_result(call_id: String, text: String) -> ChatMessage {
+        ChatMessage { tool_call_id: Some(call_id), ..ChatMessage::text(Role::Tool, text) }
+    }
+
+    /// An assistant turn: its text (none when empty and it made calls) and calls.
+    pub(crate) fn assistant(text: String, calls: Vec<CallMade>) -> ChatMessage {
+        let mut m = ChatMessage::text(Role::Assistant, text);
+        for call in calls {
+            m.add_call(call);
+        }
+        m
+    }
+
+    pub(crate) fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Adds a call to this assistant turn (a turn of calls alone has no text).
+    pub(crate) fn add_call(&mut self, call: CallMade) {
+        if self.content.as_ref().is_some_and(|c| c.text.is_empty() && c.images.is_empty()) {
+            self.content = None;
+        }
+        let call = ToolCallIn {
+            id: call.id,
+            kind: FunctionKind::Function,
+            function: FunctionCallIn { name: call.name, arguments: Arguments(call.arguments) },
+        };
+        self.tool_calls.get_or_insert_with(Vec::new).push(call);
+    }
+
+    /// The size of the message as the templates read it, in bytes of JSON (for bounds on what is
+    /// kept).
+    pub(crate) fn json_len(&self) -> usize {
+        self.template_json().to_string().len()
+    }
+}
+
+/// A call an assistant turn made: its id, the function, and the arguments (JSON text, or the
+/// object).
+pub(crate) struct CallMade {
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
 }
 
 impl ChatCompletionRequest {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use engine::sampling::{SamplingError, SamplingParams};
+use engine::sampling::SamplingParams;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
@@ -76,6 +76,27 @@ pub struct SamplingRequest {
     /// with 408 when no token came yet.
     #[serde(default)]
     pub timeout: Option<f64>,
+    /// The API whose ranges apply (set by the route, never sent).
+    #[serde(skip)]
+    pub api: Api,
+}
+
+/// The API a request came in by, where the ranges of the same setting differ.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    #[default]
+    OpenAi,
+    /// `/v1/messages`: temperature at most 1.
+    Anthropic,
+}
+
+impl Api {
+    fn max_temperature(self) -> f64 {
+        match self {
+            Api::OpenAi => 2.0,
+            Api::Anthropic => 1.0,
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -104,21 +125,27 @@ impl<'de> Deserialize<'de> for Seed {
 
 /// `stop`: a string or up to 4 strings, none empty.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Stop(pub Vec<String>);
+pub struct Stop(Vec<String>);
+
+impl Stop {
+    /// What a list of stop strings must be (the rest of a sentence about the field).
+    pub const RULE: &str = "must be a string or an array of at most 4 non-empty strings";
+
+    /// The list, when it keeps to [`Stop::RULE`].
+    pub fn new(list: Vec<String>) -> Option<Stop> {
+        (list.len() <= 4 && list.iter().all(|s| !s.is_empty())).then_some(Stop(list))
+    }
+}
 
 impl<'de> Deserialize<'de> for Stop {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Stop, D::Error> {
         use serde::de::Error;
-        let bad = || D::Error::custom("must be a string or an array of at most 4 non-empty strings");
-        match Value::deserialize(d)? {
-            Value::String(s) if !s.is_empty() => Ok(Stop(vec![s])),
-            Value::Array(items) if items.len() <= 4 => items
-                .into_iter()
-                .map(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_string).ok_or_else(bad))
-                .collect::<Result<_, _>>()
-                .map(Stop),
-            _ => Err(bad()),
-        }
+        let list = match Value::deserialize(d)? {
+            Value::String(s) => Some(vec![s]),
+            Value::Array(items) => items.into_iter().map(|v| v.as_str().map(str::to_string)).collect(),
+            _ => None,
+        };
+        list.and_then(Stop::new).ok_or_else(|| D::Error::custom(Stop::RULE))
     }
 }
 
@@ -142,11 +169,13 @@ pub fn int_in(name: &str, value: Option<u64>, min: u64, max: u64) -> Result<Opti
 }
 
 impl SamplingRequest {
-    /// The checked parameters for a model of `n_vocab` tokens, under the server's timeouts.
+    /// The checked parameters for a model of `n_vocab` tokens, under the server's timeouts: each
+    /// field checked here once, against its range in the request's API (within the engine's,
+    /// which `SamplingParams::validate` keeps for its other callers).
     pub fn params(&self, n_vocab: usize, timeouts: &Timeouts) -> Result<CommonParams, ApiError> {
         let defaults = SamplingParams::default();
         let sampling = SamplingParams {
-            temperature: in_range("temperature", self.temperature, 0.0, 2.0)?.unwrap_or(defaults.temperature),
+            temperature: in_range("temperature", self.temperature, 0.0, self.api.max_temperature())?.unwrap_or(defaults.temperature),
             top_p: in_range("top_p", self.top_p, 0.0, 1.0)?.unwrap_or(defaults.top_p),
             top_k: int_in("top_k", self.top_k, 0, n_vocab as u64)?.map_or(defaults.top_k, |v| v as usize),
             min_p: in_range("min_p", self.min_p, 0.0, 1.0)?.unwrap_or(defaults.min_p),
@@ -161,10 +190,6 @@ impl SamplingRequest {
             logit_bias: self.logit_bias(n_vocab)?,
             seed: self.seed.map_or_else(rand_seed, |s| s.0),
         };
-        sampling.validate(n_vocab).map_err(|e| match e {
-            SamplingError::OutOfRange { name, .. } => ApiError::invalid_param(name, e.to_string()),
-            other => ApiError::invalid(other.to_string()),
-        })?;
         let max_tokens = match int_in("max_completion_tokens", self.max_completion_tokens, 1, u32::MAX as u64)? {
             Some(v) => Some(v as usize),
             None => int_in("max_tokens", self.max_tokens, 1, u32::MAX as u64)?.map(|v| v as usize),

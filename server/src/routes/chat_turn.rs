@@ -9,7 +9,6 @@ use std::time::Instant;
 
 use engine::chat::{tokenize_rendered, ChatInput};
 use engine::generate::{FinishReason, Usage};
-use serde_json::{Map, Value};
 
 pub(crate) use super::chat_request::Call;
 use super::chat_request::{outputs, render, ChatRequest, Outputs};
@@ -46,14 +45,13 @@ pub(crate) struct Reply {
     pub model: String,
 }
 
-/// Checks the chat request `body` (as `/v1/chat/completions` would), renders its prompt and
+/// Checks the chat request `typed` (as `/v1/chat/completions` would), renders its prompt and
 /// prepares its single output.
 async fn prepare(
     state: &AppState,
-    body: Map<String, Value>,
+    typed: ChatCompletionRequest,
     stream: bool,
 ) -> Result<(Arc<ModelEntry>, Arc<ChatRequest>, Outputs, String), ApiError> {
-    let typed = ChatCompletionRequest::from_body(&Value::Object(body))?;
     let id = typed.model_id()?;
     let entry = state.registry.generator(&id)?;
     let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab(), &state.timeouts)?);
@@ -65,9 +63,9 @@ async fn prepare(
     Ok((entry, request, outputs, id))
 }
 
-/// Runs the chat request `body` to its end.
-pub(crate) async fn complete(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Reply, ApiError> {
-    let (entry, request, Outputs { seqs, opens_thinking }, model) = prepare(state, body, false).await?;
+/// Runs the chat request `typed` to its end.
+pub(crate) async fn complete(state: &Arc<AppState>, typed: ChatCompletionRequest) -> Result<Reply, ApiError> {
+    let (entry, request, Outputs { seqs, opens_thinking }, model) = prepare(state, typed, false).await?;
     let start = Instant::now();
     let generation = submit(state, &entry, seqs).await?;
     let c = generation.collect().await?.pop().ok_or_else(|| ApiError::server("the model returned no reply"))?;
@@ -81,10 +79,9 @@ pub(crate) async fn complete(state: &Arc<AppState>, body: Map<String, Value>) ->
     Ok(Reply { reasoning, content, calls, end, model })
 }
 
-/// The prompt tokens of the chat request `body` on its model (its messages and tools rendered
+/// The prompt tokens of the chat request `typed` on its model (its messages and tools rendered
 /// by the model's template, with the generation prompt).
-pub(crate) fn prompt_tokens(state: &AppState, body: Map<String, Value>) -> Result<usize, ApiError> {
-    let typed = ChatCompletionRequest::from_body(&Value::Object(body))?;
+pub(crate) fn prompt_tokens(state: &AppState, typed: ChatCompletionRequest) -> Result<usize, ApiError> {
     let entry = state.registry.generator(&typed.model_id()?)?;
     let input = ChatInput { tools: typed.tools(), add_generation_prompt: true, ..ChatInput::new(typed.messages()?) };
     let text = render(&entry, &input)?;
@@ -117,9 +114,9 @@ pub(crate) struct Turn {
 }
 
 impl Turn {
-    /// Checks and submits the chat request `body` for streaming.
-    pub async fn start(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Turn, ApiError> {
-        let (entry, request, Outputs { seqs, opens_thinking }, model) = prepare(state, body, true).await?;
+    /// Checks and submits the chat request `typed` for streaming.
+    pub async fn start(state: &Arc<AppState>, typed: ChatCompletionRequest) -> Result<Turn, ApiError> {
+        let (entry, request, Outputs { seqs, opens_thinking }, model) = prepare(state, typed, true).await?;
         let prompt_tokens = seqs.first().map_or(0, |s| s.prompt.len());
         let generation = entry.worker.generate(seqs)?;
         Ok(Turn {

@@ -16,6 +16,8 @@ use super::chat_turn::{self, Call, Turn, TurnEnd, TurnEvent};
 use super::generation::random_id;
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, typed, Body, SseSender, Tagged};
+use crate::requests::chat::{self, CallMade, ChatCompletionRequest, ChatMessage, ConvertedChat, Role as ChatRole, ToolDef};
+use crate::requests::sampling::{Api, SamplingRequest, Stop};
 use crate::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -145,59 +147,56 @@ enum ToolChoice {
 }
 
 impl MessagesRequest {
-    /// The chat request this one means, as the JSON body `/v1/chat/completions` would take.
-    fn to_chat(&self) -> Result<Map<String, Value>, ApiError> {
+    /// The chat request this one means.
+    fn to_chat(&self) -> Result<ChatCompletionRequest, ApiError> {
         let mut messages = Vec::new();
         if let Some(system) = &self.system {
-            messages.push(json!({"role": "system", "content": system.joined()}));
+            messages.push(ChatMessage::text(ChatRole::System, system.joined()));
         }
         for (i, m) in self.messages.iter().enumerate() {
             messages.extend(turn(m, i)?);
         }
-        let mut body = Map::new();
-        body.insert("model".into(), json!(self.model));
-        body.insert("messages".into(), Value::Array(messages));
-        if let Some(max) = self.max_tokens {
-            body.insert("max_tokens".into(), json!(max));
-        }
-        if let Some(t) = self.temperature {
-            if !(0.0..=1.0).contains(&t) {
-                return Err(ApiError::invalid_param("temperature", "temperature must be between 0 and 1"));
-            }
-            body.insert("temperature".into(), json!(t));
-        }
-        for (key, value) in [("top_p", self.top_p.map(|v| json!(v))), ("top_k", self.top_k.map(|v| json!(v)))] {
-            if let Some(v) = value {
-                body.insert(key.into(), v);
-            }
-        }
-        if let Some(stops) = &self.stop_sequences {
-            body.insert("stop".into(), json!(stops));
-        }
-        if let Some(tools) = &self.tools {
-            let list: Vec<Value> = tools
-                .iter()
-                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}))
-                .collect();
-            body.insert("tools".into(), Value::Array(list));
-        }
-        match self.tool_choice.as_ref().map(|Tagged(c)| c) {
-            None | Some(ToolChoice::Auto) => {}
-            Some(ToolChoice::Any) => _ = body.insert("tool_choice".into(), json!("required")),
-            Some(ToolChoice::None) => _ = body.insert("tool_choice".into(), json!("none")),
-            Some(ToolChoice::Tool { name }) => {
-                _ = body.insert("tool_choice".into(), json!({"type": "function", "function": {"name": name}}))
-            }
-        }
-        Ok(body)
+        let stop = match &self.stop_sequences {
+            None => None,
+            Some(list) => Some(
+                Stop::new(list.clone())
+                    .ok_or_else(|| ApiError::invalid_param("stop_sequences", format!("stop_sequences {}", Stop::RULE)))?,
+            ),
+        };
+        let sampling = SamplingRequest {
+            max_tokens: self.max_tokens,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            stop,
+            api: Api::Anthropic,
+            ..SamplingRequest::default()
+        };
+        let tools = match &self.tools {
+            None => None,
+            Some(tools) => Some(
+                tools
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| ToolDef::function(&t.name, t.description.as_deref(), Some(&t.input_schema), &format!("tools[{i}].name")))
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
+        let tool_choice = match self.tool_choice.as_ref().map(|Tagged(c)| c) {
+            None | Some(ToolChoice::Auto) => None,
+            Some(ToolChoice::Any) => Some(chat::ToolChoice::Required),
+            Some(ToolChoice::None) => Some(chat::ToolChoice::None),
+            Some(ToolChoice::Tool { name }) => Some(chat::ToolChoice::Named(name.clone())),
+        };
+        Ok(ConvertedChat { model: self.model.clone(), messages, tools, tool_choice, response_format: None, sampling }.into())
     }
 }
 
 /// One Messages turn as chat messages: a user turn's tool results become `tool` messages (before
 /// its text), an assistant turn's `tool_use` blocks its `tool_calls`.
-fn turn(m: &InputMessage, i: usize) -> Result<Vec<Value>, ApiError> {
+fn turn(m: &InputMessage, i: usize) -> Result<Vec<ChatMessage>, ApiError> {
     let blocks = match &m.content {
-        Content::Plain(text) => return Ok(vec![json!({"role": role_name(m.role), "content": text})]),
+        Content::Plain(text) => return Ok(vec![ChatMessage::text(chat_role(m.role), text.clone())]),
         Content::Blocks(blocks) => blocks,
     };
     let (mut out, mut text, mut calls) = (Vec::new(), String::new(), Vec::new());
@@ -208,7 +207,7 @@ fn turn(m: &InputMessage, i: usize) -> Result<Vec<Value>, ApiError> {
             Block::Text { text: t } => text.push_str(t),
             Block::Image { .. } => return Err(misplaced("an image block, but this model has no vision support")),
             Block::ToolUse { id, name, input } if m.role == Role::Assistant => {
-                calls.push(Call { id: id.clone(), name: name.clone(), arguments: Value::Object(input.clone()).to_string() }.to_openai())
+                calls.push(CallMade { id: id.clone(), name: name.clone(), arguments: Value::Object(input.clone()) })
             }
             Block::ToolUse { .. } => return Err(misplaced("a tool_use block belongs to an assistant turn")),
             Block::ToolResult { tool_use_id, content, is_error } if m.role == Role::User => {
@@ -216,23 +215,23 @@ fn turn(m: &InputMessage, i: usize) -> Result<Vec<Value>, ApiError> {
                 if *is_error == Some(true) {
                     result = format!("Error: {result}");
                 }
-                out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": result}));
+                out.push(ChatMessage::tool_result(tool_use_id.clone(), result));
             }
             Block::ToolResult { .. } => return Err(misplaced("a tool_result block belongs to a user turn")),
         }
     }
     if !calls.is_empty() {
-        out.push(json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }, "tool_calls": calls}));
+        out.push(ChatMessage::assistant(text, calls));
     } else if !text.is_empty() || out.is_empty() {
-        out.push(json!({"role": role_name(m.role), "content": text}));
+        out.push(ChatMessage::text(chat_role(m.role), text));
     }
     Ok(out)
 }
 
-fn role_name(role: Role) -> &'static str {
+fn chat_role(role: Role) -> ChatRole {
     match role {
-        Role::User => "user",
-        Role::Assistant => "assistant",
+        Role::User => ChatRole::User,
+        Role::Assistant => ChatRole::Assistant,
     }
 }
 
@@ -241,15 +240,15 @@ pub async fn create(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     if request.max_tokens.is_none() {
         return Err(ApiError::missing("max_tokens"));
     }
-    let chat_body = request.to_chat()?;
+    let chat = request.to_chat()?;
     if request.stream == Some(true) {
-        let turn = Turn::start(state, chat_body).await?;
+        let turn = Turn::start(state, chat).await?;
         let (response, sse) = sse_response();
         let state = state.clone();
         tokio::spawn(async move { stream(turn, &request, &state, &sse).await });
         return Ok(response);
     }
-    let reply = chat_turn::complete(state, chat_body).await?;
+    let reply = chat_turn::complete(state, chat).await?;
     let mut content = Vec::new();
     if let Some(thinking) = &reply.reasoning {
         content.push(json!({"type": "thinking", "thinking": thinking, "signature": ""}));

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use engine::generate::FinishReason;
+use engine::grammar::Constraint;
 use hyper::Response;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -20,6 +21,8 @@ use super::generation::{random_id, unix_now};
 use super::responses_stream;
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, typed, typed_at, Body, Tagged};
+use crate::requests::chat::{self, CallMade, ChatCompletionRequest, ChatMessage, ConvertedChat, Role as ChatRole, ToolDef};
+use crate::requests::sampling::SamplingRequest;
 use crate::response_store::Stored;
 use crate::AppState;
 
@@ -196,13 +199,13 @@ enum Truncation {
     Disabled,
 }
 
-fn role_name(role: Role) -> &'static str {
+fn chat_role(role: Role) -> ChatRole {
     match role {
-        Role::User => "user",
-        Role::Assistant => "assistant",
+        Role::User => ChatRole::User,
+        Role::Assistant => ChatRole::Assistant,
         // the chat route reads `developer` as `system`
-        Role::System => "system",
-        Role::Developer => "developer",
+        Role::System => ChatRole::System,
+        Role::Developer => ChatRole::Developer,
     }
 }
 
@@ -240,13 +243,13 @@ impl ResponsesRequest {
 
     /// The input as chat messages, in order: an assistant message and the function calls after
     /// it are one assistant turn; each call's output is a tool message.
-    fn input_messages(&self) -> Result<Vec<Value>, ApiError> {
+    fn input_messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
         let items = match &self.input {
-            Input::Text(text) => return Ok(vec![json!({"role": "user", "content": text})]),
+            Input::Text(text) => return Ok(vec![ChatMessage::text(ChatRole::User, text.clone())]),
             Input::Items(items) if items.is_empty() => return Err(ApiError::invalid_param("input", "input must not be empty")),
             Input::Items(items) => items,
         };
-        let mut out: Vec<Value> = Vec::new();
+        let mut out: Vec<ChatMessage> = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let at = format!("input[{i}]");
             // a message may leave out its type (an "easy input message")
@@ -263,23 +266,15 @@ impl ResponsesRequest {
                         MessageContent::Text(t) => t,
                         MessageContent::Parts(parts) => parts_text(&parts, &format!("{at}.content"))?,
                     };
-                    out.push(json!({"role": role_name(role), "content": text}));
+                    out.push(ChatMessage::text(chat_role(role), text));
                 }
                 Some("function_call") => {
                     let FunctionCallItem { call_id, name, arguments } = typed_at(item, &at)?;
-                    let call = Call { id: call_id, name, arguments }.to_openai();
+                    let call = CallMade { id: call_id, name, arguments: Value::String(arguments) };
                     // calls right after an assistant message (or other calls) join its turn
                     match out.last_mut() {
-                        Some(last) if last["role"] == "assistant" => {
-                            if last.get("tool_calls").is_none() {
-                                last["tool_calls"] = json!([]);
-                                if last["content"] == "" {
-                                    last["content"] = Value::Null;
-                                }
-                            }
-                            last["tool_calls"].as_array_mut().expect("set above").push(call);
-                        }
-                        _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+                        Some(last) if last.role() == ChatRole::Assistant => last.add_call(call),
+                        _ => out.push(ChatMessage::assistant(String::new(), vec![call])),
                     }
                 }
                 Some("function_call_output") => {
@@ -288,7 +283,7 @@ impl ResponsesRequest {
                         CallOutput::Text(t) => t,
                         CallOutput::Parts(parts) => parts_text(&parts, &format!("{at}.output"))?,
                     };
-                    out.push(json!({"role": "tool", "tool_call_id": call_id, "content": text}));
+                    out.push(ChatMessage::tool_result(call_id, text));
                 }
                 // an earlier reply's reasoning: left out of the prompt, as the chat templates
                 // leave earlier thinking out
@@ -308,51 +303,45 @@ impl ResponsesRequest {
     }
 
     /// The chat request this one means over the conversation `history` (earlier turns and this
-    /// input), as the JSON body `/v1/chat/completions` would take.
-    fn to_chat(&self, history: &[Value]) -> Result<Map<String, Value>, ApiError> {
+    /// input).
+    fn to_chat(&self, history: &[ChatMessage]) -> Result<ChatCompletionRequest, ApiError> {
         let mut messages = Vec::with_capacity(history.len() + 1);
         if let Some(instructions) = &self.instructions {
-            messages.push(json!({"role": "system", "content": instructions}));
+            messages.push(ChatMessage::text(ChatRole::System, instructions.clone()));
         }
         messages.extend(history.iter().cloned());
-        let mut body = Map::new();
-        body.insert("model".into(), json!(self.model));
-        body.insert("messages".into(), Value::Array(messages));
-        if let Some(max) = self.max_output_tokens {
-            body.insert("max_tokens".into(), json!(max));
-        }
-        for (key, value) in [("temperature", self.temperature), ("top_p", self.top_p)] {
-            if let Some(v) = value {
-                body.insert(key.into(), json!(v));
-            }
-        }
-        if let Some(user) = &self.user {
-            body.insert("user".into(), json!(user));
-        }
-        if let Some(tools) = &self.tools {
-            let list: Vec<Value> = tools
-                .iter()
-                .map(|Tagged(Tool::Function { name, description, parameters, .. })| {
-                    json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
-                })
-                .collect();
-            body.insert("tools".into(), Value::Array(list));
-        }
-        match &self.tool_choice {
-            None => {}
-            Some(ToolChoice::Mode(mode)) => _ = body.insert("tool_choice".into(), json!(mode_name(*mode))),
-            Some(ToolChoice::Function(Tagged(NamedFunction::Function { name }))) => {
-                _ = body.insert("tool_choice".into(), json!({"type": "function", "function": {"name": name}}))
-            }
-        }
-        match self.text.as_ref().and_then(|t| t.format.as_ref()).map(|Tagged(f)| f) {
-            None | Some(Format::Text) => {}
-            Some(Format::JsonObject) => _ = body.insert("response_format".into(), json!({"type": "json_object"})),
-            Some(Format::JsonSchema { name, schema, .. }) => {
-                _ = body.insert("response_format".into(), json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}}))
-            }
-        }
-        Ok(body)
+        let sampling = SamplingRequest {
+            max_tokens: self.max_output_tokens,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            user: self.user.clone(),
+            ..SamplingRequest::default()
+        };
+        let tools = match &self.tools {
+            None => None,
+            Some(tools) => Some(
+                tools
+                    .iter()
+                    .enumerate()
+                    .map(|(i, Tagged(Tool::Function { name, description, parameters, .. }))| {
+                        ToolDef::function(name, description.as_deref(), parameters.as_ref(), &format!("tools[{i}].name"))
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
+        let tool_choice = match &self.tool_choice {
+            None => None,
+            Some(ToolChoice::Mode(ToolMode::None)) => Some(chat::ToolChoice::None),
+            Some(ToolChoice::Mode(ToolMode::Auto)) => Some(chat::ToolChoice::Auto),
+            Some(ToolChoice::Mode(ToolMode::Required)) => Some(chat::ToolChoice::Required),
+            Some(ToolChoice::Function(Tagged(NamedFunction::Function { name }))) => Some(chat::ToolChoice::Named(name.clone())),
+        };
+        let response_format = match self.text.as_ref().and_then(|t| t.format.as_ref()).map(|Tagged(f)| f) {
+            None | Some(Format::Text) => None,
+            Some(Format::JsonObject) => Some(Constraint::JsonObject),
+            Some(Format::JsonSchema { schema, .. }) => Some(Constraint::JsonSchema(Value::Object(schema.clone()))),
+        };
+        Ok(ConvertedChat { model: self.model.clone(), messages, tools, tool_choice, response_format, sampling }.into())
     }
 
     /// The request's settings as the response object repeats them.
@@ -468,29 +457,21 @@ pub(crate) fn call_item(id: &str, call: &Call, arguments: &str, status: &str) ->
     json!({"type": "function_call", "id": id, "call_id": call.id, "name": call.name, "arguments": arguments, "status": status})
 }
 
-/// The assistant turn a reply adds to the conversation (its text and calls, as chat reads them).
-pub(crate) fn assistant_turn(content: &str, calls: &[Call]) -> Value {
-    let mut turn = json!({"role": "assistant", "content": content});
-    if !calls.is_empty() {
-        let calls: Vec<Value> =
-            calls.iter().map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})).collect();
-        turn["tool_calls"] = Value::Array(calls);
-        if content.is_empty() {
-            turn["content"] = Value::Null;
-        }
-    }
-    turn
+/// The assistant turn a reply adds to the conversation (its text and calls).
+pub(crate) fn assistant_turn(content: &str, calls: &[Call]) -> ChatMessage {
+    let calls = calls.iter().map(|c| CallMade { id: c.id.clone(), name: c.name.clone(), arguments: Value::String(c.arguments.clone()) });
+    ChatMessage::assistant(content.to_string(), calls.collect())
 }
 
 /// What a finished response leaves behind: kept when the request asked (`store`).
 pub(crate) struct Keep {
     pub store: bool,
     /// The conversation up to and with this request's input.
-    pub history: Vec<Value>,
+    pub history: Vec<ChatMessage>,
 }
 
 impl Keep {
-    pub fn save(self, state: &AppState, response: &Value, turn: Value) {
+    pub fn save(self, state: &AppState, response: &Value, turn: ChatMessage) {
         if !self.store {
             return;
         }
@@ -518,17 +499,17 @@ pub async fn create(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         None => Vec::new(),
     };
     history.extend(request.input_messages()?);
-    let chat_body = request.to_chat(&history)?;
+    let chat = request.to_chat(&history)?;
     let keep = Keep { store, history };
     if request.stream == Some(true) {
-        let turn = Turn::start(state, chat_body).await?;
+        let turn = Turn::start(state, chat).await?;
         let shell = request.echo(item_id("resp"), turn.model.clone(), store);
         let (response, sse) = sse_response();
         let state = state.clone();
         tokio::spawn(async move { responses_stream::run(turn, shell, keep, &state, &sse).await });
         return Ok(response);
     }
-    let reply = chat_turn::complete(state, chat_body).await?;
+    let reply = chat_turn::complete(state, chat).await?;
     let shell = request.echo(item_id("resp"), reply.model.clone(), store);
     let response = shell.finished(output_items(&reply), &reply.end);
     keep.save(state, &response, assistant_turn(&reply.content, &reply.calls));

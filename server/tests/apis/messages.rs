@@ -105,10 +105,21 @@ fn errors_have_the_anthropic_shape() {
             StatusCode::BAD_REQUEST,
             "messages[0].role",
         ),
+        // Anthropic's range, not OpenAI's 0 to 2
         (
             json!({"model": CHAT, "max_tokens": 5, "temperature": 1.5, "messages": [{"role": "user", "content": "Hi"}]}),
             StatusCode::BAD_REQUEST,
-            "temperature",
+            "temperature must be between 0 and 1",
+        ),
+        (
+            json!({"model": CHAT, "max_tokens": 5, "stop_sequences": ["a", ""], "messages": [{"role": "user", "content": "Hi"}]}),
+            StatusCode::BAD_REQUEST,
+            "stop_sequences must be",
+        ),
+        (
+            json!({"model": CHAT, "max_tokens": 5, "messages": [{"role": "user", "content": "Hi"}], "tools": [{"name": "get weather", "input_schema": {"type": "object"}}]}),
+            StatusCode::BAD_REQUEST,
+            "tools[0].name must be",
         ),
         (
             json!({"model": CHAT, "max_tokens": 5, "stream": true, "messages": [{"role": "user", "content": "Hi"}], "thinking": {"type": "sometimes"}}),

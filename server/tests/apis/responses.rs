@@ -306,6 +306,7 @@ fn bad_requests_name_their_field() {
         (json!({"model": CHAT, "input": "x", "max_output_tokens": 0}), StatusCode::BAD_REQUEST, "max_output_tokens"),
         (json!({"model": CHAT, "input": "x", "temperature": 3}), StatusCode::BAD_REQUEST, "temperature"),
         (json!({"model": CHAT, "input": "x", "tools": [{"type": "web_search"}]}), StatusCode::BAD_REQUEST, "tools[0]"),
+        (json!({"model": CHAT, "input": "x", "tools": [{"type": "function", "name": "a b"}]}), StatusCode::BAD_REQUEST, "tools[0].name"),
         (json!({"model": CHAT, "input": "x", "tool_choice": "required"}), StatusCode::BAD_REQUEST, "tool_choice"),
         (
             json!({"model": CHAT, "input": "x", "text": {"format": {"type": "json_schema", "name": "x"}}}),
