@@ -18,5 +18,6 @@ pub mod logprobs;
 pub mod model;
 pub mod quant;
 pub mod sampling;
+pub mod serving;
 pub mod tokenizer;
 pub mod transcribe;

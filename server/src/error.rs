@@ -5,6 +5,7 @@
 
 use engine::generate::GenerateError;
 use engine::guard::GuardError;
+use engine::serving::SeqError;
 use hyper::StatusCode;
 use serde_json::json;
 
@@ -217,6 +218,17 @@ impl From<GuardError> for ApiError {
             code: api.code,
             allow: None,
             guard: None,
+        }
+    }
+}
+
+impl From<SeqError> for ApiError {
+    fn from(e: SeqError) -> ApiError {
+        match e {
+            SeqError::Timeout => ApiError::timeout(),
+            SeqError::ContextLength(message) => ApiError::context_length_exceeded(None, message),
+            SeqError::Generate(e) => e.into(),
+            SeqError::Internal(message) => ApiError::server(message),
         }
     }
 }

@@ -10,12 +10,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use engine::guard::{BatchItem, GuardError, GuardInput, MAX_BATCH};
+use engine::serving::{Cancel, EngineState};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
-use crate::protocol::{Cancel, EngineState};
 use crate::worker::Worker;
 
 type Reply = oneshot::Sender<Result<Vec<BatchItem>, GuardError>>;

@@ -2,7 +2,7 @@
 //! SSE), embeddings, the guard routes, models (list, get, delete = unload), health and Prometheus metrics.
 //!
 //! Every model runs on its own engine thread, which decodes all its active requests together
-//! (continuous batching, `engine_loop`); the async side parses, validates, renders prompts and
+//! (continuous batching, `engine::serving`); the async side parses, validates, renders prompts and
 //! formats answers, and talks to it through a `worker::Worker`. Non-streaming requests may go
 //! through a `batch_scheduler` first. `Server::builder()` takes the models;
 //! `Server::handler()` is the hyper service (mountable in another app); `Server::serve` runs
@@ -11,14 +11,12 @@
 
 pub mod audit;
 pub mod batch_scheduler;
-pub mod engine_loop;
 pub mod error;
 pub mod guard_queue;
 pub mod http;
 pub mod metrics;
 pub mod model_loader;
 pub mod openapi;
-pub mod protocol;
 pub mod registry;
 pub mod requests;
 pub mod response_store;

@@ -9,14 +9,13 @@
 
 use std::sync::atomic::AtomicU64;
 
+use engine::serving::LoopMetrics;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-
-use crate::protocol::LoopMetrics;
 
 /// Latency buckets in milliseconds when `--latency-buckets` is not given.
 pub const DEFAULT_LATENCY_BUCKETS: [f64; 12] = [5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0];

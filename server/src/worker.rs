@@ -1,5 +1,5 @@
-//! The handle the routes hold on a model's engine thread: submit generations (continuous
-//! batching, `engine_loop.rs`) or exclusive jobs (guard, embeddings), with admission control
+//! The handle the routes hold on a model's engine thread (`engine::serving::EngineLoop`): submit
+//! generations (continuous batching) or exclusive jobs (guard, embeddings), with admission control
 //! (a full queue answers 503 at once) and cancellation (a dropped handle stops its sequences at
 //! the next step). Prompt rendering and grammar compilation happen on the caller's thread, so
 //! the engine thread only runs forward passes.
@@ -16,10 +16,36 @@ use engine::guard::Evaluator;
 use engine::model::Model;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::engine_loop::EngineLoop;
+use engine::generate::TokenEvent;
+use engine::serving::{self, EngineLoop, EventSink, Job, Msg, Ticket};
+pub use engine::serving::{Cancel, CancelOnDrop, EngineState, LoopConfig, LoopMetrics, SeqSpec};
+
 use crate::error::ApiError;
-pub use crate::protocol::{Cancel, CancelOnDrop, EngineState, LoopConfig, LoopMetrics, SeqEvent, SeqSpec};
-use crate::protocol::{Job, Msg, Ticket};
+
+/// What a generation reports to the routes, for output `index` of its request: the engine
+/// thread's events, its errors as the API's.
+#[derive(Debug)]
+pub enum SeqEvent {
+    Token { index: usize, event: TokenEvent },
+    Done { index: usize, result: Result<Completion, ApiError> },
+}
+
+/// The async side of a request, as the engine thread's sink of its events.
+struct Events(mpsc::UnboundedSender<SeqEvent>);
+
+impl EventSink for Events {
+    fn send(&self, event: serving::SeqEvent) -> bool {
+        let event = match event {
+            serving::SeqEvent::Token { index, event } => SeqEvent::Token { index, event },
+            serving::SeqEvent::Done { index, result } => SeqEvent::Done { index, result: result.map_err(ApiError::from) },
+        };
+        self.0.send(event).is_ok()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
+}
 
 /// The outputs of one submitted request, as they come. Dropping it cancels what is left.
 pub struct Generation {
@@ -162,14 +188,14 @@ impl Worker {
     pub(crate) fn submit(&self, job: Job) -> Result<(), ApiError> {
         self.touch();
         self.outstanding.fetch_add(1, Ordering::Relaxed);
-        let ticket = Ticket(self.outstanding.clone());
+        let ticket = Ticket::held(self.outstanding.clone());
         self.tx.send(Msg::Job { job, cancel: Cancel::default(), ticket }).map_err(|_| ApiError::server("the engine thread stopped"))
     }
 
     fn ticket(&self) -> Result<Ticket, ApiError> {
         self.touch();
         let before = self.outstanding.fetch_add(1, Ordering::Relaxed);
-        let ticket = Ticket(self.outstanding.clone());
+        let ticket = Ticket::held(self.outstanding.clone());
         if before >= self.limit {
             return Err(ApiError::overloaded());
         }
@@ -183,7 +209,7 @@ impl Worker {
         let n = seqs.len();
         let stopped = Arc::new(AtomicBool::new(false));
         self.tx
-            .send(Msg::Generate { seqs, events, ticket, stopped: stopped.clone() })
+            .send(Msg::Generate { seqs, events: Box::new(Events(events)), ticket, stopped: stopped.clone() })
             .map_err(|_| ApiError::server("the engine thread stopped"))?;
         Ok(Generation { events: rx, n, stopped })
     }

@@ -14,6 +14,7 @@ mod guard_prompts;
 mod guard_verdicts;
 mod quant_golden;
 mod reference;
+mod serving;
 mod simd_vs_ref;
 mod tiny_archs;
 mod tokenizer_golden;

@@ -14,22 +14,20 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::generate::{draft_rng, speculative_round, Draft, FinishReason, SequenceDecoder, TokenEvent, Usage};
-use engine::guard::{Evaluator, PromptStats};
-use engine::kv_cache::{common_prefix, KvCache, KvType, PrefixCache, SeqId, BLOCK_POSITIONS};
-use engine::model::vision::PromptImages;
-use engine::model::{BatchEntry, InputEntry, Model};
-use engine::sampling::Rng;
-use engine::tokenizer::TokenId;
 use rayon::prelude::*;
-use tokio::sync::mpsc::UnboundedSender;
 
-use crate::error::ApiError;
-use crate::protocol::{EngineState, LoopConfig, LoopMetrics, Msg, SeqEvent, SeqSpec, Ticket};
+use super::protocol::{EngineState, EventSink, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};
+use crate::generate::{draft_rng, speculative_round, Completion, Draft, FinishReason, GenerateError, SequenceDecoder, TokenEvent, Usage};
+use crate::guard::{Evaluator, PromptStats};
+use crate::kv_cache::{common_prefix, KvCache, KvType, PrefixCache, SeqId, BLOCK_POSITIONS};
+use crate::model::vision::PromptImages;
+use crate::model::{BatchEntry, InputEntry, Model};
+use crate::sampling::Rng;
+use crate::tokenizer::TokenId;
 
 /// One request's outputs.
 struct Group {
-    events: UnboundedSender<SeqEvent>,
+    events: Box<dyn EventSink>,
     /// Outputs not yet done.
     remaining: usize,
     /// One of its outputs has been admitted (it no longer counts as queued).
@@ -89,7 +87,9 @@ fn blocks(positions: usize) -> usize {
 }
 
 impl EngineLoop {
-    pub(crate) fn new(
+    /// The loop of `model` (with its guard and draft model), taking messages from `rx`;
+    /// `outstanding` counts the requests in the system (queued ones among them).
+    pub fn new(
         model: Arc<Model>,
         guard: Option<Arc<Evaluator>>,
         draft: Option<Arc<Model>>,
@@ -138,7 +138,7 @@ impl EngineLoop {
                 rayon::scope(|_| self.step());
             } else if let Some(w) = self.waiting.pop_front() {
                 // nothing runs and the head still cannot start: it never will
-                self.fail(w.group, w.index, ApiError::server("the sequence could not be scheduled"));
+                self.fail(w.group, w.index, SeqError::Internal("the sequence could not be scheduled".into()));
             }
             self.update_gauges();
         }
@@ -226,7 +226,7 @@ impl EngineLoop {
         while i < self.waiting.len() {
             if due(&self.waiting[i].spec.deadline) {
                 let w = self.waiting.remove(i).expect("in range");
-                self.fail(w.group, w.index, ApiError::timeout());
+                self.fail(w.group, w.index, SeqError::Timeout);
             } else {
                 i += 1;
             }
@@ -237,7 +237,7 @@ impl EngineLoop {
             }
             if self.running[i].history.len() <= self.running[i].prompt_len {
                 let r = self.running.remove(i);
-                self.finish(r, Some(ApiError::timeout()));
+                self.finish(r, Some(SeqError::Timeout));
             } else {
                 let event = self.running[i].decoder.end(FinishReason::Length);
                 self.emit(i, event);
@@ -256,7 +256,7 @@ impl EngineLoop {
             if prompt_len == 0 || prompt_len >= n_ctx {
                 let w = self.waiting.remove(i).expect("in range");
                 let e = format!("the prompt has {prompt_len} tokens but the context holds {n_ctx}");
-                self.fail(w.group, w.index, ApiError::context_length_exceeded(None, e));
+                self.fail(w.group, w.index, SeqError::ContextLength(e));
                 continue;
             }
             let total = (prompt_len + self.waiting[i].spec.params.max_tokens).min(n_ctx);
@@ -266,7 +266,7 @@ impl EngineLoop {
                     "the request needs {total} positions of KV cache, more than the server's {}",
                     self.capacity_blocks * BLOCK_POSITIONS
                 );
-                self.fail(w.group, w.index, ApiError::context_length_exceeded(None, e));
+                self.fail(w.group, w.index, SeqError::ContextLength(e));
                 continue;
             }
             let prompt = self.waiting[i].spec.prompt.clone();
@@ -437,7 +437,7 @@ impl EngineLoop {
             match r.images.entries(r.seq, &r.history[fed..fed + take], fed as u32, n_vocab, last) {
                 Ok(entries) => batch.extend(entries),
                 Err(id) => {
-                    bad.push((i, ApiError::server(format!("prompt id {id} is neither a token nor an image row"))));
+                    bad.push((i, SeqError::Internal(format!("prompt id {id} is neither a token nor an image row"))));
                     continue;
                 }
             }
@@ -446,7 +446,7 @@ impl EngineLoop {
             }
             in_batch += 1;
         }
-        let mut finished: Vec<(usize, Option<ApiError>)> = bad.into_iter().map(|(i, e)| (i, Some(e))).collect();
+        let mut finished: Vec<(usize, Option<SeqError>)> = bad.into_iter().map(|(i, e)| (i, Some(e))).collect();
         for (i, event) in ended {
             self.emit(i, event);
             finished.push((i, None));
@@ -461,7 +461,7 @@ impl EngineLoop {
                         row_of[i] = Some(row);
                     }
                     // sampling (a softmax over the vocabulary each) runs on every core
-                    let steps: Vec<(usize, Result<TokenEvent, engine::generate::GenerateError>)> = self
+                    let steps: Vec<(usize, Result<TokenEvent, GenerateError>)> = self
                         .running
                         .par_iter_mut()
                         .enumerate()
@@ -487,8 +487,8 @@ impl EngineLoop {
                     }
                 }
                 Err(e) => {
-                    let e = ApiError::server(format!("forward pass: {e}"));
-                    finished.extend(owners.iter().map(|&i| (i, Some(e.clone()))));
+                    let e = format!("forward pass: {e}");
+                    finished.extend(owners.iter().map(|&i| (i, Some(SeqError::Internal(e.clone())))));
                 }
             }
         }
@@ -562,7 +562,7 @@ impl EngineLoop {
     }
 
     /// Reports the end of `r` (its completion, or `error`) and keeps its cache for reuse.
-    fn finish(&mut self, r: Running, error: Option<ApiError>) {
+    fn finish(&mut self, r: Running, error: Option<SeqError>) {
         let result = match error {
             None => Ok(r.decoder.into_completion(r.usage)),
             Some(e) => Err(e),
@@ -580,11 +580,11 @@ impl EngineLoop {
         self.report(r.group, r.index, result);
     }
 
-    fn fail(&mut self, group: u64, index: usize, error: ApiError) {
+    fn fail(&mut self, group: u64, index: usize, error: SeqError) {
         self.report(group, index, Err(error));
     }
 
-    fn report(&mut self, group: u64, index: usize, result: Result<engine::generate::Completion, ApiError>) {
+    fn report(&mut self, group: u64, index: usize, result: Result<Completion, SeqError>) {
         let Some(g) = self.groups.get_mut(&group) else { return };
         let _ = g.events.send(SeqEvent::Done { index, result });
         g.remaining -= 1;

@@ -1,19 +1,17 @@
-//! What the routes' side (`worker.rs`) and a model's engine thread (`engine_loop.rs`) say to
-//! each other: the loop's configuration, the messages it takes (generations, exclusive jobs),
-//! what a sequence reports, the request's place in the system and its cancellation flag, and
-//! the metrics the loop reports, behind a trait so that the loop knows no metrics library.
+//! What a model's engine thread (`engine_loop.rs`) and the side that feeds it (a server's
+//! handle, a test) say to each other: the loop's configuration, the messages it takes
+//! (generations, exclusive jobs), what a sequence reports and how it can fail, where its events
+//! go, the request's place in the system and its cancellation flag, and the metrics the loop
+//! reports: traits, so that the loop knows no async runtime, protocol or metrics library.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use engine::generate::{Completion, GenerateParams, TokenEvent};
-use engine::guard::Evaluator;
-use engine::model::vision::PromptImages;
-use engine::model::Model;
-use engine::tokenizer::TokenId;
-use tokio::sync::mpsc;
-
-use crate::error::ApiError;
+use crate::generate::{Completion, GenerateError, GenerateParams, TokenEvent};
+use crate::guard::Evaluator;
+use crate::model::vision::PromptImages;
+use crate::model::Model;
+use crate::tokenizer::TokenId;
 
 /// How a model's engine thread schedules its work.
 #[derive(Clone, Debug)]
@@ -49,7 +47,8 @@ pub struct EngineState {
     pub guard: Option<Arc<Evaluator>>,
 }
 
-pub(crate) type Job = Box<dyn FnOnce(&mut EngineState) + Send>;
+/// Work that has the model to itself, between two steps.
+pub type Job = Box<dyn FnOnce(&mut EngineState) + Send>;
 
 /// One output to generate.
 pub struct SeqSpec {
@@ -70,16 +69,51 @@ pub struct SeqSpec {
 #[derive(Debug)]
 pub enum SeqEvent {
     Token { index: usize, event: TokenEvent },
-    Done { index: usize, result: Result<Completion, ApiError> },
+    Done { index: usize, result: Result<Completion, SeqError> },
 }
 
-pub(crate) enum Msg {
-    Generate { seqs: Vec<SeqSpec>, events: mpsc::UnboundedSender<SeqEvent>, ticket: Ticket, stopped: Arc<AtomicBool> },
+/// Why a sequence ended without its completion.
+#[derive(Debug, thiserror::Error)]
+pub enum SeqError {
+    /// The request's deadline passed before its first output token.
+    #[error("the request's timeout passed before its first token")]
+    Timeout,
+    /// The prompt, or the positions the request may reach, do not fit.
+    #[error("{0}")]
+    ContextLength(String),
+    /// The decoder refused the request or failed (sampling settings, a constraint, the model).
+    #[error(transparent)]
+    Generate(#[from] GenerateError),
+    /// The loop could not run it (a failed forward pass, a prompt id it cannot read).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Where a request's events go: the loop sends each as it comes and drops the sink when the
+/// request is done; a sink whose receiver is gone marks the request cancelled.
+pub trait EventSink: Send {
+    /// Sends `event`; false when nobody receives any more.
+    fn send(&self, event: SeqEvent) -> bool;
+    /// Nobody receives any more (the client went away).
+    fn is_closed(&self) -> bool;
+}
+
+/// What the loop takes.
+pub enum Msg {
+    Generate { seqs: Vec<SeqSpec>, events: Box<dyn EventSink>, ticket: Ticket, stopped: Arc<AtomicBool> },
     Job { job: Job, cancel: Cancel, ticket: Ticket },
 }
 
-/// A request's place in the system: released (dropped) when the request is done.
-pub(crate) struct Ticket(pub(crate) Arc<AtomicUsize>);
+/// A request's place in the system: a count of the requests in it, taken back when the ticket
+/// is dropped (the request is done).
+pub struct Ticket(Arc<AtomicUsize>);
+
+impl Ticket {
+    /// A place counted in `outstanding` (already incremented by the caller's admission check).
+    pub fn held(outstanding: Arc<AtomicUsize>) -> Ticket {
+        Ticket(outstanding)
+    }
+}
 
 impl Drop for Ticket {
     fn drop(&mut self) {
@@ -124,8 +158,8 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// What the engine loop of one model reports (`metrics.rs` keeps it as Prometheus families
-/// labelled by model).
+/// What the engine loop of one model reports (a server keeps it as Prometheus families labelled
+/// by model).
 pub trait LoopMetrics: Send {
     /// Requests accepted and waiting for a sequence slot.
     fn queue_depth(&self, waiting: usize);

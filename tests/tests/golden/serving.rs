@@ -1,0 +1,138 @@
+//! The engine thread of a served model (`engine::serving`) with no server around it: requests
+//! as messages on a standard channel, their events into sinks of the test's own. Requests
+//! decoded together give each the tokens a standalone generation gives, a streamed one every
+//! token as it comes; a request whose receiver went away leaves at the next step, counted as
+//! cancelled; every request's place is given back, and the thread ends when its channel closes.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use engine::generate::{generate, Completion, GenerateParams, TokenEvent};
+use engine::kv_cache::KvType;
+use engine::model::vision::PromptImages;
+use engine::model::Model;
+use engine::serving::{EngineLoop, EventSink, LoopConfig, LoopMetrics, Msg, SeqEvent, SeqSpec, Ticket};
+use engine::tokenizer::TokenId;
+use engine_tests::fixture;
+
+/// A request's receiving end, as the test sees it: what came, and a flag that says it is gone.
+struct Sink {
+    tx: mpsc::Sender<SeqEvent>,
+    gone: Arc<AtomicBool>,
+}
+
+impl EventSink for Sink {
+    fn send(&self, event: SeqEvent) -> bool {
+        self.tx.send(event).is_ok()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
+    }
+}
+
+/// The loop's figures this test reads.
+#[derive(Clone, Default)]
+struct Counts {
+    cancelled: Arc<AtomicUsize>,
+    steps: Arc<AtomicUsize>,
+    widest_step: Arc<AtomicUsize>,
+}
+
+impl LoopMetrics for Counts {
+    fn queue_depth(&self, _: usize) {}
+    fn running(&self, _: usize) {}
+    fn kv_blocks(&self, _: usize) {}
+    fn kv_capacity(&self, _: usize) {}
+    fn step(&self, sequences: usize) {
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        self.widest_step.fetch_max(sequences, Ordering::Relaxed);
+    }
+    fn prefix_lookup(&self, _: bool) {}
+    fn prompt(&self, _: usize, _: usize) {}
+    fn drafted(&self, _: usize, _: usize) {}
+    fn cancelled(&self) {
+        self.cancelled.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Submits one output of `prompt` (greedy, `max_tokens`) with a place counted in `outstanding`:
+/// the receiver of its events and its gone flag.
+fn submit(
+    tx: &mpsc::Sender<Msg>,
+    outstanding: &Arc<AtomicUsize>,
+    prompt: &[TokenId],
+    max_tokens: usize,
+    stream: bool,
+) -> (mpsc::Receiver<SeqEvent>, Arc<AtomicBool>) {
+    let (events, received) = mpsc::channel();
+    let gone = Arc::new(AtomicBool::new(false));
+    outstanding.fetch_add(1, Ordering::Relaxed);
+    let spec = SeqSpec {
+        prompt: prompt.to_vec(),
+        params: GenerateParams::greedy(max_tokens),
+        stream,
+        speculative: false,
+        deadline: None,
+        images: PromptImages::default(),
+    };
+    let sink = Box::new(Sink { tx: events, gone: gone.clone() });
+    let msg = Msg::Generate {
+        seqs: vec![spec],
+        events: sink,
+        ticket: Ticket::held(outstanding.clone()),
+        stopped: Arc::new(AtomicBool::new(false)),
+    };
+    tx.send(msg).unwrap();
+    (received, gone)
+}
+
+/// Every event of a request until the loop lets it go: its streamed tokens and its completion.
+fn collect(received: mpsc::Receiver<SeqEvent>) -> (Vec<TokenEvent>, Completion) {
+    let (mut tokens, mut done) = (Vec::new(), None);
+    for event in received {
+        match event {
+            SeqEvent::Token { index: 0, event } => tokens.push(event),
+            SeqEvent::Done { index: 0, result } => done = Some(result.unwrap()),
+            other => panic!("an event of another output: {other:?}"),
+        }
+    }
+    (tokens, done.expect("the request ended without its completion"))
+}
+
+#[test]
+fn the_engine_thread_serves_requests_together_as_each_alone() {
+    let model = Arc::new(Model::load(fixture("models/tiny-llama-Q8_0.gguf")).unwrap());
+    let prompts: Vec<Vec<TokenId>> =
+        ["Once upon a time", "The capital of France is", "1, 2, 3, 4,"].iter().map(|t| model.tokenizer().encode(t, true, false)).collect();
+    let (tx, rx) = mpsc::channel();
+    let outstanding = Arc::new(AtomicUsize::new(0));
+    let counts = Counts::default();
+    let engine = EngineLoop::new(model.clone(), None, None, LoopConfig::new(512), rx, outstanding.clone(), Box::new(counts.clone()));
+    // queued before the thread starts, so that its first step finds them all: a request whose
+    // client is gone, then three to decode together, the first streamed
+    let (cancelled, gone) = submit(&tx, &outstanding, &prompts[0], 400, true);
+    gone.store(true, Ordering::Relaxed);
+    let requests: Vec<_> = prompts.iter().enumerate().map(|(i, p)| submit(&tx, &outstanding, p, 12, i == 0).0).collect();
+    let thread = std::thread::spawn(move || engine.run());
+    for (i, (received, prompt)) in requests.into_iter().zip(&prompts).enumerate() {
+        let (streamed, completion) = collect(received);
+        let mut kv = model.new_kv_cache(KvType::F16, 512);
+        let alone = generate(&model, &mut kv, prompt, GenerateParams::greedy(12)).unwrap();
+        assert_eq!((&completion.tokens, &completion.text), (&alone.tokens, &alone.text), "request {i}");
+        assert_eq!(completion.usage.completion_tokens, alone.tokens.len(), "request {i}");
+        let streamed_tokens: Vec<TokenId> = streamed.iter().filter_map(|e| e.token).collect();
+        if i == 0 {
+            assert_eq!(streamed_tokens, alone.tokens, "the streamed request's tokens as they came");
+        } else {
+            assert!(streamed.is_empty(), "request {i} did not ask to stream");
+        }
+    }
+    assert!(cancelled.iter().all(|e| !matches!(e, SeqEvent::Done { .. })), "the gone request was completed");
+    assert_eq!(counts.cancelled.load(Ordering::Relaxed), 1);
+    assert_eq!(counts.widest_step.load(Ordering::Relaxed), 3, "the three requests did not share their steps");
+    drop(tx);
+    thread.join().unwrap();
+    assert_eq!(outstanding.load(Ordering::Relaxed), 0, "a request's place was not given back");
+}
