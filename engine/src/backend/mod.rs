@@ -17,7 +17,6 @@ pub mod kernel;
 mod sim_check;
 pub mod types;
 
-use std::any::Any;
 use std::sync::Arc;
 
 // the backends by name, for the code that picks one (`model`'s dispatch); their kernels stay
@@ -33,7 +32,7 @@ use crate::gguf::{GgufFile, TensorInfo};
 /// reference counts, forks, copy-on-write decisions) is the same for every device; it tells the
 /// storage which blocks exist and which to copy. A block holds every layer's keys and values of
 /// [`BLOCK_POSITIONS`] positions.
-pub trait KvStorage: Any + Send + Sync {
+pub trait KvStorage: Send + Sync {
     /// Block `id` comes into use (its contents are unspecified until written).
     fn alloc_block(&mut self, id: BlockId) -> Result<(), BackendError>;
     /// Block `id` is no longer used by any sequence.
@@ -42,6 +41,55 @@ pub trait KvStorage: Any + Send + Sync {
     fn copy_block(&mut self, src: BlockId, dst: BlockId) -> Result<(), BackendError>;
     /// Bytes one block takes.
     fn block_bytes(&self) -> usize;
+}
+
+/// A cache's block memory, as the backend that made it holds it: one variant per backend, so
+/// that a forward pass finds its own store by its type, and a cache of another backend is
+/// told apart without any cast.
+pub enum KvMemory {
+    Cpu(cpu::kv::CpuKvStore),
+    #[cfg(feature = "sim")]
+    Sim(kernel::DeviceKvStore<kernels::host::HostRuntime>),
+    #[cfg(feature = "cuda")]
+    Cuda(kernel::DeviceKvStore<kernels::cuda::CudaRuntime>),
+}
+
+/// A backend's store as its variant of [`KvMemory`].
+pub trait OwnKvStore: KvStorage + Sized {
+    fn into_memory(self) -> KvMemory;
+    /// The store, when `memory` is this backend's.
+    fn within(memory: &mut KvMemory) -> Option<&mut Self>;
+}
+
+/// `$body` with `$s` bound to whichever backend's store `$memory` holds.
+macro_rules! on_store {
+    ($memory:expr, $s:ident => $body:expr) => {
+        match $memory {
+            KvMemory::Cpu($s) => $body,
+            #[cfg(feature = "sim")]
+            KvMemory::Sim($s) => $body,
+            #[cfg(feature = "cuda")]
+            KvMemory::Cuda($s) => $body,
+        }
+    };
+}
+
+impl KvStorage for KvMemory {
+    fn alloc_block(&mut self, id: BlockId) -> Result<(), BackendError> {
+        on_store!(self, s => s.alloc_block(id))
+    }
+
+    fn release_block(&mut self, id: BlockId) {
+        on_store!(self, s => s.release_block(id))
+    }
+
+    fn copy_block(&mut self, src: BlockId, dst: BlockId) -> Result<(), BackendError> {
+        on_store!(self, s => s.copy_block(src, dst))
+    }
+
+    fn block_bytes(&self) -> usize {
+        on_store!(self, s => s.block_bytes())
+    }
 }
 
 /// Where an attention call reads its keys and values.
@@ -65,7 +113,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Activations on the device: rows of f32 values.
     type Tensor: Send + Sync;
     /// Key/value block storage on the device.
-    type KvStore: KvStorage;
+    type KvStore: OwnKvStore;
 
     fn device(&self) -> Device;
 

@@ -7,13 +7,11 @@
 mod blocks;
 mod prefix_cache;
 
-use std::any::Any;
-
 pub use crate::backend::{KvType, BLOCK_POSITIONS};
 pub use blocks::BlockTable;
 pub use prefix_cache::{common_prefix, PrefixCache};
 
-use crate::backend::{BackendError, Device, KvStorage};
+use crate::backend::{BackendError, Device, KvMemory, KvStorage, OwnKvStore};
 
 /// A sequence id, as in llama.cpp's batches.
 pub type SeqId = u32;
@@ -43,13 +41,13 @@ pub struct KvCache {
     n_ctx: usize,
     device: Device,
     table: BlockTable,
-    storage: Box<dyn KvStorage>,
+    storage: KvMemory,
 }
 
 impl KvCache {
     /// A cache over `storage` (of `device`), holding at most `n_ctx` positions per sequence.
-    pub fn with_storage(ty: KvType, n_ctx: usize, device: Device, storage: Box<dyn KvStorage>) -> KvCache {
-        KvCache { ty, n_ctx, device, table: BlockTable::default(), storage }
+    pub fn with_storage(ty: KvType, n_ctx: usize, device: Device, storage: impl OwnKvStore) -> KvCache {
+        KvCache { ty, n_ctx, device, table: BlockTable::default(), storage: storage.into_memory() }
     }
 
     pub fn kv_type(&self) -> KvType {
@@ -79,14 +77,14 @@ impl KvCache {
         if len > self.n_ctx {
             return Err(KvError::ContextFull { seq, needed: len, n_ctx: self.n_ctx });
         }
-        self.table.reserve(seq, len, &mut *self.storage).map_err(|e| KvError::Storage(e.to_string()))
+        self.table.reserve(seq, len, &mut self.storage).map_err(|e| KvError::Storage(e.to_string()))
     }
 
     /// Reserves `positions` of `seq` and makes their blocks its own (a shared block is copied
     /// first), so that the forward pass can write them.
     pub(crate) fn prepare_write(&mut self, seq: SeqId, positions: std::ops::Range<usize>) -> Result<(), KvWriteError> {
         self.reserve(seq, positions.end)?;
-        Ok(self.table.prepare_write(seq, positions, &mut *self.storage)?)
+        Ok(self.table.prepare_write(seq, positions, &mut self.storage)?)
     }
 
     /// Sets the number of valid positions of `seq` (after its rows were written).
@@ -96,20 +94,20 @@ impl KvCache {
 
     /// Makes `dst` a copy of `src` that shares its blocks: a common prefix is stored once.
     pub fn fork(&mut self, src: SeqId, dst: SeqId) -> Result<(), KvError> {
-        self.table.fork(src, dst, &mut *self.storage)
+        self.table.fork(src, dst, &mut self.storage)
     }
 
     /// Keeps the first `len` positions of `seq`.
     pub fn truncate(&mut self, seq: SeqId, len: usize) {
-        self.table.truncate(seq, len, &mut *self.storage);
+        self.table.truncate(seq, len, &mut self.storage);
     }
 
     pub fn remove(&mut self, seq: SeqId) {
-        self.table.remove(seq, &mut *self.storage);
+        self.table.remove(seq, &mut self.storage);
     }
 
     pub fn clear(&mut self) {
-        self.table.clear(&mut *self.storage);
+        self.table.clear(&mut self.storage);
     }
 
     /// Blocks held by all sequences together, a block shared by several counted once: the
@@ -130,9 +128,8 @@ impl KvCache {
 
     /// The block tables and the storage, as the backend's own type `S` (`None`: the cache
     /// belongs to another backend).
-    pub(crate) fn parts_mut<S: KvStorage>(&mut self) -> Option<(&BlockTable, &mut S)> {
-        let storage = (&mut *self.storage as &mut dyn Any).downcast_mut::<S>()?;
-        Some((&self.table, storage))
+    pub(crate) fn parts_mut<S: OwnKvStore>(&mut self) -> Option<(&BlockTable, &mut S)> {
+        Some((&self.table, S::within(&mut self.storage)?))
     }
 }
 
@@ -143,7 +140,7 @@ mod tests {
     use crate::backend::cpu::kv::CpuKvStore;
 
     fn cpu_cache(ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize, n_ctx: usize) -> KvCache {
-        KvCache::with_storage(ty, n_ctx, Device::Cpu, Box::new(CpuKvStore::new(ty, n_layer, k_dim, v_dim)))
+        KvCache::with_storage(ty, n_ctx, Device::Cpu, CpuKvStore::new(ty, n_layer, k_dim, v_dim))
     }
 
     fn get(row: KvRow<'_>) -> Vec<f32> {
@@ -211,23 +208,21 @@ mod tests {
         assert_eq!(kv.block_bytes(), BLOCK_POSITIONS * (2 + 2) * 2);
     }
 
+    /// Each backend finds its own store in a cache, and never another's.
     #[test]
     fn another_backends_storage_is_not_handed_out() {
         let mut kv = cpu_cache(KvType::F32, 1, 2, 2, 8);
-        struct Other;
-        impl KvStorage for Other {
-            fn alloc_block(&mut self, _: crate::backend::BlockId) -> Result<(), BackendError> {
-                Ok(())
-            }
-            fn release_block(&mut self, _: crate::backend::BlockId) {}
-            fn copy_block(&mut self, _: crate::backend::BlockId, _: crate::backend::BlockId) -> Result<(), BackendError> {
-                Ok(())
-            }
-            fn block_bytes(&self) -> usize {
-                0
-            }
-        }
-        assert!(kv.parts_mut::<Other>().is_none());
         assert!(kv.parts_mut::<CpuKvStore>().is_some());
+        #[cfg(feature = "sim")]
+        {
+            use crate::backend::kernel::DeviceKvStore;
+            use crate::backend::Backend;
+            type SimStore = DeviceKvStore<kernels::host::HostRuntime>;
+            assert!(kv.parts_mut::<SimStore>().is_none());
+            let sim = crate::backend::kernel::SimBackend::new();
+            let mut on_sim = KvCache::with_storage(KvType::F32, 8, sim.device(), sim.new_kv_store(KvType::F32, 1, 2, 2));
+            assert!(on_sim.parts_mut::<SimStore>().is_some());
+            assert!(on_sim.parts_mut::<CpuKvStore>().is_none());
+        }
     }
 }

@@ -130,7 +130,7 @@ impl<B: Backend> OnDevice<B> {
 
     fn new_kv_cache(&self, c: &ModelConfig, ty: KvType, n_ctx: usize) -> KvCache {
         let storage = self.backend.new_kv_store(ty, c.n_layer, c.k_dim(), c.v_dim());
-        KvCache::with_storage(ty, n_ctx, self.backend.device(), Box::new(storage))
+        KvCache::with_storage(ty, n_ctx, self.backend.device(), storage)
     }
 
     fn forward(&self, c: &ModelConfig, kv: &mut KvCache, batch: &[InputEntry<'_>]) -> Result<Logits, ModelError> {
@@ -156,7 +156,10 @@ fn on_gpu<R: kernels::Runtime>(
     backend: crate::backend::kernel::KernelBackend<R>,
     file: &Arc<GgufFile>,
     config: &ModelConfig,
-) -> Result<OnDevice<crate::backend::kernel::KernelBackend<R>>, ModelError> {
+) -> Result<OnDevice<crate::backend::kernel::KernelBackend<R>>, ModelError>
+where
+    crate::backend::kernel::DeviceKvStore<R>: crate::backend::OwnKvStore,
+{
     let need = file.tensor_data_bytes();
     let model = file.get_str("general.name").unwrap_or(&config.arch).to_string();
     let device = backend.device();

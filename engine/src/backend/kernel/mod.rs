@@ -99,7 +99,10 @@ impl<R: Runtime> KernelBackend<R> {
     }
 }
 
-impl<R: Runtime> Backend for KernelBackend<R> {
+impl<R: Runtime> Backend for KernelBackend<R>
+where
+    DeviceKvStore<R>: crate::backend::OwnKvStore,
+{
     type Matrix = DeviceMatrix<R>;
     type Vector = DeviceVector<R>;
     type Tensor = DeviceTensor<R>;

@@ -19,7 +19,7 @@ const SEQ: SeqId = 0;
 pub fn new_cache<B: Backend>(b: &B, c: &WhisperConfig) -> KvCache {
     let d = &c.decoder;
     let storage = b.new_kv_store(KvType::F32, d.n_layer, d.n_state, d.n_state);
-    KvCache::with_storage(KvType::F32, d.n_ctx, b.device(), Box::new(storage))
+    KvCache::with_storage(KvType::F32, d.n_ctx, b.device(), storage)
 }
 
 /// Runs `tokens` at positions `start..` of the window (the cache holds positions `..start`)
