@@ -371,6 +371,17 @@ impl ToolDef {
     }
 }
 
+/// Function tools `(name, description, parameters)` in order, as a converting route read them
+/// (`tools[i].name` names a bad name).
+pub(crate) fn function_tools<'a>(
+    tools: impl Iterator<Item = (&'a str, Option<&'a str>, Option<&'a Map<String, Value>>)>,
+) -> Result<Vec<ToolDef>, ApiError> {
+    tools
+        .enumerate()
+        .map(|(i, (name, description, parameters))| ToolDef::function(name, description, parameters, &format!("tools[{i}].name")))
+        .collect()
+}
+
 impl ChatMessage {
     /// A message of `role` with `text`.
     pub(crate) fn text(role: Role, text: String) -> ChatMessage {

@@ -16,7 +16,7 @@ use super::chat_turn::{self, Call, Turn, TurnEnd, TurnEvent};
 use super::generation::random_id;
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, typed, Body, SseSender, Tagged};
-use crate::requests::chat::{self, CallMade, ChatCompletionRequest, ChatMessage, ConvertedChat, Role as ChatRole, ToolDef};
+use crate::requests::chat::{self, function_tools, CallMade, ChatCompletionRequest, ChatMessage, ConvertedChat, Role as ChatRole};
 use crate::requests::sampling::{Api, SamplingRequest, Stop};
 use crate::AppState;
 
@@ -172,23 +172,18 @@ impl MessagesRequest {
             api: Api::Anthropic,
             ..SamplingRequest::default()
         };
-        let tools = match &self.tools {
-            None => None,
-            Some(tools) => Some(
-                tools
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| ToolDef::function(&t.name, t.description.as_deref(), Some(&t.input_schema), &format!("tools[{i}].name")))
-                    .collect::<Result<_, _>>()?,
-            ),
-        };
+        let tools = self
+            .tools
+            .as_ref()
+            .map(|t| function_tools(t.iter().map(|t| (t.name.as_str(), t.description.as_deref(), Some(&t.input_schema)))));
         let tool_choice = match self.tool_choice.as_ref().map(|Tagged(c)| c) {
             None | Some(ToolChoice::Auto) => None,
             Some(ToolChoice::Any) => Some(chat::ToolChoice::Required),
             Some(ToolChoice::None) => Some(chat::ToolChoice::None),
             Some(ToolChoice::Tool { name }) => Some(chat::ToolChoice::Named(name.clone())),
         };
-        Ok(ConvertedChat { model: self.model.clone(), messages, tools, tool_choice, response_format: None, sampling }.into())
+        Ok(ConvertedChat { model: self.model.clone(), messages, tools: tools.transpose()?, tool_choice, response_format: None, sampling }
+            .into())
     }
 }
 

@@ -21,7 +21,7 @@ use super::generation::{random_id, unix_now};
 use super::responses_stream;
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, typed, typed_at, Body, Tagged};
-use crate::requests::chat::{self, CallMade, ChatCompletionRequest, ChatMessage, ConvertedChat, Role as ChatRole, ToolDef};
+use crate::requests::chat::{self, function_tools, CallMade, ChatCompletionRequest, ChatMessage, ConvertedChat, Role as ChatRole};
 use crate::requests::sampling::SamplingRequest;
 use crate::response_store::Stored;
 use crate::AppState;
@@ -317,18 +317,15 @@ impl ResponsesRequest {
             user: self.user.clone(),
             ..SamplingRequest::default()
         };
-        let tools = match &self.tools {
-            None => None,
-            Some(tools) => Some(
-                tools
-                    .iter()
-                    .enumerate()
-                    .map(|(i, Tagged(Tool::Function { name, description, parameters, .. }))| {
-                        ToolDef::function(name, description.as_deref(), parameters.as_ref(), &format!("tools[{i}].name"))
-                    })
-                    .collect::<Result<_, _>>()?,
-            ),
-        };
+        let tools = self
+            .tools
+            .as_ref()
+            .map(|t| {
+                function_tools(t.iter().map(|Tagged(Tool::Function { name, description, parameters, .. })| {
+                    (name.as_str(), description.as_deref(), parameters.as_ref())
+                }))
+            })
+            .transpose()?;
         let tool_choice = match &self.tool_choice {
             None => None,
             Some(ToolChoice::Mode(ToolMode::None)) => Some(chat::ToolChoice::None),
