@@ -61,6 +61,33 @@ pub trait OwnKvStore: KvStorage + Sized {
     fn within(memory: &mut KvMemory) -> Option<&mut Self>;
 }
 
+/// [`OwnKvStore`] for backend store type `$store`, variant `$variant` of [`KvMemory`]: one line
+/// per backend, beside the enum.
+macro_rules! own_kv_store {
+    ($store:ty => $variant:ident) => {
+        impl OwnKvStore for $store {
+            fn into_memory(self) -> KvMemory {
+                KvMemory::$variant(self)
+            }
+
+            fn within(memory: &mut KvMemory) -> Option<&mut Self> {
+                match memory {
+                    KvMemory::$variant(s) => Some(s),
+                    // the other backends' variants (none when the CPU is the only backend)
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+own_kv_store!(cpu::kv::CpuKvStore => Cpu);
+#[cfg(feature = "sim")]
+own_kv_store!(kernel::DeviceKvStore<kernels::host::HostRuntime> => Sim);
+#[cfg(feature = "cuda")]
+own_kv_store!(kernel::DeviceKvStore<kernels::cuda::CudaRuntime> => Cuda);
+
 /// `$body` with `$s` bound to whichever backend's store `$memory` holds.
 macro_rules! on_store {
     ($memory:expr, $s:ident => $body:expr) => {

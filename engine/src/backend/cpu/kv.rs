@@ -5,7 +5,7 @@
 use half::f16;
 
 use super::attention::{KvRow, KvRows};
-use crate::backend::{BackendError, BlockId, KvMemory, KvStorage, KvType, OwnKvStore, BLOCK_POSITIONS};
+use crate::backend::{BackendError, BlockId, KvStorage, KvType, BLOCK_POSITIONS};
 
 #[derive(Clone)]
 enum Storage {
@@ -73,20 +73,6 @@ impl CpuKvStore {
     /// One layer of the sequence whose blocks are `table`, for attention.
     pub(crate) fn layer_view<'a>(&'a self, table: &'a [BlockId], layer: usize) -> LayerView<'a> {
         LayerView { store: self, table, layer }
-    }
-}
-
-impl OwnKvStore for CpuKvStore {
-    fn into_memory(self) -> KvMemory {
-        KvMemory::Cpu(self)
-    }
-
-    fn within(memory: &mut KvMemory) -> Option<&mut CpuKvStore> {
-        match memory {
-            KvMemory::Cpu(s) => Some(s),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
     }
 }
 

@@ -10,8 +10,6 @@ use kernels::Runtime;
 
 use super::runtime_error;
 use crate::backend::{BackendError, BlockId, Device, KvStorage, KvType, BLOCK_POSITIONS};
-#[cfg(any(feature = "sim", feature = "cuda"))]
-use crate::backend::{KvMemory, OwnKvStore};
 
 /// Blocks a new store makes room for before its first growth.
 const INITIAL_BLOCKS: usize = 16;
@@ -58,34 +56,6 @@ impl<R: Runtime> DeviceKvStore<R> {
         self.pools = Some((k, v));
         self.capacity = blocks;
         Ok(())
-    }
-}
-
-#[cfg(feature = "sim")]
-impl OwnKvStore for DeviceKvStore<kernels::host::HostRuntime> {
-    fn into_memory(self) -> KvMemory {
-        KvMemory::Sim(self)
-    }
-
-    fn within(memory: &mut KvMemory) -> Option<&mut Self> {
-        match memory {
-            KvMemory::Sim(s) => Some(s),
-            _ => None,
-        }
-    }
-}
-
-#[cfg(feature = "cuda")]
-impl OwnKvStore for DeviceKvStore<kernels::cuda::CudaRuntime> {
-    fn into_memory(self) -> KvMemory {
-        KvMemory::Cuda(self)
-    }
-
-    fn within(memory: &mut KvMemory) -> Option<&mut Self> {
-        match memory {
-            KvMemory::Cuda(s) => Some(s),
-            _ => None,
-        }
     }
 }
 
