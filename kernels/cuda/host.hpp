@@ -99,6 +99,21 @@ DEVICE double __longlong_as_double(long long i) {
     return d;
 }
 
+// the device's aligned loads (portable.cuh); alignment does not matter on the host
+DEVICE uint32_t load_u32_a4(const uint8_t* p) {
+    uint32_t w;
+    std::memcpy(&w, p, 4);
+    return w;
+}
+
+DEVICE uint32_t load_u32_a2(const uint8_t* p) {
+    return load_u32_a4(p);
+}
+
+DEVICE void load_u32x4_a16(const uint8_t* p, uint32_t* w) {
+    std::memcpy(w, p, 16);
+}
+
 // c + the sum of the four products of a's and b's signed bytes, as dp4a.s32.s32
 DEVICE int dp4a(int a, int b, int c) {
     for (int k = 0; k < 4; k++) {

@@ -22,10 +22,11 @@ DEVICE void store_outputs(const float* acc, int lane, int j, int r0, int batch, 
 }
 
 // out[r][j] = Σ_c chunk_dot(w[j] chunk c, x[r] block c) (+ bias[j]); x: rows of n_chunks Q8_1
-// blocks. Grid (ceil(n_out / MULMAT_WARPS), ceil(batch / ROWS)).
-template <int ROWS>
-DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, int batch, const float* bias,
-                           float* out, int n_out, int has_bias) {
+// blocks. Grid (ceil(n_out / MULMAT_WARPS), ceil(batch / ROWS)). `w` and `xq` start device
+// allocations (the aligned loads of unpack_chunk).
+template <int ROWS, int TYPE>
+DEVICE void mul_mat_q_typed(const uint8_t* w, int64_t row_bytes, int n_chunks, const uint8_t* xq, int batch, const float* bias,
+                            float* out, int n_out, int has_bias) {
     const int lane = THREAD_ID % WARP_SIZE;
     const int j = BLOCK_ID * MULMAT_WARPS + THREAD_ID / WARP_SIZE;
     const int r0 = BLOCK_ID_Y * ROWS;
@@ -39,7 +40,7 @@ DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_
     }
     for (int c = lane; c < n_chunks; c += WARP_SIZE) {
         Chunk chunk;
-        unpack_chunk(row, type, c, &chunk);
+        unpack_chunk<TYPE>(row, c, &chunk);
         for (int t = 0; t < ROWS; t++) {
             if (r0 + t < batch) {
                 acc[t] = acc[t] + chunk_dot(&chunk, xq + ((int64_t)(r0 + t) * n_chunks + c) * sizeof(block_q8_1));
@@ -47,6 +48,40 @@ DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_
         }
     }
     store_outputs<ROWS>(acc, lane, j, r0, batch, bias, out, n_out, has_bias);
+}
+
+// the same for the weight type `type`, dispatched once per launch; a type without a kernel gives
+// NaN outputs, which show at once
+template <int ROWS>
+DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, int batch, const float* bias,
+                           float* out, int n_out, int has_bias) {
+#define MUL_MAT_Q_CASE(T) \
+    case T:               \
+        mul_mat_q_typed<ROWS, T>(w, row_bytes, n_chunks, xq, batch, bias, out, n_out, has_bias); \
+        return;
+    switch (type) {
+        MUL_MAT_Q_CASE(TYPE_Q4_0)
+        MUL_MAT_Q_CASE(TYPE_Q4_1)
+        MUL_MAT_Q_CASE(TYPE_Q5_0)
+        MUL_MAT_Q_CASE(TYPE_Q5_1)
+        MUL_MAT_Q_CASE(TYPE_Q8_0)
+        MUL_MAT_Q_CASE(TYPE_Q2_K)
+        MUL_MAT_Q_CASE(TYPE_Q3_K)
+        MUL_MAT_Q_CASE(TYPE_Q4_K)
+        MUL_MAT_Q_CASE(TYPE_Q5_K)
+        MUL_MAT_Q_CASE(TYPE_Q6_K)
+        default: {
+            float nan[ROWS];
+            for (int t = 0; t < ROWS; t++) {
+                nan[t] = __int_as_float(0x7fc00000);
+            }
+            const int j = BLOCK_ID * MULMAT_WARPS + THREAD_ID / WARP_SIZE;
+            if (j < n_out) {
+                store_outputs<ROWS>(nan, THREAD_ID % WARP_SIZE, j, BLOCK_ID_Y * ROWS, batch, bias, out, n_out, has_bias);
+            }
+        }
+    }
+#undef MUL_MAT_Q_CASE
 }
 
 // a float weight: F32, F16 or BF16

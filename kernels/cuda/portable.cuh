@@ -45,6 +45,26 @@ DEVICE int dp4a(int a, int b, int c) {
     return r;
 }
 
+// 4 little-endian bytes at p, for p 4-byte or 2-byte aligned; 16 bytes at p, 16-byte aligned,
+// as 4 words. Device allocations start 256-byte aligned, so a block's alignment in a row is
+// its size's (see the callers).
+DEVICE uint32_t load_u32_a4(const uint8_t* p) {
+    return *(const uint32_t*)p;
+}
+
+DEVICE uint32_t load_u32_a2(const uint8_t* p) {
+    const uint16_t* h = (const uint16_t*)p;
+    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+}
+
+DEVICE void load_u32x4_a16(const uint8_t* p, uint32_t* w) {
+    const uint4 v = *(const uint4*)p;
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+}
+
 #else
 
 #include "host.hpp"

@@ -9,6 +9,22 @@ DEVICE int load_le32(const uint8_t* p) {
     return (int)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
 }
 
+// Byte-wise arithmetic on 4 packed values (SWAR): every byte of the result is that byte's own
+// value, with no carry from one byte into the next.
+#define BYTES_OF(v) (0x01010101u * (uint32_t)(v))
+
+// each byte v (v + 128 - k < 256) to v - k as a signed byte: v + (128 - k) cannot carry, and
+// flipping the top bit subtracts 128 (mod 256)
+DEVICE int minus_bytes(uint32_t v, int k) {
+    return (int)((v + BYTES_OF(128 - k)) ^ 0x80808080u);
+}
+
+// the 4 low bits of n as the bytes' bit 0: n · 0x00204081 is n | n << 7 | n << 14 | n << 21
+// (n < 16, no term overlaps), whose bit 8b is n's bit b
+DEVICE uint32_t bits_to_bytes(uint32_t n) {
+    return ((n & 15u) * 0x00204081u) & 0x01010101u;
+}
+
 // the 6-bit scale and min `j` of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4)
 DEVICE void scale_min_k4(int j, const uint8_t* q, int* sc, int* mn) {
     if (j < 4) {
@@ -17,66 +33,6 @@ DEVICE void scale_min_k4(int j, const uint8_t* q, int* sc, int* mn) {
     } else {
         *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
         *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
-// the integer value of element i (0..31) of chunk c of `row`
-DEVICE int quant_value(const uint8_t* row, int type, int c, int i) {
-    const int j = i % 16;
-    const int cc = c % 8;  // chunk inside a K-quant super-block
-    switch (type) {
-        case TYPE_Q4_0: {
-            const uint8_t* qs = row + (int64_t)c * sizeof(block_q4_0) + 2;
-            return (i < 16 ? qs[j] & 15 : qs[j] >> 4) - 8;
-        }
-        case TYPE_Q4_1: {
-            const uint8_t* qs = row + (int64_t)c * sizeof(block_q4_1) + 4;
-            return i < 16 ? qs[j] & 15 : qs[j] >> 4;
-        }
-        case TYPE_Q5_0: {
-            const uint8_t* b = row + (int64_t)c * sizeof(block_q5_0);
-            const uint32_t qh = (uint32_t)load_le32(b + 2);
-            const int nib = i < 16 ? b[6 + j] & 15 : b[6 + j] >> 4;
-            return (nib | (int)(((qh >> i) & 1) << 4)) - 16;
-        }
-        case TYPE_Q5_1: {
-            const uint8_t* b = row + (int64_t)c * sizeof(block_q5_1);
-            const uint32_t qh = (uint32_t)load_le32(b + 4);
-            const int nib = i < 16 ? b[8 + j] & 15 : b[8 + j] >> 4;
-            return nib | (int)(((qh >> i) & 1) << 4);
-        }
-        case TYPE_Q8_0:
-            return (int8_t)row[(int64_t)c * sizeof(block_q8_0) + 2 + i];
-        case TYPE_Q2_K: {
-            const uint8_t* qs = row + (int64_t)(c / 8) * sizeof(block_q2_K) + 16;
-            return (qs[(cc / 4) * 32 + i] >> (2 * (cc % 4))) & 3;
-        }
-        case TYPE_Q3_K: {
-            const uint8_t* sb = row + (int64_t)(c / 8) * sizeof(block_q3_K);
-            const int q = (sb[32 + (cc / 4) * 32 + i] >> (2 * (cc % 4))) & 3;
-            return q - ((sb[i] >> cc) & 1 ? 0 : 4);
-        }
-        case TYPE_Q4_K: {
-            const uint8_t b = row[(int64_t)(c / 8) * sizeof(block_q4_K) + 16 + (cc / 2) * 32 + i];
-            return cc % 2 ? b >> 4 : b & 15;
-        }
-        case TYPE_Q5_K: {
-            const uint8_t* sb = row + (int64_t)(c / 8) * sizeof(block_q5_K);
-            const uint8_t b = sb[48 + (cc / 2) * 32 + i];
-            const int nib = cc % 2 ? b >> 4 : b & 15;
-            return nib | (((sb[16 + i] >> cc) & 1) << 4);
-        }
-        case TYPE_Q6_K: {
-            const uint8_t* sb = row + (int64_t)(c / 8) * sizeof(block_q6_K);
-            const int n = cc / 4;
-            const int k = cc % 4;
-            const uint8_t lb = sb[n * 64 + (k & 1) * 32 + i];
-            const int nib = k < 2 ? lb & 15 : lb >> 4;
-            const int hb = (sb[128 + n * 32 + i] >> (2 * k)) & 3;
-            return (nib | (hb << 4)) - 32;
-        }
-        default:
-            return 0;
     }
 }
 
@@ -149,16 +105,90 @@ struct Chunk {
     float m[2];
 };
 
-DEVICE void unpack_chunk(const uint8_t* row, int type, int c, Chunk* out) {
-    for (int k = 0; k < 8; k++) {
-        int packed = 0;
-        for (int b = 0; b < 4; b++) {
-            packed |= (quant_value(row, type, c, 4 * k + b) & 0xff) << (8 * b);
+// Chunk c of `row` in type TYPE, its 32 values read as words. Row starts are multiples of the
+// row's bytes from a 256-byte aligned allocation, so a block's words are as aligned as its size:
+// 16 bytes for Q4_K and Q5_K, 4 for Q4_1, Q5_1 and Q2_K, 2 for the rest. Each type's values are
+// those of ggml's layout (blocks.cuh), 4 to a word in value order.
+template <int TYPE>
+DEVICE void unpack_chunk(const uint8_t* row, int c, Chunk* out) {
+    const int cc = c % 8;  // chunk inside a K-quant super-block
+    if constexpr (TYPE == TYPE_Q4_0 || TYPE == TYPE_Q4_1 || TYPE == TYPE_Q5_0 || TYPE == TYPE_Q5_1) {
+        // values 0..15: the low nibbles of qs; 16..31: the high ones; a fifth bit from qh
+        constexpr bool five = TYPE == TYPE_Q5_0 || TYPE == TYPE_Q5_1;
+        constexpr bool offset = TYPE == TYPE_Q4_0 || TYPE == TYPE_Q5_0;  // values centred by 8 or 16
+        constexpr int block = TYPE == TYPE_Q4_0 ? sizeof(block_q4_0) : TYPE == TYPE_Q4_1 ? sizeof(block_q4_1) : TYPE == TYPE_Q5_0 ? sizeof(block_q5_0) : sizeof(block_q5_1);
+        constexpr int qs_at = TYPE == TYPE_Q4_0 ? 2 : TYPE == TYPE_Q4_1 ? 4 : TYPE == TYPE_Q5_0 ? 6 : 8;
+        constexpr bool a4 = block % 4 == 0;
+        const uint8_t* b = row + (int64_t)c * block;
+        uint32_t qh = 0;
+        if constexpr (five) {
+            qh = a4 ? load_u32_a4(b + qs_at - 4) : load_u32_a2(b + qs_at - 4);
         }
-        out->q[k] = packed;
+        for (int k = 0; k < 4; k++) {
+            const uint32_t w = a4 ? load_u32_a4(b + qs_at + 4 * k) : load_u32_a2(b + qs_at + 4 * k);
+            uint32_t lo = w & 0x0F0F0F0Fu;
+            uint32_t hi = (w >> 4) & 0x0F0F0F0Fu;
+            if constexpr (five) {
+                lo |= bits_to_bytes(qh >> (4 * k)) << 4;
+                hi |= bits_to_bytes(qh >> (16 + 4 * k)) << 4;
+            }
+            out->q[k] = offset ? minus_bytes(lo, five ? 16 : 8) : (int)lo;
+            out->q[4 + k] = offset ? minus_bytes(hi, five ? 16 : 8) : (int)hi;
+        }
+    } else if constexpr (TYPE == TYPE_Q8_0) {
+        const uint8_t* qs = row + (int64_t)c * sizeof(block_q8_0) + 2;
+        for (int k = 0; k < 8; k++) {
+            out->q[k] = (int)load_u32_a2(qs + 4 * k);
+        }
+    } else if constexpr (TYPE == TYPE_Q2_K) {
+        // value i: bits 2·(cc % 4) of qs[(cc / 4) · 32 + i]
+        const uint8_t* qs = row + (int64_t)(c / 8) * sizeof(block_q2_K) + 16 + (cc / 4) * 32;
+        for (int k = 0; k < 8; k++) {
+            out->q[k] = (int)((load_u32_a4(qs + 4 * k) >> (2 * (cc % 4))) & 0x03030303u);
+        }
+    } else if constexpr (TYPE == TYPE_Q3_K) {
+        // value i: 2 bits of qs as Q2_K's, and 4 less unless bit cc of hmask[i] is set
+        const uint8_t* sb = row + (int64_t)(c / 8) * sizeof(block_q3_K);
+        for (int k = 0; k < 8; k++) {
+            const uint32_t low = (load_u32_a2(sb + 32 + (cc / 4) * 32 + 4 * k) >> (2 * (cc % 4))) & 0x03030303u;
+            const uint32_t high = (load_u32_a2(sb + 4 * k) >> cc) & 0x01010101u;
+            out->q[k] = minus_bytes(low | (high << 2), 4);
+        }
+    } else if constexpr (TYPE == TYPE_Q4_K || TYPE == TYPE_Q5_K) {
+        // value i: the low (cc even) or high nibble of qs[(cc / 2) · 32 + i], for Q5_K with
+        // bit cc of qh[i] as the fifth
+        constexpr bool five = TYPE == TYPE_Q5_K;
+        constexpr int block = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
+        const uint8_t* sb = row + (int64_t)(c / 8) * block;
+        uint32_t w[8];
+        load_u32x4_a16(sb + (five ? 48 : 16) + (cc / 2) * 32, w);
+        load_u32x4_a16(sb + (five ? 48 : 16) + (cc / 2) * 32 + 16, w + 4);
+        uint32_t h[8] = {};
+        if constexpr (five) {
+            load_u32x4_a16(sb + 16, h);
+            load_u32x4_a16(sb + 32, h + 4);
+        }
+        for (int k = 0; k < 8; k++) {
+            uint32_t v = (w[k] >> (4 * (cc % 2))) & 0x0F0F0F0Fu;
+            if constexpr (five) {
+                v |= ((h[k] >> cc) & 0x01010101u) << 4;
+            }
+            out->q[k] = (int)v;
+        }
+    } else if constexpr (TYPE == TYPE_Q6_K) {
+        // value i: the low (cc % 4 < 2) or high nibble of ql[(cc / 4) · 64 + (cc % 2) · 32 + i]
+        // with 2 bits of qh[(cc / 4) · 32 + i] above it, less 32
+        const uint8_t* sb = row + (int64_t)(c / 8) * sizeof(block_q6_K);
+        const int n = cc / 4;
+        const int k4 = cc % 4;
+        for (int k = 0; k < 8; k++) {
+            const uint32_t low = (load_u32_a2(sb + n * 64 + (k4 & 1) * 32 + 4 * k) >> (k4 < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
+            const uint32_t high = (load_u32_a2(sb + 128 + n * 32 + 4 * k) >> (2 * k4)) & 0x03030303u;
+            out->q[k] = minus_bytes(low | (high << 4), 32);
+        }
     }
-    chunk_scale(row, type, c, 0, &out->d[0], &out->m[0]);
-    chunk_scale(row, type, c, 1, &out->d[1], &out->m[1]);
+    chunk_scale(row, TYPE, c, 0, &out->d[0], &out->m[0]);
+    chunk_scale(row, TYPE, c, 1, &out->d[1], &out->m[1]);
 }
 
 // Σ w_i · x_i over the chunk, x a Q8_1 block: per half the integer sums Σ q·xq and Σ xq by
@@ -171,7 +201,7 @@ DEVICE float chunk_dot(const Chunk* w, const uint8_t* xb) {
         int isum = 0;
         int xsum = 0;
         for (int k = 0; k < 4; k++) {
-            const int x4 = load_le32((const uint8_t*)xq + h * 16 + 4 * k);
+            const int x4 = (int)load_u32_a4((const uint8_t*)xq + h * 16 + 4 * k);
             isum = dp4a(w->q[h * 4 + k], x4, isum);
             xsum = dp4a(0x01010101, x4, xsum);
         }

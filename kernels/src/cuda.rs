@@ -9,7 +9,7 @@
 //! and names the kernel that failed; otherwise a fault surfaces at the next wait, which names
 //! the last kernel launched.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -94,7 +94,18 @@ pub struct CudaRuntime {
     sync_launches: bool,
     /// The kernel launched last, named when a fault surfaces later.
     last_kernel: Mutex<&'static str>,
+    /// The read-only uploads made lately, newest first, with their bytes: the launches of one
+    /// step read the same positions, slots and block tables in every layer, so each goes up
+    /// once per step instead of once per launch.
+    read_only: Mutex<VecDeque<ReadOnly>>,
 }
+
+/// A read-only upload: its bytes and its buffer.
+type ReadOnly = (Vec<u8>, Arc<CudaSlice<u8>>);
+
+/// Read-only uploads kept for reuse, and the largest kept.
+const READ_ONLY_KEPT: usize = 16;
+const READ_ONLY_MAX_BYTES: usize = 64 << 10;
 
 impl CudaRuntime {
     /// Opens GPU `ordinal`: the driver must be present, NVRTC too unless prepared modules are
@@ -126,6 +137,7 @@ impl CudaRuntime {
             origins: Mutex::new(BTreeMap::new()),
             sync_launches: std::env::var(SYNC_VAR).is_ok_and(|v| v == "1"),
             last_kernel: Mutex::new("none"),
+            read_only: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -233,8 +245,18 @@ impl Runtime for CudaRuntime {
         })
     }
 
+    fn alloc(&self, bytes: usize) -> Result<CudaSlice<u8>, RuntimeError> {
+        // SAFETY: the memory is device memory, reached only by launches and copies; the caller
+        // has a launch or a copy write every byte before anything reads it (`Runtime::alloc`).
+        unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| match driver_error("allocating", e) {
+            RuntimeError::OutOfMemory { .. } => RuntimeError::OutOfMemory { bytes },
+            other => other,
+        })
+    }
+
     fn upload(&self, data: &[u8]) -> Result<CudaSlice<u8>, RuntimeError> {
-        let buf = self.alloc_zeroed(data.len())?;
+        // every byte is written by the copy below (an empty upload is never read)
+        let buf = self.alloc(data.len())?;
         if !data.is_empty() {
             // the raw copy below does not make the context current on this thread itself
             self.ctx.bind_to_thread().map_err(|e| self.fault("upload", e))?;
@@ -242,6 +264,24 @@ impl Runtime for CudaRuntime {
             // has copied it to its staging memory when the call returns, so it may go after.
             unsafe { result::memcpy_htod_async(self.address(&buf), data, self.stream.cu_stream()) }.map_err(|e| self.fault("upload", e))?;
         }
+        Ok(buf)
+    }
+
+    fn upload_read_only(&self, data: &[u8]) -> Result<Arc<CudaSlice<u8>>, RuntimeError> {
+        if data.len() > READ_ONLY_MAX_BYTES {
+            return self.upload(data).map(Arc::new);
+        }
+        let mut kept = self.read_only.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = kept.iter().position(|(bytes, _)| bytes.as_slice() == data) {
+            let hit = kept.remove(at).expect("found above");
+            let buf = Arc::clone(&hit.1);
+            kept.push_front(hit);
+            return Ok(buf);
+        }
+        // no launch writes the buffer, so one issued later reads these bytes too
+        let buf = Arc::new(self.upload(data)?);
+        kept.push_front((data.to_vec(), Arc::clone(&buf)));
+        kept.truncate(READ_ONLY_KEPT);
         Ok(buf)
     }
 

@@ -99,7 +99,11 @@ unsafe impl Sync for HostBuffer {}
 
 impl HostBuffer {
     fn zeroed(len: usize) -> HostBuffer {
-        HostBuffer { words: (0..len.div_ceil(8)).map(|_| UnsafeCell::new(0)).collect(), len }
+        HostBuffer::filled(len, 0)
+    }
+
+    fn filled(len: usize, word: u64) -> HostBuffer {
+        HostBuffer { words: (0..len.div_ceil(8)).map(|_| UnsafeCell::new(word)).collect(), len }
     }
 
     fn ptr(&self) -> *mut u8 {
@@ -118,6 +122,11 @@ impl Runtime for HostRuntime {
 
     fn alloc_zeroed(&self, bytes: usize) -> Result<HostBuffer, RuntimeError> {
         Ok(HostBuffer::zeroed(bytes))
+    }
+
+    /// All bytes 0xFF: an f32 NaN in every value a launch fails to write, which the tests see.
+    fn alloc(&self, bytes: usize) -> Result<HostBuffer, RuntimeError> {
+        Ok(HostBuffer::filled(bytes, u64::MAX))
     }
 
     fn upload(&self, data: &[u8]) -> Result<HostBuffer, RuntimeError> {

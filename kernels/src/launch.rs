@@ -34,8 +34,9 @@ fn int(kernel: &str, what: &str, v: usize) -> Result<i32, RuntimeError> {
     i32::try_from(v).map_err(|_| RuntimeError::Device(format!("{kernel}: {what} {v} is out of range")))
 }
 
-fn ints<R: Runtime>(rt: &R, v: &[i32]) -> Result<R::Buffer, RuntimeError> {
-    rt.upload(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+/// An index array for a launch to read (see [`Runtime::upload_read_only`]).
+fn ints<R: Runtime>(rt: &R, v: &[i32]) -> Result<std::sync::Arc<R::Buffer>, RuntimeError> {
+    rt.upload_read_only(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }
 
 /// CUDA's limits on a launch (every GPU since compute capability 3.0): blocks along x, along y

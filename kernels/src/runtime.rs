@@ -44,8 +44,18 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// `bytes` zero bytes on the device.
     fn alloc_zeroed(&self, bytes: usize) -> Result<Self::Buffer, RuntimeError>;
+    /// `bytes` bytes on the device for a launch that writes every one of them before anything
+    /// reads them: their contents are unspecified (zeros unless a runtime does better).
+    fn alloc(&self, bytes: usize) -> Result<Self::Buffer, RuntimeError> {
+        self.alloc_zeroed(bytes)
+    }
     /// A new buffer holding `data`.
     fn upload(&self, data: &[u8]) -> Result<Self::Buffer, RuntimeError>;
+    /// A buffer holding `data` that launches only read (index arrays): a runtime may hand back
+    /// the buffer of an earlier call with the same bytes instead of uploading again.
+    fn upload_read_only(&self, data: &[u8]) -> Result<std::sync::Arc<Self::Buffer>, RuntimeError> {
+        self.upload(data).map(std::sync::Arc::new)
+    }
     /// Copies the first `out.len()` bytes of `buf` to the host.
     fn download(&self, buf: &Self::Buffer, out: &mut [u8]) -> Result<(), RuntimeError>;
     /// Copies `bytes` bytes from `src` at `src_at` to `dst` at `dst_at` (ranges in bounds; the

@@ -97,6 +97,12 @@ impl<R: Runtime> KernelBackend<R> {
         let buf = self.rt.alloc_zeroed(rows * cols * 4).map_err(self.fail(op))?;
         Ok(DeviceTensor { buf, rows, cols })
     }
+
+    /// `rows x cols` values for operation `op` that its launch writes whole: not zeroed first.
+    fn output(&self, op: &'static str, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
+        let buf = self.rt.alloc(rows * cols * 4).map_err(self.fail(op))?;
+        Ok(DeviceTensor { buf, rows, cols })
+    }
 }
 
 impl<R: Runtime> Backend for KernelBackend<R>
@@ -175,7 +181,8 @@ where
         }
         let out = match given {
             Some(host) => self.upload_tensor(inputs.len(), cols, &host)?,
-            None => self.tensor("get_rows", inputs.len(), cols)?,
+            // every row is a token's, written by the kernel
+            None => self.output("get_rows", inputs.len(), cols)?,
         };
         launch::get_rows(&*self.rt, &table.buf, table.args, &ids, &out.buf).map_err(self.fail("get_rows"))?;
         Ok(out)
@@ -204,13 +211,13 @@ where
                 if quantized.is_none() {
                     // one Q8_1 conversion of x for every quantized matrix of the call
                     let blocks = x.rows * x.cols / 32;
-                    let q = self.rt.alloc_zeroed(blocks * Q8_1_BYTES).map_err(self.fail("matmul"))?;
+                    let q = self.rt.alloc(blocks * Q8_1_BYTES).map_err(self.fail("matmul"))?;
                     launch::quantize_q8_1(&*self.rt, &x.buf, &q, blocks).map_err(self.fail("matmul"))?;
                     quantized = Some(q);
                 }
                 MatmulInput::Q8_1(quantized.as_ref().expect("quantized above"))
             };
-            let out = self.tensor("matmul", x.rows, w.args.rows)?;
+            let out = self.output("matmul", x.rows, w.args.rows)?;
             launch::mul_mat(&*self.rt, &w.buf, w.args, input, x.rows, bias.map(|b| &b.buf), &out.buf, tiled)
                 .map_err(self.fail("matmul"))?;
             outs.push(out);
@@ -298,7 +305,7 @@ where
         if q.cols != shape.q_dim() || rows.len() != q.rows || shape.n_head_kv == 0 || !shape.n_head.is_multiple_of(shape.n_head_kv) {
             return Err(BackendError::shape("attention", format!("{}x{} queries, {} rows, {shape:?}", q.rows, q.cols, rows.len())));
         }
-        let out = self.tensor("attention", q.rows, shape.out_dim())?;
+        let out = self.output("attention", q.rows, shape.out_dim())?;
         let heads =
             HeadArgs { n_head: shape.n_head, n_head_kv: shape.n_head_kv, dk: shape.head_dim_k, dv: shape.head_dim_v, scale: shape.scale };
         match kv {
@@ -361,7 +368,7 @@ where
     }
 
     fn select_rows(&self, x: &DeviceTensor<R>, rows: &[usize]) -> Result<DeviceTensor<R>, BackendError> {
-        let out = self.tensor("select_rows", rows.len(), x.cols)?;
+        let out = self.output("select_rows", rows.len(), x.cols)?;
         launch::select_rows(&*self.rt, &x.buf, x.rows, rows, &out.buf, x.cols).map_err(self.fail("select_rows"))?;
         Ok(out)
     }
