@@ -1,15 +1,25 @@
 // Attention, flash-style: one warp per (query row, head) walks the row's key positions in tiles
 // of 32 with an online softmax (running maximum and sum, the accumulator rescaled when the
-// maximum grows), so that no score matrix is ever stored. One kernel for prompt and decode rows,
-// over the KV cache's block pool (f32 or f16) or over the batch's own rows (an encoder). Each
-// output is computed the same way whatever else is in the batch: positions in order, lane l
-// scoring position p0 + l, the values summed position by position. A tile's keys go through
-// shared memory KEY_SLICE values at a time, each key row read by the whole warp (coalesced), and
-// its rows' indices are looked up once; the sums are those of reading them one by one.
+// maximum grows), so that no score matrix is ever stored. Over the KV cache's block pool (f32 or
+// f16) or over the batch's own rows (an encoder).
+//
+// A row's positions are cut into splits of ATTN_SPLIT at multiples of ATTN_SPLIT (absolute
+// positions, so a row's cuts do not depend on the batch); each split gives a partial result
+// (its maximum score, its sum of exponentials, its weighted values), and the row's output is the
+// fold of its partials in split order, from an empty one. `attention` runs a row's splits one
+// after another in one block; for few rows (decoding) `attention_split` runs each split as a
+// block of its own, and `attention_fold` folds the partials after (flash decoding). Both do the
+// same operations in the same order, so an output is the same bits whichever ran it and
+// whatever else is in the batch. Inside a split: positions in order, lane l scoring position
+// p0 + l, the values summed position by position; a tile's keys go through shared memory
+// KEY_SLICE values at a time, each key row read by the whole warp (coalesced), and its rows'
+// indices are looked up once.
 #include "portable.cuh"
 
 #define ATTN_TILE 32
 #define ATTN_MAX_HEAD 256
+#define ATTN_SPLIT 256
+#define ACC_SLOTS (ATTN_MAX_HEAD / WARP_SIZE)
 #define KV_BLOCK_POSITIONS 32
 #define KEY_SLICE 64
 
@@ -29,9 +39,53 @@ DEVICE int64_t kv_row(const int32_t* tables, int kv, int p, int n_layer, int lay
     return (block * n_layer + layer) * KV_BLOCK_POSITIONS + p % KV_BLOCK_POSITIONS;
 }
 
-// q: rows of n_head heads of dk; rows: (kv, first position, end position) per query row; out:
-// rows of n_head heads of dv. Grid (n_head, query rows), 32 threads. dk, dv <= 256.
-KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* out, int n_head, int n_head_kv, int dk, int dv, float scale, int f16, int n_layer, int layer) {
+// What a range of positions gives one (row, head), as each lane holds it: the largest score, the
+// sum of exp(score - max), and the values weighted by those (value d = lane + 32 t in acc[t]).
+struct Partial {
+    float max;
+    float sum;
+    float acc[ACC_SLOTS];
+};
+
+DEVICE void empty_partial(Partial* p) {
+    p->max = __int_as_float((int)0xff800000u);  // -inf
+    p->sum = 0.0f;
+    for (int t = 0; t < ACC_SLOTS; t++) {
+        p->acc[t] = 0.0f;
+    }
+}
+
+// `total` followed by `next`: both rescaled to the larger maximum. From an empty total this is
+// `next` exactly (exp(-inf) = 0, exp(0) = 1).
+DEVICE void fold(Partial* total, const Partial* next) {
+    const float m = fmaxf(total->max, next->max);
+    const float a = expf(total->max - m);
+    const float b = expf(next->max - m);
+    total->sum = total->sum * a + next->sum * b;
+    for (int t = 0; t < ACC_SLOTS; t++) {
+        total->acc[t] = total->acc[t] * a + next->acc[t] * b;
+    }
+    total->max = m;
+}
+
+// the output of one (row, head): the weighted values over the sum
+DEVICE void write_output(float* o, const Partial* total, int dv, int lane) {
+    for (int t = 0; t < ACC_SLOTS; t++) {
+        const int d = lane + t * WARP_SIZE;
+        if (d < dv) {
+            o[d] = total->sum > 0.0f ? total->acc[t] / total->sum : 0.0f;
+        }
+    }
+}
+
+// A partial in memory: max, sum, then dv weighted values.
+DEVICE float* partial_at(float* parts, int r, int h, int z, int n_head, int max_splits, int dv) {
+    return parts + (((int64_t)r * n_head + h) * max_splits + z) * (2 + dv);
+}
+
+// Block (h, r[, z]) of either launch. One split (z of the row's, `parts` set): its partial goes
+// to `parts`; else every split of the row, folded, to `out`.
+DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, int f16, int n_layer, int layer) {
     SHARED float q_head[ATTN_MAX_HEAD];
     SHARED float weights[ATTN_TILE];
     SHARED int64_t tile_rows[ATTN_TILE];
@@ -39,6 +93,18 @@ KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const 
     const int h = BLOCK_ID;
     const int r = BLOCK_ID_Y;
     const int lane = THREAD_ID;
+    const int kv = rows[3 * r];
+    const int start = rows[3 * r + 1];
+    const int end = rows[3 * r + 2];
+    int first_split = start / ATTN_SPLIT;
+    int end_split = (end - 1) / ATTN_SPLIT + 1;
+    if (parts != 0) {
+        first_split += BLOCK_ID_Z;
+        if (first_split >= end_split) {
+            return;  // the row has fewer splits (the whole block leaves)
+        }
+        end_split = first_split + 1;
+    }
     const int64_t k_at = (int64_t)(h / (n_head / n_head_kv)) * dk;
     const int64_t v_at = (int64_t)(h / (n_head / n_head_kv)) * dv;
     const int64_t k_dim = (int64_t)n_head_kv * dk;
@@ -48,66 +114,109 @@ KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const 
         q_head[i] = qr[i];
     }
     SYNC_THREADS();
-    const int kv = rows[3 * r];
-    const int start = rows[3 * r + 1];
-    const int end = rows[3 * r + 2];
     const float neg_inf = __int_as_float((int)0xff800000u);
-    float running_max = neg_inf;
-    float running_sum = 0.0f;
-    float acc[ATTN_MAX_HEAD / WARP_SIZE];
-    for (int t = 0; t < ATTN_MAX_HEAD / WARP_SIZE; t++) {
-        acc[t] = 0.0f;
-    }
-    for (int p0 = start; p0 < end; p0 += ATTN_TILE) {
-        const int p = p0 + lane;
-        const int n = end - p0 < ATTN_TILE ? end - p0 : ATTN_TILE;
-        tile_rows[lane] = p < end ? kv_row(tables, kv, p, n_layer, layer) : 0;
-        SYNC_THREADS();
-        // lane l's dot product with key p0 + l, KEY_SLICE values at a time from shared memory
-        float dot = 0.0f;
-        for (int i0 = 0; i0 < dk; i0 += KEY_SLICE) {
-            const int len = dk - i0 < KEY_SLICE ? dk - i0 : KEY_SLICE;
-            for (int pp = 0; pp < n; pp++) {
-                for (int e = lane; e < len; e += WARP_SIZE) {
-                    keys[pp][e] = kv_value(k, tile_rows[pp], k_dim, k_at, i0 + e, f16);
-                }
-            }
+    Partial total;
+    empty_partial(&total);
+    for (int s = first_split; s < end_split; s++) {
+        const int lo = start > s * ATTN_SPLIT ? start : s * ATTN_SPLIT;
+        const int hi = end < (s + 1) * ATTN_SPLIT ? end : (s + 1) * ATTN_SPLIT;
+        Partial part;
+        empty_partial(&part);
+        for (int p0 = lo; p0 < hi; p0 += ATTN_TILE) {
+            const int p = p0 + lane;
+            const int n = hi - p0 < ATTN_TILE ? hi - p0 : ATTN_TILE;
+            tile_rows[lane] = p < hi ? kv_row(tables, kv, p, n_layer, layer) : 0;
             SYNC_THREADS();
-            if (p < end) {
-                for (int e = 0; e < len; e++) {
-                    dot = dot + q_head[i0 + e] * keys[lane][e];
+            // lane l's dot product with key p0 + l, KEY_SLICE values at a time from shared memory
+            float dot = 0.0f;
+            for (int i0 = 0; i0 < dk; i0 += KEY_SLICE) {
+                const int len = dk - i0 < KEY_SLICE ? dk - i0 : KEY_SLICE;
+                for (int pp = 0; pp < n; pp++) {
+                    for (int e = lane; e < len; e += WARP_SIZE) {
+                        keys[pp][e] = kv_value(k, tile_rows[pp], k_dim, k_at, i0 + e, f16);
+                    }
+                }
+                SYNC_THREADS();
+                if (p < hi) {
+                    for (int e = 0; e < len; e++) {
+                        dot = dot + q_head[i0 + e] * keys[lane][e];
+                    }
+                }
+                SYNC_THREADS();  // the slice is rewritten next
+            }
+            const float score = p < hi ? dot * scale : neg_inf;
+            const float new_max = fmaxf(part.max, warp_max_f(score));
+            const float correction = expf(part.max - new_max);  // 0 on the first tile
+            const float w = p < hi ? expf(score - new_max) : 0.0f;
+            part.sum = part.sum * correction + warp_sum_f(w);
+            part.max = new_max;
+            weights[lane] = w;
+            SYNC_THREADS();
+            for (int t = 0; t < ACC_SLOTS; t++) {
+                part.acc[t] = part.acc[t] * correction;
+            }
+            for (int pp = 0; pp < n; pp++) {
+                const int64_t vr = tile_rows[pp];
+                const float wp = weights[pp];
+                for (int t = 0; t < ACC_SLOTS; t++) {
+                    const int d = lane + t * WARP_SIZE;
+                    if (d < dv) {
+                        part.acc[t] = part.acc[t] + wp * kv_value(v, vr, v_dim, v_at, d, f16);
+                    }
                 }
             }
-            SYNC_THREADS();  // the slice is rewritten next
+            SYNC_THREADS();  // the weights and rows are rewritten by the next tile
         }
-        const float score = p < end ? dot * scale : neg_inf;
-        const float new_max = fmaxf(running_max, warp_max_f(score));
-        const float correction = expf(running_max - new_max);  // 0 on the first tile
-        const float w = p < end ? expf(score - new_max) : 0.0f;
-        running_sum = running_sum * correction + warp_sum_f(w);
-        running_max = new_max;
-        weights[lane] = w;
-        SYNC_THREADS();
-        for (int t = 0; t < ATTN_MAX_HEAD / WARP_SIZE; t++) {
-            acc[t] = acc[t] * correction;
-        }
-        for (int pp = 0; pp < n; pp++) {
-            const int64_t vr = tile_rows[pp];
-            const float wp = weights[pp];
-            for (int t = 0; t < ATTN_MAX_HEAD / WARP_SIZE; t++) {
+        if (parts != 0) {
+            float* at = partial_at(parts, r, h, BLOCK_ID_Z, n_head, max_splits, dv);
+            if (lane == 0) {
+                at[0] = part.max;
+                at[1] = part.sum;
+            }
+            for (int t = 0; t < ACC_SLOTS; t++) {
                 const int d = lane + t * WARP_SIZE;
                 if (d < dv) {
-                    acc[t] = acc[t] + wp * kv_value(v, vr, v_dim, v_at, d, f16);
+                    at[2 + d] = part.acc[t];
                 }
             }
+            return;
         }
-        SYNC_THREADS();  // the weights and rows are rewritten by the next tile
+        fold(&total, &part);
     }
-    float* o = out + ((int64_t)r * n_head + h) * dv;
-    for (int t = 0; t < ATTN_MAX_HEAD / WARP_SIZE; t++) {
-        const int d = lane + t * WARP_SIZE;
-        if (d < dv) {
-            o[d] = running_sum > 0.0f ? acc[t] / running_sum : 0.0f;
+    write_output(out + ((int64_t)r * n_head + h) * dv, &total, dv, lane);
+}
+
+// q: rows of n_head heads of dk; rows: (kv, first position, end position) per query row; out:
+// rows of n_head heads of dv. Grid (n_head, query rows), 32 threads. dk, dv <= 256.
+KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* out, int n_head, int n_head_kv, int dk, int dv, float scale, int f16, int n_layer, int layer) {
+    attend(q, k, v, rows, tables, out, 0, 0, n_head, n_head_kv, dk, dv, scale, f16, n_layer, layer);
+}
+
+// The same, each split z of each row as a block: its partial into `parts` (rows of n_head heads
+// of max_splits partials of 2 + dv values). Grid (n_head, query rows, max_splits), 32 threads.
+KERNEL void attention_split(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, int f16, int n_layer, int layer) {
+    attend(q, k, v, rows, tables, 0, parts, max_splits, n_head, n_head_kv, dk, dv, scale, f16, n_layer, layer);
+}
+
+// The partials of attention_split folded in split order into `out`. Grid (n_head, query rows),
+// 32 threads.
+KERNEL void attention_fold(const int32_t* rows, const float* parts, int max_splits, float* out, int n_head, int dv) {
+    const int h = BLOCK_ID;
+    const int r = BLOCK_ID_Y;
+    const int lane = THREAD_ID;
+    const int splits = (rows[3 * r + 2] - 1) / ATTN_SPLIT + 1 - rows[3 * r + 1] / ATTN_SPLIT;
+    Partial total;
+    empty_partial(&total);
+    for (int z = 0; z < splits; z++) {
+        const float* at = partial_at((float*)parts, r, h, z, n_head, max_splits, dv);
+        Partial part;
+        part.max = at[0];
+        part.sum = at[1];
+        for (int t = 0; t < ACC_SLOTS; t++) {
+            const int d = lane + t * WARP_SIZE;
+            part.acc[t] = d < dv ? at[2 + d] : 0.0f;
         }
+        fold(&total, &part);
     }
+    write_output(out + ((int64_t)r * n_head + h) * dv, &total, dv, lane);
 }

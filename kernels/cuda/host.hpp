@@ -85,6 +85,7 @@ inline uint32_t float_to_bits(float f) {
 #define THREAD_ID host::thread_idx.x
 #define BLOCK_ID host::block_idx.x
 #define BLOCK_ID_Y host::block_idx.y
+#define BLOCK_ID_Z host::block_idx.z
 #define BLOCK_THREADS host::block->dim.x
 #define SYNC_THREADS() host::sync_threads()
 #define SHFL_XOR(v, mask) host::shfl_xor((v), (mask))

@@ -21,6 +21,7 @@ typedef unsigned long long uint64_t;
 #define THREAD_ID threadIdx.x
 #define BLOCK_ID blockIdx.x
 #define BLOCK_ID_Y blockIdx.y
+#define BLOCK_ID_Z blockIdx.z
 #define BLOCK_THREADS blockDim.x
 #define SYNC_THREADS() __syncthreads()
 #define SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask), 32)

@@ -239,6 +239,7 @@ impl Runtime for CudaRuntime {
     type Buffer = CudaSlice<u8>;
 
     fn alloc_zeroed(&self, bytes: usize) -> Result<CudaSlice<u8>, RuntimeError> {
+        crate::runtime::count_transfer();
         self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| match driver_error("allocating", e) {
             RuntimeError::OutOfMemory { .. } => RuntimeError::OutOfMemory { bytes },
             other => other,
@@ -255,6 +256,7 @@ impl Runtime for CudaRuntime {
     }
 
     fn upload(&self, data: &[u8]) -> Result<CudaSlice<u8>, RuntimeError> {
+        crate::runtime::count_transfer();
         // every byte is written by the copy below (an empty upload is never read)
         let buf = self.alloc(data.len())?;
         if !data.is_empty() {
@@ -286,6 +288,7 @@ impl Runtime for CudaRuntime {
     }
 
     fn download(&self, buf: &CudaSlice<u8>, out: &mut [u8]) -> Result<(), RuntimeError> {
+        crate::runtime::count_transfer();
         if out.len() > buf.len() {
             return Err(RuntimeError::Device(format!("download of {} bytes from a buffer of {}", out.len(), buf.len())));
         }
@@ -294,6 +297,7 @@ impl Runtime for CudaRuntime {
     }
 
     fn copy(&self, src: &CudaSlice<u8>, src_at: usize, dst: &CudaSlice<u8>, dst_at: usize, bytes: usize) -> Result<(), RuntimeError> {
+        crate::runtime::count_transfer();
         if src_at + bytes > src.len() || dst_at + bytes > dst.len() {
             return Err(RuntimeError::Device(format!("copy of {bytes} bytes out of bounds")));
         }

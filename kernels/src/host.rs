@@ -121,6 +121,7 @@ impl Runtime for HostRuntime {
     type Buffer = HostBuffer;
 
     fn alloc_zeroed(&self, bytes: usize) -> Result<HostBuffer, RuntimeError> {
+        crate::runtime::count_transfer();
         Ok(HostBuffer::zeroed(bytes))
     }
 
@@ -130,6 +131,7 @@ impl Runtime for HostRuntime {
     }
 
     fn upload(&self, data: &[u8]) -> Result<HostBuffer, RuntimeError> {
+        crate::runtime::count_transfer();
         let b = HostBuffer::zeroed(data.len());
         // SAFETY: the buffer was just made with room for `data.len()` bytes and is not shared.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), b.ptr(), data.len()) };
@@ -137,6 +139,7 @@ impl Runtime for HostRuntime {
     }
 
     fn download(&self, buf: &HostBuffer, out: &mut [u8]) -> Result<(), RuntimeError> {
+        crate::runtime::count_transfer();
         if out.len() > buf.len {
             return Err(RuntimeError::Device(format!("download of {} bytes from a buffer of {}", out.len(), buf.len)));
         }
@@ -147,6 +150,7 @@ impl Runtime for HostRuntime {
     }
 
     fn copy(&self, src: &HostBuffer, src_at: usize, dst: &HostBuffer, dst_at: usize, bytes: usize) -> Result<(), RuntimeError> {
+        crate::runtime::count_transfer();
         if src_at + bytes > src.len || dst_at + bytes > dst.len {
             return Err(RuntimeError::Device(format!("copy of {bytes} bytes out of bounds")));
         }

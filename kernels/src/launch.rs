@@ -13,6 +13,14 @@ const MULMAT_WARPS: usize = 4;
 pub const MULMAT_TILE: usize = 8;
 /// The largest head size `attention` takes.
 pub const ATTENTION_MAX_HEAD: usize = 256;
+/// Positions per split of a row's keys in `attention` (`attention.cu`): a row's positions are
+/// cut at its multiples.
+pub const ATTENTION_SPLIT: usize = 256;
+/// Launches of fewer (row, head) blocks than this run each split as a block of its own
+/// (`attention_split` + `attention_fold`), when the partials take at most
+/// [`SPLIT_PARTIALS_MAX_BYTES`]: the same bits as one block per row, more blocks in flight.
+const SPLIT_BELOW_BLOCKS: usize = 1024;
+const SPLIT_PARTIALS_MAX_BYTES: usize = 64 << 20;
 /// Positions per KV block (`kv.cu`, `attention.cu`).
 pub const KV_BLOCK_POSITIONS: usize = 32;
 /// Bytes of a Q8_1 block of 32 values.
@@ -59,6 +67,7 @@ fn go<R: Runtime>(rt: &R, kernel: &'static str, grid: [u32; 3], block: u32, args
             grid[0], grid[1], grid[2]
         )));
     }
+    crate::runtime::count_launch();
     // SAFETY: every caller below passes the kernel's parameters in order with their C types
     // (pointers as buffers, `int` as I32, `int64_t` as I64, `float` as F32), and has checked
     // that each buffer and index covers what this geometry touches.
@@ -372,6 +381,17 @@ pub struct QueryRow {
     pub positions: std::ops::Range<usize>,
 }
 
+/// How `attention` runs a row's splits: chosen by the launch's size (`Auto`), or one of the two
+/// ways, which give the same bits (for the tests that show it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionPath {
+    Auto,
+    /// One block per (row, head) walks every split (`attention`).
+    Whole,
+    /// One block per (row, head, split), then the fold (`attention_split`, `attention_fold`).
+    Split,
+}
+
 /// Attention of every query row of `q` over its positions, into `out`.
 pub fn attention<R: Runtime>(
     rt: &R,
@@ -380,6 +400,19 @@ pub fn attention<R: Runtime>(
     rows: &[QueryRow],
     h: HeadArgs,
     out: &R::Buffer,
+) -> Result<(), RuntimeError> {
+    attention_by(rt, q, kv, rows, h, out, AttentionPath::Auto)
+}
+
+/// [`attention`], its splits run the way `path` says.
+pub fn attention_by<R: Runtime>(
+    rt: &R,
+    q: &R::Buffer,
+    kv: KvArgs<'_, R::Buffer>,
+    rows: &[QueryRow],
+    h: HeadArgs,
+    out: &R::Buffer,
+    path: AttentionPath,
 ) -> Result<(), RuntimeError> {
     const K: &str = "attention";
     if h.dk > ATTENTION_MAX_HEAD || h.dv > ATTENTION_MAX_HEAD || h.n_head_kv == 0 || !h.n_head.is_multiple_of(h.n_head_kv) {
@@ -397,20 +430,8 @@ pub fn attention<R: Runtime>(
     }
     let info: Vec<i32> = rows.iter().flat_map(|r| [r.kv as i32, r.positions.start as i32, r.positions.end as i32]).collect();
     let info = ints(rt, &info)?;
-    let heads = |f16: bool, n_layer: usize, layer: usize| {
-        [
-            Arg::I32(h.n_head as i32),
-            Arg::I32(h.n_head_kv as i32),
-            Arg::I32(h.dk as i32),
-            Arg::I32(h.dv as i32),
-            Arg::F32(h.scale),
-            Arg::I32(i32::from(f16)),
-            Arg::I32(n_layer as i32),
-            Arg::I32(layer as i32),
-        ]
-    };
-    let grid = [dim(K, "heads", h.n_head)?, dim(K, "rows", rows.len())?, 1];
-    match kv {
+    // the pools (or the batch's rows) and their arguments after `out` or `parts`
+    let (k, v, tables, tail) = match kv {
         KvArgs::Pool { k, v, k_pool, v_pool, layer, tables } => {
             if k_pool.dim != h.n_head_kv * h.dk || v_pool.dim != h.n_head_kv * h.dv || layer >= k_pool.n_layer {
                 return Err(RuntimeError::Device(format!("{K}: the pools do not hold these heads")));
@@ -426,10 +447,7 @@ pub fn attention<R: Runtime>(
                 }
             }
             let t: Vec<i32> = tables.iter().map(|&b| b as i32).collect();
-            let t = ints(rt, &t)?;
-            let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&info), Arg::Buf(&t), Arg::Buf(out)];
-            args.extend(heads(k_pool.f16, k_pool.n_layer, layer));
-            go(rt, K, grid, 32, &args)
+            (k, v, Some(ints(rt, &t)?), [i32::from(k_pool.f16), k_pool.n_layer as i32, layer as i32])
         }
         KvArgs::Rows { k, v, rows: n } => {
             if let Some(r) = rows.iter().find(|r| r.kv + r.positions.end > n) {
@@ -437,12 +455,46 @@ pub fn attention<R: Runtime>(
             }
             check(rt, K, "k", k, n * h.n_head_kv * h.dk * 4)?;
             check(rt, K, "v", v, n * h.n_head_kv * h.dv * 4)?;
-            // a null table pointer selects the batch rows
-            let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&info), Arg::I64(0), Arg::Buf(out)];
-            args.extend(heads(false, 1, 0));
-            go(rt, K, grid, 32, &args)
+            (k, v, None, [0, 1, 0])
         }
+    };
+    let heads = [
+        Arg::I32(h.n_head as i32),
+        Arg::I32(h.n_head_kv as i32),
+        Arg::I32(h.dk as i32),
+        Arg::I32(h.dv as i32),
+        Arg::F32(h.scale),
+        Arg::I32(tail[0]),
+        Arg::I32(tail[1]),
+        Arg::I32(tail[2]),
+    ];
+    // a null table pointer selects the batch rows
+    let table_arg = match &tables {
+        Some(t) => Arg::Buf(&**t),
+        None => Arg::I64(0),
+    };
+    let grid = [dim(K, "heads", h.n_head)?, dim(K, "rows", rows.len())?, 1];
+    let max_splits =
+        rows.iter().map(|r| (r.positions.end - 1) / ATTENTION_SPLIT + 1 - r.positions.start / ATTENTION_SPLIT).max().unwrap_or(1);
+    let parts_bytes = rows.len() * h.n_head * max_splits * (2 + h.dv) * 4;
+    let split = match path {
+        AttentionPath::Auto => max_splits > 1 && rows.len() * h.n_head < SPLIT_BELOW_BLOCKS && parts_bytes <= SPLIT_PARTIALS_MAX_BYTES,
+        AttentionPath::Whole => false,
+        AttentionPath::Split => true,
+    };
+    if !split {
+        let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&*info), table_arg, Arg::Buf(out)];
+        args.extend(heads);
+        return go(rt, K, grid, 32, &args);
     }
+    // every partial the fold reads is written by the split launch
+    let parts = rt.alloc(parts_bytes)?;
+    let splits = int("attention_split", "splits", max_splits)?;
+    let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&*info), table_arg, Arg::Buf(&parts), Arg::I32(splits)];
+    args.extend(heads);
+    go(rt, "attention_split", [grid[0], grid[1], dim("attention_split", "splits", max_splits)?], 32, &args)?;
+    let args = [Arg::Buf(&*info), Arg::Buf(&parts), Arg::I32(splits), Arg::Buf(out), Arg::I32(h.n_head as i32), Arg::I32(h.dv as i32)];
+    go(rt, "attention_fold", grid, 32, &args)
 }
 
 #[cfg(test)]

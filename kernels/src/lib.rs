@@ -14,5 +14,5 @@ pub mod runtime;
 pub mod sources;
 
 pub use nvrtc::{compile, CompiledModule, KernelReport, NvrtcError};
-pub use runtime::{Arg, Launch, Runtime, RuntimeError};
+pub use runtime::{Arg, Issued, Launch, Runtime, RuntimeError};
 pub use sources::{KernelSource, HEADERS, SOURCES};

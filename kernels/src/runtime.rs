@@ -82,3 +82,38 @@ pub fn scalar_slot<B>(arg: &Arg<'_, B>) -> Option<u64> {
         Arg::Buf(_) | Arg::BufAt(..) => None,
     }
 }
+
+/// What this process has issued to devices so far, for the figures per generated token: kernel
+/// launches (every typed launcher's) and transfers (uploads, downloads, copies and the fills of
+/// zeroed allocations), over every runtime.
+static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static TRANSFERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts issued so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Issued {
+    pub launches: u64,
+    pub transfers: u64,
+}
+
+impl Issued {
+    /// The counts so far.
+    pub fn now() -> Issued {
+        use std::sync::atomic::Ordering::Relaxed;
+        Issued { launches: LAUNCHES.load(Relaxed), transfers: TRANSFERS.load(Relaxed) }
+    }
+
+    /// What was issued since `earlier`.
+    pub fn since(earlier: Issued) -> Issued {
+        let now = Issued::now();
+        Issued { launches: now.launches - earlier.launches, transfers: now.transfers - earlier.transfers }
+    }
+}
+
+pub(crate) fn count_launch() {
+    LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub(crate) fn count_transfer() {
+    TRANSFERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}

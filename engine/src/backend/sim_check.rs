@@ -322,3 +322,59 @@ fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
         }
     }
 }
+
+#[test]
+fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after() {
+    use kernels::host::HostRuntime;
+    use kernels::launch::{attention_by, AttentionPath, HeadArgs, KvArgs, PoolArgs, QueryRow, ATTENTION_SPLIT, KV_BLOCK_POSITIONS};
+    use kernels::Runtime;
+    let rt = HostRuntime;
+    let mut rng = Rng::new(0xa77e);
+    // rows over 1, 2 and 3 splits, from the first position, inside a window, starting and ending
+    // on a split's edge, beside a short row
+    let ends = [2 * ATTENTION_SPLIT + 37, ATTENTION_SPLIT, ATTENTION_SPLIT + 1, 40];
+    let starts = [0, 0, ATTENTION_SPLIT - 5, 3];
+    let (n_head, n_head_kv, dk, dv, n_layer) = (4usize, 2usize, 72usize, 40usize, 2usize);
+    let per_seq = ends.iter().max().unwrap().div_ceil(KV_BLOCK_POSITIONS);
+    for f16 in [false, true] {
+        let blocks = ends.len() * per_seq;
+        let k_pool = PoolArgs { blocks, n_layer, dim: n_head_kv * dk, f16 };
+        let v_pool = PoolArgs { blocks, n_layer, dim: n_head_kv * dv, f16 };
+        let pool = |p: PoolArgs, rng: &mut Rng| {
+            let values = rng.values(p.bytes() / if f16 { 2 } else { 4 }, 2.0);
+            let bytes: Vec<u8> = if f16 {
+                values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect()
+            } else {
+                values.iter().flat_map(|v| v.to_le_bytes()).collect()
+            };
+            rt.upload(&bytes).unwrap()
+        };
+        let (k, v) = (pool(k_pool, &mut rng), pool(v_pool, &mut rng));
+        // each sequence's blocks in reverse order
+        let tables: Vec<u32> = (0..ends.len()).flat_map(|s| (0..per_seq).rev().map(move |b| (s * per_seq + b) as u32)).collect();
+        let rows: Vec<QueryRow> = (0..ends.len()).map(|s| QueryRow { kv: s * per_seq, positions: starts[s]..ends[s] }).collect();
+        let q = rng.values(rows.len() * n_head * dk, 1.0);
+        let q = rt.upload(&q.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        let heads = HeadArgs { n_head, n_head_kv, dk, dv, scale: 1.0 / (dk as f32).sqrt() };
+        let run = |path| {
+            let out = rt.alloc(rows.len() * n_head * dv * 4).unwrap();
+            let kv = KvArgs::Pool { k: &k, v: &v, k_pool, v_pool, layer: 1, tables: &tables };
+            attention_by(&rt, &q, kv, &rows, heads, &out, path).unwrap();
+            let mut bytes = vec![0u8; rows.len() * n_head * dv * 4];
+            rt.download(&out, &mut bytes).unwrap();
+            bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<u32>>()
+        };
+        let (whole, split) = (run(AttentionPath::Whole), run(AttentionPath::Split));
+        assert!(whole.iter().all(|&b| f32::from_bits(b).is_finite()), "f16 {f16}: every output written and finite");
+        assert_eq!(whole, split, "f16 {f16}: one block per row and the folded splits differ");
+        // and a row alone gives its bits in the batch
+        let alone = rows[0].clone();
+        let out = rt.alloc(n_head * dv * 4).unwrap();
+        let kv = KvArgs::Pool { k: &k, v: &v, k_pool, v_pool, layer: 1, tables: &tables };
+        attention_by(&rt, &q, kv, &[alone], heads, &out, AttentionPath::Auto).unwrap();
+        let mut bytes = vec![0u8; n_head * dv * 4];
+        rt.download(&out, &mut bytes).unwrap();
+        let one: Vec<u32> = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        assert_eq!(one, whole[..n_head * dv], "f16 {f16}: row 0 alone");
+    }
+}

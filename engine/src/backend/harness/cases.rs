@@ -233,9 +233,10 @@ fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, ty: KvType) -> Vec<(String
         let shape = AttentionShape { n_head, n_head_kv, head_dim_k: dk, head_dim_v: dv, scale: 1.0 / (dk as f32).sqrt() };
         let (kd, vd, n_layer) = (n_head_kv * dk, n_head_kv * dv, 2);
         let mut store = b.new_kv_store(ty, n_layer, kd, vd);
-        // two sequences; block ids out of order and not contiguous
-        let tables: [Vec<BlockId>; 2] = [vec![4, 0, 2], vec![5, 1]];
-        let lens = [70usize, 40];
+        // three sequences; block ids out of order and not contiguous; the third long enough for
+        // a device's attention to cut it into splits
+        let tables: [Vec<BlockId>; 3] = [vec![4, 0, 2], vec![5, 1], (6..26).rev().collect()];
+        let lens = [70usize, 40, 600];
         for &id in tables.iter().flatten() {
             store.alloc_block(id).expect("alloc");
         }
@@ -254,8 +255,19 @@ fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, ty: KvType) -> Vec<(String
             keys.push(k);
             values.push(v);
         }
-        // (sequence, position, window): whole prefixes, a window, the first position, one tile exactly
-        let queries = [(0usize, 69usize, None), (0, 20, Some(8usize)), (1, 39, None), (1, 0, None), (0, 63, None), (0, 69, Some(16))];
+        // (sequence, position, window): whole prefixes, a window, the first position, one tile
+        // exactly; over 600 positions, a window across position 256, up to position 512
+        let queries = [
+            (0usize, 69usize, None),
+            (0, 20, Some(8usize)),
+            (1, 39, None),
+            (1, 0, None),
+            (0, 63, None),
+            (0, 69, Some(16)),
+            (2, 599, None),
+            (2, 300, Some(100)),
+            (2, 511, None),
+        ];
         let rows: Vec<AttentionRow> = queries
             .iter()
             .map(|&(seq, pos, window)| AttentionRow { kv: seq, positions: window.map_or(0, |w| (pos + 1).saturating_sub(w))..pos + 1 })
@@ -265,7 +277,7 @@ fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, ty: KvType) -> Vec<(String
         let source = KvSource::Cache { store: &store, layer: 1, tables: &table_refs };
         let got = back(b, b.attention(&host(b, rows.len(), shape.q_dim(), &q), source, &rows, &shape).expect("attention"));
         let want = naive::attention(&q, &rows, &shape, |s, p| &keys[s][p * kd..(p + 1) * kd], |s, p| &values[s][p * vd..(p + 1) * vd]);
-        out.push((format!("{n_head}/{n_head_kv} heads of {dk}/{dv}, 2 sequences, 6 rows with windows"), nmse(&got, &want)));
+        out.push((format!("{n_head}/{n_head_kv} heads of {dk}/{dv}, 3 sequences, 9 rows with windows"), nmse(&got, &want)));
     }
     out
 }

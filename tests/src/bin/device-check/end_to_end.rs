@@ -109,12 +109,14 @@ fn one_shape(load: Loader<'_>, s: &EndToEndScope, shape: &Shape, template: &Gguf
 
     let mut kv = model.new_kv_cache(KvType::F16, n_ctx);
     let mut token = 1u32;
+    let issued = kernels::Issued::now();
     let t0 = Instant::now();
     for pos in 0..s.tg {
         let row = last_row(&model, &mut kv, &[BatchEntry { seq: 0, token, pos: pos as u32, logits: true }])?;
         token = argmax(&row);
     }
     let tg = s.tg as f64 / t0.elapsed().as_secs_f64();
+    let issued = kernels::Issued::since(issued);
     let read = tg * per_token as f64;
 
     let mut kv = model.new_kv_cache(KvType::F16, n_ctx);
@@ -140,6 +142,12 @@ fn one_shape(load: Loader<'_>, s: &EndToEndScope, shape: &Shape, template: &Gguf
         sig3(100.0 * read / HBM_BYTES_PER_SECOND),
         s.streams,
         sig3(streams)
+    );
+    println!(
+        "  per generated token (tg{}): {} kernel launches, {} transfers (uploads, downloads, copies, fills)",
+        s.tg,
+        sig3(issued.launches as f64 / s.tg as f64),
+        sig3(issued.transfers as f64 / s.tg as f64)
     );
     Ok(())
 }
