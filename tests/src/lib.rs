@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 pub mod shaped;
 pub mod tiny;
+pub mod tiny_whisper;
 
 /// `tests/fixtures/<rel>` inside this repository, or under `ENGINE_FIXTURES` when that is set
 /// (the device check's bundle carries its own fixtures folder to a machine without the tree).

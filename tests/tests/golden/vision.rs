@@ -108,6 +108,26 @@ fn idefics3_tiles_overview_and_logits_match_llama_cpp() {
     check("idefics3", "tile-32", false);
 }
 
+/// Both projectors on the kernel backend, run by the CPU execution harness, give llama.cpp's
+/// image rows within the bounds the CPU backend meets.
+#[cfg(feature = "sim")]
+#[test]
+fn the_projectors_on_the_kernel_backend_give_llama_cpps_rows() {
+    use engine::backend::Device;
+    use engine::gguf::GgufFile;
+    let dir = fixture("vision");
+    for (projector, image) in [("gemma3", "tile-32"), ("idefics3", "grid-64")] {
+        let file = Arc::new(GgufFile::open(dir.join(format!("tiny-{projector}-mmproj.gguf"))).unwrap());
+        let vision = VisionModel::from_file_simulated(file).unwrap();
+        assert_eq!(vision.device(), Device::Cuda(0));
+        let img = decode_rgb(&std::fs::read(dir.join(format!("{image}.png"))).unwrap(), 1 << 20).unwrap();
+        let ours = vision.encode(&vision.tiles(&img)).unwrap();
+        let (_, rows, _) = golden(&format!("{projector}-{image}"));
+        let (max, nmse) = compare(&format!("{projector} {image} image rows on the kernel backend"), &ours, &rows);
+        assert!(max < 1e-4 && nmse < 1e-10, "image rows: max {max:e}, NMSE {nmse:e}");
+    }
+}
+
 /// Older converters wrote SigLIP's two feed-forward matrices under each other's names; llama.cpp
 /// swaps them back (its `ffn_down` then has rows of n_embd values), and so does the loader: the
 /// renamed file gives the same rows bit for bit.

@@ -261,3 +261,44 @@ fn long_form_matches_faster_whisper_base() {
         assert_eq!(s.tokens, engine_tests::json_ids(&w["tokens"]), "segment {i}: {:?} vs {:?}", s.text, w["text"]);
     }
 }
+
+/// A small random-weight Whisper (`engine_tests::tiny_whisper`, tiny.en's vocabulary, F32
+/// matrices) on the kernel backend, run by the CPU execution harness, against the CPU backend:
+/// the encoded window, then a prompt and three more tokens fed to both, one step at a time, give
+/// the same logits to within f32 rounding at every step, and the same best token.
+#[cfg(feature = "sim")]
+#[test]
+fn whisper_on_the_kernel_backend_gives_the_cpu_backends_logits() {
+    use engine::backend::Device;
+    use engine::gguf::GgufFile;
+    use engine::model::whisper::WhisperModel;
+    use engine_tests::tiny_whisper::{self, AUDIO_CTX};
+    let template = GgufFile::open(engine_tests::fetch_model("whisper-tiny.en-q8_0")).unwrap();
+    let file = tiny_whisper::make(&template, 7).unwrap();
+    let cpu = WhisperModel::from_file_on(file.clone(), Device::Cpu).unwrap();
+    let sim = WhisperModel::from_file_simulated(file).unwrap();
+    assert_eq!(sim.device(), Device::Cuda(0));
+    let n_mels = cpu.config().n_mels;
+    // a smooth random spectrogram in Whisper's log-mel range
+    let mel: Vec<f32> = (0..n_mels * 2 * AUDIO_CTX).map(|i| ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * 1.5).collect();
+    let (a_cpu, a_sim) = (cpu.encode(&mel).unwrap(), sim.encode(&mel).unwrap());
+    let (mut kv_cpu, mut kv_sim) = (cpu.new_cache(), sim.new_cache());
+    let t = &cpu.config().tokens;
+    let tokens = [t.sot, t.no_timestamps, 440, 1029, 3000];
+    let mut start = 0;
+    for (step, end) in [2, 3, 4, 5].into_iter().enumerate() {
+        let fed = &tokens[start..end];
+        let want = cpu.decode(&a_cpu, &mut kv_cpu, fed, start).unwrap();
+        let got = sim.decode(&a_sim, &mut kv_sim, fed, start).unwrap();
+        let err: f64 = got.iter().zip(&want).map(|(g, w)| f64::from(g - w).powi(2)).sum();
+        let energy: f64 = want.iter().map(|w| f64::from(*w).powi(2)).sum();
+        let best = |x: &[f32]| x.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0;
+        println!("step {step}: NMSE {:.2e}, best token {} (cpu {})", err / energy, best(&got), best(&want));
+        assert!(err / energy < 1e-10, "step {step}: NMSE {:e}", err / energy);
+        assert_eq!(best(&got), best(&want), "step {step}");
+        start = end;
+    }
+    // audio encoded by one model is refused by a model on another device
+    let e = cpu.decode(&a_sim, &mut cpu.new_cache(), &[t.sot], 0).unwrap_err().to_string();
+    assert!(e.contains("another device"), "{e}");
+}

@@ -17,8 +17,7 @@ pub use config::{Projector, VisionConfig};
 pub use layout::{build_prompt, find_piece, ImagePrompt, Piece};
 pub use rows::{pixel_digest, ImageRowCache, ImageRows, OutOfIds, PromptImages};
 
-use crate::backend::CpuBackend;
-use crate::backend::{BackendError, Device};
+use crate::backend::{Backend, BackendError, CpuBackend, Device};
 use crate::gguf::GgufFile;
 use crate::image::preprocess::{tiles, Normalisation, Tiles, Tiling};
 use crate::image::RgbImage;
@@ -26,36 +25,89 @@ use crate::model::error::ModelError;
 use crate::model::Model;
 use weights::VisionWeights;
 
-/// A loaded projector (its ViT and projection) on the CPU.
+/// The weights on one backend.
+struct OnDevice<B: Backend> {
+    backend: B,
+    weights: VisionWeights<B>,
+}
+
+/// The backends this build has, one variant each (as `Model`'s).
+enum Loaded {
+    Cpu(OnDevice<CpuBackend>),
+    /// The CUDA kernels run by the CPU execution harness (tests of the kernel backend).
+    #[cfg(feature = "sim")]
+    Sim(OnDevice<crate::backend::kernel::SimBackend>),
+    #[cfg(feature = "cuda")]
+    Cuda(OnDevice<crate::backend::kernel::CudaBackend>),
+}
+
+/// `$body` with `$m` bound to the loaded weights, whichever backend holds them.
+macro_rules! on_device {
+    ($loaded:expr, $m:ident => $body:expr) => {
+        match $loaded {
+            Loaded::Cpu($m) => $body,
+            #[cfg(feature = "sim")]
+            Loaded::Sim($m) => $body,
+            #[cfg(feature = "cuda")]
+            Loaded::Cuda($m) => $body,
+        }
+    };
+}
+
+/// A loaded projector (its ViT and projection) on a device.
 pub struct VisionModel {
     config: VisionConfig,
-    backend: CpuBackend,
-    weights: VisionWeights<CpuBackend>,
+    loaded: Loaded,
     file: Arc<GgufFile>,
 }
 
 impl std::fmt::Debug for VisionModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VisionModel").field("config", &self.config).finish()
+        f.debug_struct("VisionModel").field("config", &self.config).field("device", &self.device()).finish()
     }
 }
 
 impl VisionModel {
-    /// Loads the projector GGUF at `path` on `device` (the CPU for now: patches and pooling are
-    /// built on the host).
+    /// Loads the projector GGUF at `path` on `device`. A tile's patches, the pixel shuffle and
+    /// the pooling are built on the host; the ViT's products, norms and attention and the
+    /// projection run on the device.
     pub fn load_on(path: impl AsRef<Path>, device: Device) -> Result<VisionModel, ModelError> {
-        if device != Device::Cpu {
+        // refuse a device this build lacks before reading anything
+        if !device.is_built() {
             return Err(BackendError::NotBuilt(device).into());
         }
-        let file = Arc::new(GgufFile::open(path)?);
-        let config = VisionConfig::from_gguf(&file)?;
-        let backend = CpuBackend::new();
-        let weights = VisionWeights::load(&file, &backend, &config)?;
-        Ok(VisionModel { config, backend, weights, file })
+        VisionModel::from_file_on(Arc::new(GgufFile::open(path)?), device)
     }
 
     pub fn load(path: impl AsRef<Path>) -> Result<VisionModel, ModelError> {
         VisionModel::load_on(path, Device::Cpu)
+    }
+
+    /// A file already open, on `device`.
+    pub fn from_file_on(file: Arc<GgufFile>, device: Device) -> Result<VisionModel, ModelError> {
+        let config = VisionConfig::from_gguf(&file)?;
+        let loaded = match device {
+            Device::Cpu => Loaded::Cpu(OnDevice::load(CpuBackend::new(), &file, &config)?),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(n) => Loaded::Cuda(OnDevice::load(crate::backend::kernel::CudaBackend::open(n)?, &file, &config)?),
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda(_) => return Err(BackendError::NotBuilt(device).into()),
+        };
+        Ok(VisionModel { config, loaded, file })
+    }
+
+    /// A file already open, its weights on the simulated GPU: the CUDA kernels run by the CPU
+    /// execution harness (slow; for tests of the kernel backend).
+    #[cfg(feature = "sim")]
+    pub fn from_file_simulated(file: Arc<GgufFile>) -> Result<VisionModel, ModelError> {
+        let config = VisionConfig::from_gguf(&file)?;
+        let loaded = Loaded::Sim(OnDevice::load(crate::backend::kernel::SimBackend::new(), &file, &config)?);
+        Ok(VisionModel { config, loaded, file })
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> Device {
+        on_device!(&self.loaded, m => m.backend.device())
     }
 
     pub fn config(&self) -> &VisionConfig {
@@ -112,13 +164,20 @@ impl VisionModel {
     pub fn encode(&self, tiles: &Tiles) -> Result<Vec<f32>, ModelError> {
         let mut rows = Vec::with_capacity(tiles.tiles.len() * self.config.rows_per_tile() * self.config.n_embd_out);
         for tile in &tiles.tiles {
-            rows.extend(encoder::encode_tile(&self.backend, &self.config, &self.weights, tile)?);
+            rows.extend(on_device!(&self.loaded, m => encoder::encode_tile(&m.backend, &self.config, &m.weights, tile))?);
         }
         Ok(rows)
     }
 
     /// The ViT's output for one tile before the projector (`n_patches x n_embd`), for tests.
     pub fn vit_states(&self, tile: &[f32]) -> Result<Vec<f32>, ModelError> {
-        encoder::vit(&self.backend, &self.config, &self.weights, tile)
+        on_device!(&self.loaded, m => encoder::vit(&m.backend, &self.config, &m.weights, tile))
+    }
+}
+
+impl<B: Backend> OnDevice<B> {
+    fn load(backend: B, file: &Arc<GgufFile>, config: &VisionConfig) -> Result<OnDevice<B>, ModelError> {
+        let weights = VisionWeights::load(file, &backend, config)?;
+        Ok(OnDevice { backend, weights })
     }
 }

@@ -13,8 +13,7 @@ use std::sync::Arc;
 
 pub use config::{SpecialTokens, StackConfig, WhisperConfig};
 
-use crate::backend::CpuBackend;
-use crate::backend::{BackendError, Device};
+use crate::backend::{Backend, BackendError, CpuBackend, Device};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvCache;
 use crate::model::error::ModelError;
@@ -22,9 +21,52 @@ use crate::tokenizer::{TokenId, Tokenizer};
 use encoder::EncodedAudio;
 use weights::WhisperWeights;
 
+/// The weights on one backend.
+struct OnDevice<B: Backend> {
+    backend: B,
+    weights: WhisperWeights<B>,
+}
+
+/// The backends this build has, one variant each (as `Model`'s).
+enum Loaded {
+    Cpu(OnDevice<CpuBackend>),
+    /// The CUDA kernels run by the CPU execution harness (tests of the kernel backend).
+    #[cfg(feature = "sim")]
+    Sim(OnDevice<crate::backend::kernel::SimBackend>),
+    #[cfg(feature = "cuda")]
+    Cuda(OnDevice<crate::backend::kernel::CudaBackend>),
+}
+
 /// One window's encoded audio, on the device of the model that encoded it.
-pub struct EncodedWindow {
-    cpu: EncodedAudio<CpuBackend>,
+pub enum EncodedWindow {
+    Cpu(EncodedAudio<CpuBackend>),
+    #[cfg(feature = "sim")]
+    Sim(EncodedAudio<crate::backend::kernel::SimBackend>),
+    #[cfg(feature = "cuda")]
+    Cuda(EncodedAudio<crate::backend::kernel::CudaBackend>),
+}
+
+/// `$body` with `$m` bound to the loaded weights, whichever backend holds them; `$wrap` is the
+/// `EncodedWindow` variant of that backend.
+macro_rules! on_device {
+    ($loaded:expr, $m:ident, $wrap:ident => $body:expr) => {
+        match $loaded {
+            Loaded::Cpu($m) => {
+                let $wrap = EncodedWindow::Cpu;
+                $body
+            }
+            #[cfg(feature = "sim")]
+            Loaded::Sim($m) => {
+                let $wrap = EncodedWindow::Sim;
+                $body
+            }
+            #[cfg(feature = "cuda")]
+            Loaded::Cuda($m) => {
+                let $wrap = EncodedWindow::Cuda;
+                $body
+            }
+        }
+    };
 }
 
 /// A loaded Whisper model.
@@ -32,38 +74,66 @@ pub struct WhisperModel {
     file: Arc<GgufFile>,
     config: WhisperConfig,
     tokenizer: Tokenizer,
-    backend: CpuBackend,
-    weights: WhisperWeights<CpuBackend>,
+    loaded: Loaded,
 }
 
 impl std::fmt::Debug for WhisperModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WhisperModel").field("encoder", &self.config.encoder).field("decoder", &self.config.decoder).finish()
+        f.debug_struct("WhisperModel")
+            .field("encoder", &self.config.encoder)
+            .field("decoder", &self.config.decoder)
+            .field("device", &self.device())
+            .finish()
     }
 }
 
 impl WhisperModel {
-    /// Loads the Whisper GGUF at `path` on `device` (the CPU for now: the encoder's
-    /// convolutions build their inputs on the host).
+    /// Loads the Whisper GGUF at `path` on `device`. The encoder's convolutions build their
+    /// im2col rows on the host (the first convolution's output comes back for the second's);
+    /// every matrix product, norm and attention runs on the device.
     pub fn load_on(path: impl AsRef<Path>, device: Device) -> Result<WhisperModel, ModelError> {
-        if device != Device::Cpu {
+        // refuse a device this build lacks before reading anything
+        if !device.is_built() {
             return Err(BackendError::NotBuilt(device).into());
         }
-        let file = Arc::new(GgufFile::open(path)?);
+        WhisperModel::from_file_on(Arc::new(GgufFile::open(path)?), device)
+    }
+
+    pub fn load(path: impl AsRef<Path>) -> Result<WhisperModel, ModelError> {
+        WhisperModel::load_on(path, Device::Cpu)
+    }
+
+    /// A file already open, on `device`.
+    pub fn from_file_on(file: Arc<GgufFile>, device: Device) -> Result<WhisperModel, ModelError> {
+        let (config, tokenizer) = WhisperModel::read_config(&file)?;
+        let loaded = match device {
+            Device::Cpu => Loaded::Cpu(OnDevice::load(CpuBackend::new(), &file, &config)?),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(n) => Loaded::Cuda(OnDevice::load(crate::backend::kernel::CudaBackend::open(n)?, &file, &config)?),
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda(_) => return Err(BackendError::NotBuilt(device).into()),
+        };
+        Ok(WhisperModel { file, config, tokenizer, loaded })
+    }
+
+    /// A file already open, its weights on the simulated GPU: the CUDA kernels run by the CPU
+    /// execution harness (slow; for tests of the kernel backend).
+    #[cfg(feature = "sim")]
+    pub fn from_file_simulated(file: Arc<GgufFile>) -> Result<WhisperModel, ModelError> {
+        let (config, tokenizer) = WhisperModel::read_config(&file)?;
+        let loaded = Loaded::Sim(OnDevice::load(crate::backend::kernel::SimBackend::new(), &file, &config)?);
+        Ok(WhisperModel { file, config, tokenizer, loaded })
+    }
+
+    fn read_config(file: &GgufFile) -> Result<(WhisperConfig, Tokenizer), ModelError> {
         match file.architecture() {
             Some("whisper") => {}
             Some(other) => return Err(ModelError::UnsupportedArchitecture(format!("{other} (a transcription model must be whisper)"))),
             None => return Err(ModelError::NoArchitecture),
         }
-        let tokenizer = Tokenizer::from_gguf(&file)?;
-        let config = WhisperConfig::from_gguf(&file, &tokenizer)?;
-        let backend = CpuBackend::new();
-        let weights = WhisperWeights::load(&file, &backend, &config)?;
-        Ok(WhisperModel { file, config, tokenizer, backend, weights })
-    }
-
-    pub fn load(path: impl AsRef<Path>) -> Result<WhisperModel, ModelError> {
-        WhisperModel::load_on(path, Device::Cpu)
+        let tokenizer = Tokenizer::from_gguf(file)?;
+        let config = WhisperConfig::from_gguf(file, &tokenizer)?;
+        Ok((config, tokenizer))
     }
 
     pub fn config(&self) -> &WhisperConfig {
@@ -78,19 +148,42 @@ impl WhisperModel {
         &self.file
     }
 
-    /// Encodes one window: `mel` is `n_mels x 3000` log-mel values, band-major.
-    pub fn encode(&self, mel: &[f32]) -> Result<EncodedWindow, ModelError> {
-        Ok(EncodedWindow { cpu: encoder::encode(&self.backend, &self.config, &self.weights, mel)? })
+    /// The device the weights live on.
+    pub fn device(&self) -> Device {
+        on_device!(&self.loaded, m, _wrap => m.backend.device())
     }
 
-    /// A decoder cache for one window.
+    /// Encodes one window: `mel` is `n_mels x 3000` log-mel values, band-major.
+    pub fn encode(&self, mel: &[f32]) -> Result<EncodedWindow, ModelError> {
+        on_device!(&self.loaded, m, wrap => Ok(wrap(encoder::encode(&m.backend, &self.config, &m.weights, mel)?)))
+    }
+
+    /// A decoder cache for one window, on the model's device.
     pub fn new_cache(&self) -> KvCache {
-        decoder::new_cache(&self.backend, &self.config)
+        on_device!(&self.loaded, m, _wrap => decoder::new_cache(&m.backend, &self.config))
     }
 
     /// Runs `tokens` at positions `start..` of a window whose earlier tokens `cache` holds;
-    /// returns the last token's logits.
+    /// returns the last token's logits. `audio` must come from this model's `encode`.
     pub fn decode(&self, audio: &EncodedWindow, cache: &mut KvCache, tokens: &[TokenId], start: usize) -> Result<Vec<f32>, ModelError> {
-        decoder::step(&self.backend, &self.config, &self.weights, &audio.cpu, cache, tokens, start)
+        match (&self.loaded, audio) {
+            (Loaded::Cpu(m), EncodedWindow::Cpu(a)) => decoder::step(&m.backend, &self.config, &m.weights, a, cache, tokens, start),
+            #[cfg(feature = "sim")]
+            (Loaded::Sim(m), EncodedWindow::Sim(a)) => decoder::step(&m.backend, &self.config, &m.weights, a, cache, tokens, start),
+            #[cfg(feature = "cuda")]
+            (Loaded::Cuda(m), EncodedWindow::Cuda(a)) => decoder::step(&m.backend, &self.config, &m.weights, a, cache, tokens, start),
+            #[allow(unreachable_patterns)]
+            _ => {
+                Err(BackendError::shape("decode", format!("the audio was encoded on another device than the model's ({})", self.device()))
+                    .into())
+            }
+        }
+    }
+}
+
+impl<B: Backend> OnDevice<B> {
+    fn load(backend: B, file: &Arc<GgufFile>, config: &WhisperConfig) -> Result<OnDevice<B>, ModelError> {
+        let weights = WhisperWeights::load(file, &backend, config)?;
+        Ok(OnDevice { backend, weights })
     }
 }
