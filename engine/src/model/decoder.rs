@@ -54,24 +54,32 @@ pub(crate) fn check_batch(c: &ModelConfig, kv: &mut KvCache, batch: &[InputEntry
 
 /// The input rows times the model's embedding scale: every row for Granite (whose graph scales
 /// its input whatever it is), only the tokens' rows for Gemma (llama.cpp leaves an embedding
-/// row, an image's, as the projector made it).
-fn scale_embeddings<B: Backend>(b: &B, c: &ModelConfig, mut x: B::Tensor, inputs: &[RowInput<'_>]) -> Result<B::Tensor, ModelError> {
-    if c.embedding_scale == 1.0 {
-        return Ok(x);
-    }
+/// row, an image's, as the projector made it). Gemma's given rows are added after the scaling
+/// to rows of zeros (and the tokens' rows to zeros), which changes no value, so the rows stay
+/// on the device.
+fn input_rows<B: Backend>(b: &B, c: &ModelConfig, table: &B::Matrix, inputs: &[RowInput<'_>]) -> Result<B::Tensor, ModelError> {
     let given = |r: &RowInput<'_>| matches!(r, RowInput::Embedding(_));
+    if c.embedding_scale == 1.0 {
+        return Ok(b.get_rows(table, inputs)?);
+    }
     if c.facts.embedding_scale != EmbeddingScale::SqrtEmbd || !inputs.iter().any(given) {
+        let mut x = b.get_rows(table, inputs)?;
         b.scale(&mut x, c.embedding_scale)?;
         return Ok(x);
     }
-    let (n, e) = b.shape(&x);
-    let mut host = b.to_host(x)?;
-    for (row, input) in host.chunks_exact_mut(e).zip(inputs) {
-        if !given(input) {
-            row.iter_mut().for_each(|v| *v *= c.embedding_scale);
+    let (n, e) = (inputs.len(), c.n_embd);
+    let zeros = vec![0.0f32; e];
+    let tokens: Vec<RowInput<'_>> = inputs.iter().map(|r| if given(r) { RowInput::Embedding(&zeros) } else { *r }).collect();
+    let mut x = b.get_rows(table, &tokens)?; // n x e, zeros in the given rows
+    b.scale(&mut x, c.embedding_scale)?;
+    let mut rows = vec![0.0f32; n * e];
+    for (row, input) in rows.chunks_exact_mut(e).zip(inputs) {
+        if let RowInput::Embedding(values) = input {
+            row.copy_from_slice(values);
         }
     }
-    Ok(b.upload_tensor(n, e, &host)?)
+    b.add_scaled(&mut x, &b.upload_tensor(n, e, &rows)?, 1.0)?;
+    Ok(x)
 }
 
 pub(crate) fn forward<B: Backend>(
@@ -84,8 +92,7 @@ pub(crate) fn forward<B: Backend>(
     check_batch(c, kv, batch)?;
     let (n, e, eps) = (batch.len(), c.n_embd, c.norm_eps);
     let inputs: Vec<RowInput> = batch.iter().map(|b| b.input).collect();
-    let mut x = b.get_rows(&w.token_embd, &inputs)?; // n x e
-    x = scale_embeddings(b, c, x, &inputs)?;
+    let mut x = input_rows(b, c, &w.token_embd, &inputs)?; // n x e
     let shape = c.attention_shape();
     let positions: Vec<u32> = batch.iter().map(|e| e.pos).collect();
     let (table, store) = kv.parts_mut::<B::KvStore>().ok_or(BackendError::ForeignKvCache(b.device()))?;
