@@ -6,8 +6,9 @@
 #                                   the CPU execution harness built in), every kernel compiled
 #                                   by NVRTC to CUBINs for sm_80 and sm_90 and PTX for compute_80
 #                                   with ptxas's register and spill report, the tiny models' two
-#                                   F32 bases (every other weight type is made there) and
-#                                   llama.cpp's goldens; prints the bundle's and the tree's size
+#                                   F32 bases (every other weight type is made there),
+#                                   llama.cpp's goldens and Whisper tiny.en's vocabulary (its file
+#                                   without tensors); prints the bundle's and the tree's size
 #   tools/device-check.sh run       (there) runs the check on GPU 0 with the prepared kernels;
 #                                   writes everything it prints to device-check.log too, in $OUT
 #                                   when that is set (else in .device/)
@@ -38,6 +39,9 @@ prepare() {
   strip "$BUNDLE/bin/device-check"
   cp "$bases"/tiny-llama-base-f32.gguf "$bases"/tiny-granite-base-f32.gguf "$BUNDLE/fixtures/models/"
   cp tests/fixtures/models/index.json tests/fixtures/models/tolerance.json "$BUNDLE/fixtures/models/"
+  # Whisper's vocabulary: tiny.en's file without its tensors
+  target/debug/device-check --write-whisper-vocabulary "$(bash tools/fetch-models.sh whisper-tiny.en-q8_0 | tail -1)" \
+    "$BUNDLE/fixtures/whisper-vocabulary.gguf"
   cp tests/fixtures/models/golden/tiny-* "$BUNDLE/fixtures/models/golden/"
   local bundle tree
   bundle=$(du -sb "$BUNDLE" | cut -f1)
@@ -66,7 +70,8 @@ check_on() {
       nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
     fi
     "$BUNDLE/bin/device-check" --backend "$backend" --fixtures "$BUNDLE/fixtures" --modules "$BUNDLE/kernels" \
-      --guardian "$ROOT/tests/fixtures/guardian/models/guardian-tiny-3.3-q8_0.gguf" "$@" 2>&1
+      --guardian "$ROOT/tests/fixtures/guardian/models/guardian-tiny-3.3-q8_0.gguf" \
+      --whisper-vocabulary "$BUNDLE/fixtures/whisper-vocabulary.gguf" "$@" 2>&1
   } | tee "$log_dir/device-check.log"
 }
 

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 pub mod shaped;
+pub mod shaped_whisper;
 pub mod tiny;
-pub mod tiny_whisper;
 
 /// `tests/fixtures/<rel>` inside this repository, or under `ENGINE_FIXTURES` when that is set
 /// (the device check's bundle carries its own fixtures folder to a machine without the tree).

@@ -262,7 +262,7 @@ fn long_form_matches_faster_whisper_base() {
     }
 }
 
-/// A small random-weight Whisper (`engine_tests::tiny_whisper`, tiny.en's vocabulary, F32
+/// A small random-weight Whisper (`engine_tests::shaped_whisper::SMALL`, tiny.en's vocabulary, F32
 /// matrices) on the kernel backend, run by the CPU execution harness, against the CPU backend:
 /// the encoded window, then a prompt and three more tokens fed to both, one step at a time, give
 /// the same logits to within f32 rounding at every step, and the same best token.
@@ -272,15 +272,15 @@ fn whisper_on_the_kernel_backend_gives_the_cpu_backends_logits() {
     use engine::backend::Device;
     use engine::gguf::GgufFile;
     use engine::model::whisper::WhisperModel;
-    use engine_tests::tiny_whisper::{self, AUDIO_CTX};
+    use engine_tests::shaped_whisper::{self, SMALL};
     let template = GgufFile::open(engine_tests::fetch_model("whisper-tiny.en-q8_0")).unwrap();
-    let file = tiny_whisper::make(&template, 7).unwrap();
+    let file = shaped_whisper::make(&template, &SMALL, 7).unwrap();
     let cpu = WhisperModel::from_file_on(file.clone(), Device::Cpu).unwrap();
     let sim = WhisperModel::from_file_simulated(file).unwrap();
     assert_eq!(sim.device(), Device::Cuda(0));
     let n_mels = cpu.config().n_mels;
     // a smooth random spectrogram in Whisper's log-mel range
-    let mel: Vec<f32> = (0..n_mels * 2 * AUDIO_CTX).map(|i| ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * 1.5).collect();
+    let mel: Vec<f32> = (0..n_mels * 2 * SMALL.audio_ctx).map(|i| ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * 1.5).collect();
     let (a_cpu, a_sim) = (cpu.encode(&mel).unwrap(), sim.encode(&mel).unwrap());
     let (mut kv_cpu, mut kv_sim) = (cpu.new_cache(), sim.new_cache());
     let t = &cpu.config().tokens;

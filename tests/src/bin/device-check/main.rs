@@ -3,7 +3,9 @@
 //! of time, and runs it there). The same program runs the same checks through the CPU execution
 //! harness (`--backend sim`), so a machine without a GPU proves the check works end to end.
 //!
-//! `device-check --backend cuda|sim --fixtures DIR --guardian FILE [--modules DIR] [--sections LIST]`
+//! `device-check --backend cuda|sim --fixtures DIR --guardian FILE [--modules DIR]
+//! [--whisper-vocabulary FILE] [--sections LIST]`; `device-check --write-whisper-vocabulary IN OUT`
+//! writes the tensor-less Whisper file the first form reads.
 //!
 //! Prints, in order: the device (name, compute capability, driver), how the kernels were loaded
 //! and each kernel's registers and spills; the tiny test models it makes from the two F32 files
@@ -11,12 +13,15 @@
 //! `Backend` op against the f64 reference, with its bound); the tiny models' logits in every
 //! weight type against llama.cpp's goldens; bitwise batch invariance; the kernels' speed
 //! (`speed.rs`); end to end on models shaped like Qwen2.5-0.5B and Llama-3-8B and a guard scan
-//! on a Granite Guardian 2B shape (`end_to_end.rs`); then one `PASS` or `FAIL`. Exit status 0 on
+//! on a Granite Guardian 2B shape (`end_to_end.rs`), and a Whisper model shaped like
+//! whisper-base against the CPU backend, with its speed (`whisper.rs`); then one `PASS` or
+//! `FAIL`. Exit status 0 on
 //! PASS, 1 on FAIL, 2 when it could not start.
 
 mod against_llama_cpp;
 mod end_to_end;
 mod speed;
+mod whisper;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,6 +30,7 @@ use std::time::Instant;
 use against_llama_cpp::{batch_invariance, logits};
 use end_to_end::{end_to_end, EndToEndScope};
 use speed::{kernel_speed, SpeedScope};
+use whisper::whisper_on_device;
 
 use engine::backend::harness::run_table;
 use engine::backend::Backend;
@@ -34,6 +40,7 @@ use engine::kv_cache::KvType;
 use engine::model::Model;
 use engine::quant::requantize::{file_type_of, quantize_pure};
 use engine_tests::shaped::{self, Shape};
+use engine_tests::shaped_whisper::{self, WhisperShape};
 use engine_tests::tiny::tiny_files;
 use engine_tests::{fixture, read_json};
 use sha2::{Digest, Sha256};
@@ -68,6 +75,18 @@ impl Target {
             Target::Cuda(_) => Model::from_file_on(file, engine::backend::Device::Cuda(0)),
             #[cfg(feature = "sim")]
             Target::Sim(_) => Model::from_file_simulated(file),
+        };
+        loaded.map_err(|e| e.to_string())
+    }
+
+    /// A Whisper file already open, on the device.
+    fn load_whisper(&self, file: Arc<GgufFile>) -> Result<engine::model::whisper::WhisperModel, String> {
+        use engine::model::whisper::WhisperModel;
+        let loaded = match self {
+            #[cfg(feature = "cuda")]
+            Target::Cuda(_) => WhisperModel::from_file_on(file, engine::backend::Device::Cuda(0)),
+            #[cfg(feature = "sim")]
+            Target::Sim(_) => WhisperModel::from_file_simulated(file),
         };
         loaded.map_err(|e| e.to_string())
     }
@@ -107,6 +126,8 @@ struct Scope {
     invariance: &'static [(&'static str, KvType)],
     speed: SpeedScope,
     end_to_end: EndToEndScope,
+    /// The Whisper model of the end-to-end section and its decoding steps.
+    whisper: (WhisperShape, usize),
 }
 
 const FULL: Scope = Scope {
@@ -137,6 +158,7 @@ const FULL: Scope = Scope {
         guard: Some(shaped::GRANITE_GUARDIAN_2B),
         guard_risks: &[],
     },
+    whisper: (shaped_whisper::BASE, 64),
 };
 
 /// The Qwen2.5-0.5B shape at a size the CPU execution harness runs in seconds.
@@ -164,6 +186,7 @@ const SIMULATED: Scope = Scope {
         max_launches: 1,
     },
     end_to_end: EndToEndScope { shapes: &[MINIATURE], pp: 16, tg: 4, streams: 2, stream_steps: 2, guard: None, guard_risks: &["harm"] },
+    whisper: (shaped_whisper::SMALL, 4),
 };
 
 /// The sections after the device and the tiny models, in the order they run.
@@ -176,11 +199,23 @@ struct Args {
     fixtures: PathBuf,
     guardian: PathBuf,
     modules: Option<PathBuf>,
+    /// A tensor-less Whisper file (its vocabulary), for the Whisper model of the end-to-end
+    /// section.
+    whisper_vocabulary: Option<PathBuf>,
+}
+
+/// `--write-whisper-vocabulary IN OUT` (run by `tools/device-check.sh prepare`): the Whisper file
+/// IN without its tensors, into OUT.
+fn write_whisper_vocabulary(from: &Path, to: &Path) -> Result<(), String> {
+    let template = GgufFile::open(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    let w = shaped_whisper::vocabulary_only(&template)?;
+    let out = std::fs::File::create(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    w.write(std::io::BufWriter::new(out)).map(|_| ()).map_err(|e| format!("{}: {e}", to.display()))
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
-    let (mut backend, mut fixtures, mut guardian, mut modules) = (None, None, None, None);
+    let (mut backend, mut fixtures, mut guardian, mut modules, mut whisper_vocabulary) = (None, None, None, None, None);
     let mut sections: Vec<String> = SECTIONS.iter().map(|s| s.to_string()).collect();
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
@@ -189,6 +224,12 @@ fn parse_args() -> Result<Args, String> {
             "--fixtures" => fixtures = Some(PathBuf::from(value()?)),
             "--modules" => modules = Some(PathBuf::from(value()?)),
             "--guardian" => guardian = Some(PathBuf::from(value()?)),
+            "--whisper-vocabulary" => whisper_vocabulary = Some(PathBuf::from(value()?)),
+            "--write-whisper-vocabulary" => {
+                let (from, to) = (PathBuf::from(value()?), PathBuf::from(value()?));
+                write_whisper_vocabulary(&from, &to)?;
+                std::process::exit(0);
+            }
             "--sections" => {
                 sections = value()?.split(',').map(str::to_string).collect();
                 if let Some(bad) = sections.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
@@ -204,6 +245,7 @@ fn parse_args() -> Result<Args, String> {
         fixtures: fixtures.ok_or("--fixtures DIR is required")?,
         guardian: guardian.ok_or("--guardian FILE (the tiny Guardian 3.3 model) is required")?,
         modules,
+        whisper_vocabulary,
     })
 }
 
@@ -323,7 +365,7 @@ fn main() {
         Ok(a) => a,
         Err(e) => {
             eprintln!(
-                "device-check: {e}\nusage: device-check --backend cuda|sim --fixtures DIR --guardian FILE [--modules DIR] [--sections {}]",
+                "device-check: {e}\nusage: device-check --backend cuda|sim --fixtures DIR --guardian FILE [--modules DIR] [--whisper-vocabulary FILE] [--sections {}]\n       device-check --write-whisper-vocabulary WHISPER.gguf OUT.gguf",
                 SECTIONS.join(",")
             );
             std::process::exit(2);
@@ -397,6 +439,16 @@ fn main() {
         let template = fixture("models/tiny-llama-base-f32.gguf");
         for why in end_to_end(&|file| target.load_file(file), &scope.end_to_end, &template, &args.guardian) {
             verdict.fail(why);
+        }
+        let (shape, steps) = scope.whisper;
+        match &args.whisper_vocabulary {
+            Some(vocabulary) => {
+                if let Err(why) = whisper_on_device(&|file| target.load_whisper(file), &shape, vocabulary, steps) {
+                    println!("Whisper: FAILED: {why}");
+                    verdict.fail(why);
+                }
+            }
+            None => println!("Whisper: not run (no --whisper-vocabulary file)"),
         }
     }
     section("result");
