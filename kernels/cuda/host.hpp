@@ -59,6 +59,26 @@ T shfl_xor(T v, int mask) {
     return out;
 }
 
+// the value of lane `src` of the calling thread's warp (as __shfl_sync), through the same slots
+// and warp barrier as shfl_xor
+template <class T>
+T shfl(T v, int src) {
+    static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffled value fits a slot");
+    const unsigned t = thread_idx.x;
+    uint64_t* slots = block->slots.data() + (size_t)block->parity[t] * block->dim.x;
+    block->parity[t] ^= 1;
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    slots[t] = bits;
+    sync_warp();
+    const unsigned from = (t & ~31u) | ((unsigned)src % 32);
+    T out = v;
+    if (from < block->dim.x) {
+        std::memcpy(&out, &slots[from], sizeof(T));
+    }
+    return out;
+}
+
 inline float bits_to_float(uint32_t b) {
     float f;
     std::memcpy(&f, &b, 4);
@@ -89,6 +109,7 @@ inline uint32_t float_to_bits(float f) {
 #define BLOCK_THREADS host::block->dim.x
 #define SYNC_THREADS() host::sync_threads()
 #define SHFL_XOR(v, mask) host::shfl_xor((v), (mask))
+#define SHFL(v, lane) host::shfl((v), (lane))
 
 DEVICE float __int_as_float(int i) {
     return host::bits_to_float((uint32_t)i);
@@ -98,6 +119,35 @@ DEVICE double __longlong_as_double(long long i) {
     double d;
     std::memcpy(&d, &i, 8);
     return d;
+}
+
+DEVICE int dp4a(int a, int b, int c);
+
+// mma.sync m16n8k32 with signed bytes (portable.cuh has the fragments' layout): each lane
+// gathers the A rows and B columns of its four outputs from the warp by shuffles, in the
+// documented layout, and adds their integer dot products (exact, so the order is free).
+DEVICE void mma_s8_16x8x32(int* c, const int* a, const int* b) {
+    const int lane = (int)(host::thread_idx.x % 32);
+    const int g = lane / 4;
+    const int t = lane % 4;
+    for (int q = 0; q < 4; q++) {
+        // lane 4g + q holds A[g][4q..4q+4) in a[0], A[g][16+4q..) in a[2]; A[g+8] in a[1], a[3]
+        int rows[4];
+        for (int r = 0; r < 4; r++) {
+            rows[r] = host::shfl(a[r], 4 * g + q);
+        }
+        // lane 4n + q holds B[4q..4q+4)[n] in b[0], B[16+4q..)[n] in b[1]
+        int cols[2][2];
+        for (int j = 0; j < 2; j++) {
+            for (int h = 0; h < 2; h++) {
+                cols[j][h] = host::shfl(b[h], 4 * (2 * t + j) + q);
+            }
+        }
+        for (int j = 0; j < 2; j++) {
+            c[j] = dp4a(rows[2], cols[j][1], dp4a(rows[0], cols[j][0], c[j]));
+            c[2 + j] = dp4a(rows[3], cols[j][1], dp4a(rows[1], cols[j][0], c[2 + j]));
+        }
+    }
 }
 
 // the device's aligned loads (portable.cuh); alignment does not matter on the host

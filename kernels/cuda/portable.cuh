@@ -25,6 +25,7 @@ typedef unsigned long long uint64_t;
 #define BLOCK_THREADS blockDim.x
 #define SYNC_THREADS() __syncthreads()
 #define SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask), 32)
+#define SHFL(v, lane) __shfl_sync(0xffffffffu, (v), (lane), 32)
 
 // f16 bits to f32 and back (round to nearest even), through PTX: no cuda_fp16.h.
 DEVICE float half_to_float(uint16_t h) {
@@ -44,6 +45,18 @@ DEVICE int dp4a(int a, int b, int c) {
     int r;
     asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
+}
+
+// c += a · b for a warp's 16 x 32 signed-byte tile a (row-major) and 32 x 8 tile b (column-major),
+// in 32-bit integers: the tensor cores' mma.sync m16n8k32 (sm_80 and up). Each lane holds the
+// fragments of PTX's layout: with g = lane / 4 and t = lane % 4, a[0] = A[g][4t..4t+4),
+// a[1] = A[g+8][4t..), a[2] = A[g][16+4t..), a[3] = A[g+8][16+4t..); b[0] = B[4t..4t+4)[g],
+// b[1] = B[16+4t..)[g]; c[0] = C[g][2t], c[1] = C[g][2t+1], c[2] = C[g+8][2t], c[3] = C[g+8][2t+1].
+// Every lane of the warp takes part.
+DEVICE void mma_s8_16x8x32(int* c, const int* a, const int* b) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // 4 little-endian bytes at p, for p 4-byte or 2-byte aligned; 16 bytes at p, 16-byte aligned,

@@ -381,6 +381,17 @@ pub struct QueryRow {
     pub positions: std::ops::Range<usize>,
 }
 
+/// `c = start + a · bᵀ` by the tensor cores' mma.sync m16n8k32 (`selftest.cu`): `a` 16 rows and
+/// `b` 8 rows of 32 signed bytes, `c` 16 x 8 `int32`, `start` each lane's accumulators before the
+/// product (see the kernel).
+pub fn mma_s8_check<R: Runtime>(rt: &R, a: &R::Buffer, b: &R::Buffer, c: &R::Buffer) -> Result<(), RuntimeError> {
+    const K: &str = "mma_s8_check";
+    check(rt, K, "a", a, 16 * 32)?;
+    check(rt, K, "b", b, 8 * 32)?;
+    check(rt, K, "c", c, 16 * 8 * 4)?;
+    go(rt, K, [1, 1, 1], 32, &[Arg::Buf(a), Arg::Buf(b), Arg::Buf(c)])
+}
+
 /// How `attention` runs a row's splits: chosen by the launch's size (`Auto`), or one of the two
 /// ways, which give the same bits (for the tests that show it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,6 +11,7 @@ pub mod launch;
 pub mod nvrtc;
 pub mod prepared;
 pub mod runtime;
+pub mod selftest;
 pub mod sources;
 
 pub use nvrtc::{compile, CompiledModule, KernelReport, NvrtcError};

@@ -29,7 +29,8 @@ pub const SOURCES: &[KernelSource] = embedded![
     "kv.cu",
     "matvec.cu",
     "matmul.cu",
-    "attention.cu"
+    "attention.cu",
+    "selftest.cu"
 ];
 
 /// Why a source could not be expanded.

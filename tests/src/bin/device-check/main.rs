@@ -10,7 +10,8 @@
 //! Prints, in order: the device (name, compute capability, driver), how the kernels were loaded
 //! and each kernel's registers and spills; the tiny test models it makes from the two F32 files
 //! it is given (every weight type, sha256-checked against llama.cpp's files); the op table (every
-//! `Backend` op against the f64 reference, with its bound); the tiny models' logits in every
+//! `Backend` op against the f64 reference, with its bound) and the tensor cores' int8 mma.sync
+//! against its documented layout; the tiny models' logits in every
 //! weight type against llama.cpp's goldens; bitwise batch invariance; the kernels' speed
 //! (`speed.rs`); end to end on models shaped like Qwen2.5-0.5B and Llama-3-8B and a guard scan
 //! on a Granite Guardian 2B shape (`end_to_end.rs`), and a Whisper model shaped like
@@ -98,6 +99,17 @@ impl Target {
             Target::Cuda(b) => kernel_speed(b.runtime(), scope),
             #[cfg(feature = "sim")]
             Target::Sim(b) => kernel_speed(b.runtime(), scope),
+        }
+    }
+
+    /// The tensor cores' int8 mma.sync in its documented fragment layout (on the harness: its
+    /// emulation), three times over different bytes.
+    fn mma_check(&self) -> Result<(), String> {
+        match self {
+            #[cfg(feature = "cuda")]
+            Target::Cuda(b) => (1..=3).try_for_each(|seed| kernels::selftest::mma_s8(b.runtime(), seed)),
+            #[cfg(feature = "sim")]
+            Target::Sim(b) => (1..=3).try_for_each(|seed| kernels::selftest::mma_s8(b.runtime(), seed)),
         }
     }
 
@@ -408,6 +420,10 @@ fn main() {
         println!("{failed_ops} ops outside their bounds ({:.1} s)", t0.elapsed().as_secs_f64());
         if failed_ops > 0 {
             verdict.fail(format!("{failed_ops} ops outside their bounds (lines marked FAIL above)"));
+        }
+        match target.mma_check() {
+            Ok(()) => println!("mma.sync m16n8k32 of signed bytes, fragments in the documented layout: every output the sum of products"),
+            Err(why) => verdict.fail(why),
         }
         section("how the kernels were loaded");
         kernel_origins(&target);
