@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::bail;
-use engine::backend::Device;
+use engine::backend::{Device, DeviceWork};
 use engine::gguf::GgufFile;
 use engine::kv_cache::KvType;
 use engine::model::{BatchEntry, Model};
@@ -73,6 +73,10 @@ struct TestResult {
     stddev_ts: f64,
     samples_ns: Vec<u64>,
     samples_ts: Vec<f64>,
+    /// kernel launches and transfers (uploads, downloads, copies, fills) per token of the timed
+    /// runs: 0 on the CPU
+    launches_per_token: f64,
+    transfers_per_token: f64,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -111,14 +115,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             generate_once(&model, args.kv_type, &tokens[..n_gen * parallel], parallel)
         }
     };
+    // the device work of each test's timed runs, summed
+    let mut issued = vec![DeviceWork::default(); tests.len()];
     let samples = pool.install(|| -> anyhow::Result<Vec<Vec<u64>>> {
         for test in &tests {
             once(test)?; // warm-up: page in the weights, grow the allocator
         }
         let mut samples = vec![Vec::with_capacity(args.repetitions); tests.len()];
         for _ in 0..args.repetitions {
-            for (test, s) in tests.iter().zip(&mut samples) {
+            for ((test, s), work) in tests.iter().zip(&mut samples).zip(&mut issued) {
+                let before = DeviceWork::now();
                 s.push(once(test)?);
+                let done = DeviceWork::since(before);
+                work.launches += done.launches;
+                work.transfers += done.transfers;
             }
         }
         Ok(samples)
@@ -131,8 +141,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         );
         println!("| {:-<30} | {:->9}: | {:->9}: | {:-<7} | {:->6}: | {:->9}: | {:->19}: |", "", "", "", "", "", "", "");
     }
-    for ((test, n_prompt, n_gen, n_parallel), samples_ns) in tests.into_iter().zip(samples) {
+    for (((test, n_prompt, n_gen, n_parallel), samples_ns), work) in tests.into_iter().zip(samples).zip(issued) {
         let n_tokens = (n_prompt + n_gen * n_parallel) as f64;
+        let timed_tokens = n_tokens * args.repetitions as f64;
         let samples_ts: Vec<f64> = samples_ns.iter().map(|&ns| n_tokens * 1e9 / ns.max(1) as f64).collect();
         let ns: Vec<f64> = samples_ns.iter().map(|&v| v as f64).collect();
         let (avg_ns, stddev_ns) = mean_sd(&ns);
@@ -159,6 +170,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             stddev_ts,
             samples_ns,
             samples_ts,
+            launches_per_token: work.launches as f64 / timed_tokens,
+            transfers_per_token: work.transfers as f64 / timed_tokens,
         };
         if !args.json {
             println!(

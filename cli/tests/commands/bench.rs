@@ -34,6 +34,8 @@ fn json_has_one_result_per_test_with_every_sample() {
         assert!(ts.iter().all(|v| v.as_f64().unwrap() > 0.0), "{r}");
         assert_eq!(r["samples_ns"].as_array().unwrap().len(), 2);
         assert!(r["avg_ts"].as_f64().unwrap() > 0.0 && r["stddev_ts"].as_f64().unwrap() >= 0.0, "{r}");
+        // the CPU issues no device work
+        assert_eq!((r["launches_per_token"].as_f64(), r["transfers_per_token"].as_f64()), (Some(0.0), Some(0.0)), "{r}");
     }
 }
 

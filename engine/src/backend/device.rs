@@ -25,6 +25,33 @@ impl Device {
     }
 }
 
+/// Device work this process has issued so far: kernel launches and transfers (uploads,
+/// downloads, copies, fills), over every device; zeros in a build without device kernels, and
+/// for work on the CPU, which issues none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceWork {
+    pub launches: u64,
+    pub transfers: u64,
+}
+
+impl DeviceWork {
+    pub fn now() -> DeviceWork {
+        #[cfg(any(feature = "sim", feature = "cuda"))]
+        {
+            let i = kernels::Issued::now();
+            DeviceWork { launches: i.launches, transfers: i.transfers }
+        }
+        #[cfg(not(any(feature = "sim", feature = "cuda")))]
+        DeviceWork::default()
+    }
+
+    /// The work issued since `earlier`.
+    pub fn since(earlier: DeviceWork) -> DeviceWork {
+        let now = DeviceWork::now();
+        DeviceWork { launches: now.launches - earlier.launches, transfers: now.transfers - earlier.transfers }
+    }
+}
+
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

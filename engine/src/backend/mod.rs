@@ -22,7 +22,7 @@ use std::sync::Arc;
 // the backends by name, for the code that picks one (`model`'s dispatch); their kernels stay
 // inside their modules
 pub use cpu::CpuBackend;
-pub use device::{Device, DeviceParseError};
+pub use device::{Device, DeviceParseError, DeviceWork};
 pub use error::BackendError;
 pub use types::{Activation, AttentionRow, AttentionShape, BlockId, KvSlot, KvType, Rope, RopeKind, RowInput, BLOCK_POSITIONS};
 
