@@ -41,26 +41,8 @@ extern thread_local Block* block;
 void sync_threads();
 void sync_warp();
 
-template <class T>
-T shfl_xor(T v, int mask) {
-    static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffled value fits a slot");
-    const unsigned t = thread_idx.x;
-    uint64_t* slots = block->slots.data() + (size_t)block->parity[t] * block->dim.x;
-    block->parity[t] ^= 1;
-    uint64_t bits = 0;
-    std::memcpy(&bits, &v, sizeof(T));
-    slots[t] = bits;
-    sync_warp();
-    const unsigned from = (t & ~31u) | ((t % 32) ^ (unsigned)mask);
-    T out = v;
-    if (from < block->dim.x) {
-        std::memcpy(&out, &slots[from], sizeof(T));
-    }
-    return out;
-}
-
-// the value of lane `src` of the calling thread's warp (as __shfl_sync), through the same slots
-// and warp barrier as shfl_xor
+// the value of lane `src` of the calling thread's warp, as __shfl_sync: through one slot per
+// thread and one barrier of the warp
 template <class T>
 T shfl(T v, int src) {
     static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffled value fits a slot");
@@ -77,6 +59,12 @@ T shfl(T v, int src) {
         std::memcpy(&out, &slots[from], sizeof(T));
     }
     return out;
+}
+
+// the value of lane (own lane ^ mask), as __shfl_xor_sync
+template <class T>
+T shfl_xor(T v, int mask) {
+    return shfl(v, (int)((thread_idx.x % 32) ^ (unsigned)mask));
 }
 
 inline float bits_to_float(uint32_t b) {

@@ -13,6 +13,7 @@ mod error;
 pub mod harness;
 #[cfg(any(feature = "sim", feature = "cuda"))]
 pub mod kernel;
+pub mod loaded;
 #[cfg(all(test, feature = "sim"))]
 mod sim_check;
 pub mod types;
@@ -24,6 +25,8 @@ use std::sync::Arc;
 pub use cpu::CpuBackend;
 pub use device::{Device, DeviceParseError, DeviceWork};
 pub use error::BackendError;
+pub(crate) use loaded::{on_backend, on_same_backend};
+pub use loaded::{Backends, OnBackend, PerBackend};
 pub use types::{Activation, AttentionRow, AttentionShape, BlockId, KvSlot, KvType, Rope, RopeKind, RowInput, BLOCK_POSITIONS};
 
 use crate::gguf::{GgufFile, TensorInfo};

@@ -24,7 +24,7 @@ pub use config::ModelConfig;
 pub use error::ModelError;
 
 use crate::backend::CpuBackend;
-use crate::backend::{Backend, BackendError, Device, RowInput};
+use crate::backend::{on_backend, Backend, BackendError, Device, OnBackend, PerBackend, RowInput};
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCache, KvType, SeqId};
 use crate::tokenizer::{TokenId, Tokenizer};
@@ -174,34 +174,18 @@ where
     })
 }
 
-/// The backends this build has, one variant each.
-enum Loaded {
-    Cpu(OnDevice<CpuBackend>),
-    /// The CUDA kernels run by the CPU execution harness (tests of the kernel backend).
-    #[cfg(feature = "sim")]
-    Sim(OnDevice<crate::backend::kernel::SimBackend>),
-    #[cfg(feature = "cuda")]
-    Cuda(OnDevice<crate::backend::kernel::CudaBackend>),
-}
+/// A model's weights, per backend.
+struct Loaded;
 
-/// `$body` with `$m` bound to the loaded weights, whichever backend holds them.
-macro_rules! on_device {
-    ($loaded:expr, $m:ident => $body:expr) => {
-        match $loaded {
-            Loaded::Cpu($m) => $body,
-            #[cfg(feature = "sim")]
-            Loaded::Sim($m) => $body,
-            #[cfg(feature = "cuda")]
-            Loaded::Cuda($m) => $body,
-        }
-    };
+impl PerBackend for Loaded {
+    type On<B: Backend> = OnDevice<B>;
 }
 
 /// A loaded model: the mapped file, its configuration, tokenizer, and weights on a device.
 pub struct Model {
     file: Arc<GgufFile>,
     config: ModelConfig,
-    loaded: Loaded,
+    loaded: OnBackend<Loaded>,
     tokenizer: Tokenizer,
 }
 
@@ -237,9 +221,9 @@ impl Model {
     pub fn from_file_on(file: Arc<GgufFile>, device: Device) -> Result<Model, ModelError> {
         let (config, tokenizer) = Model::read_config(&file)?;
         let loaded = match device {
-            Device::Cpu => Loaded::Cpu(OnDevice::load(CpuBackend::new(), &file, &config)?),
+            Device::Cpu => OnBackend::Cpu(OnDevice::load(CpuBackend::new(), &file, &config)?),
             #[cfg(feature = "cuda")]
-            Device::Cuda(n) => Loaded::Cuda(on_gpu(crate::backend::kernel::CudaBackend::open(n)?, &file, &config)?),
+            Device::Cuda(n) => OnBackend::Cuda(on_gpu(crate::backend::kernel::CudaBackend::open(n)?, &file, &config)?),
             #[cfg(not(feature = "cuda"))]
             Device::Cuda(_) => return Err(BackendError::NotBuilt(device).into()),
         };
@@ -257,7 +241,7 @@ impl Model {
     #[cfg(feature = "sim")]
     pub fn from_file_simulated(file: Arc<GgufFile>) -> Result<Model, ModelError> {
         let (config, tokenizer) = Model::read_config(&file)?;
-        let loaded = Loaded::Sim(on_gpu(crate::backend::kernel::SimBackend::new(), &file, &config)?);
+        let loaded = OnBackend::Sim(on_gpu(crate::backend::kernel::SimBackend::new(), &file, &config)?);
         Ok(Model { file, config, loaded, tokenizer })
     }
 
@@ -288,7 +272,7 @@ impl Model {
 
     /// The device the weights live on.
     pub fn device(&self) -> Device {
-        on_device!(&self.loaded, m => m.backend.device())
+        on_backend!(&self.loaded, m => m.backend.device())
     }
 
     /// Whether this is an encoder (BERT): run it with [`Model::encode`], not [`Model::forward`].
@@ -299,7 +283,7 @@ impl Model {
     /// An empty KV cache for this model, on its device, holding up to `n_ctx` positions per
     /// sequence.
     pub fn new_kv_cache(&self, ty: KvType, n_ctx: usize) -> KvCache {
-        on_device!(&self.loaded, m => m.new_kv_cache(&self.config, ty, n_ctx))
+        on_backend!(&self.loaded, m => m.new_kv_cache(&self.config, ty, n_ctx))
     }
 
     /// Runs a batch: its keys and values are added to `kv`, and logits come back for the
@@ -312,14 +296,14 @@ impl Model {
     /// [`Model::forward`] for entries whose input may be an embedding row of `n_embd` values
     /// instead of a token (it goes through the same scaling as a token's embedding).
     pub fn forward_inputs(&self, kv: &mut KvCache, batch: &[InputEntry<'_>]) -> Result<Logits, ModelError> {
-        on_device!(&self.loaded, m => m.forward(&self.config, kv, batch))
+        on_backend!(&self.loaded, m => m.forward(&self.config, kv, batch))
     }
 
     /// Encoders: the final hidden state of every token of `seqs` (each sequence attends to
     /// itself only), the sequences' rows one after the other, `n_embd` values each.
     pub fn encode<S: AsRef<[TokenId]>>(&self, seqs: &[S]) -> Result<Vec<f32>, ModelError> {
         let seqs: Vec<&[TokenId]> = seqs.iter().map(|s| s.as_ref()).collect();
-        on_device!(&self.loaded, m => m.encode(&self.config, &seqs))
+        on_backend!(&self.loaded, m => m.encode(&self.config, &seqs))
     }
 
     /// The row an [`InputEntry`] may carry in place of `token`: row `token` of the

@@ -17,7 +17,7 @@ pub use config::{Projector, VisionConfig};
 pub use layout::{build_prompt, find_piece, ImagePrompt, Piece};
 pub use rows::{pixel_digest, ImageRowCache, ImageRows, OutOfIds, PromptImages};
 
-use crate::backend::{Backend, BackendError, CpuBackend, Device};
+use crate::backend::{self, on_backend, Backend, BackendError, Backends, Device, OnBackend, PerBackend};
 use crate::gguf::GgufFile;
 use crate::image::preprocess::{tiles, Normalisation, Tiles, Tiling};
 use crate::image::RgbImage;
@@ -31,33 +31,17 @@ struct OnDevice<B: Backend> {
     weights: VisionWeights<B>,
 }
 
-/// The backends this build has, one variant each (as `Model`'s).
-enum Loaded {
-    Cpu(OnDevice<CpuBackend>),
-    /// The CUDA kernels run by the CPU execution harness (tests of the kernel backend).
-    #[cfg(feature = "sim")]
-    Sim(OnDevice<crate::backend::kernel::SimBackend>),
-    #[cfg(feature = "cuda")]
-    Cuda(OnDevice<crate::backend::kernel::CudaBackend>),
-}
+/// A projector's weights, per backend.
+struct Weights;
 
-/// `$body` with `$m` bound to the loaded weights, whichever backend holds them.
-macro_rules! on_device {
-    ($loaded:expr, $m:ident => $body:expr) => {
-        match $loaded {
-            Loaded::Cpu($m) => $body,
-            #[cfg(feature = "sim")]
-            Loaded::Sim($m) => $body,
-            #[cfg(feature = "cuda")]
-            Loaded::Cuda($m) => $body,
-        }
-    };
+impl PerBackend for Weights {
+    type On<B: Backend> = OnDevice<B>;
 }
 
 /// A loaded projector (its ViT and projection) on a device.
 pub struct VisionModel {
     config: VisionConfig,
-    loaded: Loaded,
+    loaded: OnBackend<Weights>,
     file: Arc<GgufFile>,
 }
 
@@ -85,29 +69,25 @@ impl VisionModel {
 
     /// A file already open, on `device`.
     pub fn from_file_on(file: Arc<GgufFile>, device: Device) -> Result<VisionModel, ModelError> {
-        let config = VisionConfig::from_gguf(&file)?;
-        let loaded = match device {
-            Device::Cpu => Loaded::Cpu(OnDevice::load(CpuBackend::new(), &file, &config)?),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(n) => Loaded::Cuda(OnDevice::load(crate::backend::kernel::CudaBackend::open(n)?, &file, &config)?),
-            #[cfg(not(feature = "cuda"))]
-            Device::Cuda(_) => return Err(BackendError::NotBuilt(device).into()),
-        };
-        Ok(VisionModel { config, loaded, file })
+        VisionModel::from_file_with(file, backend::loaded::open(device)?)
     }
 
     /// A file already open, its weights on the simulated GPU: the CUDA kernels run by the CPU
     /// execution harness (slow; for tests of the kernel backend).
     #[cfg(feature = "sim")]
     pub fn from_file_simulated(file: Arc<GgufFile>) -> Result<VisionModel, ModelError> {
+        VisionModel::from_file_with(file, backend::loaded::simulated())
+    }
+
+    fn from_file_with(file: Arc<GgufFile>, backend: OnBackend<Backends>) -> Result<VisionModel, ModelError> {
         let config = VisionConfig::from_gguf(&file)?;
-        let loaded = Loaded::Sim(OnDevice::load(crate::backend::kernel::SimBackend::new(), &file, &config)?);
+        let loaded: OnBackend<Weights> = on_backend!(backend, b, wrap => wrap(OnDevice::load(b, &file, &config)?));
         Ok(VisionModel { config, loaded, file })
     }
 
     /// The device the weights live on.
     pub fn device(&self) -> Device {
-        on_device!(&self.loaded, m => m.backend.device())
+        on_backend!(&self.loaded, m => m.backend.device())
     }
 
     pub fn config(&self) -> &VisionConfig {
@@ -164,14 +144,14 @@ impl VisionModel {
     pub fn encode(&self, tiles: &Tiles) -> Result<Vec<f32>, ModelError> {
         let mut rows = Vec::with_capacity(tiles.tiles.len() * self.config.rows_per_tile() * self.config.n_embd_out);
         for tile in &tiles.tiles {
-            rows.extend(on_device!(&self.loaded, m => encoder::encode_tile(&m.backend, &self.config, &m.weights, tile))?);
+            rows.extend(on_backend!(&self.loaded, m => encoder::encode_tile(&m.backend, &self.config, &m.weights, tile))?);
         }
         Ok(rows)
     }
 
     /// The ViT's output for one tile before the projector (`n_patches x n_embd`), for tests.
     pub fn vit_states(&self, tile: &[f32]) -> Result<Vec<f32>, ModelError> {
-        on_device!(&self.loaded, m => encoder::vit(&m.backend, &self.config, &m.weights, tile))
+        on_backend!(&self.loaded, m => encoder::vit(&m.backend, &self.config, &m.weights, tile))
     }
 }
 

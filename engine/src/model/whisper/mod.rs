@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 pub use config::{SpecialTokens, StackConfig, WhisperConfig};
 
-use crate::backend::{Backend, BackendError, CpuBackend, Device};
+use crate::backend::{self, on_backend, on_same_backend, Backend, BackendError, Backends, Device, OnBackend, PerBackend};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvCache;
 use crate::model::error::ModelError;
@@ -27,54 +27,29 @@ struct OnDevice<B: Backend> {
     weights: WhisperWeights<B>,
 }
 
-/// The backends this build has, one variant each (as `Model`'s).
-enum Loaded {
-    Cpu(OnDevice<CpuBackend>),
-    /// The CUDA kernels run by the CPU execution harness (tests of the kernel backend).
-    #[cfg(feature = "sim")]
-    Sim(OnDevice<crate::backend::kernel::SimBackend>),
-    #[cfg(feature = "cuda")]
-    Cuda(OnDevice<crate::backend::kernel::CudaBackend>),
+/// A Whisper model's weights, per backend.
+struct Weights;
+
+impl PerBackend for Weights {
+    type On<B: Backend> = OnDevice<B>;
+}
+
+/// Encoded audio, per backend.
+pub struct Audio;
+
+impl PerBackend for Audio {
+    type On<B: Backend> = EncodedAudio<B>;
 }
 
 /// One window's encoded audio, on the device of the model that encoded it.
-pub enum EncodedWindow {
-    Cpu(EncodedAudio<CpuBackend>),
-    #[cfg(feature = "sim")]
-    Sim(EncodedAudio<crate::backend::kernel::SimBackend>),
-    #[cfg(feature = "cuda")]
-    Cuda(EncodedAudio<crate::backend::kernel::CudaBackend>),
-}
-
-/// `$body` with `$m` bound to the loaded weights, whichever backend holds them; `$wrap` is the
-/// `EncodedWindow` variant of that backend.
-macro_rules! on_device {
-    ($loaded:expr, $m:ident, $wrap:ident => $body:expr) => {
-        match $loaded {
-            Loaded::Cpu($m) => {
-                let $wrap = EncodedWindow::Cpu;
-                $body
-            }
-            #[cfg(feature = "sim")]
-            Loaded::Sim($m) => {
-                let $wrap = EncodedWindow::Sim;
-                $body
-            }
-            #[cfg(feature = "cuda")]
-            Loaded::Cuda($m) => {
-                let $wrap = EncodedWindow::Cuda;
-                $body
-            }
-        }
-    };
-}
+pub type EncodedWindow = OnBackend<Audio>;
 
 /// A loaded Whisper model.
 pub struct WhisperModel {
     file: Arc<GgufFile>,
     config: WhisperConfig,
     tokenizer: Tokenizer,
-    loaded: Loaded,
+    loaded: OnBackend<Weights>,
 }
 
 impl std::fmt::Debug for WhisperModel {
@@ -105,23 +80,19 @@ impl WhisperModel {
 
     /// A file already open, on `device`.
     pub fn from_file_on(file: Arc<GgufFile>, device: Device) -> Result<WhisperModel, ModelError> {
-        let (config, tokenizer) = WhisperModel::read_config(&file)?;
-        let loaded = match device {
-            Device::Cpu => Loaded::Cpu(OnDevice::load(CpuBackend::new(), &file, &config)?),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(n) => Loaded::Cuda(OnDevice::load(crate::backend::kernel::CudaBackend::open(n)?, &file, &config)?),
-            #[cfg(not(feature = "cuda"))]
-            Device::Cuda(_) => return Err(BackendError::NotBuilt(device).into()),
-        };
-        Ok(WhisperModel { file, config, tokenizer, loaded })
+        WhisperModel::from_file_with(file, backend::loaded::open(device)?)
     }
 
     /// A file already open, its weights on the simulated GPU: the CUDA kernels run by the CPU
     /// execution harness (slow; for tests of the kernel backend).
     #[cfg(feature = "sim")]
     pub fn from_file_simulated(file: Arc<GgufFile>) -> Result<WhisperModel, ModelError> {
+        WhisperModel::from_file_with(file, backend::loaded::simulated())
+    }
+
+    fn from_file_with(file: Arc<GgufFile>, backend: OnBackend<Backends>) -> Result<WhisperModel, ModelError> {
         let (config, tokenizer) = WhisperModel::read_config(&file)?;
-        let loaded = Loaded::Sim(OnDevice::load(crate::backend::kernel::SimBackend::new(), &file, &config)?);
+        let loaded: OnBackend<Weights> = on_backend!(backend, b, wrap => wrap(OnDevice::load(b, &file, &config)?));
         Ok(WhisperModel { file, config, tokenizer, loaded })
     }
 
@@ -150,34 +121,27 @@ impl WhisperModel {
 
     /// The device the weights live on.
     pub fn device(&self) -> Device {
-        on_device!(&self.loaded, m, _wrap => m.backend.device())
+        on_backend!(&self.loaded, m => m.backend.device())
     }
 
     /// Encodes one window: `mel` is `n_mels x 3000` log-mel values, band-major.
     pub fn encode(&self, mel: &[f32]) -> Result<EncodedWindow, ModelError> {
-        on_device!(&self.loaded, m, wrap => Ok(wrap(encoder::encode(&m.backend, &self.config, &m.weights, mel)?)))
+        on_backend!(&self.loaded, m, wrap => Ok(wrap(encoder::encode(&m.backend, &self.config, &m.weights, mel)?)))
     }
 
     /// A decoder cache for one window, on the model's device.
     pub fn new_cache(&self) -> KvCache {
-        on_device!(&self.loaded, m, _wrap => decoder::new_cache(&m.backend, &self.config))
+        on_backend!(&self.loaded, m => decoder::new_cache(&m.backend, &self.config))
     }
 
     /// Runs `tokens` at positions `start..` of a window whose earlier tokens `cache` holds;
     /// returns the last token's logits. `audio` must come from this model's `encode`.
     pub fn decode(&self, audio: &EncodedWindow, cache: &mut KvCache, tokens: &[TokenId], start: usize) -> Result<Vec<f32>, ModelError> {
-        match (&self.loaded, audio) {
-            (Loaded::Cpu(m), EncodedWindow::Cpu(a)) => decoder::step(&m.backend, &self.config, &m.weights, a, cache, tokens, start),
-            #[cfg(feature = "sim")]
-            (Loaded::Sim(m), EncodedWindow::Sim(a)) => decoder::step(&m.backend, &self.config, &m.weights, a, cache, tokens, start),
-            #[cfg(feature = "cuda")]
-            (Loaded::Cuda(m), EncodedWindow::Cuda(a)) => decoder::step(&m.backend, &self.config, &m.weights, a, cache, tokens, start),
-            #[allow(unreachable_patterns)]
-            _ => {
-                Err(BackendError::shape("decode", format!("the audio was encoded on another device than the model's ({})", self.device()))
-                    .into())
-            }
-        }
+        on_same_backend!(
+            (&self.loaded, audio),
+            (m, a) => decoder::step(&m.backend, &self.config, &m.weights, a, cache, tokens, start),
+            else => Err(BackendError::shape("decode", format!("the audio was encoded on another device than the model's ({})", self.device())).into())
+        )
     }
 }
 
