@@ -240,10 +240,9 @@ impl Runtime for CudaRuntime {
 
     fn alloc_zeroed(&self, bytes: usize) -> Result<CudaSlice<u8>, RuntimeError> {
         crate::runtime::count_transfer();
-        self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| match driver_error("allocating", e) {
-            RuntimeError::OutOfMemory { .. } => RuntimeError::OutOfMemory { bytes },
-            other => other,
-        })
+        let mut buf = self.alloc(bytes)?;
+        self.stream.memset_zeros(&mut buf).map_err(|e| self.fault("zeroing", e))?;
+        Ok(buf)
     }
 
     fn alloc(&self, bytes: usize) -> Result<CudaSlice<u8>, RuntimeError> {
