@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetch NVIDIA's runtime compiler (NVRTC) from PyPI, the wheel nvidia-cuda-nvrtc-cu12 (pinned),
 # and unpack its libraries; prints the folder that holds libnvrtc.so.12 and the
-# libnvrtc-builtins library it opens beside itself. Idempotent: an unpacked copy is reused.
+# libnvrtc-builtins library it opens beside itself. Idempotent: an unpacked copy is reused; calls
+# at the same time (tests run in parallel) take turns on a lock, so only the first unpacks.
 # The kernels' compile check (`cargo test -p kernels`) runs it; no GPU is needed.
 #
 # Cache: ${ENGINE_ASSETS:-$HOME/.cache/engine-assets}/nvrtc/<version>/lib
@@ -13,6 +14,9 @@ DIR=$CACHE/nvrtc/$VERSION
 LIB=$DIR/lib
 PY=${PYTHON:-python3}
 
+mkdir -p "$DIR"
+exec 9>"$DIR/.lock"
+flock 9
 if [ ! -f "$LIB/libnvrtc.so.12" ] || [ ! -f "$LIB/.complete" ]; then
   mkdir -p "$DIR/dl"
   "$PY" -m pip download --quiet --no-deps --only-binary :all: -d "$DIR/dl" "nvidia-cuda-nvrtc-cu12==$VERSION" >&2
