@@ -171,7 +171,7 @@ pub(crate) fn attend_queries_with(
         use crate::quant::Isa;
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
         unsafe fn with_avx512(queries: &mut [Query<'_>], g: usize, shape: &AttentionShape, kv: &dyn KvRows, scratch: &mut AttnScratch) {
-            attend_queries_body::<4, false>(queries, g, shape, kv, scratch)
+            attend_queries_body::<4, true>(queries, g, shape, kv, scratch)
         }
         #[target_feature(enable = "avx2,fma")]
         unsafe fn with_fma(queries: &mut [Query<'_>], g: usize, shape: &AttentionShape, kv: &dyn KvRows, scratch: &mut AttnScratch) {
@@ -191,11 +191,11 @@ pub(crate) fn attend_queries_with(
     attend_queries_body::<1, false>(queries, g, shape, kv, scratch)
 }
 
-/// The body of [`attend_queries`], `N` (query, head) states at a time; `AVX2`: one state at a
-/// time through `attention_x86`'s register forms of the inner loops (only in the instance that
-/// runs on CPUs with AVX2 and FMA).
+/// The body of [`attend_queries`], `N` (query, head) states at a time; `X86`: through
+/// `attention_x86`'s register forms of the inner loops (only in the instances that run on CPUs
+/// with AVX2 and FMA, and, for `N` = 4, AVX-512).
 #[inline(always)]
-fn attend_queries_body<const N: usize, const AVX2: bool>(
+fn attend_queries_body<const N: usize, const X86: bool>(
     queries: &mut [Query<'_>],
     g: usize,
     shape: &AttentionShape,
@@ -263,14 +263,14 @@ fn attend_queries_body<const N: usize, const AVX2: bool>(
         let mut batches = live_states.chunks_exact(N);
         for batch in batches.by_ref() {
             let batch: &[usize; N] = batch.try_into().unwrap();
-            if AVX2 && N == 1 {
-                scores_1::<AVX2>(q_of(batch[0]), keys, batch[0] * KV_TILE, weights);
+            if X86 && N == 1 {
+                scores_1::<X86>(q_of(batch[0]), keys, batch[0] * KV_TILE, weights);
             } else {
-                scores::<N>(batch.map(q_of), keys, batch.map(|s| s * KV_TILE), weights);
+                scores_n::<N, X86>(batch.map(q_of), keys, batch.map(|s| s * KV_TILE), weights);
             }
         }
         for &s in batches.remainder() {
-            scores_1::<AVX2>(q_of(s), keys, s * KV_TILE, weights);
+            scores_1::<X86>(q_of(s), keys, s * KV_TILE, weights);
         }
         for &s in &live_states {
             let live = live_of(&rows[s / group].1, tile);
@@ -328,10 +328,10 @@ fn attend_queries_body<const N: usize, const AVX2: bool>(
                 let batch: [usize; N] = live_states[i..i + N].try_into().unwrap();
                 let ws = batch.map(|s| &weights[s * KV_TILE + first..s * KV_TILE + last]);
                 let outs = heads.get_disjoint_mut(batch).expect("distinct states");
-                add_weighted_values_n(outs.map(|o| &mut **o), ws, values, stride);
+                add_weighted_values_n::<N, X86>(outs.map(|o| &mut **o), ws, values, stride);
                 i += N;
             } else {
-                add_weighted_values::<AVX2>(heads[s0], &weights[s0 * KV_TILE + first..s0 * KV_TILE + last], values, stride);
+                add_weighted_values::<X86>(heads[s0], &weights[s0 * KV_TILE + first..s0 * KV_TILE + last], values, stride);
                 i += 1;
             }
         }
@@ -362,12 +362,25 @@ fn scores<const N: usize>(q: [&[f32]; N], keys: &[f32], at: [usize; N], out: &mu
     }
 }
 
-/// [`scores`] of one state, on AVX2 (`AVX2`) in vector registers.
+/// [`scores`] of `N` states, for 4 of them on AVX-512 (`X86`) in vector registers.
 #[inline(always)]
-fn scores_1<const AVX2: bool>(q: &[f32], keys: &[f32], at: usize, out: &mut [f32]) {
+fn scores_n<const N: usize, const X86: bool>(q: [&[f32]; N], keys: &[f32], at: [usize; N], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if AVX2 {
-        // SAFETY: `AVX2` is set only in the attention's instance for CPUs with AVX2 and FMA
+    if X86 && N == 4 {
+        // SAFETY: `X86` with `N` = 4 is set only in the attention's instance for CPUs with
+        // AVX-512 (`attend_queries_with`'s `with_avx512`).
+        unsafe { super::attention_x86::scores_4(q[..].try_into().unwrap(), keys, at[..].try_into().unwrap(), out) };
+        return;
+    }
+    scores::<N>(q, keys, at, out)
+}
+
+/// [`scores`] of one state, on AVX2 (`X86`) in vector registers.
+#[inline(always)]
+fn scores_1<const X86: bool>(q: &[f32], keys: &[f32], at: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if X86 {
+        // SAFETY: `X86` is set only in the attention's instance for CPUs with AVX2 and FMA
         // (`attend_queries_with`'s `with_fma`).
         unsafe { super::attention_x86::scores_1(q, keys, &mut out[at..at + KV_TILE]) };
         return;
@@ -376,11 +389,25 @@ fn scores_1<const AVX2: bool>(q: &[f32], keys: &[f32], at: usize, out: &mut [f32
 }
 
 /// [`add_weighted_values`] of `N` states with the same positions: each keeps its chains, the
-/// loads of the values are shared.
+/// loads of the values are shared (for 4 states on AVX-512, `X86`, in vector registers).
 #[inline(always)]
-fn add_weighted_values_n<const N: usize>(mut outs: [&mut [f32]; N], ws: [&[f32]; N], values: &[f32], stride: usize) {
+fn add_weighted_values_n<const N: usize, const X86: bool>(mut outs: [&mut [f32]; N], ws: [&[f32]; N], values: &[f32], stride: usize) {
     let dv = outs[0].len();
     let wide = dv - dv % 16;
+    #[cfg(target_arch = "x86_64")]
+    if X86 && N == 4 && wide.is_multiple_of(64) {
+        let ws4: [&[f32]; 4] = ws[..].try_into().unwrap();
+        for start in (0..wide).step_by(64) {
+            let [a, b, c, d] = &mut outs[..] else { unreachable!("N is 4") };
+            let chunk = [&mut a[start..start + 64], &mut b[start..start + 64], &mut c[start..start + 64], &mut d[start..start + 64]];
+            // SAFETY: as in `scores_n`: the instance for CPUs with AVX-512.
+            unsafe { super::attention_x86::chains_4x64(chunk, start, stride, ws4, values) };
+        }
+        for (o, w) in outs.iter_mut().zip(&ws) {
+            chains::<1>(&mut o[wide..], wide, stride, w, values);
+        }
+        return;
+    }
     if wide.is_multiple_of(64) {
         chains_n::<N, 64>(&mut outs, wide, ws, values, stride);
     } else {
@@ -415,12 +442,12 @@ fn chains_n<const N: usize, const W: usize>(outs: &mut [&mut [f32]; N], wide: us
 /// over the positions in order, with `W` chains side by side in a local array (on AVX2, 64 of
 /// them in vector registers: `attention_x86`).
 #[inline(always)]
-fn add_weighted_values<const AVX2: bool>(out: &mut [f32], w: &[f32], values: &[f32], stride: usize) {
+fn add_weighted_values<const X86: bool>(out: &mut [f32], w: &[f32], values: &[f32], stride: usize) {
     let dv = out.len();
     let (wide, rest) = out.split_at_mut(dv - dv % 16);
     if wide.len() % 64 == 0 {
         #[cfg(target_arch = "x86_64")]
-        if AVX2 {
+        if X86 {
             for (c, chunk) in wide.chunks_exact_mut(64).enumerate() {
                 // SAFETY: as in `scores_1`: the instance for CPUs with AVX2 and FMA.
                 unsafe { super::attention_x86::chains_64(chunk, c * 64, stride, w, values) };
@@ -549,9 +576,9 @@ mod tests {
     /// gets alone, on every tier.
     #[test]
     fn a_block_of_queries_gives_each_query_its_own_bits() {
-        // head sizes of 48 (chains 16 wide) and 64 (64 wide); 10 queries of 2 heads each: the
+        // head sizes of 48 (chains 16 wide), 64 and 128 (64 wide); 10 queries of 2 heads each: the
         // AVX-512 tier's batches of 4 states, spans shared and not
-        for dv in [48, 64] {
+        for dv in [48, 64, 128] {
             let shape = AttentionShape { n_head: 4, n_head_kv: 2, head_dim_k: 64, head_dim_v: dv, scale: 0.125 };
             let val = |p: usize, i: usize, salt: usize| (((p * 31 + i * 17 + salt) % 97) as f32 / 97.0 - 0.5) * 3.0;
             let n = 200;
