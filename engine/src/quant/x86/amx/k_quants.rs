@@ -13,40 +13,15 @@
 
 use core::arch::x86_64::*;
 
-use super::{release, tile};
+use super::{release, tile, PairScratch, PAIR_ROWS};
 use crate::quant::panel::layout::{at, block_bytes, ACT_K_BYTES};
 use crate::quant::panel::prepared::{K_D, K_QS, K_SUMS16, K_SUMS32};
 use crate::quant::x86::panel::{add_fifth_bits, add_q6_high, load128, nibbles};
 use crate::quant::GgmlType;
 
-/// Activation rows of one tile (the tile unit's 16 rows); a call takes a multiple of them.
-pub(crate) const PAIR_ROWS: usize = 16;
-
 /// Bytes of a pair's super-block in the tile layout: 4 steps of 64 values, each a high and a
 /// low plane of 16 tile rows (4 values of 16 weight rows) of 64 bytes.
 const SB_PLANES: usize = 4 * 2 * 1024;
-
-/// `out[r]` = the 16 outputs of the panel pair (`p0`'s 8 rows, then `p1`'s; `nb` blocks each)
-/// for prepared activation row `r` (rows of `stride` bytes in `acts`), `out.len()` a multiple
-/// of [`PAIR_ROWS`].
-pub(crate) type PairKernelFn =
-    fn(p0: &[u8], p1: &[u8], nb: usize, acts: &[u8], stride: usize, scratch: &mut PairScratch, out: &mut [[f32; 16]]);
-
-/// A pair's weights unpacked for the tile unit, reused from call to call.
-#[derive(Default)]
-pub(crate) struct PairScratch {
-    /// Per super-block: the scaled quants' planes ([`SB_PLANES`] bytes).
-    planes: Vec<u8>,
-    /// Per super-block: the 16 rows' correction factors as 16-bit pairs (mins of two groups,
-    /// or Q6_K's scales of two groups), for `vpdpwssd` against the activations' group sums.
-    pairs: Vec<[i32; 16]>,
-    /// Per super-block: `d` and `dmin` of the 16 rows.
-    dw: Vec<[f32; 16]>,
-    dmin: Vec<[f32; 16]>,
-    /// Per activation row: the float chains `acc` and `acc_min` of the 16 outputs, carried from
-    /// one run of super-blocks to the next.
-    acc: Vec<[__m512; 2]>,
-}
 
 /// `KIND`: 0 Q4_K, 1 Q5_K, 2 Q6_K. 16-bit pairs of correction factors per super-block.
 const fn pair_count(kind: u8) -> usize {
@@ -61,11 +36,8 @@ const fn block_size(kind: u8) -> usize {
     [block_bytes::Q4_K, block_bytes::Q5_K, block_bytes::Q6_K][kind as usize]
 }
 
-/// The tile kernel of weight type `ty`, if the CPU runs the tier.
-pub(crate) fn pair_kernel(ty: GgmlType) -> Option<PairKernelFn> {
-    if !super::is_available() {
-        return None;
-    }
+/// The tile kernel of K-quant `ty`.
+pub(super) fn kernel(ty: GgmlType) -> Option<super::PairKernelFn> {
     Some(match ty {
         GgmlType::Q4_K => q4_k,
         GgmlType::Q5_K => q5_k,
@@ -246,6 +218,7 @@ unsafe fn rows32<const KIND: u8>(
 mod tests {
     use super::*;
     use crate::quant::panel::layout::repack;
+    use crate::quant::x86::amx::pair_kernel;
     use crate::quant::panel::prepared::prepared_row_bytes;
     use crate::quant::panel::scalar;
     use crate::quant::panel::tests::Case;

@@ -1,18 +1,55 @@
-//! The AMX tier: the AVX-512 tier's kernels, plus the prompt GEMM of the K-quant panels on the
-//! tile unit (`k_quants`). AMX-INT8 multiplies a 16 x K tile of signed bytes by a K x 16 tile of
-//! unsigned bytes into 16 x 16 exact i32 sums, so a panel pair's integer dot products come out
-//! whole, 16 activation rows at a time, and everything after them (group scales, mins, the
-//! float chain) is the AVX-512 tile's, in the same order: the same bits as every other tier.
+//! The AMX tier: the AVX-512 tier's kernels, plus the prompt GEMM of the K-quant panels
+//! (`k_quants`) and of Q4_0 and Q5_0 (`legacy`) on the tile unit. AMX-INT8 multiplies a 16 x K
+//! tile of signed bytes by a K x 16 tile of signed bytes into 16 x 16 exact i32 sums, so a panel
+//! pair's integer dot products come out whole, 16 activation rows at a time, and everything
+//! after them (group scales, mins, the float chain) is the AVX-512 tile's, in the same order:
+//! the same bits as every other tier. (Q8_0 keeps ggml's order, 8 float chains of 4-value
+//! sums per block, which leaves the tile unit nothing whole to sum.)
 //!
 //! This module checks the CPU and asks Linux for the tile state (a process must request it
 //! before its first tile instruction), and wraps the few tile instructions the kernels use.
 
 use core::arch::asm;
+use core::arch::x86_64::__m512;
 use std::sync::OnceLock;
 
-mod k_quants;
+use crate::quant::GgmlType;
 
-pub(crate) use k_quants::{pair_kernel, PairKernelFn, PairScratch, PAIR_ROWS};
+mod k_quants;
+mod legacy;
+
+/// Activation rows of one tile (the tile unit's 16 rows); a call takes a multiple of them.
+pub(crate) const PAIR_ROWS: usize = 16;
+
+/// `out[r]` = the 16 outputs of the panel pair (`p0`'s 8 rows, then `p1`'s; `nb` blocks each)
+/// for prepared activation row `r` (rows of `stride` bytes in `acts`), `out.len()` a multiple
+/// of [`PAIR_ROWS`].
+pub(crate) type PairKernelFn =
+    fn(p0: &[u8], p1: &[u8], nb: usize, acts: &[u8], stride: usize, scratch: &mut PairScratch, out: &mut [[f32; 16]]);
+
+/// A pair's weights unpacked for the tile unit, reused from call to call.
+#[derive(Default)]
+pub(crate) struct PairScratch {
+    /// Per block (K-quants: super-block): the quants in the tile layout.
+    planes: Vec<u8>,
+    /// Per super-block: the 16 rows' correction factors as 16-bit pairs (mins of two groups,
+    /// or Q6_K's scales of two groups), for `vpdpwssd` against the activations' group sums.
+    pairs: Vec<[i32; 16]>,
+    /// Per block: `d` and (Q4_K, Q5_K) `dmin` of the 16 rows.
+    dw: Vec<[f32; 16]>,
+    dmin: Vec<[f32; 16]>,
+    /// Per activation row: the float chains `acc` and `acc_min` of the 16 outputs, carried from
+    /// one run of blocks to the next.
+    acc: Vec<[__m512; 2]>,
+}
+
+/// The tile kernel of weight type `ty`, if the CPU runs the tier and the type has one.
+pub(crate) fn pair_kernel(ty: GgmlType) -> Option<PairKernelFn> {
+    if !is_available() {
+        return None;
+    }
+    k_quants::kernel(ty).or_else(|| legacy::kernel(ty))
+}
 
 /// Whether this CPU has AMX-TILE and AMX-INT8 and the OS lets this process use them (asked once).
 pub fn is_available() -> bool {
@@ -90,6 +127,43 @@ pub(crate) mod tile {
 
     pub(crate) fn config() -> super::TileConfig {
         super::TileConfig::new(&[(16, 64); 8])
+    }
+
+    /// The legacy types' shapes: `tmm0` / `tmm1` the sums of two sets of 16 activation rows,
+    /// `tmm4` / `tmm5` their 32 quants of one block, `tmm6` the block's weights (8 rows of 4
+    /// values of 16 weight rows).
+    pub(crate) fn legacy_config() -> super::TileConfig {
+        super::TileConfig::new(&[(16, 64), (16, 64), (0, 0), (0, 0), (16, 32), (16, 32), (8, 64)])
+    }
+
+    /// One legacy block (32 values) of two sets of 16 activation rows (signed bytes at `acts0`
+    /// and `acts1`, rows `stride` apart) times its weights at `weights` (8 rows of 64 signed
+    /// bytes); the two 16 x 16 i32 sums go to `sums` (2 KiB), the first set's, then the
+    /// second's.
+    ///
+    /// # Safety
+    /// [`legacy_config`] is loaded on this thread; 16 rows of 32 bytes at each `acts` and 512
+    /// bytes at `weights` may be read, `sums` may be written for 2 KiB.
+    #[inline(always)]
+    pub(crate) unsafe fn legacy_block(acts0: *const u8, acts1: *const u8, stride: usize, weights: *const u8, sums: *mut u8) {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tileloadd tmm4, [{a0}+{s}*1]",
+            "tileloadd tmm5, [{a1}+{s}*1]",
+            "tileloadd tmm6, [{w}+{ws}*1]",
+            "tdpbssd tmm0, tmm4, tmm6",
+            "tdpbssd tmm1, tmm5, tmm6",
+            "tilestored [{c}+{ws}*1], tmm0",
+            "tilestored [{c}+{ws}*1+1024], tmm1",
+            a0 = in(reg) acts0,
+            a1 = in(reg) acts1,
+            s = in(reg) stride,
+            w = in(reg) weights,
+            ws = in(reg) 64usize,
+            c = in(reg) sums,
+            options(nostack),
+        );
     }
 
     /// One super-block (256 values, 4 steps of 64) of two sets of 16 activation rows (signed
