@@ -45,6 +45,33 @@ unsafe fn dot_scaled<const I16: usize>(
     acc
 }
 
+/// Q8_0 in ggml's order (see the scalar reference): 8 chains per output, one per lane
+/// of 4 values, as the lanes of 8 vectors (one per `V_k`, each holding the 8 weight
+/// rows); `|w| · sign(a, w)` by `vpmaddubsw` (at most 2 · 128 · 127 in i16), widened at
+/// once. An activation row at a time, so its 8 accumulators stay in registers.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
+    let ones = _mm256_set1_epi16(1);
+    for (r, out) in out.iter_mut().enumerate().take(R) {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for b in 0..nb {
+            let w = panel.add(b * block_bytes::Q8_0);
+            let a = acts.add(r * stride + b * ACT_LEGACY_BYTES);
+            let scale = _mm256_mul_ps(f16x8(w.add(at::D)), f32_splat(a));
+            for k in 0..8 {
+                let v = _mm256_loadu_si256(w.add(at::LEGACY_QUANTS + 32 * k).cast());
+                let p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(bcast4(a.add(LEGACY_QS + 4 * k)), v));
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), scale, acc[k]);
+            }
+        }
+        let sum = _mm256_add_ps(
+            _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
+            _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])),
+        );
+        _mm256_storeu_ps(out.as_mut_ptr(), sum);
+    }
+}
+
 crate::quant::x86::panel::panel_kernels!("avx2,fma,f16c");
 
 #[cfg(test)]
