@@ -119,11 +119,14 @@ pub const TILE_A: usize = 3;
 pub type VecDotTileFn = fn(w: &[u8], w_stride: usize, a: &[u8], a_stride: usize, n: usize, out: &mut [[f32; TILE_A]; TILE_W]);
 
 /// The many-row product of float weight type `ty` on tier `isa` (`quant::float_gemm`), where
-/// the tier has one (AVX2, whose row dot's chain order it follows) and the CPU has the tier.
-pub fn float_gemm_on(ty: GgmlType, isa: Isa) -> Option<super::float_gemm::FloatGemmFn> {
+/// the tier has one (AVX2 and AVX-512, whose row dots' chain orders they follow) and the CPU
+/// has the tier.
+pub fn float_gemm_on(ty: GgmlType, isa: Isa) -> Option<super::float_gemm::FloatGemm> {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 if isa.is_available() => super::x86::avx2::float_gemm(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Amx if isa.is_available() => super::x86::avx512::float_gemm(ty),
         _ => None,
     }
 }

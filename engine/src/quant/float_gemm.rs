@@ -1,40 +1,51 @@
-//! Float-weight products of many activation rows in the order of the AVX2 float dot product, so
+//! Float-weight products of many activation rows in the order of a tier's float dot product, so
 //! that a register-blocked kernel gives every output the bits of its own row dot.
 //!
-//! The AVX2 dot (`x86::avx2::float`) sums a row of `n` values in 32 chains: chain `q = 8k + l`
-//! is lane `l` of accumulator `k`, a fused multiply-add chain over values `32i + q` (i = 0, 1,
-//! ... while whole 32-value steps last); chains `0..8` (accumulator 0) go on with the 8-value
-//! steps `main + 8m + l` and a last partial step whose missing values are zeros; the row's sum is
-//! then `(acc0 + acc1) + (acc2 + acc3)` reduced across lanes as `hsum256` reduces them.
+//! The x86 dots (`x86::avx2::float`, `x86::avx512::float`) sum a row of `n` values in 4
+//! accumulators of `L` lanes (AVX2 8, AVX-512 16), `4 L` chains: chain `q = L k + l` is lane `l`
+//! of accumulator `k`, a fused multiply-add chain over values `4 L i + q` (i = 0, 1, ... while
+//! whole `4 L`-value steps last); chains `0..L` (accumulator 0) go on with the `L`-value steps
+//! `main + L m + l` and a last partial step whose missing values are zeros; the row's sum is
+//! then `(acc0 + acc1) + (acc2 + acc3)` reduced across lanes as the tier's horizontal sum
+//! reduces them.
 //!
 //! [`ChainLayout`] lists each chain's values in its order. Activation rows are packed in that
 //! order, [`GEMM_ROWS`] rows side by side per step ([`PackedActs`]), and weight rows the same way
-//! [`GEMM_PANEL`] at a time: a kernel then runs each chain for a tile of outputs with one vector
-//! load per 8 activation rows and one broadcast per weight row, in registers, and sums the
-//! chains in the dot's order. Zero-filled places (rows past the batch, values past the row) add
-//! `0 · 0` as the dot's zero-padded step does.
+//! a panel at a time: a kernel then runs each chain for a tile of outputs with one vector load
+//! per `L` activation rows and one broadcast per weight row, in registers, and sums the chains
+//! in the dot's order. Zero-filled places (rows past the batch, values past the row) add `0 · 0`
+//! as the dot's zero-padded step does.
 
-/// Activation rows one kernel tile covers (two 8-lane vectors).
+/// Activation rows of one packed group (two 8-lane vectors, or one of 16 lanes).
 pub const GEMM_ROWS: usize = 16;
-/// Weight rows one kernel tile covers (broadcast one at a time).
-pub const GEMM_PANEL: usize = 6;
-/// Chains of one row's sum: 4 accumulators of 8 lanes.
-pub const CHAINS: usize = 32;
 
-/// The chain order of a row of `n` values.
+/// The chain order of a row of `n` values for a dot of `lanes`-lane accumulators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChainLayout {
     n: usize,
-    /// Whole 32-value steps: every chain's first steps.
+    /// Lanes of the dot's 4 accumulators (8 or 16).
+    lanes: usize,
+    /// Whole `4 lanes`-value steps: every chain's first steps.
     main_steps: usize,
-    /// Steps chains `0..8` take after those: the 8-value steps and the partial one.
+    /// Steps chains `0..lanes` take after those: the `lanes`-value steps and the partial one.
     extra_steps: usize,
 }
 
 impl ChainLayout {
-    pub fn new(n: usize) -> ChainLayout {
-        let main = n / 32 * 32;
-        ChainLayout { n, main_steps: n / 32, extra_steps: (n - main).div_ceil(8) }
+    pub fn new(n: usize, lanes: usize) -> ChainLayout {
+        assert!(lanes == 8 || lanes == 16, "{lanes} lanes");
+        let wide = 4 * lanes;
+        ChainLayout { n, lanes, main_steps: n / wide, extra_steps: (n % wide).div_ceil(lanes) }
+    }
+
+    /// Chains of one row's sum: 4 accumulators' lanes.
+    pub fn chains(&self) -> usize {
+        4 * self.lanes
+    }
+
+    /// Lanes of the dot's accumulators.
+    pub fn lanes(&self) -> usize {
+        self.lanes
     }
 
     /// Values in the row.
@@ -48,22 +59,23 @@ impl ChainLayout {
 
     /// Steps of chain `q`.
     pub fn steps(&self, q: usize) -> usize {
-        self.main_steps + if q < 8 { self.extra_steps } else { 0 }
+        self.main_steps + if q < self.lanes { self.extra_steps } else { 0 }
     }
 
     /// The first step of chain `q` in the packed order (chains one after the other).
     pub fn offset(&self, q: usize) -> usize {
-        q * self.main_steps + q.min(8) * self.extra_steps
+        q * self.main_steps + q.min(self.lanes) * self.extra_steps
     }
 
     /// Steps of all chains together.
     pub fn total_steps(&self) -> usize {
-        CHAINS * self.main_steps + 8 * self.extra_steps
+        self.chains() * self.main_steps + self.lanes * self.extra_steps
     }
 
     /// The value chain `q` reads at step `s`, or `None` for a zero-filled place.
     pub fn value_index(&self, q: usize, s: usize) -> Option<usize> {
-        let j = if s < self.main_steps { 32 * s + q } else { 32 * self.main_steps + 8 * (s - self.main_steps) + q };
+        let wide = self.chains();
+        let j = if s < self.main_steps { wide * s + q } else { wide * self.main_steps + self.lanes * (s - self.main_steps) + q };
         (j < self.n).then_some(j)
     }
 
@@ -71,15 +83,16 @@ impl ChainLayout {
     /// zeroed, and the places past the row stay so.
     pub fn scatter(&self, row: &[f32], dst: &mut [f32], stride: usize, lane: usize) {
         debug_assert_eq!(row.len(), self.n);
-        let main = 32 * self.main_steps;
+        let wide = self.chains();
+        let main = wide * self.main_steps;
         // where each chain's first step lands
-        let at: [usize; CHAINS] = std::array::from_fn(|q| self.offset(q) * stride + lane);
-        for (s, step) in row[..main].chunks_exact(32).enumerate() {
+        let at: Vec<usize> = (0..wide).map(|q| self.offset(q) * stride + lane).collect();
+        for (s, step) in row[..main].chunks_exact(wide).enumerate() {
             for (&x, &at) in step.iter().zip(&at) {
                 dst[at + s * stride] = x;
             }
         }
-        for (m, step) in row[main..].chunks(8).enumerate() {
+        for (m, step) in row[main..].chunks(self.lanes).enumerate() {
             for (&x, &at) in step.iter().zip(&at) {
                 dst[at + (self.main_steps + m) * stride] = x;
             }
@@ -96,11 +109,12 @@ pub struct PackedActs {
 }
 
 impl PackedActs {
-    /// Packs `rows` activation rows of `n` values (`x`, row after row).
-    pub fn new(x: &[f32], rows: usize, n: usize) -> PackedActs {
+    /// Packs `rows` activation rows of `n` values (`x`, row after row) for a dot of `lanes`-lane
+    /// accumulators.
+    pub fn new(x: &[f32], rows: usize, n: usize, lanes: usize) -> PackedActs {
         use rayon::prelude::*;
         assert_eq!(x.len(), rows * n, "{rows} rows of {n} values");
-        let layout = ChainLayout::new(n);
+        let layout = ChainLayout::new(n, lanes);
         let group_len = layout.total_steps() * GEMM_ROWS;
         let mut data = vec![0.0f32; rows.div_ceil(GEMM_ROWS) * group_len];
         data.par_chunks_mut(group_len.max(1)).zip(x.par_chunks(GEMM_ROWS * n.max(1))).for_each(|(group, src)| {
@@ -127,6 +141,14 @@ impl PackedActs {
 /// row dot.
 pub type FloatGemmFn = fn(w: &[u8], rows: usize, acts: &PackedActs, outs: &mut [&mut [f32]]);
 
+/// A tier's many-row product and the accumulator lanes of its row dot, which the activation
+/// rows are packed for.
+#[derive(Clone, Copy)]
+pub struct FloatGemm {
+    pub run: FloatGemmFn,
+    pub lanes: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,18 +156,18 @@ mod tests {
     /// Every value of the row is read exactly once, by the chain and step the dot reads it in.
     #[test]
     fn every_value_is_read_once_in_the_dots_order() {
-        for n in [0, 1, 7, 8, 31, 32, 37, 64, 100, 120, 384, 2051] {
-            let layout = ChainLayout::new(n);
+        for (n, lanes) in [0, 1, 7, 8, 31, 32, 37, 64, 100, 120, 384, 2051].into_iter().flat_map(|n| [(n, 8), (n, 16)]) {
+            let layout = ChainLayout::new(n, lanes);
             let mut seen = vec![0; n];
             let mut steps = 0;
-            for q in 0..CHAINS {
+            for q in 0..layout.chains() {
                 assert_eq!(layout.offset(q), steps, "n={n} q={q}");
                 let mut last = None;
                 for s in 0..layout.steps(q) {
                     if let Some(j) = layout.value_index(q, s) {
                         seen[j] += 1;
-                        // a chain's values rise, in its lane of 8 or 32
-                        assert!(last.is_none_or(|l| j > l) && j % 8 == q % 8, "n={n} q={q} s={s} j={j}");
+                        // a chain's values rise, in its lane of `lanes` or `4 lanes`
+                        assert!(last.is_none_or(|l| j > l) && j % lanes == q % lanes, "n={n} q={q} s={s} j={j}");
                         last = Some(j);
                     }
                 }
@@ -160,12 +182,12 @@ mod tests {
     /// the row zero.
     #[test]
     fn scatter_writes_each_value_where_its_chain_reads_it() {
-        for n in [1, 7, 32, 37, 100, 120, 384] {
-            let layout = ChainLayout::new(n);
+        for (n, lanes) in [1, 7, 32, 37, 100, 120, 384].into_iter().flat_map(|n| [(n, 8), (n, 16)]) {
+            let layout = ChainLayout::new(n, lanes);
             let row: Vec<f32> = (1..=n).map(|v| v as f32).collect();
             let mut dst = vec![0.0; layout.total_steps() * 3];
             layout.scatter(&row, &mut dst, 3, 1);
-            for q in 0..CHAINS {
+            for q in 0..layout.chains() {
                 for s in 0..layout.steps(q) {
                     let at = (layout.offset(q) + s) * 3;
                     assert_eq!(dst[at + 1], layout.value_index(q, s).map_or(0.0, |j| row[j]), "n={n} q={q} s={s}");

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::matmul_panels::{prepare_activations, run_panels};
 use crate::backend::RowInput;
-use crate::quant::float_gemm::{FloatGemmFn, PackedActs};
+use crate::quant::float_gemm::{FloatGemm, PackedActs};
 use crate::quant::{self, GgmlType, Isa, QuantError, VecDotTileFn, TILE_A, TILE_W};
 use crate::quant::{MatmulError, WeightMatrix};
 
@@ -123,8 +123,9 @@ pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys
     let tiles: Vec<Option<VecDotTileFn>> = ws.iter().map(|w| quant::dot_tile_on(w.ty, isa)).collect();
     // float weights against many rows: the rows packed once, in the row dot's chain order, for
     // the register-blocked product (every matrix here reads the same rows)
-    let gemms: Vec<Option<FloatGemmFn>> = ws.iter().map(|w| quant::float_gemm_on(w.ty, isa).filter(|_| batch >= GEMM_MIN_BATCH)).collect();
-    let packed = gemms.iter().any(Option::is_some).then(|| PackedActs::new(x, batch, ws[0].cols));
+    // (one tier: one chain order, one packing)
+    let gemms: Vec<Option<FloatGemm>> = ws.iter().map(|w| quant::float_gemm_on(w.ty, isa).filter(|_| batch >= GEMM_MIN_BATCH)).collect();
+    let packed = gemms.iter().flatten().next().map(|g| PackedActs::new(x, batch, ws[0].cols, g.lanes));
 
     for (w, y) in ws.iter().zip(ys.iter_mut()) {
         if w.cols == 0 {
@@ -164,7 +165,7 @@ pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys
             }
             if let (Some(gemm), Some(packed)) = (gemms[seg.m], packed.as_ref()) {
                 let row_bytes = w.row_bytes();
-                gemm(&w.data[seg.rows.start * row_bytes..seg.rows.end * row_bytes], seg.rows.len(), packed, &mut outs);
+                (gemm.run)(&w.data[seg.rows.start * row_bytes..seg.rows.end * row_bytes], seg.rows.len(), packed, &mut outs);
                 continue;
             }
             let act_row_bytes = act.len() / batch;

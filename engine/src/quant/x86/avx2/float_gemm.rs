@@ -11,17 +11,24 @@ use core::arch::x86_64::*;
 
 use super::legacy::{load_ps, store_ps};
 
-use crate::quant::float_gemm::{ChainLayout, FloatGemmFn, PackedActs, CHAINS, GEMM_PANEL, GEMM_ROWS};
+use crate::quant::float_gemm::{ChainLayout, FloatGemm, PackedActs, GEMM_ROWS};
 use crate::quant::GgmlType;
 
+/// Weight rows one kernel tile covers (broadcast one at a time).
+const GEMM_PANEL: usize = 6;
+/// Lanes of the row dot's accumulators, and its chains (4 accumulators).
+const LANES: usize = 8;
+const CHAINS: usize = 4 * LANES;
+
 /// This tier's many-row product for float type `ty`.
-pub(super) fn float_gemm(ty: GgmlType) -> Option<FloatGemmFn> {
-    Some(match ty {
+pub(super) fn float_gemm(ty: GgmlType) -> Option<FloatGemm> {
+    let run = match ty {
         GgmlType::F32 => gemm_f32,
         GgmlType::F16 => gemm_f16,
         GgmlType::BF16 => gemm_bf16,
         _ => return None,
-    })
+    };
+    Some(FloatGemm { run, lanes: LANES })
 }
 
 fn gemm_f32(w: &[u8], rows: usize, acts: &PackedActs, outs: &mut [&mut [f32]]) {
@@ -45,6 +52,7 @@ const ACT_BLOCK_BYTES: usize = 256 << 10;
 /// panels of 6 once per call, then block after block of activation groups passes over them.
 fn gemm(ty: GgmlType, w: &[u8], rows: usize, acts: &PackedActs, outs: &mut [&mut [f32]]) {
     let layout = acts.layout;
+    assert_eq!(layout.lanes(), LANES, "activations packed for this tier's dot");
     let n = layout.len();
     let row_bytes = ty.row_bytes(n).expect("float rows have no blocks");
     assert_eq!(w.len(), rows * row_bytes, "{rows} weight rows of {n} values");

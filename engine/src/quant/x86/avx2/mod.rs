@@ -23,7 +23,7 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
 }
 
 /// This tier's many-row product for `ty` (float weights only), or `None`.
-pub(crate) fn float_gemm(ty: GgmlType) -> Option<crate::quant::float_gemm::FloatGemmFn> {
+pub(crate) fn float_gemm(ty: GgmlType) -> Option<crate::quant::float_gemm::FloatGemm> {
     float_gemm::float_gemm(ty)
 }
 

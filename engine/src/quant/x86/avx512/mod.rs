@@ -4,6 +4,7 @@ use crate::quant::dispatch::Kernels;
 use crate::quant::GgmlType;
 
 mod float;
+mod float_gemm;
 mod k_quants;
 mod k_quants_q5q6;
 mod legacy;
@@ -14,6 +15,11 @@ pub(crate) use panel::panel_kernel;
 /// This tier's kernels for `ty`, or `None` where the scalar ones serve.
 pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
     float::kernels(ty).or_else(|| legacy::kernels(ty)).or_else(|| k_quants::kernels(ty))
+}
+
+/// This tier's many-row product for float type `ty`, or `None`.
+pub(crate) fn float_gemm(ty: GgmlType) -> Option<crate::quant::float_gemm::FloatGemm> {
+    float_gemm::float_gemm(ty)
 }
 
 /// This tier's tile kernel for `ty` (float weights only), or `None`.
