@@ -218,10 +218,10 @@ unsafe fn rows32<const KIND: u8>(
 mod tests {
     use super::*;
     use crate::quant::panel::layout::repack;
-    use crate::quant::x86::amx::pair_kernel;
     use crate::quant::panel::prepared::prepared_row_bytes;
     use crate::quant::panel::scalar;
     use crate::quant::panel::tests::Case;
+    use crate::quant::x86::amx::pair_kernel;
 
     fn check(case: &Case, what: &str) {
         let kernel = pair_kernel(case.ty).expect("a tile kernel");

@@ -130,7 +130,13 @@ unsafe fn rows32(s: &PairScratch, blocks: std::ops::Range<usize>, acts: [*const 
     let mut sums = Sums([[[0; 16]; 16]; 2]);
     for (b, block) in blocks.enumerate() {
         let a = acts.map(|a| a.add(block * ACT_LEGACY_BYTES));
-        tile::legacy_block(a[0].add(LEGACY_QS), a[1].add(LEGACY_QS), stride, s.planes.as_ptr().add(b * BLOCK_PLANE), sums.0.as_mut_ptr().cast());
+        tile::legacy_block(
+            a[0].add(LEGACY_QS),
+            a[1].add(LEGACY_QS),
+            stride,
+            s.planes.as_ptr().add(b * BLOCK_PLANE),
+            sums.0.as_mut_ptr().cast(),
+        );
         let dw = _mm512_loadu_ps(s.dw[b].as_ptr());
         for (i, [acc, _]) in acc.iter_mut().enumerate() {
             let (t, r) = (i / PAIR_ROWS, i % PAIR_ROWS);

@@ -77,7 +77,8 @@ unsafe fn q8_0_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8
             let da = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f32_at(a0)), _mm512_set1_ps(f32_at(a1)));
             let scale = _mm512_mul_ps(dw, da);
             for (k, acc) in acc.iter_mut().enumerate() {
-                let x = _mm512_mask_set1_epi32(_mm512_set1_epi32(i32_at(a0.add(LEGACY_QS + 4 * k))), 0xFF00, i32_at(a1.add(LEGACY_QS + 4 * k)));
+                let x =
+                    _mm512_mask_set1_epi32(_mm512_set1_epi32(i32_at(a0.add(LEGACY_QS + 4 * k))), 0xFF00, i32_at(a1.add(LEGACY_QS + 4 * k)));
                 let x = _mm512_mask_sub_epi8(x, neg[k], _mm512_setzero_si512(), x);
                 let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag[k], x);
                 *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, *acc);
