@@ -58,10 +58,10 @@ unsafe fn q8_0_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8
             let w = panel.add(b * block_bytes::Q8_0);
             let a = acts.add(r * stride + b * ACT_LEGACY_BYTES);
             let scale = _mm256_mul_ps(f16x8(w.add(at::D)), f32_splat(a));
-            for k in 0..8 {
+            for (k, acc) in acc.iter_mut().enumerate() {
                 let v = _mm256_loadu_si256(w.add(at::LEGACY_QUANTS + 32 * k).cast());
                 let p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(bcast4(a.add(LEGACY_QS + 4 * k)), v));
-                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), scale, acc[k]);
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), scale, *acc);
             }
         }
         let sum = _mm256_add_ps(
