@@ -58,9 +58,24 @@ pub fn gelu_erf(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
+/// `a[i] = gelu_erf(a[i])`, times `gate[i]` where given, on tier `tier`: on AVX2 and up four
+/// at a time (`activation_x86`), the same bits.
+pub(crate) fn gelu_erf_row_with(tier: crate::quant::Isa, a: &mut [f32], gate: Option<&[f32]>) {
+    #[cfg(target_arch = "x86_64")]
+    super::activation_x86::gelu_erf_row(tier, a, gate);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = tier;
+        match gate {
+            Some(g) => a.iter_mut().zip(g).for_each(|(a, &g)| *a = gelu_erf(*a) * g),
+            None => a.iter_mut().for_each(|a| *a = gelu_erf(*a)),
+        }
+    }
+}
+
 /// Maclaurin coefficients of erf(t) / t as a series in t²: (-1)^n / (n! (2n + 1)).
 const ERF_TERMS: usize = 44;
-const ERF_SERIES: [f64; ERF_TERMS] = {
+pub(super) const ERF_SERIES: [f64; ERF_TERMS] = {
     let mut c = [0.0; ERF_TERMS];
     let mut fact = 1.0f64;
     let mut n = 0;
@@ -95,8 +110,8 @@ fn erf_continued_fraction(t: f64) -> f64 {
 }
 
 /// Width of the intervals of [`erf_taylor`] (1/8) and the degree of their polynomials.
-const ERF_STEP: f64 = 0.125;
-const ERF_DEGREE: usize = 12;
+pub(super) const ERF_STEP: f64 = 0.125;
+pub(super) const ERF_DEGREE: usize = 12;
 /// Intervals up to 4, where erf rounds to 1 in f32.
 const ERF_INTERVALS: usize = 32;
 
@@ -105,7 +120,7 @@ const ERF_INTERVALS: usize = 32;
 /// e^(-x²)` (physicists' Hermite polynomials). Within 1/16 of the centre, degree 12 leaves out
 /// less than 1e-19: the polynomial is erf to f64 rounding, at ~13 multiply-adds where the series
 /// needs up to 40.
-fn erf_taylor() -> &'static [[f64; ERF_DEGREE + 1]; ERF_INTERVALS] {
+pub(super) fn erf_taylor() -> &'static [[f64; ERF_DEGREE + 1]; ERF_INTERVALS] {
     static TABLE: std::sync::OnceLock<[[f64; ERF_DEGREE + 1]; ERF_INTERVALS]> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
         let mut table = [[0f64; ERF_DEGREE + 1]; ERF_INTERVALS];

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use rayon::prelude::*;
 
-use super::activation::{gelu, gelu_erf, silu, swiglu_row_with};
+use super::activation::{gelu, gelu_erf_row_with, silu, swiglu_row_with};
 use super::attention::{attend_queries_with, with_scratch, InPlaceRows, KvRow, KvRows, Query};
 use super::kv::CpuKvStore;
 use super::matmul::{get_rows, matmul_each_on};
@@ -339,14 +339,17 @@ impl Backend for CpuBackend {
         match act {
             Activation::Silu => rows.for_each(|(a, b)| swiglu_row_with(self.isa, a, b)),
             Activation::Gelu => rows.for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| *a = gelu(*a) * b)),
-            Activation::GeluErf => rows.for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| *a = gelu_erf(*a) * b)),
+            Activation::GeluErf => rows.for_each(|(a, b)| gelu_erf_row_with(self.isa, a, Some(b))),
         }
         Ok(())
     }
 
     fn activate(&self, act: Activation, x: &mut HostTensor) -> Result<(), BackendError> {
         let f: fn(f32) -> f32 = match act {
-            Activation::GeluErf => gelu_erf,
+            Activation::GeluErf => {
+                x.data.par_chunks_mut(4096).for_each(|row| gelu_erf_row_with(self.isa, row, None));
+                return Ok(());
+            }
             Activation::Gelu => gelu,
             Activation::Silu => silu,
         };

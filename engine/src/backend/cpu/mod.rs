@@ -3,6 +3,8 @@
 //! `Backend` trait over them (`backend.rs`, with its KV block storage in `kv.rs`).
 
 pub mod activation;
+#[cfg(target_arch = "x86_64")]
+mod activation_x86;
 pub mod attention;
 #[cfg(target_arch = "x86_64")]
 mod attention_x86;
