@@ -149,6 +149,104 @@ pub struct FloatGemm {
     pub lanes: usize,
 }
 
+/// Defines, in a tier's module, `float_gemm(ty)`: an entry point per float type over the
+/// tier's `gemm(ty, w, rows, acts, outs)`, its activations packed for `$lanes` lanes.
+macro_rules! float_gemm_entries {
+    ($lanes:expr) => {
+        /// This tier's many-row product for float type `ty`.
+        pub(super) fn float_gemm(ty: GgmlType) -> Option<$crate::quant::float_gemm::FloatGemm> {
+            use $crate::quant::float_gemm::{FloatGemm, FloatGemmFn, PackedActs};
+            fn f32s(w: &[u8], rows: usize, acts: &PackedActs, outs: &mut [&mut [f32]]) {
+                gemm(GgmlType::F32, w, rows, acts, outs)
+            }
+            fn f16s(w: &[u8], rows: usize, acts: &PackedActs, outs: &mut [&mut [f32]]) {
+                gemm(GgmlType::F16, w, rows, acts, outs)
+            }
+            fn bf16s(w: &[u8], rows: usize, acts: &PackedActs, outs: &mut [&mut [f32]]) {
+                gemm(GgmlType::BF16, w, rows, acts, outs)
+            }
+            let run: FloatGemmFn = match ty {
+                GgmlType::F32 => f32s,
+                GgmlType::F16 => f16s,
+                GgmlType::BF16 => bf16s,
+                _ => return None,
+            };
+            Some(FloatGemm { run, lanes: $lanes })
+        }
+    };
+}
+pub(crate) use float_gemm_entries;
+
+/// A call's weight rows widened (exactly, by the tier's conversion) into chain-ordered panels:
+/// panel `p` holds rows `p * panel_rows ..` as `[step][row in panel]`, rows past the matrix zero.
+pub struct WeightPanels {
+    data: Vec<f32>,
+    panel_rows: usize,
+    rows: usize,
+    steps: usize,
+}
+
+impl WeightPanels {
+    /// Checks a product's operands (`rows` weight rows of `ty` in `w`, activations packed for
+    /// `lanes` lanes, one output row of `rows` values per activation row), then packs the
+    /// weights `panel_rows` to a panel, each row widened by `widen`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        ty: crate::quant::GgmlType,
+        w: &[u8],
+        rows: usize,
+        acts: &PackedActs,
+        outs: &[&mut [f32]],
+        lanes: usize,
+        panel_rows: usize,
+        widen: crate::quant::dispatch::DequantizeFn,
+    ) -> WeightPanels {
+        let layout = acts.layout;
+        assert_eq!(layout.lanes(), lanes, "activations packed for this tier's dot");
+        let n = layout.len();
+        let row_bytes = ty.row_bytes(n).expect("float rows have no blocks");
+        assert_eq!(w.len(), rows * row_bytes, "{rows} weight rows of {n} values");
+        assert_eq!(outs.len(), acts.rows, "one output per activation row");
+        assert!(outs.iter().all(|o| o.len() >= rows), "outputs of {rows} values");
+        let steps = layout.total_steps();
+        let panel_len = steps * panel_rows;
+        let mut data = vec![0.0f32; rows.div_ceil(panel_rows) * panel_len];
+        let mut row = vec![0.0f32; n];
+        for (r, bytes) in w.chunks_exact(row_bytes.max(1)).enumerate() {
+            widen(bytes, &mut row);
+            layout.scatter(&row, &mut data[r / panel_rows * panel_len..], panel_rows, r % panel_rows);
+        }
+        WeightPanels { data, panel_rows, rows, steps }
+    }
+
+    /// Each panel with its first row and the rows it holds of the matrix.
+    pub fn panels(&self) -> impl Iterator<Item = (usize, usize, &[f32])> {
+        let len = (self.steps * self.panel_rows).max(1);
+        self.data.chunks_exact(len).enumerate().map(|(p, panel)| {
+            let r0 = p * self.panel_rows;
+            (r0, (self.rows - r0).min(self.panel_rows), panel)
+        })
+    }
+
+    /// Activation groups per pass over the panels: their packed rows (at most 256 KiB) stay in
+    /// the core's L2 while every panel passes over them; at least `min`.
+    pub fn act_block(&self, min: usize) -> usize {
+        ((256 << 10) / (self.steps * GEMM_ROWS * 4).max(1)).max(min)
+    }
+}
+
+/// Writes a tile's outputs of activation group `g`: `outs[16 g + c][r0 + i] = tile[i][c]` for
+/// the `live` weight rows and the group's rows inside the batch.
+pub fn put_tile(outs: &mut [&mut [f32]], g: usize, r0: usize, live: usize, tile: &[[f32; GEMM_ROWS]]) {
+    let b0 = g * GEMM_ROWS;
+    let end = (b0 + GEMM_ROWS).min(outs.len());
+    for (c, out) in outs[b0..end].iter_mut().enumerate() {
+        for (i, t) in tile[..live].iter().enumerate() {
+            out[r0 + i] = t[c];
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

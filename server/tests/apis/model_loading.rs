@@ -161,7 +161,9 @@ fn an_idle_model_is_unloaded_and_loaded_again_by_the_next_request() {
     let path = fixture("models/tiny-llama-Q8_0.gguf");
     let model = Arc::new(Model::load(&path).unwrap());
     let spec = ModelSpec { id: A.into(), model, chat: true, guard: false, n_ctx: Some(512), draft: None };
-    let base = start(Server::builder().model_file(spec, path).idle_unload(Duration::from_millis(300)));
+    // idle for a second: `loaded` is asserted after a request, and on a busy 2-core machine a
+    // shorter idle time (300 ms) ran out between the reply and that check
+    let base = start(Server::builder().model_file(spec, path).idle_unload(Duration::from_secs(1)));
     let c = Client::new();
     let status = || -> Value { c.get(format!("{base}/v1/models/{A}")).send().unwrap().json::<Value>().unwrap()["status"].clone() };
     let wait_unloaded = || {

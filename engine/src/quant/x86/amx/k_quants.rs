@@ -46,28 +46,9 @@ pub(super) fn kernel(ty: GgmlType) -> Option<super::PairKernelFn> {
     })
 }
 
-fn check_pair(kind: u8, p0: &[u8], p1: &[u8], nb: usize, acts: &[u8], stride: usize, rows: usize) {
-    let bytes = nb * block_size(kind);
-    assert!(p0.len() >= bytes && p1.len() >= bytes, "panels of {} and {} bytes for {nb} blocks", p0.len(), p1.len());
-    assert!(rows > 0 && rows.is_multiple_of(PAIR_ROWS), "{rows} activation rows");
-    assert!(stride >= nb * ACT_K_BYTES && acts.len() >= (rows - 1) * stride + nb * ACT_K_BYTES, "activation rows");
-}
-
-macro_rules! entry {
-    ($name:ident, $kind:literal) => {
-        fn $name(p0: &[u8], p1: &[u8], nb: usize, acts: &[u8], stride: usize, scratch: &mut PairScratch, out: &mut [[f32; 16]]) {
-            check_pair($kind, p0, p1, nb, acts, stride, out.len());
-            // SAFETY: `pair_kernel` hands this out only where `amx::is_available()`, and the
-            // AMX tier includes the AVX-512 tier's features; `check_pair` checked that both
-            // panels hold `nb` blocks and `acts` `out.len()` rows of `nb` blocks.
-            unsafe { run::<$kind>(p0.as_ptr(), p1.as_ptr(), nb, acts.as_ptr(), stride, scratch, out) }
-        }
-    };
-}
-
-entry!(q4_k, 0);
-entry!(q5_k, 1);
-entry!(q6_k, 2);
+super::pair_entry!(q4_k, run::<0>, block_bytes::Q4_K, ACT_K_BYTES);
+super::pair_entry!(q5_k, run::<1>, block_bytes::Q5_K, ACT_K_BYTES);
+super::pair_entry!(q6_k, run::<2>, block_bytes::Q6_K, ACT_K_BYTES);
 
 /// Super-blocks unpacked and run at a time: their planes (8 KiB each) stay in L1 while every
 /// 32 activation rows of the call pass over them.
@@ -216,32 +197,9 @@ unsafe fn rows32<const KIND: u8>(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::quant::panel::layout::repack;
-    use crate::quant::panel::prepared::prepared_row_bytes;
-    use crate::quant::panel::scalar;
     use crate::quant::panel::tests::Case;
-    use crate::quant::x86::amx::pair_kernel;
-
-    fn check(case: &Case, what: &str) {
-        let kernel = pair_kernel(case.ty).expect("a tile kernel");
-        let want = case.run(scalar::kernel(case.ty).unwrap(), 1);
-        let panels = repack(case.ty, case.rows, case.cols, &case.weights).unwrap();
-        let stride = prepared_row_bytes(panels.layout.act_ty, panels.blocks);
-        let batch = case.prepared.len() / stride;
-        let whole = batch / PAIR_ROWS * PAIR_ROWS;
-        let mut scratch = PairScratch::default();
-        for p in (0..panels.panel_count() - 1).step_by(2) {
-            let mut out = vec![[0.0f32; 16]; whole];
-            kernel(panels.panel(p), panels.panel(p + 1), panels.blocks, &case.prepared, stride, &mut scratch, &mut out);
-            for (b, row) in out.iter().enumerate() {
-                for (i, v) in row.iter().enumerate().filter(|(i, _)| 8 * p + i < case.rows) {
-                    let w = want[b * case.rows + 8 * p + i];
-                    assert_eq!(v.to_bits(), w.to_bits(), "{} {what}: act {b}, row {}: {v} vs {w}", case.ty, 8 * p + i);
-                }
-            }
-        }
-    }
+    use crate::quant::x86::amx::tests::{check, uniform_case};
+    use crate::quant::GgmlType;
 
     /// Every K-quant's tile kernel gives the reference's bits: one and several super-blocks, a
     /// partial last pair, several 16-row groups, the scratch reused across shapes.
@@ -266,17 +224,7 @@ mod tests {
         }
         for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
             for (wbyte, abyte) in [(0xFFu8, 127i8), (0xFF, -127), (0x00, 127), (0x80, -127)] {
-                let mut case = Case::new(ty, 16, 1, 16, 3);
-                case.weights.fill(wbyte);
-                let act_ty = crate::quant::panel::PanelLayout::of(ty).unwrap().act_ty;
-                let ops = crate::quant::ops_for(act_ty, crate::quant::Isa::Scalar).unwrap();
-                let vals = vec![abyte as f32; case.cols];
-                let (ab, pb) = (case.acts.len() / 16, case.prepared.len() / 16);
-                for (src, dst) in case.acts.chunks_exact_mut(ab).zip(case.prepared.chunks_exact_mut(pb)) {
-                    (ops.quantize_activations)(&vals, src);
-                    crate::quant::panel::prepare_row(act_ty, src, dst);
-                }
-                check(&case, &format!("{wbyte:#x} x {abyte}"));
+                check(&uniform_case(ty, 1, wbyte, abyte), &format!("{wbyte:#x} x {abyte}"));
             }
         }
     }

@@ -41,27 +41,8 @@ pub(super) fn kernel(ty: GgmlType) -> Option<super::PairKernelFn> {
     })
 }
 
-fn check_pair(q5: bool, p0: &[u8], p1: &[u8], nb: usize, acts: &[u8], stride: usize, rows: usize) {
-    let bytes = nb * block_size(q5);
-    assert!(p0.len() >= bytes && p1.len() >= bytes, "panels of {} and {} bytes for {nb} blocks", p0.len(), p1.len());
-    assert!(rows > 0 && rows.is_multiple_of(PAIR_ROWS), "{rows} activation rows");
-    assert!(stride >= nb * ACT_LEGACY_BYTES && acts.len() >= (rows - 1) * stride + nb * ACT_LEGACY_BYTES, "activation rows");
-}
-
-macro_rules! entry {
-    ($name:ident, $q5:literal) => {
-        fn $name(p0: &[u8], p1: &[u8], nb: usize, acts: &[u8], stride: usize, scratch: &mut PairScratch, out: &mut [[f32; 16]]) {
-            check_pair($q5, p0, p1, nb, acts, stride, out.len());
-            // SAFETY: `pair_kernel` hands this out only where `amx::is_available()`, and the
-            // AMX tier includes the AVX-512 tier's features; `check_pair` checked that both
-            // panels hold `nb` blocks and `acts` `out.len()` rows of `nb` blocks.
-            unsafe { run::<$q5>(p0.as_ptr(), p1.as_ptr(), nb, acts.as_ptr(), stride, scratch, out) }
-        }
-    };
-}
-
-entry!(q4_0, false);
-entry!(q5_0, true);
+super::pair_entry!(q4_0, run::<false>, block_bytes::Q4_0, ACT_LEGACY_BYTES);
+super::pair_entry!(q5_0, run::<true>, block_bytes::Q5_0, ACT_LEGACY_BYTES);
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn run<const Q5: bool>(
@@ -150,31 +131,8 @@ unsafe fn rows32(s: &PairScratch, blocks: std::ops::Range<usize>, acts: [*const 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::panel::layout::repack;
-    use crate::quant::panel::prepared::prepared_row_bytes;
-    use crate::quant::panel::scalar;
     use crate::quant::panel::tests::Case;
-    use crate::quant::x86::amx::pair_kernel;
-
-    fn check(case: &Case, what: &str) {
-        let kernel = pair_kernel(case.ty).expect("a tile kernel");
-        let want = case.run(scalar::kernel(case.ty).unwrap(), 1);
-        let panels = repack(case.ty, case.rows, case.cols, &case.weights).unwrap();
-        let stride = prepared_row_bytes(panels.layout.act_ty, panels.blocks);
-        let batch = case.prepared.len() / stride;
-        let whole = batch / PAIR_ROWS * PAIR_ROWS;
-        let mut scratch = PairScratch::default();
-        for p in (0..panels.panel_count() - 1).step_by(2) {
-            let mut out = vec![[0.0f32; 16]; whole];
-            kernel(panels.panel(p), panels.panel(p + 1), panels.blocks, &case.prepared, stride, &mut scratch, &mut out);
-            for (b, row) in out.iter().enumerate() {
-                for (i, v) in row.iter().enumerate().filter(|(i, _)| 8 * p + i < case.rows) {
-                    let w = want[b * case.rows + 8 * p + i];
-                    assert_eq!(v.to_bits(), w.to_bits(), "{} {what}: act {b}, row {}: {v} vs {w}", case.ty, 8 * p + i);
-                }
-            }
-        }
-    }
+    use crate::quant::x86::amx::tests::{check, uniform_case};
 
     /// Q4_0's and Q5_0's tile kernels give the reference's bits: one block and runs of more
     /// than `RUN_BLOCKS`, a partial last pair, several 16-row groups and a lone last one, the
@@ -200,19 +158,10 @@ mod tests {
         }
         for ty in [GgmlType::Q4_0, GgmlType::Q5_0] {
             for (wbyte, abyte) in [(0xFFu8, 127i8), (0xFF, -127), (0x00, 127), (0x00, -127)] {
-                let mut case = Case::new(ty, 16, 2, 16, 3);
-                case.weights.fill(wbyte);
+                let mut case = uniform_case(ty, 2, wbyte, abyte);
                 // every block's scale `d` (its first two bytes) 1.0, so the sums reach the output
                 for block in case.weights.chunks_exact_mut(ty.type_size()) {
                     block[..2].copy_from_slice(&half::f16::ONE.to_le_bytes());
-                }
-                let act_ty = crate::quant::panel::PanelLayout::of(ty).unwrap().act_ty;
-                let ops = crate::quant::ops_for(act_ty, crate::quant::Isa::Scalar).unwrap();
-                let vals = vec![abyte as f32; case.cols];
-                let (ab, pb) = (case.acts.len() / 16, case.prepared.len() / 16);
-                for (src, dst) in case.acts.chunks_exact_mut(ab).zip(case.prepared.chunks_exact_mut(pb)) {
-                    (ops.quantize_activations)(&vals, src);
-                    crate::quant::panel::prepare_row(act_ty, src, dst);
                 }
                 check(&case, &format!("{wbyte:#x} x {abyte}"));
             }

@@ -43,6 +43,33 @@ pub(crate) struct PairScratch {
     acc: Vec<[__m512; 2]>,
 }
 
+/// Checks a pair kernel's operands: both panels hold `nb` blocks of `block` bytes, and `acts`
+/// holds `rows` (a multiple of [`PAIR_ROWS`]) prepared rows of `stride` bytes, each `nb`
+/// blocks of `act_block` bytes.
+#[allow(clippy::too_many_arguments)]
+fn check_pair(block: usize, act_block: usize, p0: &[u8], p1: &[u8], nb: usize, acts: &[u8], stride: usize, rows: usize) {
+    let bytes = nb * block;
+    assert!(p0.len() >= bytes && p1.len() >= bytes, "panels of {} and {} bytes for {nb} blocks", p0.len(), p1.len());
+    assert!(rows > 0 && rows.is_multiple_of(PAIR_ROWS), "{rows} activation rows");
+    assert!(stride >= nb * act_block && acts.len() >= (rows - 1) * stride + nb * act_block, "activation rows");
+}
+
+/// Defines the safe pair kernel `$name` ([`PairKernelFn`]) over the unsafe `$run` (the same
+/// arguments, the slices as pointers): its operands checked first, for panel blocks of `$block`
+/// bytes and prepared activation blocks of `$act_block`.
+macro_rules! pair_entry {
+    ($name:ident, $run:expr, $block:expr, $act_block:expr) => {
+        fn $name(p0: &[u8], p1: &[u8], nb: usize, acts: &[u8], stride: usize, scratch: &mut PairScratch, out: &mut [[f32; 16]]) {
+            super::check_pair($block, $act_block, p0, p1, nb, acts, stride, out.len());
+            // SAFETY: `pair_kernel` hands this out only where `amx::is_available()`, and the
+            // AMX tier includes the AVX-512 tier's features; `check_pair` checked that both
+            // panels hold `nb` blocks and `acts` `out.len()` rows of `nb` blocks.
+            unsafe { $run(p0.as_ptr(), p1.as_ptr(), nb, acts.as_ptr(), stride, scratch, out) }
+        }
+    };
+}
+use pair_entry;
+
 /// The tile kernel of weight type `ty`, if the CPU runs the tier and the type has one.
 pub(crate) fn pair_kernel(ty: GgmlType) -> Option<PairKernelFn> {
     if !is_available() {
@@ -226,5 +253,53 @@ pub(crate) mod tile {
             c = in(reg) sums,
             options(nostack),
         );
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::{pair_kernel, PairScratch, PAIR_ROWS};
+    use crate::quant::panel::layout::repack;
+    use crate::quant::panel::prepared::prepared_row_bytes;
+    use crate::quant::panel::scalar;
+    use crate::quant::panel::tests::Case;
+    use crate::quant::{GgmlType, Isa};
+
+    /// `case` through its type's pair kernel, panel pair by panel pair over its whole 16-row
+    /// groups: every output has the reference kernel's bits.
+    pub(crate) fn check(case: &Case, what: &str) {
+        let kernel = pair_kernel(case.ty).expect("a tile kernel");
+        let want = case.run(scalar::kernel(case.ty).unwrap(), 1);
+        let panels = repack(case.ty, case.rows, case.cols, &case.weights).unwrap();
+        let stride = prepared_row_bytes(panels.layout.act_ty, panels.blocks);
+        let batch = case.prepared.len() / stride;
+        let whole = batch / PAIR_ROWS * PAIR_ROWS;
+        let mut scratch = PairScratch::default();
+        for p in (0..panels.panel_count() - 1).step_by(2) {
+            let mut out = vec![[0.0f32; 16]; whole];
+            kernel(panels.panel(p), panels.panel(p + 1), panels.blocks, &case.prepared, stride, &mut scratch, &mut out);
+            for (b, row) in out.iter().enumerate() {
+                for (i, v) in row.iter().enumerate().filter(|(i, _)| 8 * p + i < case.rows) {
+                    let w = want[b * case.rows + 8 * p + i];
+                    assert_eq!(v.to_bits(), w.to_bits(), "{} {what}: act {b}, row {}: {v} vs {w}", case.ty, 8 * p + i);
+                }
+            }
+        }
+    }
+
+    /// A case of 16 weight rows of `blocks` blocks of type `ty`, every weight byte `wbyte`,
+    /// times 16 activation rows of `abyte` in every place.
+    pub(crate) fn uniform_case(ty: GgmlType, blocks: usize, wbyte: u8, abyte: i8) -> Case {
+        let mut case = Case::new(ty, 16, blocks, 16, 3);
+        case.weights.fill(wbyte);
+        let act_ty = crate::quant::panel::PanelLayout::of(ty).unwrap().act_ty;
+        let ops = crate::quant::ops_for(act_ty, Isa::Scalar).unwrap();
+        let vals = vec![abyte as f32; case.cols];
+        let (ab, pb) = (case.acts.len() / 16, case.prepared.len() / 16);
+        for (src, dst) in case.acts.chunks_exact_mut(ab).zip(case.prepared.chunks_exact_mut(pb)) {
+            (ops.quantize_activations)(&vals, src);
+            crate::quant::panel::prepare_row(act_ty, src, dst);
+        }
+        case
     }
 }

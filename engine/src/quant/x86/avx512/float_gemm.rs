@@ -12,7 +12,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::quant::float_gemm::{ChainLayout, FloatGemm, PackedActs, GEMM_ROWS};
+use crate::quant::float_gemm::{put_tile, ChainLayout, PackedActs, WeightPanels, GEMM_ROWS};
 use crate::quant::GgmlType;
 
 /// Weight rows one kernel tile covers (broadcast one at a time).
@@ -20,69 +20,22 @@ const GEMM_PANEL: usize = 12;
 /// Lanes of the row dot's accumulators.
 const LANES: usize = 16;
 
-/// This tier's many-row product for float type `ty`.
-pub(super) fn float_gemm(ty: GgmlType) -> Option<FloatGemm> {
-    let run = match ty {
-        GgmlType::F32 => gemm_f32,
-        GgmlType::F16 => gemm_f16,
-        GgmlType::BF16 => gemm_bf16,
-        _ => return None,
-    };
-    Some(FloatGemm { run, lanes: LANES })
-}
-
-fn gemm_f32(w: &[u8], rows: usize, acts: &PackedActs, outs: &mut [&mut [f32]]) {
-    gemm(GgmlType::F32, w, rows, acts, outs)
-}
-
-fn gemm_f16(w: &[u8], rows: usize, acts: &PackedActs, outs: &mut [&mut [f32]]) {
-    gemm(GgmlType::F16, w, rows, acts, outs)
-}
-
-fn gemm_bf16(w: &[u8], rows: usize, acts: &PackedActs, outs: &mut [&mut [f32]]) {
-    gemm(GgmlType::BF16, w, rows, acts, outs)
-}
-
-/// Bytes of packed activation groups one pass over the weight panels reads: they stay in the
-/// core's L2 while every panel of the rows passes over them.
-const ACT_BLOCK_BYTES: usize = 256 << 10;
+crate::quant::float_gemm::float_gemm_entries!(LANES);
 
 /// The product of `rows` weight rows of type `ty` (`w`, row after row) with every packed
-/// activation row. The rows are widened (exactly, by this tier's conversion) into chain-ordered
-/// panels of 12 once per call, then block after block of activation groups passes over them.
+/// activation row: the rows widened into chain-ordered panels of 12 once per call, then block
+/// after block of activation groups passes over them, two groups to a tile.
 fn gemm(ty: GgmlType, w: &[u8], rows: usize, acts: &PackedActs, outs: &mut [&mut [f32]]) {
-    let layout = acts.layout;
-    assert_eq!(layout.lanes(), LANES, "activations packed for this tier's dot");
-    let n = layout.len();
-    let row_bytes = ty.row_bytes(n).expect("float rows have no blocks");
-    assert_eq!(w.len(), rows * row_bytes, "{rows} weight rows of {n} values");
-    assert_eq!(outs.len(), acts.rows, "one output per activation row");
-    assert!(outs.iter().all(|o| o.len() >= rows), "outputs of {rows} values");
     let widen = super::float::kernels(ty).expect("a float type").dequantize;
-    let steps = layout.total_steps();
-    let panel_len = steps * GEMM_PANEL;
-    let mut panels = vec![0.0f32; rows.div_ceil(GEMM_PANEL) * panel_len];
-    let mut row = vec![0.0f32; n];
-    for (r, bytes) in w.chunks_exact(row_bytes.max(1)).enumerate() {
-        widen(bytes, &mut row);
-        layout.scatter(&row, &mut panels[r / GEMM_PANEL * panel_len..], GEMM_PANEL, r % GEMM_PANEL);
-    }
-    let block = (ACT_BLOCK_BYTES / (steps * GEMM_ROWS * 4).max(1)).max(2);
+    let panels = WeightPanels::new(ty, w, rows, acts, outs, LANES, GEMM_PANEL, widen);
+    let layout = acts.layout;
+    let block = panels.act_block(2);
     // made once per call: zeroing 30 KiB per tile cost a tenth of the tile's time
     let mut sums = vec![[[_zero(); 2]; GEMM_PANEL]; LANES + 4];
     let mut tile = [[[0.0f32; GEMM_ROWS]; GEMM_PANEL]; 2];
-    let mut put = |g: usize, r0: usize, live: usize, tile: &[[f32; GEMM_ROWS]; GEMM_PANEL]| {
-        let b0 = g * GEMM_ROWS;
-        for (c, out) in outs[b0..(b0 + GEMM_ROWS).min(acts.rows)].iter_mut().enumerate() {
-            for (i, t) in tile[..live].iter().enumerate() {
-                out[r0 + i] = t[c];
-            }
-        }
-    };
     for g0 in (0..acts.groups()).step_by(block) {
         let g_end = (g0 + block).min(acts.groups());
-        for (p, panel) in panels.chunks_exact(panel_len.max(1)).enumerate() {
-            let (r0, live) = (p * GEMM_PANEL, (rows - p * GEMM_PANEL).min(GEMM_PANEL));
+        for (r0, live, panel) in panels.panels() {
             let mut g = g0;
             while g < g_end {
                 if g + 1 < g_end {
@@ -90,13 +43,13 @@ fn gemm(ty: GgmlType, w: &[u8], rows: usize, acts: &PackedActs, outs: &mut [&mut
                     // panel and the groups hold `total_steps` steps of 12 and 16 values, which
                     // the chains' offsets and lengths stay within (`ChainLayout`).
                     unsafe { tile_of_chains::<2>(&layout, panel, [acts.group(g), acts.group(g + 1)], &mut sums, &mut tile) };
-                    put(g, r0, live, &tile[0]);
-                    put(g + 1, r0, live, &tile[1]);
+                    put_tile(outs, g, r0, live, &tile[0]);
+                    put_tile(outs, g + 1, r0, live, &tile[1]);
                     g += 2;
                 } else {
                     // SAFETY: as above, one group.
                     unsafe { tile_of_chains::<1>(&layout, panel, [acts.group(g)], &mut sums, &mut tile) };
-                    put(g, r0, live, &tile[0]);
+                    put_tile(outs, g, r0, live, &tile[0]);
                     g += 1;
                 }
             }
