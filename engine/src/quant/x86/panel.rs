@@ -1,6 +1,6 @@
 //! The panel kernels of both x86 tiers (see `quant::panel` for the layouts and the order of
 //! the sums): shared unpacking helpers, and `panel_kernels!`, which stamps out each type's tile
-//! kernel in a tier's module over that tier's two integer primitives:
+//! kernel in a tier's module (Q8_0's is each tier's own) over that tier's integer primitives:
 //!
 //! - `dot_legacy(v, a, init)`: `init + Σ_k V_k · a[4k..4k+4]` in i32 lanes, for 8 vectors of
 //!   unsigned quants below 32 (AVX2: `vpmaddubsw` pairs summed four at a time in i16, never
