@@ -49,13 +49,19 @@ pub(super) unsafe fn f16x8(p: *const u8) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn f32_splat(p: *const u8) -> __m256 {
-    _mm256_set1_ps(core::ptr::read_unaligned(p as *const f32))
+    _mm256_set1_ps(f32_at(p))
 }
 
 /// The i32 at `p`.
 #[inline(always)]
 pub(super) unsafe fn i32_at(p: *const u8) -> i32 {
     core::ptr::read_unaligned(p as *const i32)
+}
+
+/// The f32 at `p`.
+#[inline(always)]
+pub(super) unsafe fn f32_at(p: *const u8) -> f32 {
+    core::ptr::read_unaligned(p as *const f32)
 }
 
 /// `V_0..V_8` of a chunk from its nibbles `P_0..P_4` at `p` (values 0..16).

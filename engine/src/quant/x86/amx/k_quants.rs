@@ -13,10 +13,10 @@
 
 use core::arch::x86_64::*;
 
-use super::{release, tile, PairScratch, PAIR_ROWS};
+use super::{run_pair, tile, PairScratch, PAIR_ROWS};
 use crate::quant::panel::layout::{at, block_bytes, ACT_K_BYTES};
 use crate::quant::panel::prepared::{K_D, K_QS, K_SUMS16, K_SUMS32};
-use crate::quant::x86::panel::{add_fifth_bits, add_q6_high, load128, nibbles};
+use crate::quant::x86::panel::{add_fifth_bits, add_q6_high, f32_at, i32_at, load128, nibbles};
 use crate::quant::GgmlType;
 
 /// Bytes of a pair's super-block in the tile layout: 4 steps of 64 values, each a high and a
@@ -64,21 +64,9 @@ unsafe fn run<const KIND: u8>(
     s: &mut PairScratch,
     out: &mut [[f32; 16]],
 ) {
-    let mut acc = std::mem::take(&mut s.acc);
-    acc.clear();
-    acc.resize(out.len(), [_mm512_setzero_ps(); 2]);
-    tile::config().load();
-    for first in (0..nb).step_by(RUN_BLOCKS) {
-        let blocks = first..(first + RUN_BLOCKS).min(nb);
-        unpack::<KIND>(p0, p1, blocks.clone(), s);
-        for (i, acc) in acc.chunks_mut(2 * PAIR_ROWS).enumerate() {
-            let a0 = acts.add(2 * i * PAIR_ROWS * stride);
-            // a last lone 16 rows run as both tiles (the second one's sums unread)
-            let a1 = if acc.len() > PAIR_ROWS { a0.add(PAIR_ROWS * stride) } else { a0 };
-            rows32::<KIND>(s, blocks.clone(), [a0, a1], stride, acc);
-        }
-    }
-    release();
+    let unpack = |blocks, s: &mut PairScratch| unpack::<KIND>(p0, p1, blocks, s);
+    let rows32 = |s: &PairScratch, blocks, a, acc: &mut [[__m512; 2]]| rows32::<KIND>(s, blocks, a, stride, acc);
+    let acc = run_pair(tile::config(), nb, RUN_BLOCKS, acts, stride, s, out.len(), unpack, rows32);
     for (out, [acc, acc_min]) in out.iter_mut().zip(&acc) {
         _mm512_storeu_ps(out.as_mut_ptr(), _mm512_sub_ps(*acc, *acc_min));
     }
@@ -179,10 +167,10 @@ unsafe fn rows32<const KIND: u8>(
             let a = a[t].add(r * stride);
             let mut corr = _mm512_setzero_si512();
             for p in 0..np {
-                let sums = _mm512_set1_epi32(core::ptr::read_unaligned(a.add(corr_sums + 4 * p) as *const i32));
+                let sums = _mm512_set1_epi32(i32_at(a.add(corr_sums + 4 * p)));
                 corr = _mm512_dpwssd_epi32(corr, _mm512_loadu_si512(s.pairs[b * np + p].as_ptr().cast()), sums);
             }
-            let da = _mm512_set1_ps(core::ptr::read_unaligned(a.add(K_D) as *const f32));
+            let da = _mm512_set1_ps(f32_at(a.add(K_D)));
             if KIND == 2 {
                 // the offset 32 of the quants: 32 Σ_j sc_j Σ a over the groups
                 let isum = _mm512_sub_epi32(isum, _mm512_slli_epi32::<5>(corr));

@@ -10,10 +10,10 @@
 
 use core::arch::x86_64::*;
 
-use super::{release, tile, PairScratch, PAIR_ROWS};
+use super::{run_pair, tile, PairScratch, PAIR_ROWS};
 use crate::quant::panel::layout::{at, block_bytes, ACT_LEGACY_BYTES};
 use crate::quant::panel::prepared::{LEGACY_D, LEGACY_QS};
-use crate::quant::x86::panel::{add_fifth_bits, load128, nibbles};
+use crate::quant::x86::panel::{add_fifth_bits, f32_at, load128, nibbles};
 use crate::quant::GgmlType;
 
 /// Bytes of a pair's block in the tile layout: 8 rows of 4 values of 16 weight rows.
@@ -54,21 +54,9 @@ unsafe fn run<const Q5: bool>(
     s: &mut PairScratch,
     out: &mut [[f32; 16]],
 ) {
-    let mut acc = std::mem::take(&mut s.acc);
-    acc.clear();
-    acc.resize(out.len(), [_mm512_setzero_ps(); 2]);
-    tile::legacy_config().load();
-    for first in (0..nb).step_by(RUN_BLOCKS) {
-        let blocks = first..(first + RUN_BLOCKS).min(nb);
-        unpack::<Q5>(p0, p1, blocks.clone(), s);
-        for (i, acc) in acc.chunks_mut(2 * PAIR_ROWS).enumerate() {
-            let a0 = acts.add(2 * i * PAIR_ROWS * stride);
-            // a last lone 16 rows run as both tiles (the second one's sums unread)
-            let a1 = if acc.len() > PAIR_ROWS { a0.add(PAIR_ROWS * stride) } else { a0 };
-            rows32(s, blocks.clone(), [a0, a1], stride, acc);
-        }
-    }
-    release();
+    let unpack = |blocks, s: &mut PairScratch| unpack::<Q5>(p0, p1, blocks, s);
+    let acc =
+        run_pair(tile::legacy_config(), nb, RUN_BLOCKS, acts, stride, s, out.len(), unpack, |s, b, a, acc| rows32(s, b, a, stride, acc));
     for (out, [acc, _]) in out.iter_mut().zip(&acc) {
         _mm512_storeu_ps(out.as_mut_ptr(), *acc);
     }
@@ -122,7 +110,7 @@ unsafe fn rows32(s: &PairScratch, blocks: std::ops::Range<usize>, acts: [*const 
         for (i, [acc, _]) in acc.iter_mut().enumerate() {
             let (t, r) = (i / PAIR_ROWS, i % PAIR_ROWS);
             let isum = _mm512_load_si512(sums.0[t][r].as_ptr().cast());
-            let da = _mm512_set1_ps(core::ptr::read_unaligned(a[t].add(r * stride + LEGACY_D) as *const f32));
+            let da = _mm512_set1_ps(f32_at(a[t].add(r * stride + LEGACY_D)));
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, da), *acc);
         }
     }

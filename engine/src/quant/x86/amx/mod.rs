@@ -70,6 +70,47 @@ macro_rules! pair_entry {
 }
 use pair_entry;
 
+/// The run loop of both kernel families: the pair's `nb` blocks `run_blocks` at a time, each run
+/// unpacked into `s` by `unpack` (the tile configuration `config` loaded), then `rows32` over it
+/// for every 32 activation rows of `rows` (rows of `stride` bytes at `acts`; a last lone 16
+/// rows run as both tiles, the second one's sums unread), continuing each row's float chains
+/// `[acc, acc_min]`. Returns the chains of every row, which the caller combines into its outputs
+/// and hands back to `s.acc` for reuse.
+///
+/// # Safety
+/// [`is_available`] returned true; `unpack` and `rows32` may read what the caller's operands
+/// hold (checked by [`check_pair`]).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn run_pair(
+    config: TileConfig,
+    nb: usize,
+    run_blocks: usize,
+    acts: *const u8,
+    stride: usize,
+    s: &mut PairScratch,
+    rows: usize,
+    mut unpack: impl FnMut(std::ops::Range<usize>, &mut PairScratch),
+    mut rows32: impl FnMut(&PairScratch, std::ops::Range<usize>, [*const u8; 2], &mut [[__m512; 2]]),
+) -> Vec<[__m512; 2]> {
+    let mut acc = std::mem::take(&mut s.acc);
+    acc.clear();
+    // SAFETY (caller): the CPU has AVX-512, which the zero vector needs.
+    acc.resize(rows, [core::arch::x86_64::_mm512_setzero_ps(); 2]);
+    config.load();
+    for first in (0..nb).step_by(run_blocks) {
+        let blocks = first..(first + run_blocks).min(nb);
+        unpack(blocks.clone(), s);
+        for (i, acc) in acc.chunks_mut(2 * PAIR_ROWS).enumerate() {
+            let a0 = acts.add(2 * i * PAIR_ROWS * stride);
+            let a1 = if acc.len() > PAIR_ROWS { a0.add(PAIR_ROWS * stride) } else { a0 };
+            rows32(s, blocks.clone(), [a0, a1], acc);
+        }
+    }
+    release();
+    acc
+}
+
 /// The tile kernel of weight type `ty`, if the CPU runs the tier and the type has one.
 pub(crate) fn pair_kernel(ty: GgmlType) -> Option<PairKernelFn> {
     if !is_available() {

@@ -5,6 +5,7 @@
 
 use core::arch::x86_64::*;
 
+use crate::quant::x86::panel::f32_at;
 use crate::quant::GgmlType;
 
 /// `init + Σ_k V_k · a[4k..4k+4]` by one `vpdpbusd` per vector (exact in i32).
@@ -95,12 +96,6 @@ unsafe fn q8_0_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8
             _mm256_storeu_ps(out[2 * p + 1].as_mut_ptr(), _mm512_extractf32x8_ps::<1>(sum));
         }
     }
-}
-
-/// The f32 at `p`.
-#[inline(always)]
-unsafe fn f32_at(p: *const u8) -> f32 {
-    core::ptr::read_unaligned(p as *const f32)
 }
 
 crate::quant::x86::panel::panel_kernels!("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c");
