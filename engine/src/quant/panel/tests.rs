@@ -54,6 +54,41 @@ impl Case {
         Case { ty, rows, cols, weights, acts, prepared }
     }
 
+    /// `rows` weight rows of `blocks` blocks of `ty`, every byte `wbyte`, times `batch`
+    /// activation rows of `abyte` in every place.
+    pub fn uniform(ty: GgmlType, rows: usize, blocks: usize, batch: usize, wbyte: u8, abyte: i8) -> Case {
+        let l = PanelLayout::of(ty).unwrap();
+        let cols = blocks * l.block_values;
+        let weights = vec![wbyte; rows * ty.row_bytes(cols).unwrap()];
+        let ab = l.act_ty.row_bytes(cols).unwrap();
+        let mut acts = vec![0u8; batch * ab];
+        let vals = vec![abyte as f32; cols];
+        let pb = prepared_row_bytes(l.act_ty, blocks);
+        let mut prepared = vec![0u8; batch * pb];
+        for (src, dst) in acts.chunks_exact_mut(ab).zip(prepared.chunks_exact_mut(pb)) {
+            (ops_for(l.act_ty, Isa::Scalar).unwrap().quantize_activations)(&vals, src);
+            prepare_row(l.act_ty, src, dst);
+        }
+        Case { ty, rows, cols, weights, acts, prepared }
+    }
+
+    /// Every block's scales 1.0 (f16 0x3C00) where its type keeps them: `d`, and the K-quants'
+    /// `dmin`.
+    pub fn set_unit_scales(&mut self) {
+        let bb = self.ty.type_size();
+        for blk in self.weights.chunks_exact_mut(bb) {
+            let d_at = match self.ty {
+                GgmlType::Q6_K => bb - 2,
+                GgmlType::Q4_K | GgmlType::Q5_K => {
+                    blk[2..4].copy_from_slice(&[0x00, 0x3C]);
+                    0
+                }
+                _ => 0,
+            };
+            blk[d_at..d_at + 2].copy_from_slice(&[0x00, 0x3C]);
+        }
+    }
+
     /// Every output (activation row x weight row) by `kernel`, tile by tile of `tile` rows.
     pub fn run(&self, kernel: super::PanelKernelFn, tile: usize) -> Vec<f32> {
         let panels = repack(self.ty, self.rows, self.cols, &self.weights).unwrap();
@@ -125,31 +160,9 @@ fn the_reference_is_the_row_dot_product() {
 fn extreme_quants_stay_exact() {
     for ty in TYPES {
         for (wbyte, abyte) in [(0xFFu8, 127i8), (0xFF, -127), (0x00, 127), (0x80, -127), (0x7F, 127)] {
-            let l = PanelLayout::of(ty).unwrap();
-            let cols = 2 * l.block_values;
-            let (rows, rb) = (9, ty.row_bytes(cols).unwrap());
-            let mut weights = vec![wbyte; rows * rb];
-            // scales of 1.0 (f16 0x3C00) where each type keeps them
-            let bb = rb / 2;
-            for blk in weights.chunks_exact_mut(bb) {
-                let d_at = match ty {
-                    GgmlType::Q6_K => bb - 2,
-                    GgmlType::Q4_K | GgmlType::Q5_K => {
-                        blk[2..4].copy_from_slice(&[0x00, 0x3C]);
-                        0
-                    }
-                    _ => 0,
-                };
-                blk[d_at..d_at + 2].copy_from_slice(&[0x00, 0x3C]);
-            }
-            let act_ty = l.act_ty;
-            let ab = act_ty.row_bytes(cols).unwrap();
-            let mut acts = vec![0u8; ab];
-            let vals = vec![abyte as f32; cols];
-            (ops_for(act_ty, Isa::Scalar).unwrap().quantize_activations)(&vals, &mut acts);
-            let mut prepared = vec![0u8; prepared_row_bytes(act_ty, cols / l.block_values)];
-            prepare_row(act_ty, &acts, &mut prepared);
-            let case = Case { ty, rows, cols, weights, acts, prepared };
+            let mut case = Case::uniform(ty, 9, 2, 1, wbyte, abyte);
+            case.set_unit_scales();
+            let rb = ty.row_bytes(case.cols).unwrap();
             let want = case.run(scalar::kernel(ty).unwrap(), 1);
             let ops = ops_for(ty, Isa::Scalar).unwrap();
             for (r, w) in case.weights.chunks_exact(rb).enumerate() {

@@ -186,7 +186,7 @@ unsafe fn rows32<const KIND: u8>(
 #[cfg(test)]
 mod tests {
     use crate::quant::panel::tests::Case;
-    use crate::quant::x86::amx::tests::{check, uniform_case};
+    use crate::quant::x86::amx::tests::check;
     use crate::quant::GgmlType;
 
     /// Every K-quant's tile kernel gives the reference's bits: one and several super-blocks, a
@@ -212,7 +212,7 @@ mod tests {
         }
         for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
             for (wbyte, abyte) in [(0xFFu8, 127i8), (0xFF, -127), (0x00, 127), (0x80, -127)] {
-                check(&uniform_case(ty, 1, wbyte, abyte), &format!("{wbyte:#x} x {abyte}"));
+                check(&Case::uniform(ty, 16, 1, 16, wbyte, abyte), &format!("{wbyte:#x} x {abyte}"));
             }
         }
     }

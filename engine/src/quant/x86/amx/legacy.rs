@@ -120,7 +120,7 @@ unsafe fn rows32(s: &PairScratch, blocks: std::ops::Range<usize>, acts: [*const 
 mod tests {
     use super::*;
     use crate::quant::panel::tests::Case;
-    use crate::quant::x86::amx::tests::{check, uniform_case};
+    use crate::quant::x86::amx::tests::check;
 
     /// Q4_0's and Q5_0's tile kernels give the reference's bits: one block and runs of more
     /// than `RUN_BLOCKS`, a partial last pair, several 16-row groups and a lone last one, the
@@ -146,11 +146,9 @@ mod tests {
         }
         for ty in [GgmlType::Q4_0, GgmlType::Q5_0] {
             for (wbyte, abyte) in [(0xFFu8, 127i8), (0xFF, -127), (0x00, 127), (0x00, -127)] {
-                let mut case = uniform_case(ty, 2, wbyte, abyte);
-                // every block's scale `d` (its first two bytes) 1.0, so the sums reach the output
-                for block in case.weights.chunks_exact_mut(ty.type_size()) {
-                    block[..2].copy_from_slice(&half::f16::ONE.to_le_bytes());
-                }
+                let mut case = Case::uniform(ty, 16, 2, 16, wbyte, abyte);
+                // so the sums reach the output
+                case.set_unit_scales();
                 check(&case, &format!("{wbyte:#x} x {abyte}"));
             }
         }

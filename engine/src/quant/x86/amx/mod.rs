@@ -304,7 +304,6 @@ pub(crate) mod tests {
     use crate::quant::panel::prepared::prepared_row_bytes;
     use crate::quant::panel::scalar;
     use crate::quant::panel::tests::Case;
-    use crate::quant::{GgmlType, Isa};
 
     /// `case` through its type's pair kernel, panel pair by panel pair over its whole 16-row
     /// groups: every output has the reference kernel's bits.
@@ -326,21 +325,5 @@ pub(crate) mod tests {
                 }
             }
         }
-    }
-
-    /// A case of 16 weight rows of `blocks` blocks of type `ty`, every weight byte `wbyte`,
-    /// times 16 activation rows of `abyte` in every place.
-    pub(crate) fn uniform_case(ty: GgmlType, blocks: usize, wbyte: u8, abyte: i8) -> Case {
-        let mut case = Case::new(ty, 16, blocks, 16, 3);
-        case.weights.fill(wbyte);
-        let act_ty = crate::quant::panel::PanelLayout::of(ty).unwrap().act_ty;
-        let ops = crate::quant::ops_for(act_ty, Isa::Scalar).unwrap();
-        let vals = vec![abyte as f32; case.cols];
-        let (ab, pb) = (case.acts.len() / 16, case.prepared.len() / 16);
-        for (src, dst) in case.acts.chunks_exact_mut(ab).zip(case.prepared.chunks_exact_mut(pb)) {
-            (ops.quantize_activations)(&vals, src);
-            crate::quant::panel::prepare_row(act_ty, src, dst);
-        }
-        case
     }
 }
