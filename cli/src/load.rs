@@ -39,14 +39,46 @@ pub fn load_model(path: &Path, device: Device) -> anyhow::Result<Model> {
     })
 }
 
-/// The prompt's tokens as llama.cpp's tools make them: the BOS (or whatever the vocabulary adds)
-/// when the file asks for it, and control-token text such as `<start_of_turn>` parsed.
-pub fn tokenize_prompt(model: &Model, prompt: &str) -> anyhow::Result<Vec<TokenId>> {
-    let tokens = model.tokenizer().encode(prompt, true, true);
-    if tokens.is_empty() {
-        bail!("the prompt gives no tokens (this model adds no BOS to an empty text)");
+/// A prompt given as text or as token ids (`--tokens 1,2,3`: no tokenizer involved, for comparing
+/// logits with another implementation on the same ids, and for files whose vocabulary is ids only).
+#[derive(clap::Args)]
+#[group(required = true, multiple = false)]
+pub struct PromptArgs {
+    /// The prompt text (BOS added when the model asks for it; control-token text such as
+    /// "<start_of_turn>" is parsed).
+    #[arg(long, short = 'p')]
+    pub prompt: Option<String>,
+    /// The prompt as comma-separated token ids, run exactly as given (no BOS added).
+    #[arg(long, value_delimiter = ',', value_name = "ID,ID,...")]
+    pub tokens: Option<Vec<TokenId>>,
+}
+
+impl PromptArgs {
+    /// The prompt's tokens: the text tokenized as llama.cpp's tools do (BOS or whatever the
+    /// vocabulary adds when the file asks for it, control-token text parsed), or the ids as
+    /// given, each checked to be in the vocabulary.
+    pub fn tokens(&self, model: &Model) -> anyhow::Result<Vec<TokenId>> {
+        let n_vocab = model.config().n_vocab;
+        let tokens = match (&self.prompt, &self.tokens) {
+            (_, Some(ids)) => {
+                if let Some(bad) = ids.iter().find(|&&id| id as usize >= n_vocab) {
+                    bail!("--tokens: id {bad} is outside the vocabulary of {n_vocab}");
+                }
+                ids.clone()
+            }
+            (Some(text), None) => model.tokenizer().encode(text, true, true),
+            (None, None) => bail!("give --prompt or --tokens"),
+        };
+        if tokens.is_empty() {
+            bail!("the prompt gives no tokens (this model adds no BOS to an empty text)");
+        }
+        Ok(tokens)
     }
-    Ok(tokens)
+
+    /// The prompt's text, for commands that need text (images are placed in it).
+    pub fn text(&self) -> anyhow::Result<&str> {
+        self.prompt.as_deref().ok_or_else(|| anyhow!("--image needs --prompt text, not --tokens"))
+    }
 }
 
 /// How a generating command runs its model (`run`, `chat`): context, KV cache, threads, device.

@@ -1,4 +1,4 @@
-//! `engine-cli logits`: runs a prompt as one batch and shows the best tokens (ids and raw
+//! `engine-cli logits`: runs a prompt (text or token ids) as one batch and shows the best tokens (ids and raw
 //! logits) at every position, as a table or as JSON for comparing with other implementations.
 
 use std::fmt::Write as _;
@@ -11,7 +11,7 @@ use engine::model::BatchEntry;
 use engine::tokenizer::TokenId;
 use serde::Serialize;
 
-use crate::load::{load_model, parse_device, parse_positive, thread_pool, tokenize_prompt};
+use crate::load::{load_model, parse_device, parse_positive, thread_pool, PromptArgs};
 use crate::tokenize::piece;
 
 #[derive(clap::Args)]
@@ -19,10 +19,8 @@ pub struct LogitsArgs {
     /// The GGUF model to run.
     #[arg(long, short = 'm')]
     pub model: PathBuf,
-    /// The text to run (tokenized as `run` does: BOS when the model asks for it, control-token
-    /// text parsed).
-    #[arg(long, short = 'p')]
-    pub prompt: String,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     /// How many of the best tokens to show per position.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
@@ -47,7 +45,7 @@ struct Output {
 pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.threads)?;
     let model = load_model(&args.model, args.device)?;
-    let tokens = tokenize_prompt(&model, &args.prompt)?;
+    let tokens = args.prompt.tokens(&model)?;
     // an f32 cache: this command is for checking numerics, so nothing is rounded on the way
     let mut kv = model.new_kv_cache(KvType::F32, tokens.len());
     let logits = pool.install(|| model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)))?;

@@ -10,7 +10,7 @@ use engine::generate::{FinishReason, GenerateParams, Generator, TokenConstraint,
 use engine::grammar::{Constraint, GrammarCompiler};
 use engine::model::Model;
 
-use crate::load::{default_ctx, kv_type_name, load_model, parse_positive, thread_pool, tokenize_prompt, RuntimeArgs};
+use crate::load::{default_ctx, kv_type_name, load_model, parse_positive, thread_pool, PromptArgs, RuntimeArgs};
 use crate::sampling_args::SamplingArgs;
 
 #[derive(clap::Args)]
@@ -18,10 +18,8 @@ pub struct RunArgs {
     /// The GGUF model to run.
     #[arg(long, short = 'm')]
     pub model: PathBuf,
-    /// The text to continue (BOS added when the model asks for it; control-token text such as
-    /// "<start_of_turn>" is parsed).
-    #[arg(long, short = 'p')]
-    pub prompt: String,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     /// The most tokens to generate (fewer when the model ends the text).
     #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
     pub n_predict: usize,
@@ -53,7 +51,7 @@ pub struct RunArgs {
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.runtime.threads)?;
     let model = load_model(&args.model, args.runtime.device)?;
-    let prompt = if args.images.is_empty() { tokenize_prompt(&model, &args.prompt)? } else { Vec::new() };
+    let prompt = if args.images.is_empty() { args.prompt.tokens(&model)? } else { Vec::new() };
     let params = GenerateParams {
         sampling: args.sampling.params(model.tokenizer().n_vocab())?,
         max_tokens: args.n_predict,
@@ -80,7 +78,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut kv = model.new_kv_cache(args.runtime.kv_type, n_ctx);
     let prompt = match &args.mmproj {
         Some(mmproj) => {
-            pool.install(|| crate::images::prefill(&model, &mut kv, mmproj, &args.images, &args.prompt, args.runtime.device))?
+            pool.install(|| crate::images::prefill(&model, &mut kv, mmproj, &args.images, args.prompt.text()?, args.runtime.device))?
         }
         None => prompt,
     };

@@ -1,4 +1,4 @@
-// Element-wise kernels over f32 activations: residual adds, scaling, the logit soft cap, row
+// Element-wise kernels over f32 activations: residual adds, biases, scaling, the logit soft cap, row
 // selection. One thread per element; each element's arithmetic is the CPU backend's, so the
 // result does not depend on the launch.
 #include "portable.cuh"
@@ -8,6 +8,14 @@ KERNEL void add_scaled(float* x, const float* y, float scale, int64_t n) {
     const int64_t i = (int64_t)BLOCK_ID * BLOCK_THREADS + THREAD_ID;
     if (i < n) {
         x[i] = scale == 1.0f ? x[i] + y[i] : x[i] + y[i] * scale;
+    }
+}
+
+// x[i] += b[i % cols]: a bias added to every row of `cols` values
+KERNEL void add_bias(float* x, const float* b, int cols, int64_t n) {
+    const int64_t i = (int64_t)BLOCK_ID * BLOCK_THREADS + THREAD_ID;
+    if (i < n) {
+        x[i] = x[i] + b[i % cols];
     }
 }
 

@@ -92,6 +92,20 @@ pub fn add_scaled<R: Runtime>(rt: &R, x: &R::Buffer, y: &R::Buffer, scale: f32, 
 }
 
 /// `x[i] *= s` (`scale`) or `x[i] = tanh(x[i] / s) · s` (`softcap`) over `n` values.
+/// `x` row r += `b` for every row of `cols` values (`n` values in all).
+pub fn add_bias<R: Runtime>(rt: &R, x: &R::Buffer, b: &R::Buffer, cols: usize, n: usize) -> Result<(), RuntimeError> {
+    const K: &str = "add_bias";
+    check(rt, K, "x", x, n * 4)?;
+    check(rt, K, "b", b, cols * 4)?;
+    go(
+        rt,
+        K,
+        [dim(K, "blocks", blocks_of(n))?, 1, 1],
+        THREADS,
+        &[Arg::Buf(x), Arg::Buf(b), Arg::I32(int(K, "cols", cols)?), Arg::I64(n as i64)],
+    )
+}
+
 pub fn scale_or_cap<R: Runtime>(rt: &R, kernel: &'static str, x: &R::Buffer, s: f32, n: usize) -> Result<(), RuntimeError> {
     assert!(kernel == "scale" || kernel == "softcap", "scale_or_cap: {kernel}");
     check(rt, kernel, "x", x, n * 4)?;
@@ -160,33 +174,54 @@ pub fn layer_norm<R: Runtime>(
 
 /// The rotation of one `rope` launch.
 #[derive(Clone, Copy, Debug)]
-pub struct RopeArgs {
+pub struct RopeArgs<'a> {
     pub n_head: usize,
     pub head_dim: usize,
     pub n_dims: usize,
     pub freq_base: f32,
     pub freq_scale: f32,
     pub neox: bool,
+    /// Divisors of the pairs' angles (at least `n_dims / 2`), uploaded with the positions.
+    pub factors: Option<&'a [f32]>,
+    /// YaRN's extrapolation share and correction dims, when it applies.
+    pub yarn: Option<(f32, [f32; 2])>,
+    /// Scale of every cosine and sine.
+    pub attn_factor: f32,
 }
 
 /// Rotates every head of row r of `x` for position `positions[r]`.
 pub fn rope<R: Runtime>(rt: &R, x: &R::Buffer, positions: &[u32], a: RopeArgs) -> Result<(), RuntimeError> {
     const K: &str = "rope";
-    if a.n_dims > a.head_dim || !a.n_dims.is_multiple_of(2) {
-        return Err(RuntimeError::Device(format!("{K}: {} rotated values of heads of {}", a.n_dims, a.head_dim)));
+    if a.n_dims > a.head_dim || !a.n_dims.is_multiple_of(2) || a.factors.is_some_and(|f| f.len() < a.n_dims / 2) {
+        return Err(RuntimeError::Device(format!(
+            "{K}: {} rotated values of heads of {}, {:?} factors",
+            a.n_dims,
+            a.head_dim,
+            a.factors.map(<[f32]>::len)
+        )));
     }
     check(rt, K, "x", x, positions.len() * a.n_head * a.head_dim * 4)?;
     let pos: Vec<i32> = positions.iter().map(|&p| int(K, "position", p as usize)).collect::<Result<_, _>>()?;
     let pos = ints(rt, &pos)?;
+    // a launch reads no factor when it has none, but its argument must still be a buffer
+    let factors = rt.upload_read_only(&a.factors.unwrap_or(&[0.0]).iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())?;
+    let (ext_factor, [corr_low, corr_high]) = a.yarn.unwrap_or((0.0, [0.0, 0.0]));
     let args = [
         Arg::Buf(x),
         Arg::Buf(&pos),
+        Arg::Buf(&factors),
         Arg::I32(int(K, "heads", a.n_head)?),
         Arg::I32(int(K, "head size", a.head_dim)?),
         Arg::I32(int(K, "dims", a.n_dims)?),
         Arg::F32(a.freq_base),
         Arg::F32(a.freq_scale),
+        Arg::F32(ext_factor),
+        Arg::F32(corr_low),
+        Arg::F32(corr_high),
+        Arg::F32(a.attn_factor),
         Arg::I32(i32::from(a.neox)),
+        Arg::I32(i32::from(a.factors.is_some())),
+        Arg::I32(i32::from(a.yarn.is_some())),
     ];
     go(rt, K, [dim(K, "rows", positions.len())?, 1, 1], THREADS, &args)
 }

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod archs;
 pub mod shaped;
 pub mod shaped_whisper;
 pub mod tiny;

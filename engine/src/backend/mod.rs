@@ -27,7 +27,7 @@ pub use device::{Device, DeviceParseError, DeviceWork};
 pub use error::BackendError;
 pub(crate) use loaded::{on_backend, on_same_backend};
 pub use loaded::{Backends, OnBackend, PerBackend};
-pub use types::{Activation, AttentionRow, AttentionShape, BlockId, KvSlot, KvType, Rope, RopeKind, RowInput, BLOCK_POSITIONS};
+pub use types::{Activation, AttentionRow, AttentionShape, BlockId, KvSlot, KvType, Rope, RopeKind, RowInput, Yarn, BLOCK_POSITIONS};
 
 use crate::gguf::{GgufFile, TensorInfo};
 
@@ -219,6 +219,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn add_scaled(&self, x: &mut Self::Tensor, y: &Self::Tensor, scale: f32) -> Result<(), BackendError>;
     /// `x *= s`.
     fn scale(&self, x: &mut Self::Tensor, s: f32) -> Result<(), BackendError>;
+    /// `x[r] += b` for every row `r` (a projection's bias added after its scale).
+    fn add_bias(&self, x: &mut Self::Tensor, b: &Self::Vector) -> Result<(), BackendError>;
     /// `x = tanh(x / cap) · cap`.
     fn softcap(&self, x: &mut Self::Tensor, cap: f32) -> Result<(), BackendError>;
     /// The rows `rows` of `x`, in that order.

@@ -11,7 +11,7 @@ use kernels::host_args;
 
 use super::cpu::{CpuBackend, HostTensor};
 use super::harness::{nmse, Rng};
-use super::{Activation, Backend, Rope, RopeKind};
+use super::{Activation, Backend, Rope, RopeKind, Yarn};
 use crate::quant::{ops_for, GgmlType, Isa};
 
 const THREADS: u32 = 256;
@@ -79,20 +79,38 @@ fn the_kernels_run_on_host_threads_agree_with_the_cpu_backend() {
         report.check("layer_norm", &format!("{rows}x{cols}"), &y, &want.data, 1e-12);
     }
 
-    // rope, both layouts, whole and partial rotation
+    // rope, both layouts, whole and partial rotation, with angle factors, YaRN and a scale
+    let factors: std::sync::Arc<[f32]> = (0..64).map(|i| 1.0 + (i % 7) as f32 * 0.5).collect();
+    let yarn = Yarn { ext_factor: 1.0, corr_dims: Yarn::corr_dims(64, 4096, 1e6, 32.0, 1.0) };
     for kind in [RopeKind::Norm, RopeKind::Neox] {
-        for (heads, head_dim, n_dims, base, scale) in [(4usize, 64usize, 64usize, 10000.0f32, 1.0f32), (2, 128, 64, 1e6, 0.25)] {
+        for (heads, head_dim, n_dims, base, scale, extra) in [
+            (4usize, 64usize, 64usize, 10000.0f32, 1.0f32, 0),
+            (2, 128, 64, 1e6, 0.25, 0),
+            (2, 128, 64, 1e6, 1.0, 1),
+            (2, 128, 64, 1e6, 0.25, 2),
+        ] {
+            let r = match extra {
+                0 => Rope::plain(kind, head_dim, n_dims, base, scale),
+                1 => Rope { factors: Some(factors.clone()), ..Rope::plain(kind, head_dim, n_dims, base, scale) },
+                _ => Rope { yarn: Some(yarn), attn_factor: 0.9, ..Rope::plain(kind, head_dim, n_dims, base, scale) },
+            };
             let positions = [0i32, 1, 37, 511, 3000];
             let cols = heads * head_dim;
             let x = rng.values(positions.len() * cols, 2.0);
             let mut got = x.clone();
-            let (xp, pp) = (got.as_mut_ptr(), positions.as_ptr());
+            let (xp, pp, fp) = (got.as_mut_ptr(), positions.as_ptr(), factors.as_ptr());
             let (nh, hd, nd, neox) = (heads as i32, head_dim as i32, n_dims as i32, i32::from(kind == RopeKind::Neox));
-            run("rope", [positions.len() as u32, 1, 1], &mut host_args![xp, pp, nh, hd, nd, base, scale, neox]);
+            let (ext, [low, high]) = r.yarn.map_or((0.0f32, [0.0f32, 0.0]), |y| (y.ext_factor, y.corr_dims));
+            let (attn, has_factors, use_yarn) = (r.attn_factor, i32::from(r.factors.is_some()), i32::from(r.yarn.is_some()));
+            run(
+                "rope",
+                [positions.len() as u32, 1, 1],
+                &mut host_args![xp, pp, fp, nh, hd, nd, base, scale, ext, low, high, attn, neox, has_factors, use_yarn],
+            );
             let mut want = host(positions.len(), cols, x);
-            let r = Rope { kind, head_dim, n_dims, freq_base: base, freq_scale: scale };
             cpu.rope(&mut want, &r, &positions.map(|p| p as u32)).unwrap();
-            report.check("rope", &format!("{kind:?} {heads}x{head_dim} ({n_dims} rotated)"), &got, &want.data, 1e-8);
+            let what = ["plain", "factors", "YaRN"][extra];
+            report.check("rope", &format!("{kind:?} {heads}x{head_dim} ({n_dims} rotated, {what})"), &got, &want.data, 1e-8);
         }
     }
 
@@ -131,6 +149,14 @@ fn the_kernels_run_on_host_threads_agree_with_the_cpu_backend() {
         cpu.add_scaled(&mut want, &host(3, 77, y), s).unwrap();
         report.check("add_scaled", &format!("3x77, scale {s}"), &got, &want.data, 1e-14);
     }
+    let (x, bias) = (rng.values(3 * 300, 5.0), rng.values(300, 2.0));
+    let mut got = x.clone();
+    let (n, c) = (x.len() as i64, 300i32);
+    let (xp, bp) = (got.as_mut_ptr(), bias.as_ptr());
+    run("add_bias", [blocks(x.len()), 1, 1], &mut host_args![xp, bp, c, n]);
+    let mut want = host(3, 300, x);
+    cpu.add_bias(&mut want, &bias).unwrap();
+    report.check("add_bias", "3x300", &got, &want.data, 0.0);
     let x = rng.values(2 * 640, 50.0);
     for (kernel, value) in [("scale", 29.9f32), ("softcap", 30.0)] {
         let mut got = x.clone();

@@ -9,14 +9,72 @@ pub enum RopeKind {
     Neox,
 }
 
-/// The rotation of one `rope` call: every head's first `n_dims` values, at each row's position.
+/// YaRN's blend of interpolated and extrapolated angles (`rope.scaling.type = yarn`): pair `i`
+/// takes `ext_factor · ramp(i)` of the extrapolated angle, the ramp falling from 1 to 0 between
+/// the correction dims (ggml's `rope_yarn`).
 #[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    pub ext_factor: f32,
+    pub corr_dims: [f32; 2],
+}
+
+impl Yarn {
+    /// The correction dims of `n_dims` rotated values trained on `n_ctx_orig` positions
+    /// (ggml's `ggml_rope_yarn_corr_dims`, in the same f32 operations).
+    pub fn corr_dims(n_dims: usize, n_ctx_orig: usize, freq_base: f32, beta_fast: f32, beta_slow: f32) -> [f32; 2] {
+        let dim = |n_rot: f32| n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * freq_base.ln());
+        [dim(beta_fast).floor().max(0.0), dim(beta_slow).ceil().min(n_dims as f32 - 1.0)]
+    }
+}
+
+/// The rotation of one `rope` call: every head's first `n_dims` values, at each row's position.
+/// Pair `i`'s angle is `pos · base^(-2i/n_dims) / factors[i] · freq_scale` (blended by YaRN
+/// where it applies), and its cosine and sine are scaled by `attn_factor` (and YaRN's
+/// magnitude correction), as ggml's `rope_ext` computes them.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Rope {
     pub kind: RopeKind,
     pub head_dim: usize,
     pub n_dims: usize,
     pub freq_base: f32,
     pub freq_scale: f32,
+    /// Divisors of the pairs' angles, `n_dims / 2` of them: Llama 3.1's `rope_freqs`, Phi-3's
+    /// LongRoPE factors.
+    pub factors: Option<std::sync::Arc<[f32]>>,
+    pub yarn: Option<Yarn>,
+    pub attn_factor: f32,
+}
+
+impl Rope {
+    /// The plain rotation: no factors, no YaRN, cosines and sines unscaled.
+    pub fn plain(kind: RopeKind, head_dim: usize, n_dims: usize, freq_base: f32, freq_scale: f32) -> Rope {
+        Rope { kind, head_dim, n_dims, freq_base, freq_scale, factors: None, yarn: None, attn_factor: 1.0 }
+    }
+
+    /// `(cos, sin)` of every pair at position `pos`: the angles built by repeated f32 products,
+    /// as ggml builds them (`ggml_rope_cache_init`), so every backend and tier gets these bits.
+    pub fn angles(&self, pos: u32, out: &mut [(f32, f32)]) {
+        let theta_scale = self.freq_base.powf(-2.0 / self.n_dims as f32);
+        let mut theta = pos as f32;
+        for (i, c) in out.iter_mut().enumerate() {
+            let extrapolated = match &self.factors {
+                Some(f) => theta / f[i],
+                None => theta,
+            };
+            let interpolated = self.freq_scale * extrapolated;
+            let (angle, mscale) = match self.yarn {
+                None => (interpolated, self.attn_factor),
+                Some(y) => {
+                    let [low, high] = y.corr_dims;
+                    let ramp = 1.0 - ((i as f32 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                    let mix = ramp * y.ext_factor;
+                    (interpolated * (1.0 - mix) + extrapolated * mix, self.attn_factor * (1.0 + 0.1 * (1.0 / self.freq_scale).ln()))
+                }
+            };
+            *c = (angle.cos() * mscale, angle.sin() * mscale);
+            theta *= theta_scale;
+        }
+    }
 }
 
 /// The shape of an attention call.

@@ -50,6 +50,19 @@ impl TensorInfo {
     pub fn end(&self) -> u64 {
         self.offset.saturating_add(self.n_bytes)
     }
+
+    /// Rows `start..start + n` as a matrix of their own over the same bytes (`None` when they
+    /// are not all rows of this tensor). Rows count across every dimension but the first, so a
+    /// 3-D stack of matrices (a mixture of experts' weights) gives matrix `e` of `r` rows as
+    /// `rows(e·r, r)`, and a fused projection gives each of its parts.
+    pub fn rows(&self, start: u64, n: u64) -> Option<TensorInfo> {
+        if n == 0 || start.checked_add(n)? > self.n_rows() {
+            return None;
+        }
+        let offset = self.offset.checked_add(start.checked_mul(self.row_bytes())?)?;
+        let name = format!("{}[rows {start}..{}]", self.name, start + n);
+        TensorInfo::new(name, vec![self.row_len(), n], self.ty, offset).ok()
+    }
 }
 
 /// Checks a shape and returns `(n_elements, n_bytes)`.
@@ -91,6 +104,19 @@ mod tests {
         assert_eq!(shape_size(&[7], GgmlType::F16), Ok((7, 14)));
         let t = TensorInfo::new("w", vec![256, 4, 2], GgmlType::Q8_0, 64).unwrap();
         assert_eq!((t.row_len(), t.n_rows(), t.row_bytes(), t.end()), (256, 8, 272, 64 + 8 * 272));
+    }
+
+    #[test]
+    fn row_ranges_are_matrices_over_the_same_bytes() {
+        // two experts of 4 rows of 256 Q8_0 values: expert 1 starts at row 4
+        let t = TensorInfo::new("exps", vec![256, 4, 2], GgmlType::Q8_0, 64).unwrap();
+        let e1 = t.rows(4, 4).unwrap();
+        assert_eq!((e1.dims.as_slice(), e1.offset, e1.n_bytes, e1.end()), (&[256, 4][..], 64 + 4 * 272, 4 * 272, t.end()));
+        assert_eq!(e1.name, "exps[rows 4..8]");
+        assert_eq!(t.rows(7, 1).unwrap().offset, 64 + 7 * 272);
+        assert_eq!(t.rows(7, 2), None);
+        assert_eq!(t.rows(0, 0), None);
+        assert_eq!(t.rows(u64::MAX, 1), None);
     }
 
     #[test]

@@ -12,6 +12,28 @@ pub enum EmbeddingScale {
     SqrtEmbd,
 }
 
+/// RMS norms of q and k before RoPE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    None,
+    /// One weight of `head_dim` values, applied to every head on its own (Qwen 3, Gemma 3).
+    PerHead,
+    /// One weight over the whole row of heads, normalised as one vector (OLMo 2).
+    AcrossHeads,
+}
+
+/// Sliding-window attention on some layers, as the file's `attention.sliding_window` (the
+/// window) and `attention.sliding_window_pattern` (which layers) say.
+#[derive(Clone, Copy, Debug)]
+pub struct SlidingWindow {
+    /// One global layer in every `default_pattern` (the last of each group) when the file gives
+    /// no pattern.
+    pub default_pattern: usize,
+    /// RoPE base of the window layers when the file has no `rope.freq_base_swa`: a fixed value
+    /// (Gemma 3: 10000), or `None` for the global layers' base (OLMo 2).
+    pub default_rope_base: Option<f32>,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct ArchFacts {
     pub name: &'static str,
@@ -22,15 +44,25 @@ pub struct ArchFacts {
     pub activation: Activation,
     pub causal: bool,
     pub embedding_scale: EmbeddingScale,
-    /// Per-head RMS norms of q and k before RoPE.
-    pub qk_norm: bool,
-    /// RMS norms of the attention and FFN outputs before the residual add (Gemma 2/3).
+    pub qk_norm: QkNorm,
+    /// RMS norms of the attention and FFN inputs (every architecture but OLMo 2).
+    pub pre_norms: bool,
+    /// RMS norms of the attention and FFN outputs before the residual add (Gemma 2/3, OLMo 2).
     pub post_norms: bool,
     /// The file scales the residual branches, q·k and the logits by `<arch>.residual_scale`,
     /// `<arch>.attention.scale` and `<arch>.logit_scale` (Granite).
     pub scales_from_keys: bool,
-    /// Sliding-window layers, one global layer in every `swa_pattern` (Gemma 3).
-    pub sliding_window: bool,
+    /// The logits are soft-capped by `<arch>.final_logit_softcapping` when the file gives it
+    /// (Gemma 2/3; other architectures' graphs never read the key).
+    pub final_softcap: bool,
+    /// Sliding-window layers (Gemma 3, OLMo 2 files that ask for them).
+    pub sliding_window: Option<SlidingWindow>,
+    /// The graph rotates by M-RoPE when the file gives `rope.dimension_sections` (GLM-4): for
+    /// text, whose positions are `[p, p, p, 0]`, that is NeoX's rotation with the fourth
+    /// section's pairs left as they are.
+    pub mrope_sections: bool,
+    /// Every `rope_skip_every`-th layer (the 4th, 8th, ...) has no RoPE (SmolLM3: 4); 0: none.
+    pub rope_skip_every: usize,
     /// Encoder with token-type and position embeddings and post-layer norms (BERT).
     pub encoder: bool,
 }
@@ -41,10 +73,14 @@ const DECODER: ArchFacts = ArchFacts {
     activation: Activation::Silu,
     causal: true,
     embedding_scale: EmbeddingScale::None,
-    qk_norm: false,
+    qk_norm: QkNorm::None,
+    pre_norms: true,
     post_norms: false,
     scales_from_keys: false,
-    sliding_window: false,
+    final_softcap: false,
+    sliding_window: None,
+    mrope_sections: false,
+    rope_skip_every: 0,
     encoder: false,
 };
 
@@ -52,18 +88,37 @@ pub const ARCHS: &[ArchFacts] = &[
     ArchFacts { name: "llama", ..DECODER },
     ArchFacts { name: "granite", embedding_scale: EmbeddingScale::FromKey, scales_from_keys: true, ..DECODER },
     ArchFacts { name: "qwen2", rope: Some(RopeKind::Neox), ..DECODER },
+    ArchFacts { name: "qwen3", rope: Some(RopeKind::Neox), qk_norm: QkNorm::PerHead, ..DECODER },
+    ArchFacts { name: "smollm3", rope_skip_every: 4, ..DECODER },
+    ArchFacts { name: "phi3", rope: Some(RopeKind::Neox), ..DECODER },
+    ArchFacts { name: "glm4", post_norms: true, mrope_sections: true, ..DECODER },
+    ArchFacts {
+        name: "olmo2",
+        rope: Some(RopeKind::Neox),
+        qk_norm: QkNorm::AcrossHeads,
+        pre_norms: false,
+        post_norms: true,
+        sliding_window: Some(SlidingWindow { default_pattern: 4, default_rope_base: None }),
+        ..DECODER
+    },
     ArchFacts {
         name: "gemma3",
         rope: Some(RopeKind::Neox),
         activation: Activation::Gelu,
         embedding_scale: EmbeddingScale::SqrtEmbd,
-        qk_norm: true,
+        qk_norm: QkNorm::PerHead,
         post_norms: true,
-        sliding_window: true,
+        final_softcap: true,
+        sliding_window: Some(SlidingWindow { default_pattern: 6, default_rope_base: Some(10000.0) }),
         ..DECODER
     },
     ArchFacts { name: "bert", rope: None, activation: Activation::GeluErf, causal: false, encoder: true, ..DECODER },
 ];
+
+/// The names of every architecture the table holds.
+pub fn names() -> Vec<&'static str> {
+    ARCHS.iter().map(|a| a.name).collect()
+}
 
 pub fn facts(arch: &str) -> Option<&'static ArchFacts> {
     ARCHS.iter().find(|a| a.name == arch)

@@ -66,7 +66,7 @@ pub struct BertWeights<B: Backend> {
 
 impl<B: Backend> BertWeights<B> {
     pub(crate) fn load(file: &Arc<GgufFile>, backend: &B, c: &ModelConfig) -> Result<BertWeights<B>, ModelError> {
-        let l = Loader { file, backend };
+        let l = Loader::new(file, backend);
         let e = c.n_embd;
         let (q_out, kd, vd) = (c.n_head * c.head_dim_k, c.k_dim(), c.v_dim());
         let token_embd = l.matrix("token_embd.weight", c.n_vocab, e)?;

@@ -1,9 +1,60 @@
 //! Blocks the model kinds are composed of, over any [`Backend`]: projections (one matrix, or
-//! several sharing an input), attention followed by its output projection, and the gated and
-//! plain feed-forward blocks.
+//! several sharing an input; [`Linear`] with its bias and scale), attention followed by its
+//! output projection, and the gated and plain feed-forward blocks.
 
 use super::error::ModelError;
 use crate::backend::{Activation, AttentionRow, AttentionShape, Backend, KvSource};
+
+/// One projection as a file gives it: `y = (x · wᵀ) · scale + b` (attention and output
+/// projections, as llama.cpp's `build_lora_mm` and the bias add after it compute it), or
+/// `(x · wᵀ + b) · scale` (the feed-forward block's, as its `build_ffn` does). The scale is a
+/// per-tensor `.scale` (checkpoints converted from FP8 or NVFP4 keep one); both it and the bias
+/// are optional, and real files never carry both.
+pub struct Linear<B: Backend> {
+    pub w: B::Matrix,
+    pub b: Option<B::Vector>,
+    pub scale: Option<f32>,
+}
+
+/// Where a [`Linear`]'s scale applies: before its bias (attention, output) or after it
+/// (feed-forward).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScaleAt {
+    BeforeBias,
+    AfterBias,
+}
+
+/// [`Linear`] for several projections with the same input, in one pass of the backend: without
+/// scales the bias is added by the product itself (the same bits as a separate add).
+pub(crate) fn linear_each<B: Backend, const N: usize>(
+    b: &B,
+    ls: [&Linear<B>; N],
+    at: ScaleAt,
+    x: &B::Tensor,
+) -> Result<[B::Tensor; N], ModelError> {
+    let ms = ls.map(|l| &l.w);
+    if ls.iter().all(|l| l.scale.is_none()) {
+        return project_each(b, ms, ls.map(|l| l.b.as_ref()), x);
+    }
+    let mut ys = project_each(b, ms, [None; N], x)?;
+    for (y, l) in ys.iter_mut().zip(ls) {
+        if let (Some(bias), ScaleAt::AfterBias) = (&l.b, at) {
+            b.add_bias(y, bias)?;
+        }
+        if let Some(s) = l.scale {
+            b.scale(y, s)?;
+        }
+        if let (Some(bias), ScaleAt::BeforeBias) = (&l.b, at) {
+            b.add_bias(y, bias)?;
+        }
+    }
+    Ok(ys)
+}
+
+pub(crate) fn linear<B: Backend>(b: &B, l: &Linear<B>, at: ScaleAt, x: &B::Tensor) -> Result<B::Tensor, ModelError> {
+    let [y] = linear_each(b, [l], at, x)?;
+    Ok(y)
+}
 
 /// `x · mᵀ (+ bias)`.
 pub(crate) fn project<B: Backend>(b: &B, m: &B::Matrix, bias: Option<&B::Vector>, x: &B::Tensor) -> Result<B::Tensor, ModelError> {
@@ -42,14 +93,14 @@ pub(crate) fn attention_out<B: Backend>(
 pub(crate) fn gated_ffn<B: Backend>(
     b: &B,
     act: Activation,
-    gate: &B::Matrix,
-    up: &B::Matrix,
-    down: &B::Matrix,
+    gate: &Linear<B>,
+    up: &Linear<B>,
+    down: &Linear<B>,
     x: &B::Tensor,
 ) -> Result<B::Tensor, ModelError> {
-    let [mut g, u] = project_each(b, [gate, up], [None, None], x)?;
+    let [mut g, u] = linear_each(b, [gate, up], ScaleAt::AfterBias, x)?;
     b.glu(act, &mut g, &u)?;
-    project(b, down, None, &g)
+    linear(b, down, ScaleAt::AfterBias, &g)
 }
 
 /// The plain feed-forward block of the encoders: `down · act(up · x + up_b) + down_b`.

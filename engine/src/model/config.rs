@@ -1,9 +1,12 @@
 //! Hyperparameters read from GGUF metadata (`<arch>.*` keys), with the defaults llama.cpp uses
 //! and a clear error for a required key that is missing or malformed.
 
+use std::sync::Arc;
+
 use super::arch::{ArchFacts, EmbeddingScale};
 use super::error::ModelError;
-use crate::backend::types::{AttentionShape, Rope, RopeKind};
+use super::weights::host_vector;
+use crate::backend::types::{AttentionShape, Rope, RopeKind, Yarn};
 use crate::gguf::{GgufFile, Value};
 
 #[derive(Clone, Debug)]
@@ -14,6 +17,27 @@ pub struct RopeConfig {
     pub freq_scale: f32,
     /// Base of the sliding-window layers (Gemma 3: 10000, not stored in its files).
     pub freq_base_swa: f32,
+    pub factors: RopeFactors,
+    /// YaRN (`rope.scaling.type = yarn`) on the global layers.
+    pub yarn: Option<Yarn>,
+    /// Scale of every cosine and sine on the global layers (YaRN's and `rope.scaling.attn_factor`).
+    pub attn_factor: f32,
+    /// The context the model was trained on before scaling (`rope.scaling.original_context_length`).
+    pub n_ctx_orig: usize,
+}
+
+/// Divisors of the pairs' rotation angles stored as tensors.
+#[derive(Clone, Debug)]
+pub enum RopeFactors {
+    None,
+    /// `rope_freqs.weight` (Llama 3.1's frequency scaling).
+    One(Arc<[f32]>),
+    /// LongRoPE (Phi-3): `rope_factors_short.weight`, and `rope_factors_long.weight` for a
+    /// context longer than the original one.
+    ShortLong {
+        short: Arc<[f32]>,
+        long: Arc<[f32]>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -92,6 +116,70 @@ impl Meta<'_> {
     }
 }
 
+impl RopeFactors {
+    /// These factors with the pairs marked in `unrotated` made infinite: their angle is 0 at
+    /// every position, exactly, so they keep their values.
+    fn with_unrotated(self, unrotated: &[bool]) -> RopeFactors {
+        let apply = |f: &[f32]| -> Arc<[f32]> { f.iter().zip(unrotated).map(|(&v, &u)| if u { f32::INFINITY } else { v }).collect() };
+        match self {
+            RopeFactors::None => RopeFactors::One(apply(&vec![1.0; unrotated.len()])),
+            RopeFactors::One(f) => RopeFactors::One(apply(&f)),
+            RopeFactors::ShortLong { short, long } => RopeFactors::ShortLong { short: apply(&short), long: apply(&long) },
+        }
+    }
+}
+
+/// M-RoPE for text (`rope.dimension_sections` with its first two sections given): positions
+/// are `[p, p, p, 0]`, so the pairs of the fourth section (pair `i` lies in section
+/// `i % sum(sections)`) stay unrotated and the others rotate as NeoX by `p`. `None` when the
+/// file has no sections.
+fn mrope_text_pairs(m: &Meta, n_dims: usize) -> Result<Option<Vec<bool>>, ModelError> {
+    const KEY: &str = "rope.dimension_sections";
+    let Some(v) = m.file.get(&m.key(KEY)) else { return Ok(None) };
+    let sections: Vec<usize> = match v.as_array().and_then(|a| a.to_u64s()) {
+        Some(s) if s.len() == 4 => s.into_iter().map(|n| n as usize).collect(),
+        _ => return Err(ModelError::BadKey { key: m.key(KEY), reason: "expected 4 unsigned integers".into() }),
+    };
+    if sections[0] == 0 || sections[1] == 0 {
+        return Ok(None);
+    }
+    let total: usize = sections.iter().sum();
+    let fourth = sections[0] + sections[1] + sections[2];
+    Ok(Some((0..n_dims / 2).map(|i| i % total >= fourth).collect()))
+}
+
+/// The angle divisors a file stores as tensors, `n_dims / 2` values each.
+fn rope_factors(file: &GgufFile, n_dims: usize) -> Result<RopeFactors, ModelError> {
+    let read = |name: &str| -> Result<Option<Arc<[f32]>>, ModelError> { Ok(host_vector(file, name, n_dims / 2)?.map(Arc::from)) };
+    if let Some(one) = read("rope_freqs.weight")? {
+        return Ok(RopeFactors::One(one));
+    }
+    match (read("rope_factors_short.weight")?, read("rope_factors_long.weight")?) {
+        (None, None) => Ok(RopeFactors::None),
+        (Some(short), Some(long)) => Ok(RopeFactors::ShortLong { short, long }),
+        (short, _) => {
+            let missing = if short.is_none() { "rope_factors_short.weight" } else { "rope_factors_long.weight" };
+            Err(ModelError::MissingTensor(missing.into()))
+        }
+    }
+}
+
+/// Which layers use the sliding window: `attention.sliding_window_pattern` as one flag per layer
+/// (an array), or as a number `n`: one global layer in every `n` (the last of each group; 0:
+/// every layer a window layer); `default_pattern` when the key is absent.
+fn window_layers(m: &Meta, n_layer: usize, default_pattern: usize) -> Result<Vec<bool>, ModelError> {
+    const KEY: &str = "attention.sliding_window_pattern";
+    if let Some(flags) = m.file.get(&m.key(KEY)).and_then(Value::as_array) {
+        let flags: Option<Vec<bool>> = flags.values().map(|v| v.as_bool().or_else(|| v.as_u64().map(|n| n != 0))).collect();
+        return match flags {
+            Some(flags) if flags.len() == n_layer => Ok(flags),
+            _ => Err(ModelError::BadKey { key: m.key(KEY), reason: format!("expected one flag per layer ({n_layer})") }),
+        };
+    }
+    let pattern = m.usize_opt(KEY)?.unwrap_or(default_pattern);
+    Ok((0..n_layer).map(|il| pattern == 0 || il % pattern < pattern - 1).collect())
+}
+
 fn positive(m: &Meta, suffix: &str, v: usize) -> Result<usize, ModelError> {
     if v == 0 {
         return Err(ModelError::BadKey { key: m.key(suffix), reason: "must be positive".into() });
@@ -124,7 +212,7 @@ impl ModelConfig {
 
         let rope = match facts.rope {
             None => None,
-            Some(kind) => {
+            Some(mut kind) => {
                 let n_dims = m.usize_opt("rope.dimension_count")?.unwrap_or(head_dim_k);
                 if n_dims > head_dim_k || n_dims % 2 != 0 {
                     return Err(ModelError::BadKey {
@@ -133,19 +221,42 @@ impl ModelConfig {
                     });
                 }
                 let freq_base = m.f32_opt("rope.freq_base")?.unwrap_or(10000.0);
-                let scaling = file.get_str(&m.key("rope.scaling.type")).unwrap_or("none");
+                // llama.cpp reads a missing type as "linear": a factor alone scales
+                let scaling = file.get_str(&m.key("rope.scaling.type")).unwrap_or("linear");
+                let factor = m.f32_opt("rope.scaling.factor")?.or(m.f32_opt("rope.scale_linear")?).filter(|f| *f != 0.0);
                 let freq_scale = match scaling {
                     "none" => 1.0,
-                    "linear" => 1.0 / m.f32_opt("rope.scaling.factor")?.filter(|f| *f > 0.0).unwrap_or(1.0),
+                    "linear" | "yarn" | "longrope" => factor.map_or(1.0, |f| 1.0 / f),
                     other => {
                         return Err(ModelError::BadKey {
                             key: m.key("rope.scaling.type"),
-                            reason: format!("rope scaling {other:?} is not supported"),
+                            reason: format!("rope scaling {other:?} is not supported (none, linear, yarn, longrope)"),
                         })
                     }
                 };
-                let freq_base_swa = m.f32_opt("rope.freq_base_swa")?.unwrap_or(10000.0);
-                Some(RopeConfig { kind, n_dims, freq_base, freq_scale, freq_base_swa })
+                let n_ctx_orig = m.usize_opt("rope.scaling.original_context_length")?.unwrap_or(n_ctx_train);
+                let mut attn_factor = 1.0f32;
+                let mut yarn = None;
+                if scaling == "yarn" {
+                    let beta_fast = m.f32_opt("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0);
+                    let beta_slow = m.f32_opt("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0);
+                    // llama.cpp's magnitude: YaRN's, with the kernel's own correction cancelled
+                    let scale = 1.0 / freq_scale;
+                    let mscale = if scale <= 1.0 { 1.0 } else { 0.1 * scale.ln() + 1.0 };
+                    attn_factor = mscale * (1.0 / (1.0 + 0.1 * scale.ln()));
+                    yarn = Some(Yarn { ext_factor: 1.0, corr_dims: Yarn::corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow) });
+                }
+                attn_factor *= m.f32_opt("rope.scaling.attn_factor")?.unwrap_or(1.0);
+                let default_swa_base = facts.sliding_window.and_then(|w| w.default_rope_base).unwrap_or(freq_base);
+                let freq_base_swa = m.f32_opt("rope.freq_base_swa")?.unwrap_or(default_swa_base);
+                let mut factors = rope_factors(file, n_dims)?;
+                if facts.mrope_sections {
+                    if let Some(unrotated) = mrope_text_pairs(&m, n_dims)? {
+                        kind = RopeKind::Neox;
+                        factors = factors.with_unrotated(&unrotated);
+                    }
+                }
+                Some(RopeConfig { kind, n_dims, freq_base, freq_scale, freq_base_swa, factors, yarn, attn_factor, n_ctx_orig })
             }
         };
 
@@ -166,18 +277,14 @@ impl ModelConfig {
                 return Err(ModelError::BadKey { key: m.key("logit_scale"), reason: "must not be zero".into() });
             }
         }
-        let final_logit_softcap = m.f32_opt("final_logit_softcapping")?.filter(|s| *s != 0.0);
+        let final_logit_softcap = if facts.final_softcap { m.f32_opt("final_logit_softcapping")?.filter(|s| *s != 0.0) } else { None };
 
         let mut sliding_window = None;
         let mut swa_layers = vec![false; n_layer];
-        if facts.sliding_window {
+        if let Some(swa) = facts.sliding_window {
             if let Some(w) = m.usize_opt("attention.sliding_window")?.filter(|w| *w > 0) {
                 sliding_window = Some(w);
-                // one global layer in every `pattern` (the last of each group), llama.cpp's default 6
-                let pattern = m.usize_opt("attention.sliding_window_pattern")?.unwrap_or(6);
-                for (il, swa) in swa_layers.iter_mut().enumerate() {
-                    *swa = pattern == 0 || il % pattern < pattern - 1;
-                }
+                swa_layers = window_layers(&m, n_layer, swa.default_pattern)?;
             }
         }
         let pooling_type = m.usize_opt("pooling_type")?.unwrap_or(0) as u32;
@@ -227,12 +334,31 @@ impl ModelConfig {
         }
     }
 
-    /// The rotation of layer `layer`'s queries and keys (`None`: no rotary embeddings). A
-    /// sliding-window layer has its own base and no frequency scaling.
-    pub fn layer_rope(&self, layer: usize) -> Option<Rope> {
+    /// The rotation of layer `layer`'s queries and keys in a context of `n_ctx` positions
+    /// (`None`: no rotary embeddings, in the model or in this layer). A sliding-window layer
+    /// has its own base and no frequency scaling; LongRoPE's long factors serve a context
+    /// longer than the original one, as llama.cpp chooses them.
+    pub fn layer_rope(&self, layer: usize, n_ctx: usize) -> Option<Rope> {
         let r = self.rope.as_ref()?;
-        let (freq_base, freq_scale) = if self.swa_layers[layer] { (r.freq_base_swa, 1.0) } else { (r.freq_base, r.freq_scale) };
-        Some(Rope { kind: r.kind, head_dim: self.head_dim_k, n_dims: r.n_dims, freq_base, freq_scale })
+        let every = self.facts.rope_skip_every;
+        if every > 0 && (layer + 1).is_multiple_of(every) {
+            return None;
+        }
+        let factors = match &r.factors {
+            RopeFactors::None => None,
+            RopeFactors::One(f) => Some(f.clone()),
+            RopeFactors::ShortLong { short, long } => Some(if n_ctx > r.n_ctx_orig { long.clone() } else { short.clone() }),
+        };
+        let global = Rope {
+            factors,
+            yarn: r.yarn,
+            attn_factor: r.attn_factor,
+            ..Rope::plain(r.kind, self.head_dim_k, r.n_dims, r.freq_base, r.freq_scale)
+        };
+        if self.swa_layers[layer] {
+            return Some(Rope { yarn: None, attn_factor: 1.0, freq_base: r.freq_base_swa, freq_scale: 1.0, ..global });
+        }
+        Some(global)
     }
 
     /// The attention window of layer `layer` (`None`: every earlier position).

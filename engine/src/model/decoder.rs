@@ -1,4 +1,5 @@
-//! The forward pass shared by the decoder-only architectures (llama, granite, qwen2, gemma3),
+//! The forward pass shared by the decoder-only architectures (llama, granite, qwen2, qwen3,
+//! smollm3, olmo2, gemma3),
 //! over any [`Backend`]: a batch of (sequence, input, position) entries goes through every layer
 //! at once (each weight matrix is multiplied with all the batch's rows in one call), keys and
 //! values are written to the KV cache, and logits come out for the entries that ask for them.
@@ -10,7 +11,7 @@
 //! logits are bitwise the same alone, in a prefill batch or beside other sequences.
 
 use super::arch::EmbeddingScale;
-use super::blocks::{attention_out, gated_ffn, project, project_each};
+use super::blocks::{gated_ffn, linear, linear_each, ScaleAt};
 use super::config::ModelConfig;
 use super::error::ModelError;
 use super::weights::DecoderWeights;
@@ -82,6 +83,24 @@ fn input_rows<B: Backend>(b: &B, c: &ModelConfig, table: &B::Matrix, inputs: &[R
     Ok(x)
 }
 
+/// A block's input: `x` normalised into `h`, or `x` itself where the architecture has no
+/// pre-norm (OLMo 2).
+fn pre_norm<'a, B: Backend>(
+    b: &B,
+    x: &'a B::Tensor,
+    norm: Option<&B::Vector>,
+    eps: f32,
+    h: &'a mut B::Tensor,
+) -> Result<&'a B::Tensor, ModelError> {
+    match norm {
+        Some(w) => {
+            b.rms_norm(x, w, eps, h)?;
+            Ok(h)
+        }
+        None => Ok(x),
+    }
+}
+
 pub(crate) fn forward<B: Backend>(
     b: &B,
     c: &ModelConfig,
@@ -95,6 +114,7 @@ pub(crate) fn forward<B: Backend>(
     let mut x = input_rows(b, c, &w.token_embd, &inputs)?; // n x e
     let shape = c.attention_shape();
     let positions: Vec<u32> = batch.iter().map(|e| e.pos).collect();
+    let n_ctx = kv.n_ctx();
     let (table, store) = kv.parts_mut::<B::KvStore>().ok_or(BackendError::ForeignKvCache(b.device()))?;
     let slots: Vec<KvSlot> = batch.iter().map(|e| table.slot(e.seq, e.pos as usize)).collect();
     // one block table per sequence of the batch (in order of first appearance); each row
@@ -128,16 +148,15 @@ pub(crate) fn forward<B: Backend>(
     let mut h = b.zeros(n, e)?;
     for (il, layer) in w.layers.iter().enumerate() {
         // attention
-        b.rms_norm(&x, &layer.attn_norm, eps, &mut h)?;
-        let [mut q, mut k, v] =
-            project_each(b, [&layer.wq, &layer.wk, &layer.wv], [layer.bq.as_ref(), layer.bk.as_ref(), layer.bv.as_ref()], &h)?; // n x (n_head · head_dim_k), n x k_dim, n x v_dim
+        let input = pre_norm(b, &x, layer.attn_norm.as_ref(), eps, &mut h)?;
+        let [mut q, mut k, v] = linear_each(b, [&layer.q, &layer.k, &layer.v], ScaleAt::BeforeBias, input)?; // n x (n_head · head_dim_k), n x k_dim, n x v_dim
         if let Some(qn) = &layer.q_norm {
             b.rms_norm_in_place(&mut q, qn, eps)?;
         }
         if let Some(kn) = &layer.k_norm {
             b.rms_norm_in_place(&mut k, kn, eps)?;
         }
-        if let Some(rope) = c.layer_rope(il) {
+        if let Some(rope) = c.layer_rope(il, n_ctx) {
             b.rope(&mut q, &rope, &positions)?;
             b.rope(&mut k, &rope, &positions)?;
         }
@@ -154,15 +173,16 @@ pub(crate) fn forward<B: Backend>(
             })
             .collect();
         let source = KvSource::Cache { store: &*store, layer: il, tables: &tables };
-        let mut o = attention_out(b, &q, source, &rows, &shape, &layer.wo, None)?; // n x e
+        let attn = b.attention(&q, source, &rows, &shape)?; // n x (n_head · head_dim_v)
+        let mut o = linear(b, &layer.o, ScaleAt::BeforeBias, &attn)?; // n x e
         if let Some(pn) = &layer.attn_post_norm {
             b.rms_norm_in_place(&mut o, pn, eps)?;
         }
         b.add_scaled(&mut x, &o, c.residual_scale)?;
 
         // feed-forward
-        b.rms_norm(&x, &layer.ffn_norm, eps, &mut h)?;
-        let mut d = gated_ffn(b, c.facts.activation, &layer.ffn_gate, &layer.ffn_up, &layer.ffn_down, &h)?; // n x e
+        let input = pre_norm(b, &x, layer.ffn_norm.as_ref(), eps, &mut h)?;
+        let mut d = gated_ffn(b, c.facts.activation, &layer.ffn_gate, &layer.ffn_up, &layer.ffn_down, input)?; // n x e
         if let Some(pn) = &layer.ffn_post_norm {
             b.rms_norm_in_place(&mut d, pn, eps)?;
         }
@@ -177,7 +197,7 @@ pub(crate) fn forward<B: Backend>(
     let xs = b.select_rows(&x, &wanted)?;
     let mut normed = b.zeros(wanted.len(), e)?;
     b.rms_norm(&xs, &w.output_norm, eps, &mut normed)?;
-    let mut logits = project(b, &w.output, None, &normed)?; // wanted x n_vocab
+    let mut logits = linear(b, &w.output, ScaleAt::BeforeBias, &normed)?; // wanted x n_vocab
     if c.logit_scale != 1.0 {
         b.scale(&mut logits, 1.0 / c.logit_scale)?;
     }

@@ -8,7 +8,7 @@ use crate::tokenizer::TokenizerError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("unsupported architecture {0:?} (supported: llama, granite, qwen2, gemma3, bert)")]
+    #[error("unsupported architecture {0:?} (supported: {list})", list = crate::model::arch::names().join(", "))]
     UnsupportedArchitecture(String),
     #[error("the file has no general.architecture")]
     NoArchitecture,
@@ -18,6 +18,8 @@ pub enum ModelError {
     BadKey { key: String, reason: String },
     #[error("tensor {0} is required and missing")]
     MissingTensor(String),
+    #[error("tensor {name} is not used by the engine's {arch} graph (a feature it does not compute); refusing to give wrong results")]
+    UnusedTensor { name: String, arch: String },
     #[error("tensor {name} has shape {got:?}, expected {expected:?}")]
     TensorShape { name: String, expected: Vec<u64>, got: Vec<u64> },
     #[error("tensor {name} has type {ty}, which the engine cannot compute with")]

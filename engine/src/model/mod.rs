@@ -8,6 +8,7 @@
 pub mod arch;
 pub mod bert;
 pub(crate) mod blocks;
+pub use blocks::Linear;
 pub mod config;
 mod decoder;
 pub mod error;

@@ -1,14 +1,14 @@
 //! Shape-checked weight loading: every tensor a model uses is looked up by name, its shape
-//! compared with what the hyperparameters imply and its type checked computable, once, at load.
-//! Matrices stay in the memory map; norm vectors and biases (small) are converted to f32.
-
-//! Shape-checked weight loading: every tensor a model uses is looked up by name, its shape
 //! compared with what the hyperparameters imply and its type checked computable, once, at load,
 //! then uploaded to the model's backend (the CPU keeps matrices in the memory map). Norm vectors
 //! and biases (small) are converted to f32 first.
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::arch::QkNorm;
+use super::blocks::Linear;
 use super::config::ModelConfig;
 use super::error::ModelError;
 use crate::backend::Backend;
@@ -27,14 +27,79 @@ pub(crate) fn host_row(file: &GgufFile, t: &TensorInfo, cols: usize, r: usize) -
     Ok(out)
 }
 
+/// The vector `name` of `n` values converted to f32 on the host, if the file has it.
+pub(crate) fn host_vector(file: &GgufFile, name: &str, n: usize) -> Result<Option<Vec<f32>>, ModelError> {
+    let Some(t) = file.tensor(name) else { return Ok(None) };
+    if t.n_elements != n as u64 || t.dims.iter().filter(|&&d| d != 1).count() > 1 {
+        return Err(ModelError::TensorShape { name: name.into(), expected: vec![n as u64], got: t.dims.clone() });
+    }
+    let ops = quant::ops(t.ty).map_err(|_| ModelError::TensorType { name: t.name.clone(), ty: t.ty })?;
+    if t.ty.row_bytes(n).is_none() {
+        return Err(ModelError::TensorType { name: name.into(), ty: t.ty });
+    }
+    let mut out = vec![0.0f32; n];
+    (ops.dequantize)(file.tensor_data(t), &mut out);
+    Ok(Some(out))
+}
+
 pub(crate) struct Loader<'a, B: Backend> {
     pub file: &'a Arc<GgufFile>,
     pub backend: &'a B,
+    /// The names of the tensors looked up that the file has.
+    found: RefCell<HashSet<String>>,
 }
 
-impl<B: Backend> Loader<'_, B> {
+impl<'a, B: Backend> Loader<'a, B> {
+    pub fn new(file: &'a Arc<GgufFile>, backend: &'a B) -> Loader<'a, B> {
+        Loader { file, backend, found: RefCell::default() }
+    }
+
     fn info(&self, name: &str) -> Option<&TensorInfo> {
-        self.file.tensor(name)
+        let t = self.file.tensor(name)?;
+        self.found.borrow_mut().insert(name.to_string());
+        Some(t)
+    }
+
+    /// An error naming the first tensor of the file no lookup asked for, other than those
+    /// `ignored` accepts: a file with a part the graph does not compute would otherwise run
+    /// and give wrong results.
+    pub fn refuse_unused(&self, arch: &str, ignored: impl Fn(&str) -> bool) -> Result<(), ModelError> {
+        let found = self.found.borrow();
+        match self.file.tensors().iter().find(|t| !found.contains(&t.name) && !ignored(&t.name)) {
+            Some(t) => Err(ModelError::UnusedTensor { name: t.name.clone(), arch: arch.to_string() }),
+            None => Ok(()),
+        }
+    }
+
+    /// The per-tensor scale `name` (one value), if present.
+    pub fn scalar_opt(&self, name: &str) -> Result<Option<f32>, ModelError> {
+        Ok(self.host_vector_opt(name, 1)?.map(|v| v[0]))
+    }
+
+    /// The projection `prefix.weight` of `rows` x `cols`, with its optional `prefix.bias` and
+    /// `prefix.scale`, if the file has the matrix.
+    pub fn linear_opt(&self, prefix: &str, rows: usize, cols: usize) -> Result<Option<Linear<B>>, ModelError> {
+        let Some(w) = self.matrix_opt(&format!("{prefix}.weight"), rows, cols)? else { return Ok(None) };
+        Ok(Some(Linear { w, b: self.vector_opt(&format!("{prefix}.bias"), rows)?, scale: self.scalar_opt(&format!("{prefix}.scale"))? }))
+    }
+
+    pub fn linear(&self, prefix: &str, rows: usize, cols: usize) -> Result<Linear<B>, ModelError> {
+        self.linear_opt(prefix, rows, cols)?.ok_or_else(|| ModelError::MissingTensor(format!("{prefix}.weight")))
+    }
+
+    /// The fused projection `prefix.weight` of `parts.iter().sum()` x `cols`, if present, taken
+    /// apart into one projection per part (its rows in order, over the same bytes), each with
+    /// its share of the bias and the whole projection's scale.
+    pub fn linear_parts<const N: usize>(&self, prefix: &str, parts: [usize; N], cols: usize) -> Result<Option<[Linear<B>; N]>, ModelError> {
+        let Some(ws) = self.matrix_parts(&format!("{prefix}.weight"), parts, cols)? else { return Ok(None) };
+        let mut bs = self.vector_parts(&format!("{prefix}.bias"), parts)?.map(|b| b.map(Some)).unwrap_or_else(|| [(); N].map(|_| None));
+        let scale = self.scalar_opt(&format!("{prefix}.scale"))?;
+        let mut i = 0;
+        Ok(Some(ws.map(|w| {
+            let b = bs[i].take();
+            i += 1;
+            Linear { w, b, scale }
+        })))
     }
 
     fn check_type(&self, t: &TensorInfo) -> Result<(), ModelError> {
@@ -70,6 +135,35 @@ impl<B: Backend> Loader<'_, B> {
         self.matrix_opt(name, rows, cols)?.ok_or_else(|| ModelError::MissingTensor(name.into()))
     }
 
+    /// The matrix `name` of `parts.iter().sum()` x `cols`, if present, as one matrix per part
+    /// (its rows in order) over the same bytes: a fused projection (`attn_qkv`, or `ffn_up`
+    /// holding gate and up) taken apart.
+    pub fn matrix_parts<const N: usize>(&self, name: &str, parts: [usize; N], cols: usize) -> Result<Option<[B::Matrix; N]>, ModelError> {
+        let Some(t) = self.matrix_info(name, parts.iter().sum(), cols)? else { return Ok(None) };
+        let mut start = 0;
+        let mut out = Vec::with_capacity(N);
+        for rows in parts {
+            let part = t.rows(start as u64, rows as u64).ok_or_else(|| ModelError::MissingTensor(format!("{name}: rows {start}..")))?;
+            out.push(self.backend.upload_matrix(self.file, &part, rows, cols)?);
+            start += rows;
+        }
+        Ok(Some(out.try_into().unwrap_or_else(|_| unreachable!("one matrix per part"))))
+    }
+
+    /// The vector `name` of `parts.iter().sum()` values, if present, as one vector per part: a
+    /// fused projection's bias taken apart.
+    pub fn vector_parts<const N: usize>(&self, name: &str, parts: [usize; N]) -> Result<Option<[B::Vector; N]>, ModelError> {
+        let Some(all) = self.host_vector_opt(name, parts.iter().sum())? else { return Ok(None) };
+        let mut rest = &all[..];
+        let mut out = Vec::with_capacity(N);
+        for n in parts {
+            let (part, tail) = rest.split_at(n);
+            out.push(self.backend.upload_vector(part)?);
+            rest = tail;
+        }
+        Ok(Some(out.try_into().unwrap_or_else(|_| unreachable!("one vector per part"))))
+    }
+
     /// Row 0 of a matrix of rows of `cols` values whose row count the file decides (at least
     /// one), as f32 on the host, if present: BERT's token-type table, whose size is a
     /// converter's choice.
@@ -97,18 +191,10 @@ impl<B: Backend> Loader<'_, B> {
 
     /// A vector of `n` values converted to f32 on the host, if present.
     pub fn host_vector_opt(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>, ModelError> {
-        let Some(t) = self.info(name) else { return Ok(None) };
-        if t.n_elements != n as u64 || t.dims.iter().filter(|&&d| d != 1).count() > 1 {
-            return Err(ModelError::TensorShape { name: name.into(), expected: vec![n as u64], got: t.dims.clone() });
+        if self.info(name).is_none() {
+            return Ok(None);
         }
-        self.check_type(t)?;
-        let mut out = vec![0.0f32; n];
-        let ops = quant::ops(t.ty)?;
-        if t.ty.row_bytes(n).is_none() {
-            return Err(ModelError::TensorType { name: name.into(), ty: t.ty });
-        }
-        (ops.dequantize)(self.file.tensor_data(t), &mut out);
-        Ok(Some(out))
+        host_vector(self.file, name, n)
     }
 
     /// A vector of `n` values on the backend, if present.
@@ -134,70 +220,96 @@ impl<B: Backend> Loader<'_, B> {
 
 /// The weights of one decoder layer.
 pub struct DecoderLayer<B: Backend> {
-    pub attn_norm: B::Vector,
-    pub wq: B::Matrix,
-    pub wk: B::Matrix,
-    pub wv: B::Matrix,
-    pub bq: Option<B::Vector>,
-    pub bk: Option<B::Vector>,
-    pub bv: Option<B::Vector>,
+    /// `None` where the architecture has no pre-norms (OLMo 2).
+    pub attn_norm: Option<B::Vector>,
+    pub q: Linear<B>,
+    pub k: Linear<B>,
+    pub v: Linear<B>,
     pub q_norm: Option<B::Vector>,
     pub k_norm: Option<B::Vector>,
-    pub wo: B::Matrix,
+    pub o: Linear<B>,
     pub attn_post_norm: Option<B::Vector>,
-    pub ffn_norm: B::Vector,
-    pub ffn_gate: B::Matrix,
-    pub ffn_up: B::Matrix,
-    pub ffn_down: B::Matrix,
+    pub ffn_norm: Option<B::Vector>,
+    pub ffn_gate: Linear<B>,
+    pub ffn_up: Linear<B>,
+    pub ffn_down: Linear<B>,
     pub ffn_post_norm: Option<B::Vector>,
 }
 
-/// The weights of a decoder-only model (llama, granite, qwen2, gemma3).
+/// The weights of a decoder-only model (llama, granite, qwen2, qwen3, ...).
 pub struct DecoderWeights<B: Backend> {
     pub token_embd: B::Matrix,
     pub layers: Vec<DecoderLayer<B>>,
     pub output_norm: B::Vector,
     /// `output.weight`, or the token embeddings when the model ties them.
-    pub output: B::Matrix,
+    pub output: Linear<B>,
+}
+
+/// Tensors a decoder file may carry that its graph does not read here: per-input scales of
+/// FP8 conversions (llama.cpp loads them and leaves them unused too), a classifier head
+/// (`cls.*`: reranking, not generation), and the RoPE factors (read by the configuration).
+fn ignored_by_decoders(name: &str) -> bool {
+    name.ends_with(".input_scale")
+        || name.starts_with("cls.")
+        || matches!(name, "rope_freqs.weight" | "rope_factors_long.weight" | "rope_factors_short.weight")
 }
 
 impl<B: Backend> DecoderWeights<B> {
     pub(crate) fn load(file: &Arc<GgufFile>, backend: &B, c: &ModelConfig) -> Result<DecoderWeights<B>, ModelError> {
-        let l = Loader { file, backend };
+        let l = Loader::new(file, backend);
         let f = &c.facts;
         let (e, q_out, kv_k, kv_v) = (c.n_embd, c.n_head * c.head_dim_k, c.k_dim(), c.v_dim());
         let token_embd = l.matrix("token_embd.weight", c.n_vocab, e)?;
+        // a norm over each head, or over the whole row of heads
+        let (q_norm_len, k_norm_len) = match f.qk_norm {
+            QkNorm::AcrossHeads => (q_out, kv_k),
+            QkNorm::PerHead | QkNorm::None => (c.head_dim_k, c.head_dim_k),
+        };
+        let pre_norm = |name: &str| if f.pre_norms { l.vector(name, e).map(Some) } else { Ok(None) };
         let mut layers = Vec::with_capacity(c.n_layer);
         for i in 0..c.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}");
+            // q, k and v as three projections, or one fused `attn_qkv` (Phi-3, GLM-4) taken apart
+            let [q, k, v] = match l.linear_parts(&n("attn_qkv"), [q_out, kv_k, kv_v], e)? {
+                Some(qkv) => qkv,
+                None => [l.linear(&n("attn_q"), q_out, e)?, l.linear(&n("attn_k"), kv_k, e)?, l.linear(&n("attn_v"), kv_v, e)?],
+            };
+            // gate and up as two projections, or one `ffn_up` of both (gate first: Phi-3, GLM-4)
+            let [ffn_gate, ffn_up] = match l.linear_opt(&n("ffn_gate"), c.n_ff, e)? {
+                Some(gate) => [gate, l.linear(&n("ffn_up"), c.n_ff, e)?],
+                None => {
+                    l.linear_parts(&n("ffn_up"), [c.n_ff, c.n_ff], e)?.ok_or_else(|| ModelError::MissingTensor(n("ffn_gate.weight")))?
+                }
+            };
             layers.push(DecoderLayer {
-                attn_norm: l.vector(&n("attn_norm.weight"), e)?,
-                wq: l.matrix(&n("attn_q.weight"), q_out, e)?,
-                wk: l.matrix(&n("attn_k.weight"), kv_k, e)?,
-                wv: l.matrix(&n("attn_v.weight"), kv_v, e)?,
-                bq: l.vector_opt(&n("attn_q.bias"), q_out)?,
-                bk: l.vector_opt(&n("attn_k.bias"), kv_k)?,
-                bv: l.vector_opt(&n("attn_v.bias"), kv_v)?,
-                q_norm: l.vector_if(f.qk_norm, &n("attn_q_norm.weight"), c.head_dim_k)?,
-                k_norm: l.vector_if(f.qk_norm, &n("attn_k_norm.weight"), c.head_dim_k)?,
-                wo: l.matrix(&n("attn_output.weight"), e, c.n_head * c.head_dim_v)?,
+                attn_norm: pre_norm(&n("attn_norm.weight"))?,
+                q,
+                k,
+                v,
+                q_norm: l.vector_if(f.qk_norm != QkNorm::None, &n("attn_q_norm.weight"), q_norm_len)?,
+                k_norm: l.vector_if(f.qk_norm != QkNorm::None, &n("attn_k_norm.weight"), k_norm_len)?,
+                o: l.linear(&n("attn_output"), e, c.n_head * c.head_dim_v)?,
                 attn_post_norm: l.vector_if(f.post_norms, &n("post_attention_norm.weight"), e)?,
-                ffn_norm: l.vector(&n("ffn_norm.weight"), e)?,
-                ffn_gate: l.matrix(&n("ffn_gate.weight"), c.n_ff, e)?,
-                ffn_up: l.matrix(&n("ffn_up.weight"), c.n_ff, e)?,
-                ffn_down: l.matrix(&n("ffn_down.weight"), e, c.n_ff)?,
+                ffn_norm: pre_norm(&n("ffn_norm.weight"))?,
+                ffn_gate,
+                ffn_up,
+                ffn_down: l.linear(&n("ffn_down"), e, c.n_ff)?,
                 ffn_post_norm: l.vector_if(f.post_norms, &n("post_ffw_norm.weight"), e)?,
             });
         }
         let output_norm = l.vector("output_norm.weight", e)?;
         // a model that ties its output to the token embeddings reads the same tensor (on the
         // CPU the same bytes of the map)
-        let output = match l.matrix_opt("output.weight", c.n_vocab, e)? {
+        let output = match l.linear_opt("output", c.n_vocab, e)? {
             Some(m) => m,
-            None => l.matrix("token_embd.weight", c.n_vocab, e)?,
+            None => Linear { w: l.matrix("token_embd.weight", c.n_vocab, e)?, b: None, scale: None },
         };
-        let products: Vec<&B::Matrix> =
-            layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down]).chain([&output]).collect();
+        l.refuse_unused(&c.arch, ignored_by_decoders)?;
+        let products: Vec<&B::Matrix> = layers
+            .iter()
+            .flat_map(|l| [&l.q.w, &l.k.w, &l.v.w, &l.o.w, &l.ffn_gate.w, &l.ffn_up.w, &l.ffn_down.w])
+            .chain([&output.w])
+            .collect();
         backend.prepare_products(&products)?;
         Ok(DecoderWeights { token_embd, layers, output_norm, output })
     }

@@ -8,7 +8,7 @@ pub enum TokenizerError {
     MissingKey(&'static str),
     #[error("metadata key {key} should be {expected}")]
     WrongType { key: &'static str, expected: &'static str },
-    #[error("unknown tokenizer model {0:?} (supported: \"llama\" (SPM), \"gpt2\" (BPE), \"bert\" (WPM))")]
+    #[error("unknown tokenizer model {0:?} (supported: \"llama\" (SPM), \"gpt2\" (BPE), \"bert\" (WPM), \"test\" (ids only))")]
     UnknownModel(String),
     #[error("unknown pre-tokenizer {0:?} in tokenizer.ggml.pre")]
     UnknownPreTokenizer(String),

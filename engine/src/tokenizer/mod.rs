@@ -1,10 +1,12 @@
 //! Tokenizers built from a GGUF's `tokenizer.ggml.*` metadata, producing the same ids as
 //! llama.cpp: SentencePiece-style BPE (`spm`), byte-level BPE with the named pre-tokenizer
-//! (`bpe`, `pretokenize`) and WordPiece (`wpm`), plus special-token parsing, decoding and a
+//! (`bpe`, `pretokenize`), WordPiece (`wpm`) and the id-only vocabulary of llama.cpp's generated
+//! test models (`hashed`), plus special-token parsing, decoding and a
 //! streaming detokenizer.
 
 mod bpe;
 mod error;
+mod hashed;
 mod pretokenize;
 mod special;
 mod spm;
@@ -29,6 +31,7 @@ enum Model {
     Spm(Spm),
     Bpe(Bpe),
     Wpm,
+    Hashed,
 }
 
 /// A tokenizer: text to token ids and back.
@@ -57,6 +60,7 @@ impl Tokenizer {
                 Model::Bpe(Bpe::new(&vocab, PreTokenizer::new(config.family), config.ignore_merges))
             }
             TokenizerKind::Wpm => Model::Wpm,
+            TokenizerKind::Test => Model::Hashed,
         };
         if vocab.kind == TokenizerKind::Wpm && (vocab.special.bos.is_none() || vocab.special.sep.is_none()) {
             return Err(TokenizerError::MissingSpecial("WordPiece", "[CLS] and [SEP]"));
@@ -138,6 +142,14 @@ impl Tokenizer {
                 }
                 if add_special {
                     out.extend(v.special.sep);
+                }
+            }
+            Model::Hashed => {
+                for f in fragments {
+                    match f {
+                        Fragment::Text(t) => hashed::tokenize(t.as_bytes(), v.n_tokens(), &mut out),
+                        Fragment::Token(id) => out.push(id),
+                    }
                 }
             }
         }
@@ -285,10 +297,9 @@ impl Tokenizer {
         let v = &self.vocab;
         let text = &v.texts[id as usize];
         let attr = v.attrs[id as usize];
-        if attr.has(TokenAttr::UNKNOWN | TokenAttr::CONTROL | TokenAttr::USER_DEFINED) {
-            return text.clone();
-        }
         match &self.model {
+            Model::Hashed => hashed::piece(id),
+            _ if attr.has(TokenAttr::UNKNOWN | TokenAttr::CONTROL | TokenAttr::USER_DEFINED) => text.clone(),
             Model::Spm(_) | Model::Wpm => {
                 if attr.has(TokenAttr::NORMAL) {
                     return unescape_spaces(text).into_boxed_slice();

@@ -20,6 +20,9 @@ pub enum TokenizerKind {
     Bpe,
     /// BERT WordPiece (`"bert"`).
     Wpm,
+    /// llama.cpp's id-only vocabulary of its generated test models (`"test"`): 5-byte chunks
+    /// hashed to ids, ids shown in hex.
+    Test,
 }
 
 impl TokenizerKind {
@@ -28,6 +31,7 @@ impl TokenizerKind {
             Self::Spm => "SPM",
             Self::Bpe => "BPE",
             Self::Wpm => "WPM",
+            Self::Test => "TEST",
         }
     }
 }
@@ -145,6 +149,7 @@ impl Vocab {
             "llama" => TokenizerKind::Spm,
             "gpt2" => TokenizerKind::Bpe,
             "bert" => TokenizerKind::Wpm,
+            "test" => TokenizerKind::Test,
             _ => return Err(TokenizerError::UnknownModel(model)),
         };
 
@@ -204,6 +209,12 @@ impl Vocab {
                     special.bos = None;
                 }
                 pre_config = Some(config);
+            }
+            // no special tokens, nothing added around a sequence
+            TokenizerKind::Test => {
+                add_bos = false;
+                add_space_prefix = false;
+                clean_spaces = false;
             }
         }
         if let Some(v) = file.get("tokenizer.ggml.add_space_prefix").and_then(Value::as_bool) {

@@ -1,6 +1,7 @@
 //! The engine against golden data (llama.cpp's outputs, faster-whisper's, the tokenizer
 //! vectors): one test binary, a module per subject, so that the suite links once.
 
+mod archs;
 mod chat_templates;
 mod embedding_input;
 mod embeddings;

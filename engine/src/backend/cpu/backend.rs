@@ -261,15 +261,26 @@ impl Backend for CpuBackend {
 
     fn rope(&self, x: &mut HostTensor, r: &Rope, positions: &[u32]) -> Result<(), BackendError> {
         whole_groups("rope", x, r.head_dim)?;
-        if positions.len() != x.rows || r.n_dims > r.head_dim || !r.n_dims.is_multiple_of(2) {
+        if positions.len() != x.rows
+            || r.n_dims > r.head_dim
+            || !r.n_dims.is_multiple_of(2)
+            || r.factors.as_ref().is_some_and(|f| f.len() < r.n_dims / 2)
+        {
             return Err(BackendError::shape(
                 "rope",
-                format!("{} positions, {} rows, {} of {} dims", positions.len(), x.rows, r.n_dims, r.head_dim),
+                format!(
+                    "{} positions, {} rows, {} of {} dims, {:?} factors",
+                    positions.len(),
+                    x.rows,
+                    r.n_dims,
+                    r.head_dim,
+                    r.factors.as_ref().map(|f| f.len())
+                ),
             ));
         }
         let cols = x.cols;
         for (row, &pos) in x.data.chunks_exact_mut(cols).zip(positions) {
-            rope_with(self.isa, row, r.head_dim, r.n_dims, pos, r.freq_base, r.freq_scale, r.kind);
+            rope_with(self.isa, row, r, pos);
         }
         Ok(())
     }
@@ -369,6 +380,14 @@ impl Backend for CpuBackend {
 
     fn scale(&self, x: &mut HostTensor, s: f32) -> Result<(), BackendError> {
         x.data.iter_mut().for_each(|v| *v *= s);
+        Ok(())
+    }
+
+    fn add_bias(&self, x: &mut HostTensor, b: &Vec<f32>) -> Result<(), BackendError> {
+        if b.len() != x.cols {
+            return Err(BackendError::shape("add_bias", format!("a bias of {} for rows of {}", b.len(), x.cols)));
+        }
+        x.data.chunks_exact_mut(x.cols).for_each(|row| row.iter_mut().zip(b).for_each(|(v, &c)| *v += c));
         Ok(())
     }
 

@@ -7,7 +7,7 @@ use half::f16;
 use super::reference as naive;
 use super::{nmse, OpCases, Rng};
 use crate::backend::{
-    Activation, AttentionRow, AttentionShape, Backend, BlockId, KvSlot, KvSource, KvStorage, KvType, Rope, RopeKind, RowInput,
+    Activation, AttentionRow, AttentionShape, Backend, BlockId, KvSlot, KvSource, KvStorage, KvType, Rope, RopeKind, RowInput, Yarn,
     BLOCK_POSITIONS,
 };
 use crate::gguf::{GgufFile, GgufWriter};
@@ -39,6 +39,7 @@ pub fn table<B: Backend>() -> Vec<OpCases<B>> {
         OpCases { op: "activate", bound: 1e-6, run: activate },
         OpCases { op: "add_scaled", bound: 1e-14, run: add_scaled },
         OpCases { op: "scale", bound: 1e-14, run: scale },
+        OpCases { op: "add_bias", bound: 1e-14, run: add_bias },
         OpCases { op: "softcap", bound: 1e-12, run: softcap },
         OpCases { op: "select_rows", bound: 0.0, run: select_rows },
     ]
@@ -203,17 +204,26 @@ fn layer_norm<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
 
 fn rope<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
     let mut out = Vec::new();
+    let factors: std::sync::Arc<[f32]> = (0..64).map(|i| 1.0 + (i % 5) as f32).collect();
+    let yarn = Yarn { ext_factor: 1.0, corr_dims: Yarn::corr_dims(64, 2048, 1e6, 32.0, 1.0) };
     for kind in [RopeKind::Norm, RopeKind::Neox] {
         // (heads, head size, rotated dims, base, scale)
         for (heads, head_dim, n_dims, base, scale) in [(4, 64, 64, 10000.0, 1.0), (2, 128, 64, 1e6, 0.25), (3, 40, 40, 10000.0, 1.0)] {
-            let r = Rope { kind, head_dim, n_dims, freq_base: base, freq_scale: scale };
-            let positions = [0u32, 1, 37, 511, 3000];
-            let cols = heads * head_dim;
-            let x = rng.values(positions.len() * cols, 2.0);
-            let mut t = host(b, positions.len(), cols, &x);
-            b.rope(&mut t, &r, &positions).expect("rope");
-            let case = format!("{kind:?} {heads}x{head_dim} ({n_dims} rotated), base {base}, scale {scale}, positions 0..3000");
-            out.push((case, nmse(&back(b, t), &naive::rope(&x, cols, &r, &positions))));
+            let plain = Rope::plain(kind, head_dim, n_dims, base, scale);
+            let mut ropes = vec![("", plain.clone())];
+            if n_dims == 64 {
+                ropes.push((", angle factors", Rope { factors: Some(factors.clone()), ..plain.clone() }));
+                ropes.push((", YaRN", Rope { yarn: Some(yarn), attn_factor: 0.9, ..plain }));
+            }
+            for (what, r) in ropes {
+                let positions = [0u32, 1, 37, 511, 3000];
+                let cols = heads * head_dim;
+                let x = rng.values(positions.len() * cols, 2.0);
+                let mut t = host(b, positions.len(), cols, &x);
+                b.rope(&mut t, &r, &positions).expect("rope");
+                let case = format!("{kind:?} {heads}x{head_dim} ({n_dims} rotated), base {base}, scale {scale}{what}, positions 0..3000");
+                out.push((case, nmse(&back(b, t), &naive::rope(&x, cols, &r, &positions))));
+            }
         }
     }
     out
@@ -361,6 +371,19 @@ fn scale<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
             b.scale(&mut t, s).expect("scale");
             let want: Vec<f64> = x.iter().map(|&a| f64::from(a) * f64::from(s)).collect();
             (format!("2x640 by {s}"), nmse(&back(b, t), &want))
+        })
+        .collect()
+}
+
+fn add_bias<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    [(1usize, 77usize), (3, 300)]
+        .into_iter()
+        .map(|(rows, cols)| {
+            let (x, bias) = (rng.values(rows * cols, 5.0), rng.values(cols, 2.0));
+            let mut t = host(b, rows, cols, &x);
+            b.add_bias(&mut t, &b.upload_vector(&bias).expect("vector")).expect("add_bias");
+            let want: Vec<f64> = x.iter().enumerate().map(|(i, &a)| f64::from(a) + f64::from(bias[i % cols])).collect();
+            (format!("{rows}x{cols}"), nmse(&back(b, t), &want))
         })
         .collect()
 }

@@ -40,21 +40,34 @@ pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32) -> Vec<f64> {
         .collect()
 }
 
-/// Rotates every head of every row by the exact angles `pos · base^(-2i/n_dims) · scale`.
+/// Rotates every head of every row by the exact angles `pos · base^(-2i/n_dims) / factor_i ·
+/// scale` (YaRN's blend where it applies), cosines and sines scaled by the attention factor.
 pub fn rope(x: &[f32], cols: usize, r: &Rope, positions: &[u32]) -> Vec<f64> {
     let mut out: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
     let half = r.n_dims / 2;
     for (row, &pos) in out.chunks_exact_mut(cols).zip(positions) {
         for head in row.chunks_exact_mut(r.head_dim) {
             for i in 0..half {
-                let theta = f64::from(pos) * f64::from(r.freq_base).powf(-2.0 * i as f64 / r.n_dims as f64) * f64::from(r.freq_scale);
+                let factor = r.factors.as_ref().map_or(1.0, |f| f64::from(f[i]));
+                let extrapolated = f64::from(pos) * f64::from(r.freq_base).powf(-2.0 * i as f64 / r.n_dims as f64) / factor;
+                let interpolated = extrapolated * f64::from(r.freq_scale);
+                let (theta, mscale) = match r.yarn {
+                    None => (interpolated, f64::from(r.attn_factor)),
+                    Some(y) => {
+                        let (low, high) = (f64::from(y.corr_dims[0]), f64::from(y.corr_dims[1]));
+                        let mix = (1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0)) * f64::from(y.ext_factor);
+                        let magnitude = 1.0 + 0.1 * (1.0 / f64::from(r.freq_scale)).ln();
+                        (interpolated * (1.0 - mix) + extrapolated * mix, f64::from(r.attn_factor) * magnitude)
+                    }
+                };
                 let (a, b) = match r.kind {
                     RopeKind::Norm => (2 * i, 2 * i + 1),
                     RopeKind::Neox => (i, i + half),
                 };
                 let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * theta.cos() - x1 * theta.sin();
-                head[b] = x0 * theta.sin() + x1 * theta.cos();
+                let (cos, sin) = (theta.cos() * mscale, theta.sin() * mscale);
+                head[a] = x0 * cos - x1 * sin;
+                head[b] = x0 * sin + x1 * cos;
             }
         }
     }

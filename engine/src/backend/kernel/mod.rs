@@ -269,6 +269,9 @@ where
             freq_base: r.freq_base,
             freq_scale: r.freq_scale,
             neox: r.kind == RopeKind::Neox,
+            factors: r.factors.as_deref(),
+            yarn: r.yarn.map(|y| (y.ext_factor, y.corr_dims)),
+            attn_factor: r.attn_factor,
         };
         launch::rope(&*self.rt, &x.buf, positions, args).map_err(self.fail("rope"))
     }
@@ -361,6 +364,13 @@ where
 
     fn scale(&self, x: &mut DeviceTensor<R>, s: f32) -> Result<(), BackendError> {
         launch::scale_or_cap(&*self.rt, "scale", &x.buf, s, x.rows * x.cols).map_err(self.fail("scale"))
+    }
+
+    fn add_bias(&self, x: &mut DeviceTensor<R>, b: &DeviceVector<R>) -> Result<(), BackendError> {
+        if b.len != x.cols {
+            return Err(BackendError::shape("add_bias", format!("a bias of {} for rows of {}", b.len, x.cols)));
+        }
+        launch::add_bias(&*self.rt, &x.buf, &b.buf, x.cols, x.rows * x.cols).map_err(self.fail("add_bias"))
     }
 
     fn softcap(&self, x: &mut DeviceTensor<R>, cap: f32) -> Result<(), BackendError> {

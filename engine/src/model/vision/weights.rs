@@ -8,9 +8,10 @@ use super::config::{Projector, VisionConfig};
 use crate::backend::Backend;
 use crate::gguf::{GgufFile, GgufWriter, TensorInfo};
 use crate::model::bert::LayerNorm;
+use crate::model::blocks::Linear;
 use crate::model::error::ModelError;
 use crate::model::weights::Loader;
-use crate::model::whisper::weights::{AttentionWeights, Layer, Linear};
+use crate::model::whisper::weights::{AttentionWeights, Layer};
 use crate::quant::{self, GgmlType};
 
 pub enum ProjectorWeights<B: Backend> {
@@ -39,7 +40,7 @@ pub struct VisionWeights<B: Backend> {
 
 fn linear<B: Backend>(l: &Loader<B>, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear<B>, ModelError> {
     let b = if bias { Some(l.vector(&format!("{name}.bias"), rows)?) } else { l.vector_opt(&format!("{name}.bias"), rows)? };
-    Ok(Linear { w: l.matrix(&format!("{name}.weight"), rows, cols)?, b })
+    Ok(Linear { w: l.matrix(&format!("{name}.weight"), rows, cols)?, b, scale: None })
 }
 
 fn norm<B: Backend>(l: &Loader<B>, name: &str, n: usize) -> Result<LayerNorm<B>, ModelError> {
@@ -89,7 +90,7 @@ fn host_matrix<B: Backend>(b: &B, name: &str, rows: usize, cols: usize, values: 
 
 impl<B: Backend> VisionWeights<B> {
     pub(crate) fn load(file: &Arc<GgufFile>, backend: &B, c: &VisionConfig) -> Result<VisionWeights<B>, ModelError> {
-        let l = Loader { file, backend };
+        let l = Loader::new(file, backend);
         let d = c.n_embd;
         // older converters wrote SigLIP's fc1 / fc2 under each other's names; llama.cpp swaps
         // them back when `ffn_down` has rows of n_embd values (which a correct file's has not)
@@ -140,7 +141,7 @@ impl<B: Backend> VisionWeights<B> {
             }
         };
         Ok(VisionWeights {
-            patch: Linear { w: patch_matrix(&l, c)?, b: Some(l.vector("v.patch_embd.bias", d)?) },
+            patch: Linear { w: patch_matrix(&l, c)?, b: Some(l.vector("v.patch_embd.bias", d)?), scale: None },
             patch_input_f16: file.tensor("v.patch_embd.weight").is_some_and(|t| t.ty != GgmlType::BF16),
             position: l.host_matrix("v.position_embd.weight", c.n_patches(), d)?,
             blocks,

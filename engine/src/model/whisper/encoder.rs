@@ -7,8 +7,9 @@
 //! `s·t - 1 ..= s·t + 1` of every channel.
 
 use super::config::WhisperConfig;
-use super::weights::{AttentionWeights, Layer, Linear, WhisperWeights};
+use super::weights::{AttentionWeights, Layer, WhisperWeights};
 use crate::backend::{Activation, AttentionRow, AttentionShape, Backend, KvSource};
+use crate::model::blocks::Linear;
 use crate::model::blocks::{attention_out, plain_ffn, project, project_each};
 use crate::model::error::ModelError;
 

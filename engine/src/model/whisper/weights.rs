@@ -9,14 +9,9 @@ use super::config::WhisperConfig;
 use crate::backend::Backend;
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::bert::LayerNorm;
+use crate::model::blocks::Linear;
 use crate::model::error::ModelError;
 use crate::model::weights::Loader;
-
-/// `x · wᵀ + b` of one layer.
-pub struct Linear<B: Backend> {
-    pub w: B::Matrix,
-    pub b: Option<B::Vector>,
-}
 
 /// Attention's projections: q, k (no bias in Whisper), v, and the output.
 pub struct AttentionWeights<B: Backend> {
@@ -63,7 +58,7 @@ pub struct WhisperWeights<B: Backend> {
 }
 
 fn linear<B: Backend>(l: &Loader<B>, name: &str, rows: usize, cols: usize) -> Result<Linear<B>, ModelError> {
-    Ok(Linear { w: l.matrix(&format!("{name}.weight"), rows, cols)?, b: l.vector_opt(&format!("{name}.bias"), rows)? })
+    Ok(Linear { w: l.matrix(&format!("{name}.weight"), rows, cols)?, b: l.vector_opt(&format!("{name}.bias"), rows)?, scale: None })
 }
 
 fn norm<B: Backend>(l: &Loader<B>, name: &str, n: usize) -> Result<LayerNorm<B>, ModelError> {
@@ -86,7 +81,7 @@ fn conv<B: Backend>(l: &Loader<B>, name: &str, n_in: usize, n_out: usize) -> Res
     if t.ty.row_bytes(cols).is_none() {
         return Err(ModelError::TensorType { name: wname, ty: t.ty });
     }
-    Ok(Linear { w: l.backend.upload_matrix(l.file, &flat, n_out, cols)?, b: Some(l.vector(&format!("{name}.bias"), n_out)?) })
+    Ok(Linear { w: l.backend.upload_matrix(l.file, &flat, n_out, cols)?, b: Some(l.vector(&format!("{name}.bias"), n_out)?), scale: None })
 }
 
 fn attention<B: Backend>(l: &Loader<B>, prefix: &str, d: usize) -> Result<AttentionWeights<B>, ModelError> {
@@ -118,7 +113,7 @@ fn layers<B: Backend>(l: &Loader<B>, side: &str, n_layer: usize, d: usize, cross
 
 impl<B: Backend> WhisperWeights<B> {
     pub(crate) fn load(file: &Arc<GgufFile>, backend: &B, c: &WhisperConfig) -> Result<WhisperWeights<B>, ModelError> {
-        let l = Loader { file, backend };
+        let l = Loader::new(file, backend);
         let (e, d) = (&c.encoder, &c.decoder);
         let position = l.host_matrix("enc.position", e.n_ctx, e.n_state)?;
         let encoder = EncoderWeights {

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Write the tiny random-weight models of the architectures beyond the tiny llama and granite
+(tests/fixtures/archs/), shaped as llama.cpp's tests/test-llama-archs writes them: a vocabulary of
+128 ids whose tokenizer model is "test" (ids only), n_embd 256, 2 layers, FFN 384, context 256,
+F32 weights. llama.cpp's logits on these files are the goldens (tools/make-arch-goldens.sh);
+tools/make-fixtures.sh runs this script and checks every file against archs/SHA256SUMS.
+
+Each architecture is a row of ARCHS: its metadata and which optional tensors it has. Two seeds per
+architecture (SEEDS) give two files, `<arch>-s<seed>.gguf`. Weights are N(0, 0.1) (as
+test-llama-archs draws them), norm weights 1 + N(0, 0.1), seeded per file and tensor name (numpy
+default_rng), so the output is byte-identical on every run.
+
+Usage: make-arch-models.py OUTDIR [ARCH...]      (default: every row)
+Needs: pip install gguf==0.19.0 numpy
+"""
+import argparse
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import gguf
+from gguf import GGUFWriter
+
+N_VOCAB = 128
+N_EMBD = 256
+N_LAYER = 2
+N_FF = 384
+N_CTX = 256
+SEEDS = (1, 2)
+
+# Per architecture: heads, KV heads, RoPE base and the optional parts its graph uses.
+#   n_layer:    layers (default N_LAYER; SmolLM3 needs 4 for its layer without RoPE)
+#   qk_norm:    "head": RMS norms of q and k per head (head_dim values); "row": over the whole
+#               row of heads (n_head·head_dim and n_head_kv·head_dim values)
+#   pre_norms:  attn_norm / ffn_norm before each block (default True)
+#   post_norms: post_attention_norm / post_ffw_norm after each block
+#   swa:        (window, pattern): attention.sliding_window and .sliding_window_pattern
+#   fused_qkv:  one attn_qkv matrix (and attn_qkv bias with qkv_bias) instead of attn_q/k/v
+#   fused_up:   one ffn_up of 2·N_FF rows (gate, then up) instead of ffn_gate and ffn_up
+#   rope_dims:  rope.dimension_count (partial rotation; default: the whole head)
+#   mrope:      rope.dimension_sections, written for seed 2 only (GLM-4: M-RoPE, whose text
+#               positions leave the fourth section's pairs unrotated)
+# and the optional tensors llama.cpp's loader creates for the architecture, which
+# test-llama-archs writes too:
+#   qkv_bias:   attn_q/k/v.bias (or attn_qkv.bias)
+#   o_bias, ffn_bias: attn_output.bias; ffn_gate/up/down.bias
+#   scales:     every matrix's per-tensor .scale (and the .input_scale llama.cpp loads unused);
+#               only where llama.cpp's graph applies every one of them (its phi3, glm4, olmo2 and
+#               smollm3 graphs leave the feed-forward ones unused, so those rows have none)
+#   rope_freqs: rope_freqs.weight (Llama 3.1's angle divisors)
+#   longrope:   rope_factors_short/long.weight (Phi-3); seed 2 sets an original context of 32
+#               positions, so that the long factors serve its goldens
+#   cls:        cls.output.weight (a reranking head, unused by generation)
+ARCHS = {
+    "llama": dict(n_head=4, n_head_kv=2, rope_base=500000.0, eps=1e-5, qkv_bias=True, o_bias=True, ffn_bias=True,
+                  scales=True, rope_freqs=True),
+    "qwen3": dict(n_head=4, n_head_kv=1, rope_base=1000000.0, eps=1e-6, qk_norm="head", qkv_bias=True, scales=True,
+                  cls=True),
+    "smollm3": dict(n_head=4, n_head_kv=2, rope_base=2000000.0, eps=1e-6, n_layer=4, qkv_bias=True),
+    "phi3": dict(n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-5, fused_qkv=True, fused_up=True,
+                 longrope=True),
+    "glm4": dict(n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-5, fused_qkv=True, qkv_bias=True, fused_up=True,
+                 post_norms=True, rope_dims=32, mrope=(4, 4, 4, 4)),
+    "olmo2": dict(n_head=4, n_head_kv=4, rope_base=500000.0, eps=1e-6, qk_norm="row", pre_norms=False,
+                  post_norms=True, swa=(8, 2), qkv_bias=True),
+}
+
+
+def rng_for(file, name):
+    seed = int.from_bytes(hashlib.sha256(f"{file}:{name}".encode()).digest()[:8], "little")
+    return np.random.default_rng(seed)
+
+
+def tensors_for(cfg):
+    """(name, numpy shape (rows, cols) or (n,), kind) of every tensor, in file order. Kinds: "w"
+    N(0, 0.1); "norm" (and scales) 1 + N(0, 0.1); "factor" (RoPE divisors) 1 + |N(0, 0.5)|."""
+    e, h, kv = N_EMBD, cfg["n_head"], cfg["n_head_kv"]
+    hd = e // h
+    pre, post = cfg.get("pre_norms", True), cfg.get("post_norms", False)
+    t = [("token_embd.weight", (N_VOCAB, e), "w")]
+
+    def proj(name, rows, cols, bias):
+        out = [(name + ".weight", (rows, cols), "w")]
+        if bias:
+            out.append((name + ".bias", (rows,), "w"))
+        if cfg.get("scales"):
+            out += [(name + ".scale", (1,), "norm"), (name + ".input_scale", (1,), "norm")]
+        return out
+
+    for i in range(cfg.get("n_layer", N_LAYER)):
+        b = f"blk.{i}."
+        if pre:
+            t.append((b + "attn_norm.weight", (e,), "norm"))
+        if cfg.get("fused_qkv"):
+            t += proj(b + "attn_qkv", (h + 2 * kv) * hd, e, cfg.get("qkv_bias"))
+        else:
+            t += proj(b + "attn_q", h * hd, e, cfg.get("qkv_bias"))
+            t += proj(b + "attn_k", kv * hd, e, cfg.get("qkv_bias"))
+            t += proj(b + "attn_v", kv * hd, e, cfg.get("qkv_bias"))
+        if cfg.get("qk_norm") == "head":
+            t += [(b + "attn_q_norm.weight", (hd,), "norm"), (b + "attn_k_norm.weight", (hd,), "norm")]
+        elif cfg.get("qk_norm") == "row":
+            t += [(b + "attn_q_norm.weight", (h * hd,), "norm"), (b + "attn_k_norm.weight", (kv * hd,), "norm")]
+        t += proj(b + "attn_output", e, h * hd, cfg.get("o_bias"))
+        if post:
+            t.append((b + "post_attention_norm.weight", (e,), "norm"))
+        if pre:
+            t.append((b + "ffn_norm.weight", (e,), "norm"))
+        if cfg.get("fused_up"):
+            t += proj(b + "ffn_up", 2 * N_FF, e, cfg.get("ffn_bias"))
+        else:
+            t += proj(b + "ffn_gate", N_FF, e, cfg.get("ffn_bias"))
+            t += proj(b + "ffn_up", N_FF, e, cfg.get("ffn_bias"))
+        t += proj(b + "ffn_down", e, N_FF, cfg.get("ffn_bias"))
+        if post:
+            t.append((b + "post_ffw_norm.weight", (e,), "norm"))
+    t += [("output_norm.weight", (e,), "norm"), ("output.weight", (N_VOCAB, e), "w")]
+    rope_pairs = cfg.get("rope_dims", hd) // 2
+    if cfg.get("rope_freqs"):
+        t.append(("rope_freqs.weight", (rope_pairs,), "factor"))
+    if cfg.get("longrope"):
+        t += [("rope_factors_long.weight", (rope_pairs,), "factor"), ("rope_factors_short.weight", (rope_pairs,), "factor")]
+    if cfg.get("cls"):
+        t.append(("cls.output.weight", (e,), "w"))
+    return t
+
+
+def write_model(arch, cfg, seed, out):
+    name = f"{arch}-s{seed}"
+    w = GGUFWriter(str(out), arch)
+    # not the architecture's name: llama.cpp gives some names' vocabularies special tokens
+    w.add_name(f"tiny random model, seed {seed}")
+    w.add_type("model")
+    w.add_context_length(N_CTX)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(cfg.get("n_layer", N_LAYER))
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(cfg["n_head"])
+    w.add_head_count_kv(cfg["n_head_kv"])
+    w.add_rope_freq_base(cfg["rope_base"])
+    w.add_layer_norm_rms_eps(cfg["eps"])
+    if cfg.get("longrope") and seed == 2:
+        w.add_uint32(f"{arch}.rope.scaling.original_context_length", 32)
+    if "mrope" in cfg and seed == 2:
+        w.add_array(f"{arch}.rope.dimension_sections", list(cfg["mrope"]))
+    if "rope_dims" in cfg:
+        w.add_rope_dimension_count(cfg["rope_dims"])
+    if "swa" in cfg:
+        window, pattern = cfg["swa"]
+        w.add_sliding_window(window)
+        w.add_uint32(f"{arch}.attention.sliding_window_pattern", pattern)
+    w.add_vocab_size(N_VOCAB)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model("test")
+    w.add_token_list([f"tok_{i}" for i in range(N_VOCAB)])
+    w.add_token_scores([0.0] * N_VOCAB)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    for tname, shape, kind in tensors_for(cfg):
+        rng = rng_for(name, tname)
+        a = rng.standard_normal(shape) * 0.1
+        if kind == "norm":
+            a += 1.0
+        elif kind == "factor":
+            a = 1.0 + np.abs(a) * 5.0
+        w.add_tensor(tname, a.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("outdir")
+    ap.add_argument("archs", nargs="*", help=f"architectures (default: all of {', '.join(ARCHS)})")
+    a = ap.parse_args()
+    out = Path(a.outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    for arch in a.archs or ARCHS:
+        if arch not in ARCHS:
+            ap.error(f"no architecture {arch!r} (have: {', '.join(ARCHS)})")
+        for seed in SEEDS:
+            dst = out / f"{arch}-s{seed}.gguf"
+            tmp = out / f"{arch}-s{seed}.gguf.tmp"
+            write_model(arch, ARCHS[arch], seed, tmp)
+            tmp.replace(dst)
+            print("wrote", dst, dst.stat().st_size)
+
+
+if __name__ == "__main__":
+    main()
