@@ -37,6 +37,9 @@ SEEDS = (1, 2)
 #   swa:        (window, pattern): attention.sliding_window and .sliding_window_pattern
 #   fused_qkv:  one attn_qkv matrix (and attn_qkv bias with qkv_bias) instead of attn_q/k/v
 #   fused_up:   one ffn_up of 2·N_FF rows (gate, then up) instead of ffn_gate and ffn_up
+#   arch:       the file's architecture when the row's name is not it ("llama-moe": Mixtral-style)
+#   moe:        (experts, experts used, expert FFN width): every layer a mixture of experts
+#               (ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps instead of the dense FFN)
 #   rope_dims:  rope.dimension_count (partial rotation; default: the whole head)
 #   mrope:      rope.dimension_sections, written for seed 2 only (GLM-4: M-RoPE, whose text
 #               positions leave the fourth section's pairs unrotated)
@@ -54,6 +57,8 @@ SEEDS = (1, 2)
 ARCHS = {
     "llama": dict(n_head=4, n_head_kv=2, rope_base=500000.0, eps=1e-5, qkv_bias=True, o_bias=True, ffn_bias=True,
                   scales=True, rope_freqs=True),
+    "llama-moe": dict(arch="llama", n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-5, moe=(4, 2, N_FF)),
+    "qwen3moe": dict(n_head=4, n_head_kv=1, rope_base=1000000.0, eps=1e-6, qk_norm="head", moe=(6, 2, 128)),
     "qwen3": dict(n_head=4, n_head_kv=1, rope_base=1000000.0, eps=1e-6, qk_norm="head", qkv_bias=True, scales=True,
                   cls=True),
     "smollm3": dict(n_head=4, n_head_kv=2, rope_base=2000000.0, eps=1e-6, n_layer=4, qkv_bias=True),
@@ -106,12 +111,19 @@ def tensors_for(cfg):
             t.append((b + "post_attention_norm.weight", (e,), "norm"))
         if pre:
             t.append((b + "ffn_norm.weight", (e,), "norm"))
-        if cfg.get("fused_up"):
+        if "moe" in cfg:
+            n_exp, _, ff = cfg["moe"]
+            t += [(b + "ffn_gate_inp.weight", (n_exp, e), "w"),
+                  (b + "ffn_gate_exps.weight", (n_exp, ff, e), "w"),
+                  (b + "ffn_up_exps.weight", (n_exp, ff, e), "w"),
+                  (b + "ffn_down_exps.weight", (n_exp, e, ff), "w")]
+        elif cfg.get("fused_up"):
             t += proj(b + "ffn_up", 2 * N_FF, e, cfg.get("ffn_bias"))
+            t += proj(b + "ffn_down", e, N_FF, cfg.get("ffn_bias"))
         else:
             t += proj(b + "ffn_gate", N_FF, e, cfg.get("ffn_bias"))
             t += proj(b + "ffn_up", N_FF, e, cfg.get("ffn_bias"))
-        t += proj(b + "ffn_down", e, N_FF, cfg.get("ffn_bias"))
+            t += proj(b + "ffn_down", e, N_FF, cfg.get("ffn_bias"))
         if post:
             t.append((b + "post_ffw_norm.weight", (e,), "norm"))
     t += [("output_norm.weight", (e,), "norm"), ("output.weight", (N_VOCAB, e), "w")]
@@ -125,8 +137,9 @@ def tensors_for(cfg):
     return t
 
 
-def write_model(arch, cfg, seed, out):
-    name = f"{arch}-s{seed}"
+def write_model(row, cfg, seed, out):
+    name = f"{row}-s{seed}"
+    arch = cfg.get("arch", row)
     w = GGUFWriter(str(out), arch)
     # not the architecture's name: llama.cpp gives some names' vocabularies special tokens
     w.add_name(f"tiny random model, seed {seed}")
@@ -143,6 +156,11 @@ def write_model(arch, cfg, seed, out):
         w.add_uint32(f"{arch}.rope.scaling.original_context_length", 32)
     if "mrope" in cfg and seed == 2:
         w.add_array(f"{arch}.rope.dimension_sections", list(cfg["mrope"]))
+    if "moe" in cfg:
+        n_exp, n_used, ff = cfg["moe"]
+        w.add_expert_count(n_exp)
+        w.add_expert_used_count(n_used)
+        w.add_expert_feed_forward_length(ff)
     if "rope_dims" in cfg:
         w.add_rope_dimension_count(cfg["rope_dims"])
     if "swa" in cfg:
@@ -172,7 +190,7 @@ def write_model(arch, cfg, seed, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir")
-    ap.add_argument("archs", nargs="*", help=f"architectures (default: all of {', '.join(ARCHS)})")
+    ap.add_argument("archs", nargs="*", help=f"rows of ARCHS (default: all of {', '.join(ARCHS)})")
     a = ap.parse_args()
     out = Path(a.outdir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-// Element-wise kernels over f32 activations: residual adds, biases, scaling, the logit soft cap, row
+// Element-wise kernels over f32 activations: residual adds, biases, experts' weighted rows,
+// scaling, the logit soft cap, row
 // selection. One thread per element; each element's arithmetic is the CPU backend's, so the
 // result does not depend on the launch.
 #include "portable.cuh"
@@ -31,6 +32,17 @@ KERNEL void softcap(float* x, float cap, int64_t n) {
     const int64_t i = (int64_t)BLOCK_ID * BLOCK_THREADS + THREAD_ID;
     if (i < n) {
         x[i] = tanhf(x[i] / cap) * cap;
+    }
+}
+
+// out row out_rows[i] += weights[i] · src row src_rows[i] (the product rounded, then the sum, as
+// the CPU computes it); grid (row blocks of `cols`, pairs). No out row appears twice in a launch.
+KERNEL void add_weighted_rows(float* out, const float* src, const int32_t* src_rows, const int32_t* out_rows, const float* weights, int cols) {
+    const int c = BLOCK_ID * BLOCK_THREADS + THREAD_ID;
+    const int i = BLOCK_ID_Y;
+    if (c < cols) {
+        const float v = src[(int64_t)src_rows[i] * cols + c] * weights[i];
+        out[(int64_t)out_rows[i] * cols + c] = out[(int64_t)out_rows[i] * cols + c] + v;
     }
 }
 

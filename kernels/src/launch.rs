@@ -112,6 +112,35 @@ pub fn scale_or_cap<R: Runtime>(rt: &R, kernel: &'static str, x: &R::Buffer, s: 
     go(rt, kernel, [dim(kernel, "blocks", blocks_of(n))?, 1, 1], THREADS, &[Arg::Buf(x), Arg::F32(s), Arg::I64(n as i64)])
 }
 
+/// `out` row `out_rows[i]` += `weights[i]` · `src` row `src_rows[i]`, for `src` of `src_len` rows
+/// and `out` of `out_len` rows of `cols`; an `out` row may appear only once.
+#[allow(clippy::too_many_arguments)]
+pub fn add_weighted_rows<R: Runtime>(
+    rt: &R,
+    out: &R::Buffer,
+    out_len: usize,
+    src: &R::Buffer,
+    src_len: usize,
+    pairs: &[(usize, usize, f32)],
+    cols: usize,
+) -> Result<(), RuntimeError> {
+    const K: &str = "add_weighted_rows";
+    let mut seen = std::collections::HashSet::new();
+    if let Some(&(s, o, _)) = pairs.iter().find(|&&(s, o, _)| s >= src_len || o >= out_len || !seen.insert(o)) {
+        return Err(RuntimeError::Device(format!("{K}: source row {s} of {src_len} into row {o} of {out_len} (each once)")));
+    }
+    check(rt, K, "out", out, out_len * cols * 4)?;
+    check(rt, K, "src", src, src_len * cols * 4)?;
+    let src_rows: Vec<i32> = pairs.iter().map(|p| p.0 as i32).collect();
+    let out_rows: Vec<i32> = pairs.iter().map(|p| p.1 as i32).collect();
+    let weights: Vec<u8> = pairs.iter().flat_map(|p| p.2.to_le_bytes()).collect();
+    let (src_rows, out_rows, weights) = (ints(rt, &src_rows)?, ints(rt, &out_rows)?, rt.upload_read_only(&weights)?);
+    let grid = [dim(K, "blocks", blocks_of(cols))?, dim(K, "pairs", pairs.len())?, 1];
+    let args =
+        [Arg::Buf(out), Arg::Buf(src), Arg::Buf(&src_rows), Arg::Buf(&out_rows), Arg::Buf(&weights), Arg::I32(int(K, "cols", cols)?)];
+    go(rt, K, grid, THREADS, &args)
+}
+
 /// `out` row r = `x` row `pick[r]`; `x` has `rows` rows of `cols`.
 pub fn select_rows<R: Runtime>(
     rt: &R,

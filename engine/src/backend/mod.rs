@@ -219,6 +219,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn add_scaled(&self, x: &mut Self::Tensor, y: &Self::Tensor, scale: f32) -> Result<(), BackendError>;
     /// `x *= s`.
     fn scale(&self, x: &mut Self::Tensor, s: f32) -> Result<(), BackendError>;
+    /// `out[o] += w · src[s]` for every `(s, o, w)` of `pairs`, the product rounded before the
+    /// sum: a mixture of experts' outputs added into their tokens' rows. An `out` row appears at
+    /// most once in a call, so the order of additions into a row is the order of the calls.
+    fn add_weighted_rows(&self, out: &mut Self::Tensor, src: &Self::Tensor, pairs: &[(usize, usize, f32)]) -> Result<(), BackendError>;
     /// `x[r] += b` for every row `r` (a projection's bias added after its scale).
     fn add_bias(&self, x: &mut Self::Tensor, b: &Self::Vector) -> Result<(), BackendError>;
     /// `x = tanh(x / cap) · cap`.

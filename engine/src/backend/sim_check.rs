@@ -157,6 +157,17 @@ fn the_kernels_run_on_host_threads_agree_with_the_cpu_backend() {
     let mut want = host(3, 300, x);
     cpu.add_bias(&mut want, &bias).unwrap();
     report.check("add_bias", "3x300", &got, &want.data, 0.0);
+    let (base, src) = (rng.values(5 * 130, 3.0), rng.values(4 * 130, 3.0));
+    let pairs = [(3usize, 0usize, 0.25f32), (0, 4, 1.5), (2, 1, -0.75)];
+    let mut got = base.clone();
+    let (srows, orows): (Vec<i32>, Vec<i32>) = pairs.iter().map(|p| (p.0 as i32, p.1 as i32)).unzip();
+    let weights: Vec<f32> = pairs.iter().map(|p| p.2).collect();
+    let c = 130i32;
+    let (op, sp, srp, orp, wp) = (got.as_mut_ptr(), src.as_ptr(), srows.as_ptr(), orows.as_ptr(), weights.as_ptr());
+    run("add_weighted_rows", [blocks(130), pairs.len() as u32, 1], &mut host_args![op, sp, srp, orp, wp, c]);
+    let mut want = host(5, 130, base);
+    cpu.add_weighted_rows(&mut want, &host(4, 130, src), &pairs).unwrap();
+    report.check("add_weighted_rows", "3 of 4 rows into 5x130", &got, &want.data, 0.0);
     let x = rng.values(2 * 640, 50.0);
     for (kernel, value) in [("scale", 29.9f32), ("softcap", 30.0)] {
         let mut got = x.clone();

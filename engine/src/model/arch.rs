@@ -34,6 +34,31 @@ pub struct SlidingWindow {
     pub default_rope_base: Option<f32>,
 }
 
+/// How a mixture-of-experts layer turns its router's logits into expert probabilities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    Softmax,
+    Sigmoid,
+}
+
+/// Whether the chosen experts' weights are divided by their sum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightNorm {
+    Always,
+    Never,
+    /// As `<arch>.expert_weights_norm` says (false when absent).
+    FromKey,
+}
+
+/// How the architecture routes a token to its experts, in the layers whose file has a router
+/// (`ffn_gate_inp`): probabilities by `gating`, the `expert_used_count` most probable experts,
+/// their weights normalised as `norm` says.
+#[derive(Clone, Copy, Debug)]
+pub struct Routing {
+    pub gating: Gating,
+    pub norm: WeightNorm,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct ArchFacts {
     pub name: &'static str,
@@ -65,6 +90,7 @@ pub struct ArchFacts {
     pub rope_skip_every: usize,
     /// Encoder with token-type and position embeddings and post-layer norms (BERT).
     pub encoder: bool,
+    pub routing: Routing,
 }
 
 const DECODER: ArchFacts = ArchFacts {
@@ -82,13 +108,16 @@ const DECODER: ArchFacts = ArchFacts {
     mrope_sections: false,
     rope_skip_every: 0,
     encoder: false,
+    routing: Routing { gating: Gating::Softmax, norm: WeightNorm::Always },
 };
 
 pub const ARCHS: &[ArchFacts] = &[
     ArchFacts { name: "llama", ..DECODER },
     ArchFacts { name: "granite", embedding_scale: EmbeddingScale::FromKey, scales_from_keys: true, ..DECODER },
+    ArchFacts { name: "granitemoe", embedding_scale: EmbeddingScale::FromKey, scales_from_keys: true, ..DECODER },
     ArchFacts { name: "qwen2", rope: Some(RopeKind::Neox), ..DECODER },
     ArchFacts { name: "qwen3", rope: Some(RopeKind::Neox), qk_norm: QkNorm::PerHead, ..DECODER },
+    ArchFacts { name: "qwen3moe", rope: Some(RopeKind::Neox), qk_norm: QkNorm::PerHead, ..DECODER },
     ArchFacts { name: "smollm3", rope_skip_every: 4, ..DECODER },
     ArchFacts { name: "phi3", rope: Some(RopeKind::Neox), ..DECODER },
     ArchFacts { name: "glm4", post_norms: true, mrope_sections: true, ..DECODER },

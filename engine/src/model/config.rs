@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::arch::{ArchFacts, EmbeddingScale};
+use super::arch::{ArchFacts, EmbeddingScale, Gating, WeightNorm};
 use super::error::ModelError;
 use super::weights::host_vector;
 use crate::backend::types::{AttentionShape, Rope, RopeKind, Yarn};
@@ -67,6 +67,24 @@ pub struct ModelConfig {
     pub swa_layers: Vec<bool>,
     /// BERT: pooling type from `<arch>.pooling_type` (0 none, 1 mean, 2 cls, 3 last).
     pub pooling_type: u32,
+    /// The mixture of experts of the layers that have a router, when the file has experts.
+    pub experts: Option<ExpertConfig>,
+}
+
+/// A mixture-of-experts layer's shape and routing.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpertConfig {
+    /// Experts per layer (`expert_count`) and experts each token uses (`expert_used_count`).
+    pub n_expert: usize,
+    pub n_used: usize,
+    /// Each expert's feed-forward width (`expert_feed_forward_length`, else (or when 0)
+    /// `feed_forward_length`).
+    pub n_ff: usize,
+    pub gating: Gating,
+    /// The chosen experts' weights divided by their sum.
+    pub normalize: bool,
+    /// The weights multiplied by this (`expert_weights_scale`; 1 when absent or 0).
+    pub weights_scale: f32,
 }
 
 /// Reads `<arch>.<suffix>` keys.
@@ -146,6 +164,38 @@ fn mrope_text_pairs(m: &Meta, n_dims: usize) -> Result<Option<Vec<bool>>, ModelE
     let total: usize = sections.iter().sum();
     let fourth = sections[0] + sections[1] + sections[2];
     Ok(Some((0..n_dims / 2).map(|i| i % total >= fourth).collect()))
+}
+
+/// The experts' configuration, when `expert_count` is positive.
+fn expert_config(m: &Meta, facts: &ArchFacts, n_ff: usize) -> Result<Option<ExpertConfig>, ModelError> {
+    let n_expert = m.usize_opt("expert_count")?.unwrap_or(0);
+    if n_expert == 0 {
+        return Ok(None);
+    }
+    let n_used = m.usize("expert_used_count")?;
+    if n_used == 0 || n_used > n_expert {
+        return Err(ModelError::BadKey { key: m.key("expert_used_count"), reason: format!("{n_used} of {n_expert} experts") });
+    }
+    // 0 stands for absent (files of architectures whose experts are `feed_forward_length` wide)
+    let n_ff = m.usize_opt("expert_feed_forward_length")?.filter(|&n| n > 0).unwrap_or(n_ff);
+    let gating = match m.usize_opt("expert_gating_func")? {
+        None | Some(0) => facts.routing.gating,
+        Some(1) => Gating::Softmax,
+        Some(2) => Gating::Sigmoid,
+        Some(other) => {
+            return Err(ModelError::BadKey {
+                key: m.key("expert_gating_func"),
+                reason: format!("gating function {other} is not supported"),
+            })
+        }
+    };
+    let normalize = match facts.routing.norm {
+        WeightNorm::Always => true,
+        WeightNorm::Never => false,
+        WeightNorm::FromKey => m.file.get(&m.key("expert_weights_norm")).and_then(Value::as_bool).unwrap_or(false),
+    };
+    let weights_scale = m.f32_opt("expert_weights_scale")?.filter(|s| *s != 0.0).unwrap_or(1.0);
+    Ok(Some(ExpertConfig { n_expert, n_used, n_ff, gating, normalize, weights_scale }))
 }
 
 /// The angle divisors a file stores as tensors, `n_dims / 2` values each.
@@ -288,6 +338,7 @@ impl ModelConfig {
             }
         }
         let pooling_type = m.usize_opt("pooling_type")?.unwrap_or(0) as u32;
+        let experts = expert_config(&m, facts, n_ff)?;
 
         Ok(ModelConfig {
             arch: arch.to_string(),
@@ -311,6 +362,7 @@ impl ModelConfig {
             sliding_window,
             swa_layers,
             pooling_type,
+            experts,
         })
     }
 

@@ -14,7 +14,8 @@ use super::arch::EmbeddingScale;
 use super::blocks::{gated_ffn, linear, linear_each, ScaleAt};
 use super::config::ModelConfig;
 use super::error::ModelError;
-use super::weights::DecoderWeights;
+use super::moe;
+use super::weights::{DecoderWeights, FeedForward};
 use super::{InputEntry, Logits};
 use crate::backend::{AttentionRow, Backend, BackendError, BlockId, KvSlot, KvSource, RowInput};
 use crate::kv_cache::{KvCache, SeqId};
@@ -182,7 +183,10 @@ pub(crate) fn forward<B: Backend>(
 
         // feed-forward
         let input = pre_norm(b, &x, layer.ffn_norm.as_ref(), eps, &mut h)?;
-        let mut d = gated_ffn(b, c.facts.activation, &layer.ffn_gate, &layer.ffn_up, &layer.ffn_down, input)?; // n x e
+        let mut d = match &layer.ffn {
+            FeedForward::Dense { gate, up, down } => gated_ffn(b, c.facts.activation, gate, up, down, input)?, // n x e
+            FeedForward::Experts(x) => moe::forward(b, c.facts.activation, x, input)?,                         // n x e
+        };
         if let Some(pn) = &layer.ffn_post_norm {
             b.rms_norm_in_place(&mut d, pn, eps)?;
         }

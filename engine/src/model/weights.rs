@@ -11,6 +11,7 @@ use super::arch::QkNorm;
 use super::blocks::Linear;
 use super::config::ModelConfig;
 use super::error::ModelError;
+use super::moe::Experts;
 use crate::backend::Backend;
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant;
@@ -69,6 +70,24 @@ impl<'a, B: Backend> Loader<'a, B> {
             Some(t) => Err(ModelError::UnusedTensor { name: t.name.clone(), arch: arch.to_string() }),
             None => Ok(()),
         }
+    }
+
+    /// The 3-D tensor `name` of `n` stacked `rows` x `cols` matrices (a mixture's experts), as
+    /// one matrix per expert over the same bytes.
+    pub fn expert_matrices(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<B::Matrix>, ModelError> {
+        let t = self.info(name).ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        let expected = vec![cols as u64, rows as u64, n as u64];
+        if t.dims != expected {
+            return Err(ModelError::TensorShape { name: name.into(), expected, got: t.dims.clone() });
+        }
+        self.check_type(t)?;
+        (0..n)
+            .map(|e| {
+                let part =
+                    t.rows((e * rows) as u64, rows as u64).ok_or_else(|| ModelError::MissingTensor(format!("{name}: expert {e}")))?;
+                Ok(self.backend.upload_matrix(self.file, &part, rows, cols)?)
+            })
+            .collect()
     }
 
     /// The per-tensor scale `name` (one value), if present.
@@ -230,10 +249,23 @@ pub struct DecoderLayer<B: Backend> {
     pub o: Linear<B>,
     pub attn_post_norm: Option<B::Vector>,
     pub ffn_norm: Option<B::Vector>,
-    pub ffn_gate: Linear<B>,
-    pub ffn_up: Linear<B>,
-    pub ffn_down: Linear<B>,
+    pub ffn: FeedForward<B>,
     pub ffn_post_norm: Option<B::Vector>,
+}
+
+/// A layer's feed-forward block: one gated block, or a mixture of experts.
+pub enum FeedForward<B: Backend> {
+    Dense { gate: Linear<B>, up: Linear<B>, down: Linear<B> },
+    Experts(Experts<B>),
+}
+
+impl<B: Backend> FeedForward<B> {
+    fn matrices(&self) -> Vec<&B::Matrix> {
+        match self {
+            FeedForward::Dense { gate, up, down } => vec![&gate.w, &up.w, &down.w],
+            FeedForward::Experts(x) => x.matrices().collect(),
+        }
+    }
 }
 
 /// The weights of a decoder-only model (llama, granite, qwen2, qwen3, ...).
@@ -274,11 +306,21 @@ impl<B: Backend> DecoderWeights<B> {
                 Some(qkv) => qkv,
                 None => [l.linear(&n("attn_q"), q_out, e)?, l.linear(&n("attn_k"), kv_k, e)?, l.linear(&n("attn_v"), kv_v, e)?],
             };
-            // gate and up as two projections, or one `ffn_up` of both (gate first: Phi-3, GLM-4)
-            let [ffn_gate, ffn_up] = match l.linear_opt(&n("ffn_gate"), c.n_ff, e)? {
-                Some(gate) => [gate, l.linear(&n("ffn_up"), c.n_ff, e)?],
+            let experts = match &c.experts {
+                Some(x) => Experts::load(&l, i, x, e)?,
+                None => None,
+            };
+            let ffn = match experts {
+                Some(x) => FeedForward::Experts(x),
                 None => {
-                    l.linear_parts(&n("ffn_up"), [c.n_ff, c.n_ff], e)?.ok_or_else(|| ModelError::MissingTensor(n("ffn_gate.weight")))?
+                    // gate and up as two projections, or one `ffn_up` of both (gate first: Phi-3, GLM-4)
+                    let [gate, up] = match l.linear_opt(&n("ffn_gate"), c.n_ff, e)? {
+                        Some(gate) => [gate, l.linear(&n("ffn_up"), c.n_ff, e)?],
+                        None => l
+                            .linear_parts(&n("ffn_up"), [c.n_ff, c.n_ff], e)?
+                            .ok_or_else(|| ModelError::MissingTensor(n("ffn_gate.weight")))?,
+                    };
+                    FeedForward::Dense { gate, up, down: l.linear(&n("ffn_down"), e, c.n_ff)? }
                 }
             };
             layers.push(DecoderLayer {
@@ -291,9 +333,7 @@ impl<B: Backend> DecoderWeights<B> {
                 o: l.linear(&n("attn_output"), e, c.n_head * c.head_dim_v)?,
                 attn_post_norm: l.vector_if(f.post_norms, &n("post_attention_norm.weight"), e)?,
                 ffn_norm: pre_norm(&n("ffn_norm.weight"))?,
-                ffn_gate,
-                ffn_up,
-                ffn_down: l.linear(&n("ffn_down"), e, c.n_ff)?,
+                ffn,
                 ffn_post_norm: l.vector_if(f.post_norms, &n("post_ffw_norm.weight"), e)?,
             });
         }
@@ -305,11 +345,8 @@ impl<B: Backend> DecoderWeights<B> {
             None => Linear { w: l.matrix("token_embd.weight", c.n_vocab, e)?, b: None, scale: None },
         };
         l.refuse_unused(&c.arch, ignored_by_decoders)?;
-        let products: Vec<&B::Matrix> = layers
-            .iter()
-            .flat_map(|l| [&l.q.w, &l.k.w, &l.v.w, &l.o.w, &l.ffn_gate.w, &l.ffn_up.w, &l.ffn_down.w])
-            .chain([&output.w])
-            .collect();
+        let products: Vec<&B::Matrix> =
+            layers.iter().flat_map(|l| [&l.q.w, &l.k.w, &l.v.w, &l.o.w].into_iter().chain(l.ffn.matrices())).chain([&output.w]).collect();
         backend.prepare_products(&products)?;
         Ok(DecoderWeights { token_embd, layers, output_norm, output })
     }

@@ -383,6 +383,22 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn add_weighted_rows(&self, out: &mut HostTensor, src: &HostTensor, pairs: &[(usize, usize, f32)]) -> Result<(), BackendError> {
+        let mut seen = std::collections::HashSet::new();
+        if out.cols != src.cols || pairs.iter().any(|&(s, o, _)| s >= src.rows || o >= out.rows || !seen.insert(o)) {
+            return Err(BackendError::shape(
+                "add_weighted_rows",
+                format!("{} pairs from {}x{} into {}x{} (each row once)", pairs.len(), src.rows, src.cols, out.rows, out.cols),
+            ));
+        }
+        let cols = out.cols;
+        for &(s, o, w) in pairs {
+            let from = &src.data[s * cols..(s + 1) * cols];
+            out.data[o * cols..(o + 1) * cols].iter_mut().zip(from).for_each(|(a, &v)| *a += v * w);
+        }
+        Ok(())
+    }
+
     fn add_bias(&self, x: &mut HostTensor, b: &Vec<f32>) -> Result<(), BackendError> {
         if b.len() != x.cols {
             return Err(BackendError::shape("add_bias", format!("a bias of {} for rows of {}", b.len(), x.cols)));

@@ -40,6 +40,7 @@ pub fn table<B: Backend>() -> Vec<OpCases<B>> {
         OpCases { op: "add_scaled", bound: 1e-14, run: add_scaled },
         OpCases { op: "scale", bound: 1e-14, run: scale },
         OpCases { op: "add_bias", bound: 1e-14, run: add_bias },
+        OpCases { op: "add_weighted_rows", bound: 1e-14, run: add_weighted_rows },
         OpCases { op: "softcap", bound: 1e-12, run: softcap },
         OpCases { op: "select_rows", bound: 0.0, run: select_rows },
     ]
@@ -386,6 +387,22 @@ fn add_bias<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
             (format!("{rows}x{cols}"), nmse(&back(b, t), &want))
         })
         .collect()
+}
+
+fn add_weighted_rows<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    let (out_rows, src_rows, cols) = (5usize, 4usize, 130usize);
+    let (base, src) = (rng.values(out_rows * cols, 3.0), rng.values(src_rows * cols, 3.0));
+    // (source row, output row, weight): rows out of order, two output rows untouched
+    let pairs = [(3usize, 0usize, 0.25f32), (0, 4, 1.5), (2, 1, -0.75)];
+    let mut t = host(b, out_rows, cols, &base);
+    b.add_weighted_rows(&mut t, &host(b, src_rows, cols, &src), &pairs).expect("add_weighted_rows");
+    let mut want = widen(&base);
+    for &(s, o, w) in &pairs {
+        for c in 0..cols {
+            want[o * cols + c] += f64::from(src[s * cols + c]) * f64::from(w);
+        }
+    }
+    vec![(format!("3 of {src_rows} rows into {out_rows}x{cols}"), nmse(&back(b, t), &want))]
 }
 
 fn softcap<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {

@@ -366,6 +366,19 @@ where
         launch::scale_or_cap(&*self.rt, "scale", &x.buf, s, x.rows * x.cols).map_err(self.fail("scale"))
     }
 
+    fn add_weighted_rows(
+        &self,
+        out: &mut DeviceTensor<R>,
+        src: &DeviceTensor<R>,
+        pairs: &[(usize, usize, f32)],
+    ) -> Result<(), BackendError> {
+        if out.cols != src.cols {
+            return Err(BackendError::shape("add_weighted_rows", format!("rows of {} into rows of {}", src.cols, out.cols)));
+        }
+        launch::add_weighted_rows(&*self.rt, &out.buf, out.rows, &src.buf, src.rows, pairs, out.cols)
+            .map_err(self.fail("add_weighted_rows"))
+    }
+
     fn add_bias(&self, x: &mut DeviceTensor<R>, b: &DeviceVector<R>) -> Result<(), BackendError> {
         if b.len != x.cols {
             return Err(BackendError::shape("add_bias", format!("a bias of {} for rows of {}", b.len, x.cols)));

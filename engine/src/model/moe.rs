@@ -1,0 +1,173 @@
+//! Mixture-of-experts feed-forward layers: a router chooses each token's experts, each expert
+//! (a gated feed-forward block) runs once per step over the rows routed to it, and the rows come
+//! back weighted, added in the order of the token's choices, as llama.cpp's `build_moe_ffn`
+//! adds them. The experts' matrices are views of the file's 3-D tensors, zero-copy on the CPU.
+//!
+//! Batch invariance: a token's route depends on its row alone, each expert's product of a row
+//! does not depend on the other rows it runs with (the dense kernels' guarantee), and the
+//! weighted sum runs in the token's choice order, so a row's output is the same in any batch.
+
+use super::blocks::{linear, project, project_each, Linear, ScaleAt};
+use super::config::ExpertConfig;
+use super::error::ModelError;
+use super::weights::Loader;
+use crate::backend::{Activation, Backend};
+use crate::model::arch::Gating;
+
+/// One layer's experts: the router (`ffn_gate_inp`, `n_expert` x `n_embd`) and each expert's
+/// gate, up (`n_ff` x `n_embd`) and down (`n_embd` x `n_ff`) projections.
+pub struct Experts<B: Backend> {
+    pub config: ExpertConfig,
+    pub router: Linear<B>,
+    pub gate: ExpertMatrices<B>,
+    pub up: ExpertMatrices<B>,
+    pub down: ExpertMatrices<B>,
+}
+
+/// One matrix per expert, from a 3-D tensor, with the tensor's optional per-expert output
+/// scales (`.scale`, `n_expert` values: checkpoints converted from FP8 or NVFP4).
+pub struct ExpertMatrices<B: Backend> {
+    pub w: Vec<B::Matrix>,
+    pub scales: Option<Vec<f32>>,
+}
+
+impl<B: Backend> ExpertMatrices<B> {
+    fn load(l: &Loader<B>, prefix: &str, n_expert: usize, rows: usize, cols: usize) -> Result<ExpertMatrices<B>, ModelError> {
+        Ok(ExpertMatrices {
+            w: l.expert_matrices(&format!("{prefix}.weight"), n_expert, rows, cols)?,
+            scales: l.host_vector_opt(&format!("{prefix}.scale"), n_expert)?,
+        })
+    }
+
+    /// Expert `e`'s product of `x`'s rows (`(x · wₑᵀ) · scaleₑ`).
+    fn product(&self, b: &B, e: usize, x: &B::Tensor) -> Result<B::Tensor, ModelError> {
+        let mut y = project(b, &self.w[e], None, x)?;
+        if let Some(s) = &self.scales {
+            b.scale(&mut y, s[e])?;
+        }
+        Ok(y)
+    }
+}
+
+impl<B: Backend> Experts<B> {
+    /// Layer `i`'s experts, if the file gives it a router.
+    pub(crate) fn load(l: &Loader<B>, i: usize, x: &ExpertConfig, n_embd: usize) -> Result<Option<Experts<B>>, ModelError> {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        let Some(router) = l.linear_opt(&n("ffn_gate_inp"), x.n_expert, n_embd)? else { return Ok(None) };
+        Ok(Some(Experts {
+            config: *x,
+            router,
+            gate: ExpertMatrices::load(l, &n("ffn_gate_exps"), x.n_expert, x.n_ff, n_embd)?,
+            up: ExpertMatrices::load(l, &n("ffn_up_exps"), x.n_expert, x.n_ff, n_embd)?,
+            down: ExpertMatrices::load(l, &n("ffn_down_exps"), x.n_expert, n_embd, x.n_ff)?,
+        }))
+    }
+
+    /// Every matrix a product reads (for the backend's preparation).
+    pub(crate) fn matrices(&self) -> impl Iterator<Item = &B::Matrix> {
+        self.gate.w.iter().chain(&self.up.w).chain(&self.down.w).chain([&self.router.w])
+    }
+}
+
+/// A token's experts, most probable first, with their weights.
+pub(crate) type Route = Vec<(usize, f32)>;
+
+/// The routes of every row of `logits` (`rows` x `n_expert`), as llama.cpp computes them:
+/// probabilities by softmax (max subtracted, `expf`, a sum in f64 and one reciprocal) or by
+/// sigmoid; the `n_used` most probable experts (the lower index first on a tie); their
+/// probabilities as weights, divided by their sum (at least 2^-14) when asked, then scaled.
+pub(crate) fn routes(x: &ExpertConfig, logits: &[f32]) -> Vec<Route> {
+    logits
+        .chunks_exact(x.n_expert)
+        .map(|row| {
+            let probs: Vec<f32> = match x.gating {
+                Gating::Softmax => {
+                    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let e: Vec<f32> = row.iter().map(|&v| (v - max).exp()).collect();
+                    let inv = (1.0 / e.iter().map(|&v| f64::from(v)).sum::<f64>()) as f32;
+                    e.iter().map(|&v| v * inv).collect()
+                }
+                Gating::Sigmoid => row.iter().map(|&v| 1.0 / (1.0 + (-v).exp())).collect(),
+            };
+            let mut order: Vec<usize> = (0..x.n_expert).collect();
+            order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+            let mut route: Route = order[..x.n_used].iter().map(|&e| (e, probs[e])).collect();
+            if x.normalize {
+                let sum = (route.iter().map(|&(_, w)| f64::from(w)).sum::<f64>() as f32).max(6.103_515_6e-5);
+                route.iter_mut().for_each(|(_, w)| *w /= sum);
+            }
+            if x.weights_scale != 1.0 {
+                route.iter_mut().for_each(|(_, w)| *w *= x.weights_scale);
+            }
+            route
+        })
+        .collect()
+}
+
+/// The experts' feed-forward output for every row of `h` (`rows` x `n_embd`): each expert runs
+/// its gated block once over the rows routed to it, then the rows are added back weighted, the
+/// first choice of every row first.
+pub(crate) fn forward<B: Backend>(b: &B, act: Activation, w: &Experts<B>, h: &B::Tensor) -> Result<B::Tensor, ModelError> {
+    let (x, (rows, n_embd)) = (&w.config, b.shape(h));
+    let logits = b.to_host(linear(b, &w.router, ScaleAt::BeforeBias, h)?)?; // rows x n_expert
+    let routes = routes(x, &logits);
+    // each expert's rows (in row order) and, for each, where it lands in that expert's output
+    let mut assigned: Vec<Vec<usize>> = vec![Vec::new(); x.n_expert];
+    let mut slot = vec![vec![0usize; x.n_used]; rows]; // [row][choice] -> index in the expert's rows
+    for (r, route) in routes.iter().enumerate() {
+        for (k, &(e, _)) in route.iter().enumerate() {
+            slot[r][k] = assigned[e].len();
+            assigned[e].push(r);
+        }
+    }
+    let mut outputs: Vec<Option<B::Tensor>> = (0..x.n_expert).map(|_| None).collect();
+    for (e, rows_of_e) in assigned.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
+        let xs = b.select_rows(h, rows_of_e)?; // |rows of e| x n_embd
+        let (mut g, u) = match (&w.gate.scales, &w.up.scales) {
+            // one pass of the backend over both matrices when neither has scales
+            (None, None) => {
+                let [g, u] = project_each(b, [&w.gate.w[e], &w.up.w[e]], [None, None], &xs)?;
+                (g, u)
+            }
+            _ => (w.gate.product(b, e, &xs)?, w.up.product(b, e, &xs)?),
+        }; // |rows of e| x n_ff
+        b.glu(act, &mut g, &u)?;
+        outputs[e] = Some(w.down.product(b, e, &g)?); // |rows of e| x n_embd
+    }
+    let mut out = b.zeros(rows, n_embd)?;
+    for k in 0..x.n_used {
+        for (e, part) in outputs.iter().enumerate() {
+            let Some(part) = part else { continue };
+            let pairs: Vec<(usize, usize, f32)> =
+                routes.iter().enumerate().filter(|(_, route)| route[k].0 == e).map(|(r, route)| (slot[r][k], r, route[k].1)).collect();
+            if !pairs.is_empty() {
+                b.add_weighted_rows(&mut out, part, &pairs)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(n_expert: usize, n_used: usize, normalize: bool) -> ExpertConfig {
+        ExpertConfig { n_expert, n_used, n_ff: 8, gating: Gating::Softmax, normalize, weights_scale: 1.0 }
+    }
+
+    #[test]
+    fn routes_take_the_most_probable_experts_first_and_normalise() {
+        let logits = [0.5f32, 2.0, -1.0, 2.0, /* row 2 */ 0.0, 0.0, 0.0, 3.0];
+        let r = routes(&config(4, 2, true), &logits);
+        // a tie goes to the lower index; the two weights sum to 1
+        assert_eq!(r[0].iter().map(|p| p.0).collect::<Vec<_>>(), [1, 3]);
+        assert!((r[0][0].1 - 0.5).abs() < 1e-7 && (r[0][1].1 - 0.5).abs() < 1e-7);
+        assert_eq!(r[1][0].0, 3);
+        let plain = routes(&config(4, 2, false), &logits);
+        let e3 = 3f32.exp();
+        assert!((plain[1][0].1 - e3 / (e3 + 3.0)).abs() < 1e-6, "{:?}", plain[1]);
+        let sig = routes(&ExpertConfig { gating: Gating::Sigmoid, weights_scale: 2.0, ..config(4, 1, false) }, &logits);
+        assert!((sig[1][0].1 - 2.0 / (1.0 + (-3f32).exp())).abs() < 1e-6);
+    }
+}
