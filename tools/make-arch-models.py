@@ -40,6 +40,9 @@ SEEDS = (1, 2)
 #   arch:       the file's architecture when the row's name is not it ("llama-moe": Mixtral-style)
 #   moe:        (experts, experts used, expert FFN width): every layer a mixture of experts
 #               (ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps instead of the dense FFN)
+#   shared:     (width, gated): a shared expert beside the routed ones (ffn_{gate,up,down}_shexp,
+#               with ffn_gate_inp_shexp when gated)
+#   floats:     further `<arch>.KEY` f32 values (Granite's four scalars)
 #   rope_dims:  rope.dimension_count (partial rotation; default: the whole head)
 #   mrope:      rope.dimension_sections, written for seed 2 only (GLM-4: M-RoPE, whose text
 #               positions leave the fourth section's pairs unrotated)
@@ -59,6 +62,11 @@ ARCHS = {
                   scales=True, rope_freqs=True),
     "llama-moe": dict(arch="llama", n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-5, moe=(4, 2, N_FF)),
     "qwen3moe": dict(n_head=4, n_head_kv=1, rope_base=1000000.0, eps=1e-6, qk_norm="head", moe=(6, 2, 128)),
+    "qwen2moe": dict(n_head=4, n_head_kv=2, rope_base=1000000.0, eps=1e-6, qkv_bias=True, moe=(4, 2, 128),
+                     shared=(192, True)),
+    "granitemoe": dict(n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-6, moe=(4, 2, N_FF), shared=(160, False),
+                       floats={"embedding_scale": 12.0, "residual_scale": 0.22, "attention.scale": 0.015625,
+                               "logit_scale": 8.0}),
     "qwen3": dict(n_head=4, n_head_kv=1, rope_base=1000000.0, eps=1e-6, qk_norm="head", qkv_bias=True, scales=True,
                   cls=True),
     "smollm3": dict(n_head=4, n_head_kv=2, rope_base=2000000.0, eps=1e-6, n_layer=4, qkv_bias=True),
@@ -117,6 +125,13 @@ def tensors_for(cfg):
                   (b + "ffn_gate_exps.weight", (n_exp, ff, e), "w"),
                   (b + "ffn_up_exps.weight", (n_exp, ff, e), "w"),
                   (b + "ffn_down_exps.weight", (n_exp, e, ff), "w")]
+            if "shared" in cfg:
+                sff, gated = cfg["shared"]
+                if gated:
+                    t.append((b + "ffn_gate_inp_shexp.weight", (e,), "w"))
+                t += [(b + "ffn_gate_shexp.weight", (sff, e), "w"),
+                      (b + "ffn_up_shexp.weight", (sff, e), "w"),
+                      (b + "ffn_down_shexp.weight", (e, sff), "w")]
         elif cfg.get("fused_up"):
             t += proj(b + "ffn_up", 2 * N_FF, e, cfg.get("ffn_bias"))
             t += proj(b + "ffn_down", e, N_FF, cfg.get("ffn_bias"))
@@ -161,6 +176,10 @@ def write_model(row, cfg, seed, out):
         w.add_expert_count(n_exp)
         w.add_expert_used_count(n_used)
         w.add_expert_feed_forward_length(ff)
+        if "shared" in cfg:
+            w.add_expert_shared_feed_forward_length(cfg["shared"][0])
+    for key, value in cfg.get("floats", {}).items():
+        w.add_float32(f"{arch}.{key}", value)
     if "rope_dims" in cfg:
         w.add_rope_dimension_count(cfg["rope_dims"])
     if "swa" in cfg:

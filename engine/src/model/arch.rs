@@ -116,6 +116,12 @@ pub const ARCHS: &[ArchFacts] = &[
     ArchFacts { name: "granite", embedding_scale: EmbeddingScale::FromKey, scales_from_keys: true, ..DECODER },
     ArchFacts { name: "granitemoe", embedding_scale: EmbeddingScale::FromKey, scales_from_keys: true, ..DECODER },
     ArchFacts { name: "qwen2", rope: Some(RopeKind::Neox), ..DECODER },
+    ArchFacts {
+        name: "qwen2moe",
+        rope: Some(RopeKind::Neox),
+        routing: Routing { gating: Gating::Softmax, norm: WeightNorm::Never },
+        ..DECODER
+    },
     ArchFacts { name: "qwen3", rope: Some(RopeKind::Neox), qk_norm: QkNorm::PerHead, ..DECODER },
     ArchFacts { name: "qwen3moe", rope: Some(RopeKind::Neox), qk_norm: QkNorm::PerHead, ..DECODER },
     ArchFacts { name: "smollm3", rope_skip_every: 4, ..DECODER },

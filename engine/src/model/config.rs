@@ -85,6 +85,9 @@ pub struct ExpertConfig {
     pub normalize: bool,
     /// The weights multiplied by this (`expert_weights_scale`; 1 when absent or 0).
     pub weights_scale: f32,
+    /// The shared expert's width, where a layer has one (`expert_shared_feed_forward_length`,
+    /// else `feed_forward_length`).
+    pub n_ff_shared: usize,
 }
 
 /// Reads `<arch>.<suffix>` keys.
@@ -167,7 +170,7 @@ fn mrope_text_pairs(m: &Meta, n_dims: usize) -> Result<Option<Vec<bool>>, ModelE
 }
 
 /// The experts' configuration, when `expert_count` is positive.
-fn expert_config(m: &Meta, facts: &ArchFacts, n_ff: usize) -> Result<Option<ExpertConfig>, ModelError> {
+fn expert_config(m: &Meta, facts: &ArchFacts, dense_ff: usize) -> Result<Option<ExpertConfig>, ModelError> {
     let n_expert = m.usize_opt("expert_count")?.unwrap_or(0);
     if n_expert == 0 {
         return Ok(None);
@@ -177,7 +180,8 @@ fn expert_config(m: &Meta, facts: &ArchFacts, n_ff: usize) -> Result<Option<Expe
         return Err(ModelError::BadKey { key: m.key("expert_used_count"), reason: format!("{n_used} of {n_expert} experts") });
     }
     // 0 stands for absent (files of architectures whose experts are `feed_forward_length` wide)
-    let n_ff = m.usize_opt("expert_feed_forward_length")?.filter(|&n| n > 0).unwrap_or(n_ff);
+    let n_ff = m.usize_opt("expert_feed_forward_length")?.filter(|&n| n > 0).unwrap_or(dense_ff);
+    let n_ff_shared = m.usize_opt("expert_shared_feed_forward_length")?.filter(|&n| n > 0).unwrap_or(dense_ff);
     let gating = match m.usize_opt("expert_gating_func")? {
         None | Some(0) => facts.routing.gating,
         Some(1) => Gating::Softmax,
@@ -195,7 +199,7 @@ fn expert_config(m: &Meta, facts: &ArchFacts, n_ff: usize) -> Result<Option<Expe
         WeightNorm::FromKey => m.file.get(&m.key("expert_weights_norm")).and_then(Value::as_bool).unwrap_or(false),
     };
     let weights_scale = m.f32_opt("expert_weights_scale")?.filter(|s| *s != 0.0).unwrap_or(1.0);
-    Ok(Some(ExpertConfig { n_expert, n_used, n_ff, gating, normalize, weights_scale }))
+    Ok(Some(ExpertConfig { n_expert, n_used, n_ff, gating, normalize, weights_scale, n_ff_shared }))
 }
 
 /// The angle divisors a file stores as tensors, `n_dims / 2` values each.

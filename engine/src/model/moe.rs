@@ -7,7 +7,7 @@
 //! does not depend on the other rows it runs with (the dense kernels' guarantee), and the
 //! weighted sum runs in the token's choice order, so a row's output is the same in any batch.
 
-use super::blocks::{linear, project, project_each, Linear, ScaleAt};
+use super::blocks::{gated_ffn, linear, project, project_each, Linear, ScaleAt};
 use super::config::ExpertConfig;
 use super::error::ModelError;
 use super::weights::Loader;
@@ -22,6 +22,18 @@ pub struct Experts<B: Backend> {
     pub gate: ExpertMatrices<B>,
     pub up: ExpertMatrices<B>,
     pub down: ExpertMatrices<B>,
+    pub shared: Option<SharedExpert<B>>,
+}
+
+/// An expert every token uses beside its routed ones (`ffn_{gate,up,down}_shexp`: Qwen2-MoE,
+/// Granite MoE shared), its output added to theirs, weighted per token by the sigmoid of
+/// `ffn_gate_inp_shexp · x` where the file has that gate (Qwen2-MoE).
+pub struct SharedExpert<B: Backend> {
+    pub gate: Linear<B>,
+    pub up: Linear<B>,
+    pub down: Linear<B>,
+    /// `1` x `n_embd`.
+    pub gate_inp: Option<B::Matrix>,
 }
 
 /// One matrix per expert, from a 3-D tensor, with the tensor's optional per-expert output
@@ -60,12 +72,22 @@ impl<B: Backend> Experts<B> {
             gate: ExpertMatrices::load(l, &n("ffn_gate_exps"), x.n_expert, x.n_ff, n_embd)?,
             up: ExpertMatrices::load(l, &n("ffn_up_exps"), x.n_expert, x.n_ff, n_embd)?,
             down: ExpertMatrices::load(l, &n("ffn_down_exps"), x.n_expert, n_embd, x.n_ff)?,
+            shared: match l.linear_opt(&n("ffn_up_shexp"), x.n_ff_shared, n_embd)? {
+                None => None,
+                Some(up) => Some(SharedExpert {
+                    gate: l.linear(&n("ffn_gate_shexp"), x.n_ff_shared, n_embd)?,
+                    up,
+                    down: l.linear(&n("ffn_down_shexp"), n_embd, x.n_ff_shared)?,
+                    gate_inp: l.row_matrix_opt(&n("ffn_gate_inp_shexp.weight"), n_embd)?,
+                }),
+            },
         }))
     }
 
     /// Every matrix a product reads (for the backend's preparation).
     pub(crate) fn matrices(&self) -> impl Iterator<Item = &B::Matrix> {
-        self.gate.w.iter().chain(&self.up.w).chain(&self.down.w).chain([&self.router.w])
+        let shared = self.shared.iter().flat_map(|s| [&s.gate.w, &s.up.w, &s.down.w].into_iter().chain(&s.gate_inp));
+        self.gate.w.iter().chain(&self.up.w).chain(&self.down.w).chain([&self.router.w]).chain(shared)
     }
 }
 
@@ -145,6 +167,16 @@ pub(crate) fn forward<B: Backend>(b: &B, act: Activation, w: &Experts<B>, h: &B:
             }
         }
     }
+    if let Some(s) = &w.shared {
+        let y = gated_ffn(b, act, &s.gate, &s.up, &s.down, h)?; // rows x n_embd
+                                                                // llama.cpp's sigmoid here is silu(g) / g, in f32
+        let gates = match &s.gate_inp {
+            Some(m) => b.to_host(project(b, m, None, h)?)?.into_iter().map(|g| g / (1.0 + (-g).exp()) / g).collect(),
+            None => vec![1.0; rows],
+        };
+        let pairs: Vec<(usize, usize, f32)> = gates.into_iter().enumerate().map(|(r, g)| (r, r, g)).collect();
+        b.add_weighted_rows(&mut out, &y, &pairs)?;
+    }
     Ok(out)
 }
 
@@ -153,7 +185,7 @@ mod tests {
     use super::*;
 
     fn config(n_expert: usize, n_used: usize, normalize: bool) -> ExpertConfig {
-        ExpertConfig { n_expert, n_used, n_ff: 8, gating: Gating::Softmax, normalize, weights_scale: 1.0 }
+        ExpertConfig { n_expert, n_used, n_ff: 8, gating: Gating::Softmax, normalize, weights_scale: 1.0, n_ff_shared: 8 }
     }
 
     #[test]

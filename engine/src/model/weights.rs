@@ -90,6 +90,18 @@ impl<'a, B: Backend> Loader<'a, B> {
             .collect()
     }
 
+    /// The vector `name` of `cols` values, if present, as a matrix of one row (a projection to
+    /// one value per token: a shared expert's gate).
+    pub fn row_matrix_opt(&self, name: &str, cols: usize) -> Result<Option<B::Matrix>, ModelError> {
+        let Some(t) = self.info(name) else { return Ok(None) };
+        if t.n_elements != cols as u64 || t.row_len() != cols as u64 {
+            return Err(ModelError::TensorShape { name: name.into(), expected: vec![cols as u64], got: t.dims.clone() });
+        }
+        self.check_type(t)?;
+        let row = t.rows(0, 1).ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        Ok(Some(self.backend.upload_matrix(self.file, &row, 1, cols)?))
+    }
+
     /// The per-tensor scale `name` (one value), if present.
     pub fn scalar_opt(&self, name: &str) -> Result<Option<f32>, ModelError> {
         Ok(self.host_vector_opt(name, 1)?.map(|v| v[0]))
