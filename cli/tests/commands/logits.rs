@@ -69,3 +69,36 @@ fn errors_are_one_line() {
     assert!(err.lines().count() == 1 && err.contains("/no/such/model.gguf"), "{err}");
     assert!(out.stdout.is_empty());
 }
+
+/// `--tokens` runs the given ids as they are (no BOS, no tokenizer): on a file whose vocabulary
+/// is ids only (llama.cpp's `test` model), llama.cpp's logits for the same ids; an id outside the
+/// vocabulary, or `--tokens` beside `--prompt`, is a one-line error.
+#[test]
+fn token_ids_run_as_given_on_an_id_only_vocabulary() {
+    let archs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/archs");
+    let model = archs.join("qwen3-s1.gguf");
+    let golden: Value = serde_json::from_str(&std::fs::read_to_string(archs.join("golden/qwen3-s1.logits.json")).unwrap()).unwrap();
+    let seq = &golden["sequences"][0];
+    let ids: Vec<String> = seq["tokens"].as_array().unwrap().iter().map(|t| t.to_string()).collect();
+    let out = logits(&["-m", model.to_str().unwrap(), "--tokens", &ids.join(","), "--top", "5", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["tokens"], seq["tokens"]);
+    for (pos, (got, want)) in j["top"].as_array().unwrap().iter().zip(seq["prompt_top"].as_array().unwrap()).enumerate() {
+        for (i, pair) in got.as_array().unwrap().iter().enumerate() {
+            assert_eq!(pair[0], want["ids"][i], "position {pos} rank {i}");
+            assert!((pair[1].as_f64().unwrap() - want["logits"][i].as_f64().unwrap()).abs() <= 1e-4, "position {pos} rank {i}");
+        }
+    }
+    // the id-only vocabulary shows an id as its hex number
+    let out = logits(&["-m", model.to_str().unwrap(), "--tokens", "10,127", "--top", "1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains("\"a\"") && table.contains("\"7f\""), "{table}");
+    let err = logits(&["-m", model.to_str().unwrap(), "--tokens", "1,128"]);
+    let text = String::from_utf8(err.stderr).unwrap();
+    assert_ne!(err.status.code(), Some(0));
+    assert!(text.lines().count() == 1 && text.contains("id 128 is outside the vocabulary of 128"), "{text}");
+    let both = logits(&["-m", model.to_str().unwrap(), "--tokens", "1", "--prompt", "x"]);
+    assert_eq!(both.status.code(), Some(2));
+}

@@ -46,6 +46,21 @@ fn greedy_continuation_matches_llama_cpp() {
     }
 }
 
+/// A Mixture-of-experts model given token ids (`--tokens`): the greedy continuation is
+/// llama.cpp's, each id printed as the id-only vocabulary spells it (hex).
+#[test]
+fn token_ids_continue_greedily_as_llama_cpp_does() {
+    let archs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/archs");
+    let golden: Value = serde_json::from_str(&std::fs::read_to_string(archs.join("golden/qwen3moe-s1.logits.json")).unwrap()).unwrap();
+    let seq = &golden["sequences"][0];
+    let ids: Vec<String> = seq["tokens"].as_array().unwrap().iter().map(|t| t.to_string()).collect();
+    let model = archs.join("qwen3moe-s1.gguf");
+    let out = run(&["-m", model.to_str().unwrap(), "--tokens", &ids.join(","), "-n", "12", "--temp", "0", "--kv-type", "f32"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let want: String = seq["gen"].as_array().unwrap()[..12].iter().map(|id| format!("{:x}", id.as_u64().unwrap())).collect();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+}
+
 #[test]
 fn stops_at_end_of_generation_without_printing_it() {
     // tiny-granite repeats its last token: after <|end_of_text|> (parsed as the control token)
