@@ -42,7 +42,8 @@ SEEDS = (1, 2)
 #               (ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps instead of the dense FFN)
 #   shared:     (width, gated): a shared expert beside the routed ones (ffn_{gate,up,down}_shexp,
 #               with ffn_gate_inp_shexp when gated)
-#   floats:     further `<arch>.KEY` f32 values (Granite's four scalars)
+#   keys:       further `<arch>.KEY` values: a float as f32, an int as u32, a str as a string
+#               (Granite's four scalars, Mistral 3's YaRN and attention temperature)
 #   rope_dims:  rope.dimension_count (partial rotation; default: the whole head)
 #   mrope:      rope.dimension_sections, written for seed 2 only (GLM-4: M-RoPE, whose text
 #               positions leave the fourth section's pairs unrotated)
@@ -65,8 +66,12 @@ ARCHS = {
     "qwen2moe": dict(n_head=4, n_head_kv=2, rope_base=1000000.0, eps=1e-6, qkv_bias=True, moe=(4, 2, 128),
                      shared=(192, True)),
     "granitemoe": dict(n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-6, moe=(4, 2, N_FF), shared=(160, False),
-                       floats={"embedding_scale": 12.0, "residual_scale": 0.22, "attention.scale": 0.015625,
+                       keys={"embedding_scale": 12.0, "residual_scale": 0.22, "attention.scale": 0.015625,
                                "logit_scale": 8.0}),
+    "mistral3": dict(n_head=4, n_head_kv=2, rope_base=1000000.0, eps=1e-5,
+                     keys={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                           "rope.scaling.original_context_length": 16, "rope.scaling.yarn_log_multiplier": 0.1,
+                           "rope.scaling.yarn_beta_fast": 16.0, "attention.temperature_scale": 0.1}),
     "qwen3": dict(n_head=4, n_head_kv=1, rope_base=1000000.0, eps=1e-6, qk_norm="head", qkv_bias=True, scales=True,
                   cls=True),
     "smollm3": dict(n_head=4, n_head_kv=2, rope_base=2000000.0, eps=1e-6, n_layer=4, qkv_bias=True),
@@ -178,8 +183,13 @@ def write_model(row, cfg, seed, out):
         w.add_expert_feed_forward_length(ff)
         if "shared" in cfg:
             w.add_expert_shared_feed_forward_length(cfg["shared"][0])
-    for key, value in cfg.get("floats", {}).items():
-        w.add_float32(f"{arch}.{key}", value)
+    for key, value in cfg.get("keys", {}).items():
+        if isinstance(value, str):
+            w.add_string(f"{arch}.{key}", value)
+        elif isinstance(value, int):
+            w.add_uint32(f"{arch}.{key}", value)
+        else:
+            w.add_float32(f"{arch}.{key}", value)
     if "rope_dims" in cfg:
         w.add_rope_dimension_count(cfg["rope_dims"])
     if "swa" in cfg:

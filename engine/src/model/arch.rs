@@ -86,6 +86,8 @@ pub struct ArchFacts {
     /// text, whose positions are `[p, p, p, 0]`, that is NeoX's rotation with the fourth
     /// section's pairs left as they are.
     pub mrope_sections: bool,
+    /// Queries scaled by position where the file gives `attention.temperature_scale` (Mistral 3).
+    pub attention_temperature: bool,
     /// Every `rope_skip_every`-th layer (the 4th, 8th, ...) has no RoPE (SmolLM3: 4); 0: none.
     pub rope_skip_every: usize,
     /// Encoder with token-type and position embeddings and post-layer norms (BERT).
@@ -106,6 +108,7 @@ const DECODER: ArchFacts = ArchFacts {
     final_softcap: false,
     sliding_window: None,
     mrope_sections: false,
+    attention_temperature: false,
     rope_skip_every: 0,
     encoder: false,
     routing: Routing { gating: Gating::Softmax, norm: WeightNorm::Always },
@@ -125,6 +128,7 @@ pub const ARCHS: &[ArchFacts] = &[
     ArchFacts { name: "qwen3", rope: Some(RopeKind::Neox), qk_norm: QkNorm::PerHead, ..DECODER },
     ArchFacts { name: "qwen3moe", rope: Some(RopeKind::Neox), qk_norm: QkNorm::PerHead, ..DECODER },
     ArchFacts { name: "smollm3", rope_skip_every: 4, ..DECODER },
+    ArchFacts { name: "mistral3", attention_temperature: true, ..DECODER },
     ArchFacts { name: "phi3", rope: Some(RopeKind::Neox), ..DECODER },
     ArchFacts { name: "glm4", post_norms: true, mrope_sections: true, ..DECODER },
     ArchFacts {

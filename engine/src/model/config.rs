@@ -69,6 +69,9 @@ pub struct ModelConfig {
     pub pooling_type: u32,
     /// The mixture of experts of the layers that have a router, when the file has experts.
     pub experts: Option<ExpertConfig>,
+    /// Queries scaled by position (Mistral 3's `attention.temperature_scale` `s`, when given):
+    /// `ln(floor(pos / n) + 1) · s + 1`, `n` the original context of its RoPE scaling.
+    pub attention_temperature: Option<(f32, usize)>,
 }
 
 /// A mixture-of-experts layer's shape and routing.
@@ -294,10 +297,13 @@ impl ModelConfig {
                 if scaling == "yarn" {
                     let beta_fast = m.f32_opt("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0);
                     let beta_slow = m.f32_opt("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0);
-                    // llama.cpp's magnitude: YaRN's, with the kernel's own correction cancelled
+                    // llama.cpp's magnitude: YaRN's (over that of all dims when the file gives
+                    // `yarn_log_multiplier`), with the kernel's own correction cancelled
                     let scale = 1.0 / freq_scale;
-                    let mscale = if scale <= 1.0 { 1.0 } else { 0.1 * scale.ln() + 1.0 };
-                    attn_factor = mscale * (1.0 / (1.0 + 0.1 * scale.ln()));
+                    let mscale = |m: f32| if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 };
+                    let log_mul = m.f32_opt("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0);
+                    let magnitude = if log_mul != 0.0 { mscale(1.0) / mscale(log_mul) } else { mscale(1.0) };
+                    attn_factor = magnitude * (1.0 / (1.0 + 0.1 * scale.ln()));
                     yarn = Some(Yarn { ext_factor: 1.0, corr_dims: Yarn::corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow) });
                 }
                 attn_factor *= m.f32_opt("rope.scaling.attn_factor")?.unwrap_or(1.0);
@@ -343,6 +349,10 @@ impl ModelConfig {
         }
         let pooling_type = m.usize_opt("pooling_type")?.unwrap_or(0) as u32;
         let experts = expert_config(&m, facts, n_ff)?;
+        let attention_temperature = match (facts.attention_temperature, &rope) {
+            (true, Some(r)) => m.f32_opt("attention.temperature_scale")?.filter(|s| *s != 0.0).map(|s| (s, r.n_ctx_orig.max(1))),
+            _ => None,
+        };
 
         Ok(ModelConfig {
             arch: arch.to_string(),
@@ -367,6 +377,7 @@ impl ModelConfig {
             swa_layers,
             pooling_type,
             experts,
+            attention_temperature,
         })
     }
 
@@ -415,6 +426,15 @@ impl ModelConfig {
             return Some(Rope { yarn: None, attn_factor: 1.0, freq_base: r.freq_base_swa, freq_scale: 1.0, ..global });
         }
         Some(global)
+    }
+
+    /// The factor of a query at `pos` under the attention temperature (llama.cpp's arithmetic:
+    /// the logarithm in f64, the result rounded to f32).
+    pub fn query_scale(&self, pos: u32) -> f32 {
+        match self.attention_temperature {
+            None => 1.0,
+            Some((s, n)) => (f64::from((pos as f32 / n as f32).floor() + 1.0).ln() * f64::from(s) + 1.0) as f32,
+        }
     }
 
     /// The attention window of layer `layer` (`None`: every earlier position).

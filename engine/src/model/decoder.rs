@@ -161,6 +161,13 @@ pub(crate) fn forward<B: Backend>(
             b.rope(&mut q, &rope, &positions)?;
             b.rope(&mut k, &rope, &positions)?;
         }
+        if c.attention_temperature.is_some() {
+            // q · scale(pos) per row: added to zeros, which changes no value
+            let pairs: Vec<(usize, usize, f32)> = positions.iter().enumerate().map(|(r, &p)| (r, r, c.query_scale(p))).collect();
+            let mut scaled = b.zeros(n, c.n_head * c.head_dim_k)?;
+            b.add_weighted_rows(&mut scaled, &q, &pairs)?;
+            q = scaled;
+        }
         b.kv_write(store, il, &slots, &k, &v)?;
         let window = c.layer_window(il);
         let rows: Vec<AttentionRow> = batch
