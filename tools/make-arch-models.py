@@ -44,6 +44,9 @@ SEEDS = (1, 2)
 #               with ffn_gate_inp_shexp when gated)
 #   keys:       further `<arch>.KEY` values: a float as f32, an int as u32, a str as a string
 #               (Granite's four scalars, Mistral 3's YaRN and attention temperature)
+#   tied:       no output.weight (the token embeddings serve)
+#   embd_std:   the token embeddings' standard deviation (default 0.1; Gemma scales them by
+#               sqrt(n_embd), so its rows use 0.1 / 16, as its real files are made)
 #   rope_dims:  rope.dimension_count (partial rotation; default: the whole head)
 #   mrope:      rope.dimension_sections, written for seed 2 only (GLM-4: M-RoPE, whose text
 #               positions leave the fourth section's pairs unrotated)
@@ -72,6 +75,8 @@ ARCHS = {
                      keys={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
                            "rope.scaling.original_context_length": 16, "rope.scaling.yarn_log_multiplier": 0.1,
                            "rope.scaling.yarn_beta_fast": 16.0, "attention.temperature_scale": 0.1}),
+    "gemma2": dict(n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-6, post_norms=True, tied=True, swa=(8, 2),
+                   embd_std=0.1 / 16, keys={"attn_logit_softcapping": 3.0, "final_logit_softcapping": 2.0}),
     "qwen3": dict(n_head=4, n_head_kv=1, rope_base=1000000.0, eps=1e-6, qk_norm="head", qkv_bias=True, scales=True,
                   cls=True),
     "smollm3": dict(n_head=4, n_head_kv=2, rope_base=2000000.0, eps=1e-6, n_layer=4, qkv_bias=True),
@@ -146,7 +151,9 @@ def tensors_for(cfg):
             t += proj(b + "ffn_down", e, N_FF, cfg.get("ffn_bias"))
         if post:
             t.append((b + "post_ffw_norm.weight", (e,), "norm"))
-    t += [("output_norm.weight", (e,), "norm"), ("output.weight", (N_VOCAB, e), "w")]
+    t.append(("output_norm.weight", (e,), "norm"))
+    if not cfg.get("tied"):
+        t.append(("output.weight", (N_VOCAB, e), "w"))
     rope_pairs = cfg.get("rope_dims", hd) // 2
     if cfg.get("rope_freqs"):
         t.append(("rope_freqs.weight", (rope_pairs,), "factor"))
@@ -204,7 +211,7 @@ def write_model(row, cfg, seed, out):
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for tname, shape, kind in tensors_for(cfg):
         rng = rng_for(name, tname)
-        a = rng.standard_normal(shape) * 0.1
+        a = rng.standard_normal(shape) * (cfg.get("embd_std", 0.1) if tname == "token_embd.weight" else 0.1)
         if kind == "norm":
             a += 1.0
         elif kind == "factor":

@@ -9,7 +9,7 @@ use engine::backend::cpu::attention::{attend_group, with_scratch, KvRow, KvRows}
 use engine::backend::AttentionShape;
 use half::f16;
 
-const SHAPE: AttentionShape = AttentionShape { n_head: 14, n_head_kv: 2, head_dim_k: 64, head_dim_v: 64, scale: 0.125 };
+const SHAPE: AttentionShape = AttentionShape { n_head: 14, n_head_kv: 2, head_dim_k: 64, head_dim_v: 64, scale: 0.125, softcap: 0.0 };
 
 /// A cache of `n` positions, keys and values of both key/value heads per row.
 struct Cache {

@@ -85,7 +85,7 @@ DEVICE float* partial_at(float* parts, int r, int h, int z, int n_head, int max_
 
 // Block (h, r[, z]) of either launch. One split (z of the row's, `parts` set): its partial goes
 // to `parts`; else every split of the row, folded, to `out`.
-DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, int f16, int n_layer, int layer) {
+DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int f16, int n_layer, int layer) {
     SHARED float q_head[ATTN_MAX_HEAD];
     SHARED float weights[ATTN_TILE];
     SHARED int64_t tile_rows[ATTN_TILE];
@@ -144,7 +144,8 @@ DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int
                 }
                 SYNC_THREADS();  // the slice is rewritten next
             }
-            const float score = p < hi ? dot * scale : neg_inf;
+            // soft-capped as ggml's flash attention does it: the scale divided by the cap first
+            const float score = p >= hi ? neg_inf : softcap == 0.0f ? dot * scale : softcap * tanhf(dot * (scale / softcap));
             const float new_max = fmaxf(part.max, warp_max_f(score));
             const float correction = expf(part.max - new_max);  // 0 on the first tile
             const float w = p < hi ? expf(score - new_max) : 0.0f;
@@ -188,14 +189,14 @@ DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int
 
 // q: rows of n_head heads of dk; rows: (kv, first position, end position) per query row; out:
 // rows of n_head heads of dv. Grid (n_head, query rows), 32 threads. dk, dv <= 256.
-KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* out, int n_head, int n_head_kv, int dk, int dv, float scale, int f16, int n_layer, int layer) {
-    attend(q, k, v, rows, tables, out, 0, 0, n_head, n_head_kv, dk, dv, scale, f16, n_layer, layer);
+KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* out, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int f16, int n_layer, int layer) {
+    attend(q, k, v, rows, tables, out, 0, 0, n_head, n_head_kv, dk, dv, scale, softcap, f16, n_layer, layer);
 }
 
 // The same, each split z of each row as a block: its partial into `parts` (rows of n_head heads
 // of max_splits partials of 2 + dv values). Grid (n_head, query rows, max_splits), 32 threads.
-KERNEL void attention_split(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, int f16, int n_layer, int layer) {
-    attend(q, k, v, rows, tables, 0, parts, max_splits, n_head, n_head_kv, dk, dv, scale, f16, n_layer, layer);
+KERNEL void attention_split(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int f16, int n_layer, int layer) {
+    attend(q, k, v, rows, tables, 0, parts, max_splits, n_head, n_head_kv, dk, dv, scale, softcap, f16, n_layer, layer);
 }
 
 // The partials of attention_split folded in split order into `out`. Grid (n_head, query rows),

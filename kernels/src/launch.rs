@@ -427,6 +427,8 @@ pub struct HeadArgs {
     pub dk: usize,
     pub dv: usize,
     pub scale: f32,
+    /// The scores' soft cap (0: none).
+    pub softcap: f32,
 }
 
 /// Where `attention` reads keys and values.
@@ -539,6 +541,7 @@ pub fn attention_by<R: Runtime>(
         Arg::I32(h.dk as i32),
         Arg::I32(h.dv as i32),
         Arg::F32(h.scale),
+        Arg::F32(h.softcap),
         Arg::I32(tail[0]),
         Arg::I32(tail[1]),
         Arg::I32(tail[2]),

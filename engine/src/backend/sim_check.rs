@@ -392,7 +392,7 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after() 
         let rows: Vec<QueryRow> = (0..ends.len()).map(|s| QueryRow { kv: s * per_seq, positions: starts[s]..ends[s] }).collect();
         let q = rng.values(rows.len() * n_head * dk, 1.0);
         let q = rt.upload(&q.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
-        let heads = HeadArgs { n_head, n_head_kv, dk, dv, scale: 1.0 / (dk as f32).sqrt() };
+        let heads = HeadArgs { n_head, n_head_kv, dk, dv, scale: 1.0 / (dk as f32).sqrt(), softcap: 0.0 };
         let run = |path| {
             let out = rt.alloc(rows.len() * n_head * dv * 4).unwrap();
             let kv = KvArgs::Pool { k: &k, v: &v, k_pool, v_pool, layer: 1, tables: &tables };

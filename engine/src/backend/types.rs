@@ -85,6 +85,9 @@ pub struct AttentionShape {
     pub head_dim_k: usize,
     pub head_dim_v: usize,
     pub scale: f32,
+    /// Soft cap of the scaled scores, `cap · tanh(s / cap)` (Gemma 2's 50; 0: none), as ggml's
+    /// flash attention computes it: the scale divided by the cap first.
+    pub softcap: f32,
 }
 
 impl AttentionShape {
@@ -92,7 +95,24 @@ impl AttentionShape {
     /// 1/sqrt(head_dim) (the encoders: Whisper's, the ViTs').
     pub fn multi_head(width: usize, n_head: usize) -> AttentionShape {
         let head_dim = width / n_head;
-        AttentionShape { n_head, n_head_kv: n_head, head_dim_k: head_dim, head_dim_v: head_dim, scale: 1.0 / (head_dim as f32).sqrt() }
+        AttentionShape {
+            n_head,
+            n_head_kv: n_head,
+            head_dim_k: head_dim,
+            head_dim_v: head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: 0.0,
+        }
+    }
+
+    /// A raw score `q · k` as the softmax takes it: scaled, then soft-capped when asked.
+    #[inline(always)]
+    pub fn score(&self, dot: f32) -> f32 {
+        if self.softcap == 0.0 {
+            dot * self.scale
+        } else {
+            self.softcap * (dot * (self.scale / self.softcap)).tanh()
+        }
     }
 
     /// Query heads per key/value head.

@@ -26,9 +26,13 @@ pub enum QkNorm {
 /// window) and `attention.sliding_window_pattern` (which layers) say.
 #[derive(Clone, Copy, Debug)]
 pub struct SlidingWindow {
+    /// The window when the file gives none (Gemma 2: 4096); `None`: no window layers then.
+    pub default_window: Option<usize>,
     /// One global layer in every `default_pattern` (the last of each group) when the file gives
     /// no pattern.
     pub default_pattern: usize,
+    /// The window layers keep the global layers' frequency scale (Gemma 2); otherwise theirs is 1.
+    pub scaled_rope: bool,
     /// RoPE base of the window layers when the file has no `rope.freq_base_swa`: a fixed value
     /// (Gemma 3: 10000), or `None` for the global layers' base (OLMo 2).
     pub default_rope_base: Option<f32>,
@@ -77,9 +81,19 @@ pub struct ArchFacts {
     /// The file scales the residual branches, q·k and the logits by `<arch>.residual_scale`,
     /// `<arch>.attention.scale` and `<arch>.logit_scale` (Granite).
     pub scales_from_keys: bool,
-    /// The logits are soft-capped by `<arch>.final_logit_softcapping` when the file gives it
-    /// (Gemma 2/3; other architectures' graphs never read the key).
-    pub final_softcap: bool,
+    /// The logits are soft-capped by `<arch>.final_logit_softcapping`, this value when the file
+    /// has no such key, 0 meaning none (Gemma 2: 30; Gemma 3: 0); `None`: never (other
+    /// architectures' graphs do not read the key).
+    pub final_softcap: Option<f32>,
+    /// The attention scores are soft-capped by `<arch>.attn_logit_softcapping`, this value when
+    /// the file has no such key (Gemma 2: 50); `None`: never.
+    pub attention_softcap: Option<f32>,
+    /// The queries are multiplied by the attention scale before attention, whose scores are then
+    /// left unscaled (Gemma 2's graph: the same value, rounded at another place).
+    pub prescaled_queries: bool,
+    /// With this many layers (Gemma 2 and 3 27B), queries are scaled by 1/sqrt(n_embd / n_head)
+    /// instead of 1/sqrt(head_dim), as llama.cpp decides it.
+    pub wide_query_scale_at: Option<usize>,
     /// Sliding-window layers (Gemma 3, OLMo 2 files that ask for them).
     pub sliding_window: Option<SlidingWindow>,
     /// The graph rotates by M-RoPE when the file gives `rope.dimension_sections` (GLM-4): for
@@ -105,7 +119,10 @@ const DECODER: ArchFacts = ArchFacts {
     pre_norms: true,
     post_norms: false,
     scales_from_keys: false,
-    final_softcap: false,
+    final_softcap: None,
+    attention_softcap: None,
+    wide_query_scale_at: None,
+    prescaled_queries: false,
     sliding_window: None,
     mrope_sections: false,
     attention_temperature: false,
@@ -137,7 +154,20 @@ pub const ARCHS: &[ArchFacts] = &[
         qk_norm: QkNorm::AcrossHeads,
         pre_norms: false,
         post_norms: true,
-        sliding_window: Some(SlidingWindow { default_pattern: 4, default_rope_base: None }),
+        sliding_window: Some(SlidingWindow { default_window: None, default_pattern: 4, default_rope_base: None, scaled_rope: false }),
+        ..DECODER
+    },
+    ArchFacts {
+        name: "gemma2",
+        rope: Some(RopeKind::Neox),
+        activation: Activation::Gelu,
+        embedding_scale: EmbeddingScale::SqrtEmbd,
+        post_norms: true,
+        final_softcap: Some(30.0),
+        attention_softcap: Some(50.0),
+        wide_query_scale_at: Some(46),
+        prescaled_queries: true,
+        sliding_window: Some(SlidingWindow { default_window: Some(4096), default_pattern: 2, default_rope_base: None, scaled_rope: true }),
         ..DECODER
     },
     ArchFacts {
@@ -147,8 +177,14 @@ pub const ARCHS: &[ArchFacts] = &[
         embedding_scale: EmbeddingScale::SqrtEmbd,
         qk_norm: QkNorm::PerHead,
         post_norms: true,
-        final_softcap: true,
-        sliding_window: Some(SlidingWindow { default_pattern: 6, default_rope_base: Some(10000.0) }),
+        final_softcap: Some(0.0),
+        wide_query_scale_at: Some(62),
+        sliding_window: Some(SlidingWindow {
+            default_window: None,
+            default_pattern: 6,
+            default_rope_base: Some(10000.0),
+            scaled_rope: false,
+        }),
         ..DECODER
     },
     ArchFacts { name: "bert", rope: None, activation: Activation::GeluErf, causal: false, encoder: true, ..DECODER },

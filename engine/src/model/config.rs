@@ -62,6 +62,8 @@ pub struct ModelConfig {
     /// Logits are divided by this (Granite's logit_scale; 1 otherwise).
     pub logit_scale: f32,
     pub final_logit_softcap: Option<f32>,
+    /// Soft cap of the attention scores (0: none).
+    pub attention_softcap: f32,
     /// Window of the sliding-window layers, and which layers use it.
     pub sliding_window: Option<usize>,
     pub swa_layers: Vec<bool>,
@@ -337,12 +339,22 @@ impl ModelConfig {
                 return Err(ModelError::BadKey { key: m.key("logit_scale"), reason: "must not be zero".into() });
             }
         }
-        let final_logit_softcap = if facts.final_softcap { m.f32_opt("final_logit_softcapping")?.filter(|s| *s != 0.0) } else { None };
+        let final_logit_softcap = match facts.final_softcap {
+            Some(default) => Some(m.f32_opt("final_logit_softcapping")?.unwrap_or(default)).filter(|s| *s != 0.0),
+            None => None,
+        };
+        let attention_softcap = match facts.attention_softcap {
+            Some(default) => m.f32_opt("attn_logit_softcapping")?.unwrap_or(default),
+            None => 0.0,
+        };
+        if facts.wide_query_scale_at == Some(n_layer) {
+            attention_scale = 1.0 / ((n_embd / n_head) as f32).sqrt();
+        }
 
         let mut sliding_window = None;
         let mut swa_layers = vec![false; n_layer];
         if let Some(swa) = facts.sliding_window {
-            if let Some(w) = m.usize_opt("attention.sliding_window")?.filter(|w| *w > 0) {
+            if let Some(w) = m.usize_opt("attention.sliding_window")?.filter(|w| *w > 0).or(swa.default_window) {
                 sliding_window = Some(w);
                 swa_layers = window_layers(&m, n_layer, swa.default_pattern)?;
             }
@@ -373,6 +385,7 @@ impl ModelConfig {
             attention_scale,
             logit_scale,
             final_logit_softcap,
+            attention_softcap,
             sliding_window,
             swa_layers,
             pooling_type,
@@ -398,6 +411,7 @@ impl ModelConfig {
             head_dim_k: self.head_dim_k,
             head_dim_v: self.head_dim_v,
             scale: self.attention_scale,
+            softcap: self.attention_softcap,
         }
     }
 
@@ -423,7 +437,8 @@ impl ModelConfig {
             ..Rope::plain(r.kind, self.head_dim_k, r.n_dims, r.freq_base, r.freq_scale)
         };
         if self.swa_layers[layer] {
-            return Some(Rope { yarn: None, attn_factor: 1.0, freq_base: r.freq_base_swa, freq_scale: 1.0, ..global });
+            let freq_scale = if self.facts.sliding_window.is_some_and(|w| w.scaled_rope) { r.freq_scale } else { 1.0 };
+            return Some(Rope { yarn: None, attn_factor: 1.0, freq_base: r.freq_base_swa, freq_scale, ..global });
         }
         Some(global)
     }

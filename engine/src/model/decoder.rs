@@ -113,7 +113,10 @@ pub(crate) fn forward<B: Backend>(
     let (n, e, eps) = (batch.len(), c.n_embd, c.norm_eps);
     let inputs: Vec<RowInput> = batch.iter().map(|b| b.input).collect();
     let mut x = input_rows(b, c, &w.token_embd, &inputs)?; // n x e
-    let shape = c.attention_shape();
+    let mut shape = c.attention_shape();
+    if c.facts.prescaled_queries {
+        shape.scale = 1.0;
+    }
     let positions: Vec<u32> = batch.iter().map(|e| e.pos).collect();
     let n_ctx = kv.n_ctx();
     let (table, store) = kv.parts_mut::<B::KvStore>().ok_or(BackendError::ForeignKvCache(b.device()))?;
@@ -160,6 +163,9 @@ pub(crate) fn forward<B: Backend>(
         if let Some(rope) = c.layer_rope(il, n_ctx) {
             b.rope(&mut q, &rope, &positions)?;
             b.rope(&mut k, &rope, &positions)?;
+        }
+        if c.facts.prescaled_queries {
+            b.scale(&mut q, c.attention_scale)?;
         }
         if c.attention_temperature.is_some() {
             // q · scale(pos) per row: added to zeros, which changes no value

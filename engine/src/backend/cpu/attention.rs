@@ -275,12 +275,12 @@ fn attend_queries_body<const N: usize, const X86: bool>(
         for &s in &live_states {
             let live = live_of(&rows[s / group].1, tile);
             let w: &mut [f32; KV_TILE] = (&mut weights[s * KV_TILE..(s + 1) * KV_TILE]).try_into().unwrap();
-            if live == (tile..tile + KV_TILE) {
+            if live == (tile..tile + KV_TILE) && shape.softcap == 0.0 {
                 // the whole tile: one vector loop (the masked one below branches per position)
                 w.iter_mut().for_each(|wt| *wt *= shape.scale);
             } else {
                 for (t, wt) in w.iter_mut().enumerate() {
-                    *wt = if live.contains(&(tile + t)) { *wt * shape.scale } else { f32::NEG_INFINITY };
+                    *wt = if live.contains(&(tile + t)) { shape.score(*wt) } else { f32::NEG_INFINITY };
                 }
             }
             let tile_max = w.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
@@ -517,7 +517,7 @@ mod tests {
     fn attends_to_the_matching_key() {
         // two positions, one head of dim 2: the query matches key 1 strongly
         let kv = Rows(vec![vec![1.0, 0.0], vec![0.0, 1.0]], vec![vec![10.0, 0.0], vec![0.0, 20.0]]);
-        let shape = AttentionShape { n_head: 1, n_head_kv: 1, head_dim_k: 2, head_dim_v: 2, scale: 1.0 };
+        let shape = AttentionShape { n_head: 1, n_head_kv: 1, head_dim_k: 2, head_dim_v: 2, scale: 1.0, softcap: 0.0 };
         let mut out = [0.0; 2];
         let mut s = AttnScratch::default();
         attend_group(&[0.0, 50.0], 0, &shape, 0..2, &kv, &mut out, &mut s);
@@ -546,7 +546,7 @@ mod tests {
     #[test]
     fn odd_head_sizes_match_plain_softmax_on_every_tier() {
         for (dk, dv) in [(40, 24), (80, 80), (64, 72)] {
-            let shape = AttentionShape { n_head: 6, n_head_kv: 2, head_dim_k: dk, head_dim_v: dv, scale: 0.2 };
+            let shape = AttentionShape { n_head: 6, n_head_kv: 2, head_dim_k: dk, head_dim_v: dv, scale: 0.2, softcap: 0.0 };
             let n = 150;
             let val = |p: usize, i: usize, salt: usize| (((p * 31 + i * 17 + salt) % 97) as f32 / 97.0 - 0.5) * 2.0;
             let kv = Rows(
@@ -579,7 +579,7 @@ mod tests {
         // head sizes of 48 (chains 16 wide), 64 and 128 (64 wide); 10 queries of 2 heads each: the
         // AVX-512 tier's batches of 4 states, spans shared and not
         for dv in [48, 64, 128] {
-            let shape = AttentionShape { n_head: 4, n_head_kv: 2, head_dim_k: 64, head_dim_v: dv, scale: 0.125 };
+            let shape = AttentionShape { n_head: 4, n_head_kv: 2, head_dim_k: 64, head_dim_v: dv, scale: 0.125, softcap: 0.0 };
             let val = |p: usize, i: usize, salt: usize| (((p * 31 + i * 17 + salt) % 97) as f32 / 97.0 - 0.5) * 3.0;
             let n = 200;
             let kv = Rows(
@@ -638,7 +638,7 @@ mod tests {
     #[test]
     fn rows_read_in_place_give_the_bits_of_rows_copied() {
         for (dk, dv) in [(64, 64), (64, 48), (40, 80)] {
-            let shape = AttentionShape { n_head: 6, n_head_kv: 3, head_dim_k: dk, head_dim_v: dv, scale: 0.125 };
+            let shape = AttentionShape { n_head: 6, n_head_kv: 3, head_dim_k: dk, head_dim_v: dv, scale: 0.125, softcap: 0.0 };
             let val = |p: usize, i: usize, salt: usize| (((p * 37 + i * 11 + salt) % 89) as f32 / 89.0 - 0.5) * 2.0;
             let n = 221;
             let (key_stride, value_stride) = (3 * dk, 3 * dv);
@@ -676,7 +676,7 @@ mod tests {
 
     #[test]
     fn tiled_attention_matches_plain_softmax_and_tiers_agree_bit_for_bit() {
-        let shape = AttentionShape { n_head: 4, n_head_kv: 2, head_dim_k: 64, head_dim_v: 64, scale: 0.125 };
+        let shape = AttentionShape { n_head: 4, n_head_kv: 2, head_dim_k: 64, head_dim_v: 64, scale: 0.125, softcap: 0.0 };
         let mut state = 0x9e37_79b9u32;
         let mut rnd = move || {
             state ^= state << 13;

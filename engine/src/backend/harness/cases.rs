@@ -241,7 +241,7 @@ fn stored(ty: KvType, x: Vec<f32>) -> Vec<f32> {
 fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, ty: KvType) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     for (n_head, n_head_kv, dk, dv) in [(4, 2, 64, 64), (6, 6, 40, 24), (8, 1, 80, 80), (2, 1, 64, 72)] {
-        let shape = AttentionShape { n_head, n_head_kv, head_dim_k: dk, head_dim_v: dv, scale: 1.0 / (dk as f32).sqrt() };
+        let shape = AttentionShape { n_head, n_head_kv, head_dim_k: dk, head_dim_v: dv, scale: 1.0 / (dk as f32).sqrt(), softcap: 0.0 };
         let (kd, vd, n_layer) = (n_head_kv * dk, n_head_kv * dv, 2);
         let mut store = b.new_kv_store(ty, n_layer, kd, vd);
         // three sequences; block ids out of order and not contiguous; the third long enough for
@@ -295,8 +295,9 @@ fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, ty: KvType) -> Vec<(String
 
 fn batch_attention<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
     let mut out = Vec::new();
-    for (n_head, n_head_kv, dk, dv) in [(12, 12, 32, 32), (4, 2, 64, 64), (3, 1, 24, 40)] {
-        let shape = AttentionShape { n_head, n_head_kv, head_dim_k: dk, head_dim_v: dv, scale: 0.125 };
+    // (heads, KV heads, head sizes, soft cap): the last with Gemma 2's soft cap, low enough to bite
+    for (n_head, n_head_kv, dk, dv, softcap) in [(12, 12, 32, 32, 0.0), (4, 2, 64, 64, 0.0), (3, 1, 24, 40, 0.0), (4, 2, 64, 64, 1.5)] {
+        let shape = AttentionShape { n_head, n_head_kv, head_dim_k: dk, head_dim_v: dv, scale: 0.125, softcap };
         let lens = [5usize, 70, 1];
         let n: usize = lens.iter().sum();
         let (k, v, q) = (rng.values(n * n_head_kv * dk, 2.0), rng.values(n * n_head_kv * dv, 2.0), rng.values(n * shape.q_dim(), 2.0));
@@ -312,7 +313,7 @@ fn batch_attention<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
         let (kd, vd) = (n_head_kv * dk, n_head_kv * dv);
         let want =
             naive::attention(&q, &rows, &shape, |s, p| &k[(s + p) * kd..(s + p + 1) * kd], |s, p| &v[(s + p) * vd..(s + p + 1) * vd]);
-        out.push((format!("{n_head}/{n_head_kv} heads of {dk}/{dv}, sequences of 5, 70, 1"), nmse(&got, &want)));
+        out.push((format!("{n_head}/{n_head_kv} heads of {dk}/{dv}, soft cap {softcap}, sequences of 5, 70, 1"), nmse(&got, &want)));
     }
     out
 }

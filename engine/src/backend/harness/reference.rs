@@ -93,7 +93,11 @@ pub fn attention<'a>(
                 .clone()
                 .map(|p| {
                     let k = &key(row.kv, p)[g * dk..(g + 1) * dk];
-                    qh.iter().zip(k).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>() * f64::from(shape.scale)
+                    let s = qh.iter().zip(k).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>() * f64::from(shape.scale);
+                    match f64::from(shape.softcap) {
+                        0.0 => s,
+                        cap => cap * (s / cap).tanh(),
+                    }
                 })
                 .collect();
             if scores.is_empty() {

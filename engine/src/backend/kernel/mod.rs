@@ -309,8 +309,14 @@ where
             return Err(BackendError::shape("attention", format!("{}x{} queries, {} rows, {shape:?}", q.rows, q.cols, rows.len())));
         }
         let out = self.output("attention", q.rows, shape.out_dim())?;
-        let heads =
-            HeadArgs { n_head: shape.n_head, n_head_kv: shape.n_head_kv, dk: shape.head_dim_k, dv: shape.head_dim_v, scale: shape.scale };
+        let heads = HeadArgs {
+            n_head: shape.n_head,
+            n_head_kv: shape.n_head_kv,
+            dk: shape.head_dim_k,
+            dv: shape.head_dim_v,
+            scale: shape.scale,
+            softcap: shape.softcap,
+        };
         match kv {
             KvSource::Cache { store, layer, tables } => {
                 let Some((k, v, k_pool, v_pool)) = store.pools() else {

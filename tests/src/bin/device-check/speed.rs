@@ -187,7 +187,7 @@ fn attention<R: Runtime>(
     let rows: Vec<QueryRow> = (0..seqs).map(|s| QueryRow { kv: s * per_seq, positions: 0..ctx }).collect();
     let q = f32_buffer(rt, seqs * n_head * dk, 3)?;
     let out = rt.alloc_zeroed(seqs * n_head * dk * 4)?;
-    let heads = HeadArgs { n_head, n_head_kv, dk, dv: dk, scale: 1.0 / (dk as f32).sqrt() };
+    let heads = HeadArgs { n_head, n_head_kv, dk, dv: dk, scale: 1.0 / (dk as f32).sqrt(), softcap: 0.0 };
     per_call(rt, &out, iters, || {
         let kv = KvArgs::Pool { k: &k, v: &v, k_pool: pool, v_pool: pool, layer: 0, tables: &tables };
         launch::attention(rt, &q, kv, &rows, heads, &out)
