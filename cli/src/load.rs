@@ -39,6 +39,15 @@ pub fn load_model(path: &Path, device: Device) -> anyhow::Result<Model> {
     })
 }
 
+/// The process's resident memory in MiB (`VmRSS` of Linux's `/proc/self/status`), `None`
+/// elsewhere: read right after loading, it is what the model costs (its weights as the backend
+/// holds them).
+pub fn resident_mib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib >> 10)
+}
+
 /// A prompt given as text or as token ids (`--tokens 1,2,3`: no tokenizer involved, for comparing
 /// logits with another implementation on the same ids, and for files whose vocabulary is ids only).
 #[derive(clap::Args)]

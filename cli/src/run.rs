@@ -10,7 +10,7 @@ use engine::generate::{FinishReason, GenerateParams, Generator, TokenConstraint,
 use engine::grammar::{Constraint, GrammarCompiler};
 use engine::model::Model;
 
-use crate::load::{default_ctx, kv_type_name, load_model, parse_positive, thread_pool, PromptArgs, RuntimeArgs};
+use crate::load::{default_ctx, kv_type_name, load_model, parse_positive, resident_mib, thread_pool, PromptArgs, RuntimeArgs};
 use crate::sampling_args::SamplingArgs;
 
 #[derive(clap::Args)]
@@ -51,6 +51,7 @@ pub struct RunArgs {
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.runtime.threads)?;
     let model = load_model(&args.model, args.runtime.device)?;
+    let resident = resident_mib();
     let prompt = if args.images.is_empty() { args.prompt.tokens(&model)? } else { Vec::new() };
     let params = GenerateParams {
         sampling: args.sampling.params(model.tokenizer().n_vocab())?,
@@ -83,10 +84,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         None => prompt,
     };
     eprintln!(
-        "prompt: {} tokens, context {n_ctx}, KV cache {}, {} threads",
+        "prompt: {} tokens, context {n_ctx}, KV cache {}, {} threads{}",
         prompt.len(),
         kv_type_name(args.runtime.kv_type),
-        pool.current_num_threads()
+        pool.current_num_threads(),
+        resident.map_or(String::new(), |m| format!(", {m} MiB resident after loading"))
     );
 
     let mut draft_kv = draft.as_ref().map(|d| d.new_kv_cache(args.runtime.kv_type, n_ctx));

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
+use memmap2::{Mmap, UncheckedAdvice};
 
 use super::error::GgufError;
 use super::reader::{self, Parsed};
@@ -81,6 +81,22 @@ impl GgufFile {
     fn from_storage(storage: Storage) -> Result<GgufFile, GgufError> {
         let Parsed { version, metadata, key_index, tensors, tensor_index, alignment, data_offset } = reader::parse(storage.bytes())?;
         Ok(GgufFile { storage, version, metadata, key_index, tensors, tensor_index, alignment, data_offset })
+    }
+
+    /// Hands the memory pages holding tensor `t`'s data back to the kernel, for a tensor nothing
+    /// reads any more (the CPU backend's repacked weights): the bytes stay readable, read from
+    /// the file again should anything touch them. Only a mapped file has pages to give back;
+    /// returns whether the kernel took the hint.
+    pub fn release_pages(&self, t: &TensorInfo) -> bool {
+        let Storage::Mapped(map) = &self.storage else { return false };
+        let (Ok(start), Ok(len)) = (usize::try_from(self.data_offset + t.offset), usize::try_from(t.n_bytes)) else { return false };
+        if start.checked_add(len).is_none_or(|end| end > map.len()) {
+            return false;
+        }
+        // SAFETY: the map is a read-only private mapping of a file no one writes (see `open`):
+        // its pages were never written, so after MADV_DONTNEED the next access reads the same
+        // bytes from the file again, and every borrow of the map keeps seeing what it saw.
+        unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, start, len) }.is_ok()
     }
 
     /// GGUF format version: 2 or 3.
@@ -168,5 +184,34 @@ impl GgufFile {
     /// [`super::writer::write_file`]). Returns the number of bytes written.
     pub fn write_to<W: std::io::Write>(&self, w: W) -> Result<u64, GgufError> {
         super::writer::write_file(self, w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::GgufWriter;
+    use crate::quant::GgmlType;
+
+    /// Released pages read back the same bytes (from the file); a file held in memory has no
+    /// pages to release.
+    #[test]
+    fn released_tensor_pages_read_back_the_same_bytes() {
+        let values: Vec<u8> = (0..3 * 4096 * 4).map(|i| (i * 7 % 251) as u8).collect();
+        let mut w = GgufWriter::new();
+        w.add("general.architecture", Value::from("llama")).unwrap();
+        w.add_tensor("big", &[4096, 3], GgmlType::F32, values.clone()).unwrap();
+        let bytes = w.to_bytes().unwrap();
+        let path = std::env::temp_dir().join(format!("release-pages-{}.gguf", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let file = GgufFile::open(&path).unwrap();
+        let t = file.tensor("big").unwrap().clone();
+        assert_eq!(file.tensor_data(&t), &values[..]);
+        assert!(file.release_pages(&t));
+        assert_eq!(file.tensor_data(&t), &values[..]);
+        std::fs::remove_file(&path).unwrap();
+        let owned = GgufFile::from_bytes(bytes).unwrap();
+        assert!(!owned.release_pages(&t));
+        assert_eq!(owned.tensor_data(&t), &values[..]);
     }
 }

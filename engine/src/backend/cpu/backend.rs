@@ -170,13 +170,24 @@ impl Backend for CpuBackend {
         let start = std::time::Instant::now();
         // matrices in parallel as well as the panels within each (small matrices would leave
         // the threads idle one after another)
-        let bytes: usize = matrices.par_iter().map(|m| m.product_view().panels.map_or(0, |p| p.bytes())).sum();
+        // products read a repacked matrix's panels only: its mapped bytes go back to the
+        // kernel as soon as it is repacked, so the model costs its file size once, not twice,
+        // even while loading (the embedding table's rows, which `get_rows` reads where the
+        // output shares them, come back as they are touched)
+        let (bytes, released) = matrices
+            .par_iter()
+            .map(|m| match m.product_view().panels {
+                Some(p) => (p.bytes(), usize::from(m.file.release_pages(&m.info))),
+                None => (0, 0),
+            })
+            .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
         if bytes > 0 {
             tracing::info!(
                 matrices = matrices.len(),
                 mib = bytes >> 20,
+                released,
                 ms = start.elapsed().as_millis() as u64,
-                "weights repacked into panels for the matmul kernels (memory added beside the mapped file)"
+                "weights repacked into panels for the matmul kernels (their mapped pages released)"
             );
         }
         Ok(())
