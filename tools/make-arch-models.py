@@ -44,6 +44,9 @@ SEEDS = (1, 2)
 #               with ffn_gate_inp_shexp when gated)
 #   keys:       further `<arch>.KEY` values: a float as f32, an int as u32, a str as a string
 #               (Granite's four scalars, Mistral 3's YaRN and attention temperature)
+#   dense_lead: this many first layers keep a dense FFN, the others have experts
+#   probs_bias: exp_probs_b.bias, the experts' selection bias
+#   ffn_norm:   the FFN input norm's tensor name (default ffn_norm; GLM-4.5: post_attention_norm)
 #   tied:       no output.weight (the token embeddings serve)
 #   embd_std:   the token embeddings' standard deviation (default 0.1; Gemma scales them by
 #               sqrt(n_embd), so its rows use 0.1 / 16, as its real files are made)
@@ -77,6 +80,11 @@ ARCHS = {
                            "rope.scaling.yarn_beta_fast": 16.0, "attention.temperature_scale": 0.1}),
     "gemma2": dict(n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-6, post_norms=True, tied=True, swa=(8, 2),
                    embd_std=0.1 / 16, keys={"attn_logit_softcapping": 3.0, "final_logit_softcapping": 2.0}),
+    "glm4moe": dict(n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-5, n_layer=3, qkv_bias=True, qk_norm="head",
+                    rope_dims=32, moe=(4, 2, 128), shared=(128, False), dense_lead=1, probs_bias=True,
+                    ffn_norm="post_attention_norm",
+                    keys={"expert_gating_func": 2, "expert_weights_norm": True, "expert_weights_scale": 2.5,
+                          "expert_shared_count": 1, "leading_dense_block_count": 1}),
     "qwen3": dict(n_head=4, n_head_kv=1, rope_base=1000000.0, eps=1e-6, qk_norm="head", qkv_bias=True, scales=True,
                   cls=True),
     "smollm3": dict(n_head=4, n_head_kv=2, rope_base=2000000.0, eps=1e-6, n_layer=4, qkv_bias=True),
@@ -128,9 +136,11 @@ def tensors_for(cfg):
         if post:
             t.append((b + "post_attention_norm.weight", (e,), "norm"))
         if pre:
-            t.append((b + "ffn_norm.weight", (e,), "norm"))
-        if "moe" in cfg:
+            t.append((b + cfg.get("ffn_norm", "ffn_norm") + ".weight", (e,), "norm"))
+        if "moe" in cfg and i >= cfg.get("dense_lead", 0):
             n_exp, _, ff = cfg["moe"]
+            if cfg.get("probs_bias"):
+                t.append((b + "exp_probs_b.bias", (n_exp,), "w"))
             t += [(b + "ffn_gate_inp.weight", (n_exp, e), "w"),
                   (b + "ffn_gate_exps.weight", (n_exp, ff, e), "w"),
                   (b + "ffn_up_exps.weight", (n_exp, ff, e), "w"),
@@ -191,7 +201,9 @@ def write_model(row, cfg, seed, out):
         if "shared" in cfg:
             w.add_expert_shared_feed_forward_length(cfg["shared"][0])
     for key, value in cfg.get("keys", {}).items():
-        if isinstance(value, str):
+        if isinstance(value, bool):
+            w.add_bool(f"{arch}.{key}", value)
+        elif isinstance(value, str):
             w.add_string(f"{arch}.{key}", value)
         elif isinstance(value, int):
             w.add_uint32(f"{arch}.{key}", value)

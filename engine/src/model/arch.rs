@@ -20,6 +20,8 @@ pub enum QkNorm {
     PerHead,
     /// One weight over the whole row of heads, normalised as one vector (OLMo 2).
     AcrossHeads,
+    /// `PerHead` where the file has the weights, none where it has not (GLM-4.5).
+    PerHeadIfPresent,
 }
 
 /// Sliding-window attention on some layers, as the file's `attention.sliding_window` (the
@@ -76,6 +78,9 @@ pub struct ArchFacts {
     pub qk_norm: QkNorm,
     /// RMS norms of the attention and FFN inputs (every architecture but OLMo 2).
     pub pre_norms: bool,
+    /// The tensor of the FFN's input norm: `ffn_norm`, or `post_attention_norm` where the
+    /// converter kept Hugging Face's name for it (GLM-4.5).
+    pub ffn_norm_name: &'static str,
     /// RMS norms of the attention and FFN outputs before the residual add (Gemma 2/3, OLMo 2).
     pub post_norms: bool,
     /// The file scales the residual branches, q·k and the logits by `<arch>.residual_scale`,
@@ -117,6 +122,7 @@ const DECODER: ArchFacts = ArchFacts {
     embedding_scale: EmbeddingScale::None,
     qk_norm: QkNorm::None,
     pre_norms: true,
+    ffn_norm_name: "ffn_norm",
     post_norms: false,
     scales_from_keys: false,
     final_softcap: None,
@@ -148,6 +154,15 @@ pub const ARCHS: &[ArchFacts] = &[
     ArchFacts { name: "mistral3", attention_temperature: true, ..DECODER },
     ArchFacts { name: "phi3", rope: Some(RopeKind::Neox), ..DECODER },
     ArchFacts { name: "glm4", post_norms: true, mrope_sections: true, ..DECODER },
+    ArchFacts {
+        name: "glm4moe",
+        rope: Some(RopeKind::Neox),
+        qk_norm: QkNorm::PerHeadIfPresent,
+        ffn_norm_name: "post_attention_norm",
+        mrope_sections: true,
+        routing: Routing { gating: Gating::Sigmoid, norm: WeightNorm::FromKey },
+        ..DECODER
+    },
     ArchFacts {
         name: "olmo2",
         rope: Some(RopeKind::Neox),

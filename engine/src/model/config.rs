@@ -186,7 +186,13 @@ fn expert_config(m: &Meta, facts: &ArchFacts, dense_ff: usize) -> Result<Option<
     }
     // 0 stands for absent (files of architectures whose experts are `feed_forward_length` wide)
     let n_ff = m.usize_opt("expert_feed_forward_length")?.filter(|&n| n > 0).unwrap_or(dense_ff);
-    let n_ff_shared = m.usize_opt("expert_shared_feed_forward_length")?.filter(|&n| n > 0).unwrap_or(dense_ff);
+    // the shared experts' width: as given, or that many routed experts' widths side by side
+    let n_shared = m.usize_opt("expert_shared_count")?.unwrap_or(0);
+    let n_ff_shared = match m.usize_opt("expert_shared_feed_forward_length")?.filter(|&n| n > 0) {
+        Some(n) => n,
+        None if n_shared > 0 => n_ff * n_shared,
+        None => dense_ff,
+    };
     let gating = match m.usize_opt("expert_gating_func")? {
         None | Some(0) => facts.routing.gating,
         Some(1) => Gating::Softmax,
@@ -250,7 +256,9 @@ impl ModelConfig {
     pub fn from_gguf(file: &GgufFile, arch: &str, facts: &ArchFacts) -> Result<ModelConfig, ModelError> {
         let m = Meta { file, arch };
         let n_embd = positive(&m, "embedding_length", m.usize("embedding_length")?)?;
-        let n_layer = positive(&m, "block_count", m.usize("block_count")?)?;
+        // the last `nextn_predict_layers` blocks predict further tokens (GLM-4.5's MTP): not layers
+        let n_blocks = m.usize("block_count")?;
+        let n_layer = positive(&m, "block_count", n_blocks.saturating_sub(m.usize_opt("nextn_predict_layers")?.unwrap_or(0)))?;
         let n_head = positive(&m, "attention.head_count", m.usize("attention.head_count")?)?;
         let n_head_kv = positive(&m, "attention.head_count_kv", m.usize_opt("attention.head_count_kv")?.unwrap_or(n_head))?;
         if n_head % n_head_kv != 0 {

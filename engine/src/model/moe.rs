@@ -19,6 +19,9 @@ use crate::model::arch::Gating;
 pub struct Experts<B: Backend> {
     pub config: ExpertConfig,
     pub router: Linear<B>,
+    /// Added to the probabilities for choosing the experts only, not to their weights
+    /// (`exp_probs_b`: DeepSeek V3, GLM-4.5).
+    pub selection_bias: Option<Vec<f32>>,
     pub gate: ExpertMatrices<B>,
     pub up: ExpertMatrices<B>,
     pub down: ExpertMatrices<B>,
@@ -69,6 +72,7 @@ impl<B: Backend> Experts<B> {
         Ok(Some(Experts {
             config: *x,
             router,
+            selection_bias: l.host_vector_opt(&n("exp_probs_b.bias"), x.n_expert)?,
             gate: ExpertMatrices::load(l, &n("ffn_gate_exps"), x.n_expert, x.n_ff, n_embd)?,
             up: ExpertMatrices::load(l, &n("ffn_up_exps"), x.n_expert, x.n_ff, n_embd)?,
             down: ExpertMatrices::load(l, &n("ffn_down_exps"), x.n_expert, n_embd, x.n_ff)?,
@@ -98,7 +102,7 @@ pub(crate) type Route = Vec<(usize, f32)>;
 /// probabilities by softmax (max subtracted, `expf`, a sum in f64 and one reciprocal) or by
 /// sigmoid; the `n_used` most probable experts (the lower index first on a tie); their
 /// probabilities as weights, divided by their sum (at least 2^-14) when asked, then scaled.
-pub(crate) fn routes(x: &ExpertConfig, logits: &[f32]) -> Vec<Route> {
+pub(crate) fn routes(x: &ExpertConfig, logits: &[f32], selection_bias: Option<&[f32]>) -> Vec<Route> {
     logits
         .chunks_exact(x.n_expert)
         .map(|row| {
@@ -111,8 +115,12 @@ pub(crate) fn routes(x: &ExpertConfig, logits: &[f32]) -> Vec<Route> {
                 }
                 Gating::Sigmoid => row.iter().map(|&v| 1.0 / (1.0 + (-v).exp())).collect(),
             };
+            let chosen_by: Vec<f32> = match selection_bias {
+                Some(bias) => probs.iter().zip(bias).map(|(&p, &b)| p + b).collect(),
+                None => probs.clone(),
+            };
             let mut order: Vec<usize> = (0..x.n_expert).collect();
-            order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+            order.sort_by(|&a, &b| chosen_by[b].total_cmp(&chosen_by[a]).then(a.cmp(&b)));
             let mut route: Route = order[..x.n_used].iter().map(|&e| (e, probs[e])).collect();
             if x.normalize {
                 let sum = (route.iter().map(|&(_, w)| f64::from(w)).sum::<f64>() as f32).max(6.103_515_6e-5);
@@ -132,7 +140,7 @@ pub(crate) fn routes(x: &ExpertConfig, logits: &[f32]) -> Vec<Route> {
 pub(crate) fn forward<B: Backend>(b: &B, act: Activation, w: &Experts<B>, h: &B::Tensor) -> Result<B::Tensor, ModelError> {
     let (x, (rows, n_embd)) = (&w.config, b.shape(h));
     let logits = b.to_host(linear(b, &w.router, ScaleAt::BeforeBias, h)?)?; // rows x n_expert
-    let routes = routes(x, &logits);
+    let routes = routes(x, &logits, w.selection_bias.as_deref());
     // each expert's rows (in row order) and, for each, where it lands in that expert's output
     let mut assigned: Vec<Vec<usize>> = vec![Vec::new(); x.n_expert];
     let mut slot = vec![vec![0usize; x.n_used]; rows]; // [row][choice] -> index in the expert's rows
@@ -191,15 +199,19 @@ mod tests {
     #[test]
     fn routes_take_the_most_probable_experts_first_and_normalise() {
         let logits = [0.5f32, 2.0, -1.0, 2.0, /* row 2 */ 0.0, 0.0, 0.0, 3.0];
-        let r = routes(&config(4, 2, true), &logits);
+        let r = routes(&config(4, 2, true), &logits, None);
         // a tie goes to the lower index; the two weights sum to 1
         assert_eq!(r[0].iter().map(|p| p.0).collect::<Vec<_>>(), [1, 3]);
         assert!((r[0][0].1 - 0.5).abs() < 1e-7 && (r[0][1].1 - 0.5).abs() < 1e-7);
         assert_eq!(r[1][0].0, 3);
-        let plain = routes(&config(4, 2, false), &logits);
+        let plain = routes(&config(4, 2, false), &logits, None);
         let e3 = 3f32.exp();
         assert!((plain[1][0].1 - e3 / (e3 + 3.0)).abs() < 1e-6, "{:?}", plain[1]);
-        let sig = routes(&ExpertConfig { gating: Gating::Sigmoid, weights_scale: 2.0, ..config(4, 1, false) }, &logits);
+        let sig = routes(&ExpertConfig { gating: Gating::Sigmoid, weights_scale: 2.0, ..config(4, 1, false) }, &logits, None);
         assert!((sig[1][0].1 - 2.0 / (1.0 + (-3f32).exp())).abs() < 1e-6);
+        // a selection bias chooses expert 0 of row 2, but its weight is its own probability
+        let biased = routes(&config(4, 1, false), &logits, Some(&[5.0, 0.0, 0.0, 0.0]));
+        assert_eq!(biased[1][0].0, 0);
+        assert!((biased[1][0].1 - 1.0 / (e3 + 3.0)).abs() < 1e-6, "{:?}", biased[1]);
     }
 }

@@ -239,14 +239,6 @@ impl<'a, B: Backend> Loader<'a, B> {
     pub fn vector(&self, name: &str, n: usize) -> Result<B::Vector, ModelError> {
         self.vector_opt(name, n)?.ok_or_else(|| ModelError::MissingTensor(name.into()))
     }
-
-    /// A vector the architecture requires (`required`), or may have.
-    pub fn vector_if(&self, required: bool, name: &str, n: usize) -> Result<Option<B::Vector>, ModelError> {
-        match self.vector_opt(name, n)? {
-            None if required => Err(ModelError::MissingTensor(name.into())),
-            v => Ok(v),
-        }
-    }
 }
 
 /// The weights of one decoder layer.
@@ -307,9 +299,17 @@ impl<B: Backend> DecoderWeights<B> {
         // a norm over each head, or over the whole row of heads
         let (q_norm_len, k_norm_len) = match f.qk_norm {
             QkNorm::AcrossHeads => (q_out, kv_k),
-            QkNorm::PerHead | QkNorm::None => (c.head_dim_k, c.head_dim_k),
+            QkNorm::PerHead | QkNorm::PerHeadIfPresent | QkNorm::None => (c.head_dim_k, c.head_dim_k),
         };
+        // a norm the architecture has is required; one it has not is not read (GLM-4.5 names its
+        // FFN input norm `post_attention_norm`)
         let pre_norm = |name: &str| if f.pre_norms { l.vector(name, e).map(Some) } else { Ok(None) };
+        let post_norm = |name: &str| if f.post_norms { l.vector(name, e).map(Some) } else { Ok(None) };
+        let qk_norm = |name: &str, n: usize| match f.qk_norm {
+            QkNorm::None => Ok(None),
+            QkNorm::PerHeadIfPresent => l.vector_opt(name, n),
+            QkNorm::PerHead | QkNorm::AcrossHeads => l.vector(name, n).map(Some),
+        };
         let mut layers = Vec::with_capacity(c.n_layer);
         for i in 0..c.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}");
@@ -340,13 +340,13 @@ impl<B: Backend> DecoderWeights<B> {
                 q,
                 k,
                 v,
-                q_norm: l.vector_if(f.qk_norm != QkNorm::None, &n("attn_q_norm.weight"), q_norm_len)?,
-                k_norm: l.vector_if(f.qk_norm != QkNorm::None, &n("attn_k_norm.weight"), k_norm_len)?,
+                q_norm: qk_norm(&n("attn_q_norm.weight"), q_norm_len)?,
+                k_norm: qk_norm(&n("attn_k_norm.weight"), k_norm_len)?,
                 o: l.linear(&n("attn_output"), e, c.n_head * c.head_dim_v)?,
-                attn_post_norm: l.vector_if(f.post_norms, &n("post_attention_norm.weight"), e)?,
-                ffn_norm: pre_norm(&n("ffn_norm.weight"))?,
+                attn_post_norm: post_norm(&n("post_attention_norm.weight"))?,
+                ffn_norm: pre_norm(&n(&format!("{}.weight", f.ffn_norm_name)))?,
                 ffn,
-                ffn_post_norm: l.vector_if(f.post_norms, &n("post_ffw_norm.weight"), e)?,
+                ffn_post_norm: post_norm(&n("post_ffw_norm.weight"))?,
             });
         }
         let output_norm = l.vector("output_norm.weight", e)?;
@@ -356,7 +356,14 @@ impl<B: Backend> DecoderWeights<B> {
             Some(m) => m,
             None => Linear { w: l.matrix("token_embd.weight", c.n_vocab, e)?, b: None, scale: None },
         };
-        l.refuse_unused(&c.arch, ignored_by_decoders)?;
+        // the blocks after the last layer are multi-token-prediction layers generation skips
+        let mtp_block = |name: &str| {
+            name.strip_prefix("blk.")
+                .and_then(|r| r.split('.').next())
+                .and_then(|i| i.parse::<usize>().ok())
+                .is_some_and(|i| i >= c.n_layer)
+        };
+        l.refuse_unused(&c.arch, |name| ignored_by_decoders(name) || mtp_block(name))?;
         let products: Vec<&B::Matrix> =
             layers.iter().flat_map(|l| [&l.q.w, &l.k.w, &l.v.w, &l.o.w].into_iter().chain(l.ffn.matrices())).chain([&output.w]).collect();
         backend.prepare_products(&products)?;
