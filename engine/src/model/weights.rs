@@ -260,7 +260,7 @@ pub struct DecoderLayer<B: Backend> {
 /// A layer's feed-forward block: one gated block, or a mixture of experts.
 pub enum FeedForward<B: Backend> {
     Dense { gate: Linear<B>, up: Linear<B>, down: Linear<B> },
-    Experts(Experts<B>),
+    Experts(Box<Experts<B>>),
 }
 
 impl<B: Backend> FeedForward<B> {
@@ -323,7 +323,7 @@ impl<B: Backend> DecoderWeights<B> {
                 None => None,
             };
             let ffn = match experts {
-                Some(x) => FeedForward::Experts(x),
+                Some(x) => FeedForward::Experts(Box::new(x)),
                 None => {
                     // gate and up as two projections, or one `ffn_up` of both (gate first: Phi-3, GLM-4)
                     let [gate, up] = match l.linear_opt(&n("ffn_gate"), c.n_ff, e)? {
