@@ -33,8 +33,10 @@ pub struct ArchComparison {
 /// Runs `model` (the fixture `archs/<name>.gguf`) over each golden sequence: every prompt
 /// position in one batch, then llama.cpp's 32 greedy tokens one at a time. Every row's logits
 /// must be within [`BOUND`] of llama.cpp's and its best token llama.cpp's; each greedy token must
-/// be the best of the row before it; and the whole sequence again as one batch must give the
-/// one-at-a-time rows bit for bit (batch invariance).
+/// be the best of the row before it; the whole sequence again as one batch must give the
+/// one-at-a-time rows bit for bit, and so must the sequences' prompts run side by side in one
+/// batch, entries interleaved (batch invariance: in a mixture of experts, rows of different
+/// sequences go to different experts in the same step).
 pub fn compare(model: &Model, name: &str) -> ArchComparison {
     let golden = read_json(&fixture(&format!("archs/golden/{name}.logits.json")));
     let bin = read_f32s(&fixture(&format!("archs/golden/{name}.logits.bin")));
@@ -48,6 +50,7 @@ pub fn compare(model: &Model, name: &str) -> ArchComparison {
         c.worst = c.worst.max(worst);
         c.rows += 1;
     };
+    let mut prompts = Vec::new();
     for (s, seq) in golden["sequences"].as_array().unwrap().iter().enumerate() {
         let tokens = json_ids(&seq["tokens"]);
         let gen = json_ids(&seq["gen"]);
@@ -57,6 +60,7 @@ pub fn compare(model: &Model, name: &str) -> ArchComparison {
         };
         let mut kv = model.new_kv_cache(KvType::F32, tokens.len() + gen.len());
         let prompt = model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)).unwrap(); // [tokens][n_vocab]
+        prompts.push(tokens.clone());
         for p in 0..tokens.len() {
             check(format!("sequence {s} position {p}"), prompt.row(p), row("prompt_logits", p));
         }
@@ -78,6 +82,32 @@ pub fn compare(model: &Model, name: &str) -> ArchComparison {
         for (j, step) in steps.iter().enumerate() {
             assert_eq!(batch.row(tokens.len() + j), &step[..], "{name} sequence {s}: greedy step {j} in one batch");
         }
+    }
+    // the prompts alone, then side by side in one batch, their entries interleaved, with a third
+    // sequence (the first one's tokens backwards) so that two long prompts share steps; every
+    // cache of one size (LongRoPE's factors follow the context's size)
+    prompts.push(prompts[0].iter().rev().copied().collect());
+    let longest = prompts.iter().map(Vec::len).max().unwrap();
+    let n_ctx = prompts.len() * longest;
+    let solo: Vec<_> = prompts
+        .iter()
+        .map(|tokens| {
+            let mut kv = model.new_kv_cache(KvType::F32, n_ctx);
+            model.forward(&mut kv, &BatchEntry::sequence(0, tokens, 0, true)).unwrap()
+        })
+        .collect();
+    let mut batch = Vec::new();
+    for p in 0..longest {
+        for (seq, tokens) in prompts.iter().enumerate() {
+            if let Some(&token) = tokens.get(p) {
+                batch.push(BatchEntry { seq: seq as u32, token, pos: p as u32, logits: true });
+            }
+        }
+    }
+    let mut kv = model.new_kv_cache(KvType::F32, n_ctx);
+    let out = model.forward(&mut kv, &batch).unwrap();
+    for (i, e) in batch.iter().enumerate() {
+        assert_eq!(out.row(i), solo[e.seq as usize].row(e.pos as usize), "{name}: sequence {} position {} beside the others", e.seq, e.pos);
     }
     c
 }
