@@ -92,6 +92,7 @@ ARCHS = {
                  longrope=True),
     "glm4": dict(n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-5, fused_qkv=True, qkv_bias=True, fused_up=True,
                  post_norms=True, rope_dims=32, mrope=(4, 4, 4, 4)),
+    "olmoe": dict(n_head=4, n_head_kv=4, rope_base=10000.0, eps=1e-5, qk_norm="row", moe=(6, 2, N_FF)),
     "olmo2": dict(n_head=4, n_head_kv=4, rope_base=500000.0, eps=1e-6, qk_norm="row", pre_norms=False,
                   post_norms=True, swa=(8, 2), qkv_bias=True),
 }

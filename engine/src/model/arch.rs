@@ -164,6 +164,13 @@ pub const ARCHS: &[ArchFacts] = &[
         ..DECODER
     },
     ArchFacts {
+        name: "olmoe",
+        rope: Some(RopeKind::Neox),
+        qk_norm: QkNorm::AcrossHeads,
+        routing: Routing { gating: Gating::Softmax, norm: WeightNorm::Never },
+        ..DECODER
+    },
+    ArchFacts {
         name: "olmo2",
         rope: Some(RopeKind::Neox),
         qk_norm: QkNorm::AcrossHeads,
