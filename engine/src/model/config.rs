@@ -418,7 +418,8 @@ impl ModelConfig {
             n_head_kv: self.n_head_kv,
             head_dim_k: self.head_dim_k,
             head_dim_v: self.head_dim_v,
-            scale: self.attention_scale,
+            // queries scaled before attention leave the scores unscaled (Gemma 2)
+            scale: if self.facts.prescaled_queries { 1.0 } else { self.attention_scale },
             softcap: self.attention_softcap,
         }
     }

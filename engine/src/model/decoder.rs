@@ -113,11 +113,11 @@ pub(crate) fn forward<B: Backend>(
     let (n, e, eps) = (batch.len(), c.n_embd, c.norm_eps);
     let inputs: Vec<RowInput> = batch.iter().map(|b| b.input).collect();
     let mut x = input_rows(b, c, &w.token_embd, &inputs)?; // n x e
-    let mut shape = c.attention_shape();
-    if c.facts.prescaled_queries {
-        shape.scale = 1.0;
-    }
+    let shape = c.attention_shape();
     let positions: Vec<u32> = batch.iter().map(|e| e.pos).collect();
+    // each row's query scale under an attention temperature: the same in every layer
+    let query_scales: Option<Vec<(usize, usize, f32)>> =
+        c.attention_temperature.map(|_| positions.iter().enumerate().map(|(r, &p)| (r, r, c.query_scale(p))).collect());
     let n_ctx = kv.n_ctx();
     let (table, store) = kv.parts_mut::<B::KvStore>().ok_or(BackendError::ForeignKvCache(b.device()))?;
     let slots: Vec<KvSlot> = batch.iter().map(|e| table.slot(e.seq, e.pos as usize)).collect();
@@ -167,11 +167,10 @@ pub(crate) fn forward<B: Backend>(
         if c.facts.prescaled_queries {
             b.scale(&mut q, c.attention_scale)?;
         }
-        if c.attention_temperature.is_some() {
+        if let Some(pairs) = &query_scales {
             // q · scale(pos) per row: added to zeros, which changes no value
-            let pairs: Vec<(usize, usize, f32)> = positions.iter().enumerate().map(|(r, &p)| (r, r, c.query_scale(p))).collect();
             let mut scaled = b.zeros(n, c.n_head * c.head_dim_k)?;
-            b.add_weighted_rows(&mut scaled, &q, &pairs)?;
+            b.add_weighted_rows(&mut scaled, &q, pairs)?;
             q = scaled;
         }
         b.kv_write(store, il, &slots, &k, &v)?;

@@ -81,13 +81,7 @@ impl<'a, B: Backend> Loader<'a, B> {
             return Err(ModelError::TensorShape { name: name.into(), expected, got: t.dims.clone() });
         }
         self.check_type(t)?;
-        (0..n)
-            .map(|e| {
-                let part =
-                    t.rows((e * rows) as u64, rows as u64).ok_or_else(|| ModelError::MissingTensor(format!("{name}: expert {e}")))?;
-                Ok(self.backend.upload_matrix(self.file, &part, rows, cols)?)
-            })
-            .collect()
+        self.upload_parts(t, std::iter::repeat_n(rows, n), cols)
     }
 
     /// The vector `name` of `cols` values, if present, as a matrix of one row (a projection to
@@ -98,8 +92,23 @@ impl<'a, B: Backend> Loader<'a, B> {
             return Err(ModelError::TensorShape { name: name.into(), expected: vec![cols as u64], got: t.dims.clone() });
         }
         self.check_type(t)?;
-        let row = t.rows(0, 1).ok_or_else(|| ModelError::MissingTensor(name.into()))?;
-        Ok(Some(self.backend.upload_matrix(self.file, &row, 1, cols)?))
+        Ok(self.upload_parts(t, [1], cols)?.pop())
+    }
+
+    /// Consecutive runs of `t`'s rows (of `cols` values), `parts` rows each, uploaded as matrices
+    /// of their own over the same bytes.
+    fn upload_parts(&self, t: &TensorInfo, parts: impl IntoIterator<Item = usize>, cols: usize) -> Result<Vec<B::Matrix>, ModelError> {
+        let mut start = 0;
+        parts
+            .into_iter()
+            .map(|rows| {
+                let part = t
+                    .rows(start as u64, rows as u64)
+                    .ok_or_else(|| ModelError::MissingTensor(format!("{}: rows {start}..{}", t.name, start + rows)))?;
+                start += rows;
+                Ok(self.backend.upload_matrix(self.file, &part, rows, cols)?)
+            })
+            .collect()
     }
 
     /// The per-tensor scale `name` (one value), if present.
@@ -123,14 +132,9 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// its share of the bias and the whole projection's scale.
     pub fn linear_parts<const N: usize>(&self, prefix: &str, parts: [usize; N], cols: usize) -> Result<Option<[Linear<B>; N]>, ModelError> {
         let Some(ws) = self.matrix_parts(&format!("{prefix}.weight"), parts, cols)? else { return Ok(None) };
-        let mut bs = self.vector_parts(&format!("{prefix}.bias"), parts)?.map(|b| b.map(Some)).unwrap_or_else(|| [(); N].map(|_| None));
+        let mut bs = self.vector_parts(&format!("{prefix}.bias"), parts)?.into_iter().flatten();
         let scale = self.scalar_opt(&format!("{prefix}.scale"))?;
-        let mut i = 0;
-        Ok(Some(ws.map(|w| {
-            let b = bs[i].take();
-            i += 1;
-            Linear { w, b, scale }
-        })))
+        Ok(Some(ws.map(|w| Linear { w, b: bs.next(), scale })))
     }
 
     fn check_type(&self, t: &TensorInfo) -> Result<(), ModelError> {
@@ -171,14 +175,8 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// holding gate and up) taken apart.
     pub fn matrix_parts<const N: usize>(&self, name: &str, parts: [usize; N], cols: usize) -> Result<Option<[B::Matrix; N]>, ModelError> {
         let Some(t) = self.matrix_info(name, parts.iter().sum(), cols)? else { return Ok(None) };
-        let mut start = 0;
-        let mut out = Vec::with_capacity(N);
-        for rows in parts {
-            let part = t.rows(start as u64, rows as u64).ok_or_else(|| ModelError::MissingTensor(format!("{name}: rows {start}..")))?;
-            out.push(self.backend.upload_matrix(self.file, &part, rows, cols)?);
-            start += rows;
-        }
-        Ok(Some(out.try_into().unwrap_or_else(|_| unreachable!("one matrix per part"))))
+        let ms = self.upload_parts(t, parts, cols)?;
+        Ok(Some(ms.try_into().unwrap_or_else(|_| unreachable!("one matrix per part"))))
     }
 
     /// The vector `name` of `parts.iter().sum()` values, if present, as one vector per part: a
