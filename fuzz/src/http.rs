@@ -10,8 +10,10 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
+use engine::gguf::GgufFile;
 use engine::model::Model;
 use engine::transcribe::{Segment, TranscribeError, TranscribeOptions, Transcriber, Transcription};
+use engine_tests::shaped::MICRO_LLAMA;
 use server::{ModelSpec, Server};
 
 use crate::{fixture, REQUEST_DEADLINE};
@@ -59,8 +61,9 @@ impl Transcriber for EchoTranscriber {
     }
 }
 
-/// The server under test and the runtime that drives it, made once per process: the tiny llama
-/// fixture as chat, embedding and (generic) guard model with a 256-token context, a 250 ms
+/// The server under test and the runtime that drives it, made once per process: a micro llama
+/// with the tiny llama fixture's vocabulary ([`MICRO_LLAMA`], random weights: fast enough in an
+/// instrumented build) as chat, embedding and (generic) guard model with a 256-token context, a 250 ms
 /// default deadline (a valid request's generation ends soon: the target is the handling of
 /// requests, not the decoding), and the transcription route served.
 pub struct Harness {
@@ -73,7 +76,9 @@ impl Harness {
         static HARNESS: OnceLock<Harness> = OnceLock::new();
         HARNESS.get_or_init(|| {
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime");
-            let model = Arc::new(Model::load(fixture("models/tiny-llama-Q8_0.gguf")).expect("the tiny llama fixture loads"));
+            let template = GgufFile::open(fixture("models/tiny-llama-Q8_0.gguf")).expect("the tiny llama fixture reads");
+            let file = engine_tests::shaped::make(&MICRO_LLAMA, &template).expect("the micro llama is made");
+            let model = Arc::new(Model::from_file(file).expect("the micro llama loads"));
             let spec = ModelSpec { id: MODEL.into(), model, chat: true, guard: true, n_ctx: Some(256), draft: None };
             let server = runtime.block_on(async {
                 Server::builder()

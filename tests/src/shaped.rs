@@ -81,6 +81,24 @@ pub const GRANITE_GUARDIAN_2B: Shape = Shape {
     rope_theta: 10_000.0,
 };
 
+/// A two-layer llama of 64 dimensions over a template's 512-token vocabulary: about 50 k
+/// parameters, so that a build instrumented for fuzzing answers a guard request (nine prompts
+/// of about 200 tokens) in a fraction of a second instead of the 13 s the 1.8 M-parameter
+/// tiny llama fixture takes there.
+pub const MICRO_LLAMA: Shape = Shape {
+    name: "micro-llama",
+    arch: "llama",
+    n_vocab: 512,
+    n_embd: 64,
+    n_layer: 2,
+    n_ff: 128,
+    n_head: 2,
+    n_head_kv: 1,
+    qkv_bias: false,
+    tied: false,
+    rope_theta: 10_000.0,
+};
+
 /// The weight type llama-quantize's Q4_K_M gives a tensor, simplified: Q6_K for the output head,
 /// for `attn_v` and `ffn_down` in the first and last eighth of the layers and every third layer
 /// between, Q4_K elsewhere; Q8_0 for a tied embedding (it is the output head); a K-quant whose
