@@ -34,4 +34,4 @@ pub fn pool(threads: usize) -> rayon::ThreadPool {
 }
 
 /// The weight types with SIMD kernels, in the order benches report them.
-pub const WEIGHT_TYPES: [GgmlType; 13] = GgmlType::WEIGHT_TYPES;
+pub const WEIGHT_TYPES: [GgmlType; 16] = GgmlType::WEIGHT_TYPES;

@@ -16,14 +16,14 @@ pub struct QuantizeArgs {
     /// The file to write (replaced if it exists).
     pub output: PathBuf,
     /// The type of every weight matrix: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
-    /// Q3_K, Q4_K, Q5_K or Q6_K.
+    /// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS or MXFP4.
     #[arg(value_name = "TYPE")]
     pub ty: String,
 }
 
 pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let target = GgmlType::from_name(&args.ty).filter(|t| file_type_of(*t).is_some()).ok_or_else(|| {
-        anyhow!("unknown or unsupported type {:?}: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K", args.ty)
+        anyhow!("unknown or unsupported type {:?}: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4", args.ty)
     })?;
     let file_type = file_type_of(target).expect("checked above");
     let source = GgufFile::open(&args.input)?;

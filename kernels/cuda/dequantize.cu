@@ -108,6 +108,20 @@ DEVICE float dequantize_one(const uint8_t* row, int type, int e) {
             const float dl = f16_le(b->d) * (float)b->scales[i / 16];
             return dl * (float)(q - 32);
         }
+        case TYPE_IQ4_NL: {
+            const block_iq4_nl* b = (const block_iq4_nl*)row + e / QK4_NL;
+            return f16_le(b->d) * (float)table_level(LEVELS_IQ4, nibble(b->qs, e % QK4_NL));
+        }
+        case TYPE_IQ4_XS: {
+            const block_iq4_xs* b = (const block_iq4_xs*)row + e / QK_K;
+            const int i = e % QK_K;
+            const float dl = f16_le(b->d) * (float)iq4_xs_scale((const uint8_t*)b, i / 32);
+            return dl * (float)table_level(LEVELS_IQ4, nibble(b->qs + 16 * (i / 32), i % 32));
+        }
+        case TYPE_MXFP4: {
+            const block_mxfp4* b = (const block_mxfp4*)row + e / QK_MXFP4;
+            return (float)table_level(LEVELS_MXFP4, nibble(b->qs, e % QK_MXFP4)) * e8m0_half(b->e);
+        }
         default:
             return __int_as_float(0x7fc00000);  // NaN: a type without a kernel shows at once
     }

@@ -70,6 +70,9 @@ DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_
         MUL_MAT_Q_CASE(TYPE_Q4_K)
         MUL_MAT_Q_CASE(TYPE_Q5_K)
         MUL_MAT_Q_CASE(TYPE_Q6_K)
+        MUL_MAT_Q_CASE(TYPE_IQ4_NL)
+        MUL_MAT_Q_CASE(TYPE_IQ4_XS)
+        MUL_MAT_Q_CASE(TYPE_MXFP4)
         default: {
             float nan[ROWS];
             for (int t = 0; t < ROWS; t++) {

@@ -93,6 +93,17 @@ DEVICE void chunk_scale(const uint8_t* row, int type, int c, int h, float* d, fl
             *d = f16_le(sb + 208) * (float)sc;
             break;
         }
+        case TYPE_IQ4_NL:
+            *d = f16_le(row + (int64_t)c * sizeof(block_iq4_nl));
+            break;
+        case TYPE_IQ4_XS: {
+            const uint8_t* sb = row + (int64_t)(c / 8) * sizeof(block_iq4_xs);
+            *d = f16_le(sb) * (float)iq4_xs_scale(sb, cc);
+            break;
+        }
+        case TYPE_MXFP4:
+            *d = e8m0_half(row[(int64_t)c * sizeof(block_mxfp4)]);
+            break;
         default:
             *d = __int_as_float(0x7fc00000);  // NaN: a type without a kernel shows at once
     }
@@ -185,6 +196,18 @@ DEVICE void unpack_chunk(const uint8_t* row, int c, Chunk* out) {
             const uint32_t low = (load_u32_a2(sb + n * 64 + (k4 & 1) * 32 + 4 * k) >> (k4 < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
             const uint32_t high = (load_u32_a2(sb + 128 + n * 32 + 4 * k) >> (2 * k4)) & 0x03030303u;
             out->q[k] = minus_bytes(low | (high << 4), 32);
+        }
+    } else if constexpr (TYPE == TYPE_IQ4_NL || TYPE == TYPE_IQ4_XS || TYPE == TYPE_MXFP4) {
+        // value i: the level of the low (i < 16) or high nibble of qs[i % 16]; IQ4_NL blocks are
+        // 2-byte aligned, IQ4_XS groups 8-byte, MXFP4 blocks (17 bytes) not at all
+        const int levels = TYPE == TYPE_MXFP4 ? LEVELS_MXFP4 : LEVELS_IQ4;
+        const uint8_t* qs = TYPE == TYPE_IQ4_NL   ? row + (int64_t)c * sizeof(block_iq4_nl) + 2
+                            : TYPE == TYPE_IQ4_XS ? row + (int64_t)(c / 8) * sizeof(block_iq4_xs) + 8 + 16 * cc
+                                                  : row + (int64_t)c * sizeof(block_mxfp4) + 1;
+        for (int k = 0; k < 4; k++) {
+            const uint32_t w = TYPE == TYPE_MXFP4 ? (uint32_t)load_le32(qs + 4 * k) : TYPE == TYPE_IQ4_XS ? load_u32_a4(qs + 4 * k) : load_u32_a2(qs + 4 * k);
+            out->q[k] = table_levels4(levels, w & 0x0F0F0F0Fu);
+            out->q[4 + k] = table_levels4(levels, (w >> 4) & 0x0F0F0F0Fu);
         }
     }
     chunk_scale(row, TYPE, c, 0, &out->d[0], &out->m[0]);

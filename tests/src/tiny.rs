@@ -38,9 +38,17 @@ impl TinyComparison {
 /// recorded), while llama.cpp's choice is clear.
 pub fn compare_with_llama_cpp(model: &Model, name: &str, greedy_steps: usize) -> TinyComparison {
     let tolerance = read_json(&fixture("models/tolerance.json"));
-    let golden = read_json(&fixture(&format!("models/golden/{name}.logits.json")));
-    let bin = read_f32s(&fixture(&format!("models/golden/{name}.logits.bin")));
     let bound = tolerance["files"][name]["recommended"]["f32_attention"]["max_abs"].as_f64().unwrap() as f32;
+    compare_with_golden(model, name, &fixture(&format!("models/golden/{name}.logits")), bound, greedy_steps)
+}
+
+/// [`compare_with_llama_cpp`] against the goldens at `golden` + `.json` / `.bin` (as llama-golden
+/// writes them, over the tiny llama's or granite's three sequences)
+/// with tolerance `bound`.
+pub fn compare_with_golden(model: &Model, name: &str, golden: &Path, bound: f32, greedy_steps: usize) -> TinyComparison {
+    let beside = |ext: &str| std::path::PathBuf::from(format!("{}.{ext}", golden.display()));
+    let bin = read_f32s(&beside("bin"));
+    let golden = read_json(&beside("json"));
     let mut c = TinyComparison { name: name.to_string(), worst: 0.0, bound, top1_equal: 0, positions: 0, greedy_mismatch: None };
     for seq in golden["sequences"].as_array().unwrap() {
         let tokens = json_ids(&seq["tokens"]);

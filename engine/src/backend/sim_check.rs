@@ -334,8 +334,19 @@ fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
     let b = SimBackend::new();
     let mut rng = Rng::new(0xba7c);
     let (rows, cols, batch) = (12usize, 512usize, 11usize);
-    let types =
-        [GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16];
+    let types = [
+        GgmlType::Q4_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
+        GgmlType::MXFP4,
+        GgmlType::F16,
+    ];
     let mut w = GgufWriter::new();
     for (i, &ty) in types.iter().enumerate() {
         let values = rng.values(rows * cols, 1.0);

@@ -51,7 +51,7 @@ impl GgmlType {
     /// Every type, in id order.
     /// The types model weights are computed in (dequantization, dot products, matmul), in the
     /// order tests and benches report them.
-    pub const WEIGHT_TYPES: [GgmlType; 13] = [
+    pub const WEIGHT_TYPES: [GgmlType; 16] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::BF16,
@@ -65,6 +65,9 @@ impl GgmlType {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
+        GgmlType::MXFP4,
     ];
 
     pub const ALL: [GgmlType; 32] = [
@@ -103,7 +106,7 @@ impl GgmlType {
     ];
 
     /// The types this engine dequantizes and multiplies.
-    pub const SUPPORTED: [GgmlType; 15] = [
+    pub const SUPPORTED: [GgmlType; 18] = [
         Self::F32,
         Self::F16,
         Self::BF16,
@@ -119,6 +122,9 @@ impl GgmlType {
         Self::Q5_K,
         Self::Q6_K,
         Self::Q8_K,
+        Self::IQ4_NL,
+        Self::IQ4_XS,
+        Self::MXFP4,
     ];
 
     /// Looks up a type by the id stored in a GGUF tensor record; `None` for ids ggml never

@@ -16,6 +16,8 @@ pub const QK5_0: usize = 32;
 pub const QK5_1: usize = 32;
 pub const QK8_0: usize = 32;
 pub const QK8_1: usize = 32;
+pub const QK4_NL: usize = 32;
+pub const QK_MXFP4: usize = 32;
 /// Bytes of packed 6-bit scales and mins in Q4_K / Q5_K (and 3.x-bit scales in Q3_K).
 pub const K_SCALE_SIZE: usize = 12;
 
@@ -70,6 +72,13 @@ blocks! {
     BlockQ6K (210) { ql: [u8; QK_K / 2], qh: [u8; QK_K / 4], scales: [i8; QK_K / 16], d: [u8; 2] }
     /// 256 activations: f32 scale, 8-bit quants, and the sum of every 16 quants.
     BlockQ8K (292) { d: [u8; 4], qs: [i8; QK_K], bsums: [u8; 32] }
+    /// 32 weights: 4-bit indices into the non-linear IQ4 levels, value `d * level`.
+    BlockIQ4NL (18) { d: [u8; 2], qs: [u8; QK4_NL / 2] }
+    /// 256 weights in 8 groups of 32: IQ4 level indices, a 6-bit scale per group (low 4 bits
+    /// in `scales_l`, high 2 in `scales_h`), value `d * (scale - 32) * level`.
+    BlockIQ4XS (136) { d: [u8; 2], scales_h: [u8; 2], scales_l: [u8; QK_K / 64], qs: [u8; QK_K / 2] }
+    /// 32 weights: 4-bit E2M1 codes (doubled, see `mxfp4`) and a shared E8M0 exponent `e`.
+    BlockMXFP4 (17) { e: u8, qs: [u8; QK_MXFP4 / 2] }
 }
 
 impl BlockQ8K {
@@ -112,6 +121,9 @@ mod tests {
             ("block_q5_K", size_of::<BlockQ5K>()),
             ("block_q6_K", size_of::<BlockQ6K>()),
             ("block_q8_K", size_of::<BlockQ8K>()),
+            ("block_iq4_nl", size_of::<BlockIQ4NL>()),
+            ("block_iq4_xs", size_of::<BlockIQ4XS>()),
+            ("block_mxfp4", size_of::<BlockMXFP4>()),
         ];
         let asserted: Vec<(String, usize)> = header
             .lines()

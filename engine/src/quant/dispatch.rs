@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::OnceLock;
 
 use super::GgmlType;
-use super::{float, k_quants, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, QuantError};
+use super::{float, iq4, k_quants, mxfp4, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, QuantError};
 
 /// An instruction-set tier, lowest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -197,6 +197,9 @@ fn scalar(ty: GgmlType) -> Option<TypeOps> {
         T::Q5_K => row!(T::Q8_K, k_quants::q5_k),
         T::Q6_K => row!(T::Q8_K, k_quants::q6_k),
         T::Q8_K => row!(T::Q8_K, k_quants::q8_k),
+        T::IQ4_NL => row!(T::Q8_0, iq4::nl),
+        T::IQ4_XS => row!(T::Q8_K, iq4::xs),
+        T::MXFP4 => row!(T::Q8_0, mxfp4),
         _ => return None,
     };
     let quantize_activations: QuantizeFn = match ty {
@@ -279,6 +282,6 @@ mod tests {
             // Activation-only types (Q8_1, Q8_K) have scalar kernels alone.
             assert!(ops.isa == Isa::active() || ops.isa == Isa::Scalar, "{ty} on {}", ops.isa);
         }
-        assert_eq!(ops(GgmlType::IQ4_XS).err(), Some(QuantError::Unsupported(GgmlType::IQ4_XS)));
+        assert_eq!(ops(GgmlType::IQ3_S).err(), Some(QuantError::Unsupported(GgmlType::IQ3_S)));
     }
 }

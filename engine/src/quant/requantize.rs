@@ -54,6 +54,10 @@ pub fn file_type_of(ty: GgmlType) -> Option<u32> {
         T::Q4_K => 15,
         T::Q5_K => 17,
         T::Q6_K => 18,
+        T::IQ4_NL => 25,
+        T::IQ4_XS => 30,
+        // LLAMA_FTYPE_MOSTLY_MXFP4_MOE: --pure makes every matrix MXFP4
+        T::MXFP4 => 38,
         T::BF16 => 32,
         _ => return None,
     })

@@ -17,6 +17,7 @@ mod quant_golden;
 mod reference;
 mod serving;
 mod simd_vs_ref;
+mod table_quants;
 mod tiny_archs;
 mod tokenizer_golden;
 mod tokenizer_robust;

@@ -5,14 +5,14 @@ use engine::quant::{ops_for, GgmlType, Isa, TypeOps};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const WEIGHT_TYPES: [GgmlType; 13] = GgmlType::WEIGHT_TYPES;
+const WEIGHT_TYPES: [GgmlType; 16] = GgmlType::WEIGHT_TYPES;
 
 /// Byte offsets of the f16 scale fields inside one block, so random bytes can be given finite
 /// scales (random bits would give NaN and infinity, which compare as nothing).
 fn f16_fields(ty: GgmlType) -> &'static [usize] {
     use GgmlType as T;
     match ty {
-        T::Q4_0 | T::Q5_0 | T::Q8_0 => &[0],
+        T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL | T::IQ4_XS => &[0],
         T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => &[0, 2],
         T::Q2_K => &[80, 82],
         T::Q3_K => &[108],
@@ -98,6 +98,10 @@ fn weights(ty: GgmlType, n: usize, data: Data, rng: &mut StdRng) -> Vec<u8> {
                     for block in bytes.chunks_exact_mut(ty.type_size()) {
                         for &off in f16_fields(ty) {
                             block[off..off + 2].copy_from_slice(&finite_f16(rng, saturated));
+                        }
+                        if ty == GgmlType::MXFP4 {
+                            // the E8M0 exponent: up to 2^90, every product finite
+                            block[0] = if saturated { 218 } else { rng.random_range(100..140) };
                         }
                     }
                 }

@@ -14,7 +14,7 @@ use crate::gguf::{GgufFile, GgufWriter};
 use crate::quant::{ops_for, GgmlType, Isa};
 
 /// Every weight type the engine computes with.
-const WEIGHT_TYPES: [GgmlType; 13] = GgmlType::WEIGHT_TYPES;
+const WEIGHT_TYPES: [GgmlType; 16] = GgmlType::WEIGHT_TYPES;
 
 pub fn table<B: Backend>() -> Vec<OpCases<B>> {
     vec![

@@ -39,7 +39,7 @@ enum Data {
 
 fn scale_offsets(ty: GgmlType) -> &'static [usize] {
     match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         _ => &[],
     }
@@ -78,6 +78,13 @@ fn weights(ty: GgmlType, n: usize, data: Data, rng: &mut Rng) -> Vec<u8> {
                     for block in w.chunks_exact_mut(ty.type_size()) {
                         for &off in scale_offsets(ty) {
                             block[off..off + 2].copy_from_slice(&f16(value(rng)));
+                        }
+                        if ty == GgmlType::MXFP4 {
+                            // the E8M0 exponent: large (2^90) but with every product finite
+                            block[0] = match data {
+                                Data::Saturated => 218,
+                                _ => 100 + (rng.next() % 40) as u8,
+                            };
                         }
                     }
                 }

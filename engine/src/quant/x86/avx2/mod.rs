@@ -1,4 +1,4 @@
-//! The AVX2 tier: float, legacy-quant and K-quant row kernels.
+//! The AVX2 tier: float, legacy-quant, K-quant and table-level (IQ4, MXFP4) row kernels.
 
 use crate::quant::dispatch::Kernels;
 use crate::quant::GgmlType;
@@ -12,6 +12,7 @@ mod k_quants_q5q6;
 #[cfg(test)]
 pub(crate) mod k_quants_tests;
 mod legacy;
+pub(in crate::quant::x86) mod nonlinear;
 mod panel;
 pub(crate) mod q8_k;
 
@@ -19,7 +20,7 @@ pub(crate) use panel::panel_kernel;
 
 /// This tier's kernels for `ty`, or `None` where the scalar ones serve.
 pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
-    float::kernels(ty).or_else(|| legacy::kernels(ty)).or_else(|| k_quants::kernels(ty))
+    float::kernels(ty).or_else(|| legacy::kernels(ty)).or_else(|| k_quants::kernels(ty)).or_else(|| nonlinear::kernels(ty))
 }
 
 /// This tier's many-row product for `ty` (float weights only), or `None`.

@@ -1,0 +1,184 @@
+//! AVX2 kernels for the table-level 4-bit types: IQ4_NL and MXFP4 (32-value blocks, Q8_0
+//! activations) and IQ4_XS (256-value super-blocks, Q8_K activations). The AVX-512 tier runs
+//! them too.
+//!
+//! A block's 16 index bytes become its 32 signed levels with one `vpshufb` into the type's
+//! 16-entry table (the same table in both 128-bit lanes: low nibbles give values 0..16 in the
+//! low lane, high nibbles 16..32 in the high lane). Levels times activation quants go through
+//! `|x| * sign(y, x)` and `vpmaddubsw`: both sides lie in -127..=127, so every i16 pair stays
+//! below 2 * 127 * 127 and the integer part of each block is exact. IQ4_XS multiplies each
+//! group's i16 pairs by its scale (-32..=31) with `vpmaddwd`; a super-block's i32 lanes stay
+//! below 2^24, so their conversion to f32 is exact as well. The scaled blocks are chained into
+//! one f32 accumulator in order.
+//!
+//! Dequantization computes `d * level` (IQ4_XS: `(d * scale) * level`) with a single multiply,
+//! bit for bit the scalar reference.
+
+use core::arch::x86_64::*;
+use core::mem::size_of;
+
+use super::legacy::{load, load128, store_ps};
+use crate::quant::blocks::{BlockIQ4NL, BlockIQ4XS, BlockMXFP4};
+use crate::quant::dispatch::Kernels;
+use crate::quant::x86::common::{entry_points, f32_at, hsum256, le16, legacy_deq_rows, row_entry_points, Chain, Q8K_BYTES, Q8K_QS, Q8_0};
+use crate::quant::{iq4, mxfp4, GgmlType};
+
+const IQ4_NL: usize = size_of::<BlockIQ4NL>();
+const IQ4_XS: usize = size_of::<BlockIQ4XS>();
+const MXFP4: usize = size_of::<BlockMXFP4>();
+
+pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
+    Some(match ty {
+        GgmlType::IQ4_NL => Kernels { dequantize: dequantize_iq4_nl, vec_dot: vec_dot_iq4_nl },
+        GgmlType::IQ4_XS => Kernels { dequantize: dequantize_iq4_xs, vec_dot: vec_dot_iq4_xs },
+        GgmlType::MXFP4 => Kernels { dequantize: dequantize_mxfp4, vec_dot: vec_dot_mxfp4 },
+        _ => return None,
+    })
+}
+
+entry_points! { "AVX2 + FMA + F16C";
+    dot {
+        vec_dot_iq4_nl => dot_iq4_nl, IQ4_NL, Q8_0;
+        vec_dot_mxfp4 => dot_mxfp4, MXFP4, Q8_0;
+    }
+    dequantize {
+        dequantize_iq4_nl => deq_iq4_nl, IQ4_NL, 32;
+        dequantize_mxfp4 => deq_mxfp4, MXFP4, 32;
+    }
+}
+
+row_entry_points! { "AVX2 + FMA + F16C";
+    dequantize_iq4_xs => deq_iq4_xs, vec_dot_iq4_xs => dot_iq4_xs, IQ4_XS;
+}
+
+/// A 16-entry level table in both 128-bit lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn table(levels: &[i8; 16]) -> __m256i {
+    _mm256_broadcastsi128_si256(load128(levels.as_ptr().cast()))
+}
+
+/// The 32 levels of the 16 index bytes at `p`, in value order (low nibbles, then high ones).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn levels(table: __m256i, p: *const u8) -> __m256i {
+    let v = _mm256_broadcastsi128_si256(load128(p));
+    let v = _mm256_srlv_epi32(v, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0));
+    _mm256_shuffle_epi8(table, _mm256_and_si256(v, _mm256_set1_epi8(0x0F)))
+}
+
+/// `x * y` of 32 signed bytes (both in -127..=127) summed in pairs to i16, exactly.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pair_products(x: __m256i, y: __m256i) -> __m256i {
+    _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+/// The f16 at `p` as an f32 (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(le16(p) as i32)))
+}
+
+/// `Σ_b isum_b · d_w(b) · d_a(b)` over `nb` blocks of 32 values against Q8_0 blocks, one chain
+/// in block order: IQ4_NL (`MX` false: f16 `d`, index bytes 2 in) or MXFP4 (`MX` true: E8M0
+/// exponent, index bytes 1 in).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_blocks32<const MX: bool>(w: *const u8, a: *const u8, nb: usize) -> f32 {
+    let (wb, t) = if MX { (MXFP4, table(&mxfp4::LEVELS)) } else { (IQ4_NL, table(&iq4::LEVELS)) };
+    let mut acc = Chain::new();
+    for i in 0..nb {
+        let (x, y) = (w.add(i * wb), a.add(i * Q8_0));
+        let p = pair_products(levels(t, x.add(wb - 16)), load(y.add(2)));
+        let scale = if MX { f16_at(y) * mxfp4::e8m0_half(*x) } else { f16_at(x) * f16_at(y) };
+        acc.add(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), _mm256_set1_ps(scale));
+    }
+    acc.sum()
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_iq4_nl(w: *const u8, a: *const u8, nb: usize) -> f32 {
+    dot_blocks32::<false>(w, a, nb)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_mxfp4(w: *const u8, a: *const u8, nb: usize) -> f32 {
+    dot_blocks32::<true>(w, a, nb)
+}
+
+/// IQ4_XS x Q8_K: per super-block, the eight groups' pair products times their scales summed
+/// in i32 lanes, then scaled by `d_w * d_a` into the chain.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_iq4_xs(w: *const u8, a: *const u8, nb: usize) -> f32 {
+    let t = table(&iq4::LEVELS);
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..nb {
+        let (x, y) = (w.add(i * IQ4_XS), a.add(i * Q8K_BYTES));
+        let mut sumi = [_mm256_setzero_si256(); 2];
+        for g in 0..8 {
+            let scale = _mm256_set1_epi16(group_scale(x, g) as i16);
+            let p = pair_products(levels(t, x.add(8 + 16 * g)), load(y.add(Q8K_QS + 32 * g)));
+            sumi[g % 2] = _mm256_add_epi32(sumi[g % 2], _mm256_madd_epi16(p, scale));
+        }
+        let d = _mm256_set1_ps(f16_at(x) * f32_at(y));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(sumi[0], sumi[1])), acc);
+    }
+    hsum256(acc)
+}
+
+/// The scale of group `g` of the IQ4_XS super-block at `x`, less 32.
+#[inline(always)]
+unsafe fn group_scale(x: *const u8, g: usize) -> i32 {
+    let low = (*x.add(4 + g / 2) >> (4 * (g % 2))) & 0x0F;
+    let high = (le16(x.add(2)) >> (2 * g)) & 3;
+    (i32::from(low) | ((high as i32) << 4)) - 32
+}
+
+/// Stores `d * level` for the 32 signed levels of `q` (one multiply, as the reference).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn put_levels(out: *mut f32, q: __m256i, d: __m256) {
+    let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
+    for (h, v) in halves.into_iter().enumerate() {
+        for (e, v) in [v, _mm_unpackhi_epi64(v, v)].into_iter().enumerate() {
+            let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+            store_ps(out.add(16 * h + 8 * e), _mm256_mul_ps(d, f));
+        }
+    }
+}
+
+legacy_deq_rows!("avx2,fma,f16c", deq_iq4_nl, IQ4_NL, |x, out| {
+    put_levels(out, levels(table(&iq4::LEVELS), x.add(2)), _mm256_set1_ps(f16_at(x)))
+});
+
+legacy_deq_rows!("avx2,fma,f16c", deq_mxfp4, MXFP4, |x, out| {
+    put_levels(out, levels(table(&mxfp4::LEVELS), x.add(1)), _mm256_set1_ps(mxfp4::e8m0_half(*x)))
+});
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn deq_iq4_xs(w: *const u8, out: *mut f32, nb: usize) {
+    let t = table(&iq4::LEVELS);
+    for i in 0..nb {
+        let x = w.add(i * IQ4_XS);
+        let d = f16_at(x);
+        for g in 0..8 {
+            let dl = _mm256_set1_ps(d * group_scale(x, g) as f32);
+            put_levels(out.add(256 * i + 32 * g), levels(t, x.add(8 + 16 * g)), dl);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::check::check_type;
+    use crate::quant::{GgmlType, Isa};
+
+    #[test]
+    fn table_level_kernels_match_the_scalar_reference() {
+        for ty in [GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4] {
+            check_type(ty, Isa::Avx2, super::kernels(ty).expect("a kernel for every table-level type"));
+        }
+    }
+}
