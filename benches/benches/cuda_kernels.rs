@@ -67,7 +67,8 @@ fn cuda(c: &mut Criterion) {
     let tables = [table.as_slice()];
     c.bench_function("cuda/attention/decode/1024 positions f16", |bench| {
         bench.iter(|| {
-            let out = b.attention(&q, KvSource::Cache { store: &store, layer: 0, tables: &tables }, &rows, &shape).expect("attention");
+            let out =
+                b.attention(&q, KvSource::Cache { store: &store, layer: 0, tables: &tables }, &rows, &shape, None).expect("attention");
             sync(b);
             black_box(out)
         })

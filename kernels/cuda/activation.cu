@@ -6,6 +6,7 @@
 #define ACT_SILU 0
 #define ACT_GELU 1
 #define ACT_GELU_ERF 2
+#define ACT_SWIGLU_OAI 3
 
 // exp(x) as ggml's vectorised ggml_v_expf: round-to-nearest range reduction, a degree-5
 // polynomial, the scaling by 2^n in one rounding
@@ -111,6 +112,13 @@ KERNEL void glu(float* gate, const float* up, int n, int act) {
     const int i = BLOCK_ID * BLOCK_THREADS + THREAD_ID;
     if (i < n) {
         const int64_t at = (int64_t)BLOCK_ID_Y * n + i;
+        if (act == ACT_SWIGLU_OAI) {
+            // gpt-oss's unit, as ggml's swiglu_oai with alpha 1.702 and limit 7
+            const float x = fminf(gate[at], 7.0f);
+            const float y = fminf(fmaxf(up[at], -7.0f), 7.0f);
+            gate[at] = x / (1.0f + expf(1.702f * (0.0f - x))) * (y + 1.0f);
+            return;
+        }
         const bool full_chunk = i < n / 16 * 16;
         gate[at] = activate_one(act, gate[at], full_chunk) * up[at];
     }

@@ -68,6 +68,18 @@ DEVICE void fold(Partial* total, const Partial* next) {
     total->max = m;
 }
 
+// a sink's logit (gpt-oss) as a partial: its own maximum, sum exp(0) = 1, no values; folded in
+// after a row's last split, as ggml's flash attention folds it
+DEVICE void fold_sink(Partial* total, const float* sinks, int h) {
+    if (sinks) {
+        Partial sink;
+        empty_partial(&sink);
+        sink.max = sinks[h];
+        sink.sum = 1.0f;
+        fold(total, &sink);
+    }
+}
+
 // the output of one (row, head): the weighted values over the sum
 DEVICE void write_output(float* o, const Partial* total, int dv, int lane) {
     for (int t = 0; t < ACC_SLOTS; t++) {
@@ -85,7 +97,7 @@ DEVICE float* partial_at(float* parts, int r, int h, int z, int n_head, int max_
 
 // Block (h, r[, z]) of either launch. One split (z of the row's, `parts` set): its partial goes
 // to `parts`; else every split of the row, folded, to `out`.
-DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int f16, int n_layer, int layer) {
+DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int f16, int n_layer, int layer) {
     SHARED float q_head[ATTN_MAX_HEAD];
     SHARED float weights[ATTN_TILE];
     SHARED int64_t tile_rows[ATTN_TILE];
@@ -184,24 +196,26 @@ DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int
         }
         fold(&total, &part);
     }
+    fold_sink(&total, sinks, h);
     write_output(out + ((int64_t)r * n_head + h) * dv, &total, dv, lane);
 }
 
-// q: rows of n_head heads of dk; rows: (kv, first position, end position) per query row; out:
-// rows of n_head heads of dv. Grid (n_head, query rows), 32 threads. dk, dv <= 256.
-KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* out, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int f16, int n_layer, int layer) {
-    attend(q, k, v, rows, tables, out, 0, 0, n_head, n_head_kv, dk, dv, scale, softcap, f16, n_layer, layer);
+// q: rows of n_head heads of dk; rows: (kv, first position, end position) per query row; sinks:
+// null, or one logit per head; out: rows of n_head heads of dv. Grid (n_head, query rows), 32
+// threads. dk, dv <= 256.
+KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int f16, int n_layer, int layer) {
+    attend(q, k, v, rows, tables, sinks, out, 0, 0, n_head, n_head_kv, dk, dv, scale, softcap, f16, n_layer, layer);
 }
 
 // The same, each split z of each row as a block: its partial into `parts` (rows of n_head heads
 // of max_splits partials of 2 + dv values). Grid (n_head, query rows, max_splits), 32 threads.
 KERNEL void attention_split(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int f16, int n_layer, int layer) {
-    attend(q, k, v, rows, tables, 0, parts, max_splits, n_head, n_head_kv, dk, dv, scale, softcap, f16, n_layer, layer);
+    attend(q, k, v, rows, tables, 0, 0, parts, max_splits, n_head, n_head_kv, dk, dv, scale, softcap, f16, n_layer, layer);
 }
 
 // The partials of attention_split folded in split order into `out`. Grid (n_head, query rows),
 // 32 threads.
-KERNEL void attention_fold(const int32_t* rows, const float* parts, int max_splits, float* out, int n_head, int dv) {
+KERNEL void attention_fold(const int32_t* rows, const float* parts, int max_splits, const float* sinks, float* out, int n_head, int dv) {
     const int h = BLOCK_ID;
     const int r = BLOCK_ID_Y;
     const int lane = THREAD_ID;
@@ -219,5 +233,6 @@ KERNEL void attention_fold(const int32_t* rows, const float* parts, int max_spli
         }
         fold(&total, &part);
     }
+    fold_sink(&total, sinks, h);
     write_output(out + ((int64_t)r * n_head + h) * dv, &total, dv, lane);
 }

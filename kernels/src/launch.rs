@@ -476,18 +476,22 @@ pub fn attention<R: Runtime>(
     kv: KvArgs<'_, R::Buffer>,
     rows: &[QueryRow],
     h: HeadArgs,
+    sinks: Option<&R::Buffer>,
     out: &R::Buffer,
 ) -> Result<(), RuntimeError> {
-    attention_by(rt, q, kv, rows, h, out, AttentionPath::Auto)
+    attention_by(rt, q, kv, rows, h, sinks, out, AttentionPath::Auto)
 }
 
-/// [`attention`], its splits run the way `path` says.
+/// [`attention`], its splits run the way `path` says. `sinks`: one f32 logit per query head
+/// that joins each head's softmax without a value, folded in once after a row's last split.
+#[allow(clippy::too_many_arguments)]
 pub fn attention_by<R: Runtime>(
     rt: &R,
     q: &R::Buffer,
     kv: KvArgs<'_, R::Buffer>,
     rows: &[QueryRow],
     h: HeadArgs,
+    sinks: Option<&R::Buffer>,
     out: &R::Buffer,
     path: AttentionPath,
 ) -> Result<(), RuntimeError> {
@@ -500,6 +504,14 @@ pub fn attention_by<R: Runtime>(
     }
     check(rt, K, "q", q, rows.len() * h.n_head * h.dk * 4)?;
     check(rt, K, "out", out, rows.len() * h.n_head * h.dv * 4)?;
+    if let Some(s) = sinks {
+        check(rt, K, "sinks", s, h.n_head * 4)?;
+    }
+    // a null sinks pointer: none
+    let sinks_arg = match sinks {
+        Some(s) => Arg::Buf(s),
+        None => Arg::I64(0),
+    };
     for r in rows {
         if r.positions.is_empty() {
             return Err(RuntimeError::Device(format!("{K}: a query row attends to no position")));
@@ -561,7 +573,7 @@ pub fn attention_by<R: Runtime>(
         AttentionPath::Split => true,
     };
     if !split {
-        let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&*info), table_arg, Arg::Buf(out)];
+        let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&*info), table_arg, sinks_arg, Arg::Buf(out)];
         args.extend(heads);
         return go(rt, K, grid, 32, &args);
     }
@@ -571,7 +583,8 @@ pub fn attention_by<R: Runtime>(
     let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&*info), table_arg, Arg::Buf(&parts), Arg::I32(splits)];
     args.extend(heads);
     go(rt, "attention_split", [grid[0], grid[1], dim("attention_split", "splits", max_splits)?], 32, &args)?;
-    let args = [Arg::Buf(&*info), Arg::Buf(&parts), Arg::I32(splits), Arg::Buf(out), Arg::I32(h.n_head as i32), Arg::I32(h.dv as i32)];
+    let args =
+        [Arg::Buf(&*info), Arg::Buf(&parts), Arg::I32(splits), sinks_arg, Arg::Buf(out), Arg::I32(h.n_head as i32), Arg::I32(h.dv as i32)];
     go(rt, "attention_fold", grid, 32, &args)
 }
 

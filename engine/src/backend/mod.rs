@@ -27,7 +27,10 @@ pub use device::{Device, DeviceParseError, DeviceWork};
 pub use error::BackendError;
 pub(crate) use loaded::{on_backend, on_same_backend};
 pub use loaded::{Backends, OnBackend, PerBackend};
-pub use types::{Activation, AttentionRow, AttentionShape, BlockId, KvSlot, KvType, Rope, RopeKind, RowInput, Yarn, BLOCK_POSITIONS};
+pub use types::{
+    Activation, AttentionRow, AttentionShape, BlockId, KvSlot, KvType, Rope, RopeKind, RowInput, Yarn, BLOCK_POSITIONS, SWIGLU_OAI_ALPHA,
+    SWIGLU_OAI_LIMIT,
+};
 
 use crate::gguf::{GgufFile, TensorInfo};
 
@@ -203,13 +206,16 @@ pub trait Backend: Send + Sync + Sized + 'static {
         v: &Self::Tensor,
     ) -> Result<(), BackendError>;
     /// Scaled dot-product attention of every query row of `q` (all heads, grouped-query heads
-    /// sharing their key/value head) over the positions its [`AttentionRow`] names.
+    /// sharing their key/value head) over the positions its [`AttentionRow`] names; with
+    /// `sinks` (one logit per query head, gpt-oss), each head's softmax also takes its sink,
+    /// which carries no value.
     fn attention(
         &self,
         q: &Self::Tensor,
         kv: KvSource<'_, Self>,
         rows: &[AttentionRow],
         shape: &AttentionShape,
+        sinks: Option<&Self::Vector>,
     ) -> Result<Self::Tensor, BackendError>;
     /// `gate = act(gate) · up`, element by element.
     fn glu(&self, act: Activation, gate: &mut Self::Tensor, up: &Self::Tensor) -> Result<(), BackendError>;

@@ -114,6 +114,19 @@ fn the_kernels_run_on_host_threads_agree_with_the_cpu_backend() {
         }
     }
 
+    // gpt-oss's gated unit (gates and ups past its clamps)
+    {
+        let (rows, cols) = (3usize, 100usize);
+        let (g, u) = (rng.values(rows * cols, 12.0), rng.values(rows * cols, 12.0));
+        let mut got = g.clone();
+        let (n, code) = (cols as i32, 3i32);
+        let (gp, up) = (got.as_mut_ptr(), u.as_ptr());
+        run("glu", [blocks(cols), rows as u32, 1], &mut host_args![gp, up, n, code]);
+        let mut want = host(rows, cols, g);
+        cpu.glu(Activation::SwigluOai, &mut want, &host(rows, cols, u)).unwrap();
+        report.check("glu", &format!("SwigluOai {rows}x{cols}"), &got, &want.data, 1e-6);
+    }
+
     // gated and plain activations (rows of 100: six full chunks of 16 and a tail)
     for (code, act) in [(0i32, Activation::Silu), (1, Activation::Gelu), (2, Activation::GeluErf)] {
         let (rows, cols) = (3usize, 100usize);
@@ -407,7 +420,7 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after() 
         let run = |path| {
             let out = rt.alloc(rows.len() * n_head * dv * 4).unwrap();
             let kv = KvArgs::Pool { k: &k, v: &v, k_pool, v_pool, layer: 1, tables: &tables };
-            attention_by(&rt, &q, kv, &rows, heads, &out, path).unwrap();
+            attention_by(&rt, &q, kv, &rows, heads, None, &out, path).unwrap();
             let mut bytes = vec![0u8; rows.len() * n_head * dv * 4];
             rt.download(&out, &mut bytes).unwrap();
             bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<u32>>()
@@ -419,7 +432,7 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after() 
         let alone = rows[0].clone();
         let out = rt.alloc(n_head * dv * 4).unwrap();
         let kv = KvArgs::Pool { k: &k, v: &v, k_pool, v_pool, layer: 1, tables: &tables };
-        attention_by(&rt, &q, kv, &[alone], heads, &out, AttentionPath::Auto).unwrap();
+        attention_by(&rt, &q, kv, &[alone], heads, None, &out, AttentionPath::Auto).unwrap();
         let mut bytes = vec![0u8; n_head * dv * 4];
         rt.download(&out, &mut bytes).unwrap();
         let one: Vec<u32> = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();

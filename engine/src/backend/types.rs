@@ -141,7 +141,16 @@ pub enum Activation {
     Gelu,
     /// GELU with the exact error function (BERT).
     GeluErf,
+    /// gpt-oss's gated unit, gated only: `g' · sigmoid(α g') · (u' + 1)` with
+    /// `g' = min(g, limit)`, `u' = clamp(u, -limit, limit)` ([`SWIGLU_OAI_ALPHA`],
+    /// [`SWIGLU_OAI_LIMIT`]: the values llama.cpp gives ggml's `swiglu_oai`).
+    SwigluOai,
 }
+
+/// [`Activation::SwigluOai`]'s slope.
+pub const SWIGLU_OAI_ALPHA: f32 = 1.702;
+/// [`Activation::SwigluOai`]'s clamp.
+pub const SWIGLU_OAI_LIMIT: f32 = 7.0;
 
 /// Where one row of a batch's input comes from: row `id` of an embedding table (a token's
 /// embedding, or a position's), or a row given as it is (what a vision projector or an audio

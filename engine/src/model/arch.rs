@@ -45,6 +45,8 @@ pub struct SlidingWindow {
 pub enum Gating {
     Softmax,
     Sigmoid,
+    /// The raw logits choose the experts; the softmax of the chosen ones weighs them (gpt-oss).
+    SoftmaxWeight,
 }
 
 /// Whether the chosen experts' weights are divided by their sum.
@@ -109,6 +111,9 @@ pub struct ArchFacts {
     pub attention_temperature: bool,
     /// Every `rope_skip_every`-th layer (the 4th, 8th, ...) has no RoPE (SmolLM3: 4); 0: none.
     pub rope_skip_every: usize,
+    /// Each layer's attention has sinks (`attn_sinks.weight`, one logit per query head that
+    /// joins the softmax without a value: gpt-oss); elsewhere such a tensor is refused as unused.
+    pub attention_sinks: bool,
     /// Encoder with token-type and position embeddings and post-layer norms (BERT).
     pub encoder: bool,
     pub routing: Routing,
@@ -133,6 +138,7 @@ const DECODER: ArchFacts = ArchFacts {
     mrope_sections: false,
     attention_temperature: false,
     rope_skip_every: 0,
+    attention_sinks: false,
     encoder: false,
     routing: Routing { gating: Gating::Softmax, norm: WeightNorm::Always },
 };

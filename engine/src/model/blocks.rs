@@ -85,7 +85,7 @@ pub(crate) fn attention_out<B: Backend>(
     wo: &B::Matrix,
     bo: Option<&B::Vector>,
 ) -> Result<B::Tensor, ModelError> {
-    let attn = b.attention(q, kv, rows, shape)?;
+    let attn = b.attention(q, kv, rows, shape, None)?;
     project(b, wo, bo, &attn)
 }
 

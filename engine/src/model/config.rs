@@ -197,6 +197,7 @@ fn expert_config(m: &Meta, facts: &ArchFacts, dense_ff: usize) -> Result<Option<
         None | Some(0) => facts.routing.gating,
         Some(1) => Gating::Softmax,
         Some(2) => Gating::Sigmoid,
+        Some(3) => Gating::SoftmaxWeight,
         Some(other) => {
             return Err(ModelError::BadKey {
                 key: m.key("expert_gating_func"),

@@ -186,7 +186,7 @@ pub(crate) fn forward<B: Backend>(
             })
             .collect();
         let source = KvSource::Cache { store: &*store, layer: il, tables: &tables };
-        let attn = b.attention(&q, source, &rows, &shape)?; // n x (n_head · head_dim_v)
+        let attn = b.attention(&q, source, &rows, &shape, layer.attn_sinks.as_ref())?; // n x (n_head · head_dim_v)
         let mut o = linear(b, &layer.o, ScaleAt::BeforeBias, &attn)?; // n x e
         if let Some(pn) = &layer.attn_post_norm {
             b.rms_norm_in_place(&mut o, pn, eps)?;

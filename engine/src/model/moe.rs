@@ -40,10 +40,12 @@ pub struct SharedExpert<B: Backend> {
 }
 
 /// One matrix per expert, from a 3-D tensor, with the tensor's optional per-expert output
-/// scales (`.scale`, `n_expert` values: checkpoints converted from FP8 or NVFP4).
+/// scales (`.scale`, `n_expert` values: checkpoints converted from FP8 or NVFP4) and biases
+/// (`.bias`, one row per expert: gpt-oss), applied in that order as llama.cpp does.
 pub struct ExpertMatrices<B: Backend> {
     pub w: Vec<B::Matrix>,
     pub scales: Option<Vec<f32>>,
+    pub biases: Option<Vec<B::Vector>>,
 }
 
 impl<B: Backend> ExpertMatrices<B> {
@@ -51,14 +53,22 @@ impl<B: Backend> ExpertMatrices<B> {
         Ok(ExpertMatrices {
             w: l.expert_matrices(&format!("{prefix}.weight"), n_expert, rows, cols)?,
             scales: l.host_vector_opt(&format!("{prefix}.scale"), n_expert)?,
+            biases: l.expert_vectors_opt(&format!("{prefix}.bias"), n_expert, rows)?,
         })
     }
 
-    /// Expert `e`'s product of `x`'s rows (`(x · wₑᵀ) · scaleₑ`).
+    /// Expert `e`'s bias, if the experts have them.
+    fn bias(&self, e: usize) -> Option<&B::Vector> {
+        self.biases.as_ref().map(|b| &b[e])
+    }
+
+    /// Expert `e`'s product of `x`'s rows (`(x · wₑᵀ) · scaleₑ + biasₑ`).
     fn product(&self, b: &B, e: usize, x: &B::Tensor) -> Result<B::Tensor, ModelError> {
+        let Some(s) = &self.scales else { return project(b, &self.w[e], self.bias(e), x) };
         let mut y = project(b, &self.w[e], None, x)?;
-        if let Some(s) = &self.scales {
-            b.scale(&mut y, s[e])?;
+        b.scale(&mut y, s[e])?;
+        if let Some(bias) = self.bias(e) {
+            b.add_bias(&mut y, bias)?;
         }
         Ok(y)
     }
@@ -99,21 +109,19 @@ impl<B: Backend> Experts<B> {
 pub(crate) type Route = Vec<(usize, f32)>;
 
 /// The routes of every row of `logits` (`rows` x `n_expert`), as llama.cpp computes them:
-/// probabilities by softmax (max subtracted, `expf`, a sum in f64 and one reciprocal) or by
-/// sigmoid; the `n_used` most probable experts (the lower index first on a tie); their
-/// probabilities as weights, divided by their sum (at least 2^-14) when asked, then scaled.
+/// probabilities by softmax (max subtracted, `expf`, a sum in f64 and one reciprocal), by
+/// sigmoid, or the logits themselves (softmax-weight gating); the `n_used` most probable experts
+/// (the lower index first on a tie); their probabilities as weights (under softmax-weight gating
+/// the softmax of the chosen logits), divided by their sum (at least 2^-14) when asked, then
+/// scaled.
 pub(crate) fn routes(x: &ExpertConfig, logits: &[f32], selection_bias: Option<&[f32]>) -> Vec<Route> {
     logits
         .chunks_exact(x.n_expert)
         .map(|row| {
             let probs: Vec<f32> = match x.gating {
-                Gating::Softmax => {
-                    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    let e: Vec<f32> = row.iter().map(|&v| (v - max).exp()).collect();
-                    let inv = (1.0 / e.iter().map(|&v| f64::from(v)).sum::<f64>()) as f32;
-                    e.iter().map(|&v| v * inv).collect()
-                }
+                Gating::Softmax => softmax(row),
                 Gating::Sigmoid => row.iter().map(|&v| 1.0 / (1.0 + (-v).exp())).collect(),
+                Gating::SoftmaxWeight => row.to_vec(),
             };
             let chosen_by: Vec<f32> = match selection_bias {
                 Some(bias) => probs.iter().zip(bias).map(|(&p, &b)| p + b).collect(),
@@ -122,6 +130,10 @@ pub(crate) fn routes(x: &ExpertConfig, logits: &[f32], selection_bias: Option<&[
             let mut order: Vec<usize> = (0..x.n_expert).collect();
             order.sort_by(|&a, &b| chosen_by[b].total_cmp(&chosen_by[a]).then(a.cmp(&b)));
             let mut route: Route = order[..x.n_used].iter().map(|&e| (e, probs[e])).collect();
+            if x.gating == Gating::SoftmaxWeight {
+                let weights = softmax(&route.iter().map(|&(_, w)| w).collect::<Vec<f32>>());
+                route.iter_mut().zip(weights).for_each(|((_, w), p)| *w = p);
+            }
             if x.normalize {
                 let sum = (route.iter().map(|&(_, w)| f64::from(w)).sum::<f64>() as f32).max(6.103_515_6e-5);
                 route.iter_mut().for_each(|(_, w)| *w /= sum);
@@ -132,6 +144,14 @@ pub(crate) fn routes(x: &ExpertConfig, logits: &[f32], selection_bias: Option<&[
             route
         })
         .collect()
+}
+
+/// ggml's softmax of a row: the maximum subtracted, `expf`, the sum in f64 and one reciprocal.
+fn softmax(row: &[f32]) -> Vec<f32> {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = row.iter().map(|&v| (v - max).exp()).collect();
+    let inv = (1.0 / e.iter().map(|&v| f64::from(v)).sum::<f64>()) as f32;
+    e.iter().map(|&v| v * inv).collect()
 }
 
 /// The experts' feed-forward output for every row of `h` (`rows` x `n_embd`): each expert runs
@@ -156,7 +176,7 @@ pub(crate) fn forward<B: Backend>(b: &B, act: Activation, w: &Experts<B>, h: &B:
         let (mut g, u) = match (&w.gate.scales, &w.up.scales) {
             // one pass of the backend over both matrices when neither has scales
             (None, None) => {
-                let [g, u] = project_each(b, [&w.gate.w[e], &w.up.w[e]], [None, None], &xs)?;
+                let [g, u] = project_each(b, [&w.gate.w[e], &w.up.w[e]], [w.gate.bias(e), w.up.bias(e)], &xs)?;
                 (g, u)
             }
             _ => (w.gate.product(b, e, &xs)?, w.up.product(b, e, &xs)?),
@@ -213,5 +233,15 @@ mod tests {
         let biased = routes(&config(4, 1, false), &logits, Some(&[5.0, 0.0, 0.0, 0.0]));
         assert_eq!(biased[1][0].0, 0);
         assert!((biased[1][0].1 - 1.0 / (e3 + 3.0)).abs() < 1e-6, "{:?}", biased[1]);
+    }
+
+    #[test]
+    fn softmax_weight_gating_chooses_by_logit_and_weighs_the_chosen_alone() {
+        let logits = [0.5f32, 2.0, -1.0, 1.0];
+        let r = routes(&ExpertConfig { gating: Gating::SoftmaxWeight, ..config(4, 2, false) }, &logits, None);
+        assert_eq!(r[0].iter().map(|p| p.0).collect::<Vec<_>>(), [1, 3]);
+        // softmax over (2, 1): e / (e + 1) and 1 / (e + 1)
+        let e = 1f32.exp();
+        assert!((r[0][0].1 - e / (e + 1.0)).abs() < 1e-7 && (r[0][1].1 - 1.0 / (e + 1.0)).abs() < 1e-7, "{:?}", r[0]);
     }
 }

@@ -226,6 +226,17 @@ impl<'a, B: Backend> Loader<'a, B> {
         host_vector(self.file, name, n)
     }
 
+    /// The rows of an `n_expert` x `n` matrix, if present, as one vector per expert on the
+    /// backend (the experts' biases, `ffn_*_exps.bias`: gpt-oss).
+    pub fn expert_vectors_opt(&self, name: &str, n_expert: usize, n: usize) -> Result<Option<Vec<B::Vector>>, ModelError> {
+        if self.info(name).is_none() {
+            return Ok(None);
+        }
+        let all = self.host_matrix(name, n_expert, n)?;
+        let vectors = all.chunks_exact(n).map(|row| self.backend.upload_vector(row)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(vectors))
+    }
+
     /// A vector of `n` values on the backend, if present.
     pub fn vector_opt(&self, name: &str, n: usize) -> Result<Option<B::Vector>, ModelError> {
         match self.host_vector_opt(name, n)? {
@@ -250,6 +261,8 @@ pub struct DecoderLayer<B: Backend> {
     pub k_norm: Option<B::Vector>,
     pub o: Linear<B>,
     pub attn_post_norm: Option<B::Vector>,
+    /// One logit per query head that joins the attention softmax without a value (gpt-oss).
+    pub attn_sinks: Option<B::Vector>,
     pub ffn_norm: Option<B::Vector>,
     pub ffn: FeedForward<B>,
     pub ffn_post_norm: Option<B::Vector>,
@@ -342,6 +355,7 @@ impl<B: Backend> DecoderWeights<B> {
                 k_norm: qk_norm(&n("attn_k_norm.weight"), k_norm_len)?,
                 o: l.linear(&n("attn_output"), e, c.n_head * c.head_dim_v)?,
                 attn_post_norm: post_norm(&n("post_attention_norm.weight"))?,
+                attn_sinks: if f.attention_sinks { Some(l.vector(&n("attn_sinks.weight"), c.n_head)?) } else { None },
                 ffn_norm: pre_norm(&n(&format!("{}.weight", f.ffn_norm_name)))?,
                 ffn,
                 ffn_post_norm: post_norm(&n("post_ffw_norm.weight"))?,

@@ -24,6 +24,10 @@ pub(crate) enum PreFamily {
     Gpt2,
     Qwen2,
     Qwen35,
+    /// GPT-4o's o200k rule (gpt-oss, Llama 4): case runs, contractions, digits in threes.
+    Gpt4o,
+    /// Mistral's tekken rule: GPT-4o's without contractions, single digits.
+    Tekken,
     Bloom,
     Viking,
 }
@@ -63,6 +67,8 @@ impl PreTokenizerConfig {
             "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open" => (Qwen2, false),
             "megrez" | "stablelm2" => (Qwen2, true),
             "qwen35" => (Qwen35, false),
+            "gpt-4o" | "llama4" | "kanana2" | "talkie" => (Gpt4o, false),
+            "tekken" => (Tekken, false),
             "poro-chat" => (Bloom, false),
             "bloom" | "gpt3-finnish" => (Bloom, true),
             "viking" => (Viking, false),
@@ -74,8 +80,8 @@ impl PreTokenizerConfig {
         );
         Some(PreTokenizerConfig {
             family,
-            ignore_merges: llama3_like || matches!(name, "glm4" | "glm5"),
-            add_bos: llama3_like,
+            ignore_merges: llama3_like || matches!(name, "glm4" | "glm5" | "tekken"),
+            add_bos: llama3_like || name == "tekken",
             clean_spaces,
             no_bos: matches!(name, "chatglm-bpe" | "glm4" | "glm5"),
         })
@@ -117,6 +123,20 @@ fn family_rules(family: PreFamily) -> &'static [&'static str] {
         Qwen35 => &[
             "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
         ],
+        // llama.cpp runs these on its collapsed text, where every letter outside ASCII is one
+        // letter class: its `\p{Lu}` ... `\p{Lo}` are all `\p{L}`, so "a letter that is not a-z"
+        // (upper-case ASCII or any other letter) is how its rules say "upper", and likewise
+        // "a letter that is not A-Z" "lower".
+        Gpt4o => &[concat!(
+            "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?",
+            "|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?",
+            "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+        )],
+        Tekken => &[concat!(
+            "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+",
+            "|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*",
+            "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+        )],
         Bloom => &[BLOOM],
         Viking => &[BLOOM, "\\p{N}"],
     }

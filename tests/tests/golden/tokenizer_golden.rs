@@ -49,38 +49,68 @@ fn every_vocab_matches_llama_cpp_with_special_tokens_pieces_and_detokenization()
     for name in VOCABS {
         let tok = vocab_tokenizer(name);
         for golden in [format!("tokenizer/golden/{name}.json"), format!("tokenizer/golden/{name}.special.json")] {
-            let g = read_json(&fixture(&golden));
-            assert_eq!(g["n_vocab"].as_u64(), Some(tok.n_vocab() as u64), "{golden}");
-            assert_eq!(g["add_bos"].as_bool(), Some(tok.add_bos()), "{golden}: add_bos");
-            assert_eq!(g["add_eos"].as_bool(), Some(tok.add_eos()), "{golden}: add_eos");
-            for case in g["texts"].as_array().unwrap() {
-                let text = String::from_utf8(unhex(case["hex"].as_str().unwrap())).unwrap();
-                for add in [false, true] {
-                    for parse in [false, true] {
-                        let key = format!("ids_add{}_parse{}", add as u8, parse as u8);
-                        let want = json_ids(&case[&key]);
-                        let got = tok.encode(&text, add, parse);
-                        if got != want {
-                            failures.push(format!("{golden} {key} {text:?}\n   want {want:?}\n    got {got:?}"));
-                        }
-                        checked += 1;
-                    }
-                }
-                for (id, hex) in case["pieces_hex"].as_object().unwrap() {
-                    let id: u32 = id.parse().unwrap();
-                    if tok.token_bytes(id) != unhex(hex.as_str().unwrap()) {
-                        failures.push(format!("{golden}: piece of {id}"));
-                    }
-                }
-                let detok = tok.detokenize(&json_ids(&case["ids_add1_parse1"]), false, true);
-                if detok != unhex(case["detok_add1_parse1_hex"].as_str().unwrap()) {
-                    failures.push(format!("{golden}: detokenize {text:?}"));
-                }
-            }
+            checked += check_golden(&tok, &golden, &mut failures);
         }
     }
     assert!(checked > 13 * (46 + 17) * 4 - 1);
     assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The pre-tokenizers no test vocabulary names (`gpt-4o`, `tekken`): llama-bpe's vocabulary
+/// relabelled in memory, against llama.cpp on the same relabelling
+/// (tools/make-pretokenizer-goldens.sh, `golden/llama-bpe-as-PRE.json`).
+#[test]
+fn relabelled_vocabularies_split_words_as_llama_cpp() {
+    let base = engine_tests::vocab_file("llama-bpe");
+    let mut failures = Vec::new();
+    for pre in ["gpt-4o", "tekken"] {
+        let mut w = engine::gguf::GgufWriter::new();
+        for (key, value) in base.metadata() {
+            let value = if key == "tokenizer.ggml.pre" { engine::gguf::Value::String(pre.into()) } else { value.clone() };
+            w.add(key.clone(), value).unwrap();
+        }
+        let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        let tok = Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{pre}: {e}"));
+        let checked = check_golden(&tok, &format!("tokenizer/golden/llama-bpe-as-{pre}.json"), &mut failures);
+        assert_eq!(checked, 59 * 4, "{pre}: every text in every mode");
+    }
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Compares `tok` with one llama-golden tokenization file (`fixture` path): ids for add_special
+/// x parse_special, every id's piece, the detokenization of the add + parse ids. Returns the id
+/// lists compared; differences go to `failures`.
+fn check_golden(tok: &Tokenizer, golden: &str, failures: &mut Vec<String>) -> usize {
+    let g = read_json(&fixture(golden));
+    assert_eq!(g["n_vocab"].as_u64(), Some(tok.n_vocab() as u64), "{golden}");
+    assert_eq!(g["add_bos"].as_bool(), Some(tok.add_bos()), "{golden}: add_bos");
+    assert_eq!(g["add_eos"].as_bool(), Some(tok.add_eos()), "{golden}: add_eos");
+    let mut checked = 0;
+    for case in g["texts"].as_array().unwrap() {
+        let text = String::from_utf8(unhex(case["hex"].as_str().unwrap())).unwrap();
+        for add in [false, true] {
+            for parse in [false, true] {
+                let key = format!("ids_add{}_parse{}", add as u8, parse as u8);
+                let want = json_ids(&case[&key]);
+                let got = tok.encode(&text, add, parse);
+                if got != want {
+                    failures.push(format!("{golden} {key} {text:?}\n   want {want:?}\n    got {got:?}"));
+                }
+                checked += 1;
+            }
+        }
+        for (id, hex) in case["pieces_hex"].as_object().unwrap() {
+            let id: u32 = id.parse().unwrap();
+            if tok.token_bytes(id) != unhex(hex.as_str().unwrap()) {
+                failures.push(format!("{golden}: piece of {id}"));
+            }
+        }
+        let detok = tok.detokenize(&json_ids(&case["ids_add1_parse1"]), false, true);
+        if detok != unhex(case["detok_add1_parse1_hex"].as_str().unwrap()) {
+            failures.push(format!("{golden}: detokenize {text:?}"));
+        }
+    }
+    checked
 }
 
 /// decode(encode(text)) == text wherever llama.cpp's own round trip holds (it does not where

@@ -13,6 +13,16 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
+/// gpt-oss's gated unit of gate `g` and up `u`, as ggml's `swiglu_oai` computes it (the C
+/// library's `expf`): `min(g, limit)` through its sigmoid, times `clamp(u, -limit, limit) + 1`.
+#[inline]
+pub fn swiglu_oai(g: f32, u: f32) -> f32 {
+    use crate::backend::{SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT};
+    let x = g.min(SWIGLU_OAI_LIMIT);
+    let y = u.clamp(-SWIGLU_OAI_LIMIT, SWIGLU_OAI_LIMIT);
+    x / (1.0 + (SWIGLU_OAI_ALPHA * -x).exp()) * (y + 1.0)
+}
+
 crate::quant::fma_variants!(
     /// `gate[i] = silu(gate[i]) · up[i]` over one row, as ggml's `swiglu` computes it: the
     /// polynomial exp on every full chunk of 16, the C library's `expf` on the rest.

@@ -135,7 +135,7 @@ pub(crate) fn attend_group_with(
     out: &mut [f32],
     scratch: &mut AttnScratch,
 ) {
-    attend_queries_with(tier, &mut [Query { q, positions, out }], g, shape, kv, scratch)
+    attend_queries_with(tier, &mut [Query { q, positions, out }], g, shape, None, kv, scratch)
 }
 
 /// Attention of a block of query rows of one sequence, for the query heads that share key/value
@@ -154,15 +154,18 @@ pub(crate) fn attend_group_with(
 /// a key or value vector; every query's and head's sums keep their own order, so the result is
 /// that of one head of one query at a time, bit for bit, whatever the block.
 pub fn attend_queries(queries: &mut [Query<'_>], g: usize, shape: &AttentionShape, kv: &dyn KvRows, scratch: &mut AttnScratch) {
-    attend_queries_with(crate::quant::Isa::active(), queries, g, shape, kv, scratch)
+    attend_queries_with(crate::quant::Isa::active(), queries, g, shape, None, kv, scratch)
 }
 
-/// [`attend_queries`] on tier `tier`.
+/// [`attend_queries`] on tier `tier`, with attention sinks where given: one logit per query
+/// head (all heads, not only this group's) that joins every row's softmax without a value
+/// (gpt-oss), folded in after the last tile as ggml's flash attention folds it.
 pub(crate) fn attend_queries_with(
     tier: crate::quant::Isa,
     queries: &mut [Query<'_>],
     g: usize,
     shape: &AttentionShape,
+    sinks: Option<&[f32]>,
     kv: &dyn KvRows,
     scratch: &mut AttnScratch,
 ) {
@@ -170,25 +173,39 @@ pub(crate) fn attend_queries_with(
     {
         use crate::quant::Isa;
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-        unsafe fn with_avx512(queries: &mut [Query<'_>], g: usize, shape: &AttentionShape, kv: &dyn KvRows, scratch: &mut AttnScratch) {
-            attend_queries_body::<4, true>(queries, g, shape, kv, scratch)
+        unsafe fn with_avx512(
+            queries: &mut [Query<'_>],
+            g: usize,
+            shape: &AttentionShape,
+            sinks: Option<&[f32]>,
+            kv: &dyn KvRows,
+            scratch: &mut AttnScratch,
+        ) {
+            attend_queries_body::<4, true>(queries, g, shape, sinks, kv, scratch)
         }
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn with_fma(queries: &mut [Query<'_>], g: usize, shape: &AttentionShape, kv: &dyn KvRows, scratch: &mut AttnScratch) {
+        unsafe fn with_fma(
+            queries: &mut [Query<'_>],
+            g: usize,
+            shape: &AttentionShape,
+            sinks: Option<&[f32]>,
+            kv: &dyn KvRows,
+            scratch: &mut AttnScratch,
+        ) {
             // 16 registers: one state's 64 chains (8 vectors) already keep both FMA units busy
-            attend_queries_body::<1, true>(queries, g, shape, kv, scratch)
+            attend_queries_body::<1, true>(queries, g, shape, sinks, kv, scratch)
         }
         if tier >= Isa::Avx512 && Isa::Avx512.is_available() {
             // SAFETY: the CPU has AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C (checked just above).
-            return unsafe { with_avx512(queries, g, shape, kv, scratch) };
+            return unsafe { with_avx512(queries, g, shape, sinks, kv, scratch) };
         }
         if tier >= Isa::Avx2 && Isa::Avx2.is_available() {
             // SAFETY: the CPU has AVX2 and FMA (checked just above).
-            return unsafe { with_fma(queries, g, shape, kv, scratch) };
+            return unsafe { with_fma(queries, g, shape, sinks, kv, scratch) };
         }
     }
     let _ = tier;
-    attend_queries_body::<1, false>(queries, g, shape, kv, scratch)
+    attend_queries_body::<1, false>(queries, g, shape, sinks, kv, scratch)
 }
 
 /// The body of [`attend_queries`], `N` (query, head) states at a time; `X86`: through
@@ -199,6 +216,7 @@ fn attend_queries_body<const N: usize, const X86: bool>(
     queries: &mut [Query<'_>],
     g: usize,
     shape: &AttentionShape,
+    sinks: Option<&[f32]>,
     kv: &dyn KvRows,
     scratch: &mut AttnScratch,
 ) {
@@ -212,6 +230,7 @@ fn attend_queries_body<const N: usize, const X86: bool>(
     }
     let attended = queries.iter().map(|x| x.positions.clone()).filter(|p| !p.is_empty());
     let (Some(start), Some(end)) = (attended.clone().map(|p| p.start).min(), attended.map(|p| p.end).max()) else {
+        // nothing attended: a sink alone takes the whole softmax, and the output stays zero
         return;
     };
     // state s = i * group + j: query i, head g * group + j
@@ -333,6 +352,20 @@ fn attend_queries_body<const N: usize, const X86: bool>(
             } else {
                 add_weighted_values::<X86>(heads[s0], &weights[s0 * KV_TILE + first..s0 * KV_TILE + last], values, stride);
                 i += 1;
+            }
+        }
+    }
+    if let Some(sinks) = sinks {
+        // a partial of maximum `sink`, sum 1 and no values, folded in after the tiles
+        for (s, oh) in heads.iter_mut().enumerate() {
+            let sink = sinks[g * group + s % group];
+            if sink > max[s] {
+                let rescale = (max[s] - sink).exp();
+                oh.iter_mut().for_each(|o| *o *= rescale);
+                sum[s] = sum[s] * rescale + 1.0;
+                max[s] = sink;
+            } else {
+                sum[s] += (sink - max[s]).exp();
             }
         }
     }
@@ -603,7 +636,7 @@ mod tests {
                     let mut outs = vec![vec![7.0f32; 2 * dv]; ranges.len()];
                     let mut block: Vec<Query> =
                         ranges.iter().zip(&qs).zip(outs.iter_mut()).map(|((r, q), out)| Query { q, positions: r.clone(), out }).collect();
-                    attend_queries_with(tier, &mut block, g, &shape, &kv, &mut s);
+                    attend_queries_with(tier, &mut block, g, &shape, None, &kv, &mut s);
                     for (i, (got, want)) in outs.iter().zip(&alone).enumerate() {
                         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(got), bits(want), "{tier:?} dv {dv} group {g} query {i} ({:?})", ranges[i]);
@@ -665,7 +698,7 @@ mod tests {
                             .zip(outs.iter_mut())
                             .map(|((r, q), out)| Query { q, positions: r.clone(), out })
                             .collect();
-                        attend_queries_with(tier, &mut block, g, &shape, kv, s);
+                        attend_queries_with(tier, &mut block, g, &shape, None, kv, s);
                         outs.concat().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
                     };
                     assert_eq!(run(&flat, &mut s), run(&copied, &mut s), "{dk}/{dv} group {g} on {tier:?}");

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use rayon::prelude::*;
 
-use super::activation::{gelu, gelu_erf_row_with, silu, swiglu_row_with};
+use super::activation::{gelu, gelu_erf_row_with, silu, swiglu_oai, swiglu_row_with};
 use super::attention::{attend_queries_with, with_scratch, InPlaceRows, KvRow, KvRows, Query};
 use super::kv::CpuKvStore;
 use super::matmul::{get_rows, matmul_each_on};
@@ -312,11 +312,16 @@ impl Backend for CpuBackend {
         kv: KvSource<'_, Self>,
         rows: &[AttentionRow],
         shape: &AttentionShape,
+        sinks: Option<&Vec<f32>>,
     ) -> Result<HostTensor, BackendError> {
         let (qd, hv, group) = (shape.q_dim(), shape.head_dim_v, shape.group());
         if q.cols != qd || rows.len() != q.rows || shape.n_head_kv == 0 || !shape.n_head.is_multiple_of(shape.n_head_kv) {
             return Err(BackendError::shape("attention", format!("{}x{} queries, {} rows, {shape:?}", q.rows, q.cols, rows.len())));
         }
+        if let Some(s) = sinks.filter(|s| s.len() != shape.n_head) {
+            return Err(BackendError::shape("attention", format!("{} sinks for {} heads", s.len(), shape.n_head)));
+        }
+        let sinks = sinks.map(Vec::as_slice);
         let mut out = HostTensor::zeros(q.rows, shape.out_dim());
         // one task per block of consecutive rows of one sequence and key/value head: the rows
         // and the query heads sharing that head widen and transpose each tile of keys once
@@ -338,7 +343,7 @@ impl Backend for CpuBackend {
             i = end;
         }
         let run = |g: usize, queries: &mut [Query], view: &dyn KvRows| {
-            with_scratch(|scratch| attend_queries_with(self.isa, queries, g, shape, view, scratch));
+            with_scratch(|scratch| attend_queries_with(self.isa, queries, g, shape, sinks, view, scratch));
         };
         match kv {
             KvSource::Cache { store, layer, tables } => tasks.into_par_iter().for_each(|(g, seq, mut queries)| {
@@ -362,6 +367,7 @@ impl Backend for CpuBackend {
             Activation::Silu => rows.for_each(|(a, b)| swiglu_row_with(self.isa, a, b)),
             Activation::Gelu => rows.for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| *a = gelu(*a) * b)),
             Activation::GeluErf => rows.for_each(|(a, b)| gelu_erf_row_with(self.isa, a, Some(b))),
+            Activation::SwigluOai => rows.for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| *a = swiglu_oai(*a, b))),
         }
         Ok(())
     }
@@ -374,6 +380,7 @@ impl Backend for CpuBackend {
             }
             Activation::Gelu => gelu,
             Activation::Silu => silu,
+            Activation::SwigluOai => return Err(BackendError::shape("activate", "SwigluOai is a gated unit: glu only")),
         };
         x.data.par_iter_mut().for_each(|a| *a = f(*a));
         Ok(())
@@ -432,5 +439,16 @@ impl Backend for CpuBackend {
             data.extend_from_slice(x.row(r));
         }
         Ok(HostTensor { rows: rows.len(), cols: x.cols, data })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The op table every backend answers to, on the CPU backend itself (the reference the
+    /// device backends are compared with elsewhere is checked against plain f64 math here).
+    #[test]
+    fn the_cpu_backend_passes_the_op_table() {
+        let failed = crate::backend::harness::failures(&super::CpuBackend::new(), "cpu");
+        assert!(failed.is_empty(), "{failed:#?}");
     }
 }

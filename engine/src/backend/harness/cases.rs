@@ -286,9 +286,21 @@ fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, ty: KvType) -> Vec<(String
         let q = rng.values(rows.len() * shape.q_dim(), 2.0);
         let table_refs: Vec<&[BlockId]> = tables.iter().map(|t| t.as_slice()).collect();
         let source = KvSource::Cache { store: &store, layer: 1, tables: &table_refs };
-        let got = back(b, b.attention(&host(b, rows.len(), shape.q_dim(), &q), source, &rows, &shape).expect("attention"));
-        let want = naive::attention(&q, &rows, &shape, |s, p| &keys[s][p * kd..(p + 1) * kd], |s, p| &values[s][p * vd..(p + 1) * vd]);
-        out.push((format!("{n_head}/{n_head_kv} heads of {dk}/{dv}, 3 sequences, 9 rows with windows"), nmse(&got, &want)));
+        // attention sinks (gpt-oss) on one shape, large enough to take a visible share
+        let sinks = (n_head == 8).then(|| rng.values(n_head, 4.0));
+        let sinks_on = sinks.as_ref().map(|s| b.upload_vector(s).expect("sinks"));
+        let got =
+            back(b, b.attention(&host(b, rows.len(), shape.q_dim(), &q), source, &rows, &shape, sinks_on.as_ref()).expect("attention"));
+        let want = naive::attention(
+            &q,
+            &rows,
+            &shape,
+            sinks.as_deref(),
+            |s, p| &keys[s][p * kd..(p + 1) * kd],
+            |s, p| &values[s][p * vd..(p + 1) * vd],
+        );
+        let with = if sinks.is_some() { ", sinks" } else { "" };
+        out.push((format!("{n_head}/{n_head_kv} heads of {dk}/{dv}, 3 sequences, 9 rows with windows{with}"), nmse(&got, &want)));
     }
     out
 }
@@ -308,11 +320,13 @@ fn batch_attention<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
             start += len;
         }
         let (kt, vt) = (host(b, n, n_head_kv * dk, &k), host(b, n, n_head_kv * dv, &v));
-        let got =
-            back(b, b.attention(&host(b, n, shape.q_dim(), &q), KvSource::Batch { k: &kt, v: &vt }, &rows, &shape).expect("attention"));
+        let got = back(
+            b,
+            b.attention(&host(b, n, shape.q_dim(), &q), KvSource::Batch { k: &kt, v: &vt }, &rows, &shape, None).expect("attention"),
+        );
         let (kd, vd) = (n_head_kv * dk, n_head_kv * dv);
         let want =
-            naive::attention(&q, &rows, &shape, |s, p| &k[(s + p) * kd..(s + p + 1) * kd], |s, p| &v[(s + p) * vd..(s + p + 1) * vd]);
+            naive::attention(&q, &rows, &shape, None, |s, p| &k[(s + p) * kd..(s + p + 1) * kd], |s, p| &v[(s + p) * vd..(s + p + 1) * vd]);
         out.push((format!("{n_head}/{n_head_kv} heads of {dk}/{dv}, soft cap {softcap}, sequences of 5, 70, 1"), nmse(&got, &want)));
     }
     out
@@ -322,13 +336,13 @@ const ACTIVATIONS: [Activation; 3] = [Activation::Silu, Activation::Gelu, Activa
 
 fn glu<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
     let mut out = Vec::new();
-    for act in ACTIVATIONS {
+    for act in ACTIVATIONS.into_iter().chain([Activation::SwigluOai]) {
         // rows of 100: six full chunks of 16 and a tail
         for (rows, cols) in [(3, 100), (2, 4864)] {
             let (g, u) = (rng.values(rows * cols, 6.0), rng.values(rows * cols, 2.0));
             let mut gt = host(b, rows, cols, &g);
             b.glu(act, &mut gt, &host(b, rows, cols, &u)).expect("glu");
-            let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &c)| naive::activation(act, f64::from(a)) * f64::from(c)).collect();
+            let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &c)| naive::gated(act, f64::from(a), f64::from(c))).collect();
             out.push((format!("{act:?} {rows}x{cols}"), nmse(&back(b, gt), &want)));
         }
     }

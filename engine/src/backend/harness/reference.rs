@@ -79,6 +79,7 @@ pub fn attention<'a>(
     q: &[f32],
     rows: &[AttentionRow],
     shape: &AttentionShape,
+    sinks: Option<&[f32]>,
     key: impl Fn(usize, usize) -> &'a [f32],
     value: impl Fn(usize, usize) -> &'a [f32],
 ) -> Vec<f64> {
@@ -104,9 +105,11 @@ pub fn attention<'a>(
                 out.extend(std::iter::repeat_n(0.0, dv));
                 continue;
             }
-            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            // a sink joins the softmax without a value
+            let sink = sinks.map(|s| f64::from(s[h]));
+            let max = scores.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
             let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-            let total: f64 = w.iter().sum();
+            let total: f64 = w.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
             for d in 0..dv {
                 let acc: f64 = row.positions.clone().zip(&w).map(|(p, &wp)| wp * f64::from(value(row.kv, p)[g * dv + d])).sum();
                 out.push(acc / total);
@@ -143,6 +146,20 @@ pub fn activation(act: Activation, x: f64) -> f64 {
         Activation::Silu => x / (1.0 + (-x).exp()),
         Activation::Gelu => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()),
         Activation::GeluErf => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+        Activation::SwigluOai => panic!("SwigluOai is gated: see `gated`"),
+    }
+}
+
+/// `act` of gate `g` times up `u` (SwigluOai's own form with its clamps).
+pub fn gated(act: Activation, g: f64, u: f64) -> f64 {
+    use crate::backend::{SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT};
+    match act {
+        Activation::SwigluOai => {
+            let (alpha, limit) = (f64::from(SWIGLU_OAI_ALPHA), f64::from(SWIGLU_OAI_LIMIT));
+            let x = g.min(limit);
+            x / (1.0 + (-alpha * x).exp()) * (u.clamp(-limit, limit) + 1.0)
+        }
+        _ => activation(act, g) * u,
     }
 }
 

@@ -68,6 +68,7 @@ fn act_code(act: Activation) -> i32 {
         Activation::Silu => 0,
         Activation::Gelu => 1,
         Activation::GeluErf => 2,
+        Activation::SwigluOai => 3,
     }
 }
 
@@ -304,10 +305,15 @@ where
         kv: KvSource<'_, Self>,
         rows: &[AttentionRow],
         shape: &AttentionShape,
+        sinks: Option<&DeviceVector<R>>,
     ) -> Result<DeviceTensor<R>, BackendError> {
         if q.cols != shape.q_dim() || rows.len() != q.rows || shape.n_head_kv == 0 || !shape.n_head.is_multiple_of(shape.n_head_kv) {
             return Err(BackendError::shape("attention", format!("{}x{} queries, {} rows, {shape:?}", q.rows, q.cols, rows.len())));
         }
+        if let Some(s) = sinks.filter(|s| s.len != shape.n_head) {
+            return Err(BackendError::shape("attention", format!("{} sinks for {} heads", s.len, shape.n_head)));
+        }
+        let sinks = sinks.map(|s| &s.buf);
         let out = self.output("attention", q.rows, shape.out_dim())?;
         let heads = HeadArgs {
             n_head: shape.n_head,
@@ -337,7 +343,7 @@ where
                     query_rows.push(QueryRow { kv, positions: r.positions.clone() });
                 }
                 let source = KvArgs::Pool { k, v, k_pool, v_pool, layer, tables: &flat };
-                launch::attention(&*self.rt, &q.buf, source, &query_rows, heads, &out.buf).map_err(self.fail("attention"))?;
+                launch::attention(&*self.rt, &q.buf, source, &query_rows, heads, sinks, &out.buf).map_err(self.fail("attention"))?;
             }
             KvSource::Batch { k, v } => {
                 if k.cols != shape.n_head_kv * shape.head_dim_k || v.cols != shape.n_head_kv * shape.head_dim_v || k.rows != v.rows {
@@ -348,7 +354,7 @@ where
                 }
                 let query_rows: Vec<QueryRow> = rows.iter().map(|r| QueryRow { kv: r.kv, positions: r.positions.clone() }).collect();
                 let source = KvArgs::Rows { k: &k.buf, v: &v.buf, rows: k.rows };
-                launch::attention(&*self.rt, &q.buf, source, &query_rows, heads, &out.buf).map_err(self.fail("attention"))?;
+                launch::attention(&*self.rt, &q.buf, source, &query_rows, heads, sinks, &out.buf).map_err(self.fail("attention"))?;
             }
         }
         Ok(out)

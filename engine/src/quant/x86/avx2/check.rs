@@ -197,8 +197,18 @@ pub(crate) fn time_dot(ty: GgmlType, n: usize, kib: usize, reps: usize, f: fn(&[
 #[ignore = "timing, not a check"]
 fn vec_dot_throughput() {
     let kib: usize = std::env::var("VEC_DOT_KIB").ok().and_then(|v| v.parse().ok()).unwrap_or(4096);
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32]
-    {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::IQ4_NL,
+        GgmlType::MXFP4,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::F32,
+    ] {
         let mut line = format!("{:>5}:", ty.to_string());
         for isa in Isa::available() {
             let gbs = time_dot(ty, 11008, kib, 20, ops_for(ty, isa).unwrap().vec_dot);

@@ -97,7 +97,7 @@ unsafe fn f16_splat(p: *const u8) -> __m256 {
 /// Lane `k` of `v`, broadcast.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn lane(v: __m256, k: i32) -> __m256 {
+pub(super) unsafe fn lane(v: __m256, k: i32) -> __m256 {
     _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(k))
 }
 
@@ -105,7 +105,7 @@ unsafe fn lane(v: __m256, k: i32) -> __m256 {
 /// lanes 0..4.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scales_d(x: *const u8, xb: usize, y: *const u8, yb: usize) -> __m256 {
+pub(super) unsafe fn scales_d(x: *const u8, xb: usize, y: *const u8, yb: usize) -> __m256 {
     let hx = le16(x) | le16(x.add(xb)) << 16 | le16(x.add(2 * xb)) << 32 | le16(x.add(3 * xb)) << 48;
     let hy = le16(y) | le16(y.add(yb)) << 16 | le16(y.add(2 * yb)) << 32 | le16(y.add(3 * yb)) << 48;
     let v = _mm256_cvtph_ps(_mm_set_epi64x(hy as i64, hx as i64));

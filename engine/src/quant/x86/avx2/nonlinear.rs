@@ -9,7 +9,8 @@
 //! below 2 * 127 * 127 and the integer part of each block is exact. IQ4_XS multiplies each
 //! group's i16 pairs by its scale (-32..=31) with `vpmaddwd`; a super-block's i32 lanes stay
 //! below 2^24, so their conversion to f32 is exact as well. The scaled blocks are chained into
-//! one f32 accumulator in order.
+//! one f32 accumulator in order; the 32-value types take four blocks a step, their scales
+//! converted together.
 //!
 //! Dequantization computes `d * level` (IQ4_XS: `(d * scale) * level`) with a single multiply,
 //! bit for bit the scalar reference.
@@ -17,10 +18,12 @@
 use core::arch::x86_64::*;
 use core::mem::size_of;
 
-use super::legacy::{load, load128, store_ps};
+use super::legacy::{lane, load, load128, scales_d, store_ps};
 use crate::quant::blocks::{BlockIQ4NL, BlockIQ4XS, BlockMXFP4};
 use crate::quant::dispatch::Kernels;
-use crate::quant::x86::common::{entry_points, f32_at, hsum256, le16, legacy_deq_rows, row_entry_points, Chain, Q8K_BYTES, Q8K_QS, Q8_0};
+use crate::quant::x86::common::{
+    entry_points, f32_at, hsum256, le16, legacy_deq_rows, legacy_dot_rows, row_entry_points, Chain, Q8K_BYTES, Q8K_QS, Q8_0,
+};
 use crate::quant::{iq4, mxfp4, GgmlType};
 
 const IQ4_NL: usize = size_of::<BlockIQ4NL>();
@@ -74,38 +77,48 @@ unsafe fn pair_products(x: __m256i, y: __m256i) -> __m256i {
     _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
 
-/// The f16 at `p` as an f32 (exact).
+/// The f16 at `p` as an f32 (exact), converted from a general register moved in whole (`vmovq`
+/// zero-extends): a 16-bit insert would merge into whatever its register last held, and could
+/// chain each block's scale to the previous block's sum.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_at(p: *const u8) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(le16(p) as i32)))
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_set_epi64x(0, le16(p) as i64)))
 }
 
-/// `Σ_b isum_b · d_w(b) · d_a(b)` over `nb` blocks of 32 values against Q8_0 blocks, one chain
-/// in block order: IQ4_NL (`MX` false: f16 `d`, index bytes 2 in) or MXFP4 (`MX` true: E8M0
-/// exponent, index bytes 1 in).
+// Dot products of the 32-value types, four blocks per step (the row loop is
+// `common::legacy_dot_rows`), the blocks chained into one accumulator in order.
+legacy_dot_rows! { "avx2,fma,f16c", Chain;
+    dot_iq4_nl => group_iq4_nl, IQ4_NL, Q8_0;
+    dot_mxfp4 => group_mxfp4, MXFP4, Q8_0;
+}
+
+/// IQ4_NL (`d`, 16 index bytes) x Q8_0: `Σ level · y` per block, scaled by `d_w · d_a`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_blocks32<const MX: bool>(w: *const u8, a: *const u8, nb: usize) -> f32 {
-    let (wb, t) = if MX { (MXFP4, table(&mxfp4::LEVELS)) } else { (IQ4_NL, table(&iq4::LEVELS)) };
-    let mut acc = Chain::new();
-    for i in 0..nb {
-        let (x, y) = (w.add(i * wb), a.add(i * Q8_0));
-        let p = pair_products(levels(t, x.add(wb - 16)), load(y.add(2)));
-        let scale = if MX { f16_at(y) * mxfp4::e8m0_half(*x) } else { f16_at(x) * f16_at(y) };
-        acc.add(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), _mm256_set1_ps(scale));
+unsafe fn group_iq4_nl(x: *const u8, y: *const u8, acc: &mut Chain) {
+    let t = table(&iq4::LEVELS);
+    let d = scales_d(x, IQ4_NL, y, Q8_0);
+    for k in 0..4 {
+        let p = pair_products(levels(t, x.add(k * IQ4_NL + 2)), load(y.add(k * Q8_0 + 2)));
+        acc.add(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), lane(d, k as i32));
     }
-    acc.sum()
 }
 
+/// MXFP4 (E8M0 `e`, 16 code bytes) x Q8_0: `Σ level · y` per block, scaled by
+/// `d_a · 2^(e - 128)`.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_iq4_nl(w: *const u8, a: *const u8, nb: usize) -> f32 {
-    dot_blocks32::<false>(w, a, nb)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_mxfp4(w: *const u8, a: *const u8, nb: usize) -> f32 {
-    dot_blocks32::<true>(w, a, nb)
+unsafe fn group_mxfp4(x: *const u8, y: *const u8, acc: &mut Chain) {
+    let t = table(&mxfp4::LEVELS);
+    let hy = le16(y) | le16(y.add(Q8_0)) << 16 | le16(y.add(2 * Q8_0)) << 32 | le16(y.add(3 * Q8_0)) << 48;
+    let e = |k: usize| mxfp4::e8m0_half(*x.add(k * MXFP4));
+    let d = _mm_mul_ps(_mm_cvtph_ps(_mm_set_epi64x(0, hy as i64)), _mm_set_ps(e(3), e(2), e(1), e(0)));
+    let d = _mm256_castps128_ps256(d);
+    for k in 0..4 {
+        let p = pair_products(levels(t, x.add(k * MXFP4 + 1)), load(y.add(k * Q8_0 + 2)));
+        acc.add(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), lane(d, k as i32));
+    }
 }
 
 /// IQ4_XS x Q8_K: per super-block, the eight groups' pair products times their scales summed
