@@ -64,6 +64,8 @@ SEEDS = (1, 2)
 #   longrope:   rope_factors_short/long.weight (Phi-3); seed 2 sets an original context of 32
 #               positions, so that the long factors serve its goldens
 #   cls:        cls.output.weight (a reranking head, unused by generation)
+#   sinks:      attn_sinks.weight, one logit per query head (gpt-oss)
+#   moe_bias:   ffn_gate_inp.bias and the experts' ffn_{gate,up,down}_exps.bias (gpt-oss)
 ARCHS = {
     "llama": dict(n_head=4, n_head_kv=2, rope_base=500000.0, eps=1e-5, qkv_bias=True, o_bias=True, ffn_bias=True,
                   scales=True, rope_freqs=True),
@@ -95,6 +97,10 @@ ARCHS = {
     "olmoe": dict(n_head=4, n_head_kv=4, rope_base=10000.0, eps=1e-5, qk_norm="row", moe=(6, 2, N_FF)),
     "olmo2": dict(n_head=4, n_head_kv=4, rope_base=500000.0, eps=1e-6, qk_norm="row", pre_norms=False,
                   post_norms=True, swa=(8, 2), qkv_bias=True),
+    "gpt-oss": dict(n_head=4, n_head_kv=2, rope_base=150000.0, eps=1e-5, qkv_bias=True, o_bias=True, sinks=True,
+                    ffn_norm="post_attention_norm", moe=(4, 2, 128), moe_bias=True, swa=(8, 2),
+                    keys={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                          "rope.scaling.original_context_length": 64}),
 }
 
 
@@ -133,6 +139,8 @@ def tensors_for(cfg):
             t += [(b + "attn_q_norm.weight", (hd,), "norm"), (b + "attn_k_norm.weight", (hd,), "norm")]
         elif cfg.get("qk_norm") == "row":
             t += [(b + "attn_q_norm.weight", (h * hd,), "norm"), (b + "attn_k_norm.weight", (kv * hd,), "norm")]
+        if cfg.get("sinks"):
+            t.append((b + "attn_sinks.weight", (h,), "w"))
         t += proj(b + "attn_output", e, h * hd, cfg.get("o_bias"))
         if post:
             t.append((b + "post_attention_norm.weight", (e,), "norm"))
@@ -146,6 +154,11 @@ def tensors_for(cfg):
                   (b + "ffn_gate_exps.weight", (n_exp, ff, e), "w"),
                   (b + "ffn_up_exps.weight", (n_exp, ff, e), "w"),
                   (b + "ffn_down_exps.weight", (n_exp, e, ff), "w")]
+            if cfg.get("moe_bias"):
+                t += [(b + "ffn_gate_inp.bias", (n_exp,), "w"),
+                      (b + "ffn_gate_exps.bias", (n_exp, ff), "w"),
+                      (b + "ffn_up_exps.bias", (n_exp, ff), "w"),
+                      (b + "ffn_down_exps.bias", (n_exp, e), "w")]
             if "shared" in cfg:
                 sff, gated = cfg["shared"]
                 if gated:

@@ -33,7 +33,8 @@ pub struct SlidingWindow {
     /// One global layer in every `default_pattern` (the last of each group) when the file gives
     /// no pattern.
     pub default_pattern: usize,
-    /// The window layers keep the global layers' frequency scale (Gemma 2); otherwise theirs is 1.
+    /// The window layers keep the global layers' frequency scale and YaRN (Gemma 2, gpt-oss);
+    /// otherwise their scale is 1, without YaRN.
     pub scaled_rope: bool,
     /// RoPE base of the window layers when the file has no `rope.freq_base_swa`: a fixed value
     /// (Gemma 3: 10000), or `None` for the global layers' base (OLMo 2).
@@ -213,6 +214,16 @@ pub const ARCHS: &[ArchFacts] = &[
             default_rope_base: Some(10000.0),
             scaled_rope: false,
         }),
+        ..DECODER
+    },
+    ArchFacts {
+        name: "gpt-oss",
+        rope: Some(RopeKind::Neox),
+        activation: Activation::SwigluOai,
+        ffn_norm_name: "post_attention_norm",
+        attention_sinks: true,
+        sliding_window: Some(SlidingWindow { default_window: None, default_pattern: 2, default_rope_base: None, scaled_rope: true }),
+        routing: Routing { gating: Gating::SoftmaxWeight, norm: WeightNorm::Never },
         ..DECODER
     },
     ArchFacts { name: "bert", rope: None, activation: Activation::GeluErf, causal: false, encoder: true, ..DECODER },

@@ -427,7 +427,8 @@ impl ModelConfig {
 
     /// The rotation of layer `layer`'s queries and keys in a context of `n_ctx` positions
     /// (`None`: no rotary embeddings, in the model or in this layer). A sliding-window layer
-    /// has its own base and no frequency scaling; LongRoPE's long factors serve a context
+    /// has its own base, and no frequency scaling unless the architecture keeps the global one;
+    /// LongRoPE's long factors serve a context
     /// longer than the original one, as llama.cpp chooses them.
     pub fn layer_rope(&self, layer: usize, n_ctx: usize) -> Option<Rope> {
         let r = self.rope.as_ref()?;
@@ -447,8 +448,12 @@ impl ModelConfig {
             ..Rope::plain(r.kind, self.head_dim_k, r.n_dims, r.freq_base, r.freq_scale)
         };
         if self.swa_layers[layer] {
-            let freq_scale = if self.facts.sliding_window.is_some_and(|w| w.scaled_rope) { r.freq_scale } else { 1.0 };
-            return Some(Rope { yarn: None, attn_factor: 1.0, freq_base: r.freq_base_swa, freq_scale, ..global });
+            // llama.cpp gives every layer the context's YaRN: with the global scale (Gemma 2,
+            // gpt-oss) a window layer rotates as a global one but for its base
+            if self.facts.sliding_window.is_some_and(|w| w.scaled_rope) {
+                return Some(Rope { freq_base: r.freq_base_swa, ..global });
+            }
+            return Some(Rope { yarn: None, attn_factor: 1.0, freq_base: r.freq_base_swa, freq_scale: 1.0, ..global });
         }
         Some(global)
     }
