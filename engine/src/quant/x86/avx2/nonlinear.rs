@@ -121,13 +121,24 @@ unsafe fn group_iq4_nl(x: *const u8, y: *const u8, acc: &mut Chain) {
 unsafe fn group_mxfp4(x: *const u8, y: *const u8, acc: &mut Chain) {
     let t = table(&mxfp4::LEVELS);
     let hy = le16(y) | le16(y.add(Q8_0)) << 16 | le16(y.add(2 * Q8_0)) << 32 | le16(y.add(3 * Q8_0)) << 48;
-    let e = |k: usize| mxfp4::e8m0_half(*x.add(k * MXFP4));
-    let d = _mm_mul_ps(_mm_cvtph_ps(_mm_set_epi64x(0, hy as i64)), _mm_set_ps(e(3), e(2), e(1), e(0)));
+    let e = |k: usize| u32::from(*x.add(k * MXFP4)) << (8 * k);
+    let d = _mm_mul_ps(_mm_cvtph_ps(_mm_set_epi64x(0, hy as i64)), e8m0_half4(e(0) | e(1) | e(2) | e(3)));
     let d = _mm256_castps128_ps256(d);
     for k in 0..4 {
         let p = pair_products(levels(t, x.add(k * MXFP4 + 1)), load(y.add(k * Q8_0 + 2)));
         acc.add(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), lane(d, k as i32));
     }
+}
+
+/// [`mxfp4::e8m0_half`] of the four exponents in the bytes of `e` (lowest first), in lanes 0..4:
+/// `(e - 1) << 23` as an f32's bits, or `0x00200000 << e` (a subnormal) for `e` below 2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn e8m0_half4(e: u32) -> __m128 {
+    let e = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(e as i32));
+    let normal = _mm_slli_epi32::<23>(_mm_sub_epi32(e, _mm_set1_epi32(1)));
+    let subnormal = _mm_sllv_epi32(_mm_set1_epi32(0x0020_0000), e);
+    _mm_castsi128_ps(_mm_blendv_epi8(normal, subnormal, _mm_cmplt_epi32(e, _mm_set1_epi32(2))))
 }
 
 // The many-row product of the 32-value types: `TILE_W` weight rows by `TILE_A` Q8_0 activation
@@ -269,6 +280,21 @@ unsafe fn deq_iq4_xs(w: *const u8, out: *mut f32, nb: usize) {
 mod tests {
     use super::super::check::check_type;
     use crate::quant::{GgmlType, Isa};
+
+    #[test]
+    fn four_exponents_at_once_are_the_scalar_conversion() {
+        if !crate::quant::Isa::Avx2.is_available() {
+            return;
+        }
+        for base in (0u32..=252).step_by(4) {
+            let packed = base | (base + 1) << 8 | (base + 2) << 16 | (base + 3) << 24;
+            // SAFETY: AVX2, FMA and F16C checked above.
+            let v: [f32; 4] = unsafe { core::mem::transmute(super::e8m0_half4(packed)) };
+            for (k, &got) in v.iter().enumerate() {
+                assert_eq!(got.to_bits(), crate::quant::mxfp4::e8m0_half((base + k as u32) as u8).to_bits(), "e = {}", base + k as u32);
+            }
+        }
+    }
 
     #[test]
     fn table_level_kernels_match_the_scalar_reference() {
