@@ -35,11 +35,7 @@ pub mod nl {
     pub fn dequantize_ref(blocks: &[BlockIQ4NL], out: &mut [f32]) {
         debug_assert_eq!(out.len(), blocks.len() * QK4_NL);
         for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK4_NL)) {
-            let d = f16_le(b.d);
-            for (j, &q) in b.qs.iter().enumerate() {
-                y[j] = d * f32::from(LEVELS[usize::from(q & 0x0F)]);
-                y[j + QK4_NL / 2] = d * f32::from(LEVELS[usize::from(q >> 4)]);
-            }
+            dequantize_group(&LEVELS, &b.qs, f16_le(b.d), y);
         }
     }
 
@@ -88,11 +84,7 @@ pub mod xs {
         for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
             let d = f16_le(b.d);
             for (g, (qs, yg)) in b.qs.chunks_exact(GROUP / 2).zip(y.chunks_exact_mut(GROUP)).enumerate() {
-                let dl = d * group_scale_of(b, g) as f32;
-                for (j, &q) in qs.iter().enumerate() {
-                    yg[j] = dl * f32::from(LEVELS[usize::from(q & 0x0F)]);
-                    yg[j + GROUP / 2] = dl * f32::from(LEVELS[usize::from(q >> 4)]);
-                }
+                dequantize_group(&LEVELS, qs, d * group_scale_of(b, g) as f32, yg);
             }
         }
     }
@@ -147,6 +139,17 @@ pub mod xs {
             sum += isum as f32 * (f16_le(x.d) * y.d());
         }
         sum
+    }
+}
+
+/// `d · levels[q]` of one 32-value group's 16 packed index bytes (low nibbles are values 0..16,
+/// high nibbles 16..32) into `y`: one multiply each, as ggml's dequantization (MXFP4 shares it
+/// with its codes).
+#[inline(always)]
+pub(crate) fn dequantize_group(levels: &[i8; 16], qs: &[u8], d: f32, y: &mut [f32]) {
+    for (j, &q) in qs.iter().enumerate().take(GROUP / 2) {
+        y[j] = d * f32::from(levels[usize::from(q & 0x0F)]);
+        y[j + GROUP / 2] = d * f32::from(levels[usize::from(q >> 4)]);
     }
 }
 

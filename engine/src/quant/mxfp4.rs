@@ -4,7 +4,7 @@
 //! Q8_0 activation block is an exact integer sum times one f32 scale.
 
 use super::blocks::{f16_le, BlockMXFP4, BlockQ8_0, QK_MXFP4};
-use super::iq4::block_dot_with;
+use super::iq4::{block_dot_with, dequantize_group};
 
 /// E2M1 code -> its value times two (ggml's `kvalues_mxfp4`); bit 3 is the sign.
 pub const LEVELS: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
@@ -23,11 +23,8 @@ pub fn e8m0_half(e: u8) -> f32 {
 pub fn dequantize_ref(blocks: &[BlockMXFP4], out: &mut [f32]) {
     debug_assert_eq!(out.len(), blocks.len() * QK_MXFP4);
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_MXFP4)) {
-        let d = e8m0_half(b.e);
-        for (j, &q) in b.qs.iter().enumerate() {
-            y[j] = f32::from(LEVELS[usize::from(q & 0x0F)]) * d;
-            y[j + QK_MXFP4 / 2] = f32::from(LEVELS[usize::from(q >> 4)]) * d;
-        }
+        // ggml multiplies level by scale; the product is the same either way round
+        dequantize_group(&LEVELS, &b.qs, e8m0_half(b.e), y);
     }
 }
 
