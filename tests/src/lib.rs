@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod archs;
+pub mod scripted;
 pub mod shaped;
 pub mod shaped_whisper;
 pub mod tiny;

@@ -83,6 +83,10 @@ pub struct ChatTemplate {
     /// The template reads a message's content only as a list of typed parts (SmolVLM's,
     /// Idefics'): string contents are given to it as one text part, as llama.cpp does.
     typed_content: bool,
+    /// The template writes OpenAI's harmony format (gpt-oss): an assistant message with tool
+    /// calls may hold its analysis or its content, not both, and a null content is left out, as
+    /// llama.cpp passes such messages to it.
+    harmony: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -163,6 +167,7 @@ impl ChatTemplate {
             eos_token: eos.map(str::to_string),
             fallback,
             typed_content: false,
+            harmony: source.contains("<|channel|>"),
         };
         template.typed_content = template.reads_only_typed_content();
         Ok(template)
@@ -185,6 +190,9 @@ impl ChatTemplate {
         // What `render_jinja_template` passes: messages, tools and documents (None when absent),
         // add_generation_prompt, then the tokenizer's special tokens and the caller's kwargs.
         let mut messages: Vec<serde_json::Value> = input.messages.iter().map(alias_reasoning_fields).collect();
+        if self.harmony {
+            messages.iter_mut().for_each(harmony_call_message);
+        }
         if self.typed_content {
             for m in &mut messages {
                 if let Some(content) = m.get_mut("content").filter(|c| c.is_string()) {
@@ -452,6 +460,17 @@ fn alias_reasoning_fields(message: &serde_json::Value) -> serde_json::Value {
     }
     out.insert("reasoning_content".into(), reasoning.clone());
     serde_json::Value::Object(out)
+}
+
+/// llama.cpp's adjustment of a message for the harmony template: an assistant message with tool
+/// calls and reasoning (or a null content) passes no content.
+fn harmony_call_message(message: &mut serde_json::Value) {
+    let Some(obj) = message.as_object_mut() else { return };
+    let calls = obj.get("tool_calls").and_then(|c| c.as_array()).is_some_and(|c| !c.is_empty());
+    let reasoning = obj.get("thinking").is_some_and(|t| t.is_string());
+    if calls && (reasoning || obj.get("content").is_some_and(|c| c.is_null())) {
+        obj.remove("content");
+    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,14 @@ pub struct ChatCompletionRequest {
     top_logprobs: Option<u64>,
     #[serde(default)]
     reasoning_format: Option<ReasoningFormat>,
+    /// OpenAI's `reasoning_effort`, given to the template as `reasoning_effort` (gpt-oss's
+    /// `Reasoning: low|medium|high`).
+    #[serde(default)]
+    reasoning_effort: Option<ReasoningEffort>,
+    /// Further template variables (llama-server's and vLLM's `chat_template_kwargs`, e.g.
+    /// Qwen3's `enable_thinking`).
+    #[serde(default)]
+    chat_template_kwargs: Option<Map<String, Value>>,
     /// The request's guardrails (`guardrails.rs` reads it against the guard models).
     #[serde(default)]
     pub guard: Option<GuardrailsField>,
@@ -290,6 +298,29 @@ enum ReasoningFormat {
     None,
 }
 
+/// OpenAI's `reasoning_effort` (the Responses API's `reasoning.effort`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ReasoningEffort {
+    None,
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl ReasoningEffort {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningEffort::None => "none",
+            ReasoningEffort::Minimal => "minimal",
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+        }
+    }
+}
+
 /// Everything a chat request asks for, checked.
 pub(crate) struct ChatRequest {
     /// The messages as the templates read them: text content, `developer` as `system`,
@@ -304,6 +335,8 @@ pub(crate) struct ChatRequest {
     /// `reasoning_format: "none"` keeps a thinking block inline in the content; by default it is
     /// returned apart (`reasoning_content`).
     pub inline_reasoning: bool,
+    /// Template variables beside the messages and tools ([`ChatCompletionRequest::template_vars`]).
+    pub template_vars: Map<String, Value>,
     /// The image parts of the messages in order, each standing as the media marker in
     /// `messages`, with the field that holds it (for errors).
     pub images: Vec<(ImagePart, String)>,
@@ -337,6 +370,7 @@ pub(crate) struct ConvertedChat {
     /// `None`: the default (`auto` with tools).
     pub tool_choice: Option<ToolChoice>,
     pub response_format: Option<Constraint>,
+    pub reasoning_effort: Option<ReasoningEffort>,
     pub sampling: SamplingRequest,
 }
 
@@ -348,6 +382,7 @@ impl From<ConvertedChat> for ChatCompletionRequest {
             tools: c.tools,
             tool_choice: c.tool_choice.map(ToolChoiceField),
             response_format: Some(ResponseFormat(c.response_format)),
+            reasoning_effort: c.reasoning_effort,
             sampling: c.sampling,
             ..ChatCompletionRequest::default()
         }
@@ -480,6 +515,16 @@ impl ChatCompletionRequest {
         out
     }
 
+    /// The variables the template is rendered with beside the messages and tools: the
+    /// `chat_template_kwargs`, and `reasoning_effort` when the request names one.
+    pub fn template_vars(&self) -> Map<String, Value> {
+        let mut vars = self.chat_template_kwargs.clone().unwrap_or_default();
+        if let Some(effort) = self.reasoning_effort {
+            vars.insert("reasoning_effort".into(), Value::from(effort.as_str()));
+        }
+        vars
+    }
+
     /// The tools as sent (`None` when there are none).
     pub fn tools(&self) -> Option<Vec<Value>> {
         self.tools.as_ref().filter(|t| !t.is_empty()).map(|t| t.iter().map(|t| t.raw.clone()).collect())
@@ -545,6 +590,7 @@ impl ChatCompletionRequest {
             common: self.sampling.params(n_vocab, timeouts)?,
             logprobs,
             inline_reasoning: self.reasoning_format == Some(ReasoningFormat::None),
+            template_vars: self.template_vars(),
             images: self.images(),
         })
     }

@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 use super::chat_request::{outputs, Call, ChatRequest, Outputs, ToolChoice};
 use super::generation::{add_usage, blocking, completion_object, next_event, random_id, submit, unix_now, usage_json};
 use super::reasoning::Split;
-use super::reply::{self, ReadReply, ReplyReader};
+use super::reply::{self, ReadReply, ReplyReader, ReplySyntax};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
 use crate::requests::chat::ChatCompletionRequest;
@@ -45,12 +45,12 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let start = Instant::now();
     let streaming = request.common.stream;
     let (e, r) = (entry.clone(), request.clone());
-    let Outputs { seqs, opens_thinking } = blocking(move || outputs(&e, &r, streaming)).await?;
+    let Outputs { seqs, syntax } = blocking(move || outputs(&e, &r, streaming)).await?;
     if streaming {
         let prompt_tokens = seqs.first().map_or(0, |s| s.prompt.len());
         let generation = entry.worker.generate(seqs)?;
         let (response, sse) = sse_response();
-        let ctx = StreamCtx { id: completion_id, created, model: id, sse, prompt_tokens, opens_thinking };
+        let ctx = StreamCtx { id: completion_id, created, model: id, sse, prompt_tokens, syntax };
         let (state, model) = (state.clone(), entry.model.clone());
         let watches = (0..request.common.n).map(|_| watch.as_ref().map(|(r, turn)| OutputWatch::new(r.clone(), turn.clone()))).collect();
         tokio::spawn(async move { stream(generation, &request, &ctx, &model, start, &state, watches).await });
@@ -65,8 +65,8 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let mut out = Vec::new();
     for (index, completion) in completions.into_iter().enumerate() {
         add_usage(&mut usage, index, n, &completion.usage);
-        let read = reply::read(&request, &completion.text, opens_thinking);
-        reasoning_tokens += reply::reasoning_tokens(&read, tokenizer, &completion.tokens, opens_thinking);
+        let read = reply::read(&request, &completion.text, syntax);
+        reasoning_tokens += reply::reasoning_tokens(&read, tokenizer, &completion.tokens, syntax);
         let ReadReply { reasoning, content, calls: tool_calls } = read;
         let logprobs_json = request.logprobs.map(|_| logprobs_json(tokenizer, &completion.logprobs));
         let guard = match &watch {
@@ -155,8 +155,8 @@ struct StreamCtx {
     sse: SseSender,
     /// The prompt's length (the usage of a reply a guardrail cut).
     prompt_tokens: usize,
-    /// The prompt leaves a thinking block open for the reply.
-    opens_thinking: bool,
+    /// The syntax the prompt asks the reply in.
+    syntax: ReplySyntax,
 }
 
 impl StreamCtx {
@@ -200,7 +200,7 @@ async fn stream(
     state: &AppState,
     watches: Vec<Option<OutputWatch>>,
 ) {
-    let opens_thinking = ctx.opens_thinking;
+    let syntax = ctx.syntax;
     // with tools, text that could be a call is held back: a token may release no content
     let gated = request.tool_choice != ToolChoice::None;
     let include_usage = request.common.include_usage;
@@ -215,7 +215,7 @@ async fn stream(
     let mut choices: Vec<ChoiceStream> = watches
         .into_iter()
         .map(|watch| ChoiceStream {
-            reader: ReplyReader::new(request, opens_thinking),
+            reader: ReplyReader::new(request, syntax),
             pending: Vec::new(),
             watch,
             held: String::new(),

@@ -6,7 +6,7 @@ use engine::chat::{parse_tool_calls, tokenize_rendered, ChatInput};
 use serde_json::{json, Value};
 
 use super::generation::{output, params_for, random_id};
-use super::reasoning::prompt_opens_thinking;
+use super::reply::ReplySyntax;
 use crate::error::ApiError;
 use crate::registry::ModelEntry;
 pub(crate) use crate::requests::chat::{ChatRequest, ToolChoice};
@@ -22,14 +22,19 @@ pub(crate) fn render(entry: &ModelEntry, input: &ChatInput) -> Result<String, Ap
 /// A request's outputs, ready to submit.
 pub(crate) struct Outputs {
     pub seqs: Vec<SeqSpec>,
-    /// The prompt leaves a thinking block open for the reply (and no grammar decides the reply).
-    pub opens_thinking: bool,
+    /// The syntax the prompt asks the reply in.
+    pub syntax: ReplySyntax,
 }
 
 /// The outputs of a request: its prompt (the messages rendered by the model's template and
 /// tokenized) and one output per choice, each with its own parameters (and grammar).
 pub(crate) fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -> Result<Outputs, ApiError> {
-    let input = ChatInput { tools: request.tools.clone(), add_generation_prompt: true, ..ChatInput::new(request.messages.clone()) };
+    let input = ChatInput {
+        tools: request.tools.clone(),
+        add_generation_prompt: true,
+        extra: request.template_vars.clone(),
+        ..ChatInput::new(request.messages.clone())
+    };
     let text = render(entry, &input)?;
     let (prompt, images) = prompt_with_images(entry, request, &text)?;
     let seqs = (0..request.common.n)
@@ -41,8 +46,8 @@ pub(crate) fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -
         })
         .collect::<Result<_, ApiError>>()?;
     // under a grammar the reply is what the grammar says from its first token: never reasoning
-    let opens_thinking = prompt_opens_thinking(&text) && request.response_format.is_none();
-    Ok(Outputs { seqs, opens_thinking })
+    let syntax = ReplySyntax::of_prompt(&text, request.response_format.is_some());
+    Ok(Outputs { seqs, syntax })
 }
 
 /// The rendered prompt's ids: its tokens, and the rows of its images (through the model's

@@ -65,14 +65,14 @@ async fn prepare(
 
 /// Runs the chat request `typed` to its end.
 pub(crate) async fn complete(state: &Arc<AppState>, typed: ChatCompletionRequest) -> Result<Reply, ApiError> {
-    let (entry, request, Outputs { seqs, opens_thinking }, model) = prepare(state, typed, false).await?;
+    let (entry, request, Outputs { seqs, syntax }, model) = prepare(state, typed, false).await?;
     let start = Instant::now();
     let generation = submit(state, &entry, seqs).await?;
     let c = generation.collect().await?.pop().ok_or_else(|| ApiError::server("the model returned no reply"))?;
     state.metrics.record_generation(c.usage.completion_tokens, start);
-    let read = reply::read(&request, &c.text, opens_thinking);
+    let read = reply::read(&request, &c.text, syntax);
     let tokenizer = entry.model.tokenizer();
-    let reasoning_tokens = reply::reasoning_tokens(&read, tokenizer, &c.tokens, opens_thinking);
+    let reasoning_tokens = reply::reasoning_tokens(&read, tokenizer, &c.tokens, syntax);
     let ReadReply { reasoning, content, calls } = read;
     let finish = if calls.is_empty() { c.finish } else { FinishReason::ToolCalls };
     let end = TurnEnd { finish, usage: c.usage, reasoning_tokens, generated: tokenizer.decode(&c.tokens) };
@@ -83,7 +83,8 @@ pub(crate) async fn complete(state: &Arc<AppState>, typed: ChatCompletionRequest
 /// by the model's template, with the generation prompt).
 pub(crate) fn prompt_tokens(state: &AppState, typed: ChatCompletionRequest) -> Result<usize, ApiError> {
     let entry = state.registry.generator(&typed.model_id()?)?;
-    let input = ChatInput { tools: typed.tools(), add_generation_prompt: true, ..ChatInput::new(typed.messages()?) };
+    let input =
+        ChatInput { tools: typed.tools(), add_generation_prompt: true, extra: typed.template_vars(), ..ChatInput::new(typed.messages()?) };
     let text = render(&entry, &input)?;
     Ok(tokenize_rendered(entry.model.tokenizer(), &text).len())
 }
@@ -116,12 +117,12 @@ pub(crate) struct Turn {
 impl Turn {
     /// Checks and submits the chat request `typed` for streaming.
     pub async fn start(state: &Arc<AppState>, typed: ChatCompletionRequest) -> Result<Turn, ApiError> {
-        let (entry, request, Outputs { seqs, opens_thinking }, model) = prepare(state, typed, true).await?;
+        let (entry, request, Outputs { seqs, syntax }, model) = prepare(state, typed, true).await?;
         let prompt_tokens = seqs.first().map_or(0, |s| s.prompt.len());
         let generation = entry.worker.generate(seqs)?;
         Ok(Turn {
             generation,
-            reader: ReplyReader::new(&request, opens_thinking),
+            reader: ReplyReader::new(&request, syntax),
             request,
             entry,
             reasoning_open: false,

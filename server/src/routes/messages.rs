@@ -182,8 +182,16 @@ impl MessagesRequest {
             Some(ToolChoice::None) => Some(chat::ToolChoice::None),
             Some(ToolChoice::Tool { name }) => Some(chat::ToolChoice::Named(name.clone())),
         };
-        Ok(ConvertedChat { model: self.model.clone(), messages, tools: tools.transpose()?, tool_choice, response_format: None, sampling }
-            .into())
+        Ok(ConvertedChat {
+            model: self.model.clone(),
+            messages,
+            tools: tools.transpose()?,
+            tool_choice,
+            response_format: None,
+            reasoning_effort: None,
+            sampling,
+        }
+        .into())
     }
 }
 

@@ -21,7 +21,9 @@ use super::generation::{random_id, unix_now};
 use super::responses_stream;
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, typed, typed_at, Body, Tagged};
-use crate::requests::chat::{self, function_tools, CallMade, ChatCompletionRequest, ChatMessage, ConvertedChat, Role as ChatRole};
+use crate::requests::chat::{
+    self, function_tools, CallMade, ChatCompletionRequest, ChatMessage, ConvertedChat, ReasoningEffort, Role as ChatRole,
+};
 use crate::requests::sampling::SamplingRequest;
 use crate::response_store::Stored;
 use crate::AppState;
@@ -56,8 +58,9 @@ pub(crate) struct ResponsesRequest {
     parallel_tool_calls: Option<bool>,
     #[serde(default)]
     user: Option<String>,
-    /// `{effort, summary}`: accepted, without effect (whether a model thinks is its template's
-    /// choice); a thinking block it writes is returned as a reasoning item.
+    /// `{effort, summary}`: the effort goes to the template as `reasoning_effort` (gpt-oss's
+    /// reasoning level; whether a model thinks at all is its template's choice), the summary is
+    /// accepted without effect; a thinking block the model writes is returned as a reasoning item.
     #[serde(default)]
     reasoning: Option<ReasoningConfig>,
     #[serde(default)]
@@ -187,7 +190,7 @@ enum Format {
 #[allow(dead_code)]
 struct ReasoningConfig {
     #[serde(default)]
-    effort: Option<String>,
+    effort: Option<ReasoningEffort>,
     #[serde(default)]
     summary: Option<String>,
 }
@@ -338,7 +341,8 @@ impl ResponsesRequest {
             Some(Format::JsonObject) => Some(Constraint::JsonObject),
             Some(Format::JsonSchema { schema, .. }) => Some(Constraint::JsonSchema(Value::Object(schema.clone()))),
         };
-        Ok(ConvertedChat { model: self.model.clone(), messages, tools, tool_choice, response_format, sampling }.into())
+        let reasoning_effort = self.reasoning.as_ref().and_then(|r| r.effort);
+        Ok(ConvertedChat { model: self.model.clone(), messages, tools, tool_choice, response_format, reasoning_effort, sampling }.into())
     }
 
     /// The request's settings as the response object repeats them.
@@ -376,7 +380,7 @@ impl ResponsesRequest {
             "output": [],
             "parallel_tool_calls": self.parallel_tool_calls.unwrap_or(true),
             "previous_response_id": self.previous_response_id,
-            "reasoning": {"effort": self.reasoning.as_ref().and_then(|r| r.effort.clone()), "summary": null},
+            "reasoning": {"effort": self.reasoning.as_ref().and_then(|r| r.effort).map(ReasoningEffort::as_str), "summary": null},
             "store": store,
             "temperature": self.temperature.unwrap_or(1.0),
             "text": {"format": format},

@@ -113,7 +113,8 @@ pub fn apply_template(state: &AppState, body: Map<String, Value>) -> Result<Resp
     let add_generation_prompt = flags.add_generation_prompt.unwrap_or(true);
     let request = ChatCompletionRequest::from_body(&body)?;
     let entry = named_or_only(state, request.model(), true)?;
-    let input = ChatInput { tools: request.tools(), add_generation_prompt, ..ChatInput::new(request.messages()?) };
+    let input =
+        ChatInput { tools: request.tools(), add_generation_prompt, extra: request.template_vars(), ..ChatInput::new(request.messages()?) };
     let prompt = chat_request::render(&entry, &input)?.replace(crate::vision::media_marker(), "<__media__>");
     Ok(ok_json(&json!({"prompt": prompt})))
 }

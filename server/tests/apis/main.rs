@@ -5,6 +5,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod harmony;
 mod messages;
 mod model_loading;
 mod operations;
