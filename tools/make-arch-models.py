@@ -64,6 +64,10 @@ SEEDS = (1, 2)
 #   longrope:   rope_factors_short/long.weight (Phi-3); seed 2 sets an original context of 32
 #               positions, so that the long factors serve its goldens
 #   cls:        cls.output.weight (a reranking head, unused by generation)
+#   mla:        (q latent or None, kv latent, nope, rope, value head): multi-head latent attention
+#               (attn_q_a / attn_q_a_norm / attn_q_b, or attn_q without a query latent;
+#               attn_kv_a_mqa, attn_kv_a_norm, and the per-head attn_k_b and attn_v_b: DeepSeek-V2)
+#   fused_exps: the experts' gate and up in one ffn_gate_up_exps (gate first)
 #   sinks:      attn_sinks.weight, one logit per query head (gpt-oss)
 #   moe_bias:   ffn_gate_inp.bias and the experts' ffn_{gate,up,down}_exps.bias (gpt-oss)
 ARCHS = {
@@ -101,6 +105,26 @@ ARCHS = {
                     ffn_norm="post_attention_norm", moe=(4, 2, 128), moe_bias=True, swa=(8, 2),
                     keys={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
                           "rope.scaling.original_context_length": 64}),
+    # DeepSeek-V3-like: query latent, sigmoid routing with a selection bias and expert groups,
+    # fused gate/up experts, a shared expert, a dense first layer, YaRN over all dimensions
+    "deepseek2": dict(n_head=4, n_head_kv=1, rope_base=10000.0, eps=1e-6, n_layer=3, mla=(48, 64, 32, 16, 32),
+                      moe=(8, 3, 96), shared=(96, False), dense_lead=1, probs_bias=True, fused_exps=True,
+                      keys={"attention.q_lora_rank": 48, "attention.kv_lora_rank": 64, "attention.key_length": 80,
+                            "attention.value_length": 64, "attention.key_length_mla": 48,
+                            "attention.value_length_mla": 32, "rope.dimension_count": 16,
+                            "expert_gating_func": 2, "expert_weights_norm": True, "expert_weights_scale": 2.5,
+                            "expert_shared_count": 1, "leading_dense_block_count": 1, "expert_group_count": 4,
+                            "expert_group_used_count": 2, "rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                            "rope.scaling.original_context_length": 64,
+                            "rope.scaling.yarn_log_multiplier": 0.0707}),
+    # DeepSeek-V2-Lite-like: one query projection, softmax routing, separate gate and up experts
+    "deepseek2-lite": dict(arch="deepseek2", n_head=4, n_head_kv=1, rope_base=10000.0, eps=1e-6,
+                           mla=(None, 64, 32, 16, 32), moe=(4, 2, 96), shared=(192, False), dense_lead=1,
+                           # a query latent of 0 (llama.cpp reads the key but for 26/27-layer files)
+                           keys={"attention.q_lora_rank": 0, "attention.kv_lora_rank": 64, "attention.key_length": 80,
+                                 "attention.value_length": 64, "attention.key_length_mla": 48,
+                                 "attention.value_length_mla": 32, "rope.dimension_count": 16,
+                                 "expert_shared_count": 2, "leading_dense_block_count": 1}),
 }
 
 
@@ -129,7 +153,16 @@ def tensors_for(cfg):
         b = f"blk.{i}."
         if pre:
             t.append((b + "attn_norm.weight", (e,), "norm"))
-        if cfg.get("fused_qkv"):
+        if "mla" in cfg:
+            qr, kvr, nope, rope, vh = cfg["mla"]
+            if qr:
+                t += [(b + "attn_q_a.weight", (qr, e), "w"), (b + "attn_q_a_norm.weight", (qr,), "norm"),
+                      (b + "attn_q_b.weight", (h * (nope + rope), qr), "w")]
+            else:
+                t.append((b + "attn_q.weight", (h * (nope + rope), e), "w"))
+            t += [(b + "attn_kv_a_mqa.weight", (kvr + rope, e), "w"), (b + "attn_kv_a_norm.weight", (kvr,), "norm"),
+                  (b + "attn_k_b.weight", (h, kvr, nope), "w"), (b + "attn_v_b.weight", (h, vh, kvr), "w")]
+        elif cfg.get("fused_qkv"):
             t += proj(b + "attn_qkv", (h + 2 * kv) * hd, e, cfg.get("qkv_bias"))
         else:
             t += proj(b + "attn_q", h * hd, e, cfg.get("qkv_bias"))
@@ -141,7 +174,7 @@ def tensors_for(cfg):
             t += [(b + "attn_q_norm.weight", (h * hd,), "norm"), (b + "attn_k_norm.weight", (kv * hd,), "norm")]
         if cfg.get("sinks"):
             t.append((b + "attn_sinks.weight", (h,), "w"))
-        t += proj(b + "attn_output", e, h * hd, cfg.get("o_bias"))
+        t += proj(b + "attn_output", e, h * (cfg["mla"][4] if "mla" in cfg else hd), cfg.get("o_bias"))
         if post:
             t.append((b + "post_attention_norm.weight", (e,), "norm"))
         if pre:
@@ -150,10 +183,12 @@ def tensors_for(cfg):
             n_exp, _, ff = cfg["moe"]
             if cfg.get("probs_bias"):
                 t.append((b + "exp_probs_b.bias", (n_exp,), "w"))
-            t += [(b + "ffn_gate_inp.weight", (n_exp, e), "w"),
-                  (b + "ffn_gate_exps.weight", (n_exp, ff, e), "w"),
-                  (b + "ffn_up_exps.weight", (n_exp, ff, e), "w"),
-                  (b + "ffn_down_exps.weight", (n_exp, e, ff), "w")]
+            t.append((b + "ffn_gate_inp.weight", (n_exp, e), "w"))
+            if cfg.get("fused_exps"):
+                t.append((b + "ffn_gate_up_exps.weight", (n_exp, 2 * ff, e), "w"))
+            else:
+                t += [(b + "ffn_gate_exps.weight", (n_exp, ff, e), "w"), (b + "ffn_up_exps.weight", (n_exp, ff, e), "w")]
+            t.append((b + "ffn_down_exps.weight", (n_exp, e, ff), "w"))
             if cfg.get("moe_bias"):
                 t += [(b + "ffn_gate_inp.bias", (n_exp,), "w"),
                       (b + "ffn_gate_exps.bias", (n_exp, ff), "w"),

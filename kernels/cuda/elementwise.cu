@@ -46,6 +46,17 @@ KERNEL void add_weighted_rows(float* out, const float* src, const int32_t* src_r
     }
 }
 
+// for every row and every block j of `width` values (n = width * blocks): out's block at
+// to_start + j * to_stride = x's block at from_start + j * from_stride; grid (blocks of n, rows)
+KERNEL void copy_columns(float* out, const float* x, int out_cols, int x_cols, int to_start, int to_stride, int from_start, int from_stride, int width, int n) {
+    const int c = BLOCK_ID * BLOCK_THREADS + THREAD_ID;
+    const int r = BLOCK_ID_Y;
+    if (c < n) {
+        const int j = c / width, w = c % width;
+        out[(int64_t)r * out_cols + to_start + j * to_stride + w] = x[(int64_t)r * x_cols + from_start + j * from_stride + w];
+    }
+}
+
 // out row r = x row rows[r]; grid (row blocks of `cols`, selected rows)
 KERNEL void select_rows(const float* x, const int32_t* rows, float* out, int cols) {
     const int c = BLOCK_ID * BLOCK_THREADS + THREAD_ID;

@@ -141,6 +141,46 @@ pub fn add_weighted_rows<R: Runtime>(
     go(rt, K, grid, THREADS, &args)
 }
 
+/// Column blocks of a row: the first at `start`, each `stride` after the one before.
+#[derive(Clone, Copy, Debug)]
+pub struct Blocks {
+    pub start: usize,
+    pub stride: usize,
+}
+
+/// For each of `rows` rows and each of `count` blocks of `width` values: `out`'s block = `x`'s
+/// block (`out` and `x` with their row widths and blocks; the caller checked that they fit).
+pub fn copy_columns<R: Runtime>(
+    rt: &R,
+    (out, out_cols, to): (&R::Buffer, usize, Blocks),
+    (x, x_cols, from): (&R::Buffer, usize, Blocks),
+    rows: usize,
+    width: usize,
+    count: usize,
+) -> Result<(), RuntimeError> {
+    const K: &str = "copy_columns";
+    check(rt, K, "x", x, rows * x_cols * 4)?;
+    check(rt, K, "out", out, rows * out_cols * 4)?;
+    let n = width * count;
+    if n == 0 || rows == 0 {
+        return Ok(());
+    }
+    let i = |what: &str, v: usize| int(K, what, v).map(Arg::I32);
+    let args = [
+        Arg::Buf(out),
+        Arg::Buf(x),
+        i("out_cols", out_cols)?,
+        i("x_cols", x_cols)?,
+        i("to_start", to.start)?,
+        i("to_stride", to.stride)?,
+        i("from_start", from.start)?,
+        i("from_stride", from.stride)?,
+        i("width", width)?,
+        i("n", n)?,
+    ];
+    go(rt, K, [dim(K, "blocks", blocks_of(n))?, dim(K, "rows", rows)?, 1], THREADS, &args)
+}
+
 /// `out` row r = `x` row `pick[r]`; `x` has `rows` rows of `cols`.
 pub fn select_rows<R: Runtime>(
     rt: &R,

@@ -117,9 +117,15 @@ pub fn compare(model: &Model, name: &str) -> ArchComparison {
 pub fn archs_match_llama_cpp(label: &str, load: impl Fn(&Path) -> Model) {
     let files = arch_files();
     assert!(!files.is_empty(), "fixtures/archs/SHA256SUMS lists no file");
-    for name in files {
+    these_archs_match_llama_cpp(label, &files, load);
+}
+
+/// The architecture files `names` against llama.cpp ([`compare`]).
+pub fn these_archs_match_llama_cpp(label: &str, names: &[impl AsRef<str>], load: impl Fn(&Path) -> Model) {
+    for name in names {
+        let name = name.as_ref();
         let model = load(&fixture(&format!("archs/{name}.gguf")));
-        let c = compare(&model, &name);
+        let c = compare(&model, name);
         eprintln!("{label} {name}: {} rows, max |ours - llama.cpp| = {:.3e} (bound {BOUND:.0e})", c.rows, c.worst);
     }
 }

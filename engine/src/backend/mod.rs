@@ -28,8 +28,8 @@ pub use error::BackendError;
 pub(crate) use loaded::{on_backend, on_same_backend};
 pub use loaded::{Backends, OnBackend, PerBackend};
 pub use types::{
-    Activation, AttentionRow, AttentionShape, BlockId, KvSlot, KvType, Rope, RopeKind, RowInput, Yarn, BLOCK_POSITIONS, SWIGLU_OAI_ALPHA,
-    SWIGLU_OAI_LIMIT,
+    Activation, AttentionRow, AttentionShape, BlockId, ColumnBlocks, KvSlot, KvType, Rope, RopeKind, RowInput, Yarn, BLOCK_POSITIONS,
+    SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT,
 };
 
 use crate::gguf::{GgufFile, TensorInfo};
@@ -235,4 +235,26 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn softcap(&self, x: &mut Self::Tensor, cap: f32) -> Result<(), BackendError>;
     /// The rows `rows` of `x`, in that order.
     fn select_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor, BackendError>;
+    /// `out`'s column blocks `to` of every row = `x`'s blocks `from` of the same row (both of one
+    /// width and count; `out` and `x` of one row count): a part of every head taken out of a
+    /// projection, or heads set side by side (multi-head latent attention).
+    fn copy_columns(&self, out: &mut Self::Tensor, to: ColumnBlocks, x: &Self::Tensor, from: ColumnBlocks) -> Result<(), BackendError>;
+}
+
+/// Why `copy_columns` cannot copy `from` of rows of `x_cols` into `to` of rows of `out_cols`
+/// (`rows` each), if it cannot.
+pub(crate) fn column_copy_misfit(
+    rows: (usize, usize),
+    to: ColumnBlocks,
+    out_cols: usize,
+    from: ColumnBlocks,
+    x_cols: usize,
+) -> Option<String> {
+    if rows.0 != rows.1 {
+        return Some(format!("{} rows into {}", rows.1, rows.0));
+    }
+    if (to.width, to.count) != (from.width, from.count) {
+        return Some(format!("{from:?} into {to:?}"));
+    }
+    to.misfit(out_cols).or_else(|| from.misfit(x_cols))
 }

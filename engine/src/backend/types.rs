@@ -77,6 +77,39 @@ impl Rope {
     }
 }
 
+/// Column blocks of a tensor's rows: `count` runs of `width` values, the first at column `start`,
+/// each `stride` after the one before (the same part of every head of a row, or one run of
+/// columns when `count` is 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColumnBlocks {
+    pub start: usize,
+    pub stride: usize,
+    pub width: usize,
+    pub count: usize,
+}
+
+impl ColumnBlocks {
+    /// One run of `width` columns from `start`.
+    pub fn run(start: usize, width: usize) -> ColumnBlocks {
+        ColumnBlocks { start, stride: width, width, count: 1 }
+    }
+
+    /// Part `[offset, offset + width)` of each of `count` heads of `head` values.
+    pub fn heads(count: usize, head: usize, offset: usize, width: usize) -> ColumnBlocks {
+        ColumnBlocks { start: offset, stride: head, width, count }
+    }
+
+    /// Why the blocks do not fit rows of `cols` values (or overlap), if they do not.
+    pub fn misfit(&self, cols: usize) -> Option<String> {
+        let end = self.count.checked_sub(1).map(|last| self.start + last * self.stride + self.width);
+        match end {
+            Some(end) if end > cols => Some(format!("{self:?} end at column {end} of {cols}")),
+            Some(_) if self.count > 1 && self.width > self.stride => Some(format!("{self:?} overlap")),
+            _ => None,
+        }
+    }
+}
+
 /// The shape of an attention call.
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionShape {

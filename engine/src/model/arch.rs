@@ -115,6 +115,9 @@ pub struct ArchFacts {
     /// Each layer's attention has sinks (`attn_sinks.weight`, one logit per query head that
     /// joins the softmax without a value: gpt-oss); elsewhere such a tensor is refused as unused.
     pub attention_sinks: bool,
+    /// Multi-head latent attention: queries, keys and values through low-rank latents, one
+    /// cached latent row per position (DeepSeek-V2, `mla.rs`).
+    pub latent_attention: bool,
     /// Encoder with token-type and position embeddings and post-layer norms (BERT).
     pub encoder: bool,
     pub routing: Routing,
@@ -140,6 +143,7 @@ const DECODER: ArchFacts = ArchFacts {
     attention_temperature: false,
     rope_skip_every: 0,
     attention_sinks: false,
+    latent_attention: false,
     encoder: false,
     routing: Routing { gating: Gating::Softmax, norm: WeightNorm::Always },
 };
@@ -224,6 +228,12 @@ pub const ARCHS: &[ArchFacts] = &[
         attention_sinks: true,
         sliding_window: Some(SlidingWindow { default_window: None, default_pattern: 2, default_rope_base: None, scaled_rope: true }),
         routing: Routing { gating: Gating::SoftmaxWeight, norm: WeightNorm::Never },
+        ..DECODER
+    },
+    ArchFacts {
+        name: "deepseek2",
+        latent_attention: true,
+        routing: Routing { gating: Gating::Softmax, norm: WeightNorm::FromKey },
         ..DECODER
     },
     ArchFacts { name: "bert", rope: None, activation: Activation::GeluErf, causal: false, encoder: true, ..DECODER },

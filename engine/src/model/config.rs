@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::arch::{ArchFacts, EmbeddingScale, Gating, WeightNorm};
 use super::error::ModelError;
+use super::mla::LatentConfig;
 use super::weights::host_vector;
 use crate::backend::types::{AttentionShape, Rope, RopeKind, Yarn};
 use crate::gguf::{GgufFile, Value};
@@ -74,6 +75,9 @@ pub struct ModelConfig {
     /// Queries scaled by position (Mistral 3's `attention.temperature_scale` `s`, when given):
     /// `ln(floor(pos / n) + 1) · s + 1`, `n` the original context of its RoPE scaling.
     pub attention_temperature: Option<(f32, usize)>,
+    /// Multi-head latent attention's dimensions (DeepSeek-V2): then the cache holds one
+    /// key/value head (`head_dim_k` the latent and the rotary key, `head_dim_v` the latent).
+    pub latent: Option<LatentConfig>,
 }
 
 /// A mixture-of-experts layer's shape and routing.
@@ -93,6 +97,17 @@ pub struct ExpertConfig {
     /// The shared expert's width, where a layer has one (`expert_shared_feed_forward_length`,
     /// else `feed_forward_length`).
     pub n_ff_shared: usize,
+    /// Group-limited routing (DeepSeek-V3): the experts in `expert_group_count` groups of
+    /// consecutive experts, and a token chooses only among the `expert_group_used_count` groups
+    /// whose two best experts score highest.
+    pub groups: Option<ExpertGroups>,
+}
+
+/// Experts in groups for routing ([`ExpertConfig::groups`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertGroups {
+    pub count: usize,
+    pub used: usize,
 }
 
 /// Reads `<arch>.<suffix>` keys.
@@ -211,7 +226,20 @@ fn expert_config(m: &Meta, facts: &ArchFacts, dense_ff: usize) -> Result<Option<
         WeightNorm::FromKey => m.file.get(&m.key("expert_weights_norm")).and_then(Value::as_bool).unwrap_or(false),
     };
     let weights_scale = m.f32_opt("expert_weights_scale")?.filter(|s| *s != 0.0).unwrap_or(1.0);
-    Ok(Some(ExpertConfig { n_expert, n_used, n_ff, gating, normalize, weights_scale, n_ff_shared }))
+    let groups = match m.usize_opt("expert_group_count")?.filter(|&g| g > 1) {
+        None => None,
+        Some(count) => {
+            let used = m.usize("expert_group_used_count")?;
+            if !n_expert.is_multiple_of(count) || used == 0 || used > count || n_used > used * (n_expert / count) {
+                return Err(ModelError::BadKey {
+                    key: m.key("expert_group_count"),
+                    reason: format!("{n_expert} experts in {count} groups, {used} groups used, {n_used} experts used"),
+                });
+            }
+            Some(ExpertGroups { count, used })
+        }
+    };
+    Ok(Some(ExpertConfig { n_expert, n_used, n_ff, gating, normalize, weights_scale, n_ff_shared, groups }))
 }
 
 /// The angle divisors a file stores as tensors, `n_dims / 2` values each.
@@ -270,6 +298,12 @@ impl ModelConfig {
         }
         let head_dim_k = positive(&m, "attention.key_length", m.usize_opt("attention.key_length")?.unwrap_or(n_embd / n_head))?;
         let head_dim_v = positive(&m, "attention.value_length", m.usize_opt("attention.value_length")?.unwrap_or(n_embd / n_head))?;
+        // latent attention caches one head: the latent and the rotary key, and the latent
+        let latent = if facts.latent_attention { Some(LatentConfig::from_meta(&m)?) } else { None };
+        let (n_head_kv, head_dim_k, head_dim_v) = match &latent {
+            Some(l) => (1, l.key_dim(), l.kv_rank),
+            None => (n_head_kv, head_dim_k, head_dim_v),
+        };
         let n_ff = positive(&m, "feed_forward_length", m.usize("feed_forward_length")?)?;
         let n_ctx_train = m.usize_opt("context_length")?.unwrap_or(2048);
         let n_vocab = match m.usize_opt("vocab_size")? {
@@ -313,7 +347,13 @@ impl ModelConfig {
                     let scale = 1.0 / freq_scale;
                     let mscale = |m: f32| if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 };
                     let log_mul = m.f32_opt("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0);
-                    let magnitude = if log_mul != 0.0 { mscale(1.0) / mscale(log_mul) } else { mscale(1.0) };
+                    let magnitude = match log_mul {
+                        0.0 => mscale(1.0),
+                        // DeepSeek-V2 takes the magnitude over all dimensions for both terms, which
+                        // cancel; its scores carry it instead (`LatentConfig::score_scale`)
+                        _ if facts.latent_attention => 1.0,
+                        _ => mscale(1.0) / mscale(log_mul),
+                    };
                     attn_factor = magnitude * (1.0 / (1.0 + 0.1 * scale.ln()));
                     yarn = Some(Yarn { ext_factor: 1.0, corr_dims: Yarn::corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow) });
                 }
@@ -359,6 +399,9 @@ impl ModelConfig {
         if facts.wide_query_scale_at == Some(n_layer) {
             attention_scale = 1.0 / ((n_embd / n_head) as f32).sqrt();
         }
+        if let Some(l) = &latent {
+            attention_scale = l.score_scale(rope.as_ref(), m.f32_opt("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0));
+        }
 
         let mut sliding_window = None;
         let mut swa_layers = vec![false; n_layer];
@@ -400,6 +443,7 @@ impl ModelConfig {
             pooling_type,
             experts,
             attention_temperature,
+            latent,
         })
     }
 

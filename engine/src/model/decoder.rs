@@ -1,5 +1,5 @@
 //! The forward pass shared by the decoder-only architectures (llama, granite, qwen2, qwen3,
-//! smollm3, olmo2, gemma3),
+//! smollm3, olmo2, gemma3, gpt-oss, deepseek2's latent attention through `mla.rs`, ...),
 //! over any [`Backend`]: a batch of (sequence, input, position) entries goes through every layer
 //! at once (each weight matrix is multiplied with all the batch's rows in one call), keys and
 //! values are written to the KV cache, and logits come out for the entries that ask for them.
@@ -14,8 +14,8 @@ use super::arch::EmbeddingScale;
 use super::blocks::{gated_ffn, linear, linear_each, ScaleAt};
 use super::config::ModelConfig;
 use super::error::ModelError;
-use super::moe;
-use super::weights::{DecoderWeights, FeedForward};
+use super::weights::{DecoderWeights, FeedForward, Projections};
+use super::{mla, moe};
 use super::{InputEntry, Logits};
 use crate::backend::{AttentionRow, Backend, BackendError, BlockId, KvSlot, KvSource, RowInput};
 use crate::kv_cache::{KvCache, SeqId};
@@ -153,17 +153,28 @@ pub(crate) fn forward<B: Backend>(
     for (il, layer) in w.layers.iter().enumerate() {
         // attention
         let input = pre_norm(b, &x, layer.attn_norm.as_ref(), eps, &mut h)?;
-        let [mut q, mut k, v] = linear_each(b, [&layer.q, &layer.k, &layer.v], ScaleAt::BeforeBias, input)?; // n x (n_head · head_dim_k), n x k_dim, n x v_dim
-        if let Some(qn) = &layer.q_norm {
-            b.rms_norm_in_place(&mut q, qn, eps)?;
-        }
-        if let Some(kn) = &layer.k_norm {
-            b.rms_norm_in_place(&mut k, kn, eps)?;
-        }
-        if let Some(rope) = c.layer_rope(il, n_ctx) {
-            b.rope(&mut q, &rope, &positions)?;
-            b.rope(&mut k, &rope, &positions)?;
-        }
+        let rope = c.layer_rope(il, n_ctx);
+        // n x (n_head · head_dim_k), n x k_dim, n x v_dim
+        let [mut q, k, v] = match &layer.attention {
+            Projections::Heads { q, k, v, q_norm, k_norm } => {
+                let [mut q, mut k, v] = linear_each(b, [q, k, v], ScaleAt::BeforeBias, input)?;
+                if let Some(qn) = q_norm {
+                    b.rms_norm_in_place(&mut q, qn, eps)?;
+                }
+                if let Some(kn) = k_norm {
+                    b.rms_norm_in_place(&mut k, kn, eps)?;
+                }
+                if let Some(rope) = &rope {
+                    b.rope(&mut q, rope, &positions)?;
+                    b.rope(&mut k, rope, &positions)?;
+                }
+                [q, k, v]
+            }
+            Projections::Latent(w) => {
+                let latent = c.latent.as_ref().expect("latent weights come with a latent configuration");
+                mla::queries_keys_values(b, latent, w, input, eps, rope.as_ref(), &positions)?
+            }
+        };
         if c.facts.prescaled_queries {
             b.scale(&mut q, c.attention_scale)?;
         }
@@ -186,7 +197,10 @@ pub(crate) fn forward<B: Backend>(
             })
             .collect();
         let source = KvSource::Cache { store: &*store, layer: il, tables: &tables };
-        let attn = b.attention(&q, source, &rows, &shape, layer.attn_sinks.as_ref())?; // n x (n_head · head_dim_v)
+        let mut attn = b.attention(&q, source, &rows, &shape, layer.attn_sinks.as_ref())?; // n x (n_head · head_dim_v)
+        if let (Projections::Latent(w), Some(latent)) = (&layer.attention, &c.latent) {
+            attn = mla::head_values(b, latent, w, &attn)?; // n x (n_head · v_head)
+        }
         let mut o = linear(b, &layer.o, ScaleAt::BeforeBias, &attn)?; // n x e
         if let Some(pn) = &layer.attn_post_norm {
             b.rms_norm_in_place(&mut o, pn, eps)?;

@@ -12,6 +12,7 @@ pub use blocks::Linear;
 pub mod config;
 mod decoder;
 pub mod error;
+pub mod mla;
 pub mod moe;
 #[cfg(all(test, feature = "sim"))]
 pub(crate) mod sim_check;

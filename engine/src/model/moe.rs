@@ -8,7 +8,7 @@
 //! weighted sum runs in the token's choice order, so a row's output is the same in any batch.
 
 use super::blocks::{gated_ffn, linear, project, project_each, Linear, ScaleAt};
-use super::config::ExpertConfig;
+use super::config::{ExpertConfig, ExpertGroups};
 use super::error::ModelError;
 use super::weights::Loader;
 use crate::backend::{Activation, Backend};
@@ -79,12 +79,22 @@ impl<B: Backend> Experts<B> {
     pub(crate) fn load(l: &Loader<B>, i: usize, x: &ExpertConfig, n_embd: usize) -> Result<Option<Experts<B>>, ModelError> {
         let n = |s: &str| format!("blk.{i}.{s}");
         let Some(router) = l.linear_opt(&n("ffn_gate_inp"), x.n_expert, n_embd)? else { return Ok(None) };
+        // gate and up as two tensors, or one `ffn_gate_up_exps` of both (gate first)
+        let (gate, up) = match l.expert_matrix_halves(&n("ffn_gate_up_exps.weight"), x.n_expert, x.n_ff, n_embd)? {
+            Some([gate, up]) => {
+                (ExpertMatrices { w: gate, scales: None, biases: None }, ExpertMatrices { w: up, scales: None, biases: None })
+            }
+            None => (
+                ExpertMatrices::load(l, &n("ffn_gate_exps"), x.n_expert, x.n_ff, n_embd)?,
+                ExpertMatrices::load(l, &n("ffn_up_exps"), x.n_expert, x.n_ff, n_embd)?,
+            ),
+        };
         Ok(Some(Experts {
             config: *x,
             router,
             selection_bias: l.host_vector_opt(&n("exp_probs_b.bias"), x.n_expert)?,
-            gate: ExpertMatrices::load(l, &n("ffn_gate_exps"), x.n_expert, x.n_ff, n_embd)?,
-            up: ExpertMatrices::load(l, &n("ffn_up_exps"), x.n_expert, x.n_ff, n_embd)?,
+            gate,
+            up,
             down: ExpertMatrices::load(l, &n("ffn_down_exps"), x.n_expert, n_embd, x.n_ff)?,
             shared: match l.linear_opt(&n("ffn_up_shexp"), x.n_ff_shared, n_embd)? {
                 None => None,
@@ -123,10 +133,13 @@ pub(crate) fn routes(x: &ExpertConfig, logits: &[f32], selection_bias: Option<&[
                 Gating::Sigmoid => row.iter().map(|&v| 1.0 / (1.0 + (-v).exp())).collect(),
                 Gating::SoftmaxWeight => row.to_vec(),
             };
-            let chosen_by: Vec<f32> = match selection_bias {
+            let mut chosen_by: Vec<f32> = match selection_bias {
                 Some(bias) => probs.iter().zip(bias).map(|(&p, &b)| p + b).collect(),
                 None => probs.clone(),
             };
+            if let Some(g) = x.groups {
+                mask_groups(&mut chosen_by, g);
+            }
             let mut order: Vec<usize> = (0..x.n_expert).collect();
             order.sort_by(|&a, &b| chosen_by[b].total_cmp(&chosen_by[a]).then(a.cmp(&b)));
             let mut route: Route = order[..x.n_used].iter().map(|&e| (e, probs[e])).collect();
@@ -144,6 +157,23 @@ pub(crate) fn routes(x: &ExpertConfig, logits: &[f32], selection_bias: Option<&[
             route
         })
         .collect()
+}
+
+/// Group-limited routing: the experts of every group but the `used` best (by the sum of their
+/// two highest scores; the lower group first on a tie) can no longer be chosen.
+fn mask_groups(scores: &mut [f32], g: ExpertGroups) {
+    let per = scores.len() / g.count;
+    let group_score = |group: &[f32]| {
+        let mut s = group.to_vec();
+        s.sort_by(|a, b| b.total_cmp(a));
+        s.iter().take(2).fold(0.0f32, |sum, &v| sum + v)
+    };
+    let totals: Vec<f32> = scores.chunks_exact(per).map(group_score).collect();
+    let mut order: Vec<usize> = (0..g.count).collect();
+    order.sort_by(|&a, &b| totals[b].total_cmp(&totals[a]).then(a.cmp(&b)));
+    for &dropped in &order[g.used..] {
+        scores[dropped * per..(dropped + 1) * per].fill(f32::NEG_INFINITY);
+    }
 }
 
 /// ggml's softmax of a row: the maximum subtracted, `expf`, the sum in f64 and one reciprocal.
@@ -213,7 +243,20 @@ mod tests {
     use super::*;
 
     fn config(n_expert: usize, n_used: usize, normalize: bool) -> ExpertConfig {
-        ExpertConfig { n_expert, n_used, n_ff: 8, gating: Gating::Softmax, normalize, weights_scale: 1.0, n_ff_shared: 8 }
+        ExpertConfig { n_expert, n_used, n_ff: 8, gating: Gating::Softmax, normalize, weights_scale: 1.0, n_ff_shared: 8, groups: None }
+    }
+
+    #[test]
+    fn group_limited_routing_chooses_within_the_best_groups() {
+        // groups {0, 1}, {2, 3}, {4, 5}: sums of the two best 0.9+0.1, 0.8+0.7, 0.6+0.5
+        let logits = [0.9f32, 0.1, 0.8, 0.7, 0.6, 0.5];
+        let x = ExpertConfig { gating: Gating::SoftmaxWeight, groups: Some(ExpertGroups { count: 3, used: 2 }), ..config(6, 3, false) };
+        let chosen: Vec<usize> = routes(&x, &logits, None)[0].iter().map(|p| p.0).collect();
+        // group 0 holds the best expert but scores lowest (1.0 against 1.5 and 1.1): its experts are out
+        assert_eq!(chosen, [2, 3, 4]);
+        // without groups the best three win
+        let free: Vec<usize> = routes(&ExpertConfig { groups: None, ..x }, &logits, None)[0].iter().map(|p| p.0).collect();
+        assert_eq!(free, [0, 2, 3]);
     }
 
     #[test]

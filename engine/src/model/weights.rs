@@ -11,6 +11,7 @@ use super::arch::QkNorm;
 use super::blocks::Linear;
 use super::config::ModelConfig;
 use super::error::ModelError;
+use super::mla::LatentAttention;
 use super::moe::Experts;
 use crate::backend::Backend;
 use crate::gguf::{GgufFile, TensorInfo};
@@ -72,16 +73,39 @@ impl<'a, B: Backend> Loader<'a, B> {
         }
     }
 
-    /// The 3-D tensor `name` of `n` stacked `rows` x `cols` matrices (a mixture's experts), as
-    /// one matrix per expert over the same bytes.
+    /// The 3-D tensor `name` of `n` stacked `rows` x `cols` matrices (a mixture's experts, latent
+    /// attention's heads), as one matrix per expert over the same bytes; a stack of one may be
+    /// written as a 2-D tensor.
     pub fn expert_matrices(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<B::Matrix>, ModelError> {
         let t = self.info(name).ok_or_else(|| ModelError::MissingTensor(name.into()))?;
         let expected = vec![cols as u64, rows as u64, n as u64];
-        if t.dims != expected {
+        if t.dims != expected && !(n == 1 && t.dims == expected[..2]) {
             return Err(ModelError::TensorShape { name: name.into(), expected, got: t.dims.clone() });
         }
         self.check_type(t)?;
         self.upload_parts(t, std::iter::repeat_n(rows, n), cols)
+    }
+
+    /// The 3-D tensor `name` of `n` stacked matrices of `2 · rows` x `cols`, if present, each
+    /// taken apart into its first and its second `rows` rows: fused experts (`ffn_gate_up_exps`,
+    /// gate first), as one list of matrices per half.
+    pub fn expert_matrix_halves(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Option<[Vec<B::Matrix>; 2]>, ModelError> {
+        let Some(t) = self.info(name) else { return Ok(None) };
+        let expected = vec![cols as u64, 2 * rows as u64, n as u64];
+        if t.dims != expected && !(n == 1 && t.dims == expected[..2]) {
+            return Err(ModelError::TensorShape { name: name.into(), expected, got: t.dims.clone() });
+        }
+        self.check_type(t)?;
+        let parts = self.upload_parts(t, std::iter::repeat_n(rows, 2 * n), cols)?;
+        let (mut first, mut second) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for (i, m) in parts.into_iter().enumerate() {
+            if i % 2 == 0 {
+                first.push(m)
+            } else {
+                second.push(m)
+            }
+        }
+        Ok(Some([first, second]))
     }
 
     /// The vector `name` of `cols` values, if present, as a matrix of one row (a projection to
@@ -254,11 +278,8 @@ impl<'a, B: Backend> Loader<'a, B> {
 pub struct DecoderLayer<B: Backend> {
     /// `None` where the architecture has no pre-norms (OLMo 2).
     pub attn_norm: Option<B::Vector>,
-    pub q: Linear<B>,
-    pub k: Linear<B>,
-    pub v: Linear<B>,
-    pub q_norm: Option<B::Vector>,
-    pub k_norm: Option<B::Vector>,
+    /// How the layer makes its queries, keys and values.
+    pub attention: Projections<B>,
     pub o: Linear<B>,
     pub attn_post_norm: Option<B::Vector>,
     /// One logit per query head that joins the attention softmax without a value (gpt-oss).
@@ -266,6 +287,22 @@ pub struct DecoderLayer<B: Backend> {
     pub ffn_norm: Option<B::Vector>,
     pub ffn: FeedForward<B>,
     pub ffn_post_norm: Option<B::Vector>,
+}
+
+/// A layer's query, key and value projections: one per kind, with optional per-head norms of
+/// the queries and keys, or multi-head latent attention's.
+pub enum Projections<B: Backend> {
+    Heads { q: Linear<B>, k: Linear<B>, v: Linear<B>, q_norm: Option<B::Vector>, k_norm: Option<B::Vector> },
+    Latent(Box<LatentAttention<B>>),
+}
+
+impl<B: Backend> Projections<B> {
+    fn matrices(&self) -> Vec<&B::Matrix> {
+        match self {
+            Projections::Heads { q, k, v, .. } => vec![&q.w, &k.w, &v.w],
+            Projections::Latent(l) => l.matrices(),
+        }
+    }
 }
 
 /// A layer's feed-forward block: one gated block, or a mixture of experts.
@@ -324,10 +361,17 @@ impl<B: Backend> DecoderWeights<B> {
         let mut layers = Vec::with_capacity(c.n_layer);
         for i in 0..c.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}");
-            // q, k and v as three projections, or one fused `attn_qkv` (Phi-3, GLM-4) taken apart
-            let [q, k, v] = match l.linear_parts(&n("attn_qkv"), [q_out, kv_k, kv_v], e)? {
-                Some(qkv) => qkv,
-                None => [l.linear(&n("attn_q"), q_out, e)?, l.linear(&n("attn_k"), kv_k, e)?, l.linear(&n("attn_v"), kv_v, e)?],
+            let attention = match &c.latent {
+                Some(latent) => Projections::Latent(Box::new(LatentAttention::load(&l, i, latent, c.n_head, e)?)),
+                None => {
+                    // q, k and v as three projections, or one fused `attn_qkv` (Phi-3, GLM-4) taken apart
+                    let [q, k, v] = match l.linear_parts(&n("attn_qkv"), [q_out, kv_k, kv_v], e)? {
+                        Some(qkv) => qkv,
+                        None => [l.linear(&n("attn_q"), q_out, e)?, l.linear(&n("attn_k"), kv_k, e)?, l.linear(&n("attn_v"), kv_v, e)?],
+                    };
+                    let q_norm = qk_norm(&n("attn_q_norm.weight"), q_norm_len)?;
+                    Projections::Heads { q, k, v, q_norm, k_norm: qk_norm(&n("attn_k_norm.weight"), k_norm_len)? }
+                }
             };
             let experts = match &c.experts {
                 Some(x) => Experts::load(&l, i, x, e)?,
@@ -348,12 +392,8 @@ impl<B: Backend> DecoderWeights<B> {
             };
             layers.push(DecoderLayer {
                 attn_norm: pre_norm(&n("attn_norm.weight"))?,
-                q,
-                k,
-                v,
-                q_norm: qk_norm(&n("attn_q_norm.weight"), q_norm_len)?,
-                k_norm: qk_norm(&n("attn_k_norm.weight"), k_norm_len)?,
-                o: l.linear(&n("attn_output"), e, c.n_head * c.head_dim_v)?,
+                attention,
+                o: l.linear(&n("attn_output"), e, c.n_head * c.latent.map_or(c.head_dim_v, |l| l.v_head))?,
                 attn_post_norm: post_norm(&n("post_attention_norm.weight"))?,
                 attn_sinks: if f.attention_sinks { Some(l.vector(&n("attn_sinks.weight"), c.n_head)?) } else { None },
                 ffn_norm: pre_norm(&n(&format!("{}.weight", f.ffn_norm_name)))?,
@@ -376,8 +416,11 @@ impl<B: Backend> DecoderWeights<B> {
                 .is_some_and(|i| i >= c.n_layer)
         };
         l.refuse_unused(&c.arch, |name| ignored_by_decoders(name) || mtp_block(name))?;
-        let products: Vec<&B::Matrix> =
-            layers.iter().flat_map(|l| [&l.q.w, &l.k.w, &l.v.w, &l.o.w].into_iter().chain(l.ffn.matrices())).chain([&output.w]).collect();
+        let products: Vec<&B::Matrix> = layers
+            .iter()
+            .flat_map(|l| l.attention.matrices().into_iter().chain([&l.o.w]).chain(l.ffn.matrices()))
+            .chain([&output.w])
+            .collect();
         backend.prepare_products(&products)?;
         Ok(DecoderWeights { token_embd, layers, output_norm, output })
     }

@@ -13,7 +13,10 @@ use super::kv::CpuKvStore;
 use super::matmul::{get_rows, matmul_each_on};
 use super::norm::{layer_norm, rms_norm, rms_norm_in_place};
 use super::rope::rope_with;
-use crate::backend::{Activation, AttentionRow, AttentionShape, Backend, BackendError, Device, KvSlot, KvSource, KvType, Rope, RowInput};
+use crate::backend::{
+    column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvType,
+    Rope, RowInput,
+};
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::panel::{self, Panels};
 use crate::quant::Isa;
@@ -427,6 +430,20 @@ impl Backend for CpuBackend {
 
     fn softcap(&self, x: &mut HostTensor, cap: f32) -> Result<(), BackendError> {
         x.data.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
+        Ok(())
+    }
+
+    fn copy_columns(&self, out: &mut HostTensor, to: ColumnBlocks, x: &HostTensor, from: ColumnBlocks) -> Result<(), BackendError> {
+        if let Some(why) = column_copy_misfit((out.rows, x.rows), to, out.cols, from, x.cols) {
+            return Err(BackendError::shape("copy_columns", why));
+        }
+        let (oc, xc) = (out.cols, x.cols);
+        for (o, s) in out.data.chunks_exact_mut(oc).zip(x.data.chunks_exact(xc)) {
+            for j in 0..to.count {
+                let (a, b) = (to.start + j * to.stride, from.start + j * from.stride);
+                o[a..a + to.width].copy_from_slice(&s[b..b + to.width]);
+            }
+        }
         Ok(())
     }
 

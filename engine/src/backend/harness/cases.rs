@@ -7,8 +7,8 @@ use half::f16;
 use super::reference as naive;
 use super::{nmse, OpCases, Rng};
 use crate::backend::{
-    Activation, AttentionRow, AttentionShape, Backend, BlockId, KvSlot, KvSource, KvStorage, KvType, Rope, RopeKind, RowInput, Yarn,
-    BLOCK_POSITIONS,
+    Activation, AttentionRow, AttentionShape, Backend, BlockId, ColumnBlocks, KvSlot, KvSource, KvStorage, KvType, Rope, RopeKind,
+    RowInput, Yarn, BLOCK_POSITIONS,
 };
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::quant::{ops_for, GgmlType, Isa};
@@ -43,6 +43,7 @@ pub fn table<B: Backend>() -> Vec<OpCases<B>> {
         OpCases { op: "add_weighted_rows", bound: 1e-14, run: add_weighted_rows },
         OpCases { op: "softcap", bound: 1e-12, run: softcap },
         OpCases { op: "select_rows", bound: 0.0, run: select_rows },
+        OpCases { op: "copy_columns", bound: 0.0, run: copy_columns },
     ]
 }
 
@@ -429,6 +430,34 @@ fn softcap<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
             b.softcap(&mut t, cap).expect("softcap");
             let want: Vec<f64> = x.iter().map(|&a| (f64::from(a) / f64::from(cap)).tanh() * f64::from(cap)).collect();
             (format!("2x1000 at {cap}"), nmse(&back(b, t), &want))
+        })
+        .collect()
+}
+
+fn copy_columns<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    let rows = 5;
+    // (x's width, out's width, from, to): the rope part of 3 heads of 12 (offset 8) set after
+    // 3 heads' latents of 20, and one run of columns
+    let cases = [
+        (36, 72, ColumnBlocks::heads(3, 12, 8, 4), ColumnBlocks::heads(3, 24, 20, 4)),
+        (300, 290, ColumnBlocks::run(7, 283), ColumnBlocks::run(0, 283)),
+    ];
+    cases
+        .into_iter()
+        .map(|(x_cols, out_cols, from, to)| {
+            let x = rng.values(rows * x_cols, 5.0);
+            let before = rng.values(rows * out_cols, 1.0);
+            let mut out = host(b, rows, out_cols, &before);
+            b.copy_columns(&mut out, to, &host(b, rows, x_cols, &x), from).expect("copy_columns");
+            let mut want = widen(&before);
+            for r in 0..rows {
+                for j in 0..to.count {
+                    for w in 0..to.width {
+                        want[r * out_cols + to.start + j * to.stride + w] = f64::from(x[r * x_cols + from.start + j * from.stride + w]);
+                    }
+                }
+            }
+            (format!("{from:?} of {rows}x{x_cols} into {to:?} of {rows}x{out_cols}"), nmse(&back(b, out), &want))
         })
         .collect()
 }

@@ -15,7 +15,8 @@ use kernels::{Runtime, RuntimeError};
 pub use kv::DeviceKvStore;
 
 use crate::backend::{
-    Activation, AttentionRow, AttentionShape, Backend, BackendError, Device, KvSlot, KvSource, KvType, Rope, RopeKind, RowInput,
+    column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvType,
+    Rope, RopeKind, RowInput,
 };
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::GgmlType;
@@ -400,6 +401,21 @@ where
 
     fn softcap(&self, x: &mut DeviceTensor<R>, cap: f32) -> Result<(), BackendError> {
         launch::scale_or_cap(&*self.rt, "softcap", &x.buf, cap, x.rows * x.cols).map_err(self.fail("softcap"))
+    }
+
+    fn copy_columns(
+        &self,
+        out: &mut DeviceTensor<R>,
+        to: ColumnBlocks,
+        x: &DeviceTensor<R>,
+        from: ColumnBlocks,
+    ) -> Result<(), BackendError> {
+        if let Some(why) = column_copy_misfit((out.rows, x.rows), to, out.cols, from, x.cols) {
+            return Err(BackendError::shape("copy_columns", why));
+        }
+        let blocks = |c: ColumnBlocks| launch::Blocks { start: c.start, stride: c.stride };
+        launch::copy_columns(&*self.rt, (&out.buf, out.cols, blocks(to)), (&x.buf, x.cols, blocks(from)), x.rows, to.width, to.count)
+            .map_err(self.fail("copy_columns"))
     }
 
     fn select_rows(&self, x: &DeviceTensor<R>, rows: &[usize]) -> Result<DeviceTensor<R>, BackendError> {
