@@ -14,7 +14,14 @@
 # The quantized files stay out of git: the test quantizes the F32 fixture itself and checks it
 # gets llama-quantize's bytes.
 #
-#   tools/make-quant-goldens.sh [TYPE...]      (default: IQ4_NL IQ4_XS MXFP4)
+# The grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), which the engine
+# reads but does not write, are made from an importance matrix (llama-imatrix over README.md,
+# built beside the other tools when missing) for two tensors only (blk.0.ffn_down and
+# blk.1.attn_q; the rest stays F32), and their blocks are kept: NAME.blocks (the two tensors'
+# bytes, in that order) beside NAME.tensors.json (their offsets there); the test puts them
+# into the F32 file to rebuild llama-quantize's model.
+#
+#   tools/make-quant-goldens.sh [TYPE...]      (default: IQ4_NL IQ4_XS MXFP4 and the grid types)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 FIX=$ROOT/tests/fixtures/quants
@@ -26,30 +33,64 @@ SEQS=(--seq 1 --seq 1,323,354,417,339,293,441
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$FIX/golden"
-[ $# -gt 0 ] || set -- IQ4_NL IQ4_XS MXFP4
+GRID="IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M"
+[ $# -gt 0 ] || set -- IQ4_NL IQ4_XS MXFP4 $GRID
+imatrix() {
+  [ -f "$work/imatrix.gguf" ] && return
+  local tool=$BIN/llama-imatrix
+  if [ ! -x "$tool" ]; then
+    cmake --build "$(dirname "$BIN")/build" --target llama-imatrix -j "${JOBS:-2}" >&2
+    tool=$(dirname "$BIN")/build/bin/llama-imatrix
+  fi
+  "$tool" -m "$SRC" -f "$ROOT/README.md" -c 128 --chunks 16 -t 2 -o "$work/imatrix.gguf" >"$work/imatrix.log" 2>&1 ||
+    { cat "$work/imatrix.log" >&2; exit 1; }
+}
 for ty in "$@"; do
-  # llama-quantize names MXFP4 by the mixture it makes without --pure
-  ftype=$ty
-  [ "$ty" = MXFP4 ] && ftype=MXFP4_MOE
   name=tiny-llama-$ty
   file=$work/$name.gguf
-  "$BIN/llama-quantize" --pure "$SRC" "$file" "$ftype" 2 >"$work/quantize.log" 2>&1 || { cat "$work/quantize.log" >&2; exit 1; }
+  if [[ " $GRID " == *" $ty "* ]]; then
+    imatrix
+    lower=$(echo "$ty" | tr '[:upper:]' '[:lower:]')
+    # the first pattern a tensor matches decides its type: the two tensors, then F32 for the rest
+    keep=(--pure --imatrix "$work/imatrix.gguf" --token-embedding-type f32 --output-tensor-type f32
+          --tensor-type "blk\.0\.ffn_down=$lower" --tensor-type "blk\.1\.attn_q=$lower" --tensor-type ".*=f32")
+    "$BIN/llama-quantize" "${keep[@]}" "$SRC" "$file" "$ty" 2 >"$work/quantize.log" 2>&1 || { cat "$work/quantize.log" >&2; exit 1; }
+    made="llama-quantize --pure --imatrix imatrix.gguf --token-embedding-type f32 --output-tensor-type f32 --tensor-type blk.0.ffn_down=$lower --tensor-type blk.1.attn_q=$lower --tensor-type .*=f32 tiny-llama-F32.gguf $name.gguf $ty 2"
+  else
+    # llama-quantize names MXFP4 by the mixture it makes without --pure
+    ftype=$ty
+    [ "$ty" = MXFP4 ] && ftype=MXFP4_MOE
+    "$BIN/llama-quantize" --pure "$SRC" "$file" "$ftype" 2 >"$work/quantize.log" 2>&1 || { cat "$work/quantize.log" >&2; exit 1; }
+    made="llama-quantize --pure tiny-llama-F32.gguf $name.gguf $ftype 2"
+  fi
   mkdir -p "$work/$name.deq"
   "$BIN/ggml-ref" dequant "$file" "$work/$name.deq" >&2
-  PYTHONPATH=$PYDIR python3 - "$file" "$work/$name.deq" "$FIX/$name.tensors.json" <<'EOF'
+  PYTHONPATH=$PYDIR python3 - "$file" "$work/$name.deq" "$FIX/$name" "$made" <<'EOF'
 import hashlib, json, sys
 from gguf import GGUFReader
-path, deq, out = sys.argv[1:]
-tensors = {}
+path, deq, out, made = sys.argv[1:]
+tensors, kept = {}, bytearray()
+grid = " --imatrix " in made
 for t in GGUFReader(path).tensors:
     values = open(f"{deq}/{t.name}.f32", "rb").read()
-    tensors[t.name] = {"type": t.tensor_type.name, "sha256_blocks": hashlib.sha256(bytes(t.data)).hexdigest(),
-                       "sha256_f32": hashlib.sha256(values).hexdigest()}
-whole = hashlib.sha256(open(path, "rb").read()).hexdigest()
-json.dump({"made_with": f"llama-quantize --pure tiny-llama-F32.gguf {path.rsplit('/', 1)[-1]} ... 2", "sha256_file": whole, "tensors": tensors},
-          open(out, "w"), indent=1, sort_keys=True)
+    entry = {"type": t.tensor_type.name, "sha256_blocks": hashlib.sha256(bytes(t.data)).hexdigest(),
+             "sha256_f32": hashlib.sha256(values).hexdigest()}
+    if grid and t.tensor_type.name != "F32":
+        entry["offset"], entry["bytes"] = len(kept), len(bytes(t.data))
+        kept += bytes(t.data)
+    if not grid or t.tensor_type.name != "F32":
+        tensors[t.name] = entry
+index = {"made_with": made, "tensors": tensors}
+if grid:
+    open(out + ".blocks", "wb").write(kept)
+else:
+    index["sha256_file"] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+json.dump(index, open(out + ".tensors.json", "w"), indent=1, sort_keys=True)
 EOF
-  flags=(-m "$file" -c 512 --fa off "${SEQS[@]}" --gen 16 --top 10)
+  # the grid types' goldens keep the two short sequences (their logits are committed per type)
+  seqs=("${SEQS[@]}")
+  [[ " $GRID " == *" $ty "* ]] && seqs=("${SEQS[@]:0:4}")
+  flags=(-m "$file" -c 512 --fa off "${seqs[@]}" --gen 16 --top 10)
   "$BIN/llama-golden" "${flags[@]}" -t 2 --kv f32 -o "$FIX/golden/$name.logits" >&2
   "$BIN/llama-golden" "${flags[@]}" -t 1 --kv f32 -o "$work/t1" >&2
   "$BIN/llama-golden" "${flags[@]}" -t 2 --kv f32 --one-by-one -o "$work/one" >&2

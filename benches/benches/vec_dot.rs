@@ -18,7 +18,7 @@ fn vec_dot(c: &mut Criterion) {
         let scalar = ops_for(ty, Isa::Scalar).unwrap();
         let act_ty = scalar.vec_dot_type;
         let mut act = vec![0u8; act_ty.row_bytes(N).unwrap()];
-        (ops_for(act_ty, Isa::Scalar).unwrap().quantize)(&x, &mut act);
+        (ops_for(act_ty, Isa::Scalar).unwrap().quantize.expect("a type with a quantizer"))(&x, &mut act);
         let row_bytes = ty.row_bytes(N).unwrap();
         let mut group = c.benchmark_group(format!("vec_dot/{ty}"));
         group.throughput(Throughput::Bytes(row_bytes as u64));

@@ -12,7 +12,7 @@ pub fn random_floats(n: usize, seed: u64) -> Vec<f32> {
 
 /// `rows` rows of `cols` random values, quantized to `ty` by the reference quantizer.
 pub fn random_matrix(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
-    let quantize = ops_for(ty, Isa::Scalar).expect("supported type").quantize;
+    let quantize = ops_for(ty, Isa::Scalar).expect("supported type").quantize.expect("a type with a quantizer");
     let row_bytes = ty.row_bytes(cols).expect("whole blocks");
     let mut bytes = vec![0u8; rows * row_bytes];
     // 64 distinct random rows, repeated: the reference quantizers are slow, and neither the

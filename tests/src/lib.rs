@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod archs;
+pub mod quant_goldens;
 pub mod scripted;
 pub mod shaped;
 pub mod shaped_whisper;

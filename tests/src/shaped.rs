@@ -126,7 +126,7 @@ const DISTINCT_ROWS: usize = 16;
 /// activations keep their scale through a layer), `DISTINCT_ROWS` distinct rows.
 pub fn random_matrix(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     let row_bytes = ty.row_bytes(cols).expect("whole blocks");
-    let quantize = ops_on(ty, Isa::Scalar).expect("a supported type").quantize;
+    let quantize = ops_on(ty, Isa::Scalar).expect("a supported type").quantize.expect("a type with a quantizer");
     let mut rng = StdRng::seed_from_u64(seed);
     let a = (3.0 / cols as f32).sqrt();
     let distinct = DISTINCT_ROWS.min(rows);

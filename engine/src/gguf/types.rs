@@ -106,7 +106,7 @@ impl GgmlType {
     ];
 
     /// The types this engine dequantizes and multiplies.
-    pub const SUPPORTED: [GgmlType; 18] = [
+    pub const SUPPORTED: [GgmlType; 25] = [
         Self::F32,
         Self::F16,
         Self::BF16,
@@ -125,6 +125,13 @@ impl GgmlType {
         Self::IQ4_NL,
         Self::IQ4_XS,
         Self::MXFP4,
+        Self::IQ2_XXS,
+        Self::IQ2_XS,
+        Self::IQ2_S,
+        Self::IQ3_XXS,
+        Self::IQ3_S,
+        Self::IQ1_S,
+        Self::IQ1_M,
     ];
 
     /// Looks up a type by the id stored in a GGUF tensor record; `None` for ids ggml never

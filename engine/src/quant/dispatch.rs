@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::OnceLock;
 
 use super::GgmlType;
-use super::{float, iq4, k_quants, mxfp4, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, QuantError};
+use super::{float, iq4, iq_grid, k_quants, mxfp4, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, QuantError};
 
 /// An instruction-set tier, lowest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -163,10 +163,12 @@ pub struct TypeOps {
     /// Q8_K for quantized weights, F32 for float weights.
     pub vec_dot_type: GgmlType,
     pub dequantize: DequantizeFn,
-    /// The scalar reference quantizer (ggml's `quantize_row_*_ref`, what llama-quantize writes).
-    pub quantize: QuantizeFn,
+    /// The scalar reference quantizer (ggml's `quantize_row_*_ref`, what llama-quantize writes);
+    /// `None` for the grid i-quants, which llama.cpp makes from an importance matrix.
+    pub quantize: Option<QuantizeFn>,
     /// The quantizer for matmul activations of this type: llama.cpp's x86 CPU variant for
-    /// Q8_0 / Q8_1, the reference for the rest.
+    /// Q8_0 / Q8_1, the reference for the rest (the grid i-quants' stands for none: they are
+    /// never activations).
     pub quantize_activations: QuantizeFn,
     /// Against a row of `vec_dot_type`.
     pub vec_dot: VecDotFn,
@@ -178,13 +180,19 @@ fn scalar(ty: GgmlType) -> Option<TypeOps> {
     // (activation type, module): every scalar module has the same three row functions.
     macro_rules! row {
         ($act:expr, $($m:ident)::+) => {
-            ($act, $($m)::+::dequantize_row, $($m)::+::quantize_row, $($m)::+::vec_dot_row)
+            ($act, $($m)::+::dequantize_row, Some($($m)::+::quantize_row as QuantizeFn), $($m)::+::vec_dot_row)
         };
     }
-    let (vec_dot_type, dequantize, quantize, vec_dot): (GgmlType, DequantizeFn, QuantizeFn, VecDotFn) = match ty {
-        T::F32 => (T::F32, float::dequantize_f32, float::quantize_f32, float::vec_dot_f32),
-        T::F16 => (T::F32, float::dequantize_f16, float::quantize_f16, float::vec_dot_f16),
-        T::BF16 => (T::F32, float::dequantize_bf16, float::quantize_bf16, float::vec_dot_bf16),
+    // the grid i-quants: Q8_K activations, no quantizer
+    macro_rules! grid {
+        ($m:ident) => {
+            (T::Q8_K, iq_grid::$m::dequantize_row, None, iq_grid::$m::vec_dot_row)
+        };
+    }
+    let (vec_dot_type, dequantize, quantize, vec_dot): (GgmlType, DequantizeFn, Option<QuantizeFn>, VecDotFn) = match ty {
+        T::F32 => (T::F32, float::dequantize_f32, Some(float::quantize_f32), float::vec_dot_f32),
+        T::F16 => (T::F32, float::dequantize_f16, Some(float::quantize_f16), float::vec_dot_f16),
+        T::BF16 => (T::F32, float::dequantize_bf16, Some(float::quantize_bf16), float::vec_dot_bf16),
         T::Q4_0 => row!(T::Q8_0, q4_0),
         T::Q4_1 => row!(T::Q8_1, q4_1),
         T::Q5_0 => row!(T::Q8_0, q5_0),
@@ -200,12 +208,20 @@ fn scalar(ty: GgmlType) -> Option<TypeOps> {
         T::IQ4_NL => row!(T::Q8_0, iq4::nl),
         T::IQ4_XS => row!(T::Q8_K, iq4::xs),
         T::MXFP4 => row!(T::Q8_0, mxfp4),
+        T::IQ2_XXS => grid!(iq2_xxs),
+        T::IQ2_XS => grid!(iq2_xs),
+        T::IQ2_S => grid!(iq2_s),
+        T::IQ3_XXS => grid!(iq3_xxs),
+        T::IQ3_S => grid!(iq3_s),
+        T::IQ1_S => grid!(iq1_s),
+        T::IQ1_M => grid!(iq1_m),
         _ => return None,
     };
-    let quantize_activations: QuantizeFn = match ty {
-        T::Q8_0 => q8_0::quantize_activations,
-        T::Q8_1 => q8_1::quantize_activations,
-        _ => quantize,
+    let quantize_activations: QuantizeFn = match (ty, quantize) {
+        (T::Q8_0, _) => q8_0::quantize_activations,
+        (T::Q8_1, _) => q8_1::quantize_activations,
+        (_, Some(q)) => q,
+        (_, None) => k_quants::q8_k::quantize_row,
     };
     Some(TypeOps { ty, isa: Isa::Scalar, vec_dot_type, dequantize, quantize, quantize_activations, vec_dot })
 }
@@ -282,6 +298,6 @@ mod tests {
             // Activation-only types (Q8_1, Q8_K) have scalar kernels alone.
             assert!(ops.isa == Isa::active() || ops.isa == Isa::Scalar, "{ty} on {}", ops.isa);
         }
-        assert_eq!(ops(GgmlType::IQ3_S).err(), Some(QuantError::Unsupported(GgmlType::IQ3_S)));
+        assert_eq!(ops(GgmlType::TQ1_0).err(), Some(QuantError::Unsupported(GgmlType::TQ1_0)));
     }
 }

@@ -32,6 +32,7 @@ pub mod float;
 pub mod float_gemm;
 mod fma;
 pub mod iq4;
+pub mod iq_grid;
 pub mod k_quants;
 mod matrix;
 pub mod mxfp4;

@@ -34,6 +34,8 @@ pub enum RequantizeError {
     Quant(#[from] QuantError),
     #[error("{tensor}: a row of {row_len} values is not a whole number of {target} blocks ({block} values)")]
     RowNotBlocks { tensor: String, row_len: u64, target: GgmlType, block: usize },
+    #[error("{0} has no quantizer here (llama-quantize makes it from an importance matrix)")]
+    NoQuantizer(GgmlType),
 }
 
 /// The llama.cpp file type (`general.file_type`, `enum llama_ftype`) llama-quantize writes when
@@ -77,7 +79,7 @@ fn loader_order(name: &str) -> (i64, &str) {
 /// `src` with every weight matrix in `target`: a writer holding the new file (its untouched
 /// tensors borrow `src`'s bytes). `file_type` is what `general.file_type` says.
 pub fn quantize_pure(src: &GgufFile, target: GgmlType, file_type: u32) -> Result<GgufWriter<'_>, RequantizeError> {
-    let quantize = ops_on(target, Isa::Scalar)?.quantize;
+    let quantize = ops_on(target, Isa::Scalar)?.quantize.ok_or(RequantizeError::NoQuantizer(target))?;
     let mut out = GgufWriter::new();
     out.set_version(src.version());
     for (key, value) in src.metadata() {

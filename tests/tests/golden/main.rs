@@ -9,6 +9,7 @@ mod generate;
 mod gguf_malformed;
 mod gguf_roundtrip;
 mod grammar;
+mod grid_quants;
 mod guard_evaluator;
 mod guard_prompt_cache;
 mod guard_prompts;

@@ -107,7 +107,7 @@ fn quantization_reproduces_llama_quantize() {
         for ty in QUANTIZED_FILE_TYPES {
             let file = format!("{m}-{}.gguf", ty.name());
             let f = model(&file);
-            let quantize = ops_for(ty, Isa::Scalar).unwrap().quantize;
+            let quantize = ops_for(ty, Isa::Scalar).unwrap().quantize.expect("a type with a quantizer");
             let block_bytes = ty.type_size();
             let (mut blocks, mut bad) = (0usize, Vec::new());
             for t in f.tensors().iter().filter(|t| t.ty == ty) {

@@ -274,7 +274,7 @@ mod tests {
         let rb = ty.row_bytes(cols).unwrap();
         let mut bytes = vec![0u8; rb * rows];
         for (dst, src) in bytes.chunks_exact_mut(rb).zip(vals.chunks_exact(cols)) {
-            (ops.quantize)(src, dst);
+            (ops.quantize.expect("a type with a quantizer"))(src, dst);
         }
         (bytes, vals)
     }

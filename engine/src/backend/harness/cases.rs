@@ -88,7 +88,7 @@ fn weights(specs: &[(GgmlType, usize, usize)], rng: &mut Rng) -> Weights {
         let mut bytes = vec![0u8; rows * row_bytes];
         let mut deq = vec![0.0f32; rows * cols];
         for ((src, dst), back) in x.chunks_exact(cols).zip(bytes.chunks_exact_mut(row_bytes)).zip(deq.chunks_exact_mut(cols)) {
-            (ops.quantize)(src, dst);
+            (ops.quantize.expect("a type with a quantizer"))(src, dst);
             (ops.dequantize)(dst, back);
         }
         w.add_tensor(format!("w{i}"), &[cols as u64, rows as u64], ty, bytes).expect("tensor");

@@ -37,7 +37,7 @@ impl Case {
         let mut weights = vec![0u8; rows * rb];
         for dst in weights.chunks_exact_mut(rb) {
             let vals: Vec<f32> = (0..cols).map(|_| next()).collect();
-            (ops.quantize)(&vals, dst);
+            (ops.quantize.expect("a type with a quantizer"))(&vals, dst);
         }
         let act_ops = ops_for(l.act_ty, Isa::Scalar).unwrap();
         let ab = l.act_ty.row_bytes(cols).unwrap();

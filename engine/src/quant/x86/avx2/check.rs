@@ -52,7 +52,7 @@ fn weights(ty: GgmlType, n: usize, data: Data, rng: &mut Rng) -> Vec<u8> {
         Data::Zero => {}
         Data::Quantized => {
             let x: Vec<f32> = (0..n).map(|_| rng.float()).collect();
-            (ops_for(ty, Isa::Scalar).unwrap().quantize)(&x, &mut w);
+            (ops_for(ty, Isa::Scalar).unwrap().quantize.expect("a type with a quantizer"))(&x, &mut w);
         }
         Data::RandomBytes | Data::Saturated | Data::NegativeZero => {
             match data {
@@ -142,7 +142,7 @@ pub(crate) fn check_type(ty: GgmlType, isa: Isa, k: Kernels) {
                     })
                     .collect();
                 let mut a = vec![0u8; scalar.vec_dot_type.row_bytes(n).unwrap()];
-                (act.quantize)(&x, &mut a);
+                (act.quantize.expect("a type with a quantizer"))(&x, &mut a);
                 let mut a_ref = vec![0f32; n];
                 (act.dequantize)(&a, &mut a_ref);
                 let mag: f64 = w_ref.iter().zip(&a_ref).map(|(x, y)| (*x as f64 * *y as f64).abs()).sum();
@@ -176,7 +176,7 @@ pub(crate) fn time_dot(ty: GgmlType, n: usize, kib: usize, reps: usize, f: fn(&[
     let w: Vec<u8> = (0..rows).flat_map(|_| one.iter().copied()).collect();
     let x: Vec<f32> = (0..n).map(|_| rng.float()).collect();
     let mut a = vec![0u8; scalar.vec_dot_type.row_bytes(n).unwrap()];
-    (ops_for(scalar.vec_dot_type, Isa::Scalar).unwrap().quantize)(&x, &mut a);
+    (ops_for(scalar.vec_dot_type, Isa::Scalar).unwrap().quantize.expect("a type with a quantizer"))(&x, &mut a);
     let mut best = f64::MAX;
     let mut sink = 0.0f32;
     for _ in 0..reps {

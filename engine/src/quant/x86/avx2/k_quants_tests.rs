@@ -119,7 +119,7 @@ fn reference(ty: GgmlType) -> Kernels {
 /// `n` floats through a scalar reference quantizer.
 fn quantize(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     let mut bytes = vec![0u8; ty.row_bytes(x.len()).unwrap()];
-    (ops_for(ty, Isa::Scalar).unwrap().quantize)(x, &mut bytes);
+    (ops_for(ty, Isa::Scalar).unwrap().quantize.expect("a type with a quantizer"))(x, &mut bytes);
     bytes
 }
 

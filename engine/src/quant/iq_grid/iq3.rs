@@ -1,0 +1,67 @@
+//! The 3-bit grid types: each group of 8 values is two indices into a grid of 4 magnitudes
+//! and 8 signs; an odd scale per 32 values.
+
+use super::tables::{IQ3S_GRID, IQ3XXS_GRID};
+use super::{f16_at, grid_row_fns, signed, signs7, u32_at, GridType, Unpacked};
+
+/// Writes two grid entries (4 magnitudes each) with the 8 `signs` into `out`.
+fn two_halves(first: u32, second: u32, signs: u8, out: &mut [i8]) {
+    let mut m = [0u8; 8];
+    m[..4].copy_from_slice(&first.to_le_bytes());
+    m[4..].copy_from_slice(&second.to_le_bytes());
+    signed(&m, signs, out);
+}
+
+pub mod iq3_xxs {
+    //! IQ3_XXS (98 bytes per 256 values): `d`, 64 8-bit grid indices, then per group of 32 a
+    //! u32 of four 7-bit sign sets (the eighth sign is their parity) and a 4-bit scale; values
+    //! scaled by 1/4 beyond `d · scale`.
+    use super::*;
+
+    pub(crate) const TYPE: GridType = GridType { block_bytes: 98, unpack, c: 0.25, shifted: false };
+    grid_row_fns!(TYPE);
+
+    fn unpack(b: &[u8], u: &mut Unpacked) {
+        u.d = f16_at(b, 0);
+        for ib in 0..8 {
+            let aux = u32_at(b, 66 + 4 * ib);
+            let scale = (2 * (aux >> 28) + 1) as u8;
+            for l in 0..4 {
+                let g = 4 * ib + l;
+                let (i1, i2) = (b[2 + 2 * g], b[3 + 2 * g]);
+                two_halves(
+                    IQ3XXS_GRID[usize::from(i1)],
+                    IQ3XXS_GRID[usize::from(i2)],
+                    signs7(aux >> (7 * l)),
+                    &mut u.values[8 * g..8 * g + 8],
+                );
+                u.scales[g] = scale;
+            }
+        }
+    }
+}
+
+pub mod iq3_s {
+    //! IQ3_S (110 bytes per 256 values): `d`, the low 8 bits of 64 9-bit grid indices, their
+    //! high bits (one byte per group of 32), each group of 8's signs, a 4-bit scale per 32
+    //! values.
+    use super::*;
+
+    pub(crate) const TYPE: GridType = GridType { block_bytes: 110, unpack, c: 1.0, shifted: false };
+    grid_row_fns!(TYPE);
+
+    fn unpack(b: &[u8], u: &mut Unpacked) {
+        u.d = f16_at(b, 0);
+        for ib in 0..8 {
+            let qh = u32::from(b[66 + ib]);
+            let nibble = if ib % 2 == 0 { b[106 + ib / 2] & 15 } else { b[106 + ib / 2] >> 4 };
+            for l in 0..4 {
+                let g = 4 * ib + l;
+                let i1 = u32::from(b[2 + 2 * g]) | ((qh << (8 - 2 * l)) & 256);
+                let i2 = u32::from(b[3 + 2 * g]) | ((qh << (7 - 2 * l)) & 256);
+                two_halves(IQ3S_GRID[i1 as usize], IQ3S_GRID[i2 as usize], b[74 + g], &mut u.values[8 * g..8 * g + 8]);
+                u.scales[g] = 2 * nibble + 1;
+            }
+        }
+    }
+}

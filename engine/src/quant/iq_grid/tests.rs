@@ -1,0 +1,110 @@
+//! The grid types against values built by hand from their layouts, and each type's dot product
+//! against its own dequantization.
+
+use super::*;
+use crate::quant::blocks::f16_le_from;
+use crate::quant::k_quants::q8_k;
+
+/// A deterministic byte stream.
+fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 33) as u8
+        })
+        .collect()
+}
+
+/// `n` super-blocks of type `t` from random bytes, each block's f16 scale(s) set to a sane value.
+fn random_row(t: &GridType, n: usize, seed: u64) -> Vec<u8> {
+    let mut row = bytes(n * t.block_bytes, seed);
+    for (i, b) in row.chunks_exact_mut(t.block_bytes).enumerate() {
+        let d = f16_le_from(0.001 + 0.0007 * i as f32);
+        if t.block_bytes == 56 {
+            // IQ1_M: the f16 lives in the top nibbles of the four scale words
+            let bits = u16::from_le_bytes(d);
+            for k in 0..4 {
+                let at = 48 + 2 * k;
+                let w = (u16::from_le_bytes([b[at], b[at + 1]]) & 0x0fff) | (((bits >> (4 * k)) & 15) << 12);
+                b[at..at + 2].copy_from_slice(&w.to_le_bytes());
+            }
+        } else {
+            b[..2].copy_from_slice(&d);
+        }
+    }
+    row
+}
+
+const TYPES: [(&str, GridType); 7] = [
+    ("IQ2_XXS", iq2_xxs::TYPE),
+    ("IQ2_XS", iq2_xs::TYPE),
+    ("IQ2_S", iq2_s::TYPE),
+    ("IQ3_XXS", iq3_xxs::TYPE),
+    ("IQ3_S", iq3_s::TYPE),
+    ("IQ1_S", iq1_s::TYPE),
+    ("IQ1_M", iq1_m::TYPE),
+];
+
+#[test]
+fn the_sign_byte_completes_seven_bits_to_even_parity() {
+    // ggml's ksigns_iq2xs: 0, 129, 130, 3, 132, 5, 6, 135, ...
+    assert_eq!((0..8).map(signs7).collect::<Vec<_>>(), [0, 129, 130, 3, 132, 5, 6, 135]);
+    assert_eq!(signs7(127), 255);
+    assert!((0..128).all(|b| signs7(b).count_ones().is_multiple_of(2)));
+}
+
+#[test]
+fn iq2_xxs_reads_its_indices_signs_and_scale() {
+    let mut b = vec![0u8; 66];
+    b[..2].copy_from_slice(&f16_le_from(0.5));
+    // group of 32 number 1: grid entries 1, 0, 0, 0; the first sign set 0b0000001 (value 0
+    // negative, and the parity bit: value 7), scale nibble 3 (odd scale 7)
+    b[2 + 8] = 1;
+    let aux: u32 = 1 | (3 << 28);
+    b[2 + 12..2 + 16].copy_from_slice(&aux.to_le_bytes());
+    let mut y = vec![0.0f32; 256];
+    iq2_xxs::dequantize_row(&b, &mut y);
+    // entry 1 of the grid is 0x080808080808082b: magnitudes 43, 8, 8, ..., 8 (lowest byte first)
+    let db = 0.5 * 7.0 * 0.125;
+    assert_eq!(y[32], -db * 43.0);
+    assert_eq!(&y[33..39], &[db * 8.0; 6]);
+    assert_eq!(y[39], -db * 8.0);
+    // the other groups: grid entry 0 (all 8), scale nibble 0 (odd scale 1), no signs
+    assert_eq!(y[0], 0.5 * 0.125 * 8.0);
+}
+
+#[test]
+fn iq1_s_values_are_the_grid_plus_the_shift() {
+    let mut b = vec![0u8; 50];
+    b[..2].copy_from_slice(&f16_le_from(2.0));
+    // group of 32 number 0: scale 3 bits = 2 (odd scale 5), negative shift, index high bits 0
+    let qh: u16 = (2 << 12) | 0x8000;
+    b[34..36].copy_from_slice(&qh.to_le_bytes());
+    let mut y = vec![0.0f32; 256];
+    iq1_s::dequantize_row(&b, &mut y);
+    // grid entry 0 is all -1
+    assert_eq!(&y[..8], &[2.0 * 5.0 * (-1.0 - 0.125); 8]);
+    // group 1 (positive shift, odd scale 1)
+    assert_eq!(y[32], 2.0 * (-1.0 + 0.125));
+}
+
+#[test]
+fn every_dot_product_equals_its_dequantization_times_the_activations() {
+    for (name, t) in TYPES {
+        let n = 3;
+        let row = random_row(&t, n, name.len() as u64);
+        let mut w = vec![0.0f32; n * QK_K];
+        t.dequantize(&row, &mut w);
+        assert!(w.iter().all(|v| v.is_finite()), "{name}");
+        let x: Vec<f32> = (0..n * QK_K).map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0).collect();
+        let mut act = vec![0u8; n * 292];
+        q8_k::quantize_row(&x, &mut act);
+        let mut xq = vec![0.0f32; n * QK_K];
+        q8_k::dequantize_row(&act, &mut xq);
+        let want: f64 = w.iter().zip(&xq).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+        let got = f64::from(t.vec_dot(&row, bytemuck::cast_slice(&act)));
+        let scale: f64 = w.iter().zip(&xq).map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs()).sum();
+        assert!((got - want).abs() <= 1e-5 * scale, "{name}: {got} against {want} (scale {scale})");
+    }
+}
