@@ -4,11 +4,9 @@
 use super::tables::IQ1S_GRID;
 use super::{f16_at, grid_row_fns, u16_at, GridType, Unpacked};
 
-/// Writes grid entry `index` (8 values in {-1, 0, 1}) into `out`.
-fn grid_values(index: u32, out: &mut [i8]) {
-    for (o, byte) in out.iter_mut().zip(IQ1S_GRID[index as usize].to_le_bytes()) {
-        *o = byte as i8;
-    }
+/// Sets group `g` to grid entry `index` (8 values in {-1, 0, 1}, no separate signs).
+fn grid_values(u: &mut Unpacked, g: usize, index: u32) {
+    u.set_group(g, IQ1S_GRID[index as usize], 0);
 }
 
 pub mod iq1_s {
@@ -27,7 +25,7 @@ pub mod iq1_s {
             let shift = if qh & 0x8000 != 0 { -1 } else { 1 };
             for l in 0..4 {
                 let g = 4 * ib + l;
-                grid_values(u32::from(b[2 + g]) | (((qh >> (3 * l)) & 7) << 8), &mut u.values[8 * g..8 * g + 8]);
+                grid_values(u, g, u32::from(b[2 + g]) | (((qh >> (3 * l)) & 7) << 8));
                 u.scales[g] = scale;
                 u.shifts[g] = shift;
             }
@@ -55,7 +53,7 @@ pub mod iq1_m {
                 let g = 4 * ib + l;
                 let qh = u32::from(b[32 + 2 * ib + l / 2]);
                 let high = if l % 2 == 0 { (qh << 8) & 0x700 } else { (qh << 4) & 0x700 };
-                grid_values(u32::from(b[g]) | high, &mut u.values[8 * g..8 * g + 8]);
+                grid_values(u, g, u32::from(b[g]) | high);
                 u.scales[g] = scales[l / 2];
                 let sign_bit = if l % 2 == 0 { 0x08 } else { 0x80 };
                 u.shifts[g] = if qh & sign_bit != 0 { -1 } else { 1 };

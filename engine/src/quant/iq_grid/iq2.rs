@@ -3,7 +3,7 @@
 //! by 1/8 beyond `d · scale`.
 
 use super::tables::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
-use super::{f16_at, grid_row_fns, signed, signs7, u16_at, u32_at, GridType, Unpacked};
+use super::{f16_at, grid_row_fns, signs7, u16_at, u32_at, GridType, Unpacked};
 
 pub mod iq2_xxs {
     //! IQ2_XXS (66 bytes per 256 values): `d`, then per group of 32 two u32: four 8-bit grid
@@ -20,9 +20,8 @@ pub mod iq2_xxs {
             let aux = u32_at(b, at + 4);
             let scale = (2 * (aux >> 28) + 1) as u8;
             for l in 0..4 {
-                let grid = IQ2XXS_GRID[usize::from(b[at + l])].to_le_bytes();
                 let g = 4 * ib + l;
-                signed(&grid, signs7(aux >> (7 * l)), &mut u.values[8 * g..8 * g + 8]);
+                u.set_group(g, IQ2XXS_GRID[usize::from(b[at + l])], signs7(aux >> (7 * l)));
                 u.scales[g] = scale;
             }
         }
@@ -41,8 +40,7 @@ pub mod iq2_xs {
         u.d = f16_at(b, 0);
         for g in 0..32 {
             let q = u16_at(b, 2 + 2 * g);
-            let grid = IQ2XS_GRID[usize::from(q & 511)].to_le_bytes();
-            signed(&grid, signs7(u32::from(q >> 9)), &mut u.values[8 * g..8 * g + 8]);
+            u.set_group(g, IQ2XS_GRID[usize::from(q & 511)], signs7(u32::from(q >> 9)));
             u.scales[g] = two_scales(b[66 + g / 4], g);
         }
     }
@@ -62,8 +60,7 @@ pub mod iq2_s {
         for g in 0..32 {
             let (ib, l) = (g / 4, g % 4);
             let high = (u32::from(b[66 + ib]) << (8 - 2 * l)) & 0x300;
-            let grid = IQ2S_GRID[(u32::from(b[2 + g]) | high) as usize].to_le_bytes();
-            signed(&grid, b[34 + g], &mut u.values[8 * g..8 * g + 8]);
+            u.set_group(g, IQ2S_GRID[(u32::from(b[2 + g]) | high) as usize], b[34 + g]);
             u.scales[g] = two_scales(b[74 + ib], g);
         }
     }

@@ -23,18 +23,23 @@ pub use iq2::{iq2_s, iq2_xs, iq2_xxs};
 pub use iq3::{iq3_s, iq3_xxs};
 
 use super::blocks::{f16_le, BlockQ8K};
+#[cfg(test)]
+use super::GgmlType;
 use super::QK_K;
 
 /// Values per group of one scale entry in [`Unpacked`].
-const GROUP: usize = 8;
-const GROUPS: usize = QK_K / GROUP;
+pub(crate) const GROUP: usize = 8;
+pub(crate) const GROUPS: usize = QK_K / GROUP;
 
 /// One super-block in the shared form.
 pub(crate) struct Unpacked {
     /// The block's scale (the f16 `d`).
     pub d: f32,
-    /// The 256 grid values with their signs.
-    pub values: [i8; QK_K],
+    /// Each group's 8 grid values as the bytes of one word, lowest first: magnitudes, whose
+    /// signs are in `signs`, for IQ2 and IQ3; the signed values themselves (as i8) for IQ1.
+    pub values: [u64; GROUPS],
+    /// Each group of 8's signs: bit `j` set makes value `j` negative (0 for IQ1).
+    pub signs: [u8; GROUPS],
     /// The odd integer scale of each group of 8 values.
     pub scales: [u8; GROUPS],
     /// IQ1's shift of each group of 8: +1 or -1 (times 1/8); 0 for the other types.
@@ -43,7 +48,7 @@ pub(crate) struct Unpacked {
 
 impl Default for Unpacked {
     fn default() -> Self {
-        Unpacked { d: 0.0, values: [0; QK_K], scales: [0; GROUPS], shifts: [0; GROUPS] }
+        Unpacked { d: 0.0, values: [0; GROUPS], signs: [0; GROUPS], scales: [0; GROUPS], shifts: [0; GROUPS] }
     }
 }
 
@@ -59,7 +64,7 @@ pub(crate) struct GridType {
 }
 
 /// Shift of an IQ1 value per unit of [`Unpacked::shifts`] (ggml's `IQ1S_DELTA`).
-const SHIFT: f32 = 0.125;
+pub(crate) const SHIFT: f32 = 0.125;
 
 impl GridType {
     /// Dequantizes the super-blocks of `row` into `out`.
@@ -72,8 +77,9 @@ impl GridType {
                 // ggml: (d · (scale / 2)) · 2c for IQ2 and IQ3_XXS, which rounds as (d · scale) · c
                 let db = u.d * f32::from(u.scales[g]) * self.c;
                 let shift = f32::from(u.shifts[g]) * SHIFT;
-                for (v, &q) in ys.iter_mut().zip(&u.values[g * GROUP..]) {
-                    *v = if self.shifted { db * (f32::from(q) + shift) } else { db * f32::from(q) };
+                for (j, v) in ys.iter_mut().enumerate() {
+                    let q = f32::from(u.value(g, j));
+                    *v = if self.shifted { db * (q + shift) } else { db * q };
                 }
             }
         }
@@ -88,7 +94,7 @@ impl GridType {
             let (mut sumi, mut shifted) = (0i32, 0i32);
             for g in 0..GROUPS {
                 let range = g * GROUP..(g + 1) * GROUP;
-                let dot: i32 = u.values[range.clone()].iter().zip(&a.qs[range.clone()]).map(|(&v, &q)| i32::from(v) * i32::from(q)).sum();
+                let dot: i32 = (0..GROUP).map(|j| i32::from(u.value(g, j)) * i32::from(a.qs[g * GROUP + j])).sum();
                 let scale = i32::from(u.scales[g]);
                 sumi += scale * dot;
                 if self.shifted {
@@ -102,22 +108,43 @@ impl GridType {
     }
 }
 
-/// The byte with 7 sign bits and an eighth that makes their count even (ggml's `ksigns_iq2xs`).
-#[inline]
-pub(super) fn signs7(bits: u32) -> u8 {
-    let b = (bits & 127) as u8;
-    b | (((b.count_ones() & 1) as u8) << 7)
-}
+impl Unpacked {
+    /// Value `j` of group `g` with its sign.
+    #[inline]
+    pub fn value(&self, g: usize, j: usize) -> i8 {
+        let v = (self.values[g] >> (8 * j)) as u8 as i8;
+        // magnitudes are below 64: no overflow
+        if self.signs[g] >> j & 1 == 1 {
+            -v
+        } else {
+            v
+        }
+    }
 
-/// Writes `magnitudes` (bytes of a grid entry, lowest first) into `out` negated where bit `j`
-/// of `signs` is set.
-#[inline]
-pub(super) fn signed(magnitudes: &[u8], signs: u8, out: &mut [i8]) {
-    for (j, (o, &m)) in out.iter_mut().zip(magnitudes).enumerate() {
-        // magnitudes are below 64: no i8 overflow
-        *o = if signs >> j & 1 == 1 { -(m as i8) } else { m as i8 };
+    /// Sets group `g` to a grid entry (its 8 bytes, lowest first) and `signs`.
+    #[inline]
+    pub(super) fn set_group(&mut self, g: usize, entry: u64, signs: u8) {
+        self.values[g] = entry;
+        self.signs[g] = signs;
     }
 }
+
+/// The byte with the low 7 bits of `bits` as signs and an eighth that makes their count even
+/// (ggml's `ksigns_iq2xs`).
+#[inline]
+pub(super) fn signs7(bits: u32) -> u8 {
+    SIGNS7[(bits & 127) as usize]
+}
+
+static SIGNS7: [u8; 128] = {
+    let mut t = [0u8; 128];
+    let mut b = 0;
+    while b < 128 {
+        t[b] = b as u8 | (((b as u8).count_ones() & 1) as u8) << 7;
+        b += 1;
+    }
+    t
+};
 
 /// The f16 at `b[at..at + 2]`.
 #[inline]
@@ -152,6 +179,51 @@ macro_rules! grid_row_fns {
     };
 }
 pub(crate) use grid_row_fns;
+
+/// The [`GridType`] of `ty`, if it is a grid i-quant.
+#[cfg(test)]
+pub(crate) fn grid_type(ty: GgmlType) -> Option<&'static GridType> {
+    Some(match ty {
+        GgmlType::IQ2_XXS => &iq2_xxs::TYPE,
+        GgmlType::IQ2_XS => &iq2_xs::TYPE,
+        GgmlType::IQ2_S => &iq2_s::TYPE,
+        GgmlType::IQ3_XXS => &iq3_xxs::TYPE,
+        GgmlType::IQ3_S => &iq3_s::TYPE,
+        GgmlType::IQ1_S => &iq1_s::TYPE,
+        GgmlType::IQ1_M => &iq1_m::TYPE,
+        _ => return None,
+    })
+}
+
+/// `n` super-blocks of grid type `ty` from random bytes, each block's f16 scale set to a small
+/// positive value (every other byte pattern is a valid block): test weights for the types the
+/// engine cannot quantize to.
+#[cfg(test)]
+pub(crate) fn random_row(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
+    let t = grid_type(ty).expect("a grid type");
+    let mut s = seed.wrapping_add(1);
+    let mut row: Vec<u8> = (0..n * t.block_bytes)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 33) as u8
+        })
+        .collect();
+    for (i, b) in row.chunks_exact_mut(t.block_bytes).enumerate() {
+        let d = super::blocks::f16_le_from(0.001 + 0.0007 * i as f32);
+        if ty == GgmlType::IQ1_M {
+            // the f16 lives in the top nibbles of the four scale words
+            let bits = u16::from_le_bytes(d);
+            for k in 0..4 {
+                let at = 48 + 2 * k;
+                let w = (u16_at(b, at) & 0x0fff) | (((bits >> (4 * k)) & 15) << 12);
+                b[at..at + 2].copy_from_slice(&w.to_le_bytes());
+            }
+        } else {
+            b[..2].copy_from_slice(&d);
+        }
+    }
+    row
+}
 
 #[cfg(test)]
 mod tests;

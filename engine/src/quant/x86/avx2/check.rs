@@ -50,6 +50,10 @@ fn weights(ty: GgmlType, n: usize, data: Data, rng: &mut Rng) -> Vec<u8> {
     let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
     match data {
         Data::Zero => {}
+        // the grid i-quants have no quantizer: random blocks stand for quantized weights
+        Data::Quantized if crate::quant::iq_grid::grid_type(ty).is_some() => {
+            w = crate::quant::iq_grid::random_row(ty, n / crate::quant::QK_K, rng.next());
+        }
         Data::Quantized => {
             let x: Vec<f32> = (0..n).map(|_| rng.float()).collect();
             (ops_for(ty, Isa::Scalar).unwrap().quantize.expect("a type with a quantizer"))(&x, &mut w);
@@ -205,6 +209,9 @@ fn vec_dot_throughput() {
         GgmlType::Q8_0,
         GgmlType::IQ4_NL,
         GgmlType::MXFP4,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_M,
         GgmlType::F16,
         GgmlType::BF16,
         GgmlType::F32,

@@ -1,4 +1,5 @@
-//! The AVX2 tier: float, legacy-quant, K-quant and table-level (IQ4, MXFP4) row kernels.
+//! The AVX2 tier: float, legacy-quant, K-quant, table-level (IQ4, MXFP4) and grid i-quant row
+//! kernels.
 
 use crate::quant::dispatch::Kernels;
 use crate::quant::GgmlType;
@@ -7,6 +8,7 @@ use crate::quant::GgmlType;
 pub(crate) mod check;
 mod float;
 mod float_gemm;
+pub(in crate::quant::x86) mod grid;
 mod k_quants;
 mod k_quants_q5q6;
 #[cfg(test)]
@@ -20,7 +22,11 @@ pub(crate) use panel::panel_kernel;
 
 /// This tier's kernels for `ty`, or `None` where the scalar ones serve.
 pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
-    float::kernels(ty).or_else(|| legacy::kernels(ty)).or_else(|| k_quants::kernels(ty)).or_else(|| nonlinear::kernels(ty))
+    float::kernels(ty)
+        .or_else(|| legacy::kernels(ty))
+        .or_else(|| k_quants::kernels(ty))
+        .or_else(|| nonlinear::kernels(ty))
+        .or_else(|| grid::kernels(ty))
 }
 
 /// This tier's many-row product for `ty` (float weights only), or `None`.

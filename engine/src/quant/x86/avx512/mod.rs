@@ -13,9 +13,14 @@ mod panel;
 pub(crate) use panel::panel_kernel;
 
 /// This tier's kernels for `ty`, or `None` where the scalar ones serve. The table-level types
-/// (IQ4_NL, IQ4_XS, MXFP4) run the AVX2 tier's kernels: every AVX-512 CPU has their features.
+/// (IQ4_NL, IQ4_XS, MXFP4) and the grid i-quants run the AVX2 tier's kernels: every AVX-512 CPU
+/// has their features.
 pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
-    float::kernels(ty).or_else(|| legacy::kernels(ty)).or_else(|| k_quants::kernels(ty)).or_else(|| super::avx2::nonlinear::kernels(ty))
+    float::kernels(ty)
+        .or_else(|| legacy::kernels(ty))
+        .or_else(|| k_quants::kernels(ty))
+        .or_else(|| super::avx2::nonlinear::kernels(ty))
+        .or_else(|| super::avx2::grid::kernels(ty))
 }
 
 /// This tier's many-row product for float type `ty`, or `None`.
