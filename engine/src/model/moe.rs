@@ -7,7 +7,7 @@
 //! does not depend on the other rows it runs with (the dense kernels' guarantee), and the
 //! weighted sum runs in the token's choice order, so a row's output is the same in any batch.
 
-use super::blocks::{gated_ffn, linear, project, project_each, Linear, ScaleAt};
+use super::blocks::{gated_ffn, linear, project, Linear, ScaleAt};
 use super::config::{ExpertConfig, ExpertGroups};
 use super::error::ModelError;
 use super::weights::Loader;
@@ -201,18 +201,30 @@ pub(crate) fn forward<B: Backend>(b: &B, act: Activation, w: &Experts<B>, h: &B:
         }
     }
     let mut outputs: Vec<Option<B::Tensor>> = (0..x.n_expert).map(|_| None).collect();
+    // experts routed the same rows (every chosen expert of a single token) share one selection of
+    // them and, without scales, one pass of the backend over all their gate and up matrices
+    let mut groups: Vec<(&[usize], Vec<usize>)> = Vec::new();
     for (e, rows_of_e) in assigned.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
-        let xs = b.select_rows(h, rows_of_e)?; // |rows of e| x n_embd
-        let (mut g, u) = match (&w.gate.scales, &w.up.scales) {
-            // one pass of the backend over both matrices when neither has scales
+        match groups.iter_mut().find(|(rows, _)| *rows == rows_of_e.as_slice()) {
+            Some((_, experts)) => experts.push(e),
+            None => groups.push((rows_of_e, vec![e])),
+        }
+    }
+    for (rows_of_group, experts) in groups {
+        let xs = b.select_rows(h, rows_of_group)?; // |rows| x n_embd
+        let gate_up: Vec<(B::Tensor, B::Tensor)> = match (&w.gate.scales, &w.up.scales) {
             (None, None) => {
-                let [g, u] = project_each(b, [&w.gate.w[e], &w.up.w[e]], [w.gate.bias(e), w.up.bias(e)], &xs)?;
-                (g, u)
+                let ms: Vec<&B::Matrix> = experts.iter().flat_map(|&e| [&w.gate.w[e], &w.up.w[e]]).collect();
+                let biases: Vec<Option<&B::Vector>> = experts.iter().flat_map(|&e| [w.gate.bias(e), w.up.bias(e)]).collect();
+                let mut ys = b.matmul_each(&ms, &biases, &xs)?.into_iter();
+                experts.iter().map(|_| (ys.next().expect("a gate product"), ys.next().expect("an up product"))).collect()
             }
-            _ => (w.gate.product(b, e, &xs)?, w.up.product(b, e, &xs)?),
-        }; // |rows of e| x n_ff
-        b.glu(act, &mut g, &u)?;
-        outputs[e] = Some(w.down.product(b, e, &g)?); // |rows of e| x n_embd
+            _ => experts.iter().map(|&e| Ok((w.gate.product(b, e, &xs)?, w.up.product(b, e, &xs)?))).collect::<Result<_, ModelError>>()?,
+        }; // per expert |rows| x n_ff twice
+        for (&e, (mut g, u)) in experts.iter().zip(gate_up) {
+            b.glu(act, &mut g, &u)?;
+            outputs[e] = Some(w.down.product(b, e, &g)?); // |rows| x n_embd
+        }
     }
     let mut out = b.zeros(rows, n_embd)?;
     for k in 0..x.n_used {

@@ -1,0 +1,45 @@
+//! Writes a random-weight model of one of `engine_tests::shaped`'s shapes to a GGUF file, for
+//! speed beside llama.cpp on the same file (`tools/bench-side-by-side.sh FILE`):
+//!
+//!   shaped-model SHAPE TEMPLATE.gguf OUT.gguf
+//!
+//! SHAPE: qwen3-30b-a3b-12 (a mixture of experts), qwen2.5-0.5b, llama-3-8b. The template, a
+//! real model of the shape's vocabulary (a Qwen2.5 GGUF for the Qwen shapes), gives the
+//! vocabulary and the other metadata llama.cpp needs to load the file.
+
+use std::io::BufWriter;
+use std::process::ExitCode;
+
+use engine::gguf::GgufFile;
+use engine_tests::shaped::{self, Shape};
+
+fn shape(name: &str) -> Option<Shape> {
+    Some(match name {
+        "qwen3-30b-a3b-12" => shaped::QWEN3_30B_A3B_12_LAYERS,
+        "qwen2.5-0.5b" => shaped::QWEN2_5_0_5B,
+        "llama-3-8b" => shaped::LLAMA_3_8B,
+        _ => return None,
+    })
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    let [name, template, out] = args else { return Err("usage: shaped-model SHAPE TEMPLATE.gguf OUT.gguf".into()) };
+    let shape = shape(name).ok_or_else(|| format!("unknown shape {name:?} (qwen3-30b-a3b-12, qwen2.5-0.5b, llama-3-8b)"))?;
+    let template = GgufFile::open(template).map_err(|e| format!("{template}: {e}"))?;
+    let w = shaped::writer(&shape, &template)?;
+    let file = std::fs::File::create(out).map_err(|e| format!("{out}: {e}"))?;
+    let bytes = w.write(BufWriter::new(file)).map_err(|e| format!("{out}: {e}"))?;
+    eprintln!("wrote {out}: {} ({bytes} bytes)", shape.name);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
