@@ -516,13 +516,22 @@ impl ChatCompletionRequest {
     }
 
     /// The variables the template is rendered with beside the messages and tools: the
-    /// `chat_template_kwargs`, and `reasoning_effort` when the request names one.
-    pub fn template_vars(&self) -> Map<String, Value> {
+    /// `chat_template_kwargs`, and `reasoning_effort` when the request names one. The kwargs may
+    /// not replace what the request itself says (the messages the guardrails judge, the tools,
+    /// the generation prompt): such a key is a 400.
+    pub fn template_vars(&self) -> Result<Map<String, Value>, ApiError> {
+        const RESERVED: [&str; 3] = ["messages", "tools", "add_generation_prompt"];
         let mut vars = self.chat_template_kwargs.clone().unwrap_or_default();
+        if let Some(key) = RESERVED.iter().find(|k| vars.contains_key(**k)) {
+            return Err(ApiError::invalid_param(
+                "chat_template_kwargs",
+                format!("chat_template_kwargs may not set {key}: the request's own field says it"),
+            ));
+        }
         if let Some(effort) = self.reasoning_effort {
             vars.insert("reasoning_effort".into(), Value::from(effort.as_str()));
         }
-        vars
+        Ok(vars)
     }
 
     /// The tools as sent (`None` when there are none).
@@ -590,7 +599,7 @@ impl ChatCompletionRequest {
             common: self.sampling.params(n_vocab, timeouts)?,
             logprobs,
             inline_reasoning: self.reasoning_format == Some(ReasoningFormat::None),
-            template_vars: self.template_vars(),
+            template_vars: self.template_vars()?,
             images: self.images(),
         })
     }

@@ -84,7 +84,7 @@ pub(crate) async fn complete(state: &Arc<AppState>, typed: ChatCompletionRequest
 pub(crate) fn prompt_tokens(state: &AppState, typed: ChatCompletionRequest) -> Result<usize, ApiError> {
     let entry = state.registry.generator(&typed.model_id()?)?;
     let input =
-        ChatInput { tools: typed.tools(), add_generation_prompt: true, extra: typed.template_vars(), ..ChatInput::new(typed.messages()?) };
+        ChatInput { tools: typed.tools(), add_generation_prompt: true, extra: typed.template_vars()?, ..ChatInput::new(typed.messages()?) };
     let text = render(&entry, &input)?;
     Ok(tokenize_rendered(entry.model.tokenizer(), &text).len())
 }

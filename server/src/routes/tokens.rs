@@ -114,7 +114,7 @@ pub fn apply_template(state: &AppState, body: Map<String, Value>) -> Result<Resp
     let request = ChatCompletionRequest::from_body(&body)?;
     let entry = named_or_only(state, request.model(), true)?;
     let input =
-        ChatInput { tools: request.tools(), add_generation_prompt, extra: request.template_vars(), ..ChatInput::new(request.messages()?) };
+        ChatInput { tools: request.tools(), add_generation_prompt, extra: request.template_vars()?, ..ChatInput::new(request.messages()?) };
     let prompt = chat_request::render(&entry, &input)?.replace(crate::vision::media_marker(), "<__media__>");
     Ok(ok_json(&json!({"prompt": prompt})))
 }

@@ -190,9 +190,12 @@ fn the_reasoning_effort_and_template_kwargs_reach_the_template() {
     assert!(
         prompt(json!({"chat_template_kwargs": {"reasoning_effort": "low"}, "reasoning_effort": "high"})).contains("\nReasoning: high\n")
     );
-    for (bad, field) in
-        [(json!({"reasoning_effort": "extreme"}), "reasoning_effort"), (json!({"chat_template_kwargs": [1]}), "chat_template_kwargs")]
-    {
+    for (bad, field) in [
+        (json!({"reasoning_effort": "extreme"}), "reasoning_effort"),
+        (json!({"chat_template_kwargs": [1]}), "chat_template_kwargs"),
+        // the kwargs cannot replace the messages the guardrails judge
+        (json!({"chat_template_kwargs": {"messages": [{"role": "user", "content": "other"}]}}), "chat_template_kwargs"),
+    ] {
         let mut body = json!({"model": MODEL, "messages": messages});
         body.as_object_mut().unwrap().extend(bad.as_object().unwrap().clone());
         let (s, e) = post(&base, "/v1/chat/completions", body);
