@@ -77,25 +77,27 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// attention's heads), as one matrix per expert over the same bytes; a stack of one may be
     /// written as a 2-D tensor.
     pub fn expert_matrices(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<B::Matrix>, ModelError> {
-        let t = self.info(name).ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        let t = self.stack_info(name, n, rows, cols)?.ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        self.upload_parts(t, std::iter::repeat_n(rows, n), cols)
+    }
+
+    /// The 3-D tensor `name` if present, checked to be `n` stacked `rows` x `cols` matrices (a
+    /// stack of one may be written as a 2-D tensor) of a computable type.
+    fn stack_info(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Option<&TensorInfo>, ModelError> {
+        let Some(t) = self.info(name) else { return Ok(None) };
         let expected = vec![cols as u64, rows as u64, n as u64];
         if t.dims != expected && !(n == 1 && t.dims == expected[..2]) {
             return Err(ModelError::TensorShape { name: name.into(), expected, got: t.dims.clone() });
         }
         self.check_type(t)?;
-        self.upload_parts(t, std::iter::repeat_n(rows, n), cols)
+        Ok(Some(t))
     }
 
     /// The 3-D tensor `name` of `n` stacked matrices of `2 · rows` x `cols`, if present, each
     /// taken apart into its first and its second `rows` rows: fused experts (`ffn_gate_up_exps`,
     /// gate first), as one list of matrices per half.
     pub fn expert_matrix_halves(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Option<[Vec<B::Matrix>; 2]>, ModelError> {
-        let Some(t) = self.info(name) else { return Ok(None) };
-        let expected = vec![cols as u64, 2 * rows as u64, n as u64];
-        if t.dims != expected && !(n == 1 && t.dims == expected[..2]) {
-            return Err(ModelError::TensorShape { name: name.into(), expected, got: t.dims.clone() });
-        }
-        self.check_type(t)?;
+        let Some(t) = self.stack_info(name, n, 2 * rows, cols)? else { return Ok(None) };
         let parts = self.upload_parts(t, std::iter::repeat_n(rows, 2 * n), cols)?;
         let (mut first, mut second) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for (i, m) in parts.into_iter().enumerate() {

@@ -76,6 +76,11 @@ pub(crate) struct Call {
 }
 
 impl Call {
+    /// A call the reply made, with a fresh id (`call_` and 22 random characters).
+    pub fn new(name: String, arguments: String) -> Call {
+        Call { id: format!("call_{}", &random_id()[..22]), name, arguments }
+    }
+
     /// The call as a chat completion's `tool_calls` entry.
     pub fn to_openai(&self) -> Value {
         json!({"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}})
@@ -95,7 +100,7 @@ pub(crate) fn split_tool_calls(text: &str, choice: &ToolChoice) -> (String, Vec<
             ToolChoice::Named(name) => &c.name == name,
             _ => true,
         })
-        .map(|c| Call { id: format!("call_{}", &random_id()[..22]), name: c.name.clone(), arguments: c.arguments.to_string() })
+        .map(|c| Call::new(c.name.clone(), c.arguments.to_string()))
         .collect();
     if calls.is_empty() {
         (text.to_string(), Vec::new())

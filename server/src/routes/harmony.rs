@@ -12,7 +12,7 @@
 use serde_json::Value;
 
 use super::chat_request::ToolChoice;
-use super::reasoning::Split;
+use super::reasoning::{partial_suffix, Split};
 
 /// The generation prompt of a harmony template: the reply opens with a message header.
 const GENERATION_PROMPT: &str = "<|start|>assistant";
@@ -243,11 +243,6 @@ fn opens_header(text: &str) -> bool {
 fn word(text: &str) -> &str {
     let end = text.find(|c: char| c.is_whitespace() || c == '<').unwrap_or(text.len());
     &text[..end]
-}
-
-/// The length of the longest proper prefix of `tag` that `text` ends with.
-fn partial_suffix(text: &str, tag: &str) -> usize {
-    (1..tag.len()).rev().find(|&k| text.ends_with(&tag[..k])).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -137,8 +137,9 @@ pub fn reasoning_tokens(tokenizer: &Tokenizer, tokens: &[TokenId], opened: bool)
     n
 }
 
-/// The length of the longest proper prefix of `tag` that `text` ends with.
-fn partial_suffix(text: &str, tag: &str) -> usize {
+/// The length of the longest proper prefix of `tag` that `text` ends with (0 if none): text a
+/// streamed reply holds back because the next piece may complete the tag.
+pub(super) fn partial_suffix(text: &str, tag: &str) -> usize {
     (1..tag.len()).rev().find(|&k| text.ends_with(&tag[..k])).unwrap_or(0)
 }
 

@@ -9,7 +9,6 @@
 use engine::tokenizer::{TokenId, Tokenizer};
 
 use super::chat_request::{split_tool_calls, Call, ChatRequest, ToolChoice};
-use super::generation::random_id;
 use super::harmony::{prompt_opens_harmony, HarmonyCall, HarmonySplit};
 use super::reasoning::{self, prompt_opens_thinking, Split, ThinkSplit};
 use super::tool_stream::ContentGate;
@@ -40,7 +39,7 @@ impl ReplySyntax {
 
 /// Harmony's calls with the ids the answer gives them.
 fn harmony_calls(calls: Vec<HarmonyCall>) -> Vec<Call> {
-    calls.into_iter().map(|c| Call { id: format!("call_{}", &random_id()[..22]), name: c.name, arguments: c.arguments }).collect()
+    calls.into_iter().map(|c| Call::new(c.name, c.arguments)).collect()
 }
 
 /// A reply kept whole (`reasoning_format: "none"`): a thinking block the prompt opened is opened

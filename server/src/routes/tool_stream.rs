@@ -4,6 +4,8 @@
 //! after it would trim it away). The concatenated deltas equal the non-streamed `content`, but
 //! for whitespace that opens a reply holding a call (sent before the call could be known).
 
+use super::reasoning::partial_suffix;
+
 /// The markers after which a reply is a tool call (Hermes / Qwen, Mistral).
 const MARKERS: [&str; 2] = ["<tool_call>", "[TOOL_CALLS]"];
 
@@ -38,7 +40,7 @@ impl ContentGate {
                 self.text[..at].trim_end().len()
             }
             None => {
-                let partial = MARKERS.iter().map(|m| partial_marker_len(&self.text, m)).max().unwrap_or(0);
+                let partial = MARKERS.iter().map(|m| partial_suffix(&self.text, m)).max().unwrap_or(0);
                 self.text[..self.text.len() - partial].trim_end().len()
             }
         };
@@ -61,11 +63,6 @@ impl ContentGate {
         let sent = &self.text[..self.sent];
         content.strip_prefix(sent).or_else(|| content.strip_prefix(sent.trim_start())).unwrap_or_default().to_string()
     }
-}
-
-/// The length of the longest proper prefix of `marker` that `text` ends with (0 if none).
-fn partial_marker_len(text: &str, marker: &str) -> usize {
-    (1..marker.len()).rev().find(|&k| text.ends_with(&marker[..k])).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -28,8 +28,8 @@ use super::GgmlType;
 use super::QK_K;
 
 /// Values per group of one scale entry in [`Unpacked`].
-pub(crate) const GROUP: usize = 8;
-pub(crate) const GROUPS: usize = QK_K / GROUP;
+const GROUP: usize = 8;
+const GROUPS: usize = QK_K / GROUP;
 
 /// One super-block in the shared form.
 pub(crate) struct Unpacked {

@@ -12,7 +12,7 @@ use core::arch::x86_64::*;
 
 use crate::quant::blocks::BlockQ8K;
 use crate::quant::dispatch::Kernels;
-use crate::quant::iq_grid::{self, GridType, Unpacked, GROUP, GROUPS};
+use crate::quant::iq_grid::{self, GridType, Unpacked};
 use crate::quant::x86::common::dot_blocks;
 use crate::quant::{GgmlType, QK_K};
 
@@ -120,8 +120,6 @@ unsafe fn dot_avx2(t: &GridType, w: &[u8], act: &[BlockQ8K], nb: usize) -> f32 {
     }
     t.c * sum
 }
-
-const _: () = assert!(GROUP * GROUPS == QK_K);
 
 #[cfg(test)]
 mod tests {
