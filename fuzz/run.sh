@@ -10,7 +10,7 @@
 #       findings land in fuzz/artifacts/TARGET
 #   fuzz/run.sh --ci
 #       what CI runs: the targets built without AddressSanitizer, beside the test build (below),
-#       every saved finding in fuzz/regressions/ replayed, then each target 10 s on its seeds alone
+#       every saved finding in fuzz/regressions/ replayed, then each target 5 s on its seeds alone
 #       (a fresh corpus in a temporary folder), two at a time
 #   fuzz/run.sh [--ci] --build-only
 #       the build alone
@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
         --seconds) seconds=$2; shift 2 ;;
         --runs) runs=$2; shift 2 ;;
         --jobs) jobs=$2; shift 2 ;;
-        --ci) ci=1; seconds=10; jobs=2; shift ;;
+        --ci) ci=1; seconds=5; jobs=2; shift ;;
         --build-only) build_only=1; shift ;;
         -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         -*) echo "fuzz/run.sh: unknown option $1" >&2; exit 2 ;;

@@ -1,12 +1,19 @@
 #!/usr/bin/env python3
-"""Runs the test binaries cargo built, as `cargo test` would, and reports where the time went.
+"""Runs the test binaries cargo builds, as `cargo test` would, while cargo builds the rest, and
+reports where the time went.
 
-    cargo test --no-run --message-format=json-render-diagnostics ... | tools/run-tests.py [ARG...]
+    cargo test --no-run --message-format=json-render-diagnostics ... \
+        | tools/run-tests.py [--fixtures CMD] [ARG...]
 
-Reads cargo's JSON messages on stdin, then runs every test executable in its package's folder:
-the libtest binaries with ARG... (a filter, `--ignored`, ...) and each test's time reported, the
-benches (criterion, `harness = false`) once in test mode, as `cargo test` runs them. Every binary
-runs even after a failure. Prints each binary's time, then the 10 slowest tests; exits 1 when a
+Reads cargo's JSON messages on stdin as cargo writes them. With --fixtures, CMD (a shell command)
+runs once, as soon as cargo has built engine-cli, with that binary's path as its last argument:
+the fixtures are made beside the rest of the build. Every test executable then runs in its
+package's folder once the fixtures are there, in the order cargo finishes them, the first ones
+beside the build's tail (the build keeps its lower priority, tools/test.sh): the libtest binaries
+with ARG... (a filter, `--ignored`, ...) and each test's time reported, the benches (criterion,
+`harness = false`) once in test mode, as `cargo test` runs them. Every binary runs even after a
+failure; a failed build runs nothing more. Prints when the build and the fixtures finished, each
+binary's time (wall and CPU), then the 10 slowest tests; exits 1 when the build, the fixtures or a
 test failed.
 
 libtest reports a test's time only behind `-Z unstable-options`, which a stable toolchain allows
@@ -15,39 +22,61 @@ the build is the same as `cargo test`'s.
 """
 import json
 import os
+import queue
 import re
+import resource
+import shlex
 import subprocess
 import sys
+import threading
 import time
 
 TEST_TIME = re.compile(r"^test (.+?) \.\.\. (ok|FAILED|ignored)(?: <([0-9.]+)s>)?\s*$")
 
 
-def executables(messages):
-    """(package, kind, name, path, folder) of each test executable in cargo's messages."""
-    found = []
+BUILD_DONE = "build-finished"
+
+
+def read_messages(messages, out):
+    """Puts on `out`, as cargo reports them: ("cli", path) for engine-cli, ("test", (package,
+    kind, name, path, folder)) for each test executable, then (BUILD_DONE, success). Reads to the
+    end, so that cargo never waits on a full pipe while a test runs."""
+    success = False
     for line in messages:
         line = line.strip()
         if not line.startswith("{"):
             continue
         msg = json.loads(line)
-        if msg.get("reason") != "compiler-artifact" or not msg.get("executable") or not msg["profile"]["test"]:
+        if msg.get("reason") == "build-finished":
+            success = bool(msg.get("success"))
+        if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
             continue
         target = msg["target"]
+        if not msg["profile"]["test"]:
+            if target["name"] == "engine-cli" and "bin" in target["kind"]:
+                out.put(("cli", msg["executable"]))
+            continue
         package = msg["package_id"].split("#")[0].rsplit("/", 1)[-1]
         folder = os.path.dirname(msg["manifest_path"])
-        found.append((package, target["kind"][0], target["name"], msg["executable"], folder))
-    return found
+        out.put(("test", (package, target["kind"][0], target["name"], msg["executable"], folder)))
+    out.put((BUILD_DONE, success))
+
+
+def cpu_seconds():
+    """User plus system CPU time of every finished child process (and theirs, once waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run(binary, args):
-    """Runs one test binary, echoing its output; returns (exit status, seconds, [(test, seconds)])."""
+    """Runs one test binary, echoing its output; returns (exit status, seconds, CPU seconds,
+    [(test, seconds)])."""
     package, kind, name, path, folder = binary
     bench = kind == "bench"
     argv = [path] + ([] if bench else ["-Z", "unstable-options", "--report-time"] + args)
     print(f"     Running {package} {kind} {name} ({os.path.relpath(path)})", flush=True)
     env = dict(os.environ, RUSTC_BOOTSTRAP="1")
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), cpu_seconds()
     proc = subprocess.Popen(argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     times = []
     for line in proc.stdout:
@@ -56,28 +85,76 @@ def run(binary, args):
         if m and m.group(3):
             times.append((f"{package}::{name}::{m.group(1)}", float(m.group(3))))
     status = proc.wait()
-    return status, time.monotonic() - t0, times
+    return status, time.monotonic() - t0, cpu_seconds() - cpu0, times
 
 
 def main():
-    binaries = executables(sys.stdin)
-    if not binaries:
-        sys.exit("run-tests: cargo built no test executable")
     args = sys.argv[1:]
+    fixtures_cmd = None
+    if args[:1] == ["--fixtures"]:
+        fixtures_cmd, args = args[1], args[2:]
+    t0 = time.monotonic()
+    messages = queue.Queue()
+    threading.Thread(target=read_messages, args=(sys.stdin, messages), daemon=True).start()
+    fixtures = None
+    pending, build_ok, build_seconds = [], None, None
     failed, per_binary, per_test = [], [], []
-    for binary in binaries:
-        status, seconds, times = run(binary, args)
-        per_binary.append((seconds, binary))
-        per_test += times
+
+    def take(block):
+        """Moves cargo's next report (waiting for it when `block`) into the state above."""
+        nonlocal fixtures, build_ok, build_seconds
+        try:
+            kind, value = messages.get(block=block)
+        except queue.Empty:
+            return False
+        if kind == "cli" and fixtures_cmd and fixtures is None:
+            print(f"== fixtures, beside the build ({time.monotonic() - t0:.0f} s)", flush=True)
+            fixtures = (subprocess.Popen(f"{fixtures_cmd} {shlex.quote(value)}", shell=True), time.monotonic())
+        elif kind == "test":
+            pending.append(value)
+        elif kind == BUILD_DONE:
+            build_ok, build_seconds = value, time.monotonic() - t0
+            print(f"== build finished in {build_seconds:.0f} s" + ("" if value else ": FAILED"), flush=True)
+        return True
+
+    # the fixtures first: they start once engine-cli is there (or when the build ends without it)
+    while fixtures_cmd and (fixtures is None or fixtures[0].poll() is None) and build_ok is not False:
+        if fixtures is None and build_ok:
+            sys.exit("run-tests: the build made no engine-cli for the fixtures")
+        take(block=fixtures is None) or time.sleep(0.2)
+    if fixtures:
+        status = fixtures[0].wait()
+        print(f"== fixtures: {time.monotonic() - fixtures[1]:.0f} s" + ("" if status == 0 else ": FAILED"), flush=True)
         if status != 0:
-            failed.append(binary)
-    print("\n== time per test binary")
-    for seconds, (package, kind, name, _, _) in sorted(per_binary, reverse=True):
-        print(f"{seconds:8.1f} s  {package} {kind} {name}")
+            sys.exit("run-tests: the fixtures failed")
+    # then each test binary as it comes
+    while build_ok is not False:
+        while take(block=False):
+            pass
+        if pending:
+            binary = pending.pop(0)
+            status, seconds, cpu, times = run(binary, args)
+            per_binary.append((seconds, cpu, binary))
+            per_test += times
+            if status != 0:
+                failed.append(binary)
+        elif build_ok is None:
+            take(block=True)
+        else:
+            break
+    if build_ok is False:
+        sys.exit("run-tests: the build failed")
+    if not per_binary:
+        sys.exit("run-tests: cargo built no test executable")
+    print("\n== time per test binary (wall, and the CPU time of it and the processes it started)")
+    for seconds, cpu, (package, kind, name, _, _) in sorted(per_binary, key=lambda b: -b[0]):
+        print(f"{seconds:8.1f} s {cpu:8.1f} CPU-s  {package} {kind} {name}")
     print("== the 10 slowest tests")
     for name, seconds in sorted(per_test, key=lambda t: -t[1])[:10]:
         print(f"{seconds:8.1f} s  {name}")
-    print(f"== {len(binaries)} test binaries in {sum(s for s, _ in per_binary):.0f} s")
+    wall, cpu = sum(b[0] for b in per_binary), sum(b[1] for b in per_binary)
+    print(f"== {len(per_binary)} test binaries in {wall:.0f} s, {cpu:.0f} CPU-s; the build took {build_seconds:.0f} s,"
+          f" all of it {time.monotonic() - t0:.0f} s")
     if failed:
         for package, kind, name, _, _ in failed:
             print(f"run-tests: FAILED: {package} {kind} {name}", file=sys.stderr)
