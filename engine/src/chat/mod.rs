@@ -201,7 +201,11 @@ impl ChatTemplate {
             }
         }
         ctx.insert("messages".into(), Value::from(Serde(&messages)));
-        ctx.insert("tools".into(), input.tools.as_ref().map_or(Value::from(()), |t| Value::from(Serde(t))));
+        let tools = match (&input.tools, self.harmony) {
+            (Some(tools), true) => Some(tools.iter().cloned().map(harmony_tool).collect()),
+            (tools, _) => tools.clone(),
+        };
+        ctx.insert("tools".into(), tools.as_ref().map_or(Value::from(()), |t: &Vec<serde_json::Value>| Value::from(Serde(t))));
         ctx.insert("documents".into(), Value::from(()));
         ctx.insert("add_generation_prompt".into(), Value::from(input.add_generation_prompt));
         if let Some(bos) = &self.bos_token {
@@ -471,6 +475,19 @@ fn harmony_call_message(message: &mut serde_json::Value) {
     if calls && (reasoning || obj.get("content").is_some_and(|c| c.is_null())) {
         obj.remove("content");
     }
+}
+
+/// A tool for the harmony template: a function without a description gets an empty one. The
+/// template writes `"// " + description` above each function, which fails on an undefined
+/// value, while the description is optional in OpenAI's API (and harmony's own renderer leaves
+/// the comment out).
+fn harmony_tool(mut tool: serde_json::Value) -> serde_json::Value {
+    if let Some(function) = tool.get_mut("function").and_then(|f| f.as_object_mut()) {
+        if function.get("description").is_none_or(|d| d.is_null()) {
+            function.insert("description".into(), serde_json::Value::from(""));
+        }
+    }
+    tool
 }
 
 #[cfg(test)]

@@ -198,3 +198,30 @@ fn a_template_that_reads_only_typed_parts_gets_the_text_as_one_part() {
     assert!(!plain.typed_content);
     assert_eq!(plain.render(&ChatInput::new(vec![json!({"role": "user", "content": "hi"})])).unwrap(), "hi");
 }
+
+/// gpt-oss's template writes each function's description above it: a function without one (the
+/// field is optional in OpenAI's API) renders with an empty comment instead of failing.
+#[test]
+fn a_harmony_function_without_a_description_renders() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/templates/openai-gpt-oss-120b.jinja");
+    let t = ChatTemplate::new(&std::fs::read_to_string(path).unwrap(), None, None).unwrap();
+    let tool = |description: Option<&str>| {
+        let mut function = json!({"name": "get_time", "parameters": {"type": "object", "properties": {}}});
+        if let Some(d) = description {
+            function["description"] = json!(d);
+        }
+        json!({"type": "function", "function": function})
+    };
+    let input = |tools| ChatInput {
+        messages: vec![json!({"role": "user", "content": "Time?"})],
+        tools: Some(tools),
+        add_generation_prompt: true,
+        ..ChatInput::default()
+    };
+    let described = t.render(&input(vec![tool(Some("The time"))])).unwrap();
+    assert!(described.contains("// The time\ntype get_time = () => any;"), "{described}");
+    let bare = t.render(&input(vec![tool(None)])).unwrap();
+    assert!(bare.contains("// \ntype get_time = () => any;"), "{bare}");
+    let null = t.render(&input(vec![json!({"type": "function", "function": {"name": "get_time", "description": null}})])).unwrap();
+    assert!(null.contains("// \ntype get_time = () => any;"), "{null}");
+}

@@ -312,6 +312,8 @@ impl ModelConfig {
         };
         let norm_eps = if facts.encoder { m.f32("attention.layer_norm_epsilon")? } else { m.f32("attention.layer_norm_rms_epsilon")? };
 
+        // YaRN's magnitude over all dimensions: the rotation's factor and MLA's score scale use it
+        let yarn_log_multiplier = m.f32_opt("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0);
         let rope = match facts.rope {
             None => None,
             Some(mut kind) => {
@@ -346,13 +348,12 @@ impl ModelConfig {
                     // `yarn_log_multiplier`), with the kernel's own correction cancelled
                     let scale = 1.0 / freq_scale;
                     let mscale = |m: f32| if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 };
-                    let log_mul = m.f32_opt("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0);
-                    let magnitude = match log_mul {
+                    let magnitude = match yarn_log_multiplier {
                         0.0 => mscale(1.0),
                         // DeepSeek-V2 takes the magnitude over all dimensions for both terms, which
                         // cancel; its scores carry it instead (`LatentConfig::score_scale`)
                         _ if facts.latent_attention => 1.0,
-                        _ => mscale(1.0) / mscale(log_mul),
+                        _ => mscale(1.0) / mscale(yarn_log_multiplier),
                     };
                     attn_factor = magnitude * (1.0 / (1.0 + 0.1 * scale.ln()));
                     yarn = Some(Yarn { ext_factor: 1.0, corr_dims: Yarn::corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow) });
@@ -400,7 +401,7 @@ impl ModelConfig {
             attention_scale = 1.0 / ((n_embd / n_head) as f32).sqrt();
         }
         if let Some(l) = &latent {
-            attention_scale = l.score_scale(rope.as_ref(), m.f32_opt("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0));
+            attention_scale = l.score_scale(rope.as_ref(), yarn_log_multiplier);
         }
 
         let mut sliding_window = None;
