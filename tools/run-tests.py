@@ -47,7 +47,7 @@ def read_messages(messages, out):
         if not line.startswith("{"):
             continue
         msg = json.loads(line)
-        if msg.get("reason") == "build-finished":
+        if msg.get("reason") == BUILD_DONE:
             success = bool(msg.get("success"))
         if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
             continue
@@ -117,11 +117,12 @@ def main():
             print(f"== build finished in {build_seconds:.0f} s" + ("" if value else ": FAILED"), flush=True)
         return True
 
-    # the fixtures first: they start once engine-cli is there (or when the build ends without it)
-    while fixtures_cmd and (fixtures is None or fixtures[0].poll() is None) and build_ok is not False:
-        if fixtures is None and build_ok:
-            sys.exit("run-tests: the build made no engine-cli for the fixtures")
-        take(block=fixtures is None) or time.sleep(0.2)
+    # the fixtures first, once cargo has built engine-cli (the reader thread takes cargo's
+    # messages meanwhile, and while they are made)
+    while fixtures_cmd and fixtures is None and build_ok is None:
+        take(block=True)
+    if fixtures_cmd and fixtures is None and build_ok:
+        sys.exit("run-tests: the build made no engine-cli for the fixtures")
     if fixtures:
         status = fixtures[0].wait()
         print(f"== fixtures: {time.monotonic() - fixtures[1]:.0f} s" + ("" if status == 0 else ": FAILED"), flush=True)

@@ -201,11 +201,10 @@ impl ChatTemplate {
             }
         }
         ctx.insert("messages".into(), Value::from(Serde(&messages)));
-        let tools = match (&input.tools, self.harmony) {
-            (Some(tools), true) => Some(tools.iter().cloned().map(harmony_tool).collect()),
-            (tools, _) => tools.clone(),
-        };
-        ctx.insert("tools".into(), tools.as_ref().map_or(Value::from(()), |t: &Vec<serde_json::Value>| Value::from(Serde(t))));
+        let harmony_tools: Option<Vec<serde_json::Value>> =
+            input.tools.as_ref().filter(|_| self.harmony).map(|tools| tools.iter().cloned().map(harmony_tool).collect());
+        let tools = harmony_tools.as_ref().or(input.tools.as_ref());
+        ctx.insert("tools".into(), tools.map_or(Value::from(()), |t| Value::from(Serde(t))));
         ctx.insert("documents".into(), Value::from(()));
         ctx.insert("add_generation_prompt".into(), Value::from(input.add_generation_prompt));
         if let Some(bos) = &self.bos_token {
