@@ -31,6 +31,14 @@ struct block_q8_K { uint8_t d[4]; int8_t qs[QK_K]; uint8_t bsums[32]; };
 struct block_iq4_nl { uint8_t d[2]; uint8_t qs[QK4_NL / 2]; };
 struct block_iq4_xs { uint8_t d[2]; uint8_t scales_h[2]; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
 struct block_mxfp4 { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; };
+// the grid i-quants (iq_grid.cuh reads them)
+struct block_iq2_xxs { uint8_t d[2]; uint8_t qs[QK_K / 4]; };
+struct block_iq2_xs { uint8_t d[2]; uint8_t qs[QK_K / 4]; uint8_t scales[QK_K / 32]; };
+struct block_iq2_s { uint8_t d[2]; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t scales[QK_K / 32]; };
+struct block_iq3_xxs { uint8_t d[2]; uint8_t qs[3 * QK_K / 8]; };
+struct block_iq3_s { uint8_t d[2]; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t signs[QK_K / 8]; uint8_t scales[QK_K / 64]; };
+struct block_iq1_s { uint8_t d[2]; uint8_t qs[QK_K / 8]; uint8_t qh[QK_K / 16]; };
+struct block_iq1_m { uint8_t qs[QK_K / 8]; uint8_t qh[QK_K / 16]; uint8_t scales[QK_K / 32]; };
 
 static_assert(sizeof(block_q4_0) == 18, "block_q4_0");
 static_assert(sizeof(block_q4_1) == 20, "block_q4_1");
@@ -47,6 +55,13 @@ static_assert(sizeof(block_q8_K) == 292, "block_q8_K");
 static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl");
 static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs");
 static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4");
+static_assert(sizeof(block_iq2_xxs) == 66, "block_iq2_xxs");
+static_assert(sizeof(block_iq2_xs) == 74, "block_iq2_xs");
+static_assert(sizeof(block_iq2_s) == 82, "block_iq2_s");
+static_assert(sizeof(block_iq3_xxs) == 98, "block_iq3_xxs");
+static_assert(sizeof(block_iq3_s) == 110, "block_iq3_s");
+static_assert(sizeof(block_iq1_s) == 50, "block_iq1_s");
+static_assert(sizeof(block_iq1_m) == 56, "block_iq1_m");
 
 // ggml's type ids of the weight types
 #define TYPE_F32 0
@@ -61,14 +76,29 @@ static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4");
 #define TYPE_Q4_K 12
 #define TYPE_Q5_K 13
 #define TYPE_Q6_K 14
+#define TYPE_IQ2_XXS 16
+#define TYPE_IQ2_XS 17
+#define TYPE_IQ3_XXS 18
+#define TYPE_IQ1_S 19
 #define TYPE_IQ4_NL 20
+#define TYPE_IQ3_S 21
+#define TYPE_IQ2_S 22
 #define TYPE_IQ4_XS 23
+#define TYPE_IQ1_M 29
 #define TYPE_BF16 30
 #define TYPE_MXFP4 39
 
-// a little-endian f16 stored as two bytes
+// a little-endian u16, u32 and f16 at any byte offset
+DEVICE uint32_t le16(const uint8_t* b) {
+    return (uint32_t)b[0] | ((uint32_t)b[1] << 8);
+}
+
+DEVICE uint32_t le32(const uint8_t* b) {
+    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
+}
+
 DEVICE float f16_le(const uint8_t* b) {
-    return half_to_float((uint16_t)(b[0] | (b[1] << 8)));
+    return half_to_float((uint16_t)le16(b));
 }
 
 // The sixteen levels a 4-bit index selects in IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl) and in

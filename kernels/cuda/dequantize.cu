@@ -2,10 +2,7 @@
 // computes each value: the same products in the same order, never fused. `get_rows` is the
 // embedding lookup: one block of threads per 256 values of an output row.
 #include "blocks.cuh"
-
-DEVICE uint32_t le32(const uint8_t* b) {
-    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
-}
+#include "iq_grid.cuh"
 
 // quant e (0..32) of a legacy block's 16 nibble bytes: low nibbles first, then high
 DEVICE int nibble(const uint8_t* qs, int e) {
@@ -122,6 +119,14 @@ DEVICE float dequantize_one(const uint8_t* row, int type, int e) {
             const block_mxfp4* b = (const block_mxfp4*)row + e / QK_MXFP4;
             return (float)table_level(LEVELS_MXFP4, nibble(b->qs, e % QK_MXFP4)) * e8m0_half(b->e);
         }
+        case TYPE_IQ2_XXS:
+        case TYPE_IQ2_XS:
+        case TYPE_IQ2_S:
+        case TYPE_IQ3_XXS:
+        case TYPE_IQ3_S:
+        case TYPE_IQ1_S:
+        case TYPE_IQ1_M:
+            return grid_value(row, type, e);
         default:
             return __int_as_float(0x7fc00000);  // NaN: a type without a kernel shows at once
     }

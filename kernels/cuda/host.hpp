@@ -90,6 +90,7 @@ inline uint32_t float_to_bits(float f) {
 #define SHARED static thread_local
 #endif
 #define __constant__ static
+#define DEVICE_TABLE static const
 #define THREAD_ID host::thread_idx.x
 #define BLOCK_ID host::block_idx.x
 #define BLOCK_ID_Y host::block_idx.y

@@ -73,6 +73,13 @@ DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_
         MUL_MAT_Q_CASE(TYPE_IQ4_NL)
         MUL_MAT_Q_CASE(TYPE_IQ4_XS)
         MUL_MAT_Q_CASE(TYPE_MXFP4)
+        MUL_MAT_Q_CASE(TYPE_IQ2_XXS)
+        MUL_MAT_Q_CASE(TYPE_IQ2_XS)
+        MUL_MAT_Q_CASE(TYPE_IQ2_S)
+        MUL_MAT_Q_CASE(TYPE_IQ3_XXS)
+        MUL_MAT_Q_CASE(TYPE_IQ3_S)
+        MUL_MAT_Q_CASE(TYPE_IQ1_S)
+        MUL_MAT_Q_CASE(TYPE_IQ1_M)
         default: {
             float nan[ROWS];
             for (int t = 0; t < ROWS; t++) {
@@ -90,7 +97,7 @@ DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_
 // a float weight: F32, F16 or BF16
 DEVICE float float_weight(const uint8_t* row, int type, int e) {
     if (type == TYPE_F32) {
-        return __int_as_float(load_le32(row + 4 * (int64_t)e));
+        return __int_as_float((int)le32(row + 4 * (int64_t)e));
     }
     const uint16_t h = (uint16_t)(row[2 * (int64_t)e] | (row[2 * (int64_t)e + 1] << 8));
     if (type == TYPE_F16) {

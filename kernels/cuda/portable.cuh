@@ -18,6 +18,7 @@ typedef unsigned long long uint64_t;
 #define DEVICE __device__ __forceinline__
 #define HOST_DEVICE __host__ __device__
 #define SHARED __shared__
+#define DEVICE_TABLE static const __device__  // a constant table in global memory
 #define THREAD_ID threadIdx.x
 #define BLOCK_ID blockIdx.x
 #define BLOCK_ID_Y blockIdx.y

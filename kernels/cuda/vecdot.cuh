@@ -4,10 +4,7 @@
 // by dp4a. The layouts are ggml's (see blocks.cuh); K-quant super-blocks hold 8 chunks.
 #pragma once
 #include "blocks.cuh"
-
-DEVICE int load_le32(const uint8_t* p) {
-    return (int)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
-}
+#include "iq_grid.cuh"
 
 // Byte-wise arithmetic on 4 packed values (SWAR): every byte of the result is that byte's own
 // value, with no carry from one byte into the next.
@@ -122,6 +119,14 @@ struct Chunk {
 // those of ggml's layout (blocks.cuh), 4 to a word in value order.
 template <int TYPE>
 DEVICE void unpack_chunk(const uint8_t* row, int c, Chunk* out) {
+    if constexpr (TYPE == TYPE_IQ2_XXS || TYPE == TYPE_IQ2_XS || TYPE == TYPE_IQ2_S || TYPE == TYPE_IQ3_XXS || TYPE == TYPE_IQ3_S ||
+                  TYPE == TYPE_IQ1_S || TYPE == TYPE_IQ1_M) {
+        // the grid i-quants: four groups of 8 decoded by iq_grid.cuh, no offsets
+        grid_chunk(row, TYPE, c, out->q, out->d);
+        out->m[0] = 0.0f;
+        out->m[1] = 0.0f;
+        return;
+    }
     const int cc = c % 8;  // chunk inside a K-quant super-block
     if constexpr (TYPE == TYPE_Q4_0 || TYPE == TYPE_Q4_1 || TYPE == TYPE_Q5_0 || TYPE == TYPE_Q5_1) {
         // values 0..15: the low nibbles of qs; 16..31: the high ones; a fifth bit from qh
@@ -205,7 +210,7 @@ DEVICE void unpack_chunk(const uint8_t* row, int c, Chunk* out) {
                             : TYPE == TYPE_IQ4_XS ? row + (int64_t)(c / 8) * sizeof(block_iq4_xs) + 8 + 16 * cc
                                                   : row + (int64_t)c * sizeof(block_mxfp4) + 1;
         for (int k = 0; k < 4; k++) {
-            const uint32_t w = TYPE == TYPE_MXFP4 ? (uint32_t)load_le32(qs + 4 * k) : TYPE == TYPE_IQ4_XS ? load_u32_a4(qs + 4 * k) : load_u32_a2(qs + 4 * k);
+            const uint32_t w = TYPE == TYPE_MXFP4 ? le32(qs + 4 * k) : TYPE == TYPE_IQ4_XS ? load_u32_a4(qs + 4 * k) : load_u32_a2(qs + 4 * k);
             out->q[k] = table_levels4(levels, w & 0x0F0F0F0Fu);
             out->q[4 + k] = table_levels4(levels, (w >> 4) & 0x0F0F0F0Fu);
         }

@@ -208,20 +208,32 @@ fn the_kernels_run_on_host_threads_agree_with_the_cpu_backend() {
     assert!(report.0.is_empty(), "{}", report.0.concat());
 }
 
+/// `rows` rows of `cols` values of `ty`: random values through the reference quantizer, or
+/// random valid blocks for a type without one (the grid i-quants).
+fn quantized_rows(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let row_bytes = ty.row_bytes(cols).unwrap();
+    match ops_for(ty, Isa::Scalar).unwrap().quantize {
+        Some(quantize) => {
+            let x = rng.values(rows * cols, 3.0);
+            let mut table = vec![0u8; rows * row_bytes];
+            for (src, dst) in x.chunks_exact(cols).zip(table.chunks_exact_mut(row_bytes)) {
+                quantize(src, dst);
+            }
+            table
+        }
+        None => crate::quant::iq_grid::random_row(ty, rows * cols / ty.block_size(), u64::from(rng.next_f32().to_bits())),
+    }
+}
+
 #[test]
 fn get_rows_dequantizes_every_weight_type_as_the_cpu_backend() {
     let mut rng = Rng::new(0x6e75);
     let mut report = Report(Vec::new());
     let (rows, cols) = (5usize, 512usize);
-    for ty in GgmlType::WEIGHT_TYPES {
-        let reference = ops_for(ty, Isa::Scalar).unwrap();
+    for ty in GgmlType::WEIGHT_TYPES.into_iter().chain(GgmlType::GRID_TYPES) {
         let cpu = crate::quant::ops(ty).unwrap();
+        let table = quantized_rows(ty, rows, cols, &mut rng);
         let row_bytes = ty.row_bytes(cols).unwrap();
-        let x = rng.values(rows * cols, 3.0);
-        let mut table = vec![0u8; rows * row_bytes];
-        for (src, dst) in x.chunks_exact(cols).zip(table.chunks_exact_mut(row_bytes)) {
-            (reference.quantize.expect("a type with a quantizer"))(src, dst);
-        }
         // a negative id leaves its row to the caller (an embedding row given as it is)
         let ids = [4i32, 0, -1, 2, 4];
         let mut got = vec![7.0f32; ids.len() * cols];
@@ -358,17 +370,15 @@ fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
         GgmlType::IQ4_NL,
         GgmlType::IQ4_XS,
         GgmlType::MXFP4,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_M,
         GgmlType::F16,
     ];
     let mut w = GgufWriter::new();
     for (i, &ty) in types.iter().enumerate() {
-        let values = rng.values(rows * cols, 1.0);
-        let row_bytes = ty.row_bytes(cols).unwrap();
-        let mut data = vec![0u8; rows * row_bytes];
-        for (src, dst) in values.chunks_exact(cols).zip(data.chunks_exact_mut(row_bytes)) {
-            (ops_for(ty, Isa::Scalar).unwrap().quantize.expect("a type with a quantizer"))(src, dst);
-        }
-        w.add_tensor(format!("w{i}"), &[cols as u64, rows as u64], ty, data).unwrap();
+        w.add_tensor(format!("w{i}"), &[cols as u64, rows as u64], ty, quantized_rows(ty, rows, cols, &mut rng)).unwrap();
     }
     let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
     let x = rng.values(batch * cols, 2.0);

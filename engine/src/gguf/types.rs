@@ -70,6 +70,11 @@ impl GgmlType {
         GgmlType::MXFP4,
     ];
 
+    /// The grid i-quants: computed like [`Self::WEIGHT_TYPES`], but the engine has no quantizer
+    /// for them (llama.cpp makes them from an importance matrix).
+    pub const GRID_TYPES: [GgmlType; 7] =
+        [GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S, GgmlType::IQ1_M];
+
     pub const ALL: [GgmlType; 32] = [
         Self::F32,
         Self::F16,

@@ -102,6 +102,7 @@ impl BlockQ8K {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::GgmlType;
 
     /// The CUDA kernels' `blocks.cuh` asserts each block's size; those sizes must be these.
     #[test]
@@ -124,6 +125,14 @@ mod tests {
             ("block_iq4_nl", size_of::<BlockIQ4NL>()),
             ("block_iq4_xs", size_of::<BlockIQ4XS>()),
             ("block_mxfp4", size_of::<BlockMXFP4>()),
+            // the grid i-quants are read as bytes (quant/iq_grid), with their GGUF sizes
+            ("block_iq2_xxs", GgmlType::IQ2_XXS.type_size()),
+            ("block_iq2_xs", GgmlType::IQ2_XS.type_size()),
+            ("block_iq2_s", GgmlType::IQ2_S.type_size()),
+            ("block_iq3_xxs", GgmlType::IQ3_XXS.type_size()),
+            ("block_iq3_s", GgmlType::IQ3_S.type_size()),
+            ("block_iq1_s", GgmlType::IQ1_S.type_size()),
+            ("block_iq1_m", GgmlType::IQ1_M.type_size()),
         ];
         let asserted: Vec<(String, usize)> = header
             .lines()

@@ -13,8 +13,10 @@ use crate::backend::{
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::quant::{ops_for, GgmlType, Isa};
 
-/// Every weight type the engine computes with.
-const WEIGHT_TYPES: [GgmlType; 16] = GgmlType::WEIGHT_TYPES;
+/// Every weight type the engine computes with: those it quantizes to, then the grid i-quants.
+fn weight_types() -> Vec<GgmlType> {
+    GgmlType::WEIGHT_TYPES.into_iter().chain(GgmlType::GRID_TYPES).collect()
+}
 
 pub fn table<B: Backend>() -> Vec<OpCases<B>> {
     vec![
@@ -83,13 +85,22 @@ fn weights(specs: &[(GgmlType, usize, usize)], rng: &mut Rng) -> Weights {
     let mut values = Vec::new();
     for (i, &(ty, rows, cols)) in specs.iter().enumerate() {
         let ops = ops_for(ty, Isa::Scalar).expect("a computable type");
-        let x = rng.values(rows * cols, 1.0);
         let row_bytes = ty.row_bytes(cols).expect("whole blocks");
-        let mut bytes = vec![0u8; rows * row_bytes];
+        let bytes = match ops.quantize {
+            Some(quantize) => {
+                let x = rng.values(rows * cols, 1.0);
+                let mut bytes = vec![0u8; rows * row_bytes];
+                for (src, dst) in x.chunks_exact(cols).zip(bytes.chunks_exact_mut(row_bytes)) {
+                    quantize(src, dst);
+                }
+                bytes
+            }
+            // a type without a quantizer (the grid i-quants): random valid blocks
+            None => crate::quant::iq_grid::random_row(ty, rows * cols / ty.block_size(), u64::from(rng.next_f32().to_bits())),
+        };
         let mut deq = vec![0.0f32; rows * cols];
-        for ((src, dst), back) in x.chunks_exact(cols).zip(bytes.chunks_exact_mut(row_bytes)).zip(deq.chunks_exact_mut(cols)) {
-            (ops.quantize.expect("a type with a quantizer"))(src, dst);
-            (ops.dequantize)(dst, back);
+        for (src, back) in bytes.chunks_exact(row_bytes).zip(deq.chunks_exact_mut(cols)) {
+            (ops.dequantize)(src, back);
         }
         w.add_tensor(format!("w{i}"), &[cols as u64, rows as u64], ty, bytes).expect("tensor");
         values.push(deq);
@@ -105,10 +116,11 @@ fn upload<B: Backend>(b: &B, w: &Weights, i: usize, rows: usize, cols: usize) ->
 
 fn get_rows<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
     let (rows, cols) = (11, 256);
-    let specs: Vec<_> = WEIGHT_TYPES.iter().map(|&ty| (ty, rows, cols)).collect();
+    let types = weight_types();
+    let specs: Vec<_> = types.iter().map(|&ty| (ty, rows, cols)).collect();
     let w = weights(&specs, rng);
     let given = rng.values(cols, 3.0);
-    WEIGHT_TYPES
+    types
         .iter()
         .enumerate()
         .map(|(i, ty)| {
@@ -129,7 +141,7 @@ fn get_rows<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
 
 fn matmul<B: Backend>(b: &B, rng: &mut Rng, float: bool) -> Vec<(String, f64)> {
     let types: Vec<GgmlType> =
-        WEIGHT_TYPES.iter().copied().filter(|t| matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) == float).collect();
+        weight_types().into_iter().filter(|t| matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) == float).collect();
     let mut out = Vec::new();
     // (rows, cols): odd row counts cross the task and kernel boundaries; at least 8 outputs per
     // activation row, since the NMSE of a lone dot product that happens to be near zero says little

@@ -124,7 +124,7 @@ where
         let data = file.tensor_data(info);
         // the same shape and size checks as the CPU's view of the bytes
         WeightMatrix::new(info.ty, rows, cols, data)?;
-        if !GgmlType::WEIGHT_TYPES.contains(&info.ty) {
+        if !GgmlType::WEIGHT_TYPES.contains(&info.ty) && !GgmlType::GRID_TYPES.contains(&info.ty) {
             return Err(BackendError::shape("upload_matrix", format!("{}: no kernel computes with {}", info.name, info.ty)));
         }
         let row_bytes =

@@ -5,8 +5,7 @@ use super::*;
 use crate::quant::blocks::f16_le_from;
 use crate::quant::k_quants::q8_k;
 
-const TYPES: [GgmlType; 7] =
-    [GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S, GgmlType::IQ1_M];
+const TYPES: [GgmlType; 7] = GgmlType::GRID_TYPES;
 
 #[test]
 fn the_sign_byte_completes_seven_bits_to_even_parity() {
