@@ -11,6 +11,7 @@ pub mod device;
 mod error;
 #[cfg(any(test, feature = "sim", feature = "cuda"))]
 pub mod harness;
+pub(crate) mod indexed;
 #[cfg(any(feature = "sim", feature = "cuda"))]
 pub mod kernel;
 pub mod loaded;
@@ -181,6 +182,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
         biases: &[Option<&Self::Vector>],
         x: &Self::Tensor,
     ) -> Result<Vec<Self::Tensor>, BackendError>;
+    /// Indexed products (ggml's `mul_mat_id`): slot `p` of `ids` is multiplied by matrix `ids[p]`
+    /// of every set, `outs[s]` row `p` = `x` row `p / (ids.len() / x.rows)` · `sets[s][ids[p]]ᵀ`.
+    /// `x` has one row per slot, or one per token whose `ids.len() / x.rows` slots all read it
+    /// (a token's chosen experts); the matrices of a set share one shape. Each slot's row has the
+    /// bits `matmul_each` gives it, whatever the other slots.
+    fn matmul_indexed(&self, sets: &[&[Self::Matrix]], ids: &[usize], x: &Self::Tensor) -> Result<Vec<Self::Tensor>, BackendError>;
     /// `out[r] = x[r] / sqrt(mean(x[r]²) + eps) · w` for every row (`out` of `x`'s shape).
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Vector, eps: f32, out: &mut Self::Tensor) -> Result<(), BackendError>;
     /// The same in place, for every group of `len(w)` values (whole rows, or single heads).

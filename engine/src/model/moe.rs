@@ -45,7 +45,8 @@ pub struct SharedExpert<B: Backend> {
 pub struct ExpertMatrices<B: Backend> {
     pub w: Vec<B::Matrix>,
     pub scales: Option<Vec<f32>>,
-    pub biases: Option<Vec<B::Vector>>,
+    /// `n_expert` x rows.
+    pub biases: Option<B::Tensor>,
 }
 
 impl<B: Backend> ExpertMatrices<B> {
@@ -53,24 +54,40 @@ impl<B: Backend> ExpertMatrices<B> {
         Ok(ExpertMatrices {
             w: l.expert_matrices(&format!("{prefix}.weight"), n_expert, rows, cols)?,
             scales: l.host_vector_opt(&format!("{prefix}.scale"), n_expert)?,
-            biases: l.expert_vectors_opt(&format!("{prefix}.bias"), n_expert, rows)?,
+            biases: l.expert_rows_opt(&format!("{prefix}.bias"), n_expert, rows)?,
         })
     }
 
-    /// Expert `e`'s bias, if the experts have them.
-    fn bias(&self, e: usize) -> Option<&B::Vector> {
-        self.biases.as_ref().map(|b| &b[e])
+    /// Whether the products need more than the matrices (a scale or a bias per expert).
+    fn plain(&self) -> bool {
+        self.scales.is_none() && self.biases.is_none()
     }
 
-    /// Expert `e`'s product of `x`'s rows (`(x · wₑᵀ) · scaleₑ + biasₑ`).
-    fn product(&self, b: &B, e: usize, x: &B::Tensor) -> Result<B::Tensor, ModelError> {
-        let Some(s) = &self.scales else { return project(b, &self.w[e], self.bias(e), x) };
-        let mut y = project(b, &self.w[e], None, x)?;
-        b.scale(&mut y, s[e])?;
-        if let Some(bias) = self.bias(e) {
-            b.add_bias(&mut y, bias)?;
+    /// Each slot's expert scale and bias applied to `y` (a row per slot of `ids`), as
+    /// `(x · wₑᵀ) · scaleₑ + biasₑ`: the scale as a weighted addition onto zeros (the product's
+    /// bits), the bias as a weighted addition of weight 1 (the sum's bits).
+    fn finish(&self, b: &B, ids: &[usize], y: B::Tensor) -> Result<B::Tensor, ModelError> {
+        let mut y = match &self.scales {
+            None => y,
+            Some(s) => {
+                let mut scaled = b.zeros(ids.len(), b.shape(&y).1)?;
+                let pairs: Vec<(usize, usize, f32)> = ids.iter().enumerate().map(|(p, &e)| (p, p, s[e])).collect();
+                b.add_weighted_rows(&mut scaled, &y, &pairs)?;
+                scaled
+            }
+        };
+        if let Some(bias) = &self.biases {
+            let pairs: Vec<(usize, usize, f32)> = ids.iter().enumerate().map(|(p, &e)| (e, p, 1.0)).collect();
+            b.add_weighted_rows(&mut y, bias, &pairs)?;
         }
         Ok(y)
+    }
+
+    /// Every slot's product with its expert (`ids`: one expert per slot; `x`: a row per slot or
+    /// per token, see [`Backend::matmul_indexed`]), scaled and biased.
+    fn indexed(&self, b: &B, ids: &[usize], x: &B::Tensor) -> Result<B::Tensor, ModelError> {
+        let y = b.matmul_indexed(&[&self.w], ids, x)?.pop().expect("one set");
+        self.finish(b, ids, y)
     }
 }
 
@@ -184,58 +201,29 @@ fn softmax(row: &[f32]) -> Vec<f32> {
     e.iter().map(|&v| v * inv).collect()
 }
 
-/// The experts' feed-forward output for every row of `h` (`rows` x `n_embd`): each expert runs
-/// its gated block once over the rows routed to it, then the rows are added back weighted, the
-/// first choice of every row first.
+/// The experts' feed-forward output for every row of `h` (`rows` x `n_embd`): the gate and up
+/// products of every (row, choice) slot by indexed products (each expert's weights read once for
+/// all the rows that chose it), the gated unit, the down products likewise, then the slots added
+/// back into their rows weighted, the first choice of every row first.
 pub(crate) fn forward<B: Backend>(b: &B, act: Activation, w: &Experts<B>, h: &B::Tensor) -> Result<B::Tensor, ModelError> {
     let (x, (rows, n_embd)) = (&w.config, b.shape(h));
     let logits = b.to_host(linear(b, &w.router, ScaleAt::BeforeBias, h)?)?; // rows x n_expert
     let routes = routes(x, &logits, w.selection_bias.as_deref());
-    // each expert's rows (in row order) and, for each, where it lands in that expert's output
-    let mut assigned: Vec<Vec<usize>> = vec![Vec::new(); x.n_expert];
-    let mut slot = vec![vec![0usize; x.n_used]; rows]; // [row][choice] -> index in the expert's rows
-    for (r, route) in routes.iter().enumerate() {
-        for (k, &(e, _)) in route.iter().enumerate() {
-            slot[r][k] = assigned[e].len();
-            assigned[e].push(r);
-        }
-    }
-    let mut outputs: Vec<Option<B::Tensor>> = (0..x.n_expert).map(|_| None).collect();
-    // experts routed the same rows (every chosen expert of a single token) share one selection of
-    // them and, without scales, one pass of the backend over all their gate and up matrices
-    let mut groups: Vec<(&[usize], Vec<usize>)> = Vec::new();
-    for (e, rows_of_e) in assigned.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
-        match groups.iter_mut().find(|(rows, _)| *rows == rows_of_e.as_slice()) {
-            Some((_, experts)) => experts.push(e),
-            None => groups.push((rows_of_e, vec![e])),
-        }
-    }
-    for (rows_of_group, experts) in groups {
-        let xs = b.select_rows(h, rows_of_group)?; // |rows| x n_embd
-        let gate_up: Vec<(B::Tensor, B::Tensor)> = match (&w.gate.scales, &w.up.scales) {
-            (None, None) => {
-                let ms: Vec<&B::Matrix> = experts.iter().flat_map(|&e| [&w.gate.w[e], &w.up.w[e]]).collect();
-                let biases: Vec<Option<&B::Vector>> = experts.iter().flat_map(|&e| [w.gate.bias(e), w.up.bias(e)]).collect();
-                let mut ys = b.matmul_each(&ms, &biases, &xs)?.into_iter();
-                experts.iter().map(|_| (ys.next().expect("a gate product"), ys.next().expect("an up product"))).collect()
-            }
-            _ => experts.iter().map(|&e| Ok((w.gate.product(b, e, &xs)?, w.up.product(b, e, &xs)?))).collect::<Result<_, ModelError>>()?,
-        }; // per expert |rows| x n_ff twice
-        for (&e, (mut g, u)) in experts.iter().zip(gate_up) {
-            b.glu(act, &mut g, &u)?;
-            outputs[e] = Some(w.down.product(b, e, &g)?); // |rows| x n_embd
-        }
-    }
+    // slot r · n_used + k: row r's choice k
+    let ids: Vec<usize> = routes.iter().flat_map(|route| route.iter().map(|&(e, _)| e)).collect();
+    let (mut gate, up) = if w.gate.plain() && w.up.plain() {
+        // both sets in one pass over one gathering of the rows
+        let mut ys = b.matmul_indexed(&[&w.gate.w, &w.up.w], &ids, h)?.into_iter();
+        (ys.next().expect("the gate set"), ys.next().expect("the up set"))
+    } else {
+        (w.gate.indexed(b, &ids, h)?, w.up.indexed(b, &ids, h)?)
+    }; // slots x n_ff twice
+    b.glu(act, &mut gate, &up)?;
+    let down = w.down.indexed(b, &ids, &gate)?; // slots x n_embd
     let mut out = b.zeros(rows, n_embd)?;
     for k in 0..x.n_used {
-        for (e, part) in outputs.iter().enumerate() {
-            let Some(part) = part else { continue };
-            let pairs: Vec<(usize, usize, f32)> =
-                routes.iter().enumerate().filter(|(_, route)| route[k].0 == e).map(|(r, route)| (slot[r][k], r, route[k].1)).collect();
-            if !pairs.is_empty() {
-                b.add_weighted_rows(&mut out, part, &pairs)?;
-            }
-        }
+        let pairs: Vec<(usize, usize, f32)> = routes.iter().enumerate().map(|(r, route)| (r * x.n_used + k, r, route[k].1)).collect();
+        b.add_weighted_rows(&mut out, &down, &pairs)?;
     }
     if let Some(s) = &w.shared {
         let y = gated_ffn(b, act, &s.gate, &s.up, &s.down, h)?; // rows x n_embd

@@ -252,15 +252,14 @@ impl<'a, B: Backend> Loader<'a, B> {
         host_vector(self.file, name, n)
     }
 
-    /// The rows of an `n_expert` x `n` matrix, if present, as one vector per expert on the
-    /// backend (the experts' biases, `ffn_*_exps.bias`: gpt-oss).
-    pub fn expert_vectors_opt(&self, name: &str, n_expert: usize, n: usize) -> Result<Option<Vec<B::Vector>>, ModelError> {
+    /// An `n_expert` x `n` matrix of f32 values, if present, as one tensor on the backend (the
+    /// experts' biases, `ffn_*_exps.bias`: gpt-oss; row `e` is expert `e`'s).
+    pub fn expert_rows_opt(&self, name: &str, n_expert: usize, n: usize) -> Result<Option<B::Tensor>, ModelError> {
         if self.info(name).is_none() {
             return Ok(None);
         }
         let all = self.host_matrix(name, n_expert, n)?;
-        let vectors = all.chunks_exact(n).map(|row| self.backend.upload_vector(row)).collect::<Result<Vec<_>, _>>()?;
-        Ok(Some(vectors))
+        Ok(Some(self.backend.upload_tensor(n_expert, n, &all)?))
     }
 
     /// A vector of `n` values on the backend, if present.

@@ -11,8 +11,10 @@ use super::activation::{gelu, gelu_erf_row_with, silu, swiglu_oai, swiglu_row_wi
 use super::attention::{attend_queries_with, with_scratch, InPlaceRows, KvRow, KvRows, Query};
 use super::kv::CpuKvStore;
 use super::matmul::{get_rows, matmul_each_on};
+use super::matmul_indexed::matmul_indexed_on;
 use super::norm::{layer_norm, rms_norm, rms_norm_in_place};
 use super::rope::rope_with;
+use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
     column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvType,
     Rope, RowInput,
@@ -173,13 +175,15 @@ impl Backend for CpuBackend {
         let start = std::time::Instant::now();
         // matrices in parallel as well as the panels within each (small matrices would leave
         // the threads idle one after another)
-        // products read a repacked matrix's panels only: its mapped bytes go back to the
-        // kernel as soon as it is repacked, so the model costs its file size once, not twice,
-        // even while loading (the embedding table's rows, which `get_rows` reads where the
-        // output shares them, come back as they are touched)
+        // products read a repacked matrix's panels only (unless its layout leaves one or two
+        // rows to the row dots, Q6_K's): its mapped bytes go back to the kernel as soon as it
+        // is repacked, so the model costs its file size once, not twice, even while loading
+        // (the embedding table's rows, which `get_rows` reads where the output shares them,
+        // come back as they are touched)
         let (bytes, released) = matrices
             .par_iter()
             .map(|m| match m.product_view().panels {
+                Some(p) if p.layout.min_batch > 1 => (p.bytes(), 0),
                 Some(p) => (p.bytes(), usize::from(m.file.release_pages(&m.info))),
                 None => (0, 0),
             })
@@ -246,6 +250,27 @@ impl Backend for CpuBackend {
                 }
             }
         }
+        Ok(ys)
+    }
+
+    fn matmul_indexed(&self, sets: &[&[CpuMatrix]], ids: &[usize], x: &HostTensor) -> Result<Vec<HostTensor>, BackendError> {
+        let shapes: Vec<Vec<(usize, usize)>> = sets.iter().map(|set| set.iter().map(|m| (m.rows, m.cols)).collect()).collect();
+        if let Some(why) = indexed_misfit(&shapes, ids, x.rows, x.cols) {
+            return Err(BackendError::shape("matmul_indexed", why));
+        }
+        let plan = IndexedPlan::new(ids, shapes.first().map_or(0, Vec::len), x.rows);
+        // views (and panels) of the used matrices only
+        let views: Vec<Vec<Option<WeightMatrix>>> = sets
+            .iter()
+            .map(|set| {
+                let mut v: Vec<Option<WeightMatrix>> = vec![None; set.len()];
+                plan.used.iter().for_each(|&e| v[e] = Some(set[e].product_view()));
+                v
+            })
+            .collect();
+        let mut ys: Vec<HostTensor> = shapes.iter().map(|set| HostTensor::zeros(ids.len(), set.first().map_or(0, |s| s.0))).collect();
+        let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.data.as_mut_slice()).collect();
+        matmul_indexed_on(self.isa, &views, &plan, &x.data, &mut outs)?;
         Ok(ys)
     }
 

@@ -32,37 +32,40 @@ struct Segment {
     rows: std::ops::Range<usize>,
 }
 
-/// Splits the output rows of `ws` (for `batch` activation rows) into tasks of about equal work
-/// (rows × columns), across matrix boundaries, their number a multiple of `threads` whenever
-/// there is enough work for every thread: rayon halves the task list between threads, so equal
-/// tasks keep every thread busy until the end. A task is one or more row segments, in order.
-fn plan_tasks(ws: &[WeightMatrix], batch: usize, threads: usize) -> Vec<Vec<Segment>> {
-    let total: usize = ws.iter().map(|w| w.rows * w.cols).sum();
+/// Splits the output rows of `ws` (`batches[m]` activation rows for matrix `m`) into tasks of
+/// about equal work (rows × columns × activation rows), across matrix boundaries, their number a
+/// multiple of `threads` whenever there is enough work for every thread: rayon halves the task
+/// list between threads, so equal tasks keep every thread busy until the end. A task is one or
+/// more row segments, in order.
+fn plan_tasks(ws: &[WeightMatrix], batches: &[usize], threads: usize) -> Vec<Vec<Segment>> {
+    let row_cost = |m: usize| ws[m].cols * batches[m];
+    let total: usize = (0..ws.len()).map(|m| ws[m].rows * row_cost(m)).sum();
     if total == 0 {
         return Vec::new();
     }
-    let by_cost = (total * batch / MIN_TASK_MACS).max(1);
+    let by_cost = (total / MIN_TASK_MACS).max(1);
     let threads = threads.max(1);
     let n = if by_cost < threads { by_cost } else { by_cost.min(threads * TASKS_PER_THREAD) / threads * threads };
     let mut tasks: Vec<Vec<Segment>> = vec![Vec::new(); n];
     let mut before = 0; // the work of the matrices before `m`
     for (m, w) in ws.iter().enumerate() {
-        if w.cols == 0 {
-            continue; // no work: `matmul_each` writes its zeros
+        let cost = row_cost(m);
+        if cost == 0 {
+            continue; // no work: a zero-column matrix gets its zeros from the caller
         }
         let mut r = 0;
         while r < w.rows {
             // the task whose share of the work this row starts in, and the row that starts the next
-            let t = ((before + r * w.cols) * n / total).min(n - 1);
+            let t = ((before + r * cost) * n / total).min(n - 1);
             let next_task_at = ((t + 1) * total).div_ceil(n);
-            let mut end = next_task_at.saturating_sub(before).div_ceil(w.cols).clamp(r + 1, w.rows);
+            let mut end = next_task_at.saturating_sub(before).div_ceil(cost).clamp(r + 1, w.rows);
             if end < w.rows {
                 end = end.next_multiple_of(ROW_ALIGN).min(w.rows);
             }
             tasks[t].push(Segment { m, rows: r..end });
             r = end;
         }
-        before += w.rows * w.cols;
+        before += w.rows * cost;
     }
     tasks.retain(|t| !t.is_empty());
     tasks
@@ -85,56 +88,120 @@ pub fn matmul_each(ws: &[WeightMatrix], x: &[f32], batch: usize, ys: &mut [&mut 
 pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys: &mut [&mut [f32]]) -> Result<(), MatmulError> {
     assert_eq!(ws.len(), ys.len(), "one output per matrix");
     for (w, y) in ws.iter().zip(ys.iter()) {
-        let expected = batch * w.cols;
-        if x.len() != expected {
-            return Err(MatmulError::Activations { batch, cols: w.cols, expected, got: x.len() });
-        }
         if y.len() != batch * w.rows {
             return Err(MatmulError::Output { expected: batch * w.rows, got: y.len() });
         }
     }
-    if batch == 0 {
-        return Ok(());
+    let outs: Vec<Vec<&mut [f32]>> = ys.iter_mut().zip(ws).map(|(y, w)| y.chunks_exact_mut(w.rows.max(1)).take(batch).collect()).collect();
+    matmul_rows_on(isa, ws, &[Rows { x, batch, pick: None }], &vec![0; ws.len()], outs)
+}
+
+/// Activation rows of a products pass: `batch` rows of `x` (f32, one after another), or the
+/// rows `pick` names (`batch` of them), in that order.
+#[derive(Clone, Copy, Debug)]
+pub struct Rows<'a> {
+    pub x: &'a [f32],
+    pub batch: usize,
+    pub pick: Option<&'a [usize]>,
+}
+
+impl Rows<'_> {
+    /// Activation row `i`, of `cols` values.
+    fn row(&self, i: usize, cols: usize) -> &[f32] {
+        let r = self.pick.map_or(i, |p| p[i]);
+        &self.x[r * cols..(r + 1) * cols]
+    }
+}
+
+/// Products of matrices that read different activation rows, in one parallel pass: matrix `m`
+/// times each row `b` of `inputs[input_of[m]]` into `outs[m][b]` (`ws[m].rows` values). Each input
+/// is converted once per dot type for all the matrices that read it (which share its row
+/// length); each output has the bits [`matmul`] gives it.
+pub fn matmul_rows_on(
+    isa: Isa,
+    ws: &[WeightMatrix],
+    inputs: &[Rows<'_>],
+    input_of: &[usize],
+    outs: Vec<Vec<&mut [f32]>>,
+) -> Result<(), MatmulError> {
+    assert_eq!(ws.len(), outs.len(), "outputs for every matrix");
+    assert_eq!(ws.len(), input_of.len(), "one input per matrix");
+    let batches: Vec<usize> = input_of.iter().map(|&i| inputs[i].batch).collect();
+    for (m, (w, &i)) in ws.iter().zip(input_of).enumerate() {
+        let Rows { x, batch, pick } = inputs[i];
+        let fits = match pick {
+            None => x.len() == batch * w.cols,
+            Some(p) => p.len() == batch && p.iter().all(|&r| (r + 1) * w.cols <= x.len()),
+        };
+        if !fits {
+            return Err(MatmulError::Activations { batch, cols: w.cols, expected: batch * w.cols, got: x.len() });
+        }
+        if outs[m].len() != batch || outs[m].iter().any(|o| o.len() != w.rows) {
+            return Err(MatmulError::Output { expected: batch * w.rows, got: outs[m].iter().map(|o| o.len()).sum() });
+        }
     }
     let ops = ws.iter().map(|w| quant::ops_on(w.ty, isa)).collect::<Result<Vec<_>, _>>()?;
 
-    // Float weights read the f32 activations in place; quantized weights get them converted
-    // once here, rather than once per output row (and prepared once for panel kernels).
-    let mut converted: Vec<(GgmlType, Vec<u8>)> = Vec::new();
-    for (w, op) in ws.iter().zip(&ops) {
-        let act_ty = op.vec_dot_type;
-        if act_ty == GgmlType::F32 || converted.iter().any(|(t, _)| *t == act_ty) {
+    // Quantized weights get their input converted once per dot type here, rather than once per
+    // output row (and prepared once for panel kernels). Float weights read f32 rows in place,
+    // from a gathered copy where the input picks its rows.
+    let mut converted: Vec<(usize, GgmlType, Vec<u8>)> = Vec::new();
+    let mut gathered: Vec<Option<Vec<f32>>> = vec![None; inputs.len()];
+    for ((op, &i), w) in ops.iter().zip(input_of).zip(ws) {
+        let (act_ty, input) = (op.vec_dot_type, inputs[i]);
+        if act_ty == GgmlType::F32 {
+            if input.pick.is_some() && gathered[i].is_none() {
+                gathered[i] = Some((0..input.batch).flat_map(|b| input.row(b, w.cols)).copied().collect());
+            }
+            continue;
+        }
+        if input.batch == 0 || converted.iter().any(|(j, t, _)| (*j, *t) == (i, act_ty)) {
             continue;
         }
         let act_row_bytes = act_ty.row_bytes(w.cols).ok_or(QuantError::PartialBlock { ty: act_ty, n: w.cols })?;
         let quantize = quant::ops_on(act_ty, isa)?.quantize_activations;
-        let mut buf = vec![0u8; batch * act_row_bytes];
-        buf.par_chunks_mut(act_row_bytes).zip(x.par_chunks(w.cols)).for_each(|(dst, src)| quantize(src, dst));
-        converted.push((act_ty, buf));
+        let mut buf = vec![0u8; input.batch * act_row_bytes];
+        buf.par_chunks_mut(act_row_bytes).enumerate().for_each(|(b, dst)| quantize(input.row(b, w.cols), dst));
+        converted.push((i, act_ty, buf));
     }
+    let f32_rows = |i: usize| gathered[i].as_deref().unwrap_or(inputs[i].x);
     let acts: Vec<&[u8]> = ops
         .iter()
-        .map(|op| match converted.iter().find(|(t, _)| *t == op.vec_dot_type) {
-            Some((_, buf)) => buf.as_slice(),
-            None => bytemuck::cast_slice(x),
+        .zip(input_of)
+        .map(|(op, &i)| match converted.iter().find(|(j, t, _)| (*j, *t) == (i, op.vec_dot_type)) {
+            Some((_, _, buf)) => buf.as_slice(),
+            None => bytemuck::cast_slice(f32_rows(i)),
         })
         .collect();
-    let prepared = prepare_activations(ws, &acts, batch);
+    // panels with too few rows for them: a row dot in their order (see `PanelLayout::min_batch`)
+    let panel_order_dots: Vec<Option<quant::dispatch::VecDotFn>> = ws
+        .iter()
+        .zip(&batches)
+        .map(|(w, &batch)| w.panels.filter(|p| batch < p.layout.min_batch).and_then(|_| quant::panel::row_dot_on(w.ty, isa)))
+        .collect();
+    let rows_instead: Vec<bool> = panel_order_dots.iter().map(Option::is_some).collect();
+    let prepared = prepare_activations(ws, &acts, &batches, input_of, &rows_instead);
     let tiles: Vec<Option<VecDotTileFn>> = ws.iter().map(|w| quant::dot_tile_on(w.ty, isa)).collect();
-    // float weights against many rows: the rows packed once, in the row dot's chain order, for
-    // the register-blocked product (every matrix here reads the same rows)
-    // (one tier: one chain order, one packing)
-    let gemms: Vec<Option<FloatGemm>> = ws.iter().map(|w| quant::float_gemm_on(w.ty, isa).filter(|_| batch >= GEMM_MIN_BATCH)).collect();
-    let packed = gemms.iter().flatten().next().map(|g| PackedActs::new(x, batch, ws[0].cols, g.lanes));
+    // float weights against many rows: each input's rows packed once, in the row dot's chain
+    // order, for the register-blocked product (one tier: one chain order, one packing)
+    let gemms: Vec<Option<FloatGemm>> =
+        ws.iter().zip(&batches).map(|(w, &batch)| quant::float_gemm_on(w.ty, isa).filter(|_| batch >= GEMM_MIN_BATCH)).collect();
+    let packed: Vec<Option<PackedActs>> = (0..inputs.len())
+        .map(|i| {
+            let m = (0..ws.len()).find(|&m| input_of[m] == i && gemms[m].is_some())?;
+            Some(PackedActs::new(f32_rows(i), batches[m], ws[m].cols, gemms[m].expect("found above").lanes))
+        })
+        .collect();
 
-    for (w, y) in ws.iter().zip(ys.iter_mut()) {
+    let mut outs = outs;
+    for (w, rows) in ws.iter().zip(outs.iter_mut()) {
         if w.cols == 0 {
-            y.fill(0.0);
+            rows.iter_mut().for_each(|o| o.fill(0.0));
         }
     }
-    // Each segment's outputs: one slice per activation row, cut from `ys` in segment order.
-    let tasks = plan_tasks(ws, batch, rayon::current_num_threads());
-    let mut rests: Vec<Vec<&mut [f32]>> = ys.iter_mut().zip(ws).map(|(y, w)| y.chunks_exact_mut(w.rows.max(1)).collect()).collect();
+    // Each segment's outputs: one slice per activation row, cut from `outs` in segment order.
+    let tasks = plan_tasks(ws, &batches, rayon::current_num_threads());
+    let mut rests = outs;
     // each task: its segments, each with its output rows
     type Task<'y> = Vec<(Segment, Vec<&'y mut [f32]>)>;
     let work: Vec<Task> = tasks
@@ -158,12 +225,21 @@ pub fn matmul_each_on(isa: Isa, ws: &[WeightMatrix], x: &[f32], batch: usize, ys
         .collect();
     work.into_par_iter().for_each(|segments| {
         for (seg, mut outs) in segments {
-            let (w, act, op) = (&ws[seg.m], acts[seg.m], &ops[seg.m]);
+            let (w, act, op, batch) = (&ws[seg.m], acts[seg.m], &ops[seg.m], batches[seg.m]);
+            if let Some(dot) = panel_order_dots[seg.m] {
+                let act_row_bytes = act.len() / batch;
+                for (i, r) in seg.rows.clone().enumerate() {
+                    for (out, a) in outs.iter_mut().zip(act.chunks_exact(act_row_bytes)) {
+                        out[i] = dot(w.row(r), a);
+                    }
+                }
+                continue;
+            }
             if let (Some(panels), Some(prepared)) = (w.panels, prepared.for_matrix(seg.m)) {
                 run_panels(isa, panels, prepared, batch, seg.rows, &mut outs);
                 continue;
             }
-            if let (Some(gemm), Some(packed)) = (gemms[seg.m], packed.as_ref()) {
+            if let (Some(gemm), Some(packed)) = (gemms[seg.m], packed[input_of[seg.m]].as_ref()) {
                 let row_bytes = w.row_bytes();
                 (gemm.run)(&w.data[seg.rows.start * row_bytes..seg.rows.end * row_bytes], seg.rows.len(), packed, &mut outs);
                 continue;
@@ -400,6 +476,39 @@ mod tests {
         }
     }
 
+    /// Matrix-vector throughput in GB/s of weight bytes (the rayon pool's threads, best of 10)
+    /// of Q4_K and Q6_K with their panels (as products run them) and as plain rows, for 1 to 4
+    /// activation rows: `MATVEC_ROWS=65536 cargo test --release -p engine --lib
+    /// matvec_throughput -- --ignored --nocapture` (rows of 2048 values; 16384 rows by default).
+    #[test]
+    #[ignore = "timing, not a check"]
+    fn matvec_throughput() {
+        use crate::quant::panel;
+        let (rows, cols) = (std::env::var("MATVEC_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(16384usize), 2048usize);
+        let (_, x) = quantized(GgmlType::F32, 4, cols, 1);
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            let (bytes, _) = quantized(ty, rows, cols, 2);
+            let p = panel::repack(ty, rows, cols, &bytes).unwrap();
+            let plain = WeightMatrix::new(ty, rows, cols, &bytes).unwrap();
+            for (name, w) in [("panels", plain.with_panels(&p)), ("rows", plain)] {
+                for isa in Isa::available() {
+                    let mut line = format!("{ty} {name:>6} {isa:>6}:");
+                    for batch in 1..=4 {
+                        let mut y = vec![0.0f32; rows * batch];
+                        let mut best = f64::MAX;
+                        for _ in 0..10 {
+                            let t = std::time::Instant::now();
+                            matmul_each_on(isa, &[w], &x[..batch * cols], batch, &mut [&mut y]).unwrap();
+                            best = best.min(t.elapsed().as_secs_f64());
+                        }
+                        line += &format!("  {batch} rows {:6.1} GB/s", (rows * w.row_bytes()) as f64 / best / 1e9);
+                    }
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn several_matrices_at_once_give_each_matmul_bits() {
         let shapes = [(GgmlType::Q5_0, 37), (GgmlType::Q8_0, 11), (GgmlType::F16, 20), (GgmlType::Q4_K, 5)];
@@ -442,7 +551,7 @@ mod tests {
         ];
         for (ws, batch) in cases {
             for threads in [1, 2, 3, 16] {
-                let tasks = plan_tasks(&ws, batch, threads);
+                let tasks = plan_tasks(&ws, &vec![batch; ws.len()], threads);
                 let segments: Vec<&Segment> = tasks.iter().flatten().collect();
                 let mut next = (0, 0);
                 for s in &segments {

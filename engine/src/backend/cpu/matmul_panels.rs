@@ -10,37 +10,46 @@ use crate::quant::x86::amx;
 use crate::quant::WeightMatrix;
 use crate::quant::{GgmlType, Isa};
 
-/// The activation rows of one matmul call prepared for the panel kernels, once per activation
-/// type, and which buffer each matrix reads.
+/// The activation rows of one matmul call prepared for the panel kernels, once per input and
+/// activation type, and which buffer each matrix reads.
 pub(super) struct PreparedActs {
-    bufs: Vec<(GgmlType, AlignedBytes)>,
+    bufs: Vec<(usize, GgmlType, AlignedBytes)>,
     /// Per matrix: its buffer's index, if it has panels.
     of_matrix: Vec<Option<usize>>,
 }
 
 impl PreparedActs {
     pub(super) fn for_matrix(&self, m: usize) -> Option<&[u8]> {
-        self.of_matrix[m].map(|i| self.bufs[i].1.as_slice())
+        self.of_matrix[m].map(|i| self.bufs[i].2.as_slice())
     }
 }
 
-/// Prepares the quantized activation rows `acts[m]` of every matrix `ws[m]` that has panels.
-pub(super) fn prepare_activations(ws: &[WeightMatrix], acts: &[&[u8]], batch: usize) -> PreparedActs {
-    let mut bufs: Vec<(GgmlType, AlignedBytes)> = Vec::new();
-    let of_matrix = ws
-        .iter()
-        .zip(acts)
-        .map(|(w, act)| {
-            let panels = w.panels?;
-            let act_ty = panels.layout.act_ty;
-            if let Some(i) = bufs.iter().position(|(t, _)| *t == act_ty) {
+/// Prepares the quantized activation rows `acts[m]` (`batches[m]` rows of input `input_of[m]`)
+/// of every matrix `ws[m]` that has panels, unless `rows_instead[m]` (its few rows go to a row
+/// dot in the panels' order).
+pub(super) fn prepare_activations(
+    ws: &[WeightMatrix],
+    acts: &[&[u8]],
+    batches: &[usize],
+    input_of: &[usize],
+    rows_instead: &[bool],
+) -> PreparedActs {
+    let mut bufs: Vec<(usize, GgmlType, AlignedBytes)> = Vec::new();
+    let of_matrix = (0..ws.len())
+        .map(|m| {
+            let panels = ws[m].panels?;
+            let (input, act_ty, batch) = (input_of[m], panels.layout.act_ty, batches[m]);
+            if batch == 0 || rows_instead[m] {
+                return None;
+            }
+            if let Some(i) = bufs.iter().position(|(j, t, _)| (*j, *t) == (input, act_ty)) {
                 return Some(i);
             }
             let row = prepared_row_bytes(act_ty, panels.blocks);
             let mut buf = AlignedBytes::zeroed(batch * row);
-            let src_row = act.len() / batch;
-            buf.as_mut_slice().par_chunks_mut(row).zip(act.par_chunks(src_row)).for_each(|(dst, src)| prepare_row(act_ty, src, dst));
-            bufs.push((act_ty, buf));
+            let src_row = acts[m].len() / batch;
+            buf.as_mut_slice().par_chunks_mut(row).zip(acts[m].par_chunks(src_row)).for_each(|(dst, src)| prepare_row(act_ty, src, dst));
+            bufs.push((input, act_ty, buf));
             Some(bufs.len() - 1)
         })
         .collect();

@@ -11,10 +11,11 @@ mod attention_x86;
 mod backend;
 pub mod kv;
 pub mod matmul;
+mod matmul_indexed;
 mod matmul_panels;
 pub mod norm;
 pub mod rope;
 pub mod transpose;
 
 pub use backend::{CpuBackend, CpuMatrix, HostTensor};
-pub use matmul::{get_rows, matmul, matmul_each, matmul_each_on};
+pub use matmul::{get_rows, matmul, matmul_each, matmul_each_on, matmul_rows_on, Rows};

@@ -27,6 +27,8 @@ pub fn table<B: Backend>() -> Vec<OpCases<B>> {
         OpCases { op: "matmul_each (float weights)", bound: 1e-11, run: |b, r| matmul(b, r, true) },
         // activations quantized to Q8_0 / Q8_1 / Q8_K, as llama.cpp's CPU backend does
         OpCases { op: "matmul_each (quantized weights)", bound: 5e-4, run: |b, r| matmul(b, r, false) },
+        // each slot against its expert's product, activations quantized as above
+        OpCases { op: "matmul_indexed", bound: 5e-4, run: matmul_indexed },
         OpCases { op: "rms_norm", bound: 1e-12, run: rms_norm },
         OpCases { op: "rms_norm_in_place", bound: 1e-12, run: rms_norm_in_place },
         OpCases { op: "layer_norm", bound: 1e-12, run: layer_norm },
@@ -173,6 +175,38 @@ fn matmul<B: Backend>(b: &B, rng: &mut Rng, float: bool) -> Vec<(String, f64)> {
         let bias = (i != 1).then(|| bias_values[i].as_slice());
         let want = naive::matmul(&w.values[i], shapes[i].1, cols, bias, &x);
         out.push((format!("matrix {i} of 3 ({} {}x{cols}), batch {batch}", shapes[i].0, shapes[i].1), nmse(&back(b, y), &want)));
+    }
+    out
+}
+
+fn matmul_indexed<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    let (n_matrix, rows, cols) = (5, 24, 256);
+    let mut out = Vec::new();
+    for ty in [GgmlType::Q4_K, GgmlType::MXFP4, GgmlType::IQ2_XS, GgmlType::F16] {
+        // two sets (a gate and an up) of n_matrix experts
+        let w = weights(&vec![(ty, rows, cols); 2 * n_matrix], rng);
+        let ms: Vec<B::Matrix> = (0..2 * n_matrix).map(|i| upload(b, &w, i, rows, cols)).collect();
+        let (gate, up) = ms.split_at(n_matrix);
+        // (tokens, slots per token, a row per slot): one token's choices, several tokens' choices
+        // over shared rows, and rows of their own (the down projections)
+        for (tokens, per_token, per_slot) in [(1, 3, false), (4, 2, false), (5, 1, true), (3, 2, true)] {
+            let slots = tokens * per_token;
+            let ids: Vec<usize> = (0..slots).map(|_| ((rng.next_f32() + 1.0) * 0.5 * n_matrix as f32) as usize % n_matrix).collect();
+            let x_rows = if per_slot { slots } else { tokens };
+            let x = rng.values(x_rows * cols, 2.0);
+            let ys = b.matmul_indexed(&[gate, up], &ids, &host(b, x_rows, cols, &x)).expect("matmul_indexed");
+            for (s, y) in ys.into_iter().enumerate() {
+                let want: Vec<f64> = ids
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(p, &e)| {
+                        let r = p / (slots / x_rows);
+                        naive::matmul(&w.values[s * n_matrix + e], rows, cols, None, &x[r * cols..(r + 1) * cols])
+                    })
+                    .collect();
+                out.push((format!("{ty} set {s}, experts {ids:?} over {x_rows} rows"), nmse(&back(b, y), &want)));
+            }
+        }
     }
     out
 }

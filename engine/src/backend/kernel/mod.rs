@@ -14,6 +14,7 @@ use kernels::{Runtime, RuntimeError};
 
 pub use kv::DeviceKvStore;
 
+use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
     column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvType,
     Rope, RopeKind, RowInput,
@@ -223,6 +224,33 @@ where
             launch::mul_mat(&*self.rt, &w.buf, w.args, input, x.rows, bias.map(|b| &b.buf), &out.buf, tiled)
                 .map_err(self.fail("matmul"))?;
             outs.push(out);
+        }
+        Ok(outs)
+    }
+
+    fn matmul_indexed(
+        &self,
+        sets: &[&[DeviceMatrix<R>]],
+        ids: &[usize],
+        x: &DeviceTensor<R>,
+    ) -> Result<Vec<DeviceTensor<R>>, BackendError> {
+        let shapes: Vec<Vec<(usize, usize)>> = sets.iter().map(|set| set.iter().map(|m| (m.args.rows, m.args.cols)).collect()).collect();
+        if let Some(why) = indexed_misfit(&shapes, ids, x.rows, x.cols) {
+            return Err(BackendError::shape("matmul_indexed", why));
+        }
+        let plan = IndexedPlan::new(ids, shapes.first().map_or(0, Vec::len), x.rows);
+        // each distinct list of rows gathered once; each used matrix's sets in one matmul pass;
+        // its rows added (weight 1, onto zeros: the same bits but for a zero's sign) into their slots
+        let sources: Vec<DeviceTensor<R>> = plan.sources.iter().map(|rows| self.select_rows(x, rows)).collect::<Result<_, _>>()?;
+        let mut outs: Vec<DeviceTensor<R>> =
+            shapes.iter().map(|set| self.zeros(ids.len(), set.first().map_or(0, |s| s.0))).collect::<Result<_, _>>()?;
+        for ((&e, slots), &source) in plan.used.iter().zip(&plan.slots).zip(&plan.source_of) {
+            let ws: Vec<&DeviceMatrix<R>> = sets.iter().map(|set| &set[e]).collect();
+            let ys = self.matmul_each(&ws, &vec![None; ws.len()], &sources[source])?;
+            let pairs: Vec<(usize, usize, f32)> = slots.iter().enumerate().map(|(i, &p)| (i, p, 1.0)).collect();
+            for (out, y) in outs.iter_mut().zip(&ys) {
+                self.add_weighted_rows(out, y, &pairs)?;
+            }
         }
         Ok(outs)
     }

@@ -40,6 +40,13 @@ pub struct PanelLayout {
     pub block_bytes: usize,
     /// Bytes of one prepared activation block.
     pub act_block_bytes: usize,
+    /// The fewest activation rows a product takes the panels for where the tier has a row dot
+    /// in the panels' order (`panel::row_dot_on`); with fewer it runs that row dot on the
+    /// matrix's own bytes (the same bits), which therefore stay mapped. Q6_K's: 3, since its
+    /// one-row tile unpacks more than a row dot does (2-core Zen 5, a 110 MB matrix, two
+    /// threads: 29 GB/s against 51 for one row, 28 against 39 for two, 25 against 27 for
+    /// three; `matvec_throughput` in `backend/cpu/matmul.rs`); 1 for the others.
+    pub min_batch: usize,
 }
 
 /// Offsets inside a panel block.
@@ -94,7 +101,8 @@ impl PanelLayout {
             _ => return None,
         };
         let act_block_bytes = if act_ty == T::Q8_0 { ACT_LEGACY_BYTES } else { ACT_K_BYTES };
-        Some(PanelLayout { ty, act_ty, block_values, block_bytes, act_block_bytes })
+        let min_batch = if ty == T::Q6_K { 3 } else { 1 };
+        Some(PanelLayout { ty, act_ty, block_values, block_bytes, act_block_bytes, min_batch })
     }
 }
 

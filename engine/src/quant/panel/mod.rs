@@ -50,6 +50,20 @@ pub fn kernel_on(ty: GgmlType, isa: Isa) -> Option<PanelKernelFn> {
     simd.or_else(|| scalar::kernel(ty))
 }
 
+/// A row dot in the order of `ty`'s panel kernel on tier `isa` (the same bits as the panels give
+/// a row), for products of fewer rows than the layout's `min_batch`, where the tier has one:
+/// Q6_K's on the AVX2 and AVX-512 tiers (each block's exact integer sum, then one fused
+/// multiply-add per block, as the tile does for each of its rows).
+pub fn row_dot_on(ty: GgmlType, isa: Isa) -> Option<crate::quant::dispatch::VecDotFn> {
+    match (ty, isa) {
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q6_K, Isa::Avx2) if isa.is_available() => Some(crate::quant::x86::avx2::vec_dot_q6_k_blockwise),
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q6_K, Isa::Avx512 | Isa::Amx) if isa.is_available() => Some(crate::quant::x86::avx512::vec_dot_q6_k_blockwise),
+        _ => None,
+    }
+}
+
 /// Checks a kernel call's operands: `panel` holds `nb` blocks of `ty`'s panel layout, `acts`
 /// holds `out.len()` (1..=TILE_ROWS) prepared rows of `stride` bytes, each of `nb` blocks.
 pub(crate) fn check_call(ty: GgmlType, panel: &[u8], nb: usize, acts: &[u8], stride: usize, rows: usize) {

@@ -311,6 +311,16 @@ pub(super) fn hsum256(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// The exact sum of the eight i32 lanes of `v` (wrapping, as the lanes' own sums do).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn hsum256_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
 /// The running sum of a Q8_0 dot product on both tiers: one vector of eight lanes that every
 /// block is added into in turn, ggml's order (see `q8_0::vec_dot_ref`). Eight lanes on the
 /// AVX-512 tier too: the order, not the width, fixes the result.

@@ -273,28 +273,22 @@ macro_rules! panel_kernels {
                 let w = panel.add(b * block_bytes::Q6_K);
                 let dw = f16x8(w.add(at::D));
                 let pairs: [__m256i; 8] = core::array::from_fn(|p| _mm256_cvtepi8_epi16(load128(w.add(at::Q6K_SCALES + 16 * p))));
-                let scales: [__m256i; 16] =
-                    core::array::from_fn(|j| if j % 2 == 0 { dup_word::<0>(pairs[j / 2]) } else { dup_word::<1>(pairs[j / 2]) });
-                let scales32: [__m256i; 16] = core::array::from_fn(|j| {
-                    let p = pairs[j / 2];
-                    if j % 2 == 0 {
-                        _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(p))
-                    } else {
-                        _mm256_srai_epi32::<16>(p)
-                    }
-                });
-                // chunk by chunk, each unpacked chunk (in registers) dotted with every row
+                // chunk by chunk, each unpacked chunk (in registers) dotted with every row; a
+                // chunk's two group scales made where they are used (all 16 at once, in both
+                // forms, would not fit the registers beside the chunk)
                 let rows: [*const u8; R] = core::array::from_fn(|r| acts.add(r * stride + b * ACT_K_BYTES));
                 let mut isums = [_mm256_setzero_si256(); R];
                 for c in 0..8 {
                     let mut v = nibbles(w.add(at::Q6K_NIBBLES + 128 * c));
                     add_q6_high(&mut v, w.add(at::Q6K_HIGH + 64 * c));
+                    let p = pairs[c];
+                    let scales = [dup_word::<0>(p), dup_word::<1>(p)];
+                    let scales32 = [_mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(p)), _mm256_srai_epi32::<16>(p)];
                     for (isum, a) in isums.iter_mut().zip(rows) {
                         let q = a.add(K_QS + 32 * c);
                         // 6-bit quants: 2 vectors at most in an i16 sum; a group of 16 is 4
                         for h in 0..2 {
-                            let j = 2 * c + h;
-                            *isum = dot_scaled::<2>(*isum, &v, q, 4 * h..4 * h + 4, scales[j], scales32[j]);
+                            *isum = dot_scaled::<2>(*isum, &v, q, 4 * h..4 * h + 4, scales[h], scales32[h]);
                         }
                     }
                 }

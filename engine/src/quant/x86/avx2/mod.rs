@@ -11,6 +11,7 @@ mod float_gemm;
 pub(in crate::quant::x86) mod grid;
 mod k_quants;
 mod k_quants_q5q6;
+pub(crate) use k_quants_q5q6::vec_dot_q6_k_blockwise;
 #[cfg(test)]
 pub(crate) mod k_quants_tests;
 mod legacy;

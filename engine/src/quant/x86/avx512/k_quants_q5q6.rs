@@ -6,7 +6,7 @@ use std::arch::x86_64::*;
 
 use super::k_quants::{dot32, dot_groups16, load_idx, load_u8x16, pair_words, store_dq, store_dq_min, unpack_scales_mins_q4k, PAIR16_IDX};
 use crate::quant::x86::common::{
-    f16_pair, f32_at, hsum256, row_entry_points, unpack_scales_mins_k4, Q5K_BYTES, Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    f16_pair, f32_at, hsum256, hsum256_epi32, row_entry_points, unpack_scales_mins_k4, Q5K_BYTES, Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::QK_K;
 
@@ -161,8 +161,18 @@ pub(super) unsafe fn q6k_half(x: *const u8, n: usize) -> [__m256i; 4] {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn vec_dot_q6_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
+    vec_dot_q6_k_in::<false>(w, a, nb)
+}
+
+/// Q6_K's row dot in ggml's order (`BLOCKWISE` false: eight lanes of float sums, added at the
+/// end) or in the panel kernels' (true: each block's exact integer sum, then one fused
+/// multiply-add per block; see `quant::panel::row_dot_on`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn vec_dot_q6_k_in<const BLOCKWISE: bool>(w: *const u8, a: *const u8, nb: usize) -> f32 {
     let idx = [load_idx(&PAIR16_IDX[0]), load_idx(&PAIR16_IDX[1]), load_idx(&PAIR16_IDX[2]), load_idx(&PAIR16_IDX[3])];
     let mut acc = _mm256_setzero_ps();
+    let mut block_acc = 0.0f32;
     for i in 0..nb {
         let x = w.add(i * Q6K_BYTES);
         let y = a.add(i * Q8K_BYTES);
@@ -180,7 +190,23 @@ unsafe fn vec_dot_q6_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
             let d = [dot32(q1, act), dot32(q2, act.add(32)), dot32(q3, act.add(64)), dot32(q4, act.add(96))];
             sumi = dot_groups16(sumi, d, scales, [idx[2 * n], idx[2 * n + 1]]);
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        if BLOCKWISE {
+            block_acc = (hsum256_epi32(sumi) as f32).mul_add(d, block_acc);
+        } else {
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        }
     }
-    hsum256(acc)
+    if BLOCKWISE {
+        block_acc
+    } else {
+        hsum256(acc)
+    }
+}
+
+/// Q6_K's row dot in the panel kernels' order (see `vec_dot_q6_k_in`), checked like the others.
+pub(crate) fn vec_dot_q6_k_blockwise(w: &[u8], a: &[u8]) -> f32 {
+    let nb = crate::quant::x86::common::dot_blocks(w, a, Q6K_BYTES);
+    // SAFETY: `quant::panel::row_dot_on` hands this out only where the tier's features were
+    // detected; `dot_blocks` checked that `w` and `a` hold `nb` blocks each.
+    unsafe { vec_dot_q6_k_in::<true>(w.as_ptr(), a.as_ptr(), nb) }
 }

@@ -7,6 +7,7 @@ mod float;
 mod float_gemm;
 mod k_quants;
 mod k_quants_q5q6;
+pub(crate) use k_quants_q5q6::vec_dot_q6_k_blockwise;
 mod legacy;
 mod panel;
 
