@@ -5,10 +5,10 @@
 
 // quantized weights, x as Q8_1 blocks; grid (ceil(n_out / 4), batch), 128 threads
 KERNEL void mul_mat_vec_q(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, int batch, const float* bias, float* out, int n_out, int has_bias) {
-    mul_mat_q_tile<1>(w, row_bytes, type, n_chunks, xq, batch, bias, out, n_out, has_bias);
+    mul_mat_q_tile<1>(w, row_bytes, type, n_chunks, xq, BLOCK_ID_Y, batch, bias, out, n_out, has_bias);
 }
 
 // float weights, x as f32; grid (ceil(n_out / 4), batch), 128 threads
 KERNEL void mul_mat_vec_f(const uint8_t* w, int64_t row_bytes, int type, int cols, const float* x, int batch, const float* bias, float* out, int n_out, int has_bias) {
-    mul_mat_f_tile<1>(w, row_bytes, type, cols, x, batch, bias, out, n_out, has_bias);
+    mul_mat_f_tile<1>(w, row_bytes, type, cols, x, BLOCK_ID_Y, batch, bias, out, n_out, has_bias);
 }

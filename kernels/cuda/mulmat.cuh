@@ -21,15 +21,15 @@ DEVICE void store_outputs(const float* acc, int lane, int j, int r0, int batch, 
     }
 }
 
-// out[r][j] = Σ_c chunk_dot(w[j] chunk c, x[r] block c) (+ bias[j]); x: rows of n_chunks Q8_1
-// blocks. Grid (ceil(n_out / MULMAT_WARPS), ceil(batch / ROWS)). `w` and `xq` start device
-// allocations (the aligned loads of unpack_chunk).
+// out[r][j] = Σ_c chunk_dot(w[j] chunk c, x[r] block c) (+ bias[j]) for the rows r0 .. r0 + ROWS;
+// x: rows of n_chunks Q8_1 blocks. Grid (ceil(n_out / MULMAT_WARPS), _). `w` starts a device
+// allocation or a whole number of weight rows into one, `xq` a whole number of rows into one
+// (the aligned loads of unpack_chunk).
 template <int ROWS, int TYPE>
-DEVICE void mul_mat_q_typed(const uint8_t* w, int64_t row_bytes, int n_chunks, const uint8_t* xq, int batch, const float* bias,
+DEVICE void mul_mat_q_typed(const uint8_t* w, int64_t row_bytes, int n_chunks, const uint8_t* xq, int r0, int batch, const float* bias,
                             float* out, int n_out, int has_bias) {
     const int lane = THREAD_ID % WARP_SIZE;
     const int j = BLOCK_ID * MULMAT_WARPS + THREAD_ID / WARP_SIZE;
-    const int r0 = BLOCK_ID_Y * ROWS;
     if (j >= n_out) {
         return;  // the whole warp: its shuffles below see every lane
     }
@@ -53,11 +53,11 @@ DEVICE void mul_mat_q_typed(const uint8_t* w, int64_t row_bytes, int n_chunks, c
 // the same for the weight type `type`, dispatched once per launch; a type without a kernel gives
 // NaN outputs, which show at once
 template <int ROWS>
-DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, int batch, const float* bias,
+DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, int r0, int batch, const float* bias,
                            float* out, int n_out, int has_bias) {
 #define MUL_MAT_Q_CASE(T) \
     case T:               \
-        mul_mat_q_typed<ROWS, T>(w, row_bytes, n_chunks, xq, batch, bias, out, n_out, has_bias); \
+        mul_mat_q_typed<ROWS, T>(w, row_bytes, n_chunks, xq, r0, batch, bias, out, n_out, has_bias); \
         return;
     switch (type) {
         MUL_MAT_Q_CASE(TYPE_Q4_0)
@@ -87,7 +87,7 @@ DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_
             }
             const int j = BLOCK_ID * MULMAT_WARPS + THREAD_ID / WARP_SIZE;
             if (j < n_out) {
-                store_outputs<ROWS>(nan, THREAD_ID % WARP_SIZE, j, BLOCK_ID_Y * ROWS, batch, bias, out, n_out, has_bias);
+                store_outputs<ROWS>(nan, THREAD_ID % WARP_SIZE, j, r0, batch, bias, out, n_out, has_bias);
             }
         }
     }
@@ -112,11 +112,10 @@ DEVICE float float_weight(const uint8_t* row, int type, int e) {
 // the same over float weights and f32 activations (rows of `cols`): lane l takes the values
 // l, l + 32, ... of the row, in order
 template <int ROWS>
-DEVICE void mul_mat_f_tile(const uint8_t* w, int64_t row_bytes, int type, int cols, const float* x, int batch, const float* bias,
+DEVICE void mul_mat_f_tile(const uint8_t* w, int64_t row_bytes, int type, int cols, const float* x, int r0, int batch, const float* bias,
                            float* out, int n_out, int has_bias) {
     const int lane = THREAD_ID % WARP_SIZE;
     const int j = BLOCK_ID * MULMAT_WARPS + THREAD_ID / WARP_SIZE;
-    const int r0 = BLOCK_ID_Y * ROWS;
     if (j >= n_out) {
         return;
     }

@@ -320,19 +320,26 @@ pub struct MatrixArgs {
     pub row_bytes: usize,
 }
 
-/// Row r of `out` (rows of `cols`) = row `ids[r]` of `table` dequantized; `None` leaves row r
-/// as it is.
-pub fn get_rows<R: Runtime>(rt: &R, table: &R::Buffer, m: MatrixArgs, ids: &[Option<u32>], out: &R::Buffer) -> Result<(), RuntimeError> {
+/// Row r of `out` (rows of `cols`) = row `ids[r]` of `table` (from byte `at` of its buffer)
+/// dequantized; `None` leaves row r as it is.
+pub fn get_rows<R: Runtime>(
+    rt: &R,
+    table: &R::Buffer,
+    at: usize,
+    m: MatrixArgs,
+    ids: &[Option<u32>],
+    out: &R::Buffer,
+) -> Result<(), RuntimeError> {
     const K: &str = "get_rows";
     if let Some(bad) = ids.iter().flatten().find(|&&id| id as usize >= m.rows) {
         return Err(RuntimeError::Device(format!("{K}: row {bad} of {}", m.rows)));
     }
-    check(rt, K, "table", table, m.rows * m.row_bytes)?;
+    check(rt, K, "table", table, at + m.rows * m.row_bytes)?;
     check(rt, K, "out", out, ids.len() * m.cols * 4)?;
     let idx: Vec<i32> = ids.iter().map(|id| id.map_or(-1, |v| v as i32)).collect();
     let idx = ints(rt, &idx)?;
     let args = [
-        Arg::Buf(table),
+        Arg::BufAt(table, at),
         Arg::Buf(&idx),
         Arg::Buf(out),
         Arg::I32(int(K, "cols", m.cols)?),
@@ -364,12 +371,14 @@ pub enum MatmulInput<'a, B> {
     F32(&'a B),
 }
 
-/// `out = x · wᵀ (+ bias)`: `batch` rows of `m.rows` outputs. `tiled` picks `mul_mat_*` (8 rows
-/// per block) over `mul_mat_vec_*` (one); an output's value is the same either way.
+/// `out = x · wᵀ (+ bias)`: `batch` rows of `m.rows` outputs, the weights from byte `w_at` of
+/// `w` (a whole number of rows into it). `tiled` picks `mul_mat_*` (8 rows per block) over
+/// `mul_mat_vec_*` (one); an output's value is the same either way.
 #[allow(clippy::too_many_arguments)]
 pub fn mul_mat<R: Runtime>(
     rt: &R,
     w: &R::Buffer,
+    w_at: usize,
     m: MatrixArgs,
     x: MatmulInput<'_, R::Buffer>,
     batch: usize,
@@ -387,7 +396,7 @@ pub fn mul_mat<R: Runtime>(
         }
         MatmulInput::F32(b) => (if tiled { "mul_mat_f" } else { "mul_mat_vec_f" }, b, m.cols, batch * m.cols * 4),
     };
-    check(rt, kernel, "w", w, m.rows * m.row_bytes)?;
+    check(rt, kernel, "w", w, w_at + m.rows * m.row_bytes)?;
     check(rt, kernel, "x", xb, x_bytes)?;
     check(rt, kernel, "out", out, batch * m.rows * 4)?;
     if let Some(b) = bias {
@@ -396,7 +405,7 @@ pub fn mul_mat<R: Runtime>(
     let tile = if tiled { MULMAT_TILE } else { 1 };
     let grid = [dim(kernel, "blocks", m.rows.div_ceil(MULMAT_WARPS))?, dim(kernel, "row tiles", batch.div_ceil(tile))?, 1];
     let args = [
-        Arg::Buf(w),
+        Arg::BufAt(w, w_at),
         Arg::I64(m.row_bytes as i64),
         Arg::I32(m.ty as i32),
         Arg::I32(int(kernel, "inner size", inner)?),
@@ -407,6 +416,69 @@ pub fn mul_mat<R: Runtime>(
         Arg::Buf(out),
         Arg::I32(int(kernel, "outputs", m.rows)?),
         Arg::I32(i32::from(bias.is_some())),
+    ];
+    go(rt, kernel, grid, (MULMAT_WARPS * 32) as u32, &args)
+}
+
+/// Experts stacked in one buffer for [`mul_mat_id`]: `count` matrices of `m`'s shape, expert
+/// `e` from byte `at + e · stride`.
+#[derive(Clone, Copy, Debug)]
+pub struct Stack {
+    pub m: MatrixArgs,
+    pub at: usize,
+    pub stride: usize,
+    pub count: usize,
+}
+
+/// Indexed products (ggml's `mul_mat_id`): out row `p` (of `s.m.rows` values) = activation row
+/// `p / per_row` of `x` times expert `ids[p]` of the stack `w`, for every slot `p` of `ids`; each
+/// slot has the bits `mul_mat` gives its row.
+pub fn mul_mat_id<R: Runtime>(
+    rt: &R,
+    w: &R::Buffer,
+    s: Stack,
+    x: MatmulInput<'_, R::Buffer>,
+    ids: &[u32],
+    per_row: usize,
+    out: &R::Buffer,
+) -> Result<(), RuntimeError> {
+    let m = s.m;
+    let rows = ids.len().div_ceil(per_row.max(1));
+    let (kernel, xb, inner, x_bytes) = match x {
+        MatmulInput::Q8_1(b) => {
+            if !m.cols.is_multiple_of(32) {
+                return Err(RuntimeError::Device(format!("mul_mat_id: {} columns are not whole blocks of 32", m.cols)));
+            }
+            ("mul_mat_q_id", b, m.cols / 32, rows * m.cols / 32 * Q8_1_BYTES)
+        }
+        MatmulInput::F32(b) => ("mul_mat_f_id", b, m.cols, rows * m.cols * 4),
+    };
+    if let Some(bad) = ids.iter().find(|&&e| e as usize >= s.count) {
+        return Err(RuntimeError::Device(format!("{kernel}: expert {bad} of {}", s.count)));
+    }
+    if s.count > 0 && s.stride < m.rows * m.row_bytes {
+        return Err(RuntimeError::Device(format!("{kernel}: experts {} bytes apart hold {} each", s.stride, m.rows * m.row_bytes)));
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    check(rt, kernel, "w", w, s.at + (s.count - 1) * s.stride + m.rows * m.row_bytes)?;
+    check(rt, kernel, "x", xb, x_bytes)?;
+    check(rt, kernel, "out", out, ids.len() * m.rows * 4)?;
+    let idx: Vec<i32> = ids.iter().map(|&e| e as i32).collect();
+    let idx = ints(rt, &idx)?;
+    let grid = [dim(kernel, "blocks", m.rows.div_ceil(MULMAT_WARPS))?, dim(kernel, "slots", ids.len())?, 1];
+    let args = [
+        Arg::BufAt(w, s.at),
+        Arg::I64(s.stride as i64),
+        Arg::I64(m.row_bytes as i64),
+        Arg::I32(m.ty as i32),
+        Arg::I32(int(kernel, "inner size", inner)?),
+        Arg::Buf(xb),
+        Arg::Buf(&idx),
+        Arg::I32(int(kernel, "slots per row", per_row)?),
+        Arg::Buf(out),
+        Arg::I32(int(kernel, "outputs", m.rows)?),
     ];
     go(rt, kernel, grid, (MULMAT_WARPS * 32) as u32, &args)
 }

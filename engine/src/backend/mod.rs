@@ -153,6 +153,26 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// Uploads tensor `info` of `file` as a `rows x cols` matrix (shape and type already checked).
     fn upload_matrix(&self, file: &Arc<GgufFile>, info: &TensorInfo, rows: usize, cols: usize) -> Result<Self::Matrix, BackendError>;
+    /// The `n` matrices of `rows` x `cols` stacked in tensor `info` (a mixture's experts), in
+    /// order; a backend may keep them together (the kernel backend's indexed products read a
+    /// stack by the experts' ids).
+    fn upload_stack(
+        &self,
+        file: &Arc<GgufFile>,
+        info: &TensorInfo,
+        n: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Vec<Self::Matrix>, BackendError> {
+        (0..n)
+            .map(|e| {
+                let part = info
+                    .rows((e * rows) as u64, rows as u64)
+                    .ok_or_else(|| BackendError::shape("upload_stack", format!("{}: matrix {e} of {n} x {rows} rows", info.name)))?;
+                self.upload_matrix(file, &part, rows, cols)
+            })
+            .collect()
+    }
     fn upload_vector(&self, values: &[f32]) -> Result<Self::Vector, BackendError>;
     /// Readies the matrices that products read (not the embedding tables) for them, once, at
     /// load: where a device keeps them in another layout (the CPU's repacked panels) the work

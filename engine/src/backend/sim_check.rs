@@ -449,3 +449,34 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after() 
         assert_eq!(one, whole[..n_head * dv], "f16 {f16}: row 0 alone");
     }
 }
+
+#[test]
+fn indexed_products_of_stacked_experts_give_each_slot_its_own_products_bits() {
+    use super::kernel::{stack_of, SimBackend};
+    use crate::gguf::{GgufFile, GgufWriter};
+    use std::sync::Arc;
+    let b = SimBackend::new();
+    let mut rng = Rng::new(0x1d5);
+    let (n, rows, cols) = (4usize, 16usize, 256usize);
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+    for ty in [GgmlType::Q4_K, GgmlType::IQ3_S, GgmlType::F32] {
+        let mut w = GgufWriter::new();
+        w.add_tensor("experts", &[cols as u64, rows as u64, n as u64], ty, quantized_rows(ty, n * rows, cols, &mut rng)).unwrap();
+        let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
+        let experts = b.upload_stack(&file, file.tensor("experts").unwrap(), n, rows, cols).unwrap();
+        // one buffer: the kernel that reads the ids runs (every other expert is a stack too)
+        assert!(stack_of(&experts).is_some() && stack_of(&experts[1..2]).is_some(), "{ty}");
+        // three tokens choosing two experts each, then one row per slot
+        let ids = [3usize, 0, 1, 3, 2, 2];
+        for x_rows in [3usize, 6] {
+            let x = rng.values(x_rows * cols, 2.0);
+            let y = b.to_host(b.matmul_indexed(&[&experts], &ids, &b.upload_tensor(x_rows, cols, &x).unwrap()).unwrap().remove(0)).unwrap();
+            for (p, &e) in ids.iter().enumerate() {
+                let r = p / (ids.len() / x_rows);
+                let alone = b.upload_tensor(1, cols, &x[r * cols..(r + 1) * cols]).unwrap();
+                let want = b.to_host(b.matmul_each(&[&experts[e]], &[None], &alone).unwrap().remove(0)).unwrap();
+                assert_eq!(bits(&y[p * rows..(p + 1) * rows]), bits(&want), "{ty}: slot {p} (expert {e}) over {x_rows} rows");
+            }
+        }
+    }
+}

@@ -78,7 +78,7 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// written as a 2-D tensor.
     pub fn expert_matrices(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<B::Matrix>, ModelError> {
         let t = self.stack_info(name, n, rows, cols)?.ok_or_else(|| ModelError::MissingTensor(name.into()))?;
-        self.upload_parts(t, std::iter::repeat_n(rows, n), cols)
+        Ok(self.backend.upload_stack(self.file, t, n, rows, cols)?)
     }
 
     /// The 3-D tensor `name` if present, checked to be `n` stacked `rows` x `cols` matrices (a
@@ -98,7 +98,7 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// gate first), as one list of matrices per half.
     pub fn expert_matrix_halves(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Option<[Vec<B::Matrix>; 2]>, ModelError> {
         let Some(t) = self.stack_info(name, n, 2 * rows, cols)? else { return Ok(None) };
-        let parts = self.upload_parts(t, std::iter::repeat_n(rows, 2 * n), cols)?;
+        let parts = self.backend.upload_stack(self.file, t, 2 * n, rows, cols)?;
         let (mut first, mut second) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for (i, m) in parts.into_iter().enumerate() {
             if i % 2 == 0 {

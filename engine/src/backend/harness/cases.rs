@@ -183,10 +183,22 @@ fn matmul_indexed<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
     let (n_matrix, rows, cols) = (5, 24, 256);
     let mut out = Vec::new();
     for ty in [GgmlType::Q4_K, GgmlType::MXFP4, GgmlType::IQ2_XS, GgmlType::F16] {
-        // two sets (a gate and an up) of n_matrix experts
-        let w = weights(&vec![(ty, rows, cols); 2 * n_matrix], rng);
-        let ms: Vec<B::Matrix> = (0..2 * n_matrix).map(|i| upload(b, &w, i, rows, cols)).collect();
-        let (gate, up) = ms.split_at(n_matrix);
+        // two sets (a gate and an up) of n_matrix experts, each set one tensor of stacked experts
+        let w = weights(&[(ty, n_matrix * rows, cols); 2], rng);
+        let info = |s: usize| w.file.tensor(&format!("w{s}")).expect("tensor");
+        // uploaded as stacks (one buffer per set), and matrix by matrix
+        let stacked: Vec<Vec<B::Matrix>> =
+            (0..2).map(|s| b.upload_stack(&w.file, info(s), n_matrix, rows, cols).expect("upload_stack")).collect();
+        let separate: Vec<Vec<B::Matrix>> = (0..2)
+            .map(|s| {
+                (0..n_matrix)
+                    .map(|e| {
+                        let part = info(s).rows((e * rows) as u64, rows as u64).expect("rows");
+                        b.upload_matrix(&w.file, &part, rows, cols).expect("upload")
+                    })
+                    .collect()
+            })
+            .collect();
         // (tokens, slots per token, a row per slot): one token's choices, several tokens' choices
         // over shared rows, and rows of their own (the down projections)
         for (tokens, per_token, per_slot) in [(1, 3, false), (4, 2, false), (5, 1, true), (3, 2, true)] {
@@ -194,17 +206,20 @@ fn matmul_indexed<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
             let ids: Vec<usize> = (0..slots).map(|_| ((rng.next_f32() + 1.0) * 0.5 * n_matrix as f32) as usize % n_matrix).collect();
             let x_rows = if per_slot { slots } else { tokens };
             let x = rng.values(x_rows * cols, 2.0);
-            let ys = b.matmul_indexed(&[gate, up], &ids, &host(b, x_rows, cols, &x)).expect("matmul_indexed");
-            for (s, y) in ys.into_iter().enumerate() {
-                let want: Vec<f64> = ids
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(p, &e)| {
-                        let r = p / (slots / x_rows);
-                        naive::matmul(&w.values[s * n_matrix + e], rows, cols, None, &x[r * cols..(r + 1) * cols])
-                    })
-                    .collect();
-                out.push((format!("{ty} set {s}, experts {ids:?} over {x_rows} rows"), nmse(&back(b, y), &want)));
+            for (form, sets) in [("stacked", &stacked), ("one by one", &separate)] {
+                let ys = b.matmul_indexed(&[&sets[0], &sets[1]], &ids, &host(b, x_rows, cols, &x)).expect("matmul_indexed");
+                for (s, y) in ys.into_iter().enumerate() {
+                    let want: Vec<f64> = ids
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(p, &e)| {
+                            let r = p / (slots / x_rows);
+                            let expert = &w.values[s][e * rows * cols..(e + 1) * rows * cols];
+                            naive::matmul(expert, rows, cols, None, &x[r * cols..(r + 1) * cols])
+                        })
+                        .collect();
+                    out.push((format!("{ty} {form} set {s}, experts {ids:?} over {x_rows} rows"), nmse(&back(b, y), &want)));
+                }
             }
         }
     }

@@ -9,7 +9,7 @@ mod kv;
 
 use std::sync::Arc;
 
-use kernels::launch::{self, HeadArgs, KvArgs, MatmulInput, MatrixArgs, QueryRow, RopeArgs, Q8_1_BYTES};
+use kernels::launch::{self, HeadArgs, KvArgs, MatmulInput, MatrixArgs, QueryRow, RopeArgs, Stack, Q8_1_BYTES};
 use kernels::{Runtime, RuntimeError};
 
 pub use kv::DeviceKvStore;
@@ -41,9 +41,11 @@ pub struct KernelBackend<R: Runtime> {
     device: Device,
 }
 
-/// A weight matrix on the device, rows as the file stores them.
+/// A weight matrix on the device, rows as the file stores them, from byte `at` of its buffer
+/// (experts of one tensor share one buffer: [`Backend::upload_stack`]).
 pub struct DeviceMatrix<R: Runtime> {
-    buf: R::Buffer,
+    buf: Arc<R::Buffer>,
+    at: usize,
     args: MatrixArgs,
     ty: GgmlType,
 }
@@ -108,6 +110,58 @@ impl<R: Runtime> KernelBackend<R> {
     }
 }
 
+impl<R: Runtime> KernelBackend<R> {
+    /// [`Backend::matmul_indexed`] over experts stacked in one buffer per set: one kernel per
+    /// set reads the slots' expert ids, `x` converted to Q8_1 once for the quantized sets.
+    fn matmul_stacked(
+        &self,
+        sets: &[&[DeviceMatrix<R>]],
+        stacks: &[Stack],
+        ids: &[usize],
+        x: &DeviceTensor<R>,
+    ) -> Result<Vec<DeviceTensor<R>>, BackendError> {
+        let ids32: Vec<u32> = ids.iter().map(|&e| e as u32).collect();
+        let per_row = ids.len().checked_div(x.rows).unwrap_or(1);
+        let mut quantized: Option<R::Buffer> = None;
+        let mut outs = Vec::with_capacity(sets.len());
+        for (set, &stack) in sets.iter().zip(stacks) {
+            let out = self.output("matmul_indexed", ids.len(), stack.m.rows)?;
+            if ids.is_empty() {
+                outs.push(out);
+                continue;
+            }
+            let input = if matches!(set[0].ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+                MatmulInput::F32(&x.buf)
+            } else {
+                if quantized.is_none() {
+                    let blocks = x.rows * x.cols / 32;
+                    let q = self.rt.alloc(blocks * Q8_1_BYTES).map_err(self.fail("matmul_indexed"))?;
+                    launch::quantize_q8_1(&*self.rt, &x.buf, &q, blocks).map_err(self.fail("matmul_indexed"))?;
+                    quantized = Some(q);
+                }
+                MatmulInput::Q8_1(quantized.as_ref().expect("quantized above"))
+            };
+            launch::mul_mat_id(&*self.rt, &set[0].buf, stack, input, &ids32, per_row, &out.buf).map_err(self.fail("matmul_indexed"))?;
+            outs.push(out);
+        }
+        Ok(outs)
+    }
+}
+
+/// The stack a set of matrices forms, if it is one: every matrix of one shape and type in one
+/// buffer, evenly spaced (what [`Backend::upload_stack`] uploads, or every other matrix of it:
+/// fused gate and up experts).
+pub(crate) fn stack_of<R: Runtime>(set: &[DeviceMatrix<R>]) -> Option<Stack> {
+    let first = set.first()?;
+    let bytes = first.args.rows * first.args.row_bytes;
+    let stride = set.get(1).map_or(bytes, |m| m.at.wrapping_sub(first.at));
+    let same = |m: &DeviceMatrix<R>| {
+        (m.args.ty, m.args.rows, m.args.cols, m.args.row_bytes) == (first.args.ty, first.args.rows, first.args.cols, first.args.row_bytes)
+    };
+    let even = set.iter().enumerate().all(|(e, m)| Arc::ptr_eq(&m.buf, &first.buf) && m.at == first.at + e * stride && same(m));
+    (even && stride >= bytes).then_some(Stack { m: first.args, at: first.at, stride, count: set.len() })
+}
+
 impl<R: Runtime> Backend for KernelBackend<R>
 where
     DeviceKvStore<R>: crate::backend::OwnKvStore,
@@ -130,8 +184,25 @@ where
         }
         let row_bytes =
             info.ty.row_bytes(cols).ok_or_else(|| BackendError::shape("upload_matrix", format!("{cols} columns of {}", info.ty)))?;
-        let buf = self.rt.upload(&data[..rows * row_bytes]).map_err(self.fail("upload_matrix"))?;
-        Ok(DeviceMatrix { buf, args: MatrixArgs { ty: info.ty.id(), rows, cols, row_bytes }, ty: info.ty })
+        let buf = Arc::new(self.rt.upload(&data[..rows * row_bytes]).map_err(self.fail("upload_matrix"))?);
+        Ok(DeviceMatrix { buf, at: 0, args: MatrixArgs { ty: info.ty.id(), rows, cols, row_bytes }, ty: info.ty })
+    }
+
+    fn upload_stack(
+        &self,
+        file: &Arc<GgufFile>,
+        info: &TensorInfo,
+        n: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Vec<DeviceMatrix<R>>, BackendError> {
+        // one upload of the whole stack, each matrix a view into it: `matmul_indexed` then runs
+        // one kernel that reads the experts' ids
+        let all = self.upload_matrix(file, info, n * rows, cols)?;
+        let stride = rows * all.args.row_bytes;
+        Ok((0..n)
+            .map(|e| DeviceMatrix { buf: Arc::clone(&all.buf), at: e * stride, args: MatrixArgs { rows, ..all.args }, ty: all.ty })
+            .collect())
     }
 
     fn upload_vector(&self, values: &[f32]) -> Result<DeviceVector<R>, BackendError> {
@@ -187,7 +258,7 @@ where
             // every row is a token's, written by the kernel
             None => self.output("get_rows", inputs.len(), cols)?,
         };
-        launch::get_rows(&*self.rt, &table.buf, table.args, &ids, &out.buf).map_err(self.fail("get_rows"))?;
+        launch::get_rows(&*self.rt, &table.buf, table.at, table.args, &ids, &out.buf).map_err(self.fail("get_rows"))?;
         Ok(out)
     }
 
@@ -221,7 +292,7 @@ where
                 MatmulInput::Q8_1(quantized.as_ref().expect("quantized above"))
             };
             let out = self.output("matmul", x.rows, w.args.rows)?;
-            launch::mul_mat(&*self.rt, &w.buf, w.args, input, x.rows, bias.map(|b| &b.buf), &out.buf, tiled)
+            launch::mul_mat(&*self.rt, &w.buf, w.at, w.args, input, x.rows, bias.map(|b| &b.buf), &out.buf, tiled)
                 .map_err(self.fail("matmul"))?;
             outs.push(out);
         }
@@ -238,9 +309,13 @@ where
         if let Some(why) = indexed_misfit(&shapes, ids, x.rows, x.cols) {
             return Err(BackendError::shape("matmul_indexed", why));
         }
+        if let Some(stacks) = sets.iter().map(|set| stack_of(set)).collect::<Option<Vec<Stack>>>() {
+            return self.matmul_stacked(sets, &stacks, ids, x);
+        }
+        // matrices uploaded one by one: each distinct list of rows gathered once; each used
+        // matrix's sets in one matmul pass; its rows added (weight 1, onto zeros: the same bits
+        // but for a zero's sign) into their slots
         let plan = IndexedPlan::new(ids, shapes.first().map_or(0, Vec::len), x.rows);
-        // each distinct list of rows gathered once; each used matrix's sets in one matmul pass;
-        // its rows added (weight 1, onto zeros: the same bits but for a zero's sign) into their slots
         let sources: Vec<DeviceTensor<R>> = plan.sources.iter().map(|rows| self.select_rows(x, rows)).collect::<Result<_, _>>()?;
         let mut outs: Vec<DeviceTensor<R>> =
             shapes.iter().map(|set| self.zeros(ids.len(), set.first().map_or(0, |s| s.0))).collect::<Result<_, _>>()?;

@@ -156,7 +156,7 @@ fn matvec<R: Runtime>(
     let out = rt.alloc_zeroed(rows * 4)?;
     let bytes = rows * m.row_bytes;
     let iters = (bytes_per_measurement / bytes).clamp(1, max);
-    let t = per_call(rt, &out, iters, || launch::mul_mat(rt, &w, m, input(&x, quantized), 1, None, &out, false))?;
+    let t = per_call(rt, &out, iters, || launch::mul_mat(rt, &w, 0, m, input(&x, quantized), 1, None, &out, false))?;
     Ok(bytes as f64 / t / 1e9)
 }
 
@@ -165,7 +165,7 @@ fn matmul<R: Runtime>(rt: &R, ty: GgmlType, batch: usize, rows: usize, cols: usi
     let (w, m) = weights(rt, ty, rows, cols)?;
     let (x, quantized) = activations(rt, ty, batch, cols)?;
     let out = rt.alloc_zeroed(batch * rows * 4)?;
-    let t = per_call(rt, &out, iters, || launch::mul_mat(rt, &w, m, input(&x, quantized), batch, None, &out, true))?;
+    let t = per_call(rt, &out, iters, || launch::mul_mat(rt, &w, 0, m, input(&x, quantized), batch, None, &out, true))?;
     Ok(2.0 * (batch * rows * cols) as f64 / t / 1e12)
 }
 
