@@ -6,6 +6,7 @@ pub mod archs;
 pub mod quant_goldens;
 pub mod scripted;
 pub mod shaped;
+pub mod shaped_gpt_oss;
 pub mod shaped_whisper;
 pub mod tiny;
 

@@ -184,10 +184,6 @@ pub fn random_matrix(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u
     out
 }
 
-fn f32_bytes(values: impl IntoIterator<Item = f32>) -> Vec<u8> {
-    values.into_iter().flat_map(f32::to_le_bytes).collect()
-}
-
 /// The model of `shape` ([`writer`]), in memory.
 pub fn make(shape: &Shape, template: &GgufFile) -> Result<Arc<GgufFile>, String> {
     let bytes = writer(shape, template)?.to_bytes().map_err(|e| e.to_string())?;
@@ -199,18 +195,7 @@ pub fn make(shape: &Shape, template: &GgufFile) -> Result<Arc<GgufFile>, String>
 /// when it is the same architecture: the Granite scalars).
 pub fn writer(shape: &Shape, template: &GgufFile) -> Result<GgufWriter<'static>, String> {
     let arch = shape.arch;
-    let template_arch = template.architecture().unwrap_or_default().to_string();
-    let mut w = GgufWriter::new();
-    for (key, value) in template.metadata() {
-        let of_template_arch = key.starts_with(&format!("{template_arch}."));
-        if key == "general.architecture" || key == "general.file_type" || (of_template_arch && template_arch != arch) {
-            continue;
-        }
-        if of_template_arch && is_dimension_key(key.trim_start_matches(&format!("{arch}."))) {
-            continue;
-        }
-        w.add(key.clone(), value.clone()).map_err(|e| e.to_string())?;
-    }
+    let mut w = template_writer(template, arch)?;
     let hd = shape.head_dim();
     let u32v = |v: usize| Value::U32(v as u32);
     let keys: [(&str, Value); 10] = [
@@ -303,6 +288,29 @@ pub fn writer(shape: &Shape, template: &GgufFile) -> Result<GgufWriter<'static>,
         }
     }
     Ok(w)
+}
+
+/// A writer holding `template`'s metadata but its architecture and file type, and but its
+/// architecture's keys unless that is `arch` (then but the dimensions, which a shape sets).
+pub fn template_writer(template: &GgufFile, arch: &str) -> Result<GgufWriter<'static>, String> {
+    let template_arch = template.architecture().unwrap_or_default().to_string();
+    let mut w = GgufWriter::new();
+    for (key, value) in template.metadata() {
+        let of_template_arch = key.starts_with(&format!("{template_arch}."));
+        if key == "general.architecture" || key == "general.file_type" || (of_template_arch && template_arch != arch) {
+            continue;
+        }
+        if of_template_arch && is_dimension_key(key.trim_start_matches(&format!("{arch}."))) {
+            continue;
+        }
+        w.add(key.clone(), value.clone()).map_err(|e| e.to_string())?;
+    }
+    Ok(w)
+}
+
+/// Little-endian bytes of f32 values.
+pub fn f32_bytes(values: impl IntoIterator<Item = f32>) -> Vec<u8> {
+    values.into_iter().flat_map(f32::to_le_bytes).collect()
 }
 
 /// Keys of an architecture that the shape sets itself.

@@ -3,9 +3,10 @@
 //!
 //!   shaped-model SHAPE TEMPLATE.gguf OUT.gguf
 //!
-//! SHAPE: qwen3-30b-a3b-12 (a mixture of experts), qwen2.5-0.5b, llama-3-8b. The template, a
-//! real model of the shape's vocabulary (a Qwen2.5 GGUF for the Qwen shapes), gives the
-//! vocabulary and the other metadata llama.cpp needs to load the file.
+//! SHAPE: qwen3-30b-a3b-12 (a mixture of experts), gpt-oss-20b-12 (12 of gpt-oss-20b's 24 layers,
+//! MXFP4 experts), qwen2.5-0.5b, llama-3-8b. The template, a real model of the shape's
+//! vocabulary (a Qwen2.5 GGUF for the Qwen shapes and gpt-oss), gives the vocabulary and the
+//! other metadata llama.cpp needs to load the file.
 
 use std::io::BufWriter;
 use std::process::ExitCode;
@@ -24,12 +25,20 @@ fn shape(name: &str) -> Option<Shape> {
 
 fn run(args: &[String]) -> Result<(), String> {
     let [name, template, out] = args else { return Err("usage: shaped-model SHAPE TEMPLATE.gguf OUT.gguf".into()) };
-    let shape = shape(name).ok_or_else(|| format!("unknown shape {name:?} (qwen3-30b-a3b-12, qwen2.5-0.5b, llama-3-8b)"))?;
     let template = GgufFile::open(template).map_err(|e| format!("{template}: {e}"))?;
-    let w = shaped::writer(&shape, &template)?;
+    let (w, what) = if name == "gpt-oss-20b-12" {
+        (
+            engine_tests::shaped_gpt_oss::writer(&engine_tests::shaped_gpt_oss::GPT_OSS_20B_12_LAYERS, &template)?,
+            "gpt-oss-20b (12 of 24 layers)",
+        )
+    } else {
+        let shape =
+            shape(name).ok_or_else(|| format!("unknown shape {name:?} (qwen3-30b-a3b-12, gpt-oss-20b-12, qwen2.5-0.5b, llama-3-8b)"))?;
+        (shaped::writer(&shape, &template)?, shape.name)
+    };
     let file = std::fs::File::create(out).map_err(|e| format!("{out}: {e}"))?;
     let bytes = w.write(BufWriter::new(file)).map_err(|e| format!("{out}: {e}"))?;
-    eprintln!("wrote {out}: {} ({bytes} bytes)", shape.name);
+    eprintln!("wrote {out}: {what} ({bytes} bytes)");
     Ok(())
 }
 

@@ -477,7 +477,8 @@ mod tests {
     }
 
     /// Matrix-vector throughput in GB/s of weight bytes (the rayon pool's threads, best of 10)
-    /// of Q4_K and Q6_K with their panels (as products run them) and as plain rows, for 1 to 4
+    /// of Q4_K, Q6_K, Q8_0 and MXFP4 with their panels where they have them (as products run
+    /// them) and as plain rows, for 1 to 4
     /// activation rows: `MATVEC_ROWS=65536 cargo test --release -p engine --lib
     /// matvec_throughput -- --ignored --nocapture` (rows of 2048 values; 16384 rows by default).
     #[test]
@@ -486,11 +487,12 @@ mod tests {
         use crate::quant::panel;
         let (rows, cols) = (std::env::var("MATVEC_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(16384usize), 2048usize);
         let (_, x) = quantized(GgmlType::F32, 4, cols, 1);
-        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::MXFP4] {
             let (bytes, _) = quantized(ty, rows, cols, 2);
-            let p = panel::repack(ty, rows, cols, &bytes).unwrap();
+            let p = panel::repack(ty, rows, cols, &bytes);
             let plain = WeightMatrix::new(ty, rows, cols, &bytes).unwrap();
-            for (name, w) in [("panels", plain.with_panels(&p)), ("rows", plain)] {
+            let forms = [("panels", p.as_ref().map(|p| plain.with_panels(p))), ("rows", Some(plain))];
+            for (name, w) in forms.into_iter().filter_map(|(n, w)| Some((n, w?))) {
                 for isa in Isa::available() {
                     let mut line = format!("{ty} {name:>6} {isa:>6}:");
                     for batch in 1..=4 {

@@ -23,6 +23,7 @@ pub use iq2::{iq2_s, iq2_xs, iq2_xxs};
 pub use iq3::{iq3_s, iq3_xxs};
 
 use super::blocks::{f16_le, BlockQ8K};
+#[cfg(any(test, feature = "sim", feature = "cuda"))]
 use super::GgmlType;
 use super::QK_K;
 
@@ -180,6 +181,7 @@ macro_rules! grid_row_fns {
 pub(crate) use grid_row_fns;
 
 /// The [`GridType`] of `ty`, if it is a grid i-quant.
+#[cfg(any(test, feature = "sim", feature = "cuda"))]
 pub(crate) fn grid_type(ty: GgmlType) -> Option<&'static GridType> {
     Some(match ty {
         GgmlType::IQ2_XXS => &iq2_xxs::TYPE,
@@ -196,6 +198,7 @@ pub(crate) fn grid_type(ty: GgmlType) -> Option<&'static GridType> {
 /// `n` super-blocks of grid type `ty` from random bytes, each block's f16 scale set to a small
 /// positive value (every other byte pattern is a valid block): test weights for the types the
 /// engine cannot quantize to (the kernels' op harness uses them too).
+#[cfg(any(test, feature = "sim", feature = "cuda"))]
 pub(crate) fn random_row(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
     let t = grid_type(ty).expect("a grid type");
     let mut s = seed.wrapping_add(1);

@@ -42,10 +42,11 @@ pub struct PanelLayout {
     pub act_block_bytes: usize,
     /// The fewest activation rows a product takes the panels for where the tier has a row dot
     /// in the panels' order (`panel::row_dot_on`); with fewer it runs that row dot on the
-    /// matrix's own bytes (the same bits), which therefore stay mapped. Q6_K's: 3, since its
-    /// one-row tile unpacks more than a row dot does (2-core Zen 5, a 110 MB matrix, two
-    /// threads: 29 GB/s against 51 for one row, 28 against 39 for two, 25 against 27 for
-    /// three; `matvec_throughput` in `backend/cpu/matmul.rs`); 1 for the others.
+    /// matrix's own bytes (the same bits), which therefore stay mapped. Q6_K's is 3 and Q8_0's
+    /// 2, since their one-row tiles unpack more than a row dot does (2-core Zen 5, 110 MB and
+    /// 140 MB matrices, two threads, `matvec_throughput` in `backend/cpu/matmul.rs`: Q6_K 29
+    /// GB/s against 51 for one row, 28 against 39 for two, 25 against 27 for three; Q8_0 37
+    /// against 51 for one row, 38 against 31 for two); 1 for the others.
     pub min_batch: usize,
 }
 
@@ -101,7 +102,11 @@ impl PanelLayout {
             _ => return None,
         };
         let act_block_bytes = if act_ty == T::Q8_0 { ACT_LEGACY_BYTES } else { ACT_K_BYTES };
-        let min_batch = if ty == T::Q6_K { 3 } else { 1 };
+        let min_batch = match ty {
+            T::Q6_K => 3,
+            T::Q8_0 => 2,
+            _ => 1,
+        };
         Some(PanelLayout { ty, act_ty, block_values, block_bytes, act_block_bytes, min_batch })
     }
 }

@@ -53,9 +53,12 @@ pub fn kernel_on(ty: GgmlType, isa: Isa) -> Option<PanelKernelFn> {
 /// A row dot in the order of `ty`'s panel kernel on tier `isa` (the same bits as the panels give
 /// a row), for products of fewer rows than the layout's `min_batch`, where the tier has one:
 /// Q6_K's on the AVX2 and AVX-512 tiers (each block's exact integer sum, then one fused
-/// multiply-add per block, as the tile does for each of its rows).
+/// multiply-add per block, as the tile does for each of its rows) and Q8_0's (its tiles already
+/// keep the row dot's order).
 pub fn row_dot_on(ty: GgmlType, isa: Isa) -> Option<crate::quant::dispatch::VecDotFn> {
     match (ty, isa) {
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q8_0, Isa::Avx2 | Isa::Avx512 | Isa::Amx) if isa.is_available() => crate::quant::ops_on(ty, isa).ok().map(|o| o.vec_dot),
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q6_K, Isa::Avx2) if isa.is_available() => Some(crate::quant::x86::avx2::vec_dot_q6_k_blockwise),
         #[cfg(target_arch = "x86_64")]
