@@ -12,7 +12,7 @@ use kernels::host_args;
 use super::cpu::{CpuBackend, HostTensor};
 use super::harness::{nmse, Rng};
 use super::{Activation, Backend, Rope, RopeKind, Yarn};
-use crate::quant::{ops_for, GgmlType, Isa};
+use crate::quant::GgmlType;
 
 const THREADS: u32 = 256;
 
@@ -208,21 +208,9 @@ fn the_kernels_run_on_host_threads_agree_with_the_cpu_backend() {
     assert!(report.0.is_empty(), "{}", report.0.concat());
 }
 
-/// `rows` rows of `cols` values of `ty`: random values through the reference quantizer, or
-/// random valid blocks for a type without one (the grid i-quants).
+/// Test weights: values up to 3 through the reference quantizer, or random grid blocks.
 fn quantized_rows(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
-    let row_bytes = ty.row_bytes(cols).unwrap();
-    match ops_for(ty, Isa::Scalar).unwrap().quantize {
-        Some(quantize) => {
-            let x = rng.values(rows * cols, 3.0);
-            let mut table = vec![0u8; rows * row_bytes];
-            for (src, dst) in x.chunks_exact(cols).zip(table.chunks_exact_mut(row_bytes)) {
-                quantize(src, dst);
-            }
-            table
-        }
-        None => crate::quant::iq_grid::random_row(ty, rows * cols / ty.block_size(), u64::from(rng.next_f32().to_bits())),
-    }
+    super::harness::quantized_rows(ty, rows, cols, 3.0, rng)
 }
 
 #[test]

@@ -88,18 +88,7 @@ fn weights(specs: &[(GgmlType, usize, usize)], rng: &mut Rng) -> Weights {
     for (i, &(ty, rows, cols)) in specs.iter().enumerate() {
         let ops = ops_for(ty, Isa::Scalar).expect("a computable type");
         let row_bytes = ty.row_bytes(cols).expect("whole blocks");
-        let bytes = match ops.quantize {
-            Some(quantize) => {
-                let x = rng.values(rows * cols, 1.0);
-                let mut bytes = vec![0u8; rows * row_bytes];
-                for (src, dst) in x.chunks_exact(cols).zip(bytes.chunks_exact_mut(row_bytes)) {
-                    quantize(src, dst);
-                }
-                bytes
-            }
-            // a type without a quantizer (the grid i-quants): random valid blocks
-            None => crate::quant::iq_grid::random_row(ty, rows * cols / ty.block_size(), u64::from(rng.next_f32().to_bits())),
-        };
+        let bytes = super::quantized_rows(ty, rows, cols, 1.0, rng);
         let mut deq = vec![0.0f32; rows * cols];
         for (src, back) in bytes.chunks_exact(row_bytes).zip(deq.chunks_exact_mut(cols)) {
             (ops.dequantize)(src, back);

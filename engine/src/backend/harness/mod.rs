@@ -103,6 +103,24 @@ impl Rng {
     }
 }
 
+/// `rows` rows of `cols` values of weight type `ty`: values uniform in `[-scale, scale)` through
+/// the scalar reference quantizer, or random valid blocks for a type without one (the grid
+/// i-quants).
+pub(crate) fn quantized_rows(ty: crate::quant::GgmlType, rows: usize, cols: usize, scale: f32, rng: &mut Rng) -> Vec<u8> {
+    let row_bytes = ty.row_bytes(cols).expect("whole blocks");
+    match crate::quant::ops_for(ty, crate::quant::Isa::Scalar).expect("a computable type").quantize {
+        Some(quantize) => {
+            let x = rng.values(rows * cols, scale);
+            let mut bytes = vec![0u8; rows * row_bytes];
+            for (src, dst) in x.chunks_exact(cols).zip(bytes.chunks_exact_mut(row_bytes)) {
+                quantize(src, dst);
+            }
+            bytes
+        }
+        None => crate::quant::iq_grid::random_row(ty, rows * cols / ty.block_size(), u64::from(rng.next_f32().to_bits())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -321,6 +321,58 @@ pub(super) fn hsum256_epi32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
+/// The running sum of a K-quant dot product over its super-blocks, given each block's eight i32
+/// lane sums and scale: eight lanes of float sums added at the end (ggml's order), or with
+/// `BLOCKWISE` each block's exact integer total in one fused multiply-add (the panel kernels'
+/// order, see `quant::panel::row_dot_on`).
+pub(super) struct BlockSums<const BLOCKWISE: bool> {
+    lanes: __m256,
+    total: f32,
+}
+
+impl<const BLOCKWISE: bool> BlockSums<BLOCKWISE> {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn new() -> Self {
+        BlockSums { lanes: _mm256_setzero_ps(), total: 0.0 }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn add(&mut self, sumi: __m256i, d: f32) {
+        if BLOCKWISE {
+            self.total = (hsum256_epi32(sumi) as f32).mul_add(d, self.total);
+        } else {
+            self.lanes = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), self.lanes);
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn sum(&self) -> f32 {
+        if BLOCKWISE {
+            self.total
+        } else {
+            hsum256(self.lanes)
+        }
+    }
+}
+
+/// The checked entry point of a tier's block-wise row dot `$impl::<true>` over blocks of
+/// `$bytes` (see [`BlockSums`]).
+macro_rules! blockwise_entry {
+    ($name:ident => $impl:ident, $bytes:expr) => {
+        #[doc = concat!("`", stringify!($impl), "` in the panel kernels' order, checked like the others.")]
+        pub(crate) fn $name(w: &[u8], a: &[u8]) -> f32 {
+            let nb = $crate::quant::x86::common::dot_blocks(w, a, $bytes);
+            // SAFETY: `quant::panel::row_dot_on` hands this out only where the tier's features
+            // were detected; `dot_blocks` checked that `w` and `a` hold `nb` blocks each.
+            unsafe { $impl::<true>(w.as_ptr(), a.as_ptr(), nb) }
+        }
+    };
+}
+pub(super) use blockwise_entry;
+
 /// The running sum of a Q8_0 dot product on both tiers: one vector of eight lanes that every
 /// block is added into in turn, ggml's order (see `q8_0::vec_dot_ref`). Eight lanes on the
 /// AVX-512 tier too: the order, not the width, fixes the result.

@@ -6,8 +6,8 @@ use std::arch::x86_64::*;
 
 use super::k_quants::{load_table, load_u8x8, store_dq, store_dq_min, PAIR_SHUF, WORD_SHUF};
 use crate::quant::x86::common::{
-    f16_pair, f32_at, hsum256, hsum256_epi32, row_entry_points, unpack_scales_mins_k4, xmm_u64x2, Q5K_BYTES, Q6K_BYTES, Q8K_BSUMS,
-    Q8K_BYTES, Q8K_QS,
+    blockwise_entry, f16_pair, f32_at, hsum256, row_entry_points, unpack_scales_mins_k4, xmm_u64x2, BlockSums, Q5K_BYTES, Q6K_BYTES,
+    Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::QK_K;
 
@@ -156,8 +156,7 @@ unsafe fn vec_dot_q6_k_in<const BLOCKWISE: bool>(w: *const u8, a: *const u8, nb:
     let m4 = _mm256_set1_epi8(0x0F);
     let m30 = _mm256_set1_epi8(0x30);
     let shuf = [load_table(&PAIR_SHUF[0]), load_table(&PAIR_SHUF[1]), load_table(&PAIR_SHUF[2]), load_table(&PAIR_SHUF[3])];
-    let mut acc = _mm256_setzero_ps();
-    let mut block_acc = 0.0f32;
+    let mut acc = BlockSums::<BLOCKWISE>::new();
     for i in 0..nb {
         let x = w.add(i * Q6K_BYTES);
         let y = a.add(i * Q8K_BYTES);
@@ -187,23 +186,9 @@ unsafe fn vec_dot_q6_k_in<const BLOCKWISE: bool>(w: *const u8, a: *const u8, nb:
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, sc));
             }
         }
-        if BLOCKWISE {
-            block_acc = (hsum256_epi32(sumi) as f32).mul_add(d, block_acc);
-        } else {
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        }
+        acc.add(sumi, d);
     }
-    if BLOCKWISE {
-        block_acc
-    } else {
-        hsum256(acc)
-    }
+    acc.sum()
 }
 
-/// Q6_K's row dot in the panel kernels' order (see `vec_dot_q6_k_in`), checked like the others.
-pub(crate) fn vec_dot_q6_k_blockwise(w: &[u8], a: &[u8]) -> f32 {
-    let nb = crate::quant::x86::common::dot_blocks(w, a, Q6K_BYTES);
-    // SAFETY: `quant::panel::row_dot_on` hands this out only where the tier's features were
-    // detected; `dot_blocks` checked that `w` and `a` hold `nb` blocks each.
-    unsafe { vec_dot_q6_k_in::<true>(w.as_ptr(), a.as_ptr(), nb) }
-}
+blockwise_entry!(vec_dot_q6_k_blockwise => vec_dot_q6_k_in, Q6K_BYTES);

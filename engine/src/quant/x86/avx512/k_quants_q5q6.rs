@@ -6,7 +6,8 @@ use std::arch::x86_64::*;
 
 use super::k_quants::{dot32, dot_groups16, load_idx, load_u8x16, pair_words, store_dq, store_dq_min, unpack_scales_mins_q4k, PAIR16_IDX};
 use crate::quant::x86::common::{
-    f16_pair, f32_at, hsum256, hsum256_epi32, row_entry_points, unpack_scales_mins_k4, Q5K_BYTES, Q6K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    blockwise_entry, f16_pair, f32_at, hsum256, row_entry_points, unpack_scales_mins_k4, BlockSums, Q5K_BYTES, Q6K_BYTES, Q8K_BSUMS,
+    Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::QK_K;
 
@@ -171,8 +172,7 @@ unsafe fn vec_dot_q6_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn vec_dot_q6_k_in<const BLOCKWISE: bool>(w: *const u8, a: *const u8, nb: usize) -> f32 {
     let idx = [load_idx(&PAIR16_IDX[0]), load_idx(&PAIR16_IDX[1]), load_idx(&PAIR16_IDX[2]), load_idx(&PAIR16_IDX[3])];
-    let mut acc = _mm256_setzero_ps();
-    let mut block_acc = 0.0f32;
+    let mut acc = BlockSums::<BLOCKWISE>::new();
     for i in 0..nb {
         let x = w.add(i * Q6K_BYTES);
         let y = a.add(i * Q8K_BYTES);
@@ -190,23 +190,9 @@ unsafe fn vec_dot_q6_k_in<const BLOCKWISE: bool>(w: *const u8, a: *const u8, nb:
             let d = [dot32(q1, act), dot32(q2, act.add(32)), dot32(q3, act.add(64)), dot32(q4, act.add(96))];
             sumi = dot_groups16(sumi, d, scales, [idx[2 * n], idx[2 * n + 1]]);
         }
-        if BLOCKWISE {
-            block_acc = (hsum256_epi32(sumi) as f32).mul_add(d, block_acc);
-        } else {
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        }
+        acc.add(sumi, d);
     }
-    if BLOCKWISE {
-        block_acc
-    } else {
-        hsum256(acc)
-    }
+    acc.sum()
 }
 
-/// Q6_K's row dot in the panel kernels' order (see `vec_dot_q6_k_in`), checked like the others.
-pub(crate) fn vec_dot_q6_k_blockwise(w: &[u8], a: &[u8]) -> f32 {
-    let nb = crate::quant::x86::common::dot_blocks(w, a, Q6K_BYTES);
-    // SAFETY: `quant::panel::row_dot_on` hands this out only where the tier's features were
-    // detected; `dot_blocks` checked that `w` and `a` hold `nb` blocks each.
-    unsafe { vec_dot_q6_k_in::<true>(w.as_ptr(), a.as_ptr(), nb) }
-}
+blockwise_entry!(vec_dot_q6_k_blockwise => vec_dot_q6_k_in, Q6K_BYTES);
