@@ -371,6 +371,25 @@ pub enum MatmulInput<'a, B> {
     F32(&'a B),
 }
 
+/// The kernel (of the quantized and float pair `kernels`) for input `x`, its buffer, the row's
+/// inner size (Q8_1 blocks or values) and the bytes `rows` activation rows take.
+fn matmul_operands<'a, B>(
+    kernels: (&'static str, &'static str),
+    x: MatmulInput<'a, B>,
+    m: MatrixArgs,
+    rows: usize,
+) -> Result<(&'static str, &'a B, usize, usize), RuntimeError> {
+    Ok(match x {
+        MatmulInput::Q8_1(b) => {
+            if !m.cols.is_multiple_of(32) {
+                return Err(RuntimeError::Device(format!("{}: {} columns are not whole blocks of 32", kernels.0, m.cols)));
+            }
+            (kernels.0, b, m.cols / 32, rows * m.cols / 32 * Q8_1_BYTES)
+        }
+        MatmulInput::F32(b) => (kernels.1, b, m.cols, rows * m.cols * 4),
+    })
+}
+
 /// `out = x · wᵀ (+ bias)`: `batch` rows of `m.rows` outputs, the weights from byte `w_at` of
 /// `w` (a whole number of rows into it). `tiled` picks `mul_mat_*` (8 rows per block) over
 /// `mul_mat_vec_*` (one); an output's value is the same either way.
@@ -386,16 +405,8 @@ pub fn mul_mat<R: Runtime>(
     out: &R::Buffer,
     tiled: bool,
 ) -> Result<(), RuntimeError> {
-    let (kernel, xb, inner, x_bytes) = match x {
-        MatmulInput::Q8_1(b) => {
-            if !m.cols.is_multiple_of(32) {
-                return Err(RuntimeError::Device(format!("mul_mat: {} columns are not whole blocks of 32", m.cols)));
-            }
-            let k = if tiled { "mul_mat_q" } else { "mul_mat_vec_q" };
-            (k, b, m.cols / 32, batch * m.cols / 32 * Q8_1_BYTES)
-        }
-        MatmulInput::F32(b) => (if tiled { "mul_mat_f" } else { "mul_mat_vec_f" }, b, m.cols, batch * m.cols * 4),
-    };
+    let kernels = if tiled { ("mul_mat_q", "mul_mat_f") } else { ("mul_mat_vec_q", "mul_mat_vec_f") };
+    let (kernel, xb, inner, x_bytes) = matmul_operands(kernels, x, m, batch)?;
     check(rt, kernel, "w", w, w_at + m.rows * m.row_bytes)?;
     check(rt, kernel, "x", xb, x_bytes)?;
     check(rt, kernel, "out", out, batch * m.rows * 4)?;
@@ -444,15 +455,7 @@ pub fn mul_mat_id<R: Runtime>(
 ) -> Result<(), RuntimeError> {
     let m = s.m;
     let rows = ids.len().div_ceil(per_row.max(1));
-    let (kernel, xb, inner, x_bytes) = match x {
-        MatmulInput::Q8_1(b) => {
-            if !m.cols.is_multiple_of(32) {
-                return Err(RuntimeError::Device(format!("mul_mat_id: {} columns are not whole blocks of 32", m.cols)));
-            }
-            ("mul_mat_q_id", b, m.cols / 32, rows * m.cols / 32 * Q8_1_BYTES)
-        }
-        MatmulInput::F32(b) => ("mul_mat_f_id", b, m.cols, rows * m.cols * 4),
-    };
+    let (kernel, xb, inner, x_bytes) = matmul_operands(("mul_mat_q_id", "mul_mat_f_id"), x, m, rows)?;
     if let Some(bad) = ids.iter().find(|&&e| e as usize >= s.count) {
         return Err(RuntimeError::Device(format!("{kernel}: expert {bad} of {}", s.count)));
     }

@@ -226,15 +226,6 @@ pub fn matmul_rows_on(
     work.into_par_iter().for_each(|segments| {
         for (seg, mut outs) in segments {
             let (w, act, op, batch) = (&ws[seg.m], acts[seg.m], &ops[seg.m], batches[seg.m]);
-            if let Some(dot) = panel_order_dots[seg.m] {
-                let act_row_bytes = act.len() / batch;
-                for (i, r) in seg.rows.clone().enumerate() {
-                    for (out, a) in outs.iter_mut().zip(act.chunks_exact(act_row_bytes)) {
-                        out[i] = dot(w.row(r), a);
-                    }
-                }
-                continue;
-            }
             if let (Some(panels), Some(prepared)) = (w.panels, prepared.for_matrix(seg.m)) {
                 run_panels(isa, panels, prepared, batch, seg.rows, &mut outs);
                 continue;
@@ -249,11 +240,13 @@ pub fn matmul_rows_on(
                 dot_tiled(tile, op.vec_dot, w, act, act_row_bytes, seg.rows, &mut outs);
                 continue;
             }
-            // each weight row, once read, dotted with every activation row
+            // each weight row, once read, dotted with every activation row (panels with too few
+            // rows for them come here, unprepared, for the row dot in their order)
+            let dot = panel_order_dots[seg.m].unwrap_or(op.vec_dot);
             for (i, r) in seg.rows.clone().enumerate() {
                 let row = w.row(r);
                 for (out, a) in outs.iter_mut().zip(act.chunks_exact(act_row_bytes)) {
-                    out[i] = (op.vec_dot)(row, a);
+                    out[i] = dot(row, a);
                 }
             }
         }

@@ -111,6 +111,28 @@ impl<R: Runtime> KernelBackend<R> {
 }
 
 impl<R: Runtime> KernelBackend<R> {
+    /// What a product with weights of type `ty` reads of `x`: its f32 rows for float weights, else
+    /// its Q8_1 blocks, converted on the first call and kept in `quantized` for the call's other
+    /// matrices (one conversion of `x` for every quantized matrix of a call).
+    fn matmul_input<'a>(
+        &self,
+        op: &'static str,
+        ty: GgmlType,
+        x: &'a DeviceTensor<R>,
+        quantized: &'a mut Option<R::Buffer>,
+    ) -> Result<MatmulInput<'a, R::Buffer>, BackendError> {
+        if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+            return Ok(MatmulInput::F32(&x.buf));
+        }
+        if quantized.is_none() {
+            let blocks = x.rows * x.cols / 32;
+            let q = self.rt.alloc(blocks * Q8_1_BYTES).map_err(self.fail(op))?;
+            launch::quantize_q8_1(&*self.rt, &x.buf, &q, blocks).map_err(self.fail(op))?;
+            *quantized = Some(q);
+        }
+        Ok(MatmulInput::Q8_1(quantized.as_ref().expect("quantized above")))
+    }
+
     /// [`Backend::matmul_indexed`] over experts stacked in one buffer per set: one kernel per
     /// set reads the slots' expert ids, `x` converted to Q8_1 once for the quantized sets.
     fn matmul_stacked(
@@ -130,17 +152,7 @@ impl<R: Runtime> KernelBackend<R> {
                 outs.push(out);
                 continue;
             }
-            let input = if matches!(set[0].ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-                MatmulInput::F32(&x.buf)
-            } else {
-                if quantized.is_none() {
-                    let blocks = x.rows * x.cols / 32;
-                    let q = self.rt.alloc(blocks * Q8_1_BYTES).map_err(self.fail("matmul_indexed"))?;
-                    launch::quantize_q8_1(&*self.rt, &x.buf, &q, blocks).map_err(self.fail("matmul_indexed"))?;
-                    quantized = Some(q);
-                }
-                MatmulInput::Q8_1(quantized.as_ref().expect("quantized above"))
-            };
+            let input = self.matmul_input("matmul_indexed", set[0].ty, x, &mut quantized)?;
             launch::mul_mat_id(&*self.rt, &set[0].buf, stack, input, &ids32, per_row, &out.buf).map_err(self.fail("matmul_indexed"))?;
             outs.push(out);
         }
@@ -279,18 +291,7 @@ where
             if let Some(b) = bias.filter(|b| b.len != w.args.rows) {
                 return Err(BackendError::shape("matmul_each", format!("a bias of {} for rows of {}", b.len, w.args.rows)));
             }
-            let input = if matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-                MatmulInput::F32(&x.buf)
-            } else {
-                if quantized.is_none() {
-                    // one Q8_1 conversion of x for every quantized matrix of the call
-                    let blocks = x.rows * x.cols / 32;
-                    let q = self.rt.alloc(blocks * Q8_1_BYTES).map_err(self.fail("matmul"))?;
-                    launch::quantize_q8_1(&*self.rt, &x.buf, &q, blocks).map_err(self.fail("matmul"))?;
-                    quantized = Some(q);
-                }
-                MatmulInput::Q8_1(quantized.as_ref().expect("quantized above"))
-            };
+            let input = self.matmul_input("matmul", w.ty, x, &mut quantized)?;
             let out = self.output("matmul", x.rows, w.args.rows)?;
             launch::mul_mat(&*self.rt, &w.buf, w.at, w.args, input, x.rows, bias.map(|b| &b.buf), &out.buf, tiled)
                 .map_err(self.fail("matmul"))?;
