@@ -48,32 +48,19 @@ pub fn matmul_indexed_on(
 mod tests {
     use super::*;
     use crate::backend::cpu::matmul_each_on;
-    use crate::quant::{self, panel, GgmlType};
+    use crate::backend::harness::{quantized_rows, Rng};
+    use crate::quant::{panel, GgmlType};
 
     /// Every slot's row has the bits of its matrix's product of that row alone, on every tier,
     /// with panels, tiles and the float GEMM in play (experts chosen by up to 20 rows).
     #[test]
     fn every_slot_has_the_bits_of_its_own_product() {
         let (n_matrix, rows, cols, tokens, per_token) = (4usize, 16usize, 256usize, 20usize, 2usize);
-        let mut s = 7u32;
-        let mut next = || {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        };
-        let x: Vec<f32> = (0..tokens * cols).map(|_| next()).collect();
+        let mut rng = Rng::new(7);
+        let x = rng.values(tokens * cols, 1.0);
         let ids: Vec<usize> = (0..tokens * per_token).map(|p| (p * 7 + p / 3) % n_matrix).collect();
         for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::IQ4_NL, GgmlType::F32] {
-            let row_bytes = ty.row_bytes(cols).unwrap();
-            let data: Vec<Vec<u8>> = (0..n_matrix)
-                .map(|_| {
-                    let values: Vec<f32> = (0..rows * cols).map(|_| next()).collect();
-                    let mut bytes = vec![0u8; rows * row_bytes];
-                    for (src, dst) in values.chunks_exact(cols).zip(bytes.chunks_exact_mut(row_bytes)) {
-                        (quant::ops(ty).unwrap().quantize.unwrap())(src, dst);
-                    }
-                    bytes
-                })
-                .collect();
+            let data: Vec<Vec<u8>> = (0..n_matrix).map(|_| quantized_rows(ty, rows, cols, 0.5, &mut rng)).collect();
             let panels: Vec<Option<panel::Panels>> = data.iter().map(|d| panel::repack(ty, rows, cols, d)).collect();
             let views: Vec<Option<WeightMatrix>> = data
                 .iter()
