@@ -176,7 +176,7 @@ impl Backend for CpuBackend {
         // matrices in parallel as well as the panels within each (small matrices would leave
         // the threads idle one after another)
         // products read a repacked matrix's panels only (unless its layout leaves one or two
-        // rows to the row dots, Q6_K's and Q8_0's): its mapped bytes go back to the kernel as
+        // rows to the row dots, Q6_K's): its mapped bytes go back to the kernel as
         // soon as it is repacked, so the model costs its file size once, not twice, even while
         // loading (the embedding table's rows, which `get_rows` reads where the output shares
         // them, come back as they are touched)

@@ -7,23 +7,27 @@
 //! | type | bytes per panel block | contents |
 //! |---|---|---|
 //! | Q4_0 | 144 | `d` 8 x f16, nibbles `P` (4 x 32) |
+//! | IQ4_NL | 144 | `d` 8 x f16, level-index nibbles `P` (4 x 32) |
+//! | MXFP4 | 136 | E8M0 exponents `e` 8 x u8, code nibbles `P` (4 x 32) |
 //! | Q5_0 | 176 | `d`, `P`, fifth bits `H` (32) |
 //! | Q8_0 | 272 | `d`, `V_0..V_8` as signed bytes (8 x 32) |
 //! | Q4_K | 1184 | `d`, `dmin` 8 x f16, scales and mins (64 + 64), then 8 chunks of `P` |
 //! | Q5_K | 1440 | as Q4_K, then 8 chunks of `H` |
+//! | IQ4_XS | 1104 | `d`, group scales (64, signed), then 8 chunks of level-index nibbles `P` |
 //! | Q6_K | 1680 | `d`, scales (128), 8 chunks of `P`, then 8 chunks of high bits `QH` (2 x 32) |
 //!
 //! Nibbles: byte `4r + t` of `P_k` (`k < 4`) holds value `4k + t` of row `r` in its low nibble
 //! and value `4(k + 4) + t` in its high nibble. Fifth bits: bit `k` of byte `4r + t` of `H` is
 //! bit 4 of value `4k + t`. Q6_K's high bits: bits `2i..2i+2` of byte `4r + t` of `QH_h` are bits
-//! 4..6 of value `4(4h + i) + t`. Scales and mins (bytes): pair `p` of row `r` at `16p + 2r`,
+//! 4..6 of value `4(4h + i) + t`. Scales and mins (bytes; IQ4_XS's are its 6-bit scales less
+//! 32, as signed bytes): pair `p` of row `r` at `16p + 2r`,
 //! `(s[2p], s[2p + 1])`, so that widening 16 bytes gives each row's pair of 16-bit scales in its
 //! 32-bit lane.
 
-use crate::quant::blocks::{BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8_0};
+use crate::quant::blocks::{BlockIQ4NL, BlockIQ4XS, BlockMXFP4, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8_0};
 use crate::quant::k_quants::scales::scale_min_k4;
 use crate::quant::k_quants::{q4_k, q5_k, q6_k};
-use crate::quant::{q5_0, GgmlType, QK_K};
+use crate::quant::{iq4, q5_0, GgmlType, QK_K};
 
 /// Weight rows per panel.
 pub const PANEL_ROWS: usize = 8;
@@ -42,20 +46,23 @@ pub struct PanelLayout {
     pub act_block_bytes: usize,
     /// The fewest activation rows a product takes the panels for where the tier has a row dot
     /// in the panels' order (`panel::row_dot_on`); with fewer it runs that row dot on the
-    /// matrix's own bytes (the same bits), which therefore stay mapped. Q6_K's is 3 and Q8_0's
-    /// 2, since their one-row tiles unpack more than a row dot does (2-core Zen 5, 110 MB and
-    /// 140 MB matrices, two threads, `matvec_throughput` in `backend/cpu/matmul.rs`: Q6_K 29
-    /// GB/s against 51 for one row, 28 against 39 for two, 25 against 27 for three; Q8_0 37
-    /// against 51 for one row, 38 against 31 for two); 1 for the others.
+    /// matrix's own bytes (the same bits), which therefore stay mapped. Q6_K's is 3, since its
+    /// one-row tile unpacks more than a row dot does (2-core Zen 5, a 110 MB matrix, two
+    /// threads, `matvec_throughput` in `backend/cpu/matmul.rs`: 29 GB/s against 51 for one row,
+    /// 28 against 39 for two, 25 against 27 for three); 1 for the others, Q8_0 included (its
+    /// one-row tile 43 to 48 GB/s against the row dot's 39 to 43 on the same machine and
+    /// benchmark, 140 MB).
     pub min_batch: usize,
 }
 
 /// Offsets inside a panel block.
 pub mod at {
-    /// 8 x f16 `d`, every type.
+    /// 8 x f16 `d`, every type (MXFP4: 8 exponent bytes).
     pub const D: usize = 0;
     /// Legacy types: the quants after `d`.
     pub const LEGACY_QUANTS: usize = 16;
+    /// MXFP4: 8 E8M0 exponent bytes in place of `d`, then the codes' nibbles.
+    pub const MXFP4_QUANTS: usize = 8;
     /// Q5_0: the fifth bits after the nibbles.
     pub const Q5_0_HIGH: usize = 144;
     /// Q4_K / Q5_K: `dmin`, scales, mins, nibbles (chunk `c` at `+ 128 c`), Q5_K's fifth bits
@@ -65,6 +72,9 @@ pub mod at {
     pub const K4_MINS: usize = 96;
     pub const K4_NIBBLES: usize = 160;
     pub const Q5K_HIGH: usize = super::block_bytes::Q4_K;
+    /// IQ4_XS: scales (4 pairs of 8 groups), nibbles (chunk `c` at `+ 128 c`).
+    pub const IQ4XS_SCALES: usize = 16;
+    pub const IQ4XS_NIBBLES: usize = 80;
     /// Q6_K: scales (8 pairs of 16 groups), nibbles (chunk `c` at `+ 128 c`), high bits (chunk
     /// `c` at `+ 64 c`).
     pub const Q6K_SCALES: usize = 16;
@@ -75,11 +85,14 @@ pub mod at {
 /// Bytes of one panel block (8 rows) of each type: the kernels step through panels by these.
 pub mod block_bytes {
     pub const Q4_0: usize = 144;
+    pub const MXFP4: usize = 136;
+    pub const IQ4_NL: usize = 144;
     pub const Q5_0: usize = 176;
     pub const Q8_0: usize = 272;
     pub const Q4_K: usize = 1184;
     pub const Q5_K: usize = 1440;
     pub const Q6_K: usize = 1680;
+    pub const IQ4_XS: usize = 1104;
 }
 
 /// Prepared activation blocks (see `prepared`): legacy 40 bytes, K-quant 320 bytes (its quants
@@ -96,17 +109,16 @@ impl PanelLayout {
             T::Q4_0 => (T::Q8_0, 32, block_bytes::Q4_0),
             T::Q5_0 => (T::Q8_0, 32, block_bytes::Q5_0),
             T::Q8_0 => (T::Q8_0, 32, block_bytes::Q8_0),
+            T::MXFP4 => (T::Q8_0, 32, block_bytes::MXFP4),
+            T::IQ4_NL => (T::Q8_0, 32, block_bytes::IQ4_NL),
             T::Q4_K => (T::Q8_K, QK_K, block_bytes::Q4_K),
             T::Q5_K => (T::Q8_K, QK_K, block_bytes::Q5_K),
             T::Q6_K => (T::Q8_K, QK_K, block_bytes::Q6_K),
+            T::IQ4_XS => (T::Q8_K, QK_K, block_bytes::IQ4_XS),
             _ => return None,
         };
         let act_block_bytes = if act_ty == T::Q8_0 { ACT_LEGACY_BYTES } else { ACT_K_BYTES };
-        let min_batch = match ty {
-            T::Q6_K => 3,
-            T::Q8_0 => 2,
-            _ => 1,
-        };
+        let min_batch = if ty == T::Q6_K { 3 } else { 1 };
         Some(PanelLayout { ty, act_ty, block_values, block_bytes, act_block_bytes, min_batch })
     }
 }
@@ -180,8 +192,9 @@ pub fn repack(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Option<Pan
     Some(Panels { layout, rows, cols, blocks, data: out })
 }
 
-/// One row's block, decoded: f16 scales as stored, quants in element order (unsigned, or the
-/// signed bytes of Q8_0), per-group scales and mins.
+/// One row's block, decoded: f16 scales as stored (MXFP4: its exponent byte in `d[0]`), quants
+/// in element order (unsigned, MXFP4's codes, or the signed bytes of Q8_0), per-group scales
+/// and mins.
 struct RowBlock {
     d: [u8; 2],
     dmin: [u8; 2],
@@ -197,6 +210,22 @@ impl RowBlock {
             GgmlType::Q4_0 => {
                 let b: &BlockQ4_0 = bytemuck::from_bytes(bytes);
                 rb.d = b.d;
+                for j in 0..16 {
+                    rb.q[j] = b.qs[j] & 0x0F;
+                    rb.q[j + 16] = b.qs[j] >> 4;
+                }
+            }
+            GgmlType::IQ4_NL => {
+                let b: &BlockIQ4NL = bytemuck::from_bytes(bytes);
+                rb.d = b.d;
+                for j in 0..16 {
+                    rb.q[j] = b.qs[j] & 0x0F;
+                    rb.q[j + 16] = b.qs[j] >> 4;
+                }
+            }
+            GgmlType::MXFP4 => {
+                let b: &BlockMXFP4 = bytemuck::from_bytes(bytes);
+                rb.d = [b.e, 0];
                 for j in 0..16 {
                     rb.q[j] = b.qs[j] & 0x0F;
                     rb.q[j + 16] = b.qs[j] >> 4;
@@ -231,6 +260,17 @@ impl RowBlock {
                 rb.q = q6_k::unpack(b);
                 rb.scales = bytemuck::cast(b.scales);
             }
+            GgmlType::IQ4_XS => {
+                let b: &BlockIQ4XS = bytemuck::from_bytes(bytes);
+                rb.d = b.d;
+                for g in 0..8 {
+                    for j in 0..16 {
+                        rb.q[32 * g + j] = b.qs[16 * g + j] & 0x0F;
+                        rb.q[32 * g + j + 16] = b.qs[16 * g + j] >> 4;
+                    }
+                    rb.scales[g] = iq4::xs::group_scale_of(b, g) as i8 as u8;
+                }
+            }
             _ => unreachable!("{ty} has no panel layout"),
         }
         rb
@@ -239,12 +279,19 @@ impl RowBlock {
 
 /// Writes the panel block of 8 decoded rows.
 fn encode(l: &PanelLayout, rows: &[RowBlock; PANEL_ROWS], dst: &mut [u8]) {
+    let chunk = |c: usize| -> [&[u8]; PANEL_ROWS] { std::array::from_fn(|r| &rows[r].q[32 * c..32 * c + 32]) };
+    if l.ty == GgmlType::MXFP4 {
+        for (r, rb) in rows.iter().enumerate() {
+            dst[at::D + r] = rb.d[0];
+        }
+        put_nibbles(chunk(0), &mut dst[at::MXFP4_QUANTS..at::MXFP4_QUANTS + 128]);
+        return;
+    }
     for (r, rb) in rows.iter().enumerate() {
         dst[at::D + 2 * r..at::D + 2 * r + 2].copy_from_slice(&rb.d);
     }
-    let chunk = |c: usize| -> [&[u8]; PANEL_ROWS] { std::array::from_fn(|r| &rows[r].q[32 * c..32 * c + 32]) };
     match l.ty {
-        GgmlType::Q4_0 => put_nibbles(chunk(0), &mut dst[at::LEGACY_QUANTS..at::LEGACY_QUANTS + 128]),
+        GgmlType::Q4_0 | GgmlType::IQ4_NL => put_nibbles(chunk(0), &mut dst[at::LEGACY_QUANTS..at::LEGACY_QUANTS + 128]),
         GgmlType::Q5_0 => {
             put_nibbles(chunk(0), &mut dst[at::LEGACY_QUANTS..at::LEGACY_QUANTS + 128]);
             put_fifth_bits(chunk(0), &mut dst[at::Q5_0_HIGH..at::Q5_0_HIGH + 32]);
@@ -271,6 +318,17 @@ fn encode(l: &PanelLayout, rows: &[RowBlock; PANEL_ROWS], dst: &mut [u8]) {
                 if l.ty == GgmlType::Q5_K {
                     put_fifth_bits(chunk(c), &mut dst[at::Q5K_HIGH + 32 * c..at::Q5K_HIGH + 32 * (c + 1)]);
                 }
+            }
+        }
+        GgmlType::IQ4_XS => {
+            for (r, rb) in rows.iter().enumerate() {
+                for p in 0..4 {
+                    let o = at::IQ4XS_SCALES + 16 * p + 2 * r;
+                    dst[o..o + 2].copy_from_slice(&rb.scales[2 * p..2 * p + 2]);
+                }
+            }
+            for c in 0..8 {
+                put_nibbles(chunk(c), &mut dst[at::IQ4XS_NIBBLES + 128 * c..at::IQ4XS_NIBBLES + 128 * (c + 1)]);
             }
         }
         GgmlType::Q6_K => {

@@ -1,5 +1,7 @@
 //! Weight panels: matrices repacked at load into 8-row panels for the prompt GEMM and the
-//! decode GEMV alike.
+//! decode GEMV alike (Q4_0, Q5_0, Q8_0, the K-quants Q4_K / Q5_K / Q6_K, and the table-level
+//! IQ4_NL, IQ4_XS and MXFP4, whose index nibbles are looked up as levels by one `vpshufb` per
+//! vector).
 //!
 //! A panel holds 8 consecutive weight rows, block column after block column. Within a block
 //! (32 values; a K-quant super-block is 8 such chunks), the quants are interleaved 4 values at a
@@ -53,12 +55,9 @@ pub fn kernel_on(ty: GgmlType, isa: Isa) -> Option<PanelKernelFn> {
 /// A row dot in the order of `ty`'s panel kernel on tier `isa` (the same bits as the panels give
 /// a row), for products of fewer rows than the layout's `min_batch`, where the tier has one:
 /// Q6_K's on the AVX2 and AVX-512 tiers (each block's exact integer sum, then one fused
-/// multiply-add per block, as the tile does for each of its rows) and Q8_0's (its tiles already
-/// keep the row dot's order).
+/// multiply-add per block, as the tile does for each of its rows).
 pub fn row_dot_on(ty: GgmlType, isa: Isa) -> Option<crate::quant::dispatch::VecDotFn> {
     match (ty, isa) {
-        #[cfg(target_arch = "x86_64")]
-        (GgmlType::Q8_0, Isa::Avx2 | Isa::Avx512 | Isa::Amx) if isa.is_available() => crate::quant::ops_on(ty, isa).ok().map(|o| o.vec_dot),
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q6_K, Isa::Avx2) if isa.is_available() => Some(crate::quant::x86::avx2::vec_dot_q6_k_blockwise),
         #[cfg(target_arch = "x86_64")]

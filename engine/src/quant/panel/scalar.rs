@@ -6,23 +6,31 @@ use super::layout::{at, PANEL_ROWS};
 use super::prepared::{K_D, K_QS, K_SUMS16, K_SUMS32, LEGACY_D, LEGACY_QS, LEGACY_SUM};
 use super::{check_call, PanelKernelFn, PanelLayout};
 use crate::quant::blocks::f16_le;
-use crate::quant::GgmlType;
+use crate::quant::{iq4, mxfp4, GgmlType};
 
 /// The reference kernel of `ty`.
 pub fn kernel(ty: GgmlType) -> Option<PanelKernelFn> {
     Some(match ty {
         GgmlType::Q4_0 => q4_0,
+        GgmlType::MXFP4 => mxfp4,
+        GgmlType::IQ4_NL => iq4_nl,
         GgmlType::Q5_0 => q5_0,
         GgmlType::Q8_0 => q8_0,
         GgmlType::Q4_K => q4_k,
         GgmlType::Q5_K => q5_k,
         GgmlType::Q6_K => q6_k,
+        GgmlType::IQ4_XS => iq4_xs,
         _ => return None,
     })
 }
 
 fn f16s(block: &[u8], off: usize) -> [f32; PANEL_ROWS] {
     std::array::from_fn(|r| f16_le([block[off + 2 * r], block[off + 2 * r + 1]]))
+}
+
+/// The 8 rows' MXFP4 scales, `2^(e - 128)` each (the codes' levels are kept doubled).
+fn e8m0s(block: &[u8]) -> [f32; PANEL_ROWS] {
+    std::array::from_fn(|r| mxfp4::e8m0_half(block[at::D + r]))
 }
 
 fn i32_at(b: &[u8], off: usize) -> i32 {
@@ -70,7 +78,7 @@ fn chain(
             let block = &panel[b * l.block_bytes..(b + 1) * l.block_bytes];
             let act = &acts[row * stride + b * l.act_block_bytes..][..l.act_block_bytes];
             let da = f32::from_le_bytes(act[if k_quant { K_D } else { LEGACY_D }..][..4].try_into().unwrap());
-            let dw = f16s(block, at::D);
+            let dw = if ty == GgmlType::MXFP4 { e8m0s(block) } else { f16s(block, at::D) };
             let dmin = if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) { f16s(block, at::K4_DMIN) } else { [0.0; PANEL_ROWS] };
             for r in 0..PANEL_ROWS {
                 let (isum, imin) = dot(block, act, r);
@@ -90,6 +98,21 @@ fn legacy(act: &[u8], off: i32, value: impl Fn(usize) -> i32) -> i32 {
 
 fn q4_0(panel: &[u8], nb: usize, acts: &[u8], stride: usize, out: &mut [[f32; PANEL_ROWS]]) {
     chain(GgmlType::Q4_0, panel, nb, acts, stride, out, |w, a, r| (legacy(a, 8, |e| nibble(&w[at::LEGACY_QUANTS..], r, e)), 0))
+}
+
+/// MXFP4: `Σ level · a`, the codes' (doubled) levels looked up from the nibbles. The tiers
+/// look up `level + 12` (0..=24, unsigned) and take `12 Σ a` back out: the same integer.
+fn mxfp4(panel: &[u8], nb: usize, acts: &[u8], stride: usize, out: &mut [[f32; PANEL_ROWS]]) {
+    chain(GgmlType::MXFP4, panel, nb, acts, stride, out, |w, a, r| {
+        (legacy(a, 0, |e| i32::from(mxfp4::LEVELS[nibble(&w[at::MXFP4_QUANTS..], r, e) as usize])), 0)
+    })
+}
+
+/// IQ4_NL: `Σ level · a`, the levels (-127..=113) looked up from the nibbles.
+fn iq4_nl(panel: &[u8], nb: usize, acts: &[u8], stride: usize, out: &mut [[f32; PANEL_ROWS]]) {
+    chain(GgmlType::IQ4_NL, panel, nb, acts, stride, out, |w, a, r| {
+        (legacy(a, 0, |e| i32::from(iq4::LEVELS[nibble(&w[at::LEGACY_QUANTS..], r, e) as usize])), 0)
+    })
 }
 
 fn q5_0(panel: &[u8], nb: usize, acts: &[u8], stride: usize, out: &mut [[f32; PANEL_ROWS]]) {
@@ -165,6 +188,20 @@ fn q6_k(panel: &[u8], nb: usize, acts: &[u8], stride: usize, out: &mut [[f32; PA
             let h = &w[at::Q6K_HIGH + 64 * c..];
             let dot: i32 = (first..first + 16).map(|e| (nibble(p, r, e) | q6_high(h, r, e)) * a[K_QS + 32 * c + e] as i8 as i32).sum();
             isum += sc * (dot - 32 * i16_at(a, K_SUMS16 + 2 * j));
+        }
+        (isum, 0)
+    })
+}
+
+/// IQ4_XS: `Σ_c sc_c Σ level · a` over the 8 groups of 32 of a super-block of row `r`.
+fn iq4_xs(panel: &[u8], nb: usize, acts: &[u8], stride: usize, out: &mut [[f32; PANEL_ROWS]]) {
+    chain(GgmlType::IQ4_XS, panel, nb, acts, stride, out, |w, a, r| {
+        let mut isum = 0;
+        for c in 0..8 {
+            let sc = w[at::IQ4XS_SCALES + 16 * (c / 2) + 2 * r + c % 2] as i8 as i32;
+            let p = &w[at::IQ4XS_NIBBLES + 128 * c..];
+            let dot: i32 = (0..32).map(|e| i32::from(iq4::LEVELS[nibble(p, r, e) as usize]) * a[K_QS + 32 * c + e] as i8 as i32).sum();
+            isum += sc * dot;
         }
         (isum, 0)
     })

@@ -6,7 +6,17 @@ use super::prepared::{prepare_row, prepared_row_bytes};
 use super::{kernel_on, scalar, TILE_ROWS};
 use crate::quant::{ops_for, GgmlType, Isa};
 
-pub(crate) const TYPES: [GgmlType; 6] = [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+pub(crate) const TYPES: [GgmlType; 9] = [
+    GgmlType::Q4_0,
+    GgmlType::MXFP4,
+    GgmlType::IQ4_NL,
+    GgmlType::Q5_0,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
+];
 
 fn rng(seed: u32) -> impl FnMut() -> f32 {
     let mut s = seed;
@@ -73,10 +83,14 @@ impl Case {
     }
 
     /// Every block's scales 1.0 (f16 0x3C00) where its type keeps them: `d`, and the K-quants'
-    /// `dmin`.
+    /// `dmin`; MXFP4's exponent 128 (its doubled levels' scale 1.0).
     pub fn set_unit_scales(&mut self) {
         let bb = self.ty.type_size();
         for blk in self.weights.chunks_exact_mut(bb) {
+            if self.ty == GgmlType::MXFP4 {
+                blk[0] = 128;
+                continue;
+            }
             let d_at = match self.ty {
                 GgmlType::Q6_K => bb - 2,
                 GgmlType::Q4_K | GgmlType::Q5_K => {
@@ -194,6 +208,26 @@ fn q8_0_panels_keep_the_row_kernel_bits() {
             for (r, w) in case.weights.chunks_exact(rb).enumerate() {
                 assert_eq!(got[b * case.rows + r].to_bits(), (ops.vec_dot)(w, a).to_bits(), "{blocks} blocks, act {b} row {r}");
             }
+        }
+    }
+}
+
+/// MXFP4's exponents across their range, subnormal scales (0 and 1) included: every tier's
+/// scales are the reference's `2^(e - 128)`.
+#[test]
+fn mxfp4_exponents_give_the_reference_scales_on_every_tier() {
+    // one exponent per weight row, so that the subnormal rows' sums are not lost beside others
+    let exponents = [0u8, 1, 2, 3, 100, 127, 128, 129, 200];
+    let mut case = Case::new(GgmlType::MXFP4, exponents.len(), 9, 3, 3);
+    let row_bytes = case.weights.len() / exponents.len();
+    for (row, &e) in case.weights.chunks_exact_mut(row_bytes).zip(&exponents) {
+        row.chunks_exact_mut(GgmlType::MXFP4.type_size()).for_each(|blk| blk[0] = e);
+    }
+    let want = case.run(scalar::kernel(GgmlType::MXFP4).unwrap(), 1);
+    assert!(want.iter().all(|v| v.is_finite() && *v != 0.0), "{want:?}");
+    for isa in Isa::available() {
+        for tile in 1..=TILE_ROWS {
+            assert_eq!(bits(&case.run(kernel_on(GgmlType::MXFP4, isa).unwrap(), tile)), bits(&want), "{isa}, tile {tile}");
         }
     }
 }

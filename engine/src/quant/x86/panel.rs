@@ -5,6 +5,10 @@
 //! - `dot_legacy(v, a, init)`: `init + Σ_k V_k · a[4k..4k+4]` in i32 lanes, for 8 vectors of
 //!   unsigned quants below 32 (AVX2: `vpmaddubsw` pairs summed four at a time in i16, never
 //!   past 4 · 2 · 31 · 127 = 31496, then `vpmaddwd`; VNNI: one `vpdpbusd` per vector);
+//! - `dot_levels(v, a, init)`: the same for the IQ4 types' levels plus the tier's
+//!   `IQ4_OFFSET` (AVX2: offset 0, the signed levels as `|v| · sign(a, v)` by `vpmaddubsw`, every
+//!   pair below 2 · 127 · 127, widened per vector; VNNI: offset 128, the unsigned bytes by
+//!   `vpdpbusd` as they are; the offset is taken back out as `IQ4_OFFSET · Σ a`);
 //! - `madd_acc(acc, s16, s)`: `acc + Σ pairs s16 · s` (AVX2 `vpmaddwd` and an add; VNNI
 //!   `vpdpwssd`);
 //! - `dot_scaled::<I16>(acc, v, a, range, s16, s32)`: `acc + s · Σ_{k in range} V_k · a[4k..]`
@@ -43,6 +47,48 @@ pub(super) unsafe fn load128(p: *const u8) -> __m128i {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn f16x8(p: *const u8) -> __m256 {
     _mm256_cvtph_ps(load128(p))
+}
+
+/// [`mxfp4::e8m0_half`](crate::quant::mxfp4::e8m0_half) of the 8 exponent bytes at `p`:
+/// `(e - 1) << 23` as an f32's bits, or `0x00200000 << e` (a subnormal) for `e` below 2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn e8m0x8(p: *const u8) -> __m256 {
+    let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast()));
+    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+    let subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)))
+}
+
+/// MXFP4's 8 vectors `V_k` from the code nibbles at `p`, each code looked up as its doubled
+/// level plus 12 (0..=24: unsigned, as the legacy types' quants, the 12 taken back out as
+/// `12 Σ a`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn mxfp4_levels(p: *const u8) -> [__m256i; 8] {
+    const fn offset_levels() -> [u8; 16] {
+        let mut t = [0u8; 16];
+        let mut i = 0;
+        while i < 16 {
+            t[i] = (crate::quant::mxfp4::LEVELS[i] + 12) as u8;
+            i += 1;
+        }
+        t
+    }
+    const TABLE: [u8; 16] = offset_levels();
+    let table = _mm256_broadcastsi128_si256(load128(TABLE.as_ptr()));
+    nibbles(p).map(|v| _mm256_shuffle_epi8(table, v))
+}
+
+/// The 8 vectors `V_k` of IQ4_NL / IQ4_XS from the level-index nibbles at `p`: each index
+/// looked up as its level (-127..=113) plus `OFFSET` in a byte, the tier's `IQ4_OFFSET` (0: the
+/// signed levels; 128: unsigned 1..=241).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn iq4_levels<const OFFSET: i32>(p: *const u8) -> [__m256i; 8] {
+    let levels = _mm256_broadcastsi128_si256(load128(crate::quant::iq4::LEVELS.as_ptr().cast()));
+    let table = _mm256_add_epi8(levels, _mm256_set1_epi8(OFFSET as i8));
+    nibbles(p).map(|v| _mm256_shuffle_epi8(table, v))
 }
 
 /// The f32 at `p`, broadcast.
@@ -144,19 +190,20 @@ pub(super) unsafe fn store_rows<const R: usize>(acc: [__m256; R], out: &mut [[f3
     }
 }
 
-/// Stamps out, in a tier's module, the tile kernels of Q4_0, Q5_0, Q4_K, Q5_K and Q6_K over the
-/// tier's `dot_legacy`, `madd_acc` and `dot_scaled` (see the module docs), and the safe entry
-/// points of those and of the tier's own `q8_0_tile`.
+/// Stamps out, in a tier's module, the tile kernels of Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_K, Q5_K,
+/// Q6_K and IQ4_XS over the tier's `dot_legacy`, `dot_levels` (with `IQ4_OFFSET`), `madd_acc` and `dot_scaled` (see
+/// the module docs), and the safe entry points of those and of the tier's own `q8_0_tile`.
 macro_rules! panel_kernels {
     ($features:literal) => {
         use $crate::quant::panel::layout::{at, block_bytes, ACT_K_BYTES, ACT_LEGACY_BYTES};
         use $crate::quant::panel::prepared::{K_D, K_QS, K_SUMS16, K_SUMS32, LEGACY_QS, LEGACY_SUM};
         use $crate::quant::x86::panel::{
-            add_fifth_bits, add_q6_high, bcast4, dup_word, f16x8, f32_splat, i32_at, load128, nibbles, store_rows,
+            add_fifth_bits, add_q6_high, bcast4, dup_word, e8m0x8, f16x8, f32_splat, i32_at, iq4_levels, load128, mxfp4_levels, nibbles,
+            store_rows,
         };
 
-        /// A legacy type's tile: `quants(w)` unpacks a block's 8 vectors, `OFF` is the offset the
-        /// quants carry (taken back out as `OFF · Σ a`).
+        /// A legacy type's tile: `quants(w)` unpacks a block's 8 vectors and `scales(w)` its 8
+        /// rows' scales, `OFF` is the offset the quants carry (taken back out as `OFF · Σ a`).
         #[inline]
         #[target_feature(enable = $features)]
         unsafe fn legacy_tile<const R: usize, const BLOCK_BYTES: usize, const OFF: i32>(
@@ -165,12 +212,13 @@ macro_rules! panel_kernels {
             acts: *const u8,
             stride: usize,
             quants: impl Fn(*const u8) -> [__m256i; 8],
+            scales: impl Fn(*const u8) -> __m256,
             out: &mut [[f32; 8]],
         ) {
             let mut acc = [_mm256_setzero_ps(); R];
             for b in 0..nb {
                 let w = panel.add(b * BLOCK_BYTES);
-                let dw = f16x8(w.add(at::D));
+                let dw = scales(w);
                 let v = quants(w);
                 for r in 0..R {
                     let a = acts.add(r * stride + b * ACT_LEGACY_BYTES);
@@ -184,7 +232,31 @@ macro_rules! panel_kernels {
 
         #[target_feature(enable = $features)]
         unsafe fn q4_0_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
-            legacy_tile::<R, { block_bytes::Q4_0 }, 8>(panel, nb, acts, stride, |w| nibbles(w.add(at::LEGACY_QUANTS)), out)
+            let (quants, scales) = (|w: *const u8| nibbles(w.add(at::LEGACY_QUANTS)), |w: *const u8| f16x8(w.add(at::D)));
+            legacy_tile::<R, { block_bytes::Q4_0 }, 8>(panel, nb, acts, stride, quants, scales, out)
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn mxfp4_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
+            let (quants, scales) = (|w: *const u8| mxfp4_levels(w.add(at::MXFP4_QUANTS)), |w: *const u8| e8m0x8(w.add(at::D)));
+            legacy_tile::<R, { block_bytes::MXFP4 }, 12>(panel, nb, acts, stride, quants, scales, out)
+        }
+
+        /// IQ4_NL's tile: its levels (plus the tier's `IQ4_OFFSET`) by the tier's `dot_levels`.
+        #[target_feature(enable = $features)]
+        unsafe fn iq4_nl_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
+            let mut acc = [_mm256_setzero_ps(); R];
+            for b in 0..nb {
+                let w = panel.add(b * block_bytes::IQ4_NL);
+                let dw = f16x8(w.add(at::D));
+                let v = iq4_levels::<IQ4_OFFSET>(w.add(at::LEGACY_QUANTS));
+                for r in 0..R {
+                    let a = acts.add(r * stride + b * ACT_LEGACY_BYTES);
+                    let isum = dot_levels(&v, a.add(LEGACY_QS), _mm256_set1_epi32(-IQ4_OFFSET * i32_at(a.add(LEGACY_SUM))));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, f32_splat(a)), acc[r]);
+                }
+            }
+            store_rows(acc, out);
         }
 
         #[target_feature(enable = $features)]
@@ -194,7 +266,7 @@ macro_rules! panel_kernels {
                 add_fifth_bits(&mut v, w.add(at::Q5_0_HIGH));
                 v
             };
-            legacy_tile::<R, { block_bytes::Q5_0 }, 16>(panel, nb, acts, stride, quants, out)
+            legacy_tile::<R, { block_bytes::Q5_0 }, 16>(panel, nb, acts, stride, quants, |w| f16x8(w.add(at::D)), out)
         }
 
         /// Q4_K / Q5_K tile.
@@ -307,6 +379,46 @@ macro_rules! panel_kernels {
             store_rows(acc, out);
         }
 
+        /// IQ4_XS: chunk by chunk, each group's levels (plus the tier's `IQ4_OFFSET`) dotted with
+        /// every row by the tier's `dot_levels` (at most 32 · 241 · 127 in i32), times the group's
+        /// scale (-32..=31); the offset taken back out at the end as `IQ4_OFFSET · Σ_c sc_c Σ a`.
+        #[target_feature(enable = $features)]
+        unsafe fn iq4_xs_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8, stride: usize, out: &mut [[f32; 8]]) {
+            let mut acc = [_mm256_setzero_ps(); R];
+            for b in 0..nb {
+                let w = panel.add(b * block_bytes::IQ4_XS);
+                let rows: [*const u8; R] = core::array::from_fn(|r| acts.add(r * stride + b * ACT_K_BYTES));
+                let mut isums = [_mm256_setzero_si256(); R];
+                for c in 0..8 {
+                    let v = iq4_levels::<IQ4_OFFSET>(w.add(at::IQ4XS_NIBBLES + 128 * c));
+                    // each row's pair of group scales in its 32-bit lane; this group's sign-extended
+                    let pair = _mm256_cvtepi8_epi16(load128(w.add(at::IQ4XS_SCALES + 16 * (c / 2))));
+                    let scale =
+                        if c % 2 == 0 { _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(pair)) } else { _mm256_srai_epi32::<16>(pair) };
+                    for (isum, a) in isums.iter_mut().zip(rows) {
+                        let dot = dot_levels(&v, a.add(K_QS + 32 * c), _mm256_setzero_si256());
+                        *isum = _mm256_add_epi32(*isum, _mm256_mullo_epi32(dot, scale));
+                    }
+                }
+                if IQ4_OFFSET != 0 {
+                    let pairs: [__m256i; 4] = core::array::from_fn(|p| _mm256_cvtepi8_epi16(load128(w.add(at::IQ4XS_SCALES + 16 * p))));
+                    for (isum, a) in isums.iter_mut().zip(rows) {
+                        let mut offset = _mm256_setzero_si256();
+                        for (p, &pair) in pairs.iter().enumerate() {
+                            offset = madd_acc(offset, pair, bcast4(a.add(K_SUMS32 + 4 * p)));
+                        }
+                        *isum = _mm256_sub_epi32(*isum, _mm256_mullo_epi32(offset, _mm256_set1_epi32(IQ4_OFFSET)));
+                    }
+                }
+                let dw = f16x8(w.add(at::D));
+                for r in 0..R {
+                    let scale = _mm256_mul_ps(dw, f32_splat(rows[r].add(K_D)));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isums[r]), scale, acc[r]);
+                }
+            }
+            store_rows(acc, out);
+        }
+
         /// The safe entry point of a tile kernel: checks the operands, then runs the tile for
         /// `out.len()` rows.
         macro_rules! entry {
@@ -330,21 +442,27 @@ macro_rules! panel_kernels {
         }
 
         entry!(q4_0, GgmlType::Q4_0, q4_0_tile);
+        entry!(mxfp4, GgmlType::MXFP4, mxfp4_tile);
+        entry!(iq4_nl, GgmlType::IQ4_NL, iq4_nl_tile);
         entry!(q5_0, GgmlType::Q5_0, q5_0_tile);
         entry!(q8_0, GgmlType::Q8_0, q8_0_tile);
         entry!(q4_k, GgmlType::Q4_K, q4_k_tile);
         entry!(q5_k, GgmlType::Q5_K, q5_k_tile);
         entry!(q6_k, GgmlType::Q6_K, q6_k_tile);
+        entry!(iq4_xs, GgmlType::IQ4_XS, iq4_xs_tile);
 
         /// This tier's panel kernel of `ty`.
         pub(crate) fn panel_kernel(ty: GgmlType) -> Option<$crate::quant::panel::PanelKernelFn> {
             Some(match ty {
                 GgmlType::Q4_0 => q4_0,
+                GgmlType::MXFP4 => mxfp4,
+                GgmlType::IQ4_NL => iq4_nl,
                 GgmlType::Q5_0 => q5_0,
                 GgmlType::Q8_0 => q8_0,
                 GgmlType::Q4_K => q4_k,
                 GgmlType::Q5_K => q5_k,
                 GgmlType::Q6_K => q6_k,
+                GgmlType::IQ4_XS => iq4_xs,
                 _ => return None,
             })
         }

@@ -17,6 +17,25 @@ unsafe fn dot_legacy(v: &[__m256i; 8], a: *const u8, init: __m256i) -> __m256i {
     _mm256_add_epi32(init, _mm256_add_epi32(lo, hi))
 }
 
+/// The IQ4 types' levels go to `dot_levels` signed: an offset into unsigned bytes (up to 241)
+/// would overflow `vpmaddubsw`'s i16 pairs.
+const IQ4_OFFSET: i32 = 0;
+
+/// `init + Σ_k V_k · a[4k..4k+4]` for the IQ4 levels as signed bytes (-127..=113):
+/// `|v| · sign(a, v)` by `vpmaddubsw` (pairs at most 2 · 127 · 127), widened per vector by
+/// `vpmaddwd` with ones.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_levels(v: &[__m256i; 8], a: *const u8, init: __m256i) -> __m256i {
+    let ones = _mm256_set1_epi16(1);
+    let mut s = init;
+    for (k, &v) in v.iter().enumerate() {
+        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(bcast4(a.add(4 * k)), v));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+    }
+    s
+}
+
 /// `acc + vpmaddwd(s16, s)`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -19,6 +19,26 @@ unsafe fn dot_legacy(v: &[__m256i; 8], a: *const u8, init: __m256i) -> __m256i {
     s
 }
 
+/// The IQ4 types' levels go to `dot_levels` as unsigned bytes, level + 128 (1..=241): `vpdpbusd`
+/// takes them as they are, exact in i32.
+const IQ4_OFFSET: i32 = 128;
+
+/// `init + Σ_k V_k · a[4k..4k+4]` for the IQ4 levels plus 128 (unsigned bytes) by `vpdpbusd`, in
+/// two chains (even and odd k: half the dependent latency; the integer sums are exact).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_levels(v: &[__m256i; 8], a: *const u8, init: __m256i) -> __m256i {
+    let (mut d0, mut d1) = (init, _mm256_setzero_si256());
+    for (k, &v) in v.iter().enumerate() {
+        if k % 2 == 0 {
+            d0 = _mm256_dpbusd_epi32(d0, v, bcast4(a.add(4 * k)));
+        } else {
+            d1 = _mm256_dpbusd_epi32(d1, v, bcast4(a.add(4 * k)));
+        }
+    }
+    _mm256_add_epi32(d0, d1)
+}
+
 /// `acc + Σ pairs s16 · s` by `vpdpwssd`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
