@@ -119,6 +119,24 @@ pub const MICRO_LLAMA: Shape = Shape {
     experts: None,
 };
 
+/// Qwen3-1.7B: the dense Qwen3 (2048 wide, 16 query heads of 128, 8 KV heads, per-head q/k
+/// norms, tied embeddings), all 28 layers.
+pub const QWEN3_1_7B: Shape = Shape {
+    name: "Qwen3-1.7B",
+    arch: "qwen3",
+    n_vocab: 151_936,
+    n_embd: 2048,
+    n_layer: 28,
+    n_ff: 6144,
+    n_head: 16,
+    n_head_kv: 8,
+    qkv_bias: false,
+    tied: true,
+    rope_theta: 1_000_000.0,
+    qk_norm: true,
+    experts: None,
+};
+
 /// Qwen3-30B-A3B's layers (2048 wide, 32 query heads of 128 (here 16, as the shapes keep
 /// `n_embd / n_head`), 4 KV heads, 128 experts of 768 of which 8 per token, per-head q/k norms),
 /// 12 of its 48 layers: a 7.7 B-parameter MoE of about 4.3 GB in the Q4_K_M-like mix, whose

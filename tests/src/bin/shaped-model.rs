@@ -4,7 +4,7 @@
 //!   shaped-model SHAPE TEMPLATE.gguf OUT.gguf
 //!
 //! SHAPE: qwen3-30b-a3b-12 (a mixture of experts), gpt-oss-20b-12 (12 of gpt-oss-20b's 24 layers,
-//! MXFP4 experts), qwen2.5-0.5b, llama-3-8b. The template, a real model of the shape's
+//! MXFP4 experts), qwen3-1.7b (dense), qwen2.5-0.5b, llama-3-8b. The template, a real model of the shape's
 //! vocabulary (a Qwen2.5 GGUF for the Qwen shapes and gpt-oss), gives the vocabulary and the
 //! other metadata llama.cpp needs to load the file.
 
@@ -17,6 +17,7 @@ use engine_tests::shaped::{self, Shape};
 fn shape(name: &str) -> Option<Shape> {
     Some(match name {
         "qwen3-30b-a3b-12" => shaped::QWEN3_30B_A3B_12_LAYERS,
+        "qwen3-1.7b" => shaped::QWEN3_1_7B,
         "qwen2.5-0.5b" => shaped::QWEN2_5_0_5B,
         "llama-3-8b" => shaped::LLAMA_3_8B,
         _ => return None,
@@ -32,8 +33,8 @@ fn run(args: &[String]) -> Result<(), String> {
             "gpt-oss-20b (12 of 24 layers)",
         )
     } else {
-        let shape =
-            shape(name).ok_or_else(|| format!("unknown shape {name:?} (qwen3-30b-a3b-12, gpt-oss-20b-12, qwen2.5-0.5b, llama-3-8b)"))?;
+        let shape = shape(name)
+            .ok_or_else(|| format!("unknown shape {name:?} (qwen3-30b-a3b-12, gpt-oss-20b-12, qwen3-1.7b, qwen2.5-0.5b, llama-3-8b)"))?;
         (shaped::writer(&shape, &template)?, shape.name)
     };
     let file = std::fs::File::create(out).map_err(|e| format!("{out}: {e}"))?;

@@ -67,17 +67,46 @@ pub(super) fn run_panels(isa: Isa, panels: &Panels, prepared: &[u8], batch: usiz
             return run_pairs(pair, kernel, panels, prepared, batch, rows, outs);
         }
     }
+    let pair = if batch >= PAIR_MIN_BATCH { panel::pair_kernel_on(panels.layout.ty, isa) } else { None };
     let stride = prepared.len() / batch;
     // activation rows in blocks that stay in the core's L2 while every panel of the task runs
     // over them (a prompt's prepared rows of a wide matrix are megabytes: streamed once per
     // panel, they would come from memory 8 weight rows at a time)
     let block_rows = (ACT_BLOCK_BYTES / stride.max(1)).max(TILE_ROWS) / TILE_ROWS * TILE_ROWS;
+    let panel_end = rows.end.div_ceil(PANEL_ROWS);
     for block in (0..batch).step_by(block_rows) {
         let block_end = (block + block_rows).min(batch);
-        for p in rows.start / PANEL_ROWS..rows.end.div_ceil(PANEL_ROWS) {
-            vector_tiles(kernel, panels, p, &rows, prepared, stride, block..block_end, outs);
+        let mut p = rows.start / PANEL_ROWS;
+        while p < panel_end {
+            match pair {
+                // two panels at a time where the tier has a pair kernel (the same bits)
+                Some(pair) if p + 1 < panel_end => {
+                    pair_tiles(pair, panels, p, &rows, prepared, stride, block..block_end, outs);
+                    p += 2;
+                }
+                _ => {
+                    vector_tiles(kernel, panels, p, &rows, prepared, stride, block..block_end, outs);
+                    p += 1;
+                }
+            }
         }
     }
+}
+
+/// Panels `p` and `p + 1` times the activation rows `acts` by the pair kernel, 16 weight rows
+/// by up to `TILE_ROWS` activation rows at a time.
+#[allow(clippy::too_many_arguments)]
+fn pair_tiles(
+    kernel: panel::PanelPairKernelFn,
+    panels: &Panels,
+    p: usize,
+    rows: &std::ops::Range<usize>,
+    prepared: &[u8],
+    stride: usize,
+    acts: std::ops::Range<usize>,
+    outs: &mut [&mut [f32]],
+) {
+    tiles(kernel, panels.panel_pair(p), panels.blocks, p * PANEL_ROWS - rows.start, rows.end - p * PANEL_ROWS, prepared, stride, acts, outs)
 }
 
 /// Panel `p` times the activation rows `acts` by the vector tile kernel, 8 weight rows by up to
@@ -93,12 +122,29 @@ fn vector_tiles(
     acts: std::ops::Range<usize>,
     outs: &mut [&mut [f32]],
 ) {
-    let first = p * PANEL_ROWS - rows.start;
-    let valid = (rows.end - p * PANEL_ROWS).min(PANEL_ROWS);
-    let mut tile = [[0.0f32; PANEL_ROWS]; TILE_ROWS];
+    tiles(kernel, panels.panel(p), panels.blocks, p * PANEL_ROWS - rows.start, rows.end - p * PANEL_ROWS, prepared, stride, acts, outs)
+}
+
+/// `N` weight rows (the panel bytes `weights`, `blocks` blocks) times the activation rows
+/// `acts`, up to `TILE_ROWS` at a time by `kernel`: each output row receives the tile's values
+/// at `first..`, at most `left` of them (the matrix's rows past the panels' start).
+#[allow(clippy::too_many_arguments)]
+fn tiles<const N: usize>(
+    kernel: fn(&[u8], usize, &[u8], usize, &mut [[f32; N]]),
+    weights: &[u8],
+    blocks: usize,
+    first: usize,
+    left: usize,
+    prepared: &[u8],
+    stride: usize,
+    acts: std::ops::Range<usize>,
+    outs: &mut [&mut [f32]],
+) {
+    let valid = left.min(N);
+    let mut tile = [[0.0f32; N]; TILE_ROWS];
     for b0 in acts.clone().step_by(TILE_ROWS) {
         let n = TILE_ROWS.min(acts.end - b0);
-        kernel(panels.panel(p), panels.blocks, &prepared[b0 * stride..], stride, &mut tile[..n]);
+        kernel(weights, blocks, &prepared[b0 * stride..], stride, &mut tile[..n]);
         for (out, t) in outs[b0..b0 + n].iter_mut().zip(&tile) {
             put(out, first, t, valid);
         }
@@ -160,6 +206,13 @@ fn put<const N: usize>(out: &mut [f32], first: usize, tile: &[f32; N], valid: us
         _ => out[first..first + valid].copy_from_slice(&tile[..valid]),
     }
 }
+
+/// The fewest activation rows a product takes the pair kernels for. Measured on the 2-core Zen
+/// 5 (two threads, `matvec_throughput` in `matmul.rs`, 65536 x 2048): with 1 to 4 rows the pair
+/// kernels are the slower, Q4_K 21-25 GB/s against 35-45 for the 8-row tiles, MXFP4 22-35
+/// against 48-55; a 512-row prompt runs about 1.4 times faster with them (Qwen3-1.7B-shaped
+/// Q4_K_M, `engine-cli bench -p 512`: 217-233 t/s against 171).
+const PAIR_MIN_BATCH: usize = 16;
 
 /// Bytes of prepared activation rows one pass over a task's panels reads (a fraction of a
 /// core's L2: the panels stream through beside them).

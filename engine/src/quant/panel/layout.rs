@@ -154,6 +154,11 @@ impl Panels {
         &self.data[p * self.panel_bytes()..(p + 1) * self.panel_bytes()]
     }
 
+    /// The bytes of panels `p` and `p + 1`.
+    pub fn panel_pair(&self, p: usize) -> &[u8] {
+        &self.data[p * self.panel_bytes()..(p + 2) * self.panel_bytes()]
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.data.len()
@@ -210,26 +215,17 @@ impl RowBlock {
             GgmlType::Q4_0 => {
                 let b: &BlockQ4_0 = bytemuck::from_bytes(bytes);
                 rb.d = b.d;
-                for j in 0..16 {
-                    rb.q[j] = b.qs[j] & 0x0F;
-                    rb.q[j + 16] = b.qs[j] >> 4;
-                }
+                split_nibbles(&b.qs, &mut rb.q[..32]);
             }
             GgmlType::IQ4_NL => {
                 let b: &BlockIQ4NL = bytemuck::from_bytes(bytes);
                 rb.d = b.d;
-                for j in 0..16 {
-                    rb.q[j] = b.qs[j] & 0x0F;
-                    rb.q[j + 16] = b.qs[j] >> 4;
-                }
+                split_nibbles(&b.qs, &mut rb.q[..32]);
             }
             GgmlType::MXFP4 => {
                 let b: &BlockMXFP4 = bytemuck::from_bytes(bytes);
                 rb.d = [b.e, 0];
-                for j in 0..16 {
-                    rb.q[j] = b.qs[j] & 0x0F;
-                    rb.q[j + 16] = b.qs[j] >> 4;
-                }
+                split_nibbles(&b.qs, &mut rb.q[..32]);
             }
             GgmlType::Q5_0 => {
                 let b: &BlockQ5_0 = bytemuck::from_bytes(bytes);
@@ -264,16 +260,22 @@ impl RowBlock {
                 let b: &BlockIQ4XS = bytemuck::from_bytes(bytes);
                 rb.d = b.d;
                 for g in 0..8 {
-                    for j in 0..16 {
-                        rb.q[32 * g + j] = b.qs[16 * g + j] & 0x0F;
-                        rb.q[32 * g + j + 16] = b.qs[16 * g + j] >> 4;
-                    }
+                    split_nibbles(&b.qs[16 * g..16 * g + 16], &mut rb.q[32 * g..32 * g + 32]);
                     rb.scales[g] = iq4::xs::group_scale_of(b, g) as i8 as u8;
                 }
             }
             _ => unreachable!("{ty} has no panel layout"),
         }
         rb
+    }
+}
+
+/// A 32-value group's 16 nibble bytes in value order: the low nibbles are values 0..16, the
+/// high ones 16..32.
+fn split_nibbles(qs: &[u8], q: &mut [u8]) {
+    for (j, &byte) in qs.iter().enumerate().take(16) {
+        q[j] = byte & 0x0F;
+        q[j + 16] = byte >> 4;
     }
 }
 

@@ -38,6 +38,20 @@ pub const TILE_ROWS: usize = 4;
 /// activation row `r` (rows of `stride` bytes in `acts`), for `out.len()` rows (1..=TILE_ROWS).
 pub type PanelKernelFn = fn(panel: &[u8], nb: usize, acts: &[u8], stride: usize, out: &mut [[f32; PANEL_ROWS]]);
 
+/// `out[r]` = the 16 outputs of two consecutive panels (`panels` holds both, `nb` blocks each)
+/// for prepared activation row `r`, as a [`PanelKernelFn`] gives each panel's 8: the same bits.
+pub type PanelPairKernelFn = fn(panels: &[u8], nb: usize, acts: &[u8], stride: usize, out: &mut [[f32; 2 * PANEL_ROWS]]);
+
+/// The panel-pair kernel of `ty` on tier `isa`, where the tier has one (AVX-512's 512-bit
+/// vectors hold 16 rows' lanes).
+pub fn pair_kernel_on(ty: GgmlType, isa: Isa) -> Option<PanelPairKernelFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Amx if isa.is_available() => crate::quant::x86::avx512::pair_kernel(ty),
+        _ => None,
+    }
+}
+
 /// The panel kernel of weight type `ty` on tier `isa` (the scalar reference on the scalar tier
 /// and for types a tier lacks); `None` for types that are not repacked.
 pub fn kernel_on(ty: GgmlType, isa: Isa) -> Option<PanelKernelFn> {

@@ -127,6 +127,39 @@ impl Case {
     }
 }
 
+impl Case {
+    /// Every output by `pair` on panels `p, p + 1` (and `ty`'s kernel on tier `isa` for a lone last
+    /// panel), tile by tile of `tile` rows.
+    pub fn run_pairs(&self, pair: super::PanelPairKernelFn, ty: GgmlType, isa: Isa, tile: usize) -> Vec<f32> {
+        let panels = repack(self.ty, self.rows, self.cols, &self.weights).unwrap();
+        let batch = self.prepared.len() / prepared_row_bytes(panels.layout.act_ty, panels.blocks);
+        let stride = self.prepared.len() / batch;
+        let mut out = vec![0.0f32; batch * self.rows];
+        let mut put = |b: usize, p: usize, t: &[f32]| {
+            for (r, &v) in t.iter().enumerate().filter(|(r, _)| p * PANEL_ROWS + r < self.rows) {
+                out[b * self.rows + p * PANEL_ROWS + r] = v;
+            }
+        };
+        let mut p = 0;
+        while p < panels.panel_count() {
+            for b0 in (0..batch).step_by(tile) {
+                let n = tile.min(batch - b0);
+                if p + 1 < panels.panel_count() {
+                    let mut tiles = vec![[0.0f32; 2 * PANEL_ROWS]; n];
+                    pair(panels.panel_pair(p), panels.blocks, &self.prepared[b0 * stride..], stride, &mut tiles);
+                    tiles.iter().enumerate().for_each(|(i, t)| put(b0 + i, p, t));
+                } else {
+                    let mut tiles = vec![[0.0f32; PANEL_ROWS]; n];
+                    kernel_on(ty, isa).unwrap()(panels.panel(p), panels.blocks, &self.prepared[b0 * stride..], stride, &mut tiles);
+                    tiles.iter().enumerate().for_each(|(i, t)| put(b0 + i, p, t));
+                }
+            }
+            p += if p + 1 < panels.panel_count() { 2 } else { 1 };
+        }
+        out
+    }
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
@@ -144,6 +177,28 @@ pub(crate) fn check_tier(isa: Isa) {
             let want = case.run(scalar::kernel(ty).unwrap(), 1);
             for tile in 1..=TILE_ROWS {
                 assert_eq!(bits(&case.run(kernel, tile)), bits(&want), "{ty} on {isa}: {rows}x{blocks} blocks, tile {tile}");
+            }
+        }
+    }
+}
+
+/// Every pair kernel of `isa` gives the reference's bits for both of its panels, for every tile
+/// height, with a partial second panel and a lone last panel.
+pub(crate) fn check_pairs(isa: Isa) {
+    if !isa.is_available() {
+        return;
+    }
+    for ty in TYPES {
+        let Some(pair) = super::pair_kernel_on(ty, isa) else { continue };
+        for (rows, blocks, batch) in [(16, 1, 1), (13, 3, 7), (29, 2, 4), (40, 2, 3)] {
+            let case = Case::new(ty, rows, blocks, batch, 11 + rows as u32);
+            let want = case.run(scalar::kernel(ty).unwrap(), 1);
+            for tile in 1..=TILE_ROWS {
+                assert_eq!(
+                    bits(&case.run_pairs(pair, ty, isa, tile)),
+                    bits(&want),
+                    "{ty} pairs on {isa}: {rows}x{blocks} blocks, tile {tile}"
+                );
             }
         }
     }
@@ -185,6 +240,9 @@ fn extreme_quants_stay_exact() {
             }
             for isa in Isa::available() {
                 assert_eq!(bits(&case.run(kernel_on(ty, isa).unwrap(), 1)), bits(&want), "{ty} {wbyte:#x} x {abyte} on {isa}");
+                if let Some(pair) = super::pair_kernel_on(ty, isa) {
+                    assert_eq!(bits(&case.run_pairs(pair, ty, isa, 1)), bits(&want), "{ty} {wbyte:#x} x {abyte} pairs on {isa}");
+                }
             }
         }
     }
@@ -228,6 +286,9 @@ fn mxfp4_exponents_give_the_reference_scales_on_every_tier() {
     for isa in Isa::available() {
         for tile in 1..=TILE_ROWS {
             assert_eq!(bits(&case.run(kernel_on(GgmlType::MXFP4, isa).unwrap(), tile)), bits(&want), "{isa}, tile {tile}");
+            if let Some(pair) = super::pair_kernel_on(GgmlType::MXFP4, isa) {
+                assert_eq!(bits(&case.run_pairs(pair, GgmlType::MXFP4, isa, tile)), bits(&want), "{isa} pairs, tile {tile}");
+            }
         }
     }
 }

@@ -10,8 +10,10 @@ mod k_quants_q5q6;
 pub(crate) use k_quants_q5q6::vec_dot_q6_k_blockwise;
 mod legacy;
 mod panel;
+mod panel_pair;
 
 pub(crate) use panel::panel_kernel;
+pub(crate) use panel_pair::pair_kernel;
 
 /// This tier's kernels for `ty`, or `None` where the scalar ones serve. The table-level types
 /// (IQ4_NL, IQ4_XS, MXFP4) and the grid i-quants run the AVX2 tier's kernels: every AVX-512 CPU

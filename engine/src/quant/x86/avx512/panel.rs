@@ -122,11 +122,16 @@ crate::quant::x86::panel::panel_kernels!("avx512f,avx512bw,avx512vl,avx512dq,avx
 
 #[cfg(test)]
 mod tests {
-    use crate::quant::panel::tests::check_tier;
+    use crate::quant::panel::tests::{check_pairs, check_tier};
     use crate::quant::Isa;
 
     #[test]
     fn every_panel_kernel_gives_the_reference_bits() {
         check_tier(Isa::Avx512);
+    }
+
+    #[test]
+    fn every_pair_kernel_gives_the_reference_bits() {
+        check_pairs(Isa::Avx512);
     }
 }
