@@ -125,12 +125,16 @@ fn vector_tiles(
     tiles(kernel, panels.panel(p), panels.blocks, p * PANEL_ROWS - rows.start, rows.end - p * PANEL_ROWS, prepared, stride, acts, outs)
 }
 
+/// A panel kernel of `N` weight rows: a [`panel::PanelKernelFn`] (8) or a
+/// [`panel::PanelPairKernelFn`] (16).
+type TileFn<const N: usize> = fn(&[u8], usize, &[u8], usize, &mut [[f32; N]]);
+
 /// `N` weight rows (the panel bytes `weights`, `blocks` blocks) times the activation rows
 /// `acts`, up to `TILE_ROWS` at a time by `kernel`: each output row receives the tile's values
 /// at `first..`, at most `left` of them (the matrix's rows past the panels' start).
 #[allow(clippy::too_many_arguments)]
 fn tiles<const N: usize>(
-    kernel: fn(&[u8], usize, &[u8], usize, &mut [[f32; N]]),
+    kernel: TileFn<N>,
     weights: &[u8],
     blocks: usize,
     first: usize,
