@@ -131,8 +131,8 @@ pub fn float_gemm_on(ty: GgmlType, isa: Isa) -> Option<super::float_gemm::FloatG
     }
 }
 
-/// The tile kernel of weight type `ty` on tier `isa`, where the tier has one (float weights,
-/// IQ4_NL and MXFP4 on AVX2 and AVX-512) and the CPU has the tier.
+/// The tile kernel of weight type `ty` on tier `isa`, where the tier has one (float weights on
+/// AVX2 and AVX-512) and the CPU has the tier.
 pub fn dot_tile_on(ty: GgmlType, isa: Isa) -> Option<VecDotTileFn> {
     if !isa.is_available() {
         return None;

@@ -399,40 +399,6 @@ mod tests {
         println!("{tested} tiled products checked");
     }
 
-    /// IQ4_NL and MXFP4 weights, whose tiers have tile kernels: every output of a many-row
-    /// product has the bits of its own `vec_dot` against the Q8_0 row the product quantizes
-    /// (row lengths of 1 to 16 blocks, with and without a partial group of four).
-    #[test]
-    fn tiled_table_level_products_equal_the_row_dots() {
-        let mut tested = 0;
-        for isa in Isa::available() {
-            for ty in [GgmlType::IQ4_NL, GgmlType::MXFP4] {
-                if quant::dot_tile_on(ty, isa).is_none() {
-                    continue;
-                }
-                let ops = quant::ops_on(ty, isa).unwrap();
-                let act = quant::ops_on(GgmlType::Q8_0, isa).unwrap().quantize_activations;
-                for (rows, cols, batch) in [(7, 384, 50), (9, 96, 3), (4, 32, 98), (13, 160, 33), (6, 512, 17)] {
-                    let (wb, _) = quantized(ty, rows, cols, 5);
-                    let w = WeightMatrix::new(ty, rows, cols, &wb).unwrap();
-                    let (_, x) = quantized(GgmlType::F32, batch, cols, 6);
-                    let mut y = vec![0.0; batch * rows];
-                    matmul_each_on(isa, &[w], &x, batch, &mut [&mut y]).unwrap();
-                    let mut a = vec![0u8; GgmlType::Q8_0.row_bytes(cols).unwrap()];
-                    for b in 0..batch {
-                        act(&x[b * cols..(b + 1) * cols], &mut a);
-                        for r in 0..rows {
-                            let want = (ops.vec_dot)(w.row(r), &a);
-                            assert_eq!(y[b * rows + r].to_bits(), want.to_bits(), "{ty} on {isa}: {rows}x{cols}, b={b} r={r}");
-                        }
-                    }
-                    tested += 1;
-                }
-            }
-        }
-        println!("{tested} tiled products checked");
-    }
-
     /// Repacked matrices: every output has the same bits whatever the batch, the thread count
     /// and the SIMD tier (the panel kernels' order is the scalar reference's); batches of 16
     /// and more take the AMX tier's tile path (whole 16-row groups and a remainder).

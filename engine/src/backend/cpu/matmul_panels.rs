@@ -81,11 +81,11 @@ pub(super) fn run_panels(isa: Isa, panels: &Panels, prepared: &[u8], batch: usiz
             match pair {
                 // two panels at a time where the tier has a pair kernel (the same bits)
                 Some(pair) if p + 1 < panel_end => {
-                    pair_tiles(pair, panels, p, &rows, prepared, stride, block..block_end, outs);
+                    tiles(pair, panels.panel_pair(p), panels, p, &rows, prepared, stride, block..block_end, outs);
                     p += 2;
                 }
                 _ => {
-                    vector_tiles(kernel, panels, p, &rows, prepared, stride, block..block_end, outs);
+                    tiles(kernel, panels.panel(p), panels, p, &rows, prepared, stride, block..block_end, outs);
                     p += 1;
                 }
             }
@@ -93,62 +93,31 @@ pub(super) fn run_panels(isa: Isa, panels: &Panels, prepared: &[u8], batch: usiz
     }
 }
 
-/// Panels `p` and `p + 1` times the activation rows `acts` by the pair kernel, 16 weight rows
-/// by up to `TILE_ROWS` activation rows at a time.
-#[allow(clippy::too_many_arguments)]
-fn pair_tiles(
-    kernel: panel::PanelPairKernelFn,
-    panels: &Panels,
-    p: usize,
-    rows: &std::ops::Range<usize>,
-    prepared: &[u8],
-    stride: usize,
-    acts: std::ops::Range<usize>,
-    outs: &mut [&mut [f32]],
-) {
-    tiles(kernel, panels.panel_pair(p), panels.blocks, p * PANEL_ROWS - rows.start, rows.end - p * PANEL_ROWS, prepared, stride, acts, outs)
-}
-
-/// Panel `p` times the activation rows `acts` by the vector tile kernel, 8 weight rows by up to
-/// `TILE_ROWS` activation rows at a time.
-#[allow(clippy::too_many_arguments)]
-fn vector_tiles(
-    kernel: panel::PanelKernelFn,
-    panels: &Panels,
-    p: usize,
-    rows: &std::ops::Range<usize>,
-    prepared: &[u8],
-    stride: usize,
-    acts: std::ops::Range<usize>,
-    outs: &mut [&mut [f32]],
-) {
-    tiles(kernel, panels.panel(p), panels.blocks, p * PANEL_ROWS - rows.start, rows.end - p * PANEL_ROWS, prepared, stride, acts, outs)
-}
-
 /// A panel kernel of `N` weight rows: a [`panel::PanelKernelFn`] (8) or a
 /// [`panel::PanelPairKernelFn`] (16).
 type TileFn<const N: usize> = fn(&[u8], usize, &[u8], usize, &mut [[f32; N]]);
 
-/// `N` weight rows (the panel bytes `weights`, `blocks` blocks) times the activation rows
-/// `acts`, up to `TILE_ROWS` at a time by `kernel`: each output row receives the tile's values
-/// at `first..`, at most `left` of them (the matrix's rows past the panels' start).
+/// Panel `p` (`N` = 8 rows, `weights` its bytes) or panels `p` and `p + 1` (`N` = 16) of
+/// `panels` times the activation rows `acts`, up to `TILE_ROWS` at a time by `kernel`; output
+/// rows `rows` of the matrix land in `outs`.
 #[allow(clippy::too_many_arguments)]
 fn tiles<const N: usize>(
     kernel: TileFn<N>,
     weights: &[u8],
-    blocks: usize,
-    first: usize,
-    left: usize,
+    panels: &Panels,
+    p: usize,
+    rows: &std::ops::Range<usize>,
     prepared: &[u8],
     stride: usize,
     acts: std::ops::Range<usize>,
     outs: &mut [&mut [f32]],
 ) {
-    let valid = left.min(N);
+    let first = p * PANEL_ROWS - rows.start;
+    let valid = (rows.end - p * PANEL_ROWS).min(N);
     let mut tile = [[0.0f32; N]; TILE_ROWS];
     for b0 in acts.clone().step_by(TILE_ROWS) {
         let n = TILE_ROWS.min(acts.end - b0);
-        kernel(weights, blocks, &prepared[b0 * stride..], stride, &mut tile[..n]);
+        kernel(weights, panels.blocks, &prepared[b0 * stride..], stride, &mut tile[..n]);
         for (out, t) in outs[b0..b0 + n].iter_mut().zip(&tile) {
             put(out, first, t, valid);
         }
@@ -179,7 +148,7 @@ fn run_pairs(
         let mut p = rows.start / PANEL_ROWS;
         while p < panel_end {
             if p + 1 == panel_end || whole == block {
-                vector_tiles(kernel, panels, p, &rows, prepared, stride, block..block_end, outs);
+                tiles(kernel, panels.panel(p), panels, p, &rows, prepared, stride, block..block_end, outs);
                 p += 1;
                 continue;
             }
@@ -191,7 +160,7 @@ fn run_pairs(
                 put(dst, first, t, valid);
             }
             for q in [p, p + 1] {
-                vector_tiles(kernel, panels, q, &rows, prepared, stride, whole..block_end, outs);
+                tiles(kernel, panels.panel(q), panels, q, &rows, prepared, stride, whole..block_end, outs);
             }
             p += 2;
         }

@@ -35,7 +35,8 @@ pub(crate) fn float_gemm(ty: GgmlType) -> Option<crate::quant::float_gemm::Float
     float_gemm::float_gemm(ty)
 }
 
-/// This tier's tile kernel for `ty` (float weights, IQ4_NL and MXFP4), or `None`.
+/// This tier's tile kernel for float type `ty`, or `None` (the quantized types' many-row
+/// products run on their panels).
 pub(crate) fn dot_tile(ty: GgmlType) -> Option<crate::quant::dispatch::VecDotTileFn> {
-    float::dot_tile(ty).or_else(|| nonlinear::dot_tile(ty))
+    float::dot_tile(ty)
 }

@@ -20,7 +20,7 @@ use core::mem::size_of;
 
 use super::legacy::{lane, load, load128, scales_d, store_ps};
 use crate::quant::blocks::{BlockIQ4NL, BlockIQ4XS, BlockMXFP4};
-use crate::quant::dispatch::{Kernels, VecDotTileFn, TILE_A, TILE_W};
+use crate::quant::dispatch::Kernels;
 use crate::quant::x86::common::{
     entry_points, f32_at, hsum256, le16, legacy_deq_rows, legacy_dot_rows, row_entry_points, Chain, Q8K_BYTES, Q8K_QS, Q8_0,
 };
@@ -29,15 +29,6 @@ use crate::quant::{iq4, mxfp4, GgmlType};
 const IQ4_NL: usize = size_of::<BlockIQ4NL>();
 const IQ4_XS: usize = size_of::<BlockIQ4XS>();
 const MXFP4: usize = size_of::<BlockMXFP4>();
-
-/// The many-row tile kernel of `ty` (IQ4_NL and MXFP4), or `None`.
-pub(crate) fn dot_tile(ty: GgmlType) -> Option<VecDotTileFn> {
-    match ty {
-        GgmlType::IQ4_NL => Some(tile_iq4_nl),
-        GgmlType::MXFP4 => Some(tile_mxfp4),
-        _ => None,
-    }
-}
 
 pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
     Some(match ty {
@@ -139,79 +130,6 @@ unsafe fn e8m0_half4(e: u32) -> __m128 {
     let normal = _mm_slli_epi32::<23>(_mm_sub_epi32(e, _mm_set1_epi32(1)));
     let subnormal = _mm_sllv_epi32(_mm_set1_epi32(0x0020_0000), e);
     _mm_castsi128_ps(_mm_blendv_epi8(normal, subnormal, _mm_cmplt_epi32(e, _mm_set1_epi32(2))))
-}
-
-// The many-row product of the 32-value types: `TILE_W` weight rows by `TILE_A` Q8_0 activation
-// rows, each weight block's levels looked up once for all the activation rows and each
-// activation block loaded once for all the weight rows. Every output takes the operations of the
-// row dot in the same order (the same scale products, one chain in block order, zero blocks
-// added where the row dot pads its last group, which add exactly nothing), so it has the row
-// dot's bits and a row's result does not depend on the tile it falls in.
-
-fn tile_iq4_nl(w: &[u8], w_stride: usize, a: &[u8], a_stride: usize, n: usize, out: &mut [[f32; TILE_A]; TILE_W]) {
-    tile_entry::<false>(w, w_stride, a, a_stride, n, out)
-}
-
-fn tile_mxfp4(w: &[u8], w_stride: usize, a: &[u8], a_stride: usize, n: usize, out: &mut [[f32; TILE_A]; TILE_W]) {
-    tile_entry::<true>(w, w_stride, a, a_stride, n, out)
-}
-
-/// Checks the rows' extents and runs the tile kernel.
-fn tile_entry<const MX: bool>(w: &[u8], w_stride: usize, a: &[u8], a_stride: usize, n: usize, out: &mut [[f32; TILE_A]; TILE_W]) {
-    let wb = if MX { MXFP4 } else { IQ4_NL };
-    assert!(n.is_multiple_of(32), "{n} values are not whole blocks");
-    let nb = n / 32;
-    assert!(w.len() >= (TILE_W - 1) * w_stride + nb * wb, "{} weight bytes for {TILE_W} rows of {nb} blocks", w.len());
-    assert!(a.len() >= (TILE_A - 1) * a_stride + nb * Q8_0, "{} activation bytes for {TILE_A} rows of {nb} blocks", a.len());
-    // SAFETY: dispatch hands out this tier's kernels only after detecting AVX2, FMA and F16C;
-    // the asserts above checked that every row read (`nb` blocks at its stride) lies inside the
-    // slices.
-    unsafe { tile32::<MX>(w.as_ptr(), w_stride, a.as_ptr(), a_stride, nb, out) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile32<const MX: bool>(
-    w: *const u8,
-    w_stride: usize,
-    a: *const u8,
-    a_stride: usize,
-    nb: usize,
-    out: &mut [[f32; TILE_A]; TILE_W],
-) {
-    let (wb, t) = if MX { (MXFP4, table(&mxfp4::LEVELS)) } else { (IQ4_NL, table(&iq4::LEVELS)) };
-    // acc[c][r]: activation row c, weight row r
-    let mut acc = [[_mm256_setzero_ps(); TILE_W]; TILE_A];
-    let ones = _mm256_set1_epi16(1);
-    // the row dot's blocks: `nb` of them, then zero blocks to a whole group of four
-    let padded = nb.div_ceil(4) * 4;
-    for i in 0..nb {
-        let mut q = [_mm256_setzero_si256(); TILE_W];
-        let mut dw = [0f32; TILE_W];
-        for r in 0..TILE_W {
-            let x = w.add(r * w_stride + i * wb);
-            q[r] = levels(t, x.add(wb - 16));
-            dw[r] = if MX { mxfp4::e8m0_half(*x) } else { f16_at(x) };
-        }
-        for (c, acc_c) in acc.iter_mut().enumerate() {
-            let y = a.add(c * a_stride + i * Q8_0);
-            let (v, da) = (load(y.add(2)), f16_at(y));
-            for ((acc_cr, &qr), &dwr) in acc_c.iter_mut().zip(&q).zip(&dw) {
-                // the row dot's scale: d_w · d_a (MXFP4: d_a · 2^(e - 128), the same product)
-                let sumi = _mm256_madd_epi16(pair_products(qr, v), ones);
-                *acc_cr = _mm256_fmadd_ps(_mm256_set1_ps(dwr * da), _mm256_cvtepi32_ps(sumi), *acc_cr);
-            }
-        }
-    }
-    for _ in nb..padded {
-        for a in acc.iter_mut().flatten() {
-            *a = _mm256_fmadd_ps(_mm256_setzero_ps(), _mm256_setzero_ps(), *a);
-        }
-    }
-    for (c, acc_c) in acc.iter().enumerate() {
-        for (out_r, &a) in out.iter_mut().zip(acc_c) {
-            out_r[c] = hsum256(a);
-        }
-    }
 }
 
 /// IQ4_XS x Q8_K: per super-block, the eight groups' pair products times their scales summed
