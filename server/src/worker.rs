@@ -189,7 +189,11 @@ impl Worker {
         self.touch();
         self.outstanding.fetch_add(1, Ordering::Relaxed);
         let ticket = Ticket::held(self.outstanding.clone());
-        self.tx.send(Msg::Job { job, cancel: Cancel::default(), ticket }).map_err(|_| ApiError::server("the engine thread stopped"))
+        let job: Job = Box::new(move |state: &mut EngineState| {
+            job(state);
+            drop(ticket);
+        });
+        self.tx.send(Msg::Job { job, cancel: Cancel::default() }).map_err(|_| ApiError::server("the engine thread stopped"))
     }
 
     fn ticket(&self) -> Result<Ticket, ApiError> {
@@ -224,9 +228,11 @@ impl Worker {
         let (done, result) = oneshot::channel();
         let flag = cancel.clone();
         let job: Job = Box::new(move |state: &mut EngineState| {
-            let _ = done.send(job(state, &flag));
+            let result = job(state, &flag);
+            drop(ticket); // the place is free before the caller has its answer
+            let _ = done.send(result);
         });
-        self.tx.send(Msg::Job { job, cancel, ticket }).map_err(|_| ApiError::server("the engine thread stopped"))?;
+        self.tx.send(Msg::Job { job, cancel }).map_err(|_| ApiError::server("the engine thread stopped"))?;
         let out = result.await.map_err(|_| ApiError::server("the request was cancelled"));
         guard.disarm();
         out

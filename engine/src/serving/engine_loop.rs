@@ -34,7 +34,7 @@ struct Group {
     started: bool,
     /// Set when the request stopped it on purpose (a guardrail cut it): not a cancellation.
     stopped: Arc<AtomicBool>,
-    _ticket: Ticket,
+    ticket: Ticket,
 }
 
 struct Waiting {
@@ -167,7 +167,7 @@ impl EngineLoop {
 
     fn accept(&mut self, msg: Msg) {
         match msg {
-            Msg::Job { job, cancel, ticket } => {
+            Msg::Job { job, cancel } => {
                 // exclusive: the running sequences wait for it
                 if cancel.is_set() {
                     self.metrics.cancelled();
@@ -178,7 +178,6 @@ impl EngineLoop {
                         self.metrics.cancelled();
                     }
                 }
-                drop(ticket);
             }
             Msg::Generate { seqs, events, ticket, stopped } => {
                 if seqs.is_empty() {
@@ -186,7 +185,7 @@ impl EngineLoop {
                 }
                 let group = self.next_group;
                 self.next_group += 1;
-                self.groups.insert(group, Group { events, remaining: seqs.len(), started: false, stopped, _ticket: ticket });
+                self.groups.insert(group, Group { events, remaining: seqs.len(), started: false, stopped, ticket });
                 self.waiting.extend(seqs.into_iter().enumerate().map(|(index, spec)| Waiting { group, index, spec }));
             }
         }
@@ -586,11 +585,17 @@ impl EngineLoop {
 
     fn report(&mut self, group: u64, index: usize, result: Result<Completion, SeqError>) {
         let Some(g) = self.groups.get_mut(&group) else { return };
-        let _ = g.events.send(SeqEvent::Done { index, result });
         g.remaining -= 1;
-        if g.remaining == 0 {
-            self.groups.remove(&group); // closes the request's channel
+        if g.remaining > 0 {
+            let _ = g.events.send(SeqEvent::Done { index, result });
+            return;
         }
+        // the last output: the request's place is given back before its answer goes out (a
+        // client that sends its next request on the answer must find the place free), and
+        // dropping the sink closes the request's channel
+        let Group { events, ticket, .. } = self.groups.remove(&group).expect("the group is present");
+        drop(ticket);
+        let _ = events.send(SeqEvent::Done { index, result });
     }
 
     fn update_gauges(&self) {

@@ -100,8 +100,18 @@ pub trait EventSink: Send {
 
 /// What the loop takes.
 pub enum Msg {
-    Generate { seqs: Vec<SeqSpec>, events: Box<dyn EventSink>, ticket: Ticket, stopped: Arc<AtomicBool> },
-    Job { job: Job, cancel: Cancel, ticket: Ticket },
+    Generate {
+        seqs: Vec<SeqSpec>,
+        events: Box<dyn EventSink>,
+        ticket: Ticket,
+        stopped: Arc<AtomicBool>,
+    },
+    /// The job owns its request's [`Ticket`] and drops it before it answers, so that a client
+    /// sending its next request on the answer finds the place free.
+    Job {
+        job: Job,
+        cancel: Cancel,
+    },
 }
 
 /// A request's place in the system: a count of the requests in it, taken back when the ticket

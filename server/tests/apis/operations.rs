@@ -96,6 +96,8 @@ fn a_deadline_cuts_a_generation_as_length_and_a_full_queue_is_not_ready() {
     let mut longer = chat(QWEN, tokens);
     longer["timeout"] = json!(120);
     let (_, whole) = post(&base, "/v1/chat/completions", longer);
+    // the place of an answered request is free at once: a client's next request is not refused
+    assert_eq!(ready().status(), StatusCode::OK);
     assert_eq!(whole["choices"][0]["message"]["content"], cut["choices"][0]["message"]["content"]);
     // one sequence and no queue: while a request runs the model is full and the server is not ready
     let runner = {
