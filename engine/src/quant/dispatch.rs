@@ -131,6 +131,23 @@ pub fn float_gemm_on(ty: GgmlType, isa: Isa) -> Option<super::float_gemm::FloatG
     }
 }
 
+/// The many-row product of grid i-quant `ty` on tier `isa` (`iq_grid::gemm`), where the CPU
+/// has the tier; `None` for every other type.
+pub fn grid_gemm_on(ty: GgmlType, isa: Isa) -> Option<super::iq_grid::gemm::GridGemm> {
+    if !isa.is_available() {
+        return None;
+    }
+    match isa {
+        Isa::Scalar => super::iq_grid::grid_type(ty).map(super::iq_grid::gemm::scalar_gemm),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => super::x86::avx2::grid_gemm(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Amx => super::x86::avx512::grid_gemm(ty),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
 /// The tile kernel of weight type `ty` on tier `isa`, where the tier has one (float weights on
 /// AVX2 and AVX-512) and the CPU has the tier.
 pub fn dot_tile_on(ty: GgmlType, isa: Isa) -> Option<VecDotTileFn> {

@@ -47,7 +47,7 @@ pub mod requantize;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
-pub use dispatch::{dot_tile_on, float_gemm_on, ops, ops_for, ops_on, Isa, TypeOps, VecDotTileFn, TILE_A, TILE_W};
+pub use dispatch::{dot_tile_on, float_gemm_on, grid_gemm_on, ops, ops_for, ops_on, Isa, TypeOps, VecDotTileFn, TILE_A, TILE_W};
 pub(crate) use fma::fma_variants;
 pub use fma::ggml_expf;
 pub use matrix::{MatmulError, WeightMatrix};

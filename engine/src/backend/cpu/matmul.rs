@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use super::matmul_panels::{prepare_activations, run_panels};
 use crate::backend::RowInput;
 use crate::quant::float_gemm::{FloatGemm, PackedActs};
+use crate::quant::iq_grid::gemm::GridGemm;
 use crate::quant::{self, GgmlType, Isa, QuantError, VecDotTileFn, TILE_A, TILE_W};
 use crate::quant::{MatmulError, WeightMatrix};
 
@@ -182,6 +183,9 @@ pub fn matmul_rows_on(
     let rows_instead: Vec<bool> = panel_order_dots.iter().map(Option::is_some).collect();
     let prepared = prepare_activations(ws, &acts, &batches, input_of, &rows_instead);
     let tiles: Vec<Option<VecDotTileFn>> = ws.iter().map(|w| quant::dot_tile_on(w.ty, isa)).collect();
+    // grid i-quants against several rows: each weight row unpacked once, not once per row
+    let grid_gemms: Vec<Option<GridGemm>> =
+        ws.iter().zip(&batches).map(|(w, &batch)| quant::grid_gemm_on(w.ty, isa).filter(|_| batch >= GRID_GEMM_MIN_BATCH)).collect();
     // float weights against many rows: each input's rows packed once, in the row dot's chain
     // order, for the register-blocked product (one tier: one chain order, one packing)
     let gemms: Vec<Option<FloatGemm>> =
@@ -235,6 +239,11 @@ pub fn matmul_rows_on(
                 (gemm.run)(&w.data[seg.rows.start * row_bytes..seg.rows.end * row_bytes], seg.rows.len(), packed, &mut outs);
                 continue;
             }
+            if let Some(gemm) = &grid_gemms[seg.m] {
+                let row_bytes = w.row_bytes();
+                gemm.run(&w.data[seg.rows.start * row_bytes..seg.rows.end * row_bytes], seg.rows.len(), act, &mut outs);
+                continue;
+            }
             let act_row_bytes = act.len() / batch;
             if let Some(tile) = tiles[seg.m].filter(|_| batch >= TILE_A) {
                 dot_tiled(tile, op.vec_dot, w, act, act_row_bytes, seg.rows, &mut outs);
@@ -253,6 +262,10 @@ pub fn matmul_rows_on(
     });
     Ok(())
 }
+
+/// Activation rows from which grid i-quant weights are expanded once for all of them
+/// (`quant::iq_grid::gemm`) instead of unpacked by each row dot.
+const GRID_GEMM_MIN_BATCH: usize = 2;
 
 /// Activation rows from which float weights take the register-blocked product
 /// (`quant::float_gemm`), where the tier has one: its tiles are 16 rows, padded.

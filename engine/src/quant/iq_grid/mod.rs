@@ -13,6 +13,7 @@
 //! integer sums (plus IQ1's shift term `Σ scale · sign · Σ q8` weighed by 1/8), the float
 //! operations in ggml's order.
 
+pub mod gemm;
 mod iq1;
 mod iq2;
 mod iq3;
@@ -23,7 +24,6 @@ pub use iq2::{iq2_s, iq2_xs, iq2_xxs};
 pub use iq3::{iq3_s, iq3_xxs};
 
 use super::blocks::{f16_le, BlockQ8K};
-#[cfg(any(test, feature = "sim", feature = "cuda"))]
 use super::GgmlType;
 use super::QK_K;
 
@@ -181,7 +181,6 @@ macro_rules! grid_row_fns {
 pub(crate) use grid_row_fns;
 
 /// The [`GridType`] of `ty`, if it is a grid i-quant.
-#[cfg(any(test, feature = "sim", feature = "cuda"))]
 pub(crate) fn grid_type(ty: GgmlType) -> Option<&'static GridType> {
     Some(match ty {
         GgmlType::IQ2_XXS => &iq2_xxs::TYPE,

@@ -17,7 +17,7 @@ use crate::quant::x86::common::dot_blocks;
 use crate::quant::{GgmlType, QK_K};
 
 /// For each sign byte, the 8 bytes that are 0xFF where its bit is set.
-static SIGN_MASKS: [u64; 256] = sign_masks();
+pub(super) static SIGN_MASKS: [u64; 256] = sign_masks();
 
 const fn sign_masks() -> [u64; 256] {
     let mut t = [0u64; 256];

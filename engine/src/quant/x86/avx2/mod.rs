@@ -9,6 +9,7 @@ pub(crate) mod check;
 mod float;
 mod float_gemm;
 pub(in crate::quant::x86) mod grid;
+pub(in crate::quant::x86) mod grid_gemm;
 mod k_quants;
 mod k_quants_q5q6;
 pub(crate) use k_quants_q5q6::vec_dot_q6_k_blockwise;
@@ -28,6 +29,11 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
         .or_else(|| k_quants::kernels(ty))
         .or_else(|| nonlinear::kernels(ty))
         .or_else(|| grid::kernels(ty))
+}
+
+/// This tier's many-row product for grid i-quant `ty`, or `None`.
+pub(crate) fn grid_gemm(ty: GgmlType) -> Option<crate::quant::iq_grid::gemm::GridGemm> {
+    crate::quant::iq_grid::grid_type(ty).map(grid_gemm::gemm)
 }
 
 /// This tier's many-row product for `ty` (float weights only), or `None`.
