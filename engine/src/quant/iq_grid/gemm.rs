@@ -14,7 +14,7 @@
 //! The activation rows are taken [`CHUNK_BLOCKS`] blocks at a time against the whole tile, so
 //! that the tile's part they read (16 rows · 4 blocks · 512 bytes) stays in the L1 cache.
 
-use super::{GridType, Unpacked, GROUP, GROUPS, SHIFT};
+use super::{GridType, Unpacked, GROUP, SHIFT};
 use crate::quant::blocks::BlockQ8K;
 use crate::quant::QK_K;
 
@@ -126,8 +126,6 @@ pub(crate) fn tile_scalar(w: &[i16], d: &[f32], act: &[BlockQ8K], k: f32, sums: 
 pub(crate) fn scalar_gemm(t: &'static GridType) -> GridGemm {
     GridGemm { ty: t, expand: expand_scalar, tile: tile_scalar }
 }
-
-const _: () = assert!(GROUPS * GROUP == QK_K);
 
 #[cfg(test)]
 pub(crate) mod tests {

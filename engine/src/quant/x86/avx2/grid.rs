@@ -17,7 +17,7 @@ use crate::quant::x86::common::dot_blocks;
 use crate::quant::{GgmlType, QK_K};
 
 /// For each sign byte, the 8 bytes that are 0xFF where its bit is set.
-pub(super) static SIGN_MASKS: [u64; 256] = sign_masks();
+static SIGN_MASKS: [u64; 256] = sign_masks();
 
 const fn sign_masks() -> [u64; 256] {
     let mut t = [0u64; 256];
@@ -74,6 +74,22 @@ unsafe fn hsum_i32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
+/// The 32 values of groups `4c .. 4c + 4` of `u` as signed bytes: each group's signs as a byte
+/// mask `m` (`SIGN_MASKS`), applied as `(v ^ m) - m`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn signed_values(u: &Unpacked, c: usize) -> __m256i {
+    let g = 4 * c;
+    let m = _mm256_loadu_si256(u.values.as_ptr().add(g).cast());
+    let s = _mm256_setr_epi64x(
+        SIGN_MASKS[usize::from(u.signs[g])] as i64,
+        SIGN_MASKS[usize::from(u.signs[g + 1])] as i64,
+        SIGN_MASKS[usize::from(u.signs[g + 2])] as i64,
+        SIGN_MASKS[usize::from(u.signs[g + 3])] as i64,
+    );
+    _mm256_sub_epi8(_mm256_xor_si256(m, s), s)
+}
+
 /// Four groups' values (lanes 2k, 2k + 1: group k) as i32 lanes, each a pair of groups' entry.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -93,14 +109,7 @@ unsafe fn dot_avx2(t: &GridType, w: &[u8], act: &[BlockQ8K], nb: usize) -> f32 {
         let (mut acc, mut acc_shift) = (_mm256_setzero_si256(), _mm256_setzero_si256());
         for c in 0..QK_K / 32 {
             let g = 4 * c;
-            let m = _mm256_loadu_si256(u.values.as_ptr().add(4 * c).cast()); // groups 4c..4c + 4
-            let s = _mm256_setr_epi64x(
-                SIGN_MASKS[usize::from(u.signs[g])] as i64,
-                SIGN_MASKS[usize::from(u.signs[g + 1])] as i64,
-                SIGN_MASKS[usize::from(u.signs[g + 2])] as i64,
-                SIGN_MASKS[usize::from(u.signs[g + 3])] as i64,
-            );
-            let v = _mm256_sub_epi8(_mm256_xor_si256(m, s), s); // signed values
+            let v = signed_values(&u, c);
             let q = _mm256_loadu_si256(a.qs.as_ptr().add(32 * c).cast());
             let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
             let p32 = _mm256_madd_epi16(p16, ones16); // sums of 4 products

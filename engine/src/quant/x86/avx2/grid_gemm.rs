@@ -1,15 +1,15 @@
 //! AVX2 many-row products of the grid i-quants (`quant::iq_grid::gemm`): the expansion of a
 //! super-block into 16-bit values (the AVX-512 tier expands with it too) and the tile kernel.
 //!
-//! Expansion: the type's own unpack (table reads), then per 32 values the signs as a byte mask
-//! (`SIGN_MASKS`), `(v ^ m) - m`, widened to i16 and multiplied by each group's scale (IQ1:
+//! Expansion: the type's own unpack (table reads), then per 32 values the signed bytes of the
+//! dot product (`grid::signed_values`), widened to i16 and multiplied by each group's scale (IQ1:
 //! `(8 v + shift) · scale`). Tile: 4 weight rows at a time, each 16 activation values widened
 //! once and multiplied into the 4 rows' `vpmaddwd` sums; the block's float part as the scalar
 //! tile has it (`(d · d₈) · (W · k)`, no fused multiply-add).
 
 use core::arch::x86_64::*;
 
-use super::grid::SIGN_MASKS;
+use super::grid::signed_values;
 use crate::quant::blocks::BlockQ8K;
 use crate::quant::iq_grid::gemm::{GridGemm, TILE_ROWS};
 use crate::quant::iq_grid::{GridType, Unpacked};
@@ -30,34 +30,27 @@ pub(crate) fn expand(t: &GridType, block: &[u8], u: &mut Unpacked, out: &mut [i1
     u.d
 }
 
-/// The 16-bit values of groups `g`, `g + 1` (8 each) from `a`, `b` as i16 lanes.
+/// `a` in the 8 i16 lanes of one group, then `b` in those of the next.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn two_groups(a: u8, b: u8) -> __m256i {
-    _mm256_setr_m128i(_mm_set1_epi16(i16::from(a)), _mm_set1_epi16(i16::from(b)))
+unsafe fn two_groups(a: i16, b: i16) -> __m256i {
+    _mm256_setr_m128i(_mm_set1_epi16(a), _mm_set1_epi16(b))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn expand_avx2(shifted: bool, u: &Unpacked, out: &mut [i16]) {
     for c in 0..QK_K / 32 {
         let g = 4 * c;
-        let m = _mm256_loadu_si256(u.values.as_ptr().add(g).cast());
-        let s = _mm256_setr_epi64x(
-            SIGN_MASKS[usize::from(u.signs[g])] as i64,
-            SIGN_MASKS[usize::from(u.signs[g + 1])] as i64,
-            SIGN_MASKS[usize::from(u.signs[g + 2])] as i64,
-            SIGN_MASKS[usize::from(u.signs[g + 3])] as i64,
-        );
-        let v = _mm256_sub_epi8(_mm256_xor_si256(m, s), s); // 32 signed values
+        let v = signed_values(u, c);
         let halves = [_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v)];
         for (h, half) in halves.into_iter().enumerate() {
             let (ga, gb) = (g + 2 * h, g + 2 * h + 1);
             let mut v16 = _mm256_cvtepi8_epi16(half);
             if shifted {
-                let shifts = _mm256_setr_m128i(_mm_set1_epi16(i16::from(u.shifts[ga])), _mm_set1_epi16(i16::from(u.shifts[gb])));
+                let shifts = two_groups(i16::from(u.shifts[ga]), i16::from(u.shifts[gb]));
                 v16 = _mm256_add_epi16(_mm256_slli_epi16::<3>(v16), shifts);
             }
-            let w = _mm256_mullo_epi16(v16, two_groups(u.scales[ga], u.scales[gb]));
+            let w = _mm256_mullo_epi16(v16, two_groups(i16::from(u.scales[ga]), i16::from(u.scales[gb])));
             _mm256_storeu_si256(out.as_mut_ptr().add(32 * c + 16 * h).cast(), w);
         }
     }
