@@ -17,7 +17,7 @@ pub mod gemm;
 mod iq1;
 mod iq2;
 mod iq3;
-mod tables;
+pub(crate) mod tables;
 
 pub use iq1::{iq1_m, iq1_s};
 pub use iq2::{iq2_s, iq2_xs, iq2_xxs};
@@ -148,7 +148,7 @@ static SIGNS7: [u8; 128] = {
 
 /// The f16 at `b[at..at + 2]`.
 #[inline]
-pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
+pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16_le([b[at], b[at + 1]])
 }
 

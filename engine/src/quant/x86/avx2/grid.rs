@@ -1,18 +1,16 @@
 //! AVX2 dot products of the grid i-quants (`quant::iq_grid`) with Q8_K activations; the
-//! AVX-512 tier runs them too. A super-block is unpacked by the type's own (scalar) function,
-//! the grid lookups being table reads; the rest is vector work: each 32 values' signs become a
-//! byte mask (`SIGN_MASKS`), the signed values times the activations go through
-//! `|v| · sign(q, v)` and `vpmaddubsw` (magnitudes below 64, quants within ±127: every i16 pair
-//! below 2 · 63 · 127), `vpmaddwd` makes i32 sums of 4 products, lanes 2k and 2k+1 being the
-//! k-th group of 8, and each lane is multiplied by its group's scale. The integer sums are
-//! exact, so they equal the scalar reference's, and the block's float part is the scalar
-//! reference's expression: the same bits. Dequantization is the scalar function on every tier.
+//! AVX-512 tiers run them too. Each type's block reader (`grid_blocks`) gives a super-block's
+//! exact integer sums in vector lanes; this file adds them up and does the block's float part
+//! as the scalar reference does (`d · d₈ · sumi`, blocks left to right): the same bits. It also
+//! keeps the unpacked form's signed values for the many-row expansion (`grid_gemm`).
+//! Dequantization is the scalar function on every tier.
 
 use core::arch::x86_64::*;
 
 use crate::quant::blocks::BlockQ8K;
 use crate::quant::dispatch::Kernels;
-use crate::quant::iq_grid::{self, GridType, Unpacked};
+use super::grid_blocks::{GridBlock, Iq1M, Iq1S, Iq2S, Iq2Xs, Iq2Xxs, Iq3S, Iq3Xxs};
+use crate::quant::iq_grid::{self, Unpacked};
 use crate::quant::x86::common::dot_blocks;
 use crate::quant::{GgmlType, QK_K};
 
@@ -38,30 +36,29 @@ const fn sign_masks() -> [u64; 256] {
 pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
     use iq_grid::{iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs};
     macro_rules! grid {
-        ($m:ident) => {
-            Kernels { dequantize: $m::dequantize_row, vec_dot: |w, a| dot(&$m::TYPE, w, a) }
+        ($m:ident, $block:ty) => {
+            Kernels { dequantize: $m::dequantize_row, vec_dot: |w, a| dot::<$block, { $m::TYPE.block_bytes }>(w, a) }
         };
     }
     Some(match ty {
-        GgmlType::IQ2_XXS => grid!(iq2_xxs),
-        GgmlType::IQ2_XS => grid!(iq2_xs),
-        GgmlType::IQ2_S => grid!(iq2_s),
-        GgmlType::IQ3_XXS => grid!(iq3_xxs),
-        GgmlType::IQ3_S => grid!(iq3_s),
-        GgmlType::IQ1_S => grid!(iq1_s),
-        GgmlType::IQ1_M => grid!(iq1_m),
+        GgmlType::IQ2_XXS => grid!(iq2_xxs, Iq2Xxs),
+        GgmlType::IQ2_XS => grid!(iq2_xs, Iq2Xs),
+        GgmlType::IQ2_S => grid!(iq2_s, Iq2S),
+        GgmlType::IQ3_XXS => grid!(iq3_xxs, Iq3Xxs),
+        GgmlType::IQ3_S => grid!(iq3_s, Iq3S),
+        GgmlType::IQ1_S => grid!(iq1_s, Iq1S),
+        GgmlType::IQ1_M => grid!(iq1_m, Iq1M),
         _ => return None,
     })
 }
 
-/// Checks the row lengths and runs the AVX2 + FMA + F16C kernel.
-fn dot(t: &GridType, w: &[u8], a: &[u8]) -> f32 {
-    let nb = dot_blocks(w, a, t.block_bytes);
+/// Checks the row lengths and runs the AVX2 + FMA + F16C kernel of block reader `B`.
+fn dot<B: GridBlock<N>, const N: usize>(w: &[u8], a: &[u8]) -> f32 {
+    let nb = dot_blocks(w, a, N);
     let act = bytemuck::cast_slice::<u8, BlockQ8K>(a);
     // SAFETY: dispatch hands out this tier's kernels only after detecting AVX2, FMA and F16C;
-    // `dot_blocks` checked that `w` holds `nb` blocks and `a` as many Q8_K blocks, all the
-    // kernel reads.
-    unsafe { dot_avx2(t, w, act, nb) }
+    // `dot_blocks` checked that `w` holds `nb` blocks and `a` as many Q8_K blocks.
+    unsafe { dot_avx2::<B, N>(w, &act[..nb]) }
 }
 
 /// The sum of the eight i32 lanes of `v`.
@@ -90,44 +87,18 @@ pub(super) unsafe fn signed_values(u: &Unpacked, c: usize) -> __m256i {
     _mm256_sub_epi8(_mm256_xor_si256(m, s), s)
 }
 
-/// Four groups' values (lanes 2k, 2k + 1: group k) as i32 lanes, each a pair of groups' entry.
-#[inline]
+/// The dot product in the scalar reference's float order: per block `d · d₈ · sumi` (IQ1:
+/// `d · d₈ · (sumi + shift · shifted)`) added left to right, times the type's constant.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn per_group(v: [u8; 4]) -> __m256i {
-    let [a, b, c, d] = v.map(i32::from);
-    _mm256_setr_epi32(a, a, b, b, c, c, d, d)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_avx2(t: &GridType, w: &[u8], act: &[BlockQ8K], nb: usize) -> f32 {
-    let mut u = Unpacked::default();
-    let ones16 = _mm256_set1_epi16(1);
-    let ones8 = _mm256_set1_epi8(1);
+unsafe fn dot_avx2<B: GridBlock<N>, const N: usize>(w: &[u8], act: &[BlockQ8K]) -> f32 {
     let mut sum = 0.0f32;
-    for (block, a) in w.chunks_exact(t.block_bytes).zip(act).take(nb) {
-        (t.unpack)(block, &mut u);
-        let (mut acc, mut acc_shift) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-        for c in 0..QK_K / 32 {
-            let g = 4 * c;
-            let v = signed_values(&u, c);
-            let q = _mm256_loadu_si256(a.qs.as_ptr().add(32 * c).cast());
-            let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
-            let p32 = _mm256_madd_epi16(p16, ones16); // sums of 4 products
-            let scales = per_group([u.scales[g], u.scales[g + 1], u.scales[g + 2], u.scales[g + 3]]);
-            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p32, scales));
-            if t.shifted {
-                // Σ scale · shift · Σ q over each group of 8
-                let q32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
-                let shifts: [i32; 4] = core::array::from_fn(|k| i32::from(u.scales[g + k]) * i32::from(u.shifts[g + k]));
-                let sh = _mm256_setr_epi32(shifts[0], shifts[0], shifts[1], shifts[1], shifts[2], shifts[2], shifts[3], shifts[3]);
-                acc_shift = _mm256_add_epi32(acc_shift, _mm256_mullo_epi32(q32, sh));
-            }
-        }
-        let sumi = hsum_i32(acc);
-        sum +=
-            if t.shifted { u.d * a.d() * (sumi as f32 + iq_grid::SHIFT * hsum_i32(acc_shift) as f32) } else { u.d * a.d() * sumi as f32 };
+    for (block, a) in w.chunks_exact(N).zip(act) {
+        let block: &[u8; N] = block.try_into().expect("chunks of N bytes");
+        let (acc, acc_shift) = B::sums(block, &a.qs);
+        let (d, sumi) = (B::d(block), hsum_i32(acc) as f32);
+        sum += if B::TYPE.shifted { d * a.d() * (sumi + iq_grid::SHIFT * hsum_i32(acc_shift) as f32) } else { d * a.d() * sumi };
     }
-    t.c * sum
+    B::TYPE.c * sum
 }
 
 #[cfg(test)]

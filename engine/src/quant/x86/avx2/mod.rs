@@ -9,6 +9,7 @@ pub(crate) mod check;
 mod float;
 mod float_gemm;
 pub(in crate::quant::x86) mod grid;
+mod grid_blocks;
 pub(in crate::quant::x86) mod grid_gemm;
 mod k_quants;
 mod k_quants_q5q6;
