@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use super::matmul_panels::{prepare_activations, run_panels};
 use crate::backend::RowInput;
 use crate::quant::float_gemm::{FloatGemm, PackedActs};
-use crate::quant::iq_grid::gemm::GridGemm;
+use crate::quant::iq_grid::gemm::{GridActs, GridGemm};
 use crate::quant::{self, GgmlType, Isa, QuantError, VecDotTileFn, TILE_A, TILE_W};
 use crate::quant::{MatmulError, WeightMatrix};
 
@@ -186,6 +186,9 @@ pub fn matmul_rows_on(
     // grid i-quants against several rows: each weight row unpacked once, not once per row
     let grid_gemms: Vec<Option<GridGemm>> =
         ws.iter().zip(&batches).map(|(w, &batch)| quant::grid_gemm_on(w.ty, isa).filter(|_| batch >= GRID_GEMM_MIN_BATCH)).collect();
+    // their activations prepared once for every task's rows
+    let grid_acts: Vec<Option<GridActs>> =
+        grid_gemms.iter().enumerate().map(|(m, gemm)| gemm.map(|gemm| gemm.prepare(acts[m], batches[m]))).collect();
     // float weights against many rows: each input's rows packed once, in the row dot's chain
     // order, for the register-blocked product (one tier: one chain order, one packing)
     let gemms: Vec<Option<FloatGemm>> =
@@ -239,9 +242,9 @@ pub fn matmul_rows_on(
                 (gemm.run)(&w.data[seg.rows.start * row_bytes..seg.rows.end * row_bytes], seg.rows.len(), packed, &mut outs);
                 continue;
             }
-            if let Some(gemm) = &grid_gemms[seg.m] {
+            if let (Some(gemm), Some(grid_acts)) = (&grid_gemms[seg.m], &grid_acts[seg.m]) {
                 let row_bytes = w.row_bytes();
-                gemm.run(&w.data[seg.rows.start * row_bytes..seg.rows.end * row_bytes], seg.rows.len(), act, &mut outs);
+                gemm.run(&w.data[seg.rows.start * row_bytes..seg.rows.end * row_bytes], seg.rows.len(), grid_acts, &mut outs);
                 continue;
             }
             let act_row_bytes = act.len() / batch;

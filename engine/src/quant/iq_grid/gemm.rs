@@ -33,66 +33,104 @@ pub(crate) type ExpandFn = fn(t: &GridType, block: &[u8], u: &mut Unpacked, out:
 /// scales `d` (`TILE_ROWS · b + r`), each block as `(d · d₈) · (W · k)`, in block order.
 pub(crate) type GridTileFn = fn(w: &[i16], d: &[f32], act: &[BlockQ8K], k: f32, sums: &mut [f32; TILE_ROWS]);
 
+/// The activation rows as a tier's product reads them.
+pub enum GridActs<'a> {
+    /// Rows of Q8_K blocks, as given.
+    Rows(&'a [u8]),
+    /// Rows in bands of 16 (`x86::avx512::grid_gemm`): block `b` of band `i` at
+    /// `(i · nb + b) · 4096` in `q`, its 64 vectors of 4 quants (biased to unsigned) of each of the
+    /// band's rows; `d[(i · nb + b) · 16 + j]` the block's scale of the band's row `j`.
+    Bands { q: Vec<u8>, d: Vec<f32> },
+}
+
+/// Prepares `batch` rows of Q8_K blocks for a tier's product.
+pub(crate) type GridPrepareFn = for<'a> fn(acts: &'a [u8], batch: usize) -> GridActs<'a>;
+
+/// `outs[a][i] = row i of w · activation row a` for grid type `t`: the `rows` weight rows in
+/// `w`, the `outs.len()` activation rows in `acts`.
+pub(crate) type GridRunFn = fn(t: &GridType, w: &[u8], rows: usize, acts: &GridActs, outs: &mut [&mut [f32]]);
+
 /// One tier's many-row product for one grid type.
 #[derive(Clone, Copy)]
 pub struct GridGemm {
     pub(crate) ty: &'static GridType,
-    pub(crate) expand: ExpandFn,
-    pub(crate) tile: GridTileFn,
+    pub(crate) prepare: GridPrepareFn,
+    pub(crate) run: GridRunFn,
 }
 
 impl GridGemm {
+    /// The `batch` Q8_K activation rows in `acts` prepared for [`run`](Self::run), once for every
+    /// group of weight rows taken against them.
+    pub fn prepare<'a>(&self, acts: &'a [u8], batch: usize) -> GridActs<'a> {
+        (self.prepare)(acts, batch)
+    }
+
     /// `outs[a][i] = row i of w · activation row a`, for the `rows` weight rows in `w` and the
-    /// `outs.len()` Q8_K activation rows in `acts`.
-    pub fn run(&self, w: &[u8], rows: usize, acts: &[u8], outs: &mut [&mut [f32]]) {
-        let t = self.ty;
-        if rows == 0 {
-            return;
+    /// `outs.len()` activation rows prepared in `acts`.
+    pub fn run(&self, w: &[u8], rows: usize, acts: &GridActs, outs: &mut [&mut [f32]]) {
+        if rows > 0 {
+            (self.run)(self.ty, w, rows, acts, outs)
         }
-        let row_bytes = w.len() / rows;
-        let nb = row_bytes / t.block_bytes;
-        let act: &[BlockQ8K] = bytemuck::cast_slice(acts);
-        assert!(
-            row_bytes * rows == w.len() && nb * t.block_bytes == row_bytes && act.len() == nb * outs.len(),
-            "grid gemm: {} weight bytes in {rows} rows of {}-byte blocks against {} Q8_K blocks for {} rows",
-            w.len(),
-            t.block_bytes,
-            act.len(),
-            outs.len()
-        );
-        let k = if t.shifted { SHIFT } else { 1.0 };
-        let mut values = vec![0i16; TILE_ROWS * nb * QK_K];
-        let mut d = vec![0f32; TILE_ROWS * nb];
-        let mut sums = vec![[0f32; TILE_ROWS]; outs.len()];
-        let mut u = Unpacked::default();
-        for first in (0..rows).step_by(TILE_ROWS) {
-            let n = TILE_ROWS.min(rows - first);
-            for b in 0..nb {
-                for r in 0..TILE_ROWS {
-                    let at = TILE_ROWS * b + r;
-                    let out = &mut values[at * QK_K..(at + 1) * QK_K];
-                    d[at] = if r < n {
-                        let block = &w[(first + r) * row_bytes + b * t.block_bytes..][..t.block_bytes];
-                        (self.expand)(t, block, &mut u, out)
-                    } else {
-                        out.fill(0); // rows past the matrix: zeros, outputs dropped
-                        0.0
-                    };
-                }
+    }
+}
+
+/// The rows as given: the preparation of the tiers that read Q8_K blocks.
+pub(crate) fn as_rows(acts: &[u8], _batch: usize) -> GridActs<'_> {
+    GridActs::Rows(acts)
+}
+
+/// The blocks per row of `w` (`rows` rows of grid type `t`), after checking that they fit
+/// `act_blocks` Q8_K blocks of `batch` activation rows.
+pub(crate) fn check_shapes(t: &GridType, w: &[u8], rows: usize, act_blocks: usize, batch: usize) -> usize {
+    let row_bytes = w.len() / rows;
+    let nb = row_bytes / t.block_bytes;
+    assert!(
+        row_bytes * rows == w.len() && nb * t.block_bytes == row_bytes && act_blocks == nb * batch,
+        "grid gemm: {} weight bytes in {rows} rows of {}-byte blocks against {act_blocks} Q8_K blocks for {batch} rows",
+        w.len(),
+        t.block_bytes,
+    );
+    nb
+}
+
+/// The many-row product through expanded tiles: each tile of [`TILE_ROWS`] weight rows expanded
+/// by `expand`, then every activation row taken against it by `tile` (see the module docs).
+pub(crate) fn run_tiles(expand: ExpandFn, tile: GridTileFn, t: &GridType, w: &[u8], rows: usize, acts: &GridActs, outs: &mut [&mut [f32]]) {
+    let GridActs::Rows(acts) = acts else { panic!("grid gemm: activations prepared for another tier") };
+    let act: &[BlockQ8K] = bytemuck::cast_slice(acts);
+    let nb = check_shapes(t, w, rows, act.len(), outs.len());
+    let row_bytes = nb * t.block_bytes;
+    let k = if t.shifted { SHIFT } else { 1.0 };
+    let mut values = vec![0i16; TILE_ROWS * nb * QK_K];
+    let mut d = vec![0f32; TILE_ROWS * nb];
+    let mut sums = vec![[0f32; TILE_ROWS]; outs.len()];
+    let mut u = Unpacked::default();
+    for first in (0..rows).step_by(TILE_ROWS) {
+        let n = TILE_ROWS.min(rows - first);
+        for b in 0..nb {
+            for r in 0..TILE_ROWS {
+                let at = TILE_ROWS * b + r;
+                let out = &mut values[at * QK_K..(at + 1) * QK_K];
+                d[at] = if r < n {
+                    let block = &w[(first + r) * row_bytes + b * t.block_bytes..][..t.block_bytes];
+                    expand(t, block, &mut u, out)
+                } else {
+                    out.fill(0); // rows past the matrix: zeros, outputs dropped
+                    0.0
+                };
             }
-            sums.iter_mut().for_each(|s| *s = [0.0; TILE_ROWS]);
-            for start in (0..nb).step_by(CHUNK_BLOCKS) {
-                let end = nb.min(start + CHUNK_BLOCKS);
-                let (w_chunk, d_chunk) =
-                    (&values[TILE_ROWS * start * QK_K..TILE_ROWS * end * QK_K], &d[TILE_ROWS * start..TILE_ROWS * end]);
-                for (a, s) in sums.iter_mut().enumerate() {
-                    (self.tile)(w_chunk, d_chunk, &act[a * nb + start..a * nb + end], k, s);
-                }
+        }
+        sums.iter_mut().for_each(|s| *s = [0.0; TILE_ROWS]);
+        for start in (0..nb).step_by(CHUNK_BLOCKS) {
+            let end = nb.min(start + CHUNK_BLOCKS);
+            let (w_chunk, d_chunk) = (&values[TILE_ROWS * start * QK_K..TILE_ROWS * end * QK_K], &d[TILE_ROWS * start..TILE_ROWS * end]);
+            for (a, s) in sums.iter_mut().enumerate() {
+                tile(w_chunk, d_chunk, &act[a * nb + start..a * nb + end], k, s);
             }
-            for (out, s) in outs.iter_mut().zip(&sums) {
-                for (o, &v) in out[first..first + n].iter_mut().zip(s) {
-                    *o = t.c * v;
-                }
+        }
+        for (out, s) in outs.iter_mut().zip(&sums) {
+            for (o, &v) in out[first..first + n].iter_mut().zip(s) {
+                *o = t.c * v;
             }
         }
     }
@@ -124,7 +162,7 @@ pub(crate) fn tile_scalar(w: &[i16], d: &[f32], act: &[BlockQ8K], k: f32, sums: 
 
 /// The scalar tier's many-row product of grid type `t`.
 pub(crate) fn scalar_gemm(t: &'static GridType) -> GridGemm {
-    GridGemm { ty: t, expand: expand_scalar, tile: tile_scalar }
+    GridGemm { ty: t, prepare: as_rows, run: |t, w, rows, acts, outs| run_tiles(expand_scalar, tile_scalar, t, w, rows, acts, outs) }
 }
 
 #[cfg(test)]
@@ -153,12 +191,13 @@ pub(crate) mod tests {
         for ty in GRID_TYPES {
             let t = grid_type(ty).unwrap();
             let dot = ops_for(ty, Isa::Scalar).unwrap().vec_dot;
-            for (rows, nb, batch) in [(1, 1, 1), (16, 4, 3), (21, 5, 2), (40, 9, 5)] {
+            for (rows, nb, batch) in [(1, 1, 1), (16, 4, 3), (21, 5, 2), (40, 9, 5), (9, 2, 17), (24, 3, 33)] {
                 let w: Vec<u8> = (0..rows).flat_map(|r| random_row(ty, nb, 7 * r as u64 + nb as u64)).collect();
                 let acts = q8k_rows(nb, batch, rows as u64);
                 let mut outs = vec![vec![f32::NAN; rows]; batch];
                 let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-                gemm(ty).run(&w, rows, &acts, &mut out_refs);
+                let gemm = gemm(ty);
+                gemm.run(&w, rows, &gemm.prepare(&acts, batch), &mut out_refs);
                 let row_bytes = nb * t.block_bytes;
                 for (a, out) in outs.iter().enumerate() {
                     for (r, got) in out.iter().enumerate() {
@@ -170,13 +209,41 @@ pub(crate) mod tests {
         }
     }
 
+    /// Multiply-accumulates per second of each tier's many-row product, one thread, a 1536 x 1536
+    /// matrix against 256 activation rows: `cargo test --release -p engine --lib
+    /// grid_gemm_throughput -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn grid_gemm_throughput() {
+        let (rows, nb, batch) = (1536, 6, 256);
+        for ty in [GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ3_XXS, GgmlType::IQ1_M] {
+            let w: Vec<u8> = (0..rows).flat_map(|r| random_row(ty, nb, r as u64)).collect();
+            let acts = q8k_rows(nb, batch, 1);
+            let mut line = format!("{ty:>8}:");
+            for isa in Isa::available() {
+                let Some(gemm) = crate::quant::grid_gemm_on(ty, isa) else { continue };
+                let mut outs = vec![vec![0f32; rows]; batch];
+                let start = std::time::Instant::now();
+                let mut runs = 0;
+                while start.elapsed().as_secs_f64() < 0.5 {
+                    let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+                    gemm.run(&w, rows, &gemm.prepare(&acts, batch), &mut refs);
+                    runs += 1;
+                }
+                let macs = (runs * rows * nb * QK_K * batch) as f64;
+                line += &format!("  {isa} {:6.1} GMAC/s", macs / start.elapsed().as_secs_f64() / 1e9);
+            }
+            eprintln!("{line}");
+        }
+    }
+
     #[test]
     fn the_scalar_grid_gemm_gives_the_row_dot_bits() {
         check_gemm(|ty| scalar_gemm(grid_type(ty).unwrap()), "scalar");
     }
 
     /// Extreme blocks: every bit set but those of `d` (the largest scales and grid indices, all signs
-    /// set) against activations at ±127: the integer sums stay exact.
+    /// set) against activations at ±127: the integer sums stay exact on every tier.
     #[test]
     fn the_largest_blocks_keep_the_row_dot_bits() {
         for ty in GRID_TYPES {
@@ -198,10 +265,15 @@ pub(crate) mod tests {
             let mut acts = vec![0u8; 2 * 292];
             (ops_for(GgmlType::Q8_K, Isa::Scalar).unwrap().quantize.unwrap())(&x, &mut acts);
             let want = (ops_for(ty, Isa::Scalar).unwrap().vec_dot)(&w, &acts);
-            let mut out = [0f32; 1];
-            scalar_gemm(t).run(&w, 1, &acts, &mut [&mut out[..]]);
-            assert_eq!(out[0].to_bits(), want.to_bits(), "{ty}: {} vs {want}", out[0]);
             assert!(want.is_finite() && want != 0.0, "{ty}: {want}");
+            for isa in Isa::ALL.into_iter().filter(|isa| isa.is_available()) {
+                let Some(gemm) = crate::quant::grid_gemm_on(ty, isa) else { continue };
+                let mut outs = [[f32::NAN; 1]; 2];
+                let acts2 = [acts.as_slice(), acts.as_slice()].concat();
+                let [a, b] = &mut outs;
+                gemm.run(&w, 1, &gemm.prepare(&acts2, 2), &mut [&mut a[..], &mut b[..]]);
+                assert_eq!(outs.map(|o| o[0].to_bits()), [want.to_bits(); 2], "{ty} on {isa:?}: {outs:?} vs {want}");
+            }
         }
     }
 }

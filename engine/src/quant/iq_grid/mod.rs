@@ -61,6 +61,8 @@ pub(crate) struct GridType {
     pub c: f32,
     /// The type has IQ1's shifts (its dot product adds their term inside the block's sum).
     pub shifted: bool,
+    /// Values sharing one scale in the block (16 or 32; IQ1_M's shifts, per 8, are not scales).
+    pub scale_values: usize,
 }
 
 /// Shift of an IQ1 value per unit of [`Unpacked::shifts`] (ggml's `IQ1S_DELTA`).

@@ -70,3 +70,22 @@ fn every_dot_product_equals_its_dequantization_times_the_activations() {
         assert!((got - want).abs() <= 1e-5 * scale, "{name}: {got} against {want} (scale {scale})");
     }
 }
+
+/// `scale_values` is each type's scale granularity: the groups of 8 it spans share one scale.
+#[test]
+fn the_groups_of_one_scale_share_it() {
+    for ty in TYPES {
+        let t = grid_type(ty).unwrap();
+        let per_scale = t.scale_values / GROUP;
+        let mut u = Unpacked::default();
+        let mut differs_across = false;
+        for seed in 0..8 {
+            (t.unpack)(&random_row(ty, 1, seed), &mut u);
+            for g in 0..GROUPS {
+                assert_eq!(u.scales[g], u.scales[g - g % per_scale], "{ty}: group {g}");
+            }
+            differs_across |= (per_scale..GROUPS).step_by(per_scale).any(|g| u.scales[g] != u.scales[g - per_scale]);
+        }
+        assert!(differs_across, "{ty}: one scale for the whole block in every random block");
+    }
+}

@@ -12,7 +12,7 @@ use crate::quant::dispatch::Kernels;
 use super::grid_blocks::{GridBlock, Iq1M, Iq1S, Iq2S, Iq2Xs, Iq2Xxs, Iq3S, Iq3Xxs};
 use crate::quant::iq_grid::{self, Unpacked};
 use crate::quant::x86::common::dot_blocks;
-use crate::quant::{GgmlType, QK_K};
+use crate::quant::GgmlType;
 
 /// For each sign byte, the 8 bytes that are 0xFF where its bit is set.
 static SIGN_MASKS: [u64; 256] = sign_masks();
@@ -75,7 +75,7 @@ unsafe fn hsum_i32(v: __m256i) -> i32 {
 /// mask `m` (`SIGN_MASKS`), applied as `(v ^ m) - m`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn signed_values(u: &Unpacked, c: usize) -> __m256i {
+pub(in crate::quant::x86) unsafe fn signed_values(u: &Unpacked, c: usize) -> __m256i {
     let g = 4 * c;
     let m = _mm256_loadu_si256(u.values.as_ptr().add(g).cast());
     let s = _mm256_setr_epi64x(
@@ -104,7 +104,7 @@ unsafe fn dot_avx2<B: GridBlock<N>, const N: usize>(w: &[u8], act: &[BlockQ8K]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::{ops_for, Isa};
+    use crate::quant::{ops_for, Isa, QK_K};
 
     /// Random super-blocks (every byte random but the f16 scales) against random activations:
     /// this tier's dot product gives the scalar reference's bits.

@@ -11,13 +11,13 @@ use core::arch::x86_64::*;
 
 use super::grid::signed_values;
 use crate::quant::blocks::BlockQ8K;
-use crate::quant::iq_grid::gemm::{GridGemm, TILE_ROWS};
+use crate::quant::iq_grid::gemm::{as_rows, run_tiles, GridGemm, TILE_ROWS};
 use crate::quant::iq_grid::{GridType, Unpacked};
 use crate::quant::QK_K;
 
 /// This tier's many-row product for grid type `t`.
 pub(crate) fn gemm(t: &'static GridType) -> GridGemm {
-    GridGemm { ty: t, expand, tile }
+    GridGemm { ty: t, prepare: as_rows, run: |t, w, rows, acts, outs| run_tiles(expand, tile, t, w, rows, acts, outs) }
 }
 
 /// Checks `out`'s length and runs the AVX2 expansion.
