@@ -16,7 +16,7 @@
 
 use super::{GridType, Unpacked, GROUP, SHIFT};
 use crate::quant::blocks::BlockQ8K;
-use crate::quant::QK_K;
+use crate::quant::{GgmlType, QK_K};
 
 /// Weight rows of one expanded tile.
 pub const TILE_ROWS: usize = 16;
@@ -32,6 +32,15 @@ pub(crate) type ExpandFn = fn(t: &GridType, block: &[u8], u: &mut Unpacked, out:
 /// expanded values `w` (block-major: block `b`, row `r` at `(TILE_ROWS · b + r) · 256`) and
 /// scales `d` (`TILE_ROWS · b + r`), each block as `(d · d₈) · (W · k)`, in block order.
 pub(crate) type GridTileFn = fn(w: &[i16], d: &[f32], act: &[BlockQ8K], k: f32, sums: &mut [f32; TILE_ROWS]);
+
+/// The unpacked form of `ty` that the many-row products take: the grid i-quants', and Q3_K's
+/// (`k_quants::q3_k::GRID`), whose values and signed scales fit it.
+pub(crate) fn gemm_type(ty: GgmlType) -> Option<&'static GridType> {
+    match ty {
+        GgmlType::Q3_K => Some(&crate::quant::k_quants::q3_k::GRID),
+        _ => super::grid_type(ty),
+    }
+}
 
 /// The activation rows as a tier's product reads them.
 pub enum GridActs<'a> {
@@ -168,11 +177,20 @@ pub(crate) fn scalar_gemm(t: &'static GridType) -> GridGemm {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::quant::iq_grid::{grid_type, random_row};
+    use crate::quant::iq_grid::random_row;
     use crate::quant::{ops_for, GgmlType, Isa};
 
-    pub(crate) const GRID_TYPES: [GgmlType; 7] =
-        [GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S, GgmlType::IQ1_M];
+    /// The types with a many-row product: the grid i-quants and Q3_K.
+    pub(crate) const GRID_TYPES: [GgmlType; 8] = [
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
+        GgmlType::IQ1_M,
+        GgmlType::Q3_K,
+    ];
 
     /// `batch` rows of `nb` Q8_K blocks from a seeded pattern, some of them at ±127.
     pub(crate) fn q8k_rows(nb: usize, batch: usize, seed: u64) -> Vec<u8> {
@@ -189,7 +207,7 @@ pub(crate) mod tests {
     /// partial tile and block counts that leave a partial chunk.
     pub(crate) fn check_gemm(gemm: impl Fn(GgmlType) -> GridGemm, tier: &str) {
         for ty in GRID_TYPES {
-            let t = grid_type(ty).unwrap();
+            let t = gemm_type(ty).unwrap();
             let dot = ops_for(ty, Isa::Scalar).unwrap().vec_dot;
             for (rows, nb, batch) in [(1, 1, 1), (16, 4, 3), (21, 5, 2), (40, 9, 5), (9, 2, 17), (24, 3, 33)] {
                 let w: Vec<u8> = (0..rows).flat_map(|r| random_row(ty, nb, 7 * r as u64 + nb as u64)).collect();
@@ -239,7 +257,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_scalar_grid_gemm_gives_the_row_dot_bits() {
-        check_gemm(|ty| scalar_gemm(grid_type(ty).unwrap()), "scalar");
+        check_gemm(|ty| scalar_gemm(gemm_type(ty).unwrap()), "scalar");
     }
 
     /// Extreme blocks: every bit set but those of `d` (the largest scales and grid indices, all signs
@@ -247,10 +265,12 @@ pub(crate) mod tests {
     #[test]
     fn the_largest_blocks_keep_the_row_dot_bits() {
         for ty in GRID_TYPES {
-            let t = grid_type(ty).unwrap();
+            let t = gemm_type(ty).unwrap();
             let mut w = random_row(ty, 2, 3);
             for b in w.chunks_exact_mut(t.block_bytes) {
-                if ty == GgmlType::IQ1_M {
+                if ty == GgmlType::Q3_K {
+                    b[..108].fill(0xff); // the f16 is last
+                } else if ty == GgmlType::IQ1_M {
                     // the f16 is in the top nibbles of the scale words at 48..56
                     b[..48].fill(0xff);
                     for at in (48..56).step_by(2) {

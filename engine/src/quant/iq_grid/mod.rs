@@ -125,7 +125,7 @@ impl Unpacked {
 
     /// Sets group `g` to a grid entry (its 8 bytes, lowest first) and `signs`.
     #[inline]
-    pub(super) fn set_group(&mut self, g: usize, entry: u64, signs: u8) {
+    pub(crate) fn set_group(&mut self, g: usize, entry: u64, signs: u8) {
         self.values[g] = entry;
         self.signs[g] = signs;
     }
@@ -201,7 +201,7 @@ pub(crate) fn grid_type(ty: GgmlType) -> Option<&'static GridType> {
 /// engine cannot quantize to (the kernels' op harness uses them too).
 #[cfg(any(test, feature = "sim", feature = "cuda"))]
 pub(crate) fn random_row(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
-    let t = grid_type(ty).expect("a grid type");
+    let t = gemm::gemm_type(ty).expect("a grid type or Q3_K");
     let mut s = seed.wrapping_add(1);
     let mut row: Vec<u8> = (0..n * t.block_bytes)
         .map(|_| {
@@ -219,6 +219,8 @@ pub(crate) fn random_row(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
                 let w = (u16_at(b, at) & 0x0fff) | (((bits >> (4 * k)) & 15) << 12);
                 b[at..at + 2].copy_from_slice(&w.to_le_bytes());
             }
+        } else if ty == GgmlType::Q3_K {
+            b[108..].copy_from_slice(&d);
         } else {
             b[..2].copy_from_slice(&d);
         }

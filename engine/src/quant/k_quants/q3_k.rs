@@ -4,6 +4,7 @@
 use super::q2_k::{pack2, unpack2};
 use super::scales::{fit_signed_scale_descent, nearest_int, signed_max};
 use crate::quant::blocks::{f16_le, f16_le_from, BlockQ3K, BlockQ8K};
+use crate::quant::iq_grid::{GridType, Unpacked};
 use crate::quant::QK_K;
 
 crate::quant::row_fns!(BlockQ3K, BlockQ8K);
@@ -12,7 +13,7 @@ crate::quant::row_fns!(BlockQ3K, BlockQ8K);
 /// nibbles, groups 8..16 high nibbles), the high 2 bits sit in bytes 8..12, group `j` in byte
 /// `8 + j % 4` at bit `2 (j / 4)`.
 #[inline(always)]
-fn unpack_scales(s: &[u8; 12]) -> [i8; 16] {
+pub(crate) fn unpack_scales(s: &[u8; 12]) -> [i8; 16] {
     std::array::from_fn(|j| {
         let low = if j < 8 { s[j] & 0x0F } else { s[j - 8] >> 4 };
         let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
@@ -43,6 +44,28 @@ fn unpack(b: &BlockQ3K) -> [i8; QK_K] {
         let high = (b.hmask[e % 32] >> (e / 32)) & 1;
         low[e] as i8 - if high != 0 { 0 } else { 4 }
     })
+}
+
+/// Q3_K in the grid types' unpacked form (`iq_grid::Unpacked`), so that the grid products take
+/// it: a value times its scale is `|q| · |sc|` with the sign of `q · sc`, the scale's sign folded
+/// into the values' signs. The row dot of this form is [`vec_dot_ref`]'s: the same integer
+/// `isum`, then `(d · d₈) · isum` per block in order (its constant `c` is 1).
+pub(crate) const GRID: GridType = GridType { block_bytes: 110, unpack: unpack_grid, c: 1.0, shifted: false, scale_values: 16 };
+
+fn unpack_grid(bytes: &[u8], u: &mut Unpacked) {
+    let b: &BlockQ3K = bytemuck::from_bytes(bytes);
+    u.d = f16_le(b.d);
+    let (q, scales) = (unpack(b), unpack_scales(&b.scales));
+    for (g, values) in q.chunks_exact(8).enumerate() {
+        let sc = scales[g / 2];
+        let (mut magnitudes, mut signs) = (0u64, 0u8);
+        for (j, &v) in values.iter().enumerate() {
+            magnitudes |= u64::from(v.unsigned_abs()) << (8 * j);
+            signs |= u8::from((v < 0) != (sc < 0)) << j;
+        }
+        u.set_group(g, magnitudes, signs);
+        u.scales[g] = sc.unsigned_abs();
+    }
 }
 
 pub fn dequantize_ref(blocks: &[BlockQ3K], out: &mut [f32]) {

@@ -276,3 +276,4 @@ impl GridBlock<56> for Iq1M {
         (acc, acc_shift)
     }
 }
+

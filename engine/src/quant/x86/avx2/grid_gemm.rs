@@ -101,7 +101,8 @@ mod tests {
     use super::*;
     use crate::quant::iq_grid::gemm::expand_scalar;
     use crate::quant::iq_grid::gemm::tests::{check_gemm, GRID_TYPES};
-    use crate::quant::iq_grid::{grid_type, random_row};
+    use crate::quant::iq_grid::gemm::gemm_type;
+    use crate::quant::iq_grid::random_row;
     use crate::quant::Isa;
 
     #[test]
@@ -110,7 +111,7 @@ mod tests {
             return;
         }
         for ty in GRID_TYPES {
-            let t = grid_type(ty).unwrap();
+            let t = gemm_type(ty).unwrap();
             for seed in 0..8 {
                 let block = random_row(ty, 1, seed);
                 let (mut want, mut got) = ([0i16; QK_K], [0i16; QK_K]);
@@ -125,7 +126,7 @@ mod tests {
     #[test]
     fn the_avx2_grid_gemm_gives_the_row_dot_bits() {
         if Isa::Avx2.is_available() {
-            check_gemm(|ty| gemm(grid_type(ty).unwrap()), "avx2");
+            check_gemm(|ty| gemm(gemm_type(ty).unwrap()), "avx2");
         }
     }
 }

@@ -22,7 +22,7 @@ use std::arch::x86_64::*;
 use super::k_quants_q5q6 as q5q6;
 use crate::quant::dispatch::Kernels;
 use crate::quant::x86::common::{
-    f16_pair, f32_at, hsum256, row_entry_points, unpack_scales_mins_k4, unpack_scales_q3k, xmm_u64x2, Q2K_BYTES, Q3K_BYTES, Q4K_BYTES,
+    f16_pair, f32_at, hsum256, hsum256_epi32, row_entry_points, unpack_scales_mins_k4, unpack_scales_q3k, xmm_u64x2, Q2K_BYTES, Q3K_BYTES, Q4K_BYTES,
     Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::{GgmlType, QK_K};
@@ -213,7 +213,7 @@ unsafe fn vec_dot_q3_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let m4 = _mm256_set1_epi8(4);
     let shuf = [load_table(&PAIR_SHUF[0]), load_table(&PAIR_SHUF[1]), load_table(&PAIR_SHUF[2]), load_table(&PAIR_SHUF[3])];
-    let mut acc = _mm256_setzero_ps();
+    let mut sum = 0.0f32;
     for i in 0..nb {
         let x = w.add(i * Q3K_BYTES);
         let y = a.add(i * Q8K_BYTES);
@@ -243,9 +243,11 @@ unsafe fn vec_dot_q3_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
                 hm = _mm256_srli_epi16::<1>(hm);
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        // the block's exact integer sum, then the scalar reference's float steps: the bits of
+        // every row of the many-row product (`iq_grid::gemm`, which takes Q3_K)
+        sum += d * hsum256_epi32(sumi) as f32;
     }
-    hsum256(acc)
+    sum
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -246,13 +246,13 @@ unsafe fn block_sums<const SUB: usize>(a: *const u8, w: *const i8, scales: &[i32
 mod tests {
     use super::*;
     use crate::quant::iq_grid::gemm::tests::check_gemm;
-    use crate::quant::iq_grid::grid_type;
+    use crate::quant::iq_grid::gemm::gemm_type;
     use crate::quant::Isa;
 
     #[test]
     fn the_avx512_grid_gemm_gives_the_row_dot_bits() {
         if Isa::Avx512.is_available() {
-            check_gemm(|ty| gemm(grid_type(ty).unwrap()), "avx512");
+            check_gemm(|ty| gemm(gemm_type(ty).unwrap()), "avx512");
         }
     }
 }
