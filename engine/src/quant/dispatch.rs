@@ -138,7 +138,7 @@ pub fn grid_gemm_on(ty: GgmlType, isa: Isa) -> Option<super::iq_grid::gemm::Grid
         return None;
     }
     match isa {
-        Isa::Scalar => super::iq_grid::gemm::gemm_type(ty).map(super::iq_grid::gemm::scalar_gemm),
+        Isa::Scalar => super::iq_grid::gemm::tile_type(ty).map(super::iq_grid::gemm::scalar_gemm),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => super::x86::avx2::grid_gemm(ty),
         #[cfg(target_arch = "x86_64")]

@@ -33,13 +33,20 @@ pub(crate) type ExpandFn = fn(t: &GridType, block: &[u8], u: &mut Unpacked, out:
 /// scales `d` (`TILE_ROWS · b + r`), each block as `(d · d₈) · (W · k)`, in block order.
 pub(crate) type GridTileFn = fn(w: &[i16], d: &[f32], act: &[BlockQ8K], k: f32, sums: &mut [f32; TILE_ROWS]);
 
-/// The unpacked form of `ty` that the many-row products take: the grid i-quants', and Q3_K's
-/// (`k_quants::q3_k::GRID`), whose values and signed scales fit it.
+/// The unpacked form of `ty` that the many-row products take: the grid i-quants', Q3_K's
+/// (`k_quants::q3_k::GRID`), whose values and signed scales fit it, and Q2_K's, with its mins.
 pub(crate) fn gemm_type(ty: GgmlType) -> Option<&'static GridType> {
     match ty {
+        GgmlType::Q2_K => Some(&crate::quant::k_quants::q2_k::GRID),
         GgmlType::Q3_K => Some(&crate::quant::k_quants::q3_k::GRID),
         _ => super::grid_type(ty),
     }
+}
+
+/// The [`gemm_type`]s the expanded tiles take (scalar and AVX2): all but Q2_K, whose mins only
+/// the AVX-512 product has.
+pub(crate) fn tile_type(ty: GgmlType) -> Option<&'static GridType> {
+    gemm_type(ty).filter(|t| !t.mins)
 }
 
 /// The activation rows as a tier's product reads them.
@@ -48,8 +55,10 @@ pub enum GridActs<'a> {
     Rows(&'a [u8]),
     /// Rows in bands of 16 (`x86::avx512::grid_gemm`): block `b` of band `i` at
     /// `(i · nb + b) · 4096` in `q`, its 64 vectors of 4 quants (biased to unsigned) of each of the
-    /// band's rows; `d[(i · nb + b) · 16 + j]` the block's scale of the band's row `j`.
-    Bands { q: Vec<u8>, d: Vec<f32> },
+    /// band's rows; `d[(i · nb + b) · 16 + j]` the block's scale of the band's row `j`, and
+    /// `pair_sums[((i · nb + b) · 8 + p) · 16 + j]` the sums of its quants `32 p .. 32 p + 16` and
+    /// `32 p + 16 .. 32 p + 32` as the low and high i16 (for Q2_K's mins).
+    Bands { q: Vec<u8>, d: Vec<f32>, pair_sums: Vec<i32> },
 }
 
 /// Prepares `batch` rows of Q8_K blocks for a tier's product.
@@ -106,6 +115,7 @@ pub(crate) fn check_shapes(t: &GridType, w: &[u8], rows: usize, act_blocks: usiz
 /// by `expand`, then every activation row taken against it by `tile` (see the module docs).
 pub(crate) fn run_tiles(expand: ExpandFn, tile: GridTileFn, t: &GridType, w: &[u8], rows: usize, acts: &GridActs, outs: &mut [&mut [f32]]) {
     let GridActs::Rows(acts) = acts else { panic!("grid gemm: activations prepared for another tier") };
+    assert!(!t.mins, "the expanded tiles have no mins");
     let act: &[BlockQ8K] = bytemuck::cast_slice(acts);
     let nb = check_shapes(t, w, rows, act.len(), outs.len());
     let row_bytes = nb * t.block_bytes;
@@ -205,8 +215,8 @@ pub(crate) mod tests {
 
     /// Every output of `gemm` has the bits of the scalar row dot, for row counts that leave a
     /// partial tile and block counts that leave a partial chunk.
-    pub(crate) fn check_gemm(gemm: impl Fn(GgmlType) -> GridGemm, tier: &str) {
-        for ty in GRID_TYPES {
+    pub(crate) fn check_gemm(types: &[GgmlType], gemm: impl Fn(GgmlType) -> GridGemm, tier: &str) {
+        for &ty in types {
             let t = gemm_type(ty).unwrap();
             let dot = ops_for(ty, Isa::Scalar).unwrap().vec_dot;
             for (rows, nb, batch) in [(1, 1, 1), (16, 4, 3), (21, 5, 2), (40, 9, 5), (9, 2, 17), (24, 3, 33)] {
@@ -257,18 +267,20 @@ pub(crate) mod tests {
 
     #[test]
     fn the_scalar_grid_gemm_gives_the_row_dot_bits() {
-        check_gemm(|ty| scalar_gemm(gemm_type(ty).unwrap()), "scalar");
+        check_gemm(&GRID_TYPES, |ty| scalar_gemm(tile_type(ty).unwrap()), "scalar");
     }
 
     /// Extreme blocks: every bit set but those of `d` (the largest scales and grid indices, all signs
     /// set) against activations at ±127: the integer sums stay exact on every tier.
     #[test]
     fn the_largest_blocks_keep_the_row_dot_bits() {
-        for ty in GRID_TYPES {
+        for ty in GRID_TYPES.into_iter().chain([GgmlType::Q2_K]) {
             let t = gemm_type(ty).unwrap();
             let mut w = random_row(ty, 2, 3);
             for b in w.chunks_exact_mut(t.block_bytes) {
-                if ty == GgmlType::Q3_K {
+                if ty == GgmlType::Q2_K {
+                    b[..80].fill(0xff); // the two f16 are last
+                } else if ty == GgmlType::Q3_K {
                     b[..108].fill(0xff); // the f16 is last
                 } else if ty == GgmlType::IQ1_M {
                     // the f16 is in the top nibbles of the scale words at 48..56

@@ -14,7 +14,7 @@ pub mod iq1_s {
     //! of 32 a u16: the indices' high bits (3 each), a 3-bit scale, the shift's sign.
     use super::*;
 
-    pub(crate) const TYPE: GridType = GridType { block_bytes: 50, unpack, c: 1.0, shifted: true, scale_values: 32 };
+    pub(crate) const TYPE: GridType = GridType { block_bytes: 50, unpack, c: 1.0, shifted: true, scale_values: 32, mins: false };
     grid_row_fns!(TYPE);
 
     fn unpack(b: &[u8], u: &mut Unpacked) {
@@ -39,7 +39,7 @@ pub mod iq1_m {
     //! 3-bit scales (one per 16 values) whose top nibbles together hold the f16 `d`.
     use super::*;
 
-    pub(crate) const TYPE: GridType = GridType { block_bytes: 56, unpack, c: 1.0, shifted: true, scale_values: 16 };
+    pub(crate) const TYPE: GridType = GridType { block_bytes: 56, unpack, c: 1.0, shifted: true, scale_values: 16, mins: false };
     grid_row_fns!(TYPE);
 
     fn unpack(b: &[u8], u: &mut Unpacked) {

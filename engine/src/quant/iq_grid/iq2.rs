@@ -10,7 +10,7 @@ pub mod iq2_xxs {
     //! indices, and four 7-bit sign sets (the eighth sign is their parity) with a 4-bit scale.
     use super::*;
 
-    pub(crate) const TYPE: GridType = GridType { block_bytes: 66, unpack, c: 0.125, shifted: false, scale_values: 32 };
+    pub(crate) const TYPE: GridType = GridType { block_bytes: 66, unpack, c: 0.125, shifted: false, scale_values: 32, mins: false };
     grid_row_fns!(TYPE);
 
     fn unpack(b: &[u8], u: &mut Unpacked) {
@@ -33,7 +33,7 @@ pub mod iq2_xs {
     //! signs), and a 4-bit scale per 16 values.
     use super::*;
 
-    pub(crate) const TYPE: GridType = GridType { block_bytes: 74, unpack, c: 0.125, shifted: false, scale_values: 16 };
+    pub(crate) const TYPE: GridType = GridType { block_bytes: 74, unpack, c: 0.125, shifted: false, scale_values: 16, mins: false };
     grid_row_fns!(TYPE);
 
     fn unpack(b: &[u8], u: &mut Unpacked) {
@@ -52,7 +52,7 @@ pub mod iq2_s {
     //! values.
     use super::*;
 
-    pub(crate) const TYPE: GridType = GridType { block_bytes: 82, unpack, c: 0.125, shifted: false, scale_values: 16 };
+    pub(crate) const TYPE: GridType = GridType { block_bytes: 82, unpack, c: 0.125, shifted: false, scale_values: 16, mins: false };
     grid_row_fns!(TYPE);
 
     fn unpack(b: &[u8], u: &mut Unpacked) {

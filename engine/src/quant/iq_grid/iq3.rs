@@ -15,7 +15,7 @@ pub mod iq3_xxs {
     //! scaled by 1/4 beyond `d · scale`.
     use super::*;
 
-    pub(crate) const TYPE: GridType = GridType { block_bytes: 98, unpack, c: 0.25, shifted: false, scale_values: 32 };
+    pub(crate) const TYPE: GridType = GridType { block_bytes: 98, unpack, c: 0.25, shifted: false, scale_values: 32, mins: false };
     grid_row_fns!(TYPE);
 
     fn unpack(b: &[u8], u: &mut Unpacked) {
@@ -39,7 +39,7 @@ pub mod iq3_s {
     //! values.
     use super::*;
 
-    pub(crate) const TYPE: GridType = GridType { block_bytes: 110, unpack, c: 1.0, shifted: false, scale_values: 32 };
+    pub(crate) const TYPE: GridType = GridType { block_bytes: 110, unpack, c: 1.0, shifted: false, scale_values: 32, mins: false };
     grid_row_fns!(TYPE);
 
     fn unpack(b: &[u8], u: &mut Unpacked) {

@@ -44,11 +44,14 @@ pub(crate) struct Unpacked {
     pub scales: [u8; GROUPS],
     /// IQ1's shift of each group of 8: +1 or -1 (times 1/8); 0 for the other types.
     pub shifts: [i8; GROUPS],
+    /// Q2_K's scale of its mins, and its min of each 16 values (0 for the other types).
+    pub dmin: f32,
+    pub mins: [u8; QK_K / 16],
 }
 
 impl Default for Unpacked {
     fn default() -> Self {
-        Unpacked { d: 0.0, values: [0; GROUPS], signs: [0; GROUPS], scales: [0; GROUPS], shifts: [0; GROUPS] }
+        Unpacked { d: 0.0, values: [0; GROUPS], signs: [0; GROUPS], scales: [0; GROUPS], shifts: [0; GROUPS], dmin: 0.0, mins: [0; QK_K / 16] }
     }
 }
 
@@ -63,6 +66,9 @@ pub(crate) struct GridType {
     pub shifted: bool,
     /// Values sharing one scale in the block (16 or 32; IQ1_M's shifts, per 8, are not scales).
     pub scale_values: usize,
+    /// The type subtracts `dmin · min` per 16 values (Q2_K, for the many-row product only; the
+    /// grid types' own functions have none).
+    pub mins: bool,
 }
 
 /// Shift of an IQ1 value per unit of [`Unpacked::shifts`] (ggml's `IQ1S_DELTA`).
@@ -221,6 +227,9 @@ pub(crate) fn random_row(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
             }
         } else if ty == GgmlType::Q3_K {
             b[108..].copy_from_slice(&d);
+        } else if ty == GgmlType::Q2_K {
+            b[80..82].copy_from_slice(&d);
+            b[82..84].copy_from_slice(&super::blocks::f16_le_from(0.0005 + 0.0003 * i as f32));
         } else {
             b[..2].copy_from_slice(&d);
         }

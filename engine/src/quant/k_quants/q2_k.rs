@@ -3,6 +3,7 @@
 
 use super::scales::{fit_scale_min, nearest_int, MinFit};
 use crate::quant::blocks::{f16_le, f16_le_from, BlockQ2K, BlockQ8K};
+use crate::quant::iq_grid::{GridType, Unpacked};
 use crate::quant::QK_K;
 
 crate::quant::row_fns!(BlockQ2K, BlockQ8K);
@@ -104,6 +105,23 @@ pub fn quantize_ref(x: &[f32], blocks: &mut [BlockQ2K]) {
             }
         }
         b.qs = pack2(&q);
+    }
+}
+
+/// Q2_K in the grid types' unpacked form (`iq_grid::Unpacked`) with its mins, for the AVX-512
+/// many-row product: values 0..3, a 4-bit scale and a 4-bit min per 16 values; that product
+/// gives [`vec_dot_ref`]'s bits.
+pub(crate) const GRID: GridType = GridType { block_bytes: 84, unpack: unpack_grid, c: 1.0, shifted: false, scale_values: 16, mins: true };
+
+fn unpack_grid(bytes: &[u8], u: &mut Unpacked) {
+    let b: &BlockQ2K = bytemuck::from_bytes(bytes);
+    (u.d, u.dmin) = (f16_le(b.d), f16_le(b.dmin));
+    for (g, values) in unpack2(&b.qs).chunks_exact(8).enumerate() {
+        u.set_group(g, u64::from_le_bytes(values.try_into().expect("8 values")), 0);
+        u.scales[g] = b.scales[g / 2] & 0x0F;
+    }
+    for (m, &s) in u.mins.iter_mut().zip(&b.scales) {
+        *m = s >> 4;
     }
 }
 

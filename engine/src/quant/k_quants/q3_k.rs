@@ -50,7 +50,7 @@ fn unpack(b: &BlockQ3K) -> [i8; QK_K] {
 /// it: a value times its scale is `|q| · |sc|` with the sign of `q · sc`, the scale's sign folded
 /// into the values' signs. The row dot of this form is [`vec_dot_ref`]'s: the same integer
 /// `isum`, then `(d · d₈) · isum` per block in order (its constant `c` is 1).
-pub(crate) const GRID: GridType = GridType { block_bytes: 110, unpack: unpack_grid, c: 1.0, shifted: false, scale_values: 16 };
+pub(crate) const GRID: GridType = GridType { block_bytes: 110, unpack: unpack_grid, c: 1.0, shifted: false, scale_values: 16, mins: false };
 
 fn unpack_grid(bytes: &[u8], u: &mut Unpacked) {
     let b: &BlockQ3K = bytemuck::from_bytes(bytes);

@@ -126,7 +126,7 @@ mod tests {
     #[test]
     fn the_avx2_grid_gemm_gives_the_row_dot_bits() {
         if Isa::Avx2.is_available() {
-            check_gemm(|ty| gemm(gemm_type(ty).unwrap()), "avx2");
+            check_gemm(&GRID_TYPES, |ty| gemm(gemm_type(ty).unwrap()), "avx2");
         }
     }
 }

@@ -9,7 +9,8 @@
 //! into i16 pairs (no saturation: |q| < 64, |a| <= 128), and weighted by the per-group
 //! scales with `vpmaddwd`, so each super-block's integer sum is exact; one float
 //! multiply-add per super-block accumulates it into 8 lanes, reduced in a fixed order at the
-//! end of the row.
+//! end of the row. Q2_K and Q3_K instead sum each block's lanes exactly and take the scalar
+//! reference's float steps, whose bits their many-row product (`iq_grid::gemm`) gives too.
 //!
 //! Dequantization does ggml's float operations in ggml's order with separate multiply and
 //! subtract (never FMA), so it is bit-exact with the scalar reference.
@@ -139,8 +140,7 @@ unsafe fn vec_dot_q2_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0x0F);
     let shuf = [load_table(&PAIR_SHUF[0]), load_table(&PAIR_SHUF[1]), load_table(&PAIR_SHUF[2]), load_table(&PAIR_SHUF[3])];
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_min = _mm256_setzero_ps();
+    let mut sum = 0.0f32;
     for i in 0..nb {
         let x = w.add(i * Q2K_BYTES);
         let y = a.add(i * Q8K_BYTES);
@@ -153,7 +153,6 @@ unsafe fn vec_dot_q2_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
         let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
         let bsums = _mm256_loadu_si256(y.add(Q8K_BSUMS).cast());
         let summs = _mm256_madd_epi16(mins, bsums);
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summs), acc_min);
         // Scales of groups 8n..8n+8 in both lanes.
         let halves = [_mm256_permute2x128_si256::<0x00>(scales, scales), _mm256_permute2x128_si256::<0x11>(scales, scales)];
 
@@ -169,9 +168,11 @@ unsafe fn vec_dot_q2_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
                 qs = _mm256_srli_epi16::<2>(qs);
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        // the block's exact integer sums, then the scalar reference's float steps: the bits
+        // of every row of the many-row product (`iq_grid::gemm`, which takes Q2_K)
+        sum += d * hsum256_epi32(sumi) as f32 - dmin * hsum256_epi32(summs) as f32;
     }
-    hsum256(acc) - hsum256(acc_min)
+    sum
 }
 
 // ---------------------------------------------------------------------------------------------

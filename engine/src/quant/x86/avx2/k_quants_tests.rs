@@ -145,8 +145,8 @@ fn check_row(isa: Isa, ty: GgmlType, k: &Kernels, w: &[u8], a: &[u8], what: &str
     let s = (k.vec_dot)(w, a);
     assert!((s as f64 - r as f64).abs() <= tol, "{isa} {ty} vec_dot ({what}, {n} values): {s:e}, reference {r:e}, sum|wa| {scale:e}");
     assert!((s as f64 - exact).abs() <= tol, "{isa} {ty} vec_dot ({what}, {n} values): {s:e}, exact {exact:e}, sum|wa| {scale:e}");
-    if ty == GgmlType::Q3_K {
-        // its row dot takes the reference's float steps: the bits the many-row product gives
+    if matches!(ty, GgmlType::Q2_K | GgmlType::Q3_K) {
+        // their row dots take the reference's float steps: the bits the many-row products give
         assert_eq!(s.to_bits(), r.to_bits(), "{isa} {ty} vec_dot ({what}): {s:e}, reference {r:e}");
     }
     let again = (k.vec_dot)(w, a);

@@ -34,7 +34,7 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
 
 /// This tier's many-row product for grid i-quant `ty`, or `None`.
 pub(crate) fn grid_gemm(ty: GgmlType) -> Option<crate::quant::iq_grid::gemm::GridGemm> {
-    crate::quant::iq_grid::gemm::gemm_type(ty).map(grid_gemm::gemm)
+    crate::quant::iq_grid::gemm::tile_type(ty).map(grid_gemm::gemm)
 }
 
 /// This tier's many-row product for `ty` (float weights only), or `None`.

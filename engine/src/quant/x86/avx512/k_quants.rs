@@ -13,7 +13,8 @@
 //! i16 halves of each i32 lane (every partial sum fits in i16), so that one `vpdpwssd`
 //! applies both groups' scales. Each super-block's integer sum is thus exact; one float
 //! multiply-add per super-block accumulates it into 8 lanes, reduced in a fixed order at the
-//! end of the row.
+//! end of the row. Q2_K and Q3_K instead sum each block's lanes exactly and take the scalar
+//! reference's float steps, whose bits their many-row product (`iq_grid::gemm`) gives too.
 //!
 //! Dequantization does ggml's float operations in ggml's order with separate multiply and
 //! subtract (never FMA), so it is bit-exact with the scalar reference.
@@ -175,8 +176,7 @@ unsafe fn vec_dot_q2_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0x0F);
     let idx = [load_idx(&PAIR16_IDX[0]), load_idx(&PAIR16_IDX[1]), load_idx(&PAIR16_IDX[2]), load_idx(&PAIR16_IDX[3])];
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_min = _mm256_setzero_ps();
+    let mut sum = 0.0f32;
     for i in 0..nb {
         let x = w.add(i * Q2K_BYTES);
         let y = a.add(i * Q8K_BYTES);
@@ -189,7 +189,6 @@ unsafe fn vec_dot_q2_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
         let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
         let bsums = _mm256_loadu_si256(y.add(Q8K_BSUMS).cast());
         let summs = _mm256_madd_epi16(mins, bsums);
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summs), acc_min);
 
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
@@ -202,9 +201,11 @@ unsafe fn vec_dot_q2_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
             }
             sumi = dot_groups16(sumi, d, scales, [idx[2 * n], idx[2 * n + 1]]);
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        // the block's exact integer sums, then the scalar reference's float steps: the bits
+        // of every row of the many-row product (`iq_grid::gemm`, which takes Q2_K)
+        sum += d * hsum256_epi32(sumi) as f32 - dmin * hsum256_epi32(summs) as f32;
     }
-    hsum256(acc) - hsum256(acc_min)
+    sum
 }
 
 // ---------------------------------------------------------------------------------------------
