@@ -51,7 +51,15 @@ pub(crate) struct Unpacked {
 
 impl Default for Unpacked {
     fn default() -> Self {
-        Unpacked { d: 0.0, values: [0; GROUPS], signs: [0; GROUPS], scales: [0; GROUPS], shifts: [0; GROUPS], dmin: 0.0, mins: [0; QK_K / 16] }
+        Unpacked {
+            d: 0.0,
+            values: [0; GROUPS],
+            signs: [0; GROUPS],
+            scales: [0; GROUPS],
+            shifts: [0; GROUPS],
+            dmin: 0.0,
+            mins: [0; QK_K / 16],
+        }
     }
 }
 

@@ -7,9 +7,9 @@
 
 use core::arch::x86_64::*;
 
+use super::grid_blocks::{GridBlock, Iq1M, Iq1S, Iq2S, Iq2Xs, Iq2Xxs, Iq3S, Iq3Xxs};
 use crate::quant::blocks::BlockQ8K;
 use crate::quant::dispatch::Kernels;
-use super::grid_blocks::{GridBlock, Iq1M, Iq1S, Iq2S, Iq2Xs, Iq2Xxs, Iq3S, Iq3Xxs};
 use crate::quant::iq_grid::{self, Unpacked};
 use crate::quant::x86::common::dot_blocks;
 use crate::quant::GgmlType;

@@ -276,4 +276,3 @@ impl GridBlock<56> for Iq1M {
         (acc, acc_shift)
     }
 }
-

@@ -100,8 +100,8 @@ unsafe fn tile_avx2(w: &[i16], d: &[f32], act: &[BlockQ8K], k: f32, sums: &mut [
 mod tests {
     use super::*;
     use crate::quant::iq_grid::gemm::expand_scalar;
-    use crate::quant::iq_grid::gemm::tests::{check_gemm, GRID_TYPES};
     use crate::quant::iq_grid::gemm::gemm_type;
+    use crate::quant::iq_grid::gemm::tests::{check_gemm, GRID_TYPES};
     use crate::quant::iq_grid::random_row;
     use crate::quant::Isa;
 

@@ -133,7 +133,8 @@ unsafe fn interleave(act: &[BlockQ8K], batch: usize, nb: usize) -> (Vec<u8>, Vec
     let mut d = vec![0f32; count * nb * BAND];
     let mut pair_sums = vec![0i32; count * nb * MIN_PAIRS * BAND];
     let stride = nb * size_of::<BlockQ8K>();
-    let offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(stride as i32));
+    let offsets =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(stride as i32));
     let bias = _mm512_set1_epi8(-128);
     for band in 0..count {
         let present = BAND.min(batch - band * BAND);
@@ -292,9 +293,9 @@ unsafe fn block_sums<const SUB: usize>(a: *const u8, w: *const i8, scales: &[i32
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::iq_grid::gemm::gemm_type;
     use crate::quant::iq_grid::gemm::tests::{check_gemm, GRID_TYPES};
     use crate::quant::GgmlType;
-    use crate::quant::iq_grid::gemm::gemm_type;
     use crate::quant::Isa;
 
     #[test]
