@@ -321,6 +321,17 @@ pub(super) fn hsum256_epi32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
+/// The exact sums of the eight i32 lanes of `a` and of `b` (wrapping), reduced together.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn hsum256_epi32_pair(a: __m256i, b: __m256i) -> (i32, i32) {
+    // lanes: a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7
+    let h = _mm256_hadd_epi32(a, b);
+    let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+    let s = _mm_hadd_epi32(s, s); // a, b, a, b
+    (_mm_cvtsi128_si32(s), _mm_extract_epi32::<1>(s))
+}
+
 /// The running sum of a K-quant dot product over its super-blocks, given each block's eight i32
 /// lane sums and scale: eight lanes of float sums added at the end (ggml's order), or with
 /// `BLOCKWISE` each block's exact integer total in one fused multiply-add (the panel kernels'

@@ -23,7 +23,7 @@ use std::arch::x86_64::*;
 use super::k_quants_q5q6 as q5q6;
 use crate::quant::dispatch::Kernels;
 use crate::quant::x86::common::{
-    f16_pair, f32_at, hsum256, hsum256_epi32, row_entry_points, unpack_scales_mins_k4, unpack_scales_q3k, xmm_u64x2, Q2K_BYTES, Q3K_BYTES,
+    f16_pair, f32_at, hsum256, hsum256_epi32, hsum256_epi32_pair, row_entry_points, unpack_scales_mins_k4, unpack_scales_q3k, xmm_u64x2, Q2K_BYTES, Q3K_BYTES,
     Q4K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::{GgmlType, QK_K};
@@ -170,7 +170,8 @@ unsafe fn vec_dot_q2_k_impl(w: *const u8, a: *const u8, nb: usize) -> f32 {
         }
         // the block's exact integer sums, then the scalar reference's float steps: the bits
         // of every row of the many-row product (`iq_grid::gemm`, which takes Q2_K)
-        sum += d * hsum256_epi32(sumi) as f32 - dmin * hsum256_epi32(summs) as f32;
+        let (isum, msum) = hsum256_epi32_pair(sumi, summs);
+        sum += d * isum as f32 - dmin * msum as f32;
     }
     sum
 }
