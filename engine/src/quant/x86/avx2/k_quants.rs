@@ -23,8 +23,8 @@ use std::arch::x86_64::*;
 use super::k_quants_q5q6 as q5q6;
 use crate::quant::dispatch::Kernels;
 use crate::quant::x86::common::{
-    f16_pair, f32_at, hsum256, hsum256_epi32, hsum256_epi32_pair, row_entry_points, unpack_scales_mins_k4, unpack_scales_q3k, xmm_u64x2, Q2K_BYTES, Q3K_BYTES,
-    Q4K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    f16_pair, f32_at, hsum256, hsum256_epi32, hsum256_epi32_pair, row_entry_points, unpack_scales_mins_k4, unpack_scales_q3k, xmm_u64x2,
+    Q2K_BYTES, Q3K_BYTES, Q4K_BYTES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use crate::quant::{GgmlType, QK_K};
 
