@@ -186,9 +186,14 @@ pub fn matmul_rows_on(
     // grid i-quants against several rows: each weight row unpacked once, not once per row
     let grid_gemms: Vec<Option<GridGemm>> =
         ws.iter().zip(&batches).map(|(w, &batch)| quant::grid_gemm_on(w.ty, isa).filter(|_| batch >= GRID_GEMM_MIN_BATCH)).collect();
-    // their activations prepared once for every task's rows
-    let grid_acts: Vec<Option<GridActs>> =
-        grid_gemms.iter().enumerate().map(|(m, gemm)| gemm.map(|gemm| gemm.prepare(acts[m], batches[m]))).collect();
+    // their activations prepared once per input for every matrix and task that reads it (the
+    // preparation is the tier's, whatever the grid type; they all take Q8_K rows)
+    let grid_acts: Vec<Option<GridActs>> = (0..inputs.len())
+        .map(|i| {
+            let m = (0..ws.len()).find(|&m| input_of[m] == i && grid_gemms[m].is_some())?;
+            Some(grid_gemms[m].expect("found above").prepare(acts[m], batches[m]))
+        })
+        .collect();
     // float weights against many rows: each input's rows packed once, in the row dot's chain
     // order, for the register-blocked product (one tier: one chain order, one packing)
     let gemms: Vec<Option<FloatGemm>> =
@@ -242,7 +247,7 @@ pub fn matmul_rows_on(
                 (gemm.run)(&w.data[seg.rows.start * row_bytes..seg.rows.end * row_bytes], seg.rows.len(), packed, &mut outs);
                 continue;
             }
-            if let (Some(gemm), Some(grid_acts)) = (&grid_gemms[seg.m], &grid_acts[seg.m]) {
+            if let (Some(gemm), Some(grid_acts)) = (&grid_gemms[seg.m], &grid_acts[input_of[seg.m]]) {
                 let row_bytes = w.row_bytes();
                 gemm.run(&w.data[seg.rows.start * row_bytes..seg.rows.end * row_bytes], seg.rows.len(), grid_acts, &mut outs);
                 continue;

@@ -152,7 +152,7 @@ pub(super) fn signs7(bits: u32) -> u8 {
     SIGNS7[(bits & 127) as usize]
 }
 
-static SIGNS7: [u8; 128] = {
+pub(crate) static SIGNS7: [u8; 128] = {
     let mut t = [0u8; 128];
     let mut b = 0;
     while b < 128 {
@@ -170,13 +170,13 @@ pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
 
 /// The little-endian u16 at `b[at..]`.
 #[inline]
-pub(super) fn u16_at(b: &[u8], at: usize) -> u16 {
+pub(crate) fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
 
 /// The little-endian u32 at `b[at..]`.
 #[inline]
-pub(super) fn u32_at(b: &[u8], at: usize) -> u32 {
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
@@ -215,7 +215,7 @@ pub(crate) fn grid_type(ty: GgmlType) -> Option<&'static GridType> {
 /// engine cannot quantize to (the kernels' op harness uses them too).
 #[cfg(any(test, feature = "sim", feature = "cuda"))]
 pub(crate) fn random_row(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
-    let t = gemm::gemm_type(ty).expect("a grid type or Q3_K");
+    let t = gemm::gemm_type(ty).expect("a grid type, Q2_K or Q3_K");
     let mut s = seed.wrapping_add(1);
     let mut row: Vec<u8> = (0..n * t.block_bytes)
         .map(|_| {

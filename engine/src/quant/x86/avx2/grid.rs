@@ -11,13 +11,13 @@ use super::grid_blocks::{GridBlock, Iq1M, Iq1S, Iq2S, Iq2Xs, Iq2Xxs, Iq3S, Iq3Xx
 use crate::quant::blocks::BlockQ8K;
 use crate::quant::dispatch::Kernels;
 use crate::quant::iq_grid::{self, Unpacked};
-use crate::quant::x86::common::dot_blocks;
+use crate::quant::x86::common::{dot_blocks, hsum256_epi32};
 use crate::quant::GgmlType;
 
 /// For each sign byte, the 8 bytes that are 0xFF where its bit is set.
 static SIGN_MASKS: [u64; 256] = sign_masks();
 
-const fn sign_masks() -> [u64; 256] {
+pub(super) const fn sign_masks() -> [u64; 256] {
     let mut t = [0u64; 256];
     let mut s = 0;
     while s < 256 {
@@ -61,16 +61,6 @@ fn dot<B: GridBlock<N>, const N: usize>(w: &[u8], a: &[u8]) -> f32 {
     unsafe { dot_avx2::<B, N>(w, &act[..nb]) }
 }
 
-/// The sum of the eight i32 lanes of `v`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_i32(v: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-    _mm_cvtsi128_si32(s)
-}
-
 /// The 32 values of groups `4c .. 4c + 4` of `u` as signed bytes: each group's signs as a byte
 /// mask `m` (`SIGN_MASKS`), applied as `(v ^ m) - m`.
 #[inline]
@@ -95,8 +85,8 @@ unsafe fn dot_avx2<B: GridBlock<N>, const N: usize>(w: &[u8], act: &[BlockQ8K]) 
     for (block, a) in w.chunks_exact(N).zip(act) {
         let block: &[u8; N] = block.try_into().expect("chunks of N bytes");
         let (acc, acc_shift) = B::sums(block, &a.qs);
-        let (d, sumi) = (B::d(block), hsum_i32(acc) as f32);
-        sum += if B::TYPE.shifted { d * a.d() * (sumi + iq_grid::SHIFT * hsum_i32(acc_shift) as f32) } else { d * a.d() * sumi };
+        let (d, sumi) = (B::d(block), hsum256_epi32(acc) as f32);
+        sum += if B::TYPE.shifted { d * a.d() * (sumi + iq_grid::SHIFT * hsum256_epi32(acc_shift) as f32) } else { d * a.d() * sumi };
     }
     B::TYPE.c * sum
 }

@@ -11,7 +11,7 @@
 use core::arch::x86_64::*;
 
 use crate::quant::iq_grid::tables::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
-use crate::quant::iq_grid::{f16_at, iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, GridType};
+use crate::quant::iq_grid::{f16_at, iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, u32_at, GridType, SIGNS7};
 use crate::quant::QK_K;
 
 /// One grid type's super-block of `N` bytes, read for the dot product.
@@ -32,39 +32,30 @@ pub(super) trait GridBlock<const N: usize> {
     unsafe fn sums(b: &[u8; N], q: &[i8; QK_K]) -> (__m256i, __m256i);
 }
 
-/// For each 7-bit sign set, its 8 signs as ±1 bytes (-1 where a bit is set; the eighth sign
-/// makes the count of negatives even, ggml's `ksigns_iq2xs`).
-static SIGNS7: [u64; 128] = {
+/// For each 7-bit sign set, its 8 signs as ±1 bytes (-1 where a bit is set): the sign byte
+/// with its parity bit (`iq_grid::SIGNS7`) as a byte mask, each byte's low bit set.
+static SIGNS7_PM1: [u64; 128] = {
+    let masks = super::grid::sign_masks();
     let mut t = [0u64; 128];
     let mut b = 0;
     while b < 128 {
-        let bits = b | ((b as u32).count_ones() as usize & 1) << 7;
-        let mut j = 0;
-        while j < 8 {
-            let byte: u64 = if bits >> j & 1 == 1 { 0xff } else { 0x01 };
-            t[b] |= byte << (8 * j);
-            j += 1;
-        }
+        t[b] = masks[SIGNS7[b] as usize] | 0x0101_0101_0101_0101;
         b += 1;
     }
     t
 };
 
+/// The little-endian u16 at `b[at..]`, widened.
 #[inline(always)]
 fn u16_at(b: &[u8], at: usize) -> u32 {
-    u32::from(u16::from_le_bytes([b[at], b[at + 1]]))
-}
-
-#[inline(always)]
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    u32::from(crate::quant::iq_grid::u16_at(b, at))
 }
 
 /// The ±1 signs of four 7-bit sets, the `k`-th set at bits `7k ..` of `bits`.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn signs7x4(bits: u32) -> __m256i {
-    let s = |k: u32| SIGNS7[(bits >> (7 * k) & 127) as usize] as i64;
+    let s = |k: u32| SIGNS7_PM1[(bits >> (7 * k) & 127) as usize] as i64;
     _mm256_setr_epi64x(s(0), s(1), s(2), s(3))
 }
 

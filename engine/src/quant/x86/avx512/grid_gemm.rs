@@ -22,6 +22,7 @@ use crate::quant::blocks::BlockQ8K;
 use crate::quant::iq_grid::gemm::{check_shapes, GridActs, GridGemm};
 use crate::quant::iq_grid::{GridType, Unpacked, SHIFT};
 use crate::quant::x86::avx2::grid::signed_values;
+use crate::quant::x86::common::hsum256_epi32;
 use crate::quant::QK_K;
 
 /// Activation rows in one band (the lanes of a vector of i32).
@@ -199,10 +200,7 @@ unsafe fn expand(t: &GridType, block: Option<&[u8]>, u: &mut Unpacked, tile: &mu
         let group_scales = _mm256_setr_epi64x(scale(0), scale(1), scale(2), scale(3));
         weighted = _mm256_add_epi32(weighted, _mm256_madd_epi16(_mm256_maddubs_epi16(ones, v), group_scales));
     }
-    let s = _mm_add_epi32(_mm256_castsi256_si128(weighted), _mm256_extracti128_si256::<1>(weighted));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-    tile.correction[at] = 128 * _mm_cvtsi128_si32(s);
+    tile.correction[at] = 128 * hsum256_epi32(weighted);
     (tile.d[at], tile.dmin[at]) = (u.d, u.dmin);
 }
 
