@@ -1,6 +1,7 @@
 //! Many activation rows against a grid i-quant matrix (or a Q3_K or Q2_K one, in the same
 //! unpacked form: [`gemm_type`]): each weight row is unpacked once per call instead of once per
-//! activation row, and the activations are prepared once per product ([`GridActs`]).
+//! activation row, and the activations are prepared once per input of a product call
+//! ([`GridActs`]).
 //!
 //! The scalar and AVX2 tiers ([`run_tiles`]) expand a tile of [`TILE_ROWS`] weight rows into
 //! 16-bit integers, one per value: the signed grid value times its group's scale (`scale · v`;
