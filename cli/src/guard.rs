@@ -10,13 +10,12 @@ use std::time::Instant;
 
 use anyhow::Context;
 use engine::backend::Device;
-use engine::guard::error::ApiError;
-use engine::guard::evaluator::highest_risk;
 use engine::guard::{
     CustomRisk, Evaluator, EvaluatorOptions, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardRequest, Policies, Thresholds,
     Verdict,
 };
 use serde_json::json;
+use server::error::ApiError;
 
 use crate::guard_jsonl as jsonl;
 use crate::load::{parse_device, parse_positive, text_or_file, thread_pool};
@@ -124,26 +123,16 @@ fn applied(args: &GuardArgs, own: Thresholds) -> anyhow::Result<(Option<String>,
     Ok((Some(policy.name.clone()), policy.thresholds.overridden_by(&own)))
 }
 
-/// The `--threshold RISK=P` arguments, checked as the endpoints check `thresholds`: the
-/// built-in risks' thresholds, and those naming a custom risk (`--risk-definition`).
-fn thresholds(args: &[String], customs: &[CustomRisk]) -> anyhow::Result<(Thresholds, Vec<(String, f64)>)> {
-    let (mut builtin, mut custom) = (Vec::with_capacity(args.len()), Vec::new());
+/// The `--threshold RISK=P` arguments, checked as the endpoints check `thresholds`: built-in
+/// risks, and custom risks (`--risk-definition`).
+fn thresholds(args: &[String], customs: &[CustomRisk]) -> anyhow::Result<Thresholds> {
+    let mut pairs = Vec::with_capacity(args.len());
     for a in args {
         let (risk, p) = a.split_once('=').ok_or_else(|| anyhow::anyhow!("--threshold {a}: expected RISK=P"))?;
         let p: f64 = p.trim().parse().map_err(|_| anyhow::anyhow!("--threshold {a}: P must be a number from 0 to 1"))?;
-        let risk = risk.trim().to_string();
-        if customs.iter().any(|c| c.name == risk) {
-            // a custom risk's threshold: range-checked here, the built-in ones by Thresholds::parse
-            if !(0.0..=1.0).contains(&p) {
-                anyhow::bail!("--threshold {a}: P must be a number from 0 to 1");
-            }
-            custom.push((risk, p));
-        } else {
-            builtin.push((risk, p));
-        }
+        pairs.push((risk.trim().to_string(), p));
     }
-    let builtin = Thresholds::parse(builtin).map_err(|e| anyhow::anyhow!("--threshold: {e}"))?;
-    Ok((builtin, custom))
+    Thresholds::parse_with_custom(pairs, customs).map_err(|e| anyhow::anyhow!("--threshold: {e}"))
 }
 
 /// Runs the evaluation; `Ok(true)` when something was flagged.
@@ -160,16 +149,15 @@ pub fn run(args: GuardArgs) -> anyhow::Result<bool> {
 /// (400 `invalid_request_error` naming the field, or 500 `server_error`); anything else here
 /// (arguments, files, loading) is the caller's.
 fn error_body(e: &anyhow::Error) -> serde_json::Value {
-    let api = e.chain().find_map(|c| c.downcast_ref::<GuardError>()).map(GuardError::api_error);
-    let ApiError { kind, param, code, .. } =
-        api.unwrap_or(ApiError { status: 400, kind: "invalid_request_error", param: None, code: None });
+    let api = e.chain().find_map(|c| c.downcast_ref::<GuardError>()).map(ApiError::of_guard);
+    let ApiError { kind, param, code, .. } = api.unwrap_or_else(|| ApiError::invalid(""));
     json!({"error": {"message": format!("{e:#}"), "type": kind, "param": param, "code": code}})
 }
 
 fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     let pool = thread_pool(args.threads)?;
     let customs = custom_risks(&args.risk_definitions)?;
-    let (own, custom_limits) = thresholds(&args.thresholds, &customs)?;
+    let own = thresholds(&args.thresholds, &customs)?;
     let (policy, limits) = applied(&args, own)?;
     if let Some(f) = &args.format {
         GuardFormat::parse(f)?;
@@ -204,35 +192,31 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
         format!("generic/{}", args.generic_prompt.name())
     };
     let audit = json!({"model": model_id, "format": format, "policy": policy});
-    if let Some(lines) = lines {
-        return pool.install(|| jsonl::judge(&evaluator, &lines, &args.risks, args.scan, &limits, &audit));
-    }
     let start = Instant::now();
-    let request = GuardRequest { input, risks: args.risks.clone(), format: args.format.clone(), think: args.think };
+    // `--risk-definition` risks are judged after `--risks` without being named there
+    let mut risks = args.risks.clone();
+    if !risks.is_empty() {
+        risks.extend(customs.iter().filter(|c| !args.risks.contains(&c.name)).map(|c| c.name.clone()));
+    }
+    let request = GuardRequest { input, risks, customs, format: args.format.clone(), think: args.think, thresholds: limits.clone() };
+    if let Some(lines) = lines {
+        return pool.install(|| jsonl::judge(&evaluator, &lines, &request, args.scan, &audit));
+    }
     if args.print_prompts {
         for p in evaluator.prompts(&request)? {
             println!("{}", json!({"risk": p.risk.name(), "prompt": p.text}));
         }
         return Ok(false);
     }
-    if !customs.is_empty() {
-        return pool.install(|| judge_custom(&evaluator, &request, &customs, &limits, &custom_limits, audit, args.json, start));
-    }
-    let (mut flagged, mut verdicts, mut highest) = pool.install(|| -> anyhow::Result<_> {
+    let (flagged, verdicts, highest) = pool.install(|| -> anyhow::Result<_> {
         if args.scan {
-            let r = evaluator.scan_cancellable(&request.input, request.format.as_deref(), request.think, &Default::default())?;
+            let r = evaluator.scan_cancellable(&request, &Default::default())?;
             Ok((r.flagged, r.verdicts, r.highest_risk))
         } else {
             let r = evaluator.evaluate(&request)?;
             Ok((r.flagged, r.verdicts, None))
         }
     })?;
-    if !limits.is_empty() {
-        flagged = limits.apply(&mut verdicts);
-        if args.scan {
-            highest = highest_risk(&verdicts);
-        }
-    }
     let latency_ms = start.elapsed().as_secs_f64() * 1e3;
     if args.json {
         let mut out = audit;
@@ -258,53 +242,6 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     Ok(flagged)
 }
 
-/// The request's built-in risks and its custom risks judged together: the verdicts in that
-/// order (built-in, then custom), printed as the other evaluations are.
-#[allow(clippy::too_many_arguments)]
-fn judge_custom(
-    evaluator: &Evaluator,
-    request: &GuardRequest,
-    customs: &[CustomRisk],
-    limits: &Thresholds,
-    custom_limits: &[(String, f64)],
-    audit: serde_json::Value,
-    json: bool,
-    start: Instant,
-) -> anyhow::Result<bool> {
-    let (mut result, mut custom) = evaluator.evaluate_with_custom(request, customs, &Default::default())?;
-    if !limits.is_empty() {
-        limits.apply(&mut result.verdicts);
-    }
-    engine::guard::custom::apply_thresholds(&mut custom, custom_limits);
-    let flagged = result.verdicts.iter().any(|v| v.is_unsafe) || custom.iter().any(|v| v.is_unsafe);
-    let latency_ms = start.elapsed().as_secs_f64() * 1e3;
-    if json {
-        let mut all: Vec<serde_json::Value> = result.verdicts.iter().map(|v| json!(v)).collect();
-        all.extend(custom.iter().map(|v| json!(v)));
-        let mut out = audit;
-        out["flagged"] = json!(flagged);
-        out["verdicts"] = json!(all);
-        out["latency_ms"] = json!(latency_ms);
-        let mut echo = match json!(limits) {
-            serde_json::Value::Object(m) => m,
-            _ => serde_json::Map::new(),
-        };
-        echo.extend(custom_limits.iter().map(|(n, t)| (n.clone(), json!(t))));
-        if !echo.is_empty() {
-            out["thresholds"] = serde_json::Value::Object(echo);
-        }
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        let mut rows: Vec<Row> =
-            result.verdicts.iter().map(|v| Row::of(v.risk.name(), v.is_unsafe, v.confidence, v.risk_probability, &v.reasoning)).collect();
-        rows.extend(custom.iter().map(|v| Row::of(&v.risk, v.is_unsafe, v.confidence, v.risk_probability, &v.reasoning)));
-        print_rows(&rows);
-        println!("result: {}", if flagged { "UNSAFE" } else { "SAFE" });
-        eprintln!("{} risks in {latency_ms:.0} ms", rows.len());
-    }
-    Ok(flagged)
-}
-
 /// `--messages FILE.json`: a message list, or an object with `messages` (and `context`).
 fn messages_file(path: &Path) -> anyhow::Result<GuardInput> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -312,35 +249,15 @@ fn messages_file(path: &Path) -> anyhow::Result<GuardInput> {
     jsonl::input(&value).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
-/// One line of the table.
-struct Row<'a> {
-    risk: &'a str,
-    is_unsafe: bool,
-    confidence: f32,
-    probability: Option<f32>,
-    reasoning: &'a str,
-}
-
-impl<'a> Row<'a> {
-    fn of(risk: &'a str, is_unsafe: bool, confidence: f32, probability: Option<f32>, reasoning: &'a str) -> Row<'a> {
-        Row { risk, is_unsafe, confidence, probability, reasoning }
-    }
-}
-
+/// One line per verdict: risk, label, confidence, probability, reasoning.
 fn print_table(verdicts: &[Verdict]) {
-    let rows: Vec<Row> =
-        verdicts.iter().map(|v| Row::of(v.risk.name(), v.is_unsafe, v.confidence, v.risk_probability, &v.reasoning)).collect();
-    print_rows(&rows);
-}
-
-fn print_rows(rows: &[Row]) {
-    let width = rows.iter().map(|r| r.risk.len()).max().unwrap_or(4);
-    for r in rows {
-        let label = if r.is_unsafe { "UNSAFE" } else { "SAFE" };
-        let prob = r.probability.map_or(String::new(), |p| format!("  P(risk) {p:.3}"));
-        println!("{:<width$}  {label:<6}  confidence {:.3}{prob}", r.risk, r.confidence);
-        if !r.reasoning.is_empty() {
-            println!("{:<width$}  reasoning: {}", "", r.reasoning.replace('\n', " "));
+    let width = verdicts.iter().map(|v| v.risk.name().len()).max().unwrap_or(4);
+    for v in verdicts {
+        let label = if v.is_unsafe { "UNSAFE" } else { "SAFE" };
+        let prob = v.risk_probability.map_or(String::new(), |p| format!("  P(risk) {p:.3}"));
+        println!("{:<width$}  {label:<6}  confidence {:.3}{prob}", v.risk.name(), v.confidence);
+        if !v.reasoning.is_empty() {
+            println!("{:<width$}  reasoning: {}", "", v.reasoning.replace('\n', " "));
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use engine::guard::evaluator::highest_risk;
-use engine::guard::{conversation, BatchItem, Evaluator, GuardInput, Thresholds};
+use engine::guard::{conversation, Evaluator, GuardInput, GuardRequest};
 use serde_json::{json, Value};
 
 /// Lines judged together (one `evaluate_batch`).
@@ -99,41 +99,29 @@ pub fn input(value: &Value) -> Result<GuardInput, String> {
 /// Judges every line, printing `{line, flagged, verdicts, ...}` per line; `Ok(true)` when any
 /// line was flagged. `audit` (model, format, policy) is repeated on every line, so that the
 /// lines of several runs can be told apart.
-pub fn judge(
-    evaluator: &Evaluator,
-    lines: &[Line],
-    risks: &[String],
-    scan: bool,
-    limits: &Thresholds,
-    audit: &Value,
-) -> anyhow::Result<bool> {
+pub fn judge(evaluator: &Evaluator, lines: &[Line], template: &GuardRequest, scan: bool, audit: &Value) -> anyhow::Result<bool> {
+    let risks = &template.risks;
     let start = Instant::now();
     let mut flagged_lines = 0;
     let stdout = std::io::stdout();
     for chunk in lines.chunks(LINES_PER_BATCH) {
-        // the chunk's lines by the risks they ask for, one evaluation each, answered in order
-        let mut items: Vec<Option<BatchItem>> = (0..chunk.len()).map(|_| None).collect();
-        let mut left: Vec<usize> = (0..chunk.len()).collect();
-        while let Some(&first) = left.first() {
-            let wanted = chunk[first].risks.as_deref().unwrap_or(risks);
-            let (same, rest): (Vec<usize>, Vec<usize>) =
-                left.into_iter().partition(|&i| chunk[i].risks.as_deref().unwrap_or(risks) == wanted);
-            left = rest;
-            let inputs: Vec<GuardInput> = same.iter().map(|&i| chunk[i].input.clone()).collect();
-            let judged = evaluator.evaluate_batch(&inputs, wanted).map_err(|e| {
-                let numbers: Vec<String> = same.iter().map(|&i| chunk[i].number.to_string()).collect();
-                anyhow::anyhow!(e).context(format!("lines {}", numbers.join(", ")))
-            })?;
-            for (i, item) in same.into_iter().zip(judged) {
-                items[i] = Some(item);
+        // each line with the risks it asks for, all of the chunk's lines in one evaluation
+        let requests: Vec<GuardRequest> = chunk
+            .iter()
+            .map(|line| GuardRequest {
+                risks: line.risks.clone().unwrap_or_else(|| risks.to_vec()),
+                ..template.with_input(line.input.clone())
+            })
+            .collect();
+        let results = evaluator.evaluate_batch(&requests).map_err(|e| {
+            // the line at fault when its request is refused, else the chunk's
+            match chunk.iter().zip(&requests).find_map(|(line, r)| evaluator.prompts(r).err().map(|e| (line.number, e))) {
+                Some((number, e)) => anyhow::anyhow!(e).context(format!("line {number}")),
+                None => anyhow::anyhow!(e).context(format!("lines {}-{}", chunk[0].number, chunk[chunk.len() - 1].number)),
             }
-        }
-        let items = items.into_iter().map(|i| i.expect("every line judged"));
+        })?;
         let mut out = stdout.lock();
-        for (line, mut item) in chunk.iter().zip(items) {
-            if !limits.is_empty() {
-                item.flagged = limits.apply(&mut item.verdicts);
-            }
+        for (line, item) in chunk.iter().zip(results) {
             flagged_lines += usize::from(item.flagged);
             let mut result = audit.clone();
             result["line"] = json!(line.number);
@@ -142,8 +130,8 @@ pub fn judge(
                 result["highest_risk"] = json!(highest_risk(&item.verdicts));
             }
             result["verdicts"] = json!(item.verdicts);
-            if !limits.is_empty() {
-                result["thresholds"] = json!(limits);
+            if !template.thresholds.is_empty() {
+                result["thresholds"] = json!(template.thresholds);
             }
             writeln!(out, "{result}")?;
         }

@@ -209,15 +209,36 @@ impl ApiError {
 
 impl From<GuardError> for ApiError {
     fn from(e: GuardError) -> ApiError {
-        let api = e.api_error();
-        ApiError {
-            status: StatusCode::from_u16(api.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            message: e.to_string(),
-            kind: api.kind,
-            param: api.param.map(str::to_string),
-            code: api.code,
-            allow: None,
-            guard: None,
+        ApiError::of_guard(&e)
+    }
+}
+
+impl ApiError {
+    /// How the API reports a guard error. The caller's faults are 400 `invalid_request_error` naming the field. An answer the model
+    /// gave but that does not follow the format is 422 `model_error`: the request was understood
+    /// and the server worked, but this model cannot answer it in this format (typically a format
+    /// it was not trained on), and decoding is greedy, so a retry gives the same answer. Engine
+    /// faults are 500 `server_error`.
+    pub fn of_guard(e: &GuardError) -> ApiError {
+        let invalid = |param: &str| ApiError { param: Some(param.to_string()), ..ApiError::invalid(e.to_string()) };
+        let server = |code: &'static str| ApiError { code: Some(code), ..ApiError::server(e.to_string()) };
+        match e {
+            GuardError::UserRequired => invalid("input.user"),
+            GuardError::InvalidRisk(_) | GuardError::ScanRisks => invalid("risks"),
+            GuardError::RagInputRequired(_) | GuardError::Prompt { .. } => invalid("input"),
+            GuardError::AssistantRequired(_) => invalid("input.assistant"),
+            GuardError::Messages(_) => invalid("input.messages"),
+            GuardError::CustomRisk(_) => invalid("risk_definitions"),
+            GuardError::UnsupportedFormat(_) => invalid("format"),
+            GuardError::ThinkRequiresFormat33 => invalid("think"),
+            GuardError::BatchEmpty | GuardError::BatchTooLarge { .. } => invalid("inputs"),
+            GuardError::Unparseable { .. } => ApiError {
+                code: Some("unparseable_model_output"),
+                ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "model_error", e.to_string())
+            },
+            GuardError::Template(_) => server("template_error"),
+            GuardError::Cancelled => server("cancelled"),
+            GuardError::Device(_) | GuardError::Model(_) | GuardError::Generate(_) => server("engine_error"),
         }
     }
 }

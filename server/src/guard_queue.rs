@@ -1,15 +1,15 @@
-//! Guard requests from many clients judged together: `/v1/moderations` and `/v1/guard/batch`
-//! requests wait in the guard model's queue, and one job on its engine thread takes everything
-//! that queued while the previous job ran, judging requests that ask for the same risks as one
-//! `evaluate_batch` (prompts of several inputs prefilled and decoded in the same passes), then
-//! hands each request its own results. A request alone waits for nothing: the first one to queue
+//! Guard requests from many clients judged together: `/v1/moderations`, `/v1/guard/batch` and
+//! guardrail requests wait in the guard model's queue, and one job on its engine thread takes
+//! everything that queued while the previous job ran, judging it as one `evaluate_batch`
+//! (prompts of several inputs, whatever risks and thresholds each asks for, prefilled and
+//! decoded in the same passes), then hands each request its own results. A request alone waits for nothing: the first one to queue
 //! schedules the job at once. The forward passes are batch-invariant, so a request's verdicts
 //! are the same whichever requests it was judged with.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use engine::guard::{BatchItem, GuardError, GuardInput, MAX_BATCH};
+use engine::guard::{GuardError, GuardRequest, GuardResult, MAX_BATCH};
 use engine::serving::{Cancel, EngineState};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
@@ -18,11 +18,11 @@ use tokio::sync::oneshot;
 use crate::error::ApiError;
 use crate::worker::Worker;
 
-type Reply = oneshot::Sender<Result<Vec<BatchItem>, GuardError>>;
+type Reply = oneshot::Sender<Result<Vec<GuardResult>, GuardError>>;
 
 struct Pending {
-    inputs: Vec<GuardInput>,
-    risks: Vec<String>,
+    /// One per input, each deciding by its own thresholds.
+    requests: Vec<GuardRequest>,
     reply: Reply,
     /// Set when the request goes away: its work is skipped, or stopped when judged alone.
     cancel: Cancel,
@@ -50,14 +50,9 @@ impl GuardQueue {
         GuardQueue { queue: Mutex::default(), cancelled, batch_sizes }
     }
 
-    /// Judges `inputs` for `risks` (empty: the 9 harm risks) together with whatever other
-    /// requests are waiting; results in input order. 503 when the model's queue is full.
-    pub async fn evaluate(
-        self: &Arc<Self>,
-        worker: &Worker,
-        inputs: Vec<GuardInput>,
-        risks: Vec<String>,
-    ) -> Result<Vec<BatchItem>, ApiError> {
+    /// Judges `requests` (one per input) together with whatever other requests are waiting;
+    /// final verdicts in input order. 503 when the model's queue is full.
+    pub async fn evaluate(self: &Arc<Self>, worker: &Worker, requests: Vec<GuardRequest>) -> Result<Vec<GuardResult>, ApiError> {
         // the request's place in the system while it waits (admission control as for any job)
         let _ticket = worker.admit()?;
         let (reply, result) = oneshot::channel();
@@ -66,7 +61,7 @@ impl GuardQueue {
         let departure = cancel.on_drop();
         let schedule = {
             let mut q = self.queue.lock().expect("guard queue lock");
-            q.pending.push(Pending { inputs, risks, reply, cancel: cancel.clone() });
+            q.pending.push(Pending { requests, reply, cancel: cancel.clone() });
             !std::mem::replace(&mut q.scheduled, true)
         };
         if schedule {
@@ -102,25 +97,20 @@ impl GuardQueue {
         // a request whose client went away is not judged (but counted, as any job skipped)
         let (gone, mut pending): (Vec<Pending>, Vec<Pending>) = pending.into_iter().partition(|p| p.cancel.is_set());
         self.cancelled.inc_by(gone.len() as u64);
+        // at most MAX_BATCH inputs per evaluation; a request is never split
         while !pending.is_empty() {
-            let risks = pending[0].risks.clone();
-            let (mut group, rest): (Vec<Pending>, Vec<Pending>) = pending.into_iter().partition(|p| p.risks == risks);
-            pending = rest;
-            // at most MAX_BATCH inputs per evaluation; a request is never split
-            while !group.is_empty() {
-                let mut take = 0;
-                let mut n = 0;
-                while take < group.len() && (take == 0 || n + group[take].inputs.len() <= MAX_BATCH) {
-                    n += group[take].inputs.len();
-                    take += 1;
-                }
-                let batch: Vec<Pending> = group.drain(..take).collect();
-                self.batch_sizes.observe(batch.len() as f64);
-                let cancels: Vec<Cancel> = batch.iter().map(|p| p.cancel.clone()).collect();
-                judge(&evaluator, batch, &risks);
-                // clients that went away while judged, as the engine loop counts its jobs
-                self.cancelled.inc_by(cancels.iter().filter(|c| c.is_set()).count() as u64);
+            let mut take = 0;
+            let mut n = 0;
+            while take < pending.len() && (take == 0 || n + pending[take].requests.len() <= MAX_BATCH) {
+                n += pending[take].requests.len();
+                take += 1;
             }
+            let batch: Vec<Pending> = pending.drain(..take).collect();
+            self.batch_sizes.observe(batch.len() as f64);
+            let cancels: Vec<Cancel> = batch.iter().map(|p| p.cancel.clone()).collect();
+            judge(&evaluator, batch);
+            // clients that went away while judged, as the engine loop counts its jobs
+            self.cancelled.inc_by(cancels.iter().filter(|c| c.is_set()).count() as u64);
         }
     }
 }
@@ -128,23 +118,20 @@ impl GuardQueue {
 /// One evaluation over the requests' inputs together; when it fails, each request is judged
 /// alone, so that one request's error is only its own. A request judged alone stops when its
 /// client goes away; judged with others, its inputs are computed with theirs.
-fn judge(evaluator: &engine::guard::Evaluator, batch: Vec<Pending>, risks: &[String]) {
+fn judge(evaluator: &engine::guard::Evaluator, batch: Vec<Pending>) {
     if batch.len() > 1 {
         let never = AtomicBool::new(false);
-        let inputs: Vec<GuardInput> = batch.iter().flat_map(|p| p.inputs.iter().cloned()).collect();
-        if let Ok(mut items) = evaluator.evaluate_batch_cancellable(&inputs, risks, &never) {
+        let requests: Vec<GuardRequest> = batch.iter().flat_map(|p| p.requests.iter().cloned()).collect();
+        if let Ok(mut results) = evaluator.evaluate_batch_cancellable(&requests, &never) {
             for p in batch {
-                let mut mine: Vec<BatchItem> = items.drain(..p.inputs.len()).collect();
-                for (i, item) in mine.iter_mut().enumerate() {
-                    item.index = i;
-                }
+                let mine: Vec<GuardResult> = results.drain(..p.requests.len()).collect();
                 let _ = p.reply.send(Ok(mine));
             }
             return;
         }
     }
     for p in batch {
-        let result = evaluator.evaluate_batch_cancellable(&p.inputs, risks, p.cancel.flag());
+        let result = evaluator.evaluate_batch_cancellable(&p.requests, p.cancel.flag());
         let _ = p.reply.send(result);
     }
 }

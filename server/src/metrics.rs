@@ -193,18 +193,19 @@ impl Metrics {
         }
     }
 
-    /// The verdicts of one guard request that took `latency_ms`: each risk's latency, and the
-    /// unsafe ones counted.
+    /// The verdicts of one guard request that took `latency_ms`: each built-in risk's latency,
+    /// and the unsafe ones counted (custom risks are the callers' own names: no label for them).
     pub fn record_verdicts<'a>(&self, verdicts: impl IntoIterator<Item = &'a engine::guard::Verdict>, latency_ms: f64) {
         let mut seen: Vec<engine::guard::Risk> = Vec::new();
         for v in verdicts {
-            let labels: Labels = vec![("risk".into(), v.risk.name().into())];
+            let Some(risk) = v.risk.builtin() else { continue };
+            let labels: Labels = vec![("risk".into(), risk.name().into())];
             if v.is_unsafe {
                 self.guard_flagged.get_or_create(&labels).inc();
             }
             // a batch judges each risk once per input: its latency is observed once per request
-            if !seen.contains(&v.risk) {
-                seen.push(v.risk);
+            if !seen.contains(&risk) {
+                seen.push(risk);
                 self.guard_risk_latency_ms.get_or_create(&labels).observe(latency_ms);
             }
         }

@@ -5,13 +5,11 @@
 //! last user message match this description: ..."). The judged message is the assistant's reply
 //! when the input has one, else the user's message.
 
-use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::error::GuardError;
 use super::prompt::NativeRequest;
 use super::risks::{GuardFormat, GuardInput, Risk};
-use super::verdict::Verdict;
 
 /// The longest definition accepted (characters).
 pub const MAX_DEFINITION_CHARS: usize = 4000;
@@ -70,41 +68,6 @@ impl CustomRisk {
             }
         }
         NativeRequest { messages, guardian_config: Some(config), extra, add_generation_prompt: true }
-    }
-}
-
-/// A custom risk's verdict: the fields of a [`Verdict`], the risk under its own name.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct CustomVerdict {
-    pub risk: String,
-    #[serde(rename = "unsafe")]
-    pub is_unsafe: bool,
-    pub confidence: f32,
-    pub reasoning: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub risk_probability: Option<f32>,
-}
-
-impl CustomVerdict {
-    /// The verdict read for the custom risk's prompt (which was decoded under a stand-in risk).
-    pub fn named(name: &str, v: Verdict) -> CustomVerdict {
-        CustomVerdict {
-            risk: name.to_string(),
-            is_unsafe: v.is_unsafe,
-            confidence: v.confidence,
-            reasoning: v.reasoning,
-            risk_probability: v.risk_probability,
-        }
-    }
-}
-
-/// Decides each custom verdict by its threshold in `limits` (`(name, p)`): unsafe exactly when
-/// its `risk_probability` reaches it, as `policy::Thresholds` decides the built-in risks.
-pub fn apply_thresholds(verdicts: &mut [CustomVerdict], limits: &[(String, f64)]) {
-    for v in verdicts {
-        if let (Some(&(_, t)), Some(p)) = (limits.iter().find(|(n, _)| *n == v.risk), v.risk_probability) {
-            v.is_unsafe = f64::from(p) >= t;
-        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! `GuardError`: everything the guard can refuse or fail with. The request errors carry the exact
-//! messages of the contract (guard.md §2), which the HTTP layer returns with status 400 and the
-//! CLI prints as its one error line.
+//! messages of the contract (guard.md §2), which the HTTP layer returns with status 400 (the
+//! server's `error.rs` says how each is reported) and the CLI prints as its one error line.
 
 use crate::chat::ChatError;
 
@@ -44,6 +44,9 @@ pub enum GuardError {
     /// A custom risk whose name or definition is refused (the message says which and why).
     #[error("{0}")]
     CustomRisk(String),
+    /// A scan (the 9 harm risks) asked for risks of its own.
+    #[error("a scan judges the 9 harm risks: leave risks out")]
+    ScanRisks,
     /// A batch with no inputs.
     #[error("inputs is required")]
     BatchEmpty,
@@ -75,52 +78,15 @@ impl GuardError {
                 | GuardError::AssistantRequired(_)
                 | GuardError::Messages(_)
                 | GuardError::CustomRisk(_)
+                | GuardError::ScanRisks
                 | GuardError::BatchEmpty
                 | GuardError::BatchTooLarge { .. }
         )
     }
 
-    /// How the OpenAI-style API reports this error: HTTP status, `type`, `param` and `code` of
-    /// the `{"error": {...}}` body (the message is the error's display text). The caller's
-    /// faults are 400 `invalid_request_error` naming the field. An answer the model gave but
-    /// that does not follow the format is 422 `model_error`: the request was understood and the
-    /// server worked, but this model cannot answer it in this format (typically a format it was
-    /// not trained on), and decoding is greedy, so a retry gives the same answer. Engine faults
-    /// are 500 `server_error`.
-    pub fn api_error(&self) -> ApiError {
-        let invalid = |param: &'static str| ApiError { status: 400, kind: "invalid_request_error", param: Some(param), code: None };
-        let server = |code: &'static str| ApiError { status: 500, kind: "server_error", param: None, code: Some(code) };
-        match self {
-            GuardError::UserRequired => invalid("input.user"),
-            GuardError::InvalidRisk(_) => invalid("risks"),
-            GuardError::RagInputRequired(_) | GuardError::Prompt { .. } => invalid("input"),
-            GuardError::AssistantRequired(_) => invalid("input.assistant"),
-            GuardError::Messages(_) => invalid("input.messages"),
-            GuardError::CustomRisk(_) => invalid("risk_definitions"),
-            GuardError::UnsupportedFormat(_) => invalid("format"),
-            GuardError::ThinkRequiresFormat33 => invalid("think"),
-            GuardError::BatchEmpty | GuardError::BatchTooLarge { .. } => invalid("inputs"),
-            GuardError::Unparseable { .. } => {
-                ApiError { status: 422, kind: "model_error", param: None, code: Some("unparseable_model_output") }
-            }
-            GuardError::Template(_) => server("template_error"),
-            GuardError::Cancelled => server("cancelled"),
-            GuardError::Device(_) | GuardError::Model(_) | GuardError::Generate(_) => server("engine_error"),
-        }
-    }
-
     pub(crate) fn prompt(message: impl Into<String>) -> GuardError {
         GuardError::Prompt { message: message.into() }
     }
-}
-
-/// The HTTP status and the `type`, `param`, `code` fields of an OpenAI-shaped error body.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ApiError {
-    pub status: u16,
-    pub kind: &'static str,
-    pub param: Option<&'static str>,
-    pub code: Option<&'static str>,
 }
 
 impl From<ChatError> for GuardError {

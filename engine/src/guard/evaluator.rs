@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex, TryLockError};
 
 use serde::Serialize;
 
-use super::custom::{CustomRisk, CustomVerdict};
+use super::custom::CustomRisk;
+use super::policy::Thresholds;
 use super::prompt_cache::{PromptCache, PromptCounters, PromptStats};
-use super::verdict::{risk_probability, verdict_3_0, verdict_3_2, verdict_3_3, Verdict, YesNoTokens};
+use super::verdict::{risk_probability, verdict_3_0, verdict_3_2, verdict_3_3, RiskName, Verdict, YesNoTokens};
 use super::{check_request, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardPrompt, Prompter, Risk};
 use crate::backend::{BackendError, Device};
 use crate::chat::tokenize_rendered;
@@ -60,16 +61,35 @@ impl Default for EvaluatorOptions {
     }
 }
 
-/// One evaluation: an input and the risks to judge it for.
+/// One evaluation: an input, the risks to judge it for, and how to decide.
 #[derive(Clone, Debug, Default)]
 pub struct GuardRequest {
     pub input: GuardInput,
-    /// Risk names; empty = the 9 harm risks.
+    /// Risk names, in the order of the verdicts: built-in risks and the names of `customs`.
+    /// Empty: the 9 harm risks, or only the custom risks when there are some.
     pub risks: Vec<String>,
+    /// Risks of the caller's own; each must be named in `risks` unless `risks` is empty.
+    pub customs: Vec<CustomRisk>,
     pub format: Option<String>,
     pub think: bool,
+    /// Risks decided by their `risk_probability` instead of the model's label (a policy's
+    /// thresholds with the request's own over them).
+    pub thresholds: Thresholds,
 }
 
+impl GuardRequest {
+    /// A request judging `input` for `risks` (empty: the 9 harm risks) by the model's labels.
+    pub fn new<S: AsRef<str>>(input: GuardInput, risks: &[S]) -> GuardRequest {
+        GuardRequest { input, risks: risks.iter().map(|r| r.as_ref().to_string()).collect(), ..GuardRequest::default() }
+    }
+
+    /// The same request for another input (a batch: one request per input).
+    pub fn with_input(&self, input: GuardInput) -> GuardRequest {
+        GuardRequest { input, ..self.clone() }
+    }
+}
+
+/// Final verdicts: thresholds applied, `flagged` when any verdict is unsafe.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GuardResult {
     pub flagged: bool,
@@ -84,11 +104,10 @@ pub struct ScanResult {
     pub highest_risk: Option<Risk>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct BatchItem {
-    pub index: usize,
-    pub flagged: bool,
-    pub verdicts: Vec<Verdict>,
+/// One request's prompts, each with the risk its verdict is about.
+struct Plan {
+    prompts: Vec<GuardPrompt>,
+    names: Vec<RiskName>,
 }
 
 /// A loaded guard model and how to prompt it.
@@ -154,99 +173,110 @@ impl Evaluator {
         self.evaluate_cancellable(request, &AtomicBool::new(false))
     }
 
-    /// The prompts a request is judged with, one per risk (empty risks: the 9 harm risks).
+    /// The prompts a request is judged with, in the order of its verdicts.
     pub fn prompts(&self, request: &GuardRequest) -> Result<Vec<GuardPrompt>, GuardError> {
-        let checked = check_request(&request.input, &request.risks, request.format.as_deref(), request.think, self.default_format())?;
-        self.prompter.render_all(&checked, &request.input)
+        Ok(self.plan(request)?.prompts)
     }
 
     /// [`Evaluator::evaluate`] that stops (with [`GuardError::Cancelled`]) once `cancel` is set.
     pub fn evaluate_cancellable(&self, request: &GuardRequest, cancel: &AtomicBool) -> Result<GuardResult, GuardError> {
-        let prompts = self.prompts(request)?;
-        let verdicts = self.run(vec![prompts], cancel)?.pop().unwrap_or_default();
-        Ok(GuardResult { flagged: verdicts.iter().any(|v| v.is_unsafe), verdicts })
-    }
-
-    /// The request's risks and custom risks judged together (one batch; the prompts share the
-    /// conversation): the built-in verdicts, and the custom ones in the order given. With custom
-    /// risks and no `risks`, only the custom risks are judged (not the 9 harm risks).
-    pub fn evaluate_with_custom(
-        &self,
-        request: &GuardRequest,
-        customs: &[CustomRisk],
-        cancel: &AtomicBool,
-    ) -> Result<(GuardResult, Vec<CustomVerdict>), GuardError> {
-        if customs.is_empty() {
-            return Ok((self.evaluate_cancellable(request, cancel)?, Vec::new()));
-        }
-        // the request's checks (input, format, think) apply whatever risks it names
-        let only_custom = request.risks.is_empty();
-        let stand_in = ["harm".to_string()];
-        let named: &[String] = if only_custom { &stand_in } else { &request.risks };
-        let checked = check_request(&request.input, named, request.format.as_deref(), request.think, self.default_format())?;
-        let mut prompts = if only_custom { Vec::new() } else { self.prompter.render_all(&checked, &request.input)? };
-        let builtin = prompts.len();
-        for c in customs {
-            prompts.push(self.prompter.render_custom(checked.format, c, &request.input, checked.think)?);
-        }
-        let mut verdicts = self.run(vec![prompts], cancel)?.pop().unwrap_or_default();
-        let custom: Vec<CustomVerdict> =
-            verdicts.split_off(builtin).into_iter().zip(customs).map(|(v, c)| CustomVerdict::named(&c.name, v)).collect();
-        let flagged = verdicts.iter().any(|v| v.is_unsafe) || custom.iter().any(|v| v.is_unsafe);
-        Ok((GuardResult { flagged, verdicts }, custom))
+        let plan = self.plan(request)?;
+        let verdicts = self.run(vec![plan.prompts], cancel)?.pop().unwrap_or_default();
+        Ok(decide(request, plan.names, verdicts))
     }
 
     /// The 9 harm risks; `highest_risk` is the unsafe verdict with the highest confidence (ties to
-    /// the earlier category).
+    /// the earlier category). The request names no risks of its own.
     pub fn scan(&self, input: &GuardInput) -> Result<ScanResult, GuardError> {
-        self.scan_cancellable(input, None, false, &AtomicBool::new(false))
+        self.scan_cancellable(&GuardRequest::new::<&str>(input.clone(), &[]), &AtomicBool::new(false))
     }
 
-    pub fn scan_cancellable(
-        &self,
-        input: &GuardInput,
-        format: Option<&str>,
-        think: bool,
-        cancel: &AtomicBool,
-    ) -> Result<ScanResult, GuardError> {
-        let request = GuardRequest { input: input.clone(), risks: Vec::new(), format: format.map(String::from), think };
-        let GuardResult { flagged, verdicts } = self.evaluate_cancellable(&request, cancel)?;
+    pub fn scan_cancellable(&self, request: &GuardRequest, cancel: &AtomicBool) -> Result<ScanResult, GuardError> {
+        if !request.risks.is_empty() || !request.customs.is_empty() {
+            return Err(GuardError::ScanRisks);
+        }
+        let GuardResult { flagged, verdicts } = self.evaluate_cancellable(request, cancel)?;
         let highest_risk = highest_risk(&verdicts);
         Ok(ScanResult { flagged, verdicts, highest_risk })
     }
 
-    /// Every input judged for `risks` (empty: the 9 harm risks), results in input order.
-    pub fn evaluate_batch<S: AsRef<str>>(&self, inputs: &[GuardInput], risks: &[S]) -> Result<Vec<BatchItem>, GuardError> {
-        self.evaluate_batch_cancellable(inputs, risks, &AtomicBool::new(false))
+    /// Every request judged (their prompts prefilled and decoded in the same passes), results
+    /// in request order; each request decided by its own thresholds.
+    pub fn evaluate_batch(&self, requests: &[GuardRequest]) -> Result<Vec<GuardResult>, GuardError> {
+        self.evaluate_batch_cancellable(requests, &AtomicBool::new(false))
     }
 
-    pub fn evaluate_batch_cancellable<S: AsRef<str>>(
-        &self,
-        inputs: &[GuardInput],
-        risks: &[S],
-        cancel: &AtomicBool,
-    ) -> Result<Vec<BatchItem>, GuardError> {
-        if inputs.is_empty() {
+    pub fn evaluate_batch_cancellable(&self, requests: &[GuardRequest], cancel: &AtomicBool) -> Result<Vec<GuardResult>, GuardError> {
+        if requests.is_empty() {
             return Err(GuardError::BatchEmpty);
         }
-        if inputs.len() > MAX_BATCH {
+        if requests.len() > MAX_BATCH {
             return Err(GuardError::BatchTooLarge { max: MAX_BATCH });
         }
-        let mut groups = Vec::with_capacity(inputs.len());
-        for input in inputs {
-            let checked = check_request(input, risks, None, false, self.default_format())?;
-            groups.push(self.prompter.render_all(&checked, input)?);
-        }
-        let per_pass = (MAX_SEQS_PER_PASS / groups[0].len().max(1)).max(1);
-        let mut items = Vec::with_capacity(inputs.len());
-        let mut iter = groups.into_iter().peekable();
-        while iter.peek().is_some() {
-            let chunk: Vec<Vec<GuardPrompt>> = iter.by_ref().take(per_pass).collect();
-            for verdicts in self.run(chunk, cancel)? {
-                items.push(BatchItem { index: items.len(), flagged: verdicts.iter().any(|v| v.is_unsafe), verdicts });
+        let plans: Vec<Plan> = requests.iter().map(|r| self.plan(r)).collect::<Result<_, _>>()?;
+        let mut results = Vec::with_capacity(requests.len());
+        let mut plans = plans.into_iter().zip(requests).peekable();
+        while plans.peek().is_some() {
+            // whole requests, up to MAX_SEQS_PER_PASS prompts (at least one request)
+            let (mut groups, mut decided) = (Vec::new(), Vec::new());
+            let mut seqs = 0;
+            while let Some((plan, _)) = plans.peek() {
+                if !groups.is_empty() && seqs + plan.prompts.len() > MAX_SEQS_PER_PASS {
+                    break;
+                }
+                seqs += plan.prompts.len();
+                let (plan, request) = plans.next().expect("peeked");
+                groups.push(plan.prompts);
+                decided.push((plan.names, request));
+            }
+            for (verdicts, (names, request)) in self.run(groups, cancel)?.into_iter().zip(decided) {
+                results.push(decide(request, names, verdicts));
             }
         }
-        Ok(items)
+        Ok(results)
+    }
+
+    /// A request's prompts in the order of its verdicts: its built-in risks through the
+    /// request's checks (guard.md §2; with only custom risks, the checks of a harm risk), its
+    /// custom risks each in its place in `risks`.
+    fn plan(&self, request: &GuardRequest) -> Result<Plan, GuardError> {
+        let custom = |name: &str| request.customs.iter().find(|c| c.name == name);
+        if let Some(c) = request.customs.iter().find(|c| !request.risks.is_empty() && !request.risks.contains(&c.name)) {
+            return Err(GuardError::CustomRisk(format!("{} is defined but not in risks: name it there to judge it", c.name)));
+        }
+        let builtin: Vec<&str> = request.risks.iter().map(String::as_str).filter(|r| custom(r).is_none()).collect();
+        let only_custom = builtin.is_empty() && !request.customs.is_empty();
+        let named: &[&str] = if only_custom { &["harm"] } else { &builtin };
+        let checked = check_request(&request.input, named, request.format.as_deref(), request.think, self.default_format())?;
+        let mut plan = Plan { prompts: Vec::new(), names: Vec::new() };
+        let mut add = |prompt: GuardPrompt, name: RiskName| {
+            if !plan.names.contains(&name) {
+                plan.prompts.push(prompt);
+                plan.names.push(name);
+            }
+        };
+        let input = &request.input;
+        if request.risks.is_empty() {
+            for c in &request.customs {
+                add(self.prompter.render_custom(checked.format, c, input, checked.think)?, RiskName::Custom(c.name.clone()));
+            }
+            if !only_custom {
+                for &r in &checked.risks {
+                    add(self.prompter.render(checked.format, r, input, checked.think)?, r.into());
+                }
+            }
+            return Ok(plan);
+        }
+        for name in &request.risks {
+            match (custom(name), Risk::from_name(name)) {
+                (Some(c), _) => {
+                    add(self.prompter.render_custom(checked.format, c, input, checked.think)?, RiskName::Custom(c.name.clone()))
+                }
+                (None, Some(r)) => add(self.prompter.render(checked.format, r, input, checked.think)?, r.into()),
+                (None, None) => return Err(GuardError::InvalidRisk(name.clone())),
+            }
+        }
+        Ok(plan)
     }
 
     /// Runs groups of prompts (a group = one input's prompts, sharing a prefix) and returns
@@ -376,9 +406,21 @@ impl Evaluator {
     }
 }
 
-/// Among unsafe verdicts the highest confidence, ties to the earlier category.
+/// The request's final verdicts: each read verdict named by its risk, the thresholds applied.
+fn decide(request: &GuardRequest, names: Vec<RiskName>, verdicts: Vec<Verdict>) -> GuardResult {
+    let mut verdicts: Vec<Verdict> = verdicts.into_iter().zip(names).map(|(v, name)| v.named(name)).collect();
+    let flagged = request.thresholds.apply(&mut verdicts);
+    GuardResult { flagged, verdicts }
+}
+
+/// Among unsafe verdicts of built-in risks the highest confidence, ties to the earlier category.
 pub fn highest_risk(verdicts: &[Verdict]) -> Option<Risk> {
-    verdicts.iter().filter(|v| v.is_unsafe).min_by(|a, b| b.confidence.total_cmp(&a.confidence).then(a.risk.cmp(&b.risk))).map(|v| v.risk)
+    verdicts
+        .iter()
+        .filter(|v| v.is_unsafe)
+        .filter_map(|v| v.risk.builtin().map(|r| (r, v.confidence)))
+        .min_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)))
+        .map(|(r, _)| r)
 }
 
 /// A device this build lacks is refused clearly, before anything is loaded.
@@ -394,7 +436,7 @@ mod tests {
     use super::*;
 
     fn v(risk: Risk, is_unsafe: bool, confidence: f32) -> Verdict {
-        Verdict { risk, is_unsafe, confidence, reasoning: String::new(), risk_probability: None }
+        Verdict { risk: risk.into(), is_unsafe, confidence, reasoning: String::new(), risk_probability: None }
     }
 
     #[test]

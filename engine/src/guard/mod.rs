@@ -27,9 +27,9 @@ pub mod prompt_cache;
 pub mod risks;
 pub mod verdict;
 
-pub use custom::{CustomRisk, CustomVerdict};
+pub use custom::CustomRisk;
 pub use error::GuardError;
-pub use evaluator::{BatchItem, Evaluator, EvaluatorOptions, GuardRequest, GuardResult, ScanResult, DEFAULT_PROMPT_CACHE_BYTES, MAX_BATCH};
+pub use evaluator::{Evaluator, EvaluatorOptions, GuardRequest, GuardResult, ScanResult, DEFAULT_PROMPT_CACHE_BYTES, MAX_BATCH};
 pub use generic::GenericPrompt;
 pub use policy::Thresholds;
 pub use presets::{Policies, Policy, PolicyFileError};
@@ -39,4 +39,4 @@ pub use risks::{
     check_request, detect_format, is_guardian_template, parse_risks, CheckedRequest, Detection, GuardFormat, GuardInput, Judged, Risk,
     RiskGroup,
 };
-pub use verdict::{Verdict, YesNoTokens};
+pub use verdict::{RiskName, Verdict, YesNoTokens};

@@ -33,8 +33,8 @@ pub fn category_score(v: &Verdict) -> f32 {
 /// `(category name, flagged, score)` of every category of a result: the judged risks under
 /// their names, then OpenAI's categories whose risk was judged (a name both use, `violence`,
 /// once).
-pub fn categories(verdicts: &[Verdict]) -> Vec<(&'static str, bool, f32)> {
-    let mut out: Vec<(&'static str, bool, f32)> = verdicts.iter().map(|v| (v.risk.name(), v.is_unsafe, category_score(v))).collect();
+pub fn categories(verdicts: &[Verdict]) -> Vec<(&str, bool, f32)> {
+    let mut out: Vec<(&str, bool, f32)> = verdicts.iter().map(|v| (v.risk.name(), v.is_unsafe, category_score(v))).collect();
     for (name, risk) in OPENAI_CATEGORIES {
         if out.iter().any(|(n, _, _)| *n == name) {
             continue;
@@ -51,7 +51,7 @@ mod tests {
     use super::*;
 
     fn v(risk: Risk, is_unsafe: bool, p: Option<f32>) -> Verdict {
-        Verdict { risk, is_unsafe, confidence: 0.99, reasoning: String::new(), risk_probability: p }
+        Verdict { risk: risk.into(), is_unsafe, confidence: 0.99, reasoning: String::new(), risk_probability: p }
     }
 
     #[test]

@@ -2,13 +2,16 @@
 //! `risk_probability` instead of the model's own label. A risk with a threshold `t` is unsafe
 //! exactly when `risk_probability >= t`; a verdict without a probability (the model gave neither
 //! yes nor no any weight) keeps its label; risks without a threshold keep their label. The
-//! verdict's `confidence` stays the model's confidence in its own label.
+//! verdict's `confidence` stays the model's confidence in its own label. The evaluator applies
+//! them (`GuardRequest::thresholds`): every caller gets verdicts decided the same way.
 
+use super::custom::CustomRisk;
+use super::verdict::RiskName;
 use super::{Risk, Verdict};
 
-/// Thresholds by risk, in the order given (a risk at most once).
+/// Thresholds by risk (built-in or custom), in the order given (a risk at most once).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Thresholds(Vec<(Risk, f64)>);
+pub struct Thresholds(Vec<(RiskName, f64)>);
 
 /// Why a threshold was refused: the message names the risk or the value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,10 +39,22 @@ impl Thresholds {
     /// From `(risk name, threshold)` pairs: every name a risk of the contract, every threshold
     /// a number in 0..=1, no risk twice.
     pub fn parse<S: AsRef<str>>(pairs: impl IntoIterator<Item = (S, f64)>) -> Result<Thresholds, ThresholdError> {
-        let mut out: Vec<(Risk, f64)> = Vec::new();
+        Thresholds::parse_with_custom(pairs, &[])
+    }
+
+    /// [`Thresholds::parse`] where a name may also be one of `customs`.
+    pub fn parse_with_custom<S: AsRef<str>>(
+        pairs: impl IntoIterator<Item = (S, f64)>,
+        customs: &[CustomRisk],
+    ) -> Result<Thresholds, ThresholdError> {
+        let mut out: Vec<(RiskName, f64)> = Vec::new();
         for (name, t) in pairs {
             let name = name.as_ref();
-            let risk = Risk::from_name(name).ok_or_else(|| ThresholdError(format!("invalid risk category: {name}")))?;
+            let risk = match Risk::from_name(name) {
+                Some(r) => RiskName::Builtin(r),
+                None if customs.iter().any(|c| c.name == name) => RiskName::Custom(name.to_string()),
+                None => return Err(ThresholdError(format!("invalid risk category: {name}"))),
+            };
             if !(0.0..=1.0).contains(&t) {
                 return Err(ThresholdError(format!("the threshold of {name} must be a number from 0 to 1, not {t}")));
             }
@@ -55,22 +70,26 @@ impl Thresholds {
         self.0.is_empty()
     }
 
-    pub fn get(&self, risk: Risk) -> Option<f64> {
-        self.0.iter().find(|(r, _)| *r == risk).map(|&(_, t)| t)
+    /// The threshold of a risk (a [`Risk`] or a [`RiskName`]).
+    pub fn get<R>(&self, risk: &R) -> Option<f64>
+    where
+        RiskName: PartialEq<R>,
+    {
+        self.0.iter().find(|(r, _)| r == risk).map(|&(_, t)| t)
     }
 
     /// These thresholds with `over`'s replacing them risk by risk (a request's own thresholds
     /// over its policy's).
     pub fn overridden_by(&self, over: &Thresholds) -> Thresholds {
-        let mut out: Vec<(Risk, f64)> = self.0.iter().filter(|(r, _)| over.get(*r).is_none()).copied().collect();
-        out.extend(over.0.iter().copied());
+        let mut out: Vec<(RiskName, f64)> = self.0.iter().filter(|(r, _)| over.get(r).is_none()).cloned().collect();
+        out.extend(over.0.iter().cloned());
         Thresholds(out)
     }
 
     /// Decides each verdict's `unsafe` by its threshold; returns whether any is unsafe.
     pub fn apply(&self, verdicts: &mut [Verdict]) -> bool {
         for v in verdicts.iter_mut() {
-            if let (Some(t), Some(p)) = (self.get(v.risk), v.risk_probability) {
+            if let (Some(t), Some(p)) = (self.get(&v.risk), v.risk_probability) {
                 // compared as given: the request's f64 against the probability the response shows
                 v.is_unsafe = f64::from(p) >= t;
             }
@@ -84,7 +103,7 @@ mod tests {
     use super::*;
 
     fn v(risk: Risk, is_unsafe: bool, p: Option<f32>) -> Verdict {
-        Verdict { risk, is_unsafe, confidence: 0.9, reasoning: String::new(), risk_probability: p }
+        Verdict { risk: risk.into(), is_unsafe, confidence: 0.9, reasoning: String::new(), risk_probability: p }
     }
 
     #[test]
@@ -105,7 +124,8 @@ mod tests {
     fn a_request_overrides_its_policy_risk_by_risk() {
         let policy = Thresholds::parse([("harm", 0.3), ("violence", 0.2)]).unwrap();
         let merged = policy.overridden_by(&Thresholds::parse([("harm", 0.8), ("profanity", 0.5)]).unwrap());
-        assert_eq!((merged.get(Risk::Harm), merged.get(Risk::Violence), merged.get(Risk::Profanity)), (Some(0.8), Some(0.2), Some(0.5)));
+        let get = |r: Risk| merged.get(&r);
+        assert_eq!((get(Risk::Harm), get(Risk::Violence), get(Risk::Profanity)), (Some(0.8), Some(0.2), Some(0.5)));
         assert_eq!(policy.overridden_by(&Thresholds::default()), policy);
     }
 
@@ -116,5 +136,17 @@ mod tests {
         assert!(Thresholds::parse([("harm", f64::NAN)]).is_err());
         assert!(Thresholds::parse([("harm", 0.5), ("harm", 0.6)]).unwrap_err().0.contains("two thresholds"));
         assert!(Thresholds::parse([("harm", 0.0), ("violence", 1.0)]).is_ok());
+    }
+
+    #[test]
+    fn a_custom_risk_takes_a_threshold_only_when_the_request_defines_it() {
+        let pii = CustomRisk::new("pii", "The message contains a phone number.").unwrap();
+        assert_eq!(Thresholds::parse([("pii", 0.5)]).unwrap_err().0, "invalid risk category: pii");
+        let t = Thresholds::parse_with_custom([("pii", 0.5), ("harm", 0.4)], &[pii]).unwrap();
+        let mut vs =
+            vec![Verdict { risk: RiskName::Custom("pii".into()), ..v(Risk::Harm, false, Some(0.6)) }, v(Risk::Harm, true, Some(0.3))];
+        assert!(t.apply(&mut vs));
+        assert!(vs[0].is_unsafe && !vs[1].is_unsafe);
+        assert_eq!(serde_json::to_value(&t).unwrap(), serde_json::json!({"pii": 0.5, "harm": 0.4}));
     }
 }

@@ -225,8 +225,8 @@ mod tests {
         assert_eq!(t, j);
         let strict = t.default_policy().unwrap();
         assert_eq!(strict.name, "strict");
-        assert_eq!(strict.thresholds.get(Risk::Violence), Some(0.25));
-        assert_eq!(t.select(Some("lenient")).unwrap().unwrap().thresholds.get(Risk::Harm), Some(0.9));
+        assert_eq!(strict.thresholds.get(&Risk::Violence), Some(0.25));
+        assert_eq!(t.select(Some("lenient")).unwrap().unwrap().thresholds.get(&Risk::Harm), Some(0.9));
         assert_eq!(t.select(None).unwrap().unwrap().name, "strict");
         assert_eq!(t.select(Some("nope")).unwrap_err(), "unknown policy `nope`: the server has lenient, strict");
         assert_eq!(Policies::default().select(None), Ok(None));

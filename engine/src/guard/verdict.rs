@@ -1,6 +1,9 @@
 //! Reading verdicts (guard.md §4): the Yes/No probabilities at a label position (every token
 //! whose trimmed lowercase text is "yes" / "no" counts), and the 3.2 / 3.3 output formats.
-//! "Yes" means the risk is present, in every format.
+//! "Yes" means the risk is present, in every format. A verdict names a built-in risk or a
+//! custom one (`RiskName`): both are judged, thresholded and printed the same way.
+
+use std::fmt;
 
 use serde::Serialize;
 
@@ -8,10 +11,59 @@ use super::{GuardError, Risk};
 use crate::logprobs::log_normalizer;
 use crate::tokenizer::{TokenId, Tokenizer};
 
+/// The risk a verdict is about: one of the 13 categories, or a custom risk of the request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RiskName {
+    Builtin(Risk),
+    Custom(String),
+}
+
+impl RiskName {
+    /// The API name (a custom risk's own name).
+    pub fn name(&self) -> &str {
+        match self {
+            RiskName::Builtin(r) => r.name(),
+            RiskName::Custom(n) => n,
+        }
+    }
+
+    /// The built-in risk, `None` for a custom one.
+    pub fn builtin(&self) -> Option<Risk> {
+        match self {
+            RiskName::Builtin(r) => Some(*r),
+            RiskName::Custom(_) => None,
+        }
+    }
+}
+
+impl From<Risk> for RiskName {
+    fn from(r: Risk) -> RiskName {
+        RiskName::Builtin(r)
+    }
+}
+
+impl PartialEq<Risk> for RiskName {
+    fn eq(&self, other: &Risk) -> bool {
+        self.builtin() == Some(*other)
+    }
+}
+
+impl fmt::Display for RiskName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for RiskName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 /// One risk's verdict, as the HTTP response and `--json` print it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Verdict {
-    pub risk: Risk,
+    pub risk: RiskName,
     #[serde(rename = "unsafe")]
     pub is_unsafe: bool,
     pub confidence: f32,
@@ -19,6 +71,14 @@ pub struct Verdict {
     /// P(yes) / (P(yes) + P(no)) at the label position, when the engine saw it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub risk_probability: Option<f32>,
+}
+
+impl Verdict {
+    /// The same verdict about another risk (a custom risk's prompt is read as a stand-in
+    /// built-in one).
+    pub fn named(self, risk: RiskName) -> Verdict {
+        Verdict { risk, ..self }
+    }
 }
 
 /// The token ids whose trimmed lowercase text is "yes" and "no" (" Yes", "YES", "no"...).
@@ -68,7 +128,7 @@ pub fn verdict_3_0(risk: Risk, p_yes: f64, p_no: f64) -> Result<Verdict, GuardEr
         .ok_or_else(|| GuardError::Unparseable { risk: risk.name().into(), output: "(no yes/no token has any probability)".into() })?;
     let is_unsafe = p_yes > p_no;
     let confidence = if is_unsafe { prob } else { 1.0 - prob };
-    Ok(Verdict { risk, is_unsafe, confidence, reasoning: String::new(), risk_probability: Some(prob) })
+    Ok(Verdict { risk: risk.into(), is_unsafe, confidence, reasoning: String::new(), risk_probability: Some(prob) })
 }
 
 /// Format 3.2: `Yes` / `No` first, then `<confidence> High|Low </confidence>` (0.9 / 0.3).
@@ -87,7 +147,7 @@ pub fn verdict_3_2(risk: Risk, output: &str, risk_probability: Option<f32>) -> R
         "low" => 0.3,
         _ => return Err(bad()),
     };
-    Ok(Verdict { risk, is_unsafe, confidence, reasoning: String::new(), risk_probability })
+    Ok(Verdict { risk: risk.into(), is_unsafe, confidence, reasoning: String::new(), risk_probability })
 }
 
 /// Format 3.3: the last `<score> yes|no </score>`; reasoning is the last `<think>...</think>`.
@@ -100,7 +160,7 @@ pub fn verdict_3_3(risk: Risk, output: &str, risk_probability: Option<f32>) -> R
         _ => return Err(bad()),
     };
     let reasoning = last_tag(output, "think").map(|t| t.trim().to_string()).unwrap_or_default();
-    Ok(Verdict { risk, is_unsafe, confidence: 1.0, reasoning, risk_probability })
+    Ok(Verdict { risk: risk.into(), is_unsafe, confidence: 1.0, reasoning, risk_probability })
 }
 
 /// The text inside the last `<tag>...</tag>` of `text`.

@@ -6,8 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::guard::evaluator::highest_risk;
-use engine::guard::{conversation, GuardFormat, GuardInput, GuardRequest, Thresholds, Verdict, MAX_BATCH};
+use engine::guard::{conversation, CustomRisk, GuardFormat, GuardInput, GuardRequest, Thresholds, MAX_BATCH};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
@@ -16,7 +15,6 @@ use crate::error::ApiError;
 use crate::http::{ok_json, Body};
 use crate::registry::ModelEntry;
 use crate::requests::guard::{GuardBody, PolicyFields, ThresholdMap};
-use crate::routes::custom_risks::CustomRisks;
 use crate::AppState;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,86 +33,47 @@ pub async fn handle(state: &Arc<AppState>, route: GuardRoute, body: Map<String, 
 }
 
 async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Value>, start: Instant) -> Result<Response<Body>, ApiError> {
-    let mut body = GuardBody::from_body(&Value::Object(body))?;
+    let body = GuardBody::from_body(&Value::Object(body))?;
     let id = body.model_id()?;
     let entry = state.registry.guard(Some(&id), "model")?;
-    let risks = risks(&body, route)?;
-    let format = body.format.clone();
-    let think = body.think.unwrap_or(false);
-    let customs = match (route, &body.risk_definitions) {
-        (_, None) => None,
-        (GuardRoute::Evaluate, Some(defs)) => {
-            let thresholds = &mut body.policy.thresholds.get_or_insert_with(Default::default).0;
-            Some(CustomRisks::parse(&defs.0, thresholds, &risks)?)
-        }
-        _ => return Err(ApiError::invalid_param("risk_definitions", "custom risks are judged by POST /v1/guard")),
+    let customs = custom_risks(&body, route)?;
+    let applied = applied(state, &body.policy, &customs)?;
+    let template = GuardRequest {
+        input: GuardInput::default(),
+        risks: risks(&body, route)?,
+        customs,
+        format: body.format.clone(),
+        think: body.think.unwrap_or(false),
+        thresholds: applied.thresholds.clone(),
     };
-    let applied = applied(state, &body.policy)?;
-    let limits = applied.thresholds.clone();
-    let (mut out, verdicts) = match route {
+    let (out, verdicts) = match route {
         GuardRoute::Batch => {
             let inputs: Vec<GuardInput> =
                 body.inputs.iter().flatten().enumerate().map(|(i, v)| input(v, &format!("inputs[{i}]"))).collect::<Result<_, _>>()?;
             if inputs.len() > MAX_BATCH {
                 return Err(engine::guard::GuardError::BatchTooLarge { max: MAX_BATCH }.into());
             }
-            let mut items = entry.guard_queue.evaluate(&entry.worker, inputs, risks).await?;
-            if !limits.is_empty() {
-                for item in &mut items {
-                    item.flagged = limits.apply(&mut item.verdicts);
-                }
-            }
-            let verdicts: Vec<Verdict> = items.iter().flat_map(|i| i.verdicts.iter().cloned()).collect();
-            (json!({"results": items}), verdicts)
-        }
-        GuardRoute::Evaluate if customs.is_some() => {
-            let customs = customs.expect("matched");
-            let input = input(body.input.as_ref().unwrap_or(&Value::Null), "input")?;
-            let request = GuardRequest { input, risks: customs.builtin.clone(), format: format.clone(), think };
-            let list = customs.risks.clone();
-            let (mut r, mut custom) = entry
-                .worker
-                .run(move |engine, cancel| {
-                    let ev = engine.guard.clone().expect("guard entries have an evaluator");
-                    ev.evaluate_with_custom(&request, &list, cancel.flag())
-                })
-                .await??;
-            if !limits.is_empty() {
-                limits.apply(&mut r.verdicts);
-            }
-            customs.apply(&mut custom);
-            let flagged = r.verdicts.iter().any(|v| v.is_unsafe) || custom.iter().any(|v| v.is_unsafe);
-            let mut out = json!({"flagged": flagged, "verdicts": customs.merge(&r.verdicts, &custom)});
-            let mut echo = match json!(limits) {
-                Value::Object(m) => m,
-                _ => Map::new(),
-            };
-            customs.echo(&mut echo);
-            if !echo.is_empty() {
-                out["thresholds"] = Value::Object(echo);
-            }
-            (out, r.verdicts)
+            let requests = inputs.into_iter().map(|i| template.with_input(i)).collect();
+            let results = entry.guard_queue.evaluate(&entry.worker, requests).await?;
+            let items: Vec<Value> = results
+                .iter()
+                .enumerate()
+                .map(|(index, r)| json!({"index": index, "flagged": r.flagged, "verdicts": r.verdicts}))
+                .collect();
+            (json!({"results": items}), results.into_iter().flat_map(|r| r.verdicts).collect())
         }
         GuardRoute::Evaluate | GuardRoute::Scan => {
-            let input = input(body.input.as_ref().unwrap_or(&Value::Null), "input")?;
-            let request = GuardRequest { input, risks, format: format.clone(), think };
+            let request = template.with_input(input(body.input.as_ref().unwrap_or(&Value::Null), "input")?);
             let scan = route == GuardRoute::Scan;
             entry
                 .worker
                 .run(move |engine, cancel| {
                     let ev = engine.guard.clone().expect("guard entries have an evaluator");
                     if scan {
-                        let mut r = ev.scan_cancellable(&request.input, request.format.as_deref(), request.think, cancel.flag())?;
-                        if !limits.is_empty() {
-                            r.flagged = limits.apply(&mut r.verdicts);
-                            r.highest_risk = highest_risk(&r.verdicts);
-                        }
+                        let r = ev.scan_cancellable(&request, cancel.flag())?;
                         Ok((json!(r), r.verdicts))
                     } else {
-                        let mut r = ev.evaluate_cancellable(&request, cancel.flag())?;
-                        if !limits.is_empty() {
-                            r.flagged = limits.apply(&mut r.verdicts);
-                        }
+                        let r = ev.evaluate_cancellable(&request, cancel.flag())?;
                         Ok::<_, engine::guard::GuardError>((json!(r), r.verdicts))
                     }
                 })
@@ -123,10 +82,28 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
     };
     let latency_ms = start.elapsed().as_secs_f64() * 1e3;
     state.metrics.record_verdicts(&verdicts, latency_ms);
-    let mut response = audit::fields(&id, entry.digest.as_ref(), &format_label(&entry, format.as_deref()), &applied);
-    response.extend(out.as_object_mut().map(std::mem::take).unwrap_or_default());
+    let mut response = audit::fields(&id, entry.digest.as_ref(), &format_label(&entry, body.format.as_deref()), &applied);
+    response.extend(out.as_object().cloned().unwrap_or_default());
     response.insert("latency_ms".into(), json!(latency_ms));
     Ok(ok_json(&Value::Object(response)))
+}
+
+/// `risk_definitions: {name: definition}` (`/v1/guard` only): risks of the caller's own, judged
+/// where `risks` names them (the evaluator refuses one that `risks` leaves out).
+fn custom_risks(body: &GuardBody, route: GuardRoute) -> Result<Vec<CustomRisk>, ApiError> {
+    let Some(defs) = &body.risk_definitions else { return Ok(Vec::new()) };
+    if route != GuardRoute::Evaluate {
+        return Err(ApiError::invalid_param("risk_definitions", "custom risks are judged by POST /v1/guard"));
+    }
+    defs.0
+        .iter()
+        .map(|(name, def)| {
+            let def = def
+                .as_str()
+                .ok_or_else(|| ApiError::invalid_param("risk_definitions", format!("the definition of {name} must be a string")))?;
+            Ok(CustomRisk::new(name, def)?)
+        })
+        .collect()
 }
 
 /// The prompt format a request was judged in: the request's (as the evaluator reads it), else
@@ -142,15 +119,16 @@ pub fn format_label(entry: &ModelEntry, requested: Option<&str>) -> String {
 
 /// The policy (`policy: "name"`, else the server's default policy) and thresholds
 /// (`thresholds`, over the policy's) a guard request is judged by.
-pub fn applied(state: &AppState, fields: &PolicyFields) -> Result<Applied, ApiError> {
+pub fn applied(state: &AppState, fields: &PolicyFields, customs: &[CustomRisk]) -> Result<Applied, ApiError> {
     let requested = fields.policy.as_ref().map(|p| p.0.as_str());
     let policy = state.policies.select(requested).map_err(|m| ApiError::invalid_param("policy", m))?;
-    Ok(Applied::new(policy, thresholds(fields)?))
+    Ok(Applied::new(policy, thresholds(fields, customs)?))
 }
 
-/// `thresholds: {risk: p}` (each a risk of the contract, p from 0 to 1): a risk with one is
-/// unsafe exactly when its `risk_probability` reaches it (`engine::guard::policy`).
-pub fn thresholds(fields: &PolicyFields) -> Result<Thresholds, ApiError> {
+/// `thresholds: {risk: p}` (each a risk of the contract or one of the request's custom risks,
+/// p from 0 to 1): a risk with one is unsafe exactly when its `risk_probability` reaches it
+/// (`engine::guard::policy`, applied by the evaluator).
+pub fn thresholds(fields: &PolicyFields, customs: &[CustomRisk]) -> Result<Thresholds, ApiError> {
     let bad = |m: String| ApiError::invalid_param("thresholds", m);
     let Some(ThresholdMap(map)) = &fields.thresholds else { return Ok(Thresholds::default()) };
     let mut pairs = Vec::with_capacity(map.len());
@@ -158,7 +136,7 @@ pub fn thresholds(fields: &PolicyFields) -> Result<Thresholds, ApiError> {
         let t = t.as_f64().ok_or_else(|| bad(format!("the threshold of {risk} must be a number from 0 to 1")))?;
         pairs.push((risk.as_str(), t));
     }
-    Thresholds::parse(pairs).map_err(|e| bad(e.0))
+    Thresholds::parse_with_custom(pairs, customs).map_err(|e| bad(e.0))
 }
 
 fn risks(body: &GuardBody, route: GuardRoute) -> Result<Vec<String>, ApiError> {

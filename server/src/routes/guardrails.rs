@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use engine::guard::{conversation, GuardInput, Risk, RiskGroup};
+use engine::guard::{conversation, GuardInput, GuardRequest, Risk, RiskGroup};
 use serde_json::{json, Value};
 
 use crate::audit::{self, Applied};
@@ -65,9 +65,11 @@ pub fn parse(state: &AppState, field: Option<&GuardrailsField>) -> Result<Option
             Some(_) => Err(bad(&format!("guard.{key} must be an integer from {min} to {max}"))),
         }
     };
-    // a `guard` object alone guards both sides; the server's sides always stay on
-    let input = field.input.unwrap_or(true) || server.input;
-    let output = field.output.unwrap_or(true) || server.output;
+    // a side left out is guarded unless the other side is named true: `{}` guards both,
+    // `{"output": true}` only the output, `{"input": false}` only the output; the server's
+    // sides always stay on
+    let input = field.input.unwrap_or(field.output != Some(true)) || server.input;
+    let output = field.output.unwrap_or(field.input != Some(true)) || server.output;
     if !input && !output {
         return Err(bad("guard needs input or output (or both) to be true"));
     }
@@ -86,8 +88,8 @@ pub fn parse(state: &AppState, field: Option<&GuardrailsField>) -> Result<Option
         None => state.registry.guard(None, "guard")?,
         Some(id) => state.registry.guard(Some(id), "guard.model")?,
     };
-    let applied =
-        applied(state, &field.policy).map_err(|e| ApiError { param: Some(format!("guard.{}", e.param.as_deref().unwrap_or(""))), ..e })?;
+    let applied = applied(state, &field.policy, &[])
+        .map_err(|e| ApiError { param: Some(format!("guard.{}", e.param.as_deref().unwrap_or(""))), ..e })?;
     Ok(Some(Arc::new(Guardrails {
         guard,
         input,
@@ -111,11 +113,9 @@ impl Guardrails {
     pub async fn judge(&self, state: &AppState, input: GuardInput, stage: &str) -> Result<Judgement, ApiError> {
         let start = std::time::Instant::now();
         state.metrics.guard_requests.inc();
-        let mut items = self.guard.guard_queue.evaluate(&self.guard.worker, vec![input], self.risks.clone()).await?;
-        let mut item = items.pop().ok_or_else(|| ApiError::server("the guard returned no result"))?;
-        if !self.applied.thresholds.is_empty() {
-            item.flagged = self.applied.thresholds.apply(&mut item.verdicts);
-        }
+        let request = GuardRequest { thresholds: self.applied.thresholds.clone(), ..GuardRequest::new(input, &self.risks) };
+        let mut items = self.guard.guard_queue.evaluate(&self.guard.worker, vec![request]).await?;
+        let item = items.pop().ok_or_else(|| ApiError::server("the guard returned no result"))?;
         let latency_ms = start.elapsed().as_secs_f64() * 1e3;
         state.metrics.guard_latency_ms.observe(latency_ms);
         state.metrics.record_verdicts(&item.verdicts, latency_ms);

@@ -4,7 +4,6 @@ pub mod chat;
 mod chat_request;
 mod chat_turn;
 pub mod completions;
-pub mod custom_risks;
 pub mod embeddings;
 pub mod generation;
 pub mod guard;

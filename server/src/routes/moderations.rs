@@ -3,13 +3,13 @@
 //! `{id, model, results: [{flagged, categories, category_scores, category_applied_input_types}]}`,
 //! the categories under the risks' names and OpenAI's (`engine::guard::moderation`), the scores
 //! the risks' `risk_probability`; `policy` and `thresholds: {risk: p}` decide `unsafe` by the
-//! probability (`engine::guard::policy`) and are echoed with the other audit fields (`audit`).
+//! probability (the evaluator applies them, `engine::guard::policy`) and are echoed with the other audit fields (`audit`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use engine::guard::moderation::categories;
-use engine::guard::{GuardInput, MAX_BATCH};
+use engine::guard::{GuardInput, GuardRequest, MAX_BATCH};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
@@ -36,12 +36,9 @@ async fn moderate(state: &Arc<AppState>, body: Map<String, Value>, start: Instan
         None => state.registry.guard(None, "model")?,
     };
     let inputs = inputs(body.input.as_ref())?;
-    let applied = applied(state, &body.policy)?;
-    let limits = applied.thresholds.clone();
-    let mut items = entry.guard_queue.evaluate(&entry.worker, inputs, Vec::new()).await?;
-    for item in &mut items {
-        item.flagged = limits.apply(&mut item.verdicts);
-    }
+    let applied = applied(state, &body.policy, &[])?;
+    let requests = inputs.into_iter().map(|input| GuardRequest { input, thresholds: applied.thresholds.clone(), ..Default::default() });
+    let items = entry.guard_queue.evaluate(&entry.worker, requests.collect()).await?;
     let results: Vec<Value> = items
         .iter()
         .map(|item| {

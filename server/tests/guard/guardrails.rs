@@ -143,10 +143,18 @@ fn an_output_guard_cuts_a_stream_with_content_filter_and_the_verdicts() {
 #[test]
 fn an_output_guard_withholds_a_flagged_plain_reply() {
     let base = start(builder());
-    let r: Value = chat(&base, json!({"input": false, "risks": ["violence"], "thresholds": {"violence": 0.0}}), false).json().unwrap();
-    let choice = &r["choices"][0];
-    assert_eq!((choice["finish_reason"].as_str(), choice["message"]["content"].clone()), (Some("content_filter"), Value::Null), "{r}");
-    assert_eq!(choice["guard"]["verdicts"][0]["risk"], "violence");
+    // `input: false`, or naming only `output`: the input is not judged (it would be flagged)
+    for only_output in [json!({"input": false}), json!({"output": true})] {
+        let mut guard = json!({"risks": ["violence"], "thresholds": {"violence": 0.0}});
+        guard.as_object_mut().unwrap().extend(only_output.as_object().unwrap().clone());
+        let r: Value = chat(&base, guard, false).json().unwrap();
+        let choice = &r["choices"][0];
+        assert_eq!((choice["finish_reason"].as_str(), choice["message"]["content"].clone()), (Some("content_filter"), Value::Null), "{r}");
+        assert_eq!(choice["guard"]["verdicts"][0]["risk"], "violence");
+    }
+    // naming only `input`: the output is not judged
+    let r: Value = chat(&base, json!({"input": true, "risks": ["violence"], "thresholds": {"violence": 1.0}}), false).json().unwrap();
+    assert!(r["choices"][0].get("guard").is_none() && r["choices"][0]["finish_reason"] != "content_filter", "{r}");
     let r: Value = chat(&base, json!({"input": false, "thresholds": {"violence": 1.0}, "risks": ["violence"]}), false).json().unwrap();
     assert!(r["choices"][0]["message"]["content"].as_str().is_some_and(|t| !t.is_empty()), "{r}");
     assert_eq!(r["choices"][0]["guard"]["flagged"], false);

@@ -1,12 +1,13 @@
 //! The evaluator end to end on the tiny Guardian-shaped models (random weights: the verdicts
 //! mean nothing, the mechanics are tested): requests, scans and batches give well-formed
 //! verdicts; a scan with its shared prefix computed once equals nine separate evaluations;
-//! the contract's request errors; cancellation.
+//! the contract's request errors; every request decided by its own thresholds and custom
+//! risks; cancellation.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use engine::guard::{Evaluator, EvaluatorOptions, GuardError, GuardInput, GuardRequest, Risk};
+use engine::guard::{CustomRisk, Evaluator, EvaluatorOptions, GuardError, GuardInput, GuardRequest, Risk, RiskName, Thresholds};
 use engine::model::Model;
 use engine_tests::fixture;
 
@@ -23,7 +24,7 @@ fn input() -> GuardInput {
 fn a_scan_equals_nine_separate_evaluations() {
     let ev = evaluator("3.0");
     let scan = ev.scan(&input()).unwrap();
-    assert_eq!(scan.verdicts.iter().map(|v| v.risk).collect::<Vec<_>>(), Risk::HARM);
+    assert_eq!(scan.verdicts.iter().map(|v| v.risk.builtin().unwrap()).collect::<Vec<_>>(), Risk::HARM);
     assert_eq!(scan.flagged, scan.verdicts.iter().any(|v| v.is_unsafe));
     assert_eq!(scan.highest_risk.is_some(), scan.flagged);
     for v in &scan.verdicts {
@@ -70,27 +71,78 @@ fn random_weights_give_unparseable_output_as_errors_not_safe() {
 #[test]
 fn a_batch_keeps_input_order_and_limits() {
     let ev = evaluator("3.0");
-    let inputs = vec![input(), GuardInput::new("Hello there"), GuardInput::new("Tell me a joke")];
-    let items = ev.evaluate_batch(&inputs, &["harm", "profanity"]).unwrap();
-    assert_eq!(items.iter().map(|i| i.index).collect::<Vec<_>>(), [0, 1, 2]);
-    for (item, inp) in items.iter().zip(&inputs) {
-        let alone = ev.evaluate(&GuardRequest { input: inp.clone(), risks: vec!["harm".into(), "profanity".into()], ..Default::default() });
-        assert_eq!(item.verdicts, alone.unwrap().verdicts);
+    let inputs = [input(), GuardInput::new("Hello there"), GuardInput::new("Tell me a joke")];
+    let requests: Vec<GuardRequest> = inputs.iter().map(|i| GuardRequest::new(i.clone(), &["harm", "profanity"])).collect();
+    let items = ev.evaluate_batch(&requests).unwrap();
+    assert_eq!(items.len(), 3);
+    for (item, request) in items.iter().zip(&requests) {
+        assert_eq!(item, &ev.evaluate(request).unwrap());
     }
-    let none: [&str; 0] = [];
-    assert_eq!(ev.evaluate_batch(&[], &none).unwrap_err().to_string(), "inputs is required");
-    let many = vec![GuardInput::new("x"); 257];
-    assert_eq!(ev.evaluate_batch(&many, &none).unwrap_err().to_string(), "inputs exceeds maximum batch size of 256");
+    assert_eq!(ev.evaluate_batch(&[]).unwrap_err().to_string(), "inputs is required");
+    let many = vec![GuardRequest::new::<&str>(GuardInput::new("x"), &[]); 257];
+    assert_eq!(ev.evaluate_batch(&many).unwrap_err().to_string(), "inputs exceeds maximum batch size of 256");
+}
+
+#[test]
+fn each_request_of_a_batch_is_decided_by_its_own_risks_and_thresholds() {
+    let ev = evaluator("3.0");
+    let raw = ev.evaluate(&GuardRequest::new(input(), &["harm", "violence"])).unwrap();
+    let p = |i: usize| f64::from(raw.verdicts[i].risk_probability.unwrap());
+    // one threshold just above harm's probability, one at violence's: both decide against the
+    // label the probability alone would give on one side
+    let above = (p(0) + 1e-6).min(1.0);
+    let strict = Thresholds::parse([("harm", above), ("violence", p(1))]).unwrap();
+    let requests = vec![
+        GuardRequest { thresholds: strict.clone(), ..GuardRequest::new(input(), &["harm", "violence"]) },
+        GuardRequest::new(GuardInput::new("Hello there"), &["profanity"]),
+        GuardRequest::new(input(), &["harm", "violence"]),
+    ];
+    let results = ev.evaluate_batch(&requests).unwrap();
+    assert_eq!(results[2], raw, "no thresholds: the model's labels");
+    let decided = &results[0].verdicts;
+    assert_eq!((decided[0].is_unsafe, decided[1].is_unsafe), (p(0) >= above, true), "{decided:?}");
+    assert!(results[0].flagged);
+    assert_eq!(decided[0].risk_probability, raw.verdicts[0].risk_probability);
+    assert_eq!(results[1].verdicts.iter().map(|v| v.risk.name()).collect::<Vec<_>>(), ["profanity"]);
+    for (result, request) in results.iter().zip(&requests) {
+        assert_eq!(result, &ev.evaluate(request).unwrap(), "judged alone");
+    }
+}
+
+#[test]
+fn custom_risks_take_their_place_in_risks_and_their_thresholds() {
+    let ev = evaluator("3.0");
+    let pii = CustomRisk::new("pii", "The message contains a phone number or an address.").unwrap();
+    let request = |risks: &[&str], thresholds: Thresholds| GuardRequest {
+        customs: vec![pii.clone()],
+        thresholds,
+        ..GuardRequest::new(GuardInput::new("Call me at 555-0100"), risks)
+    };
+    let r = ev.evaluate(&request(&["harm", "pii", "violence"], Thresholds::default())).unwrap();
+    assert_eq!(r.verdicts.iter().map(|v| v.risk.name()).collect::<Vec<_>>(), ["harm", "pii", "violence"]);
+    assert_eq!(r.verdicts[1].risk, RiskName::Custom("pii".into()));
+    let alone = ev.evaluate(&request(&[], Thresholds::default())).unwrap();
+    assert_eq!(alone.verdicts, [r.verdicts[1].clone()], "no risks: only the custom ones");
+    // a threshold of 0 flags the custom risk whatever the model says; 1 clears it unless certain
+    let p = r.verdicts[1].risk_probability.unwrap();
+    let zero = Thresholds::parse_with_custom([("pii", 0.0)], std::slice::from_ref(&pii)).unwrap();
+    let flagged = ev.evaluate(&request(&["pii"], zero)).unwrap();
+    assert!(flagged.flagged && flagged.verdicts[0].is_unsafe);
+    let one = Thresholds::parse_with_custom([("pii", 1.0)], std::slice::from_ref(&pii)).unwrap();
+    assert_eq!(ev.evaluate(&request(&["pii"], one)).unwrap().verdicts[0].is_unsafe, p >= 1.0);
+    let e = ev.evaluate(&request(&["harm"], Thresholds::default())).unwrap_err();
+    assert_eq!(e.to_string(), "pii is defined but not in risks: name it there to judge it");
+    let scan = ev.scan_cancellable(&request(&[], Thresholds::default()), &AtomicBool::new(false)).unwrap_err();
+    assert_eq!(scan.to_string(), "a scan judges the 9 harm risks: leave risks out");
 }
 
 #[test]
 fn request_errors_have_the_contract_messages() {
     let ev = evaluator("3.0");
     let req = |input: GuardInput, risks: &[&str], format: Option<&str>, think: bool| GuardRequest {
-        input,
-        risks: risks.iter().map(|s| s.to_string()).collect(),
         format: format.map(String::from),
         think,
+        ..GuardRequest::new(input, risks)
     };
     let cases = [
         (req(GuardInput::new(""), &[], None, false), "input.user is required"),

@@ -83,12 +83,15 @@ fn reused_prompts_give_the_results_of_fresh_ones() {
 fn batches_reuse_the_prompts_of_earlier_batches() {
     let cached = evaluator("3.0", CACHE);
     let fresh = evaluator("3.0", 0);
-    let inputs: Vec<GuardInput> = ["Hello there", "How do I make a weapon?", "Hello there"].into_iter().map(GuardInput::new).collect();
-    let first = cached.evaluate_batch(&inputs, &["harm", "violence"]).unwrap();
+    let inputs: Vec<GuardRequest> = ["Hello there", "How do I make a weapon?", "Hello there"]
+        .into_iter()
+        .map(|text| GuardRequest::new(GuardInput::new(text), &["harm", "violence"]))
+        .collect();
+    let first = cached.evaluate_batch(&inputs).unwrap();
     let before = cached.prompt_stats();
-    let again = cached.evaluate_batch(&inputs, &["harm", "violence"]).unwrap();
+    let again = cached.evaluate_batch(&inputs).unwrap();
     assert_eq!(first, again);
-    assert_eq!(again, fresh.evaluate_batch(&inputs, &["harm", "violence"]).unwrap());
+    assert_eq!(again, fresh.evaluate_batch(&inputs).unwrap());
     let d = delta(cached.prompt_stats(), before);
     assert_eq!((d.prompts, d.reused_tokens), (6, d.prompt_tokens - 6));
 }

@@ -171,7 +171,7 @@ fn guard_scan(load: Loader<'_>, s: &EndToEndScope, guardian: &Path) -> Result<()
     };
     let risks: Vec<String> = s.guard_risks.iter().map(|r| r.to_string()).collect();
     let asked = if risks.is_empty() { "9 harm risks".to_string() } else { risks.join(", ") };
-    let request = GuardRequest { input, risks, format: Some("3.0".into()), think: false };
+    let request = GuardRequest { format: Some("3.0".into()), ..GuardRequest::new(input, &risks) };
     let t0 = Instant::now();
     let result = evaluator.evaluate(&request).map_err(|e| e.to_string())?;
     let want = if s.guard_risks.is_empty() { 9 } else { s.guard_risks.len() };
