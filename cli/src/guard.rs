@@ -11,8 +11,8 @@ use std::time::Instant;
 use anyhow::Context;
 use engine::backend::Device;
 use engine::guard::{
-    CustomRisk, Evaluator, EvaluatorOptions, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardRequest, Policies, Thresholds,
-    Verdict,
+    CustomRisk, Evaluator, EvaluatorOptions, GenericPrompt, GuardError, GuardFamily, GuardFormat, GuardInput, GuardRequest, Policies,
+    Thresholds, Verdict,
 };
 use serde_json::json;
 use server::error::ApiError;
@@ -88,6 +88,10 @@ pub struct GuardArgs {
     /// conversation: each risk's start is cached across inputs).
     #[arg(long, value_parser = parse_generic_prompt, default_value = "direct")]
     pub generic_prompt: GenericPrompt,
+    /// The model's guard family, when its file does not say it: granite-guardian, llama-guard,
+    /// shieldgemma or generic (default: from the file's chat template and names).
+    #[arg(long, value_parser = parse_family)]
+    pub guard_family: Option<GuardFamily>,
     /// `NAME=DEFINITION` (repeatable): a custom risk, judged with --risks (alone when --risks is
     /// not given), as the endpoint's `risk_definitions`; --threshold may name it.
     #[arg(long = "risk-definition", value_name = "NAME=DEFINITION", conflicts_with_all = ["scan", "jsonl", "print_prompts"])]
@@ -102,6 +106,10 @@ fn custom_risks(args: &[String]) -> anyhow::Result<Vec<CustomRisk>> {
             CustomRisk::new(name.trim(), def).map_err(|e| anyhow::anyhow!("--risk-definition: {e}"))
         })
         .collect()
+}
+
+pub fn parse_family(s: &str) -> Result<GuardFamily, String> {
+    GuardFamily::parse(s).ok_or_else(|| "expected granite-guardian, llama-guard, shieldgemma or generic".to_string())
 }
 
 pub fn parse_generic_prompt(s: &str) -> Result<GenericPrompt, String> {
@@ -159,7 +167,9 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     let customs = custom_risks(&args.risk_definitions)?;
     let own = thresholds(&args.thresholds, &customs)?;
     let (policy, limits) = applied(&args, own)?;
-    if let Some(f) = &args.format {
+    // a Granite Guardian format is checked before the model loads; a family's name by the
+    // evaluator, which knows the model's family
+    if let Some(f) = args.format.as_deref().filter(|f| GuardFamily::parse(f).is_none()) {
         GuardFormat::parse(f)?;
     }
     let lines = match (&args.file, args.jsonl) {
@@ -183,14 +193,15 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
             input
         }
     };
-    let options = EvaluatorOptions { device: args.device, generic_prompt: args.generic_prompt, ..EvaluatorOptions::default() };
+    let options = EvaluatorOptions {
+        device: args.device,
+        generic_prompt: args.generic_prompt,
+        family: args.guard_family,
+        ..EvaluatorOptions::default()
+    };
     let evaluator = Evaluator::new(&args.model, options).map_err(|e| anyhow::anyhow!(e).context(args.model.display().to_string()))?;
     let model_id = args.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
-    let format = if evaluator.prompter().is_guardian() {
-        args.format.as_deref().map_or_else(|| evaluator.default_format().to_string(), |f| f.to_string())
-    } else {
-        format!("generic/{}", args.generic_prompt.name())
-    };
+    let format = evaluator.format_label(args.format.as_deref());
     let audit = json!({"model": model_id, "format": format, "policy": policy});
     let start = Instant::now();
     // `--risk-definition` risks are judged after `--risks` without being named there

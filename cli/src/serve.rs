@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use engine::backend::{BackendError, Device};
-use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, Policies};
+use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, GuardFamily, Policies};
 use engine::model::vision::VisionModel;
 use engine::model::whisper::WhisperModel;
 use engine::model::Model;
@@ -76,6 +76,9 @@ pub struct ServeArgs {
     /// (as `guard --generic-prompt`).
     #[arg(long, value_parser = crate::guard::parse_generic_prompt, default_value = "direct")]
     pub generic_prompt: GenericPrompt,
+    /// The guard model's family when its file does not say it (as `guard --guard-family`).
+    #[arg(long, value_parser = crate::guard::parse_family)]
+    pub guard_family: Option<GuardFamily>,
     /// MiB of keys and values the guard model keeps of earlier prompts, so that a later prompt
     /// starting the same way (the format's start, a text judged again, a conversation or a
     /// streamed reply judged as it grows) reuses them (0 turns it off).
@@ -204,6 +207,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .scheduling(scheduling)
         .guard_policies(policies.clone().unwrap_or_default())
         .generic_prompt(args.generic_prompt)
+        .guard_family(args.guard_family)
         .guard_prompt_cache_bytes(args.guard_cache_mib.saturating_mul(1 << 20))
         .responses_store(args.responses_store)
         .guardrails(ServerGuardrails {
@@ -306,10 +310,11 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// Whether the model's own template is a Granite Guardian template.
+/// Whether the model is a guard model of a known family (Granite Guardian, Llama Guard,
+/// ShieldGemma), by its template or names.
 fn is_guardian(model: &Arc<Model>) -> bool {
     Evaluator::from_model(model.clone(), EvaluatorOptions { device: model.device(), ..EvaluatorOptions::default() })
-        .is_ok_and(|e| e.prompter().is_guardian())
+        .is_ok_and(|e| e.family() != GuardFamily::Generic)
 }
 
 async fn shutdown_signal() {

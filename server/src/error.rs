@@ -224,12 +224,12 @@ impl ApiError {
         let server = |code: &'static str| ApiError { code: Some(code), ..ApiError::server(e.to_string()) };
         match e {
             GuardError::UserRequired => invalid("input.user"),
-            GuardError::InvalidRisk(_) | GuardError::ScanRisks => invalid("risks"),
+            GuardError::InvalidRisk(_) | GuardError::ScanRisks | GuardError::RiskNotJudged { .. } => invalid("risks"),
             GuardError::RagInputRequired(_) | GuardError::Prompt { .. } => invalid("input"),
             GuardError::AssistantRequired(_) => invalid("input.assistant"),
             GuardError::Messages(_) => invalid("input.messages"),
             GuardError::CustomRisk(_) => invalid("risk_definitions"),
-            GuardError::UnsupportedFormat(_) => invalid("format"),
+            GuardError::UnsupportedFormat(_) | GuardError::FamilyFormat { .. } => invalid("format"),
             GuardError::ThinkRequiresFormat33 => invalid("think"),
             GuardError::BatchEmpty | GuardError::BatchTooLarge { .. } => invalid("inputs"),
             GuardError::Unparseable { .. } => ApiError {

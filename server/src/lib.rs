@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine::backend::Device;
-use engine::guard::{GenericPrompt, Policies};
+use engine::guard::{GenericPrompt, GuardFamily, Policies};
 use engine::model::Model;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
@@ -206,6 +206,7 @@ pub struct ServerBuilder {
     policies: Policies,
     guardrails: ServerGuardrails,
     generic_prompt: GenericPrompt,
+    guard_family: Option<GuardFamily>,
     guard_prompt_cache_bytes: Option<usize>,
     responses_store: Option<usize>,
     timeouts: Timeouts,
@@ -235,6 +236,12 @@ impl ServerBuilder {
     /// How a chat model serving as guard is asked (no effect on Granite Guardian models).
     pub fn generic_prompt(mut self, variant: GenericPrompt) -> Self {
         self.generic_prompt = variant;
+        self
+    }
+
+    /// The guard models' family, instead of the one their files say (`family::detect`).
+    pub fn guard_family(mut self, family: Option<GuardFamily>) -> Self {
+        self.guard_family = family;
         self
     }
 
@@ -354,6 +361,7 @@ impl ServerBuilder {
         let settings = EntrySettings {
             scheduling: self.scheduling,
             generic_prompt: self.generic_prompt,
+            guard_family: self.guard_family,
             guard_prompt_cache_bytes: self.guard_prompt_cache_bytes.unwrap_or(engine::guard::DEFAULT_PROMPT_CACHE_BYTES),
             n_ctx: self.runtime_ctx,
             device: self.device,

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use engine::backend::Device;
-use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt};
+use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, GuardFamily};
 use engine::model::Model;
 use serde_json::{json, Value};
 
@@ -26,6 +26,8 @@ use crate::{audit, default_ctx, guard_queue, AppState, ModelSpec, Scheduling};
 pub struct EntrySettings {
     pub scheduling: Scheduling,
     pub generic_prompt: GenericPrompt,
+    /// The guard models' family when the caller names one (`--guard-family`).
+    pub guard_family: Option<GuardFamily>,
     pub guard_prompt_cache_bytes: usize,
     /// The context of a model loaded at run time that names none (`-c`).
     pub n_ctx: Option<usize>,
@@ -39,6 +41,7 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
         let options = EvaluatorOptions {
             device: spec.model.device(),
             generic_prompt: settings.generic_prompt,
+            family: settings.guard_family,
             prompt_cache_bytes: settings.guard_prompt_cache_bytes,
             ..EvaluatorOptions::default()
         };
@@ -59,13 +62,7 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
         kv_positions: sc.kv_positions,
         ..LoopConfig::new(n_ctx)
     };
-    let guard_format = evaluator.as_ref().map(|ev| {
-        if ev.prompter().is_guardian() {
-            ev.default_format().to_string()
-        } else {
-            format!("generic/{}", ev.prompter().generic_prompt().name())
-        }
-    });
+    let guard_format = evaluator.as_ref().map(|ev| ev.format_label(None));
     let digest = spec.guard.then(|| audit::ModelDigest::start(&spec.model));
     let worker = Worker::start(&spec.id, spec.model.clone(), config, evaluator, spec.draft, metrics.for_model(&spec.id))?;
     Ok(ModelEntry {

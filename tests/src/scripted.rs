@@ -23,6 +23,11 @@ const BYTE: i32 = 6;
 /// The model: `specials` are control tokens of the vocabulary (each may appear once in the
 /// script), `script` the reply's tokens as text, `template` its chat template.
 pub fn make(specials: &[&str], script: &[&str], template: &str) -> Result<Arc<GgufFile>, String> {
+    make_named("scripted", specials, script, template)
+}
+
+/// [`make`] with `general.name` set to `name` (what guard models are told apart by).
+pub fn make_named(name: &str, specials: &[&str], script: &[&str], template: &str) -> Result<Arc<GgufFile>, String> {
     let mut texts: Vec<Vec<u8>> = vec![b"<unk>".to_vec(), b"<s>".to_vec(), b"</s>".to_vec()];
     let mut types = vec![UNKNOWN, CONTROL, CONTROL];
     texts.extend((0..=255u8).map(|b| format!("<0x{b:02X}>").into_bytes()));
@@ -63,7 +68,7 @@ pub fn make(specials: &[&str], script: &[&str], template: &str) -> Result<Arc<Gg
     let n_head = 4u32;
     let keys: Vec<(String, Value)> = vec![
         ("general.architecture".into(), "llama".into()),
-        ("general.name".into(), "scripted".into()),
+        ("general.name".into(), name.into()),
         ("llama.context_length".into(), Value::U32(2048)),
         ("llama.embedding_length".into(), Value::U32(N_EMBD as u32)),
         ("llama.block_count".into(), Value::U32(1)),

@@ -4,6 +4,7 @@
 
 use crate::chat::ChatError;
 
+use super::family::GuardFamily;
 use super::risks::Risk;
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,12 @@ pub enum GuardError {
     /// A custom risk whose name or definition is refused (the message says which and why).
     #[error("{0}")]
     CustomRisk(String),
+    /// A risk that no category of the model's family stands for (README's taxonomy table).
+    #[error("risk {risk} is not judged by a {family} model (it judges {})", judged.iter().map(|r| r.name()).collect::<Vec<_>>().join(", "))]
+    RiskNotJudged { family: GuardFamily, risk: Risk, judged: Vec<Risk> },
+    /// A `format` that is not the model family's.
+    #[error("unsupported format \"{format}\" for a {family} model (must be {family})")]
+    FamilyFormat { format: String, family: GuardFamily },
     /// A scan (the 9 harm risks) asked for risks of its own.
     #[error("a scan judges the 9 harm risks: leave risks out")]
     ScanRisks,
@@ -79,6 +86,8 @@ impl GuardError {
                 | GuardError::Messages(_)
                 | GuardError::CustomRisk(_)
                 | GuardError::ScanRisks
+                | GuardError::RiskNotJudged { .. }
+                | GuardError::FamilyFormat { .. }
                 | GuardError::BatchEmpty
                 | GuardError::BatchTooLarge { .. }
         )

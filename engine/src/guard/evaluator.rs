@@ -10,12 +10,14 @@ use std::sync::{Arc, Mutex, TryLockError};
 use serde::Serialize;
 
 use super::custom::CustomRisk;
+use super::family::{self, llama_guard, FamilyPrompter, GuardFamily};
 use super::policy::Thresholds;
 use super::prompt_cache::{PromptCache, PromptCounters, PromptStats};
 use super::verdict::{risk_probability, verdict_3_0, verdict_3_2, verdict_3_3, RiskName, Verdict, YesNoTokens};
-use super::{check_request, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardPrompt, Prompter, Risk};
+use super::{check_request, GenericPrompt, GuardError, GuardFormat, GuardInput, GuardPrompt, Prompter, Reader, Risk};
 use crate::backend::{BackendError, Device};
 use crate::chat::tokenize_rendered;
+use crate::chat::ChatTemplate;
 use crate::generate::{decode_lockstep, prefill_shared_prefixes, GenerateError, GenerateParams, LockstepSeq, SequenceDecoder};
 use crate::kv_cache::{KvCache, KvType};
 use crate::model::{Model, ModelError};
@@ -42,6 +44,9 @@ pub struct EvaluatorOptions {
     pub max_tokens_think: usize,
     /// How a generic (non-Guardian) model is asked (`generic`).
     pub generic_prompt: GenericPrompt,
+    /// The model's family (default: detected from its template and names, `family::detect`,
+    /// else Granite Guardian or the generic path by `risks::detect_format`).
+    pub family: Option<GuardFamily>,
     /// Bytes of keys and values of earlier prompts kept for later ones to start from (0: none).
     pub prompt_cache_bytes: usize,
 }
@@ -56,6 +61,7 @@ impl Default for EvaluatorOptions {
             max_tokens_3_3: 64,
             max_tokens_think: 2048,
             generic_prompt: GenericPrompt::default(),
+            family: None,
             prompt_cache_bytes: DEFAULT_PROMPT_CACHE_BYTES,
         }
     }
@@ -110,11 +116,21 @@ struct Plan {
     names: Vec<RiskName>,
 }
 
+/// How a model's prompts are written: one risk per prompt in Granite Guardian's formats (and on
+/// the generic path), or by a family module.
+#[derive(Debug)]
+enum Prompts {
+    Granite(Prompter),
+    Family(FamilyPrompter),
+}
+
 /// A loaded guard model and how to prompt it.
 pub struct Evaluator {
     model: Arc<Model>,
-    prompter: Prompter,
+    prompts: Prompts,
     yes_no: YesNoTokens,
+    /// Llama Guard's label words: `unsafe` (the risk is present), `safe`.
+    unsafe_safe: YesNoTokens,
     options: EvaluatorOptions,
     /// Made at the first run; `None` inside while none is made.
     prompt_cache: Mutex<Option<PromptCache>>,
@@ -141,17 +157,61 @@ impl Evaluator {
         if model.is_encoder() {
             return Err(GuardError::Model(ModelError::BadBatch("an encoder model cannot be a guard".into())));
         }
-        let prompter = Prompter::from_model(&model)?.with_generic_prompt(options.generic_prompt);
+        let file = model.file();
+        let names: Vec<&str> = ["general.name", "general.basename", "general.finetune"].iter().filter_map(|k| file.get_str(k)).collect();
+        let family = options.family.or_else(|| family::detect(file.get_str("tokenizer.chat_template"), &names));
+        let prompts = match family {
+            Some(f @ (GuardFamily::LlamaGuard | GuardFamily::ShieldGemma)) => Prompts::Family(FamilyPrompter::from_model(&model, f)?),
+            Some(GuardFamily::Generic) => Prompts::Granite(Prompter::generic(ChatTemplate::from_model(&model)?)),
+            Some(GuardFamily::GraniteGuardian) => match Prompter::from_model(&model)? {
+                p if p.is_guardian() => Prompts::Granite(p),
+                // named Granite Guardian by the caller, not by the file: the built-in renderer
+                _ => Prompts::Granite(Prompter::builtin(GuardFormat::V3_0)),
+            },
+            None => Prompts::Granite(Prompter::from_model(&model)?),
+        };
+        let prompts = match prompts {
+            Prompts::Granite(p) => Prompts::Granite(p.with_generic_prompt(options.generic_prompt)),
+            other => other,
+        };
+        let (yes, no) = llama_guard::LABELS;
+        let unsafe_safe = YesNoTokens::words(model.tokenizer(), yes, no);
         let yes_no = YesNoTokens::of(model.tokenizer());
-        Ok(Evaluator { model, prompter, yes_no, options, prompt_cache: Mutex::new(None), counters: PromptCounters::default() })
+        Ok(Evaluator { model, prompts, yes_no, unsafe_safe, options, prompt_cache: Mutex::new(None), counters: PromptCounters::default() })
     }
 
     pub fn model(&self) -> &Arc<Model> {
         &self.model
     }
 
-    pub fn prompter(&self) -> &Prompter {
-        &self.prompter
+    /// The Granite Guardian / generic prompter; `None` for a family with its own module.
+    pub fn prompter(&self) -> Option<&Prompter> {
+        match &self.prompts {
+            Prompts::Granite(p) => Some(p),
+            Prompts::Family(_) => None,
+        }
+    }
+
+    /// The model's guard family.
+    pub fn family(&self) -> GuardFamily {
+        match &self.prompts {
+            Prompts::Granite(p) if p.is_guardian() => GuardFamily::GraniteGuardian,
+            Prompts::Granite(_) => GuardFamily::Generic,
+            Prompts::Family(f) => f.family(),
+        }
+    }
+
+    /// How a request was judged, as the audit fields say it: the Granite Guardian format (the
+    /// request's, else the default), `generic/<variant>`, or the family's name.
+    pub fn format_label(&self, requested: Option<&str>) -> String {
+        match &self.prompts {
+            Prompts::Granite(p) if p.is_guardian() => match requested.map(GuardFormat::parse) {
+                Some(Ok(f)) => f.to_string(),
+                _ => self.default_format().to_string(),
+            },
+            Prompts::Granite(p) => format!("generic/{}", p.generic_prompt().name()),
+            Prompts::Family(f) => f.family().name().to_string(),
+        }
     }
 
     /// What the prompts run so far found in the prompt cache.
@@ -166,7 +226,11 @@ impl Evaluator {
 
     /// The format of a request that names none.
     pub fn default_format(&self) -> GuardFormat {
-        self.options.default_format.unwrap_or_else(|| self.prompter.default_format())
+        let detected = match &self.prompts {
+            Prompts::Granite(p) => p.default_format(),
+            Prompts::Family(_) => GuardFormat::V3_0,
+        };
+        self.options.default_format.unwrap_or(detected)
     }
 
     pub fn evaluate(&self, request: &GuardRequest) -> Result<GuardResult, GuardError> {
@@ -241,6 +305,10 @@ impl Evaluator {
     /// custom risks each in its place in `risks`.
     fn plan(&self, request: &GuardRequest) -> Result<Plan, GuardError> {
         let custom = |name: &str| request.customs.iter().find(|c| c.name == name);
+        let prompter = match &self.prompts {
+            Prompts::Granite(p) => p,
+            Prompts::Family(f) => return family_plan(f, request),
+        };
         if let Some(c) = request.customs.iter().find(|c| !request.risks.is_empty() && !request.risks.contains(&c.name)) {
             return Err(GuardError::CustomRisk(format!("{} is defined but not in risks: name it there to judge it", c.name)));
         }
@@ -258,21 +326,19 @@ impl Evaluator {
         let input = &request.input;
         if request.risks.is_empty() {
             for c in &request.customs {
-                add(self.prompter.render_custom(checked.format, c, input, checked.think)?, RiskName::Custom(c.name.clone()));
+                add(prompter.render_custom(checked.format, c, input, checked.think)?, RiskName::Custom(c.name.clone()));
             }
             if !only_custom {
                 for &r in &checked.risks {
-                    add(self.prompter.render(checked.format, r, input, checked.think)?, r.into());
+                    add(prompter.render(checked.format, r, input, checked.think)?, r.into());
                 }
             }
             return Ok(plan);
         }
         for name in &request.risks {
             match (custom(name), Risk::from_name(name)) {
-                (Some(c), _) => {
-                    add(self.prompter.render_custom(checked.format, c, input, checked.think)?, RiskName::Custom(c.name.clone()))
-                }
-                (None, Some(r)) => add(self.prompter.render(checked.format, r, input, checked.think)?, r.into()),
+                (Some(c), _) => add(prompter.render_custom(checked.format, c, input, checked.think)?, RiskName::Custom(c.name.clone())),
+                (None, Some(r)) => add(prompter.render(checked.format, r, input, checked.think)?, r.into()),
                 (None, None) => return Err(GuardError::InvalidRisk(name.clone())),
             }
         }
@@ -293,11 +359,12 @@ impl Evaluator {
             })
             .collect();
         let n_groups = prompts.iter().map(|p| p.0 + 1).max().unwrap_or(0);
-        let budget = |p: &GuardPrompt| match p.format {
-            GuardFormat::V3_0 => 1,
-            GuardFormat::V3_2 => self.options.max_tokens_3_2,
-            GuardFormat::V3_3 if p.think => self.options.max_tokens_think,
-            GuardFormat::V3_3 => self.options.max_tokens_3_3,
+        let budget = |p: &GuardPrompt| match (&p.reader, p.format) {
+            (Reader::LlamaGuard(_), _) => llama_guard::MAX_TOKENS,
+            (Reader::ShieldGemma, _) | (Reader::Guardian, GuardFormat::V3_0) => 1,
+            (Reader::Guardian, GuardFormat::V3_2) => self.options.max_tokens_3_2,
+            (Reader::Guardian, GuardFormat::V3_3) if p.think => self.options.max_tokens_think,
+            (Reader::Guardian, GuardFormat::V3_3) => self.options.max_tokens_3_3,
         };
         let n_ctx = prompts.iter().map(|(_, p, ids)| ids.len() + budget(p)).max().unwrap_or(1);
         let mut seqs: Vec<LockstepSeq> = prompts
@@ -309,6 +376,7 @@ impl Evaluator {
             .collect::<Result<_, GuardError>>()?;
         let groups: Vec<Vec<usize>> = (0..n_groups).map(|g| (0..prompts.len()).filter(|&i| prompts[i].0 == g).collect()).collect();
         let mut masses: Vec<Vec<(f64, f64)>> = vec![Vec::new(); prompts.len()];
+        let labels: Vec<&YesNoTokens> = prompts.iter().map(|(_, p, _)| self.labels(p)).collect();
         if cancel.load(Ordering::Relaxed) {
             return Err(GuardError::Cancelled);
         }
@@ -320,7 +388,7 @@ impl Evaluator {
             Some(cache) => {
                 let held = cache.seed(&ids).map_err(|e| GuardError::from(ModelError::from(e)))?;
                 self.counters.record(ids.iter().map(|p| p.len()), &held);
-                let decoded = self.decode(cache.kv(), &mut seqs, &groups, &mut masses, cancel);
+                let decoded = self.decode(cache.kv(), &mut seqs, &groups, &labels, &mut masses, cancel);
                 match decoded {
                     Ok(()) => cache.keep(&ids),
                     Err(_) => cache.release_run(ids.len()),
@@ -330,7 +398,7 @@ impl Evaluator {
             None => {
                 self.counters.record(ids.iter().map(|p| p.len()), &vec![0; ids.len()]);
                 let mut kv = self.model.new_kv_cache(self.options.kv_type, n_ctx);
-                self.decode(&mut kv, &mut seqs, &groups, &mut masses, cancel)
+                self.decode(&mut kv, &mut seqs, &groups, &labels, &mut masses, cancel)
             }
         };
         drop(cache);
@@ -338,7 +406,7 @@ impl Evaluator {
 
         let mut out: Vec<Vec<Verdict>> = vec![Vec::new(); n_groups];
         for (((g, prompt, _), seq), masses) in prompts.into_iter().zip(seqs).zip(masses) {
-            out[g].push(self.read_verdict(&prompt, &seq.decoder, &masses)?);
+            out[g].extend(self.read_verdicts(&prompt, &seq.decoder, &masses)?);
         }
         Ok(out)
     }
@@ -351,6 +419,7 @@ impl Evaluator {
         kv: &mut KvCache,
         seqs: &mut [LockstepSeq],
         groups: &[Vec<usize>],
+        labels: &[&YesNoTokens],
         masses: &mut [Vec<(f64, f64)>],
         cancel: &AtomicBool,
     ) -> Result<(), GuardError> {
@@ -360,7 +429,7 @@ impl Evaluator {
         };
         let spared = prefill_shared_prefixes(&self.model, kv, seqs, groups).map_err(cancelled)?;
         self.counters.record_shared(spared);
-        decode_lockstep(&self.model, kv, seqs, cancel, |i, row| masses[i].push(self.yes_no.probabilities(row))).map_err(cancelled)
+        decode_lockstep(&self.model, kv, seqs, cancel, |i, row| masses[i].push(labels[i].probabilities(row))).map_err(cancelled)
     }
 
     /// The prompt cache (made at the first call), unless caching is off, another evaluation
@@ -389,7 +458,31 @@ impl Evaluator {
         }
     }
 
-    /// The verdict of one finished sequence; the risk probability is read at the label token.
+    /// The label words whose probability mass a prompt's answer is read by.
+    fn labels(&self, prompt: &GuardPrompt) -> &YesNoTokens {
+        match prompt.reader {
+            Reader::LlamaGuard(_) => &self.unsafe_safe,
+            Reader::Guardian | Reader::ShieldGemma => &self.yes_no,
+        }
+    }
+
+    /// The verdicts of one finished sequence (one, or one per risk of a Llama Guard answer); the
+    /// risk probability is read at the label token.
+    fn read_verdicts(&self, prompt: &GuardPrompt, decoder: &SequenceDecoder, masses: &[(f64, f64)]) -> Result<Vec<Verdict>, GuardError> {
+        match &prompt.reader {
+            Reader::Guardian => Ok(vec![self.read_verdict(prompt, decoder, masses)?]),
+            Reader::ShieldGemma => {
+                let (y, n) = masses.first().copied().unwrap_or((0.0, 0.0));
+                Ok(vec![verdict_3_0(prompt.risk, y, n)?])
+            }
+            Reader::LlamaGuard(risks) => {
+                let label = decoder.tokens().iter().position(|&t| self.unsafe_safe.contains(t));
+                llama_guard::verdicts(risks, decoder.text(), label.and_then(|step| masses.get(step).copied()))
+            }
+        }
+    }
+
+    /// A Granite Guardian (or generic) verdict, by the prompt's format.
     fn read_verdict(&self, prompt: &GuardPrompt, decoder: &SequenceDecoder, masses: &[(f64, f64)]) -> Result<Verdict, GuardError> {
         let at = |step: usize| masses.get(step).and_then(|&(y, n)| risk_probability(y, n));
         match prompt.format {
@@ -404,6 +497,20 @@ impl Evaluator {
             }
         }
     }
+}
+
+/// A request to a family with its own module: its `format` may only name the family.
+fn family_plan(prompter: &FamilyPrompter, request: &GuardRequest) -> Result<Plan, GuardError> {
+    let family = prompter.family();
+    if let Some(f) = request.format.as_deref().filter(|f| *f != family.name()) {
+        return Err(GuardError::FamilyFormat { format: f.to_string(), family });
+    }
+    let mut plan = Plan { prompts: Vec::new(), names: Vec::new() };
+    for (prompt, names) in prompter.render(&request.input, &request.risks, &request.customs, request.think)? {
+        plan.prompts.push(prompt);
+        plan.names.extend(names);
+    }
+    Ok(plan)
 }
 
 /// The request's final verdicts: each read verdict named by its risk, the thresholds applied.

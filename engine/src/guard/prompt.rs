@@ -169,6 +169,19 @@ pub enum PromptPath {
     /// A generic chat model: a question in its own chat template (`generic`: the built-in 3.2
     /// prompt as one user message, or a direct, few-shot or question-first yes/no question).
     Generic,
+    /// The model's own template of another family (`family`: Llama Guard, ShieldGemma).
+    FamilyTemplate,
+}
+
+/// How a prompt's answer is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reader {
+    /// By the rules of the prompt's Granite Guardian format (guard.md §4; 3.0 on the generic path).
+    Guardian,
+    /// Llama Guard's `safe` / `unsafe` + codes, for these risks at once.
+    LlamaGuard(Vec<Risk>),
+    /// ShieldGemma's P(Yes) at the first position.
+    ShieldGemma,
 }
 
 /// One rendered guard prompt.
@@ -184,6 +197,7 @@ pub struct GuardPrompt {
     /// The full prompt, ending at the answer position (generation prompt included). Tokenize it
     /// with special tokens parsed and without an added BOS, as HF and llama.cpp do.
     pub text: String,
+    pub reader: Reader,
 }
 
 /// Renders guard prompts for one model. Cheap to share: build once per model.
@@ -293,14 +307,14 @@ impl Prompter {
             } else {
                 self.render_generic(&NativeRequest::for_risk(GuardFormat::V3_2, risk, input, false))?
             };
-            return Ok(GuardPrompt { risk, format: GuardFormat::V3_0, think: false, path, text });
+            return Ok(GuardPrompt { risk, format: GuardFormat::V3_0, think: false, path, text, reader: Reader::Guardian });
         }
         let mut native = NativeRequest::for_risk(format, risk, input, think);
         if path == PromptPath::GuardianTemplate {
             self.adapt_to_template(&mut native);
         }
         let text = self.render_native(format, &native)?;
-        Ok(GuardPrompt { risk, format, think: think && format == GuardFormat::V3_3, path, text })
+        Ok(GuardPrompt { risk, format, think: think && format == GuardFormat::V3_3, path, text, reader: Reader::Guardian })
     }
 
     /// The prompt of a custom risk (`custom`). It is decoded as a harm risk of `format` (3.0 on
@@ -324,10 +338,10 @@ impl Prompter {
                     })?
                 }
             };
-            return Ok(GuardPrompt { risk: Risk::Harm, format: GuardFormat::V3_0, think: false, path, text });
+            return Ok(GuardPrompt { risk: Risk::Harm, format: GuardFormat::V3_0, think: false, path, text, reader: Reader::Guardian });
         }
         let text = self.render_native(format, &custom.native(format, input, think))?;
-        Ok(GuardPrompt { risk: Risk::Harm, format, think: think && format == GuardFormat::V3_3, path, text })
+        Ok(GuardPrompt { risk: Risk::Harm, format, think: think && format == GuardFormat::V3_3, path, text, reader: Reader::Guardian })
     }
 
     /// The prompts of a checked request, one per risk in its order (a scan: the 9 harm risks).

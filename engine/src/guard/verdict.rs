@@ -90,13 +90,20 @@ pub struct YesNoTokens {
 
 impl YesNoTokens {
     pub fn of(tokenizer: &Tokenizer) -> YesNoTokens {
+        YesNoTokens::words(tokenizer, "yes", "no")
+    }
+
+    /// The tokens of another pair of label words (lowercase): `yes` holds the word that says
+    /// the risk is present (Llama Guard's `unsafe`), `no` the other.
+    pub fn words(tokenizer: &Tokenizer, yes: &str, no: &str) -> YesNoTokens {
         let mut out = YesNoTokens::default();
         for id in 0..tokenizer.n_vocab() as TokenId {
             let text = String::from_utf8_lossy(tokenizer.token_bytes(id));
-            match text.trim().to_lowercase().as_str() {
-                "yes" => out.yes.push(id),
-                "no" => out.no.push(id),
-                _ => {}
+            let word = text.trim().to_lowercase();
+            if word == yes {
+                out.yes.push(id);
+            } else if word == no {
+                out.no.push(id);
             }
         }
         out

@@ -107,10 +107,12 @@ fn custom_risks(body: &GuardBody, route: GuardRoute) -> Result<Vec<CustomRisk>, 
 }
 
 /// The prompt format a request was judged in: the request's (as the evaluator reads it), else
-/// the model's; `generic/<variant>` for a chat model on the generic path.
+/// the model's; `generic/<variant>` for a chat model on the generic path, the family's name
+/// for a family with its own prompts.
 pub fn format_label(entry: &ModelEntry, requested: Option<&str>) -> String {
+    let granite = |f: &str| GuardFormat::parse(f).is_ok();
     match (&entry.guard_format, requested.map(GuardFormat::parse)) {
-        (Some(f), _) if f.starts_with("generic") => f.clone(),
+        (Some(f), _) if !granite(f) => f.clone(),
         (_, Some(Ok(f))) => f.to_string(),
         (Some(f), _) => f.clone(),
         (None, _) => String::new(),

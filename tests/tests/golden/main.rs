@@ -11,6 +11,7 @@ mod gguf_roundtrip;
 mod grammar;
 mod grid_quants;
 mod guard_evaluator;
+mod guard_families;
 mod guard_prompt_cache;
 mod guard_prompts;
 mod guard_verdicts;

@@ -1,0 +1,239 @@
+//! Guard model families: how each family is prompted, how its answer is read, and which risks
+//! its own categories stand for (`taxonomy`). Granite Guardian and the generic path
+//! (`guard::prompt`) judge one risk per prompt in the contract's formats; Llama Guard judges
+//! every category in one answer (one prompt per input); ShieldGemma scores one policy per prompt.
+//! A model's family is detected from its chat template and names, or chosen
+//! (`EvaluatorOptions::family`, `--guard-family`).
+
+pub mod llama_guard;
+pub mod shieldgemma;
+pub mod taxonomy;
+
+use std::fmt;
+
+use super::custom::CustomRisk;
+use super::prompt::{GuardPrompt, PromptPath, Reader};
+use super::risks::{GuardFormat, GuardInput};
+use super::verdict::RiskName;
+use super::{GuardError, Risk};
+use crate::chat::{ChatInput, ChatTemplate};
+use crate::model::Model;
+use taxonomy::Category;
+
+/// A family of guard models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GuardFamily {
+    /// IBM Granite Guardian 3.0 / 3.2 / 3.3: one risk per prompt, formats 3.0, 3.2, 3.3.
+    GraniteGuardian,
+    /// Meta Llama Guard 3: every category in one answer.
+    LlamaGuard,
+    /// Google ShieldGemma: one policy per prompt, P(Yes).
+    ShieldGemma,
+    /// Any other chat model, asked a yes/no question per risk (`generic`).
+    Generic,
+}
+
+impl GuardFamily {
+    pub const ALL: [GuardFamily; 4] =
+        [GuardFamily::GraniteGuardian, GuardFamily::LlamaGuard, GuardFamily::ShieldGemma, GuardFamily::Generic];
+
+    /// The name the CLI, the API's `format` and the audit fields use.
+    pub fn name(self) -> &'static str {
+        match self {
+            GuardFamily::GraniteGuardian => "granite-guardian",
+            GuardFamily::LlamaGuard => "llama-guard",
+            GuardFamily::ShieldGemma => "shieldgemma",
+            GuardFamily::Generic => "generic",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<GuardFamily> {
+        GuardFamily::ALL.into_iter().find(|f| f.name() == s)
+    }
+
+    /// The family's own categories, for the families that have a table of them.
+    pub fn taxonomy(self) -> Option<&'static [Category]> {
+        match self {
+            GuardFamily::LlamaGuard => Some(&taxonomy::LLAMA_GUARD),
+            GuardFamily::ShieldGemma => Some(&taxonomy::SHIELDGEMMA),
+            GuardFamily::GraniteGuardian | GuardFamily::Generic => None,
+        }
+    }
+}
+
+impl fmt::Display for GuardFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The family a GGUF's chat template or names say, among those with a module here (Llama
+/// Guard, ShieldGemma); `None` leaves the choice between Granite Guardian and the generic path
+/// to `risks::detect_format`.
+pub fn detect(template: Option<&str>, names: &[&str]) -> Option<GuardFamily> {
+    if let Some(t) = template {
+        // Qwen3Guard's template lists its categories under the same heading as Llama Guard's
+        if t.contains("<BEGIN UNSAFE CONTENT CATEGORIES>") && t.contains("'safe' or 'unsafe'") {
+            return Some(GuardFamily::LlamaGuard);
+        }
+        if t.contains("You are a policy expert trying to help determine whether") {
+            return Some(GuardFamily::ShieldGemma);
+        }
+    }
+    let named = |words: &[&str]| {
+        names.iter().any(|n| {
+            let n: String = n.to_ascii_lowercase().chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+            words.iter().any(|w| n.contains(w))
+        })
+    };
+    if named(&["llamaguard"]) {
+        Some(GuardFamily::LlamaGuard)
+    } else if named(&["shieldgemma"]) {
+        Some(GuardFamily::ShieldGemma)
+    } else {
+        None
+    }
+}
+
+/// Prompts of a family with its own module (Llama Guard, ShieldGemma), through the model's
+/// template when it is the family's, else the family's published layout.
+#[derive(Debug)]
+pub struct FamilyPrompter {
+    family: GuardFamily,
+    template: Option<ChatTemplate>,
+    /// The BOS text a built-in ShieldGemma prompt starts with (its template writes `bos_token`).
+    bos: String,
+}
+
+impl FamilyPrompter {
+    /// `family` must have a taxonomy (Llama Guard, ShieldGemma).
+    pub fn from_model(model: &Model, family: GuardFamily) -> Result<FamilyPrompter, GuardError> {
+        let file = model.file();
+        let own = file.get_str("tokenizer.chat_template").is_some_and(|t| detect(Some(t), &[]) == Some(family));
+        let template = if own { Some(ChatTemplate::from_model(model)?) } else { None };
+        let tok = model.tokenizer();
+        let bos = tok.bos().map(|id| String::from_utf8_lossy(tok.token_bytes(id)).into_owned()).unwrap_or_default();
+        Ok(FamilyPrompter::new(family, template, bos))
+    }
+
+    pub fn new(family: GuardFamily, template: Option<ChatTemplate>, bos: String) -> FamilyPrompter {
+        assert!(family.taxonomy().is_some(), "{family} has no family prompter");
+        FamilyPrompter { family, template, bos }
+    }
+
+    pub fn family(&self) -> GuardFamily {
+        self.family
+    }
+
+    /// The risks a request naming none judges: every risk the family's categories stand for.
+    pub fn default_risks(&self) -> Vec<Risk> {
+        taxonomy::judged_risks(self.family.taxonomy().unwrap_or(&[]))
+    }
+
+    /// The request's checks for this family, then its prompts in verdict order, each with the
+    /// risks its answer is read for. `risks` in request order (built-in and custom names).
+    pub fn render(
+        &self,
+        input: &GuardInput,
+        risks: &[String],
+        customs: &[CustomRisk],
+        think: bool,
+    ) -> Result<Vec<(GuardPrompt, Vec<RiskName>)>, GuardError> {
+        if input.user.trim().is_empty() {
+            return Err(GuardError::UserRequired);
+        }
+        if think {
+            return Err(GuardError::ThinkRequiresFormat33);
+        }
+        let judged = self.default_risks();
+        let mut names: Vec<RiskName> = Vec::new();
+        let defaults: Vec<String> = match (risks.is_empty(), customs.is_empty()) {
+            (true, true) => judged.iter().map(|r| r.name().to_string()).collect(),
+            (true, false) => customs.iter().map(|c| c.name.clone()).collect(),
+            (false, _) => risks.to_vec(),
+        };
+        for name in &defaults {
+            let risk = match (customs.iter().find(|c| c.name == *name), Risk::from_name(name)) {
+                (Some(c), _) => RiskName::Custom(c.name.clone()),
+                (None, Some(r)) if judged.contains(&r) => RiskName::Builtin(r),
+                (None, Some(r)) => return Err(GuardError::RiskNotJudged { family: self.family, risk: r, judged: judged.clone() }),
+                (None, None) => return Err(GuardError::InvalidRisk(name.clone())),
+            };
+            if !names.contains(&risk) {
+                names.push(risk);
+            }
+        }
+        match self.family {
+            GuardFamily::LlamaGuard => self.llama_guard(input, names, customs),
+            _ => names.into_iter().map(|name| Ok((self.shieldgemma(input, &name, customs)?, vec![name]))).collect(),
+        }
+    }
+
+    /// One prompt for all the risks: the answer names categories.
+    fn llama_guard(
+        &self,
+        input: &GuardInput,
+        names: Vec<RiskName>,
+        customs: &[CustomRisk],
+    ) -> Result<Vec<(GuardPrompt, Vec<RiskName>)>, GuardError> {
+        if let Some(c) = customs.first() {
+            return Err(GuardError::CustomRisk(format!(
+                "{}: llama-guard judges its own categories and takes no definition; custom risks need granite-guardian, shieldgemma or a generic model",
+                c.name
+            )));
+        }
+        let risks: Vec<Risk> = names.iter().filter_map(RiskName::builtin).collect();
+        let text = match &self.template {
+            Some(t) => {
+                let parts = llama_guard::reads_content_parts(t.source());
+                t.render(&ChatInput { add_generation_prompt: true, ..ChatInput::new(llama_guard::messages(input, parts)) })?
+            }
+            None => llama_guard::render_builtin(input)?,
+        };
+        let prompt = self.prompt(risks.first().copied().unwrap_or(Risk::Harm), Reader::LlamaGuard(risks), text);
+        Ok(vec![(prompt, names)])
+    }
+
+    /// One prompt per policy: a risk's harm type, or a custom risk's definition.
+    fn shieldgemma(&self, input: &GuardInput, name: &RiskName, customs: &[CustomRisk]) -> Result<GuardPrompt, GuardError> {
+        let guideline = match name {
+            RiskName::Custom(n) => customs.iter().find(|c| c.name == *n).map(|c| c.definition.clone()).unwrap_or_default(),
+            RiskName::Builtin(r) => shieldgemma::policy(*r, input.assistant().is_some()).unwrap_or_default(),
+        };
+        let text = match &self.template {
+            Some(t) => {
+                let (messages, extra) = shieldgemma::template_input(input, &guideline);
+                t.render(&ChatInput { add_generation_prompt: true, extra, ..ChatInput::new(messages) })?
+            }
+            None => shieldgemma::render_builtin(&self.bos, input, &guideline),
+        };
+        Ok(self.prompt(name.builtin().unwrap_or(Risk::Harm), Reader::ShieldGemma, text))
+    }
+
+    fn prompt(&self, risk: Risk, reader: Reader, text: String) -> GuardPrompt {
+        let path = if self.template.is_some() { PromptPath::FamilyTemplate } else { PromptPath::Builtin };
+        GuardPrompt { risk, format: GuardFormat::V3_0, think: false, path, text, reader }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_are_told_by_template_or_name() {
+        let lg = "... <BEGIN UNSAFE CONTENT CATEGORIES>\nS1: Violent Crimes.\n ... - First line must read 'safe' or 'unsafe'.";
+        assert_eq!(detect(Some(lg), &[]), Some(GuardFamily::LlamaGuard));
+        let qwen3guard = "<BEGIN SAFETY POLICY> ... <BEGIN UNSAFE CONTENT CATEGORIES> ... 'Safety: Safe'";
+        assert_eq!(detect(Some(qwen3guard), &[]), None);
+        let sg = "{{- bos_token }}You are a policy expert trying to help determine whether a user prompt";
+        assert_eq!(detect(Some(sg), &[]), Some(GuardFamily::ShieldGemma));
+        assert_eq!(detect(None, &["Llama Guard 3 8B"]), Some(GuardFamily::LlamaGuard));
+        assert_eq!(detect(None, &["Llama-Guard-3-1B"]), Some(GuardFamily::LlamaGuard));
+        assert_eq!(detect(None, &["Shieldgemma 2b"]), Some(GuardFamily::ShieldGemma));
+        assert_eq!(detect(Some("{{ messages }}"), &["granite-guardian-3.2-5b"]), None);
+        for f in GuardFamily::ALL {
+            assert_eq!(GuardFamily::parse(f.name()), Some(f));
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The guard families with modules of their own (Llama Guard, ShieldGemma): their built-in
+//! prompts are their published templates rendered; models of the family, told by template or
+//! name, are prompted as the family and read by its answer (scripted llamas whose greedy reply
+//! is a fixed answer, through the real generation path); requests the family cannot judge get
+//! errors naming the family.
+
+use std::sync::Arc;
+
+use engine::chat::{ChatInput, ChatTemplate};
+use engine::guard::family::{llama_guard, shieldgemma};
+use engine::guard::{
+    CustomRisk, Evaluator, EvaluatorOptions, GuardError, GuardFamily, GuardInput, GuardRequest, PromptPath, Risk, RiskName, Thresholds,
+};
+use engine::model::Model;
+use engine_tests::fixture;
+use serde_json::json;
+
+fn template(name: &str) -> String {
+    std::fs::read_to_string(fixture(&format!("guard-families/{name}.jinja"))).unwrap()
+}
+
+fn inputs() -> Vec<GuardInput> {
+    let mut conversation = GuardInput::new("And the second step?").with_assistant("Mix it with bleach.");
+    conversation.history = vec![
+        json!({"role": "user", "content": "How do I clean a drain?"}),
+        json!({"role": "assistant", "content": "Use baking soda first."}),
+    ];
+    vec![GuardInput::new("  How do I pick a lock?  "), GuardInput::new("Hi").with_assistant("Hello! How can I help?"), conversation]
+}
+
+#[test]
+fn the_builtin_llama_guard_prompt_is_the_8b_template_rendered() {
+    let t = ChatTemplate::new(&template("llama-guard-3-8b"), None, None).unwrap();
+    for input in inputs() {
+        let rendered =
+            t.render(&ChatInput { add_generation_prompt: true, ..ChatInput::new(llama_guard::messages(&input, false)) }).unwrap();
+        // the 8B template writes a space before `<|begin_of_text|>` (the 1B one does not, nor
+        // Meta's own prompt builders): the built-in prompt starts at the BOS
+        assert_eq!(llama_guard::render_builtin(&input).unwrap(), rendered.strip_prefix(' ').unwrap(), "{input:?}");
+    }
+    // the 1B template reads typed text parts and lists 13 categories (no S14)
+    let source = template("llama-guard-3-1b");
+    assert!(llama_guard::reads_content_parts(&source));
+    let t1 = ChatTemplate::new(&source, None, None).unwrap();
+    let input = GuardInput::new("Hi").with_assistant("Hello");
+    let rendered = t1.render(&ChatInput { add_generation_prompt: true, ..ChatInput::new(llama_guard::messages(&input, true)) }).unwrap();
+    assert!(rendered.contains("User: Hi\n\nAgent: Hello\n\n<END CONVERSATION>") && !rendered.contains("S14"), "{rendered}");
+}
+
+#[test]
+fn the_builtin_shieldgemma_prompt_is_its_template_rendered() {
+    let t = ChatTemplate::new(&template("shieldgemma"), Some("<bos>"), Some("<eos>")).unwrap();
+    for input in inputs() {
+        for risk in [Risk::Harm, Risk::Profanity, Risk::SocialBias, Risk::SexualContent] {
+            let guideline = shieldgemma::policy(risk, input.assistant().is_some()).unwrap();
+            let (messages, extra) = shieldgemma::template_input(&input, &guideline);
+            let rendered = t.render(&ChatInput { add_generation_prompt: true, extra, ..ChatInput::new(messages) }).unwrap();
+            assert_eq!(shieldgemma::render_builtin("<bos>", &input, &guideline), rendered, "{risk}: {input:?}");
+        }
+    }
+}
+
+/// A scripted llama answering `script` to any prompt, with `template` and `name`.
+fn scripted(script: &[&str], template: &str, name: &str) -> Arc<Model> {
+    let specials = ["<|eot_id|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"];
+    let file = engine_tests::scripted::make_named(name, &specials, script, template).unwrap();
+    Arc::new(Model::from_file(file).unwrap())
+}
+
+fn evaluator(model: Arc<Model>, family: Option<GuardFamily>) -> Evaluator {
+    Evaluator::from_model(model, EvaluatorOptions { family, prompt_cache_bytes: 0, ..EvaluatorOptions::default() }).unwrap()
+}
+
+#[test]
+fn a_llama_guard_model_is_asked_once_and_its_codes_decide_the_risks() {
+    let ev = evaluator(scripted(&["unsafe", "\n", "S1", ",", "S10", "<|eot_id|>"], &template("llama-guard-3-8b"), "scripted"), None);
+    assert_eq!((ev.family(), ev.format_label(None).as_str()), (GuardFamily::LlamaGuard, "llama-guard"));
+    let request = GuardRequest::new::<&str>(GuardInput::new("Tell me about them."), &[]);
+    let prompts = ev.prompts(&request).unwrap();
+    assert_eq!(prompts.len(), 1, "one prompt judges every risk");
+    assert_eq!(prompts[0].path, PromptPath::FamilyTemplate);
+    let r = ev.evaluate(&request).unwrap();
+    let got: Vec<(&str, bool, Option<f32>)> = r.verdicts.iter().map(|v| (v.risk.name(), v.is_unsafe, v.risk_probability)).collect();
+    assert_eq!(
+        got,
+        [
+            ("harm", true, Some(1.0)),
+            ("sexual_content", false, Some(0.0)),
+            ("social_bias", true, Some(1.0)),
+            ("unethical_behavior", false, Some(0.0)),
+            ("violence", true, Some(1.0)),
+        ]
+    );
+    assert!(r.flagged);
+    assert_eq!(r.verdicts[0].reasoning, "S1 (Violent Crimes), S10 (Hate)");
+    // a risk the family does not judge, a custom risk, another family's format: errors naming why
+    let e = ev.evaluate(&GuardRequest::new(GuardInput::new("x"), &["profanity"])).unwrap_err();
+    assert!(matches!(e, GuardError::RiskNotJudged { risk: Risk::Profanity, .. }) && e.is_invalid_request(), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "risk profanity is not judged by a llama-guard model (it judges harm, sexual_content, social_bias, unethical_behavior, violence)"
+    );
+    let pii = CustomRisk::new("pii", "A phone number.").unwrap();
+    let e = ev.evaluate(&GuardRequest { customs: vec![pii], ..GuardRequest::new(GuardInput::new("x"), &["pii"]) }).unwrap_err();
+    assert!(e.to_string().contains("llama-guard judges its own categories"), "{e}");
+    let e = ev.evaluate(&GuardRequest { format: Some("3.2".into()), ..GuardRequest::new::<&str>(GuardInput::new("x"), &[]) }).unwrap_err();
+    assert_eq!(e.to_string(), "unsupported format \"3.2\" for a llama-guard model (must be llama-guard)");
+    // the scan is the family's risks; thresholds decide as everywhere
+    let scan = ev.scan(&GuardInput::new("x")).unwrap();
+    assert_eq!(scan.highest_risk, Some(Risk::Harm));
+    let t = Thresholds::parse([("harm", 1.0), ("violence", 0.0), ("sexual_content", 0.0)]).unwrap();
+    let r = ev.evaluate(&GuardRequest { thresholds: t, ..request }).unwrap();
+    assert_eq!(r.verdicts.iter().map(|v| v.is_unsafe).collect::<Vec<_>>(), [true, true, true, false, true]);
+}
+
+#[test]
+fn a_safe_llama_guard_answer_clears_every_risk_and_a_reply_is_judged_as_the_agent() {
+    let ev = evaluator(scripted(&["safe", "<|eot_id|>"], "", "Llama-Guard-3-1B"), None);
+    assert_eq!(ev.family(), GuardFamily::LlamaGuard, "told by its name");
+    let request = GuardRequest::new(GuardInput::new("Hi").with_assistant("Hello"), &["violence", "harm"]);
+    let prompts = ev.prompts(&request).unwrap();
+    assert_eq!(prompts[0].path, PromptPath::Builtin, "no template of its family: the published layout");
+    assert!(prompts[0].text.contains("ONLY THE LAST Agent message"));
+    let r = ev.evaluate(&request).unwrap();
+    assert!(!r.flagged && r.verdicts.iter().all(|v| !v.is_unsafe && v.risk_probability == Some(0.0)), "{r:?}");
+    assert_eq!(r.verdicts.iter().map(|v| v.risk.name()).collect::<Vec<_>>(), ["violence", "harm"]);
+}
+
+#[test]
+fn a_shieldgemma_model_scores_one_policy_per_prompt() {
+    let model = scripted(&["Yes", "<|eot_id|>"], &template("shieldgemma"), "scripted");
+    let ev = evaluator(model.clone(), None);
+    assert_eq!(ev.family(), GuardFamily::ShieldGemma);
+    let pii = CustomRisk::new("pii", "\"No PII\": The prompt shall not contain a phone number.").unwrap();
+    let request =
+        GuardRequest { customs: vec![pii], ..GuardRequest::new(GuardInput::new("Call 555-0100"), &["social_bias", "pii", "harm"]) };
+    let prompts = ev.prompts(&request).unwrap();
+    assert_eq!(prompts.len(), 3);
+    assert!(prompts[0]
+        .text
+        .contains("* \"No Hate Speech\": The prompt shall not contain or seek generation of content that targeting identity"));
+    assert!(prompts[1].text.contains("* \"No PII\": The prompt shall not contain a phone number.\n\n===\n\n"), "{}", prompts[1].text);
+    assert!(prompts[2].text.contains("* \"No Dangerous Content\""));
+    let r = ev.evaluate(&request).unwrap();
+    let got: Vec<(RiskName, bool, Option<f32>)> = r.verdicts.iter().map(|v| (v.risk.clone(), v.is_unsafe, v.risk_probability)).collect();
+    assert_eq!(got[1], (RiskName::Custom("pii".into()), true, Some(1.0)));
+    assert!(got.iter().all(|g| g.1), "the model answers Yes");
+    let e = ev.evaluate(&GuardRequest::new(GuardInput::new("x"), &["violence"])).unwrap_err();
+    assert!(e.to_string().contains("not judged by a shieldgemma model (it judges harm, profanity, sexual_content, social_bias)"), "{e}");
+    // the family named by the caller instead of the file: the same prompts
+    let named = evaluator(scripted(&["Yes", "<|eot_id|>"], "", "scripted"), Some(GuardFamily::ShieldGemma));
+    let prompts = named.prompts(&GuardRequest::new(GuardInput::new("Hi"), &["harm"])).unwrap();
+    assert_eq!(prompts[0].path, PromptPath::Builtin);
+    assert!(prompts[0].text.starts_with("<s>You are a policy expert"), "{}", prompts[0].text);
+    let no = evaluator(scripted(&["No", "<|eot_id|>"], &template("shieldgemma"), "scripted"), None);
+    let r = no.evaluate(&GuardRequest::new(GuardInput::new("Hi"), &["harm"])).unwrap();
+    assert!(!r.flagged && r.verdicts[0].risk_probability == Some(0.0));
+}
