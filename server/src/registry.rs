@@ -30,6 +30,8 @@ pub struct ModelEntry {
     pub digest: Option<ModelDigest>,
     /// A guard's prompt format when a request names none (`3.2`...), or `generic`.
     pub guard_format: Option<String>,
+    /// The guard model's family (how moderation categories are read from its verdicts).
+    pub guard_family: Option<engine::guard::GuardFamily>,
     /// Moderation and batch requests waiting to be judged together.
     pub guard_queue: Arc<GuardQueue>,
     /// Its file and role, when it can be loaded again (idle unloading parks only these).

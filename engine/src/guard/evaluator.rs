@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, TryLockError};
 use serde::Serialize;
 
 use super::custom::CustomRisk;
-use super::family::{self, llama_guard, FamilyPrompter, GuardFamily};
+use super::family::{self, llama_guard, qwen3guard, FamilyPrompter, GuardFamily};
 use super::policy::Thresholds;
 use super::prompt_cache::{PromptCache, PromptCounters, PromptStats};
 use super::verdict::{risk_probability, verdict_3_0, verdict_3_2, verdict_3_3, RiskName, Verdict, YesNoTokens};
@@ -131,6 +131,8 @@ pub struct Evaluator {
     yes_no: YesNoTokens,
     /// Llama Guard's label words: `unsafe` (the risk is present), `safe`.
     unsafe_safe: YesNoTokens,
+    /// Qwen3Guard's: `Unsafe`, `Safe`, and `Controversial` between them.
+    safety: YesNoTokens,
     options: EvaluatorOptions,
     /// Made at the first run; `None` inside while none is made.
     prompt_cache: Mutex<Option<PromptCache>>,
@@ -161,7 +163,9 @@ impl Evaluator {
         let names: Vec<&str> = ["general.name", "general.basename", "general.finetune"].iter().filter_map(|k| file.get_str(k)).collect();
         let family = options.family.or_else(|| family::detect(file.get_str("tokenizer.chat_template"), &names));
         let prompts = match family {
-            Some(f @ (GuardFamily::LlamaGuard | GuardFamily::ShieldGemma)) => Prompts::Family(FamilyPrompter::from_model(&model, f)?),
+            Some(f @ (GuardFamily::LlamaGuard | GuardFamily::ShieldGemma | GuardFamily::Qwen3Guard)) => {
+                Prompts::Family(FamilyPrompter::from_model(&model, f)?)
+            }
             Some(GuardFamily::Generic) => Prompts::Granite(Prompter::generic(ChatTemplate::from_model(&model)?)),
             Some(GuardFamily::GraniteGuardian) => match Prompter::from_model(&model)? {
                 p if p.is_guardian() => Prompts::Granite(p),
@@ -177,7 +181,18 @@ impl Evaluator {
         let (yes, no) = llama_guard::LABELS;
         let unsafe_safe = YesNoTokens::words(model.tokenizer(), yes, no);
         let yes_no = YesNoTokens::of(model.tokenizer());
-        Ok(Evaluator { model, prompts, yes_no, unsafe_safe, options, prompt_cache: Mutex::new(None), counters: PromptCounters::default() })
+        let (yes, no, between) = qwen3guard::LABELS;
+        let safety = YesNoTokens::words(model.tokenizer(), yes, no).with_between(model.tokenizer(), between);
+        Ok(Evaluator {
+            model,
+            prompts,
+            yes_no,
+            unsafe_safe,
+            safety,
+            options,
+            prompt_cache: Mutex::new(None),
+            counters: PromptCounters::default(),
+        })
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -361,6 +376,7 @@ impl Evaluator {
         let n_groups = prompts.iter().map(|p| p.0 + 1).max().unwrap_or(0);
         let budget = |p: &GuardPrompt| match (&p.reader, p.format) {
             (Reader::LlamaGuard(_), _) => llama_guard::MAX_TOKENS,
+            (Reader::Qwen3Guard(_), _) => qwen3guard::MAX_TOKENS,
             (Reader::ShieldGemma, _) | (Reader::Guardian, GuardFormat::V3_0) => 1,
             (Reader::Guardian, GuardFormat::V3_2) => self.options.max_tokens_3_2,
             (Reader::Guardian, GuardFormat::V3_3) if p.think => self.options.max_tokens_think,
@@ -462,6 +478,7 @@ impl Evaluator {
     fn labels(&self, prompt: &GuardPrompt) -> &YesNoTokens {
         match prompt.reader {
             Reader::LlamaGuard(_) => &self.unsafe_safe,
+            Reader::Qwen3Guard(_) => &self.safety,
             Reader::Guardian | Reader::ShieldGemma => &self.yes_no,
         }
     }
@@ -478,6 +495,10 @@ impl Evaluator {
             Reader::LlamaGuard(risks) => {
                 let label = decoder.tokens().iter().position(|&t| self.unsafe_safe.contains(t));
                 llama_guard::verdicts(risks, decoder.text(), label.and_then(|step| masses.get(step).copied()))
+            }
+            Reader::Qwen3Guard(risks) => {
+                let label = decoder.tokens().iter().position(|&t| self.safety.contains(t));
+                qwen3guard::verdicts(risks, decoder.text(), label.and_then(|step| masses.get(step).copied()))
             }
         }
     }

@@ -182,6 +182,8 @@ pub enum Reader {
     LlamaGuard(Vec<Risk>),
     /// ShieldGemma's P(Yes) at the first position.
     ShieldGemma,
+    /// Qwen3Guard's `Safety:` label and categories, for these risks at once.
+    Qwen3Guard(Vec<Risk>),
 }
 
 /// One rendered guard prompt.

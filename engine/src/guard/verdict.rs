@@ -86,6 +86,8 @@ impl Verdict {
 pub struct YesNoTokens {
     pub yes: Vec<TokenId>,
     pub no: Vec<TokenId>,
+    /// A label between the two (Qwen3Guard's `Controversial`): its mass counts half to each.
+    pub between: Vec<TokenId>,
 }
 
 impl YesNoTokens {
@@ -109,17 +111,41 @@ impl YesNoTokens {
         out
     }
 
+    /// These labels with a word between them, known by the tokens that start it (with or
+    /// without a leading space, lowercase or capitalised): a label that splits into pieces is
+    /// decided at its first one.
+    pub fn with_between(mut self, tokenizer: &Tokenizer, word: &str) -> YesNoTokens {
+        let mut chars = word.chars();
+        let capital: String = chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default();
+        let spellings = [word.to_string(), format!(" {word}"), capital.clone(), format!(" {capital}")];
+        let piece = |id: TokenId| String::from_utf8_lossy(tokenizer.token_bytes(id)).trim().to_lowercase();
+        let mut firsts: Vec<String> = spellings
+            .iter()
+            .filter_map(|s| tokenizer.encode(s, false, false).first().map(|&id| piece(id)))
+            .filter(|p| !p.is_empty())
+            .collect();
+        // a vocabulary may hold the whole word, though its tokenizer spells it otherwise
+        firsts.push(word.to_lowercase());
+        for id in 0..tokenizer.n_vocab() as TokenId {
+            if firsts.contains(&piece(id)) && !self.contains(id) {
+                self.between.push(id);
+            }
+        }
+        self
+    }
+
     /// Whether `token` is one of them (a label token).
     pub fn contains(&self, token: TokenId) -> bool {
-        self.yes.contains(&token) || self.no.contains(&token)
+        self.yes.contains(&token) || self.no.contains(&token) || self.between.contains(&token)
     }
 
     /// The summed softmax probabilities of the yes and no tokens in `logits` (the model's
     /// logit-scaled output row), in f64.
     pub fn probabilities(&self, logits: &[f32]) -> (f64, f64) {
         let Some(log_z) = log_normalizer(logits) else { return (0.0, 0.0) };
-        let p = |ids: &[TokenId]| ids.iter().filter_map(|&id| logits.get(id as usize)).map(|&v| (f64::from(v) - log_z).exp()).sum();
-        (p(&self.yes), p(&self.no))
+        let p = |ids: &[TokenId]| ids.iter().filter_map(|&id| logits.get(id as usize)).map(|&v| (f64::from(v) - log_z).exp()).sum::<f64>();
+        let half = p(&self.between) / 2.0;
+        (p(&self.yes) + half, p(&self.no) + half)
     }
 }
 

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::guard::moderation::categories;
-use engine::guard::{GuardInput, GuardRequest, MAX_BATCH};
+use engine::guard::moderation::{categories, ModerationCategory};
+use engine::guard::{GuardFamily, GuardInput, GuardRequest, MAX_BATCH};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
@@ -39,17 +39,19 @@ async fn moderate(state: &Arc<AppState>, body: Map<String, Value>, start: Instan
     let applied = applied(state, &body.policy, &[])?;
     let requests = inputs.into_iter().map(|input| GuardRequest { input, thresholds: applied.thresholds.clone(), ..Default::default() });
     let items = entry.guard_queue.evaluate(&entry.worker, requests.collect()).await?;
+    let family = entry.guard_family.unwrap_or(GuardFamily::GraniteGuardian);
     let results: Vec<Value> = items
         .iter()
         .map(|item| {
-            let cats = categories(&item.verdicts);
-            let pick =
-                |f: &dyn Fn(&(&str, bool, f32)) -> Value| -> Map<String, Value> { cats.iter().map(|c| (c.0.to_string(), f(c))).collect() };
+            let cats = categories(family, &item.verdicts);
+            let pick = |f: &dyn Fn(&ModerationCategory) -> Value| -> Map<String, Value> {
+                cats.iter().map(|c| (c.name.to_string(), f(c))).collect()
+            };
             json!({
                 "flagged": item.flagged,
-                "categories": pick(&|c| json!(c.1)),
-                "category_scores": pick(&|c| json!(c.2)),
-                "category_applied_input_types": pick(&|_| json!(["text"])),
+                "categories": pick(&|c| json!(c.flagged)),
+                "category_scores": pick(&|c| json!(c.score)),
+                "category_applied_input_types": pick(&|c| if c.applied { json!(["text"]) } else { json!([]) }),
             })
         })
         .collect();

@@ -10,9 +10,9 @@
 
 use serde_json::{json, Value};
 
-use super::taxonomy::{categories_of, LLAMA_GUARD};
+use super::taxonomy::{self, CategoryAnswer, LLAMA_GUARD};
 use crate::guard::risks::GuardInput;
-use crate::guard::verdict::{risk_probability, RiskName};
+use crate::guard::verdict::risk_probability;
 use crate::guard::{GuardError, Risk, Verdict};
 
 /// The words of the answer's label token (trimmed, lowercase): unsafe, safe.
@@ -92,32 +92,24 @@ pub fn parse(output: &str) -> Option<Answer> {
 /// token when the engine saw it.
 pub fn verdicts(risks: &[Risk], output: &str, label: Option<(f64, f64)>) -> Result<Vec<Verdict>, GuardError> {
     let names: Vec<&str> = risks.iter().map(|r| r.name()).collect();
-    let bad = || GuardError::Unparseable { risk: names.join(", "), output: output.into() };
-    let answer = parse(output).ok_or_else(bad)?;
+    let answer = parse(output).ok_or_else(|| GuardError::Unparseable { risk: names.join(", "), output: output.into() })?;
     let score = label.and_then(|(u, s)| risk_probability(u, s));
-    let named: Vec<&str> =
-        answer.codes.iter().filter_map(|code| LLAMA_GUARD.iter().find(|c| c.code == code.as_str()).map(|c| c.name)).collect();
-    let reasoning = match answer.unsafe_ {
-        true => answer.codes.iter().zip(&named).map(|(code, name)| format!("{code} ({name})")).collect::<Vec<_>>().join(", "),
-        false => String::new(),
-    };
+    let reasoning = answer
+        .codes
+        .iter()
+        .map(|code| match LLAMA_GUARD.iter().find(|c| c.code == code.as_str()) {
+            Some(c) => format!("{code} ({})", c.name),
+            None => code.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     let confidence = match (score, answer.unsafe_) {
         (Some(p), true) => p,
         (Some(p), false) => 1.0 - p,
         (None, _) => 1.0,
     };
-    Ok(risks
-        .iter()
-        .map(|&risk| {
-            let listed = categories_of(&LLAMA_GUARD, risk).any(|c| answer.codes.iter().any(|code| code == c.code));
-            let is_unsafe = answer.unsafe_ && listed;
-            let risk_probability = match (answer.unsafe_ && !listed, score) {
-                (true, _) => Some(0.0),
-                (false, p) => p,
-            };
-            Verdict { risk: RiskName::Builtin(risk), is_unsafe, confidence, reasoning: reasoning.clone(), risk_probability }
-        })
-        .collect())
+    let answer = CategoryAnswer { unsafe_: answer.unsafe_, codes: answer.codes, score, confidence, reasoning };
+    Ok(taxonomy::verdicts(&LLAMA_GUARD, risks, &answer))
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! Guard model families: how each family is prompted, how its answer is read, and which risks
 //! its own categories stand for (`taxonomy`). Granite Guardian and the generic path
-//! (`guard::prompt`) judge one risk per prompt in the contract's formats; Llama Guard judges
-//! every category in one answer (one prompt per input); ShieldGemma scores one policy per prompt.
+//! (`guard::prompt`) judge one risk per prompt in the contract's formats; Llama Guard and
+//! Qwen3Guard judge every category in one answer (one prompt per input); ShieldGemma scores one
+//! policy per prompt.
 //! A model's family is detected from its chat template and names, or chosen
 //! (`EvaluatorOptions::family`, `--guard-family`).
 
 pub mod llama_guard;
+pub mod qwen3guard;
 pub mod shieldgemma;
 pub mod taxonomy;
 
@@ -29,13 +31,15 @@ pub enum GuardFamily {
     LlamaGuard,
     /// Google ShieldGemma: one policy per prompt, P(Yes).
     ShieldGemma,
+    /// Qwen3Guard-Gen: every category in one answer, Safe / Controversial / Unsafe.
+    Qwen3Guard,
     /// Any other chat model, asked a yes/no question per risk (`generic`).
     Generic,
 }
 
 impl GuardFamily {
-    pub const ALL: [GuardFamily; 4] =
-        [GuardFamily::GraniteGuardian, GuardFamily::LlamaGuard, GuardFamily::ShieldGemma, GuardFamily::Generic];
+    pub const ALL: [GuardFamily; 5] =
+        [GuardFamily::GraniteGuardian, GuardFamily::LlamaGuard, GuardFamily::ShieldGemma, GuardFamily::Qwen3Guard, GuardFamily::Generic];
 
     /// The name the CLI, the API's `format` and the audit fields use.
     pub fn name(self) -> &'static str {
@@ -43,6 +47,7 @@ impl GuardFamily {
             GuardFamily::GraniteGuardian => "granite-guardian",
             GuardFamily::LlamaGuard => "llama-guard",
             GuardFamily::ShieldGemma => "shieldgemma",
+            GuardFamily::Qwen3Guard => "qwen3guard",
             GuardFamily::Generic => "generic",
         }
     }
@@ -56,6 +61,7 @@ impl GuardFamily {
         match self {
             GuardFamily::LlamaGuard => Some(&taxonomy::LLAMA_GUARD),
             GuardFamily::ShieldGemma => Some(&taxonomy::SHIELDGEMMA),
+            GuardFamily::Qwen3Guard => Some(&taxonomy::QWEN3GUARD),
             GuardFamily::GraniteGuardian | GuardFamily::Generic => None,
         }
     }
@@ -68,7 +74,7 @@ impl fmt::Display for GuardFamily {
 }
 
 /// The family a GGUF's chat template or names say, among those with a module here (Llama
-/// Guard, ShieldGemma); `None` leaves the choice between Granite Guardian and the generic path
+/// Guard, ShieldGemma, Qwen3Guard); `None` leaves the choice between Granite Guardian and the generic path
 /// to `risks::detect_format`.
 pub fn detect(template: Option<&str>, names: &[&str]) -> Option<GuardFamily> {
     if let Some(t) = template {
@@ -78,6 +84,9 @@ pub fn detect(template: Option<&str>, names: &[&str]) -> Option<GuardFamily> {
         }
         if t.contains("You are a policy expert trying to help determine whether") {
             return Some(GuardFamily::ShieldGemma);
+        }
+        if t.contains("<BEGIN SAFETY POLICY>") && t.contains("Safety: Controversial") {
+            return Some(GuardFamily::Qwen3Guard);
         }
     }
     let named = |words: &[&str]| {
@@ -90,12 +99,14 @@ pub fn detect(template: Option<&str>, names: &[&str]) -> Option<GuardFamily> {
         Some(GuardFamily::LlamaGuard)
     } else if named(&["shieldgemma"]) {
         Some(GuardFamily::ShieldGemma)
+    } else if named(&["qwen3guard"]) {
+        Some(GuardFamily::Qwen3Guard)
     } else {
         None
     }
 }
 
-/// Prompts of a family with its own module (Llama Guard, ShieldGemma), through the model's
+/// Prompts of a family with its own module (Llama Guard, ShieldGemma, Qwen3Guard), through the model's
 /// template when it is the family's, else the family's published layout.
 #[derive(Debug)]
 pub struct FamilyPrompter {
@@ -106,7 +117,7 @@ pub struct FamilyPrompter {
 }
 
 impl FamilyPrompter {
-    /// `family` must have a taxonomy (Llama Guard, ShieldGemma).
+    /// `family` must have a taxonomy (Llama Guard, ShieldGemma, Qwen3Guard).
     pub fn from_model(model: &Model, family: GuardFamily) -> Result<FamilyPrompter, GuardError> {
         let file = model.file();
         let own = file.get_str("tokenizer.chat_template").is_some_and(|t| detect(Some(t), &[]) == Some(family));
@@ -164,13 +175,13 @@ impl FamilyPrompter {
             }
         }
         match self.family {
-            GuardFamily::LlamaGuard => self.llama_guard(input, names, customs),
-            _ => names.into_iter().map(|name| Ok((self.shieldgemma(input, &name, customs)?, vec![name]))).collect(),
+            GuardFamily::ShieldGemma => names.into_iter().map(|name| Ok((self.shieldgemma(input, &name, customs)?, vec![name]))).collect(),
+            _ => self.one_answer(input, names, customs),
         }
     }
 
-    /// One prompt for all the risks: the answer names categories.
-    fn llama_guard(
+    /// One prompt for all the risks (Llama Guard, Qwen3Guard): the answer names categories.
+    fn one_answer(
         &self,
         input: &GuardInput,
         names: Vec<RiskName>,
@@ -178,20 +189,24 @@ impl FamilyPrompter {
     ) -> Result<Vec<(GuardPrompt, Vec<RiskName>)>, GuardError> {
         if let Some(c) = customs.first() {
             return Err(GuardError::CustomRisk(format!(
-                "{}: llama-guard judges its own categories and takes no definition; custom risks need granite-guardian, shieldgemma or a generic model",
-                c.name
+                "{}: {} judges its own categories and takes no definition; custom risks need granite-guardian, shieldgemma or a generic model",
+                c.name, self.family
             )));
         }
         let risks: Vec<Risk> = names.iter().filter_map(RiskName::builtin).collect();
-        let text = match &self.template {
-            Some(t) => {
-                let parts = llama_guard::reads_content_parts(t.source());
-                t.render(&ChatInput { add_generation_prompt: true, ..ChatInput::new(llama_guard::messages(input, parts)) })?
-            }
-            None => llama_guard::render_builtin(input)?,
+        let parts = self.template.as_ref().is_some_and(|t| llama_guard::reads_content_parts(t.source()));
+        let messages = llama_guard::messages(input, parts);
+        let text = match (&self.template, self.family) {
+            (Some(t), _) => t.render(&ChatInput { add_generation_prompt: true, ..ChatInput::new(messages) })?,
+            (None, GuardFamily::Qwen3Guard) => qwen3guard::render_builtin(input),
+            (None, _) => llama_guard::render_builtin(input)?,
         };
-        let prompt = self.prompt(risks.first().copied().unwrap_or(Risk::Harm), Reader::LlamaGuard(risks), text);
-        Ok(vec![(prompt, names)])
+        let first = risks.first().copied().unwrap_or(Risk::Harm);
+        let reader = match self.family {
+            GuardFamily::Qwen3Guard => Reader::Qwen3Guard(risks),
+            _ => Reader::LlamaGuard(risks),
+        };
+        Ok(vec![(self.prompt(first, reader, text), names)])
     }
 
     /// One prompt per policy: a risk's harm type, or a custom risk's definition.
@@ -224,8 +239,9 @@ mod tests {
     fn families_are_told_by_template_or_name() {
         let lg = "... <BEGIN UNSAFE CONTENT CATEGORIES>\nS1: Violent Crimes.\n ... - First line must read 'safe' or 'unsafe'.";
         assert_eq!(detect(Some(lg), &[]), Some(GuardFamily::LlamaGuard));
-        let qwen3guard = "<BEGIN SAFETY POLICY> ... <BEGIN UNSAFE CONTENT CATEGORIES> ... 'Safety: Safe'";
-        assert_eq!(detect(Some(qwen3guard), &[]), None);
+        let qwen3guard = "<BEGIN SAFETY POLICY> ... <BEGIN UNSAFE CONTENT CATEGORIES> ... 'Safety: Controversial'";
+        assert_eq!(detect(Some(qwen3guard), &[]), Some(GuardFamily::Qwen3Guard));
+        assert_eq!(detect(None, &["Qwen3Guard Gen 0.6B"]), Some(GuardFamily::Qwen3Guard));
         let sg = "{{- bos_token }}You are a policy expert trying to help determine whether a user prompt";
         assert_eq!(detect(Some(sg), &[]), Some(GuardFamily::ShieldGemma));
         assert_eq!(detect(None, &["Llama Guard 3 8B"]), Some(GuardFamily::LlamaGuard));

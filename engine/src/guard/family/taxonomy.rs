@@ -5,7 +5,8 @@
 //! is refused for that family (`GuardError::RiskNotJudged`). README's taxonomy table says the
 //! same; `the_readme_table_is_this_table` keeps them equal.
 
-use crate::guard::Risk;
+use crate::guard::verdict::RiskName;
+use crate::guard::{Risk, Verdict};
 
 /// How well a family's category stands for a risk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +90,85 @@ pub const SHIELDGEMMA: [Category; 4] = [
     },
 ];
 
+/// Qwen3Guard-Gen's categories (`Jailbreak` only when a user message is judged). Any unsafe
+/// answer is `harm`; Unethical Acts covers bias, hate speech, offensive language and
+/// harassment besides unethical acts.
+pub const QWEN3GUARD: [Category; 9] = [
+    Category {
+        code: "Violent",
+        name: "Violent",
+        risks: &[(Risk::Harm, A), (Risk::Violence, A)],
+        openai: &[("violence", A), ("illicit/violent", A)],
+    },
+    Category {
+        code: "Non-violent Illegal Acts",
+        name: "Non-violent Illegal Acts",
+        risks: &[(Risk::Harm, A), (Risk::UnethicalBehavior, A)],
+        openai: &[("illicit", A)],
+    },
+    Category {
+        code: "Sexual Content or Sexual Acts",
+        name: "Sexual Content or Sexual Acts",
+        risks: &[(Risk::Harm, A), (Risk::SexualContent, E)],
+        openai: &[("sexual", E)],
+    },
+    Category { code: "PII", name: "PII", risks: &[(Risk::Harm, A)], openai: &[] },
+    Category {
+        code: "Suicide & Self-Harm",
+        name: "Suicide & Self-Harm",
+        risks: &[(Risk::Harm, A)],
+        openai: &[("self-harm", E), ("self-harm/instructions", A), ("self-harm/intent", A)],
+    },
+    Category {
+        code: "Unethical Acts",
+        name: "Unethical Acts",
+        risks: &[(Risk::Harm, A), (Risk::UnethicalBehavior, A), (Risk::SocialBias, A), (Risk::Profanity, A)],
+        openai: &[("hate", A), ("harassment", A)],
+    },
+    Category { code: "Politically Sensitive Topics", name: "Politically Sensitive Topics", risks: &[(Risk::Harm, A)], openai: &[] },
+    Category {
+        code: "Copyright Violation",
+        name: "Copyright Violation",
+        risks: &[(Risk::Harm, A), (Risk::UnethicalBehavior, A)],
+        openai: &[],
+    },
+    Category { code: "Jailbreak", name: "Jailbreak", risks: &[(Risk::Jailbreaking, E)], openai: &[] },
+];
+
+/// An answer that names categories: unsafe or not, the codes named, and its score (the
+/// family's probability that the content is unsafe) when the engine saw the label.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CategoryAnswer {
+    pub unsafe_: bool,
+    pub codes: Vec<String>,
+    pub score: Option<f32>,
+    /// The confidence of the answer's own label.
+    pub confidence: f32,
+    pub reasoning: String,
+}
+
+/// The verdicts of `risks` from an answer naming categories of `table`: a risk is unsafe when
+/// the answer is unsafe and names one of its categories. Its `risk_probability` is the
+/// answer's score when the answer is not unsafe (the chance that anything is unsafe bounds
+/// each risk) or names one of the risk's categories, and 0 when an unsafe answer names none
+/// of them: these families score the answer, not each category.
+pub fn verdicts(table: &'static [Category], risks: &[Risk], answer: &CategoryAnswer) -> Vec<Verdict> {
+    risks
+        .iter()
+        .map(|&risk| {
+            let named = categories_of(table, risk).any(|c| answer.codes.iter().any(|code| code == c.code));
+            let risk_probability = if answer.unsafe_ && !named { Some(0.0) } else { answer.score };
+            Verdict {
+                risk: RiskName::Builtin(risk),
+                is_unsafe: answer.unsafe_ && named,
+                confidence: answer.confidence,
+                reasoning: answer.reasoning.clone(),
+                risk_probability,
+            }
+        })
+        .collect()
+}
+
 /// The risks some category of `table` stands for, in the contract's order.
 pub fn judged_risks(table: &[Category]) -> Vec<Risk> {
     Risk::ALL.into_iter().filter(|r| table.iter().any(|c| c.risks.iter().any(|(x, _)| x == r))).collect()
@@ -106,7 +186,7 @@ mod tests {
     #[test]
     fn every_mapping_names_a_harm_risk_and_an_openai_category() {
         let openai: Vec<&str> = crate::guard::moderation::OPENAI_CATEGORIES.iter().map(|c| c.0).collect();
-        for c in LLAMA_GUARD.iter().chain(&SHIELDGEMMA) {
+        for c in LLAMA_GUARD.iter().chain(&SHIELDGEMMA).chain(&QWEN3GUARD) {
             assert!(c.risks.iter().all(|(r, _)| Risk::HARM.contains(r)), "{}", c.code);
             assert!(c.openai.iter().all(|(o, _)| openai.contains(o)), "{}", c.code);
         }
@@ -115,6 +195,7 @@ mod tests {
             [Risk::Harm, Risk::SexualContent, Risk::SocialBias, Risk::UnethicalBehavior, Risk::Violence]
         );
         assert_eq!(judged_risks(&SHIELDGEMMA), [Risk::Harm, Risk::Profanity, Risk::SexualContent, Risk::SocialBias]);
+        assert_eq!(judged_risks(&QWEN3GUARD).len(), 7, "all but evasiveness and harm_engagement");
         let codes: Vec<&str> = categories_of(&LLAMA_GUARD, Risk::Violence).map(|c| c.code).collect();
         assert_eq!(codes, ["S1", "S9"]);
         assert_eq!(categories_of(&LLAMA_GUARD, Risk::Harm).count(), 14);
