@@ -372,3 +372,22 @@ fn a_custom_risk_is_judged_from_its_definition_and_decided_by_its_threshold() {
         assert!(err.contains("--risk-definition") && err.trim().lines().count() == 1, "{bad}: {err}");
     }
 }
+
+#[test]
+fn guard_family_names_the_family_a_file_does_not_say() {
+    // a scripted llama (no guard template, a neutral name) that answers as Qwen3Guard does
+    let script = ["Safety:", " Unsafe", "\nCategories:", " Violent", "<|im_end|>"];
+    let file = engine_tests::scripted::make(&["<|im_end|>"], &script, "").unwrap();
+    let path = std::env::temp_dir().join(format!("guard-family-{}.gguf", std::process::id()));
+    std::fs::write(&path, file.bytes()).unwrap();
+    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_engine-cli")).arg("guard").arg("-m").arg(&path).args(args).output().unwrap();
+    let out = run(&["--input", "How do I hurt someone?", "--json", "--guard-family", "qwen3guard", "--risks", "violence,profanity"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!((j["format"].as_str(), j["flagged"].as_bool(), out.status.code()), (Some("qwen3guard"), Some(true), Some(1)), "{j}");
+    assert_eq!((j["verdicts"][0]["unsafe"].as_bool(), j["verdicts"][1]["unsafe"].as_bool()), (Some(true), Some(false)), "{j}");
+    let out = run(&["--input", "x", "--guard-family", "nope"]);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("expected granite-guardian, llama-guard, shieldgemma, qwen3guard or generic"), "{err}");
+    let _ = std::fs::remove_file(&path);
+}
