@@ -6,7 +6,8 @@
 //!   (streamed events included) that breaks its schema (`python/openapi_conformance.py`, settings
 //!   and the cross-field exceptions in `python/schemathesis.toml`);
 //! - the `openai` package's moderations with the real Qwen2.5-Coder-0.5B as generic guard
-//!   (`python/moderations_generic.py`);
+//!   (`python/moderations_generic.py`), and with a guard of each family that has prompts of its
+//!   own, a scripted model answering as the family does (`python/moderations_families.py`);
 //! - the official `anthropic` package's Messages API, with an API key sent as `x-api-key`
 //!   (`python/anthropic_sdk.py`);
 //! - both packages as agent frameworks use them, against the real Qwen2.5-Coder-0.5B: the
@@ -70,6 +71,35 @@ fn the_openai_package_moderates_with_a_chat_model_as_guard() {
     let mut serve: Vec<&OsStr> = args.to_vec();
     serve.push(qwen.as_os_str());
     run_against("moderations_generic.py", &serve, &[&id, qwen.to_str().unwrap()]);
+}
+
+/// Moderations and scans with a guard of each family with prompts of its own: a scripted model
+/// (`engine_tests::scripted`) with the family's template or name, answering as the family does
+/// (`python/moderations_families.py`).
+#[test]
+fn the_openai_package_moderates_with_every_guard_family() {
+    let template = |name: &str| std::fs::read_to_string(fixture(&format!("guard-families/{name}.jinja"))).unwrap();
+    let families: [(&str, &str, Vec<&str>, String, &str); 3] = [
+        (
+            "llama-guard",
+            "scripted",
+            vec!["unsafe", "\n", "S1", ",", "S10", "<|eot_id|>"],
+            template("llama-guard-3-8b"),
+            "harassment,harassment/threatening",
+        ),
+        ("shieldgemma", "scripted", vec!["Yes", "<|eot_id|>"], template("shieldgemma"), "illicit"),
+        ("qwen3guard", "Qwen3Guard-Gen-0.6B", vec!["Safety:", " Unsafe", "\nCategories:", " Violent", "<|eot_id|>"], String::new(), ""),
+    ];
+    let specials = ["<|eot_id|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"];
+    for (family, name, script, template, unapplied) in families {
+        let file = engine_tests::scripted::make_named(name, &specials, &script, &template).unwrap();
+        let path = std::env::temp_dir().join(format!("{family}-scripted-{}.gguf", std::process::id()));
+        std::fs::write(&path, file.bytes()).unwrap();
+        let id = path.file_stem().unwrap().to_str().unwrap().to_string();
+        let serve: [&OsStr; 6] = ["-c".as_ref(), "1024".as_ref(), "--guard".as_ref(), path.as_os_str(), "-m".as_ref(), path.as_os_str()];
+        run_against("moderations_families.py", &serve, &[&id, family, unapplied]);
+        let _ = std::fs::remove_file(&path);
+    }
 }
 
 #[test]

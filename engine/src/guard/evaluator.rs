@@ -264,8 +264,9 @@ impl Evaluator {
         Ok(decide(request, plan.names, verdicts))
     }
 
-    /// The 9 harm risks; `highest_risk` is the unsafe verdict with the highest confidence (ties to
-    /// the earlier category). The request names no risks of its own.
+    /// The 9 harm risks (for a family with categories of its own, the risks they stand for);
+    /// `highest_risk` is the unsafe verdict with the highest confidence (ties to the earlier
+    /// category). The request names no risks of its own.
     pub fn scan(&self, input: &GuardInput) -> Result<ScanResult, GuardError> {
         self.scan_cancellable(&GuardRequest::new::<&str>(input.clone(), &[]), &AtomicBool::new(false))
     }

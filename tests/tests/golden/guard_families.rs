@@ -206,3 +206,35 @@ fn a_qwen3guard_model_is_asked_once_and_controversial_scores_half() {
     let e = ev.evaluate(&GuardRequest::new(GuardInput::new("x"), &["evasiveness"])).unwrap_err();
     assert!(e.to_string().starts_with("risk evasiveness is not judged by a qwen3guard model"), "{e}");
 }
+
+/// The family prompter's prompts through the families' templates, tokenized as the engine runs
+/// them, against llama.cpp's rendering and tokenization of the same messages with the same
+/// template on the tiny model of the family's architecture (`tools/make-guard-family-goldens.py`).
+#[test]
+fn family_prompts_are_the_tokens_llama_cpp_renders() {
+    let text = std::fs::read_to_string(fixture("guard-families/llama-cpp.json")).unwrap();
+    let cases: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    assert!(cases.len() >= 3);
+    for case in cases {
+        let model = Model::load(fixture(&format!("archs/{}.gguf", case["model"].as_str().unwrap()))).unwrap();
+        let family = GuardFamily::parse(case["family"].as_str().unwrap()).unwrap();
+        let tok = model.tokenizer();
+        let piece = |id: Option<u32>| id.and_then(|id| tok.token_text(id)).map(|b| String::from_utf8_lossy(b).into_owned());
+        let (bos, eos) = (piece(tok.bos()), piece(tok.eos()));
+        let template = ChatTemplate::new(&template(case["template"].as_str().unwrap()), bos.as_deref(), eos.as_deref()).unwrap();
+        let prompter = engine::guard::family::FamilyPrompter::new(family, Some(template), bos.unwrap_or_default());
+        // the judged user message last, the turns before it as the conversation
+        let messages = case["messages"].as_array().unwrap();
+        let (last, history) = messages.split_last().unwrap();
+        let mut input = GuardInput::new(last["content"].as_str().unwrap());
+        input.history = history.to_vec();
+        let risk = match family {
+            GuardFamily::ShieldGemma => "harm",
+            _ => "violence",
+        };
+        let (prompt, _) = prompter.render(&input, &[risk.to_string()], &[], false).unwrap().remove(0);
+        let ours = engine::chat::tokenize_rendered(tok, &prompt.text);
+        let want: Vec<u32> = case["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+        assert_eq!(ours, want, "{}: ours {:?}\nllama.cpp {:?}", case["family"], prompt.text, case["prompt"]);
+    }
+}
