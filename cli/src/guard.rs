@@ -89,7 +89,7 @@ pub struct GuardArgs {
     #[arg(long, value_parser = parse_generic_prompt, default_value = "direct")]
     pub generic_prompt: GenericPrompt,
     /// The model's guard family, when its file does not say it: granite-guardian, llama-guard,
-    /// shieldgemma, qwen3guard or generic (default: from the file's chat template and names).
+    /// shieldgemma, qwen3guard, gpt-oss-safeguard or generic (default: from the file's chat template and names).
     #[arg(long, value_parser = parse_family)]
     pub guard_family: Option<GuardFamily>,
     /// `NAME=DEFINITION` (repeatable): a custom risk, judged with --risks (alone when --risks is
@@ -109,7 +109,8 @@ fn custom_risks(args: &[String]) -> anyhow::Result<Vec<CustomRisk>> {
 }
 
 pub fn parse_family(s: &str) -> Result<GuardFamily, String> {
-    GuardFamily::parse(s).ok_or_else(|| "expected granite-guardian, llama-guard, shieldgemma, qwen3guard or generic".to_string())
+    GuardFamily::parse(s)
+        .ok_or_else(|| "expected granite-guardian, llama-guard, shieldgemma, qwen3guard, gpt-oss-safeguard or generic".to_string())
 }
 
 pub fn parse_generic_prompt(s: &str) -> Result<GenericPrompt, String> {

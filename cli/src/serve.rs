@@ -58,9 +58,10 @@ pub struct ServeArgs {
     /// The most pixels of one image, width x height (a larger one is a 413).
     #[arg(long, value_name = "PIXELS", default_value_t = 50_000_000, value_parser = parse_positive)]
     pub max_image_pixels: usize,
-    /// The guard model for /v1/guard*: a Granite Guardian, Llama Guard 3, ShieldGemma or
-    /// Qwen3Guard GGUF, or a chat model (the generic path; it may be one of the --model files).
-    /// Without it, a --model that is a guard model of those families serves as the guard.
+    /// The guard model for /v1/guard*: a Granite Guardian, Llama Guard 3, ShieldGemma,
+    /// Qwen3Guard or gpt-oss-safeguard GGUF, or a chat model (the generic path; it may be one
+    /// of the --model files). Without it, a --model that is a guard model of those families
+    /// serves as the guard.
     #[arg(long)]
     pub guard: Option<PathBuf>,
     /// Guard policy presets (TOML, or JSON for a `.json` file): named per-risk thresholds that

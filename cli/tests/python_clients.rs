@@ -78,26 +78,59 @@ fn the_openai_package_moderates_with_a_chat_model_as_guard() {
 /// (`python/moderations_families.py`).
 #[test]
 fn the_openai_package_moderates_with_every_guard_family() {
-    let template = |name: &str| std::fs::read_to_string(fixture(&format!("guard-families/{name}.jinja"))).unwrap();
-    let families: [(&str, &str, Vec<&str>, String, &str); 3] = [
-        (
-            "llama-guard",
-            "scripted",
-            vec!["unsafe", "\n", "S1", ",", "S10", "<|eot_id|>"],
-            template("llama-guard-3-8b"),
-            "harassment,harassment/threatening",
-        ),
-        ("shieldgemma", "scripted", vec!["Yes", "<|eot_id|>"], template("shieldgemma"), "illicit"),
-        ("qwen3guard", "Qwen3Guard-Gen-0.6B", vec!["Safety:", " Unsafe", "\nCategories:", " Violent", "<|eot_id|>"], String::new(), ""),
+    /// A scripted guard of a family, and the OpenAI categories no risk it judges covers.
+    struct Scripted<'a> {
+        family: &'a str,
+        name: &'a str,
+        specials: &'a [&'a str],
+        reply: Vec<&'a str>,
+        template: String,
+        unapplied: &'a str,
+    }
+    let template = |name: &str| std::fs::read_to_string(fixture(&format!("{name}.jinja"))).unwrap();
+    let llama3 = ["<|eot_id|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"];
+    let harmony = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"];
+    let families = [
+        Scripted {
+            family: "llama-guard",
+            name: "scripted",
+            specials: &llama3,
+            reply: vec!["unsafe", "\n", "S1", ",", "S10", "<|eot_id|>"],
+            template: template("guard-families/llama-guard-3-8b"),
+            unapplied: "harassment,harassment/threatening",
+        },
+        Scripted {
+            family: "shieldgemma",
+            name: "scripted",
+            specials: &llama3,
+            reply: vec!["Yes", "<|eot_id|>"],
+            template: template("guard-families/shieldgemma"),
+            unapplied: "illicit",
+        },
+        Scripted {
+            family: "qwen3guard",
+            name: "Qwen3Guard-Gen-0.6B",
+            specials: &llama3,
+            reply: vec!["Safety:", " Unsafe", "\nCategories:", " Violent", "<|eot_id|>"],
+            template: String::new(),
+            unapplied: "",
+        },
+        Scripted {
+            family: "gpt-oss-safeguard",
+            name: "gpt-oss-safeguard-20b",
+            specials: &harmony,
+            reply: vec!["<|channel|>", "final", "<|message|>", "1", "<|return|>"],
+            template: template("templates/openai-gpt-oss-120b"),
+            unapplied: "",
+        },
     ];
-    let specials = ["<|eot_id|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"];
-    for (family, name, script, template, unapplied) in families {
-        let file = engine_tests::scripted::make_named(name, &specials, &script, &template).unwrap();
-        let path = std::env::temp_dir().join(format!("{family}-scripted-{}.gguf", std::process::id()));
+    for f in families {
+        let file = engine_tests::scripted::make_named(f.name, f.specials, &f.reply, &f.template).unwrap();
+        let path = std::env::temp_dir().join(format!("{}-scripted-{}.gguf", f.family, std::process::id()));
         std::fs::write(&path, file.bytes()).unwrap();
         let id = path.file_stem().unwrap().to_str().unwrap().to_string();
         let serve: [&OsStr; 6] = ["-c".as_ref(), "1024".as_ref(), "--guard".as_ref(), path.as_os_str(), "-m".as_ref(), path.as_os_str()];
-        run_against("moderations_families.py", &serve, &[&id, family, unapplied]);
+        run_against("moderations_families.py", &serve, &[&id, f.family, f.unapplied]);
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -388,6 +388,6 @@ fn guard_family_names_the_family_a_file_does_not_say() {
     let out = run(&["--input", "x", "--guard-family", "nope"]);
     let err = String::from_utf8(out.stderr).unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(err.contains("expected granite-guardian, llama-guard, shieldgemma, qwen3guard or generic"), "{err}");
+    assert!(err.contains("expected granite-guardian, llama-guard, shieldgemma, qwen3guard, gpt-oss-safeguard or generic"), "{err}");
     let _ = std::fs::remove_file(&path);
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, TryLockError};
 use serde::Serialize;
 
 use super::custom::CustomRisk;
-use super::family::{self, llama_guard, qwen3guard, FamilyPrompter, GuardFamily};
+use super::family::{self, llama_guard, qwen3guard, safeguard, FamilyPrompter, GuardFamily};
 use super::policy::Thresholds;
 use super::prompt_cache::{PromptCache, PromptCounters, PromptStats};
 use super::verdict::{risk_probability, verdict_3_0, verdict_3_2, verdict_3_3, RiskName, Verdict, YesNoTokens};
@@ -133,6 +133,8 @@ pub struct Evaluator {
     unsafe_safe: YesNoTokens,
     /// Qwen3Guard's: `Unsafe`, `Safe`, and `Controversial` between them.
     safety: YesNoTokens,
+    /// gpt-oss-safeguard's answer: 1, 0.
+    one_zero: YesNoTokens,
     options: EvaluatorOptions,
     /// Made at the first run; `None` inside while none is made.
     prompt_cache: Mutex<Option<PromptCache>>,
@@ -163,7 +165,7 @@ impl Evaluator {
         let names: Vec<&str> = ["general.name", "general.basename", "general.finetune"].iter().filter_map(|k| file.get_str(k)).collect();
         let family = options.family.or_else(|| family::detect(file.get_str("tokenizer.chat_template"), &names));
         let prompts = match family {
-            Some(f @ (GuardFamily::LlamaGuard | GuardFamily::ShieldGemma | GuardFamily::Qwen3Guard)) => {
+            Some(f @ (GuardFamily::LlamaGuard | GuardFamily::ShieldGemma | GuardFamily::Qwen3Guard | GuardFamily::GptOssSafeguard)) => {
                 Prompts::Family(FamilyPrompter::from_model(&model, f)?)
             }
             Some(GuardFamily::Generic) => Prompts::Granite(Prompter::generic(ChatTemplate::from_model(&model)?)),
@@ -183,12 +185,15 @@ impl Evaluator {
         let yes_no = YesNoTokens::of(model.tokenizer());
         let (yes, no, between) = qwen3guard::LABELS;
         let safety = YesNoTokens::words(model.tokenizer(), yes, no).with_between(model.tokenizer(), between);
+        let (yes, no) = safeguard::LABELS;
+        let one_zero = YesNoTokens::words(model.tokenizer(), yes, no);
         Ok(Evaluator {
             model,
             prompts,
             yes_no,
             unsafe_safe,
             safety,
+            one_zero,
             options,
             prompt_cache: Mutex::new(None),
             counters: PromptCounters::default(),
@@ -378,6 +383,8 @@ impl Evaluator {
         let budget = |p: &GuardPrompt| match (&p.reader, p.format) {
             (Reader::LlamaGuard(_), _) => llama_guard::MAX_TOKENS,
             (Reader::Qwen3Guard(_), _) => qwen3guard::MAX_TOKENS,
+            // it reasons before it answers
+            (Reader::Safeguard, _) => self.options.max_tokens_think,
             (Reader::ShieldGemma, _) | (Reader::Guardian, GuardFormat::V3_0) => 1,
             (Reader::Guardian, GuardFormat::V3_2) => self.options.max_tokens_3_2,
             (Reader::Guardian, GuardFormat::V3_3) if p.think => self.options.max_tokens_think,
@@ -480,6 +487,7 @@ impl Evaluator {
         match prompt.reader {
             Reader::LlamaGuard(_) => &self.unsafe_safe,
             Reader::Qwen3Guard(_) => &self.safety,
+            Reader::Safeguard => &self.one_zero,
             Reader::Guardian | Reader::ShieldGemma => &self.yes_no,
         }
     }
@@ -496,6 +504,10 @@ impl Evaluator {
             Reader::LlamaGuard(risks) => {
                 let label = decoder.tokens().iter().position(|&t| self.unsafe_safe.contains(t));
                 llama_guard::verdicts(risks, decoder.text(), label.and_then(|step| masses.get(step).copied()))
+            }
+            Reader::Safeguard => {
+                let (text, answer) = safeguard::spelled(self.model.tokenizer(), decoder.tokens());
+                Ok(vec![safeguard::verdict(prompt.risk, &text, answer.and_then(|step| masses.get(step).copied()))?])
             }
             Reader::Qwen3Guard(risks) => {
                 let label = decoder.tokens().iter().position(|&t| self.safety.contains(t));

@@ -1,10 +1,9 @@
 //! The guard (content-safety evaluation with IBM Granite Guardian 3.0 / 3.2 / 3.3, the other
-//! guard families of `family` (Llama Guard 3, ShieldGemma, Qwen3Guard), or any chat model): its
-//! vocabulary and request checks (`risks`), the models' protocol texts (`definitions`), prompt
-//! rendering through the model's template or the built-in renderers (`prompt`, `builtin`,
-//! `family`). The contract is
-//! `spec/guard.md`; decoding and verdicts (`verdict`) and the `Evaluator` build on `Prompter`
-//! and `GuardPrompt`.
+//! guard families of `family` (Llama Guard 3, ShieldGemma, Qwen3Guard, gpt-oss-safeguard), or
+//! any chat model): its vocabulary and request checks (`risks`), the models' protocol texts
+//! (`definitions`), prompt rendering through the model's template or the built-in renderers
+//! (`prompt`, `builtin`, `family`). The contract is `spec/guard.md`; decoding and verdicts
+//! (`verdict`) and the `Evaluator` build on `Prompter`, `FamilyPrompter` and `GuardPrompt`.
 //!
 //! A request goes: [`check_request`] (the contract's 400 errors, the format resolved) ->
 //! [`Prompter::render_all`] (one [`GuardPrompt`] per risk) -> tokenize each prompt

@@ -184,6 +184,8 @@ pub enum Reader {
     ShieldGemma,
     /// Qwen3Guard's `Safety:` label and categories, for these risks at once.
     Qwen3Guard(Vec<Risk>),
+    /// gpt-oss-safeguard's 1 / 0 on the final channel, after its analysis.
+    Safeguard,
 }
 
 /// One rendered guard prompt.

@@ -238,3 +238,53 @@ fn family_prompts_are_the_tokens_llama_cpp_renders() {
         assert_eq!(ours, want, "{}: ours {:?}\nllama.cpp {:?}", case["family"], prompt.text, case["prompt"]);
     }
 }
+
+#[test]
+fn a_gpt_oss_safeguard_model_reads_its_policy_and_answers_on_the_final_channel() {
+    let specials = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"];
+    // the analysis, then `<|start|>assistant<|channel|>final<|message|>1<|return|>`; a text the
+    // script needs twice is spelled the second time in plain tokens
+    let script = [
+        "<|channel|>",
+        "analysis",
+        "<|message|>",
+        "It asks",
+        " for a weapon.",
+        "<|end|>",
+        "<|start|>",
+        "assist",
+        "ant",
+        "<|chan",
+        "nel|>",
+        "final",
+        "<|mess",
+        "age|>",
+        "1",
+        "<|return|>",
+    ];
+    let template = std::fs::read_to_string(fixture("templates/openai-gpt-oss-120b.jinja")).unwrap();
+    let file = engine_tests::scripted::make_named("gpt-oss-safeguard-20b", &specials, &script, &template).unwrap();
+    let ev = evaluator(Arc::new(Model::from_file(file).unwrap()), None);
+    assert_eq!((ev.family(), ev.format_label(None).as_str()), (GuardFamily::GptOssSafeguard, "gpt-oss-safeguard"));
+    let pii = CustomRisk::new("pii", "The message contains a phone number.").unwrap();
+    let request = GuardRequest { customs: vec![pii], ..GuardRequest::new(GuardInput::new("How do I build a gun?"), &["violence", "pii"]) };
+    let prompts = ev.prompts(&request).unwrap();
+    assert_eq!(prompts.len(), 2, "one policy per prompt");
+    // the policy is the harmony developer message, the content the user message
+    assert!(prompts[0].text.contains("Reasoning: low"), "{}", prompts[0].text);
+    assert!(prompts[0].text.contains(
+        "<|start|>developer<|message|># Instructions\n\n# Policy: violence\n\n## INSTRUCTIONS\n\nDecide whether the user message"
+    ));
+    assert!(prompts[1].text.contains("## DEFINITIONS\n\nThe message contains a phone number.\n\n"));
+    assert!(prompts[0].text.contains("<|start|>user<|message|>How do I build a gun?<|end|>"));
+    let r = ev.evaluate(&request).unwrap();
+    let got: Vec<(String, bool, Option<f32>, &str)> =
+        r.verdicts.iter().map(|v| (v.risk.name().to_string(), v.is_unsafe, v.risk_probability, v.reasoning.as_str())).collect();
+    assert_eq!((got[0].0.as_str(), got[0].1, got[0].3), ("violence", true, "It asks for a weapon."));
+    // P(1) over 1 and 0 at the answer: the script's `1` against the byte `0` of this vocabulary
+    assert!(got[0].2.is_some_and(|p| p > 0.99 && p < 1.0), "{got:?}");
+    assert_eq!(got[1].0, "pii");
+    assert!(r.flagged);
+    let e = ev.evaluate(&GuardRequest::new(GuardInput::new("x"), &["groundedness"])).unwrap_err();
+    assert!(e.to_string().starts_with("risk groundedness is not judged by a gpt-oss-safeguard model"), "{e}");
+}

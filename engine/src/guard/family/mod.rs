@@ -2,12 +2,13 @@
 //! its own categories stand for (`taxonomy`). Granite Guardian and the generic path
 //! (`guard::prompt`) judge one risk per prompt in the contract's formats; Llama Guard and
 //! Qwen3Guard judge every category in one answer (one prompt per input); ShieldGemma scores one
-//! policy per prompt.
+//! policy per prompt; gpt-oss-safeguard reasons over one policy per prompt and answers 1 or 0.
 //! A model's family is detected from its chat template and names, or chosen
 //! (`EvaluatorOptions::family`, `--guard-family`).
 
 pub mod llama_guard;
 pub mod qwen3guard;
+pub mod safeguard;
 pub mod shieldgemma;
 pub mod taxonomy;
 
@@ -15,7 +16,7 @@ use std::fmt;
 
 use super::custom::CustomRisk;
 use super::prompt::{GuardPrompt, PromptPath, Reader};
-use super::risks::{GuardFormat, GuardInput};
+use super::risks::{GuardFormat, GuardInput, Judged};
 use super::verdict::RiskName;
 use super::{GuardError, Risk};
 use crate::chat::{ChatInput, ChatTemplate};
@@ -33,13 +34,22 @@ pub enum GuardFamily {
     ShieldGemma,
     /// Qwen3Guard-Gen: every category in one answer, Safe / Controversial / Unsafe.
     Qwen3Guard,
+    /// OpenAI gpt-oss-safeguard: a policy per prompt as the system message, 1 / 0 on the final
+    /// channel after the analysis.
+    GptOssSafeguard,
     /// Any other chat model, asked a yes/no question per risk (`generic`).
     Generic,
 }
 
 impl GuardFamily {
-    pub const ALL: [GuardFamily; 5] =
-        [GuardFamily::GraniteGuardian, GuardFamily::LlamaGuard, GuardFamily::ShieldGemma, GuardFamily::Qwen3Guard, GuardFamily::Generic];
+    pub const ALL: [GuardFamily; 6] = [
+        GuardFamily::GraniteGuardian,
+        GuardFamily::LlamaGuard,
+        GuardFamily::ShieldGemma,
+        GuardFamily::Qwen3Guard,
+        GuardFamily::GptOssSafeguard,
+        GuardFamily::Generic,
+    ];
 
     /// The name the CLI, the API's `format` and the audit fields use.
     pub fn name(self) -> &'static str {
@@ -48,6 +58,7 @@ impl GuardFamily {
             GuardFamily::LlamaGuard => "llama-guard",
             GuardFamily::ShieldGemma => "shieldgemma",
             GuardFamily::Qwen3Guard => "qwen3guard",
+            GuardFamily::GptOssSafeguard => "gpt-oss-safeguard",
             GuardFamily::Generic => "generic",
         }
     }
@@ -62,7 +73,7 @@ impl GuardFamily {
             GuardFamily::LlamaGuard => Some(&taxonomy::LLAMA_GUARD),
             GuardFamily::ShieldGemma => Some(&taxonomy::SHIELDGEMMA),
             GuardFamily::Qwen3Guard => Some(&taxonomy::QWEN3GUARD),
-            GuardFamily::GraniteGuardian | GuardFamily::Generic => None,
+            GuardFamily::GraniteGuardian | GuardFamily::GptOssSafeguard | GuardFamily::Generic => None,
         }
     }
 }
@@ -101,6 +112,9 @@ pub fn detect(template: Option<&str>, names: &[&str]) -> Option<GuardFamily> {
         Some(GuardFamily::ShieldGemma)
     } else if named(&["qwen3guard"]) {
         Some(GuardFamily::Qwen3Guard)
+    } else if named(&["safeguard"]) {
+        // its template is gpt-oss's own: only the name tells it apart
+        Some(GuardFamily::GptOssSafeguard)
     } else {
         None
     }
@@ -120,7 +134,10 @@ impl FamilyPrompter {
     /// `family` must have a taxonomy (Llama Guard, ShieldGemma, Qwen3Guard).
     pub fn from_model(model: &Model, family: GuardFamily) -> Result<FamilyPrompter, GuardError> {
         let file = model.file();
-        let own = file.get_str("tokenizer.chat_template").is_some_and(|t| detect(Some(t), &[]) == Some(family));
+        // gpt-oss-safeguard's template is gpt-oss's harmony template: the file's is its own
+        let own = file
+            .get_str("tokenizer.chat_template")
+            .is_some_and(|t| family == GuardFamily::GptOssSafeguard || detect(Some(t), &[]) == Some(family));
         let template = if own { Some(ChatTemplate::from_model(model)?) } else { None };
         let tok = model.tokenizer();
         let bos = tok.bos().map(|id| String::from_utf8_lossy(tok.token_bytes(id)).into_owned()).unwrap_or_default();
@@ -128,7 +145,8 @@ impl FamilyPrompter {
     }
 
     pub fn new(family: GuardFamily, template: Option<ChatTemplate>, bos: String) -> FamilyPrompter {
-        assert!(family.taxonomy().is_some(), "{family} has no family prompter");
+        let own_module = family.taxonomy().is_some() || family == GuardFamily::GptOssSafeguard;
+        assert!(own_module, "{family} has no family prompter");
         FamilyPrompter { family, template, bos }
     }
 
@@ -136,9 +154,13 @@ impl FamilyPrompter {
         self.family
     }
 
-    /// The risks a request naming none judges: every risk the family's categories stand for.
+    /// The risks a request naming none judges: every risk the family's categories stand for
+    /// (gpt-oss-safeguard takes any policy: the 9 harm risks, each in its definition's words).
     pub fn default_risks(&self) -> Vec<Risk> {
-        taxonomy::judged_risks(self.family.taxonomy().unwrap_or(&[]))
+        match self.family.taxonomy() {
+            Some(table) => taxonomy::judged_risks(table),
+            None => Risk::HARM.to_vec(),
+        }
     }
 
     /// The request's checks for this family, then its prompts in verdict order, each with the
@@ -176,6 +198,9 @@ impl FamilyPrompter {
         }
         match self.family {
             GuardFamily::ShieldGemma => names.into_iter().map(|name| Ok((self.shieldgemma(input, &name, customs)?, vec![name]))).collect(),
+            GuardFamily::GptOssSafeguard => {
+                names.into_iter().map(|name| Ok((self.safeguard(input, &name, customs)?, vec![name]))).collect()
+            }
             _ => self.one_answer(input, names, customs),
         }
     }
@@ -225,6 +250,26 @@ impl FamilyPrompter {
         Ok(self.prompt(name.builtin().unwrap_or(Risk::Harm), Reader::ShieldGemma, text))
     }
 
+    /// One prompt per policy, through the model's harmony template (which it needs).
+    fn safeguard(&self, input: &GuardInput, name: &RiskName, customs: &[CustomRisk]) -> Result<GuardPrompt, GuardError> {
+        let judged = if input.assistant().is_some() { Judged::Assistant } else { Judged::User };
+        let policy = match name {
+            RiskName::Custom(n) => {
+                let definition = customs.iter().find(|c| c.name == *n).map(|c| c.definition.as_str()).unwrap_or_default();
+                safeguard::policy(&format!("Policy: {}", n.replace('_', " ")), definition, judged)
+            }
+            RiskName::Builtin(r) => safeguard::risk_policy(*r, judged).unwrap_or_default(),
+        };
+        let template = self.template.as_ref().ok_or_else(|| GuardError::Prompt {
+            message: "a gpt-oss-safeguard model needs its harmony chat template (tokenizer.chat_template)".into(),
+        })?;
+        let mut extra = serde_json::Map::new();
+        extra.insert("reasoning_effort".into(), "low".into());
+        let text =
+            template.render(&ChatInput { add_generation_prompt: true, extra, ..ChatInput::new(safeguard::messages(input, &policy)) })?;
+        Ok(self.prompt(name.builtin().unwrap_or(Risk::Harm), Reader::Safeguard, text))
+    }
+
     fn prompt(&self, risk: Risk, reader: Reader, text: String) -> GuardPrompt {
         let path = if self.template.is_some() { PromptPath::FamilyTemplate } else { PromptPath::Builtin };
         GuardPrompt { risk, format: GuardFormat::V3_0, think: false, path, text, reader }
@@ -242,6 +287,8 @@ mod tests {
         let qwen3guard = "<BEGIN SAFETY POLICY> ... <BEGIN UNSAFE CONTENT CATEGORIES> ... 'Safety: Controversial'";
         assert_eq!(detect(Some(qwen3guard), &[]), Some(GuardFamily::Qwen3Guard));
         assert_eq!(detect(None, &["Qwen3Guard Gen 0.6B"]), Some(GuardFamily::Qwen3Guard));
+        assert_eq!(detect(Some("<|channel|> ... <|start|>"), &["Gpt Oss Safeguard 20b"]), Some(GuardFamily::GptOssSafeguard));
+        assert_eq!(detect(Some("<|channel|> ... <|start|>"), &["Gpt Oss 20b"]), None);
         let sg = "{{- bos_token }}You are a policy expert trying to help determine whether a user prompt";
         assert_eq!(detect(Some(sg), &[]), Some(GuardFamily::ShieldGemma));
         assert_eq!(detect(None, &["Llama Guard 3 8B"]), Some(GuardFamily::LlamaGuard));
