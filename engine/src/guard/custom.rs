@@ -8,7 +8,7 @@
 use serde_json::{json, Map, Value};
 
 use super::error::GuardError;
-use super::prompt::NativeRequest;
+use super::family::granite_guardian::NativeRequest;
 use super::risks::{GuardFormat, GuardInput, Risk};
 
 /// The longest definition accepted (characters).

@@ -12,14 +12,12 @@
 //! each prompt starting from the longest start of it that the evaluator's `prompt_cache` holds
 //! from earlier requests.
 
-mod builtin;
 pub mod conversation;
 pub mod custom;
 mod definitions;
 pub mod error;
 pub mod evaluator;
 pub mod family;
-pub mod generic;
 pub mod moderation;
 pub mod policy;
 pub mod presets;
@@ -31,11 +29,12 @@ pub mod verdict;
 pub use custom::CustomRisk;
 pub use error::GuardError;
 pub use evaluator::{Evaluator, EvaluatorOptions, GuardRequest, GuardResult, ScanResult, DEFAULT_PROMPT_CACHE_BYTES, MAX_BATCH};
+pub use family::generic::GenericPrompt;
+pub use family::granite_guardian::{NativeRequest, Prompter};
 pub use family::GuardFamily;
-pub use generic::GenericPrompt;
 pub use policy::Thresholds;
 pub use presets::{Policies, Policy, PolicyFileError};
-pub use prompt::{GuardPrompt, NativeRequest, PromptPath, Prompter, Reader};
+pub use prompt::{GuardPrompt, PromptPath, Reader};
 pub use prompt_cache::PromptStats;
 pub use risks::{
     check_request, detect_format, is_guardian_template, parse_risks, CheckedRequest, Detection, GuardFormat, GuardInput, Judged, Risk,

@@ -6,6 +6,8 @@
 //! A model's family is detected from its chat template and names, or chosen
 //! (`EvaluatorOptions::family`, `--guard-family`).
 
+pub mod generic;
+pub mod granite_guardian;
 pub mod llama_guard;
 pub mod qwen3guard;
 pub mod safeguard;

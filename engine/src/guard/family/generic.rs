@@ -22,7 +22,7 @@
 
 use serde_json::{json, Value};
 
-use super::risks::{GuardInput, Judged, Risk, RiskGroup};
+use crate::guard::risks::{GuardInput, Judged, Risk, RiskGroup};
 
 /// Which generic prompt a guard uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

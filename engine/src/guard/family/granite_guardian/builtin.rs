@@ -10,10 +10,10 @@ use serde_json::{Map, Value};
 
 use crate::chat::{json_dumps, DumpOptions};
 
-use super::definitions::{bank_3_0, bank_3_2, criteria_3_3, SCHEMA_3_3_ASSISTANT, SCHEMA_3_3_USER};
-use super::error::GuardError;
-use super::prompt::NativeRequest;
-use super::risks::GuardFormat;
+use super::NativeRequest;
+use crate::guard::definitions::{bank_3_0, bank_3_2, criteria_3_3, SCHEMA_3_3_ASSISTANT, SCHEMA_3_3_USER};
+use crate::guard::error::GuardError;
+use crate::guard::risks::GuardFormat;
 
 const USER_TURN: &str = "<|start_of_role|>user<|end_of_role|>";
 const END: &str = "<|end_of_text|>";
