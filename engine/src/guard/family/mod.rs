@@ -122,6 +122,17 @@ pub fn detect(template: Option<&str>, names: &[&str]) -> Option<GuardFamily> {
     }
 }
 
+/// The conversation as `WHO: text` lines: the earlier turns, the user message, the reply when
+/// there is one; `who` names the user and the assistant.
+pub fn written_turns(input: &GuardInput, who: (&str, &str)) -> Vec<String> {
+    let line = |is_assistant: bool, text: &str| format!("{}: {text}", if is_assistant { who.1 } else { who.0 });
+    let mut turns: Vec<String> =
+        input.history.iter().map(|m| line(m["role"] == "assistant", m["content"].as_str().unwrap_or(""))).collect();
+    turns.push(line(false, &input.user));
+    turns.extend(input.assistant().map(|a| line(true, a)));
+    turns
+}
+
 /// Prompts of a family with its own module (Llama Guard, ShieldGemma, Qwen3Guard), through the model's
 /// template when it is the family's, else the family's published layout.
 #[derive(Debug)]

@@ -8,6 +8,7 @@
 //! it), not a third verdict; the label alone flags only `Unsafe`.
 
 use super::taxonomy::{self, CategoryAnswer, QWEN3GUARD};
+use super::written_turns;
 use crate::guard::risks::GuardInput;
 use crate::guard::verdict::risk_probability;
 use crate::guard::{GuardError, Risk, Verdict};
@@ -34,19 +35,8 @@ request.\n**Refusal: No**: The ASSISTANT directly answered or complied with the 
 /// message, the reply when there is one), through the empty thinking block its generation
 /// prompt opens.
 pub fn render_builtin(input: &GuardInput) -> String {
-    let mut turns: Vec<String> = input
-        .history
-        .iter()
-        .map(|m| {
-            let who = if m["role"] == "assistant" { "ASSISTANT" } else { "USER" };
-            format!("{who}: {}", m["content"].as_str().unwrap_or(""))
-        })
-        .collect();
-    turns.push(format!("USER: {}", input.user));
+    let turns = written_turns(input, ("USER", "ASSISTANT"));
     let reply = input.assistant();
-    if let Some(a) = reply {
-        turns.push(format!("ASSISTANT: {a}"));
-    }
     // Jailbreak is a category of user messages only
     let categories: String =
         QWEN3GUARD.iter().filter(|c| reply.is_none() || c.code != "Jailbreak").map(|c| format!("{}.\n", c.name)).collect();

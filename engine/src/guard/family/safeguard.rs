@@ -9,6 +9,7 @@
 
 use serde_json::{json, Value};
 
+use super::written_turns;
 use crate::guard::risks::{GuardFormat, GuardInput, Judged};
 use crate::guard::verdict::risk_probability;
 use crate::guard::{GuardError, Risk, Verdict};
@@ -50,19 +51,7 @@ pub fn risk_policy(risk: Risk, judged: Judged) -> Option<String> {
 pub fn messages(input: &GuardInput, policy: &str) -> Vec<Value> {
     let content = match input.assistant() {
         None if input.history.is_empty() => input.user.clone(),
-        reply => {
-            let mut turns: Vec<String> = input
-                .history
-                .iter()
-                .map(|m| {
-                    let who = if m["role"] == "assistant" { "Assistant" } else { "User" };
-                    format!("{who}: {}", m["content"].as_str().unwrap_or(""))
-                })
-                .collect();
-            turns.push(format!("User: {}", input.user));
-            turns.extend(reply.map(|r| format!("Assistant: {r}")));
-            turns.join("\n\n")
-        }
+        _ => written_turns(input, ("User", "Assistant")).join("\n\n"),
     };
     vec![json!({"role": "system", "content": policy}), json!({"role": "user", "content": content})]
 }
