@@ -326,13 +326,13 @@ impl Evaluator {
     /// custom risks each in its place in `risks`.
     fn plan(&self, request: &GuardRequest) -> Result<Plan, GuardError> {
         let custom = |name: &str| request.customs.iter().find(|c| c.name == name);
+        if let Some(c) = request.customs.iter().find(|c| !request.risks.is_empty() && !request.risks.contains(&c.name)) {
+            return Err(GuardError::CustomRisk(format!("{} is defined but not in risks: name it there to judge it", c.name)));
+        }
         let prompter = match &self.prompts {
             Prompts::Granite(p) => p,
             Prompts::Family(f) => return family_plan(f, request),
         };
-        if let Some(c) = request.customs.iter().find(|c| !request.risks.is_empty() && !request.risks.contains(&c.name)) {
-            return Err(GuardError::CustomRisk(format!("{} is defined but not in risks: name it there to judge it", c.name)));
-        }
         let builtin: Vec<&str> = request.risks.iter().map(String::as_str).filter(|r| custom(r).is_none()).collect();
         let only_custom = builtin.is_empty() && !request.customs.is_empty();
         let named: &[&str] = if only_custom { &["harm"] } else { &builtin };

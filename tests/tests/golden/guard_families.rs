@@ -147,6 +147,8 @@ fn a_shieldgemma_model_scores_one_policy_per_prompt() {
     assert!(got.iter().all(|g| g.1), "the model answers Yes");
     let e = ev.evaluate(&GuardRequest::new(GuardInput::new("x"), &["violence"])).unwrap_err();
     assert!(e.to_string().contains("not judged by a shieldgemma model (it judges harm, profanity, sexual_content, social_bias)"), "{e}");
+    let unnamed = GuardRequest { customs: request.customs.clone(), ..GuardRequest::new(GuardInput::new("x"), &["harm"]) };
+    assert_eq!(ev.evaluate(&unnamed).unwrap_err().to_string(), "pii is defined but not in risks: name it there to judge it");
     // the family named by the caller instead of the file: the same prompts
     let named = evaluator(scripted(&["Yes", "<|eot_id|>"], "", "scripted"), Some(GuardFamily::ShieldGemma));
     let prompts = named.prompts(&GuardRequest::new(GuardInput::new("Hi"), &["harm"])).unwrap();

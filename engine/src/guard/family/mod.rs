@@ -235,7 +235,12 @@ impl FamilyPrompter {
         let parts = self.template.as_ref().is_some_and(|t| llama_guard::reads_content_parts(t.source()));
         let messages = llama_guard::messages(input, parts);
         let text = match (&self.template, self.family) {
-            (Some(t), _) => t.render(&ChatInput { add_generation_prompt: true, ..ChatInput::new(messages) })?,
+            // Qwen3Guard's template writes its own assistant header: its model card renders it
+            // without the generation prompt
+            (Some(t), family) => {
+                let add_generation_prompt = family != GuardFamily::Qwen3Guard;
+                t.render(&ChatInput { add_generation_prompt, ..ChatInput::new(messages) })?
+            }
             (None, GuardFamily::Qwen3Guard) => qwen3guard::render_builtin(input),
             (None, _) => llama_guard::render_builtin(input)?,
         };
