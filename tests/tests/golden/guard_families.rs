@@ -290,3 +290,33 @@ fn a_gpt_oss_safeguard_model_reads_its_policy_and_answers_on_the_final_channel()
     let e = ev.evaluate(&GuardRequest::new(GuardInput::new("x"), &["groundedness"])).unwrap_err();
     assert!(e.to_string().starts_with("risk groundedness is not judged by a gpt-oss-safeguard model"), "{e}");
 }
+
+/// README's taxonomy table, row for row, is the engine's (`family::taxonomy`): one row per
+/// category, its risks (those beside `harm` when it has others), OpenAI's categories, `=` exact
+/// and `≈` approximate.
+#[test]
+fn the_readme_table_is_this_table() {
+    use engine::guard::family::taxonomy::{Category, Fit, LLAMA_GUARD, QWEN3GUARD, SHIELDGEMMA};
+    let readme = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let mark = |fit: Fit| if fit == Fit::Exact { "=" } else { "≈" };
+    let tables: [(&str, &[Category]); 3] = [("Llama Guard", &LLAMA_GUARD), ("ShieldGemma", &SHIELDGEMMA), ("Qwen3Guard", &QWEN3GUARD)];
+    let mut rows = 0;
+    for (family, table) in tables {
+        for c in table {
+            let name = match family {
+                "Llama Guard" => format!("{} {}", c.code, c.name),
+                _ => c.name.trim_start_matches("No ").to_string(),
+            };
+            let specific: Vec<_> = c.risks.iter().filter(|(r, _)| *r != Risk::Harm || c.risks.len() == 1).collect();
+            let risks: Vec<String> = specific.iter().map(|(r, fit)| format!("{} {}", r.name(), mark(*fit))).collect();
+            let openai: Vec<String> = c.openai.iter().map(|(o, fit)| format!("{o} {}", mark(*fit))).collect();
+            let openai = if openai.is_empty() { "none".to_string() } else { openai.join(", ") };
+            let row = format!("| {family} | {name} | {} | {openai} |", risks.join(", "));
+            assert!(readme.lines().any(|l| l == row), "README lacks the row\n{row}");
+            rows += 1;
+        }
+    }
+    let in_readme =
+        readme.lines().filter(|l| ["| Llama Guard |", "| ShieldGemma |", "| Qwen3Guard |"].iter().any(|p| l.starts_with(p))).count();
+    assert_eq!(in_readme, rows, "README has rows the tables do not");
+}
