@@ -60,7 +60,8 @@ pub struct GuardArgs {
     /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
     #[arg(long, default_value = "cpu", value_parser = parse_device)]
     pub device: Device,
-    /// Prompt format 3.0, 3.2 or 3.3 [default: detected from the model].
+    /// Prompt format 3.0, 3.2 or 3.3 of a Granite Guardian model, or the model's own family
+    /// (llama-guard, shieldgemma, qwen3guard, gpt-oss-safeguard) [default: detected from the model].
     #[arg(long)]
     pub format: Option<String>,
     /// Let a 3.3 model reason before its verdict (shown as the reasoning).
