@@ -224,7 +224,7 @@ fn family_prompts_are_the_tokens_llama_cpp_renders() {
         let piece = |id: Option<u32>| id.and_then(|id| tok.token_text(id)).map(|b| String::from_utf8_lossy(b).into_owned());
         let (bos, eos) = (piece(tok.bos()), piece(tok.eos()));
         let template = ChatTemplate::new(&template(case["template"].as_str().unwrap()), bos.as_deref(), eos.as_deref()).unwrap();
-        let prompter = engine::guard::family::FamilyPrompter::new(family, Some(template), bos.unwrap_or_default());
+        let prompter = engine::guard::family::FamilyPrompter::new(family, Some(template), bos.unwrap_or_default()).unwrap();
         // the judged user message last, the turns before it as the conversation
         let messages = case["messages"].as_array().unwrap();
         let (last, history) = messages.split_last().unwrap();

@@ -133,8 +133,9 @@ pub fn written_turns(input: &GuardInput, who: (&str, &str)) -> Vec<String> {
     turns
 }
 
-/// Prompts of a family with its own module (Llama Guard, ShieldGemma, Qwen3Guard), through the model's
-/// template when it is the family's, else the family's published layout.
+/// Prompts of a family with its own module (Llama Guard, ShieldGemma, Qwen3Guard,
+/// gpt-oss-safeguard), through the model's template when it is the family's, else the family's
+/// published layout.
 #[derive(Debug)]
 pub struct FamilyPrompter {
     family: GuardFamily,
@@ -144,7 +145,7 @@ pub struct FamilyPrompter {
 }
 
 impl FamilyPrompter {
-    /// `family` must have a taxonomy (Llama Guard, ShieldGemma, Qwen3Guard).
+    /// The prompter of `family` (one with its own module) for this model.
     pub fn from_model(model: &Model, family: GuardFamily) -> Result<FamilyPrompter, GuardError> {
         let file = model.file();
         // gpt-oss-safeguard's template is gpt-oss's harmony template: the file's is its own
@@ -154,13 +155,18 @@ impl FamilyPrompter {
         let template = if own { Some(ChatTemplate::from_model(model)?) } else { None };
         let tok = model.tokenizer();
         let bos = tok.bos().map(|id| String::from_utf8_lossy(tok.token_bytes(id)).into_owned()).unwrap_or_default();
-        Ok(FamilyPrompter::new(family, template, bos))
+        FamilyPrompter::new(family, template, bos)
     }
 
-    pub fn new(family: GuardFamily, template: Option<ChatTemplate>, bos: String) -> FamilyPrompter {
-        let own_module = family.taxonomy().is_some() || family == GuardFamily::GptOssSafeguard;
-        assert!(own_module, "{family} has no family prompter");
-        FamilyPrompter { family, template, bos }
+    /// A prompter with this template (`None`: the published layout) and BOS text; Granite
+    /// Guardian and the generic path are `Prompter`'s, not this.
+    pub fn new(family: GuardFamily, template: Option<ChatTemplate>, bos: String) -> Result<FamilyPrompter, GuardError> {
+        match family {
+            GuardFamily::GraniteGuardian | GuardFamily::Generic => {
+                Err(GuardError::Prompt { message: format!("{family} prompts are written by the Granite Guardian prompter") })
+            }
+            _ => Ok(FamilyPrompter { family, template, bos }),
+        }
     }
 
     pub fn family(&self) -> GuardFamily {
