@@ -1,5 +1,5 @@
 """The official `openai` package's moderations (strict response validation) and /v1/guard/scan
-against `engine-cli serve` with a guard model of a family that has prompts of its own (a scripted
+(through the same client) against `engine-cli serve` with a guard model of a family that has prompts of its own (a scripted
 model answering as Llama Guard, ShieldGemma or Qwen3Guard does): the audit format names the
 family, every verdict of the scan is the moderation category of its risk, every one of OpenAI's
 13 categories is in the result, and exactly the expected ones are applied to no input type.
@@ -20,8 +20,9 @@ mods = client.moderations.create(model=guard_id, input=[text])
 assert mods.model == guard_id and len(mods.results) == 1, mods
 assert mods.model_extra["format"] == family, mods.model_extra
 result = mods.results[0]
-status, scan = raw_http.post_json(base, "/v1/guard/scan", {"model": guard_id, "input": {"user": text}})
-assert status == 200 and scan["format"] == family, scan
+# the guard route through the same client (its generic `post`, which raises on any error status)
+scan = client.post("/guard/scan", body={"model": guard_id, "input": {"user": text}}, cast_to=object)
+assert scan["format"] == family, scan
 assert scan["verdicts"], scan
 for v in scan["verdicts"]:
     assert getattr(result.category_scores, v["risk"]) == v["risk_probability"], (v, result)
