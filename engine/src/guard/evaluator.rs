@@ -128,13 +128,10 @@ enum Prompts {
 pub struct Evaluator {
     model: Arc<Model>,
     prompts: Prompts,
-    yes_no: YesNoTokens,
-    /// Llama Guard's label words: `unsafe` (the risk is present), `safe`.
-    unsafe_safe: YesNoTokens,
-    /// Qwen3Guard's: `Unsafe`, `Safe`, and `Controversial` between them.
-    safety: YesNoTokens,
-    /// gpt-oss-safeguard's answer: 1, 0.
-    one_zero: YesNoTokens,
+    /// The label words of the family's answers, whose probability mass is read at the label:
+    /// yes / no, Llama Guard's unsafe / safe, Qwen3Guard's Unsafe / Safe with Controversial
+    /// between them, gpt-oss-safeguard's 1 / 0.
+    labels: YesNoTokens,
     options: EvaluatorOptions,
     /// Made at the first run; `None` inside while none is made.
     prompt_cache: Mutex<Option<PromptCache>>,
@@ -180,24 +177,20 @@ impl Evaluator {
             Prompts::Granite(p) => Prompts::Granite(p.with_generic_prompt(options.generic_prompt)),
             other => other,
         };
-        let (yes, no) = llama_guard::LABELS;
-        let unsafe_safe = YesNoTokens::words(model.tokenizer(), yes, no);
-        let yes_no = YesNoTokens::of(model.tokenizer());
-        let (yes, no, between) = qwen3guard::LABELS;
-        let safety = YesNoTokens::words(model.tokenizer(), yes, no).with_between(model.tokenizer(), between);
-        let (yes, no) = safeguard::LABELS;
-        let one_zero = YesNoTokens::words(model.tokenizer(), yes, no);
-        Ok(Evaluator {
-            model,
-            prompts,
-            yes_no,
-            unsafe_safe,
-            safety,
-            one_zero,
-            options,
-            prompt_cache: Mutex::new(None),
-            counters: PromptCounters::default(),
-        })
+        let tok = model.tokenizer();
+        let labels = match &prompts {
+            Prompts::Family(f) => match f.family() {
+                GuardFamily::LlamaGuard => YesNoTokens::words(tok, llama_guard::LABELS.0, llama_guard::LABELS.1),
+                GuardFamily::Qwen3Guard => {
+                    let (yes, no, between) = qwen3guard::LABELS;
+                    YesNoTokens::words(tok, yes, no).with_between(tok, between)
+                }
+                GuardFamily::GptOssSafeguard => YesNoTokens::words(tok, safeguard::LABELS.0, safeguard::LABELS.1),
+                _ => YesNoTokens::of(tok),
+            },
+            Prompts::Granite(_) => YesNoTokens::of(tok),
+        };
+        Ok(Evaluator { model, prompts, labels, options, prompt_cache: Mutex::new(None), counters: PromptCounters::default() })
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -385,7 +378,7 @@ impl Evaluator {
             (Reader::Qwen3Guard(_), _) => qwen3guard::MAX_TOKENS,
             // it reasons before it answers
             (Reader::Safeguard, _) => self.options.max_tokens_think,
-            (Reader::ShieldGemma, _) | (Reader::Guardian, GuardFormat::V3_0) => 1,
+            (Reader::Guardian, GuardFormat::V3_0) => 1,
             (Reader::Guardian, GuardFormat::V3_2) => self.options.max_tokens_3_2,
             (Reader::Guardian, GuardFormat::V3_3) if p.think => self.options.max_tokens_think,
             (Reader::Guardian, GuardFormat::V3_3) => self.options.max_tokens_3_3,
@@ -400,7 +393,6 @@ impl Evaluator {
             .collect::<Result<_, GuardError>>()?;
         let groups: Vec<Vec<usize>> = (0..n_groups).map(|g| (0..prompts.len()).filter(|&i| prompts[i].0 == g).collect()).collect();
         let mut masses: Vec<Vec<(f64, f64)>> = vec![Vec::new(); prompts.len()];
-        let labels: Vec<&YesNoTokens> = prompts.iter().map(|(_, p, _)| self.labels(p)).collect();
         if cancel.load(Ordering::Relaxed) {
             return Err(GuardError::Cancelled);
         }
@@ -412,7 +404,7 @@ impl Evaluator {
             Some(cache) => {
                 let held = cache.seed(&ids).map_err(|e| GuardError::from(ModelError::from(e)))?;
                 self.counters.record(ids.iter().map(|p| p.len()), &held);
-                let decoded = self.decode(cache.kv(), &mut seqs, &groups, &labels, &mut masses, cancel);
+                let decoded = self.decode(cache.kv(), &mut seqs, &groups, &mut masses, cancel);
                 match decoded {
                     Ok(()) => cache.keep(&ids),
                     Err(_) => cache.release_run(ids.len()),
@@ -422,7 +414,7 @@ impl Evaluator {
             None => {
                 self.counters.record(ids.iter().map(|p| p.len()), &vec![0; ids.len()]);
                 let mut kv = self.model.new_kv_cache(self.options.kv_type, n_ctx);
-                self.decode(&mut kv, &mut seqs, &groups, &labels, &mut masses, cancel)
+                self.decode(&mut kv, &mut seqs, &groups, &mut masses, cancel)
             }
         };
         drop(cache);
@@ -443,7 +435,6 @@ impl Evaluator {
         kv: &mut KvCache,
         seqs: &mut [LockstepSeq],
         groups: &[Vec<usize>],
-        labels: &[&YesNoTokens],
         masses: &mut [Vec<(f64, f64)>],
         cancel: &AtomicBool,
     ) -> Result<(), GuardError> {
@@ -453,7 +444,7 @@ impl Evaluator {
         };
         let spared = prefill_shared_prefixes(&self.model, kv, seqs, groups).map_err(cancelled)?;
         self.counters.record_shared(spared);
-        decode_lockstep(&self.model, kv, seqs, cancel, |i, row| masses[i].push(labels[i].probabilities(row))).map_err(cancelled)
+        decode_lockstep(&self.model, kv, seqs, cancel, |i, row| masses[i].push(self.labels.probabilities(row))).map_err(cancelled)
     }
 
     /// The prompt cache (made at the first call), unless caching is off, another evaluation
@@ -482,36 +473,17 @@ impl Evaluator {
         }
     }
 
-    /// The label words whose probability mass a prompt's answer is read by.
-    fn labels(&self, prompt: &GuardPrompt) -> &YesNoTokens {
-        match prompt.reader {
-            Reader::LlamaGuard(_) => &self.unsafe_safe,
-            Reader::Qwen3Guard(_) => &self.safety,
-            Reader::Safeguard => &self.one_zero,
-            Reader::Guardian | Reader::ShieldGemma => &self.yes_no,
-        }
-    }
-
-    /// The verdicts of one finished sequence (one, or one per risk of a Llama Guard answer); the
-    /// risk probability is read at the label token.
+    /// The verdicts of one finished sequence (one, or one per risk of a Llama Guard or Qwen3Guard
+    /// answer); the label words' masses are read at the answer's first label token.
     fn read_verdicts(&self, prompt: &GuardPrompt, decoder: &SequenceDecoder, masses: &[(f64, f64)]) -> Result<Vec<Verdict>, GuardError> {
+        let first_label = || decoder.tokens().iter().position(|&t| self.labels.contains(t)).and_then(|step| masses.get(step).copied());
         match &prompt.reader {
             Reader::Guardian => Ok(vec![self.read_verdict(prompt, decoder, masses)?]),
-            Reader::ShieldGemma => {
-                let (y, n) = masses.first().copied().unwrap_or((0.0, 0.0));
-                Ok(vec![verdict_3_0(prompt.risk, y, n)?])
-            }
-            Reader::LlamaGuard(risks) => {
-                let label = decoder.tokens().iter().position(|&t| self.unsafe_safe.contains(t));
-                llama_guard::verdicts(risks, decoder.text(), label.and_then(|step| masses.get(step).copied()))
-            }
+            Reader::LlamaGuard(risks) => llama_guard::verdicts(risks, decoder.text(), first_label()),
+            Reader::Qwen3Guard(risks) => qwen3guard::verdicts(risks, decoder.text(), first_label()),
             Reader::Safeguard => {
                 let (text, answer) = safeguard::spelled(self.model.tokenizer(), decoder.tokens());
                 Ok(vec![safeguard::verdict(prompt.risk, &text, answer.and_then(|step| masses.get(step).copied()))?])
-            }
-            Reader::Qwen3Guard(risks) => {
-                let label = decoder.tokens().iter().position(|&t| self.safety.contains(t));
-                qwen3guard::verdicts(risks, decoder.text(), label.and_then(|step| masses.get(step).copied()))
             }
         }
     }
@@ -526,7 +498,7 @@ impl Evaluator {
             }
             GuardFormat::V3_2 => verdict_3_2(prompt.risk, decoder.text(), at(0)),
             GuardFormat::V3_3 => {
-                let label = decoder.tokens().iter().rposition(|&t| self.yes_no.contains(t));
+                let label = decoder.tokens().iter().rposition(|&t| self.labels.contains(t));
                 verdict_3_3(prompt.risk, decoder.text(), label.and_then(at))
             }
         }

@@ -14,19 +14,19 @@ pub enum PromptPath {
     /// A generic chat model: a question in its own chat template (`generic`: the built-in 3.2
     /// prompt as one user message, or a direct, few-shot or question-first yes/no question).
     Generic,
-    /// The model's own template of another family (`family`: Llama Guard, ShieldGemma).
+    /// The model's own template of another family (`family`: Llama Guard, ShieldGemma,
+    /// Qwen3Guard, gpt-oss-safeguard).
     FamilyTemplate,
 }
 
 /// How a prompt's answer is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reader {
-    /// By the rules of the prompt's Granite Guardian format (guard.md §4; 3.0 on the generic path).
+    /// By the rules of the prompt's Granite Guardian format (guard.md §4): Granite Guardian; the
+    /// generic path and ShieldGemma by 3.0's, P(Yes) at the first position.
     Guardian,
     /// Llama Guard's `safe` / `unsafe` + codes, for these risks at once.
     LlamaGuard(Vec<Risk>),
-    /// ShieldGemma's P(Yes) at the first position.
-    ShieldGemma,
     /// Qwen3Guard's `Safety:` label and categories, for these risks at once.
     Qwen3Guard(Vec<Risk>),
     /// gpt-oss-safeguard's 1 / 0 on the final channel, after its analysis.

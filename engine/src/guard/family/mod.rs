@@ -133,6 +133,11 @@ pub fn written_turns(input: &GuardInput, who: (&str, &str)) -> Vec<String> {
     turns
 }
 
+/// The definition of the custom risk `name` (the request's checks made sure it is there).
+fn custom_definition<'a>(customs: &'a [CustomRisk], name: &str) -> &'a str {
+    customs.iter().find(|c| c.name == name).map_or("", |c| c.definition.as_str())
+}
+
 /// Prompts of a family with its own module (Llama Guard, ShieldGemma, Qwen3Guard,
 /// gpt-oss-safeguard), through the model's template when it is the family's, else the family's
 /// published layout.
@@ -261,7 +266,7 @@ impl FamilyPrompter {
     /// One prompt per policy: a risk's harm type, or a custom risk's definition.
     fn shieldgemma(&self, input: &GuardInput, name: &RiskName, customs: &[CustomRisk]) -> Result<GuardPrompt, GuardError> {
         let guideline = match name {
-            RiskName::Custom(n) => customs.iter().find(|c| c.name == *n).map(|c| c.definition.clone()).unwrap_or_default(),
+            RiskName::Custom(n) => custom_definition(customs, n).to_string(),
             RiskName::Builtin(r) => shieldgemma::policy(*r, input.assistant().is_some()).unwrap_or_default(),
         };
         let text = match &self.template {
@@ -271,17 +276,15 @@ impl FamilyPrompter {
             }
             None => shieldgemma::render_builtin(&self.bos, input, &guideline),
         };
-        Ok(self.prompt(name.builtin().unwrap_or(Risk::Harm), Reader::ShieldGemma, text))
+        // scored as Granite Guardian 3.0 is: P(Yes) at the first position
+        Ok(self.prompt(name.builtin().unwrap_or(Risk::Harm), Reader::Guardian, text))
     }
 
     /// One prompt per policy, through the model's harmony template (which it needs).
     fn safeguard(&self, input: &GuardInput, name: &RiskName, customs: &[CustomRisk]) -> Result<GuardPrompt, GuardError> {
         let judged = if input.assistant().is_some() { Judged::Assistant } else { Judged::User };
         let policy = match name {
-            RiskName::Custom(n) => {
-                let definition = customs.iter().find(|c| c.name == *n).map(|c| c.definition.as_str()).unwrap_or_default();
-                safeguard::policy(&format!("Policy: {}", n.replace('_', " ")), definition, judged)
-            }
+            RiskName::Custom(n) => safeguard::policy(n, custom_definition(customs, n), judged),
             RiskName::Builtin(r) => safeguard::risk_policy(*r, judged).unwrap_or_default(),
         };
         let template = self.template.as_ref().ok_or_else(|| GuardError::Prompt {

@@ -21,8 +21,10 @@ pub const LABELS: (&str, &str) = ("1", "0");
 /// Where the answer starts, in the harmony text the model writes.
 const FINAL: &str = "<|channel|>final<|message|>";
 
-/// The policy of a risk given by its `title` and `definition`, for the judged message.
-pub fn policy(title: &str, definition: &str, judged: Judged) -> String {
+/// The policy of the risk `name` (a built-in or custom risk's name) with its `definition`, for
+/// the judged message.
+pub fn policy(name: &str, definition: &str, judged: Judged) -> String {
+    let title = format!("Policy: {}", name.replace('_', " "));
     let what = match judged {
         Judged::User => "the user message",
         Judged::Assistant => "the assistant's reply",
@@ -43,7 +45,7 @@ fn capitalised(s: &str) -> String {
 /// A built-in risk's policy: its Granite Guardian 3.2 definition, for the judged side.
 pub fn risk_policy(risk: Risk, judged: Judged) -> Option<String> {
     let definition = risk.definition(GuardFormat::V3_2, judged)?;
-    Some(policy(&format!("Policy: {}", risk.name().replace('_', " ")), definition, judged))
+    Some(policy(risk.name(), definition, judged))
 }
 
 /// The chat messages: the policy as the system message (the harmony developer message), the
