@@ -62,10 +62,8 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
         kv_positions: sc.kv_positions,
         ..LoopConfig::new(n_ctx)
     };
-    let guard_format = evaluator.as_ref().map(|ev| ev.format_label(None));
-    let guard_family = evaluator.as_ref().map(|ev| ev.family());
     let digest = spec.guard.then(|| audit::ModelDigest::start(&spec.model));
-    let worker = Worker::start(&spec.id, spec.model.clone(), config, evaluator, spec.draft, metrics.for_model(&spec.id))?;
+    let worker = Worker::start(&spec.id, spec.model.clone(), config, evaluator.clone(), spec.draft, metrics.for_model(&spec.id))?;
     Ok(ModelEntry {
         id: spec.id,
         created,
@@ -75,8 +73,7 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
         generates: spec.chat,
         n_ctx,
         digest,
-        guard_format,
-        guard_family,
+        evaluator,
         guard_queue: Arc::new(guard_queue::GuardQueue::new(metrics.requests_cancelled.clone(), metrics.guard_batch_requests.clone())),
         source: None,
         vision: None,

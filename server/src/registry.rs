@@ -28,10 +28,9 @@ pub struct ModelEntry {
     pub n_ctx: usize,
     /// A guard's GGUF sha256 (`audit`), computed at start-up.
     pub digest: Option<ModelDigest>,
-    /// A guard's prompt format when a request names none (`3.2`...), or `generic`.
-    pub guard_format: Option<String>,
-    /// The guard model's family (how moderation categories are read from its verdicts).
-    pub guard_family: Option<engine::guard::GuardFamily>,
+    /// A guard's evaluator (the one its engine thread runs): its family and the format labels
+    /// of the audit fields.
+    pub evaluator: Option<Arc<engine::guard::Evaluator>>,
     /// Moderation and batch requests waiting to be judged together.
     pub guard_queue: Arc<GuardQueue>,
     /// Its file and role, when it can be loaded again (idle unloading parks only these).

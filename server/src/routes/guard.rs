@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::guard::{conversation, CustomRisk, GuardFormat, GuardInput, GuardRequest, Thresholds, MAX_BATCH};
+use engine::guard::{conversation, CustomRisk, GuardInput, GuardRequest, Thresholds, MAX_BATCH};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
@@ -106,17 +106,10 @@ fn custom_risks(body: &GuardBody, route: GuardRoute) -> Result<Vec<CustomRisk>, 
         .collect()
 }
 
-/// The prompt format a request was judged in: the request's (as the evaluator reads it), else
-/// the model's; `generic/<variant>` for a chat model on the generic path, the family's name
-/// for a family with its own prompts.
+/// The prompt format a request was judged in, as the evaluator names it
+/// (`Evaluator::format_label`).
 pub fn format_label(entry: &ModelEntry, requested: Option<&str>) -> String {
-    let granite = |f: &str| GuardFormat::parse(f).is_ok();
-    match (&entry.guard_format, requested.map(GuardFormat::parse)) {
-        (Some(f), _) if !granite(f) => f.clone(),
-        (_, Some(Ok(f))) => f.to_string(),
-        (Some(f), _) => f.clone(),
-        (None, _) => String::new(),
-    }
+    entry.evaluator.as_ref().map_or_else(String::new, |ev| ev.format_label(requested))
 }
 
 /// The policy (`policy: "name"`, else the server's default policy) and thresholds

@@ -39,7 +39,7 @@ async fn moderate(state: &Arc<AppState>, body: Map<String, Value>, start: Instan
     let applied = applied(state, &body.policy, &[])?;
     let requests = inputs.into_iter().map(|input| GuardRequest { input, thresholds: applied.thresholds.clone(), ..Default::default() });
     let items = entry.guard_queue.evaluate(&entry.worker, requests.collect()).await?;
-    let family = entry.guard_family.unwrap_or(GuardFamily::GraniteGuardian);
+    let family = entry.evaluator.as_ref().map_or(GuardFamily::GraniteGuardian, |ev| ev.family());
     let results: Vec<Value> = items
         .iter()
         .map(|item| {
