@@ -1,5 +1,5 @@
-//! Structured output: JSON constraints (any object, a JSON schema, one forced tool call)
-//! compiled with llguidance over this engine's own tokenizer, and the per-sequence matcher that
+//! Structured output: JSON constraints (any object, a JSON schema, one forced tool call) and
+//! user grammars (llama.cpp's GBNF, or llguidance's Lark) compiled with llguidance over this engine's own tokenizer, and the per-sequence matcher that
 //! masks logits before sampling and follows the tokens chosen.
 //!
 //! The tokenizer is described to llguidance once, as a token trie over each token's bytes
@@ -8,6 +8,8 @@
 //! cannot wander off into whitespace, and the text is what a client would parse anyway. Numbers
 //! are bounded in digits (`numbers`), so that one cannot run on for the whole token budget.
 
+pub mod gbnf;
+mod gbnf_lark;
 mod numbers;
 
 use std::sync::Arc;
@@ -32,6 +34,9 @@ pub enum Constraint {
     /// One call of one of these tools:
     /// `{"name":<one of the names>,"arguments":<object matching that tool's parameters schema>}`.
     ToolCall(Vec<ToolSpec>),
+    /// Text in a user's grammar: llama.cpp's GBNF (from rule `root`), or, when the text starts
+    /// with `%llguidance`, llguidance's Lark as llama.cpp built with llguidance takes it.
+    Grammar(String),
 }
 
 /// A tool the model may call: its name and the JSON schema of its arguments object.
@@ -50,6 +55,13 @@ pub enum GrammarError {
     Schema(String),
     #[error("invalid tool-call constraint: {0}")]
     Tools(String),
+    /// A GBNF grammar that does not parse: where, and what is wrong.
+    #[error("invalid grammar: {0}")]
+    Gbnf(#[from] gbnf::GbnfError),
+    /// A grammar that parses but cannot be compiled (an unknown token, llguidance's refusal of
+    /// a Lark grammar).
+    #[error("invalid grammar: {0}")]
+    Grammar(String),
     #[error("the tokenizer cannot be used for structured output: {0}")]
     Tokenizer(String),
     #[error("token {token} is outside the tokenizer's vocabulary of {n_vocab}")]
@@ -162,6 +174,7 @@ impl GrammarCompiler {
             Constraint::JsonObject => TopLevelGrammar::from_json_schema(compact(json!({"type": "object"}))?),
             Constraint::JsonSchema(schema) => TopLevelGrammar::from_json_schema(compact(schema.clone())?),
             Constraint::ToolCall(tools) => TopLevelGrammar::from_lark(tool_call_lark(tools)?),
+            Constraint::Grammar(text) => TopLevelGrammar::from_lark(self.grammar_lark(text)?),
         };
         let parser = self.inner.factory.create_parser(grammar).map_err(|e| compile_error(constraint, e.to_string()))?;
         let mut matcher = Matcher::new(Ok(parser));
@@ -176,9 +189,27 @@ impl GrammarCompiler {
             Constraint::JsonObject => false,
             Constraint::JsonSchema(schema) => asks_for_more(schema),
             Constraint::ToolCall(tools) => tools.iter().any(|t| asks_for_more(&t.parameters)),
+            // a user's grammar says for itself how long its numbers may be
+            Constraint::Grammar(_) => true,
         };
         let numbers = (!unbounded).then(|| NumberBound::new(self.inner.tokens.clone()));
         Ok(GrammarMatcher { matcher, n_vocab: self.inner.n_vocab, eog: self.inner.eog.clone(), eog_after_end: 0, tool_call, numbers })
+    }
+
+    /// A user's grammar as Lark: GBNF lowered (its `<text>` tokens looked up in the
+    /// vocabulary), or the Lark text itself after a `%llguidance` line.
+    fn grammar_lark(&self, text: &str) -> Result<String, GrammarError> {
+        if text.trim_start().starts_with("%llguidance") {
+            return Ok(text.to_string());
+        }
+        let grammar = gbnf::parse(text)?;
+        let words = &self.inner.tokens.words;
+        // llama.cpp's `<text>` is the one token whose text is exactly that, special or not
+        let token_of = |name: &str| -> Option<TokenId> {
+            let marked = |w: &[u8]| w.first() == Some(&TokTrie::SPECIAL_TOKEN_MARKER) && &w[1..] == name.as_bytes();
+            words.iter().position(|w| w == name.as_bytes() || marked(w)).map(|i| i as TokenId)
+        };
+        gbnf_lark::to_lark(&grammar, &gbnf_lark::Tokens { by_text: &token_of, eog: &self.inner.eog }).map_err(GrammarError::Grammar)
     }
 }
 
@@ -265,6 +296,7 @@ fn object_parameters(tool: &ToolSpec) -> Result<Value, GrammarError> {
 fn compile_error(constraint: &Constraint, msg: String) -> GrammarError {
     match constraint {
         Constraint::ToolCall(_) => GrammarError::Tools(msg),
+        Constraint::Grammar(_) => GrammarError::Grammar(msg),
         _ => GrammarError::Schema(msg),
     }
 }

@@ -73,7 +73,7 @@ fn counted(n: u8, max: u8) -> Option<u8> {
 /// a number: those with a digit, and of them those with a quote (from inside a string): built
 /// once per vocabulary.
 pub(super) struct TokenBytes {
-    words: Vec<Vec<u8>>,
+    pub(super) words: Vec<Vec<u8>>,
     with_digit: Vec<TokenId>,
     with_digit_and_quote: Vec<TokenId>,
 }

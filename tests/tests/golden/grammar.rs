@@ -1,6 +1,7 @@
 //! Structured output end to end: masked sampling (seeded, temperature 1) on the tiny fixture
 //! models and on Qwen2.5-Coder-0.5B always yields JSON that parses and validates against its
-//! schema (checked by Python's `jsonschema`, the reference implementation), for JSON schemas, any-object and tool calls;
+//! schema (checked by Python's `jsonschema`, the reference implementation), for JSON schemas, any-object and tool calls,
+//! and text that GBNF grammars describe (JSON shapes, read back by serde);
 //! unsupported schemas fail at compile time; the mask's cost on a 150k vocabulary is measured.
 
 use std::time::{Duration, Instant};
@@ -206,6 +207,18 @@ fn schemas() -> Vec<Value> {
     ]
 }
 
+/// A GBNF grammar: a JSON array of at most five integers of up to three digits.
+const NUMBER_LIST: &str = "root ::= \"[\" ( num ( \",\" \" \"? num ){0,4} )? \"]\"\nnum ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,2} )\n";
+
+fn assert_number_list(text: &str) {
+    let v = parse_any_json(text);
+    let items = v.as_array().unwrap_or_else(|| panic!("not an array: {text}"));
+    assert!(items.len() <= 5 && items.iter().all(|n| n.as_i64().is_some_and(|n| n.abs() < 1000)), "{text}");
+}
+
+/// A GBNF grammar: `{"name": "...", "legs": N}` with a short name of letters and spaces.
+const ANIMAL: &str = "root ::= \"{\\\"name\\\": \\\"\" [A-Za-z ]{1,20} \"\\\", \\\"legs\\\": \" [0-9]{1,2} \"}\"\n";
+
 fn tools() -> Vec<ToolSpec> {
     vec![
         ToolSpec {
@@ -238,6 +251,7 @@ fn tiny_model(name: &str) {
     for seed in 0..6 {
         jobs.push(Job { prompt: prompt.clone(), constraint: Constraint::JsonObject, seed });
         jobs.push(Job { prompt: prompt.clone(), constraint: Constraint::ToolCall(tools()), seed });
+        jobs.push(Job { prompt: prompt.clone(), constraint: Constraint::Grammar(NUMBER_LIST.into()), seed });
     }
     let cap = 400;
     let t0 = Instant::now();
@@ -260,6 +274,7 @@ fn tiny_model(name: &str) {
                 assert!(parse_any_json(&out.text).is_object(), "{}", out.text);
             }
             Constraint::ToolCall(t) => names.push(assert_tool_call(&mut checks, t, &out.text)),
+            Constraint::Grammar(_) => assert_number_list(&out.text),
         }
     }
     checks.assert_all();
@@ -371,8 +386,9 @@ fn qwen_output_validates_and_mask_cost() {
         ("Pick a language, say whether it is compiled, and make up a ticket id like ABC-12.", Constraint::JsonSchema(code.clone())),
         ("Describe the city of Paris in one JSON object with two or three fields.", Constraint::JsonObject),
         ("What is the weather in Paris, in celsius? Call a tool.", Constraint::ToolCall(tools())),
+        ("Describe an animal: its name and number of legs.", Constraint::Grammar(ANIMAL.into())),
     ];
-    // two seeds per case, all twelve sequences batched
+    // two seeds per case, all fourteen sequences batched
     let cases: Vec<(&str, Constraint)> = cases.iter().chain(&cases).cloned().collect();
     let jobs: Vec<Job> = cases
         .iter()
@@ -403,6 +419,11 @@ fn qwen_output_validates_and_mask_cost() {
             }
             Constraint::ToolCall(t) => {
                 assert_tool_call(&mut checks, t, &out.text);
+            }
+            Constraint::Grammar(_) => {
+                let v = parse_any_json(&out.text);
+                let name = v["name"].as_str().unwrap_or_else(|| panic!("{}", out.text));
+                assert!(!name.is_empty() && name.len() <= 20 && v["legs"].as_u64().is_some_and(|n| n < 100), "{}", out.text);
             }
         }
     }

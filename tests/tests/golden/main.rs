@@ -5,6 +5,7 @@ mod archs;
 mod chat_templates;
 mod embedding_input;
 mod embeddings;
+mod gbnf;
 mod generate;
 mod gguf_malformed;
 mod gguf_roundtrip;
