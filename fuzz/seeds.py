@@ -150,12 +150,25 @@ SCHEMAS = [
 ]
 
 
+# GBNF grammars (and one llguidance Lark grammar) for the grammar compiler
+GRAMMARS = [
+    'root ::= ( "yes" | "no" ) ", " [a-z]{2,5} "."\n',
+    'root ::= value\nvalue ::= "[" ( value ( "," value )* )? "]" | [0-9]+\n',
+    '# comment\r\nroot ::= [^"\\\\\\x00-\\x1F]* "\\u00e9" .{1,3} ( "a" | )?\r\n',
+    'root ::= <[50256]> !<[50256]>* "x"\n',
+    'root ::= list\nlist ::= list "," item | item\nitem ::= [\\U0001F600-\\U0001F64F] | "\\x41"\n',
+    '%llguidance {}\nstart: "a" /[0-9]+/\n',
+]
+
+
 def schema_seeds(out: Path) -> None:
     for schema in SCHEMAS:
         write(out, "json_schema", b"\0" + json.dumps(schema).encode())
     tools = [{"name": "get_weather", "parameters": SCHEMAS[0]}, {"name": "noop"}, {"name": "list", "parameters": SCHEMAS[1]}]
     write(out, "json_schema", b"\1" + json.dumps(tools).encode())
     write(out, "json_schema", b"\1" + json.dumps(tools[:1]).encode())
+    for grammar in GRAMMARS:
+        write(out, "json_schema", b"\2" + grammar.encode())
 
 
 # ---- HTTP targets ----------------------------------------------------------------------------
@@ -169,6 +182,7 @@ BODIES = {
         {"model": "tiny", "messages": CHAT, "max_tokens": 4, "stream": True, "stream_options": {"include_usage": True}},
         {"model": "tiny", "messages": CHAT, "max_tokens": 4, "tools": TOOLS, "tool_choice": "required"},
         {"model": "tiny", "messages": CHAT, "max_tokens": 4, "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMAS[0]}}},
+        {"model": "tiny", "messages": CHAT, "max_tokens": 4, "grammar": GRAMMARS[0]},
         {"model": "tiny", "messages": CHAT, "max_tokens": 4, "logprobs": True, "top_logprobs": 2, "n": 2, "seed": 1, "temperature": 0.7,
          "top_p": 0.9, "stop": ["\n"], "logit_bias": {"5": -100}, "presence_penalty": 0.5, "timeout": 0.5},
         {"model": "tiny", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
@@ -179,6 +193,7 @@ BODIES = {
         {"model": "tiny", "prompt": "Once upon", "max_tokens": 4},
         {"model": "tiny", "prompt": [[1, 2, 3]], "max_tokens": 2, "echo": True, "logprobs": 2, "stream": True},
         {"model": "tiny", "prompt": ["a", "b"], "max_tokens": 2, "suffix": None, "best_of": 1},
+        {"model": "tiny", "prompt": "Once upon", "max_tokens": 4, "grammar": GRAMMARS[1]},
     ],
     "/v1/embeddings": [
         {"model": "tiny", "input": "hello"},

@@ -28,6 +28,10 @@ pub struct RunArgs {
     /// Constrain the output to JSON valid under this JSON schema (a file).
     #[arg(long, conflicts_with = "json")]
     pub json_schema: Option<PathBuf>,
+    /// Constrain the output to this GBNF grammar (a file, llama.cpp's syntax, from rule
+    /// `root`; llguidance's Lark after a `%llguidance` line).
+    #[arg(long, conflicts_with_all = ["json", "json_schema"])]
+    pub grammar: Option<PathBuf>,
     /// Constrain the output to a JSON object (any).
     #[arg(long)]
     pub json: bool,
@@ -124,8 +128,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The output constraint `--json-schema` or `--json` asks for, compiled for this model.
+/// The output constraint `--json-schema`, `--json` or `--grammar` asks for, compiled for this
+/// model.
 fn constraint(model: &Model, args: &RunArgs) -> anyhow::Result<Option<Box<dyn TokenConstraint>>> {
+    if let Some(path) = &args.grammar {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let matcher = GrammarCompiler::new(model.tokenizer())?.compile(&Constraint::Grammar(text));
+        return Ok(Some(Box::new(matcher.with_context(|| format!("the grammar in {}", path.display()))?)));
+    }
     let c = match (&args.json_schema, args.json) {
         (Some(path), _) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;

@@ -167,7 +167,7 @@ impl Worker {
         &self.template
     }
 
-    /// The model's grammar compiler, for `response_format` and forced tool calls (blocking:
+    /// The model's grammar compiler, for `response_format`, `grammar` and forced tool calls (blocking:
     /// call it off the async threads).
     pub fn grammar(&self) -> Result<GrammarCompiler, ApiError> {
         let mut slot = self.grammar.lock().expect("grammar lock");

@@ -166,3 +166,30 @@ fn an_image_prompt_continues_with_llama_cpps_top_token() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("projection_dim"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn a_grammar_file_shapes_the_output_and_a_bad_one_is_one_line() {
+    let dir = std::env::temp_dir().join(format!("engine-cli-grammar-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("answer.gbnf");
+    std::fs::write(&good, "root ::= ( \"yes\" | \"no\" ) \", \" [a-z]{2,5} \".\"\n").unwrap();
+    let model = fixture("tiny-llama-F32.gguf");
+    let m = model.to_str().unwrap();
+    for seed in ["1", "2", "3"] {
+        let out = run(&["-m", m, "-p", "Well?", "-n", "40", "--temp", "1", "--seed", seed, "--grammar", good.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let word = text.strip_prefix("yes, ").or_else(|| text.strip_prefix("no, ")).and_then(|r| r.strip_suffix('.'));
+        assert!(word.is_some_and(|w| (2..=5).contains(&w.len()) && w.bytes().all(|b| b.is_ascii_lowercase())), "{text:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("finish reason stop"));
+    }
+    let bad = dir.join("bad.gbnf");
+    std::fs::write(&bad, "root ::= word\nword ::= [a-z\n").unwrap();
+    let out = run(&["-m", m, "-p", "Well?", "--grammar", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.lines().count() == 1 && err.contains("bad.gbnf") && err.contains("line 2, column 10"), "{err}");
+    let out = run(&["-m", m, "-p", "Well?", "--json", "--grammar", good.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "--json and --grammar conflict");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

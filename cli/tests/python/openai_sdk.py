@@ -1,8 +1,9 @@
 """The official `openai` Python package against `engine-cli serve`, with strict response
-validation: chat (plain, stream, the .stream() helper, tools, .parse() with a JSON schema),
+validation: chat (plain, stream, the .stream() helper, tools, .parse() with a JSON schema, a GBNF `grammar` in extra_body),
 completions with logprobs, embeddings (the SDK's default base64), models list / retrieve /
 delete, moderations; the guard routes over raw HTTP; /metrics through prometheus_client's OpenMetrics parser. Exits non-zero on the first failed check."""
 
+import re
 import sys
 import urllib.request
 from typing import Annotated
@@ -53,6 +54,19 @@ class Pet(BaseModel):
 parsed = client.chat.completions.parse(model=chat_id, messages=[{"role": "user", "content": "A pet as JSON"}], response_format=Pet, max_tokens=64, temperature=0)
 pet = parsed.choices[0].message.parsed
 assert isinstance(pet, Pet) and len(pet.name) <= 6 and 0 <= pet.legs <= 8, parsed
+
+# llama-server's `grammar` field (GBNF) through the SDK's extra_body, on chat and text completions
+answer = 'root ::= ("yes" | "no") ", " [a-z]{2,5} "."\n'
+ok = re.compile(r"(yes|no), [a-z]{2,5}\.")
+graded = client.chat.completions.create(model=chat_id, messages=messages, max_tokens=40, temperature=1, seed=4, extra_body={"grammar": answer})
+assert ok.fullmatch(graded.choices[0].message.content) and graded.choices[0].finish_reason == "stop", graded
+graded = client.completions.create(model=chat_id, prompt="Well?", max_tokens=40, temperature=1, seed=4, extra_body={"grammar": answer})
+assert ok.fullmatch(graded.choices[0].text) and graded.choices[0].finish_reason == "stop", graded
+try:
+    client.chat.completions.create(model=chat_id, messages=messages, extra_body={"grammar": "root ::= (\n"})
+    raise AssertionError("a malformed grammar was accepted")
+except openai.BadRequestError as e:
+    assert e.body["param"] == "grammar" and "line 2, column 1" in e.body["message"], e.body
 
 completion = client.completions.create(model=chat_id, prompt="The quick brown fox", max_tokens=4, temperature=0, logprobs=2)
 lp = completion.choices[0].logprobs

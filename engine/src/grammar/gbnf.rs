@@ -3,8 +3,8 @@
 //! The syntax is llama.cpp's (`grammars/README.md` there): `name ::= alternatives` rules, one per
 //! line unless a group or a trailing `|` carries it on; string literals, character classes
 //! (`[a-z]`, `[^"\\]`), `.` for any character, rule references, groups, the repetitions `*`, `+`,
-//! `?`, `{m}`, `{m,}`, `{m,n}`, `{,n}`, `#` comments, and tokens (`<[id]>`, `<text>`, and
-//! `!` before either for any other token). Escapes are llama.cpp's: `\x..`, `\u....`,
+//! `?`, `{m}`, `{m,}`, `{m,n}` (and `{,n}` for `{0,n}`), `#` comments, and tokens (`<[id]>`,
+//! `<text>`, and `!` before either for any other token). Escapes are llama.cpp's: `\x..`, `\u....`,
 //! `\U........`, `\t`, `\r`, `\n`, `\\`, `\"`, `\[`, `\]`, `\-`. The grammar starts at `root`.
 //!
 //! Where llama.cpp quietly accepts what can never match (an empty class, a reversed range, a

@@ -6,9 +6,9 @@
 //! `ws` before a required `"\n"`), and a lexer would refuse such texts. So every character of
 //! the grammar (one of a literal, a class, `.`) is a lexeme of its own, which nothing can
 //! extend: the rules stay rules, and llguidance's parser sees exactly GBNF's language. The
-//! cost is a parser step per byte when masks are computed (about 2.5 ms per token for a JSON
-//! grammar over a 151,936-token vocabulary on one Zen 5 core); a grammar that wants a lexer's
-//! speed can be written in llguidance's Lark instead (`%llguidance` first).
+//! cost is a parser step per byte of every allowed token when a mask is computed (3.9 ms inside
+//! a JSON string over Qwen2.5's 151,936 tokens, against 0.2 ms for a JSON schema's lexer); a
+//! grammar that wants a lexer's speed can be written in llguidance's Lark (`%llguidance` first).
 
 use super::gbnf::{Alternatives, Gbnf, Item, TokenRef};
 use crate::tokenizer::TokenId;

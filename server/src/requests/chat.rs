@@ -1,5 +1,6 @@
 //! The `/v1/chat/completions` request, typed: messages (roles, text or content parts, earlier
-//! tool calls), function tools, `tool_choice`, `response_format`, logprobs, `reasoning_format`,
+//! tool calls), function tools, `tool_choice`, `response_format`, llama-server's `grammar`
+//! (GBNF), logprobs, `reasoning_format`,
 //! the guardrails field and the shared sampling fields. `/v1/messages` and `/v1/responses` build
 //! the typed request they mean ([`ConvertedChat`]: messages, tools and settings already read by
 //! their own parsers), never a JSON body to read again. [`ChatCompletionRequest::check`] applies
@@ -29,6 +30,9 @@ pub struct ChatCompletionRequest {
     tool_choice: Option<ToolChoiceField>,
     #[serde(default)]
     response_format: Option<ResponseFormat>,
+    /// llama-server's `grammar`: a GBNF grammar the reply follows (empty: none).
+    #[serde(default)]
+    grammar: Option<String>,
     #[serde(default)]
     logprobs: Option<bool>,
     #[serde(default)]
@@ -329,7 +333,8 @@ pub(crate) struct ChatRequest {
     pub tools: Option<Vec<Value>>,
     /// `none`: never parse calls; `auto` / `required` / a named function: parse them.
     pub tool_choice: ToolChoice,
-    pub response_format: Option<Constraint>,
+    /// What the reply is decoded under: `response_format`, the forced tool call or `grammar`.
+    pub constraint: Option<Constraint>,
     pub common: CommonParams,
     pub logprobs: Option<usize>,
     /// `reasoning_format: "none"` keeps a thinking block inline in the content; by default it is
@@ -585,17 +590,24 @@ impl ChatCompletionRequest {
             ToolChoice::None | ToolChoice::Auto => None,
         };
         let format = self.response_format.as_ref().and_then(|f| f.0.clone());
-        let response_format = match (format, forced) {
-            (Some(_), Some(_)) => {
+        let grammar = self.grammar.as_ref().filter(|g| !g.is_empty()).map(|g| Constraint::Grammar(g.clone()));
+        let constraint = match (format, forced, grammar) {
+            (Some(_), Some(_), _) => {
                 return Err(ApiError::invalid_param("response_format", "response_format cannot be combined with a forced tool_choice"))
             }
-            (format, forced) => format.or(forced),
+            (Some(_), None, Some(_)) => {
+                return Err(ApiError::invalid_param("grammar", "grammar cannot be combined with a JSON response_format"))
+            }
+            (None, Some(_), Some(_)) => {
+                return Err(ApiError::invalid_param("grammar", "grammar cannot be combined with a forced tool_choice"))
+            }
+            (format, forced, grammar) => format.or(forced).or(grammar),
         };
         Ok(ChatRequest {
             messages,
             tools: self.tools(),
             tool_choice,
-            response_format,
+            constraint,
             common: self.sampling.params(n_vocab, timeouts)?,
             logprobs,
             inline_reasoning: self.reasoning_format == Some(ReasoningFormat::None),

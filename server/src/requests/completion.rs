@@ -1,6 +1,8 @@
-//! The `/v1/completions` request: prompts, `echo`, legacy `logprobs` (0 to 5 alternatives), the
-//! shared sampling fields, and the OpenAI fields it refuses (`suffix`, `best_of` other than 1).
+//! The `/v1/completions` request: prompts, `echo`, legacy `logprobs` (0 to 5 alternatives),
+//! llama-server's `grammar` (GBNF), the shared sampling fields, and the OpenAI fields it refuses
+//! (`suffix`, `best_of` other than 1).
 
+use engine::grammar::Constraint;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -26,6 +28,9 @@ pub struct CompletionRequest {
     suffix: Option<Value>,
     #[serde(default)]
     best_of: Option<u64>,
+    /// A GBNF grammar every completion follows (empty: none).
+    #[serde(default)]
+    grammar: Option<String>,
     #[serde(skip)]
     sampling: SamplingRequest,
 }
@@ -37,6 +42,8 @@ pub struct CheckedCompletion {
     pub echo: bool,
     /// Legacy `logprobs`: how many alternatives (0..=5) per token; `None` = no log-probs.
     pub logprobs: Option<usize>,
+    /// `grammar`, to decode under.
+    pub grammar: Option<Constraint>,
 }
 
 impl CompletionRequest {
@@ -66,6 +73,7 @@ impl CompletionRequest {
             common,
             echo: self.echo.unwrap_or(false),
             logprobs: int_in("logprobs", self.logprobs, 0, 5)?.map(|v| v as usize),
+            grammar: self.grammar.as_ref().filter(|g| !g.is_empty()).map(|g| Constraint::Grammar(g.clone())),
         })
     }
 }

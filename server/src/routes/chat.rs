@@ -1,6 +1,6 @@
 //! `POST /v1/chat/completions`: the messages rendered by the model's own chat template, one
 //! generation per choice (`n`), tools (the model family's call syntax or bare JSON, parsed into
-//! `tool_calls`), `response_format` under a grammar, logprobs, a thinking block returned apart as
+//! `tool_calls`), `response_format` or llama-server's GBNF `grammar` decoded under it, logprobs, a thinking block returned apart as
 //! `reasoning_content` (unless `reasoning_format: "none"`); a JSON response or an SSE stream
 //! (role in the first chunk only, reasoning and content deltas, a final chunk with
 //! `finish_reason`, the usage chunk when asked, `[DONE]`).

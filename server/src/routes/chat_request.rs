@@ -39,14 +39,14 @@ pub(crate) fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -
     let (prompt, images) = prompt_with_images(entry, request, &text)?;
     let seqs = (0..request.common.n)
         .map(|i| {
-            let params = params_for(&entry.worker, &request.common, request.logprobs, request.response_format.as_ref(), prompt.len(), i)?;
+            let params = params_for(&entry.worker, &request.common, request.logprobs, request.constraint.as_ref(), prompt.len(), i)?;
             let mut spec = output(prompt.clone(), params, stream, request.common.deadline);
             spec.images = images.clone();
             Ok(spec)
         })
         .collect::<Result<_, ApiError>>()?;
     // under a grammar the reply is what the grammar says from its first token: never reasoning
-    let syntax = ReplySyntax::of_prompt(&text, request.response_format.is_some());
+    let syntax = ReplySyntax::of_prompt(&text, request.constraint.is_some());
     Ok(Outputs { seqs, syntax })
 }
 

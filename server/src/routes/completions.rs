@@ -163,7 +163,14 @@ fn outputs(entry: &ModelEntry, request: &CheckedCompletion, stream: bool) -> Res
             return Err(ApiError::invalid_param("prompt", format!("prompt {p}: token {bad} is outside the vocabulary of {n_vocab}")));
         }
         for j in 0..request.common.n {
-            let params = params_for(&entry.worker, &request.common, request.logprobs, None, tokens.len(), p * request.common.n + j)?;
+            let params = params_for(
+                &entry.worker,
+                &request.common,
+                request.logprobs,
+                request.grammar.as_ref(),
+                tokens.len(),
+                p * request.common.n + j,
+            )?;
             seqs.push(output(tokens.clone(), params, stream, request.common.deadline));
         }
     }

@@ -40,7 +40,11 @@ pub fn params_for(
     let room = n_ctx - prompt_len;
     let constraint = match format {
         Some(c) => {
-            let param = if matches!(c, Constraint::ToolCall(_)) { "tools" } else { "response_format" };
+            let param = match c {
+                Constraint::ToolCall(_) => "tools",
+                Constraint::Grammar(_) => "grammar",
+                Constraint::JsonObject | Constraint::JsonSchema(_) => "response_format",
+            };
             Some(Box::new(worker.grammar()?.compile(c).map_err(|e| ApiError::invalid_param(param, e.to_string()))?) as _)
         }
         None => None,
