@@ -20,16 +20,21 @@ pub enum Pooling {
     Cls,
     /// The last token's state.
     Last,
+    /// A cross-encoder's score: its classification head over the first token's state
+    /// ([`crate::rerank`]); a score, not an embedding.
+    Rank,
 }
 
 impl Pooling {
-    /// The pooling of a GGUF's `<arch>.pooling_type` value: 0 none, 1 mean, 2 cls, 3 last.
+    /// The pooling of a GGUF's `<arch>.pooling_type` value: 0 none, 1 mean, 2 cls, 3 last,
+    /// 4 rank.
     pub fn from_gguf(value: u32) -> Option<Pooling> {
         match value {
             0 => Some(Pooling::None),
             1 => Some(Pooling::Mean),
             2 => Some(Pooling::Cls),
             3 => Some(Pooling::Last),
+            4 => Some(Pooling::Rank),
             _ => None,
         }
     }
@@ -41,6 +46,7 @@ impl Pooling {
             "mean" => Some(Pooling::Mean),
             "cls" => Some(Pooling::Cls),
             "last" => Some(Pooling::Last),
+            "rank" => Some(Pooling::Rank),
             _ => None,
         }
     }
@@ -51,6 +57,7 @@ impl Pooling {
             Pooling::Mean => "mean",
             Pooling::Cls => "cls",
             Pooling::Last => "last",
+            Pooling::Rank => "rank",
         }
     }
 
@@ -59,7 +66,7 @@ impl Pooling {
         let c = model.config();
         Pooling::from_gguf(c.pooling_type).ok_or_else(|| ModelError::BadKey {
             key: format!("{}.pooling_type", c.arch),
-            reason: format!("pooling type {} is not supported (0 none, 1 mean, 2 cls, 3 last)", c.pooling_type),
+            reason: format!("pooling type {} is not supported (0 none, 1 mean, 2 cls, 3 last, 4 rank)", c.pooling_type),
         })
     }
 }
@@ -88,10 +95,18 @@ pub fn embed_ids(model: &Model, seqs: &[Vec<TokenId>], pooling: Option<Pooling>,
         Some(p) => p,
         None => Pooling::of_model(model)?,
     };
-    if pooling == Pooling::None {
-        return Err(ModelError::BadBatch(
-            "pooling none gives one vector per token, not one per text: choose mean, cls or last pooling".into(),
-        ));
+    match pooling {
+        Pooling::None => {
+            return Err(ModelError::BadBatch(
+                "pooling none gives one vector per token, not one per text: choose mean, cls or last pooling".into(),
+            ))
+        }
+        Pooling::Rank => {
+            return Err(ModelError::BadBatch(
+                "this model is a reranker (pooling rank): it scores query and document pairs (/v1/rerank), it does not embed texts; choose mean, cls or last pooling".into(),
+            ))
+        }
+        Pooling::Mean | Pooling::Cls | Pooling::Last => {}
     }
     let e = c.n_embd;
     let mut out = Vec::with_capacity(seqs.len());
@@ -105,7 +120,7 @@ pub fn embed_ids(model: &Model, seqs: &[Vec<TokenId>], pooling: Option<Pooling>,
                 sum.iter().map(|&s| (s / seq.len() as f64) as f32).collect()
             }
             // `hidden_states` keeps just the wanted row for these
-            Pooling::Cls | Pooling::Last | Pooling::None => hidden,
+            Pooling::Cls | Pooling::Last | Pooling::None | Pooling::Rank => hidden,
         };
         if normalize {
             l2_normalize(&mut v);
@@ -181,7 +196,7 @@ const DECODER_CHUNK: usize = 64;
 
 /// Per sequence, the hidden-state rows pooling needs: every token's for mean or none, only the
 /// first or last token's for cls or last.
-fn hidden_states(model: &Model, seqs: &[Vec<TokenId>], pooling: Pooling) -> Result<Vec<Vec<f32>>, ModelError> {
+pub(crate) fn hidden_states(model: &Model, seqs: &[Vec<TokenId>], pooling: Pooling) -> Result<Vec<Vec<f32>>, ModelError> {
     let e = model.config().n_embd;
     if model.is_encoder() {
         // Encoder calls of several texts each (every text attends to itself only).
@@ -200,7 +215,7 @@ fn hidden_states(model: &Model, seqs: &[Vec<TokenId>], pooling: Pooling) -> Resu
             let mut start = 0;
             for s in group {
                 let rows = match pooling {
-                    Pooling::Cls => &all[start * e..(start + 1) * e],
+                    Pooling::Cls | Pooling::Rank => &all[start * e..(start + 1) * e],
                     Pooling::Last => &all[(start + s.len() - 1) * e..(start + s.len()) * e],
                     Pooling::Mean | Pooling::None => &all[start * e..(start + s.len()) * e],
                 };
@@ -217,7 +232,7 @@ fn hidden_states(model: &Model, seqs: &[Vec<TokenId>], pooling: Pooling) -> Resu
         let mut kv = model.new_kv_cache(KvType::F32, s.len());
         let n = s.len();
         let wanted = |i: usize| match pooling {
-            Pooling::Cls => i == 0,
+            Pooling::Cls | Pooling::Rank => i == 0,
             Pooling::Last => i + 1 == n,
             Pooling::Mean | Pooling::None => true,
         };
@@ -239,7 +254,7 @@ mod tests {
 
     #[test]
     fn pooling_names_and_gguf_values() {
-        for (v, p) in [(0, Pooling::None), (1, Pooling::Mean), (2, Pooling::Cls), (3, Pooling::Last)] {
+        for (v, p) in [(0, Pooling::None), (1, Pooling::Mean), (2, Pooling::Cls), (3, Pooling::Last), (4, Pooling::Rank)] {
             assert_eq!(Pooling::from_gguf(v), Some(p));
             assert_eq!(Pooling::from_name(p.name()), Some(p));
         }

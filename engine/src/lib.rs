@@ -17,6 +17,7 @@ pub mod kv_cache;
 pub mod logprobs;
 pub mod model;
 pub mod quant;
+pub mod rerank;
 pub mod sampling;
 pub mod serving;
 pub mod tokenizer;

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 pub mod archs;
 pub mod quant_goldens;
+pub mod reranker;
 pub mod scripted;
 pub mod shaped;
 pub mod shaped_gpt_oss;

@@ -7,6 +7,9 @@
 //! Batch invariance: embeddings, norms, projections and activations treat each row alone, and a
 //! token's attention reads only its own sequence, in position order, so a sequence's hidden
 //! states are bitwise the same alone or beside others.
+//!
+//! A cross-encoder (a reranker) adds a classification head over its first token's hidden
+//! state ([`Classifier`]), as llama.cpp's rank pooling reads it.
 
 use std::sync::Arc;
 
@@ -62,6 +65,70 @@ pub struct BertWeights<B: Backend> {
     pub position_embd: B::Matrix,
     pub embd_norm: LayerNorm<B>,
     pub layers: Vec<BertLayer<B>>,
+    /// The classification head of a cross-encoder (`cls.*` tensors), if the file has one.
+    pub classifier: Option<Classifier>,
+}
+
+/// A cross-encoder's classification head, in f32 on the host (it reads one row per text):
+/// `cls` (`n_embd` -> `n_embd`, then tanh) and `cls.output` (`n_embd` -> one value per label),
+/// each optional, as llama.cpp loads them.
+pub struct Classifier {
+    /// `[n_embd][n_embd]` and its bias.
+    pub dense: Option<(Vec<f32>, Option<Vec<f32>>)>,
+    /// `[n_out][n_embd]` and its bias.
+    pub out: Option<(Vec<f32>, Option<Vec<f32>>)>,
+    pub n_embd: usize,
+    /// Values per text: the length of `<arch>.classifier.output_labels` (1 without it).
+    pub n_out: usize,
+}
+
+impl Classifier {
+    fn load<B: Backend>(l: &Loader<B>, file: &GgufFile, c: &ModelConfig) -> Result<Option<Classifier>, ModelError> {
+        let e = c.n_embd;
+        let n_out = file.get(&format!("{}.classifier.output_labels", c.arch)).and_then(|v| v.as_array()).map_or(1, |a| a.len());
+        let dense = match l.host_matrix_opt("cls.weight", e, e)? {
+            Some(w) => Some((w, l.host_vector_opt("cls.bias", e)?)),
+            None => None,
+        };
+        let out = match l.host_matrix_opt("cls.output.weight", n_out, e)? {
+            Some(w) => Some((w, l.host_vector_opt("cls.output.bias", n_out)?)),
+            None => None,
+        };
+        if dense.is_none() && out.is_none() {
+            return Ok(None);
+        }
+        // without `cls.output` the head's value is the dense layer's whole row
+        let n_out = if out.is_some() { n_out } else { e };
+        Ok(Some(Classifier { dense, out, n_embd: e, n_out }))
+    }
+
+    /// Values per text.
+    pub fn n_values(&self) -> usize {
+        self.n_out
+    }
+
+    /// The head over one pooled row of `n_embd` values: `cls` then tanh, then `cls.output`
+    /// (each a sum in column order, in f64 as llama.cpp's f32 dot products round no worse).
+    pub fn apply(&self, row: &[f32]) -> Vec<f32> {
+        let mut x = row.to_vec();
+        if let Some((w, b)) = &self.dense {
+            x = linear(w, b.as_deref(), &x, self.n_embd).into_iter().map(f32::tanh).collect();
+        }
+        if let Some((w, b)) = &self.out {
+            x = linear(w, b.as_deref(), &x, self.n_out);
+        }
+        x
+    }
+}
+
+/// `w · x + b` for a `[rows][x.len()]` matrix.
+fn linear(w: &[f32], b: Option<&[f32]>, x: &[f32], rows: usize) -> Vec<f32> {
+    (0..rows)
+        .map(|r| {
+            let dot: f64 = w[r * x.len()..(r + 1) * x.len()].iter().zip(x).map(|(&a, &v)| f64::from(a) * f64::from(v)).sum();
+            (dot + b.map_or(0.0, |b| f64::from(b[r]))) as f32
+        })
+        .collect()
 }
 
 impl<B: Backend> BertWeights<B> {
@@ -93,7 +160,8 @@ impl<B: Backend> BertWeights<B> {
                 layer_out_norm: LayerNorm::load(&l, &n("layer_output_norm"), e)?,
             });
         }
-        Ok(BertWeights { token_embd, token_type0, position_embd, embd_norm, layers })
+        let classifier = Classifier::load(&l, file, c)?;
+        Ok(BertWeights { token_embd, token_type0, position_embd, embd_norm, layers, classifier })
     }
 }
 

@@ -149,6 +149,13 @@ impl<B: Backend> OnDevice<B> {
             Weights::Decoder(_) => Err(ModelError::BadBatch(format!("{} is a decoder: use Model::forward", c.arch))),
         }
     }
+
+    fn classifier(&self) -> Option<&bert::Classifier> {
+        match &self.weights {
+            Weights::Encoder(w) => w.classifier.as_ref(),
+            Weights::Decoder(_) => None,
+        }
+    }
 }
 
 /// Loads the weights onto a kernel device, first checking that they fit: a model too large
@@ -281,6 +288,12 @@ impl Model {
     /// Whether this is an encoder (BERT): run it with [`Model::encode`], not [`Model::forward`].
     pub fn is_encoder(&self) -> bool {
         self.config.facts.encoder
+    }
+
+    /// A cross-encoder's classification head (`cls.*`), which reranking reads; `None` for
+    /// every other model.
+    pub fn classifier(&self) -> Option<&bert::Classifier> {
+        on_backend!(&self.loaded, m => m.classifier())
     }
 
     /// An empty KV cache for this model, on its device, holding up to `n_ctx` positions per

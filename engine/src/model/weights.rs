@@ -244,6 +244,14 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(out)
     }
 
+    /// [`Loader::host_matrix`] of a tensor the file may lack.
+    pub fn host_matrix_opt(&self, name: &str, rows: usize, cols: usize) -> Result<Option<Vec<f32>>, ModelError> {
+        if self.info(name).is_none() {
+            return Ok(None);
+        }
+        self.host_matrix(name, rows, cols).map(Some)
+    }
+
     /// A vector of `n` values converted to f32 on the host, if present.
     pub fn host_vector_opt(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>, ModelError> {
         if self.info(name).is_none() {

@@ -18,6 +18,7 @@ mod guard_prompts;
 mod guard_verdicts;
 mod quant_golden;
 mod reference;
+mod rerank;
 mod serving;
 mod simd_vs_ref;
 mod table_quants;
