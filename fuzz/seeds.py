@@ -195,6 +195,9 @@ BODIES = {
         {"model": "tiny", "prompt": ["a", "b"], "max_tokens": 2, "suffix": None, "best_of": 1},
         {"model": "tiny", "prompt": "Once upon", "max_tokens": 4, "grammar": GRAMMARS[1]},
     ],
+    "/v1/rerank": [
+        {"model": "tiny", "query": "What is a panda?", "documents": ["hi", {"text": "A bear."}], "top_n": 1, "return_documents": True},
+    ],
     "/v1/embeddings": [
         {"model": "tiny", "input": "hello"},
         {"model": "tiny", "input": ["a", "b"], "encoding_format": "base64", "dimensions": 8},

@@ -252,7 +252,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             eprintln!("{id}: vision projector {} ({})", mmproj.display(), projector.model.config().projector.name());
             builder = builder.projector(id.clone(), Arc::new(projector));
         }
-        let spec = ModelSpec { id, model, chat: true, guard: named_guard || guardian, n_ctx: args.ctx_size, draft: draft.clone() };
+        // an encoder (an embedding model, a reranker) serves embeddings or reranking, never chat
+        let chat = !model.is_encoder();
+        let spec = ModelSpec { id, model, chat, guard: named_guard || guardian, n_ctx: args.ctx_size, draft: draft.clone() };
         builder = builder.model_file(spec, path.clone());
     }
     if let (Some(path), false) = (&args.guard, guard_served) {
@@ -275,7 +277,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             let role = match (m.generates, m.guard) {
                 (true, true) => "chat + guard",
                 (true, false) => "chat",
-                _ => "guard",
+                (false, true) => "guard",
+                (false, false) if engine::rerank::is_reranker(&m.model) => "rerank",
+                (false, false) => "embedding",
             };
             eprintln!("serving {} ({role}, context {}, {} sequences at once)", m.id, m.n_ctx, args.parallel);
         }

@@ -34,6 +34,7 @@ pub const POST_ROUTES: &[&str] = &[
     "/detokenize",
     "/apply-template",
     "/v1/models",
+    "/v1/rerank",
 ];
 
 /// The model id the fuzz server serves.

@@ -48,7 +48,8 @@ impl ModelEntry {
         if self.generates {
             capabilities.extend(["chat", "completion"]);
         }
-        capabilities.push("embedding");
+        // a cross-encoder's pooling gives scores, not embeddings
+        capabilities.push(if engine::rerank::is_reranker(&self.model) { "rerank" } else { "embedding" });
         if self.vision.is_some() {
             capabilities.push("vision");
         }

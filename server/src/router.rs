@@ -183,6 +183,12 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
             let body = json_body(state, req).await?;
             with_model(state, &path, body, |s, b| async move { routes::embeddings::handle(&s, b).await }).await
         }
+        // llama-server's four names of one route
+        "/v1/rerank" | "/rerank" | "/v1/reranking" | "/reranking" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::rerank::handle(&s, b).await }).await
+        }
         "/v1/audio/transcriptions" if state.transcriber.is_some() => {
             allow(&method, &path, &[Method::POST])?;
             let backend = state.transcriber.clone().expect("matched");

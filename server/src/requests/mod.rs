@@ -9,6 +9,7 @@ pub mod completion;
 pub mod embedding;
 pub mod guard;
 pub mod inputs;
+pub mod rerank;
 pub mod sampling;
 
 use serde::de::DeserializeOwned;

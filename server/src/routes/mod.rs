@@ -14,6 +14,7 @@ pub mod models;
 pub mod moderations;
 mod reasoning;
 mod reply;
+pub mod rerank;
 pub mod responses;
 pub(crate) mod responses_stream;
 pub mod tokens;

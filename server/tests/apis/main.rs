@@ -1,6 +1,6 @@
 //! The API routes over real TCP on 127.0.0.1 (one test binary: each links once): Anthropic's
 //! Messages API (`messages.rs`), OpenAI's Responses API (`responses.rs`), llama-server's token
-//! utilities (`tokens.rs`), GBNF grammars (`grammar.rs`), models loaded and unloaded at run time (`model_loading.rs`), and
+//! utilities (`tokens.rs`), GBNF grammars (`grammar.rs`), reranking (`rerank.rs`), models loaded and unloaded at run time (`model_loading.rs`), and
 //! deadlines and readiness (`operations.rs`).
 
 #[path = "../common/mod.rs"]
@@ -10,6 +10,7 @@ mod harmony;
 mod messages;
 mod model_loading;
 mod operations;
+mod rerank;
 mod responses;
 mod tokens;
 mod vision;

@@ -45,7 +45,7 @@ fn scores_follow_llama_cpps_reranking() {
         let head_diff = (f64::from(head.apply(&theirs)[0]) - expected).abs();
         assert!(head_diff < 1e-5, "{query:?} / {doc:?}: the head gives {head_diff:.2e} off llama.cpp's score");
         // the encoder, within its tolerance, and the score that follows
-        let ours = model.encode(&[ids.clone()]).unwrap()[..theirs.len()].to_vec();
+        let ours = model.encode(std::slice::from_ref(&ids)).unwrap()[..theirs.len()].to_vec();
         let cos = cosine(&ours, &theirs);
         assert!(cos >= 0.999, "{query:?} / {doc:?}: first-token state cosine {cos} with llama.cpp");
         let ranked = &rerank(&model, query, &[doc]).unwrap()[0];

@@ -1,0 +1,69 @@
+//! The `/v1/rerank` request (llama-server's, Jina's and Cohere's shape): `query`, `documents`
+//! (strings, or objects with `text`; at most [`MAX_DOCUMENTS`]), `top_n`, `return_documents`.
+
+use serde::Deserialize;
+
+use super::sampling::int_in;
+use super::ModelName;
+use crate::error::ApiError;
+
+/// The most documents one request may rank.
+pub const MAX_DOCUMENTS: usize = 1024;
+
+#[derive(Debug, Deserialize)]
+pub struct RerankRequest {
+    #[serde(default)]
+    model: Option<ModelName>,
+    #[serde(default)]
+    query: Option<String>,
+    #[serde(default)]
+    documents: Option<Vec<Document>>,
+    #[serde(default)]
+    top_n: Option<u64>,
+    #[serde(default)]
+    return_documents: Option<bool>,
+}
+
+/// A document as a string, or as `{"text": ...}` (Jina's and Cohere's object form).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Document {
+    Text(String),
+    Object { text: String },
+}
+
+/// A rerank request, checked.
+pub struct CheckedRerank {
+    pub query: String,
+    pub documents: Vec<String>,
+    /// How many results to return, the best first (all by default).
+    pub top_n: usize,
+    pub return_documents: bool,
+}
+
+impl RerankRequest {
+    /// The model the request names (null or left out: `model is required`).
+    pub fn model_id(&self) -> Result<String, ApiError> {
+        self.model.as_ref().map(|m| m.0.clone()).ok_or_else(|| ApiError::missing("model"))
+    }
+
+    pub fn check(self) -> Result<CheckedRerank, ApiError> {
+        let query = self.query.ok_or_else(|| ApiError::missing("query"))?;
+        let documents: Vec<String> = self
+            .documents
+            .ok_or_else(|| ApiError::missing("documents"))?
+            .into_iter()
+            .map(|d| match d {
+                Document::Text(t) | Document::Object { text: t } => t,
+            })
+            .collect();
+        if documents.is_empty() || documents.len() > MAX_DOCUMENTS {
+            return Err(ApiError::invalid_param(
+                "documents",
+                format!("documents has {} items: it must have 1 to {MAX_DOCUMENTS}", documents.len()),
+            ));
+        }
+        let top_n = int_in("top_n", self.top_n, 1, u64::MAX)?.map_or(documents.len(), |n| (n as usize).min(documents.len()));
+        Ok(CheckedRerank { query, documents, top_n, return_documents: self.return_documents.unwrap_or(false) })
+    }
+}

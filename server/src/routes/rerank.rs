@@ -1,0 +1,58 @@
+//! `POST /v1/rerank` (and llama-server's `/rerank`, `/v1/reranking`, `/reranking`): a
+//! cross-encoder scores each document against the query; the results come best first, cut to
+//! `top_n`, each with its `index` in the request and its `relevance_score` (the head's raw
+//! value, as llama-server gives it), and the document's text when `return_documents`.
+
+use std::sync::Arc;
+
+use engine::rerank::{is_reranker, rerank};
+use hyper::Response;
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
+use crate::http::{ok_json, Body};
+use crate::requests;
+use crate::requests::rerank::RerankRequest;
+use crate::AppState;
+
+pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
+    let request: RerankRequest = requests::parse(&Value::Object(body))?;
+    let id = request.model_id()?;
+    let request = request.check()?;
+    let entry = state.registry.get(&id)?;
+    if !is_reranker(&entry.model) {
+        return Err(ApiError::invalid_param(
+            "model",
+            format!("{id} is not a reranker: /v1/rerank needs a cross-encoder (a BERT-family GGUF with a classification head and pooling type rank)"),
+        ));
+    }
+    let (query, documents) = (request.query.clone(), request.documents.clone());
+    let ranked = entry
+        .worker
+        .run(move |engine, _cancel| {
+            let docs: Vec<&str> = documents.iter().map(String::as_str).collect();
+            rerank(&engine.model, &query, &docs).map_err(|e| ApiError::invalid_param("documents", e.to_string()))
+        })
+        .await??;
+    let tokens: usize = ranked.iter().map(|r| r.n_tokens).sum();
+    let mut order: Vec<usize> = (0..ranked.len()).collect();
+    // best first; equal scores keep the request's order
+    order.sort_by(|&a, &b| ranked[b].score.total_cmp(&ranked[a].score));
+    let results: Vec<Value> = order
+        .into_iter()
+        .take(request.top_n)
+        .map(|i| {
+            let mut r = json!({"index": i, "relevance_score": ranked[i].score});
+            if request.return_documents {
+                r["document"] = json!({"text": request.documents[i]});
+            }
+            r
+        })
+        .collect();
+    Ok(ok_json(&json!({
+        "object": "list",
+        "model": id,
+        "results": results,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    })))
+}
