@@ -168,21 +168,28 @@ fn the_openai_package_transcribes_with_whisper() {
 
 #[test]
 fn the_served_openapi_document_is_valid_and_the_server_keeps_to_it() {
-    // with a models directory, so that loading models (POST /v1/models) is in the document too
+    // with a models directory, so that loading models (POST /v1/models) is in the document too,
+    // and a reranker, so that /v1/rerank is
     let model = fixture("models/tiny-llama-Q8_0.gguf");
     let guard = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
     let dir = fixture("models");
-    let serve: [&OsStr; 8] = [
+    let minilm = engine::gguf::GgufFile::open(fixture("real/all-MiniLM-L6-v2-Q8_0.gguf")).unwrap();
+    let reranker = std::env::temp_dir().join(format!("tiny-reranker-{}.gguf", std::process::id()));
+    std::fs::write(&reranker, engine_tests::reranker::make(&minilm).unwrap()).unwrap();
+    let serve: [&OsStr; 10] = [
         "-c".as_ref(),
         "512".as_ref(),
         "-m".as_ref(),
         model.as_os_str(),
+        "-m".as_ref(),
+        reranker.as_os_str(),
         "--guard".as_ref(),
         guard.as_os_str(),
         "--models-dir".as_ref(),
         dir.as_os_str(),
     ];
     let stdout = run_against("openapi_conformance.py", &serve, &[CHAT]);
+    std::fs::remove_file(&reranker).unwrap();
     // the number of generated cases, for the log (`cargo test -- --nocapture`)
     println!("{}", stdout.lines().filter(|l| l.starts_with("schemathesis:")).collect::<Vec<_>>().join("\n"));
 }

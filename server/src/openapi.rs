@@ -1,6 +1,6 @@
 //! The served OpenAPI document: `openapi.yaml` as written, narrowed to this server — the model
 //! id schemas become enums of the loaded models, and routes that are off (the guard without a
-//! guard model, transcriptions without a backend, loading models without a models directory)
+//! guard model, transcriptions without a backend, reranking without a reranker, loading models without a models directory)
 //! are left out.
 
 use crate::AppState;
@@ -17,7 +17,9 @@ pub fn document(state: &AppState) -> String {
     let mut all = ids(&|_| true);
     all.extend(state.transcription_model_id().map(str::to_string));
     let mut doc = OPENAPI.to_string();
-    for (name, list) in [("ModelId", all), ("ChatModelId", ids(&|m| m.generates)), ("GuardModelId", ids(&|m| m.guard))] {
+    let rerankers = ids(&|m| engine::rerank::is_reranker(&m.model));
+    let any_reranker = !rerankers.is_empty();
+    for (name, list) in [("ModelId", all), ("ChatModelId", ids(&|m| m.generates)), ("GuardModelId", ids(&|m| m.guard)), ("RerankModelId", rerankers)] {
         if !list.is_empty() {
             let enumerated = serde_json::to_string(&list).expect("strings serialise");
             doc = doc.replace(
@@ -33,6 +35,11 @@ pub fn document(state: &AppState) -> String {
     }
     if !state.has_transcriber() {
         doc = without_path(&doc, "/v1/audio/transcriptions");
+    }
+    // the route answers every model (a 400 for one that is no reranker); the document offers it
+    // only where a reranker is loaded
+    if !any_reranker {
+        doc = without_path(&doc, "/v1/rerank");
     }
     if !state.loader.loads() {
         doc = without_operation(&doc, "/v1/models", "post");
