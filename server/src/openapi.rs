@@ -19,7 +19,9 @@ pub fn document(state: &AppState) -> String {
     let mut doc = OPENAPI.to_string();
     let rerankers = ids(&|m| engine::rerank::is_reranker(&m.model));
     let any_reranker = !rerankers.is_empty();
-    for (name, list) in [("ModelId", all), ("ChatModelId", ids(&|m| m.generates)), ("GuardModelId", ids(&|m| m.guard)), ("RerankModelId", rerankers)] {
+    for (name, list) in
+        [("ModelId", all), ("ChatModelId", ids(&|m| m.generates)), ("GuardModelId", ids(&|m| m.guard)), ("RerankModelId", rerankers)]
+    {
         if !list.is_empty() {
             let enumerated = serde_json::to_string(&list).expect("strings serialise");
             doc = doc.replace(

@@ -79,13 +79,14 @@ async fn take_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Res
     read_body(body, state.max_body, state.limits.body_timeout).await
 }
 
-/// llama-server's token utilities (outside `/v1`, as there, and keyed like `/v1`).
-const TOKEN_ROUTES: [&str; 3] = ["/tokenize", "/detokenize", "/apply-template"];
+/// llama-server's routes outside `/v1` (its token utilities and the other names of
+/// `/v1/rerank`), keyed like `/v1`.
+const ROOT_API_ROUTES: [&str; 5] = ["/tokenize", "/detokenize", "/apply-template", "/rerank", "/reranking"];
 
 async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Result<Response<Body>, ApiError> {
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
-    if path.starts_with("/v1/") || TOKEN_ROUTES.contains(&path.as_str()) {
+    if path.starts_with("/v1/") || ROOT_API_ROUTES.contains(&path.as_str()) {
         check_key(state, req.headers())?;
     }
     let guard_route = match path.as_str() {

@@ -98,3 +98,17 @@ fn a_model_that_is_no_reranker_and_bad_fields_are_400s() {
     let (status, _) = post(&base, "/v1/rerank", json!({"model": "nope", "query": "q", "documents": ["d"]}));
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[test]
+fn every_name_of_the_route_needs_the_api_key_when_there_is_one() {
+    let spec = ModelSpec { id: RERANKER.into(), model: reranker(), chat: false, guard: false, n_ctx: None, draft: None };
+    let base = start(server::Server::builder().model(spec).api_key(Some("sekret".into())));
+    let body = json!({"model": RERANKER, "query": "q", "documents": ["d"]});
+    let client = reqwest::blocking::Client::new();
+    for path in ["/v1/rerank", "/rerank", "/v1/reranking", "/reranking"] {
+        let r = client.post(format!("{base}{path}")).json(&body).send().unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{path}");
+        let r = client.post(format!("{base}{path}")).bearer_auth("sekret").json(&body).send().unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+    }
+}
