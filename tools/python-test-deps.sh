@@ -6,7 +6,7 @@
 # anthropic: cli/tests/python/anthropic_sdk.py; kubernetes-validate: cli/tests/operations/replicas.rs;
 # jsonschema: tests/python/json_schema_check.py.
 set -euo pipefail
-PACKAGES=("openai==3.54.0" "prometheus_client==0.26.0" "openapi-spec-validator==0.9.0" "schemathesis==4.32.5" "anthropic==2.14.0" "kubernetes-validate==1.31.0" "jsonschema==4.26.0")
+PACKAGES=("openai==3.54.0" "prometheus_client==0.26.0" "openapi-spec-validator==0.9.0" "schemathesis==4.32.5" "anthropic==2.14.0" "kubernetes-validate==1.31.0" "jsonschema==4.26.0" "selenium==4.50.0")
 KEY=$(printf '%s\n' "${PACKAGES[@]}" | sha256sum | cut -c1-12)
 DIR="${ENGINE_ASSETS:-$HOME/.cache/engine-assets}/python/test-deps-$KEY"
 PY="${PYTHON:-python3}"

@@ -122,6 +122,9 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1/* (also read from ENGINE_API_KEY).
     #[arg(long, env = "ENGINE_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Do not serve the playground page at `/`.
+    #[arg(long)]
+    pub no_webui: bool,
     /// Bucket bounds of the latency histograms, in milliseconds.
     #[arg(long, value_delimiter = ',')]
     pub latency_buckets: Vec<f64>,
@@ -205,6 +208,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let mut builder = Server::builder()
         .api_key(args.api_key.clone())
+        .webui(!args.no_webui)
         .scheduling(scheduling)
         .guard_policies(policies.clone().unwrap_or_default())
         .generic_prompt(args.generic_prompt)

@@ -194,6 +194,30 @@ fn the_served_openapi_document_is_valid_and_the_server_keeps_to_it() {
     println!("{}", stdout.lines().filter(|l| l.starts_with("schemathesis:")).collect::<Vec<_>>().join("\n"));
 }
 
+/// The playground page at `/` in headless chromium (`python/webui.py`), behind an API key: a
+/// streamed chat, a guard scan's bars (the screenshot of the panel goes to
+/// `target/webui-guard.png`; README's picture is a copy of it), a moderated list.
+#[test]
+fn the_playground_page_works_in_a_real_browser() {
+    let model = fixture("models/tiny-llama-Q8_0.gguf");
+    let guard = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
+    let driver = engine_tests::chromedriver_binary();
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/webui-guard.png");
+    let serve: [&OsStr; 8] = [
+        "-c".as_ref(),
+        "512".as_ref(),
+        "-m".as_ref(),
+        model.as_os_str(),
+        "--guard".as_ref(),
+        guard.as_os_str(),
+        "--api-key".as_ref(),
+        "sekret".as_ref(),
+    ];
+    let stdout = run_against("webui.py", &serve, &["sekret", driver.to_str().unwrap(), shot.to_str().unwrap()]);
+    println!("{stdout}");
+    assert!(std::fs::metadata(&shot).unwrap().len() > 1000, "the guard panel's screenshot");
+}
+
 /// Images in chat completions through `--mmproj` (the tiny VLM and Gemma 3 projector of
 /// `tests/fixtures/vision/`), beside a model without a projector.
 #[test]

@@ -24,6 +24,7 @@ mod router;
 mod routes;
 mod strict_json;
 pub mod vision;
+mod webui;
 pub mod worker;
 
 use std::future::Future;
@@ -68,6 +69,8 @@ pub struct AppState {
     pub registry: Registry,
     pub metrics: Metrics,
     api_key: Option<String>,
+    /// Whether `/` serves the playground page.
+    webui: bool,
     max_body: usize,
     transcriber: Option<Arc<dyn Transcriber>>,
     /// When the server was built (the `created` of the transcription backend's model entry).
@@ -198,6 +201,8 @@ pub struct ServerBuilder {
     runtime_ctx: Option<usize>,
     device: Device,
     api_key: Option<String>,
+    /// The playground page at `/` is off (`--no-webui`).
+    no_webui: bool,
     latency_buckets: Option<Vec<f64>>,
     max_body: Option<usize>,
     transcriber: Option<Arc<dyn Transcriber>>,
@@ -320,6 +325,12 @@ impl ServerBuilder {
         self
     }
 
+    /// Whether `/` serves the playground page (it does unless this turns it off).
+    pub fn webui(mut self, on: bool) -> Self {
+        self.no_webui = !on;
+        self
+    }
+
     /// Bucket bounds (milliseconds) of the latency histograms.
     pub fn latency_buckets(mut self, buckets: Vec<f64>) -> Self {
         self.latency_buckets = Some(buckets);
@@ -402,6 +413,7 @@ impl ServerBuilder {
             registry,
             metrics,
             api_key: self.api_key,
+            webui: !self.no_webui,
             max_body: self.max_body.unwrap_or(DEFAULT_MAX_BODY),
             transcriber: self.transcriber,
             created,

@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::http::{anthropic_error_response, error_response, ok_json, read_body, sse_response, text_response, Body, SseSender};
 use crate::model_loader;
 use crate::routes::guard::GuardRoute;
-use crate::{http, openapi, routes, AppState};
+use crate::{http, openapi, routes, webui, AppState};
 
 pub(crate) async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<Body> {
     let start = Instant::now();
@@ -96,6 +96,11 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
         _ => None,
     };
     match path.as_str() {
+        // the playground page: served without the key (it asks for one when the API does)
+        "" | "/index.html" if state.webui => {
+            allow(&method, &path, &[Method::GET])?;
+            Ok(webui::page())
+        }
         "/health" => {
             allow(&method, &path, &[Method::GET])?;
             Ok(ok_json(&serde_json::json!({"status": "ok"})))

@@ -149,6 +149,12 @@ pub fn espeak_binary() -> PathBuf {
     system_tool("espeak-ng")
 }
 
+/// Installs the Debian packages the tests need when missing (see [`nginx_binary`]) and returns
+/// chromedriver's path (Debian's chromium-driver, for the playground page's browser test).
+pub fn chromedriver_binary() -> PathBuf {
+    system_tool("chromedriver")
+}
+
 fn system_tool(name: &str) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/system-test-deps.sh");
     let out = std::process::Command::new("bash")
