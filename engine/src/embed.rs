@@ -258,8 +258,7 @@ mod tests {
             assert_eq!(Pooling::from_gguf(v), Some(p));
             assert_eq!(Pooling::from_name(p.name()), Some(p));
         }
-        // 4 is llama.cpp's rank (a reranker's classification head), not an embedding
-        assert_eq!(Pooling::from_gguf(4), None);
+        assert_eq!(Pooling::from_gguf(5), None);
         assert_eq!(Pooling::from_name("max"), None);
     }
 

@@ -1,6 +1,7 @@
 //! Structured output: JSON constraints (any object, a JSON schema, one forced tool call) and
-//! user grammars (llama.cpp's GBNF, or llguidance's Lark) compiled with llguidance over this engine's own tokenizer, and the per-sequence matcher that
-//! masks logits before sampling and follows the tokens chosen.
+//! user grammars (llama.cpp's GBNF, or llguidance's Lark) compiled with llguidance over this
+//! engine's own tokenizer, and the per-sequence matcher that masks logits before sampling and
+//! follows the tokens chosen.
 //!
 //! The tokenizer is described to llguidance once, as a token trie over each token's bytes
 //! ([`GrammarCompiler::new`]); compiling a constraint then gives a [`GrammarMatcher`] per

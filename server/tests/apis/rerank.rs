@@ -65,6 +65,9 @@ fn documents_come_back_best_first_with_their_scores() {
     }
     let (_, v) = post(&base, "/v1/rerank", json!({"model": RERANKER, "query": query, "documents": docs, "top_n": 99}));
     assert_eq!(v["results"].as_array().unwrap().len(), docs.len(), "top_n past the documents returns them all");
+    // JSON Schema's integer: 2.0 is 2
+    let (_, v) = post(&base, "/v1/rerank", json!({"model": RERANKER, "query": query, "documents": docs, "top_n": 2.0}));
+    assert_eq!(v["results"].as_array().unwrap().len(), 2, "{v}");
 }
 
 #[test]
@@ -94,6 +97,7 @@ fn a_model_that_is_no_reranker_and_bad_fields_are_400s() {
     assert_eq!(refused(json!({"model": RERANKER, "query": "q", "documents": []})), "documents");
     assert_eq!(refused(json!({"model": RERANKER, "query": "q", "documents": [5]})), "documents");
     assert_eq!(refused(json!({"model": RERANKER, "query": "q", "documents": ["d"], "top_n": 0})), "top_n");
+    assert_eq!(refused(json!({"model": RERANKER, "query": "q", "documents": ["d"], "top_n": 1.5})), "top_n");
     assert_eq!(refused(json!({"model": RERANKER, "query": "q", "documents": ["word ".repeat(600)]})), "documents");
     let (status, _) = post(&base, "/v1/rerank", json!({"model": "nope", "query": "q", "documents": ["d"]}));
     assert_eq!(status, StatusCode::NOT_FOUND);

@@ -433,7 +433,7 @@ fn qwen_output_validates_and_mask_cost() {
     // allowed there): under the schema, and under a GBNF grammar for JSON (one lexeme per
     // character, so a parser step per byte)
     let text = "{\"name\":\"Ada Lovelace, the first programmer";
-    for (what, c) in [("schema", Constraint::JsonSchema(person)), ("GBNF", Constraint::Grammar(JSON_GBNF.into()))] {
+    for (what, c) in [("schema", Constraint::JsonSchema(person)), ("GBNF", Constraint::Grammar(json_gbnf()))] {
         let mut m = compiler.compile(&c).unwrap();
         let mut logits = vec![0.0f32; model.config().n_vocab];
         let (mut total, mut n, mut allowed) = (Duration::ZERO, 0u32, 0);
@@ -453,17 +453,6 @@ fn qwen_output_validates_and_mask_cost() {
         );
     }
 }
-
-/// JSON in GBNF, spaces allowed after the structural characters.
-const JSON_GBNF: &str = r#"root   ::= value
-value  ::= obj | arr | str | num | ( "true" | "false" | "null" ) sp
-obj    ::= "{" sp ( member ( "," sp member )* )? "}" sp
-member ::= str ":" sp value
-arr    ::= "[" sp ( value ( "," sp value )* )? "]" sp
-str    ::= "\"" ( [^"\\\x00-\x1F] | "\\" ( [\\"/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\"" sp
-num    ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )? sp
-sp     ::= [ \t\n]*
-"#;
 
 /// The bar on the real model: 200 generations under 20 schemas (10 seeds each, sampled at
 /// temperature 1, all 200 in one lockstep batch), every one parses and validates.
@@ -593,4 +582,11 @@ fn qwen_sampled_numbers_stay_within_the_digit_bound() {
         assert!(integral <= 16 && fraction <= 16 && exponent <= 3, "{}", out.text);
     }
     checks.assert_all();
+}
+
+/// JSON in GBNF: the `json` grammar of the GBNF goldens (`fixtures/gbnf/llama-cpp.json`).
+fn json_gbnf() -> String {
+    let goldens = engine_tests::read_json(&fixture("gbnf/llama-cpp.json"));
+    let case = goldens["cases"].as_array().unwrap().iter().find(|c| c["name"] == "json").expect("the json grammar");
+    case["grammar"].as_str().unwrap().to_string()
 }
