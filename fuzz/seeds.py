@@ -155,7 +155,7 @@ GRAMMARS = [
     'root ::= ( "yes" | "no" ) ", " [a-z]{2,5} "."\n',
     'root ::= value\nvalue ::= "[" ( value ( "," value )* )? "]" | [0-9]+\n',
     '# comment\r\nroot ::= [^"\\\\\\x00-\\x1F]* "\\u00e9" .{1,3} ( "a" | )?\r\n',
-    'root ::= <[50256]> !<[50256]>* "x"\n',
+    'root ::= <[198]> !<[50256]>* "x"\n',
     'root ::= list\nlist ::= list "," item | item\nitem ::= [\\U0001F600-\\U0001F64F] | "\\x41"\n',
     '%llguidance {}\nstart: "a" /[0-9]+/\n',
 ]

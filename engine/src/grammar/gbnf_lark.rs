@@ -71,6 +71,11 @@ fn item_lark(grammar: &Gbnf, tokens: &Tokens, item: &Item) -> Result<String, Str
                 let mut except = vec![id];
                 except.extend(tokens.eog.iter().filter(|&&t| t != id));
                 format!("<[^{}]>", except.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(","))
+            } else if tokens.eog.contains(&id) {
+                // llama.cpp never offers one while the grammar goes on: it ends the output
+                return Err(format!(
+                    "token {id} ends generation: it ends the output where the grammar may end, and cannot be part of the grammar"
+                ));
             } else {
                 format!("<[{id}]>")
             }
@@ -203,6 +208,10 @@ mod tests {
         assert!(!takes(&c, g, &[THINK, b'h' as TokenId]));
         let e = c.compile(&Constraint::Grammar("root ::= <nope>".into())).unwrap_err();
         assert!(matches!(&e, GrammarError::Grammar(m) if m.contains("<nope>")), "{e}");
+        // an end-of-generation token is not text the grammar can hold
+        let e = c.compile(&Constraint::Grammar(format!("root ::= <[{EOS}]> \"x\""))).unwrap_err();
+        assert!(matches!(&e, GrammarError::Grammar(m) if m.contains("ends generation")), "{e}");
+        assert!(takes(&c, &format!("root ::= !<[{EOS}]> \"x\""), &[b'a' as TokenId, b'x' as TokenId]));
     }
 
     #[test]

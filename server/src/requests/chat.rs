@@ -35,7 +35,7 @@ pub struct ChatCompletionRequest {
     grammar: Option<String>,
     #[serde(default)]
     logprobs: Option<bool>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     top_logprobs: Option<u64>,
     #[serde(default)]
     reasoning_format: Option<ReasoningFormat>,

@@ -22,11 +22,11 @@ pub struct CompletionRequest {
     prompt: Option<Inputs>,
     #[serde(default)]
     echo: Option<bool>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     logprobs: Option<u64>,
     #[serde(default)]
     suffix: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     best_of: Option<u64>,
     /// A GBNF grammar every completion follows (empty: none).
     #[serde(default)]

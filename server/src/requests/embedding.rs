@@ -19,7 +19,7 @@ pub struct EmbeddingRequest {
     input: Option<Inputs>,
     #[serde(default)]
     encoding_format: Option<EncodingFormat>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     dimensions: Option<u64>,
     /// The end user: accepted and unused.
     #[serde(default)]

@@ -145,9 +145,9 @@ struct GuardrailsShape {
     output: Option<bool>,
     #[serde(default)]
     risks: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     every: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     context: Option<u64>,
     #[serde(default)]
     stream_first: Option<bool>,

@@ -25,6 +25,20 @@ pub fn parse<T: DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(body).map_err(|e| value_error(&e.path().to_string(), &e.into_inner().to_string(), false))
 }
 
+/// A count field: a JSON number that is whole and not negative, written `3` or `3.0` (JSON
+/// Schema's `integer` takes both, as OpenAI's API does); `null` is left out.
+pub(crate) fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    use serde::Deserialize;
+    match Option::<serde_json::Number>::deserialize(d)? {
+        None => Ok(None),
+        Some(n) => match (n.as_u64(), n.as_f64()) {
+            (Some(v), _) => Ok(Some(v)),
+            (None, Some(f)) if f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64 => Ok(Some(f as u64)),
+            _ => Err(serde::de::Error::custom(format!("invalid value: {n}, expected a whole number of at least 0"))),
+        },
+    }
+}
+
 /// The 400 of a value at `path` that did not read (`message`, serde's or this crate's):
 /// `missing_required_parameter` for a missing field. `param` is the whole path when
 /// `whole_path`, else the top-level field.
@@ -100,6 +114,18 @@ mod tests {
     fn chat_error(body: Value) -> (String, String) {
         let e = ChatCompletionRequest::from_body(&body).and_then(|r| r.check(512, &Default::default()).map(|_| ())).unwrap_err();
         (e.param.unwrap_or_default(), e.message)
+    }
+
+    #[test]
+    fn counts_take_whole_numbers_written_either_way() {
+        let body = |n: Value| json!({"model": "m", "messages": [{"role": "user"}], "max_tokens": n, "n": 2.0, "top_logprobs": null});
+        let r = ChatCompletionRequest::from_body(&body(json!(7.0))).unwrap().check(512, &Default::default()).ok().unwrap();
+        assert_eq!((r.common.max_tokens, r.common.n), (Some(7), 2));
+        for bad in [json!(1.5), json!(-1), json!("7")] {
+            let (param, message) = chat_error(body(bad.clone()));
+            assert_eq!(param, "max_tokens", "{bad}");
+            assert!(message.starts_with("max_tokens: "), "{message}");
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The `/v1/rerank` request (llama-server's, Jina's and Cohere's shape): `query`, `documents`
 //! (strings, or objects with `text`; at most [`MAX_DOCUMENTS`]), `top_n`, `return_documents`.
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 use super::sampling::int_in;
 use super::ModelName;
@@ -18,7 +18,7 @@ pub struct RerankRequest {
     query: Option<String>,
     #[serde(default)]
     documents: Option<Vec<Document>>,
-    #[serde(default, deserialize_with = "whole_number")]
+    #[serde(default, deserialize_with = "super::whole_number")]
     top_n: Option<u64>,
     #[serde(default)]
     return_documents: Option<bool>,
@@ -30,16 +30,6 @@ pub struct RerankRequest {
 enum Document {
     Text(String),
     Object { text: String },
-}
-
-/// A count sent as a JSON number: `3`, or `3.0` (JSON Schema's `integer` takes both; a
-/// fraction or a negative number is refused).
-fn whole_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    match Option::<f64>::deserialize(d)? {
-        None => Ok(None),
-        Some(n) if n >= 0.0 && n.fract() == 0.0 && n < u64::MAX as f64 => Ok(Some(n as u64)),
-        Some(n) => Err(serde::de::Error::custom(format!("expected a whole number of at least 1, found {n}"))),
-    }
 }
 
 /// A rerank request, checked.

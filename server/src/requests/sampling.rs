@@ -42,7 +42,7 @@ pub struct SamplingRequest {
     pub temperature: Option<f64>,
     #[serde(default)]
     pub top_p: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     pub top_k: Option<u64>,
     #[serde(default)]
     pub min_p: Option<f64>,
@@ -59,11 +59,11 @@ pub struct SamplingRequest {
     pub seed: Option<Seed>,
     #[serde(default)]
     pub stop: Option<Stop>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     pub n: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     pub max_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     pub max_completion_tokens: Option<u64>,
     #[serde(default)]
     pub stream: Option<bool>,

@@ -24,7 +24,7 @@ use crate::AppState;
 struct MessagesRequest {
     model: String,
     /// Required by `/v1/messages`, unused by `count_tokens`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     max_tokens: Option<u64>,
     messages: Vec<InputMessage>,
     #[serde(default)]
@@ -39,7 +39,7 @@ struct MessagesRequest {
     temperature: Option<f64>,
     #[serde(default)]
     top_p: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     top_k: Option<u64>,
     #[serde(default)]
     stream: Option<bool>,

@@ -40,7 +40,7 @@ pub(crate) struct ResponsesRequest {
     tool_choice: Option<ToolChoice>,
     #[serde(default)]
     text: Option<TextConfig>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
     max_output_tokens: Option<u64>,
     #[serde(default)]
     temperature: Option<f64>,
