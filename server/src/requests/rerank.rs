@@ -1,5 +1,6 @@
 //! The `/v1/rerank` request (llama-server's, Jina's and Cohere's shape): `query`, `documents`
-//! (strings, or objects with `text`; at most [`MAX_DOCUMENTS`]), `top_n`, `return_documents`.
+//! (strings, or objects with `text`; at most [`MAX_DOCUMENTS`]), `top_n`, `return_documents`;
+//! or, as llama-server also takes it, Hugging Face TEI's shape: `texts` and `return_text`.
 
 use serde::Deserialize;
 
@@ -22,6 +23,12 @@ pub struct RerankRequest {
     top_n: Option<u64>,
     #[serde(default)]
     return_documents: Option<bool>,
+    /// TEI's name of `documents`; the answer is then TEI's too.
+    #[serde(default)]
+    texts: Option<Vec<Document>>,
+    /// TEI's name of `return_documents`.
+    #[serde(default)]
+    return_text: Option<bool>,
 }
 
 /// A document as a string, or as `{"text": ...}` (Jina's and Cohere's object form).
@@ -39,6 +46,8 @@ pub struct CheckedRerank {
     /// How many results to return, the best first (all by default).
     pub top_n: usize,
     pub return_documents: bool,
+    /// Asked in TEI's shape (`texts`): answered as TEI answers.
+    pub tei: bool,
 }
 
 impl RerankRequest {
@@ -49,9 +58,14 @@ impl RerankRequest {
 
     pub fn check(self) -> Result<CheckedRerank, ApiError> {
         let query = self.query.ok_or_else(|| ApiError::missing("query"))?;
-        let documents: Vec<String> = self
-            .documents
-            .ok_or_else(|| ApiError::missing("documents"))?
+        let tei = self.texts.is_some();
+        let given = match (self.documents, self.texts) {
+            (Some(_), Some(_)) => return Err(ApiError::invalid_param("texts", "give documents or texts (TEI's name), not both")),
+            (Some(d), None) | (None, Some(d)) => d,
+            (None, None) => return Err(ApiError::missing("documents")),
+        };
+        let field = if tei { "texts" } else { "documents" };
+        let documents: Vec<String> = given
             .into_iter()
             .map(|d| match d {
                 Document::Text(t) | Document::Object { text: t } => t,
@@ -59,11 +73,12 @@ impl RerankRequest {
             .collect();
         if documents.is_empty() || documents.len() > MAX_DOCUMENTS {
             return Err(ApiError::invalid_param(
-                "documents",
-                format!("documents has {} items: it must have 1 to {MAX_DOCUMENTS}", documents.len()),
+                field,
+                format!("{field} has {} items: it must have 1 to {MAX_DOCUMENTS}", documents.len()),
             ));
         }
         let top_n = int_in("top_n", self.top_n, 1, u64::MAX)?.map_or(documents.len(), |n| (n as usize).min(documents.len()));
-        Ok(CheckedRerank { query, documents, top_n, return_documents: self.return_documents.unwrap_or(false) })
+        let return_documents = self.return_documents.or(self.return_text).unwrap_or(false);
+        Ok(CheckedRerank { query, documents, top_n, return_documents, tei })
     }
 }

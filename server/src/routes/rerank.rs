@@ -1,7 +1,8 @@
 //! `POST /v1/rerank` (and llama-server's `/rerank`, `/v1/reranking`, `/reranking`): a
 //! cross-encoder scores each document against the query; the results come best first, cut to
 //! `top_n`, each with its `index` in the request and its `relevance_score` (the head's raw
-//! value, as llama-server gives it), and the document's text when `return_documents`.
+//! value, as llama-server gives it), and the document's text when `return_documents`. A
+//! request in TEI's shape (`texts`) gets TEI's answer: the bare list of `{index, score, text?}`.
 
 use std::sync::Arc;
 
@@ -27,11 +28,12 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         ));
     }
     let (query, documents) = (request.query.clone(), request.documents.clone());
+    let field = if request.tei { "texts" } else { "documents" };
     let ranked = entry
         .worker
         .run(move |engine, _cancel| {
             let docs: Vec<&str> = documents.iter().map(String::as_str).collect();
-            rerank(&engine.model, &query, &docs).map_err(|e| ApiError::invalid_param("documents", e.to_string()))
+            rerank(&engine.model, &query, &docs).map_err(|e| ApiError::invalid_param(field, e.to_string()))
         })
         .await??;
     let tokens: usize = ranked.iter().map(|r| r.n_tokens).sum();
@@ -41,14 +43,16 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let results: Vec<Value> = order
         .into_iter()
         .take(request.top_n)
-        .map(|i| {
-            let mut r = json!({"index": i, "relevance_score": ranked[i].score});
-            if request.return_documents {
-                r["document"] = json!({"text": request.documents[i]});
-            }
-            r
+        .map(|i| match (request.tei, request.return_documents) {
+            (false, false) => json!({"index": i, "relevance_score": ranked[i].score}),
+            (false, true) => json!({"index": i, "relevance_score": ranked[i].score, "document": {"text": request.documents[i]}}),
+            (true, false) => json!({"index": i, "score": ranked[i].score}),
+            (true, true) => json!({"index": i, "score": ranked[i].score, "text": request.documents[i]}),
         })
         .collect();
+    if request.tei {
+        return Ok(ok_json(&Value::Array(results)));
+    }
     Ok(ok_json(&json!({
         "object": "list",
         "model": id,

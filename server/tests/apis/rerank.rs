@@ -65,6 +65,15 @@ fn documents_come_back_best_first_with_their_scores() {
     }
     let (_, v) = post(&base, "/v1/rerank", json!({"model": RERANKER, "query": query, "documents": docs, "top_n": 99}));
     assert_eq!(v["results"].as_array().unwrap().len(), docs.len(), "top_n past the documents returns them all");
+    // TEI's shape: `texts` in, the bare list of {index, score, text} out
+    let (status, v) = post(&base, "/rerank", json!({"model": RERANKER, "query": query, "texts": docs, "return_text": true, "top_n": 3}));
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let list = v.as_array().unwrap_or_else(|| panic!("a bare list: {v}"));
+    assert_eq!(list.len(), 3);
+    for (r, &i) in list.iter().zip(&best_first) {
+        assert_eq!((r["index"].as_u64(), r["text"].as_str()), (Some(i as u64), Some(docs[i])));
+        assert_eq!(r["score"].as_f64().unwrap() as f32, expected[i].score);
+    }
     // JSON Schema's integer: 2.0 is 2
     let (_, v) = post(&base, "/v1/rerank", json!({"model": RERANKER, "query": query, "documents": docs, "top_n": 2.0}));
     assert_eq!(v["results"].as_array().unwrap().len(), 2, "{v}");
@@ -95,6 +104,8 @@ fn a_model_that_is_no_reranker_and_bad_fields_are_400s() {
     assert_eq!(refused(json!({"model": RERANKER, "documents": ["d"]})), "query");
     assert_eq!(refused(json!({"model": RERANKER, "query": "q"})), "documents");
     assert_eq!(refused(json!({"model": RERANKER, "query": "q", "documents": []})), "documents");
+    assert_eq!(refused(json!({"model": RERANKER, "query": "q", "texts": []})), "texts");
+    assert_eq!(refused(json!({"model": RERANKER, "query": "q", "documents": ["d"], "texts": ["d"]})), "texts");
     assert_eq!(refused(json!({"model": RERANKER, "query": "q", "documents": [5]})), "documents");
     assert_eq!(refused(json!({"model": RERANKER, "query": "q", "documents": ["d"], "top_n": 0})), "top_n");
     assert_eq!(refused(json!({"model": RERANKER, "query": "q", "documents": ["d"], "top_n": 1.5})), "top_n");
