@@ -197,6 +197,7 @@ BODIES = {
     ],
     "/v1/rerank": [
         {"model": "tiny", "query": "What is a panda?", "documents": ["hi", {"text": "A bear."}], "top_n": 1, "return_documents": True},
+        {"model": "tiny", "query": "What is a panda?", "texts": ["hi", "A bear."], "return_text": True},
     ],
     "/v1/embeddings": [
         {"model": "tiny", "input": "hello"},
