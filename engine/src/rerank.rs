@@ -17,9 +17,9 @@ pub struct Ranked {
 }
 
 /// Whether `model` can rerank: an encoder whose file asks for rank pooling and carries a
-/// classification head.
+/// classification head (only encoders have one).
 pub fn is_reranker(model: &Model) -> bool {
-    model.is_encoder() && model.classifier().is_some() && Pooling::of_model(model).ok() == Some(Pooling::Rank)
+    model.classifier().is_some() && Pooling::of_model(model).ok() == Some(Pooling::Rank)
 }
 
 /// The tokens of one pair: the file's rerank template when it has one (special tokens parsed),
@@ -54,7 +54,7 @@ pub fn pair_tokens(model: &Model, query: &str, document: &str) -> Vec<TokenId> {
 /// Each document's score against `query`, in the documents' order. Every pair must fit the
 /// model's context; a model that is not a reranker is an error naming what it lacks.
 pub fn rerank(model: &Model, query: &str, documents: &[&str]) -> Result<Vec<Ranked>, ModelError> {
-    let Some(head) = model.classifier().filter(|_| model.is_encoder()) else {
+    let Some(head) = model.classifier() else {
         return Err(ModelError::BadBatch(format!(
             "{} is not a reranker: reranking needs a BERT-family cross-encoder with a classification head (cls.* tensors)",
             model.config().arch

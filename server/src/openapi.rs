@@ -1,7 +1,7 @@
 //! The served OpenAPI document: `openapi.yaml` as written, narrowed to this server — the model
 //! id schemas become enums of the loaded models, and routes that are off (the guard without a
-//! guard model, transcriptions without a backend, reranking without a reranker, loading models without a models directory)
-//! are left out.
+//! guard model, transcriptions without a backend, reranking without a reranker, loading models
+//! without a models directory) are left out.
 
 use crate::AppState;
 

@@ -390,12 +390,13 @@ impl Parser {
     fn count(&mut self) -> Result<u32, GbnfError> {
         let at = self.pos;
         let digits = self.digits();
+        if digits.is_empty() {
+            return Err(self.error(format!("expected a number, found {}", self.found())));
+        }
+        // digits only: a parse fails only past u64, which is past the bound too
         match digits.parse::<u64>() {
             Ok(n) if n <= MAX_REPETITIONS as u64 => Ok(n as u32),
-            Ok(_) | Err(_) if !digits.is_empty() => {
-                Err(self.error_at(at, format!("{digits} repetitions: at most {MAX_REPETITIONS} are allowed")))
-            }
-            _ => Err(self.error(format!("expected a number, found {}", self.found()))),
+            _ => Err(self.error_at(at, format!("{digits} repetitions: at most {MAX_REPETITIONS} are allowed"))),
         }
     }
 

@@ -17,8 +17,8 @@ use crate::tokenizer::TokenId;
 pub struct Tokens<'a> {
     /// The one token whose text is exactly this (llama.cpp's `<text>`), if there is one.
     pub by_text: &'a dyn Fn(&str) -> Option<TokenId>,
-    /// The end-of-generation tokens, which a negated token (`!<[id]>`) never matches: as in
-    /// llama.cpp, they end a grammar only where it may end.
+    /// The end-of-generation tokens: as in llama.cpp, they end a grammar only where it may end,
+    /// so a negated token (`!<[id]>`) never matches one and a grammar may not name one.
     pub eog: &'a [TokenId],
 }
 

@@ -102,11 +102,6 @@ impl Classifier {
         Ok(Some(Classifier { dense, out, n_embd: e, n_out }))
     }
 
-    /// Values per text.
-    pub fn n_values(&self) -> usize {
-        self.n_out
-    }
-
     /// The head over one pooled row of `n_embd` values: `cls` then tanh, then `cls.output`
     /// (each a sum in column order, in f64 as llama.cpp's f32 dot products round no worse).
     pub fn apply(&self, row: &[f32]) -> Vec<f32> {

@@ -27,13 +27,15 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
             format!("{id} is not a reranker: /v1/rerank needs a cross-encoder (a BERT-family GGUF with a classification head and pooling type rank)"),
         ));
     }
-    let (query, documents) = (request.query.clone(), request.documents.clone());
     let field = if request.tei { "texts" } else { "documents" };
-    let ranked = entry
+    // the request goes to the engine thread and comes back with the scores (its documents
+    // are answered with, when asked)
+    let (ranked, request) = entry
         .worker
         .run(move |engine, _cancel| {
-            let docs: Vec<&str> = documents.iter().map(String::as_str).collect();
-            rerank(&engine.model, &query, &docs).map_err(|e| ApiError::invalid_param(field, e.to_string()))
+            let docs: Vec<&str> = request.documents.iter().map(String::as_str).collect();
+            let ranked = rerank(&engine.model, &request.query, &docs).map_err(|e| ApiError::invalid_param(field, e.to_string()))?;
+            Ok::<_, ApiError>((ranked, request))
         })
         .await??;
     let tokens: usize = ranked.iter().map(|r| r.n_tokens).sum();
