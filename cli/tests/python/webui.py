@@ -53,8 +53,12 @@ try:
     driver.find_element(By.ID, "max-tokens").clear()
     driver.find_element(By.ID, "max-tokens").send_keys("48")
     driver.find_element(By.ID, "chat-input").send_keys("Tell me a story.")
+    # the tiny model decodes 48 tokens in milliseconds, so the stream could reach the page in one
+    # read: a slow network (as a phone's) spreads its chunks out, as a real model's pace would
+    driver.set_network_conditions(offline=False, latency=5, download_throughput=4096, upload_throughput=1 << 20)
     driver.find_element(By.ID, "chat-send").click()
     wait.until(lambda d: d.find_element(By.ID, "chat-send").is_enabled() and d.find_element(By.CSS_SELECTOR, "#chat-reply .content").text)
+    driver.delete_network_conditions()
     growth = [n for n in driver.execute_script("return window.__growth") if n > 0]
     final = len(driver.find_element(By.CSS_SELECTOR, "#chat-reply .content").get_attribute("textContent"))
     assert len(set(growth)) >= 3 and growth == sorted(growth) and growth[-1] == final, (growth, final)
