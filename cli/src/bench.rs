@@ -11,12 +11,12 @@ use std::time::Instant;
 use anyhow::bail;
 use engine::backend::{Device, DeviceWork};
 use engine::gguf::GgufFile;
-use engine::kv_cache::KvType;
+use engine::kv_cache::KvTypes;
 use engine::model::{BatchEntry, Model};
 use engine::tokenizer::TokenId;
 use serde::Serialize;
 
-use crate::load::{kv_type_name, load_model, parse_device, parse_kv_type, parse_positive, thread_pool};
+use crate::load::{load_model, parse_device, parse_positive, thread_pool, KvCacheArgs};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -42,9 +42,8 @@ pub struct BenchArgs {
     /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
     #[arg(long, default_value = "cpu", value_parser = parse_device)]
     pub device: Device,
-    /// KV cache element type.
-    #[arg(long, default_value = "f16", value_parser = parse_kv_type)]
-    pub kv_type: KvType,
+    #[command(flatten)]
+    pub kv: KvCacheArgs,
     /// Print a JSON array of results (mean, sd and every sample) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -62,7 +61,9 @@ struct TestResult {
     /// the device the model ran on: `cpu`, `cuda:N`
     device: String,
     n_threads: usize,
-    type_kv: &'static str,
+    /// llama-bench's names of the KV cache's key and value types
+    type_k: &'static str,
+    type_v: &'static str,
     test: String,
     n_prompt: usize,
     n_gen: usize,
@@ -110,9 +111,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let once = |&(_, n_prompt, n_gen, parallel): &(String, usize, usize, usize)| -> anyhow::Result<u64> {
         if n_prompt > 0 {
-            prompt_once(&model, args.kv_type, &tokens[..n_prompt])
+            prompt_once(&model, args.kv.types(), &tokens[..n_prompt])
         } else {
-            generate_once(&model, args.kv_type, &tokens[..n_gen * parallel], parallel)
+            generate_once(&model, args.kv.types(), &tokens[..n_gen * parallel], parallel)
         }
     };
     // the device work of each test's timed runs, summed
@@ -159,7 +160,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             },
             device: model.device().to_string(),
             n_threads,
-            type_kv: kv_type_name(args.kv_type),
+            type_k: args.kv.types().key.name(),
+            type_v: args.kv.types().value.name(),
             test,
             n_prompt,
             n_gen,
@@ -194,8 +196,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 }
 
 /// Nanoseconds of one prefill batch of `tokens` (logits of the last one) in a fresh cache.
-fn prompt_once(model: &Model, kv_type: KvType, tokens: &[TokenId]) -> anyhow::Result<u64> {
-    let mut kv = model.new_kv_cache(kv_type, tokens.len());
+fn prompt_once(model: &Model, kv_types: KvTypes, tokens: &[TokenId]) -> anyhow::Result<u64> {
+    let mut kv = model.new_kv_cache(kv_types, tokens.len());
     let start = Instant::now();
     let logits = model.forward(&mut kv, &BatchEntry::sequence(0, tokens, 0, false))?;
     let ns = start.elapsed().as_nanos() as u64;
@@ -206,9 +208,9 @@ fn prompt_once(model: &Model, kv_type: KvType, tokens: &[TokenId]) -> anyhow::Re
 /// Nanoseconds of `parallel` sequences generating side by side from an empty cache, sequence
 /// `s` feeding `tokens[s * n..(s + 1) * n]` (n = `tokens.len() / parallel`): one step per
 /// position, a batch of one entry per sequence, logits for each.
-fn generate_once(model: &Model, kv_type: KvType, tokens: &[TokenId], parallel: usize) -> anyhow::Result<u64> {
+fn generate_once(model: &Model, kv_types: KvTypes, tokens: &[TokenId], parallel: usize) -> anyhow::Result<u64> {
     let n = tokens.len() / parallel;
-    let mut kv = model.new_kv_cache(kv_type, n);
+    let mut kv = model.new_kv_cache(kv_types, n);
     let start = Instant::now();
     for pos in 0..n {
         let batch: Vec<BatchEntry> =

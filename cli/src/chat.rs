@@ -43,7 +43,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         eprintln!("the model has no chat template: using ChatML");
     }
     let n_ctx = args.runtime.ctx_size.unwrap_or_else(|| default_ctx(&model));
-    let mut kv = model.new_kv_cache(args.runtime.kv_type, n_ctx);
+    let mut kv = model.new_kv_cache(args.runtime.kv.types(), n_ctx);
     let mut in_cache: Vec<TokenId> = Vec::new();
     let mut messages: Vec<Value> = Vec::new();
     if let Some(system) = &args.system {

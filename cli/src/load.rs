@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use engine::backend::Device;
-use engine::kv_cache::KvType;
+use engine::kv_cache::{KvType, KvTypes};
 use engine::model::{Model, ModelError};
 use engine::tokenizer::TokenId;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -96,9 +96,8 @@ pub struct RuntimeArgs {
     /// Context size in tokens [default: the model's, at most 4096; `run`: at least prompt + n].
     #[arg(long, short = 'c', value_parser = parse_positive)]
     pub ctx_size: Option<usize>,
-    /// KV cache element type.
-    #[arg(long, default_value = "f16", value_parser = parse_kv_type)]
-    pub kv_type: KvType,
+    #[command(flatten)]
+    pub kv: KvCacheArgs,
     /// Worker threads [default: all cores].
     #[arg(long, short = 't', value_parser = parse_positive)]
     pub threads: Option<usize>,
@@ -112,16 +111,31 @@ pub fn parse_device(s: &str) -> Result<Device, String> {
     s.parse::<Device>().map_err(|e| e.to_string())
 }
 
-/// Parses `--kv-type`.
-pub fn parse_kv_type(s: &str) -> Result<KvType, String> {
-    KvType::from_name(s).ok_or_else(|| format!("unknown KV type {s:?} (f32 or f16)"))
+/// The KV cache's element types, named as llama.cpp names them.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct KvCacheArgs {
+    /// Element type of the KV cache's keys and values: f32, f16, q8_0 (about half the memory of
+    /// f16) or q4_0 (about 28%).
+    #[arg(long, default_value = "f16", value_parser = parse_kv_type)]
+    pub kv_type: KvType,
+    /// The keys' element type, in place of --kv-type's (llama.cpp's --cache-type-k).
+    #[arg(long, value_name = "TYPE", value_parser = parse_kv_type)]
+    pub cache_type_k: Option<KvType>,
+    /// The values' element type, in place of --kv-type's (llama.cpp's --cache-type-v).
+    #[arg(long, value_name = "TYPE", value_parser = parse_kv_type)]
+    pub cache_type_v: Option<KvType>,
 }
 
-pub fn kv_type_name(ty: KvType) -> &'static str {
-    match ty {
-        KvType::F32 => "f32",
-        KvType::F16 => "f16",
+impl KvCacheArgs {
+    pub fn types(&self) -> KvTypes {
+        KvTypes { key: self.cache_type_k.unwrap_or(self.kv_type), value: self.cache_type_v.unwrap_or(self.kv_type) }
     }
+}
+
+/// Parses a KV cache type (`--kv-type`, `--cache-type-k`, `--cache-type-v`).
+pub fn parse_kv_type(s: &str) -> Result<KvType, String> {
+    let names: Vec<&str> = KvType::ALL.iter().map(|t| t.name()).collect();
+    KvType::from_name(s).ok_or_else(|| format!("unknown KV cache type {s:?} ({})", names.join(", ")))
 }
 
 /// A pool of `threads` workers for the CPU kernels (all cores when `None`, or what

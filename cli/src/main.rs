@@ -11,6 +11,7 @@ mod images;
 mod info;
 mod load;
 mod logits;
+mod perplexity;
 mod quantize;
 mod run;
 mod sampling_args;
@@ -46,6 +47,9 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Show the best tokens and their logits at every position of a prompt.
     Logits(logits::LogitsArgs),
+    /// Measure a model's perplexity over a text (llama-perplexity's chunks), and what a KV cache
+    /// type costs (--kl-against f16).
+    Perplexity(perplexity::PerplexityArgs),
     /// Measure prompt-processing and generation speed, like llama-bench.
     Bench(bench::BenchArgs),
     /// Print one embedding vector per text (sentence embeddings: BERT encoders, or decoders).
@@ -73,6 +77,7 @@ fn main() {
         Command::Run(args) => run::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Logits(args) => logits::run(args),
+        Command::Perplexity(args) => perplexity::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Serve(args) => serve::run(*args),

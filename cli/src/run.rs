@@ -10,7 +10,7 @@ use engine::generate::{FinishReason, GenerateParams, Generator, TokenConstraint,
 use engine::grammar::{Constraint, GrammarCompiler};
 use engine::model::Model;
 
-use crate::load::{default_ctx, kv_type_name, load_model, parse_positive, resident_mib, thread_pool, PromptArgs, RuntimeArgs};
+use crate::load::{default_ctx, load_model, parse_positive, resident_mib, thread_pool, PromptArgs, RuntimeArgs};
 use crate::sampling_args::SamplingArgs;
 
 #[derive(clap::Args)]
@@ -80,7 +80,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let seed = params.sampling.seed;
     let draft = args.draft.as_deref().map(|p| load_model(p, args.runtime.device)).transpose()?;
-    let mut kv = model.new_kv_cache(args.runtime.kv_type, n_ctx);
+    let mut kv = model.new_kv_cache(args.runtime.kv.types(), n_ctx);
     let prompt = match &args.mmproj {
         Some(mmproj) => {
             pool.install(|| crate::images::prefill(&model, &mut kv, mmproj, &args.images, args.prompt.text()?, args.runtime.device))?
@@ -90,12 +90,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     eprintln!(
         "prompt: {} tokens, context {n_ctx}, KV cache {}, {} threads{}",
         prompt.len(),
-        kv_type_name(args.runtime.kv_type),
+        args.runtime.kv.types(),
         pool.current_num_threads(),
         resident.map_or(String::new(), |m| format!(", {m} MiB resident after loading"))
     );
 
-    let mut draft_kv = draft.as_ref().map(|d| d.new_kv_cache(args.runtime.kv_type, n_ctx));
+    let mut draft_kv = draft.as_ref().map(|d| d.new_kv_cache(args.runtime.kv.types(), n_ctx));
     let start = Instant::now();
     let mut first_token: Option<Instant> = None;
     let mut out = std::io::stdout();

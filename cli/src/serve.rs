@@ -16,7 +16,7 @@ use server::batch_scheduler::BatchConfig;
 use server::vision::{MediaOptions, Projector};
 use server::{ConnectionLimits, ModelSpec, Scheduling, Server, ServerGuardrails};
 
-use crate::load::{load_model, parse_device, parse_positive};
+use crate::load::{load_model, parse_device, parse_positive, KvCacheArgs};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -137,8 +137,15 @@ pub struct ServeArgs {
     /// Worker threads for the engine [default: all cores].
     #[arg(long, short = 't', value_parser = parse_positive)]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub kv: KvCacheArgs,
+    /// MiB of KV cache per chat model: it holds as many positions as fit in the cache's types
+    /// (q8_0 about twice as many as f16), shared by the sequences running and the prefix cache
+    /// [default: context x parallel positions].
+    #[arg(long, value_name = "MIB", value_parser = parse_positive)]
+    pub kv_memory: Option<usize>,
     /// Sequences each model decodes at once (continuous batching); each may use the whole
-    /// context, and the KV cache holds context x parallel positions.
+    /// context, and the KV cache holds context x parallel positions (or --kv-memory).
     #[arg(long, default_value_t = 8, value_parser = parse_positive)]
     pub parallel: usize,
     /// Requests that may wait for a free sequence; beyond them a request gets 503 with
@@ -160,6 +167,41 @@ pub struct ServeArgs {
     /// ... or this many milliseconds after its first request [default with --max-batch: 5].
     #[arg(long)]
     pub batch_timeout_ms: Option<u64>,
+}
+
+/// What a chat model's KV cache takes: a sequence of the whole context, the whole cache, and on
+/// the CPU how many whole-context sequences the memory available now would hold.
+fn kv_summary(model: &Model, config: &server::worker::LoopConfig) -> String {
+    let per_position = model.kv_bytes_per_position(config.kv_types);
+    let positions = config.kv_positions.unwrap_or(config.n_ctx * config.parallel);
+    let per_sequence = per_position * config.n_ctx;
+    let mut line = format!(
+        "KV cache {}: {per_position} bytes per position, {} per sequence of {} positions; the cache holds {positions} positions ({} whole sequences) in {}",
+        config.kv_types,
+        mib(per_sequence),
+        config.n_ctx,
+        positions / config.n_ctx.max(1),
+        mib(per_position * positions),
+    );
+    if let (Device::Cpu, Some(available)) = (model.device(), memory_available()) {
+        line += &format!("; {} whole sequences would fit in the {} of memory available", available / per_sequence.max(1), mib(available));
+    }
+    line
+}
+
+/// `bytes` in MiB, or GiB from 1 GiB on.
+fn mib(bytes: usize) -> String {
+    match bytes as f64 / f64::from(1 << 20) {
+        m if m >= 1024.0 => format!("{:.1} GiB", m / 1024.0),
+        m => format!("{m:.1} MiB"),
+    }
+}
+
+/// The memory Linux says is available for new allocations (`MemAvailable`), `None` elsewhere.
+fn memory_available() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: usize = info.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib << 10)
 }
 
 fn id_of(path: &Path) -> String {
@@ -205,6 +247,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         prefill_chunk: args.prefill_chunk,
         cache_entries: args.prompt_cache,
         kv_positions: None,
+        kv_bytes: args.kv_memory.map(|mib| mib.saturating_mul(1 << 20)),
+        kv_types: args.kv.types(),
     };
     let mut builder = Server::builder()
         .api_key(args.api_key.clone())
@@ -286,6 +330,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 (false, false) => "embedding",
             };
             eprintln!("serving {} ({role}, context {}, {} sequences at once)", m.id, m.n_ctx, args.parallel);
+            if m.generates {
+                eprintln!("{}: {}", m.id, kv_summary(&m.model, m.worker.config()));
+            }
         }
         if let Some(p) = &policies {
             let names: Vec<&str> = p.names().collect();

@@ -16,6 +16,7 @@ pub mod image;
 pub mod kv_cache;
 pub mod logprobs;
 pub mod model;
+pub mod perplexity;
 pub mod quant;
 pub mod rerank;
 pub mod sampling;

@@ -1,7 +1,8 @@
 // Attention, flash-style: one warp per (query row, head) walks the row's key positions in tiles
 // of 32 with an online softmax (running maximum and sum, the accumulator rescaled when the
-// maximum grows), so that no score matrix is ever stored. Over the KV cache's block pool (f32 or
-// f16) or over the batch's own rows (an encoder).
+// maximum grows), so that no score matrix is ever stored. Over the KV cache's block pool (f32, f16,
+// Q8_0 or Q4_0, keys and values each their own type, read in place) or over the batch's own rows
+// (an encoder).
 //
 // A row's positions are cut into splits of ATTN_SPLIT at multiples of ATTN_SPLIT (absolute
 // positions, so a row's cuts do not depend on the batch); each split gives a partial result
@@ -14,7 +15,7 @@
 // p0 + l, the values summed position by position; a tile's keys go through shared memory
 // KEY_SLICE values at a time, each key row read by the whole warp (coalesced), and its rows'
 // indices are looked up once.
-#include "portable.cuh"
+#include "kvcache.cuh"
 
 #define ATTN_TILE 32
 #define ATTN_MAX_HEAD 256
@@ -22,12 +23,6 @@
 #define ACC_SLOTS (ATTN_MAX_HEAD / WARP_SIZE)
 #define KV_BLOCK_POSITIONS 32
 #define KEY_SLICE 64
-
-// the element `i` of the key or value row of position p (see `attention`)
-DEVICE float kv_value(const uint8_t* pool, int64_t row, int64_t dim, int64_t head_at, int i, int f16) {
-    const int64_t at = row * dim + head_at + i;
-    return f16 ? half_to_float(((const uint16_t*)pool)[at]) : ((const float*)pool)[at];
-}
 
 // the row index of position p: in the cache, block tables[kv + p / 32], layer `layer`; in the
 // batch (tables null), row kv + p
@@ -97,7 +92,7 @@ DEVICE float* partial_at(float* parts, int r, int h, int z, int n_head, int max_
 
 // Block (h, r[, z]) of either launch. One split (z of the row's, `parts` set): its partial goes
 // to `parts`; else every split of the row, folded, to `out`.
-DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int f16, int n_layer, int layer) {
+DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
     SHARED float q_head[ATTN_MAX_HEAD];
     SHARED float weights[ATTN_TILE];
     SHARED int64_t tile_rows[ATTN_TILE];
@@ -145,7 +140,7 @@ DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int
                 const int len = dk - i0 < KEY_SLICE ? dk - i0 : KEY_SLICE;
                 for (int pp = 0; pp < n; pp++) {
                     for (int e = lane; e < len; e += WARP_SIZE) {
-                        keys[pp][e] = kv_value(k, tile_rows[pp], k_dim, k_at, i0 + e, f16);
+                        keys[pp][e] = kv_element(k, tile_rows[pp], k_dim, k_at + i0 + e, k_type);
                     }
                 }
                 SYNC_THREADS();
@@ -174,7 +169,7 @@ DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int
                 for (int t = 0; t < ACC_SLOTS; t++) {
                     const int d = lane + t * WARP_SIZE;
                     if (d < dv) {
-                        part.acc[t] = part.acc[t] + wp * kv_value(v, vr, v_dim, v_at, d, f16);
+                        part.acc[t] = part.acc[t] + wp * kv_element(v, vr, v_dim, v_at + d, v_type);
                     }
                 }
             }
@@ -203,14 +198,14 @@ DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int
 // q: rows of n_head heads of dk; rows: (kv, first position, end position) per query row; sinks:
 // null, or one logit per head; out: rows of n_head heads of dv. Grid (n_head, query rows), 32
 // threads. dk, dv <= 256.
-KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int f16, int n_layer, int layer) {
-    attend(q, k, v, rows, tables, sinks, out, 0, 0, n_head, n_head_kv, dk, dv, scale, softcap, f16, n_layer, layer);
+KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
+    attend(q, k, v, rows, tables, sinks, out, 0, 0, n_head, n_head_kv, dk, dv, scale, softcap, k_type, v_type, n_layer, layer);
 }
 
 // The same, each split z of each row as a block: its partial into `parts` (rows of n_head heads
 // of max_splits partials of 2 + dv values). Grid (n_head, query rows, max_splits), 32 threads.
-KERNEL void attention_split(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int f16, int n_layer, int layer) {
-    attend(q, k, v, rows, tables, 0, 0, parts, max_splits, n_head, n_head_kv, dk, dv, scale, softcap, f16, n_layer, layer);
+KERNEL void attention_split(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
+    attend(q, k, v, rows, tables, 0, 0, parts, max_splits, n_head, n_head_kv, dk, dv, scale, softcap, k_type, v_type, n_layer, layer);
 }
 
 // The partials of attention_split folded in split order into `out`. Grid (n_head, query rows),

@@ -112,6 +112,18 @@ pub fn scale_or_cap<R: Runtime>(rt: &R, kernel: &'static str, x: &R::Buffer, s: 
     go(rt, kernel, [dim(kernel, "blocks", blocks_of(n))?, 1, 1], THREADS, &[Arg::Buf(x), Arg::F32(s), Arg::I64(n as i64)])
 }
 
+/// Every block of `block` values of `x` (`n` values in all) rotated by the orthonormal
+/// Walsh-Hadamard matrix of that order (a power of two, at most 1024).
+pub fn hadamard<R: Runtime>(rt: &R, x: &R::Buffer, block: usize, n: usize) -> Result<(), RuntimeError> {
+    const K: &str = "hadamard";
+    if !block.is_power_of_two() || block > MAX_BLOCK_THREADS as usize || !n.is_multiple_of(block) {
+        return Err(RuntimeError::Device(format!("{K}: blocks of {block} (a power of two up to {MAX_BLOCK_THREADS}) over {n} values")));
+    }
+    check(rt, K, "x", x, n * 4)?;
+    let scale = 1.0 / (block as f32).sqrt();
+    go(rt, K, [dim(K, "blocks", n / block)?, 1, 1], block as u32, &[Arg::Buf(x), Arg::I32(block as i32), Arg::F32(scale)])
+}
+
 /// `out` row `out_rows[i]` += `weights[i]` · `src` row `src_rows[i]`, for `src` of `src_len` rows
 /// and `out` of `out_len` rows of `cols`; an `out` row may appear only once.
 #[allow(clippy::too_many_arguments)]
@@ -486,18 +498,44 @@ pub fn mul_mat_id<R: Runtime>(
     go(rt, kernel, grid, (MULMAT_WARPS * 32) as u32, &args)
 }
 
-/// A KV pool: `blocks` blocks of `n_layer` layers of 32 positions of `dim` values (f16 or f32).
+/// How a KV pool stores its values, as `kvcache.cuh` numbers the types: floats, or rows of
+/// ggml's blocks of 32 quants with an f16 scale (the last block of a row padded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolElement {
+    F32 = 0,
+    F16 = 1,
+    Q8_0 = 2,
+    Q4_0 = 3,
+}
+
+impl PoolElement {
+    /// Bytes of one row of `dim` values.
+    pub fn row_bytes(self, dim: usize) -> usize {
+        match self {
+            PoolElement::F32 => 4 * dim,
+            PoolElement::F16 => 2 * dim,
+            PoolElement::Q8_0 => dim.div_ceil(32) * 34,
+            PoolElement::Q4_0 => dim.div_ceil(32) * 18,
+        }
+    }
+
+    fn code(self) -> i32 {
+        self as i32
+    }
+}
+
+/// A KV pool: `blocks` blocks of `n_layer` layers of 32 positions of `dim` values.
 #[derive(Clone, Copy, Debug)]
 pub struct PoolArgs {
     pub blocks: usize,
     pub n_layer: usize,
     pub dim: usize,
-    pub f16: bool,
+    pub element: PoolElement,
 }
 
 impl PoolArgs {
     pub fn bytes(&self) -> usize {
-        self.blocks * self.n_layer * KV_BLOCK_POSITIONS * self.dim * if self.f16 { 2 } else { 4 }
+        self.blocks * self.n_layer * KV_BLOCK_POSITIONS * self.element.row_bytes(self.dim)
     }
 }
 
@@ -529,9 +567,11 @@ pub fn kv_write<R: Runtime>(
         Arg::I32(int(K, "dim", pool.dim)?),
         Arg::I32(int(K, "layers", pool.n_layer)?),
         Arg::I32(layer as i32),
-        Arg::I32(i32::from(pool.f16)),
+        Arg::I32(pool.element.code()),
     ];
-    go(rt, K, [dim(K, "blocks", blocks_of(pool.dim))?, dim(K, "rows", slots.len())?, 1], THREADS, &args)
+    // a quantized row is written a whole quant block per warp, the padding included
+    let threads = if matches!(pool.element, PoolElement::F32 | PoolElement::F16) { pool.dim } else { pool.dim.div_ceil(32) * 32 };
+    go(rt, K, [dim(K, "blocks", blocks_of(threads))?, dim(K, "rows", slots.len())?, 1], THREADS, &args)
 }
 
 /// The heads of an attention launch.
@@ -651,7 +691,7 @@ pub fn attention_by<R: Runtime>(
                 }
             }
             let t: Vec<i32> = tables.iter().map(|&b| b as i32).collect();
-            (k, v, Some(ints(rt, &t)?), [i32::from(k_pool.f16), k_pool.n_layer as i32, layer as i32])
+            (k, v, Some(ints(rt, &t)?), [k_pool.element.code(), v_pool.element.code(), k_pool.n_layer as i32, layer as i32])
         }
         KvArgs::Rows { k, v, rows: n } => {
             if let Some(r) = rows.iter().find(|r| r.kv + r.positions.end > n) {
@@ -659,7 +699,7 @@ pub fn attention_by<R: Runtime>(
             }
             check(rt, K, "k", k, n * h.n_head_kv * h.dk * 4)?;
             check(rt, K, "v", v, n * h.n_head_kv * h.dv * 4)?;
-            (k, v, None, [0, 1, 0])
+            (k, v, None, [PoolElement::F32.code(), PoolElement::F32.code(), 1, 0])
         }
     };
     let heads = [
@@ -672,6 +712,7 @@ pub fn attention_by<R: Runtime>(
         Arg::I32(tail[0]),
         Arg::I32(tail[1]),
         Arg::I32(tail[2]),
+        Arg::I32(tail[3]),
     ];
     // a null table pointer selects the batch rows
     let table_arg = match &tables {

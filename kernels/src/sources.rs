@@ -17,7 +17,7 @@ macro_rules! embedded {
 
 /// The headers a source may include.
 pub const HEADERS: &[KernelSource] =
-    embedded!["portable.cuh", "blocks.cuh", "iq_grid_tables.cuh", "iq_grid.cuh", "vecdot.cuh", "mulmat.cuh", "host.hpp"];
+    embedded!["portable.cuh", "blocks.cuh", "kvcache.cuh", "iq_grid_tables.cuh", "iq_grid.cuh", "vecdot.cuh", "mulmat.cuh", "host.hpp"];
 
 /// Every kernel source.
 pub const SOURCES: &[KernelSource] = embedded![
@@ -28,6 +28,7 @@ pub const SOURCES: &[KernelSource] = embedded![
     "dequantize.cu",
     "quantize.cu",
     "kv.cu",
+    "hadamard.cu",
     "matvec.cu",
     "matmul.cu",
     "attention.cu",

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use engine::backend::Device;
 use engine::guard::{GenericPrompt, GuardFamily, Policies};
+use engine::kv_cache::KvTypes;
 use engine::model::Model;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
@@ -139,8 +140,14 @@ pub struct Scheduling {
     pub queue: usize,
     pub prefill_chunk: usize,
     pub cache_entries: usize,
-    /// KV-cache positions per model (`None`: context x parallel).
+    /// KV-cache positions per model (`None`: context x parallel, or what `kv_bytes` holds).
     pub kv_positions: Option<usize>,
+    /// Bytes of KV cache per generating model: its capacity in positions is what they hold in
+    /// the cache's element types (at least one whole context).
+    pub kv_bytes: Option<usize>,
+    /// The element types of the generating models' KV caches (a guard's own cache stays f16:
+    /// its scores are what policies' thresholds were set against).
+    pub kv_types: KvTypes,
 }
 
 impl Default for Scheduling {
@@ -152,6 +159,8 @@ impl Default for Scheduling {
             prefill_chunk: d.prefill_chunk,
             cache_entries: d.cache_entries,
             kv_positions: None,
+            kv_bytes: None,
+            kv_types: d.kv_types,
         }
     }
 }

@@ -54,12 +54,19 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
     }
     let n_ctx = spec.n_ctx.unwrap_or_else(|| default_ctx(&spec.model));
     let sc = settings.scheduling;
+    let kv_positions = match sc.kv_bytes {
+        Some(bytes) if spec.chat => Some(positions_in(bytes, &spec, sc, n_ctx)?),
+        _ if spec.chat => sc.kv_positions,
+        // a guard or an encoder only: sized as before (a guard's evaluator has its own cache)
+        _ => sc.kv_positions,
+    };
     let config = LoopConfig {
         parallel: sc.parallel,
         queue: sc.queue,
         prefill_chunk: sc.prefill_chunk,
         cache_entries: sc.cache_entries,
-        kv_positions: sc.kv_positions,
+        kv_positions,
+        kv_types: sc.kv_types,
         ..LoopConfig::new(n_ctx)
     };
     let digest = spec.guard.then(|| audit::ModelDigest::start(&spec.model));
@@ -78,6 +85,22 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
         source: None,
         vision: None,
     })
+}
+
+/// The KV-cache positions `bytes` hold for `spec`'s model in the cache's types: at least one
+/// context of `n_ctx`, or an error saying how little they hold.
+fn positions_in(bytes: usize, spec: &ModelSpec, sc: Scheduling, n_ctx: usize) -> Result<usize, String> {
+    let per_position = spec.model.kv_bytes_per_position(sc.kv_types);
+    let positions = bytes / per_position.max(1);
+    if positions < n_ctx {
+        return Err(format!(
+            "{}: {} MiB of {} KV cache hold {positions} positions, less than one context of {n_ctx}",
+            spec.id,
+            bytes >> 20,
+            sc.kv_types
+        ));
+    }
+    Ok(positions)
 }
 
 /// What a model serves.

@@ -211,6 +211,8 @@ pub struct ServeProcess {
     child: std::process::Child,
     /// `http://127.0.0.1:<port>`, as the server printed it.
     pub base: String,
+    /// What the server printed before its address (what it serves, and how).
+    pub banner: Vec<String>,
 }
 
 impl ServeProcess {
@@ -228,15 +230,20 @@ impl ServeProcess {
         // read stderr to the end on a thread: a full pipe would block the server's logging
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            // the lines before the address; later ones are read and dropped
+            let mut banner = Some(Vec::new());
             for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(address) = line.strip_prefix("listening on ") {
-                    let _ = tx.send(address.trim().to_string());
+                match (line.strip_prefix("listening on "), banner.as_mut()) {
+                    (Some(address), Some(_)) => {
+                        let _ = tx.send((address.trim().to_string(), banner.take().unwrap_or_default()));
+                    }
+                    (None, Some(lines)) => lines.push(line),
+                    _ => {}
                 }
             }
         });
-        let mut serve = ServeProcess { child, base: String::new() };
-        serve.base = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the server printed no address");
-        serve
+        let (base, banner) = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the server printed no address");
+        ServeProcess { child, base, banner }
     }
 }
 

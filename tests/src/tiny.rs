@@ -107,28 +107,30 @@ pub fn tiny_models_match_llama_cpp(label: &str, load: impl Fn(&Path) -> Model) {
 }
 
 /// A row's logits bit for bit the same in a prefill batch, one token at a time, in uneven
-/// chunks beside another sequence, and after a fork of a shared prefix (f32 cache), on three
+/// chunks beside another sequence, and after a fork of a shared prefix (every KV cache type), on three
 /// tiny models. `load` puts a model on the device under test.
 pub fn tiny_models_are_batch_invariant(load: impl Fn(&Path) -> Model) {
-    for name in ["tiny-llama-Q4_K", "tiny-granite-Q8_0", "tiny-llama-F16"] {
+    // every KV cache type: a quantized cache is read the same way by every batch shape too
+    let runs = ["tiny-llama-Q4_K", "tiny-granite-Q8_0", "tiny-llama-F16"].into_iter().flat_map(|n| KvType::ALL.map(|ty| (n, ty)));
+    for (name, ty) in runs {
         let model = load(&fixture(&format!("models/{name}.gguf")));
         let golden = read_json(&fixture(&format!("models/golden/{name}.logits.json")));
         let tokens = json_ids(&golden["sequences"][2]["tokens"]);
         let other = json_ids(&golden["sequences"][1]["tokens"]);
 
         // one prefill batch of the whole sequence
-        let mut kv = model.new_kv_cache(KvType::F32, 512);
+        let mut kv = model.new_kv_cache(ty, 512);
         let full = model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)).unwrap();
 
         // one token at a time
-        let mut kv1 = model.new_kv_cache(KvType::F32, 512);
+        let mut kv1 = model.new_kv_cache(ty, 512);
         for (p, &t) in tokens.iter().enumerate() {
             let o = model.forward(&mut kv1, &[BatchEntry { seq: 0, token: t, pos: p as u32, logits: true }]).unwrap();
-            assert_eq!(o.row(0), full.row(p), "{name}: position {p} alone vs in a prefill batch");
+            assert_eq!(o.row(0), full.row(p), "{name} {ty:?}: position {p} alone vs in a prefill batch");
         }
 
         // uneven chunks, interleaved with another sequence in the same batches
-        let mut kv2 = model.new_kv_cache(KvType::F32, 512);
+        let mut kv2 = model.new_kv_cache(ty, 512);
         let mut p = 0;
         let mut q = 0;
         for chunk in [5usize, 1, 17, 3, 38] {
@@ -139,21 +141,21 @@ pub fn tiny_models_are_batch_invariant(load: impl Fn(&Path) -> Model) {
             }
             let o = model.forward(&mut kv2, &batch).unwrap();
             for i in 0..chunk {
-                assert_eq!(o.row(i), full.row(p + i), "{name}: position {} in a mixed batch", p + i);
+                assert_eq!(o.row(i), full.row(p + i), "{name} {ty:?}: position {} in a mixed batch", p + i);
             }
             p += chunk;
         }
 
         // a fork of a shared prefix equals the sequence computed from scratch
-        let mut kv3 = model.new_kv_cache(KvType::F32, 512);
+        let mut kv3 = model.new_kv_cache(ty, 512);
         model.forward(&mut kv3, &BatchEntry::sequence(0, &tokens[..40], 0, false)).unwrap();
         kv3.fork(0, 1).unwrap();
         kv3.truncate(1, 33);
         let o = model.forward(&mut kv3, &BatchEntry::sequence(1, &tokens[33..], 33, true)).unwrap();
         for i in 0..tokens.len() - 33 {
-            assert_eq!(o.row(i), full.row(33 + i), "{name}: forked sequence at {}", 33 + i);
+            assert_eq!(o.row(i), full.row(33 + i), "{name} {ty:?}: forked sequence at {}", 33 + i);
         }
         let o = model.forward(&mut kv3, &BatchEntry::sequence(0, &tokens[40..], 40, true)).unwrap();
-        assert_eq!(o.row(0), full.row(40), "{name}: the original after its fork diverged");
+        assert_eq!(o.row(0), full.row(40), "{name} {ty:?}: the original after its fork diverged");
     }
 }

@@ -8,6 +8,7 @@ mod embed;
 mod guard;
 mod info;
 mod logits;
+mod perplexity;
 mod quantize;
 mod run;
 mod tokenize;

@@ -193,3 +193,29 @@ fn a_grammar_file_shapes_the_output_and_a_bad_one_is_one_line() {
     assert_eq!(out.status.code(), Some(2), "--json and --grammar conflict");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A quantized KV cache, or keys and values of their own types, runs and says so; the greedy
+/// continuation of the tiny model with a q8_0 cache begins as with an f32 one (its margins are
+/// clear at the first tokens).
+#[test]
+fn quantized_kv_caches_run_and_are_named_on_stderr() {
+    let model = fixture("tiny-llama-F32.gguf");
+    let m = model.to_str().unwrap();
+    let base = ["--model", m, "--prompt", "The quick", "-n", "4", "--temp", "0"];
+    let f32_out = run(&[&base[..], &["--kv-type", "f32"]].concat());
+    for (flags, named) in [
+        (&["--kv-type", "q8_0"][..], "KV cache q8_0,"),
+        (&["--kv-type", "q4_0"], "KV cache q4_0,"),
+        (&["--kv-type", "f16", "--cache-type-k", "q8_0"], "KV cache q8_0 keys, f16 values,"),
+        (&["--cache-type-v", "q4_0"], "KV cache f16 keys, q4_0 values,"),
+    ] {
+        let out = run(&[&base[..], flags].concat());
+        assert!(out.status.success(), "{flags:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(named), "{flags:?}: {err}");
+        if flags == ["--kv-type", "q8_0"] {
+            let (q8, f32) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&f32_out.stdout));
+            assert_eq!(q8.chars().next(), f32.chars().next(), "{q8:?} vs {f32:?}");
+        }
+    }
+}

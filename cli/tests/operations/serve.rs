@@ -97,3 +97,52 @@ fn sigterm_drains_open_requests_and_cuts_them_after_the_drain_timeout() {
     let text = stream.join().unwrap();
     assert!(text.contains("data: {") && !text.contains("[DONE]"), "{text}");
 }
+
+/// The value after `key` in `line`, up to the next space.
+fn number_after(line: &str, key: &str) -> usize {
+    let rest = &line[line.find(key).unwrap_or_else(|| panic!("{key:?} in {line}")) + key.len()..];
+    rest.split([' ', ',']).next().unwrap().parse().unwrap_or_else(|_| panic!("a number after {key:?} in {line}"))
+}
+
+#[test]
+fn the_banner_says_what_the_kv_cache_takes_and_kv_memory_sizes_it() {
+    use engine::kv_cache::KvType;
+    let _serial = crate::serial();
+    let path = fixture("models/tiny-llama-Q8_0.gguf");
+    let model = engine::model::Model::load(&path).unwrap();
+    for ty in [KvType::F16, KvType::Q8_0, KvType::Q4_0] {
+        let args = ["-m".as_ref(), path.as_os_str(), "-c".as_ref(), "256".as_ref(), "--kv-type".as_ref(), ty.name().as_ref()];
+        let server = ServeProcess::start(engine_cli(), &args);
+        let line = server.banner.iter().find(|l| l.contains("KV cache")).unwrap_or_else(|| panic!("{:?}", server.banner));
+        assert!(line.starts_with(&format!("tiny-llama-Q8_0: KV cache {}: ", ty.name())), "{line}");
+        let per_position = number_after(line, &format!("KV cache {}: ", ty.name()));
+        assert_eq!(per_position, model.kv_bytes_per_position(ty), "{line}");
+        // context x parallel (8) positions by default
+        assert_eq!(number_after(line, "the cache holds "), 256 * 8, "{line}");
+        assert!(line.contains("(8 whole sequences)") && line.contains("would fit in the"), "{line}");
+    }
+    // 1 MiB of a q4_0 cache holds as many positions as fit, more than an f16 one would
+    let args = [
+        "-m".as_ref(),
+        path.as_os_str(),
+        "-c".as_ref(),
+        "256".as_ref(),
+        "--kv-type".as_ref(),
+        "q4_0".as_ref(),
+        "--kv-memory".as_ref(),
+        "1".as_ref(),
+    ];
+    let server = ServeProcess::start(engine_cli(), &args);
+    let line = server.banner.iter().find(|l| l.contains("KV cache")).unwrap();
+    let positions = number_after(line, "the cache holds ");
+    assert_eq!(positions, (1 << 20) / model.kv_bytes_per_position(KvType::Q4_0), "{line}");
+    assert!(positions > (1 << 20) / model.kv_bytes_per_position(KvType::F16), "{line}");
+    // too little for one context: a one-line error at start
+    let out = Command::new(engine_cli())
+        .args(["serve", "--port", "0", "-m", path.to_str().unwrap(), "-c", "100000", "--kv-memory", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("1 MiB of f16 KV cache hold") && stderr.contains("less than one context of 100000"), "{stderr}");
+}

@@ -29,8 +29,8 @@ pub use error::BackendError;
 pub(crate) use loaded::{on_backend, on_same_backend};
 pub use loaded::{Backends, OnBackend, PerBackend};
 pub use types::{
-    Activation, AttentionRow, AttentionShape, BlockId, ColumnBlocks, KvSlot, KvType, Rope, RopeKind, RowInput, Yarn, BLOCK_POSITIONS,
-    SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT,
+    Activation, AttentionRow, AttentionShape, BlockId, ColumnBlocks, KvSlot, KvType, KvTypes, Rope, RopeKind, RowInput, Yarn,
+    BLOCK_POSITIONS, KV_QUANT_BLOCK, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT,
 };
 
 use crate::gguf::{GgufFile, TensorInfo};
@@ -181,7 +181,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
         Ok(())
     }
     /// Empty block storage for `n_layer` layers of `k_dim` / `v_dim` values per position.
-    fn new_kv_store(&self, ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize) -> Self::KvStore;
+    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize) -> Self::KvStore;
 
     /// `rows x cols` zeros.
     fn zeros(&self, rows: usize, cols: usize) -> Result<Self::Tensor, BackendError>;
@@ -260,6 +260,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn add_bias(&self, x: &mut Self::Tensor, b: &Self::Vector) -> Result<(), BackendError>;
     /// `x = tanh(x / cap) · cap`.
     fn softcap(&self, x: &mut Self::Tensor, cap: f32) -> Result<(), BackendError>;
+    /// Every block of `block` values of each row (a power of two dividing the row, at most 1024)
+    /// multiplied by the orthonormal Walsh-Hadamard matrix of that order, its own inverse:
+    /// butterflies at distances 1, 2, 4, ... (the lower value of a pair gets `a + b`, the upper
+    /// `a - b`), then `1 / sqrt(block)`. The rotation a quantized KV cache stores keys and
+    /// values under, as llama.cpp does.
+    fn hadamard(&self, x: &mut Self::Tensor, block: usize) -> Result<(), BackendError>;
     /// The rows `rows` of `x`, in that order.
     fn select_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor, BackendError>;
     /// `out`'s column blocks `to` of every row = `x`'s blocks `from` of the same row (both of one

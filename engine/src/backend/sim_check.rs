@@ -195,6 +195,17 @@ fn the_kernels_run_on_host_threads_agree_with_the_cpu_backend() {
         }
         report.check(kernel, &format!("2x640 by {value}"), &got, &want.data, 1e-12);
     }
+    // the rotation of a quantized KV cache: one thread per value of a block
+    for block in [64usize, 128, 256] {
+        let x = rng.values(3 * 512, 6.0);
+        let mut got = x.clone();
+        let (xp, n, scale) = (got.as_mut_ptr(), block as i32, 1.0 / (block as f32).sqrt());
+        // SAFETY: `got` holds the 3 x 512 values the grid's blocks of `block` threads cover.
+        unsafe { launch("hadamard", [(x.len() / block) as u32, 1, 1], [block as u32, 1, 1], &mut host_args![xp, n, scale]) }.unwrap();
+        let mut want = host(3, 512, x);
+        cpu.hadamard(&mut want, block).unwrap();
+        report.check("hadamard", &format!("3x512 in blocks of {block}"), &got, &want.data, 0.0);
+    }
     let (rows, cols) = (9usize, 300usize);
     let x = rng.values(rows * cols, 5.0);
     let pick = [8i32, 0, 3, 3];
@@ -267,16 +278,19 @@ fn activation_quantization_gives_the_cpu_backends_bytes() {
 
 #[test]
 fn kv_write_stores_rows_where_the_cpu_store_does() {
-    use super::cpu::attention::{KvRow, KvRows};
+    use super::cpu::attention::KvRows;
     use super::cpu::kv::CpuKvStore;
     use super::{KvStorage, KvType, BLOCK_POSITIONS};
     let mut rng = Rng::new(0x4b56);
-    let (n_layer, dim, n_blocks) = (3usize, 40usize, 4usize);
-    for (ty, f16) in [(KvType::F32, 0i32), (KvType::F16, 1)] {
-        let mut cpu = CpuKvStore::new(ty, n_layer, dim, dim);
+    let (n_layer, n_blocks) = (3usize, 4usize);
+    // a row of whole quant blocks, and one whose last block is padded
+    for (ty, dim) in KvType::ALL.into_iter().flat_map(|ty| [(ty, 40usize), (ty, 64)]) {
+        let code = KvType::ALL.iter().position(|&t| t == ty).unwrap() as i32;
+        let mut cpu = CpuKvStore::new(ty.into(), n_layer, dim, dim);
         (0..n_blocks as u32).for_each(|id| cpu.alloc_block(id).unwrap());
-        let elem = ty.size();
-        let mut pool = vec![0u8; n_blocks * n_layer * BLOCK_POSITIONS * dim * elem];
+        let row_bytes = ty.row_bytes(dim);
+        let mut pool = vec![0u8; n_blocks * n_layer * BLOCK_POSITIONS * row_bytes];
+        let threads = if ty.is_quantized() { dim.div_ceil(32) * 32 } else { dim };
         // rows into blocks out of order, two layers
         let slots = [(2i32, 0i32), (0, 31), (3, 5), (2, 1)];
         for layer in [1usize, 2] {
@@ -287,29 +301,15 @@ fn kv_write_stores_rows_where_the_cpu_store_does() {
             let (bs, os): (Vec<i32>, Vec<i32>) = slots.iter().copied().unzip();
             let (d, nl, l) = (dim as i32, n_layer as i32, layer as i32);
             let (sp, bp, op, pp) = (rows.as_ptr(), bs.as_ptr(), os.as_ptr(), pool.as_mut_ptr());
-            run("kv_write", [blocks(dim), slots.len() as u32, 1], &mut host_args![sp, bp, op, pp, d, nl, l, f16]);
+            run("kv_write", [blocks(threads), slots.len() as u32, 1], &mut host_args![sp, bp, op, pp, d, nl, l, code]);
         }
         for &(b, o) in &slots {
             for layer in [1usize, 2] {
                 let table = [b as u32];
                 let view = cpu.layer_view(&table, layer);
-                let want: Vec<u32> = match view.key(o as usize) {
-                    KvRow::F32(r) => r.iter().map(|v| v.to_bits()).collect(),
-                    KvRow::F16(r) => r.iter().map(|v| u32::from(v.to_bits())).collect(),
-                };
-                let at = ((b as usize * n_layer + layer) * BLOCK_POSITIONS + o as usize) * dim * elem;
-                let got: Vec<u32> =
-                    pool[at..at + dim * elem]
-                        .chunks_exact(elem)
-                        .map(|c| {
-                            if elem == 4 {
-                                u32::from_le_bytes([c[0], c[1], c[2], c[3]])
-                            } else {
-                                u32::from(u16::from_le_bytes([c[0], c[1]]))
-                            }
-                        })
-                        .collect();
-                assert_eq!(got, want, "{ty:?} block {b} position {o} layer {layer}");
+                let want = view.key(o as usize).bytes();
+                let at = ((b as usize * n_layer + layer) * BLOCK_POSITIONS + o as usize) * row_bytes;
+                assert_eq!(&pool[at..at + row_bytes], &want[..], "{ty:?} of {dim} block {b} position {o} layer {layer}");
             }
         }
     }
@@ -384,8 +384,12 @@ fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
 
 #[test]
 fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after() {
+    use super::cpu::attention::KvRows;
+    use super::{KvStorage, KvType};
     use kernels::host::HostRuntime;
-    use kernels::launch::{attention_by, AttentionPath, HeadArgs, KvArgs, PoolArgs, QueryRow, ATTENTION_SPLIT, KV_BLOCK_POSITIONS};
+    use kernels::launch::{
+        attention_by, AttentionPath, HeadArgs, KvArgs, PoolArgs, PoolElement, QueryRow, ATTENTION_SPLIT, KV_BLOCK_POSITIONS,
+    };
     use kernels::Runtime;
     let rt = HostRuntime;
     let mut rng = Rng::new(0xa77e);
@@ -395,17 +399,24 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after() 
     let starts = [0, 0, ATTENTION_SPLIT - 5, 3];
     let (n_head, n_head_kv, dk, dv, n_layer) = (4usize, 2usize, 72usize, 40usize, 2usize);
     let per_seq = ends.iter().max().unwrap().div_ceil(KV_BLOCK_POSITIONS);
-    for f16 in [false, true] {
+    // every element type; rows of 144 and 80 values end in a padded quant block
+    for element in [PoolElement::F32, PoolElement::F16, PoolElement::Q8_0, PoolElement::Q4_0] {
         let blocks = ends.len() * per_seq;
-        let k_pool = PoolArgs { blocks, n_layer, dim: n_head_kv * dk, f16 };
-        let v_pool = PoolArgs { blocks, n_layer, dim: n_head_kv * dv, f16 };
+        let k_pool = PoolArgs { blocks, n_layer, dim: n_head_kv * dk, element };
+        let v_pool = PoolArgs { blocks, n_layer, dim: n_head_kv * dv, element };
         let pool = |p: PoolArgs, rng: &mut Rng| {
-            let values = rng.values(p.bytes() / if f16 { 2 } else { 4 }, 2.0);
-            let bytes: Vec<u8> = if f16 {
-                values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect()
-            } else {
-                values.iter().flat_map(|v| v.to_le_bytes()).collect()
-            };
+            let rows = p.blocks * p.n_layer * KV_BLOCK_POSITIONS;
+            let mut store = super::cpu::kv::CpuKvStore::new(KvType::ALL[element as usize].into(), 1, p.dim, p.dim);
+            let bytes: Vec<u8> = (0..rows)
+                .flat_map(|_| {
+                    // a row through the CPU store: the bytes it keeps for this type
+                    let values = rng.values(p.dim, 2.0);
+                    store.alloc_block(0).unwrap();
+                    store.write(0, 0, 0, &values, &values);
+                    store.layer_view(&[0], 0).key(0).bytes()
+                })
+                .collect();
+            assert_eq!(bytes.len(), p.bytes());
             rt.upload(&bytes).unwrap()
         };
         let (k, v) = (pool(k_pool, &mut rng), pool(v_pool, &mut rng));
@@ -424,8 +435,8 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after() 
             bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<u32>>()
         };
         let (whole, split) = (run(AttentionPath::Whole), run(AttentionPath::Split));
-        assert!(whole.iter().all(|&b| f32::from_bits(b).is_finite()), "f16 {f16}: every output written and finite");
-        assert_eq!(whole, split, "f16 {f16}: one block per row and the folded splits differ");
+        assert!(whole.iter().all(|&b| f32::from_bits(b).is_finite()), "{element:?}: every output written and finite");
+        assert_eq!(whole, split, "{element:?}: one block per row and the folded splits differ");
         // and a row alone gives its bits in the batch
         let alone = rows[0].clone();
         let out = rt.alloc(n_head * dv * 4).unwrap();
@@ -434,7 +445,7 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after() 
         let mut bytes = vec![0u8; n_head * dv * 4];
         rt.download(&out, &mut bytes).unwrap();
         let one: Vec<u32> = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        assert_eq!(one, whole[..n_head * dv], "f16 {f16}: row 0 alone");
+        assert_eq!(one, whole[..n_head * dv], "{element:?}: row 0 alone");
     }
 }
 

@@ -197,27 +197,96 @@ pub enum RowInput<'a> {
 /// Positions per KV-cache block: the unit in which cache space is allocated, shared and copied.
 pub const BLOCK_POSITIONS: usize = 32;
 
-/// The element type of the KV cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The element type of the KV cache's keys or values: floats, or ggml's 32-value blocks of 8-bit
+/// (Q8_0) or 4-bit (Q4_0) quants with one f16 scale, a row of `dim` values taking
+/// `dim.div_ceil(32)` blocks (the last one padded with zeros).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvType {
     F32,
     F16,
+    Q8_0,
+    Q4_0,
 }
 
 impl KvType {
+    /// Every type, in the order `--kv-type` lists them.
+    pub const ALL: [KvType; 4] = [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0];
+
+    /// The type llama.cpp names `s` (`--cache-type-k`): f32, f16, q8_0 or q4_0.
     pub fn from_name(s: &str) -> Option<KvType> {
-        match s {
-            "f32" => Some(KvType::F32),
-            "f16" => Some(KvType::F16),
-            _ => None,
+        KvType::ALL.into_iter().find(|t| t.name() == s)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q4_0 => "q4_0",
         }
     }
 
-    /// Bytes per element.
-    pub fn size(self) -> usize {
+    /// Whether values are stored as blocks of quants.
+    pub fn is_quantized(self) -> bool {
+        matches!(self, KvType::Q8_0 | KvType::Q4_0)
+    }
+
+    /// Bytes of one row of `dim` values.
+    pub fn row_bytes(self, dim: usize) -> usize {
         match self {
-            KvType::F32 => 4,
-            KvType::F16 => 2,
+            KvType::F32 => 4 * dim,
+            KvType::F16 => 2 * dim,
+            // an f16 scale and 32 one-byte quants, or 16 bytes of two 4-bit quants each
+            KvType::Q8_0 => dim.div_ceil(KV_QUANT_BLOCK) * (2 + 32),
+            KvType::Q4_0 => dim.div_ceil(KV_QUANT_BLOCK) * (2 + 16),
+        }
+    }
+}
+
+/// Values per block of a quantized KV type.
+pub const KV_QUANT_BLOCK: usize = 32;
+
+/// The element types of a KV cache's keys and of its values (llama.cpp's `--cache-type-k` and
+/// `--cache-type-v`); one type converts to both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KvTypes {
+    pub key: KvType,
+    pub value: KvType,
+}
+
+impl From<KvType> for KvTypes {
+    fn from(ty: KvType) -> KvTypes {
+        KvTypes { key: ty, value: ty }
+    }
+}
+
+impl KvTypes {
+    /// The Walsh-Hadamard blocks that keys and values of these types are stored rotated by, as
+    /// llama.cpp rotates a quantized cache's (an outlier's magnitude spread over its block, so
+    /// the block's scale fits the rest): for a quantized key type and key heads of a multiple of
+    /// 64, the largest power of two from 64 that divides the head (at most 1024); for a quantized
+    /// value type and value heads of a multiple of 64, 64. `None`: stored as they are. The
+    /// queries turn with the keys, so the scores stay; the attention's output turns back.
+    pub fn rotation(&self, head_dim_k: usize, head_dim_v: usize) -> (Option<usize>, Option<usize>) {
+        let keys = (self.key.is_quantized() && head_dim_k.is_multiple_of(64)).then(|| {
+            let mut n = 64;
+            while head_dim_k.is_multiple_of(2 * n) && 2 * n <= 1024 {
+                n *= 2;
+            }
+            n
+        });
+        let values = (self.value.is_quantized() && head_dim_v.is_multiple_of(64)).then_some(64);
+        (keys, values)
+    }
+}
+
+impl std::fmt::Display for KvTypes {
+    /// `q8_0`, or `q8_0 keys, f16 values` when they differ.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.key == self.value {
+            f.write_str(self.key.name())
+        } else {
+            write!(f, "{} keys, {} values", self.key.name(), self.value.name())
         }
     }
 }

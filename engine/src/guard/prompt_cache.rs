@@ -175,7 +175,7 @@ mod tests {
     use crate::backend::{Device, KvType};
 
     fn cache(budget_bytes: usize) -> PromptCache {
-        let kv = KvCache::with_storage(KvType::F16, 256, Device::Cpu, CpuKvStore::new(KvType::F16, 1, 4, 4));
+        let kv = KvCache::with_storage(KvType::F16, 256, Device::Cpu, CpuKvStore::new(KvType::F16.into(), 1, 4, 4));
         PromptCache::new(kv, budget_bytes)
     }
 

@@ -7,7 +7,7 @@
 mod blocks;
 mod prefix_cache;
 
-pub use crate::backend::{KvType, BLOCK_POSITIONS};
+pub use crate::backend::{KvType, KvTypes, BLOCK_POSITIONS};
 pub use blocks::BlockTable;
 pub use prefix_cache::{common_prefix, PrefixCache};
 
@@ -37,7 +37,7 @@ pub(crate) enum KvWriteError {
 
 /// The cache of every sequence of one model, made by `Model::new_kv_cache`.
 pub struct KvCache {
-    ty: KvType,
+    types: KvTypes,
     n_ctx: usize,
     device: Device,
     table: BlockTable,
@@ -46,12 +46,13 @@ pub struct KvCache {
 
 impl KvCache {
     /// A cache over `storage` (of `device`), holding at most `n_ctx` positions per sequence.
-    pub fn with_storage(ty: KvType, n_ctx: usize, device: Device, storage: impl OwnKvStore) -> KvCache {
-        KvCache { ty, n_ctx, device, table: BlockTable::default(), storage: storage.into_memory() }
+    pub fn with_storage(types: impl Into<KvTypes>, n_ctx: usize, device: Device, storage: impl OwnKvStore) -> KvCache {
+        KvCache { types: types.into(), n_ctx, device, table: BlockTable::default(), storage: storage.into_memory() }
     }
 
-    pub fn kv_type(&self) -> KvType {
-        self.ty
+    /// The element types of the keys and of the values.
+    pub fn kv_types(&self) -> KvTypes {
+        self.types
     }
 
     pub fn n_ctx(&self) -> usize {
@@ -140,13 +141,14 @@ mod tests {
     use crate::backend::cpu::kv::CpuKvStore;
 
     fn cpu_cache(ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize, n_ctx: usize) -> KvCache {
-        KvCache::with_storage(ty, n_ctx, Device::Cpu, CpuKvStore::new(ty, n_layer, k_dim, v_dim))
+        KvCache::with_storage(ty, n_ctx, Device::Cpu, CpuKvStore::new(ty.into(), n_layer, k_dim, v_dim))
     }
 
     fn get(row: KvRow<'_>) -> Vec<f32> {
         match row {
             KvRow::F32(r) => r.to_vec(),
             KvRow::F16(r) => r.iter().map(|h| h.to_f32()).collect(),
+            KvRow::Q8_0(_) | KvRow::Q4_0(_) => unreachable!("these tests store floats"),
         }
     }
 
@@ -220,7 +222,7 @@ mod tests {
             type SimStore = DeviceKvStore<kernels::host::HostRuntime>;
             assert!(kv.parts_mut::<SimStore>().is_none());
             let sim = crate::backend::kernel::SimBackend::new();
-            let mut on_sim = KvCache::with_storage(KvType::F32, 8, sim.device(), sim.new_kv_store(KvType::F32, 1, 2, 2));
+            let mut on_sim = KvCache::with_storage(KvType::F32, 8, sim.device(), sim.new_kv_store(KvType::F32.into(), 1, 2, 2));
             assert!(on_sim.parts_mut::<SimStore>().is_some());
             assert!(on_sim.parts_mut::<CpuKvStore>().is_none());
         }

@@ -119,6 +119,7 @@ pub(crate) fn forward<B: Backend>(
     let query_scales: Option<Vec<(usize, usize, f32)>> =
         c.attention_temperature.map(|_| positions.iter().enumerate().map(|(r, &p)| (r, r, c.query_scale(p))).collect());
     let n_ctx = kv.n_ctx();
+    let (rotate_keys, rotate_values) = kv.kv_types().rotation(shape.head_dim_k, shape.head_dim_v);
     let (table, store) = kv.parts_mut::<B::KvStore>().ok_or(BackendError::ForeignKvCache(b.device()))?;
     let slots: Vec<KvSlot> = batch.iter().map(|e| table.slot(e.seq, e.pos as usize)).collect();
     // one block table per sequence of the batch (in order of first appearance); each row
@@ -155,7 +156,7 @@ pub(crate) fn forward<B: Backend>(
         let input = pre_norm(b, &x, layer.attn_norm.as_ref(), eps, &mut h)?;
         let rope = c.layer_rope(il, n_ctx);
         // n x (n_head · head_dim_k), n x k_dim, n x v_dim
-        let [mut q, k, v] = match &layer.attention {
+        let [mut q, mut k, mut v] = match &layer.attention {
             Projections::Heads { q, k, v, q_norm, k_norm } => {
                 let [mut q, mut k, v] = linear_each(b, [q, k, v], ScaleAt::BeforeBias, input)?;
                 if let Some(qn) = q_norm {
@@ -184,6 +185,14 @@ pub(crate) fn forward<B: Backend>(
             b.add_weighted_rows(&mut scaled, &q, pairs)?;
             q = scaled;
         }
+        // a quantized cache holds keys and values rotated; the queries turn with the keys
+        if let Some(block) = rotate_keys {
+            b.hadamard(&mut q, block)?;
+            b.hadamard(&mut k, block)?;
+        }
+        if let Some(block) = rotate_values {
+            b.hadamard(&mut v, block)?;
+        }
         b.kv_write(store, il, &slots, &k, &v)?;
         let window = c.layer_window(il);
         let rows: Vec<AttentionRow> = batch
@@ -198,6 +207,9 @@ pub(crate) fn forward<B: Backend>(
             .collect();
         let source = KvSource::Cache { store: &*store, layer: il, tables: &tables };
         let mut attn = b.attention(&q, source, &rows, &shape, layer.attn_sinks.as_ref())?; // n x (n_head · head_dim_v)
+        if let Some(block) = rotate_values {
+            b.hadamard(&mut attn, block)?; // the rotation is its own inverse
+        }
         if let (Projections::Latent(w), Some(latent)) = (&layer.attention, &c.latent) {
             attn = mla::head_values(b, latent, w, &attn)?; // n x (n_head · v_head)
         }

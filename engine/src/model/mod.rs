@@ -29,7 +29,7 @@ pub use error::ModelError;
 use crate::backend::CpuBackend;
 use crate::backend::{on_backend, Backend, BackendError, Device, OnBackend, PerBackend, RowInput};
 use crate::gguf::GgufFile;
-use crate::kv_cache::{KvCache, KvType, SeqId};
+use crate::kv_cache::{KvCache, KvTypes, SeqId};
 use crate::tokenizer::{TokenId, Tokenizer};
 use bert::BertWeights;
 use weights::DecoderWeights;
@@ -131,9 +131,9 @@ impl<B: Backend> OnDevice<B> {
         Ok(OnDevice { backend, weights })
     }
 
-    fn new_kv_cache(&self, c: &ModelConfig, ty: KvType, n_ctx: usize) -> KvCache {
-        let storage = self.backend.new_kv_store(ty, c.n_layer, c.k_dim(), c.v_dim());
-        KvCache::with_storage(ty, n_ctx, self.backend.device(), storage)
+    fn new_kv_cache(&self, c: &ModelConfig, types: KvTypes, n_ctx: usize) -> KvCache {
+        let storage = self.backend.new_kv_store(types, c.n_layer, c.k_dim(), c.v_dim());
+        KvCache::with_storage(types, n_ctx, self.backend.device(), storage)
     }
 
     fn forward(&self, c: &ModelConfig, kv: &mut KvCache, batch: &[InputEntry<'_>]) -> Result<Logits, ModelError> {
@@ -298,8 +298,16 @@ impl Model {
 
     /// An empty KV cache for this model, on its device, holding up to `n_ctx` positions per
     /// sequence.
-    pub fn new_kv_cache(&self, ty: KvType, n_ctx: usize) -> KvCache {
-        on_backend!(&self.loaded, m => m.new_kv_cache(&self.config, ty, n_ctx))
+    pub fn new_kv_cache(&self, types: impl Into<KvTypes>, n_ctx: usize) -> KvCache {
+        let types = types.into();
+        on_backend!(&self.loaded, m => m.new_kv_cache(&self.config, types, n_ctx))
+    }
+
+    /// Bytes the KV cache takes per position of a sequence with keys and values of `types`
+    /// (every layer's key and value rows; a block holds `BLOCK_POSITIONS` of them).
+    pub fn kv_bytes_per_position(&self, types: impl Into<KvTypes>) -> usize {
+        let (c, types) = (&self.config, types.into());
+        c.n_layer * (types.key.row_bytes(c.k_dim()) + types.value.row_bytes(c.v_dim()))
     }
 
     /// Runs a batch: its keys and values are added to `kv`, and logits come back for the

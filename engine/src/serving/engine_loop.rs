@@ -19,7 +19,7 @@ use rayon::prelude::*;
 use super::protocol::{EngineState, EventSink, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};
 use crate::generate::{draft_rng, speculative_round, Completion, Draft, FinishReason, GenerateError, SequenceDecoder, TokenEvent, Usage};
 use crate::guard::{Evaluator, PromptStats};
-use crate::kv_cache::{common_prefix, KvCache, KvType, PrefixCache, SeqId, BLOCK_POSITIONS};
+use crate::kv_cache::{common_prefix, KvCache, PrefixCache, SeqId, BLOCK_POSITIONS};
 use crate::model::vision::PromptImages;
 use crate::model::{BatchEntry, InputEntry, Model};
 use crate::sampling::Rng;
@@ -98,9 +98,9 @@ impl EngineLoop {
         outstanding: Arc<AtomicUsize>,
         metrics: Box<dyn LoopMetrics>,
     ) -> EngineLoop {
-        let kv = model.new_kv_cache(KvType::F16, config.n_ctx);
+        let kv = model.new_kv_cache(config.kv_types, config.n_ctx);
         let draft = draft.map(|d| {
-            let kv = d.new_kv_cache(KvType::F16, config.n_ctx);
+            let kv = d.new_kv_cache(config.kv_types, config.n_ctx);
             (d, kv)
         });
         let positions = config.kv_positions.unwrap_or(config.n_ctx * config.parallel);

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::generate::{Completion, GenerateError, GenerateParams, TokenEvent};
 use crate::guard::Evaluator;
+use crate::kv_cache::{KvType, KvTypes};
 use crate::model::vision::PromptImages;
 use crate::model::Model;
 use crate::tokenizer::TokenId;
@@ -33,11 +34,22 @@ pub struct LoopConfig {
     pub cache_entries: usize,
     /// Tokens the draft model proposes per speculative round.
     pub n_draft: usize,
+    /// The element types of the KV cache's keys and values (the draft model's too).
+    pub kv_types: KvTypes,
 }
 
 impl LoopConfig {
     pub fn new(n_ctx: usize) -> LoopConfig {
-        LoopConfig { n_ctx, parallel: 8, queue: 64, prefill_chunk: 256, kv_positions: None, cache_entries: 16, n_draft: 8 }
+        LoopConfig {
+            n_ctx,
+            parallel: 8,
+            queue: 64,
+            prefill_chunk: 256,
+            kv_positions: None,
+            cache_entries: 16,
+            n_draft: 8,
+            kv_types: KvType::F16.into(),
+        }
     }
 }
 

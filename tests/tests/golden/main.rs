@@ -16,6 +16,7 @@ mod guard_families;
 mod guard_prompt_cache;
 mod guard_prompts;
 mod guard_verdicts;
+mod kv_quant;
 mod quant_golden;
 mod reference;
 mod rerank;

@@ -16,7 +16,7 @@ use super::norm::{layer_norm, rms_norm, rms_norm_in_place};
 use super::rope::rope_with;
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
-    column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvType,
+    column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvTypes,
     Rope, RowInput,
 };
 use crate::gguf::{GgufFile, TensorInfo};
@@ -204,8 +204,8 @@ impl Backend for CpuBackend {
         Ok(values.to_vec())
     }
 
-    fn new_kv_store(&self, ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize) -> CpuKvStore {
-        CpuKvStore::new(ty, n_layer, k_dim, v_dim)
+    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize) -> CpuKvStore {
+        CpuKvStore::new(types, n_layer, k_dim, v_dim)
     }
 
     fn zeros(&self, rows: usize, cols: usize) -> Result<HostTensor, BackendError> {
@@ -455,6 +455,26 @@ impl Backend for CpuBackend {
 
     fn softcap(&self, x: &mut HostTensor, cap: f32) -> Result<(), BackendError> {
         x.data.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
+        Ok(())
+    }
+
+    fn hadamard(&self, x: &mut HostTensor, block: usize) -> Result<(), BackendError> {
+        if !block.is_power_of_two() || block > 1024 || !x.cols.is_multiple_of(block) {
+            return Err(BackendError::shape("hadamard", format!("blocks of {block} in rows of {}", x.cols)));
+        }
+        let scale = 1.0 / (block as f32).sqrt();
+        for values in x.data.chunks_exact_mut(block) {
+            let mut s = 1;
+            while s < block {
+                for lo in (0..block).filter(|i| i & s == 0) {
+                    let (a, b) = (values[lo], values[lo | s]);
+                    values[lo] = a + b;
+                    values[lo | s] = a - b;
+                }
+                s <<= 1;
+            }
+            values.iter_mut().for_each(|v| *v *= scale);
+        }
         Ok(())
     }
 

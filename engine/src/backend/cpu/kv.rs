@@ -1,38 +1,69 @@
 //! The CPU's KV block storage: each block in use is its own allocation holding every layer's
-//! keys and values of `BLOCK_POSITIONS` positions, `[layer][position][dim]`, as f32 or f16. A
-//! released block's memory goes back to the allocator at once.
+//! keys and values of `BLOCK_POSITIONS` positions, `[layer][position][dim]`, as f32, f16, or
+//! rows of Q8_0 / Q4_0 blocks (quantized as llama.cpp's x86 CPU backend stores them). A released
+//! block's memory goes back to the allocator at once.
 
 use half::f16;
 
 use super::attention::{KvRow, KvRows};
-use crate::backend::{BackendError, BlockId, KvStorage, KvType, BLOCK_POSITIONS};
+use crate::backend::{BackendError, BlockId, KvStorage, KvType, KvTypes, BLOCK_POSITIONS, KV_QUANT_BLOCK};
+use crate::quant::blocks::{BlockQ4_0, BlockQ8_0};
+use crate::quant::{q4_0, q8_0};
 
+/// The rows of one block, keys or values: `rows` rows of `dim` values each.
 #[derive(Clone)]
 enum Storage {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    Q8_0(Vec<BlockQ8_0>),
+    Q4_0(Vec<BlockQ4_0>),
 }
 
 impl Storage {
-    fn zeros(ty: KvType, n: usize) -> Storage {
+    fn zeros(ty: KvType, rows: usize, dim: usize) -> Storage {
+        let blocks = rows * dim.div_ceil(KV_QUANT_BLOCK);
         match ty {
-            KvType::F32 => Storage::F32(vec![0.0; n]),
-            KvType::F16 => Storage::F16(vec![f16::ZERO; n]),
+            KvType::F32 => Storage::F32(vec![0.0; rows * dim]),
+            KvType::F16 => Storage::F16(vec![f16::ZERO; rows * dim]),
+            KvType::Q8_0 => Storage::Q8_0(vec![bytemuck::Zeroable::zeroed(); blocks]),
+            KvType::Q4_0 => Storage::Q4_0(vec![bytemuck::Zeroable::zeroed(); blocks]),
         }
     }
 
-    fn write(&mut self, at: usize, src: &[f32]) {
+    /// Stores `src` (one row) as row `row`.
+    fn write(&mut self, row: usize, src: &[f32]) {
+        let (dim, per_row) = (src.len(), src.len().div_ceil(KV_QUANT_BLOCK));
         match self {
-            Storage::F32(d) => d[at..at + src.len()].copy_from_slice(src),
-            Storage::F16(d) => d[at..at + src.len()].iter_mut().zip(src).for_each(|(o, &v)| *o = f16::from_f32(v)),
+            Storage::F32(d) => d[row * dim..(row + 1) * dim].copy_from_slice(src),
+            Storage::F16(d) => d[row * dim..(row + 1) * dim].iter_mut().zip(src).for_each(|(o, &v)| *o = f16::from_f32(v)),
+            Storage::Q8_0(d) => quantize_padded(src, &mut d[row * per_row..(row + 1) * per_row], |x, b| {
+                q8_0::quantize_activations(x, bytemuck::cast_slice_mut(b))
+            }),
+            Storage::Q4_0(d) => quantize_padded(src, &mut d[row * per_row..(row + 1) * per_row], q4_0::quantize_ref),
         }
     }
 
-    fn row(&self, at: usize, n: usize) -> KvRow<'_> {
+    /// Row `row` of `dim` values.
+    fn row(&self, row: usize, dim: usize) -> KvRow<'_> {
+        let per_row = dim.div_ceil(KV_QUANT_BLOCK);
         match self {
-            Storage::F32(d) => KvRow::F32(&d[at..at + n]),
-            Storage::F16(d) => KvRow::F16(&d[at..at + n]),
+            Storage::F32(d) => KvRow::F32(&d[row * dim..(row + 1) * dim]),
+            Storage::F16(d) => KvRow::F16(&d[row * dim..(row + 1) * dim]),
+            Storage::Q8_0(d) => KvRow::Q8_0(&d[row * per_row..(row + 1) * per_row]),
+            Storage::Q4_0(d) => KvRow::Q4_0(&d[row * per_row..(row + 1) * per_row]),
         }
+    }
+}
+
+/// Quantizes one row into `blocks` with `quantize`, a last partial block padded with zeros.
+fn quantize_padded<B>(src: &[f32], blocks: &mut [B], quantize: impl Fn(&[f32], &mut [B])) {
+    let whole = src.len() / KV_QUANT_BLOCK;
+    let (head, tail) = src.split_at(whole * KV_QUANT_BLOCK);
+    quantize(head, &mut blocks[..whole]);
+    if !tail.is_empty() {
+        let mut padded = [0.0f32; KV_QUANT_BLOCK];
+        padded[..tail.len()].copy_from_slice(tail);
+        quantize(&padded, &mut blocks[whole..]);
     }
 }
 
@@ -45,7 +76,7 @@ struct Block {
 
 /// Block storage in host memory, indexed by block id.
 pub struct CpuKvStore {
-    ty: KvType,
+    types: KvTypes,
     n_layer: usize,
     k_dim: usize,
     v_dim: usize,
@@ -53,8 +84,8 @@ pub struct CpuKvStore {
 }
 
 impl CpuKvStore {
-    pub fn new(ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize) -> CpuKvStore {
-        CpuKvStore { ty, n_layer, k_dim, v_dim, blocks: Vec::new() }
+    pub fn new(types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize) -> CpuKvStore {
+        CpuKvStore { types, n_layer, k_dim, v_dim, blocks: Vec::new() }
     }
 
     fn block(&self, id: BlockId) -> &Block {
@@ -64,10 +95,9 @@ impl CpuKvStore {
     /// Stores the key and value rows of `layer` at `offset` of block `id`.
     pub(crate) fn write(&mut self, id: BlockId, layer: usize, offset: usize, k: &[f32], v: &[f32]) {
         debug_assert!(k.len() == self.k_dim && v.len() == self.v_dim && offset < BLOCK_POSITIONS);
-        let (kd, vd) = (self.k_dim, self.v_dim);
         let block = self.blocks[id as usize].as_deref_mut().expect("a block in use");
-        block.k.write((layer * BLOCK_POSITIONS + offset) * kd, k);
-        block.v.write((layer * BLOCK_POSITIONS + offset) * vd, v);
+        block.k.write(layer * BLOCK_POSITIONS + offset, k);
+        block.v.write(layer * BLOCK_POSITIONS + offset, v);
     }
 
     /// One layer of the sequence whose blocks are `table`, for attention.
@@ -82,8 +112,9 @@ impl KvStorage for CpuKvStore {
         if self.blocks.len() <= i {
             self.blocks.resize_with(i + 1, || None);
         }
-        let (kn, vn) = (self.n_layer * BLOCK_POSITIONS * self.k_dim, self.n_layer * BLOCK_POSITIONS * self.v_dim);
-        self.blocks[i] = Some(Box::new(Block { k: Storage::zeros(self.ty, kn), v: Storage::zeros(self.ty, vn) }));
+        let rows = self.n_layer * BLOCK_POSITIONS;
+        let (k, v) = (Storage::zeros(self.types.key, rows, self.k_dim), Storage::zeros(self.types.value, rows, self.v_dim));
+        self.blocks[i] = Some(Box::new(Block { k, v }));
         Ok(())
     }
 
@@ -98,7 +129,7 @@ impl KvStorage for CpuKvStore {
     }
 
     fn block_bytes(&self) -> usize {
-        self.n_layer * BLOCK_POSITIONS * (self.k_dim + self.v_dim) * self.ty.size()
+        self.n_layer * BLOCK_POSITIONS * (self.types.key.row_bytes(self.k_dim) + self.types.value.row_bytes(self.v_dim))
     }
 }
 
@@ -111,12 +142,12 @@ pub(crate) struct LayerView<'a> {
 
 impl KvRows for LayerView<'_> {
     fn key(&self, pos: usize) -> KvRow<'_> {
-        let (b, kd) = (self.store.block(self.table[pos / BLOCK_POSITIONS]), self.store.k_dim);
-        b.k.row((self.layer * BLOCK_POSITIONS + pos % BLOCK_POSITIONS) * kd, kd)
+        let b = self.store.block(self.table[pos / BLOCK_POSITIONS]);
+        b.k.row(self.layer * BLOCK_POSITIONS + pos % BLOCK_POSITIONS, self.store.k_dim)
     }
 
     fn value(&self, pos: usize) -> KvRow<'_> {
-        let (b, vd) = (self.store.block(self.table[pos / BLOCK_POSITIONS]), self.store.v_dim);
-        b.v.row((self.layer * BLOCK_POSITIONS + pos % BLOCK_POSITIONS) * vd, vd)
+        let b = self.store.block(self.table[pos / BLOCK_POSITIONS]);
+        b.v.row(self.layer * BLOCK_POSITIONS + pos % BLOCK_POSITIONS, self.store.v_dim)
     }
 }

@@ -7,11 +7,11 @@ use half::f16;
 use super::reference as naive;
 use super::{nmse, OpCases, Rng};
 use crate::backend::{
-    Activation, AttentionRow, AttentionShape, Backend, BlockId, ColumnBlocks, KvSlot, KvSource, KvStorage, KvType, Rope, RopeKind,
+    Activation, AttentionRow, AttentionShape, Backend, BlockId, ColumnBlocks, KvSlot, KvSource, KvStorage, KvType, KvTypes, Rope, RopeKind,
     RowInput, Yarn, BLOCK_POSITIONS,
 };
 use crate::gguf::{GgufFile, GgufWriter};
-use crate::quant::{ops_for, GgmlType, Isa};
+use crate::quant::{ops_for, q4_0, q8_0, GgmlType, Isa};
 
 /// Every weight type the engine computes with: those it quantizes to, then the grid i-quants.
 fn weight_types() -> Vec<GgmlType> {
@@ -34,9 +34,16 @@ pub fn table<B: Backend>() -> Vec<OpCases<B>> {
         OpCases { op: "layer_norm", bound: 1e-12, run: layer_norm },
         // ggml builds the angles by repeated f32 products: their error grows with the position
         OpCases { op: "rope", bound: 1e-8, run: rope },
-        OpCases { op: "kv_write + attention (f32 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::F32) },
-        // the reference reads the same f16-rounded keys and values
-        OpCases { op: "kv_write + attention (f16 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::F16) },
+        OpCases { op: "kv_write + attention (f32 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::F32.into()) },
+        // the reference reads the same f16-rounded (or quantized) keys and values
+        OpCases { op: "kv_write + attention (f16 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::F16.into()) },
+        OpCases { op: "kv_write + attention (q8_0 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::Q8_0.into()) },
+        OpCases { op: "kv_write + attention (q4_0 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::Q4_0.into()) },
+        OpCases {
+            op: "kv_write + attention (q8_0 keys, q4_0 values)",
+            bound: 1e-11,
+            run: |b, r| cached_attention(b, r, KvTypes { key: KvType::Q8_0, value: KvType::Q4_0 }),
+        },
         OpCases { op: "attention (batch rows)", bound: 1e-11, run: batch_attention },
         // GELU goes through ggml's f16 table: its input and output are rounded to f16
         OpCases { op: "glu", bound: 1e-6, run: glu },
@@ -46,6 +53,8 @@ pub fn table<B: Backend>() -> Vec<OpCases<B>> {
         OpCases { op: "add_bias", bound: 1e-14, run: add_bias },
         OpCases { op: "add_weighted_rows", bound: 1e-14, run: add_weighted_rows },
         OpCases { op: "softcap", bound: 1e-12, run: softcap },
+        // sums and differences of f32 values, then one scale
+        OpCases { op: "hadamard", bound: 1e-12, run: hadamard },
         OpCases { op: "select_rows", bound: 0.0, run: select_rows },
         OpCases { op: "copy_columns", bound: 0.0, run: copy_columns },
     ]
@@ -281,20 +290,40 @@ fn rope<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
     out
 }
 
-/// Keys and values as the cache stores them (rounded to f16 for an f16 cache).
-fn stored(ty: KvType, x: Vec<f32>) -> Vec<f32> {
-    match ty {
-        KvType::F32 => x,
-        KvType::F16 => x.into_iter().map(|v| f16::from_f32(v).to_f32()).collect(),
-    }
+/// Keys or values, rows of `dim`, as the cache gives them back: rounded to f16, or quantized
+/// (as llama.cpp's x86 CPU backend quantizes them: Q8_0 as its activations, Q4_0 by ggml's
+/// reference; each row's last block padded with zeros) and dequantized by ggml's reference.
+fn stored(ty: KvType, x: Vec<f32>, dim: usize) -> Vec<f32> {
+    let round_trip = |row: &[f32]| -> Vec<f32> {
+        let mut padded = row.to_vec();
+        padded.resize(dim.div_ceil(32) * 32, 0.0);
+        let mut out = vec![0.0; padded.len()];
+        match ty {
+            KvType::F32 => out.copy_from_slice(&padded),
+            KvType::F16 => out.iter_mut().zip(&padded).for_each(|(o, &v)| *o = f16::from_f32(v).to_f32()),
+            KvType::Q8_0 => {
+                let mut blocks = vec![bytemuck::Zeroable::zeroed(); padded.len() / 32];
+                q8_0::quantize_activations(&padded, bytemuck::cast_slice_mut(&mut blocks));
+                q8_0::dequantize_ref(&blocks, &mut out);
+            }
+            KvType::Q4_0 => {
+                let mut blocks = vec![bytemuck::Zeroable::zeroed(); padded.len() / 32];
+                q4_0::quantize_ref(&padded, &mut blocks);
+                q4_0::dequantize_ref(&blocks, &mut out);
+            }
+        }
+        out.truncate(dim);
+        out
+    };
+    x.chunks_exact(dim).flat_map(round_trip).collect()
 }
 
-fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, ty: KvType) -> Vec<(String, f64)> {
+fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, types: KvTypes) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     for (n_head, n_head_kv, dk, dv) in [(4, 2, 64, 64), (6, 6, 40, 24), (8, 1, 80, 80), (2, 1, 64, 72)] {
         let shape = AttentionShape { n_head, n_head_kv, head_dim_k: dk, head_dim_v: dv, scale: 1.0 / (dk as f32).sqrt(), softcap: 0.0 };
         let (kd, vd, n_layer) = (n_head_kv * dk, n_head_kv * dv, 2);
-        let mut store = b.new_kv_store(ty, n_layer, kd, vd);
+        let mut store = b.new_kv_store(types, n_layer, kd, vd);
         // three sequences; block ids out of order and not contiguous; the third long enough for
         // a device's attention to cut it into splits
         let tables: [Vec<BlockId>; 3] = [vec![4, 0, 2], vec![5, 1], (6..26).rev().collect()];
@@ -310,7 +339,7 @@ fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, ty: KvType) -> Vec<(String
             for layer in 0..n_layer {
                 let (k, v) = (rng.values(len * kd, 2.0), rng.values(len * vd, 2.0));
                 b.kv_write(&mut store, layer, &slots, &host(b, len, kd, &k), &host(b, len, vd, &v)).expect("kv_write");
-                layer_rows.push((stored(ty, k), stored(ty, v)));
+                layer_rows.push((stored(types.key, k, kd), stored(types.value, v, vd)));
             }
             // layer 1 is the one attended; layer 0 must stay out of it
             let (k, v) = layer_rows.pop().expect("layer 1");
@@ -469,6 +498,18 @@ fn add_weighted_rows<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
         }
     }
     vec![(format!("3 of {src_rows} rows into {out_rows}x{cols}"), nmse(&back(b, t), &want))]
+}
+
+fn hadamard<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    [(64usize, 3usize, 128usize), (128, 2, 256), (256, 5, 512), (64, 1, 576)]
+        .into_iter()
+        .map(|(block, rows, cols)| {
+            let x = rng.values(rows * cols, 4.0);
+            let mut t = host(b, rows, cols, &x);
+            b.hadamard(&mut t, block).expect("hadamard");
+            (format!("{rows}x{cols} in blocks of {block}"), nmse(&back(b, t), &naive::hadamard(&x, block)))
+        })
+        .collect()
 }
 
 fn softcap<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {

@@ -163,6 +163,21 @@ pub fn gated(act: Activation, g: f64, u: f64) -> f64 {
     }
 }
 
+/// Each block of `block` values times the orthonormal Walsh-Hadamard matrix of that order, as a
+/// product by the matrix itself (Sylvester's order: entry (i, j) is (-1)^popcount(i & j) /
+/// sqrt(block), as llama.cpp builds it), in f64.
+pub fn hadamard(x: &[f32], block: usize) -> Vec<f64> {
+    let scale = 1.0 / (block as f64).sqrt();
+    x.chunks_exact(block)
+        .flat_map(|v| {
+            (0..block).map(move |i| {
+                let sign = |j: usize| if (i & j).count_ones().is_multiple_of(2) { 1.0 } else { -1.0 };
+                v.iter().enumerate().map(|(j, &x)| sign(j) * f64::from(x)).sum::<f64>() * scale
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

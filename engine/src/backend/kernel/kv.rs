@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
-use kernels::launch::PoolArgs;
+use kernels::launch::{PoolArgs, PoolElement};
 use kernels::Runtime;
 
 use super::runtime_error;
-use crate::backend::{BackendError, BlockId, Device, KvStorage, KvType, BLOCK_POSITIONS};
+use crate::backend::{BackendError, BlockId, Device, KvStorage, KvType, KvTypes, BLOCK_POSITIONS};
 
 /// Blocks a new store makes room for before its first growth.
 const INITIAL_BLOCKS: usize = 16;
@@ -17,7 +17,7 @@ const INITIAL_BLOCKS: usize = 16;
 pub struct DeviceKvStore<R: Runtime> {
     rt: Arc<R>,
     device: Device,
-    ty: KvType,
+    types: KvTypes,
     n_layer: usize,
     k_dim: usize,
     v_dim: usize,
@@ -27,26 +27,31 @@ pub struct DeviceKvStore<R: Runtime> {
 }
 
 impl<R: Runtime> DeviceKvStore<R> {
-    pub(super) fn new(rt: Arc<R>, device: Device, ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize) -> DeviceKvStore<R> {
-        DeviceKvStore { rt, device, ty, n_layer, k_dim, v_dim, capacity: 0, pools: None }
+    pub(super) fn new(rt: Arc<R>, device: Device, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize) -> DeviceKvStore<R> {
+        DeviceKvStore { rt, device, types, n_layer, k_dim, v_dim, capacity: 0, pools: None }
     }
 
-    pub(super) fn pool_args(&self, dim: usize) -> PoolArgs {
-        PoolArgs { blocks: self.capacity, n_layer: self.n_layer, dim, f16: self.ty == KvType::F16 }
+    /// The layouts of the key pool and of the value pool.
+    pub(super) fn pool_args(&self) -> (PoolArgs, PoolArgs) {
+        let args = |dim, ty| PoolArgs { blocks: self.capacity, n_layer: self.n_layer, dim, element: element(ty) };
+        (args(self.k_dim, self.types.key), args(self.v_dim, self.types.value))
     }
 
     /// (keys, values, their layouts); `None` before any block was allocated.
     pub(super) fn pools(&self) -> Option<(&R::Buffer, &R::Buffer, PoolArgs, PoolArgs)> {
-        self.pools.as_ref().map(|(k, v)| (k, v, self.pool_args(self.k_dim), self.pool_args(self.v_dim)))
+        let (k_args, v_args) = self.pool_args();
+        self.pools.as_ref().map(|(k, v)| (k, v, k_args, v_args))
     }
 
-    fn bytes_per_block(&self, dim: usize) -> usize {
-        self.n_layer * BLOCK_POSITIONS * dim * self.ty.size()
+    /// Bytes of one block in the key pool and in the value pool.
+    fn bytes_per_block(&self) -> (usize, usize) {
+        let rows = self.n_layer * BLOCK_POSITIONS;
+        (rows * self.types.key.row_bytes(self.k_dim), rows * self.types.value.row_bytes(self.v_dim))
     }
 
     fn grow_to(&mut self, blocks: usize) -> Result<(), BackendError> {
         let fail = |e| runtime_error(self.device, "kv cache", e);
-        let (kb, vb) = (self.bytes_per_block(self.k_dim), self.bytes_per_block(self.v_dim));
+        let (kb, vb) = self.bytes_per_block();
         let k = self.rt.alloc_zeroed(blocks * kb).map_err(fail)?;
         let v = self.rt.alloc_zeroed(blocks * vb).map_err(fail)?;
         if let Some((old_k, old_v)) = &self.pools {
@@ -71,7 +76,7 @@ impl<R: Runtime> KvStorage for DeviceKvStore<R> {
     fn release_block(&mut self, _id: BlockId) {}
 
     fn copy_block(&mut self, src: BlockId, dst: BlockId) -> Result<(), BackendError> {
-        let (kb, vb) = (self.bytes_per_block(self.k_dim), self.bytes_per_block(self.v_dim));
+        let (kb, vb) = self.bytes_per_block();
         let Some((k, v)) = &self.pools else {
             return Err(BackendError::shape("copy_block", "no block was allocated"));
         };
@@ -82,7 +87,18 @@ impl<R: Runtime> KvStorage for DeviceKvStore<R> {
     }
 
     fn block_bytes(&self) -> usize {
-        self.bytes_per_block(self.k_dim) + self.bytes_per_block(self.v_dim)
+        let (kb, vb) = self.bytes_per_block();
+        kb + vb
+    }
+}
+
+/// The kernels' code for an element type.
+fn element(ty: KvType) -> PoolElement {
+    match ty {
+        KvType::F32 => PoolElement::F32,
+        KvType::F16 => PoolElement::F16,
+        KvType::Q8_0 => PoolElement::Q8_0,
+        KvType::Q4_0 => PoolElement::Q4_0,
     }
 }
 
@@ -100,11 +116,11 @@ mod tests {
     #[test]
     fn the_pool_grows_keeping_its_blocks_and_copies_whole_blocks() {
         let rt = Arc::new(HostRuntime);
-        let mut s = DeviceKvStore::new(Arc::clone(&rt), Device::Cuda(0), KvType::F16, 2, 8, 4);
+        let mut s = DeviceKvStore::new(Arc::clone(&rt), Device::Cuda(0), KvType::F16.into(), 2, 8, 4);
         assert!(s.pools().is_none());
         s.alloc_block(3).unwrap();
         assert_eq!(s.capacity, INITIAL_BLOCKS);
-        let (kb, vb) = (s.bytes_per_block(8), s.bytes_per_block(4));
+        let (kb, vb) = s.bytes_per_block();
         assert_eq!(s.block_bytes(), kb + vb);
         let key: Vec<u8> = (0..kb).map(|i| (i % 251) as u8).collect();
         let value: Vec<u8> = (0..vb).map(|i| (i % 13 + 100) as u8).collect();

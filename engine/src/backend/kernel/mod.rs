@@ -16,7 +16,7 @@ pub use kv::DeviceKvStore;
 
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
-    column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvType,
+    column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvTypes,
     Rope, RopeKind, RowInput,
 };
 use crate::gguf::{GgufFile, TensorInfo};
@@ -221,8 +221,8 @@ where
         Ok(DeviceVector { buf: self.rt.upload(&as_bytes(values)).map_err(self.fail("upload_vector"))?, len: values.len() })
     }
 
-    fn new_kv_store(&self, ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize) -> DeviceKvStore<R> {
-        DeviceKvStore::new(Arc::clone(&self.rt), self.device, ty, n_layer, k_dim, v_dim)
+    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize) -> DeviceKvStore<R> {
+        DeviceKvStore::new(Arc::clone(&self.rt), self.device, types, n_layer, k_dim, v_dim)
     }
 
     fn zeros(&self, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
@@ -505,6 +505,13 @@ where
 
     fn softcap(&self, x: &mut DeviceTensor<R>, cap: f32) -> Result<(), BackendError> {
         launch::scale_or_cap(&*self.rt, "softcap", &x.buf, cap, x.rows * x.cols).map_err(self.fail("softcap"))
+    }
+
+    fn hadamard(&self, x: &mut DeviceTensor<R>, block: usize) -> Result<(), BackendError> {
+        if !block.is_power_of_two() || block > 1024 || !x.cols.is_multiple_of(block) {
+            return Err(BackendError::shape("hadamard", format!("blocks of {block} in rows of {}", x.cols)));
+        }
+        launch::hadamard(&*self.rt, &x.buf, block, x.rows * x.cols).map_err(self.fail("hadamard"))
     }
 
     fn copy_columns(

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use engine::quant::GgmlType;
 use engine_tests::shaped::random_matrix;
-use kernels::launch::{self, HeadArgs, KvArgs, MatmulInput, MatrixArgs, PoolArgs, QueryRow, KV_BLOCK_POSITIONS, Q8_1_BYTES};
+use kernels::launch::{self, HeadArgs, KvArgs, MatmulInput, MatrixArgs, PoolArgs, PoolElement, QueryRow, KV_BLOCK_POSITIONS, Q8_1_BYTES};
 use kernels::{Runtime, RuntimeError};
 
 /// What the speed section measures.
@@ -179,7 +179,7 @@ fn attention<R: Runtime>(
     iters: usize,
 ) -> Result<f64, RuntimeError> {
     let per_seq = ctx.div_ceil(KV_BLOCK_POSITIONS);
-    let pool = PoolArgs { blocks: seqs * per_seq, n_layer: 1, dim: n_head_kv * dk, f16: true };
+    let pool = PoolArgs { blocks: seqs * per_seq, n_layer: 1, dim: n_head_kv * dk, element: PoolElement::F16 };
     // small random halves: any finite keys and values do
     let halves: Vec<u8> = (0..pool.bytes() / 2).flat_map(|i| half::f16::from_f32(((i % 17) as f32 - 8.0) / 64.0).to_le_bytes()).collect();
     let (k, v) = (rt.upload(&halves)?, rt.upload(&halves)?);
