@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use engine::generate::{FinishReason, GenerateParams, Generator, TokenConstraint, TokenEvent};
+use engine::generate::{FinishReason, GenerateParams, Generator, NgramDraft, TokenConstraint, TokenEvent};
 use engine::grammar::{Constraint, GrammarCompiler};
 use engine::model::Model;
 
@@ -43,11 +43,15 @@ pub struct RunArgs {
     #[arg(long = "image", value_name = "PATH", requires = "mmproj")]
     pub images: Vec<PathBuf>,
     /// A draft model with the same vocabulary for speculative decoding.
-    #[arg(long, conflicts_with = "images")]
+    #[arg(long, conflicts_with_all = ["images", "spec"])]
     pub draft: Option<PathBuf>,
-    /// Tokens the draft proposes per round.
+    /// Tokens the draft (or the n-gram lookup) proposes per round.
     #[arg(long, default_value_t = 8, value_parser = parse_positive)]
     pub draft_n: usize,
+    /// Speculation without a draft model: `ngram` proposes the tokens that followed the latest
+    /// earlier occurrence of the last 4, 3 or 2 tokens in the prompt and output so far.
+    #[arg(long, value_parser = ["ngram"], conflicts_with = "images")]
+    pub spec: Option<String>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 }
@@ -103,6 +107,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         let mut generator = Generator::new(&model, &mut kv, 0, &prompt, params)?;
         if let (Some(d), Some(dkv)) = (draft.as_ref(), draft_kv.as_mut()) {
             generator = generator.with_draft(d, dkv, args.draft_n)?;
+        }
+        if args.spec.is_some() {
+            generator = generator.with_ngram(NgramDraft { n_draft: args.draft_n, ..NgramDraft::DEFAULT })?;
         }
         let mut finish = None;
         for event in generator.by_ref() {
@@ -187,7 +194,7 @@ fn report(
     if args.sampling.temp > 0.0 {
         eprintln!("sampling: temperature {}, seed {seed}", args.sampling.temp);
     }
-    if args.draft.is_some() {
+    if args.draft.is_some() || args.spec.is_some() {
         let rate = if usage.drafted_tokens > 0 { usage.accepted_tokens as f64 / usage.drafted_tokens as f64 } else { 0.0 };
         eprintln!("draft: {} proposed, {} accepted ({:.1}%)", usage.drafted_tokens, usage.accepted_tokens, rate * 100.0);
     }

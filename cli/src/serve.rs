@@ -113,8 +113,13 @@ pub struct ServeArgs {
     /// (speculative decoding, used while a sequence decodes alone: with several, one batched pass
     /// already serves them all; greedy output is unchanged, sampled output keeps its
     /// distribution).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "spec")]
     pub draft: Option<PathBuf>,
+    /// Speculation without a draft model: `ngram` proposes the tokens that followed the latest
+    /// earlier occurrence of a sequence's last 4, 3 or 2 tokens in its own prompt and output (up
+    /// to 8 per round, while a sequence decodes alone; greedy output is unchanged).
+    #[arg(long, value_parser = ["ngram"])]
+    pub spec: Option<String>,
     #[arg(long, default_value = "127.0.0.1")]
     pub host: IpAddr,
     #[arg(long, default_value_t = 8080)]
@@ -249,6 +254,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         kv_positions: None,
         kv_bytes: args.kv_memory.map(|mib| mib.saturating_mul(1 << 20)),
         kv_types: args.kv.types(),
+        ngram: args.spec.map(|_| engine::generate::NgramDraft::DEFAULT),
     };
     let mut builder = Server::builder()
         .api_key(args.api_key.clone())

@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine::backend::Device;
+use engine::generate::NgramDraft;
 use engine::guard::{GenericPrompt, GuardFamily, Policies};
 use engine::kv_cache::KvTypes;
 use engine::model::Model;
@@ -148,6 +149,8 @@ pub struct Scheduling {
     /// The element types of the generating models' KV caches (a guard's own cache stays f16:
     /// its scores are what policies' thresholds were set against).
     pub kv_types: KvTypes,
+    /// Speculation from each sequence's own tokens for chat models without a draft model.
+    pub ngram: Option<NgramDraft>,
 }
 
 impl Default for Scheduling {
@@ -161,6 +164,7 @@ impl Default for Scheduling {
             kv_positions: None,
             kv_bytes: None,
             kv_types: d.kv_types,
+            ngram: None,
         }
     }
 }

@@ -128,7 +128,7 @@ impl Metrics {
         registry.register("prefix_cache_hits", "Sequences started on a cached prefix", f.prefix_hits.clone());
         registry.register("prompt_tokens", "Prompt tokens of started sequences", f.prompt_tokens.clone());
         registry.register("prompt_tokens_cached", "Prompt tokens found in the cache instead of computed", f.prompt_tokens_cached.clone());
-        registry.register("draft_tokens", "Tokens proposed by the draft model", f.draft_tokens.clone());
+        registry.register("draft_tokens", "Tokens proposed by the draft model or the n-gram lookup", f.draft_tokens.clone());
         registry.register("draft_tokens_accepted", "Draft tokens the target model kept", f.draft_tokens_accepted.clone());
         registry.register("requests", "HTTP requests served (every route)", m.requests.clone());
         registry.register(

@@ -67,6 +67,7 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
         cache_entries: sc.cache_entries,
         kv_positions,
         kv_types: sc.kv_types,
+        ngram: sc.ngram.filter(|_| spec.chat && spec.draft.is_none()),
         ..LoopConfig::new(n_ctx)
     };
     let digest = spec.guard.then(|| audit::ModelDigest::start(&spec.model));

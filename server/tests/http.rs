@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use common::start;
 use engine::chat::{tokenize_rendered, ChatInput, ChatTemplate};
+use engine::generate::NgramDraft;
 use engine::model::Model;
 use engine_tests::fixture;
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use server::{ModelSpec, Server, ServerBuilder};
+use server::{ModelSpec, Scheduling, Server, ServerBuilder};
 
 const CHAT: &str = "tiny-llama";
 const GUARD: &str = "guardian-tiny-3.0";
@@ -465,6 +466,42 @@ fn a_draft_model_leaves_greedy_output_unchanged() {
         .model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(other_vocab) })
         .build();
     assert!(refused.is_err());
+}
+
+#[test]
+fn ngram_speculation_leaves_greedy_output_unchanged_and_is_counted() {
+    let spec = |ngram| {
+        start(Server::builder().scheduling(Scheduling { ngram, ..Scheduling::default() }).model(ModelSpec {
+            id: CHAT.into(),
+            model: chat_model(),
+            chat: true,
+            guard: false,
+            n_ctx: Some(256),
+            draft: None,
+        }))
+    };
+    let (with, without) = (spec(Some(NgramDraft::DEFAULT)), spec(None));
+    let c = client();
+    for (i, content) in ["Say hello hello hello", "Count one two one two one two", "Repeat"].iter().enumerate() {
+        let body = json!({"model": CHAT, "messages": [{"role": "user", "content": content}], "max_tokens": 40, "temperature": 0});
+        let a: Value = c.post(format!("{with}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap();
+        let b: Value = c.post(format!("{without}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap();
+        assert_eq!(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"], "request {i}");
+        assert_eq!(a["usage"]["completion_tokens"], b["usage"]["completion_tokens"]);
+    }
+    let metrics = client().get(format!("{with}/metrics")).send().unwrap().text().unwrap();
+    let value = |name: &str| -> u64 {
+        let prefix = format!("{name}{{model=\"{CHAT}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (drafted, accepted) = (value("draft_tokens_total"), value("draft_tokens_accepted_total"));
+    assert!(drafted > 0 && accepted <= drafted, "{accepted} of {drafted} n-gram tokens kept");
 }
 
 #[test]

@@ -219,3 +219,22 @@ fn quantized_kv_caches_run_and_are_named_on_stderr() {
         }
     }
 }
+
+/// `--spec ngram`: proposals from the prompt and output themselves; the greedy text is the
+/// same, and the tiny model's looping output gives it plenty to propose.
+#[test]
+fn ngram_speculation_gives_the_same_greedy_text() {
+    let target = fixture("tiny-llama-F32.gguf");
+    let base = ["-m", target.to_str().unwrap(), "-p", "one two three one two three one two", "-n", "48", "--temp", "0", "--kv-type", "f32"];
+    let alone = run(&base);
+    let with = run(&[&base[..], &["--spec", "ngram", "--draft-n", "6"]].concat());
+    assert!(with.status.success(), "{}", String::from_utf8_lossy(&with.stderr));
+    assert_eq!(String::from_utf8_lossy(&alone.stdout), String::from_utf8_lossy(&with.stdout));
+    let err = String::from_utf8(with.stderr).unwrap();
+    let line = err.lines().find(|l| l.starts_with("draft: ")).unwrap_or_else(|| panic!("{err}"));
+    let proposed: usize = line["draft: ".len()..].split(' ').next().unwrap().parse().unwrap();
+    assert!(proposed > 0, "{line}");
+    // with a draft model it is one or the other
+    let both = run(&[&base[..], &["--spec", "ngram", "--draft", target.to_str().unwrap()]].concat());
+    assert_eq!(both.status.code(), Some(2), "{both:?}");
+}

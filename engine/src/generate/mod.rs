@@ -7,6 +7,7 @@
 //! them knows about HTTP or terminals.
 
 mod batch;
+mod ngram;
 mod sequence;
 mod speculative;
 pub mod stop;
@@ -21,6 +22,7 @@ use crate::logprobs::TokenLogprob;
 use crate::model::{BatchEntry, Model, ModelError};
 use crate::sampling::{SamplingError, SamplingParams};
 use crate::tokenizer::TokenId;
+pub use ngram::NgramDraft;
 pub use speculative::{check_same_vocabulary, draft_rng, speculative_round, Draft, SpeculativeRound};
 
 /// What to generate and when to stop.
@@ -137,12 +139,10 @@ pub enum GenerateError {
     Cancelled,
 }
 
-/// A generator's draft model: what [`Draft`] borrows each round.
-struct DraftState<'a> {
-    model: &'a Model,
-    kv: &'a mut KvCache,
-    n_draft: usize,
-    rng: crate::sampling::Rng,
+/// Where a generator's proposals come from: what [`Draft`] borrows each round.
+enum DraftState<'a> {
+    Model { model: &'a Model, kv: &'a mut KvCache, n_draft: usize, rng: crate::sampling::Rng },
+    Ngram(NgramDraft),
 }
 
 /// Generates one output for one sequence, as an iterator of [`TokenEvent`]s. Each call to
@@ -197,7 +197,18 @@ impl<'a> Generator<'a> {
         let cached = draft_kv.seq_len(self.seq).min(self.history.len() - 1);
         draft_kv.truncate(self.seq, cached);
         let rng = draft_rng(self.decoder.sampler().params().seed);
-        self.draft = Some(DraftState { model: draft, kv: draft_kv, n_draft, rng });
+        self.draft = Some(DraftState::Model { model: draft, kv: draft_kv, n_draft, rng });
+        Ok(self)
+    }
+
+    /// Speculative decoding without a draft model: `ngram` proposes the tokens that followed
+    /// the latest earlier occurrence of the sequence's last few tokens ([`NgramDraft`]), checked
+    /// as a draft model's are. Greedy output is identical; constrained outputs decode without it.
+    pub fn with_ngram(mut self, ngram: NgramDraft) -> Result<Self, GenerateError> {
+        if ngram.n_draft == 0 || ngram.min_ngram == 0 || ngram.min_ngram > ngram.max_ngram {
+            return Err(GenerateError::Draft(format!("n-gram drafting needs 1 <= min <= max n-gram and a draft of at least 1: {ngram:?}")));
+        }
+        self.draft = Some(DraftState::Ngram(ngram));
         Ok(self)
     }
 
@@ -226,7 +237,10 @@ impl<'a> Generator<'a> {
         let fed = self.kv.seq_len(self.seq);
         let pending = self.history.len() - fed;
         if let (Some(d), 1, false) = (self.draft.as_mut(), pending, self.decoder.is_constrained()) {
-            let draft = Draft { model: d.model, kv: &mut *d.kv, n_draft: d.n_draft, rng: &mut d.rng };
+            let draft = match d {
+                DraftState::Model { model, kv, n_draft, rng } => Draft::Model { model, kv, n_draft: *n_draft, rng },
+                DraftState::Ngram(ngram) => Draft::Ngram(*ngram),
+            };
             if let Some(round) = speculative_round(self.model, self.kv, self.seq, &mut self.decoder, &mut self.history, draft)? {
                 self.usage.drafted_tokens += round.drafted;
                 self.usage.accepted_tokens += round.accepted;

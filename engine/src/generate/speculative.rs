@@ -1,5 +1,6 @@
-//! Speculative decoding: a small draft model proposes a few tokens, the target model scores them
-//! all in one batched forward pass, and the standard acceptance rule keeps a prefix of them.
+//! Speculative decoding: a small draft model (or the sequence's own history, `ngram.rs`)
+//! proposes a few tokens, the target model scores them all in one batched forward pass, and the
+//! standard acceptance rule keeps a prefix of them.
 //!
 //! A proposal `d` drawn from the draft's distribution `q` is kept with probability
 //! `min(1, p(d) / q(d))`, `p` being the target's distribution at that position (after the
@@ -9,6 +10,7 @@
 //! both distributions are certainties, so a proposal is kept exactly when it is the target's
 //! argmax: greedy output equals the target's alone, token for token.
 
+use super::ngram::NgramDraft;
 use super::{GenerateError, SequenceDecoder, TokenEvent};
 use crate::kv_cache::{KvCache, SeqId};
 use crate::model::{BatchEntry, Model};
@@ -18,13 +20,22 @@ use crate::tokenizer::TokenId;
 /// Vocabulary sizes may differ by a few padding tokens (llama.cpp allows as much).
 const MAX_VOCAB_SIZE_DIFFERENCE: usize = 128;
 
-/// The draft model, its cache and its own random generator (so the target's stays the same
-/// whatever the draft does).
-pub struct Draft<'a> {
-    pub model: &'a Model,
-    pub kv: &'a mut KvCache,
-    pub n_draft: usize,
-    pub rng: &'a mut Rng,
+/// Where a round's proposals come from.
+pub enum Draft<'a> {
+    /// A draft model, its cache and its own random generator (so the target's stays the same
+    /// whatever the draft does).
+    Model { model: &'a Model, kv: &'a mut KvCache, n_draft: usize, rng: &'a mut Rng },
+    /// The sequence's own history.
+    Ngram(NgramDraft),
+}
+
+impl Draft<'_> {
+    fn n_draft(&self) -> usize {
+        match self {
+            Draft::Model { n_draft, .. } => *n_draft,
+            Draft::Ngram(n) => n.n_draft,
+        }
+    }
 }
 
 /// The draft's random generator for a sequence whose sampling seed is `seed`.
@@ -62,9 +73,10 @@ pub fn check_same_vocabulary(target: &Model, draft: &Model) -> Result<(), Genera
 }
 
 /// One round for sequence `seq` of `kv`, whose cache holds all of `history` but its last token:
-/// `draft` proposes up to `n_draft` tokens (catching up on what its cache lacks of `history`),
-/// the target checks them in one pass, and `decoder` commits the kept prefix and one token of
-/// the target's. `history` gains the committed tokens; both caches keep only what was kept.
+/// `draft` proposes up to `n_draft` tokens (a draft model catching up on what its cache lacks of
+/// `history`), the target checks them in one pass, and `decoder` commits the kept prefix and one
+/// token of the target's. `history` gains the committed tokens; the caches keep only what was
+/// kept.
 /// Returns `None` (having done nothing) when no proposal fits (token budget, a nearly full
 /// context): the caller then runs a plain step.
 pub fn speculative_round(
@@ -78,33 +90,22 @@ pub fn speculative_round(
     let fed = kv.seq_len(seq);
     debug_assert_eq!(fed + 1, history.len(), "the cache holds all of the history but its last token");
     let room = kv.n_ctx().saturating_sub(fed + 1);
-    let k = draft.n_draft.min(decoder.remaining().saturating_sub(1)).min(room);
+    let k = draft.n_draft().min(decoder.remaining().saturating_sub(1)).min(room);
     if k == 0 {
         return Ok(None);
     }
-    let n_vocab = model.tokenizer().n_vocab();
-    let params = decoder.sampler().params().clone();
-
-    // draft: catch up on what it has not seen, then one token at a time
-    let mut proposals: Vec<TokenId> = Vec::with_capacity(k);
-    let mut qs: Vec<Distribution> = Vec::with_capacity(k);
-    let draft_len = draft.kv.seq_len(seq).min(fed);
-    draft.kv.truncate(seq, draft_len);
-    let mut pos = draft_len;
-    let mut input = history[pos..].to_vec();
-    while proposals.len() < k && pos + input.len() <= draft.kv.n_ctx() {
-        let logits = draft.model.forward(draft.kv, &BatchEntry::sequence(seq, &input, pos as u32, false))?;
-        pos += input.len();
-        let row = logits.row(0);
-        let Ok(q) = distribution(&params, &row[..n_vocab.min(row.len())]) else { break };
-        let d = q.sample(draft.rng);
-        proposals.push(d);
-        qs.push(q);
-        if model.tokenizer().is_eog(d) {
-            break; // nothing worth proposing after the end
+    let (proposals, qs, draft_kv) = match draft {
+        Draft::Model { model: draft_model, kv: draft_kv, rng, .. } => {
+            let (proposals, qs) = propose_with_model(model, draft_model, draft_kv, seq, decoder, history, fed, k, rng)?;
+            (proposals, qs, Some(draft_kv))
         }
-        input = vec![d];
-    }
+        Draft::Ngram(ngram) => {
+            // each proposal a certainty: kept with probability p(d)
+            let proposals = ngram.propose(history, k);
+            let qs = proposals.iter().map(|&d| Distribution::from_weights(vec![(d, 1.0)])).collect::<Result<_, _>>()?;
+            (proposals, qs, None)
+        }
+    };
     if proposals.is_empty() {
         return Ok(None);
     }
@@ -139,9 +140,50 @@ pub fn speculative_round(
     // them is fed next round
     let kept = fed + 1 + accepted;
     kv.truncate(seq, kept);
-    let draft_len = draft.kv.seq_len(seq).min(kept);
-    draft.kv.truncate(seq, draft_len);
+    if let Some(draft_kv) = draft_kv {
+        let draft_len = draft_kv.seq_len(seq).min(kept);
+        draft_kv.truncate(seq, draft_len);
+    }
     Ok(Some(SpeculativeRound { events, drafted: proposals.len(), accepted }))
+}
+
+/// Up to `k` proposals of the draft model and the distribution each was drawn from: the draft
+/// catches up on what its cache lacks of `history` (whose first `fed` tokens the target holds),
+/// then proposes one token at a time.
+#[allow(clippy::too_many_arguments)]
+fn propose_with_model(
+    target: &Model,
+    draft: &Model,
+    draft_kv: &mut KvCache,
+    seq: SeqId,
+    decoder: &SequenceDecoder,
+    history: &[TokenId],
+    fed: usize,
+    k: usize,
+    rng: &mut Rng,
+) -> Result<(Vec<TokenId>, Vec<Distribution>), GenerateError> {
+    let n_vocab = target.tokenizer().n_vocab();
+    let params = decoder.sampler().params();
+    let mut proposals: Vec<TokenId> = Vec::with_capacity(k);
+    let mut qs: Vec<Distribution> = Vec::with_capacity(k);
+    let draft_len = draft_kv.seq_len(seq).min(fed);
+    draft_kv.truncate(seq, draft_len);
+    let mut pos = draft_len;
+    let mut input = history[pos..].to_vec();
+    while proposals.len() < k && pos + input.len() <= draft_kv.n_ctx() {
+        let logits = draft.forward(draft_kv, &BatchEntry::sequence(seq, &input, pos as u32, false))?;
+        pos += input.len();
+        let row = logits.row(0);
+        let Ok(q) = distribution(params, &row[..n_vocab.min(row.len())]) else { break };
+        let d = q.sample(rng);
+        proposals.push(d);
+        qs.push(q);
+        if target.tokenizer().is_eog(d) {
+            break; // nothing worth proposing after the end
+        }
+        input = vec![d];
+    }
+    Ok((proposals, qs))
 }
 
 /// Checks that `draft` can draft for `target` with `n_draft` tokens per round.
@@ -177,6 +219,31 @@ mod tests {
 
     fn dist(probs: &[f64]) -> Distribution {
         Distribution::from_weights(probs.iter().enumerate().map(|(i, &p)| (i as TokenId, p)).collect()).unwrap()
+    }
+
+    /// A proposal that is a certainty (an n-gram's) is kept with probability p(d), and what is
+    /// drawn instead comes from p without it: the target's distribution either way.
+    #[test]
+    fn certain_proposals_keep_the_target_distribution() {
+        let p = dist(&[0.5, 0.3, 0.2, 0.0]);
+        let mut rng = Rng::new(5);
+        let n = 200_000;
+        for d in [0u32, 2, 3] {
+            let mut certain = [0.0; 4];
+            certain[d as usize] = 1.0;
+            let q = dist(&certain);
+            let mut counts = [0usize; 4];
+            let mut kept = 0;
+            for _ in 0..n {
+                let (t, accepted) = verify(&p, &q, d, &mut rng);
+                counts[t as usize] += 1;
+                kept += usize::from(accepted);
+            }
+            for (c, want) in counts.iter().zip([0.5, 0.3, 0.2, 0.0]) {
+                assert!((*c as f64 / n as f64 - want).abs() < 0.005, "proposal {d}: {counts:?}");
+            }
+            assert!((kept as f64 / n as f64 - f64::from(p.prob(d))).abs() < 0.005, "proposal {d}: {kept} kept");
+        }
     }
 
     #[test]

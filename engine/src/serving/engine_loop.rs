@@ -499,9 +499,9 @@ impl EngineLoop {
         }
     }
 
-    /// A speculative round when one sequence decodes alone, nothing waits, and it may draft.
+    /// A speculative round when one sequence decodes alone, nothing waits, and it may draft
+    /// (with the draft model, or else from its own tokens under `--spec ngram`).
     fn try_speculative(&mut self) -> bool {
-        let Some((draft_model, draft_kv)) = self.draft.as_mut() else { return false };
         if self.running.len() != 1 || !self.waiting.is_empty() {
             return false;
         }
@@ -509,7 +509,11 @@ impl EngineLoop {
         if !r.speculative || r.decoder.is_constrained() || r.history.len() != self.kv.seq_len(r.seq) + 1 {
             return false;
         }
-        let draft = Draft { model: draft_model, kv: draft_kv, n_draft: self.config.n_draft, rng: &mut r.draft_rng };
+        let draft = match (self.draft.as_mut(), self.config.ngram) {
+            (Some((model, kv)), _) => Draft::Model { model, kv, n_draft: self.config.n_draft, rng: &mut r.draft_rng },
+            (None, Some(ngram)) => Draft::Ngram(ngram),
+            (None, None) => return false,
+        };
         let model = self.state.model.clone();
         match speculative_round(&model, &mut self.kv, r.seq, &mut r.decoder, &mut r.history, draft) {
             Ok(None) => false,

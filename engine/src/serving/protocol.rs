@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::generate::{Completion, GenerateError, GenerateParams, TokenEvent};
+use crate::generate::{Completion, GenerateError, GenerateParams, NgramDraft, TokenEvent};
 use crate::guard::Evaluator;
 use crate::kv_cache::{KvType, KvTypes};
 use crate::model::vision::PromptImages;
@@ -34,6 +34,8 @@ pub struct LoopConfig {
     pub cache_entries: usize,
     /// Tokens the draft model proposes per speculative round.
     pub n_draft: usize,
+    /// Without a draft model: speculation from each sequence's own tokens (`--spec ngram`).
+    pub ngram: Option<NgramDraft>,
     /// The element types of the KV cache's keys and values (the draft model's too).
     pub kv_types: KvTypes,
 }
@@ -48,6 +50,7 @@ impl LoopConfig {
             kv_positions: None,
             cache_entries: 16,
             n_draft: 8,
+            ngram: None,
             kv_types: KvType::F16.into(),
         }
     }
