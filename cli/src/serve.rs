@@ -117,7 +117,8 @@ pub struct ServeArgs {
     pub draft: Option<PathBuf>,
     /// Speculation without a draft model: `ngram` proposes the tokens that followed the latest
     /// earlier occurrence of a sequence's last 4, 3 or 2 tokens in its own prompt and output (up
-    /// to 8 per round, while a sequence decodes alone; greedy output is unchanged).
+    /// to 8 per round, for every decoding sequence, checked in the step's one pass; greedy
+    /// output is unchanged).
     #[arg(long, value_parser = ["ngram"])]
     pub spec: Option<String>,
     #[arg(long, default_value = "127.0.0.1")]

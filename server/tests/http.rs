@@ -482,12 +482,31 @@ fn ngram_speculation_leaves_greedy_output_unchanged_and_is_counted() {
     };
     let (with, without) = (spec(Some(NgramDraft::DEFAULT)), spec(None));
     let c = client();
-    for (i, content) in ["Say hello hello hello", "Count one two one two one two", "Repeat"].iter().enumerate() {
-        let body = json!({"model": CHAT, "messages": [{"role": "user", "content": content}], "max_tokens": 40, "temperature": 0});
-        let a: Value = c.post(format!("{with}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap();
-        let b: Value = c.post(format!("{without}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap();
+    let prompts = ["Say hello hello hello", "Count one two one two one two", "Repeat", "a b c a b c a b"];
+    let body = |content: &str, n: usize| json!({"model": CHAT, "messages": [{"role": "user", "content": content}], "max_tokens": 40, "temperature": 0, "n": n});
+    let mut alone = Vec::new();
+    for (i, content) in prompts.iter().enumerate() {
+        let a: Value = c.post(format!("{with}/v1/chat/completions")).json(&body(content, 1)).send().unwrap().json().unwrap();
+        let b: Value = c.post(format!("{without}/v1/chat/completions")).json(&body(content, 1)).send().unwrap().json().unwrap();
         assert_eq!(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"], "request {i}");
         assert_eq!(a["usage"]["completion_tokens"], b["usage"]["completion_tokens"]);
+        alone.push(b["choices"][0]["message"]["content"].clone());
+    }
+    // under load: every prompt at once, three choices each, proposals checked in shared passes
+    let replies: Vec<Value> = std::thread::scope(|scope| {
+        let sent: Vec<_> = prompts
+            .iter()
+            .map(|content| {
+                let (url, body) = (format!("{with}/v1/chat/completions"), body(content, 3));
+                scope.spawn(move || client().post(url).json(&body).send().unwrap().json::<Value>().unwrap())
+            })
+            .collect();
+        sent.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, reply) in replies.iter().enumerate() {
+        for choice in reply["choices"].as_array().unwrap() {
+            assert_eq!(choice["message"]["content"], alone[i], "prompt {i} under load: {reply}");
+        }
     }
     let metrics = client().get(format!("{with}/metrics")).send().unwrap().text().unwrap();
     let value = |name: &str| -> u64 {

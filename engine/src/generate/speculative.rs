@@ -15,7 +15,7 @@ use super::{GenerateError, SequenceDecoder, TokenEvent};
 use crate::kv_cache::{KvCache, SeqId};
 use crate::model::{BatchEntry, Model};
 use crate::sampling::{distribution, Distribution, Rng};
-use crate::tokenizer::TokenId;
+use crate::tokenizer::{TokenId, Tokenizer};
 
 /// Vocabulary sizes may differ by a few padding tokens (llama.cpp allows as much).
 const MAX_VOCAB_SIZE_DIFFERENCE: usize = 128;
@@ -100,9 +100,8 @@ pub fn speculative_round(
             (proposals, qs, Some(draft_kv))
         }
         Draft::Ngram(ngram) => {
-            // each proposal a certainty: kept with probability p(d)
             let proposals = ngram.propose(history, k);
-            let qs = proposals.iter().map(|&d| Distribution::from_weights(vec![(d, 1.0)])).collect::<Result<_, _>>()?;
+            let qs = certainties(&proposals)?;
             (proposals, qs, None)
         }
     };
@@ -115,11 +114,43 @@ pub fn speculative_round(
     tokens.push(history[fed]);
     tokens.extend_from_slice(&proposals);
     let logits = model.forward(kv, &BatchEntry::sequence(seq, &tokens, fed as u32, true))?;
-    let tokenizer = model.tokenizer();
+    let (events, accepted) = accept_proposals(decoder, model.tokenizer(), history, &proposals, &qs, |i| logits.row(i))?;
+
+    // the caches keep the last token and the accepted proposals; the token chosen after
+    // them is fed next round
+    let kept = fed + 1 + accepted;
+    kv.truncate(seq, kept);
+    if let Some(draft_kv) = draft_kv {
+        let draft_len = draft_kv.seq_len(seq).min(kept);
+        draft_kv.truncate(seq, draft_len);
+    }
+    Ok(Some(SpeculativeRound { events, drafted: proposals.len(), accepted }))
+}
+
+/// Each proposal as a certainty (`q(d) = 1`, what an n-gram proposal is): kept with probability
+/// `p(d)`, and otherwise a token drawn from `p` without `d`.
+pub(crate) fn certainties(proposals: &[TokenId]) -> Result<Vec<Distribution>, GenerateError> {
+    Ok(proposals.iter().map(|&d| Distribution::from_weights(vec![(d, 1.0)])).collect::<Result<_, _>>()?)
+}
+
+/// The target's verdict on `proposals` (drawn from `qs`), committed to `decoder` and `history`:
+/// `row(i)` is the target's logits after the sequence's last token and `proposals[..i]`
+/// (`proposals.len() + 1` rows). Each proposal is kept by the acceptance rule until one is not
+/// (a token drawn from what is left then takes its place) or the output ends; when all are kept
+/// the last row gives one more token. Returns the committed tokens' events and how many
+/// proposals were kept.
+pub(crate) fn accept_proposals<'r>(
+    decoder: &mut SequenceDecoder,
+    tokenizer: &Tokenizer,
+    history: &mut Vec<TokenId>,
+    proposals: &[TokenId],
+    qs: &[Distribution],
+    row: impl Fn(usize) -> &'r [f32],
+) -> Result<(Vec<TokenEvent>, usize), GenerateError> {
     let mut accepted = 0;
     let mut events = Vec::new();
     for i in 0..=proposals.len() {
-        let row = logits.row(i);
+        let row = row(i);
         let p = decoder.distribution(row)?;
         let (token, kept) = match proposals.get(i).zip(qs.get(i)) {
             Some((&d, q)) => verify(&p, q, d, decoder.rng()),
@@ -135,16 +166,7 @@ pub fn speculative_round(
             break;
         }
     }
-
-    // the caches keep the last token and the accepted proposals; the token chosen after
-    // them is fed next round
-    let kept = fed + 1 + accepted;
-    kv.truncate(seq, kept);
-    if let Some(draft_kv) = draft_kv {
-        let draft_len = draft_kv.seq_len(seq).min(kept);
-        draft_kv.truncate(seq, draft_len);
-    }
-    Ok(Some(SpeculativeRound { events, drafted: proposals.len(), accepted }))
+    Ok((events, accepted))
 }
 
 /// Up to `k` proposals of the draft model and the distribution each was drawn from: the draft

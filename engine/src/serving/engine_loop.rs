@@ -6,7 +6,9 @@
 //! leaves the batch at once and its cache stays behind as a prefix-cache entry; a sequence whose
 //! client went away leaves at the next step and frees its blocks. Exclusive jobs (guard,
 //! embeddings) run between two steps. A lone sequence decodes speculatively when a draft model
-//! is loaded (several sequences already share each pass, so drafting would only add work).
+//! is loaded (several sequences already share each pass, so a draft model's passes would only
+//! add work); under `--spec ngram` every decoding sequence brings its n-gram proposals into the
+//! step's pass (they cost no pass of their own) and keeps what the acceptance rule keeps.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -17,7 +19,10 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::protocol::{EngineState, EventSink, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};
-use crate::generate::{draft_rng, speculative_round, Completion, Draft, FinishReason, GenerateError, SequenceDecoder, TokenEvent, Usage};
+use crate::generate::{
+    accept_proposals, certainties, draft_rng, speculative_round, Completion, Draft, FinishReason, GenerateError, SequenceDecoder,
+    TokenEvent, Usage,
+};
 use crate::guard::{Evaluator, PromptStats};
 use crate::kv_cache::{common_prefix, KvCache, PrefixCache, SeqId, BLOCK_POSITIONS};
 use crate::model::vision::PromptImages;
@@ -81,6 +86,10 @@ pub struct EngineLoop {
     /// The guard's prompt counts at the last job's end.
     guard_prompts_seen: PromptStats,
 }
+
+/// What one sequence's rows of a step gave: the events of the tokens it committed and how many
+/// of its proposals were kept.
+type StepOutcome = Result<(Vec<TokenEvent>, usize), GenerateError>;
 
 fn blocks(positions: usize) -> usize {
     positions.div_ceil(BLOCK_POSITIONS)
@@ -395,19 +404,24 @@ impl EngineLoop {
         }
     }
 
-    /// One forward pass for every running sequence (or a speculative round for a lone one).
+    /// One forward pass for every running sequence (or a draft model's speculative round for a
+    /// lone one). Under `--spec ngram` every decoding sequence that may draft brings its
+    /// proposals into the pass, and keeps what the acceptance rule keeps of them.
     fn step(&mut self) {
         if self.try_speculative() {
             return;
         }
         let n_ctx = self.config.n_ctx;
+        let ngram = self.config.ngram.filter(|_| self.draft.is_none());
         let mut batch = Vec::new();
-        let mut owners = Vec::new();
+        // (running sequence, its logits rows: 1, or 1 + its proposals)
+        let mut owners: Vec<(usize, usize)> = Vec::new();
+        let mut proposals: Vec<Vec<TokenId>> = vec![Vec::new(); self.running.len()];
         let mut ended = Vec::new();
         let mut in_batch = 0;
         let mut bad = Vec::new();
         let n_vocab = self.state.model.tokenizer().n_vocab();
-        // every decoding sequence advances one token
+        // every decoding sequence advances one token, and checks its proposals
         for (i, r) in self.running.iter_mut().enumerate() {
             let fed = self.kv.seq_len(r.seq);
             if r.history.len() - fed != 1 {
@@ -418,7 +432,15 @@ impl EngineLoop {
                 continue;
             }
             batch.push(InputEntry::from(BatchEntry { seq: r.seq, token: r.history[fed], pos: fed as u32, logits: true }));
-            owners.push(i);
+            if let Some(ngram) = ngram.filter(|_| r.speculative && !r.decoder.is_constrained()) {
+                // within the token budget (so within the sequence's reservation) and the context
+                let k = ngram.n_draft.min(r.decoder.remaining().saturating_sub(1)).min(n_ctx.saturating_sub(fed + 1));
+                proposals[i] = ngram.propose(&r.history, k);
+                for (j, &token) in proposals[i].iter().enumerate() {
+                    batch.push(InputEntry::from(BatchEntry { seq: r.seq, token, pos: (fed + 1 + j) as u32, logits: true }));
+                }
+            }
+            owners.push((i, 1 + proposals[i].len()));
             in_batch += 1;
         }
         // prompts advance within the prefill budget, oldest first
@@ -441,7 +463,7 @@ impl EngineLoop {
                 }
             }
             if last {
-                owners.push(i);
+                owners.push((i, 1));
             }
             in_batch += 1;
         }
@@ -455,31 +477,54 @@ impl EngineLoop {
             match self.state.model.forward_inputs(&mut self.kv, &batch) {
                 Ok(logits) => {
                     let tokenizer = self.state.model.tokenizer();
-                    let mut row_of = vec![None; self.running.len()];
-                    for (row, &i) in owners.iter().enumerate() {
-                        row_of[i] = Some(row);
+                    let mut rows_of = vec![None; self.running.len()];
+                    let mut first = 0;
+                    for &(i, rows) in &owners {
+                        rows_of[i] = Some(first);
+                        first += rows;
                     }
                     // sampling (a softmax over the vocabulary each) runs on every core
-                    let steps: Vec<(usize, Result<TokenEvent, GenerateError>)> = self
+                    let steps: Vec<(usize, StepOutcome)> = self
                         .running
                         .par_iter_mut()
                         .enumerate()
                         .filter_map(|(i, r)| {
-                            let row = row_of[i]?;
-                            let step = r.decoder.step(tokenizer, logits.row(row));
-                            if let Ok(Some(t)) = step.as_ref().map(|e| e.token) {
-                                r.history.push(t);
-                            }
+                            let first = rows_of[i]?;
+                            let step = if proposals[i].is_empty() {
+                                r.decoder.step(tokenizer, logits.row(first)).map(|event| {
+                                    if let Some(t) = event.token {
+                                        r.history.push(t);
+                                    }
+                                    (vec![event], 0)
+                                })
+                            } else {
+                                certainties(&proposals[i]).and_then(|qs| {
+                                    accept_proposals(&mut r.decoder, tokenizer, &mut r.history, &proposals[i], &qs, |j| {
+                                        logits.row(first + j)
+                                    })
+                                })
+                            };
                             Some((i, step))
                         })
                         .collect();
                     for (i, step) in steps {
                         match step {
-                            Ok(event) => {
-                                if self.running[i].decoder.is_finished() {
+                            Ok((events, accepted)) => {
+                                let r = &mut self.running[i];
+                                if !proposals[i].is_empty() {
+                                    // the cache keeps the last token and the kept proposals
+                                    let kept = self.kv.seq_len(r.seq) - proposals[i].len() + accepted;
+                                    self.kv.truncate(r.seq, kept);
+                                    r.usage.drafted_tokens += proposals[i].len();
+                                    r.usage.accepted_tokens += accepted;
+                                    self.metrics.drafted(proposals[i].len(), accepted);
+                                }
+                                if r.decoder.is_finished() {
                                     finished.push((i, None));
                                 }
-                                self.emit(i, event);
+                                for event in events {
+                                    self.emit(i, event);
+                                }
                             }
                             Err(e) => finished.push((i, Some(e.into()))),
                         }
@@ -487,7 +532,7 @@ impl EngineLoop {
                 }
                 Err(e) => {
                     let e = format!("forward pass: {e}");
-                    finished.extend(owners.iter().map(|&i| (i, Some(SeqError::Internal(e.clone())))));
+                    finished.extend(owners.iter().map(|&(i, _)| (i, Some(SeqError::Internal(e.clone())))));
                 }
             }
         }
@@ -499,9 +544,10 @@ impl EngineLoop {
         }
     }
 
-    /// A speculative round when one sequence decodes alone, nothing waits, and it may draft
-    /// (with the draft model, or else from its own tokens under `--spec ngram`).
+    /// A draft model's speculative round when one sequence decodes alone, nothing waits, and it
+    /// may draft (n-gram proposals ride in every step instead).
     fn try_speculative(&mut self) -> bool {
+        let Some((model, kv)) = self.draft.as_mut() else { return false };
         if self.running.len() != 1 || !self.waiting.is_empty() {
             return false;
         }
@@ -509,11 +555,7 @@ impl EngineLoop {
         if !r.speculative || r.decoder.is_constrained() || r.history.len() != self.kv.seq_len(r.seq) + 1 {
             return false;
         }
-        let draft = match (self.draft.as_mut(), self.config.ngram) {
-            (Some((model, kv)), _) => Draft::Model { model, kv, n_draft: self.config.n_draft, rng: &mut r.draft_rng },
-            (None, Some(ngram)) => Draft::Ngram(ngram),
-            (None, None) => return false,
-        };
+        let draft = Draft::Model { model, kv, n_draft: self.config.n_draft, rng: &mut r.draft_rng };
         let model = self.state.model.clone();
         match speculative_round(&model, &mut self.kv, r.seq, &mut r.decoder, &mut r.history, draft) {
             Ok(None) => false,

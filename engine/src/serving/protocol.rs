@@ -71,7 +71,7 @@ pub struct SeqSpec {
     pub params: GenerateParams,
     /// Send each token's event (a streaming response); otherwise only the end.
     pub stream: bool,
-    /// The draft model may propose tokens for it (when it decodes alone).
+    /// The draft model (when it decodes alone) or the n-gram lookup may propose tokens for it.
     pub speculative: bool,
     /// When the request's time is up (`timeout`): a sequence without an output token by then
     /// fails with 408, one with some ends as if its token budget ran out.
