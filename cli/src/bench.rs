@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::bail;
 use engine::backend::{Device, DeviceWork};
 use engine::gguf::GgufFile;
-use engine::kv_cache::KvTypes;
+use engine::kv_cache::{KvCache, KvTypes};
 use engine::model::{BatchEntry, Model};
 use engine::tokenizer::TokenId;
 use serde::Serialize;
@@ -29,6 +29,10 @@ pub struct BenchArgs {
     /// Tokens of the generation test (0 skips it).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: usize,
+    /// Tokens already in the cache when each test starts (filled untimed, as llama-bench's
+    /// `-d`): the attention then reads that many positions more per token.
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    pub n_depth: usize,
     /// Sequences generating side by side in the generation test, one test per value
     /// (comma-separated, e.g. `1,8`): tokens/s counts the tokens of all of them.
     #[arg(long = "parallel", value_delimiter = ',', default_value = "1", value_parser = parse_positive)]
@@ -67,6 +71,7 @@ struct TestResult {
     test: String,
     n_prompt: usize,
     n_gen: usize,
+    n_depth: usize,
     n_parallel: usize,
     avg_ns: f64,
     stddev_ns: f64,
@@ -90,11 +95,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let file = model.file();
     let model_type = model_type(&model);
     let max_parallel = args.parallel.iter().copied().max().unwrap_or(1);
-    let tokens = bench_tokens(model.config().n_vocab, args.n_prompt.max(args.n_gen * max_parallel));
+    let tokens = bench_tokens(model.config().n_vocab, args.n_depth + args.n_prompt.max(args.n_gen * max_parallel));
+    let (depth, tokens) = tokens.split_at(args.n_depth);
+    // llama-bench's names: `pp512 @ d4096`
+    let at_depth = if args.n_depth > 0 { format!(" @ d{}", args.n_depth) } else { String::new() };
     // (name, prompt tokens, generated tokens per sequence, sequences)
     let mut tests: Vec<(String, usize, usize, usize)> = Vec::new();
     if args.n_prompt > 0 {
-        tests.push((format!("pp{}", args.n_prompt), args.n_prompt, 0, 1));
+        tests.push((format!("pp{}{at_depth}", args.n_prompt), args.n_prompt, 0, 1));
     }
     if args.n_gen > 0 {
         // each value once, in the order given
@@ -105,15 +113,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
         }
         for p in parallel {
-            let name = if p == 1 { format!("tg{}", args.n_gen) } else { format!("tg{}x{p}", args.n_gen) };
+            let name = if p == 1 { format!("tg{}{at_depth}", args.n_gen) } else { format!("tg{}x{p}{at_depth}", args.n_gen) };
             tests.push((name, 0, args.n_gen, p));
         }
     }
     let once = |&(_, n_prompt, n_gen, parallel): &(String, usize, usize, usize)| -> anyhow::Result<u64> {
         if n_prompt > 0 {
-            prompt_once(&model, args.kv.types(), &tokens[..n_prompt])
+            prompt_once(&model, args.kv.types(), depth, &tokens[..n_prompt])
         } else {
-            generate_once(&model, args.kv.types(), &tokens[..n_gen * parallel], parallel)
+            generate_once(&model, args.kv.types(), depth, &tokens[..n_gen * parallel], parallel)
         }
     };
     // the device work of each test's timed runs, summed
@@ -165,6 +173,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             test,
             n_prompt,
             n_gen,
+            n_depth: args.n_depth,
             n_parallel,
             avg_ns,
             stddev_ns,
@@ -195,26 +204,44 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Nanoseconds of one prefill batch of `tokens` (logits of the last one) in a fresh cache.
-fn prompt_once(model: &Model, kv_types: KvTypes, tokens: &[TokenId]) -> anyhow::Result<u64> {
-    let mut kv = model.new_kv_cache(kv_types, tokens.len());
+/// A fresh cache of `n_ctx` positions whose sequence 0 holds `depth` (filled untimed, in
+/// prompt-sized batches).
+fn cache_at_depth(model: &Model, kv_types: KvTypes, depth: &[TokenId], n_ctx: usize) -> anyhow::Result<KvCache> {
+    let mut kv = model.new_kv_cache(kv_types, n_ctx);
+    for (i, chunk) in depth.chunks(512).enumerate() {
+        model.forward(&mut kv, &BatchEntry::sequence(0, chunk, (i * 512) as u32, false))?;
+    }
+    Ok(kv)
+}
+
+/// Nanoseconds of one prefill batch of `tokens` (logits of the last one) in a fresh cache that
+/// holds `depth` first.
+fn prompt_once(model: &Model, kv_types: KvTypes, depth: &[TokenId], tokens: &[TokenId]) -> anyhow::Result<u64> {
+    let mut kv = cache_at_depth(model, kv_types, depth, depth.len() + tokens.len())?;
     let start = Instant::now();
-    let logits = model.forward(&mut kv, &BatchEntry::sequence(0, tokens, 0, false))?;
+    let logits = model.forward(&mut kv, &BatchEntry::sequence(0, tokens, depth.len() as u32, false))?;
     let ns = start.elapsed().as_nanos() as u64;
     std::hint::black_box(logits);
     Ok(ns)
 }
 
-/// Nanoseconds of `parallel` sequences generating side by side from an empty cache, sequence
-/// `s` feeding `tokens[s * n..(s + 1) * n]` (n = `tokens.len() / parallel`): one step per
-/// position, a batch of one entry per sequence, logits for each.
-fn generate_once(model: &Model, kv_types: KvTypes, tokens: &[TokenId], parallel: usize) -> anyhow::Result<u64> {
+/// Nanoseconds of `parallel` sequences generating side by side after `depth` (each sequence a
+/// fork of it; none when empty), sequence `s` feeding `tokens[s * n..(s + 1) * n]` (n =
+/// `tokens.len() / parallel`): one step per position, a batch of one entry per sequence,
+/// logits for each.
+fn generate_once(model: &Model, kv_types: KvTypes, depth: &[TokenId], tokens: &[TokenId], parallel: usize) -> anyhow::Result<u64> {
     let n = tokens.len() / parallel;
-    let mut kv = model.new_kv_cache(kv_types, n);
+    let mut kv = cache_at_depth(model, kv_types, depth, depth.len() + n)?;
+    if !depth.is_empty() {
+        for s in 1..parallel {
+            kv.fork(0, s as u32)?;
+        }
+    }
     let start = Instant::now();
     for pos in 0..n {
+        let at = (depth.len() + pos) as u32;
         let batch: Vec<BatchEntry> =
-            (0..parallel).map(|s| BatchEntry { seq: s as u32, token: tokens[s * n + pos], pos: pos as u32, logits: true }).collect();
+            (0..parallel).map(|s| BatchEntry { seq: s as u32, token: tokens[s * n + pos], pos: at, logits: true }).collect();
         let logits = model.forward(&mut kv, &batch)?;
         std::hint::black_box(logits);
     }

@@ -39,6 +39,22 @@ fn json_has_one_result_per_test_with_every_sample() {
     }
 }
 
+/// `-d 40`: the tests run after 40 tokens in the cache (each parallel sequence a fork of them),
+/// named as llama-bench names them, with the KV types in llama-bench's fields.
+#[test]
+fn tests_at_a_depth_are_named_and_reported_like_llama_bench() {
+    let m = model();
+    let args = ["-m", m.to_str().unwrap(), "-p", "16", "-n", "4", "-d", "40", "--parallel", "1,2", "-r", "1", "-t", "1"];
+    let out = bench(&[&args[..], &["--kv-type", "q8_0", "--cache-type-v", "q4_0", "--json"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: Value = serde_json::from_slice(&out.stdout).expect("a JSON array");
+    let names: Vec<&str> = j.as_array().unwrap().iter().map(|r| r["test"].as_str().unwrap()).collect();
+    assert_eq!(names, ["pp16 @ d40", "tg4 @ d40", "tg4x2 @ d40"], "{j}");
+    for r in j.as_array().unwrap() {
+        assert_eq!((r["n_depth"].as_u64(), r["type_k"].as_str(), r["type_v"].as_str()), (Some(40), Some("q8_0"), Some("q4_0")), "{r}");
+    }
+}
+
 /// `--parallel 1,3,1`: one generation test per distinct value, in order; the tokens/s of
 /// `tg4x3` count the tokens of all three sequences.
 #[test]
