@@ -43,9 +43,19 @@ pub fn load_model(path: &Path, device: Device) -> anyhow::Result<Model> {
 /// elsewhere: read right after loading, it is what the model costs (its weights as the backend
 /// holds them).
 pub fn resident_mib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
-    Some(kib >> 10)
+    Some(proc_kib("/proc/self/status", "VmRSS:")? >> 10)
+}
+
+/// The memory Linux says is available for new allocations (`MemAvailable` of `/proc/meminfo`)
+/// in bytes, `None` elsewhere.
+pub fn memory_available() -> Option<usize> {
+    Some(proc_kib("/proc/meminfo", "MemAvailable:")? as usize * 1024)
+}
+
+/// The value of the `key` line (`key   1234 kB`) of a Linux `/proc` file, in KiB.
+fn proc_kib(file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(key))?.trim().trim_end_matches("kB").trim().parse().ok()
 }
 
 /// A prompt given as text or as token ids (`--tokens 1,2,3`: no tokenizer involved, for comparing

@@ -16,7 +16,7 @@ use server::batch_scheduler::BatchConfig;
 use server::vision::{MediaOptions, Projector};
 use server::{ConnectionLimits, ModelSpec, Scheduling, Server, ServerGuardrails};
 
-use crate::load::{load_model, parse_device, parse_positive, KvCacheArgs};
+use crate::load::{load_model, memory_available, parse_device, parse_positive, KvCacheArgs};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -179,7 +179,7 @@ pub struct ServeArgs {
 /// the CPU how many whole-context sequences the memory available now would hold.
 fn kv_summary(model: &Model, config: &server::worker::LoopConfig) -> String {
     let per_position = model.kv_bytes_per_position(config.kv_types);
-    let positions = config.kv_positions.unwrap_or(config.n_ctx * config.parallel);
+    let positions = config.kv_capacity();
     let per_sequence = per_position * config.n_ctx;
     let mut line = format!(
         "KV cache {}: {per_position} bytes per position, {} per sequence of {} positions; the cache holds {positions} positions ({} whole sequences) in {}",
@@ -201,13 +201,6 @@ fn mib(bytes: usize) -> String {
         m if m >= 1024.0 => format!("{:.1} GiB", m / 1024.0),
         m => format!("{m:.1} MiB"),
     }
-}
-
-/// The memory Linux says is available for new allocations (`MemAvailable`), `None` elsewhere.
-fn memory_available() -> Option<usize> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: usize = info.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
-    Some(kib << 10)
 }
 
 fn id_of(path: &Path) -> String {

@@ -419,6 +419,30 @@ fn legacy_completions_with_echo_logprobs_and_streaming() {
     }
 }
 
+/// A greedy chat completion of `content` with `n` choices of at most `max_tokens` from the chat
+/// model at `base`.
+fn greedy_chat(base: &str, content: &str, max_tokens: u64, n: u64) -> Value {
+    let body =
+        json!({"model": CHAT, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0, "n": n});
+    client().post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap()
+}
+
+/// The chat model's proposed and kept draft tokens, from `/metrics` at `base`.
+fn draft_counts(base: &str) -> (u64, u64) {
+    let metrics = client().get(format!("{base}/metrics")).send().unwrap().text().unwrap();
+    let value = |name: &str| -> u64 {
+        let prefix = format!("{name}{{model=\"{CHAT}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    (value("draft_tokens_total"), value("draft_tokens_accepted_total"))
+}
+
 #[test]
 fn a_draft_model_leaves_greedy_output_unchanged() {
     // the tiny llama drafts for itself in another weight type: same vocabulary, different numbers
@@ -439,27 +463,13 @@ fn a_draft_model_leaves_greedy_output_unchanged() {
         n_ctx: Some(256),
         draft: None,
     }));
-    let c = client();
     for (i, content) in ["Say hello", "Say hello twice", "Count"].iter().enumerate() {
-        let body = json!({"model": CHAT, "messages": [{"role": "user", "content": content}], "max_tokens": 12, "temperature": 0});
-        let a: Value = c.post(format!("{with}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap();
-        let b: Value = c.post(format!("{without}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap();
+        let (a, b) = (greedy_chat(&with, content, 12, 1), greedy_chat(&without, content, 12, 1));
         assert_eq!(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"], "request {i}");
         assert_eq!(a["usage"]["completion_tokens"], b["usage"]["completion_tokens"]);
     }
     // the draft's proposals are counted, and only a part of them kept (it is another model)
-    let metrics = client().get(format!("{with}/metrics")).send().unwrap().text().unwrap();
-    let value = |name: &str| -> u64 {
-        let prefix = format!("{name}{{model=\"{CHAT}\"}} ");
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
-            .trim()
-            .parse()
-            .unwrap()
-    };
-    let (drafted, accepted) = (value("draft_tokens_total"), value("draft_tokens_accepted_total"));
+    let (drafted, accepted) = draft_counts(&with);
     assert!(drafted > 0 && accepted <= drafted, "{accepted} of {drafted} draft tokens kept");
     let other_vocab = Arc::new(Model::load(fixture("models/tiny-granite-Q8_0.gguf")).unwrap());
     let refused = Server::builder()
@@ -481,13 +491,10 @@ fn ngram_speculation_leaves_greedy_output_unchanged_and_is_counted() {
         }))
     };
     let (with, without) = (spec(Some(NgramDraft::DEFAULT)), spec(None));
-    let c = client();
     let prompts = ["Say hello hello hello", "Count one two one two one two", "Repeat", "a b c a b c a b"];
-    let body = |content: &str, n: usize| json!({"model": CHAT, "messages": [{"role": "user", "content": content}], "max_tokens": 40, "temperature": 0, "n": n});
     let mut alone = Vec::new();
     for (i, content) in prompts.iter().enumerate() {
-        let a: Value = c.post(format!("{with}/v1/chat/completions")).json(&body(content, 1)).send().unwrap().json().unwrap();
-        let b: Value = c.post(format!("{without}/v1/chat/completions")).json(&body(content, 1)).send().unwrap().json().unwrap();
+        let (a, b) = (greedy_chat(&with, content, 40, 1), greedy_chat(&without, content, 40, 1));
         assert_eq!(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"], "request {i}");
         assert_eq!(a["usage"]["completion_tokens"], b["usage"]["completion_tokens"]);
         alone.push(b["choices"][0]["message"]["content"].clone());
@@ -497,8 +504,8 @@ fn ngram_speculation_leaves_greedy_output_unchanged_and_is_counted() {
         let sent: Vec<_> = prompts
             .iter()
             .map(|content| {
-                let (url, body) = (format!("{with}/v1/chat/completions"), body(content, 3));
-                scope.spawn(move || client().post(url).json(&body).send().unwrap().json::<Value>().unwrap())
+                let with = &with;
+                scope.spawn(move || greedy_chat(with, content, 40, 3))
             })
             .collect();
         sent.into_iter().map(|h| h.join().unwrap()).collect()
@@ -508,18 +515,7 @@ fn ngram_speculation_leaves_greedy_output_unchanged_and_is_counted() {
             assert_eq!(choice["message"]["content"], alone[i], "prompt {i} under load: {reply}");
         }
     }
-    let metrics = client().get(format!("{with}/metrics")).send().unwrap().text().unwrap();
-    let value = |name: &str| -> u64 {
-        let prefix = format!("{name}{{model=\"{CHAT}\"}} ");
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
-            .trim()
-            .parse()
-            .unwrap()
-    };
-    let (drafted, accepted) = (value("draft_tokens_total"), value("draft_tokens_accepted_total"));
+    let (drafted, accepted) = draft_counts(&with);
     assert!(drafted > 0 && accepted <= drafted, "{accepted} of {drafted} n-gram tokens kept");
 }
 

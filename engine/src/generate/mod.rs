@@ -23,7 +23,7 @@ use crate::model::{BatchEntry, Model, ModelError};
 use crate::sampling::{SamplingError, SamplingParams};
 use crate::tokenizer::TokenId;
 pub use ngram::NgramDraft;
-pub(crate) use speculative::{accept_proposals, certainties};
+pub(crate) use speculative::{accept_proposals, certainties, proposal_budget};
 pub use speculative::{check_same_vocabulary, draft_rng, speculative_round, Draft, SpeculativeRound};
 
 /// What to generate and when to stop.

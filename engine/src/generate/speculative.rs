@@ -89,8 +89,7 @@ pub fn speculative_round(
 ) -> Result<Option<SpeculativeRound>, GenerateError> {
     let fed = kv.seq_len(seq);
     debug_assert_eq!(fed + 1, history.len(), "the cache holds all of the history but its last token");
-    let room = kv.n_ctx().saturating_sub(fed + 1);
-    let k = draft.n_draft().min(decoder.remaining().saturating_sub(1)).min(room);
+    let k = proposal_budget(draft.n_draft(), decoder, kv.n_ctx(), fed);
     if k == 0 {
         return Ok(None);
     }
@@ -125,6 +124,13 @@ pub fn speculative_round(
         draft_kv.truncate(seq, draft_len);
     }
     Ok(Some(SpeculativeRound { events, drafted: proposals.len(), accepted }))
+}
+
+/// How many of `n_draft` proposals a sequence may check when its cache holds `fed` positions of
+/// `n_ctx`: the token after them must still fit in its token budget (so in what it reserved)
+/// and in the context.
+pub(crate) fn proposal_budget(n_draft: usize, decoder: &SequenceDecoder, n_ctx: usize, fed: usize) -> usize {
+    n_draft.min(decoder.remaining().saturating_sub(1)).min(n_ctx.saturating_sub(fed + 1))
 }
 
 /// Each proposal as a certainty (`q(d) = 1`, what an n-gram proposal is): kept with probability

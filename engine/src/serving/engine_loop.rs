@@ -20,8 +20,8 @@ use rayon::prelude::*;
 
 use super::protocol::{EngineState, EventSink, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};
 use crate::generate::{
-    accept_proposals, certainties, draft_rng, speculative_round, Completion, Draft, FinishReason, GenerateError, SequenceDecoder,
-    TokenEvent, Usage,
+    accept_proposals, certainties, draft_rng, proposal_budget, speculative_round, Completion, Draft, FinishReason, GenerateError,
+    SequenceDecoder, TokenEvent, Usage,
 };
 use crate::guard::{Evaluator, PromptStats};
 use crate::kv_cache::{common_prefix, KvCache, PrefixCache, SeqId, BLOCK_POSITIONS};
@@ -112,8 +112,7 @@ impl EngineLoop {
             let kv = d.new_kv_cache(config.kv_types, config.n_ctx);
             (d, kv)
         });
-        let positions = config.kv_positions.unwrap_or(config.n_ctx * config.parallel);
-        let capacity_blocks = blocks(positions);
+        let capacity_blocks = blocks(config.kv_capacity());
         metrics.kv_capacity(capacity_blocks);
         EngineLoop {
             state: EngineState { model, guard },
@@ -433,9 +432,7 @@ impl EngineLoop {
             }
             batch.push(InputEntry::from(BatchEntry { seq: r.seq, token: r.history[fed], pos: fed as u32, logits: true }));
             if let Some(ngram) = ngram.filter(|_| r.speculative && !r.decoder.is_constrained()) {
-                // within the token budget (so within the sequence's reservation) and the context
-                let k = ngram.n_draft.min(r.decoder.remaining().saturating_sub(1)).min(n_ctx.saturating_sub(fed + 1));
-                proposals[i] = ngram.propose(&r.history, k);
+                proposals[i] = ngram.propose(&r.history, proposal_budget(ngram.n_draft, &r.decoder, n_ctx, fed));
                 for (j, &token) in proposals[i].iter().enumerate() {
                     batch.push(InputEntry::from(BatchEntry { seq: r.seq, token, pos: (fed + 1 + j) as u32, logits: true }));
                 }

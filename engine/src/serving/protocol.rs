@@ -54,6 +54,11 @@ impl LoopConfig {
             kv_types: KvType::F16.into(),
         }
     }
+
+    /// Positions the KV cache holds for all sequences and the prefix cache together.
+    pub fn kv_capacity(&self) -> usize {
+        self.kv_positions.unwrap_or(self.n_ctx * self.parallel)
+    }
 }
 
 /// What an exclusive job sees.
