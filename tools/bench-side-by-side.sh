@@ -3,21 +3,26 @@
 # alternated rounds (ours, then llama-bench, ROUNDS times) so that both see the same machine
 # state; prints every round, the ratio ours / llama.cpp per round, and the medians.
 #
-#   tools/bench-side-by-side.sh MODEL.gguf [-t THREADS] [-p PP] [-n TG] [-r ROUNDS]
-#   defaults: -t 2 -p 512 -n 128 -r 3
+#   tools/bench-side-by-side.sh MODEL.gguf [-t THREADS] [-p PP] [-n TG] [-d DEPTH] [-k KV_TYPE] [-r ROUNDS]
+#   defaults: -t 2 -p 512 -n 128 -d 0 -k f16 -r 3
+#   -d: tokens already in the cache when each test starts; -k: the KV cache's key and value
+#   type (f16, q8_0, q4_0; for a quantized one llama.cpp runs with -fa 1, which its quantized
+#   value cache needs)
 #
 # Ours: target/release/engine-cli (build it first: cargo build --release -p cli), with the SIMD
 # tier ENGINE_ISA if set. llama.cpp: $LLAMA_CPP_BIN/llama-bench, else the build of
 # ../shared/tools/build-llama-cpp.sh under ${ENGINE_ASSETS:-~/.cache/engine-assets}.
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,11p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,13p' "$0"; exit 2; }
 MODEL=$1; shift
-T=2; P=512; N=128; R=3
+T=2; P=512; N=128; D=0; K=f16; R=3
 while [ $# -gt 0 ]; do
   case $1 in
     -t) T=$2; shift 2 ;;
     -p) P=$2; shift 2 ;;
     -n) N=$2; shift 2 ;;
+    -d) D=$2; shift 2 ;;
+    -k) K=$2; shift 2 ;;
     -r) R=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -29,14 +34,15 @@ BIN=${LLAMA_CPP_BIN:-${ENGINE_ASSETS:-$HOME/.cache/engine-assets}/llama.cpp-b114
 [ -x "$BIN/llama-bench" ] || { echo "no llama-bench in $BIN: run ../shared/tools/build-llama-cpp.sh" >&2; exit 1; }
 [ -f "$MODEL" ] || { echo "no such model: $MODEL" >&2; exit 1; }
 
+FA=(); [ "$K" = f16 ] || FA=(-fa 1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "# $(basename "$MODEL"): -t $T -p $P -n $N, $R alternated rounds; CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
+echo "# $(basename "$MODEL"): -t $T -p $P -n $N -d $D, KV cache $K, $R alternated rounds; CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
   "ENGINE_ISA=${ENGINE_ISA:-(best)}"
 for i in $(seq 1 "$R"); do
-  "$OURS" bench -m "$MODEL" -t "$T" -p "$P" -n "$N" -r 1 --json > "$tmp/ours$i.json" 2> "$tmp/ours$i.err" \
+  "$OURS" bench -m "$MODEL" -t "$T" -p "$P" -n "$N" -d "$D" --kv-type "$K" -r 1 --json > "$tmp/ours$i.json" 2> "$tmp/ours$i.err" \
     || { cat "$tmp/ours$i.err" >&2; exit 1; }
-  "$BIN/llama-bench" -m "$MODEL" -t "$T" -p "$P" -n "$N" -r 1 -o json > "$tmp/llama$i.json" 2> "$tmp/llama$i.err" \
+  "$BIN/llama-bench" -m "$MODEL" -t "$T" -p "$P" -n "$N" -d "$D" "${FA[@]}" -ctk "$K" -ctv "$K" -r 1 -o json > "$tmp/llama$i.json" 2> "$tmp/llama$i.err" \
     || { cat "$tmp/llama$i.err" >&2; exit 1; }
 done
 python3 - "$tmp" "$R" <<'EOF'
