@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 
+from llama_helpers import build_helper
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "fixtures", "gbnf", "llama-cpp.json")
 
@@ -148,28 +150,8 @@ opt  ::= | "a" opt | ""
 ]
 
 
-def build_helper() -> str:
-    tools = os.path.join(ROOT, "..", "shared", "tools")
-    bin_dir = subprocess.run([os.path.join(tools, "build-llama-cpp.sh")], check=True, capture_output=True,
-                             text=True).stdout.strip()
-    llama = os.path.dirname(os.path.realpath(os.path.join(bin_dir, "llama-cli")))
-    llama = os.path.dirname(os.path.dirname(llama))  # .../llama.cpp-b11434
-    src, build = os.path.join(llama, "src"), os.path.join(llama, "build")
-    exe = os.path.join(llama, "bin", "gbnf-accepts")
-    source = os.path.join(ROOT, "tools", "src", "gbnf-accepts.cpp")
-    if not os.path.exists(exe) or os.path.getmtime(source) > os.path.getmtime(exe):
-        libs = [os.path.join(build, "src", "libllama.a")]
-        ggml = os.path.join(build, "ggml", "src")
-        libs += sorted(os.path.join(ggml, f) for f in os.listdir(ggml) if f.startswith("libggml") and f.endswith(".a"))
-        subprocess.run(["g++", "-O2", "-std=c++17", source, "-I" + os.path.join(src, "include"),
-                        "-I" + os.path.join(src, "ggml", "include"), "-I" + os.path.join(src, "src"),
-                        "-Wl,--start-group", *libs, "-Wl,--end-group", "-fopenmp", "-lpthread", "-ldl", "-o", exe],
-                       check=True)
-    return exe
-
-
 def main() -> None:
-    exe = build_helper()
+    exe = build_helper("gbnf-accepts")
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, grammar, texts in CASES:

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod archs;
+pub mod lora;
 pub mod quant_goldens;
 pub mod reranker;
 pub mod scripted;

@@ -10,7 +10,7 @@ use engine::gguf::{GgufFile, GgufWriter};
 use engine::quant::GgmlType;
 
 /// Uniform values in `[-scale, scale]` from a xorshift generator.
-fn uniform(seed: u64, n: usize, scale: f32) -> Vec<f32> {
+pub(crate) fn uniform(seed: u64, n: usize, scale: f32) -> Vec<f32> {
     let mut s = seed.max(1);
     (0..n)
         .map(|_| {

@@ -3,17 +3,23 @@
 //! output projection, and the gated and plain feed-forward blocks.
 
 use super::error::ModelError;
+use super::lora::LoraRows;
 use crate::backend::{Activation, AttentionRow, AttentionShape, Backend, KvSource};
 
 /// One projection as a file gives it: `y = (x · wᵀ) · scale + b` (attention and output
 /// projections, as llama.cpp's `build_lora_mm` and the bias add after it compute it), or
 /// `(x · wᵀ + b) · scale` (the feed-forward block's, as its `build_ffn` does). The scale is a
 /// per-tensor `.scale` (checkpoints converted from FP8 or NVFP4 keep one); both it and the bias
-/// are optional, and real files never carry both.
+/// are optional, and real files never carry both. A LoRA adapter's correction of `w` (its
+/// `site` among the model's correctable projections) is added to the product before the bias
+/// and, for the feed-forward block, before the scale.
 pub struct Linear<B: Backend> {
     pub w: B::Matrix,
     pub b: Option<B::Vector>,
     pub scale: Option<f32>,
+    /// The projection's index among the model's [`super::lora::LoraSite`]s, if adapters may
+    /// correct it.
+    pub site: Option<usize>,
 }
 
 /// Where a [`Linear`]'s scale applies: before its bias (attention, output) or after it
@@ -24,35 +30,44 @@ pub(crate) enum ScaleAt {
     AfterBias,
 }
 
-/// [`Linear`] for several projections with the same input, in one pass of the backend: without
-/// scales the bias is added by the product itself (the same bits as a separate add).
+/// [`Linear`] for several projections with the same input, in one pass of the backend, with
+/// the corrections of the adapters of `lora`'s rows: without scales or corrections the bias is
+/// added by the product itself (the same bits as a separate add).
 pub(crate) fn linear_each<B: Backend, const N: usize>(
     b: &B,
     ls: [&Linear<B>; N],
     at: ScaleAt,
     x: &B::Tensor,
+    lora: &LoraRows<'_, B>,
 ) -> Result<[B::Tensor; N], ModelError> {
     let ms = ls.map(|l| &l.w);
-    if ls.iter().all(|l| l.scale.is_none()) {
+    if ls.iter().all(|l| l.scale.is_none() && !lora.touches(l.site)) {
         return project_each(b, ms, ls.map(|l| l.b.as_ref()), x);
     }
     let mut ys = project_each(b, ms, [None; N], x)?;
     for (y, l) in ys.iter_mut().zip(ls) {
-        if let (Some(bias), ScaleAt::AfterBias) = (&l.b, at) {
-            b.add_bias(y, bias)?;
-        }
-        if let Some(s) = l.scale {
+        if let (Some(s), ScaleAt::BeforeBias) = (l.scale, at) {
             b.scale(y, s)?;
         }
-        if let (Some(bias), ScaleAt::BeforeBias) = (&l.b, at) {
+        lora.add(b, l.site, x, y)?;
+        if let Some(bias) = &l.b {
             b.add_bias(y, bias)?;
+        }
+        if let (Some(s), ScaleAt::AfterBias) = (l.scale, at) {
+            b.scale(y, s)?;
         }
     }
     Ok(ys)
 }
 
-pub(crate) fn linear<B: Backend>(b: &B, l: &Linear<B>, at: ScaleAt, x: &B::Tensor) -> Result<B::Tensor, ModelError> {
-    let [y] = linear_each(b, [l], at, x)?;
+pub(crate) fn linear<B: Backend>(
+    b: &B,
+    l: &Linear<B>,
+    at: ScaleAt,
+    x: &B::Tensor,
+    lora: &LoraRows<'_, B>,
+) -> Result<B::Tensor, ModelError> {
+    let [y] = linear_each(b, [l], at, x, lora)?;
     Ok(y)
 }
 
@@ -93,14 +108,13 @@ pub(crate) fn attention_out<B: Backend>(
 pub(crate) fn gated_ffn<B: Backend>(
     b: &B,
     act: Activation,
-    gate: &Linear<B>,
-    up: &Linear<B>,
-    down: &Linear<B>,
+    [gate, up, down]: [&Linear<B>; 3],
     x: &B::Tensor,
+    lora: &LoraRows<'_, B>,
 ) -> Result<B::Tensor, ModelError> {
-    let [mut g, u] = linear_each(b, [gate, up], ScaleAt::AfterBias, x)?;
+    let [mut g, u] = linear_each(b, [gate, up], ScaleAt::AfterBias, x, lora)?;
     b.glu(act, &mut g, &u)?;
-    linear(b, down, ScaleAt::AfterBias, &g)
+    linear(b, down, ScaleAt::AfterBias, &g, lora)
 }
 
 /// The plain feed-forward block of the encoders: `down · act(up · x + up_b) + down_b`.

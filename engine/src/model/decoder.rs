@@ -14,6 +14,7 @@ use super::arch::EmbeddingScale;
 use super::blocks::{gated_ffn, linear, linear_each, ScaleAt};
 use super::config::ModelConfig;
 use super::error::ModelError;
+use super::lora::{LoraRows, LoraScale};
 use super::weights::{DecoderWeights, FeedForward, Projections};
 use super::{mla, moe};
 use super::{InputEntry, Logits};
@@ -59,20 +60,28 @@ pub(crate) fn check_batch(c: &ModelConfig, kv: &mut KvCache, batch: &[InputEntry
 /// row, an image's, as the projector made it). Gemma's given rows are added after the scaling
 /// to rows of zeros (and the tokens' rows to zeros), which changes no value, so the rows stay
 /// on the device.
-fn input_rows<B: Backend>(b: &B, c: &ModelConfig, table: &B::Matrix, inputs: &[RowInput<'_>]) -> Result<B::Tensor, ModelError> {
+/// Adapters of the token embeddings correct the tokens' rows before the scaling.
+fn input_rows<B: Backend>(
+    b: &B,
+    c: &ModelConfig,
+    table: &B::Matrix,
+    inputs: &[RowInput<'_>],
+    lora: &LoraRows<'_, B>,
+) -> Result<B::Tensor, ModelError> {
     let given = |r: &RowInput<'_>| matches!(r, RowInput::Embedding(_));
-    if c.embedding_scale == 1.0 {
-        return Ok(b.get_rows(table, inputs)?);
-    }
-    if c.facts.embedding_scale != EmbeddingScale::SqrtEmbd || !inputs.iter().any(given) {
+    if c.embedding_scale == 1.0 || c.facts.embedding_scale != EmbeddingScale::SqrtEmbd || !inputs.iter().any(given) {
         let mut x = b.get_rows(table, inputs)?;
-        b.scale(&mut x, c.embedding_scale)?;
+        lora.add_embeddings(b, inputs, &mut x)?;
+        if c.embedding_scale != 1.0 {
+            b.scale(&mut x, c.embedding_scale)?;
+        }
         return Ok(x);
     }
     let (n, e) = (inputs.len(), c.n_embd);
     let zeros = vec![0.0f32; e];
     let tokens: Vec<RowInput<'_>> = inputs.iter().map(|r| if given(r) { RowInput::Embedding(&zeros) } else { *r }).collect();
     let mut x = b.get_rows(table, &tokens)?; // n x e, zeros in the given rows
+    lora.add_embeddings(b, inputs, &mut x)?;
     b.scale(&mut x, c.embedding_scale)?;
     let mut rows = vec![0.0f32; n * e];
     for (row, input) in rows.chunks_exact_mut(e).zip(inputs) {
@@ -102,17 +111,21 @@ fn pre_norm<'a, B: Backend>(
     }
 }
 
+/// The forward pass of `batch`; an entry without adapters of its own (`lora: None`) takes
+/// `default_lora`.
 pub(crate) fn forward<B: Backend>(
     b: &B,
     c: &ModelConfig,
     w: &DecoderWeights<B>,
     kv: &mut KvCache,
     batch: &[InputEntry<'_>],
+    default_lora: &[LoraScale],
 ) -> Result<Logits, ModelError> {
+    let lora = LoraRows::of_batch(&w.adapters, batch.iter().map(|e| e.lora.unwrap_or(default_lora)))?;
     check_batch(c, kv, batch)?;
     let (n, e, eps) = (batch.len(), c.n_embd, c.norm_eps);
     let inputs: Vec<RowInput> = batch.iter().map(|b| b.input).collect();
-    let mut x = input_rows(b, c, &w.token_embd, &inputs)?; // n x e
+    let mut x = input_rows(b, c, &w.token_embd, &inputs, &lora)?; // n x e
     let shape = c.attention_shape();
     let positions: Vec<u32> = batch.iter().map(|e| e.pos).collect();
     // each row's query scale under an attention temperature: the same in every layer
@@ -158,7 +171,7 @@ pub(crate) fn forward<B: Backend>(
         // n x (n_head · head_dim_k), n x k_dim, n x v_dim
         let [mut q, mut k, mut v] = match &layer.attention {
             Projections::Heads { q, k, v, q_norm, k_norm } => {
-                let [mut q, mut k, v] = linear_each(b, [q, k, v], ScaleAt::BeforeBias, input)?;
+                let [mut q, mut k, v] = linear_each(b, [q, k, v], ScaleAt::BeforeBias, input, &lora)?;
                 if let Some(qn) = q_norm {
                     b.rms_norm_in_place(&mut q, qn, eps)?;
                 }
@@ -173,7 +186,7 @@ pub(crate) fn forward<B: Backend>(
             }
             Projections::Latent(w) => {
                 let latent = c.latent.as_ref().expect("latent weights come with a latent configuration");
-                mla::queries_keys_values(b, latent, w, input, eps, rope.as_ref(), &positions)?
+                mla::queries_keys_values(b, latent, w, input, eps, rope.as_ref(), &positions, &lora)?
             }
         };
         if c.facts.prescaled_queries {
@@ -213,7 +226,7 @@ pub(crate) fn forward<B: Backend>(
         if let (Projections::Latent(w), Some(latent)) = (&layer.attention, &c.latent) {
             attn = mla::head_values(b, latent, w, &attn)?; // n x (n_head · v_head)
         }
-        let mut o = linear(b, &layer.o, ScaleAt::BeforeBias, &attn)?; // n x e
+        let mut o = linear(b, &layer.o, ScaleAt::BeforeBias, &attn, &lora)?; // n x e
         if let Some(pn) = &layer.attn_post_norm {
             b.rms_norm_in_place(&mut o, pn, eps)?;
         }
@@ -222,8 +235,8 @@ pub(crate) fn forward<B: Backend>(
         // feed-forward
         let input = pre_norm(b, &x, layer.ffn_norm.as_ref(), eps, &mut h)?;
         let mut d = match &layer.ffn {
-            FeedForward::Dense { gate, up, down } => gated_ffn(b, c.facts.activation, gate, up, down, input)?, // n x e
-            FeedForward::Experts(x) => moe::forward(b, c.facts.activation, x, input)?,                         // n x e
+            FeedForward::Dense { gate, up, down } => gated_ffn(b, c.facts.activation, [gate, up, down], input, &lora)?, // n x e
+            FeedForward::Experts(x) => moe::forward(b, c.facts.activation, x, input, &lora)?,                           // n x e
         };
         if let Some(pn) = &layer.ffn_post_norm {
             b.rms_norm_in_place(&mut d, pn, eps)?;
@@ -239,7 +252,7 @@ pub(crate) fn forward<B: Backend>(
     let xs = b.select_rows(&x, &wanted)?;
     let mut normed = b.zeros(wanted.len(), e)?;
     b.rms_norm(&xs, &w.output_norm, eps, &mut normed)?;
-    let mut logits = linear(b, &w.output, ScaleAt::BeforeBias, &normed)?; // wanted x n_vocab
+    let mut logits = linear(b, &w.output, ScaleAt::BeforeBias, &normed, &lora.select(&wanted))?; // wanted x n_vocab
     if c.logit_scale != 1.0 {
         b.scale(&mut logits, 1.0 / c.logit_scale)?;
     }

@@ -24,6 +24,8 @@ pub enum ModelError {
     TensorShape { name: String, expected: Vec<u64>, got: Vec<u64> },
     #[error("tensor {name} has type {ty}, which the engine cannot compute with")]
     TensorType { name: String, ty: GgmlType },
+    #[error("LoRA adapter: {0}")]
+    Adapter(String),
     #[error("batch: {0}")]
     BadBatch(String),
     #[error(transparent)]

@@ -13,6 +13,7 @@
 use super::blocks::{linear, linear_each, project, Linear, ScaleAt};
 use super::config::{Meta, RopeConfig};
 use super::error::ModelError;
+use super::lora::LoraRows;
 use super::weights::Loader;
 use crate::backend::{Backend, ColumnBlocks, Rope};
 
@@ -160,18 +161,19 @@ pub(crate) fn queries_keys_values<B: Backend>(
     eps: f32,
     rope: Option<&Rope>,
     positions: &[u32],
+    lora: &LoraRows<'_, B>,
 ) -> Result<[B::Tensor; 3], ModelError> {
     let k_b = &w.k_b;
     let (n, n_head) = (b.shape(x).0, k_b.len());
     let q = match &w.query {
-        LatentQuery::Direct(q) => linear(b, q, ScaleAt::BeforeBias, x)?,
+        LatentQuery::Direct(q) => linear(b, q, ScaleAt::BeforeBias, x, lora)?,
         LatentQuery::LowRank { a, norm, b: q_b } => {
-            let mut latent = linear(b, a, ScaleAt::BeforeBias, x)?; // n x q_rank
+            let mut latent = linear(b, a, ScaleAt::BeforeBias, x, lora)?; // n x q_rank
             b.rms_norm_in_place(&mut latent, norm, eps)?;
-            linear(b, q_b, ScaleAt::BeforeBias, &latent)?
+            linear(b, q_b, ScaleAt::BeforeBias, &latent, lora)?
         }
     }; // n x n_head · (nope + rope)
-    let [mut latent, mut k_rope] = linear_each(b, [&w.kv_a, &w.k_rope], ScaleAt::BeforeBias, x)?; // n x kv_rank, n x rope
+    let [mut latent, mut k_rope] = linear_each(b, [&w.kv_a, &w.k_rope], ScaleAt::BeforeBias, x, lora)?; // n x kv_rank, n x rope
     b.rms_norm_in_place(&mut latent, &w.kv_norm, eps)?;
     let mut q_rope = b.zeros(n, n_head * c.rope)?; // n x n_head · rope
     b.copy_columns(

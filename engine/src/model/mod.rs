@@ -12,6 +12,7 @@ pub use blocks::Linear;
 pub mod config;
 mod decoder;
 pub mod error;
+pub mod lora;
 pub mod mla;
 pub mod moe;
 #[cfg(all(test, feature = "sim"))]
@@ -25,6 +26,7 @@ use std::sync::Arc;
 
 pub use config::ModelConfig;
 pub use error::ModelError;
+pub use lora::{AdapterInfo, LoraScale};
 
 use crate::backend::CpuBackend;
 use crate::backend::{on_backend, Backend, BackendError, Device, OnBackend, PerBackend, RowInput};
@@ -69,11 +71,14 @@ pub struct InputEntry<'a> {
     /// image's rows for Gemma 3's projector, which llama.cpp decodes with causal attention off,
     /// the image alone in its batch).
     pub non_causal: bool,
+    /// The LoRA adapters this row runs with, or `None` for the model's default set
+    /// ([`Model::set_default_lora`]).
+    pub lora: Option<&'a [LoraScale]>,
 }
 
 impl From<BatchEntry> for InputEntry<'_> {
     fn from(e: BatchEntry) -> Self {
-        InputEntry { seq: e.seq, input: RowInput::Token(e.token), pos: e.pos, logits: e.logits, non_causal: false }
+        InputEntry { seq: e.seq, input: RowInput::Token(e.token), pos: e.pos, logits: e.logits, non_causal: false, lora: None }
     }
 }
 
@@ -136,9 +141,9 @@ impl<B: Backend> OnDevice<B> {
         KvCache::with_storage(types, n_ctx, self.backend.device(), storage)
     }
 
-    fn forward(&self, c: &ModelConfig, kv: &mut KvCache, batch: &[InputEntry<'_>]) -> Result<Logits, ModelError> {
+    fn forward(&self, c: &ModelConfig, kv: &mut KvCache, batch: &[InputEntry<'_>], lora: &[LoraScale]) -> Result<Logits, ModelError> {
         match &self.weights {
-            Weights::Decoder(w) => decoder::forward(&self.backend, c, w, kv, batch),
+            Weights::Decoder(w) => decoder::forward(&self.backend, c, w, kv, batch, lora),
             Weights::Encoder(_) => Err(ModelError::BadBatch(format!("{} is an encoder: use Model::encode or embed::embed", c.arch))),
         }
     }
@@ -147,6 +152,13 @@ impl<B: Backend> OnDevice<B> {
         match &self.weights {
             Weights::Encoder(w) => bert::forward(&self.backend, c, w, seqs),
             Weights::Decoder(_) => Err(ModelError::BadBatch(format!("{} is a decoder: use Model::forward", c.arch))),
+        }
+    }
+
+    fn load_adapter(&mut self, c: &ModelConfig, file: &Arc<GgufFile>) -> Result<AdapterInfo, ModelError> {
+        match &mut self.weights {
+            Weights::Decoder(w) => w.load_adapter(file, &self.backend, c),
+            Weights::Encoder(_) => Err(ModelError::Adapter(format!("{} is an encoder; adapters apply to decoders", c.arch))),
         }
     }
 
@@ -197,6 +209,10 @@ pub struct Model {
     config: ModelConfig,
     loaded: OnBackend<Loaded>,
     tokenizer: Tokenizer,
+    /// The LoRA adapters loaded beside the weights, in order (their index is their id).
+    adapters: Vec<AdapterInfo>,
+    /// The adapters a batch entry without its own set runs with.
+    default_lora: Vec<LoraScale>,
 }
 
 impl std::fmt::Debug for Model {
@@ -237,7 +253,7 @@ impl Model {
             #[cfg(not(feature = "cuda"))]
             Device::Cuda(_) => return Err(BackendError::NotBuilt(device).into()),
         };
-        Ok(Model { file, config, loaded, tokenizer })
+        Ok(Model { file, config, loaded, tokenizer, adapters: Vec::new(), default_lora: Vec::new() })
     }
 
     /// The model with its weights on the simulated GPU: the CUDA kernels run by the CPU
@@ -252,7 +268,7 @@ impl Model {
     pub fn from_file_simulated(file: Arc<GgufFile>) -> Result<Model, ModelError> {
         let (config, tokenizer) = Model::read_config(&file)?;
         let loaded = OnBackend::Sim(on_gpu(crate::backend::kernel::SimBackend::new(), &file, &config)?);
-        Ok(Model { file, config, loaded, tokenizer })
+        Ok(Model { file, config, loaded, tokenizer, adapters: Vec::new(), default_lora: Vec::new() })
     }
 
     /// The file's configuration and tokenizer (the vocabulary size from the tokenizer when the
@@ -296,6 +312,41 @@ impl Model {
         on_backend!(&self.loaded, m => m.classifier())
     }
 
+    /// Loads the LoRA adapter at `path` (a GGUF file of `general.type` adapter for this
+    /// model's architecture and shapes) onto the model's device; it becomes adapter
+    /// `self.adapters().len()`, used by the entries that name it (and by default at `scale`,
+    /// when given).
+    pub fn load_adapter(&mut self, path: impl AsRef<Path>, scale: Option<f32>) -> Result<usize, ModelError> {
+        self.load_adapter_file(Arc::new(GgufFile::open(path)?), scale)
+    }
+
+    /// [`Model::load_adapter`] of a file already open.
+    pub fn load_adapter_file(&mut self, file: Arc<GgufFile>, scale: Option<f32>) -> Result<usize, ModelError> {
+        let config = &self.config;
+        let info = on_backend!(&mut self.loaded, m => m.load_adapter(config, &file))?;
+        let id = self.adapters.len();
+        self.adapters.push(info);
+        if let Some(scale) = scale {
+            self.default_lora.push(LoraScale { adapter: id, scale });
+        }
+        Ok(id)
+    }
+
+    /// The loaded adapters, by id.
+    pub fn adapters(&self) -> &[AdapterInfo] {
+        &self.adapters
+    }
+
+    /// The adapters an entry without its own set runs with ([`Model::forward`]'s entries, the
+    /// guard's prompts).
+    pub fn set_default_lora(&mut self, lora: Vec<LoraScale>) {
+        self.default_lora = lora;
+    }
+
+    pub fn default_lora(&self) -> &[LoraScale] {
+        &self.default_lora
+    }
+
     /// An empty KV cache for this model, on its device, holding up to `n_ctx` positions per
     /// sequence.
     pub fn new_kv_cache(&self, types: impl Into<KvTypes>, n_ctx: usize) -> KvCache {
@@ -320,7 +371,7 @@ impl Model {
     /// [`Model::forward`] for entries whose input may be an embedding row of `n_embd` values
     /// instead of a token (it goes through the same scaling as a token's embedding).
     pub fn forward_inputs(&self, kv: &mut KvCache, batch: &[InputEntry<'_>]) -> Result<Logits, ModelError> {
-        on_backend!(&self.loaded, m => m.forward(&self.config, kv, batch))
+        on_backend!(&self.loaded, m => m.forward(&self.config, kv, batch, &self.default_lora))
     }
 
     /// Encoders: the final hidden state of every token of `seqs` (each sequence attends to

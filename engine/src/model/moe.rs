@@ -10,6 +10,7 @@
 use super::blocks::{gated_ffn, linear, project, Linear, ScaleAt};
 use super::config::{ExpertConfig, ExpertGroups};
 use super::error::ModelError;
+use super::lora::LoraRows;
 use super::weights::Loader;
 use crate::backend::{Activation, Backend};
 use crate::model::arch::Gating;
@@ -205,9 +206,15 @@ fn softmax(row: &[f32]) -> Vec<f32> {
 /// products of every (row, choice) slot by indexed products (each expert's weights read once for
 /// all the rows that chose it), the gated unit, the down products likewise, then the slots added
 /// back into their rows weighted, the first choice of every row first.
-pub(crate) fn forward<B: Backend>(b: &B, act: Activation, w: &Experts<B>, h: &B::Tensor) -> Result<B::Tensor, ModelError> {
+pub(crate) fn forward<B: Backend>(
+    b: &B,
+    act: Activation,
+    w: &Experts<B>,
+    h: &B::Tensor,
+    lora: &LoraRows<'_, B>,
+) -> Result<B::Tensor, ModelError> {
     let (x, (rows, n_embd)) = (&w.config, b.shape(h));
-    let logits = b.to_host(linear(b, &w.router, ScaleAt::BeforeBias, h)?)?; // rows x n_expert
+    let logits = b.to_host(linear(b, &w.router, ScaleAt::BeforeBias, h, lora)?)?; // rows x n_expert
     let routes = routes(x, &logits, w.selection_bias.as_deref());
     // slot r · n_used + k: row r's choice k
     let ids: Vec<usize> = routes.iter().flat_map(|route| route.iter().map(|&(e, _)| e)).collect();
@@ -226,8 +233,8 @@ pub(crate) fn forward<B: Backend>(b: &B, act: Activation, w: &Experts<B>, h: &B:
         b.add_weighted_rows(&mut out, &down, &pairs)?;
     }
     if let Some(s) = &w.shared {
-        let y = gated_ffn(b, act, &s.gate, &s.up, &s.down, h)?; // rows x n_embd
-                                                                // llama.cpp's sigmoid here is silu(g) / g, in f32
+        let y = gated_ffn(b, act, [&s.gate, &s.up, &s.down], h, lora)?; // rows x n_embd
+                                                                        // llama.cpp's sigmoid here is silu(g) / g, in f32
         let gates = match &s.gate_inp {
             Some(m) => b.to_host(project(b, m, None, h)?)?.into_iter().map(|g| g / (1.0 + (-g).exp()) / g).collect(),
             None => vec![1.0; rows],

@@ -11,6 +11,7 @@ use super::arch::QkNorm;
 use super::blocks::Linear;
 use super::config::ModelConfig;
 use super::error::ModelError;
+use super::lora::{AdapterInfo, AdapterWeights, EmbeddingShape, LoraSite};
 use super::mla::LatentAttention;
 use super::moe::Experts;
 use crate::backend::Backend;
@@ -49,11 +50,26 @@ pub(crate) struct Loader<'a, B: Backend> {
     pub backend: &'a B,
     /// The names of the tensors looked up that the file has.
     found: RefCell<HashSet<String>>,
+    /// The projections loaded as [`Linear`]s, which LoRA adapters may correct.
+    sites: RefCell<Vec<LoraSite>>,
 }
 
 impl<'a, B: Backend> Loader<'a, B> {
     pub fn new(file: &'a Arc<GgufFile>, backend: &'a B) -> Loader<'a, B> {
-        Loader { file, backend, found: RefCell::default() }
+        Loader { file, backend, found: RefCell::default(), sites: RefCell::default() }
+    }
+
+    /// Registers rows `rows` of the `total_rows` x `cols` tensor `tensor` as a correctable
+    /// projection, returning its site.
+    fn site(&self, tensor: String, rows: std::ops::Range<usize>, total_rows: usize, cols: usize) -> usize {
+        let mut sites = self.sites.borrow_mut();
+        sites.push(LoraSite { tensor, rows, total_rows, cols });
+        sites.len() - 1
+    }
+
+    /// The correctable projections loaded so far, in site order.
+    pub fn sites(&self) -> Vec<LoraSite> {
+        self.sites.borrow().clone()
     }
 
     fn info(&self, name: &str) -> Option<&TensorInfo> {
@@ -145,8 +161,10 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// The projection `prefix.weight` of `rows` x `cols`, with its optional `prefix.bias` and
     /// `prefix.scale`, if the file has the matrix.
     pub fn linear_opt(&self, prefix: &str, rows: usize, cols: usize) -> Result<Option<Linear<B>>, ModelError> {
-        let Some(w) = self.matrix_opt(&format!("{prefix}.weight"), rows, cols)? else { return Ok(None) };
-        Ok(Some(Linear { w, b: self.vector_opt(&format!("{prefix}.bias"), rows)?, scale: self.scalar_opt(&format!("{prefix}.scale"))? }))
+        let name = format!("{prefix}.weight");
+        let Some(w) = self.matrix_opt(&name, rows, cols)? else { return Ok(None) };
+        let (b, scale) = (self.vector_opt(&format!("{prefix}.bias"), rows)?, self.scalar_opt(&format!("{prefix}.scale"))?);
+        Ok(Some(Linear { w, b, scale, site: Some(self.site(name, 0..rows, rows, cols)) }))
     }
 
     pub fn linear(&self, prefix: &str, rows: usize, cols: usize) -> Result<Linear<B>, ModelError> {
@@ -157,10 +175,19 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// apart into one projection per part (its rows in order, over the same bytes), each with
     /// its share of the bias and the whole projection's scale.
     pub fn linear_parts<const N: usize>(&self, prefix: &str, parts: [usize; N], cols: usize) -> Result<Option<[Linear<B>; N]>, ModelError> {
-        let Some(ws) = self.matrix_parts(&format!("{prefix}.weight"), parts, cols)? else { return Ok(None) };
+        let name = format!("{prefix}.weight");
+        let Some(ws) = self.matrix_parts(&name, parts, cols)? else { return Ok(None) };
         let mut bs = self.vector_parts(&format!("{prefix}.bias"), parts)?.into_iter().flatten();
         let scale = self.scalar_opt(&format!("{prefix}.scale"))?;
-        Ok(Some(ws.map(|w| Linear { w, b: bs.next(), scale })))
+        let total = parts.iter().sum();
+        let mut start = 0;
+        let mut sites = parts
+            .map(|n| {
+                start += n;
+                self.site(name.clone(), start - n..start, total, cols)
+            })
+            .into_iter();
+        Ok(Some(ws.map(|w| Linear { w, b: bs.next(), scale, site: sites.next() })))
     }
 
     fn check_type(&self, t: &TensorInfo) -> Result<(), ModelError> {
@@ -336,6 +363,10 @@ pub struct DecoderWeights<B: Backend> {
     pub output_norm: B::Vector,
     /// `output.weight`, or the token embeddings when the model ties them.
     pub output: Linear<B>,
+    /// The projections LoRA adapters may correct (each [`Linear`]'s `site`).
+    pub sites: Vec<LoraSite>,
+    /// The adapters loaded beside the weights, in load order.
+    pub(crate) adapters: Vec<AdapterWeights<B>>,
 }
 
 /// Tensors a decoder file may carry that its graph does not read here: per-input scales of
@@ -415,7 +446,8 @@ impl<B: Backend> DecoderWeights<B> {
         // CPU the same bytes of the map)
         let output = match l.linear_opt("output", c.n_vocab, e)? {
             Some(m) => m,
-            None => Linear { w: l.matrix("token_embd.weight", c.n_vocab, e)?, b: None, scale: None },
+            // no site: an adapter of `token_embd` corrects the input rows only
+            None => Linear { w: l.matrix("token_embd.weight", c.n_vocab, e)?, b: None, scale: None, site: None },
         };
         // the blocks after the last layer are multi-token-prediction layers generation skips
         let mtp_block = |name: &str| {
@@ -431,6 +463,16 @@ impl<B: Backend> DecoderWeights<B> {
             .chain([&output.w])
             .collect();
         backend.prepare_products(&products)?;
-        Ok(DecoderWeights { token_embd, layers, output_norm, output })
+        Ok(DecoderWeights { token_embd, layers, output_norm, output, sites: l.sites(), adapters: Vec::new() })
+    }
+
+    /// Loads the LoRA adapter `file` beside the weights (it becomes adapter
+    /// `self.adapters.len()`).
+    pub(crate) fn load_adapter(&mut self, file: &Arc<GgufFile>, backend: &B, c: &ModelConfig) -> Result<AdapterInfo, ModelError> {
+        // a tied output reads the token embeddings: their adapter would have to correct both
+        let embedding = self.output.site.map(|_| EmbeddingShape { n_vocab: c.n_vocab, n_embd: c.n_embd });
+        let (weights, info) = super::lora::load(file, backend, &c.arch, &self.sites, embedding)?;
+        self.adapters.push(weights);
+        Ok(info)
     }
 }

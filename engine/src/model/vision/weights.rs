@@ -40,7 +40,7 @@ pub struct VisionWeights<B: Backend> {
 
 fn linear<B: Backend>(l: &Loader<B>, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear<B>, ModelError> {
     let b = if bias { Some(l.vector(&format!("{name}.bias"), rows)?) } else { l.vector_opt(&format!("{name}.bias"), rows)? };
-    Ok(Linear { w: l.matrix(&format!("{name}.weight"), rows, cols)?, b, scale: None })
+    Ok(Linear { w: l.matrix(&format!("{name}.weight"), rows, cols)?, b, scale: None, site: None })
 }
 
 fn norm<B: Backend>(l: &Loader<B>, name: &str, n: usize) -> Result<LayerNorm<B>, ModelError> {
@@ -141,7 +141,7 @@ impl<B: Backend> VisionWeights<B> {
             }
         };
         Ok(VisionWeights {
-            patch: Linear { w: patch_matrix(&l, c)?, b: Some(l.vector("v.patch_embd.bias", d)?), scale: None },
+            patch: Linear { w: patch_matrix(&l, c)?, b: Some(l.vector("v.patch_embd.bias", d)?), scale: None, site: None },
             patch_input_f16: file.tensor("v.patch_embd.weight").is_some_and(|t| t.ty != GgmlType::BF16),
             position: l.host_matrix("v.position_embd.weight", c.n_patches(), d)?,
             blocks,

@@ -58,7 +58,12 @@ pub struct WhisperWeights<B: Backend> {
 }
 
 fn linear<B: Backend>(l: &Loader<B>, name: &str, rows: usize, cols: usize) -> Result<Linear<B>, ModelError> {
-    Ok(Linear { w: l.matrix(&format!("{name}.weight"), rows, cols)?, b: l.vector_opt(&format!("{name}.bias"), rows)?, scale: None })
+    Ok(Linear {
+        w: l.matrix(&format!("{name}.weight"), rows, cols)?,
+        b: l.vector_opt(&format!("{name}.bias"), rows)?,
+        scale: None,
+        site: None,
+    })
 }
 
 fn norm<B: Backend>(l: &Loader<B>, name: &str, n: usize) -> Result<LayerNorm<B>, ModelError> {
@@ -81,7 +86,12 @@ fn conv<B: Backend>(l: &Loader<B>, name: &str, n_in: usize, n_out: usize) -> Res
     if t.ty.row_bytes(cols).is_none() {
         return Err(ModelError::TensorType { name: wname, ty: t.ty });
     }
-    Ok(Linear { w: l.backend.upload_matrix(l.file, &flat, n_out, cols)?, b: Some(l.vector(&format!("{name}.bias"), n_out)?), scale: None })
+    Ok(Linear {
+        w: l.backend.upload_matrix(l.file, &flat, n_out, cols)?,
+        b: Some(l.vector(&format!("{name}.bias"), n_out)?),
+        scale: None,
+        site: None,
+    })
 }
 
 fn attention<B: Backend>(l: &Loader<B>, prefix: &str, d: usize) -> Result<AttentionWeights<B>, ModelError> {

@@ -1,0 +1,318 @@
+//! LoRA adapters: GGUF files as llama.cpp writes them (`general.type = adapter`,
+//! `adapter.type = lora`, `adapter.lora.alpha`, a `NAME.lora_a` / `NAME.lora_b` pair per
+//! corrected tensor), loaded beside a model and applied on the fly as low-rank corrections,
+//! never merged into the weights: a projection `y = x · Wᵀ` of a row that uses adapter `i` at
+//! scale `s` becomes `y + s' · ((x · Aᵀ) · Bᵀ)`, `s' = s · alpha / rank` (`s` itself when the
+//! file's alpha is 0), added right after the product and before any bias, as llama.cpp's
+//! `build_lora_mm`. Each row of a batch names its own adapters and scales, so requests with
+//! different adapters share one forward pass: per adapter, the rows using it are gathered, go
+//! through its two small products, and are added back into their rows (one rounded product
+//! each, as ggml's scale then add). A row that uses no adapter gets the bits it gets without
+//! any loaded.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::error::ModelError;
+use crate::backend::{Backend, RowInput};
+use crate::gguf::{GgufFile, TensorInfo};
+use crate::quant;
+
+/// One adapter at one scale, as a request or the command line chooses it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoraScale {
+    /// The adapter's index among the model's (its load order).
+    pub adapter: usize,
+    pub scale: f32,
+}
+
+/// A projection an adapter may correct: rows `rows` of the model tensor `tensor` (all of them,
+/// or one part of a fused projection such as `attn_qkv`), of `cols` inputs.
+#[derive(Clone, Debug)]
+pub struct LoraSite {
+    pub tensor: String,
+    pub rows: Range<usize>,
+    pub total_rows: usize,
+    pub cols: usize,
+}
+
+/// What a loaded adapter is, for listings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdapterInfo {
+    /// `general.name`, or empty.
+    pub name: String,
+    pub alpha: f32,
+    /// The largest rank among its tensors.
+    pub rank: usize,
+    /// Model tensors it corrects.
+    pub tensors: usize,
+}
+
+/// One corrected tensor (or part of one): `a` is `rank` x `cols`, `b` is `rows` x `rank` (for
+/// the token embeddings, `a` is the `n_vocab` x `rank` table rows are read from and `b` is
+/// `n_embd` x `rank`).
+struct LoraPair<B: Backend> {
+    a: B::Matrix,
+    b: B::Matrix,
+    rank: usize,
+}
+
+impl<B: Backend> LoraPair<B> {
+    /// llama.cpp's `get_scale`: `scale · alpha / rank`, in that order, or the scale itself
+    /// without an alpha.
+    fn factor(&self, alpha: f32, scale: f32) -> f32 {
+        if alpha != 0.0 {
+            scale * alpha / self.rank as f32
+        } else {
+            scale
+        }
+    }
+}
+
+/// An adapter's matrices on the model's backend, one slot per [`LoraSite`] of the model.
+pub(crate) struct AdapterWeights<B: Backend> {
+    alpha: f32,
+    sites: Vec<Option<LoraPair<B>>>,
+    embedding: Option<LoraPair<B>>,
+}
+
+impl<B: Backend> AdapterWeights<B> {
+    /// Every matrix a product reads (for the backend's preparation).
+    pub(crate) fn matrices(&self) -> Vec<&B::Matrix> {
+        let products = self.sites.iter().flatten().flat_map(|p| [&p.a, &p.b]);
+        products.chain(self.embedding.iter().map(|p| &p.b)).collect()
+    }
+}
+
+/// The model's token-embedding shape, for an adapter of it: `None` when the model ties its
+/// output to the token embeddings (an adapter of `token_embd` would then be ambiguous).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EmbeddingShape {
+    pub n_vocab: usize,
+    pub n_embd: usize,
+}
+
+fn bad(reason: impl Into<String>) -> ModelError {
+    ModelError::Adapter(reason.into())
+}
+
+/// The tensor `t` checked to be of a computable type with `dims`.
+fn checked<'f>(t: &'f TensorInfo, dims: [usize; 2]) -> Result<&'f TensorInfo, ModelError> {
+    let want = vec![dims[0] as u64, dims[1] as u64];
+    if t.dims != want {
+        return Err(bad(format!(
+            "tensor {} has shape {:?} where the model needs {:?} (an adapter of another base model?)",
+            t.name, t.dims, want
+        )));
+    }
+    if quant::ops(t.ty).is_err() || t.ty.row_bytes(dims[0]).is_none() {
+        return Err(ModelError::TensorType { name: t.name.clone(), ty: t.ty });
+    }
+    Ok(t)
+}
+
+/// The adapter `file` for a model of architecture `arch` whose correctable projections are
+/// `sites`, checked as llama.cpp checks it (its type, architecture, pairs and shapes) and
+/// uploaded to `backend`. A tensor it corrects that the model has no site for (an expert
+/// stack, latent attention's absorbed matrices) is an error naming it: the adapter would
+/// otherwise run without it.
+pub(crate) fn load<B: Backend>(
+    file: &Arc<GgufFile>,
+    backend: &B,
+    arch: &str,
+    sites: &[LoraSite],
+    embedding: Option<EmbeddingShape>,
+) -> Result<(AdapterWeights<B>, AdapterInfo), ModelError> {
+    match file.get_str("general.type") {
+        Some("adapter") => {}
+        other => return Err(bad(format!("general.type is {:?}, not \"adapter\" (is it a model?)", other.unwrap_or("")))),
+    }
+    let file_arch = file.architecture().unwrap_or("");
+    if file_arch != arch {
+        return Err(bad(format!("it is an adapter of {file_arch:?}, the model is {arch:?}")));
+    }
+    match file.get_str("adapter.type") {
+        Some("lora") => {}
+        other => return Err(bad(format!("adapter.type is {:?}, not \"lora\"", other.unwrap_or("")))),
+    }
+    if file.get("adapter.alora.invocation_tokens").is_some() {
+        return Err(bad("activated LoRA (adapter.alora.invocation_tokens) is not supported"));
+    }
+    let alpha = match file.get("adapter.lora.alpha") {
+        None => 0.0,
+        Some(v) => v.as_f64().ok_or_else(|| bad("adapter.lora.alpha is not a number"))? as f32,
+    };
+    // the pairs, by the name of the tensor they correct
+    let mut pairs: std::collections::BTreeMap<&str, [Option<&TensorInfo>; 2]> = Default::default();
+    for t in file.tensors() {
+        if let Some(base) = t.name.strip_suffix(".lora_a") {
+            pairs.entry(base).or_default()[0] = Some(t);
+        } else if let Some(base) = t.name.strip_suffix(".lora_b") {
+            pairs.entry(base).or_default()[1] = Some(t);
+        } else if t.name.ends_with("_norm.weight") {
+            // llama.cpp skips norm vectors too ("most adapters still work fine without it")
+            continue;
+        } else {
+            return Err(bad(format!("tensor {} is neither a .lora_a nor a .lora_b", t.name)));
+        }
+    }
+    if pairs.is_empty() {
+        return Err(bad("it corrects no tensor"));
+    }
+    let mut weights = AdapterWeights { alpha, sites: (0..sites.len()).map(|_| None).collect(), embedding: None };
+    let mut rank_max = 0;
+    for (&name, pair) in &pairs {
+        let [Some(a), Some(b)] = *pair else {
+            return Err(bad(format!("{name} has only one of its .lora_a and .lora_b tensors")));
+        };
+        if a.dims.len() != 2 || a.dims.contains(&0) {
+            return Err(bad(format!("tensor {} is not a matrix", a.name)));
+        }
+        if name == "token_embd.weight" {
+            let Some(e) = embedding else {
+                return Err(bad("it corrects token_embd.weight, which this model also uses as its output projection"));
+            };
+            // llama.cpp's layout for the embeddings: `a` is read by rows (one per token), `b`
+            // is not transposed
+            let rank = a.dims[0] as usize;
+            rank_max = rank_max.max(rank);
+            let table = checked(a, [rank, e.n_vocab])?;
+            let b = checked(b, [rank, e.n_embd])?;
+            weights.embedding = Some(LoraPair {
+                a: backend.upload_matrix(file, table, e.n_vocab, rank)?,
+                b: backend.upload_matrix(file, b, e.n_embd, rank)?,
+                rank,
+            });
+            continue;
+        }
+        let rank = a.dims[1] as usize;
+        rank_max = rank_max.max(rank);
+        let mut found = false;
+        for (i, site) in sites.iter().enumerate().filter(|(_, s)| s.tensor == name) {
+            found = true;
+            let a = checked(a, [site.cols, rank])?;
+            let b = checked(b, [rank, site.total_rows])?;
+            let part = b.rows(site.rows.start as u64, site.rows.len() as u64).expect("the rows of a checked tensor");
+            weights.sites[i] = Some(LoraPair {
+                a: backend.upload_matrix(file, a, rank, site.cols)?,
+                b: backend.upload_matrix(file, &part, site.rows.len(), rank)?,
+                rank,
+            });
+        }
+        if !found {
+            return Err(bad(format!("it corrects {name}, which is not a projection of this {arch} model the engine can adapt")));
+        }
+    }
+    backend.prepare_products(&weights.matrices())?;
+    let info = AdapterInfo { name: file.get_str("general.name").unwrap_or("").to_string(), alpha, rank: rank_max, tensors: pairs.len() };
+    Ok((weights, info))
+}
+
+/// The adapters one batch uses: per adapter, the rows that use it and their scales.
+pub(crate) struct LoraRows<'a, B: Backend> {
+    active: Vec<ActiveAdapter<'a, B>>,
+    n_rows: usize,
+}
+
+struct ActiveAdapter<'a, B: Backend> {
+    weights: &'a AdapterWeights<B>,
+    /// (row, scale), rows ascending.
+    rows: Vec<(usize, f32)>,
+}
+
+impl<'a, B: Backend> LoraRows<'a, B> {
+    /// The adapters of the batch's rows (`per_row[r]`: row `r`'s), checked: every adapter
+    /// loaded, named once per row, its scale finite. Adapters at scale 0 are left out.
+    pub(crate) fn of_batch<'r>(
+        adapters: &'a [AdapterWeights<B>],
+        per_row: impl ExactSizeIterator<Item = &'r [LoraScale]>,
+    ) -> Result<LoraRows<'a, B>, ModelError> {
+        let n_rows = per_row.len();
+        let mut rows: Vec<Vec<(usize, f32)>> = vec![Vec::new(); adapters.len()];
+        for (r, list) in per_row.enumerate() {
+            for (j, l) in list.iter().enumerate() {
+                if l.adapter >= adapters.len() {
+                    return Err(ModelError::BadBatch(format!("entry {r}: adapter {} is not loaded ({} are)", l.adapter, adapters.len())));
+                }
+                if !l.scale.is_finite() {
+                    return Err(ModelError::BadBatch(format!("entry {r}: adapter {} has scale {}", l.adapter, l.scale)));
+                }
+                if list[..j].iter().any(|o| o.adapter == l.adapter) {
+                    return Err(ModelError::BadBatch(format!("entry {r}: adapter {} is named twice", l.adapter)));
+                }
+                if l.scale != 0.0 {
+                    rows[l.adapter].push((r, l.scale));
+                }
+            }
+        }
+        let active =
+            adapters.iter().zip(rows).filter(|(_, rows)| !rows.is_empty()).map(|(weights, rows)| ActiveAdapter { weights, rows }).collect();
+        Ok(LoraRows { active, n_rows })
+    }
+
+    /// The same adapters for the rows `rows` of the batch, renumbered in that order (the rows
+    /// whose logits are computed).
+    pub(crate) fn select(&self, rows: &[usize]) -> LoraRows<'a, B> {
+        let active = self
+            .active
+            .iter()
+            .map(|a| ActiveAdapter {
+                weights: a.weights,
+                rows: rows.iter().enumerate().filter_map(|(i, r)| a.rows.iter().find(|(ar, _)| ar == r).map(|&(_, s)| (i, s))).collect(),
+            })
+            .filter(|a| !a.rows.is_empty())
+            .collect();
+        LoraRows { active, n_rows: rows.len() }
+    }
+
+    /// Whether any row's adapter corrects site `site`.
+    pub(crate) fn touches(&self, site: Option<usize>) -> bool {
+        site.is_some_and(|s| self.active.iter().any(|a| a.weights.sites[s].is_some()))
+    }
+
+    /// `y[r] += s' · (x[r] · Aᵀ) · Bᵀ` for every row `r` of every adapter correcting site
+    /// `site` (`x` the projection's input, `y` its product), adapters in load order.
+    pub(crate) fn add(&self, b: &B, site: Option<usize>, x: &B::Tensor, y: &mut B::Tensor) -> Result<(), ModelError> {
+        let Some(site) = site else { return Ok(()) };
+        for a in &self.active {
+            let Some(pair) = &a.weights.sites[site] else { continue };
+            // the rows using the adapter (`x` itself when all of them do)
+            let gathered;
+            let xs = if a.rows.len() == self.n_rows {
+                x
+            } else {
+                gathered = b.select_rows(x, &a.rows.iter().map(|&(r, _)| r).collect::<Vec<_>>())?;
+                &gathered
+            };
+            let low = b.matmul_each(&[&pair.a], &[None], xs)?.pop().expect("one product"); // rows x rank
+            let delta = b.matmul_each(&[&pair.b], &[None], &low)?.pop().expect("one product"); // rows x out
+            let weights: Vec<(usize, usize, f32)> =
+                a.rows.iter().enumerate().map(|(i, &(r, s))| (i, r, pair.factor(a.weights.alpha, s))).collect();
+            b.add_weighted_rows(y, &delta, &weights)?;
+        }
+        Ok(())
+    }
+
+    /// The token-embedding corrections of the token rows of `inputs` added to their rows `x`
+    /// (before any embedding scale, as llama.cpp's `build_inp_embd`); given embedding rows
+    /// are left as they are.
+    pub(crate) fn add_embeddings(&self, b: &B, inputs: &[RowInput<'_>], x: &mut B::Tensor) -> Result<(), ModelError> {
+        for a in &self.active {
+            let Some(pair) = &a.weights.embedding else { continue };
+            let (tokens, weights): (Vec<RowInput<'_>>, Vec<(usize, usize, f32)>) = a
+                .rows
+                .iter()
+                .filter(|&&(r, _)| matches!(inputs[r], RowInput::Token(_)))
+                .enumerate()
+                .map(|(i, &(r, s))| (inputs[r], (i, r, pair.factor(a.weights.alpha, s))))
+                .unzip();
+            if tokens.is_empty() {
+                continue;
+            }
+            let low = b.get_rows(&pair.a, &tokens)?; // rows x rank
+            let delta = b.matmul_each(&[&pair.b], &[None], &low)?.pop().expect("one product"); // rows x n_embd
+            b.add_weighted_rows(x, &delta, &weights)?;
+        }
+        Ok(())
+    }
+}

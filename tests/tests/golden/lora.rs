@@ -1,0 +1,214 @@
+//! LoRA adapters against llama.cpp: the tests' adapters (`engine_tests::lora`, the same bytes
+//! llama.cpp loaded, checked by sha256) on the tiny architecture models, every position's
+//! logits within the bound of llama.cpp's with the same adapters and scales (plain, fused,
+//! biased and router projections, the output and the token embeddings, F32 and F16 pairs, two
+//! adapters at once); rows with different adapters in one batch keep their bits; malformed or
+//! mismatched adapters are errors naming the problem.
+
+use std::sync::Arc;
+
+use engine::backend::RowInput;
+use engine::gguf::{Array, GgufFile, GgufWriter, Value};
+use engine::kv_cache::KvType;
+use engine::model::{InputEntry, LoraScale, Model};
+use engine::quant::GgmlType;
+use engine_tests::archs::BOUND;
+use engine_tests::lora::{self, CASES, IDS};
+use engine_tests::quant_goldens::sha256;
+use engine_tests::{fixture, read_f32s, read_json};
+
+/// The adapter `name`'s file, checked to be the bytes llama.cpp ran.
+fn adapter_file(name: &str) -> Arc<GgufFile> {
+    let spec = lora::spec(name);
+    let base = GgufFile::open(fixture(spec.base)).unwrap();
+    let bytes = lora::make(&base, spec).unwrap();
+    let index = read_json(&fixture("lora/cases.json"));
+    assert_eq!(index["adapters"][name].as_str(), Some(sha256(&bytes).as_str()), "{name}: not the adapter llama.cpp ran");
+    Arc::new(GgufFile::from_bytes(bytes).unwrap())
+}
+
+/// The logits of every position of `IDS` in one batch, the entries with adapters `lora`.
+fn logits(model: &Model, lora: Option<&[LoraScale]>) -> Vec<f32> {
+    let mut kv = model.new_kv_cache(KvType::F32, 256);
+    let batch: Vec<InputEntry> = IDS
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| InputEntry { seq: 0, input: RowInput::Token(t), pos: i as u32, logits: true, non_causal: false, lora })
+        .collect();
+    model.forward_inputs(&mut kv, &batch).unwrap().values
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// `load` of each case's base model with its adapters (at their scales, as the model's default).
+fn cases_match_llama_cpp(load: impl Fn(&str) -> Model, only: &[&str]) {
+    let index = read_json(&fixture("lora/cases.json"));
+    assert_eq!(index["ids"].as_array().unwrap().len(), IDS.len(), "the ids llama.cpp ran");
+    for case in CASES.iter().filter(|c| only.is_empty() || only.contains(&c.name)) {
+        let mut model = load(case.base);
+        let plain = logits(&model, None);
+        for &(name, scale) in case.adapters {
+            model.load_adapter_file(adapter_file(name), Some(scale)).unwrap();
+        }
+        let ours = logits(&model, None);
+        let want = read_f32s(&fixture(&format!("lora/{}.logits.bin", case.name)));
+        let worst = max_diff(&ours, &want);
+        let moved = max_diff(&plain, &want);
+        // F16 pairs: ggml rounds each low-rank product's input to f16 (a relative 2^-11, twice),
+        // the engine dots f16 weights with f32 inputs; so the difference scales with the
+        // corrections
+        let f16 = case.adapters.iter().any(|(name, _)| lora::spec(name).ty == GgmlType::F16);
+        let bound = if f16 { moved / 1024.0 } else { BOUND };
+        eprintln!("{}: max |ours - llama.cpp| = {worst:.3e} (bound {bound:.1e}), the adapters move logits by up to {moved:.3}", case.name);
+        assert!(worst <= bound, "{}: max |ours - llama.cpp| = {worst:e} > {bound:e}", case.name);
+        // the adapters change the logits far beyond the bound: a correction left out would fail
+        assert!(moved > 100.0 * BOUND, "{}: the adapters change the logits by only {moved}", case.name);
+    }
+}
+
+#[test]
+fn adapters_match_llama_cpp() {
+    cases_match_llama_cpp(|base| Model::load(fixture(base)).unwrap(), &[]);
+}
+
+/// The kernel backend (the CUDA kernels run by the CPU execution harness) with two adapters.
+#[cfg(feature = "sim")]
+#[test]
+fn adapters_on_the_simulated_gpu_match_llama_cpp() {
+    cases_match_llama_cpp(|base| Model::load_simulated(fixture(base)).unwrap(), &["llama-all", "llama-two"]);
+}
+
+/// Three sequences in one batch, each with its own adapters (both, none, one at another
+/// scale), interleaved: every row has the bits it has when its sequence runs alone, and the
+/// row without adapters the bits of the model without any loaded.
+#[test]
+fn rows_with_different_adapters_share_a_batch_and_keep_their_bits() {
+    let path = fixture("archs/llama-s1.gguf");
+    let bare = logits(&Model::load(&path).unwrap(), None);
+    let mut model = Model::load(&path).unwrap();
+    let all = model.load_adapter_file(adapter_file("llama-all"), None).unwrap();
+    let qv = model.load_adapter_file(adapter_file("llama-qv"), None).unwrap();
+    assert!(model.default_lora().is_empty(), "loaded without a scale: not used by default");
+    let sets: [&[LoraScale]; 3] =
+        [&[LoraScale { adapter: all, scale: 0.5 }, LoraScale { adapter: qv, scale: 2.0 }], &[], &[LoraScale { adapter: qv, scale: -1.0 }]];
+    let alone: Vec<Vec<f32>> = sets.iter().map(|s| logits(&model, Some(s))).collect();
+    assert_eq!(alone[1], bare, "no adapter: the model's own bits");
+    assert!(max_diff(&alone[0], &bare) > 0.01 && max_diff(&alone[2], &bare) > 0.01);
+    let mut kv = model.new_kv_cache(KvType::F32, 256);
+    let mut batch = Vec::new();
+    for (i, &t) in IDS.iter().enumerate() {
+        for (s, set) in sets.iter().enumerate() {
+            batch.push(InputEntry {
+                seq: s as u32,
+                input: RowInput::Token(t),
+                pos: i as u32,
+                logits: true,
+                non_causal: false,
+                lora: Some(set),
+            });
+        }
+    }
+    let out = model.forward_inputs(&mut kv, &batch).unwrap();
+    let n = model.config().n_vocab;
+    for (r, _) in batch.iter().enumerate() {
+        let (pos, s) = (r / sets.len(), r % sets.len());
+        assert_eq!(out.row(r), &alone[s][pos * n..(pos + 1) * n], "sequence {s} position {pos}");
+    }
+}
+
+/// A copy of `file` with its metadata changed by `edit`, its tensors kept by `keep`, and what
+/// `more` adds.
+fn edited(
+    file: &GgufFile,
+    edit: impl Fn(&str, &Value) -> Option<Value>,
+    keep: impl Fn(&str) -> bool,
+    more: impl FnOnce(&mut GgufWriter),
+) -> Arc<GgufFile> {
+    let mut w = GgufWriter::new();
+    for (key, value) in file.metadata() {
+        if let Some(v) = edit(key, value) {
+            w.add(key.clone(), v).unwrap();
+        }
+    }
+    for t in file.tensors().iter().filter(|t| keep(&t.name)) {
+        w.add_tensor(t.name.clone(), &t.dims, t.ty, file.tensor_data(t).to_vec()).unwrap();
+    }
+    more(&mut w);
+    Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap())
+}
+
+/// `file` as an adapter of `arch`.
+fn relabelled(arch: &'static str) -> impl Fn(&str, &Value) -> Option<Value> {
+    move |k, v| Some(if k == "general.architecture" { Value::from(arch) } else { v.clone() })
+}
+
+#[test]
+fn mismatched_or_malformed_adapters_are_errors_naming_the_problem() {
+    let mut llama = Model::load(fixture("archs/llama-s1.gguf")).unwrap();
+    let good = adapter_file("llama-all");
+    let same = |_: &str, v: &Value| Some(v.clone());
+    let all = |_: &str| true;
+    let err = |model: &mut Model, file: Arc<GgufFile>| model.load_adapter_file(file, None).unwrap_err().to_string();
+    // another architecture's adapter
+    let e = err(&mut llama, adapter_file("phi3-fused"));
+    assert!(e.contains("\"phi3\"") && e.contains("\"llama\""), "{e}");
+    // a model, not an adapter
+    let e = err(&mut llama, Arc::new(GgufFile::open(fixture("archs/llama-s1.gguf")).unwrap()));
+    assert!(e.contains("general.type") && e.contains("model"), "{e}");
+    // half a pair
+    let e = err(&mut llama, edited(&good, same, |n| n != "blk.1.attn_k.weight.lora_b", |_| {}));
+    assert!(e.contains("blk.1.attn_k.weight") && e.contains("only one"), "{e}");
+    // activated LoRA
+    let alora = edited(&good, same, all, |w| {
+        w.add("adapter.alora.invocation_tokens", Value::Array(Array::U32(vec![1, 2]))).unwrap();
+    });
+    let e = err(&mut llama, alora);
+    assert!(e.contains("activated LoRA"), "{e}");
+    // pairs that do not fit: a rank-4 `a` with a rank-8 `b`
+    let qv = adapter_file("llama-qv");
+    let b8 = good.tensor("blk.0.attn_q.weight.lora_b").unwrap();
+    let mixed = edited(
+        &qv,
+        same,
+        |n| n != "blk.0.attn_q.weight.lora_b",
+        |w| {
+            w.add_tensor(b8.name.clone(), &b8.dims, b8.ty, good.tensor_data(b8).to_vec()).unwrap();
+        },
+    );
+    let e = err(&mut llama, mixed);
+    assert!(e.contains("blk.0.attn_q.weight.lora_b") && e.contains("shape"), "{e}");
+    // a tensor the engine does not adapt: the experts of a mixture
+    let mut moe = Model::load(fixture("archs/qwen2moe-s1.gguf")).unwrap();
+    let base = GgufFile::open(fixture("archs/qwen2moe-s1.gguf")).unwrap();
+    let exps = base.tensor("blk.0.ffn_down_exps.weight").expect("an expert stack");
+    let (cols, rows) = (exps.dims[0], exps.dims[1]);
+    let experts = edited(&adapter_file("qwen2moe-router"), same, all, |w| {
+        w.add_tensor("blk.0.ffn_down_exps.weight.lora_a", &[cols, 4], GgmlType::F32, vec![0u8; cols as usize * 16]).unwrap();
+        w.add_tensor("blk.0.ffn_down_exps.weight.lora_b", &[4, rows], GgmlType::F32, vec![0u8; rows as usize * 16]).unwrap();
+    });
+    let e = err(&mut moe, experts);
+    assert!(e.contains("blk.0.ffn_down_exps.weight") && e.contains("not a projection"), "{e}");
+    // a model whose output is its token embeddings: their adapter would correct both
+    let tied_base = GgufFile::open(fixture("archs/gemma2-s1.gguf")).unwrap();
+    assert!(tied_base.tensor("output.weight").is_none(), "gemma2 ties its output");
+    let mut tied = Model::load(fixture("archs/gemma2-s1.gguf")).unwrap();
+    let emb = edited(&good, relabelled("gemma2"), |n| n.starts_with("token_embd"), |_| {});
+    let e = err(&mut tied, emb);
+    assert!(e.contains("token_embd.weight") && e.contains("output"), "{e}");
+    // nothing was loaded by the failures
+    assert!(llama.adapters().is_empty() && moe.adapters().is_empty() && tied.adapters().is_empty());
+    // a batch naming an adapter that is not loaded, or one twice
+    let id = llama.load_adapter_file(good, None).unwrap();
+    for bad in
+        [&[LoraScale { adapter: id + 1, scale: 1.0 }][..], &[LoraScale { adapter: id, scale: 1.0 }, LoraScale { adapter: id, scale: 0.5 }]]
+    {
+        let mut kv = llama.new_kv_cache(KvType::F32, 64);
+        let entry = InputEntry { seq: 0, input: RowInput::Token(1), pos: 0, logits: true, non_causal: false, lora: Some(bad) };
+        let e = llama.forward_inputs(&mut kv, &[entry]).unwrap_err().to_string();
+        assert!(e.contains("adapter"), "{e}");
+        assert_eq!(kv.seq_len(0), 0, "a refused batch writes nothing");
+    }
+}
