@@ -16,7 +16,7 @@ use engine::model::{BatchEntry, Model};
 use engine::tokenizer::TokenId;
 use serde::Serialize;
 
-use crate::load::{load_model, parse_device, parse_positive, thread_pool, KvCacheArgs};
+use crate::load::{load_model, parse_device, parse_positive, thread_pool, KvCacheArgs, LoraArgs};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -46,6 +46,8 @@ pub struct BenchArgs {
     /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
     #[arg(long, default_value = "cpu", value_parser = parse_device)]
     pub device: Device,
+    #[command(flatten)]
+    pub lora: LoraArgs,
     #[command(flatten)]
     pub kv: KvCacheArgs,
     /// Print a JSON array of results (mean, sd and every sample) instead of the table.
@@ -90,7 +92,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         bail!("nothing to measure: -p and -n are both 0");
     }
     let pool = thread_pool(args.threads)?;
-    let model = load_model(&args.model, args.device)?;
+    let mut model = load_model(&args.model, args.device)?;
+    args.lora.load_into(&mut model)?;
     let n_threads = pool.current_num_threads();
     let file = model.file();
     let model_type = model_type(&model);

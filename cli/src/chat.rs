@@ -36,7 +36,8 @@ pub struct ChatArgs {
 
 pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.runtime.threads)?;
-    let model = load_model(&args.model, args.runtime.device)?;
+    let mut model = load_model(&args.model, args.runtime.device)?;
+    args.runtime.lora.load_into(&mut model)?;
     let sampling = args.sampling.params(model.tokenizer().n_vocab())?;
     let template = ChatTemplate::from_model(&model).context("the model's chat template")?;
     if template.is_fallback() {

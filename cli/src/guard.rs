@@ -18,7 +18,7 @@ use serde_json::json;
 use server::error::ApiError;
 
 use crate::guard_jsonl as jsonl;
-use crate::load::{parse_device, parse_positive, text_or_file, thread_pool};
+use crate::load::{load_model, parse_device, parse_positive, text_or_file, thread_pool, LoraArgs};
 
 #[derive(clap::Args)]
 #[command(after_help = "Exit status: 0 when nothing is flagged, 1 when a risk is flagged, 2 on error.")]
@@ -60,6 +60,8 @@ pub struct GuardArgs {
     /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
     #[arg(long, default_value = "cpu", value_parser = parse_device)]
     pub device: Device,
+    #[command(flatten)]
+    pub lora: LoraArgs,
     /// Prompt format 3.0, 3.2 or 3.3 of a Granite Guardian model, or the model's own family
     /// (llama-guard, shieldgemma, qwen3guard, gpt-oss-safeguard) [default: detected from the model].
     #[arg(long)]
@@ -201,7 +203,10 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
         family: args.guard_family,
         ..EvaluatorOptions::default()
     };
-    let evaluator = Evaluator::new(&args.model, options).map_err(|e| anyhow::anyhow!(e).context(args.model.display().to_string()))?;
+    let mut model = load_model(&args.model, args.device)?;
+    args.lora.load_into(&mut model)?;
+    let evaluator = Evaluator::from_model(std::sync::Arc::new(model), options)
+        .map_err(|e| anyhow::anyhow!(e).context(args.model.display().to_string()))?;
     let model_id = args.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
     let format = evaluator.format_label(args.format.as_deref());
     let audit = json!({"model": model_id, "format": format, "policy": policy});

@@ -2,7 +2,7 @@
 //! tokenizing a prompt, the KV type flag and the worker thread pool.
 
 use std::io::{IsTerminal, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
@@ -108,12 +108,48 @@ pub struct RuntimeArgs {
     pub ctx_size: Option<usize>,
     #[command(flatten)]
     pub kv: KvCacheArgs,
+    #[command(flatten)]
+    pub lora: LoraArgs,
     /// Worker threads [default: all cores].
     #[arg(long, short = 't', value_parser = parse_positive)]
     pub threads: Option<usize>,
     /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
     #[arg(long, default_value = "cpu", value_parser = parse_device)]
     pub device: Device,
+}
+
+/// LoRA adapters to run the model with, as llama.cpp's `--lora` / `--lora-scaled` give them.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct LoraArgs {
+    /// A LoRA adapter GGUF (as llama.cpp's convert_lora_to_gguf.py writes it) applied at SCALE
+    /// (default 1) on the fly, not merged into the weights (repeat for several).
+    #[arg(long = "lora", value_name = "FILE[:SCALE]", value_parser = parse_lora)]
+    pub lora: Vec<(PathBuf, f32)>,
+}
+
+impl LoraArgs {
+    /// Loads the adapters into `model`, each used by default at its scale.
+    pub fn load_into(&self, model: &mut Model) -> anyhow::Result<()> {
+        load_adapters(model, &self.lora)
+    }
+}
+
+/// Loads `adapters` (file, scale) into `model`, each used by default at its scale.
+pub fn load_adapters(model: &mut Model, adapters: &[(PathBuf, f32)]) -> anyhow::Result<()> {
+    for (path, scale) in adapters {
+        model.load_adapter(path, Some(*scale)).with_context(|| format!("--lora {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Parses `FILE[:SCALE]` (a file whose name ends in `:` and a number is written `FILE:1`).
+pub fn parse_lora(s: &str) -> Result<(PathBuf, f32), String> {
+    match s.rsplit_once(':').map(|(path, scale)| (path, scale.parse::<f32>())) {
+        Some((path, Ok(scale))) if scale.is_finite() && !path.is_empty() => Ok((PathBuf::from(path), scale)),
+        Some((_, Ok(_))) => Err(format!("{s:?}: the scale must be a finite number after a file name")),
+        _ if s.is_empty() => Err("an empty adapter file name".into()),
+        _ => Ok((PathBuf::from(s), 1.0)),
+    }
 }
 
 /// Parses `--device`: `cpu`, `cuda` or `cuda:N`.

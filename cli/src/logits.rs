@@ -11,7 +11,7 @@ use engine::model::BatchEntry;
 use engine::tokenizer::TokenId;
 use serde::Serialize;
 
-use crate::load::{load_model, parse_device, parse_positive, thread_pool, PromptArgs};
+use crate::load::{load_model, parse_device, parse_positive, thread_pool, LoraArgs, PromptArgs};
 use crate::tokenize::piece;
 
 #[derive(clap::Args)]
@@ -33,6 +33,8 @@ pub struct LogitsArgs {
     /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
     #[arg(long, default_value = "cpu", value_parser = parse_device)]
     pub device: Device,
+    #[command(flatten)]
+    pub lora: LoraArgs,
 }
 
 /// The JSON output. serde writes an f32 in its shortest form that reads back to the same f32.
@@ -44,7 +46,8 @@ struct Output {
 
 pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.threads)?;
-    let model = load_model(&args.model, args.device)?;
+    let mut model = load_model(&args.model, args.device)?;
+    args.lora.load_into(&mut model)?;
     let tokens = args.prompt.tokens(&model)?;
     // an f32 cache: this command is for checking numerics, so nothing is rounded on the way
     let mut kv = model.new_kv_cache(KvType::F32, tokens.len());

@@ -10,7 +10,7 @@ use engine::kv_cache::KvType;
 use engine::perplexity::{chunk_logits, chunks, first_scored, Scores};
 use serde::Serialize;
 
-use crate::load::{load_model, parse_device, parse_kv_type, parse_positive, thread_pool, KvCacheArgs};
+use crate::load::{load_model, parse_device, parse_kv_type, parse_positive, thread_pool, KvCacheArgs, LoraArgs};
 
 #[derive(clap::Args)]
 pub struct PerplexityArgs {
@@ -42,6 +42,8 @@ pub struct PerplexityArgs {
     /// Device: cpu, cuda or cuda:N (a build without CUDA refuses cuda with an error).
     #[arg(long, default_value = "cpu", value_parser = parse_device)]
     pub device: Device,
+    #[command(flatten)]
+    pub lora: LoraArgs,
 }
 
 #[derive(Serialize)]
@@ -68,7 +70,8 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     }
     let text = std::fs::read_to_string(&args.file).with_context(|| args.file.display().to_string())?;
     let pool = thread_pool(args.threads)?;
-    let model = load_model(&args.model, args.device)?;
+    let mut model = load_model(&args.model, args.device)?;
+    args.lora.load_into(&mut model)?;
     let tokens = model.tokenizer().encode(&text, true, false);
     let chunks = chunks(&model, &tokens, args.ctx_size, args.chunks);
     if chunks.is_empty() {

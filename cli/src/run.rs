@@ -58,7 +58,8 @@ pub struct RunArgs {
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.runtime.threads)?;
-    let model = load_model(&args.model, args.runtime.device)?;
+    let mut model = load_model(&args.model, args.runtime.device)?;
+    args.runtime.lora.load_into(&mut model)?;
     let resident = resident_mib();
     let prompt = if args.images.is_empty() { args.prompt.tokens(&model)? } else { Vec::new() };
     let params = GenerateParams {

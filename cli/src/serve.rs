@@ -16,7 +16,7 @@ use server::batch_scheduler::BatchConfig;
 use server::vision::{MediaOptions, Projector};
 use server::{ConnectionLimits, ModelSpec, Scheduling, Server, ServerGuardrails};
 
-use crate::load::{load_model, memory_available, parse_device, parse_positive, KvCacheArgs};
+use crate::load::{load_adapters, load_model, memory_available, parse_device, parse_lora, parse_positive, KvCacheArgs};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -121,6 +121,15 @@ pub struct ServeArgs {
     /// output is unchanged).
     #[arg(long, value_parser = ["ngram"])]
     pub spec: Option<String>,
+    /// A LoRA adapter GGUF for the first --model, at SCALE (default 1) unless a request's `lora`
+    /// says otherwise (repeat for several; ids in this order). `GET /lora-adapters` lists them,
+    /// `POST /lora-adapters` changes their scales.
+    #[arg(long = "lora", value_name = "FILE[:SCALE]", value_parser = parse_lora)]
+    pub lora: Vec<(PathBuf, f32)>,
+    /// A LoRA adapter GGUF for the guard model, applied to every guard prompt at SCALE
+    /// (default 1; repeat for several).
+    #[arg(long, value_name = "FILE[:SCALE]", value_parser = parse_lora)]
+    pub guard_lora: Vec<(PathBuf, f32)>,
     #[arg(long, default_value = "127.0.0.1")]
     pub host: IpAddr,
     #[arg(long, default_value_t = 8080)]
@@ -288,10 +297,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let draft = args.draft.as_deref().map(|p| load_model(p, args.device)).transpose()?.map(Arc::new);
     let mut guard_served = false;
     for (i, path) in args.models.iter().enumerate() {
-        let model = Arc::new(load_model(path, args.device)?);
+        let mut model = Arc::new(load_model(path, args.device)?);
         let id = args.alias.get(i).cloned().unwrap_or_else(|| id_of(path));
         let named_guard = guard_path.is_some() && path.canonicalize().ok() == guard_path;
         let guardian = guard_path.is_none() && is_guardian(&model);
+        // the guardian check's evaluator is gone: the model is held here alone
+        let held = Arc::get_mut(&mut model).context("the model is shared before its adapters load")?;
+        if i == 0 {
+            load_adapters(held, &args.lora)?;
+        }
+        if named_guard || guardian {
+            load_adapters(held, &args.guard_lora)?;
+        }
         guard_served |= named_guard || guardian;
         if let Some(mmproj) = args.mmproj.get(i) {
             let vision = VisionModel::load_on(mmproj, args.device).with_context(|| mmproj.display().to_string())?;
@@ -306,8 +323,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         builder = builder.model_file(spec, path.clone());
     }
     if let (Some(path), false) = (&args.guard, guard_served) {
-        let model = Arc::new(load_model(path, args.device)?);
-        let spec = ModelSpec { id: id_of(path), model, chat: false, guard: true, n_ctx: args.ctx_size, draft: None };
+        let mut model = load_model(path, args.device)?;
+        load_adapters(&mut model, &args.guard_lora)?;
+        let spec = ModelSpec { id: id_of(path), model: Arc::new(model), chat: false, guard: true, n_ctx: args.ctx_size, draft: None };
         builder = builder.model_file(spec, path.clone());
     }
     if let Some(path) = &args.transcribe {
@@ -332,6 +350,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             eprintln!("serving {} ({role}, context {}, {} sequences at once)", m.id, m.n_ctx, args.parallel);
             if m.generates {
                 eprintln!("{}: {}", m.id, kv_summary(&m.model, m.worker.config()));
+            }
+            for (id, a) in m.model.adapters().iter().enumerate() {
+                let scale = m.model.default_lora().iter().find(|l| l.adapter == id).map_or(0.0, |l| l.scale);
+                let file = a.path.as_deref().unwrap_or("");
+                eprintln!("{}: LoRA adapter {id} {file} (rank {}, alpha {}) at scale {scale}", m.id, a.rank, a.alpha);
             }
         }
         if let Some(p) = &policies {

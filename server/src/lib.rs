@@ -9,6 +9,7 @@
 //! it on a listener until `Server::close()`, then drains open connections and the batch
 //! scheduler.
 
+pub mod adapters;
 pub mod audit;
 pub mod batch_scheduler;
 pub mod error;
@@ -412,6 +413,7 @@ impl ServerBuilder {
                 n_ctx: spec.n_ctx,
                 draft: spec.draft.clone(),
                 vision: projector.clone(),
+                lora: model_loader::adapter_files(&spec.model),
             });
             let mut entry = start_entry(spec, &settings, &metrics, created)?;
             entry.source = source;

@@ -15,6 +15,7 @@ use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, GuardFamily};
 use engine::model::Model;
 use serde_json::{json, Value};
 
+use crate::adapters::Adapters;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::registry::ModelEntry;
@@ -72,6 +73,7 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
     };
     let digest = spec.guard.then(|| audit::ModelDigest::start(&spec.model));
     let worker = Worker::start(&spec.id, spec.model.clone(), config, evaluator.clone(), spec.draft, metrics.for_model(&spec.id))?;
+    let adapters = Adapters::of(&spec.model);
     Ok(ModelEntry {
         id: spec.id,
         created,
@@ -85,6 +87,7 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
         guard_queue: Arc::new(guard_queue::GuardQueue::new(metrics.requests_cancelled.clone(), metrics.guard_batch_requests.clone())),
         source: None,
         vision: None,
+        adapters,
     })
 }
 
@@ -145,6 +148,14 @@ pub struct LoadSpec {
     pub draft: Option<Arc<Model>>,
     /// Its vision projector (models given at start-up with `--mmproj`).
     pub vision: Option<Arc<crate::vision::Projector>>,
+    /// Its LoRA adapters' files, each with the scale it runs with by default (`--lora`).
+    pub lora: Vec<(PathBuf, Option<f32>)>,
+}
+
+/// The files of `model`'s LoRA adapters with their default scales, to load them again.
+pub fn adapter_files(model: &Model) -> Vec<(PathBuf, Option<f32>)> {
+    let scale = |id: usize| model.default_lora().iter().find(|l| l.adapter == id).map(|l| l.scale);
+    model.adapters().iter().enumerate().filter_map(|(id, a)| Some((PathBuf::from(a.path.as_ref()?), scale(id)))).collect()
 }
 
 /// A model unloaded for idleness: loaded again by the next request that names it.
@@ -252,7 +263,7 @@ pub async fn load(state: &Arc<AppState>, request: LoadRequest) -> Result<Value, 
     if !loader.loading.lock().expect("loading lock").insert(id.clone()) {
         return Err(ApiError::conflict("id", format!("the model `{id}` is being loaded")));
     }
-    let spec = LoadSpec { id: id.clone(), path, role, n_ctx: request.context_length, draft: None, vision: None };
+    let spec = LoadSpec { id: id.clone(), path, role, n_ctx: request.context_length, draft: None, vision: None, lora: Vec::new() };
     let loaded = start(state, spec).await;
     loader.loading.lock().expect("loading lock").remove(&id);
     let entry = loaded?;
@@ -266,8 +277,11 @@ async fn start(state: &Arc<AppState>, spec: LoadSpec) -> Result<Arc<ModelEntry>,
     let st = state.clone();
     let entry = tokio::task::spawn_blocking(move || -> Result<ModelEntry, ApiError> {
         let settings = &st.loader.settings;
-        let model = Model::load_on(&spec.path, settings.device)
+        let mut model = Model::load_on(&spec.path, settings.device)
             .map_err(|e| ApiError::invalid_param("model", format!("{}: {e}", file_name(&spec.path))))?;
+        for (path, scale) in &spec.lora {
+            model.load_adapter(path, *scale).map_err(|e| ApiError::server(format!("{}: {e}", file_name(path))))?;
+        }
         if spec.role == Role::Chat && model.is_encoder() {
             let why = format!("an encoder model ({}) cannot chat: load it with role embedding", model.config().arch);
             return Err(ApiError::invalid_param("role", why));

@@ -37,6 +37,8 @@ pub struct ModelEntry {
     pub source: Option<LoadSpec>,
     /// The vision projector its chat requests' images go through.
     pub vision: Option<Arc<crate::vision::Projector>>,
+    /// Its LoRA adapters and their global scales.
+    pub adapters: crate::adapters::Adapters,
 }
 
 impl ModelEntry {
@@ -121,6 +123,19 @@ impl Registry {
 
     pub fn remove(&self, id: &str) -> Result<Arc<ModelEntry>, ApiError> {
         self.models.write().expect("registry lock").remove(id).ok_or_else(|| ApiError::model_not_found(id))
+    }
+
+    /// The model `id` names, or without one the only model there is: of every model, or of the
+    /// generating ones when `generating` (as chat completions take them).
+    pub fn named_or_only(&self, id: Option<&str>, generating: bool) -> Result<Arc<ModelEntry>, ApiError> {
+        match id {
+            Some(id) if generating => self.generator(id),
+            Some(id) => self.get(id),
+            None => match self.list().into_iter().filter(|m| m.generates || !generating).collect::<Vec<_>>().as_slice() {
+                [only] => Ok(only.clone()),
+                _ => Err(ApiError::missing("model")),
+            },
+        }
     }
 
     pub fn list(&self) -> Vec<Arc<ModelEntry>> {

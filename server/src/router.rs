@@ -81,7 +81,7 @@ async fn take_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Res
 
 /// llama-server's routes outside `/v1` (its token utilities and the other names of
 /// `/v1/rerank`), keyed like `/v1`.
-const ROOT_API_ROUTES: [&str; 5] = ["/tokenize", "/detokenize", "/apply-template", "/rerank", "/reranking"];
+const ROOT_API_ROUTES: [&str; 6] = ["/tokenize", "/detokenize", "/apply-template", "/rerank", "/reranking", "/lora-adapters"];
 
 async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Result<Response<Body>, ApiError> {
     let method = req.method().clone();
@@ -149,6 +149,17 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
             allow(&method, &path, &[Method::POST])?;
             let body = json_body(state, req).await?;
             with_model(state, &path, body, |s, b| async move { routes::tokens::apply_template(&s, b) }).await
+        }
+        "/lora-adapters" => {
+            allow(&method, &path, &[Method::GET, Method::POST])?;
+            let model = routes::lora_adapters::model_in_query(req.uri().query());
+            if method == Method::GET {
+                routes::lora_adapters::list(state, model.as_deref())
+            } else {
+                let body = crate::strict_json::from_slice(&take_body(state, req).await?)
+                    .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}")))?;
+                routes::lora_adapters::set(state, model.as_deref(), body)
+            }
         }
         "/v1/responses" => {
             allow(&method, &path, &[Method::POST])?;

@@ -102,3 +102,61 @@ fn token_ids_run_as_given_on_an_id_only_vocabulary() {
     let both = logits(&["-m", model.to_str().unwrap(), "--tokens", "1", "--prompt", "x"]);
     assert_eq!(both.status.code(), Some(2));
 }
+
+/// The adapter `name` of the tests (`engine_tests::lora`) in a file of its own.
+fn adapter_file(name: &str) -> PathBuf {
+    let spec = engine_tests::lora::spec(name);
+    let base = engine::gguf::GgufFile::open(engine_tests::fixture(spec.base)).unwrap();
+    let path = std::env::temp_dir().join(format!("engine-cli-logits-{}-{name}.gguf", std::process::id()));
+    std::fs::write(&path, engine_tests::lora::make(&base, spec).unwrap()).unwrap();
+    path
+}
+
+/// `--lora FILE[:SCALE]` (repeated) runs the adapters as llama.cpp does: every position's best
+/// logit within 1e-4 of llama.cpp's with the same adapters and scales (the LoRA goldens; the
+/// bound is the F16 case's, whose inputs ggml rounds to f16).
+#[test]
+fn lora_adapters_give_llama_cpp_logits() {
+    let (all, qv) = (adapter_file("llama-all"), adapter_file("llama-qv"));
+    let model = engine_tests::fixture("archs/llama-s1.gguf");
+    let ids: Vec<String> = engine_tests::lora::IDS.iter().map(u32::to_string).collect();
+    for (case, loras, bound) in [
+        ("llama-all", vec![all.display().to_string()], 1e-4),
+        ("llama-two", vec![format!("{}:0.5", all.display()), format!("{}:2", qv.display())], 1e-2),
+    ] {
+        let mut args = vec![
+            "-m".to_string(),
+            model.display().to_string(),
+            "--tokens".into(),
+            ids.join(","),
+            "--top".into(),
+            "1".into(),
+            "--json".into(),
+        ];
+        for l in loras {
+            args.extend(["--lora".to_string(), l]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = logits(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let want = engine_tests::read_f32s(&engine_tests::fixture(&format!("lora/{case}.logits.bin")));
+        for (pos, top) in j["top"].as_array().unwrap().iter().enumerate() {
+            let row = &want[pos * 128..(pos + 1) * 128];
+            let (id, logit) = (top[0][0].as_u64().unwrap() as usize, top[0][1].as_f64().unwrap() as f32);
+            assert!((logit - row[id]).abs() <= bound, "{case} position {pos}: {logit} vs llama.cpp's {}", row[id]);
+            let best = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert!((row[id] - best).abs() <= bound, "{case} position {pos}: token {id} is not llama.cpp's best");
+        }
+    }
+    // a file that is no adapter: one line naming it, a non-zero exit
+    let out = logits(&["-m", model.to_str().unwrap(), "--tokens", "1,2", "--lora", model.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--lora") && err.contains("general.type"), "{err}");
+    let out = logits(&["-m", model.to_str().unwrap(), "--tokens", "1,2", "--lora", &format!("{}:x", all.display())]);
+    assert!(!out.status.success(), "a scale that is no number: the whole argument is a missing file");
+    for p in [all, qv] {
+        std::fs::remove_file(p).unwrap();
+    }
+}

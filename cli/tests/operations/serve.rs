@@ -146,3 +146,52 @@ fn the_banner_says_what_the_kv_cache_takes_and_kv_memory_sizes_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("1 MiB of f16 KV cache hold") && stderr.contains("less than one context of 100000"), "{stderr}");
 }
+
+#[test]
+fn lora_adapters_given_at_start_are_listed_and_rescaled_over_http() {
+    let _serial = crate::serial();
+    let dir = std::env::temp_dir().join(format!("engine-serve-lora-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files: Vec<std::path::PathBuf> = ["llama-all", "llama-qv"]
+        .iter()
+        .map(|name| {
+            let spec = engine_tests::lora::spec(name);
+            let base = engine::gguf::GgufFile::open(fixture(spec.base)).unwrap();
+            let path = dir.join(format!("{name}.gguf"));
+            std::fs::write(&path, engine_tests::lora::make(&base, spec).unwrap()).unwrap();
+            path
+        })
+        .collect();
+    let model = fixture("archs/llama-s1.gguf");
+    let qv = format!("{}:0.5", files[1].display());
+    let args = ["-m".as_ref(), model.as_os_str(), "--lora".as_ref(), files[0].as_os_str(), "--lora".as_ref(), qv.as_ref()];
+    let server = ServeProcess::start(engine_cli(), &args);
+    let lines: Vec<&String> = server.banner.iter().filter(|l| l.contains("LoRA adapter")).collect();
+    assert_eq!(lines.len(), 2, "{:?}", server.banner);
+    assert!(lines[0].starts_with("llama-s1: LoRA adapter 0 ") && lines[0].ends_with("(rank 8, alpha 16) at scale 1"), "{}", lines[0]);
+    assert!(lines[1].ends_with("(rank 4, alpha 0) at scale 0.5"), "{}", lines[1]);
+    let client = reqwest::blocking::Client::new();
+    let list: serde_json::Value = client.get(format!("{}/lora-adapters", server.base)).send().unwrap().json().unwrap();
+    assert_eq!(list[1]["path"], files[1].display().to_string());
+    assert_eq!((list[0]["scale"].as_f64(), list[1]["scale"].as_f64()), (Some(1.0), Some(0.5)));
+    let r = client.post(format!("{}/lora-adapters", server.base)).json(&serde_json::json!([{"id": 1, "scale": 1.0}])).send().unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::OK);
+    let list: serde_json::Value = client.get(format!("{}/lora-adapters", server.base)).send().unwrap().json().unwrap();
+    assert_eq!((list[0]["scale"].as_f64(), list[1]["scale"].as_f64()), (Some(0.0), Some(1.0)));
+    drop(server);
+    // an adapter of another architecture: the server does not start, the error names it
+    let other = dir.join("phi3.gguf");
+    let spec = engine_tests::lora::spec("phi3-fused");
+    std::fs::write(&other, engine_tests::lora::make(&engine::gguf::GgufFile::open(fixture(spec.base)).unwrap(), spec).unwrap()).unwrap();
+    let out = std::process::Command::new(engine_cli())
+        .args(["serve", "--port", "0", "-m"])
+        .arg(&model)
+        .arg("--lora")
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("phi3.gguf") && err.contains("\"phi3\""), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -109,7 +109,7 @@ impl PromptCache {
         let mut held = Vec::with_capacity(prompts.len());
         for (i, prompt) in prompts.iter().enumerate() {
             let seq = i as SeqId;
-            let reuse = match self.entries.best_match(prompt) {
+            let reuse = match self.entries.best_match(&(), prompt) {
                 Some((entry, n)) if n.min(prompt.len().saturating_sub(1)) > 0 => {
                     let n = n.min(prompt.len() - 1);
                     self.kv.fork(entry, seq)?;
@@ -135,7 +135,7 @@ impl PromptCache {
             let id = self.entry_id();
             if self.kv.fork(seq, id).is_ok() {
                 self.kv.truncate(id, prompt.len());
-                for dropped in self.entries.insert(id, prompt.to_vec()) {
+                for dropped in self.entries.insert(id, (), prompt.to_vec()) {
                     self.kv.remove(dropped);
                 }
             }

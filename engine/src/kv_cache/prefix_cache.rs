@@ -1,7 +1,9 @@
 //! The prefix cache: finished sequences left in the KV cache, keyed by the tokens they hold, so
 //! that a new prompt that starts the same way (the same system prompt, the next turn of a chat,
 //! the shared part of a guard scan) forks their blocks instead of computing them again. The
-//! least recently used entry goes first when space or the entry limit runs out.
+//! least recently used entry goes first when space or the entry limit runs out. An entry also
+//! carries a key `K` that a prompt must share to reuse it (the LoRA adapters the keys and
+//! values were computed with); `()` where there is none.
 
 use super::SeqId;
 use crate::tokenizer::TokenId;
@@ -12,21 +14,22 @@ pub fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-struct Entry {
+struct Entry<K> {
+    key: K,
     seq: SeqId,
     /// What the cache holds for `seq`.
     tokens: Vec<TokenId>,
     last_used: u64,
 }
 
-pub struct PrefixCache {
-    entries: Vec<Entry>,
+pub struct PrefixCache<K = ()> {
+    entries: Vec<Entry<K>>,
     max_entries: usize,
     clock: u64,
 }
 
-impl PrefixCache {
-    pub fn new(max_entries: usize) -> PrefixCache {
+impl<K: PartialEq> PrefixCache<K> {
+    pub fn new(max_entries: usize) -> PrefixCache<K> {
         PrefixCache { entries: Vec::new(), max_entries, clock: 0 }
     }
 
@@ -38,13 +41,15 @@ impl PrefixCache {
         self.entries.is_empty()
     }
 
-    /// The entry sharing the longest prefix with `prompt`, and that length (marked as used).
-    pub fn best_match(&mut self, prompt: &[TokenId]) -> Option<(SeqId, usize)> {
+    /// The entry of key `key` sharing the longest prefix with `prompt`, and that length
+    /// (marked as used).
+    pub fn best_match(&mut self, key: &K, prompt: &[TokenId]) -> Option<(SeqId, usize)> {
         self.clock += 1;
         let clock = self.clock;
         let best = self
             .entries
             .iter_mut()
+            .filter(|e| e.key == *key)
             .map(|e| (common_prefix(&e.tokens, prompt), e))
             .filter(|(n, _)| *n > 0)
             .max_by_key(|(n, e)| (*n, e.last_used))?;
@@ -52,30 +57,30 @@ impl PrefixCache {
         Some((best.1.seq, best.0))
     }
 
-    /// Keeps `seq`, which holds `tokens`. Returns the sequences to drop from the KV cache:
-    /// entries the new one covers (theirs is a prefix of its tokens) and, beyond the entry
-    /// limit, the least recently used; or `seq` itself when an entry covers it (that entry
-    /// counts as used).
-    pub fn insert(&mut self, seq: SeqId, tokens: Vec<TokenId>) -> Vec<SeqId> {
+    /// Keeps `seq`, which holds `tokens` computed under `key`. Returns the sequences to drop
+    /// from the KV cache: entries of the same key the new one covers (theirs is a prefix of its
+    /// tokens) and, beyond the entry limit, the least recently used; or `seq` itself when an
+    /// entry of its key covers it (that entry counts as used).
+    pub fn insert(&mut self, seq: SeqId, key: K, tokens: Vec<TokenId>) -> Vec<SeqId> {
         let mut dropped = Vec::new();
         if self.max_entries == 0 || tokens.is_empty() {
             dropped.push(seq);
             return dropped;
         }
         self.clock += 1;
-        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens.starts_with(&tokens)) {
+        if let Some(e) = self.entries.iter_mut().find(|e| e.key == key && e.tokens.starts_with(&tokens)) {
             e.last_used = self.clock;
             dropped.push(seq);
             return dropped;
         }
         self.entries.retain(|e| {
-            let covered = e.tokens.len() <= tokens.len() && tokens.starts_with(&e.tokens);
+            let covered = e.key == key && e.tokens.len() <= tokens.len() && tokens.starts_with(&e.tokens);
             if covered {
                 dropped.push(e.seq);
             }
             !covered
         });
-        self.entries.push(Entry { seq, tokens, last_used: self.clock });
+        self.entries.push(Entry { key, seq, tokens, last_used: self.clock });
         while self.entries.len() > self.max_entries {
             dropped.extend(self.evict_lru(None));
         }
@@ -96,27 +101,40 @@ mod tests {
     #[test]
     fn the_longest_shared_prefix_wins_and_covered_entries_go() {
         let mut c = PrefixCache::new(3);
-        assert!(c.insert(1, vec![1, 2, 3]).is_empty());
-        assert!(c.insert(2, vec![1, 2, 9, 9]).is_empty());
-        assert_eq!(c.best_match(&[1, 2, 3, 4]), Some((1, 3)));
-        assert_eq!(c.best_match(&[1, 2, 9]), Some((2, 3)));
-        assert_eq!(c.best_match(&[7]), None);
+        assert!(c.insert(1, (), vec![1, 2, 3]).is_empty());
+        assert!(c.insert(2, (), vec![1, 2, 9, 9]).is_empty());
+        assert_eq!(c.best_match(&(), &[1, 2, 3, 4]), Some((1, 3)));
+        assert_eq!(c.best_match(&(), &[1, 2, 9]), Some((2, 3)));
+        assert_eq!(c.best_match(&(), &[7]), None);
         // the next turn of conversation 1 replaces it
-        assert_eq!(c.insert(3, vec![1, 2, 3, 4, 5]), vec![1]);
-        assert_eq!(c.best_match(&[1, 2, 3, 4, 5, 6]), Some((3, 5)));
+        assert_eq!(c.insert(3, (), vec![1, 2, 3, 4, 5]), vec![1]);
+        assert_eq!(c.best_match(&(), &[1, 2, 3, 4, 5, 6]), Some((3, 5)));
         assert_eq!(c.len(), 2);
         // a prompt the cache already holds more of adds nothing
-        assert_eq!(c.insert(4, vec![1, 2, 3]), vec![4]);
+        assert_eq!(c.insert(4, (), vec![1, 2, 3]), vec![4]);
         assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn entries_are_reused_only_under_their_own_key() {
+        let mut c = PrefixCache::new(4);
+        assert!(c.insert(1, "a", vec![1, 2, 3]).is_empty());
+        // the same tokens under another key neither cover nor are covered
+        assert!(c.insert(2, "b", vec![1, 2]).is_empty());
+        assert!(c.insert(3, "b", vec![1, 2, 3, 4]) == vec![2]);
+        assert_eq!(c.best_match(&"a", &[1, 2, 3, 4]), Some((1, 3)));
+        assert_eq!(c.best_match(&"b", &[1, 2, 3, 4]), Some((3, 4)));
+        assert_eq!(c.best_match(&"c", &[1, 2, 3, 4]), None);
+        assert_eq!(c.insert(4, "a", vec![1, 2]), vec![4]);
     }
 
     #[test]
     fn the_least_recently_used_entry_is_evicted_first() {
         let mut c = PrefixCache::new(2);
-        c.insert(1, vec![1]);
-        c.insert(2, vec![2]);
-        c.best_match(&[1]); // 1 is now the most recent
-        assert_eq!(c.insert(3, vec![3]), vec![2]);
+        c.insert(1, (), vec![1]);
+        c.insert(2, (), vec![2]);
+        c.best_match(&(), &[1]); // 1 is now the most recent
+        assert_eq!(c.insert(3, (), vec![3]), vec![2]);
         assert_eq!(c.evict_lru(Some(1)), Some(3));
         assert_eq!(c.evict_lru(Some(1)), None);
         assert_eq!(c.evict_lru(None), Some(1));

@@ -186,7 +186,7 @@ pub(crate) fn forward<B: Backend>(
             }
             Projections::Latent(w) => {
                 let latent = c.latent.as_ref().expect("latent weights come with a latent configuration");
-                mla::queries_keys_values(b, latent, w, input, eps, rope.as_ref(), &positions, &lora)?
+                mla::queries_keys_values(b, latent, w, input, eps, rope.as_ref().map(|r| (r, &positions[..])), &lora)?
             }
         };
         if c.facts.prescaled_queries {

@@ -41,6 +41,8 @@ pub struct LoraSite {
 pub struct AdapterInfo {
     /// `general.name`, or empty.
     pub name: String,
+    /// The file it was loaded from, when loaded from one.
+    pub path: Option<String>,
     pub alpha: f32,
     /// The largest rank among its tensors.
     pub rank: usize,
@@ -97,7 +99,7 @@ fn bad(reason: impl Into<String>) -> ModelError {
 }
 
 /// The tensor `t` checked to be of a computable type with `dims`.
-fn checked<'f>(t: &'f TensorInfo, dims: [usize; 2]) -> Result<&'f TensorInfo, ModelError> {
+fn checked(t: &TensorInfo, dims: [usize; 2]) -> Result<&TensorInfo, ModelError> {
     let want = vec![dims[0] as u64, dims[1] as u64];
     if t.dims != want {
         return Err(bad(format!(
@@ -204,7 +206,8 @@ pub(crate) fn load<B: Backend>(
         }
     }
     backend.prepare_products(&weights.matrices())?;
-    let info = AdapterInfo { name: file.get_str("general.name").unwrap_or("").to_string(), alpha, rank: rank_max, tensors: pairs.len() };
+    let name = file.get_str("general.name").unwrap_or("").to_string();
+    let info = AdapterInfo { name, path: None, alpha, rank: rank_max, tensors: pairs.len() };
     Ok((weights, info))
 }
 

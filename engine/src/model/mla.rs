@@ -150,7 +150,8 @@ impl<B: Backend> LatentAttention<B> {
     }
 }
 
-/// The attention inputs of the normalised rows `x` (`n` x `n_embd`) at `positions`:
+/// The attention inputs of the normalised rows `x` (`n` x `n_embd`), rotated by `rope` at the
+/// rows' positions:
 /// queries `n` x `n_head · (kv_rank + rope)`, keys `n` x `(kv_rank + rope)` and values
 /// `n` x `kv_rank` (one key/value head).
 pub(crate) fn queries_keys_values<B: Backend>(
@@ -159,8 +160,7 @@ pub(crate) fn queries_keys_values<B: Backend>(
     w: &LatentAttention<B>,
     x: &B::Tensor,
     eps: f32,
-    rope: Option<&Rope>,
-    positions: &[u32],
+    rope: Option<(&Rope, &[u32])>,
     lora: &LoraRows<'_, B>,
 ) -> Result<[B::Tensor; 3], ModelError> {
     let k_b = &w.k_b;
@@ -182,7 +182,7 @@ pub(crate) fn queries_keys_values<B: Backend>(
         &q,
         ColumnBlocks::heads(n_head, c.q_head(), c.nope, c.rope),
     )?;
-    if let Some(r) = rope {
+    if let Some((r, positions)) = rope {
         let r = Rope { head_dim: c.rope, ..r.clone() };
         b.rope(&mut q_rope, &r, positions)?;
         b.rope(&mut k_rope, &r, positions)?;

@@ -76,6 +76,13 @@ pub struct InputEntry<'a> {
     pub lora: Option<&'a [LoraScale]>,
 }
 
+impl<'a> InputEntry<'a> {
+    /// The entry run with the adapters `lora`.
+    pub fn with_lora(self, lora: &'a [LoraScale]) -> InputEntry<'a> {
+        InputEntry { lora: Some(lora), ..self }
+    }
+}
+
 impl From<BatchEntry> for InputEntry<'_> {
     fn from(e: BatchEntry) -> Self {
         InputEntry { seq: e.seq, input: RowInput::Token(e.token), pos: e.pos, logits: e.logits, non_causal: false, lora: None }
@@ -317,7 +324,10 @@ impl Model {
     /// `self.adapters().len()`, used by the entries that name it (and by default at `scale`,
     /// when given).
     pub fn load_adapter(&mut self, path: impl AsRef<Path>, scale: Option<f32>) -> Result<usize, ModelError> {
-        self.load_adapter_file(Arc::new(GgufFile::open(path)?), scale)
+        let path = path.as_ref();
+        let id = self.load_adapter_file(Arc::new(GgufFile::open(path)?), scale)?;
+        self.adapters[id].path = Some(path.display().to_string());
+        Ok(id)
     }
 
     /// [`Model::load_adapter`] of a file already open.

@@ -26,7 +26,7 @@ use crate::generate::{
 use crate::guard::{Evaluator, PromptStats};
 use crate::kv_cache::{common_prefix, KvCache, PrefixCache, SeqId, BLOCK_POSITIONS};
 use crate::model::vision::PromptImages;
-use crate::model::{BatchEntry, InputEntry, Model};
+use crate::model::{BatchEntry, InputEntry, LoraScale, Model};
 use crate::sampling::Rng;
 use crate::tokenizer::TokenId;
 
@@ -62,6 +62,8 @@ struct Running {
     speculative: bool,
     /// The rows of the prompt's images (its ids past the vocabulary).
     images: PromptImages,
+    /// The LoRA adapters its rows run with.
+    lora: Vec<LoraScale>,
     /// Positions it may reach (its prompt and token budget), reserved at admission.
     reserved: usize,
     deadline: Option<Instant>,
@@ -79,7 +81,8 @@ pub struct EngineLoop {
     next_group: u64,
     waiting: VecDeque<Waiting>,
     running: Vec<Running>,
-    cache: PrefixCache,
+    /// Finished sequences by the adapters their cache was computed with.
+    cache: PrefixCache<Vec<LoraScale>>,
     next_seq: SeqId,
     capacity_blocks: usize,
     metrics: Box<dyn LoopMetrics>,
@@ -276,9 +279,9 @@ impl EngineLoop {
                 self.fail(w.group, w.index, SeqError::ContextLength(e));
                 continue;
             }
-            let prompt = self.waiting[i].spec.prompt.clone();
-            let (mut source, mut shared) = self.best_source(&prompt);
-            if self.worth_waiting(&prompt, shared) {
+            let (prompt, lora) = (self.waiting[i].spec.prompt.clone(), self.waiting[i].spec.lora.clone());
+            let (mut source, mut shared) = self.best_source(&prompt, &lora);
+            if self.worth_waiting(&prompt, &lora, shared) {
                 i += 1;
                 continue;
             }
@@ -296,12 +299,12 @@ impl EngineLoop {
         }
     }
 
-    /// The cached or running sequence sharing the longest start with `prompt`, and how many
-    /// tokens of it can be reused (at least the prompt's last token runs again: its logits
-    /// start the output).
-    fn best_source(&mut self, prompt: &[TokenId]) -> (Option<SeqId>, usize) {
-        let mut best = self.cache.best_match(prompt).map_or((None, 0), |(s, n)| (Some(s), n));
-        for r in &self.running {
+    /// The cached or running sequence of adapters `lora` sharing the longest start with
+    /// `prompt`, and how many tokens of it can be reused (at least the prompt's last token runs
+    /// again: its logits start the output).
+    fn best_source(&mut self, prompt: &[TokenId], lora: &Vec<LoraScale>) -> (Option<SeqId>, usize) {
+        let mut best = self.cache.best_match(lora, prompt).map_or((None, 0), |(s, n)| (Some(s), n));
+        for r in self.running.iter().filter(|r| r.lora == *lora) {
             let held = self.kv.seq_len(r.seq).min(r.history.len());
             let n = common_prefix(&r.history[..held], prompt);
             if n > best.1 {
@@ -317,9 +320,10 @@ impl EngineLoop {
 
     /// Whether a running sequence is still prefilling a prompt that shares at least a block
     /// more with `prompt` than can be reused now: starting after it reuses its work.
-    fn worth_waiting(&self, prompt: &[TokenId], shared: usize) -> bool {
+    fn worth_waiting(&self, prompt: &[TokenId], lora: &[LoraScale], shared: usize) -> bool {
         self.running.iter().any(|r| {
-            self.kv.seq_len(r.seq) < r.prompt_len
+            r.lora == lora
+                && self.kv.seq_len(r.seq) < r.prompt_len
                 && common_prefix(&r.history[..r.prompt_len], prompt).min(prompt.len() - 1) >= shared + BLOCK_POSITIONS
         })
     }
@@ -391,8 +395,12 @@ impl EngineLoop {
             usage,
             stream: w.spec.stream,
             deadline: w.spec.deadline,
-            speculative: w.spec.speculative && w.spec.images.is_empty(),
+            // a draft model's round verifies with the model's own adapters
+            speculative: w.spec.speculative
+                && w.spec.images.is_empty()
+                && (self.draft.is_none() || w.spec.lora == self.state.model.default_lora()),
             images: w.spec.images,
+            lora: w.spec.lora,
             reserved: total,
             draft_rng: draft_rng(seed),
         };
@@ -420,6 +428,8 @@ impl EngineLoop {
         let mut in_batch = 0;
         let mut bad = Vec::new();
         let n_vocab = self.state.model.tokenizer().n_vocab();
+        // each sequence's adapters, for its rows
+        let loras: Vec<Vec<LoraScale>> = self.running.iter().map(|r| r.lora.clone()).collect();
         // every decoding sequence advances one token, and checks its proposals
         for (i, r) in self.running.iter_mut().enumerate() {
             let fed = self.kv.seq_len(r.seq);
@@ -430,11 +440,13 @@ impl EngineLoop {
                 ended.push((i, r.decoder.end(FinishReason::Length)));
                 continue;
             }
-            batch.push(InputEntry::from(BatchEntry { seq: r.seq, token: r.history[fed], pos: fed as u32, logits: true }));
+            let entry = InputEntry::from(BatchEntry { seq: r.seq, token: r.history[fed], pos: fed as u32, logits: true });
+            batch.push(entry.with_lora(&loras[i]));
             if let Some(ngram) = ngram.filter(|_| r.speculative && !r.decoder.is_constrained()) {
                 proposals[i] = ngram.propose(&r.history, proposal_budget(ngram.n_draft, &r.decoder, n_ctx, fed));
                 for (j, &token) in proposals[i].iter().enumerate() {
-                    batch.push(InputEntry::from(BatchEntry { seq: r.seq, token, pos: (fed + 1 + j) as u32, logits: true }));
+                    let entry = InputEntry::from(BatchEntry { seq: r.seq, token, pos: (fed + 1 + j) as u32, logits: true });
+                    batch.push(entry.with_lora(&loras[i]));
                 }
             }
             owners.push((i, 1 + proposals[i].len()));
@@ -453,7 +465,7 @@ impl EngineLoop {
             budget = budget.saturating_sub(take);
             let last = take == pending;
             match r.images.entries(r.seq, &r.history[fed..fed + take], fed as u32, n_vocab, last) {
-                Ok(entries) => batch.extend(entries),
+                Ok(entries) => batch.extend(entries.into_iter().map(|e| e.with_lora(&loras[i]))),
                 Err(id) => {
                     bad.push((i, SeqError::Internal(format!("prompt id {id} is neither a token nor an image row"))));
                     continue;
@@ -613,7 +625,7 @@ impl EngineLoop {
             let held = self.kv.seq_len(r.seq).min(r.history.len());
             let mut history = r.history;
             history.truncate(held);
-            for seq in self.cache.insert(r.seq, history) {
+            for seq in self.cache.insert(r.seq, r.lora, history) {
                 self.remove_seq(seq);
             }
         } else {

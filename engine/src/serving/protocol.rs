@@ -11,7 +11,7 @@ use crate::generate::{Completion, GenerateError, GenerateParams, NgramDraft, Tok
 use crate::guard::Evaluator;
 use crate::kv_cache::{KvType, KvTypes};
 use crate::model::vision::PromptImages;
-use crate::model::Model;
+use crate::model::{LoraScale, Model};
 use crate::tokenizer::TokenId;
 
 /// How a model's engine thread schedules its work.
@@ -83,6 +83,9 @@ pub struct SeqSpec {
     pub deadline: Option<std::time::Instant>,
     /// The rows of the prompt's images (its ids past the vocabulary).
     pub images: PromptImages,
+    /// The LoRA adapters it runs with (empty: none). Sequences with different adapters share
+    /// the steps; the prefix cache reuses only what was computed with the same ones.
+    pub lora: Vec<LoraScale>,
 }
 
 /// What a generation reports, for output `index` of its request.

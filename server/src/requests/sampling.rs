@@ -8,6 +8,7 @@ use engine::sampling::SamplingParams;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
+use crate::adapters::LoraChoice;
 use crate::error::ApiError;
 
 /// The largest `n` accepted (OpenAI's bound).
@@ -25,6 +26,9 @@ pub struct CommonParams {
     pub include_usage: bool,
     /// When the request's time is up (its `timeout`, else the server's default).
     pub deadline: Option<Instant>,
+    /// llama-server's `lora`: the adapters and scales this request runs with (the others
+    /// off); `None`: the global scales.
+    pub lora: Option<Vec<LoraChoice>>,
 }
 
 /// The server's request timeouts: the default of a request that names none, and the most a
@@ -76,6 +80,9 @@ pub struct SamplingRequest {
     /// with 408 when no token came yet.
     #[serde(default)]
     pub timeout: Option<f64>,
+    /// llama-server's per-request adapters: `[{"id": 0, "scale": 0.5}]`.
+    #[serde(default)]
+    pub lora: Option<Vec<LoraChoice>>,
     /// The API whose ranges apply (set by the route, never sent).
     #[serde(skip)]
     pub api: Api,
@@ -207,6 +214,7 @@ impl SamplingRequest {
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
             // a deadline too far to represent is no deadline
             deadline: self.timeout(timeouts)?.and_then(|t| Instant::now().checked_add(t)),
+            lora: self.lora.clone(),
         })
     }
 

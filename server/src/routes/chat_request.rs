@@ -37,10 +37,11 @@ pub(crate) fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -
     };
     let text = render(entry, &input)?;
     let (prompt, images) = prompt_with_images(entry, request, &text)?;
+    let lora = entry.adapters.resolve(request.common.lora.as_deref())?;
     let seqs = (0..request.common.n)
         .map(|i| {
             let params = params_for(&entry.worker, &request.common, request.logprobs, request.constraint.as_ref(), prompt.len(), i)?;
-            let mut spec = output(prompt.clone(), params, stream, request.common.deadline);
+            let mut spec = output(prompt.clone(), params, stream, request.common.deadline, lora.clone());
             spec.images = images.clone();
             Ok(spec)
         })

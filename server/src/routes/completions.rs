@@ -10,7 +10,7 @@ use std::time::Instant;
 use engine::generate::{Completion, Usage};
 use engine::kv_cache::KvType;
 use engine::logprobs::{token_logprob, TokenLogprob};
-use engine::model::{BatchEntry, Model};
+use engine::model::{BatchEntry, InputEntry, LoraScale, Model};
 use engine::tokenizer::{TokenId, Tokenizer};
 use hyper::Response;
 use serde_json::{json, Map, Value};
@@ -54,10 +54,10 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     // the prompts' own log-probabilities, when echoed with them
     let prompt_lps = match (request.echo, request.logprobs) {
         (true, Some(n_top)) => {
-            let prompts = prompts.clone();
+            let (prompts, lora) = (prompts.clone(), entry.adapters.resolve(request.common.lora.as_deref())?);
             entry
                 .worker
-                .run(move |engine, _| prompts.iter().map(|p| prompt_logprobs(engine, p, n_top)).collect::<Result<Vec<_>, _>>())
+                .run(move |engine, _| prompts.iter().map(|p| prompt_logprobs(engine, p, &lora, n_top)).collect::<Result<Vec<_>, _>>())
                 .await??
         }
         _ => Vec::new(),
@@ -154,6 +154,7 @@ fn outputs(entry: &ModelEntry, request: &CheckedCompletion, stream: bool) -> Res
         Inputs::Texts(texts) => texts.iter().map(|t| tokenizer.encode(t, true, true)).collect(),
         Inputs::Tokens(ids) => ids.clone(),
     };
+    let lora = entry.adapters.resolve(request.common.lora.as_deref())?;
     let mut seqs = Vec::new();
     for (p, tokens) in prompts.iter().enumerate() {
         if tokens.is_empty() {
@@ -171,7 +172,7 @@ fn outputs(entry: &ModelEntry, request: &CheckedCompletion, stream: bool) -> Res
                 tokens.len(),
                 p * request.common.n + j,
             )?;
-            seqs.push(output(tokens.clone(), params, stream, request.common.deadline));
+            seqs.push(output(tokens.clone(), params, stream, request.common.deadline, lora.clone()));
         }
     }
     Ok((prompts, seqs))
@@ -206,11 +207,18 @@ fn choice_json(
 }
 
 /// The log-probability of each prompt token given the ones before it (none for the first),
-/// from one extra pass over the prompt in a scratch cache.
-fn prompt_logprobs(engine: &EngineState, prompt: &[TokenId], n_top: usize) -> Result<Vec<Option<TokenLogprob>>, ApiError> {
+/// from one extra pass over the prompt in a scratch cache, with the adapters `lora`.
+fn prompt_logprobs(
+    engine: &EngineState,
+    prompt: &[TokenId],
+    lora: &[LoraScale],
+    n_top: usize,
+) -> Result<Vec<Option<TokenLogprob>>, ApiError> {
     let model = &engine.model;
     let mut kv = model.new_kv_cache(KvType::F16, prompt.len());
-    let logits = model.forward(&mut kv, &BatchEntry::sequence(0, prompt, 0, true)).map_err(|e| ApiError::server(e.to_string()))?;
+    let entries: Vec<InputEntry> =
+        BatchEntry::sequence(0, prompt, 0, true).into_iter().map(|e| InputEntry::from(e).with_lora(lora)).collect();
+    let logits = model.forward_inputs(&mut kv, &entries).map_err(|e| ApiError::server(e.to_string()))?;
     let mut out = vec![None];
     for (i, &token) in prompt.iter().enumerate().skip(1) {
         out.push(Some(token_logprob(logits.row(i - 1), token, n_top)));

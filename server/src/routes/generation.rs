@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use engine::generate::{GenerateParams, Usage};
 use engine::grammar::Constraint;
+use engine::model::LoraScale;
 use engine::tokenizer::TokenId;
 use serde_json::{json, Value};
 
@@ -62,9 +63,10 @@ pub fn params_for(
     })
 }
 
-/// One output of a request (the draft model, when loaded, may propose its tokens).
-pub fn output(prompt: Vec<TokenId>, params: GenerateParams, stream: bool, deadline: Option<Instant>) -> SeqSpec {
-    SeqSpec { prompt, params, stream, speculative: true, deadline, images: Default::default() }
+/// One output of a request, run with the adapters `lora` (the draft model, when loaded, may
+/// propose its tokens).
+pub fn output(prompt: Vec<TokenId>, params: GenerateParams, stream: bool, deadline: Option<Instant>, lora: Vec<LoraScale>) -> SeqSpec {
+    SeqSpec { prompt, params, stream, speculative: true, deadline, images: Default::default(), lora }
 }
 
 /// Submits a non-streaming request: through the batch scheduler when one is attached (requests

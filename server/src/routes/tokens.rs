@@ -3,8 +3,6 @@
 //! to the prompt the model's own template renders, as a chat completion would). `model` may be
 //! left out when the server has one model.
 
-use std::sync::Arc;
-
 use engine::chat::ChatInput;
 use engine::tokenizer::{TokenId, Tokenizer};
 use hyper::Response;
@@ -14,7 +12,6 @@ use serde_json::{json, Map, Value};
 use super::chat_request;
 use crate::error::ApiError;
 use crate::http::{ok_json, typed, Body};
-use crate::registry::ModelEntry;
 use crate::requests;
 use crate::requests::chat::ChatCompletionRequest;
 use crate::AppState;
@@ -46,22 +43,9 @@ fn yes() -> bool {
     true
 }
 
-/// The model `id` names, or without one the only model there is: of every model, or of the
-/// generating ones when `generating` (as chat completions take them).
-fn named_or_only(state: &AppState, id: Option<&str>, generating: bool) -> Result<Arc<ModelEntry>, ApiError> {
-    match id {
-        Some(id) if generating => state.registry.generator(id),
-        Some(id) => state.registry.get(id),
-        None => match state.registry.list().into_iter().filter(|m| m.generates || !generating).collect::<Vec<_>>().as_slice() {
-            [only] => Ok(only.clone()),
-            _ => Err(ApiError::missing("model")),
-        },
-    }
-}
-
 pub fn tokenize(state: &AppState, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let request: TokenizeRequest = typed(body)?;
-    let entry = named_or_only(state, request.model.as_deref(), false)?;
+    let entry = state.registry.named_or_only(request.model.as_deref(), false)?;
     let tokenizer = entry.model.tokenizer();
     let ids = tokenizer.encode(&request.content, request.add_special, request.parse_special);
     let tokens: Vec<Value> = match request.with_pieces {
@@ -82,7 +66,7 @@ fn piece(tokenizer: &Tokenizer, id: TokenId) -> Value {
 
 pub fn detokenize(state: &AppState, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let request: DetokenizeRequest = typed(body)?;
-    let entry = named_or_only(state, request.model.as_deref(), false)?;
+    let entry = state.registry.named_or_only(request.model.as_deref(), false)?;
     let tokenizer = entry.model.tokenizer();
     let n_vocab = tokenizer.n_vocab();
     if let Some(i) = request.tokens.iter().position(|&t| t as usize >= n_vocab) {
@@ -112,7 +96,7 @@ pub fn apply_template(state: &AppState, body: Map<String, Value>) -> Result<Resp
     let flags: TemplateFlags = requests::parse(&body)?;
     let add_generation_prompt = flags.add_generation_prompt.unwrap_or(true);
     let request = ChatCompletionRequest::from_body(&body)?;
-    let entry = named_or_only(state, request.model(), true)?;
+    let entry = state.registry.named_or_only(request.model(), true)?;
     let input =
         ChatInput { tools: request.tools(), add_generation_prompt, extra: request.template_vars()?, ..ChatInput::new(request.messages()?) };
     let prompt = chat_request::render(&entry, &input)?.replace(crate::vision::media_marker(), "<__media__>");

@@ -7,6 +7,7 @@
 mod common;
 mod grammar;
 mod harmony;
+mod lora;
 mod messages;
 mod model_loading;
 mod operations;

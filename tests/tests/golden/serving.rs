@@ -76,6 +76,7 @@ fn submit(
         speculative: false,
         deadline: None,
         images: PromptImages::default(),
+        lora: Vec::new(),
     };
     let sink = Box::new(Sink { tx: events, gone: gone.clone() });
     let msg = Msg::Generate {
