@@ -26,7 +26,13 @@ pub struct AdapterSpec {
     /// `adapter.lora.alpha` (0: the scale alone).
     pub alpha: f32,
     pub seed: u64,
+    /// The bounds of the uniform values of `lora_a` and `lora_b`.
+    pub magnitudes: (f32, f32),
 }
+
+/// Corrections large enough to move the tiny models' logits by several units (so that a
+/// correction left out fails the comparison by far).
+const TEST_MAGNITUDES: (f32, f32) = (0.5, 0.05);
 
 pub const ADAPTERS: &[AdapterSpec] = &[
     AdapterSpec {
@@ -38,6 +44,7 @@ pub const ADAPTERS: &[AdapterSpec] = &[
         ty: GgmlType::F32,
         alpha: 16.0,
         seed: 1,
+        magnitudes: TEST_MAGNITUDES,
     },
     AdapterSpec {
         name: "llama-qv",
@@ -48,6 +55,7 @@ pub const ADAPTERS: &[AdapterSpec] = &[
         ty: GgmlType::F16,
         alpha: 0.0,
         seed: 2,
+        magnitudes: TEST_MAGNITUDES,
     },
     // fused projections (attn_qkv, ffn_up holding gate and up): corrected whole, taken apart
     AdapterSpec {
@@ -59,6 +67,7 @@ pub const ADAPTERS: &[AdapterSpec] = &[
         ty: GgmlType::F32,
         alpha: 8.0,
         seed: 3,
+        magnitudes: TEST_MAGNITUDES,
     },
     // biased projections, the experts' router and the shared expert
     AdapterSpec {
@@ -70,6 +79,7 @@ pub const ADAPTERS: &[AdapterSpec] = &[
         ty: GgmlType::F32,
         alpha: 4.0,
         seed: 4,
+        magnitudes: TEST_MAGNITUDES,
     },
 ];
 
@@ -123,7 +133,7 @@ pub fn make(base: &GgufFile, spec: &AdapterSpec) -> Result<Vec<u8>, String> {
         let [cols, rows] = t.dims[..] else { return Err(format!("{} is not a matrix", t.name)) };
         // the embeddings' pair is read by token rows: `a` holds one rank-sized row per token
         let (a_dims, b_dims) = if kind == "token_embd" { ([rank, rows], [rank, cols]) } else { ([cols, rank], [rank, rows]) };
-        for (suffix, dims, scale) in [("lora_a", a_dims, 0.5), ("lora_b", b_dims, 0.05)] {
+        for (suffix, dims, scale) in [("lora_a", a_dims, spec.magnitudes.0), ("lora_b", b_dims, spec.magnitudes.1)] {
             seed += 1;
             let values = uniform(seed, (dims[0] * dims[1]) as usize, scale);
             w.add_tensor(format!("{}.{suffix}", t.name), &dims, spec.ty, Cow::Owned(encode(&values, spec.ty))).map_err(err)?;

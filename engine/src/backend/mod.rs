@@ -202,6 +202,26 @@ pub trait Backend: Send + Sync + Sized + 'static {
         biases: &[Option<&Self::Vector>],
         x: &Self::Tensor,
     ) -> Result<Vec<Self::Tensor>, BackendError>;
+    /// `out[o] += w · (x[s] · aᵀ) · bᵀ` for every `(s, o, w)` of `pairs` (a LoRA pair's
+    /// correction: `a` of `rank` x `n_in`, `b` of `n_out` x `rank`; an `out` row at most once),
+    /// each row's values its own alone, the weighted product rounded before the sum. By default
+    /// the rows gathered, the two products, then [`Backend::add_weighted_rows`]; a backend whose
+    /// general product is slow for so few values per dot has its own.
+    fn add_low_rank(
+        &self,
+        out: &mut Self::Tensor,
+        a: &Self::Matrix,
+        b: &Self::Matrix,
+        x: &Self::Tensor,
+        pairs: &[(usize, usize, f32)],
+    ) -> Result<(), BackendError> {
+        let sources: Vec<usize> = pairs.iter().map(|p| p.0).collect();
+        let gathered = self.select_rows(x, &sources)?;
+        let low = self.matmul_each(&[a], &[None], &gathered)?.pop().expect("one product"); // pairs x rank
+        let delta = self.matmul_each(&[b], &[None], &low)?.pop().expect("one product"); // pairs x n_out
+        let placed: Vec<(usize, usize, f32)> = pairs.iter().enumerate().map(|(i, &(_, o, w))| (i, o, w)).collect();
+        self.add_weighted_rows(out, &delta, &placed)
+    }
     /// Indexed products (ggml's `mul_mat_id`): slot `p` of `ids` is multiplied by matrix `ids[p]`
     /// of every set, `outs[s]` row `p` = `x` row `p / (ids.len() / x.rows)` · `sets[s][ids[p]]ᵀ`.
     /// `x` has one row per slot, or one per token whose `ids.len() / x.rows` slots all read it

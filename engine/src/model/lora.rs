@@ -214,7 +214,6 @@ pub(crate) fn load<B: Backend>(
 /// The adapters one batch uses: per adapter, the rows that use it and their scales.
 pub(crate) struct LoraRows<'a, B: Backend> {
     active: Vec<ActiveAdapter<'a, B>>,
-    n_rows: usize,
 }
 
 struct ActiveAdapter<'a, B: Backend> {
@@ -228,9 +227,8 @@ impl<'a, B: Backend> LoraRows<'a, B> {
     /// loaded, named once per row, its scale finite. Adapters at scale 0 are left out.
     pub(crate) fn of_batch<'r>(
         adapters: &'a [AdapterWeights<B>],
-        per_row: impl ExactSizeIterator<Item = &'r [LoraScale]>,
+        per_row: impl Iterator<Item = &'r [LoraScale]>,
     ) -> Result<LoraRows<'a, B>, ModelError> {
-        let n_rows = per_row.len();
         let mut rows: Vec<Vec<(usize, f32)>> = vec![Vec::new(); adapters.len()];
         for (r, list) in per_row.enumerate() {
             for (j, l) in list.iter().enumerate() {
@@ -250,7 +248,7 @@ impl<'a, B: Backend> LoraRows<'a, B> {
         }
         let active =
             adapters.iter().zip(rows).filter(|(_, rows)| !rows.is_empty()).map(|(weights, rows)| ActiveAdapter { weights, rows }).collect();
-        Ok(LoraRows { active, n_rows })
+        Ok(LoraRows { active })
     }
 
     /// The same adapters for the rows `rows` of the batch, renumbered in that order (the rows
@@ -265,7 +263,7 @@ impl<'a, B: Backend> LoraRows<'a, B> {
             })
             .filter(|a| !a.rows.is_empty())
             .collect();
-        LoraRows { active, n_rows: rows.len() }
+        LoraRows { active }
     }
 
     /// Whether any row's adapter corrects site `site`.
@@ -279,19 +277,8 @@ impl<'a, B: Backend> LoraRows<'a, B> {
         let Some(site) = site else { return Ok(()) };
         for a in &self.active {
             let Some(pair) = &a.weights.sites[site] else { continue };
-            // the rows using the adapter (`x` itself when all of them do)
-            let gathered;
-            let xs = if a.rows.len() == self.n_rows {
-                x
-            } else {
-                gathered = b.select_rows(x, &a.rows.iter().map(|&(r, _)| r).collect::<Vec<_>>())?;
-                &gathered
-            };
-            let low = b.matmul_each(&[&pair.a], &[None], xs)?.pop().expect("one product"); // rows x rank
-            let delta = b.matmul_each(&[&pair.b], &[None], &low)?.pop().expect("one product"); // rows x out
-            let weights: Vec<(usize, usize, f32)> =
-                a.rows.iter().enumerate().map(|(i, &(r, s))| (i, r, pair.factor(a.weights.alpha, s))).collect();
-            b.add_weighted_rows(y, &delta, &weights)?;
+            let pairs: Vec<(usize, usize, f32)> = a.rows.iter().map(|&(r, s)| (r, r, pair.factor(a.weights.alpha, s))).collect();
+            b.add_low_rank(y, &pair.a, &pair.b, x, &pairs)?;
         }
         Ok(())
     }

@@ -73,9 +73,20 @@ pub struct CpuMatrix {
     rows: usize,
     cols: usize,
     panels: OnceLock<Option<Panels>>,
+    /// Widened to f32 (a LoRA pair's matrices, for `add_low_rank`), and transposed.
+    pub(super) dense: OnceLock<Vec<f32>>,
+    pub(super) dense_transposed: OnceLock<Vec<f32>>,
 }
 
 impl CpuMatrix {
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
     /// The matrix's rows in place.
     pub fn view(&self) -> WeightMatrix<'_> {
         WeightMatrix::new(self.info.ty, self.rows, self.cols, self.file.tensor_data(&self.info))
@@ -168,7 +179,15 @@ impl Backend for CpuBackend {
 
     fn upload_matrix(&self, file: &Arc<GgufFile>, info: &TensorInfo, rows: usize, cols: usize) -> Result<CpuMatrix, BackendError> {
         WeightMatrix::new(info.ty, rows, cols, file.tensor_data(info))?;
-        Ok(CpuMatrix { file: Arc::clone(file), info: info.clone(), rows, cols, panels: OnceLock::new() })
+        Ok(CpuMatrix {
+            file: Arc::clone(file),
+            info: info.clone(),
+            rows,
+            cols,
+            panels: OnceLock::new(),
+            dense: OnceLock::new(),
+            dense_transposed: OnceLock::new(),
+        })
     }
 
     fn prepare_products(&self, matrices: &[&CpuMatrix]) -> Result<(), BackendError> {
@@ -251,6 +270,25 @@ impl Backend for CpuBackend {
             }
         }
         Ok(ys)
+    }
+
+    fn add_low_rank(
+        &self,
+        out: &mut HostTensor,
+        a: &CpuMatrix,
+        b: &CpuMatrix,
+        x: &HostTensor,
+        pairs: &[(usize, usize, f32)],
+    ) -> Result<(), BackendError> {
+        if a.rows() > super::low_rank::MAX_RANK {
+            // a rank this kernel does not hold: the general products
+            let sources: Vec<usize> = pairs.iter().map(|p| p.0).collect();
+            let low = self.matmul_each(&[a], &[None], &self.select_rows(x, &sources)?)?.pop().expect("one product");
+            let delta = self.matmul_each(&[b], &[None], &low)?.pop().expect("one product");
+            let placed: Vec<(usize, usize, f32)> = pairs.iter().enumerate().map(|(i, &(_, o, w))| (i, o, w)).collect();
+            return self.add_weighted_rows(out, &delta, &placed);
+        }
+        super::low_rank::add_low_rank(self.isa, out, a, b, x, pairs)
     }
 
     fn matmul_indexed(&self, sets: &[&[CpuMatrix]], ids: &[usize], x: &HostTensor) -> Result<Vec<HostTensor>, BackendError> {

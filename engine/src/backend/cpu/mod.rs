@@ -10,6 +10,7 @@ pub mod attention;
 mod attention_x86;
 mod backend;
 pub mod kv;
+mod low_rank;
 pub mod matmul;
 mod matmul_indexed;
 mod matmul_panels;

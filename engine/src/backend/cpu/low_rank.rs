@@ -1,0 +1,317 @@
+//! The low-rank corrections of LoRA adapters on the CPU: `out[o] += w · (x[s] · aᵀ) · bᵀ` for
+//! the rows of a batch that use an adapter, `a` of `rank` x `n_in` and `b` of `n_out` x `rank`
+//! with `rank` small (8 to 64). The general matmul would spend its time packing activations and
+//! reducing: the second product has only `rank` values per dot, one horizontal sum per output,
+//! and its result would be a fresh tensor added afterwards. Here each row takes `rank` dots of
+//! `n_in` values against `a`, then a tile of its outputs sums `rank` scaled values of `bᵀ` in
+//! registers (no reduction) and is added into the row in place. The loops are plain
+//! lane-parallel f32 code (multiplies and adds, never fused) whose order depends on nothing but
+//! the row: compiled for each tier's vector width, the same bits on every tier, alone or
+//! batched, and the same as the products then `add_weighted_rows` up to the order of the
+//! sums. The matrices are widened to f32 once (`bᵀ` transposed) and kept beside their bytes.
+
+use rayon::prelude::*;
+
+use super::backend::{CpuMatrix, HostTensor};
+use crate::backend::BackendError;
+use crate::quant::{self, Isa};
+
+/// Lanes of the dot: four 16-lane vectors, so that the adds do not wait on each other.
+const LANES: usize = 64;
+/// The largest rank this kernel takes (a larger one goes through the general products).
+pub(super) const MAX_RANK: usize = 64;
+/// Rows of a block: they share each load of `bᵀ`.
+const BLOCK: usize = 4;
+/// Outputs of a tile: a block's tile of sums stays in registers (4 x 64 f32).
+const TILE: usize = 64;
+/// Outputs per task when a few rows split their outputs between threads.
+const SPLIT: usize = 4 * TILE;
+
+impl CpuMatrix {
+    /// The matrix widened to f32, row after row (computed once).
+    fn dense(&self) -> Result<&[f32], BackendError> {
+        if let Some(d) = self.dense.get() {
+            return Ok(d);
+        }
+        let view = self.view();
+        let widen = quant::ops(view.ty).map_err(|e| BackendError::shape("low_rank", e.to_string()))?.dequantize;
+        let mut out = vec![0.0f32; view.rows * view.cols];
+        for (r, row) in out.chunks_exact_mut(view.cols).enumerate() {
+            widen(view.row(r), row);
+        }
+        Ok(self.dense.get_or_init(|| out))
+    }
+
+    /// The matrix widened to f32 and transposed: column after column (computed once).
+    fn dense_transposed(&self) -> Result<&[f32], BackendError> {
+        if let Some(d) = self.dense_transposed.get() {
+            return Ok(d);
+        }
+        let (rows, cols, dense) = (self.rows(), self.cols(), self.dense()?);
+        let mut out = vec![0.0f32; rows * cols];
+        for (r, row) in dense.chunks_exact(cols).enumerate() {
+            for (c, &v) in row.iter().enumerate() {
+                out[c * rows + r] = v;
+            }
+        }
+        Ok(self.dense_transposed.get_or_init(|| out))
+    }
+}
+
+/// `Σ x[i] · w[i]` in `LANES` chains (value `i` on chain `i % LANES` while whole steps last, the
+/// rest one chain after), the chains then summed pairwise.
+#[inline(always)]
+fn dot(x: &[f32], w: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let (xs, ws) = (x.chunks_exact(LANES), w.chunks_exact(LANES));
+    let (x_rest, w_rest) = (xs.remainder(), ws.remainder());
+    for (a, b) in xs.zip(ws) {
+        for l in 0..LANES {
+            acc[l] += a[l] * b[l];
+        }
+    }
+    let mut rest = 0.0f32;
+    for (a, b) in x_rest.iter().zip(w_rest) {
+        rest += a * b;
+    }
+    let mut width = LANES / 2;
+    while width > 0 {
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+        width /= 2;
+    }
+    acc[0] + rest
+}
+
+/// Outputs of one row (all, or a range of them) with the weight its correction is added at.
+type Piece<'a> = (&'a mut [f32], f32);
+
+/// A block's low products: `t[r][k]`, row `r`'s dot with `a`'s row `k`.
+type Lows = [[f32; MAX_RANK]; BLOCK];
+
+/// The low products of the rows `xs` (at most [`BLOCK`], of `n_in`) with `a` (`rank` x `n_in`).
+#[inline(always)]
+fn lows_body(a: &[f32], n_in: usize, xs: &[&[f32]]) -> Lows {
+    let mut t = [[0.0f32; MAX_RANK]; BLOCK];
+    for (r, row) in xs.iter().enumerate() {
+        for (k, a_k) in a.chunks_exact(n_in).enumerate() {
+            t[r][k] = dot(row, a_k);
+        }
+    }
+    t
+}
+
+/// Adds `w · Σ_k t[r][k] · bᵀ[k][c]` into each output piece (row `r`'s outputs `c` from
+/// `start`, with its weight `w`): each sum `((0 + t₀ c₀) + t₁ c₁) + ...` in `k` order, rounded
+/// times `w`, then added.
+#[inline(always)]
+fn spread_body(t: &Lows, outs: &mut [(&mut [f32], f32)], bt: &[f32], n_out: usize, start: usize) {
+    let rank = bt.len() / n_out;
+    let width = outs.first().map_or(0, |(piece, _)| piece.len());
+    let mut o = 0;
+    while o < width {
+        let w = TILE.min(width - o);
+        let mut acc = [[0.0f32; TILE]; BLOCK];
+        for k in 0..rank {
+            let c = &bt[k * n_out + start + o..][..w];
+            for (r, acc) in acc.iter_mut().enumerate().take(outs.len()) {
+                let tk = t[r][k];
+                acc[..w].iter_mut().zip(c).for_each(|(v, &c)| *v += tk * c);
+            }
+        }
+        for ((piece, weight), acc) in outs.iter_mut().zip(&acc) {
+            piece[o..o + w].iter_mut().zip(&acc[..w]).for_each(|(v, &d)| *v += d * *weight);
+        }
+        o += w;
+    }
+}
+
+/// `$body` compiled for the widest vectors of tier `$tier` the CPU has (the code is the same
+/// on every tier: multiplies and adds are never fused, so the bits are too).
+macro_rules! on_tier {
+    ($tier:expr, $ret:ty, |$($arg:ident: $ty:ty),*| $body:expr) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f,avx2")]
+            unsafe fn with_avx512($($arg: $ty),*) -> $ret {
+                $body
+            }
+            #[target_feature(enable = "avx2")]
+            unsafe fn with_avx2($($arg: $ty),*) -> $ret {
+                $body
+            }
+            if $tier >= Isa::Avx512 && Isa::Avx512.is_available() {
+                // SAFETY: the CPU has AVX-512 F and AVX2 (checked just above).
+                unsafe { with_avx512($($arg),*) }
+            } else if $tier >= Isa::Avx2 && Isa::Avx2.is_available() {
+                // SAFETY: the CPU has AVX2 (checked just above).
+                unsafe { with_avx2($($arg),*) }
+            } else {
+                $body
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = $tier;
+            $body
+        }
+    }};
+}
+
+fn lows_with(tier: Isa, a: &[f32], n_in: usize, xs: &[&[f32]]) -> Lows {
+    on_tier!(tier, Lows, |a: &[f32], n_in: usize, xs: &[&[f32]]| lows_body(a, n_in, xs))
+}
+
+fn spread_with(tier: Isa, t: &Lows, outs: &mut [(&mut [f32], f32)], bt: &[f32], n_out: usize, start: usize) {
+    on_tier!(tier, (), |t: &Lows, outs: &mut [(&mut [f32], f32)], bt: &[f32], n_out: usize, start: usize| {
+        spread_body(t, outs, bt, n_out, start)
+    })
+}
+
+/// `out[o] += w · (x[s] · aᵀ) · bᵀ` for every `(s, o, w)` of `pairs` on tier `tier`.
+pub(super) fn add_low_rank(
+    tier: Isa,
+    out: &mut HostTensor,
+    a: &CpuMatrix,
+    b: &CpuMatrix,
+    x: &HostTensor,
+    pairs: &[(usize, usize, f32)],
+) -> Result<(), BackendError> {
+    let (rank, n_in, n_out) = (a.rows(), a.cols(), b.rows());
+    let mut seen = vec![false; out.rows];
+    let misfit = x.cols != n_in
+        || out.cols != n_out
+        || b.cols() != rank
+        || rank > MAX_RANK
+        || pairs.iter().any(|&(s, o, _)| s >= x.rows || o >= out.rows || std::mem::replace(&mut seen[o], true));
+    if misfit {
+        let what = format!(
+            "{} pairs of rows of {} through {rank} x {n_in} then {n_out} x {} into rows of {}",
+            pairs.len(),
+            x.cols,
+            b.cols(),
+            out.cols
+        );
+        return Err(BackendError::shape("add_low_rank", what));
+    }
+    let (a, bt) = (a.dense()?, b.dense_transposed()?);
+    let mut slots: Vec<Option<&mut [f32]>> = out.data.chunks_mut(n_out).map(Some).collect();
+    // blocks of rows, each with its inputs and its output rows (distinct: taken out once)
+    let blocks: Vec<(Vec<&[f32]>, Vec<Piece<'_>>)> = pairs
+        .chunks(BLOCK)
+        .map(|block| {
+            let xs = block.iter().map(|&(s, _, _)| &x.data[s * n_in..(s + 1) * n_in]).collect();
+            let outs = block.iter().map(|&(_, o, w)| (slots[o].take().expect("each output row once"), w)).collect();
+            (xs, outs)
+        })
+        .collect();
+    if pairs.len() >= BLOCK * rayon::current_num_threads() {
+        blocks.into_par_iter().for_each(|(xs, mut outs)| {
+            let t = lows_with(tier, a, n_in, &xs);
+            spread_with(tier, &t, &mut outs, bt, n_out, 0);
+        });
+        return Ok(());
+    }
+    // few rows (decoding): a block's low products once, then its outputs split between threads
+    for (xs, outs) in blocks {
+        let t = lows_with(tier, a, n_in, &xs);
+        let mut parts: Vec<Vec<Piece<'_>>> = (0..n_out.div_ceil(SPLIT)).map(|_| Vec::new()).collect();
+        for (row, w) in outs {
+            for (part, piece) in parts.iter_mut().zip(row.chunks_mut(SPLIT)) {
+                part.push((piece, w));
+            }
+        }
+        parts.into_par_iter().enumerate().for_each(|(i, mut pieces)| spread_with(tier, &t, &mut pieces, bt, n_out, i * SPLIT));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::{Backend, CpuBackend};
+    use crate::gguf::{GgufFile, GgufWriter};
+    use crate::quant::GgmlType;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n).map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 2001) as f32 / 1000.0 - 1.0).collect()
+    }
+
+    /// A rank-12 pair over rows of 100 into 37 values, `a` in F16 and `b` in F32.
+    fn pair(b: &CpuBackend) -> (CpuMatrix, CpuMatrix) {
+        let (rank, n_in, n_out) = (12u64, 100u64, 37u64);
+        let mut w = GgufWriter::new();
+        let halves: Vec<u8> = values((rank * n_in) as usize, 1).iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect();
+        w.add_tensor("a", &[n_in, rank], GgmlType::F16, halves).unwrap();
+        let floats: Vec<u8> = values((rank * n_out) as usize, 2).iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor("b", &[rank, n_out], GgmlType::F32, floats).unwrap();
+        let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
+        let (ia, ib) = (file.tensor("a").unwrap().clone(), file.tensor("b").unwrap().clone());
+        (b.upload_matrix(&file, &ia, 12, 100).unwrap(), b.upload_matrix(&file, &ib, 37, 12).unwrap())
+    }
+
+    /// `out[o] += w · (x[s] · aᵀ) · bᵀ` by the f64 reference.
+    fn reference(a: &CpuMatrix, b: &CpuMatrix, x: &HostTensor, out: &mut [f64], pairs: &[(usize, usize, f32)]) {
+        let (ad, bd) = (a.dense().unwrap(), b.dense().unwrap());
+        for &(s, o, w) in pairs {
+            let t: Vec<f64> =
+                (0..12).map(|k| (0..100).map(|i| f64::from(x.data[s * 100 + i]) * f64::from(ad[k * 100 + i])).sum()).collect();
+            for c in 0..37 {
+                out[o * 37 + c] += f64::from(w) * (0..12).map(|k| t[k] * f64::from(bd[c * 12 + k])).sum::<f64>();
+            }
+        }
+    }
+
+    #[test]
+    fn low_rank_corrections_match_the_f64_reference_and_keep_each_rows_bits() {
+        let backend = CpuBackend::new();
+        let (a, b) = pair(&backend);
+        // 5 rows: outputs split between threads; 21: blocks of rows in parallel
+        for n in [5usize, 21] {
+            let x = HostTensor { rows: n, cols: 100, data: values(n * 100, n as u32) };
+            let start = values(n * 37, 9);
+            // every other row, into the rows in reverse, weights of both signs
+            let pairs: Vec<(usize, usize, f32)> = (0..n).step_by(2).map(|s| (s, n - 1 - s, if s % 4 == 0 { 0.5 } else { -2.0 })).collect();
+            let mut out = HostTensor { rows: n, cols: 37, data: start.clone() };
+            backend.add_low_rank(&mut out, &a, &b, &x, &pairs).unwrap();
+            let mut want: Vec<f64> = start.iter().map(|&v| f64::from(v)).collect();
+            reference(&a, &b, &x, &mut want, &pairs);
+            for (i, (g, w)) in out.data.iter().zip(&want).enumerate() {
+                assert!((f64::from(*g) - w).abs() <= 1e-5 * (1.0 + w.abs()), "{n} rows, value {i}: {g} vs {w}");
+            }
+            for tier in Isa::available() {
+                let mut again = HostTensor { rows: n, cols: 37, data: start.clone() };
+                add_low_rank(tier, &mut again, &a, &b, &x, &pairs).unwrap();
+                assert_eq!(again.data, out.data, "{tier:?}: the same bits on every tier");
+            }
+            // a row alone has the bits it has in the batch
+            for &(s, o, w) in &pairs {
+                let alone = HostTensor { rows: 1, cols: 100, data: x.data[s * 100..(s + 1) * 100].to_vec() };
+                let mut one = HostTensor { rows: 1, cols: 37, data: start[o * 37..(o + 1) * 37].to_vec() };
+                backend.add_low_rank(&mut one, &a, &b, &alone, &[(0, 0, w)]).unwrap();
+                assert_eq!(one.data, out.data[o * 37..(o + 1) * 37], "{n} rows: row {s} alone");
+            }
+            // the trait's default (gathered rows, two products, weighted adds): the same values
+            // up to the order of the sums
+            let mut general = HostTensor { rows: n, cols: 37, data: start.clone() };
+            let sources: Vec<usize> = pairs.iter().map(|p| p.0).collect();
+            let low = backend.matmul_each(&[&a], &[None], &backend.select_rows(&x, &sources).unwrap()).unwrap().pop().unwrap();
+            let delta = backend.matmul_each(&[&b], &[None], &low).unwrap().pop().unwrap();
+            let placed: Vec<(usize, usize, f32)> = pairs.iter().enumerate().map(|(i, &(_, o, w))| (i, o, w)).collect();
+            backend.add_weighted_rows(&mut general, &delta, &placed).unwrap();
+            for (g, w) in out.data.iter().zip(&general.data) {
+                assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {w}");
+            }
+        }
+        let x = HostTensor { rows: 2, cols: 100, data: vec![0.0; 200] };
+        let mut out = HostTensor::zeros(2, 37);
+        for bad in [&[(2, 0, 1.0)][..], &[(0, 2, 1.0)], &[(0, 1, 1.0), (1, 1, 1.0)]] {
+            assert!(backend.add_low_rank(&mut out, &a, &b, &x, bad).is_err(), "{bad:?}");
+        }
+        let narrow = HostTensor { rows: 1, cols: 99, data: vec![0.0; 99] };
+        assert!(backend.add_low_rank(&mut out, &a, &b, &narrow, &[(0, 0, 1.0)]).is_err());
+    }
+}
