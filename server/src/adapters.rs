@@ -40,6 +40,10 @@ impl Adapters {
         self.loaded.is_empty()
     }
 
+    pub fn len(&self) -> usize {
+        self.loaded.len()
+    }
+
     /// `GET /lora-adapters`: llama-server's `{id, path, scale}` per adapter, with its name, alpha
     /// and rank.
     pub fn describe(&self) -> Value {

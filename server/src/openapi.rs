@@ -43,6 +43,18 @@ pub fn document(state: &AppState) -> String {
     if !any_reranker {
         doc = without_path(&doc, "/v1/rerank");
     }
+    // adapter ids the loaded models have; without any, no choice is valid
+    let adapters = models.iter().map(|m| m.adapters.len()).max().unwrap_or(0);
+    let id_line = r#"        id: {type: integer, minimum: 0, description: "an adapter's id (GET /lora-adapters)"}"#;
+    if adapters == 0 {
+        doc = without_operation(&doc, "/lora-adapters", "post");
+        doc = doc.replace(
+            "      items: {$ref: \"#/components/schemas/LoraChoice\"}\n",
+            "      maxItems: 0\n      items: {$ref: \"#/components/schemas/LoraChoice\"}\n",
+        );
+    } else {
+        doc = doc.replace(id_line, &id_line.replace("minimum: 0,", &format!("minimum: 0, maximum: {},", adapters - 1)));
+    }
     if !state.loader.loads() {
         doc = without_operation(&doc, "/v1/models", "post");
     }

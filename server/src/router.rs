@@ -151,7 +151,10 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
             with_model(state, &path, body, |s, b| async move { routes::tokens::apply_template(&s, b) }).await
         }
         "/lora-adapters" => {
-            allow(&method, &path, &[Method::GET, Method::POST])?;
+            // setting scales is on where a model has adapters (as the served document says)
+            let any = state.registry.list().iter().any(|m| !m.adapters.is_empty());
+            let methods: &[Method] = if any { &[Method::GET, Method::POST] } else { &[Method::GET] };
+            allow(&method, &path, methods)?;
             let model = routes::lora_adapters::model_in_query(req.uri().query());
             if method == Method::GET {
                 routes::lora_adapters::list(state, model.as_deref())

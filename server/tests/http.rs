@@ -85,6 +85,12 @@ fn models_health_and_metrics() {
     }
     // routes that are off are not described; model ids are the loaded ones
     assert!(!doc.contains("/v1/audio/transcriptions:"));
+    // no adapters: listing them is on, setting them and naming one in a request are not
+    assert!(doc.contains("operationId: listLoraAdapters") && !doc.contains("operationId: setLoraAdapters"));
+    assert!(doc.contains("      maxItems: 0\n      items: {$ref: \"#/components/schemas/LoraChoice\"}"));
+    let r = c.post(format!("{base}/lora-adapters")).json(&json!([])).send().unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(c.get(format!("{base}/lora-adapters")).send().unwrap().json::<Value>().unwrap(), json!([]));
     assert!(doc.contains(&format!("    ChatModelId: {{type: string, enum: [\"{CHAT}\"]}}")), "{doc}");
     assert!(doc.contains(&format!("    GuardModelId: {{type: string, enum: [\"{GUARD}\"]}}")));
     let metrics = c.get(format!("{base}/metrics")).send().unwrap().text().unwrap();

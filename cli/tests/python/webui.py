@@ -52,6 +52,8 @@ try:
     """)
     driver.find_element(By.ID, "max-tokens").clear()
     driver.find_element(By.ID, "max-tokens").send_keys("48")
+    # a fixed seed: a sampled reply of the tiny model may otherwise end after its first token
+    driver.find_element(By.ID, "seed").send_keys("3")
     driver.find_element(By.ID, "chat-input").send_keys("Tell me a story.")
     # the tiny model decodes 48 tokens in milliseconds, so the stream could reach the page in one
     # read: a slow network (as a phone's) spreads its chunks out, as a real model's pace would

@@ -215,12 +215,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
         x: &Self::Tensor,
         pairs: &[(usize, usize, f32)],
     ) -> Result<(), BackendError> {
-        let sources: Vec<usize> = pairs.iter().map(|p| p.0).collect();
-        let gathered = self.select_rows(x, &sources)?;
-        let low = self.matmul_each(&[a], &[None], &gathered)?.pop().expect("one product"); // pairs x rank
-        let delta = self.matmul_each(&[b], &[None], &low)?.pop().expect("one product"); // pairs x n_out
-        let placed: Vec<(usize, usize, f32)> = pairs.iter().enumerate().map(|(i, &(_, o, w))| (i, o, w)).collect();
-        self.add_weighted_rows(out, &delta, &placed)
+        add_low_rank_by_products(self, out, a, b, x, pairs)
     }
     /// Indexed products (ggml's `mul_mat_id`): slot `p` of `ids` is multiplied by matrix `ids[p]`
     /// of every set, `outs[s]` row `p` = `x` row `p / (ids.len() / x.rows)` · `sets[s][ids[p]]ᵀ`.
@@ -292,6 +287,24 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// width and count; `out` and `x` of one row count): a part of every head taken out of a
     /// projection, or heads set side by side (multi-head latent attention).
     fn copy_columns(&self, out: &mut Self::Tensor, to: ColumnBlocks, x: &Self::Tensor, from: ColumnBlocks) -> Result<(), BackendError>;
+}
+
+/// [`Backend::add_low_rank`] by the general operations: the rows gathered, the two products,
+/// then the weighted adds.
+pub(crate) fn add_low_rank_by_products<B: Backend>(
+    backend: &B,
+    out: &mut B::Tensor,
+    a: &B::Matrix,
+    b: &B::Matrix,
+    x: &B::Tensor,
+    pairs: &[(usize, usize, f32)],
+) -> Result<(), BackendError> {
+    let sources: Vec<usize> = pairs.iter().map(|p| p.0).collect();
+    let gathered = backend.select_rows(x, &sources)?;
+    let low = backend.matmul_each(&[a], &[None], &gathered)?.pop().expect("one product"); // pairs x rank
+    let delta = backend.matmul_each(&[b], &[None], &low)?.pop().expect("one product"); // pairs x n_out
+    let placed: Vec<(usize, usize, f32)> = pairs.iter().enumerate().map(|(i, &(_, o, w))| (i, o, w)).collect();
+    backend.add_weighted_rows(out, &delta, &placed)
 }
 
 /// Why `copy_columns` cannot copy `from` of rows of `x_cols` into `to` of rows of `out_cols`

@@ -78,14 +78,6 @@ pub(crate) struct AdapterWeights<B: Backend> {
     embedding: Option<LoraPair<B>>,
 }
 
-impl<B: Backend> AdapterWeights<B> {
-    /// Every matrix a product reads (for the backend's preparation).
-    pub(crate) fn matrices(&self) -> Vec<&B::Matrix> {
-        let products = self.sites.iter().flatten().flat_map(|p| [&p.a, &p.b]);
-        products.chain(self.embedding.iter().map(|p| &p.b)).collect()
-    }
-}
-
 /// The model's token-embedding shape, for an adapter of it: `None` when the model ties its
 /// output to the token embeddings (an adapter of `token_embd` would then be ambiguous).
 #[derive(Clone, Copy, Debug)]
@@ -205,7 +197,6 @@ pub(crate) fn load<B: Backend>(
             return Err(bad(format!("it corrects {name}, which is not a projection of this {arch} model the engine can adapt")));
         }
     }
-    backend.prepare_products(&weights.matrices())?;
     let name = file.get_str("general.name").unwrap_or("").to_string();
     let info = AdapterInfo { name, path: None, alpha, rank: rank_max, tensors: pairs.len() };
     Ok((weights, info))

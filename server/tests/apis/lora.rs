@@ -84,6 +84,10 @@ fn requests_choose_adapters_and_scales_as_llama_cpp_runs_them() {
     assert_eq!((list[1]["id"].as_u64(), list[1]["scale"].as_f64()), (Some(1), Some(0.0)));
     assert_eq!(list[0]["path"], paths[0].display().to_string());
     assert_eq!((list[1]["name"].as_str(), list[1]["rank"].as_u64()), (Some("llama-qv"), Some(4)));
+    // the served document offers the ids there are
+    let doc = client.get(format!("{base}/openapi.yaml")).send().unwrap().text().unwrap();
+    assert!(doc.contains("id: {type: integer, minimum: 0, maximum: 1, description: \"an adapter's id"), "the adapters' ids");
+    assert!(doc.contains("operationId: setLoraAdapters"));
 
     // the global scales: llama-all at 1
     assert_first_is(&complete(&base, 1, json!({})), "llama-all");

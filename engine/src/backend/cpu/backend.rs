@@ -282,11 +282,7 @@ impl Backend for CpuBackend {
     ) -> Result<(), BackendError> {
         if a.rows() > super::low_rank::MAX_RANK {
             // a rank this kernel does not hold: the general products
-            let sources: Vec<usize> = pairs.iter().map(|p| p.0).collect();
-            let low = self.matmul_each(&[a], &[None], &self.select_rows(x, &sources)?)?.pop().expect("one product");
-            let delta = self.matmul_each(&[b], &[None], &low)?.pop().expect("one product");
-            let placed: Vec<(usize, usize, f32)> = pairs.iter().enumerate().map(|(i, &(_, o, w))| (i, o, w)).collect();
-            return self.add_weighted_rows(out, &delta, &placed);
+            return crate::backend::add_low_rank_by_products(self, out, a, b, x, pairs);
         }
         super::low_rank::add_low_rank(self.isa, out, a, b, x, pairs)
     }

@@ -297,11 +297,7 @@ mod tests {
             // the trait's default (gathered rows, two products, weighted adds): the same values
             // up to the order of the sums
             let mut general = HostTensor { rows: n, cols: 37, data: start.clone() };
-            let sources: Vec<usize> = pairs.iter().map(|p| p.0).collect();
-            let low = backend.matmul_each(&[&a], &[None], &backend.select_rows(&x, &sources).unwrap()).unwrap().pop().unwrap();
-            let delta = backend.matmul_each(&[&b], &[None], &low).unwrap().pop().unwrap();
-            let placed: Vec<(usize, usize, f32)> = pairs.iter().enumerate().map(|(i, &(_, o, w))| (i, o, w)).collect();
-            backend.add_weighted_rows(&mut general, &delta, &placed).unwrap();
+            crate::backend::add_low_rank_by_products(&backend, &mut general, &a, &b, &x, &pairs).unwrap();
             for (g, w) in out.data.iter().zip(&general.data) {
                 assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {w}");
             }
