@@ -352,7 +352,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 eprintln!("{}: {}", m.id, kv_summary(&m.model, m.worker.config()));
             }
             for (id, a) in m.model.adapters().iter().enumerate() {
-                let scale = m.model.default_lora().iter().find(|l| l.adapter == id).map_or(0.0, |l| l.scale);
+                let scale = m.model.default_scale(id).unwrap_or(0.0);
                 let file = a.path.as_deref().unwrap_or("");
                 eprintln!("{}: LoRA adapter {id} {file} (rank {}, alpha {}) at scale {scale}", m.id, a.rank, a.alpha);
             }

@@ -29,10 +29,7 @@ pub struct Adapters {
 impl Adapters {
     /// `model`'s adapters, at the scales it runs with by default.
     pub fn of(model: &Model) -> Adapters {
-        let mut scales = vec![0.0; model.adapters().len()];
-        for l in model.default_lora() {
-            scales[l.adapter] = l.scale;
-        }
+        let scales = (0..model.adapters().len()).map(|id| model.default_scale(id).unwrap_or(0.0)).collect();
         Adapters { loaded: model.adapters().to_vec(), scales: RwLock::new(scales) }
     }
 

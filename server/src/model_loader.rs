@@ -154,8 +154,7 @@ pub struct LoadSpec {
 
 /// The files of `model`'s LoRA adapters with their default scales, to load them again.
 pub fn adapter_files(model: &Model) -> Vec<(PathBuf, Option<f32>)> {
-    let scale = |id: usize| model.default_lora().iter().find(|l| l.adapter == id).map(|l| l.scale);
-    model.adapters().iter().enumerate().filter_map(|(id, a)| Some((PathBuf::from(a.path.as_ref()?), scale(id)))).collect()
+    model.adapters().iter().enumerate().filter_map(|(id, a)| Some((PathBuf::from(a.path.as_ref()?), model.default_scale(id)))).collect()
 }
 
 /// A model unloaded for idleness: loaded again by the next request that names it.

@@ -357,6 +357,11 @@ impl Model {
         &self.default_lora
     }
 
+    /// Adapter `adapter`'s scale in the default set, if it is in it.
+    pub fn default_scale(&self, adapter: usize) -> Option<f32> {
+        self.default_lora.iter().find(|l| l.adapter == adapter).map(|l| l.scale)
+    }
+
     /// An empty KV cache for this model, on its device, holding up to `n_ctx` positions per
     /// sequence.
     pub fn new_kv_cache(&self, types: impl Into<KvTypes>, n_ctx: usize) -> KvCache {
