@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use engine::backend::Device;
+use engine::generate::{DraftSettings, NgramDraft};
 use engine::kv_cache::{KvType, KvTypes};
 use engine::model::{Model, ModelError};
 use engine::tokenizer::TokenId;
@@ -206,6 +207,33 @@ pub fn text_or_file(text: Option<&str>, file: Option<&Path>) -> anyhow::Result<O
         }
         (None, Some(p)) => Ok(Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)),
         (None, None) => Ok(None),
+    }
+}
+
+/// How speculation drafts (`run`, `serve`): tokens per round, and the least probability a draft
+/// model may give a token it proposes.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct DraftArgs {
+    /// Tokens the draft model (or the n-gram lookup) proposes per round and sequence, at most.
+    #[arg(long, default_value_t = DraftSettings::DEFAULT.n_draft, value_parser = parse_positive)]
+    pub draft_n: usize,
+    /// The least probability the draft model may give a token it proposes: it stops drafting at
+    /// the first below (as llama.cpp's --draft-p-min; 0 proposes all --draft-n).
+    #[arg(long, value_name = "P", default_value_t = DraftSettings::DEFAULT.p_min)]
+    pub draft_p_min: f32,
+}
+
+impl DraftArgs {
+    /// The settings, or an error naming a flag out of range.
+    pub fn settings(&self) -> anyhow::Result<DraftSettings> {
+        let settings = DraftSettings { n_draft: self.draft_n, p_min: self.draft_p_min };
+        settings.check().context("--draft-p-min")?;
+        Ok(settings)
+    }
+
+    /// The n-gram lookup with `--draft-n` tokens per round.
+    pub fn ngram(&self) -> NgramDraft {
+        NgramDraft { n_draft: self.draft_n, ..NgramDraft::DEFAULT }
     }
 }
 

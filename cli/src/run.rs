@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use engine::generate::{FinishReason, GenerateParams, Generator, NgramDraft, TokenConstraint, TokenEvent};
+use engine::generate::{FinishReason, GenerateParams, Generator, TokenConstraint, TokenEvent};
 use engine::grammar::{Constraint, GrammarCompiler};
 use engine::model::Model;
 
-use crate::load::{default_ctx, load_model, parse_positive, resident_mib, thread_pool, PromptArgs, RuntimeArgs};
+use crate::load::{default_ctx, load_model, resident_mib, thread_pool, DraftArgs, PromptArgs, RuntimeArgs};
 use crate::sampling_args::SamplingArgs;
 
 #[derive(clap::Args)]
@@ -45,9 +45,8 @@ pub struct RunArgs {
     /// A draft model with the same vocabulary for speculative decoding.
     #[arg(long, conflicts_with_all = ["images", "spec"])]
     pub draft: Option<PathBuf>,
-    /// Tokens the draft (or the n-gram lookup) proposes per round.
-    #[arg(long, default_value_t = 8, value_parser = parse_positive)]
-    pub draft_n: usize,
+    #[command(flatten)]
+    pub drafting: DraftArgs,
     /// Speculation without a draft model: `ngram` proposes the tokens that followed the latest
     /// earlier occurrence of the last 4, 3 or 2 tokens in the prompt and output so far.
     #[arg(long, value_parser = ["ngram"], conflicts_with = "images")]
@@ -58,6 +57,7 @@ pub struct RunArgs {
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let pool = thread_pool(args.runtime.threads)?;
+    let draft_settings = args.drafting.settings()?;
     let mut model = load_model(&args.model, args.runtime.device)?;
     args.runtime.lora.load_into(&mut model)?;
     let resident = resident_mib();
@@ -107,10 +107,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let outcome = pool.install(|| -> anyhow::Result<_> {
         let mut generator = Generator::new(&model, &mut kv, 0, &prompt, params)?;
         if let (Some(d), Some(dkv)) = (draft.as_ref(), draft_kv.as_mut()) {
-            generator = generator.with_draft(d, dkv, args.draft_n)?;
+            generator = generator.with_draft(d, dkv, draft_settings)?;
         }
         if args.spec.is_some() {
-            generator = generator.with_ngram(NgramDraft { n_draft: args.draft_n, ..NgramDraft::DEFAULT })?;
+            generator = generator.with_ngram(args.drafting.ngram())?;
         }
         let mut finish = None;
         for event in generator.by_ref() {

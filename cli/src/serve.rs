@@ -16,7 +16,7 @@ use server::batch_scheduler::BatchConfig;
 use server::vision::{MediaOptions, Projector};
 use server::{ConnectionLimits, ModelSpec, Scheduling, Server, ServerGuardrails};
 
-use crate::load::{load_adapters, load_model, memory_available, parse_device, parse_lora, parse_positive, KvCacheArgs};
+use crate::load::{load_adapters, load_model, memory_available, parse_device, parse_lora, parse_positive, DraftArgs, KvCacheArgs};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -110,17 +110,18 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = parse_seconds)]
     pub drain_timeout: Duration,
     /// A smaller model with the same vocabulary that drafts tokens for the chat models
-    /// (speculative decoding, used while a sequence decodes alone: with several, one batched pass
-    /// already serves them all; greedy output is unchanged, sampled output keeps its
-    /// distribution).
+    /// (speculative decoding: it drafts for every decoding sequence in shared passes, and the
+    /// model checks every sequence's proposals in the step's one pass; greedy output is
+    /// unchanged, sampled output keeps its distribution).
     #[arg(long, conflicts_with = "spec")]
     pub draft: Option<PathBuf>,
     /// Speculation without a draft model: `ngram` proposes the tokens that followed the latest
-    /// earlier occurrence of a sequence's last 4, 3 or 2 tokens in its own prompt and output (up
-    /// to 8 per round, for every decoding sequence, checked in the step's one pass; greedy
-    /// output is unchanged).
+    /// earlier occurrence of a sequence's last 4, 3 or 2 tokens in its own prompt and output (for
+    /// every decoding sequence, checked in the step's one pass; greedy output is unchanged).
     #[arg(long, value_parser = ["ngram"])]
     pub spec: Option<String>,
+    #[command(flatten)]
+    pub drafting: DraftArgs,
     /// A LoRA adapter GGUF for the first --model, at SCALE (default 1) unless a request's `lora`
     /// says otherwise (repeat for several; ids in this order). `GET /lora-adapters` lists them,
     /// `POST /lora-adapters` changes their scales.
@@ -257,7 +258,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         kv_positions: None,
         kv_bytes: args.kv_memory.map(|mib| mib.saturating_mul(1 << 20)),
         kv_types: args.kv.types(),
-        ngram: args.spec.map(|_| engine::generate::NgramDraft::DEFAULT),
+        ngram: args.spec.as_ref().map(|_| args.drafting.ngram()),
+        draft: args.drafting.settings()?,
     };
     let mut builder = Server::builder()
         .api_key(args.api_key.clone())

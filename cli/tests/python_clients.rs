@@ -196,14 +196,17 @@ fn the_served_openapi_document_is_valid_and_the_server_keeps_to_it() {
 
 /// The playground page at `/` in headless chromium (`python/webui.py`), behind an API key: a
 /// streamed chat, a guard scan's bars (the screenshot of the panel goes to
-/// `target/webui-guard.png`; README's picture is a copy of it), a moderated list.
+/// `target/webui-guard.png`; README's picture is a copy of it), a policy picked from the
+/// server's, a moderated list.
 #[test]
 fn the_playground_page_works_in_a_real_browser() {
     let model = fixture("models/tiny-llama-Q8_0.gguf");
     let guard = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
     let driver = engine_tests::chromedriver_binary();
     let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/webui-guard.png");
-    let serve: [&OsStr; 8] = [
+    let policies = std::env::temp_dir().join(format!("webui-policies-{}.toml", std::process::id()));
+    std::fs::write(&policies, "[policies.strict]\ndescription = \"flags every probability\"\nthresholds = { harm = 0.0 }\n").unwrap();
+    let serve: [&OsStr; 10] = [
         "-c".as_ref(),
         "512".as_ref(),
         "-m".as_ref(),
@@ -212,8 +215,11 @@ fn the_playground_page_works_in_a_real_browser() {
         guard.as_os_str(),
         "--api-key".as_ref(),
         "sekret".as_ref(),
+        "--guard-policy".as_ref(),
+        policies.as_os_str(),
     ];
     let stdout = run_against("webui.py", &serve, &["sekret", driver.to_str().unwrap(), shot.to_str().unwrap()]);
+    std::fs::remove_file(&policies).unwrap();
     println!("{stdout}");
     assert!(std::fs::metadata(&shot).unwrap().len() > 1000, "the guard panel's screenshot");
 }

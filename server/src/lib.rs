@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine::backend::Device;
-use engine::generate::NgramDraft;
+use engine::generate::{DraftSettings, NgramDraft};
 use engine::guard::{GenericPrompt, GuardFamily, Policies};
 use engine::kv_cache::KvTypes;
 use engine::model::Model;
@@ -152,6 +152,8 @@ pub struct Scheduling {
     pub kv_types: KvTypes,
     /// Speculation from each sequence's own tokens for chat models without a draft model.
     pub ngram: Option<NgramDraft>,
+    /// How a draft model drafts, for chat models with one.
+    pub draft: DraftSettings,
 }
 
 impl Default for Scheduling {
@@ -166,6 +168,7 @@ impl Default for Scheduling {
             kv_bytes: None,
             kv_types: d.kv_types,
             ngram: None,
+            draft: d.draft,
         }
     }
 }

@@ -52,6 +52,7 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
     };
     if let Some(d) = &spec.draft {
         engine::generate::check_same_vocabulary(&spec.model, d).map_err(|e| format!("{}: {e}", spec.id))?;
+        settings.scheduling.draft.check().map_err(|e| format!("{}: {e}", spec.id))?;
     }
     let n_ctx = spec.n_ctx.unwrap_or_else(|| default_ctx(&spec.model));
     let sc = settings.scheduling;
@@ -69,6 +70,7 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
         kv_positions,
         kv_types: sc.kv_types,
         ngram: sc.ngram.filter(|_| spec.chat && spec.draft.is_none()),
+        draft: sc.draft,
         ..LoopConfig::new(n_ctx)
     };
     let digest = spec.guard.then(|| audit::ModelDigest::start(&spec.model));

@@ -31,7 +31,7 @@ pub fn document(state: &AppState) -> String {
         }
     }
     if !state.registry.has_guard() {
-        for path in ["/v1/guard", "/v1/guard/scan", "/v1/guard/batch", "/v1/moderations"] {
+        for path in ["/v1/guard", "/v1/guard/scan", "/v1/guard/batch", "/v1/guard/policies", "/v1/moderations"] {
             doc = without_path(&doc, path);
         }
     }

@@ -222,6 +222,10 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
             let body = json_body(state, req).await?;
             routes::moderations::handle(state, body).await
         }
+        "/v1/guard/policies" if state.registry.has_guard() => {
+            allow(&method, &path, &[Method::GET])?;
+            Ok(routes::guard::policies(state))
+        }
         _ if guard_route.is_some() && state.registry.has_guard() => {
             allow(&method, &path, &[Method::POST])?;
             let body = json_body(state, req).await?;

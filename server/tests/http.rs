@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::start;
 use engine::chat::{tokenize_rendered, ChatInput, ChatTemplate};
-use engine::generate::NgramDraft;
+use engine::generate::{DraftSettings, NgramDraft};
 use engine::model::Model;
 use engine_tests::fixture;
 use reqwest::blocking::Client;
@@ -453,7 +453,10 @@ fn draft_counts(base: &str) -> (u64, u64) {
 fn a_draft_model_leaves_greedy_output_unchanged() {
     // the tiny llama drafts for itself in another weight type: same vocabulary, different numbers
     let draft = Arc::new(Model::load(fixture("models/tiny-llama-Q4_0.gguf")).unwrap());
-    let with = start(Server::builder().model(ModelSpec {
+    // every proposal of the tiny draft, however unsure of it
+    let every = DraftSettings { p_min: 0.0, ..DraftSettings::DEFAULT };
+    let wide = Scheduling { parallel: 16, draft: every, ..Scheduling::default() };
+    let with = start(Server::builder().scheduling(wide).model(ModelSpec {
         id: CHAT.into(),
         model: chat_model(),
         chat: true,
@@ -469,14 +472,7 @@ fn a_draft_model_leaves_greedy_output_unchanged() {
         n_ctx: Some(256),
         draft: None,
     }));
-    for (i, content) in ["Say hello", "Say hello twice", "Count"].iter().enumerate() {
-        let (a, b) = (greedy_chat(&with, content, 12, 1), greedy_chat(&without, content, 12, 1));
-        assert_eq!(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"], "request {i}");
-        assert_eq!(a["usage"]["completion_tokens"], b["usage"]["completion_tokens"]);
-    }
-    // the draft's proposals are counted, and only a part of them kept (it is another model)
-    let (drafted, accepted) = draft_counts(&with);
-    assert!(drafted > 0 && accepted <= drafted, "{accepted} of {drafted} draft tokens kept");
+    greedy_text_alone_and_under_load(&with, &without, &["Say hello", "Say hello twice", "Count", "a b c a b c"], 24, true);
     let other_vocab = Arc::new(Model::load(fixture("models/tiny-granite-Q8_0.gguf")).unwrap());
     let refused = Server::builder()
         .model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(other_vocab) })
@@ -487,7 +483,7 @@ fn a_draft_model_leaves_greedy_output_unchanged() {
 #[test]
 fn ngram_speculation_leaves_greedy_output_unchanged_and_is_counted() {
     let spec = |ngram| {
-        start(Server::builder().scheduling(Scheduling { ngram, ..Scheduling::default() }).model(ModelSpec {
+        start(Server::builder().scheduling(Scheduling { ngram, parallel: 16, ..Scheduling::default() }).model(ModelSpec {
             id: CHAT.into(),
             model: chat_model(),
             chat: true,
@@ -498,31 +494,48 @@ fn ngram_speculation_leaves_greedy_output_unchanged_and_is_counted() {
     };
     let (with, without) = (spec(Some(NgramDraft::DEFAULT)), spec(None));
     let prompts = ["Say hello hello hello", "Count one two one two one two", "Repeat", "a b c a b c a b"];
+    greedy_text_alone_and_under_load(&with, &without, &prompts, 40, false);
+}
+
+/// A reply's speculative proposals: (kept, not kept).
+fn predictions(reply: &Value) -> (u64, u64) {
+    let details = &reply["usage"]["completion_tokens_details"];
+    (details["accepted_prediction_tokens"].as_u64().unwrap(), details["rejected_prediction_tokens"].as_u64().unwrap())
+}
+
+/// Greedy replies of at most `max_tokens` to `prompts` from the speculating server at `with`
+/// (at least 3 x prompts parallel sequences) equal those of the one at `without`, one request at
+/// a time and all at once with three choices each. A request's three choices are admitted
+/// together and are the same tokens, so none of them ever decodes alone: their proposals were
+/// checked in shared passes. Proposals are reported in the replies' usage (each reply's when
+/// `every_reply` drafts: a draft model always proposes) and counted in `/metrics`, and only a
+/// part of them kept.
+fn greedy_text_alone_and_under_load(with: &str, without: &str, prompts: &[&str], max_tokens: u64, every_reply: bool) {
     let mut alone = Vec::new();
     for (i, content) in prompts.iter().enumerate() {
-        let (a, b) = (greedy_chat(&with, content, 40, 1), greedy_chat(&without, content, 40, 1));
+        let (a, b) = (greedy_chat(with, content, max_tokens, 1), greedy_chat(without, content, max_tokens, 1));
         assert_eq!(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"], "request {i}");
         assert_eq!(a["usage"]["completion_tokens"], b["usage"]["completion_tokens"]);
+        assert_eq!(predictions(&b), (0, 0));
         alone.push(b["choices"][0]["message"]["content"].clone());
     }
-    // under load: every prompt at once, three choices each, proposals checked in shared passes
     let replies: Vec<Value> = std::thread::scope(|scope| {
-        let sent: Vec<_> = prompts
-            .iter()
-            .map(|content| {
-                let with = &with;
-                scope.spawn(move || greedy_chat(with, content, 40, 3))
-            })
-            .collect();
+        let sent: Vec<_> = prompts.iter().map(|content| scope.spawn(move || greedy_chat(with, content, max_tokens, 3))).collect();
         sent.into_iter().map(|h| h.join().unwrap()).collect()
     });
+    let mut reported = (0, 0);
     for (i, reply) in replies.iter().enumerate() {
         for choice in reply["choices"].as_array().unwrap() {
             assert_eq!(choice["message"]["content"], alone[i], "prompt {i} under load: {reply}");
         }
+        let (kept, rejected) = predictions(reply);
+        assert!(!every_reply || kept + rejected > 0, "prompt {i}: no proposals under load: {reply}");
+        reported = (reported.0 + kept, reported.1 + rejected);
     }
-    let (drafted, accepted) = draft_counts(&with);
-    assert!(drafted > 0 && accepted <= drafted, "{accepted} of {drafted} n-gram tokens kept");
+    assert!(reported.0 + reported.1 > 0, "no proposals under load");
+    let (drafted, accepted) = draft_counts(with);
+    assert!(accepted < drafted, "{accepted} of {drafted} proposals kept");
+    assert!(drafted >= reported.0 + reported.1 && accepted >= reported.0, "/metrics counts every reply's proposals");
 }
 
 #[test]

@@ -83,7 +83,9 @@ fn seeded_sampling_repeats_and_bad_values_are_refused_in_one_line() {
     assert_eq!(a.stdout, b.stdout);
     assert!(String::from_utf8_lossy(&a.stderr).contains("seed 18446744073709551615"));
 
-    for (flag, value) in [("--top-p", "1.5"), ("--temp", "-1"), ("--logit-bias", "99999=1"), ("--presence-penalty", "3")] {
+    for (flag, value) in
+        [("--top-p", "1.5"), ("--temp", "-1"), ("--logit-bias", "99999=1"), ("--presence-penalty", "3"), ("--draft-p-min", "1.5")]
+    {
         let out = run(&["-m", m, "-p", "The quick", flag, value]);
         assert_eq!(out.status.code(), Some(2), "{flag}");
         let err = String::from_utf8(out.stderr).unwrap();

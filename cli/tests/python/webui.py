@@ -2,7 +2,9 @@
 the page loads without console errors and asks for the API key the server wants; a chat reply
 streams into the page (the reply element grows chunk by chunk before the answer ends); a guard
 scan draws one bar per risk, each as wide as the risk's probability, and a screenshot of the
-guard panel is written to the path given; moderation of a pasted list fills one row per line.
+guard panel is written to the path given; the policy picker lists the server's policies (a
+`strict` one: harm at threshold 0) and a check under it marks harm unsafe at that threshold;
+moderation of a pasted list fills one row per line.
 
     webui.py BASE_URL API_KEY CHROMEDRIVER SCREENSHOT.png
 Exits non-zero on the first failed check."""
@@ -90,6 +92,17 @@ try:
     driver.find_element(By.ID, "guard-risks").send_keys("harm")
     driver.find_element(By.ID, "guard-check").click()
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#guard-result .risk")) == 1)
+    assert "policy" not in driver.find_element(By.CSS_SELECTOR, "#guard-result p").text
+
+    # a policy picked from the server's list: its threshold decides
+    policy = Select(driver.find_element(By.ID, "guard-policy"))
+    assert [o.text for o in policy.options] == ["none", "strict: flags every probability"], [o.text for o in policy.options]
+    policy.select_by_value("strict")
+    driver.find_element(By.ID, "guard-check").click()
+    wait.until(lambda d: "policy strict" in d.find_element(By.CSS_SELECTOR, "#guard-result p").text)
+    row = driver.find_element(By.CSS_SELECTOR, "#guard-result .risk")
+    assert row.find_element(By.CLASS_NAME, "bar").get_attribute("title") == "threshold 0"
+    assert row.find_element(By.CLASS_NAME, "verdict").text == "UNSAFE"
 
     # moderation of a list
     driver.find_element(By.CSS_SELECTOR, "nav button[data-tab=moderation]").click()

@@ -7,6 +7,7 @@
 //! them knows about HTTP or terminals.
 
 mod batch;
+mod draft_model;
 mod ngram;
 mod sequence;
 mod speculative;
@@ -22,6 +23,7 @@ use crate::logprobs::TokenLogprob;
 use crate::model::{BatchEntry, Model, ModelError};
 use crate::sampling::{SamplingError, SamplingParams};
 use crate::tokenizer::TokenId;
+pub use draft_model::{propose_batch, DraftBackoff, DraftRequest, DraftSettings, Proposals};
 pub use ngram::NgramDraft;
 pub(crate) use speculative::{accept_proposals, certainties, proposal_budget};
 pub use speculative::{check_same_vocabulary, draft_rng, speculative_round, Draft, SpeculativeRound};
@@ -142,8 +144,8 @@ pub enum GenerateError {
 
 /// Where a generator's proposals come from: what [`Draft`] borrows each round.
 enum DraftState<'a> {
-    Model { model: &'a Model, kv: &'a mut KvCache, n_draft: usize, rng: crate::sampling::Rng },
-    Ngram(NgramDraft),
+    Model { model: &'a Model, kv: &'a mut KvCache, settings: DraftSettings, rng: crate::sampling::Rng, backoff: DraftBackoff },
+    Ngram(NgramDraft, DraftBackoff),
 }
 
 /// Generates one output for one sequence, as an iterator of [`TokenEvent`]s. Each call to
@@ -188,17 +190,17 @@ impl<'a> Generator<'a> {
     }
 
     /// Speculative decoding: `draft` (a smaller model with the same vocabulary) proposes up to
-    /// `n_draft` tokens per round in `draft_kv` (sequence `seq`, reused like the target's cache),
-    /// and the target checks them in one batched pass. Greedy output is identical to the
+    /// tokens per round as `settings` say, in `draft_kv` (sequence `seq`, reused like the target's
+    /// cache), and the target checks them in one batched pass. Greedy output is identical to the
     /// target's alone; sampled output has the target's distribution. Constrained outputs decode
     /// without the draft.
-    pub fn with_draft(mut self, draft: &'a Model, draft_kv: &'a mut KvCache, n_draft: usize) -> Result<Self, GenerateError> {
-        speculative::check_draft(self.model, draft, n_draft)?;
+    pub fn with_draft(mut self, draft: &'a Model, draft_kv: &'a mut KvCache, settings: DraftSettings) -> Result<Self, GenerateError> {
+        speculative::check_draft(self.model, draft, settings)?;
         // the draft's cache holds a prefix of the prompt, and at least its last token is run again
         let cached = draft_kv.seq_len(self.seq).min(self.history.len() - 1);
         draft_kv.truncate(self.seq, cached);
         let rng = draft_rng(self.decoder.sampler().params().seed);
-        self.draft = Some(DraftState::Model { model: draft, kv: draft_kv, n_draft, rng });
+        self.draft = Some(DraftState::Model { model: draft, kv: draft_kv, settings, rng, backoff: DraftBackoff::default() });
         Ok(self)
     }
 
@@ -209,7 +211,7 @@ impl<'a> Generator<'a> {
         if ngram.n_draft == 0 || ngram.min_ngram == 0 || ngram.min_ngram > ngram.max_ngram {
             return Err(GenerateError::Draft(format!("n-gram drafting needs 1 <= min <= max n-gram and a draft of at least 1: {ngram:?}")));
         }
-        self.draft = Some(DraftState::Ngram(ngram));
+        self.draft = Some(DraftState::Ngram(ngram, DraftBackoff::default()));
         Ok(self)
     }
 
@@ -238,15 +240,26 @@ impl<'a> Generator<'a> {
         let fed = self.kv.seq_len(self.seq);
         let pending = self.history.len() - fed;
         if let (Some(d), 1, false) = (self.draft.as_mut(), pending, self.decoder.is_constrained()) {
-            let draft = match d {
-                DraftState::Model { model, kv, n_draft, rng } => Draft::Model { model, kv, n_draft: *n_draft, rng },
-                DraftState::Ngram(ngram) => Draft::Ngram(*ngram),
+            let (draft, backoff, paid_for_nothing) = match d {
+                DraftState::Model { model, kv, settings, rng, backoff } => {
+                    (Draft::Model { model, kv, settings: *settings, rng }, backoff, true)
+                }
+                DraftState::Ngram(ngram, backoff) => (Draft::Ngram(*ngram), backoff, false),
             };
-            if let Some(round) = speculative_round(self.model, self.kv, self.seq, &mut self.decoder, &mut self.history, draft)? {
-                self.usage.drafted_tokens += round.drafted;
-                self.usage.accepted_tokens += round.accepted;
-                self.queue.extend(round.events);
-                return Ok(());
+            if backoff.due() {
+                let round = speculative_round(self.model, self.kv, self.seq, &mut self.decoder, &mut self.history, draft)?;
+                match &round {
+                    Some(round) => backoff.record(round.accepted),
+                    // a draft model's passes that proposed nothing (a lookup that found nothing is free)
+                    None if paid_for_nothing => backoff.record(0),
+                    None => {}
+                }
+                if let Some(round) = round {
+                    self.usage.drafted_tokens += round.drafted;
+                    self.usage.accepted_tokens += round.accepted;
+                    self.queue.extend(round.events);
+                    return Ok(());
+                }
             }
         }
         if fed + pending > self.kv.n_ctx() {

@@ -10,11 +10,12 @@
 //! both distributions are certainties, so a proposal is kept exactly when it is the target's
 //! argmax: greedy output equals the target's alone, token for token.
 
+use super::draft_model::{propose_batch, DraftRequest, DraftSettings};
 use super::ngram::NgramDraft;
 use super::{GenerateError, SequenceDecoder, TokenEvent};
 use crate::kv_cache::{KvCache, SeqId};
 use crate::model::{BatchEntry, Model};
-use crate::sampling::{distribution, Distribution, Rng};
+use crate::sampling::{Distribution, Rng};
 use crate::tokenizer::{TokenId, Tokenizer};
 
 /// Vocabulary sizes may differ by a few padding tokens (llama.cpp allows as much).
@@ -24,7 +25,7 @@ const MAX_VOCAB_SIZE_DIFFERENCE: usize = 128;
 pub enum Draft<'a> {
     /// A draft model, its cache and its own random generator (so the target's stays the same
     /// whatever the draft does).
-    Model { model: &'a Model, kv: &'a mut KvCache, n_draft: usize, rng: &'a mut Rng },
+    Model { model: &'a Model, kv: &'a mut KvCache, settings: DraftSettings, rng: &'a mut Rng },
     /// The sequence's own history.
     Ngram(NgramDraft),
 }
@@ -32,7 +33,7 @@ pub enum Draft<'a> {
 impl Draft<'_> {
     fn n_draft(&self) -> usize {
         match self {
-            Draft::Model { n_draft, .. } => *n_draft,
+            Draft::Model { settings, .. } => settings.n_draft,
             Draft::Ngram(n) => n.n_draft,
         }
     }
@@ -94,9 +95,11 @@ pub fn speculative_round(
         return Ok(None);
     }
     let (proposals, qs, draft_kv) = match draft {
-        Draft::Model { model: draft_model, kv: draft_kv, rng, .. } => {
-            let (proposals, qs) = propose_with_model(model, draft_model, draft_kv, seq, decoder, history, fed, k, rng)?;
-            (proposals, qs, Some(draft_kv))
+        Draft::Model { model: draft_model, kv: draft_kv, settings, rng } => {
+            let request = DraftRequest { seq, history, k, params: decoder.sampler().params(), rng };
+            let mut proposed = propose_batch(draft_model, draft_kv, model.tokenizer(), settings, usize::MAX, &mut [request])?;
+            let p = proposed.pop().unwrap_or_default();
+            (p.tokens, p.qs, Some(draft_kv))
         }
         Draft::Ngram(ngram) => {
             let proposals = ngram.propose(history, k);
@@ -175,50 +178,9 @@ pub(crate) fn accept_proposals<'r>(
     Ok((events, accepted))
 }
 
-/// Up to `k` proposals of the draft model and the distribution each was drawn from: the draft
-/// catches up on what its cache lacks of `history` (whose first `fed` tokens the target holds),
-/// then proposes one token at a time.
-#[allow(clippy::too_many_arguments)]
-fn propose_with_model(
-    target: &Model,
-    draft: &Model,
-    draft_kv: &mut KvCache,
-    seq: SeqId,
-    decoder: &SequenceDecoder,
-    history: &[TokenId],
-    fed: usize,
-    k: usize,
-    rng: &mut Rng,
-) -> Result<(Vec<TokenId>, Vec<Distribution>), GenerateError> {
-    let n_vocab = target.tokenizer().n_vocab();
-    let params = decoder.sampler().params();
-    let mut proposals: Vec<TokenId> = Vec::with_capacity(k);
-    let mut qs: Vec<Distribution> = Vec::with_capacity(k);
-    let draft_len = draft_kv.seq_len(seq).min(fed);
-    draft_kv.truncate(seq, draft_len);
-    let mut pos = draft_len;
-    let mut input = history[pos..].to_vec();
-    while proposals.len() < k && pos + input.len() <= draft_kv.n_ctx() {
-        let logits = draft.forward(draft_kv, &BatchEntry::sequence(seq, &input, pos as u32, false))?;
-        pos += input.len();
-        let row = logits.row(0);
-        let Ok(q) = distribution(params, &row[..n_vocab.min(row.len())]) else { break };
-        let d = q.sample(rng);
-        proposals.push(d);
-        qs.push(q);
-        if target.tokenizer().is_eog(d) {
-            break; // nothing worth proposing after the end
-        }
-        input = vec![d];
-    }
-    Ok((proposals, qs))
-}
-
-/// Checks that `draft` can draft for `target` with `n_draft` tokens per round.
-pub(super) fn check_draft(target: &Model, draft: &Model, n_draft: usize) -> Result<(), GenerateError> {
-    if n_draft == 0 {
-        return Err(GenerateError::Draft("the number of draft tokens must be at least 1".into()));
-    }
+/// Checks that `draft` can draft for `target` as `settings` say.
+pub(super) fn check_draft(target: &Model, draft: &Model, settings: DraftSettings) -> Result<(), GenerateError> {
+    settings.check()?;
     if draft.is_encoder() {
         return Err(GenerateError::Draft("an encoder model cannot draft tokens".into()));
     }

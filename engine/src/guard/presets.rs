@@ -134,6 +134,11 @@ impl Policies {
         self.default.as_deref().and_then(|d| self.get(d))
     }
 
+    /// The presets, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &Policy> {
+        self.policies.iter()
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.policies.iter().map(|p| p.name.as_str())
     }

@@ -5,10 +5,10 @@
 //! prefill budget, so that a long prompt never stalls the others for long. A finished sequence
 //! leaves the batch at once and its cache stays behind as a prefix-cache entry; a sequence whose
 //! client went away leaves at the next step and frees its blocks. Exclusive jobs (guard,
-//! embeddings) run between two steps. A lone sequence decodes speculatively when a draft model
-//! is loaded (several sequences already share each pass, so a draft model's passes would only
-//! add work); under `--spec ngram` every decoding sequence brings its n-gram proposals into the
-//! step's pass (they cost no pass of their own) and keeps what the acceptance rule keeps.
+//! embeddings) run between two steps. Speculation: every decoding sequence that may draft
+//! brings its proposals into the step's one pass and keeps what the acceptance rule keeps (its
+//! caches cut back to that); a draft model proposes for all of them in shared passes of its own
+//! (`propose_batch`), `--spec ngram` from each sequence's own tokens at no pass at all.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -20,8 +20,8 @@ use rayon::prelude::*;
 
 use super::protocol::{EngineState, EventSink, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};
 use crate::generate::{
-    accept_proposals, certainties, draft_rng, proposal_budget, speculative_round, Completion, Draft, FinishReason, GenerateError,
-    SequenceDecoder, TokenEvent, Usage,
+    accept_proposals, certainties, draft_rng, proposal_budget, propose_batch, Completion, DraftBackoff, DraftRequest, FinishReason,
+    GenerateError, Proposals, SequenceDecoder, TokenEvent, Usage,
 };
 use crate::guard::{Evaluator, PromptStats};
 use crate::kv_cache::{common_prefix, KvCache, PrefixCache, SeqId, BLOCK_POSITIONS};
@@ -68,6 +68,8 @@ struct Running {
     reserved: usize,
     deadline: Option<Instant>,
     draft_rng: Rng,
+    /// When it next asks the draft model.
+    backoff: DraftBackoff,
 }
 
 pub struct EngineLoop {
@@ -395,14 +397,12 @@ impl EngineLoop {
             usage,
             stream: w.spec.stream,
             deadline: w.spec.deadline,
-            // a draft model's round verifies with the model's own adapters
-            speculative: w.spec.speculative
-                && w.spec.images.is_empty()
-                && (self.draft.is_none() || w.spec.lora == self.state.model.default_lora()),
+            speculative: w.spec.speculative && w.spec.images.is_empty(),
             images: w.spec.images,
             lora: w.spec.lora,
             reserved: total,
             draft_rng: draft_rng(seed),
+            backoff: DraftBackoff::default(),
         };
         if r.decoder.is_finished() {
             self.finish(r, None); // a budget of 0 tokens
@@ -411,19 +411,15 @@ impl EngineLoop {
         }
     }
 
-    /// One forward pass for every running sequence (or a draft model's speculative round for a
-    /// lone one). Under `--spec ngram` every decoding sequence that may draft brings its
-    /// proposals into the pass, and keeps what the acceptance rule keeps of them.
+    /// One forward pass for every running sequence: one token for each that decodes (with its
+    /// proposals, checked in the same pass), and chunks of the prompts being prefilled.
     fn step(&mut self) {
-        if self.try_speculative() {
-            return;
-        }
         let n_ctx = self.config.n_ctx;
-        let ngram = self.config.ngram.filter(|_| self.draft.is_none());
+        let mut finished: Vec<(usize, Option<SeqError>)> = Vec::new();
+        let proposals = self.propose(&mut finished);
         let mut batch = Vec::new();
         // (running sequence, its logits rows: 1, or 1 + its proposals)
         let mut owners: Vec<(usize, usize)> = Vec::new();
-        let mut proposals: Vec<Vec<TokenId>> = vec![Vec::new(); self.running.len()];
         let mut ended = Vec::new();
         let mut in_batch = 0;
         let mut bad = Vec::new();
@@ -433,7 +429,7 @@ impl EngineLoop {
         // every decoding sequence advances one token, and checks its proposals
         for (i, r) in self.running.iter_mut().enumerate() {
             let fed = self.kv.seq_len(r.seq);
-            if r.history.len() - fed != 1 {
+            if r.history.len() - fed != 1 || finished.iter().any(|&(f, _)| f == i) {
                 continue;
             }
             if r.history.len() > n_ctx {
@@ -442,14 +438,11 @@ impl EngineLoop {
             }
             let entry = InputEntry::from(BatchEntry { seq: r.seq, token: r.history[fed], pos: fed as u32, logits: true });
             batch.push(entry.with_lora(&loras[i]));
-            if let Some(ngram) = ngram.filter(|_| r.speculative && !r.decoder.is_constrained()) {
-                proposals[i] = ngram.propose(&r.history, proposal_budget(ngram.n_draft, &r.decoder, n_ctx, fed));
-                for (j, &token) in proposals[i].iter().enumerate() {
-                    let entry = InputEntry::from(BatchEntry { seq: r.seq, token, pos: (fed + 1 + j) as u32, logits: true });
-                    batch.push(entry.with_lora(&loras[i]));
-                }
+            for (j, &token) in proposals[i].tokens.iter().enumerate() {
+                let entry = InputEntry::from(BatchEntry { seq: r.seq, token, pos: (fed + 1 + j) as u32, logits: true });
+                batch.push(entry.with_lora(&loras[i]));
             }
-            owners.push((i, 1 + proposals[i].len()));
+            owners.push((i, 1 + proposals[i].tokens.len()));
             in_batch += 1;
         }
         // prompts advance within the prefill budget, oldest first
@@ -476,7 +469,7 @@ impl EngineLoop {
             }
             in_batch += 1;
         }
-        let mut finished: Vec<(usize, Option<SeqError>)> = bad.into_iter().map(|(i, e)| (i, Some(e))).collect();
+        finished.extend(bad.into_iter().map(|(i, e)| (i, Some(e))));
         for (i, event) in ended {
             self.emit(i, event);
             finished.push((i, None));
@@ -499,7 +492,8 @@ impl EngineLoop {
                         .enumerate()
                         .filter_map(|(i, r)| {
                             let first = rows_of[i]?;
-                            let step = if proposals[i].is_empty() {
+                            let p = &proposals[i];
+                            let step = if p.tokens.is_empty() {
                                 r.decoder.step(tokenizer, logits.row(first)).map(|event| {
                                     if let Some(t) = event.token {
                                         r.history.push(t);
@@ -507,11 +501,7 @@ impl EngineLoop {
                                     (vec![event], 0)
                                 })
                             } else {
-                                certainties(&proposals[i]).and_then(|qs| {
-                                    accept_proposals(&mut r.decoder, tokenizer, &mut r.history, &proposals[i], &qs, |j| {
-                                        logits.row(first + j)
-                                    })
-                                })
+                                accept_proposals(&mut r.decoder, tokenizer, &mut r.history, &p.tokens, &p.qs, |j| logits.row(first + j))
                             };
                             Some((i, step))
                         })
@@ -520,13 +510,18 @@ impl EngineLoop {
                         match step {
                             Ok((events, accepted)) => {
                                 let r = &mut self.running[i];
-                                if !proposals[i].is_empty() {
-                                    // the cache keeps the last token and the kept proposals
-                                    let kept = self.kv.seq_len(r.seq) - proposals[i].len() + accepted;
+                                let drafted = proposals[i].tokens.len();
+                                if drafted > 0 {
+                                    // the caches keep the last token and the kept proposals
+                                    let kept = self.kv.seq_len(r.seq) - drafted + accepted;
                                     self.kv.truncate(r.seq, kept);
-                                    r.usage.drafted_tokens += proposals[i].len();
+                                    if let Some((_, dkv)) = self.draft.as_mut() {
+                                        dkv.truncate(r.seq, dkv.seq_len(r.seq).min(kept));
+                                    }
+                                    r.usage.drafted_tokens += drafted;
                                     r.usage.accepted_tokens += accepted;
-                                    self.metrics.drafted(proposals[i].len(), accepted);
+                                    r.backoff.record(accepted);
+                                    self.metrics.drafted(drafted, accepted);
                                 }
                                 if r.decoder.is_finished() {
                                     finished.push((i, None));
@@ -553,42 +548,73 @@ impl EngineLoop {
         }
     }
 
-    /// A draft model's speculative round when one sequence decodes alone, nothing waits, and it
-    /// may draft (n-gram proposals ride in every step instead).
-    fn try_speculative(&mut self) -> bool {
-        let Some((model, kv)) = self.draft.as_mut() else { return false };
-        if self.running.len() != 1 || !self.waiting.is_empty() {
-            return false;
-        }
-        let r = &mut self.running[0];
-        if !r.speculative || r.decoder.is_constrained() || r.history.len() != self.kv.seq_len(r.seq) + 1 {
-            return false;
-        }
-        let draft = Draft::Model { model, kv, n_draft: self.config.n_draft, rng: &mut r.draft_rng };
-        let model = self.state.model.clone();
-        match speculative_round(&model, &mut self.kv, r.seq, &mut r.decoder, &mut r.history, draft) {
-            Ok(None) => false,
-            Ok(Some(round)) => {
-                r.usage.drafted_tokens += round.drafted;
-                r.usage.accepted_tokens += round.accepted;
-                self.metrics.drafted(round.drafted, round.accepted);
-                self.metrics.step(1);
-                let done = r.decoder.is_finished();
-                for event in round.events {
-                    self.emit(0, event);
+    /// Each running sequence's proposals for this step (none for those that are not decoding
+    /// or may not draft): a draft model's, drawn for all of them in its shared passes (catching
+    /// up on their prompts within the prefill budget), or under `--spec ngram` their own
+    /// tokens'. A failed draft pass fails the sequences it drafted for (into `failed`).
+    fn propose(&mut self, failed: &mut Vec<(usize, Option<SeqError>)>) -> Vec<Proposals> {
+        let n_ctx = self.config.n_ctx;
+        let mut out: Vec<Proposals> = self.running.iter().map(|_| Proposals::default()).collect();
+        let n_draft = match (&self.draft, self.config.ngram) {
+            (Some(_), _) => self.config.draft.n_draft,
+            (None, Some(ngram)) => ngram.n_draft,
+            (None, None) => return out,
+        };
+        // each sequence's budget of proposals (0: it does not draft this step)
+        let kv = &self.kv;
+        let budgets: Vec<usize> = self
+            .running
+            .iter_mut()
+            .map(|r| {
+                let fed = kv.seq_len(r.seq);
+                let decoding = r.history.len() == fed + 1;
+                let may = r.speculative && decoding && !r.decoder.is_constrained() && r.backoff.due();
+                if may {
+                    proposal_budget(n_draft, &r.decoder, n_ctx, fed)
+                } else {
+                    0
                 }
-                if done {
-                    let r = self.running.remove(0);
-                    self.finish(r, None);
+            })
+            .collect();
+        let drafting: Vec<usize> = (0..budgets.len()).filter(|&i| budgets[i] > 0).collect();
+        if let Some((model, dkv)) = self.draft.as_mut() {
+            let mut requests: Vec<DraftRequest> = self
+                .running
+                .iter_mut()
+                .zip(&budgets)
+                .filter(|(_, &k)| k > 0)
+                .map(|(r, &k)| DraftRequest {
+                    seq: r.seq,
+                    history: &r.history,
+                    k,
+                    params: r.decoder.sampler().params(),
+                    rng: &mut r.draft_rng,
+                })
+                .collect();
+            let tokenizer = self.state.model.tokenizer();
+            match propose_batch(model, dkv, tokenizer, self.config.draft, self.config.prefill_chunk, &mut requests) {
+                Ok(proposed) => {
+                    for (&i, p) in drafting.iter().zip(proposed) {
+                        if p.tokens.is_empty() {
+                            self.running[i].backoff.record(0); // a draft pass for nothing
+                        }
+                        out[i] = p;
+                    }
                 }
-                true
+                Err(e) => {
+                    let e = format!("draft model: {e}");
+                    failed.extend(drafting.iter().map(|&i| (i, Some(SeqError::Internal(e.clone())))));
+                }
             }
-            Err(e) => {
-                let r = self.running.remove(0);
-                self.finish(r, Some(e.into()));
-                true
+        } else if let Some(ngram) = self.config.ngram {
+            for &i in &drafting {
+                let tokens = ngram.propose(&self.running[i].history, budgets[i]);
+                if let Ok(qs) = certainties(&tokens) {
+                    out[i] = Proposals { tokens, qs };
+                }
             }
         }
+        out
     }
 
     /// Sends a token event of running sequence `i` to its request, if it streams.

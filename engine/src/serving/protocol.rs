@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::generate::{Completion, GenerateError, GenerateParams, NgramDraft, TokenEvent};
+use crate::generate::{Completion, DraftSettings, GenerateError, GenerateParams, NgramDraft, TokenEvent};
 use crate::guard::Evaluator;
 use crate::kv_cache::{KvType, KvTypes};
 use crate::model::vision::PromptImages;
@@ -32,8 +32,8 @@ pub struct LoopConfig {
     pub kv_positions: Option<usize>,
     /// Finished sequences kept for prefix reuse.
     pub cache_entries: usize,
-    /// Tokens the draft model proposes per speculative round.
-    pub n_draft: usize,
+    /// How the draft model drafts (with one loaded).
+    pub draft: DraftSettings,
     /// Without a draft model: speculation from each sequence's own tokens (`--spec ngram`).
     pub ngram: Option<NgramDraft>,
     /// The element types of the KV cache's keys and values (the draft model's too).
@@ -49,7 +49,7 @@ impl LoopConfig {
             prefill_chunk: 256,
             kv_positions: None,
             cache_entries: 16,
-            n_draft: 8,
+            draft: DraftSettings::DEFAULT,
             ngram: None,
             kv_types: KvType::F16.into(),
         }

@@ -128,7 +128,12 @@ pub fn usage_json(u: &Usage) -> Value {
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.prompt_tokens + u.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        // speculation's proposals, in the fields OpenAI gives a prediction's tokens
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "accepted_prediction_tokens": u.accepted_tokens,
+            "rejected_prediction_tokens": u.drafted_tokens - u.accepted_tokens,
+        },
     })
 }
 

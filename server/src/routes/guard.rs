@@ -182,3 +182,14 @@ fn input(v: &Value, name: &str) -> Result<GuardInput, ApiError> {
     input.context = field("context")?;
     Ok(input)
 }
+
+/// `GET /v1/guard/policies`: the server's policy presets (`--guard-policy FILE`), each with its
+/// thresholds, and the one a request that names none is judged by.
+pub fn policies(state: &AppState) -> Response<Body> {
+    let p = &state.policies;
+    let data: Vec<Value> = p
+        .iter()
+        .map(|p| json!({"object": "guard.policy", "name": p.name, "description": p.description, "thresholds": p.thresholds}))
+        .collect();
+    ok_json(&json!({"object": "list", "default": p.default_policy().map(|d| &d.name), "data": data}))
+}

@@ -69,8 +69,20 @@ fn policies_are_chosen_by_name_and_a_request_overrides_their_thresholds() {
             assert_eq!((e["error"]["message"].as_str(), e["error"]["param"].as_str()), (Some(message), Some("policy")), "{path}: {e}");
         }
     }
-    // without presets, a named policy is refused and none is applied
+    // listed with their thresholds, and the default named
+    let list: Value = Client::new().get(format!("{base}/v1/guard/policies")).send().unwrap().json().unwrap();
+    assert_eq!(
+        list,
+        json!({"object": "list", "default": "lenient", "data": [
+            {"object": "guard.policy", "name": "all", "description": null, "thresholds": {"harm": 0.0, "violence": 0.0}},
+            {"object": "guard.policy", "name": "lenient", "description": null, "thresholds": {"harm": 1.0}},
+        ]})
+    );
+
+    // without presets, a named policy is refused and none is applied (and none is listed)
     let bare = start(Policies::default());
+    let list: Value = Client::new().get(format!("{bare}/v1/guard/policies")).send().unwrap().json().unwrap();
+    assert_eq!(list, json!({"object": "list", "default": null, "data": []}));
     let (_, j) = post(&bare, "/v1/guard", body(json!({})));
     assert_eq!((j["policy"].clone(), j.get("thresholds")), (Value::Null, None), "{j}");
     let (s, e) = post(&bare, "/v1/guard", body(json!({"policy": "all"})));

@@ -2,11 +2,14 @@
 //! way an output ends (end-of-generation, budget, full context, stop string, constraint),
 //! prefix reuse, seeded sampling, log-probabilities, lockstep batches and speculative decoding.
 
-use engine::generate::{generate, generate_batch, Completion, FinishReason, GenerateError, GenerateParams, Generator, TokenConstraint};
-use engine::kv_cache::KvType;
+use engine::generate::{
+    draft_rng, generate, generate_batch, propose_batch, Completion, DraftRequest, DraftSettings, FinishReason, GenerateError,
+    GenerateParams, Generator, Proposals, TokenConstraint,
+};
+use engine::kv_cache::{KvType, SeqId};
 use engine::logprobs::{log_softmax, LOGPROB_FLOOR};
 use engine::model::{BatchEntry, Model};
-use engine::sampling::SamplingParams;
+use engine::sampling::{Rng, SamplingParams};
 use engine::tokenizer::TokenId;
 use engine_tests::{fixture, json_ids, read_json, shared_model};
 
@@ -247,7 +250,7 @@ fn with_draft(model: &Model, draft: &Model, prompt: &[TokenId], params: Generate
     let mut kv = model.new_kv_cache(KvType::F32, 512);
     let mut dkv = draft.new_kv_cache(KvType::F32, 512);
     let g = Generator::new(model, &mut kv, 0, prompt, params).unwrap();
-    g.with_draft(draft, &mut dkv, n_draft).unwrap().complete().unwrap()
+    g.with_draft(draft, &mut dkv, DraftSettings { n_draft, p_min: 0.0 }).unwrap().complete().unwrap()
 }
 
 #[test]
@@ -292,6 +295,87 @@ fn speculative_sampling_is_seeded_and_keeps_the_stop_rules() {
     assert_eq!(c.tokens, run(&target, &prompt, GenerateParams::greedy(5)).tokens);
 }
 
+/// Proposals of `draft` (drafting 6 tokens for `target` at least `p_min` likely, catching up
+/// within `catch_up` tokens) for sequences `which` of `prompts` in shared passes, each sampled as
+/// `params` say with the draft generator of its index.
+fn propose(
+    target: &Model,
+    draft: &Model,
+    prompts: &[Vec<TokenId>],
+    params: &[SamplingParams],
+    which: &[usize],
+    p_min: f32,
+    catch_up: usize,
+) -> (Vec<Proposals>, Vec<usize>) {
+    let mut kv = draft.new_kv_cache(KvType::F32, 256);
+    let mut rngs: Vec<Rng> = which.iter().map(|&i| draft_rng(i as u64)).collect();
+    let mut requests: Vec<DraftRequest> = which
+        .iter()
+        .zip(rngs.iter_mut())
+        .map(|(&i, rng)| DraftRequest { seq: i as SeqId, history: &prompts[i], k: 6, params: &params[i], rng })
+        .collect();
+    let settings = DraftSettings { n_draft: 6, p_min };
+    let proposals = propose_batch(draft, &mut kv, target.tokenizer(), settings, catch_up, &mut requests).unwrap();
+    let held = which.iter().map(|&i| kv.seq_len(i as SeqId)).collect();
+    (proposals, held)
+}
+
+#[test]
+fn batched_drafting_equals_drafting_alone_and_stops_where_the_draft_doubts() {
+    let (target, _, _) = setup("tiny-llama-F32");
+    let draft = Model::load(fixture("models/tiny-llama-Q4_0.gguf")).unwrap();
+    let golden = read_json(&fixture("models/golden/tiny-llama-F32.logits.json"));
+    let prompts: Vec<Vec<TokenId>> =
+        golden["sequences"].as_array().unwrap().iter().map(|s| json_ids(&s["tokens"])).filter(|p| !p.is_empty()).collect();
+    assert!(prompts.len() >= 3);
+    let sampled = |seed| SamplingParams { temperature: 0.7, top_k: 3, seed, ..SamplingParams::default() };
+    let params: Vec<SamplingParams> =
+        (0..prompts.len()).map(|i| if i == 0 { SamplingParams::greedy() } else { sampled(i as u64) }).collect();
+    let all: Vec<usize> = (0..prompts.len()).collect();
+    let (together, held) = propose(&target, &draft, &prompts, &params, &all, 0.0, usize::MAX);
+    let mut probs = Vec::new();
+    for (i, p) in together.iter().enumerate() {
+        let (alone, alone_held) = propose(&target, &draft, &prompts, &params, &[i], 0.0, usize::MAX);
+        assert_eq!(p.tokens, alone[0].tokens, "sequence {i}");
+        assert_eq!(held[i], alone_held[0]);
+        assert_eq!(p.tokens.len(), 6, "no end-of-generation token is drawn from these prompts");
+        // the draft's cache holds the prompt and every proposal but the last
+        assert_eq!(held[i], prompts[i].len() + 5);
+        for (j, (&d, q)) in p.tokens.iter().zip(&p.qs).enumerate() {
+            assert_eq!(q.prob(d).to_bits(), alone[0].qs[j].prob(d).to_bits());
+        }
+        // the draft's own probability of each proposal: the softmax of its logits after the
+        // prompt and the proposals before it
+        let mut kv = draft.new_kv_cache(KvType::F32, 256);
+        let fed = [&prompts[i][..], &p.tokens[..5]].concat();
+        let logits = draft.forward(&mut kv, &BatchEntry::sequence(0, &fed, 0, true)).unwrap();
+        let own: Vec<f32> =
+            p.tokens.iter().enumerate().map(|(j, &d)| log_softmax(logits.row(prompts[i].len() - 1 + j))[d as usize].exp()).collect();
+        probs.push(own);
+    }
+    assert!(together[0].tokens.iter().zip(&together[0].qs).all(|(&d, q)| q.prob(d) == 1.0), "greedy proposals are certain");
+
+    // between the middle two of those probabilities, each list ends before its first token less
+    // likely to the draft (the same draws: greedy sequences are cut too)
+    let mut sorted: Vec<f32> = probs.concat();
+    sorted.sort_by(f32::total_cmp);
+    let p_min = (sorted[sorted.len() / 2 - 1] + sorted[sorted.len() / 2]) / 2.0;
+    let (cut, _) = propose(&target, &draft, &prompts, &params, &all, p_min, usize::MAX);
+    for (i, (c, full)) in cut.iter().zip(&together).enumerate() {
+        let keep = probs[i].iter().take_while(|&&p| p >= p_min).count();
+        assert_eq!(c.tokens, full.tokens[..keep], "sequence {i}: {:?} at least {p_min}", probs[i]);
+    }
+    let total = |ps: &[Proposals]| ps.iter().map(|p| p.tokens.len()).sum::<usize>();
+    assert!(total(&cut) < total(&together));
+
+    // a catch-up budget the second prompt does not fit in: it only advances its cache
+    let budget = prompts[0].len() + 1;
+    let (partial, held) = propose(&target, &draft, &prompts, &params, &all[..2], 0.0, budget);
+    assert_eq!(partial[0].tokens, together[0].tokens);
+    assert!(partial[1].tokens.is_empty());
+    assert_eq!(held[1], 1);
+}
+
 #[test]
 fn a_draft_with_another_vocabulary_is_refused() {
     let (target, prompt, _) = setup("tiny-llama-F32");
@@ -299,7 +383,7 @@ fn a_draft_with_another_vocabulary_is_refused() {
     let mut kv = target.new_kv_cache(KvType::F32, 64);
     let mut dkv = other.new_kv_cache(KvType::F32, 64);
     let g = Generator::new(&target, &mut kv, 0, &prompt, GenerateParams::greedy(4)).unwrap();
-    let e = g.with_draft(&other, &mut dkv, 4).err().unwrap();
+    let e = g.with_draft(&other, &mut dkv, DraftSettings::DEFAULT).err().unwrap();
     assert!(e.to_string().starts_with("draft model: token"), "{e}");
 }
 
