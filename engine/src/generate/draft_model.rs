@@ -145,38 +145,32 @@ pub fn propose_batch(
     Ok(out)
 }
 
-/// When a sequence next drafts: after a round that cost something (a draft model's pass, or
-/// verification rows) and kept nothing, it skips drafting for 1 step, then 2, 4 and at most 8
-/// while that goes on, and drafts every step again once a proposal is kept. Text the draft
-/// cannot predict then costs a round every few steps instead of every step.
+/// When a sequence next drafts: after a round that cost something (a draft model's passes, or
+/// verification rows) and kept fewer than two proposals, it drafts only at steps that are
+/// multiples of 2, then 4, then 8 while that goes on, and every step again after a round that
+/// keeps two or more. (A round that keeps one token took at least two draft passes, the one that
+/// proposed it and the next: it pays only where a draft pass costs under half the model's, and a
+/// small draft of a large vocabulary costs about half on a CPU.) Text the draft cannot predict
+/// then costs a round every few steps instead of every step, and because the periods are powers
+/// of two counted on one clock, the sequences backing off draft at the same steps: one draft pass
+/// serves them together instead of each costing a pass of its own.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DraftBackoff {
-    /// Steps still to skip.
-    skip: u8,
-    /// Steps to skip after the next empty round.
-    next: u8,
+    /// Draft only at steps that are multiples of this (0: every step).
+    period: u8,
 }
 
 impl DraftBackoff {
-    const MAX_SKIP: u8 = 8;
+    const MAX_PERIOD: u8 = 8;
 
-    /// Whether to ask the draft this step (counting a skipped step when not).
-    pub fn due(&mut self) -> bool {
-        if self.skip == 0 {
-            return true;
-        }
-        self.skip -= 1;
-        false
+    /// Whether to draft at step `step` (of a clock shared by the sequences drafting together).
+    pub fn due(&self, step: u64) -> bool {
+        self.period == 0 || step.is_multiple_of(u64::from(self.period))
     }
 
     /// Records a round that cost something and kept `kept` proposals.
     pub fn record(&mut self, kept: usize) {
-        if kept > 0 {
-            *self = DraftBackoff::default();
-        } else {
-            self.skip = self.next.max(1);
-            self.next = (self.skip * 2).min(Self::MAX_SKIP);
-        }
+        self.period = if kept >= 2 { 0 } else { (self.period * 2).clamp(2, Self::MAX_PERIOD) };
     }
 }
 
@@ -185,16 +179,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn empty_rounds_back_off_exponentially_up_to_eight_steps() {
+    fn rounds_that_keep_under_two_space_out_to_every_eighth_step() {
         let mut b = DraftBackoff::default();
         let mut asked = Vec::new();
-        // nothing is kept for 40 steps, then something every time
-        for step in 0..50 {
-            if b.due() {
+        // fewer than two proposals are kept before step 40 (one at step 16), three every time after
+        for step in 1..=50 {
+            if b.due(step) {
                 asked.push(step);
-                b.record(usize::from(step >= 40));
+                b.record(if step >= 40 { 3 } else { usize::from(step == 16) });
             }
         }
-        assert_eq!(asked, [0, 2, 5, 10, 19, 28, 37, 46, 47, 48, 49]);
+        assert_eq!(asked, [1, 2, 4, 8, 16, 24, 32, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50]);
     }
 }

@@ -161,6 +161,8 @@ pub struct Generator<'a> {
     draft: Option<DraftState<'a>>,
     queue: VecDeque<TokenEvent>,
     failed: bool,
+    /// Forward passes so far: the clock of the draft's back-off.
+    passes: u64,
 }
 
 impl<'a> Generator<'a> {
@@ -186,7 +188,18 @@ impl<'a> Generator<'a> {
         let cached = kv.seq_len(seq).min(prompt.len() - 1);
         kv.truncate(seq, cached);
         let usage = Usage { prompt_tokens: prompt.len(), cached_tokens: cached, ..Usage::default() };
-        Ok(Generator { model, kv, seq, decoder, history: prompt.to_vec(), usage, draft: None, queue: VecDeque::new(), failed: false })
+        Ok(Generator {
+            model,
+            kv,
+            seq,
+            decoder,
+            history: prompt.to_vec(),
+            usage,
+            draft: None,
+            queue: VecDeque::new(),
+            failed: false,
+            passes: 0,
+        })
     }
 
     /// Speculative decoding: `draft` (a smaller model with the same vocabulary) proposes up to
@@ -237,6 +250,7 @@ impl<'a> Generator<'a> {
 
     /// One forward pass; its events go to the queue.
     fn advance(&mut self) -> Result<(), GenerateError> {
+        self.passes += 1;
         let fed = self.kv.seq_len(self.seq);
         let pending = self.history.len() - fed;
         if let (Some(d), 1, false) = (self.draft.as_mut(), pending, self.decoder.is_constrained()) {
@@ -246,7 +260,7 @@ impl<'a> Generator<'a> {
                 }
                 DraftState::Ngram(ngram, backoff) => (Draft::Ngram(*ngram), backoff, false),
             };
-            if backoff.due() {
+            if backoff.due(self.passes) {
                 let round = speculative_round(self.model, self.kv, self.seq, &mut self.decoder, &mut self.history, draft)?;
                 match &round {
                     Some(round) => backoff.record(round.accepted),

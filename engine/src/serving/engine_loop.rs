@@ -90,6 +90,8 @@ pub struct EngineLoop {
     metrics: Box<dyn LoopMetrics>,
     /// The guard's prompt counts at the last job's end.
     guard_prompts_seen: PromptStats,
+    /// Steps run: the clock of the sequences' draft back-offs.
+    steps: u64,
 }
 
 /// What one sequence's rows of a step gave: the events of the tokens it committed and how many
@@ -135,6 +137,7 @@ impl EngineLoop {
             capacity_blocks,
             metrics,
             guard_prompts_seen: PromptStats::default(),
+            steps: 0,
         }
     }
 
@@ -414,6 +417,7 @@ impl EngineLoop {
     /// One forward pass for every running sequence: one token for each that decodes (with its
     /// proposals, checked in the same pass), and chunks of the prompts being prefilled.
     fn step(&mut self) {
+        self.steps += 1;
         let n_ctx = self.config.n_ctx;
         let mut finished: Vec<(usize, Option<SeqError>)> = Vec::new();
         let proposals = self.propose(&mut finished);
@@ -561,14 +565,14 @@ impl EngineLoop {
             (None, None) => return out,
         };
         // each sequence's budget of proposals (0: it does not draft this step)
-        let kv = &self.kv;
+        let (kv, step) = (&self.kv, self.steps);
         let budgets: Vec<usize> = self
             .running
             .iter_mut()
             .map(|r| {
                 let fed = kv.seq_len(r.seq);
                 let decoding = r.history.len() == fed + 1;
-                let may = r.speculative && decoding && !r.decoder.is_constrained() && r.backoff.due();
+                let may = r.speculative && decoding && !r.decoder.is_constrained() && r.backoff.due(step);
                 if may {
                     proposal_budget(n_draft, &r.decoder, n_ctx, fed)
                 } else {
