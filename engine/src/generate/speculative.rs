@@ -8,7 +8,11 @@
 //! `max(0, p - q)` renormalised, and when every proposal is kept one more comes from the
 //! target's last row. The output then has exactly the target's distribution. At temperature 0
 //! both distributions are certainties, so a proposal is kept exactly when it is the target's
-//! argmax: greedy output equals the target's alone, token for token.
+//! argmax: greedy output equals the target's alone, token for token. A proposal that is a
+//! certainty (an n-gram's, or any at temperature 0) is checked by drawing the target's token as
+//! a plain step would, with the same generator, and keeping the proposal when they agree: the
+//! same distribution and acceptance rate (`p(d)`), and a seeded output the same tokens with
+//! speculation or without.
 
 use super::draft_model::{propose_batch, DraftRequest, DraftSettings};
 use super::ngram::NgramDraft;
@@ -162,7 +166,12 @@ pub(crate) fn accept_proposals<'r>(
         let row = row(i);
         let p = decoder.distribution(row)?;
         let (token, kept) = match proposals.get(i).zip(qs.get(i)) {
-            Some((&d, q)) => verify(&p, q, d, decoder.rng()),
+            Some((&d, q)) if q.prob(d) < 1.0 => verify(&p, q, d, decoder.rng()),
+            // a certainty: the draw of a plain step decides
+            Some((&d, _)) => {
+                let t = decoder.sample(&p);
+                (t, t == d)
+            }
             None => (decoder.sample(&p), false),
         };
         let event = decoder.commit(tokenizer, token, row)?;

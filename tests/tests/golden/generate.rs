@@ -4,7 +4,7 @@
 
 use engine::generate::{
     draft_rng, generate, generate_batch, propose_batch, Completion, DraftRequest, DraftSettings, FinishReason, GenerateError,
-    GenerateParams, Generator, Proposals, TokenConstraint,
+    GenerateParams, Generator, NgramDraft, Proposals, TokenConstraint,
 };
 use engine::kv_cache::{KvType, SeqId};
 use engine::logprobs::{log_softmax, LOGPROB_FLOOR};
@@ -374,6 +374,31 @@ fn batched_drafting_equals_drafting_alone_and_stops_where_the_draft_doubts() {
     assert_eq!(partial[0].tokens, together[0].tokens);
     assert!(partial[1].tokens.is_empty());
     assert_eq!(held[1], 1);
+}
+
+/// N-gram proposals are certainties: checked by a plain step's own draw, a seeded sampled output
+/// is the same tokens with them or without (kept ones and rejected ones alike).
+#[test]
+fn ngram_speculation_keeps_a_seeded_sampled_output_token_for_token() {
+    let model = shared_model("qwen2.5-coder");
+    // a reply that likely repeats its prompt, which the lookup then proposes
+    let text =
+        "<|im_start|>user\nRepeat this line three times: the quick brown fox jumps over the lazy dog<|im_end|>\n<|im_start|>assistant\n";
+    let prompt = model.tokenizer().encode(text, true, true);
+    for seed in [1, 2] {
+        let params = || GenerateParams {
+            sampling: SamplingParams { temperature: 0.3, top_k: 3, seed, ..SamplingParams::default() },
+            max_tokens: 32,
+            stop_at_eog: false,
+            ..GenerateParams::default()
+        };
+        let plain = run(model, &prompt, params());
+        let mut kv = model.new_kv_cache(KvType::F32, 512);
+        let g = Generator::new(model, &mut kv, 0, &prompt, params()).unwrap();
+        let c = g.with_ngram(NgramDraft::DEFAULT).unwrap().complete().unwrap();
+        assert_eq!((&c.tokens, &c.text), (&plain.tokens, &plain.text), "seed {seed}");
+        assert!(c.usage.drafted_tokens > c.usage.accepted_tokens && c.usage.accepted_tokens > 0, "seed {seed}: {:?}", c.usage);
+    }
 }
 
 #[test]
