@@ -473,6 +473,18 @@ fn a_draft_model_leaves_greedy_output_unchanged() {
         draft: None,
     }));
     greedy_text_alone_and_under_load(&with, &without, &["Say hello", "Say hello twice", "Count", "a b c a b c"], 24, true);
+
+    // a prompt of many prefill chunks: the draft catches up on it chunk by chunk, step after
+    // step (a chunk is no round that proposed nothing), and drafts well within the reply
+    let chunked = Scheduling { prefill_chunk: 16, draft: every, ..Scheduling::default() };
+    let draft = Arc::new(Model::load(fixture("models/tiny-llama-Q4_0.gguf")).unwrap());
+    let spec = ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(draft) };
+    let long = start(Server::builder().scheduling(chunked).model(spec));
+    let reply = greedy_chat(&long, &"one two three four ".repeat(12), 24, 1);
+    assert_eq!(reply["usage"]["completion_tokens"], 24, "{reply}");
+    assert!(reply["usage"]["prompt_tokens"].as_u64().unwrap() > 120, "{reply}");
+    let (kept, rejected) = predictions(&reply);
+    assert!(kept + rejected >= 8, "proposals once the draft caught up: {reply}");
     let other_vocab = Arc::new(Model::load(fixture("models/tiny-granite-Q8_0.gguf")).unwrap());
     let refused = Server::builder()
         .model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(other_vocab) })

@@ -568,7 +568,7 @@ impl EngineLoop {
         let (kv, step) = (&self.kv, self.steps);
         let budgets: Vec<usize> = self
             .running
-            .iter_mut()
+            .iter()
             .map(|r| {
                 let fed = kv.seq_len(r.seq);
                 let decoding = r.history.len() == fed + 1;
@@ -599,8 +599,10 @@ impl EngineLoop {
             match propose_batch(model, dkv, tokenizer, self.config.draft, self.config.prefill_chunk, &mut requests) {
                 Ok(proposed) => {
                     for (&i, p) in drafting.iter().zip(proposed) {
-                        if p.tokens.is_empty() {
-                            self.running[i].backoff.record(0); // a draft pass for nothing
+                        let r = &mut self.running[i];
+                        // a draft pass for nothing (not a prompt still being caught up on)
+                        if p.tokens.is_empty() && dkv.seq_len(r.seq) >= r.history.len() {
+                            r.backoff.record(0);
                         }
                         out[i] = p;
                     }
