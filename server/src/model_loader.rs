@@ -51,8 +51,7 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
         None
     };
     if let Some(d) = &spec.draft {
-        engine::generate::check_same_vocabulary(&spec.model, d).map_err(|e| format!("{}: {e}", spec.id))?;
-        settings.scheduling.draft.check().map_err(|e| format!("{}: {e}", spec.id))?;
+        engine::generate::check_draft(&spec.model, d, settings.scheduling.draft).map_err(|e| format!("{}: {e}", spec.id))?;
     }
     let n_ctx = spec.n_ctx.unwrap_or_else(|| default_ctx(&spec.model));
     let sc = settings.scheduling;

@@ -26,7 +26,7 @@ use crate::tokenizer::TokenId;
 pub use draft_model::{propose_batch, DraftBackoff, DraftRequest, DraftSettings, Proposals};
 pub use ngram::NgramDraft;
 pub(crate) use speculative::{accept_proposals, certainties, proposal_budget};
-pub use speculative::{check_same_vocabulary, draft_rng, speculative_round, Draft, SpeculativeRound};
+pub use speculative::{check_draft, draft_rng, speculative_round, Draft, SpeculativeRound};
 
 /// What to generate and when to stop.
 pub struct GenerateParams {
@@ -208,7 +208,7 @@ impl<'a> Generator<'a> {
     /// target's alone; sampled output has the target's distribution. Constrained outputs decode
     /// without the draft.
     pub fn with_draft(mut self, draft: &'a Model, draft_kv: &'a mut KvCache, settings: DraftSettings) -> Result<Self, GenerateError> {
-        speculative::check_draft(self.model, draft, settings)?;
+        check_draft(self.model, draft, settings)?;
         // the draft's cache holds a prefix of the prompt, and at least its last token is run again
         let cached = draft_kv.seq_len(self.seq).min(self.history.len() - 1);
         draft_kv.truncate(self.seq, cached);

@@ -58,7 +58,7 @@ pub struct SpeculativeRound {
 }
 
 /// Whether `draft` can draft for `target`: token ids must mean the same text in both models.
-pub fn check_same_vocabulary(target: &Model, draft: &Model) -> Result<(), GenerateError> {
+fn check_same_vocabulary(target: &Model, draft: &Model) -> Result<(), GenerateError> {
     let (t, d) = (target.tokenizer(), draft.tokenizer());
     if t.n_vocab().abs_diff(d.n_vocab()) > MAX_VOCAB_SIZE_DIFFERENCE {
         return Err(GenerateError::Draft(format!(
@@ -187,8 +187,9 @@ pub(crate) fn accept_proposals<'r>(
     Ok((events, accepted))
 }
 
-/// Checks that `draft` can draft for `target` as `settings` say.
-pub(super) fn check_draft(target: &Model, draft: &Model, settings: DraftSettings) -> Result<(), GenerateError> {
+/// Checks that `draft` can draft for `target` as `settings` say (a decoder of the same
+/// vocabulary, settings in range).
+pub fn check_draft(target: &Model, draft: &Model, settings: DraftSettings) -> Result<(), GenerateError> {
     settings.check()?;
     if draft.is_encoder() {
         return Err(GenerateError::Draft("an encoder model cannot draft tokens".into()));
