@@ -70,6 +70,11 @@ SEEDS = (1, 2)
 #   fused_exps: the experts' gate and up in one ffn_gate_up_exps (gate first)
 #   sinks:      attn_sinks.weight, one logit per query head (gpt-oss)
 #   moe_bias:   ffn_gate_inp.bias and the experts' ffn_{gate,up,down}_exps.bias (gpt-oss)
+#   shortconv:  (taps, layers): those layers are LFM2's gated short convolutions (shortconv.conv
+#               of taps per channel, shortconv.in_proj, shortconv.out_proj) with no attention;
+#               head_count_kv becomes one number per layer, 0 in them (as LFM2's converter writes
+#               it; llama.cpp takes the head size from layer 0's head_count, so that stays one number)
+#   output_norm: the final norm's tensor name (default output_norm; LFM2: token_embd_norm)
 ARCHS = {
     "llama": dict(n_head=4, n_head_kv=2, rope_base=500000.0, eps=1e-5, qkv_bias=True, o_bias=True, ffn_bias=True,
                   scales=True, rope_freqs=True),
@@ -125,6 +130,9 @@ ARCHS = {
                                  "attention.value_length": 64, "attention.key_length_mla": 48,
                                  "attention.value_length_mla": 32, "rope.dimension_count": 16,
                                  "expert_shared_count": 2, "leading_dense_block_count": 1}),
+    # LFM2: convolution, attention, convolution (the last layer recurrent, as real files' first two)
+    "lfm2": dict(n_head=4, n_head_kv=2, rope_base=1000000.0, eps=1e-5, n_layer=3, qk_norm="head",
+                 shortconv=(3, (0, 2)), output_norm="token_embd_norm", keys={"shortconv.l_cache": 3}),
 }
 
 
@@ -153,7 +161,11 @@ def tensors_for(cfg):
         b = f"blk.{i}."
         if pre:
             t.append((b + "attn_norm.weight", (e,), "norm"))
-        if "mla" in cfg:
+        if "shortconv" in cfg and i in cfg["shortconv"][1]:
+            t += [(b + "shortconv.conv.weight", (e, cfg["shortconv"][0]), "w"),
+                  (b + "shortconv.in_proj.weight", (3 * e, e), "w"),
+                  (b + "shortconv.out_proj.weight", (e, e), "w")]
+        elif "mla" in cfg:
             qr, kvr, nope, rope, vh = cfg["mla"]
             if qr:
                 t += [(b + "attn_q_a.weight", (qr, e), "w"), (b + "attn_q_a_norm.weight", (qr,), "norm"),
@@ -168,13 +180,15 @@ def tensors_for(cfg):
             t += proj(b + "attn_q", h * hd, e, cfg.get("qkv_bias"))
             t += proj(b + "attn_k", kv * hd, e, cfg.get("qkv_bias"))
             t += proj(b + "attn_v", kv * hd, e, cfg.get("qkv_bias"))
-        if cfg.get("qk_norm") == "head":
+        conv_layer = "shortconv" in cfg and i in cfg["shortconv"][1]
+        if cfg.get("qk_norm") == "head" and not conv_layer:
             t += [(b + "attn_q_norm.weight", (hd,), "norm"), (b + "attn_k_norm.weight", (hd,), "norm")]
         elif cfg.get("qk_norm") == "row":
             t += [(b + "attn_q_norm.weight", (h * hd,), "norm"), (b + "attn_k_norm.weight", (kv * hd,), "norm")]
         if cfg.get("sinks"):
             t.append((b + "attn_sinks.weight", (h,), "w"))
-        t += proj(b + "attn_output", e, h * (cfg["mla"][4] if "mla" in cfg else hd), cfg.get("o_bias"))
+        if not conv_layer:
+            t += proj(b + "attn_output", e, h * (cfg["mla"][4] if "mla" in cfg else hd), cfg.get("o_bias"))
         if post:
             t.append((b + "post_attention_norm.weight", (e,), "norm"))
         if pre:
@@ -210,7 +224,7 @@ def tensors_for(cfg):
             t += proj(b + "ffn_down", e, N_FF, cfg.get("ffn_bias"))
         if post:
             t.append((b + "post_ffw_norm.weight", (e,), "norm"))
-    t.append(("output_norm.weight", (e,), "norm"))
+    t.append((cfg.get("output_norm", "output_norm") + ".weight", (e,), "norm"))
     if not cfg.get("tied"):
         t.append(("output.weight", (N_VOCAB, e), "w"))
     rope_pairs = cfg.get("rope_dims", hd) // 2
@@ -234,8 +248,14 @@ def write_model(row, cfg, seed, out):
     w.add_embedding_length(N_EMBD)
     w.add_block_count(cfg.get("n_layer", N_LAYER))
     w.add_feed_forward_length(N_FF)
-    w.add_head_count(cfg["n_head"])
-    w.add_head_count_kv(cfg["n_head_kv"])
+    if "shortconv" in cfg:
+        conv = cfg["shortconv"][1]
+        per_layer = lambda n: [0 if i in conv else n for i in range(cfg.get("n_layer", N_LAYER))]
+        w.add_head_count(cfg["n_head"])
+        w.add_array(f"{arch}.attention.head_count_kv", per_layer(cfg["n_head_kv"]))
+    else:
+        w.add_head_count(cfg["n_head"])
+        w.add_head_count_kv(cfg["n_head_kv"])
     w.add_rope_freq_base(cfg["rope_base"])
     w.add_layer_norm_rms_eps(cfg["eps"])
     if cfg.get("longrope") and seed == 2:

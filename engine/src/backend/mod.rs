@@ -29,8 +29,8 @@ pub use error::BackendError;
 pub(crate) use loaded::{on_backend, on_same_backend};
 pub use loaded::{Backends, OnBackend, PerBackend};
 pub use types::{
-    Activation, AttentionRow, AttentionShape, BlockId, ColumnBlocks, KvSlot, KvType, KvTypes, Rope, RopeKind, RowInput, Yarn,
-    BLOCK_POSITIONS, KV_QUANT_BLOCK, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT,
+    Activation, AttentionRow, AttentionShape, BlockId, ColumnBlocks, KvSlot, KvType, KvTypes, Rope, RopeKind, RowInput, StateId, StatePart,
+    StateRun, Yarn, BLOCK_POSITIONS, KV_QUANT_BLOCK, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT,
 };
 
 use crate::gguf::{GgufFile, TensorInfo};
@@ -48,6 +48,21 @@ pub trait KvStorage: Send + Sync {
     fn copy_block(&mut self, src: BlockId, dst: BlockId) -> Result<(), BackendError>;
     /// Bytes one block takes.
     fn block_bytes(&self) -> usize;
+    /// Recurrent-state slot `id` comes into use, all zeros (the state before a sequence's first
+    /// position). A store made without states refuses.
+    fn alloc_state(&mut self, _id: StateId) -> Result<(), BackendError> {
+        Err(BackendError::shape("alloc_state", "this store holds no recurrent states"))
+    }
+    /// State slot `id` is no longer used.
+    fn release_state(&mut self, _id: StateId) {}
+    /// Copies state slot `src` into slot `dst` (both in use).
+    fn copy_state(&mut self, _src: StateId, _dst: StateId) -> Result<(), BackendError> {
+        Err(BackendError::shape("copy_state", "this store holds no recurrent states"))
+    }
+    /// Bytes one state slot takes (0: the model has no recurrent layers).
+    fn state_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// A cache's block memory, as the backend that made it holds it: one variant per backend, so
@@ -124,6 +139,22 @@ impl KvStorage for KvMemory {
     fn block_bytes(&self) -> usize {
         on_store!(self, s => s.block_bytes())
     }
+
+    fn alloc_state(&mut self, id: StateId) -> Result<(), BackendError> {
+        on_store!(self, s => s.alloc_state(id))
+    }
+
+    fn release_state(&mut self, id: StateId) {
+        on_store!(self, s => s.release_state(id))
+    }
+
+    fn copy_state(&mut self, src: StateId, dst: StateId) -> Result<(), BackendError> {
+        on_store!(self, s => s.copy_state(src, dst))
+    }
+
+    fn state_bytes(&self) -> usize {
+        on_store!(self, s => s.state_bytes())
+    }
 }
 
 /// Where an attention call reads its keys and values.
@@ -180,8 +211,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn prepare_products(&self, _matrices: &[&Self::Matrix]) -> Result<(), BackendError> {
         Ok(())
     }
-    /// Empty block storage for `n_layer` layers of `k_dim` / `v_dim` values per position.
-    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize) -> Self::KvStore;
+    /// Empty block storage for `n_layer` layers of `k_dim` / `v_dim` values per position, and
+    /// recurrent-state slots of `state_floats` f32 values each (0: none).
+    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize, state_floats: usize) -> Self::KvStore;
 
     /// `rows x cols` zeros.
     fn zeros(&self, rows: usize, cols: usize) -> Result<Self::Tensor, BackendError>;
@@ -281,6 +313,21 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// `a - b`), then `1 / sqrt(block)`. The rotation a quantized KV cache stores keys and
     /// values under, as llama.cpp does.
     fn hadamard(&self, x: &mut Self::Tensor, block: usize) -> Result<(), BackendError>;
+    /// LFM2's gated short convolution, one sequence's rows after the other's state: `bcx` rows of
+    /// `3 d` values (`b`, `c`, `x`), `kernel` `d` rows of `L` taps (oldest first). For each run
+    /// (a sequence's rows in position order) and row: `u = b ⊙ x`, the channel's window is the
+    /// state's `L - 1` earlier `u` rows (`part` of the run's slot, oldest first) then `u`, the
+    /// output `c ⊙ Σ_k window[k] · tap[k]` (summed from the oldest tap), and the window's
+    /// newest `L - 1` rows become the state; snapshots get the state after their row.
+    /// `rows x d`.
+    fn short_conv(
+        &self,
+        bcx: &Self::Tensor,
+        kernel: &Self::Tensor,
+        store: &mut Self::KvStore,
+        part: StatePart,
+        runs: &[StateRun],
+    ) -> Result<Self::Tensor, BackendError>;
     /// The rows `rows` of `x`, in that order.
     fn select_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor, BackendError>;
     /// `out`'s column blocks `to` of every row = `x`'s blocks `from` of the same row (both of one

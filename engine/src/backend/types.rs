@@ -301,6 +301,28 @@ pub struct KvSlot {
     pub offset: usize,
 }
 
+/// The id of one recurrent-state slot: every recurrent layer's state of one sequence at one
+/// length, an index into the backend's state storage.
+pub type StateId = u32;
+
+/// Where one layer's state lies in a state slot: `len` values from `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatePart {
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// One sequence's rows of a batch for a recurrent layer: the rows in position order, the slot
+/// whose state the first row continues and which holds the state after the last, and the slots
+/// that get a copy of the state after some of the rows (`(i, slot)`: after `rows[i]`), which a
+/// later truncation can return to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateRun {
+    pub rows: Vec<usize>,
+    pub state: StateId,
+    pub snapshots: Vec<(usize, StateId)>,
+}
+
 /// The positions one query row attends to: `positions` of the keys and values named by `kv`
 /// (an index into the call's block tables, or the first batch row of the row's sequence).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -83,8 +83,7 @@ pub fn propose_batch(
     let mut budget = catch_up;
     for (j, r) in requests.iter().enumerate() {
         let fed = r.history.len() - 1; // what the target holds
-        let held = kv.seq_len(r.seq).min(fed);
-        kv.truncate(r.seq, held);
+        let held = kv.truncate(r.seq, kv.seq_len(r.seq).min(fed));
         let lag = r.history.len() - held;
         let take = lag.min(budget);
         if take == 0 || r.k == 0 {

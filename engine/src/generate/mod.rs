@@ -185,8 +185,8 @@ impl<'a> Generator<'a> {
         }
         let decoder = SequenceDecoder::new(model.tokenizer(), prompt, params)?;
         // at least the last prompt token is run again: its logits start the output
-        let cached = kv.seq_len(seq).min(prompt.len() - 1);
-        kv.truncate(seq, cached);
+        // (a hybrid model's cache may resume from an earlier position only)
+        let cached = kv.truncate(seq, kv.seq_len(seq).min(prompt.len() - 1));
         let usage = Usage { prompt_tokens: prompt.len(), cached_tokens: cached, ..Usage::default() };
         Ok(Generator {
             model,

@@ -119,13 +119,16 @@ pub fn speculative_round(
     let mut tokens = Vec::with_capacity(proposals.len() + 1);
     tokens.push(history[fed]);
     tokens.extend_from_slice(&proposals);
+    // a hybrid model's states after every proposal are kept, to return to the last one kept
+    kv.keep_states_for(proposals.len());
     let logits = model.forward(kv, &BatchEntry::sequence(seq, &tokens, fed as u32, true))?;
     let (events, accepted) = accept_proposals(decoder, model.tokenizer(), history, &proposals, &qs, |i| logits.row(i))?;
 
     // the caches keep the last token and the accepted proposals; the token chosen after
     // them is fed next round
     let kept = fed + 1 + accepted;
-    kv.truncate(seq, kept);
+    let resumed = kv.truncate(seq, kept);
+    debug_assert_eq!(resumed, kept, "the states of the verified rows were kept");
     if let Some(draft_kv) = draft_kv {
         let draft_len = draft_kv.seq_len(seq).min(kept);
         draft_kv.truncate(seq, draft_len);

@@ -2,14 +2,19 @@
 //! keys and values for those positions), shared between sequences by reference count. Forking a
 //! sequence shares its blocks (a shared prefix is computed and stored once); writing into a
 //! shared block copies it first (copy on write). The bookkeeping (`blocks.rs`) is the same on
-//! every device; the blocks' contents live in the storage of the model's backend.
+//! every device; the blocks' contents live in the storage of the model's backend. A model with
+//! recurrent layers also keeps each sequence's fixed-size states there (`states.rs`): forked
+//! like blocks, and truncated only back to a length whose state was kept.
 
 mod blocks;
 mod prefix_cache;
+mod states;
 
 pub use crate::backend::{KvType, KvTypes, BLOCK_POSITIONS};
 pub use blocks::BlockTable;
 pub use prefix_cache::{common_prefix, PrefixCache};
+pub(crate) use states::PreparedStates;
+pub use states::StateTable;
 
 use crate::backend::{BackendError, Device, KvMemory, KvStorage, OwnKvStore};
 
@@ -41,13 +46,64 @@ pub struct KvCache {
     n_ctx: usize,
     device: Device,
     table: BlockTable,
+    /// The recurrent layers' state slots, when the model has such layers.
+    states: Option<StateTable>,
     storage: KvMemory,
 }
 
 impl KvCache {
     /// A cache over `storage` (of `device`), holding at most `n_ctx` positions per sequence.
     pub fn with_storage(types: impl Into<KvTypes>, n_ctx: usize, device: Device, storage: impl OwnKvStore) -> KvCache {
-        KvCache { types: types.into(), n_ctx, device, table: BlockTable::default(), storage: storage.into_memory() }
+        let states = (storage.state_bytes() > 0).then(|| StateTable::new(0));
+        KvCache { types: types.into(), n_ctx, device, table: BlockTable::default(), states, storage: storage.into_memory() }
+    }
+
+    /// Whether sequences also carry recurrent states (a hybrid model's cache): then a
+    /// truncation may keep fewer positions than asked ([`KvCache::truncate`]).
+    pub fn is_recurrent(&self) -> bool {
+        self.states.is_some()
+    }
+
+    /// Bytes of one sequence's recurrent states (0 without recurrent layers); each snapshot
+    /// kept for a rollback takes as much again.
+    pub fn state_bytes(&self) -> usize {
+        self.storage.state_bytes()
+    }
+
+    /// Keeps the states after each of the last `n` lengths a pass writes, so that a truncation
+    /// by up to `n` positions (rejected speculative tokens) resumes without recomputing. 0 by
+    /// default.
+    pub fn set_state_rollback(&mut self, n: usize) {
+        if let Some(states) = &mut self.states {
+            states.set_rollback(n);
+        }
+    }
+
+    /// Raises the rollback of [`KvCache::set_state_rollback`] to at least `n` (a pass verifying
+    /// `n` proposals).
+    pub fn keep_states_for(&mut self, n: usize) {
+        if let Some(states) = &mut self.states {
+            states.set_rollback(states.rollback().max(n));
+        }
+    }
+
+    /// The longest length of at most `len` that `seq` can be truncated to exactly: `len` itself
+    /// without recurrent states; with them, a length whose state was kept (or 0).
+    pub fn resumable(&self, seq: SeqId, len: usize) -> usize {
+        let seq_len = self.seq_len(seq);
+        match &self.states {
+            None => len.min(seq_len),
+            Some(states) => states.resumable(seq, seq_len, len),
+        }
+    }
+
+    /// The recurrent-state slots of a pass writing `positions` of `seq` (`None` without
+    /// recurrent layers).
+    pub(crate) fn prepare_states(&mut self, seq: SeqId, positions: std::ops::Range<usize>) -> Result<Option<PreparedStates>, BackendError> {
+        match &mut self.states {
+            None => Ok(None),
+            Some(states) => states.prepare(seq, positions.start, positions.end, &mut self.storage).map(Some),
+        }
     }
 
     /// The element types of the keys and of the values.
@@ -95,20 +151,43 @@ impl KvCache {
 
     /// Makes `dst` a copy of `src` that shares its blocks: a common prefix is stored once.
     pub fn fork(&mut self, src: SeqId, dst: SeqId) -> Result<(), KvError> {
-        self.table.fork(src, dst, &mut self.storage)
+        self.table.fork(src, dst, &mut self.storage)?;
+        if let Some(states) = &mut self.states {
+            states.fork(src, dst, &mut self.storage);
+        }
+        Ok(())
     }
 
-    /// Keeps the first `len` positions of `seq`.
-    pub fn truncate(&mut self, seq: SeqId, len: usize) {
-        self.table.truncate(seq, len, &mut self.storage);
+    /// Keeps the first `len` positions of `seq`, or as many as it can resume from
+    /// ([`KvCache::resumable`]: fewer only for a sequence with recurrent states), and returns
+    /// how many it kept.
+    pub fn truncate(&mut self, seq: SeqId, len: usize) -> usize {
+        let seq_len = self.seq_len(seq);
+        let kept = self.resumable(seq, len);
+        if let Some(states) = &mut self.states {
+            states.truncate(seq, seq_len, kept, &mut self.storage);
+        }
+        self.table.truncate(seq, kept, &mut self.storage);
+        kept
     }
 
     pub fn remove(&mut self, seq: SeqId) {
         self.table.remove(seq, &mut self.storage);
+        if let Some(states) = &mut self.states {
+            states.remove(seq, &mut self.storage);
+        }
     }
 
     pub fn clear(&mut self) {
         self.table.clear(&mut self.storage);
+        if let Some(states) = &mut self.states {
+            states.clear(&mut self.storage);
+        }
+    }
+
+    /// State slots in use (shared ones counted once; 0 without recurrent layers).
+    pub fn live_state_slots(&self) -> usize {
+        self.states.as_ref().map_or(0, StateTable::live_slots)
     }
 
     /// Blocks held by all sequences together, a block shared by several counted once: the
@@ -222,7 +301,7 @@ mod tests {
             type SimStore = DeviceKvStore<kernels::host::HostRuntime>;
             assert!(kv.parts_mut::<SimStore>().is_none());
             let sim = crate::backend::kernel::SimBackend::new();
-            let mut on_sim = KvCache::with_storage(KvType::F32, 8, sim.device(), sim.new_kv_store(KvType::F32.into(), 1, 2, 2));
+            let mut on_sim = KvCache::with_storage(KvType::F32, 8, sim.device(), sim.new_kv_store(KvType::F32.into(), 1, 2, 2, 0));
             assert!(on_sim.parts_mut::<SimStore>().is_some());
             assert!(on_sim.parts_mut::<CpuKvStore>().is_none());
         }

@@ -41,6 +41,16 @@ pub struct SlidingWindow {
     pub default_rope_base: Option<f32>,
 }
 
+/// What the layers without attention (those whose `attention.head_count_kv` is 0) compute in
+/// its place, keeping a fixed-size state per sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recurrent {
+    /// Every layer has attention.
+    None,
+    /// LFM2's gated short convolution (`shortconv.*`, `short_conv.rs`).
+    ShortConv,
+}
+
 /// How a mixture-of-experts layer turns its router's logits into expert probabilities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gating {
@@ -84,6 +94,11 @@ pub struct ArchFacts {
     /// The tensor of the FFN's input norm: `ffn_norm`, or `post_attention_norm` where the
     /// converter kept Hugging Face's name for it (GLM-4.5).
     pub ffn_norm_name: &'static str,
+    /// The tensor of the final norm: `output_norm`, or `token_embd_norm` (LFM2's converter's
+    /// name for it).
+    pub output_norm_name: &'static str,
+    /// The layers without attention, where the file says which.
+    pub recurrent: Recurrent,
     /// RMS norms of the attention and FFN outputs before the residual add (Gemma 2/3, OLMo 2).
     pub post_norms: bool,
     /// The file scales the residual branches, q·k and the logits by `<arch>.residual_scale`,
@@ -132,6 +147,8 @@ const DECODER: ArchFacts = ArchFacts {
     qk_norm: QkNorm::None,
     pre_norms: true,
     ffn_norm_name: "ffn_norm",
+    output_norm_name: "output_norm",
+    recurrent: Recurrent::None,
     post_norms: false,
     scales_from_keys: false,
     final_softcap: None,
@@ -234,6 +251,14 @@ pub const ARCHS: &[ArchFacts] = &[
         name: "deepseek2",
         latent_attention: true,
         routing: Routing { gating: Gating::Softmax, norm: WeightNorm::FromKey },
+        ..DECODER
+    },
+    ArchFacts {
+        name: "lfm2",
+        rope: Some(RopeKind::Neox),
+        qk_norm: QkNorm::PerHead,
+        output_norm_name: "token_embd_norm",
+        recurrent: Recurrent::ShortConv,
         ..DECODER
     },
     ArchFacts { name: "bert", rope: None, activation: Activation::GeluErf, causal: false, encoder: true, ..DECODER },

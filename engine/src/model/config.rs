@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::arch::{ArchFacts, EmbeddingScale, Gating, WeightNorm};
+use super::arch::{ArchFacts, EmbeddingScale, Gating, Recurrent, WeightNorm};
 use super::error::ModelError;
 use super::mla::LatentConfig;
 use super::weights::host_vector;
@@ -78,6 +78,10 @@ pub struct ModelConfig {
     /// Multi-head latent attention's dimensions (DeepSeek-V2): then the cache holds one
     /// key/value head (`head_dim_k` the latent and the rotary key, `head_dim_v` the latent).
     pub latent: Option<LatentConfig>,
+    /// Per layer, whether it is recurrent (no attention: `attention.head_count_kv` 0 there).
+    pub recurrent_layers: Vec<bool>,
+    /// LFM2's short convolution: its taps (`shortconv.l_cache`), in the recurrent layers.
+    pub short_conv_taps: Option<usize>,
 }
 
 /// A mixture-of-experts layer's shape and routing.
@@ -140,6 +144,31 @@ impl Meta<'_> {
 
     pub fn usize(&self, suffix: &str) -> Result<usize, ModelError> {
         self.usize_opt(suffix)?.ok_or_else(|| ModelError::MissingKey(self.key(suffix)))
+    }
+
+    /// A per-layer count (`attention.head_count_kv` of a hybrid): one number for every layer,
+    /// or an array of `n_layer` (or more: a file's blocks beyond the layers) numbers.
+    pub fn per_layer(&self, suffix: &str, n_layer: usize) -> Result<Option<Vec<usize>>, ModelError> {
+        let Some(v) = self.value(suffix) else { return Ok(None) };
+        if let Some(a) = v.as_array() {
+            return match a.to_u64s() {
+                Some(ns) if ns.len() >= n_layer => Ok(Some(ns[..n_layer].iter().map(|&n| n as usize).collect())),
+                _ => Err(ModelError::BadKey { key: self.key(suffix), reason: format!("expected {n_layer} unsigned integers") }),
+            };
+        }
+        Ok(self.usize_opt(suffix)?.map(|n| vec![n; n_layer]))
+    }
+
+    /// A count that may be given per layer, as the one value of its non-zero entries (the
+    /// attention layers' heads of a hybrid).
+    fn uniform(&self, suffix: &str, n_layer: usize) -> Result<Option<usize>, ModelError> {
+        let Some(ns) = self.per_layer(suffix, n_layer)? else { return Ok(None) };
+        let mut nonzero = ns.iter().copied().filter(|&n| n > 0);
+        let first = nonzero.next().unwrap_or(0);
+        if nonzero.any(|n| n != first) {
+            return Err(ModelError::BadKey { key: self.key(suffix), reason: "layers with different counts are not supported".into() });
+        }
+        Ok(Some(first))
     }
 
     pub fn f32_opt(&self, suffix: &str) -> Result<Option<f32>, ModelError> {
@@ -288,8 +317,32 @@ impl ModelConfig {
         // the last `nextn_predict_layers` blocks predict further tokens (GLM-4.5's MTP): not layers
         let n_blocks = m.usize("block_count")?;
         let n_layer = positive(&m, "block_count", n_blocks.saturating_sub(m.usize_opt("nextn_predict_layers")?.unwrap_or(0)))?;
-        let n_head = positive(&m, "attention.head_count", m.usize("attention.head_count")?)?;
-        let n_head_kv = positive(&m, "attention.head_count_kv", m.usize_opt("attention.head_count_kv")?.unwrap_or(n_head))?;
+        let n_head = m.uniform("attention.head_count", n_layer)?.ok_or_else(|| ModelError::MissingKey(m.key("attention.head_count")))?;
+        let n_head = positive(&m, "attention.head_count", n_head)?;
+        // a hybrid's recurrent layers have no KV heads
+        let kv_heads = m.per_layer("attention.head_count_kv", n_layer)?;
+        let recurrent_layers: Vec<bool> = match (&kv_heads, facts.recurrent) {
+            (Some(ns), Recurrent::ShortConv) => ns.iter().map(|&n| n == 0).collect(),
+            _ => vec![false; n_layer],
+        };
+        let n_head_kv = m.uniform("attention.head_count_kv", n_layer)?.unwrap_or(n_head);
+        let n_head_kv = positive(&m, "attention.head_count_kv", n_head_kv)?;
+        if kv_heads.is_some_and(|ns| ns.contains(&0)) && facts.recurrent == Recurrent::None {
+            return Err(ModelError::BadKey {
+                key: m.key("attention.head_count_kv"),
+                reason: format!("a layer without KV heads, but {arch} has no recurrent layers"),
+            });
+        }
+        let short_conv_taps = match facts.recurrent {
+            Recurrent::ShortConv => {
+                let taps = m.usize("shortconv.l_cache")?;
+                if taps < 2 {
+                    return Err(ModelError::BadKey { key: m.key("shortconv.l_cache"), reason: format!("{taps} taps (at least 2)") });
+                }
+                Some(taps)
+            }
+            Recurrent::None => None,
+        };
         if n_head % n_head_kv != 0 {
             return Err(ModelError::BadKey {
                 key: m.key("attention.head_count_kv"),
@@ -445,7 +498,36 @@ impl ModelConfig {
             experts,
             attention_temperature,
             latent,
+            recurrent_layers,
+            short_conv_taps,
         })
+    }
+
+    /// The layers with attention, which the KV cache holds keys and values for.
+    pub fn n_kv_layers(&self) -> usize {
+        self.recurrent_layers.iter().filter(|&&r| !r).count()
+    }
+
+    /// The KV-cache layer of layer `layer` (its index among the attention layers).
+    pub fn kv_layer(&self, layer: usize) -> usize {
+        self.recurrent_layers[..layer].iter().filter(|&&r| !r).count()
+    }
+
+    /// Where recurrent layer `layer`'s state lies in a sequence's state slot (the recurrent
+    /// layers' states one after the other); `None` for an attention layer.
+    pub fn state_part(&self, layer: usize) -> Option<crate::backend::StatePart> {
+        let size = |il: usize| if self.recurrent_layers[il] { self.layer_state_floats() } else { 0 };
+        self.recurrent_layers[layer].then(|| crate::backend::StatePart { offset: (0..layer).map(size).sum(), len: size(layer) })
+    }
+
+    /// Values of one recurrent layer's state: LFM2's `taps - 1` earlier rows of `n_embd`.
+    fn layer_state_floats(&self) -> usize {
+        self.short_conv_taps.map_or(0, |taps| (taps - 1) * self.n_embd)
+    }
+
+    /// Values of one sequence's state slot (every recurrent layer's state; 0: none).
+    pub fn state_floats(&self) -> usize {
+        self.recurrent_layers.iter().filter(|&&r| r).count() * self.layer_state_floats()
     }
 
     /// Values per position in the KV cache (all KV heads).

@@ -11,20 +11,22 @@
 //! logits are bitwise the same alone, in a prefill batch or beside other sequences.
 
 use super::arch::EmbeddingScale;
+use super::blocks::Linear;
 use super::blocks::{gated_ffn, linear, linear_each, ScaleAt};
 use super::config::ModelConfig;
 use super::error::ModelError;
 use super::lora::{LoraRows, LoraScale};
-use super::weights::{DecoderWeights, FeedForward, Projections};
-use super::{mla, moe};
+use super::weights::{DecoderWeights, FeedForward, Mixer, Projections};
+use super::{mla, moe, short_conv};
 use super::{InputEntry, Logits};
-use crate::backend::{AttentionRow, Backend, BackendError, BlockId, KvSlot, KvSource, RowInput};
+use crate::backend::{AttentionRow, Backend, BackendError, BlockId, KvSlot, KvSource, RowInput, StateRun};
 use crate::kv_cache::{KvCache, SeqId};
 
 /// Checks the batch against the cache and makes room: every sequence's entries must continue it,
 /// in order, from its current length; the blocks they will be written to are made the
-/// sequence's own (reserved, and copied first where shared).
-pub(crate) fn check_batch(c: &ModelConfig, kv: &mut KvCache, batch: &[InputEntry<'_>]) -> Result<(), ModelError> {
+/// sequence's own (reserved, and copied first where shared), and so are its recurrent states.
+/// Returns each sequence's run of rows for the recurrent layers (none without them).
+pub(crate) fn check_batch(c: &ModelConfig, kv: &mut KvCache, batch: &[InputEntry<'_>]) -> Result<Vec<StateRun>, ModelError> {
     if batch.is_empty() {
         return Err(ModelError::BadBatch("the batch is empty".into()));
     }
@@ -49,10 +51,15 @@ pub(crate) fn check_batch(c: &ModelConfig, kv: &mut KvCache, batch: &[InputEntry
         }
         *expected += 1;
     }
+    let mut runs = Vec::new();
     for (&seq, &(start, end)) in &spans {
         kv.prepare_write(seq, start..end)?;
+        if let Some(states) = kv.prepare_states(seq, start..end)? {
+            let rows = (0..batch.len()).filter(|&i| batch[i].seq == seq).collect();
+            runs.push(states.run(rows, start));
+        }
     }
-    Ok(())
+    Ok(runs)
 }
 
 /// The input rows times the model's embedding scale: every row for Granite (whose graph scales
@@ -111,6 +118,103 @@ fn pre_norm<'a, B: Backend>(
     }
 }
 
+/// What every attention layer of a pass shares: the rows' positions, where their keys and values
+/// go, each row's block table and span, the cache's rotations.
+struct AttentionInputs<'a> {
+    positions: Vec<u32>,
+    /// Each row's query scale under an attention temperature: the same in every layer.
+    query_scales: Option<Vec<(usize, usize, f32)>>,
+    n_ctx: usize,
+    rotate_keys: Option<usize>,
+    rotate_values: Option<usize>,
+    slots: Vec<KvSlot>,
+    /// One block table per sequence of the batch (in order of first appearance).
+    tables: Vec<&'a [BlockId]>,
+    /// Each row's sequence, as an index into `tables`.
+    row_seq: Vec<usize>,
+    /// How far each non-causal row sees: the end of its run of non-causal rows (one image's).
+    run_end: Vec<usize>,
+}
+
+/// Layer `il`'s attention over the normalised `input` (`n` x `n_embd`), its keys and values
+/// written to `store` first, then the output projection: `n` x `n_embd`.
+#[allow(clippy::too_many_arguments)]
+fn attention_mixer<B: Backend>(
+    b: &B,
+    c: &ModelConfig,
+    il: usize,
+    (projections, o, sinks): (&Projections<B>, &Linear<B>, Option<&B::Vector>),
+    input: &B::Tensor,
+    a: &AttentionInputs<'_>,
+    store: &mut B::KvStore,
+    batch: &[InputEntry<'_>],
+    lora: &LoraRows<'_, B>,
+) -> Result<B::Tensor, ModelError> {
+    let (n, eps) = (batch.len(), c.norm_eps);
+    let rope = c.layer_rope(il, a.n_ctx);
+    // n x (n_head · head_dim_k), n x k_dim, n x v_dim
+    let [mut q, mut k, mut v] = match projections {
+        Projections::Heads { q, k, v, q_norm, k_norm } => {
+            let [mut q, mut k, v] = linear_each(b, [q, k, v], ScaleAt::BeforeBias, input, lora)?;
+            if let Some(qn) = q_norm {
+                b.rms_norm_in_place(&mut q, qn, eps)?;
+            }
+            if let Some(kn) = k_norm {
+                b.rms_norm_in_place(&mut k, kn, eps)?;
+            }
+            if let Some(rope) = &rope {
+                b.rope(&mut q, rope, &a.positions)?;
+                b.rope(&mut k, rope, &a.positions)?;
+            }
+            [q, k, v]
+        }
+        Projections::Latent(w) => {
+            let latent = c.latent.as_ref().expect("latent weights come with a latent configuration");
+            mla::queries_keys_values(b, latent, w, input, eps, rope.as_ref().map(|r| (r, &a.positions[..])), lora)?
+        }
+    };
+    if c.facts.prescaled_queries {
+        b.scale(&mut q, c.attention_scale)?;
+    }
+    if let Some(pairs) = &a.query_scales {
+        // q · scale(pos) per row: added to zeros, which changes no value
+        let mut scaled = b.zeros(n, c.n_head * c.head_dim_k)?;
+        b.add_weighted_rows(&mut scaled, &q, pairs)?;
+        q = scaled;
+    }
+    // a quantized cache holds keys and values rotated; the queries turn with the keys
+    if let Some(block) = a.rotate_keys {
+        b.hadamard(&mut q, block)?;
+        b.hadamard(&mut k, block)?;
+    }
+    if let Some(block) = a.rotate_values {
+        b.hadamard(&mut v, block)?;
+    }
+    let layer = c.kv_layer(il);
+    b.kv_write(store, layer, &a.slots, &k, &v)?;
+    let window = c.layer_window(il);
+    let rows: Vec<AttentionRow> = batch
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let pos = entry.pos as usize;
+            let lo = window.map_or(0, |wnd| (pos + 1).saturating_sub(wnd));
+            let end = if entry.non_causal { a.run_end[i] } else { pos + 1 };
+            AttentionRow { kv: a.row_seq[i], positions: lo..end }
+        })
+        .collect();
+    let source = KvSource::Cache { store: &*store, layer, tables: &a.tables };
+    let shape = c.attention_shape();
+    let mut attn = b.attention(&q, source, &rows, &shape, sinks)?; // n x (n_head · head_dim_v)
+    if let Some(block) = a.rotate_values {
+        b.hadamard(&mut attn, block)?; // the rotation is its own inverse
+    }
+    if let (Projections::Latent(w), Some(latent)) = (projections, &c.latent) {
+        attn = mla::head_values(b, latent, w, &attn)?; // n x (n_head · v_head)
+    }
+    Ok(linear(b, o, ScaleAt::BeforeBias, &attn, lora)?) // n x e
+}
+
 /// The forward pass of `batch`; an entry without adapters of its own (`lora: None`) takes
 /// `default_lora`.
 pub(crate) fn forward<B: Backend>(
@@ -122,21 +226,19 @@ pub(crate) fn forward<B: Backend>(
     default_lora: &[LoraScale],
 ) -> Result<Logits, ModelError> {
     let lora = LoraRows::of_batch(&w.adapters, batch.iter().map(|e| e.lora.unwrap_or(default_lora)))?;
-    check_batch(c, kv, batch)?;
+    let state_runs = check_batch(c, kv, batch)?;
     let (n, e, eps) = (batch.len(), c.n_embd, c.norm_eps);
     let inputs: Vec<RowInput> = batch.iter().map(|b| b.input).collect();
     let mut x = input_rows(b, c, &w.token_embd, &inputs, &lora)?; // n x e
-    let shape = c.attention_shape();
     let positions: Vec<u32> = batch.iter().map(|e| e.pos).collect();
-    // each row's query scale under an attention temperature: the same in every layer
-    let query_scales: Option<Vec<(usize, usize, f32)>> =
-        c.attention_temperature.map(|_| positions.iter().enumerate().map(|(r, &p)| (r, r, c.query_scale(p))).collect());
+    let query_scales = c.attention_temperature.map(|_| positions.iter().enumerate().map(|(r, &p)| (r, r, c.query_scale(p))).collect());
     let n_ctx = kv.n_ctx();
-    let (rotate_keys, rotate_values) = kv.kv_types().rotation(shape.head_dim_k, shape.head_dim_v);
+    let (shape, types) = (c.attention_shape(), kv.kv_types());
+    let (rotate_keys, rotate_values) = types.rotation(shape.head_dim_k, shape.head_dim_v);
     let (table, store) = kv.parts_mut::<B::KvStore>().ok_or(BackendError::ForeignKvCache(b.device()))?;
     let slots: Vec<KvSlot> = batch.iter().map(|e| table.slot(e.seq, e.pos as usize)).collect();
-    // one block table per sequence of the batch (in order of first appearance); each row
-    // attends to its own sequence's, and rows of one sequence share tiles of its keys
+    // each row attends to its own sequence's block table, and rows of one sequence share tiles
+    // of its keys
     let mut seqs = Vec::new();
     let row_seq: Vec<usize> = batch
         .iter()
@@ -148,7 +250,6 @@ pub(crate) fn forward<B: Backend>(
         })
         .collect();
     let tables: Vec<&[BlockId]> = seqs.iter().map(|&s| table.table(s)).collect();
-    // how far each non-causal row sees: the end of its run of non-causal rows (one image's)
     let mut run_end = vec![0usize; n];
     let mut later: Vec<Option<(u32, usize)>> = vec![None; seqs.len()]; // (position, run end)
     for i in (0..n).rev() {
@@ -163,70 +264,20 @@ pub(crate) fn forward<B: Backend>(
             later[s] = None;
         }
     }
+    let a = AttentionInputs { positions, query_scales, n_ctx, rotate_keys, rotate_values, slots, tables, row_seq, run_end };
     let mut h = b.zeros(n, e)?;
     for (il, layer) in w.layers.iter().enumerate() {
-        // attention
+        // attention, or the layer's recurrent mixer
         let input = pre_norm(b, &x, layer.attn_norm.as_ref(), eps, &mut h)?;
-        let rope = c.layer_rope(il, n_ctx);
-        // n x (n_head · head_dim_k), n x k_dim, n x v_dim
-        let [mut q, mut k, mut v] = match &layer.attention {
-            Projections::Heads { q, k, v, q_norm, k_norm } => {
-                let [mut q, mut k, v] = linear_each(b, [q, k, v], ScaleAt::BeforeBias, input, &lora)?;
-                if let Some(qn) = q_norm {
-                    b.rms_norm_in_place(&mut q, qn, eps)?;
-                }
-                if let Some(kn) = k_norm {
-                    b.rms_norm_in_place(&mut k, kn, eps)?;
-                }
-                if let Some(rope) = &rope {
-                    b.rope(&mut q, rope, &positions)?;
-                    b.rope(&mut k, rope, &positions)?;
-                }
-                [q, k, v]
+        let mut o = match &layer.mixer {
+            Mixer::Attention { projections, o, sinks } => {
+                attention_mixer(b, c, il, (projections, o, sinks.as_ref()), input, &a, store, batch, &lora)?
             }
-            Projections::Latent(w) => {
-                let latent = c.latent.as_ref().expect("latent weights come with a latent configuration");
-                mla::queries_keys_values(b, latent, w, input, eps, rope.as_ref().map(|r| (r, &positions[..])), &lora)?
+            Mixer::ShortConv(conv) => {
+                let part = c.state_part(il).expect("a recurrent layer has a state part");
+                short_conv::forward(b, conv, input, store, part, &state_runs, &lora)?
             }
-        };
-        if c.facts.prescaled_queries {
-            b.scale(&mut q, c.attention_scale)?;
-        }
-        if let Some(pairs) = &query_scales {
-            // q · scale(pos) per row: added to zeros, which changes no value
-            let mut scaled = b.zeros(n, c.n_head * c.head_dim_k)?;
-            b.add_weighted_rows(&mut scaled, &q, pairs)?;
-            q = scaled;
-        }
-        // a quantized cache holds keys and values rotated; the queries turn with the keys
-        if let Some(block) = rotate_keys {
-            b.hadamard(&mut q, block)?;
-            b.hadamard(&mut k, block)?;
-        }
-        if let Some(block) = rotate_values {
-            b.hadamard(&mut v, block)?;
-        }
-        b.kv_write(store, il, &slots, &k, &v)?;
-        let window = c.layer_window(il);
-        let rows: Vec<AttentionRow> = batch
-            .iter()
-            .enumerate()
-            .map(|(i, entry)| {
-                let pos = entry.pos as usize;
-                let lo = window.map_or(0, |wnd| (pos + 1).saturating_sub(wnd));
-                let end = if entry.non_causal { run_end[i] } else { pos + 1 };
-                AttentionRow { kv: row_seq[i], positions: lo..end }
-            })
-            .collect();
-        let source = KvSource::Cache { store: &*store, layer: il, tables: &tables };
-        let mut attn = b.attention(&q, source, &rows, &shape, layer.attn_sinks.as_ref())?; // n x (n_head · head_dim_v)
-        if let Some(block) = rotate_values {
-            b.hadamard(&mut attn, block)?; // the rotation is its own inverse
-        }
-        if let (Projections::Latent(w), Some(latent)) = (&layer.attention, &c.latent) {
-            attn = mla::head_values(b, latent, w, &attn)?; // n x (n_head · v_head)
-        }
-        let mut o = linear(b, &layer.o, ScaleAt::BeforeBias, &attn, &lora)?; // n x e
+        }; // n x e
         if let Some(pn) = &layer.attn_post_norm {
             b.rms_norm_in_place(&mut o, pn, eps)?;
         }

@@ -3,7 +3,8 @@
 //! per-architecture facts, `config.rs` reads the hyperparameters, `weights.rs` loads
 //! shape-checked weights onto a backend, `blocks.rs` holds the blocks the model kinds share, and
 //! each model kind is its own file over the `Backend` trait: `decoder.rs` (the decoder-only
-//! architectures), `bert.rs` (the BERT encoders).
+//! architectures, with `mla.rs`, `moe.rs` and `short_conv.rs` the parts some of them add),
+//! `bert.rs` (the BERT encoders).
 
 pub mod arch;
 pub mod bert;
@@ -15,6 +16,7 @@ pub mod error;
 pub mod lora;
 pub mod mla;
 pub mod moe;
+pub mod short_conv;
 #[cfg(all(test, feature = "sim"))]
 pub(crate) mod sim_check;
 pub mod vision;
@@ -144,7 +146,7 @@ impl<B: Backend> OnDevice<B> {
     }
 
     fn new_kv_cache(&self, c: &ModelConfig, types: KvTypes, n_ctx: usize) -> KvCache {
-        let storage = self.backend.new_kv_store(types, c.n_layer, c.k_dim(), c.v_dim());
+        let storage = self.backend.new_kv_store(types, c.n_kv_layers(), c.k_dim(), c.v_dim(), c.state_floats());
         KvCache::with_storage(types, n_ctx, self.backend.device(), storage)
     }
 
@@ -373,7 +375,7 @@ impl Model {
     /// (every layer's key and value rows; a block holds `BLOCK_POSITIONS` of them).
     pub fn kv_bytes_per_position(&self, types: impl Into<KvTypes>) -> usize {
         let (c, types) = (&self.config, types.into());
-        c.n_layer * (types.key.row_bytes(c.k_dim()) + types.value.row_bytes(c.v_dim()))
+        c.n_kv_layers() * (types.key.row_bytes(c.k_dim()) + types.value.row_bytes(c.v_dim()))
     }
 
     /// Runs a batch: its keys and values are added to `kv`, and logits come back for the

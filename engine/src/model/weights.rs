@@ -14,6 +14,7 @@ use super::error::ModelError;
 use super::lora::{AdapterInfo, AdapterWeights, EmbeddingShape, LoraSite};
 use super::mla::LatentAttention;
 use super::moe::Experts;
+use super::short_conv::ShortConv;
 use crate::backend::Backend;
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant;
@@ -314,15 +315,34 @@ impl<'a, B: Backend> Loader<'a, B> {
 pub struct DecoderLayer<B: Backend> {
     /// `None` where the architecture has no pre-norms (OLMo 2).
     pub attn_norm: Option<B::Vector>,
-    /// How the layer makes its queries, keys and values.
-    pub attention: Projections<B>,
-    pub o: Linear<B>,
+    /// What mixes the sequence's positions: attention, or a recurrent block.
+    pub mixer: Mixer<B>,
     pub attn_post_norm: Option<B::Vector>,
-    /// One logit per query head that joins the attention softmax without a value (gpt-oss).
-    pub attn_sinks: Option<B::Vector>,
     pub ffn_norm: Option<B::Vector>,
     pub ffn: FeedForward<B>,
     pub ffn_post_norm: Option<B::Vector>,
+}
+
+/// A layer's mixer of positions.
+pub enum Mixer<B: Backend> {
+    Attention {
+        /// How the layer makes its queries, keys and values.
+        projections: Projections<B>,
+        o: Linear<B>,
+        /// One logit per query head that joins the attention softmax without a value (gpt-oss).
+        sinks: Option<B::Vector>,
+    },
+    /// LFM2's gated short convolution, with a state per sequence.
+    ShortConv(Box<ShortConv<B>>),
+}
+
+impl<B: Backend> Mixer<B> {
+    fn matrices(&self) -> Vec<&B::Matrix> {
+        match self {
+            Mixer::Attention { projections, o, .. } => projections.matrices().into_iter().chain([&o.w]).collect(),
+            Mixer::ShortConv(w) => w.matrices(),
+        }
+    }
 }
 
 /// A layer's query, key and value projections: one per kind, with optional per-head norms of
@@ -401,17 +421,27 @@ impl<B: Backend> DecoderWeights<B> {
         let mut layers = Vec::with_capacity(c.n_layer);
         for i in 0..c.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}");
-            let attention = match &c.latent {
-                Some(latent) => Projections::Latent(Box::new(LatentAttention::load(&l, i, latent, c.n_head, e)?)),
-                None => {
-                    // q, k and v as three projections, or one fused `attn_qkv` (Phi-3, GLM-4) taken apart
-                    let [q, k, v] = match l.linear_parts(&n("attn_qkv"), [q_out, kv_k, kv_v], e)? {
-                        Some(qkv) => qkv,
-                        None => [l.linear(&n("attn_q"), q_out, e)?, l.linear(&n("attn_k"), kv_k, e)?, l.linear(&n("attn_v"), kv_v, e)?],
-                    };
-                    let q_norm = qk_norm(&n("attn_q_norm.weight"), q_norm_len)?;
-                    Projections::Heads { q, k, v, q_norm, k_norm: qk_norm(&n("attn_k_norm.weight"), k_norm_len)? }
-                }
+            let attention = |l: &Loader<'_, B>| -> Result<Projections<B>, ModelError> {
+                Ok(match &c.latent {
+                    Some(latent) => Projections::Latent(Box::new(LatentAttention::load(&l, i, latent, c.n_head, e)?)),
+                    None => {
+                        // q, k and v as three projections, or one fused `attn_qkv` (Phi-3, GLM-4) taken apart
+                        let [q, k, v] = match l.linear_parts(&n("attn_qkv"), [q_out, kv_k, kv_v], e)? {
+                            Some(qkv) => qkv,
+                            None => [l.linear(&n("attn_q"), q_out, e)?, l.linear(&n("attn_k"), kv_k, e)?, l.linear(&n("attn_v"), kv_v, e)?],
+                        };
+                        let q_norm = qk_norm(&n("attn_q_norm.weight"), q_norm_len)?;
+                        Projections::Heads { q, k, v, q_norm, k_norm: qk_norm(&n("attn_k_norm.weight"), k_norm_len)? }
+                    }
+                })
+            };
+            let mixer = match (c.recurrent_layers[i], c.short_conv_taps) {
+                (true, Some(taps)) => Mixer::ShortConv(Box::new(ShortConv::load(&l, i, taps, e)?)),
+                _ => Mixer::Attention {
+                    projections: attention(&l)?,
+                    o: l.linear(&n("attn_output"), e, c.n_head * c.latent.map_or(c.head_dim_v, |l| l.v_head))?,
+                    sinks: if f.attention_sinks { Some(l.vector(&n("attn_sinks.weight"), c.n_head)?) } else { None },
+                },
             };
             let experts = match &c.experts {
                 Some(x) => Experts::load(&l, i, x, e)?,
@@ -432,16 +462,14 @@ impl<B: Backend> DecoderWeights<B> {
             };
             layers.push(DecoderLayer {
                 attn_norm: pre_norm(&n("attn_norm.weight"))?,
-                attention,
-                o: l.linear(&n("attn_output"), e, c.n_head * c.latent.map_or(c.head_dim_v, |l| l.v_head))?,
+                mixer,
                 attn_post_norm: post_norm(&n("post_attention_norm.weight"))?,
-                attn_sinks: if f.attention_sinks { Some(l.vector(&n("attn_sinks.weight"), c.n_head)?) } else { None },
                 ffn_norm: pre_norm(&n(&format!("{}.weight", f.ffn_norm_name)))?,
                 ffn,
                 ffn_post_norm: post_norm(&n("post_ffw_norm.weight"))?,
             });
         }
-        let output_norm = l.vector("output_norm.weight", e)?;
+        let output_norm = l.vector(&format!("{}.weight", f.output_norm_name), e)?;
         // a model that ties its output to the token embeddings reads the same tensor (on the
         // CPU the same bytes of the map)
         let output = match l.linear_opt("output", c.n_vocab, e)? {
@@ -457,11 +485,8 @@ impl<B: Backend> DecoderWeights<B> {
                 .is_some_and(|i| i >= c.n_layer)
         };
         l.refuse_unused(&c.arch, |name| ignored_by_decoders(name) || mtp_block(name))?;
-        let products: Vec<&B::Matrix> = layers
-            .iter()
-            .flat_map(|l| l.attention.matrices().into_iter().chain([&l.o.w]).chain(l.ffn.matrices()))
-            .chain([&output.w])
-            .collect();
+        let products: Vec<&B::Matrix> =
+            layers.iter().flat_map(|l| l.mixer.matrices().into_iter().chain(l.ffn.matrices())).chain([&output.w]).collect();
         backend.prepare_products(&products)?;
         Ok(DecoderWeights { token_embd, layers, output_norm, output, sites: l.sites(), adapters: Vec::new() })
     }

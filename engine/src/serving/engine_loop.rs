@@ -316,7 +316,8 @@ impl EngineLoop {
                 best = (Some(r.seq), n);
             }
         }
-        let shared = best.1.min(prompt.len() - 1);
+        // a hybrid model's sequence resumes only where a state was kept
+        let shared = best.0.map_or(0, |s| self.kv.resumable(s, best.1.min(prompt.len() - 1)));
         if shared == 0 {
             return (None, 0);
         }
@@ -364,8 +365,8 @@ impl EngineLoop {
         let mut hit = false;
         if let (Some(src), true) = (source, shared > 0) {
             if self.kv.fork(src, seq).is_ok() {
-                self.kv.truncate(seq, shared);
-                hit = true;
+                // a hybrid model's fork resumes where a state was kept (perhaps nowhere)
+                hit = self.kv.truncate(seq, shared) > 0;
             }
             if let Some((_, dkv)) = self.draft.as_mut() {
                 if dkv.seq_len(src) > 0 && dkv.fork(src, seq).is_ok() {
@@ -479,6 +480,8 @@ impl EngineLoop {
             finished.push((i, None));
         }
         if !batch.is_empty() {
+            // a hybrid model keeps its states after every proposal, to return to the last kept
+            self.kv.keep_states_for(proposals.iter().map(|p| p.tokens.len()).max().unwrap_or(0));
             self.metrics.step(in_batch);
             match self.state.model.forward_inputs(&mut self.kv, &batch) {
                 Ok(logits) => {
@@ -518,7 +521,8 @@ impl EngineLoop {
                                 if drafted > 0 {
                                     // the caches keep the last token and the kept proposals
                                     let kept = self.kv.seq_len(r.seq) - drafted + accepted;
-                                    self.kv.truncate(r.seq, kept);
+                                    let resumed = self.kv.truncate(r.seq, kept);
+                                    debug_assert_eq!(resumed, kept, "the states of the verified rows were kept");
                                     if let Some((_, dkv)) = self.draft.as_mut() {
                                         dkv.truncate(r.seq, dkv.seq_len(r.seq).min(kept));
                                     }

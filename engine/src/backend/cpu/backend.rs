@@ -17,7 +17,7 @@ use super::rope::rope_with;
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
     column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvTypes,
-    Rope, RowInput,
+    Rope, RowInput, StatePart, StateRun,
 };
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::panel::{self, Panels};
@@ -223,8 +223,8 @@ impl Backend for CpuBackend {
         Ok(values.to_vec())
     }
 
-    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize) -> CpuKvStore {
-        CpuKvStore::new(types, n_layer, k_dim, v_dim)
+    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize, state_floats: usize) -> CpuKvStore {
+        CpuKvStore::with_states(types, n_layer, k_dim, v_dim, state_floats)
     }
 
     fn zeros(&self, rows: usize, cols: usize) -> Result<HostTensor, BackendError> {
@@ -510,6 +510,17 @@ impl Backend for CpuBackend {
             values.iter_mut().for_each(|v| *v *= scale);
         }
         Ok(())
+    }
+
+    fn short_conv(
+        &self,
+        bcx: &HostTensor,
+        kernel: &HostTensor,
+        store: &mut CpuKvStore,
+        part: StatePart,
+        runs: &[StateRun],
+    ) -> Result<HostTensor, BackendError> {
+        super::recurrent::short_conv(bcx, kernel, store, part, runs)
     }
 
     fn copy_columns(&self, out: &mut HostTensor, to: ColumnBlocks, x: &HostTensor, from: ColumnBlocks) -> Result<(), BackendError> {

@@ -6,7 +6,7 @@
 use half::f16;
 
 use super::attention::{KvRow, KvRows};
-use crate::backend::{BackendError, BlockId, KvStorage, KvType, KvTypes, BLOCK_POSITIONS, KV_QUANT_BLOCK};
+use crate::backend::{BackendError, BlockId, KvStorage, KvType, KvTypes, StateId, BLOCK_POSITIONS, KV_QUANT_BLOCK};
 use crate::quant::blocks::{BlockQ4_0, BlockQ8_0};
 use crate::quant::{q4_0, q8_0};
 
@@ -81,11 +81,38 @@ pub struct CpuKvStore {
     k_dim: usize,
     v_dim: usize,
     blocks: Vec<Option<Box<Block>>>,
+    /// Values of one recurrent-state slot (every recurrent layer's state), and the slots.
+    state_floats: usize,
+    states: Vec<Option<Box<[f32]>>>,
 }
 
 impl CpuKvStore {
     pub fn new(types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize) -> CpuKvStore {
-        CpuKvStore { types, n_layer, k_dim, v_dim, blocks: Vec::new() }
+        CpuKvStore::with_states(types, n_layer, k_dim, v_dim, 0)
+    }
+
+    /// A store that also holds recurrent-state slots of `state_floats` values.
+    pub fn with_states(types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize, state_floats: usize) -> CpuKvStore {
+        CpuKvStore { types, n_layer, k_dim, v_dim, blocks: Vec::new(), state_floats, states: Vec::new() }
+    }
+
+    /// State slot `id`, taken out of the store (for a kernel to work on several at once); put
+    /// back with [`CpuKvStore::put_state`].
+    pub(crate) fn take_state(&mut self, id: StateId) -> Result<Box<[f32]>, BackendError> {
+        self.states
+            .get_mut(id as usize)
+            .and_then(Option::take)
+            .ok_or_else(|| BackendError::shape("state", format!("state slot {id} is not in use")))
+    }
+
+    pub(crate) fn put_state(&mut self, id: StateId, state: Box<[f32]>) {
+        self.states[id as usize] = Some(state);
+    }
+
+    /// The values of state slot `id` (tests).
+    #[cfg(test)]
+    pub(crate) fn state(&self, id: StateId) -> &[f32] {
+        self.states[id as usize].as_deref().expect("a state slot in use")
     }
 
     fn block(&self, id: BlockId) -> &Block {
@@ -130,6 +157,33 @@ impl KvStorage for CpuKvStore {
 
     fn block_bytes(&self) -> usize {
         self.n_layer * BLOCK_POSITIONS * (self.types.key.row_bytes(self.k_dim) + self.types.value.row_bytes(self.v_dim))
+    }
+
+    fn alloc_state(&mut self, id: StateId) -> Result<(), BackendError> {
+        if self.state_floats == 0 {
+            return Err(BackendError::shape("alloc_state", "this store holds no recurrent states"));
+        }
+        let i = id as usize;
+        if self.states.len() <= i {
+            self.states.resize_with(i + 1, || None);
+        }
+        self.states[i] = Some(vec![0.0; self.state_floats].into_boxed_slice());
+        Ok(())
+    }
+
+    fn release_state(&mut self, id: StateId) {
+        self.states[id as usize] = None;
+    }
+
+    fn copy_state(&mut self, src: StateId, dst: StateId) -> Result<(), BackendError> {
+        let copy =
+            self.states[src as usize].clone().ok_or_else(|| BackendError::shape("copy_state", format!("slot {src} is not in use")))?;
+        self.states[dst as usize] = Some(copy);
+        Ok(())
+    }
+
+    fn state_bytes(&self) -> usize {
+        self.state_floats * 4
     }
 }
 

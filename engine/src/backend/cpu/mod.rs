@@ -1,5 +1,5 @@
 //! CPU operations: one matmul entry point for every weight type (parallel with rayon), row
-//! norms, rotary embeddings, activations and attention, and the CPU implementation of the
+//! norms, rotary embeddings, activations and attention, the recurrent layers' state updates (`recurrent.rs`), and the CPU implementation of the
 //! `Backend` trait over them (`backend.rs`, with its KV block storage in `kv.rs`).
 
 pub mod activation;
@@ -15,6 +15,7 @@ pub mod matmul;
 mod matmul_indexed;
 mod matmul_panels;
 pub mod norm;
+mod recurrent;
 pub mod rope;
 pub mod transpose;
 

@@ -323,7 +323,7 @@ fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, types: KvTypes) -> Vec<(St
     for (n_head, n_head_kv, dk, dv) in [(4, 2, 64, 64), (6, 6, 40, 24), (8, 1, 80, 80), (2, 1, 64, 72)] {
         let shape = AttentionShape { n_head, n_head_kv, head_dim_k: dk, head_dim_v: dv, scale: 1.0 / (dk as f32).sqrt(), softcap: 0.0 };
         let (kd, vd, n_layer) = (n_head_kv * dk, n_head_kv * dv, 2);
-        let mut store = b.new_kv_store(types, n_layer, kd, vd);
+        let mut store = b.new_kv_store(types, n_layer, kd, vd, 0);
         // three sequences; block ids out of order and not contiguous; the third long enough for
         // a device's attention to cut it into splits
         let tables: [Vec<BlockId>; 3] = [vec![4, 0, 2], vec![5, 1], (6..26).rev().collect()];

@@ -1,7 +1,8 @@
 //! The KV cache's blocks on a kernel device: one pool of keys and one of values, laid out
 //! `[block][layer][position][dim]` so that a block is one contiguous range (a copy-on-write is one
 //! device copy per pool). The pools grow (doubling, the old contents copied over) when a block id
-//! past their end comes into use; the block bookkeeping stays on the host (`kv_cache`).
+//! past their end comes into use; the block bookkeeping stays on the host (`kv_cache`). The
+//! recurrent layers' state slots are a third pool, `[slot][value]` in f32, grown the same way.
 
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use kernels::launch::{PoolArgs, PoolElement};
 use kernels::Runtime;
 
 use super::runtime_error;
-use crate::backend::{BackendError, BlockId, Device, KvStorage, KvType, KvTypes, BLOCK_POSITIONS};
+use crate::backend::{BackendError, BlockId, Device, KvStorage, KvType, KvTypes, StateId, BLOCK_POSITIONS};
 
 /// Blocks a new store makes room for before its first growth.
 const INITIAL_BLOCKS: usize = 16;
@@ -24,11 +25,44 @@ pub struct DeviceKvStore<R: Runtime> {
     /// Blocks the pools hold (allocated lazily: 0 until the first block is used).
     capacity: usize,
     pools: Option<(R::Buffer, R::Buffer)>,
+    /// f32 values of one state slot (0: no recurrent layers), the slots the state pool holds,
+    /// the pool, and one slot of zeros that a new slot is copied from.
+    state_floats: usize,
+    state_capacity: usize,
+    states: Option<(R::Buffer, R::Buffer)>,
 }
 
 impl<R: Runtime> DeviceKvStore<R> {
-    pub(super) fn new(rt: Arc<R>, device: Device, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize) -> DeviceKvStore<R> {
-        DeviceKvStore { rt, device, types, n_layer, k_dim, v_dim, capacity: 0, pools: None }
+    pub(super) fn new(
+        rt: Arc<R>,
+        device: Device,
+        types: KvTypes,
+        n_layer: usize,
+        [k_dim, v_dim, state_floats]: [usize; 3],
+    ) -> DeviceKvStore<R> {
+        DeviceKvStore { rt, device, types, n_layer, k_dim, v_dim, capacity: 0, pools: None, state_floats, state_capacity: 0, states: None }
+    }
+
+    /// The state pool (`[slot][state_floats]` f32 values); `None` before any slot was used.
+    #[allow(dead_code)]
+    pub(super) fn state_pool(&self) -> Option<&R::Buffer> {
+        self.states.as_ref().map(|(pool, _)| pool)
+    }
+
+    fn grow_states_to(&mut self, slots: usize) -> Result<(), BackendError> {
+        let fail = |e| runtime_error(self.device, "recurrent states", e);
+        let bytes = self.state_floats * 4;
+        let pool = self.rt.alloc_zeroed(slots * bytes).map_err(fail)?;
+        let zeros = match self.states.take() {
+            Some((old, zeros)) => {
+                self.rt.copy(&old, 0, &pool, 0, self.state_capacity * bytes).map_err(fail)?;
+                zeros
+            }
+            None => self.rt.alloc_zeroed(bytes).map_err(fail)?,
+        };
+        self.states = Some((pool, zeros));
+        self.state_capacity = slots;
+        Ok(())
     }
 
     /// The layouts of the key pool and of the value pool.
@@ -90,6 +124,32 @@ impl<R: Runtime> KvStorage for DeviceKvStore<R> {
         let (kb, vb) = self.bytes_per_block();
         kb + vb
     }
+
+    fn alloc_state(&mut self, id: StateId) -> Result<(), BackendError> {
+        if self.state_floats == 0 {
+            return Err(BackendError::shape("alloc_state", "this store holds no recurrent states"));
+        }
+        let need = id as usize + 1;
+        if need > self.state_capacity {
+            self.grow_states_to(need.max(self.state_capacity * 2).max(INITIAL_BLOCKS))?;
+        }
+        let bytes = self.state_floats * 4;
+        let (pool, zeros) = self.states.as_ref().expect("grown above");
+        self.rt.copy(zeros, 0, pool, id as usize * bytes, bytes).map_err(|e| runtime_error(self.device, "alloc_state", e))
+    }
+
+    fn copy_state(&mut self, src: StateId, dst: StateId) -> Result<(), BackendError> {
+        let bytes = self.state_floats * 4;
+        let Some((pool, _)) = &self.states else {
+            return Err(BackendError::shape("copy_state", "no state slot was allocated"));
+        };
+        let fail = |e| runtime_error(self.device, "copy_state", e);
+        self.rt.copy(pool, src as usize * bytes, pool, dst as usize * bytes, bytes).map_err(fail)
+    }
+
+    fn state_bytes(&self) -> usize {
+        self.state_floats * 4
+    }
 }
 
 /// The kernels' code for an element type.
@@ -116,7 +176,7 @@ mod tests {
     #[test]
     fn the_pool_grows_keeping_its_blocks_and_copies_whole_blocks() {
         let rt = Arc::new(HostRuntime);
-        let mut s = DeviceKvStore::new(Arc::clone(&rt), Device::Cuda(0), KvType::F16.into(), 2, 8, 4);
+        let mut s = DeviceKvStore::new(Arc::clone(&rt), Device::Cuda(0), KvType::F16.into(), 2, [8, 4, 0]);
         assert!(s.pools().is_none());
         s.alloc_block(3).unwrap();
         assert_eq!(s.capacity, INITIAL_BLOCKS);

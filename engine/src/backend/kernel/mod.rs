@@ -17,7 +17,7 @@ pub use kv::DeviceKvStore;
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
     column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvTypes,
-    Rope, RopeKind, RowInput,
+    Rope, RopeKind, RowInput, StatePart, StateRun,
 };
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::GgmlType;
@@ -221,8 +221,8 @@ where
         Ok(DeviceVector { buf: self.rt.upload(&as_bytes(values)).map_err(self.fail("upload_vector"))?, len: values.len() })
     }
 
-    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize) -> DeviceKvStore<R> {
-        DeviceKvStore::new(Arc::clone(&self.rt), self.device, types, n_layer, k_dim, v_dim)
+    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize, state_floats: usize) -> DeviceKvStore<R> {
+        DeviceKvStore::new(Arc::clone(&self.rt), self.device, types, n_layer, [k_dim, v_dim, state_floats])
     }
 
     fn zeros(&self, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
@@ -512,6 +512,20 @@ where
             return Err(BackendError::shape("hadamard", format!("blocks of {block} in rows of {}", x.cols)));
         }
         launch::hadamard(&*self.rt, &x.buf, block, x.rows * x.cols).map_err(self.fail("hadamard"))
+    }
+
+    fn short_conv(
+        &self,
+        _bcx: &DeviceTensor<R>,
+        _kernel: &DeviceTensor<R>,
+        _store: &mut DeviceKvStore<R>,
+        _part: StatePart,
+        _runs: &[StateRun],
+    ) -> Result<DeviceTensor<R>, BackendError> {
+        Err(BackendError::Device {
+            device: self.device,
+            message: "recurrent layers (short_conv) do not run on this device yet; load the model on the cpu".into(),
+        })
     }
 
     fn copy_columns(
