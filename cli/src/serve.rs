@@ -202,7 +202,16 @@ fn kv_summary(model: &Model, config: &server::worker::LoopConfig) -> String {
     if let (Device::Cpu, Some(available)) = (model.device(), memory_available()) {
         line += &format!("; {} whole sequences would fit in the {} of memory available", available / per_sequence.max(1), mib(available));
     }
+    let states = model.state_bytes_per_sequence();
+    if states > 0 {
+        line += &format!("; recurrent states {} per sequence, as much again per checkpoint kept", kib(states));
+    }
     line
+}
+
+/// `bytes` in KiB.
+fn kib(bytes: usize) -> String {
+    format!("{:.1} KiB", bytes as f64 / 1024.0)
 }
 
 /// `bytes` in MiB, or GiB from 1 GiB on.

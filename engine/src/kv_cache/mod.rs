@@ -87,6 +87,15 @@ impl KvCache {
         }
     }
 
+    /// Keeps the recurrent states of `seq` after `len` positions once a pass reaches that
+    /// length (a checkpoint: where the prompt's other choices, and later prompts sharing its
+    /// start, resume). Nothing without recurrent states, where every length resumes.
+    pub fn keep_state_at(&mut self, seq: SeqId, len: usize) {
+        if let Some(states) = &mut self.states {
+            states.pin(seq, len);
+        }
+    }
+
     /// The longest length of at most `len` that `seq` can be truncated to exactly: `len` itself
     /// without recurrent states; with them, a length whose state was kept (or 0).
     pub fn resumable(&self, seq: SeqId, len: usize) -> usize {
@@ -183,6 +192,12 @@ impl KvCache {
         if let Some(states) = &mut self.states {
             states.clear(&mut self.storage);
         }
+    }
+
+    /// The blocks whose bytes `slots` state slots take (rounded up; 0 without recurrent
+    /// layers): how a scheduler counting blocks counts states.
+    pub fn state_blocks(&self, slots: usize) -> usize {
+        (slots * self.state_bytes()).div_ceil(self.block_bytes().max(1))
     }
 
     /// State slots in use (shared ones counted once; 0 without recurrent layers).

@@ -1,7 +1,8 @@
 //! The device-neutral half of the recurrent layers' states: per sequence, the slot holding every
 //! recurrent layer's state after its current length, and snapshots of the states after some
 //! earlier lengths (the last `rollback` lengths, for truncations after rejected speculative
-//! tokens), shared between forked sequences by reference count. A shared current slot is copied
+//! tokens, and the lengths pinned as checkpoints: where a prompt's other choices and later
+//! requests sharing its start resume), shared between forked sequences by reference count. A shared current slot is copied
 //! before a pass writes it (copy on write); a truncation resumes from the longest snapshot it
 //! may keep. The slots' contents live in the storage of the model's backend.
 
@@ -16,6 +17,8 @@ struct SeqStates {
     current: Option<StateId>,
     /// States after earlier lengths, ascending by length.
     snapshots: Vec<(usize, StateId)>,
+    /// Lengths whose state is kept whatever the rollback (checkpoints), once a pass reaches them.
+    pinned: Vec<usize>,
 }
 
 /// One sequence's state slots in a pass, before the rows are known: the slot to continue and
@@ -122,7 +125,9 @@ impl StateTable {
         storage: &mut dyn KvStorage,
     ) -> Result<PreparedStates, BackendError> {
         // snapshots at or after `start` belong to positions a truncation dropped
-        let (old, kept): (Vec<_>, Vec<_>) = s.snapshots.drain(..).partition(|&(len, _)| len < keep_from || len >= start);
+        let pinned = s.pinned.clone();
+        let wanted = |len: usize| len >= keep_from || pinned.contains(&len);
+        let (kept, old): (Vec<_>, Vec<_>) = s.snapshots.drain(..).partition(|&(len, _)| wanted(len) && len < start);
         s.snapshots = kept;
         old.into_iter().for_each(|(_, id)| self.release(id, storage));
         let current = match s.current {
@@ -135,12 +140,12 @@ impl StateTable {
             Some(id) => id,
         };
         s.current = Some(current);
-        if start >= keep_from && start < end && !s.snapshots.iter().any(|&(len, _)| len == start) {
+        if start > 0 && wanted(start) && start < end && !s.snapshots.iter().any(|&(len, _)| len == start) {
             let snap = self.copy_of(current, storage)?;
             s.snapshots.push((start, snap));
         }
         let mut written = Vec::new();
-        for len in keep_from.max(start + 1)..end {
+        for len in (start + 1..end).filter(|&len| wanted(len)) {
             match self.acquire(storage) {
                 Ok(id) => written.push((len, id)),
                 Err(e) => {
@@ -150,7 +155,17 @@ impl StateTable {
             }
         }
         s.snapshots.extend(written.iter().copied());
+        s.snapshots.sort_unstable_by_key(|&(len, _)| len);
         Ok(PreparedStates { state: current, snapshots: written })
+    }
+
+    /// Keeps the state of `seq` after `len` positions once a pass reaches that length, whatever
+    /// the rollback, until a truncation goes below it.
+    pub fn pin(&mut self, seq: SeqId, len: usize) {
+        let pinned = &mut self.seqs.entry(seq).or_default().pinned;
+        if len > 0 && !pinned.contains(&len) {
+            pinned.push(len);
+        }
     }
 
     /// Makes `dst` (replacing what it held) share `src`'s slots.
@@ -183,6 +198,7 @@ impl StateTable {
         let Some(mut s) = self.seqs.remove(&seq) else { return };
         let (keep, dropped): (Vec<_>, Vec<_>) = s.snapshots.drain(..).partition(|&(l, _)| l < len);
         s.snapshots = keep;
+        s.pinned.retain(|&l| l <= len);
         let mut resumed = None;
         for (l, id) in dropped {
             if l == len {
@@ -315,6 +331,28 @@ mod tests {
         pass(&mut t, &mut s, 0, 13, 14);
         assert_eq!(t.snapshot_lengths(0), vec![12, 13]);
         assert_eq!(s.states.len(), t.live_slots());
+    }
+
+    #[test]
+    fn pinned_lengths_are_kept_whatever_the_rollback_until_a_truncation_passes_them() {
+        let (mut t, mut s) = (StateTable::new(1), Recorder::default());
+        t.pin(0, 5);
+        t.pin(0, 12);
+        let p = pass(&mut t, &mut s, 0, 0, 8); // a chunk writes the state after 5 on its way
+        assert_eq!(p.snapshots.iter().map(|&(l, _)| l).collect::<Vec<_>>(), vec![5, 7]);
+        pass(&mut t, &mut s, 0, 8, 12);
+        pass(&mut t, &mut s, 0, 12, 16); // 12 is the start: copied before the pass
+        assert_eq!(t.snapshot_lengths(0), vec![5, 12, 15]);
+        t.fork(0, 1, &mut s);
+        assert_eq!(t.resumable(1, 16, 14), 12);
+        t.pin(1, 14);
+        t.truncate(1, 16, 12, &mut s);
+        assert_eq!(current(&t, &s, 1), Some(12));
+        assert_eq!(t.snapshot_lengths(1), vec![5]);
+        // a pin beyond the truncation is gone; the one it returned to is kept as the pass starts
+        pass(&mut t, &mut s, 1, 12, 20);
+        assert_eq!(t.snapshot_lengths(1), vec![5, 12, 19]);
+        assert_eq!(t.snapshot_lengths(0), vec![5, 12, 15]);
     }
 
     #[test]

@@ -212,7 +212,7 @@ fn attention_mixer<B: Backend>(
     if let (Projections::Latent(w), Some(latent)) = (projections, &c.latent) {
         attn = mla::head_values(b, latent, w, &attn)?; // n x (n_head · v_head)
     }
-    Ok(linear(b, o, ScaleAt::BeforeBias, &attn, lora)?) // n x e
+    linear(b, o, ScaleAt::BeforeBias, &attn, lora) // n x e
 }
 
 /// The forward pass of `batch`; an entry without adapters of its own (`lora: None`) takes

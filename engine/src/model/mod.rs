@@ -378,6 +378,13 @@ impl Model {
         c.n_kv_layers() * (types.key.row_bytes(c.k_dim()) + types.value.row_bytes(c.v_dim()))
     }
 
+    /// Bytes of one sequence's recurrent states (every recurrent layer's; 0 for a model
+    /// without recurrent layers). A cache keeps one such slot per sequence, and one more per
+    /// checkpoint or rollback length it keeps.
+    pub fn state_bytes_per_sequence(&self) -> usize {
+        self.config.state_floats() * 4
+    }
+
     /// Runs a batch: its keys and values are added to `kv`, and logits come back for the
     /// entries that asked for them.
     pub fn forward(&self, kv: &mut KvCache, batch: &[BatchEntry]) -> Result<Logits, ModelError> {

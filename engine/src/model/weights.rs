@@ -423,7 +423,7 @@ impl<B: Backend> DecoderWeights<B> {
             let n = |s: &str| format!("blk.{i}.{s}");
             let attention = |l: &Loader<'_, B>| -> Result<Projections<B>, ModelError> {
                 Ok(match &c.latent {
-                    Some(latent) => Projections::Latent(Box::new(LatentAttention::load(&l, i, latent, c.n_head, e)?)),
+                    Some(latent) => Projections::Latent(Box::new(LatentAttention::load(l, i, latent, c.n_head, e)?)),
                     None => {
                         // q, k and v as three projections, or one fused `attn_qkv` (Phi-3, GLM-4) taken apart
                         let [q, k, v] = match l.linear_parts(&n("attn_qkv"), [q_out, kv_k, kv_v], e)? {

@@ -102,6 +102,19 @@ fn blocks(positions: usize) -> usize {
     positions.div_ceil(BLOCK_POSITIONS)
 }
 
+/// A hybrid model's state checkpoints in a prompt, besides the one before its last token: every
+/// `STATE_CHECKPOINT_EVERY` positions, the last `STATE_CHECKPOINTS` of them (where later prompts
+/// sharing a long start resume; each costs one sequence's states).
+const STATE_CHECKPOINT_EVERY: usize = 512;
+const STATE_CHECKPOINTS: usize = 4;
+
+/// The lengths of a prompt of `prompt_len` tokens whose recurrent states a sequence keeps.
+fn state_checkpoints(prompt_len: usize) -> impl Iterator<Item = usize> {
+    let last = prompt_len - 1;
+    let every = (1..=last / STATE_CHECKPOINT_EVERY).rev().take(STATE_CHECKPOINTS).map(|k| k * STATE_CHECKPOINT_EVERY);
+    std::iter::once(last).chain(every.filter(move |&l| l != last))
+}
+
 impl EngineLoop {
     /// The loop of `model` (with its guard and draft model), taking messages from `rx`;
     /// `outstanding` counts the requests in the system (queued ones among them).
@@ -291,10 +304,10 @@ impl EngineLoop {
                 continue;
             }
             // one more block: the shared block it writes into is copied first
-            let need = blocks(total) + 1 - shared / BLOCK_POSITIONS;
+            let need = blocks(total) + 1 - shared / BLOCK_POSITIONS + self.state_blocks_per_sequence();
             if !self.make_room(need, source) {
                 // the cached prefix itself may hold the room it needs: start from scratch
-                if source.is_none() || !self.make_room(blocks(total) + 1, None) {
+                if source.is_none() || !self.make_room(blocks(total) + 1 + self.state_blocks_per_sequence(), None) {
                     break; // first come, first served: later ones wait too
                 }
                 (source, shared) = (None, 0);
@@ -334,15 +347,29 @@ impl EngineLoop {
         })
     }
 
-    /// Blocks the running sequences may still add (each its reservation, plus one copied block).
+    /// Blocks the running sequences may still add (each its reservation, plus one copied block,
+    /// and a hybrid model's state slots counted as blocks).
     fn growth(&self) -> usize {
-        self.running.iter().map(|r| (blocks(r.reserved) + 1).saturating_sub(blocks(self.kv.seq_len(r.seq)))).sum()
+        let states = self.state_blocks_per_sequence();
+        self.running.iter().map(|r| (blocks(r.reserved) + 1).saturating_sub(blocks(self.kv.seq_len(r.seq))) + states).sum()
+    }
+
+    /// A hybrid model's state slots one sequence may hold, as blocks: its current slot and a
+    /// copy on write, the checkpoints of its prompt, and the lengths kept for rollbacks.
+    fn state_blocks_per_sequence(&self) -> usize {
+        let rollback = if self.draft.is_some() || self.config.ngram.is_some() { self.config.draft.n_draft } else { 0 };
+        self.kv.state_blocks(2 + 1 + STATE_CHECKPOINTS + rollback)
+    }
+
+    /// Blocks in use, a hybrid model's state slots among them.
+    fn used_blocks(&self) -> usize {
+        self.kv.live_blocks() + self.kv.state_blocks(self.kv.live_state_slots())
     }
 
     /// Evicts prefix-cache entries (never `keep`) until `need` more blocks fit.
     fn make_room(&mut self, need: usize, keep: Option<SeqId>) -> bool {
         loop {
-            if self.kv.live_blocks() + self.growth() + need <= self.capacity_blocks {
+            if self.used_blocks() + self.growth() + need <= self.capacity_blocks {
                 return true;
             }
             match self.cache.evict_lru(keep) {
@@ -377,6 +404,9 @@ impl EngineLoop {
         self.metrics.prefix_lookup(hit);
         let cached = self.kv.seq_len(seq);
         let prompt_len = w.spec.prompt.len();
+        for len in state_checkpoints(prompt_len).filter(|&l| l > cached) {
+            self.kv.keep_state_at(seq, len);
+        }
         self.metrics.prompt(prompt_len, cached);
         if let Some(g) = self.groups.get_mut(&w.group) {
             g.started = true;
@@ -694,6 +724,6 @@ impl EngineLoop {
         let queued = self.outstanding.load(Ordering::Relaxed).saturating_sub(started);
         self.metrics.queue_depth(queued);
         self.metrics.running(self.running.len());
-        self.metrics.kv_blocks(self.kv.live_blocks());
+        self.metrics.kv_blocks(self.used_blocks());
     }
 }
