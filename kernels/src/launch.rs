@@ -124,6 +124,111 @@ pub fn hadamard<R: Runtime>(rt: &R, x: &R::Buffer, block: usize, n: usize) -> Re
     go(rt, K, [dim(K, "blocks", n / block)?, 1, 1], block as u32, &[Arg::Buf(x), Arg::I32(block as i32), Arg::F32(scale)])
 }
 
+/// The most taps `short_conv` takes (`recurrent.cu`).
+pub const SHORT_CONV_MAX_TAPS: usize = 8;
+
+/// One sequence's rows for `short_conv`: the batch rows in position order, the state slot they
+/// continue, and `(i, slot)`: the slot that gets the state after `rows[i]`, in row order.
+pub struct ConvRun<'a> {
+    pub rows: &'a [usize],
+    pub slot: usize,
+    pub snapshots: &'a [(usize, usize)],
+}
+
+/// The state pool and where one layer's state lies in a slot.
+pub struct StatePool<'a, B> {
+    pub buf: &'a B,
+    pub slots: usize,
+    pub slot_floats: usize,
+    pub part_offset: usize,
+}
+
+/// LFM2's gated short convolution (`recurrent.cu`): `bcx` of `n_rows` rows of `3 d`, `kernel`
+/// `d` x `taps`, `out` `n_rows` x `d`, each run's rows continuing its slot's state in `pool`.
+/// Rows and slots may each appear once.
+#[allow(clippy::too_many_arguments)]
+pub fn short_conv<R: Runtime>(
+    rt: &R,
+    bcx: &R::Buffer,
+    n_rows: usize,
+    kernel: &R::Buffer,
+    [d, taps]: [usize; 2],
+    pool: StatePool<'_, R::Buffer>,
+    out: &R::Buffer,
+    runs: &[ConvRun<'_>],
+) -> Result<(), RuntimeError> {
+    const K: &str = "short_conv";
+    let bad = |why: String| Err(RuntimeError::Device(format!("{K}: {why}")));
+    if !(2..=SHORT_CONV_MAX_TAPS).contains(&taps) || d == 0 {
+        return bad(format!("{taps} taps over {d} channels (2 to {SHORT_CONV_MAX_TAPS} taps)"));
+    }
+    if pool.part_offset + (taps - 1) * d > pool.slot_floats {
+        return bad(format!("a state of {} values from {} in slots of {}", (taps - 1) * d, pool.part_offset, pool.slot_floats));
+    }
+    check(rt, K, "bcx", bcx, n_rows * 3 * d * 4)?;
+    check(rt, K, "kernel", kernel, d * taps * 4)?;
+    check(rt, K, "out", out, n_rows * d * 4)?;
+    check(rt, K, "states", pool.buf, pool.slots * pool.slot_floats * 4)?;
+    let (mut row_seen, mut slot_seen) = (vec![false; n_rows], std::collections::HashSet::new());
+    let (mut run_rows, mut rows, mut run_state, mut run_snaps, mut snap_row, mut snap_slot) =
+        (vec![0i32], Vec::new(), Vec::new(), vec![0i32], Vec::new(), Vec::new());
+    for run in runs {
+        for &r in run.rows {
+            if r >= n_rows || std::mem::replace(&mut row_seen[r], true) {
+                return bad(format!("row {r} of {n_rows} is out of range or in two runs"));
+            }
+            rows.push(int(K, "row", r)?);
+        }
+        let mut last = None;
+        for &(i, slot) in run.snapshots {
+            if i >= run.rows.len() || last.is_some_and(|l| i <= l) {
+                return bad(format!("a snapshot after row {i} of a run of {} (in row order)", run.rows.len()));
+            }
+            last = Some(i);
+            snap_row.push(int(K, "snapshot row", i)?);
+            snap_slot.push(int(K, "snapshot slot", slot)?);
+        }
+        for slot in std::iter::once(run.slot).chain(run.snapshots.iter().map(|&(_, s)| s)) {
+            if slot >= pool.slots || !slot_seen.insert(slot) {
+                return bad(format!("state slot {slot} of {} is out of range or used twice", pool.slots));
+            }
+        }
+        run_state.push(int(K, "slot", run.slot)?);
+        run_rows.push(int(K, "rows", rows.len())?);
+        run_snaps.push(int(K, "snapshots", snap_row.len())?);
+    }
+    if rows.is_empty() {
+        return Ok(());
+    }
+    // index arrays of at least one value each (an empty upload is no buffer)
+    snap_row.push(0);
+    snap_slot.push(0);
+    let (run_rows, rows, run_state) = (ints(rt, &run_rows)?, ints(rt, &rows)?, ints(rt, &run_state)?);
+    let (run_snaps, snap_row, snap_slot) = (ints(rt, &run_snaps)?, ints(rt, &snap_row)?, ints(rt, &snap_slot)?);
+    go(
+        rt,
+        K,
+        [dim(K, "blocks", blocks_of(d))?, dim(K, "runs", runs.len())?, 1],
+        THREADS,
+        &[
+            Arg::Buf(bcx),
+            Arg::Buf(kernel),
+            Arg::Buf(pool.buf),
+            Arg::Buf(out),
+            Arg::Buf(&run_rows),
+            Arg::Buf(&rows),
+            Arg::Buf(&run_state),
+            Arg::Buf(&run_snaps),
+            Arg::Buf(&snap_row),
+            Arg::Buf(&snap_slot),
+            Arg::I32(int(K, "d", d)?),
+            Arg::I32(int(K, "taps", taps)?),
+            Arg::I64(pool.slot_floats as i64),
+            Arg::I64(pool.part_offset as i64),
+        ],
+    )
+}
+
 /// `out` row `out_rows[i]` += `weights[i]` · `src` row `src_rows[i]`, for `src` of `src_len` rows
 /// and `out` of `out_len` rows of `cols`; an `out` row may appear only once.
 #[allow(clippy::too_many_arguments)]

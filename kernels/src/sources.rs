@@ -29,6 +29,7 @@ pub const SOURCES: &[KernelSource] = embedded![
     "quantize.cu",
     "kv.cu",
     "hadamard.cu",
+    "recurrent.cu",
     "matvec.cu",
     "matmul.cu",
     "attention.cu",

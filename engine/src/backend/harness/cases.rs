@@ -8,7 +8,7 @@ use super::reference as naive;
 use super::{nmse, OpCases, Rng};
 use crate::backend::{
     Activation, AttentionRow, AttentionShape, Backend, BlockId, ColumnBlocks, KvSlot, KvSource, KvStorage, KvType, KvTypes, Rope, RopeKind,
-    RowInput, Yarn, BLOCK_POSITIONS,
+    RowInput, StatePart, StateRun, Yarn, BLOCK_POSITIONS,
 };
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::quant::{ops_for, q4_0, q8_0, GgmlType, Isa};
@@ -55,6 +55,8 @@ pub fn table<B: Backend>() -> Vec<OpCases<B>> {
         OpCases { op: "softcap", bound: 1e-12, run: softcap },
         // sums and differences of f32 values, then one scale
         OpCases { op: "hadamard", bound: 1e-12, run: hadamard },
+        // products and sums of f32 values over a few taps, each sequence's rows in order
+        OpCases { op: "short_conv", bound: 1e-12, run: short_conv },
         OpCases { op: "select_rows", bound: 0.0, run: select_rows },
         OpCases { op: "copy_columns", bound: 0.0, run: copy_columns },
     ]
@@ -510,6 +512,61 @@ fn hadamard<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
             (format!("{rows}x{cols} in blocks of {block}"), nmse(&back(b, t), &naive::hadamard(&x, block)))
         })
         .collect()
+}
+
+/// Two sequences' rows interleaved in one call, each one's state then continued by the next call
+/// and resumed from snapshots the first call wrote: every output against the definition over
+/// the sequence's whole history.
+fn short_conv<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for (d, taps) in [(64usize, 3usize), (300, 4), (8, 2)] {
+        // a second layer's part of slots that hold more
+        let part = StatePart { offset: d, len: (taps - 1) * d };
+        let mut store = b.new_kv_store(KvType::F32.into(), 1, 4, 4, part.offset + part.len + 5);
+        for id in 0..4 {
+            store.alloc_state(id).expect("alloc_state");
+        }
+        let kernel = host(b, d, taps, &rng.values(d * taps, 1.0));
+        let (a, c) = (rng.values(10 * 3 * d, 2.0), rng.values(6 * 3 * d, 2.0)); // sequences A and C
+        let row = |s: &[f32], i: usize| s[i * 3 * d..(i + 1) * 3 * d].to_vec();
+        let mut call = |rows: &[(&[f32], usize)], runs: Vec<StateRun>| -> Vec<f32> {
+            let bcx: Vec<f32> = rows.iter().flat_map(|&(s, i)| row(s, i)).collect();
+            let y = b.short_conv(&host(b, rows.len(), 3 * d, &bcx), &kernel, &mut store, part, &runs).expect("short_conv");
+            back(b, y)
+        };
+        let run = |rows: Vec<usize>, state: u32, snapshots: Vec<(usize, u32)>| StateRun { rows, state, snapshots };
+        // A's rows 0..7 and C's 0..4 interleaved; snapshots after A's row 4 and C's row 1
+        let first: Vec<(&[f32], usize)> =
+            vec![(&a, 0), (&c, 0), (&a, 1), (&c, 1), (&a, 2), (&c, 2), (&a, 3), (&c, 3), (&a, 4), (&a, 5), (&a, 6)];
+        let y1 = call(&first, vec![run(vec![0, 2, 4, 6, 8, 9, 10], 0, vec![(4, 2)]), run(vec![1, 3, 5, 7], 1, vec![(1, 3)])]);
+        let y2 = call(&[(&a, 7), (&a, 8), (&a, 9)], vec![run(vec![0, 1, 2], 0, vec![])]);
+        let y3 = call(&[(&c, 2), (&c, 3), (&c, 4), (&c, 5)], vec![run(vec![0, 1, 2, 3], 3, vec![])]);
+        let y4 = call(&[(&a, 5), (&a, 6)], vec![run(vec![0, 1], 2, vec![])]);
+        let (want_a, want_c) =
+            (naive::short_conv(&a, &kernel_values(b, &kernel), d, taps), naive::short_conv(&c, &kernel_values(b, &kernel), d, taps));
+        let pick = |want: &[f64], i: usize| want[i * d..(i + 1) * d].to_vec();
+        let mut got = Vec::new();
+        let mut want = Vec::new();
+        for (k, &(s, i)) in first.iter().enumerate() {
+            got.extend_from_slice(&y1[k * d..(k + 1) * d]);
+            want.extend(pick(if std::ptr::eq(s, &a[..]) { &want_a } else { &want_c }, i));
+        }
+        for (y, w, rows) in [(&y2, &want_a, 7..10), (&y3, &want_c, 2..6), (&y4, &want_a, 5..7)] {
+            got.extend_from_slice(y);
+            rows.for_each(|i| want.extend(pick(w, i)));
+        }
+        out.push((format!("{d} channels, {taps} taps: interleaved, continued, resumed"), nmse(&got, &want)));
+    }
+    out
+}
+
+/// The values of a kernel tensor (uploaded from them: read back unchanged).
+fn kernel_values<B: Backend>(b: &B, kernel: &B::Tensor) -> Vec<f32> {
+    let (rows, cols) = b.shape(kernel);
+    let copy = b.select_rows(kernel, &(0..rows).collect::<Vec<_>>()).expect("select_rows");
+    let values = back(b, copy);
+    assert_eq!(values.len(), rows * cols);
+    values
 }
 
 fn softcap<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {

@@ -178,6 +178,28 @@ pub fn hadamard(x: &[f32], block: usize) -> Vec<f64> {
         .collect()
 }
 
+/// LFM2's gated short convolution of one sequence's rows of `3 d` (`b`, `c`, `x`) from a zero
+/// state, written out from its definition in f64: row `t`'s channel is `c · Σ_k u[t - (taps - 1
+/// - k)] · tap[k]`, `u = b · x`, zeros before the first row.
+pub fn short_conv(bcx: &[f32], kernel: &[f32], d: usize, taps: usize) -> Vec<f64> {
+    let n = bcx.len() / (3 * d);
+    let at = |t: usize, part: usize, ch: usize| f64::from(bcx[t * 3 * d + part * d + ch]);
+    let mut y = Vec::with_capacity(n * d);
+    for t in 0..n {
+        for ch in 0..d {
+            let sum: f64 = (0..taps)
+                .filter(|&k| t + k + 1 >= taps)
+                .map(|k| {
+                    let s = t + k + 1 - taps;
+                    at(s, 0, ch) * at(s, 2, ch) * f64::from(kernel[ch * taps + k])
+                })
+                .sum();
+            y.push(at(t, 1, ch) * sum);
+        }
+    }
+    y
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

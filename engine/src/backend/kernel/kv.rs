@@ -43,10 +43,10 @@ impl<R: Runtime> DeviceKvStore<R> {
         DeviceKvStore { rt, device, types, n_layer, k_dim, v_dim, capacity: 0, pools: None, state_floats, state_capacity: 0, states: None }
     }
 
-    /// The state pool (`[slot][state_floats]` f32 values); `None` before any slot was used.
-    #[allow(dead_code)]
-    pub(super) fn state_pool(&self) -> Option<&R::Buffer> {
-        self.states.as_ref().map(|(pool, _)| pool)
+    /// The state pool (`[slot][state_floats]` f32 values), its slots and a slot's values;
+    /// `None` before any slot was used.
+    pub(super) fn state_pool(&self) -> Option<(&R::Buffer, usize, usize)> {
+        self.states.as_ref().map(|(pool, _)| (pool, self.state_capacity, self.state_floats))
     }
 
     fn grow_states_to(&mut self, slots: usize) -> Result<(), BackendError> {

@@ -516,16 +516,34 @@ where
 
     fn short_conv(
         &self,
-        _bcx: &DeviceTensor<R>,
-        _kernel: &DeviceTensor<R>,
-        _store: &mut DeviceKvStore<R>,
-        _part: StatePart,
-        _runs: &[StateRun],
+        bcx: &DeviceTensor<R>,
+        kernel: &DeviceTensor<R>,
+        store: &mut DeviceKvStore<R>,
+        part: StatePart,
+        runs: &[StateRun],
     ) -> Result<DeviceTensor<R>, BackendError> {
-        Err(BackendError::Device {
-            device: self.device,
-            message: "recurrent layers (short_conv) do not run on this device yet; load the model on the cpu".into(),
-        })
+        const OP: &str = "short_conv";
+        let (d, taps) = (kernel.rows, kernel.cols);
+        if bcx.cols != 3 * d || taps < 2 || part.len != (taps - 1) * d {
+            return Err(BackendError::shape(
+                OP,
+                format!("rows of {} for a kernel of {d} x {taps} and a state part of {} values", bcx.cols, part.len),
+            ));
+        }
+        let (buf, slots, slot_floats) = store.state_pool().ok_or_else(|| BackendError::shape(OP, "no state slot is in use"))?;
+        // rows in no run stay zeros, as on the CPU
+        let every_row = runs.iter().map(|r| r.rows.len()).sum::<usize>() == bcx.rows;
+        let out = if every_row { self.output(OP, bcx.rows, d)? } else { self.tensor(OP, bcx.rows, d)? };
+        let snapshots: Vec<Vec<(usize, usize)>> =
+            runs.iter().map(|r| r.snapshots.iter().map(|&(i, s)| (i, s as usize)).collect()).collect();
+        let conv_runs: Vec<launch::ConvRun<'_>> = runs
+            .iter()
+            .zip(&snapshots)
+            .map(|(r, snaps)| launch::ConvRun { rows: &r.rows, slot: r.state as usize, snapshots: snaps })
+            .collect();
+        let pool = launch::StatePool { buf, slots, slot_floats, part_offset: part.offset };
+        launch::short_conv(&*self.rt, &bcx.buf, bcx.rows, &kernel.buf, [d, taps], pool, &out.buf, &conv_runs).map_err(self.fail(OP))?;
+        Ok(out)
     }
 
     fn copy_columns(
