@@ -42,7 +42,8 @@ SEEDS = (1, 2)
 #               (ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps instead of the dense FFN)
 #   shared:     (width, gated): a shared expert beside the routed ones (ffn_{gate,up,down}_shexp,
 #               with ffn_gate_inp_shexp when gated)
-#   keys:       further `<arch>.KEY` values: a float as f32, an int as u32, a str as a string
+#   keys:       further `<arch>.KEY` values: a float as f32, an int as u32, a str as a string, a
+#               bool as a bool (seed2_keys: more for seed 2 only)
 #               (Granite's four scalars, Mistral 3's YaRN and attention temperature)
 #   dense_lead: this many first layers keep a dense FFN, the others have experts
 #   probs_bias: exp_probs_b.bias, the experts' selection bias
@@ -74,6 +75,9 @@ SEEDS = (1, 2)
 #               of taps per channel, shortconv.in_proj, shortconv.out_proj) with no attention;
 #               head_count_kv becomes one number per layer, 0 in them (as LFM2's converter writes
 #               it; llama.cpp takes the head size from layer 0's head_count, so that stays one number)
+#   mamba2:     (d_conv, d_state, heads, groups, layers): those layers are Mamba-2 blocks with no
+#               attention (ssm_in, ssm_conv1d weight and bias, ssm_dt bias, ssm_a, ssm_d, ssm_norm,
+#               ssm_out; an inner size of 2·N_EMBD), head_count_kv per layer as with shortconv
 #   output_norm: the final norm's tensor name (default output_norm; LFM2: token_embd_norm)
 ARCHS = {
     "llama": dict(n_head=4, n_head_kv=2, rope_base=500000.0, eps=1e-5, qkv_bias=True, o_bias=True, ffn_bias=True,
@@ -133,6 +137,15 @@ ARCHS = {
     # LFM2: convolution, attention, convolution (the last layer recurrent, as real files' first two)
     "lfm2": dict(n_head=4, n_head_kv=2, rope_base=1000000.0, eps=1e-5, n_layer=3, qk_norm="head",
                  shortconv=(3, (0, 2)), output_norm="token_embd_norm", keys={"shortconv.l_cache": 3}),
+    # Granite 4's hybrid: Mamba-2, attention, Mamba-2, Granite's four scalars; seed 2 without RoPE
+    # (rope.scaling.finetuned false, as the released models' files)
+    "granitehybrid": dict(n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-5, n_layer=3,
+                          mamba2=(4, 32, 8, 2, (0, 2)),
+                          # scales that keep the logits sensitive to the SSM's numbers
+                          keys={"embedding_scale": 12.0, "residual_scale": 0.8, "attention.scale": 0.1,
+                                "logit_scale": 0.5, "ssm.conv_kernel": 4, "ssm.inner_size": 2 * N_EMBD,
+                                "ssm.state_size": 32, "ssm.time_step_rank": 8, "ssm.group_count": 2},
+                          seed2_keys={"rope.scaling.finetuned": False}),
 }
 
 
@@ -143,7 +156,8 @@ def rng_for(file, name):
 
 def tensors_for(cfg):
     """(name, numpy shape (rows, cols) or (n,), kind) of every tensor, in file order. Kinds: "w"
-    N(0, 0.1); "norm" (and scales) 1 + N(0, 0.1); "factor" (RoPE divisors) 1 + |N(0, 0.5)|."""
+    N(0, 0.1); "norm" (and scales) 1 + N(0, 0.1); "factor" (RoPE divisors) 1 + |N(0, 0.5)|;
+    "decay" (Mamba-2's a = -exp(A_log)) -(1 + |N(0, 2)|)."""
     e, h, kv = N_EMBD, cfg["n_head"], cfg["n_head_kv"]
     hd = e // h
     pre, post = cfg.get("pre_norms", True), cfg.get("post_norms", False)
@@ -161,7 +175,15 @@ def tensors_for(cfg):
         b = f"blk.{i}."
         if pre:
             t.append((b + "attn_norm.weight", (e,), "norm"))
-        if "shortconv" in cfg and i in cfg["shortconv"][1]:
+        if "mamba2" in cfg and i in cfg["mamba2"][4]:
+            d_conv, d_state, heads, groups, _ = cfg["mamba2"]
+            inner = 2 * e
+            ch = inner + 2 * groups * d_state
+            t += [(b + "ssm_in.weight", (inner + ch + heads, e), "w"),
+                  (b + "ssm_conv1d.weight", (ch, d_conv), "w"), (b + "ssm_conv1d.bias", (ch,), "w"),
+                  (b + "ssm_dt.bias", (heads,), "w"), (b + "ssm_a", (heads, 1), "decay"), (b + "ssm_d", (heads, 1), "norm"),
+                  (b + "ssm_norm.weight", (groups, inner // groups), "norm"), (b + "ssm_out.weight", (e, inner), "w")]
+        elif "shortconv" in cfg and i in cfg["shortconv"][1]:
             t += [(b + "shortconv.conv.weight", (e, cfg["shortconv"][0]), "w"),
                   (b + "shortconv.in_proj.weight", (3 * e, e), "w"),
                   (b + "shortconv.out_proj.weight", (e, e), "w")]
@@ -180,7 +202,7 @@ def tensors_for(cfg):
             t += proj(b + "attn_q", h * hd, e, cfg.get("qkv_bias"))
             t += proj(b + "attn_k", kv * hd, e, cfg.get("qkv_bias"))
             t += proj(b + "attn_v", kv * hd, e, cfg.get("qkv_bias"))
-        conv_layer = "shortconv" in cfg and i in cfg["shortconv"][1]
+        conv_layer = ("shortconv" in cfg and i in cfg["shortconv"][1]) or ("mamba2" in cfg and i in cfg["mamba2"][4])
         if cfg.get("qk_norm") == "head" and not conv_layer:
             t += [(b + "attn_q_norm.weight", (hd,), "norm"), (b + "attn_k_norm.weight", (hd,), "norm")]
         elif cfg.get("qk_norm") == "row":
@@ -248,8 +270,8 @@ def write_model(row, cfg, seed, out):
     w.add_embedding_length(N_EMBD)
     w.add_block_count(cfg.get("n_layer", N_LAYER))
     w.add_feed_forward_length(N_FF)
-    if "shortconv" in cfg:
-        conv = cfg["shortconv"][1]
+    if "shortconv" in cfg or "mamba2" in cfg:
+        conv = cfg["shortconv"][1] if "shortconv" in cfg else cfg["mamba2"][4]
         per_layer = lambda n: [0 if i in conv else n for i in range(cfg.get("n_layer", N_LAYER))]
         w.add_head_count(cfg["n_head"])
         w.add_array(f"{arch}.attention.head_count_kv", per_layer(cfg["n_head_kv"]))
@@ -269,7 +291,7 @@ def write_model(row, cfg, seed, out):
         w.add_expert_feed_forward_length(ff)
         if "shared" in cfg:
             w.add_expert_shared_feed_forward_length(cfg["shared"][0])
-    for key, value in cfg.get("keys", {}).items():
+    for key, value in {**cfg.get("keys", {}), **(cfg.get("seed2_keys", {}) if seed == 2 else {})}.items():
         if isinstance(value, bool):
             w.add_bool(f"{arch}.{key}", value)
         elif isinstance(value, str):
@@ -297,6 +319,8 @@ def write_model(row, cfg, seed, out):
             a += 1.0
         elif kind == "factor":
             a = 1.0 + np.abs(a) * 5.0
+        elif kind == "decay":
+            a = -(1.0 + np.abs(a) * 20.0)
         w.add_tensor(tname, a.astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -3,10 +3,13 @@
 // butterfly), one scale per group, as the CPU backend computes them.
 #include "portable.cuh"
 
-// y = x / sqrt(mean(x²) + eps) * w, for every group of n values; y may be x (in place)
-KERNEL void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
+// y = x / sqrt(mean(x²) + eps) * w, for every group of n values; y may be x (in place). w holds
+// w_groups groups of n: group g of the values takes w's group g % w_groups (Mamba-2's grouped
+// norm; 1 elsewhere).
+KERNEL void rms_norm(const float* x, const float* w, float* y, int n, float eps, int w_groups) {
     SHARED double scratch[32];
     const float* xg = x + (int64_t)BLOCK_ID * n;
+    w += (int64_t)(BLOCK_ID % w_groups) * n;
     float* yg = y + (int64_t)BLOCK_ID * n;
     double sum = 0.0;
     for (int i = THREAD_ID; i < n; i += BLOCK_THREADS) {

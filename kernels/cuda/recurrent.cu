@@ -1,23 +1,26 @@
-// The recurrent layers' state updates: LFM2's gated short convolution. Each sequence's rows run
-// in position order, continuing the state its slot holds; one thread per (sequence, channel)
-// carries that channel's window in registers. The CPU backend's arithmetic in its order (the
-// oldest tap first, a product then a sum, never fused: the kernels are compiled without FMA
-// contraction), so the same bits.
+// The recurrent layers' state updates: causal depthwise convolutions with state (Mamba-2's, and
+// LFM2's gated short convolution) and Mamba-2's selective scan. Each sequence's rows run in
+// position order, continuing the state its slot holds. The CPU backend's arithmetic in its
+// order (products then sums, never fused: the kernels are compiled without FMA contraction), so
+// the convolutions give the same bits; the scan's exp and log1p are CUDA's own.
 #include "portable.cuh"
 
 // The most taps a short convolution may have (LFM2: 3).
 #define SHORT_CONV_MAX_TAPS 8
 
-// bcx: rows of 3·d (b, c, x); kernel: d rows of `taps`; states: slots of `state_floats`, the
-// layer's part at `part`; out: rows of d. Run r (grid y) has the rows rows[run_rows[r] ..
-// run_rows[r + 1]), its slot run_state[r], and the snapshots snap_row / snap_slot
-// [run_snaps[r] .. run_snaps[r + 1]) (after which of its rows, into which slot), in row order.
-KERNEL void short_conv(const float* bcx, const float* kernel, float* states, float* out, const int* run_rows, const int* rows, const int* run_state, const int* run_snaps, const int* snap_row, const int* snap_slot, int d, int taps, int64_t state_floats, int64_t part) {
+// One thread per (sequence, channel) carries the channel's window in registers. gated: rows of
+// 3·d (b, c, x), the new value b·x and the output c·sum (LFM2); otherwise rows of d, the value
+// itself and the sum. kernel: d rows of `taps`; states: slots of `state_floats`, the layer's part
+// at `part`; out: rows of d. Run r (grid y) has the rows rows[run_rows[r] .. run_rows[r + 1]), its
+// slot run_state[r], and the snapshots snap_row / snap_slot [run_snaps[r] .. run_snaps[r + 1])
+// (after which of its rows, into which slot), in row order.
+KERNEL void conv_states(const float* in, const float* kernel, float* states, float* out, const int* run_rows, const int* rows, const int* run_state, const int* run_snaps, const int* snap_row, const int* snap_slot, int d, int taps, int64_t state_floats, int64_t part, int gated) {
     const int ch = BLOCK_ID * BLOCK_THREADS + THREAD_ID;
     const int run = BLOCK_ID_Y;
     if (ch >= d) {
         return;
     }
+    const int64_t stride = gated ? 3 * (int64_t)d : d;
     float window[SHORT_CONV_MAX_TAPS - 1];
     float* state = states + (int64_t)run_state[run] * state_floats + part;
     for (int k = 0; k < taps - 1; k++) {
@@ -29,14 +32,14 @@ KERNEL void short_conv(const float* bcx, const float* kernel, float* states, flo
     const int first = run_rows[run];
     for (int i = first; i < run_rows[run + 1]; i++) {
         const int64_t r = rows[i];
-        const float* row = bcx + r * 3 * d;
-        const float u = row[ch] * row[2 * d + ch];
+        const float* row = in + r * stride;
+        const float u = gated ? row[ch] * row[2 * d + ch] : row[ch];
         float sum = 0.0f;
         for (int k = 0; k < taps - 1; k++) {
             sum += window[k] * tap[k];
         }
         sum += u * tap[taps - 1];
-        out[r * d + ch] = row[d + ch] * sum;
+        out[r * d + ch] = gated ? row[d + ch] * sum : sum;
         for (int k = 0; k + 1 < taps - 1; k++) {
             window[k] = window[k + 1];
         }
@@ -51,5 +54,54 @@ KERNEL void short_conv(const float* bcx, const float* kernel, float* states, flo
     }
     for (int k = 0; k < taps - 1; k++) {
         state[(int64_t)k * d + ch] = window[k];
+    }
+}
+
+// ggml's softplus: ln(1 + e^x), or x itself past 20
+DEVICE float softplus(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+
+// Mamba-2's selective scan: one block per (head, sequence), one thread per value of the head
+// (a row of its state: d_state values, updated in place in the slot). xbc: rows of xbc_cols (the
+// heads' values, then n_group groups of B, then of C, d_state each); dt: rows of n_head (bias
+// added); a, d: one per head; out: rows of n_head · head_dim. Runs and snapshots as conv_states.
+KERNEL void ssm_scan(const float* xbc, const float* dt, const float* a, const float* d, float* states, float* out, const int* run_rows, const int* rows, const int* run_state, const int* run_snaps, const int* snap_row, const int* snap_slot, int n_head, int head_dim, int n_group, int d_state, int xbc_cols, int64_t state_floats, int64_t part) {
+    const int h = BLOCK_ID;
+    const int run = BLOCK_ID_Y;
+    const int k = THREAD_ID;
+    if (k >= head_dim) {
+        return;
+    }
+    const int g = h / (n_head / n_group);
+    const int64_t d_inner = (int64_t)n_head * head_dim;
+    const int64_t at = ((int64_t)h * head_dim + k) * d_state; // this value's state row in a slot's part
+    float* state = states + (int64_t)run_state[run] * state_floats + part + at;
+    int snap = run_snaps[run];
+    const int snap_end = run_snaps[run + 1];
+    const int first = run_rows[run];
+    for (int i = first; i < run_rows[run + 1]; i++) {
+        const int64_t r = rows[i];
+        const float* row = xbc + r * xbc_cols;
+        const float* b = row + d_inner + (int64_t)g * d_state;
+        const float* c = row + d_inner + (int64_t)(n_group + g) * d_state;
+        const float x = row[(int64_t)h * head_dim + k];
+        const float dt_soft = softplus(dt[r * n_head + h]);
+        const float decay = expf(dt_soft * a[h]);
+        const float x_dt = x * dt_soft;
+        float sum = 0.0f;
+        for (int j = 0; j < d_state; j++) {
+            const float s = state[j] * decay + b[j] * x_dt;
+            state[j] = s;
+            sum += s * c[j];
+        }
+        out[r * d_inner + (int64_t)h * head_dim + k] = sum + x * d[h];
+        if (snap < snap_end && snap_row[snap] == i - first) {
+            float* copy = states + (int64_t)snap_slot[snap] * state_floats + part + at;
+            for (int j = 0; j < d_state; j++) {
+                copy[j] = state[j];
+            }
+            snap++;
+        }
     }
 }

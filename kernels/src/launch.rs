@@ -124,10 +124,10 @@ pub fn hadamard<R: Runtime>(rt: &R, x: &R::Buffer, block: usize, n: usize) -> Re
     go(rt, K, [dim(K, "blocks", n / block)?, 1, 1], block as u32, &[Arg::Buf(x), Arg::I32(block as i32), Arg::F32(scale)])
 }
 
-/// The most taps `short_conv` takes (`recurrent.cu`).
+/// The most taps `conv_states` takes (`recurrent.cu`).
 pub const SHORT_CONV_MAX_TAPS: usize = 8;
 
-/// One sequence's rows for `short_conv`: the batch rows in position order, the state slot they
+/// One sequence's rows for a recurrent kernel: the batch rows in position order, the state slot they
 /// continue, and `(i, slot)`: the slot that gets the state after `rows[i]`, in row order.
 pub struct ConvRun<'a> {
     pub rows: &'a [usize],
@@ -143,32 +143,39 @@ pub struct StatePool<'a, B> {
     pub part_offset: usize,
 }
 
-/// LFM2's gated short convolution (`recurrent.cu`): `bcx` of `n_rows` rows of `3 d`, `kernel`
-/// `d` x `taps`, `out` `n_rows` x `d`, each run's rows continuing its slot's state in `pool`.
-/// Rows and slots may each appear once.
-#[allow(clippy::too_many_arguments)]
-pub fn short_conv<R: Runtime>(
+/// The runs of a recurrent kernel as its index arrays: each run's rows, slot and snapshots
+/// (checked: rows below `n_rows` and in one run each, slots below `slots` and used once,
+/// snapshots after rows of their run in row order). `None` when the runs have no row.
+struct RunArrays<B> {
+    run_rows: std::sync::Arc<B>,
+    rows: std::sync::Arc<B>,
+    run_state: std::sync::Arc<B>,
+    run_snaps: std::sync::Arc<B>,
+    snap_row: std::sync::Arc<B>,
+    snap_slot: std::sync::Arc<B>,
+}
+
+impl<B> RunArrays<B> {
+    fn args(&self) -> [Arg<'_, B>; 6] {
+        [
+            Arg::Buf(&self.run_rows),
+            Arg::Buf(&self.rows),
+            Arg::Buf(&self.run_state),
+            Arg::Buf(&self.run_snaps),
+            Arg::Buf(&self.snap_row),
+            Arg::Buf(&self.snap_slot),
+        ]
+    }
+}
+
+fn run_arrays<R: Runtime>(
     rt: &R,
-    bcx: &R::Buffer,
+    kernel: &str,
     n_rows: usize,
-    kernel: &R::Buffer,
-    [d, taps]: [usize; 2],
-    pool: StatePool<'_, R::Buffer>,
-    out: &R::Buffer,
+    slots: usize,
     runs: &[ConvRun<'_>],
-) -> Result<(), RuntimeError> {
-    const K: &str = "short_conv";
-    let bad = |why: String| Err(RuntimeError::Device(format!("{K}: {why}")));
-    if !(2..=SHORT_CONV_MAX_TAPS).contains(&taps) || d == 0 {
-        return bad(format!("{taps} taps over {d} channels (2 to {SHORT_CONV_MAX_TAPS} taps)"));
-    }
-    if pool.part_offset + (taps - 1) * d > pool.slot_floats {
-        return bad(format!("a state of {} values from {} in slots of {}", (taps - 1) * d, pool.part_offset, pool.slot_floats));
-    }
-    check(rt, K, "bcx", bcx, n_rows * 3 * d * 4)?;
-    check(rt, K, "kernel", kernel, d * taps * 4)?;
-    check(rt, K, "out", out, n_rows * d * 4)?;
-    check(rt, K, "states", pool.buf, pool.slots * pool.slot_floats * 4)?;
+) -> Result<Option<RunArrays<R::Buffer>>, RuntimeError> {
+    let bad = |why: String| Err(RuntimeError::Device(format!("{kernel}: {why}")));
     let (mut row_seen, mut slot_seen) = (vec![false; n_rows], std::collections::HashSet::new());
     let (mut run_rows, mut rows, mut run_state, mut run_snaps, mut snap_row, mut snap_slot) =
         (vec![0i32], Vec::new(), Vec::new(), vec![0i32], Vec::new(), Vec::new());
@@ -177,7 +184,7 @@ pub fn short_conv<R: Runtime>(
             if r >= n_rows || std::mem::replace(&mut row_seen[r], true) {
                 return bad(format!("row {r} of {n_rows} is out of range or in two runs"));
             }
-            rows.push(int(K, "row", r)?);
+            rows.push(int(kernel, "row", r)?);
         }
         let mut last = None;
         for &(i, slot) in run.snapshots {
@@ -185,48 +192,127 @@ pub fn short_conv<R: Runtime>(
                 return bad(format!("a snapshot after row {i} of a run of {} (in row order)", run.rows.len()));
             }
             last = Some(i);
-            snap_row.push(int(K, "snapshot row", i)?);
-            snap_slot.push(int(K, "snapshot slot", slot)?);
+            snap_row.push(int(kernel, "snapshot row", i)?);
+            snap_slot.push(int(kernel, "snapshot slot", slot)?);
         }
         for slot in std::iter::once(run.slot).chain(run.snapshots.iter().map(|&(_, s)| s)) {
-            if slot >= pool.slots || !slot_seen.insert(slot) {
-                return bad(format!("state slot {slot} of {} is out of range or used twice", pool.slots));
+            if slot >= slots || !slot_seen.insert(slot) {
+                return bad(format!("state slot {slot} of {slots} is out of range or used twice"));
             }
         }
-        run_state.push(int(K, "slot", run.slot)?);
-        run_rows.push(int(K, "rows", rows.len())?);
-        run_snaps.push(int(K, "snapshots", snap_row.len())?);
+        run_state.push(int(kernel, "slot", run.slot)?);
+        run_rows.push(int(kernel, "rows", rows.len())?);
+        run_snaps.push(int(kernel, "snapshots", snap_row.len())?);
     }
     if rows.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     // index arrays of at least one value each (an empty upload is no buffer)
     snap_row.push(0);
     snap_slot.push(0);
-    let (run_rows, rows, run_state) = (ints(rt, &run_rows)?, ints(rt, &rows)?, ints(rt, &run_state)?);
-    let (run_snaps, snap_row, snap_slot) = (ints(rt, &run_snaps)?, ints(rt, &snap_row)?, ints(rt, &snap_slot)?);
-    go(
-        rt,
-        K,
-        [dim(K, "blocks", blocks_of(d))?, dim(K, "runs", runs.len())?, 1],
-        THREADS,
-        &[
-            Arg::Buf(bcx),
-            Arg::Buf(kernel),
-            Arg::Buf(pool.buf),
-            Arg::Buf(out),
-            Arg::Buf(&run_rows),
-            Arg::Buf(&rows),
-            Arg::Buf(&run_state),
-            Arg::Buf(&run_snaps),
-            Arg::Buf(&snap_row),
-            Arg::Buf(&snap_slot),
-            Arg::I32(int(K, "d", d)?),
-            Arg::I32(int(K, "taps", taps)?),
-            Arg::I64(pool.slot_floats as i64),
-            Arg::I64(pool.part_offset as i64),
-        ],
-    )
+    Ok(Some(RunArrays {
+        run_rows: ints(rt, &run_rows)?,
+        rows: ints(rt, &rows)?,
+        run_state: ints(rt, &run_state)?,
+        run_snaps: ints(rt, &run_snaps)?,
+        snap_row: ints(rt, &snap_row)?,
+        snap_slot: ints(rt, &snap_slot)?,
+    }))
+}
+
+/// A causal depthwise convolution with states (`recurrent.cu`'s `conv_states`): `input` of
+/// `n_rows` rows of `d` channels, or of `3 d` when `gated` (LFM2's `b`, `c`, `x`: the
+/// convolution of `b · x` gated by `c`), `kernel` `d` x `taps`, `out` `n_rows` x `d`, each run's
+/// rows continuing its slot's state in `pool`. Rows and slots may each appear once.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_states<R: Runtime>(
+    rt: &R,
+    input: &R::Buffer,
+    n_rows: usize,
+    kernel: &R::Buffer,
+    [d, taps]: [usize; 2],
+    gated: bool,
+    pool: StatePool<'_, R::Buffer>,
+    out: &R::Buffer,
+    runs: &[ConvRun<'_>],
+) -> Result<(), RuntimeError> {
+    const K: &str = "conv_states";
+    if !(2..=SHORT_CONV_MAX_TAPS).contains(&taps) || d == 0 {
+        return Err(RuntimeError::Device(format!("{K}: {taps} taps over {d} channels (2 to {SHORT_CONV_MAX_TAPS} taps)")));
+    }
+    if pool.part_offset + (taps - 1) * d > pool.slot_floats {
+        return Err(RuntimeError::Device(format!(
+            "{K}: a state of {} values from {} in slots of {}",
+            (taps - 1) * d,
+            pool.part_offset,
+            pool.slot_floats
+        )));
+    }
+    let width = if gated { 3 * d } else { d };
+    check(rt, K, "input", input, n_rows * width * 4)?;
+    check(rt, K, "kernel", kernel, d * taps * 4)?;
+    check(rt, K, "out", out, n_rows * d * 4)?;
+    check(rt, K, "states", pool.buf, pool.slots * pool.slot_floats * 4)?;
+    let Some(arrays) = run_arrays(rt, K, n_rows, pool.slots, runs)? else { return Ok(()) };
+    let mut args = vec![Arg::Buf(input), Arg::Buf(kernel), Arg::Buf(pool.buf), Arg::Buf(out)];
+    args.extend(arrays.args());
+    args.extend([
+        Arg::I32(int(K, "d", d)?),
+        Arg::I32(int(K, "taps", taps)?),
+        Arg::I64(pool.slot_floats as i64),
+        Arg::I64(pool.part_offset as i64),
+        Arg::I32(i32::from(gated)),
+    ]);
+    go(rt, K, [dim(K, "blocks", blocks_of(d))?, dim(K, "runs", runs.len())?, 1], THREADS, &args)
+}
+
+/// Mamba-2's selective scan (`recurrent.cu`'s `ssm_scan`): `xbc` of `n_rows` rows of the heads'
+/// values then B's and C's groups, `dt` of `n_rows` x `n_head`, `a` and `d` one per head, `out`
+/// `n_rows` x `n_head · head_dim`, each run's rows continuing its slot's state (`head_dim` x
+/// `d_state` per head) in `pool`.
+#[allow(clippy::too_many_arguments)]
+pub fn ssm_scan<R: Runtime>(
+    rt: &R,
+    [xbc, dt, a, d]: [&R::Buffer; 4],
+    n_rows: usize,
+    [n_head, head_dim, n_group, d_state]: [usize; 4],
+    pool: StatePool<'_, R::Buffer>,
+    out: &R::Buffer,
+    runs: &[ConvRun<'_>],
+) -> Result<(), RuntimeError> {
+    const K: &str = "ssm_scan";
+    let d_inner = n_head * head_dim;
+    let cols = d_inner + 2 * n_group * d_state;
+    if n_group == 0 || !n_head.is_multiple_of(n_group) || head_dim == 0 || head_dim > MAX_BLOCK_THREADS as usize || d_state == 0 {
+        return Err(RuntimeError::Device(format!("{K}: {n_head} heads of {head_dim} in {n_group} groups, states of {d_state}")));
+    }
+    if pool.part_offset + d_inner * d_state > pool.slot_floats {
+        return Err(RuntimeError::Device(format!(
+            "{K}: a state of {} values from {} in slots of {}",
+            d_inner * d_state,
+            pool.part_offset,
+            pool.slot_floats
+        )));
+    }
+    check(rt, K, "xbc", xbc, n_rows * cols * 4)?;
+    check(rt, K, "dt", dt, n_rows * n_head * 4)?;
+    check(rt, K, "a", a, n_head * 4)?;
+    check(rt, K, "d", d, n_head * 4)?;
+    check(rt, K, "out", out, n_rows * d_inner * 4)?;
+    check(rt, K, "states", pool.buf, pool.slots * pool.slot_floats * 4)?;
+    let Some(arrays) = run_arrays(rt, K, n_rows, pool.slots, runs)? else { return Ok(()) };
+    let mut args = vec![Arg::Buf(xbc), Arg::Buf(dt), Arg::Buf(a), Arg::Buf(d), Arg::Buf(pool.buf), Arg::Buf(out)];
+    args.extend(arrays.args());
+    args.extend([
+        Arg::I32(int(K, "n_head", n_head)?),
+        Arg::I32(int(K, "head_dim", head_dim)?),
+        Arg::I32(int(K, "n_group", n_group)?),
+        Arg::I32(int(K, "d_state", d_state)?),
+        Arg::I32(int(K, "cols", cols)?),
+        Arg::I64(pool.slot_floats as i64),
+        Arg::I64(pool.part_offset as i64),
+    ]);
+    go(rt, K, [dim(K, "heads", n_head)?, dim(K, "runs", runs.len())?, 1], head_dim as u32, &args)
 }
 
 /// `out` row `out_rows[i]` += `weights[i]` · `src` row `src_rows[i]`, for `src` of `src_len` rows
@@ -320,6 +406,7 @@ pub fn select_rows<R: Runtime>(
 }
 
 /// RMS norm of every group of `n` values (`groups` of them) by `w`, into `y` (may be `x`).
+#[allow(clippy::too_many_arguments)]
 pub fn rms_norm<R: Runtime>(
     rt: &R,
     x: &R::Buffer,
@@ -328,12 +415,16 @@ pub fn rms_norm<R: Runtime>(
     groups: usize,
     n: usize,
     eps: f32,
+    w_groups: usize,
 ) -> Result<(), RuntimeError> {
     const K: &str = "rms_norm";
+    if w_groups == 0 {
+        return Err(RuntimeError::Device(format!("{K}: a scale of no group")));
+    }
     check(rt, K, "x", x, groups * n * 4)?;
     check(rt, K, "y", y, groups * n * 4)?;
-    check(rt, K, "w", w, n * 4)?;
-    let args = [Arg::Buf(x), Arg::Buf(w), Arg::Buf(y), Arg::I32(int(K, "n", n)?), Arg::F32(eps)];
+    check(rt, K, "w", w, w_groups * n * 4)?;
+    let args = [Arg::Buf(x), Arg::Buf(w), Arg::Buf(y), Arg::I32(int(K, "n", n)?), Arg::F32(eps), Arg::I32(int(K, "w_groups", w_groups)?)];
     go(rt, K, [dim(K, "groups", groups)?, 1, 1], THREADS, &args)
 }
 

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use engine::backend::Device;
 use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, GuardFamily};
 use engine::model::Model;
+use engine::serving::state_slots_per_sequence;
 use serde_json::{json, Value};
 
 use crate::adapters::Adapters;
@@ -92,11 +93,15 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
     })
 }
 
-/// The KV-cache positions `bytes` hold for `spec`'s model in the cache's types: at least one
-/// context of `n_ctx`, or an error saying how little they hold.
+/// The KV-cache positions `bytes` hold for `spec`'s model in the cache's types, after the
+/// recurrent states of `parallel` sequences (a hybrid model's): at least one context of `n_ctx`,
+/// or an error saying how little they hold.
 fn positions_in(bytes: usize, spec: &ModelSpec, sc: Scheduling, n_ctx: usize) -> Result<usize, String> {
     let per_position = spec.model.kv_bytes_per_position(sc.kv_types);
-    let positions = bytes / per_position.max(1);
+    let speculating = spec.draft.is_some() || sc.ngram.is_some();
+    let loop_config = LoopConfig { parallel: sc.parallel, draft: sc.draft, ..LoopConfig::new(n_ctx) };
+    let states = sc.parallel * state_slots_per_sequence(&loop_config, speculating) * spec.model.state_bytes_per_sequence();
+    let positions = bytes.saturating_sub(states) / per_position.max(1);
     if positions < n_ctx {
         return Err(format!(
             "{}: {} MiB of {} KV cache hold {positions} positions, less than one context of {n_ctx}",

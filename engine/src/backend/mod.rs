@@ -29,8 +29,8 @@ pub use error::BackendError;
 pub(crate) use loaded::{on_backend, on_same_backend};
 pub use loaded::{Backends, OnBackend, PerBackend};
 pub use types::{
-    Activation, AttentionRow, AttentionShape, BlockId, ColumnBlocks, KvSlot, KvType, KvTypes, Rope, RopeKind, RowInput, StateId, StatePart,
-    StateRun, Yarn, BLOCK_POSITIONS, KV_QUANT_BLOCK, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT,
+    Activation, AttentionRow, AttentionShape, BlockId, ColumnBlocks, KvSlot, KvType, KvTypes, Rope, RopeKind, RowInput, SsmShape, StateId,
+    StatePart, StateRun, Yarn, BLOCK_POSITIONS, KV_QUANT_BLOCK, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT,
 };
 
 use crate::gguf::{GgufFile, TensorInfo};
@@ -328,6 +328,38 @@ pub trait Backend: Send + Sync + Sized + 'static {
         part: StatePart,
         runs: &[StateRun],
     ) -> Result<Self::Tensor, BackendError>;
+    /// A causal depthwise convolution with states (ggml's `ssm_conv`, Mamba-2's): `x` rows of
+    /// `ch` values, `kernel` `ch` rows of `L` taps; each run's rows continue the window of `L - 1`
+    /// earlier rows its slot holds (`part`), each output the sum from the oldest tap; snapshots
+    /// get the state after their row. `rows x ch`.
+    fn conv_states(
+        &self,
+        x: &Self::Tensor,
+        kernel: &Self::Tensor,
+        store: &mut Self::KvStore,
+        part: StatePart,
+        runs: &[StateRun],
+    ) -> Result<Self::Tensor, BackendError>;
+    /// Mamba-2's selective scan, each run's rows in order from its slot's state (`part`:
+    /// `n_head` x `head_dim` x `d_state`): `xbc` rows of the heads' values then B's and C's groups,
+    /// `dt` rows of one step per head (its bias added). Per head `h` and row: `Δ = softplus(dt)`,
+    /// the state `s = s · exp(Δ a[h]) + B ⊗ (x Δ)`, the output `s · C + x · d[h]`; snapshots get
+    /// the state after their row. `rows x (n_head · head_dim)`.
+    #[allow(clippy::too_many_arguments)]
+    fn ssm_scan(
+        &self,
+        xbc: &Self::Tensor,
+        dt: &Self::Tensor,
+        a: &Self::Vector,
+        d: &Self::Vector,
+        shape: SsmShape,
+        store: &mut Self::KvStore,
+        part: StatePart,
+        runs: &[StateRun],
+    ) -> Result<Self::Tensor, BackendError>;
+    /// [`Backend::rms_norm_in_place`] over every group of `group` values of each row, the group
+    /// at column `c` scaled by `w[c..c + group]` (`w` one value per column).
+    fn rms_norm_groups(&self, x: &mut Self::Tensor, w: &Self::Vector, group: usize, eps: f32) -> Result<(), BackendError>;
     /// The rows `rows` of `x`, in that order.
     fn select_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor, BackendError>;
     /// `out`'s column blocks `to` of every row = `x`'s blocks `from` of the same row (both of one

@@ -60,9 +60,9 @@ fn the_kernels_run_on_host_threads_agree_with_the_cpu_backend() {
     for (rows, cols, group) in [(3usize, 896usize, 896usize), (4, 256, 64), (2, 7, 7)] {
         let (x, w) = (rng.values(rows * cols, 4.0), rng.values(group, 1.5));
         let mut y = vec![0.0f32; rows * cols];
-        let (n, eps) = (group as i32, 1e-6f32);
+        let (n, eps, w_groups) = (group as i32, 1e-6f32, 1i32);
         let (xp, wp, yp) = (x.as_ptr(), w.as_ptr(), y.as_mut_ptr());
-        run("rms_norm", [(rows * cols / group) as u32, 1, 1], &mut host_args![xp, wp, yp, n, eps]);
+        run("rms_norm", [(rows * cols / group) as u32, 1, 1], &mut host_args![xp, wp, yp, n, eps, w_groups]);
         let mut want = host(rows, cols, x.clone());
         cpu.rms_norm_in_place(&mut want, &w, eps).unwrap();
         report.check("rms_norm", &format!("{rows}x{cols} in groups of {group}"), &y, &want.data, 1e-12);

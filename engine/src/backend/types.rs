@@ -312,6 +312,17 @@ pub struct StatePart {
     pub len: usize,
 }
 
+/// A Mamba-2 layer's selective scan: `n_head` heads of `head_dim` values, each with a state of
+/// `head_dim` x `d_state`, and `n_group` groups of B and C (`d_state` values each) that
+/// consecutive heads share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SsmShape {
+    pub n_head: usize,
+    pub head_dim: usize,
+    pub n_group: usize,
+    pub d_state: usize,
+}
+
 /// One sequence's rows of a batch for a recurrent layer: the rows in position order, the slot
 /// whose state the first row continues and which holds the state after the last, and the slots
 /// that get a copy of the state after some of the rows (`(i, slot)`: after `rows[i]`), which a

@@ -49,6 +49,8 @@ pub enum Recurrent {
     None,
     /// LFM2's gated short convolution (`shortconv.*`, `short_conv.rs`).
     ShortConv,
+    /// Mamba-2's selective state space (`ssm_*`, `mamba2.rs`).
+    Mamba2,
 }
 
 /// How a mixture-of-experts layer turns its router's logits into expert probabilities.
@@ -99,6 +101,9 @@ pub struct ArchFacts {
     pub output_norm_name: &'static str,
     /// The layers without attention, where the file says which.
     pub recurrent: Recurrent,
+    /// `<arch>.rope.scaling.finetuned` false turns RoPE off (Granite 4's hybrids, whose
+    /// attention has no positions of its own).
+    pub rope_switch: bool,
     /// RMS norms of the attention and FFN outputs before the residual add (Gemma 2/3, OLMo 2).
     pub post_norms: bool,
     /// The file scales the residual branches, q·k and the logits by `<arch>.residual_scale`,
@@ -149,6 +154,7 @@ const DECODER: ArchFacts = ArchFacts {
     ffn_norm_name: "ffn_norm",
     output_norm_name: "output_norm",
     recurrent: Recurrent::None,
+    rope_switch: false,
     post_norms: false,
     scales_from_keys: false,
     final_softcap: None,
@@ -259,6 +265,14 @@ pub const ARCHS: &[ArchFacts] = &[
         qk_norm: QkNorm::PerHead,
         output_norm_name: "token_embd_norm",
         recurrent: Recurrent::ShortConv,
+        ..DECODER
+    },
+    ArchFacts {
+        name: "granitehybrid",
+        embedding_scale: EmbeddingScale::FromKey,
+        scales_from_keys: true,
+        recurrent: Recurrent::Mamba2,
+        rope_switch: true,
         ..DECODER
     },
     ArchFacts { name: "bert", rope: None, activation: Activation::GeluErf, causal: false, encoder: true, ..DECODER },

@@ -82,6 +82,60 @@ pub struct ModelConfig {
     pub recurrent_layers: Vec<bool>,
     /// LFM2's short convolution: its taps (`shortconv.l_cache`), in the recurrent layers.
     pub short_conv_taps: Option<usize>,
+    /// Mamba-2's dimensions, in the recurrent layers.
+    pub ssm: Option<SsmConfig>,
+}
+
+/// A Mamba-2 layer's dimensions (`<arch>.ssm.*`).
+#[derive(Clone, Copy, Debug)]
+pub struct SsmConfig {
+    /// The convolution's taps (`conv_kernel`).
+    pub d_conv: usize,
+    /// The heads' values together (`inner_size`).
+    pub d_inner: usize,
+    /// Each state row's size (`state_size`).
+    pub d_state: usize,
+    /// Heads (`time_step_rank`).
+    pub n_head: usize,
+    /// Groups of B and C (`group_count`).
+    pub n_group: usize,
+}
+
+impl SsmConfig {
+    fn from_meta(m: &Meta) -> Result<SsmConfig, ModelError> {
+        let c = SsmConfig {
+            d_conv: m.usize("ssm.conv_kernel")?,
+            d_inner: m.usize("ssm.inner_size")?,
+            d_state: m.usize("ssm.state_size")?,
+            n_head: m.usize("ssm.time_step_rank")?,
+            n_group: m.usize("ssm.group_count")?,
+        };
+        let fits = c.d_conv >= 2
+            && c.d_state > 0
+            && c.n_head > 0
+            && c.n_group > 0
+            && c.d_inner.is_multiple_of(c.n_head)
+            && c.d_inner.is_multiple_of(c.n_group)
+            && c.n_head.is_multiple_of(c.n_group);
+        if !fits {
+            return Err(ModelError::BadKey { key: m.key("ssm.inner_size"), reason: format!("an SSM of {c:?}") });
+        }
+        Ok(c)
+    }
+
+    /// The convolution's channels: the heads' values, then B's and C's groups.
+    pub fn conv_channels(&self) -> usize {
+        self.d_inner + 2 * self.n_group * self.d_state
+    }
+
+    /// Values of the convolution's state (its `d_conv - 1` earlier rows), then of the scan's.
+    pub fn state_floats(&self) -> [usize; 2] {
+        [(self.d_conv - 1) * self.conv_channels(), self.d_inner * self.d_state]
+    }
+
+    pub fn shape(&self) -> crate::backend::SsmShape {
+        crate::backend::SsmShape { n_head: self.n_head, head_dim: self.d_inner / self.n_head, n_group: self.n_group, d_state: self.d_state }
+    }
 }
 
 /// A mixture-of-experts layer's shape and routing.
@@ -322,7 +376,7 @@ impl ModelConfig {
         // a hybrid's recurrent layers have no KV heads
         let kv_heads = m.per_layer("attention.head_count_kv", n_layer)?;
         let recurrent_layers: Vec<bool> = match (&kv_heads, facts.recurrent) {
-            (Some(ns), Recurrent::ShortConv) => ns.iter().map(|&n| n == 0).collect(),
+            (Some(ns), Recurrent::ShortConv | Recurrent::Mamba2) => ns.iter().map(|&n| n == 0).collect(),
             _ => vec![false; n_layer],
         };
         let n_head_kv = m.uniform("attention.head_count_kv", n_layer)?.unwrap_or(n_head);
@@ -341,7 +395,11 @@ impl ModelConfig {
                 }
                 Some(taps)
             }
-            Recurrent::None => None,
+            Recurrent::None | Recurrent::Mamba2 => None,
+        };
+        let ssm = match facts.recurrent {
+            Recurrent::Mamba2 => Some(SsmConfig::from_meta(&m)?),
+            Recurrent::None | Recurrent::ShortConv => None,
         };
         if n_head % n_head_kv != 0 {
             return Err(ModelError::BadKey {
@@ -367,7 +425,9 @@ impl ModelConfig {
 
         // YaRN's magnitude over all dimensions: the rotation's factor and MLA's score scale use it
         let yarn_log_multiplier = m.f32_opt("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0);
-        let rope = match facts.rope {
+        // Granite 4's hybrids switch RoPE off by `rope.scaling.finetuned` (llama.cpp's default: on)
+        let rope_off = facts.rope_switch && file.get(&m.key("rope.scaling.finetuned")).and_then(Value::as_bool) == Some(false);
+        let rope = match facts.rope.filter(|_| !rope_off) {
             None => None,
             Some(mut kind) => {
                 let n_dims = m.usize_opt("rope.dimension_count")?.unwrap_or(head_dim_k);
@@ -500,6 +560,7 @@ impl ModelConfig {
             latent,
             recurrent_layers,
             short_conv_taps,
+            ssm,
         })
     }
 
@@ -520,9 +581,14 @@ impl ModelConfig {
         self.recurrent_layers[layer].then(|| crate::backend::StatePart { offset: (0..layer).map(size).sum(), len: size(layer) })
     }
 
-    /// Values of one recurrent layer's state: LFM2's `taps - 1` earlier rows of `n_embd`.
+    /// Values of one recurrent layer's state: LFM2's `taps - 1` earlier rows of `n_embd`, or
+    /// Mamba-2's convolution and scan states.
     fn layer_state_floats(&self) -> usize {
-        self.short_conv_taps.map_or(0, |taps| (taps - 1) * self.n_embd)
+        match (self.short_conv_taps, &self.ssm) {
+            (Some(taps), _) => (taps - 1) * self.n_embd,
+            (None, Some(ssm)) => ssm.state_floats().iter().sum(),
+            (None, None) => 0,
+        }
     }
 
     /// Values of one sequence's state slot (every recurrent layer's state; 0: none).

@@ -17,7 +17,7 @@ use super::config::ModelConfig;
 use super::error::ModelError;
 use super::lora::{LoraRows, LoraScale};
 use super::weights::{DecoderWeights, FeedForward, Mixer, Projections};
-use super::{mla, moe, short_conv};
+use super::{mamba2, mla, moe, short_conv};
 use super::{InputEntry, Logits};
 use crate::backend::{AttentionRow, Backend, BackendError, BlockId, KvSlot, KvSource, RowInput, StateRun};
 use crate::kv_cache::{KvCache, SeqId};
@@ -276,6 +276,11 @@ pub(crate) fn forward<B: Backend>(
             Mixer::ShortConv(conv) => {
                 let part = c.state_part(il).expect("a recurrent layer has a state part");
                 short_conv::forward(b, conv, input, store, part, &state_runs, &lora)?
+            }
+            Mixer::Mamba2(w) => {
+                let (part, ssm) =
+                    (c.state_part(il).expect("a recurrent layer has a state part"), c.ssm.as_ref().expect("Mamba-2 dimensions"));
+                mamba2::forward(b, w, ssm, eps, input, store, part, &state_runs, &lora)?
             }
         }; // n x e
         if let Some(pn) = &layer.attn_post_norm {

@@ -3,7 +3,8 @@
 //! per-architecture facts, `config.rs` reads the hyperparameters, `weights.rs` loads
 //! shape-checked weights onto a backend, `blocks.rs` holds the blocks the model kinds share, and
 //! each model kind is its own file over the `Backend` trait: `decoder.rs` (the decoder-only
-//! architectures, with `mla.rs`, `moe.rs` and `short_conv.rs` the parts some of them add),
+//! architectures, with `mla.rs`, `moe.rs`, `short_conv.rs` and `mamba2.rs` the parts some of
+//! them add),
 //! `bert.rs` (the BERT encoders).
 
 pub mod arch;
@@ -14,6 +15,7 @@ pub mod config;
 mod decoder;
 pub mod error;
 pub mod lora;
+pub mod mamba2;
 pub mod mla;
 pub mod moe;
 pub mod short_conv;

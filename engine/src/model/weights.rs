@@ -12,6 +12,7 @@ use super::blocks::Linear;
 use super::config::ModelConfig;
 use super::error::ModelError;
 use super::lora::{AdapterInfo, AdapterWeights, EmbeddingShape, LoraSite};
+use super::mamba2::Mamba2;
 use super::mla::LatentAttention;
 use super::moe::Experts;
 use super::short_conv::ShortConv;
@@ -309,6 +310,23 @@ impl<'a, B: Backend> Loader<'a, B> {
     pub fn vector(&self, name: &str, n: usize) -> Result<B::Vector, ModelError> {
         self.vector_opt(name, n)?.ok_or_else(|| ModelError::MissingTensor(name.into()))
     }
+
+    /// The tensor `name` of exactly the dimensions `dims` as one vector of all its values on the
+    /// backend (Mamba-2's per-head `{1, heads}` and per-group `{size, groups}` tensors).
+    pub fn shaped_vector(&self, name: &str, dims: &[u64]) -> Result<B::Vector, ModelError> {
+        let t = self.info(name).ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        if t.dims != dims {
+            return Err(ModelError::TensorShape { name: name.into(), expected: dims.to_vec(), got: t.dims.clone() });
+        }
+        let n = dims.iter().product::<u64>() as usize;
+        let ops = quant::ops(t.ty).map_err(|_| ModelError::TensorType { name: name.into(), ty: t.ty })?;
+        if t.ty.row_bytes(n).is_none() {
+            return Err(ModelError::TensorType { name: name.into(), ty: t.ty });
+        }
+        let mut values = vec![0.0f32; n];
+        (ops.dequantize)(self.file.tensor_data(t), &mut values);
+        Ok(self.backend.upload_vector(&values)?)
+    }
 }
 
 /// The weights of one decoder layer.
@@ -334,6 +352,8 @@ pub enum Mixer<B: Backend> {
     },
     /// LFM2's gated short convolution, with a state per sequence.
     ShortConv(Box<ShortConv<B>>),
+    /// Mamba-2's selective state space, with its states per sequence.
+    Mamba2(Box<Mamba2<B>>),
 }
 
 impl<B: Backend> Mixer<B> {
@@ -341,6 +361,7 @@ impl<B: Backend> Mixer<B> {
         match self {
             Mixer::Attention { projections, o, .. } => projections.matrices().into_iter().chain([&o.w]).collect(),
             Mixer::ShortConv(w) => w.matrices(),
+            Mixer::Mamba2(w) => w.matrices(),
         }
     }
 }
@@ -435,8 +456,9 @@ impl<B: Backend> DecoderWeights<B> {
                     }
                 })
             };
-            let mixer = match (c.recurrent_layers[i], c.short_conv_taps) {
-                (true, Some(taps)) => Mixer::ShortConv(Box::new(ShortConv::load(&l, i, taps, e)?)),
+            let mixer = match (c.recurrent_layers[i], c.short_conv_taps, &c.ssm) {
+                (true, Some(taps), _) => Mixer::ShortConv(Box::new(ShortConv::load(&l, i, taps, e)?)),
+                (true, None, Some(ssm)) => Mixer::Mamba2(Box::new(Mamba2::load(&l, i, ssm, e)?)),
                 _ => Mixer::Attention {
                     projections: attention(&l)?,
                     o: l.linear(&n("attn_output"), e, c.n_head * c.latent.map_or(c.head_dim_v, |l| l.v_head))?,

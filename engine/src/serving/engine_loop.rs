@@ -108,6 +108,12 @@ fn blocks(positions: usize) -> usize {
 const STATE_CHECKPOINT_EVERY: usize = 512;
 const STATE_CHECKPOINTS: usize = 4;
 
+/// A hybrid model's state slots one sequence may hold: its current slot and a copy on write,
+/// the checkpoints of its prompt, and the lengths kept for rollbacks when it speculates.
+pub fn state_slots_per_sequence(config: &LoopConfig, speculating: bool) -> usize {
+    2 + 1 + STATE_CHECKPOINTS + if speculating { config.draft.n_draft } else { 0 }
+}
+
 /// The lengths of a prompt of `prompt_len` tokens whose recurrent states a sequence keeps.
 fn state_checkpoints(prompt_len: usize) -> impl Iterator<Item = usize> {
     let last = prompt_len - 1;
@@ -132,7 +138,10 @@ impl EngineLoop {
             let kv = d.new_kv_cache(config.kv_types, config.n_ctx);
             (d, kv)
         });
-        let capacity_blocks = blocks(config.kv_capacity());
+        // the positions asked for, and room beside them for every slot's recurrent states
+        let speculating = draft.is_some() || config.ngram.is_some();
+        let capacity_blocks =
+            blocks(config.kv_capacity()) + config.parallel * kv.state_blocks(state_slots_per_sequence(&config, speculating));
         metrics.kv_capacity(capacity_blocks);
         EngineLoop {
             state: EngineState { model, guard },
@@ -354,11 +363,11 @@ impl EngineLoop {
         self.running.iter().map(|r| (blocks(r.reserved) + 1).saturating_sub(blocks(self.kv.seq_len(r.seq))) + states).sum()
     }
 
-    /// A hybrid model's state slots one sequence may hold, as blocks: its current slot and a
-    /// copy on write, the checkpoints of its prompt, and the lengths kept for rollbacks.
+    /// A hybrid model's state slots one sequence may hold ([`state_slots_per_sequence`]), as
+    /// blocks.
     fn state_blocks_per_sequence(&self) -> usize {
-        let rollback = if self.draft.is_some() || self.config.ngram.is_some() { self.config.draft.n_draft } else { 0 };
-        self.kv.state_blocks(2 + 1 + STATE_CHECKPOINTS + rollback)
+        let speculating = self.draft.is_some() || self.config.ngram.is_some();
+        self.kv.state_blocks(state_slots_per_sequence(&self.config, speculating))
     }
 
     /// Blocks in use, a hybrid model's state slots among them.

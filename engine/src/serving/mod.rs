@@ -7,5 +7,5 @@
 mod engine_loop;
 mod protocol;
 
-pub use engine_loop::EngineLoop;
+pub use engine_loop::{state_slots_per_sequence, EngineLoop};
 pub use protocol::{Cancel, CancelOnDrop, EngineState, EventSink, Job, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};

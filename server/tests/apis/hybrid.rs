@@ -1,5 +1,6 @@
-//! A hybrid model (the tiny LFM2 architecture model: short convolutions with a state per
-//! sequence beside attention) served over real TCP: a conversation's second turn resumes from the
+//! The hybrid models (the tiny LFM2 and Granite 4 hybrid architecture models: short
+//! convolutions, or Mamba-2 blocks, with states per sequence beside attention) served over real
+//! TCP: a conversation's second turn resumes from the
 //! first turn's states and gives what a fresh server computes, `n` choices fork one prompt's
 //! states and are each the choice of its own seed, and speculation (n-gram or a draft model,
 //! whose rejected proposals return the states to the last kept token) leaves greedy output
@@ -15,15 +16,19 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use server::{ModelSpec, Scheduling, Server};
 
-const ID: &str = "tiny-lfm2";
+const ID: &str = "tiny-hybrid";
+
+/// The hybrids: each architecture's file of seed 1, with its file of seed 2 as the draft.
+const HYBRIDS: [(&str, &str); 2] =
+    [("archs/lfm2-s1.gguf", "archs/lfm2-s2.gguf"), ("archs/granitehybrid-s1.gguf", "archs/granitehybrid-s2.gguf")];
 
 /// A prompt of ids with repeats (for the n-gram drafts to find).
 const PROMPT: [u32; 20] = [5, 17, 33, 2, 90, 5, 17, 33, 2, 64, 8, 120, 5, 17, 33, 2, 77, 41, 5, 17];
 
-fn serve(scheduling: Scheduling, draft: Option<&str>) -> String {
+fn serve(file: &str, scheduling: Scheduling, draft: Option<&str>) -> String {
     let spec = ModelSpec {
         id: ID.into(),
-        model: Arc::new(Model::load(fixture("archs/lfm2-s1.gguf")).unwrap()),
+        model: Arc::new(Model::load(fixture(file)).unwrap()),
         chat: true,
         guard: false,
         n_ctx: Some(256),
@@ -54,7 +59,13 @@ fn cached(v: &Value) -> u64 {
 
 #[test]
 fn a_second_turn_resumes_from_the_first_turns_states_and_computes_what_a_fresh_server_does() {
-    let (warm, fresh) = (serve(Scheduling::default(), None), serve(Scheduling::default(), None));
+    for (file, _) in HYBRIDS {
+        second_turn(file);
+    }
+}
+
+fn second_turn(file: &str) {
+    let (warm, fresh) = (serve(file, Scheduling::default(), None), serve(file, Scheduling::default(), None));
     let first = complete(&warm, &PROMPT, 12, json!({}));
     assert_eq!(cached(&first), 0);
     let (reply, _) = tokens(&first, 0);
@@ -67,12 +78,18 @@ fn a_second_turn_resumes_from_the_first_turns_states_and_computes_what_a_fresh_s
     let again = complete(&fresh, &turn, 12, json!({}));
     assert_eq!(cached(&again), 0);
     // the same tokens and the same bits: a row's numbers do not depend on where its pass began
-    assert_eq!(tokens(&second, 0), tokens(&again, 0));
+    assert_eq!(tokens(&second, 0), tokens(&again, 0), "{file}");
 }
 
 #[test]
 fn choices_fork_one_prompts_states_and_each_is_its_own_seeds_choice() {
-    let base = serve(Scheduling::default(), None);
+    for (file, _) in HYBRIDS {
+        choices(file);
+    }
+}
+
+fn choices(file: &str) {
+    let base = serve(file, Scheduling::default(), None);
     let sampled = json!({"n": 4, "temperature": 1.0, "seed": 11});
     let all = complete(&base, &PROMPT, 10, sampled.clone());
     let choices: Vec<_> = (0..4).map(|i| tokens(&all, i)).collect();
@@ -84,19 +101,25 @@ fn choices_fork_one_prompts_states_and_each_is_its_own_seeds_choice() {
     // choice i is what one choice of seed 11 + i gives: no choice saw another's states
     for (i, choice) in choices.iter().enumerate() {
         let alone = complete(&base, &PROMPT, 10, json!({"temperature": 1.0, "seed": 11 + i}));
-        assert_eq!(&tokens(&alone, 0), choice, "choice {i}");
+        assert_eq!(&tokens(&alone, 0), choice, "{file}: choice {i}");
     }
 }
 
 #[test]
 fn speculation_returns_rejected_proposals_states_and_leaves_greedy_output_unchanged() {
+    for (file, draft) in HYBRIDS {
+        speculation(file, draft);
+    }
+}
+
+fn speculation(file: &str, draft: &str) {
     // long enough for the random model's reply to repeat a few ids of its prompt or itself
     const N: usize = 80;
-    let plain = serve(Scheduling::default(), None);
-    let ngram = serve(Scheduling { ngram: Some(NgramDraft::DEFAULT), parallel: 8, ..Scheduling::default() }, None);
+    let plain = serve(file, Scheduling::default(), None);
+    let ngram = serve(file, Scheduling { ngram: Some(NgramDraft::DEFAULT), parallel: 8, ..Scheduling::default() }, None);
     // the other seed's file drafts: the same vocabulary, other numbers (most proposals rejected)
     let every = DraftSettings { p_min: 0.0, ..DraftSettings::DEFAULT };
-    let drafted = serve(Scheduling { draft: every, parallel: 8, ..Scheduling::default() }, Some("archs/lfm2-s2.gguf"));
+    let drafted = serve(file, Scheduling { draft: every, parallel: 8, ..Scheduling::default() }, Some(draft));
     let prompts: Vec<Vec<u32>> = (0..3).map(|k| PROMPT.iter().map(|&t| (t + k) % 128).collect()).collect();
     let want: Vec<_> = prompts.iter().map(|p| tokens(&complete(&plain, p, N, json!({})), 0)).collect();
     for (name, base) in [("n-gram", &ngram), ("draft model", &drafted)] {
@@ -104,17 +127,17 @@ fn speculation_returns_rejected_proposals_states_and_leaves_greedy_output_unchan
         let mut rejected = 0;
         for (p, want) in prompts.iter().zip(&want) {
             let v = complete(base, p, N, json!({}));
-            assert_eq!(&tokens(&v, 0), want, "{name}");
+            assert_eq!(&tokens(&v, 0), want, "{file} {name}");
             rejected += v["usage"]["completion_tokens_details"]["rejected_prediction_tokens"].as_u64().unwrap();
         }
-        assert!(rejected > 0, "{name}: proposals were rejected and their states dropped");
+        assert!(rejected > 0, "{file} {name}: proposals were rejected and their states dropped");
         let replies: Vec<Value> = std::thread::scope(|s| {
             let sent: Vec<_> = prompts.iter().map(|p| s.spawn(move || complete(base, p, N, json!({"n": 2})))).collect();
             sent.into_iter().map(|h| h.join().unwrap()).collect()
         });
         for (reply, want) in replies.iter().zip(&want) {
             for i in 0..2 {
-                assert_eq!(&tokens(reply, i), want, "{name} under load, choice {i}");
+                assert_eq!(&tokens(reply, i), want, "{file} {name} under load, choice {i}");
             }
         }
     }

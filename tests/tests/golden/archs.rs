@@ -25,13 +25,13 @@ fn latent_attention_on_the_simulated_gpu_matches_llama_cpp() {
     engine_tests::archs::these_archs_match_llama_cpp("sim", &["deepseek2-s1"], |path| Model::load_simulated(path).unwrap());
 }
 
-/// The kernel backend (run by the CPU execution harness) on a hybrid: the short convolutions'
-/// states in its state pool, continued one token at a time and batch invariant, against
-/// llama.cpp.
+/// The kernel backend (run by the CPU execution harness) on the hybrids: the short
+/// convolutions' and Mamba-2's states in its state pool, continued one token at a time and batch
+/// invariant, against llama.cpp.
 #[cfg(feature = "sim")]
 #[test]
-fn short_convolutions_on_the_simulated_gpu_match_llama_cpp() {
-    engine_tests::archs::these_archs_match_llama_cpp("sim", &["lfm2-s1"], |path| Model::load_simulated(path).unwrap());
+fn hybrids_on_the_simulated_gpu_match_llama_cpp() {
+    engine_tests::archs::these_archs_match_llama_cpp("sim", &["lfm2-s1", "granitehybrid-s2"], |path| Model::load_simulated(path).unwrap());
 }
 
 /// A copy of the tiny qwen3 model with its metadata changed by `edit` and, when given, one more

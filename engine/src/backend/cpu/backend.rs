@@ -17,7 +17,7 @@ use super::rope::rope_with;
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
     column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvTypes,
-    Rope, RowInput, StatePart, StateRun,
+    Rope, RowInput, SsmShape, StatePart, StateRun,
 };
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::panel::{self, Panels};
@@ -521,6 +521,43 @@ impl Backend for CpuBackend {
         runs: &[StateRun],
     ) -> Result<HostTensor, BackendError> {
         super::recurrent::short_conv(bcx, kernel, store, part, runs)
+    }
+
+    fn conv_states(
+        &self,
+        x: &HostTensor,
+        kernel: &HostTensor,
+        store: &mut CpuKvStore,
+        part: StatePart,
+        runs: &[StateRun],
+    ) -> Result<HostTensor, BackendError> {
+        super::recurrent::conv_states(x, kernel, store, part, runs)
+    }
+
+    fn ssm_scan(
+        &self,
+        xbc: &HostTensor,
+        dt: &HostTensor,
+        a: &Vec<f32>,
+        d: &Vec<f32>,
+        shape: SsmShape,
+        store: &mut CpuKvStore,
+        part: StatePart,
+        runs: &[StateRun],
+    ) -> Result<HostTensor, BackendError> {
+        super::recurrent::ssm_scan(xbc, dt, a, d, shape, store, part, runs)
+    }
+
+    fn rms_norm_groups(&self, x: &mut HostTensor, w: &Vec<f32>, group: usize, eps: f32) -> Result<(), BackendError> {
+        if group == 0 || w.len() != x.cols || !x.cols.is_multiple_of(group) {
+            return Err(BackendError::shape("rms_norm_groups", format!("groups of {group} in rows of {} scaled by {}", x.cols, w.len())));
+        }
+        for row in x.data.chunks_exact_mut(x.cols) {
+            for (values, w) in row.chunks_exact_mut(group).zip(w.chunks_exact(group)) {
+                rms_norm_in_place(values, w, eps);
+            }
+        }
+        Ok(())
     }
 
     fn copy_columns(&self, out: &mut HostTensor, to: ColumnBlocks, x: &HostTensor, from: ColumnBlocks) -> Result<(), BackendError> {

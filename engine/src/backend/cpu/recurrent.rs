@@ -1,5 +1,6 @@
-//! The recurrent layers' operations on the CPU: LFM2's gated short convolution over each
-//! sequence's rows in position order, continuing the state its slot holds. A row's output
+//! The recurrent layers' operations on the CPU: causal depthwise convolutions (LFM2's gated
+//! short convolution, Mamba-2's) and Mamba-2's selective scan, over each sequence's rows in
+//! position order, continuing the states its slot holds. A row's output
 //! depends only on its own inputs and its sequence's earlier ones, in a fixed order, so it has
 //! the same bits whether the row runs alone (decode), in a prompt's chunk, or beside other
 //! sequences.
@@ -8,7 +9,7 @@ use rayon::prelude::*;
 
 use super::backend::HostTensor;
 use super::kv::CpuKvStore;
-use crate::backend::{BackendError, StatePart, StateRun};
+use crate::backend::{BackendError, SsmShape, StatePart, StateRun};
 
 /// The slots a run reads and writes, taken out of the store while the kernel runs.
 struct RunSlots {
@@ -67,55 +68,55 @@ fn put_slots(store: &mut CpuKvStore, runs: &[StateRun], slots: Vec<RunSlots>) {
     }
 }
 
-/// [`crate::backend::Backend::short_conv`] on the CPU: the runs in parallel, each one's rows in
-/// order.
-pub(crate) fn short_conv(
-    bcx: &HostTensor,
+/// The causal depthwise convolution of every run: row `r`'s new values `u` (`input` fills
+/// them), the channel's window of the state's `taps - 1` earlier rows then `u`, the sums from the
+/// oldest tap (`emit` turns row `r`'s sums into its output row of `out_cols`); the runs in
+/// parallel, each one's rows in order, snapshots after their rows.
+#[allow(clippy::too_many_arguments)]
+fn convolve(
+    op: &'static str,
+    n_rows: usize,
     kernel: &HostTensor,
     store: &mut CpuKvStore,
     part: StatePart,
     runs: &[StateRun],
+    out_cols: usize,
+    input: impl Fn(usize, &mut [f32]) + Sync,
+    emit: impl Fn(usize, &[f32], &mut [f32]) + Sync,
 ) -> Result<HostTensor, BackendError> {
-    const OP: &str = "short_conv";
-    let (d, taps) = (kernel.rows, kernel.cols);
-    if taps < 2 || bcx.cols != 3 * d || part.len != (taps - 1) * d {
-        return Err(BackendError::shape(
-            OP,
-            format!("rows of {} for a kernel of {d} x {taps} and a state part of {} values", bcx.cols, part.len),
-        ));
+    let (ch, taps) = (kernel.rows, kernel.cols);
+    if taps < 2 || part.len != (taps - 1) * ch {
+        return Err(BackendError::shape(op, format!("a kernel of {ch} x {taps} and a state part of {} values", part.len)));
     }
-    check_runs(OP, bcx.rows, runs)?;
+    check_runs(op, n_rows, runs)?;
     let mut slots = take_slots(store, runs)?;
     if slots.iter().any(|s| s.state.len() < part.offset + part.len) {
         put_slots(store, runs, slots);
-        return Err(BackendError::shape(OP, "the state part lies outside the slots"));
+        return Err(BackendError::shape(op, "the state part lies outside the slots"));
     }
     // one run's outputs, its rows in order
     let outputs: Vec<Vec<f32>> = runs
         .par_iter()
         .zip(slots.par_iter_mut())
         .map(|(run, slots)| {
-            let window = &mut slots.state[part.offset..part.offset + part.len]; // (taps - 1) x d, oldest first
-            let mut out = vec![0.0f32; run.rows.len() * d];
-            let mut u = vec![0.0f32; d];
+            let window = &mut slots.state[part.offset..part.offset + part.len]; // (taps - 1) x ch, oldest first
+            let mut out = vec![0.0f32; run.rows.len() * out_cols];
+            let (mut u, mut sums) = (vec![0.0f32; ch], vec![0.0f32; ch]);
             let mut next_snapshot = run.snapshots.iter().zip(slots.snapshots.iter_mut()).peekable();
-            for (i, (&r, y)) in run.rows.iter().zip(out.chunks_exact_mut(d)).enumerate() {
-                let row = &bcx.data[r * 3 * d..(r + 1) * 3 * d];
-                let (b, rest) = row.split_at(d);
-                let (c, x) = rest.split_at(d);
-                u.iter_mut().zip(b.iter().zip(x)).for_each(|(u, (&b, &x))| *u = b * x);
-                for ch in 0..d {
-                    let tap = &kernel.data[ch * taps..(ch + 1) * taps];
-                    let mut sum = 0.0f32;
+            for (i, (&r, y)) in run.rows.iter().zip(out.chunks_exact_mut(out_cols)).enumerate() {
+                input(r, &mut u);
+                for (c, sum) in sums.iter_mut().enumerate() {
+                    let tap = &kernel.data[c * taps..(c + 1) * taps];
+                    let mut acc = 0.0f32;
                     for (k, &t) in tap[..taps - 1].iter().enumerate() {
-                        sum += window[k * d + ch] * t;
+                        acc += window[k * ch + c] * t;
                     }
-                    sum += u[ch] * tap[taps - 1];
-                    y[ch] = c[ch] * sum;
+                    *sum = acc + u[c] * tap[taps - 1];
                 }
+                emit(r, &sums, y);
                 // the window moves one row on: the oldest row out, `u` in
-                window.copy_within(d.., 0);
-                window[(taps - 2) * d..].copy_from_slice(&u);
+                window.copy_within(ch.., 0);
+                window[(taps - 2) * ch..].copy_from_slice(&u);
                 if let Some(((_, _), snapshot)) = next_snapshot.next_if(|((at, _), _)| *at == i) {
                     snapshot[part.offset..part.offset + part.len].copy_from_slice(window);
                 }
@@ -124,10 +125,162 @@ pub(crate) fn short_conv(
         })
         .collect();
     put_slots(store, runs, slots);
-    let mut y = HostTensor::zeros(bcx.rows, d);
+    Ok(scatter(n_rows, out_cols, runs, outputs))
+}
+
+/// Each run's output rows put back at their batch rows (rows in no run stay zeros).
+fn scatter(n_rows: usize, cols: usize, runs: &[StateRun], outputs: Vec<Vec<f32>>) -> HostTensor {
+    let mut y = HostTensor::zeros(n_rows, cols);
     for (run, out) in runs.iter().zip(outputs) {
-        for (&r, values) in run.rows.iter().zip(out.chunks_exact(d)) {
-            y.data[r * d..(r + 1) * d].copy_from_slice(values);
+        for (&r, values) in run.rows.iter().zip(out.chunks_exact(cols)) {
+            y.data[r * cols..(r + 1) * cols].copy_from_slice(values);
+        }
+    }
+    y
+}
+
+/// [`crate::backend::Backend::short_conv`] on the CPU.
+pub(crate) fn short_conv(
+    bcx: &HostTensor,
+    kernel: &HostTensor,
+    store: &mut CpuKvStore,
+    part: StatePart,
+    runs: &[StateRun],
+) -> Result<HostTensor, BackendError> {
+    let d = kernel.rows;
+    if bcx.cols != 3 * d {
+        return Err(BackendError::shape("short_conv", format!("rows of {} for a kernel of {d} channels", bcx.cols)));
+    }
+    let row = |r: usize| &bcx.data[r * 3 * d..(r + 1) * 3 * d];
+    let input = |r: usize, u: &mut [f32]| {
+        let (b, x) = (&row(r)[..d], &row(r)[2 * d..]);
+        u.iter_mut().zip(b.iter().zip(x)).for_each(|(u, (&b, &x))| *u = b * x);
+    };
+    let emit = |r: usize, sums: &[f32], y: &mut [f32]| {
+        let c = &row(r)[d..2 * d];
+        y.iter_mut().zip(c.iter().zip(sums)).for_each(|(y, (&c, &s))| *y = c * s);
+    };
+    convolve("short_conv", bcx.rows, kernel, store, part, runs, d, input, emit)
+}
+
+/// [`crate::backend::Backend::conv_states`] on the CPU.
+pub(crate) fn conv_states(
+    x: &HostTensor,
+    kernel: &HostTensor,
+    store: &mut CpuKvStore,
+    part: StatePart,
+    runs: &[StateRun],
+) -> Result<HostTensor, BackendError> {
+    let ch = kernel.rows;
+    if x.cols != ch {
+        return Err(BackendError::shape("conv_states", format!("rows of {} for a kernel of {ch} channels", x.cols)));
+    }
+    let input = |r: usize, u: &mut [f32]| u.copy_from_slice(&x.data[r * ch..(r + 1) * ch]);
+    let emit = |_: usize, sums: &[f32], y: &mut [f32]| y.copy_from_slice(sums);
+    convolve("conv_states", x.rows, kernel, store, part, runs, ch, input, emit)
+}
+
+/// ggml's softplus: `ln(1 + e^x)`, or `x` itself past 20.
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// [`crate::backend::Backend::ssm_scan`] on the CPU: every (run, head) in parallel, each its
+/// rows in order.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ssm_scan(
+    xbc: &HostTensor,
+    dt: &HostTensor,
+    a: &[f32],
+    d_skip: &[f32],
+    shape: SsmShape,
+    store: &mut CpuKvStore,
+    part: StatePart,
+    runs: &[StateRun],
+) -> Result<HostTensor, BackendError> {
+    const OP: &str = "ssm_scan";
+    let SsmShape { n_head, head_dim, n_group, d_state } = shape;
+    let d_inner = n_head * head_dim;
+    let bc_at = d_inner; // B then C after the heads' values
+    if n_group == 0
+        || !n_head.is_multiple_of(n_group)
+        || xbc.cols != d_inner + 2 * n_group * d_state
+        || dt.cols != n_head
+        || dt.rows != xbc.rows
+        || a.len() != n_head
+        || d_skip.len() != n_head
+        || part.len != d_inner * d_state
+    {
+        return Err(BackendError::shape(
+            OP,
+            format!(
+                "{shape:?}: rows of {} and {}, {} decays, {} skips, a state part of {}",
+                xbc.cols,
+                dt.cols,
+                a.len(),
+                d_skip.len(),
+                part.len
+            ),
+        ));
+    }
+    check_runs(OP, xbc.rows, runs)?;
+    let mut slots = take_slots(store, runs)?;
+    if slots.iter().any(|s| s.state.len() < part.offset + part.len) {
+        put_slots(store, runs, slots);
+        return Err(BackendError::shape(OP, "the state part lies outside the slots"));
+    }
+    let per_head = head_dim * d_state;
+    let heads_per_group = n_head / n_group;
+    // (run, head, its state, its snapshots' states): disjoint parts of the slots
+    let mut tasks = Vec::with_capacity(runs.len() * n_head);
+    for (j, slot) in slots.iter_mut().enumerate() {
+        let mut snaps: Vec<std::slice::ChunksExactMut<'_, f32>> =
+            slot.snapshots.iter_mut().map(|s| s[part.offset..part.offset + part.len].chunks_exact_mut(per_head)).collect();
+        for (h, state) in slot.state[part.offset..part.offset + part.len].chunks_exact_mut(per_head).enumerate() {
+            let snapshot_heads: Vec<&mut [f32]> = snaps.iter_mut().map(|c| c.next().expect("a head's part")).collect();
+            tasks.push((j, h, state, snapshot_heads));
+        }
+    }
+    let outputs: Vec<Vec<f32>> = tasks
+        .into_par_iter()
+        .map(|(j, h, state, mut snapshot_heads)| {
+            let run = &runs[j];
+            let g = h / heads_per_group;
+            let mut y = vec![0.0f32; run.rows.len() * head_dim];
+            let mut next_snapshot = 0;
+            for (i, &r) in run.rows.iter().enumerate() {
+                let row = &xbc.data[r * xbc.cols..(r + 1) * xbc.cols];
+                let (x, b, c) =
+                    (&row[h * head_dim..(h + 1) * head_dim], &row[bc_at + g * d_state..], &row[bc_at + (n_group + g) * d_state..]);
+                let dt_soft = softplus(dt.data[r * n_head + h]);
+                let decay = (dt_soft * a[h]).exp();
+                for (k, s) in state.chunks_exact_mut(d_state).enumerate() {
+                    let x_dt = x[k] * dt_soft;
+                    let mut sum = 0.0f32;
+                    for ((s, &b), &c) in s.iter_mut().zip(&b[..d_state]).zip(&c[..d_state]) {
+                        *s = *s * decay + b * x_dt;
+                        sum += *s * c;
+                    }
+                    y[i * head_dim + k] = sum + x[k] * d_skip[h];
+                }
+                if run.snapshots.get(next_snapshot).is_some_and(|&(at, _)| at == i) {
+                    snapshot_heads[next_snapshot].copy_from_slice(state);
+                    next_snapshot += 1;
+                }
+            }
+            y
+        })
+        .collect();
+    put_slots(store, runs, slots);
+    let mut y = HostTensor::zeros(xbc.rows, d_inner);
+    for (t, out) in outputs.into_iter().enumerate() {
+        let (run, h) = (&runs[t / n_head], t % n_head);
+        for (&r, values) in run.rows.iter().zip(out.chunks_exact(head_dim)) {
+            y.data[r * d_inner + h * head_dim..r * d_inner + (h + 1) * head_dim].copy_from_slice(values);
         }
     }
     Ok(y)

@@ -8,7 +8,7 @@ use super::reference as naive;
 use super::{nmse, OpCases, Rng};
 use crate::backend::{
     Activation, AttentionRow, AttentionShape, Backend, BlockId, ColumnBlocks, KvSlot, KvSource, KvStorage, KvType, KvTypes, Rope, RopeKind,
-    RowInput, StatePart, StateRun, Yarn, BLOCK_POSITIONS,
+    RowInput, SsmShape, StatePart, StateRun, Yarn, BLOCK_POSITIONS,
 };
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::quant::{ops_for, q4_0, q8_0, GgmlType, Isa};
@@ -56,7 +56,11 @@ pub fn table<B: Backend>() -> Vec<OpCases<B>> {
         // sums and differences of f32 values, then one scale
         OpCases { op: "hadamard", bound: 1e-12, run: hadamard },
         // products and sums of f32 values over a few taps, each sequence's rows in order
-        OpCases { op: "short_conv", bound: 1e-12, run: short_conv },
+        OpCases { op: "short_conv", bound: 1e-12, run: |b, r| convolutions(b, r, true) },
+        OpCases { op: "conv_states", bound: 1e-12, run: |b, r| convolutions(b, r, false) },
+        // f32 exp and log1p, and sums over the state, row after row
+        OpCases { op: "ssm_scan", bound: 1e-12, run: ssm_scan },
+        OpCases { op: "rms_norm_groups", bound: 1e-12, run: rms_norm_groups },
         OpCases { op: "select_rows", bound: 0.0, run: select_rows },
         OpCases { op: "copy_columns", bound: 0.0, run: copy_columns },
     ]
@@ -514,59 +518,132 @@ fn hadamard<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// Two sequences' rows interleaved in one call, each one's state then continued by the next call
-/// and resumed from snapshots the first call wrote: every output against the definition over
-/// the sequence's whole history.
-fn short_conv<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+/// A recurrent op's call over `rows` rows of the given values with the given runs.
+type RecurrentCall<'a, B> = dyn FnMut(&mut <B as Backend>::KvStore, &[f32], usize, &[StateRun]) -> Vec<f32> + 'a;
+
+/// Two sequences' rows (of `width` values, `out` outputs each) interleaved in one call, each
+/// one's state then continued by the next call and resumed from snapshots the first call
+/// wrote: every output against `want`'s, the definition over each sequence's whole history.
+fn recurrent_calls<B: Backend>(
+    rng: &mut Rng,
+    store: &mut B::KvStore,
+    width: usize,
+    out: usize,
+    call: &mut RecurrentCall<'_, B>,
+    want: &dyn Fn(&[f32]) -> Vec<f64>,
+) -> f64 {
+    for id in 0..4 {
+        store.alloc_state(id).expect("alloc_state");
+    }
+    let (a, c) = (rng.values(10 * width, 2.0), rng.values(6 * width, 2.0)); // sequences A and C
+    let rows_of = |picks: &[(bool, usize)]| -> Vec<f32> {
+        picks
+            .iter()
+            .flat_map(|&(is_a, i)| if is_a { &a[i * width..(i + 1) * width] } else { &c[i * width..(i + 1) * width] })
+            .copied()
+            .collect()
+    };
+    let run = |rows: Vec<usize>, state: u32, snapshots: Vec<(usize, u32)>| StateRun { rows, state, snapshots };
+    // A's rows 0..7 and C's 0..4 interleaved; snapshots after A's row 4 and C's row 1
+    let first =
+        [(true, 0), (false, 0), (true, 1), (false, 1), (true, 2), (false, 2), (true, 3), (false, 3), (true, 4), (true, 5), (true, 6)];
+    let y1 = call(
+        store,
+        &rows_of(&first),
+        first.len(),
+        &[run(vec![0, 2, 4, 6, 8, 9, 10], 0, vec![(4, 2)]), run(vec![1, 3, 5, 7], 1, vec![(1, 3)])],
+    );
+    let y2 = call(store, &rows_of(&[(true, 7), (true, 8), (true, 9)]), 3, &[run(vec![0, 1, 2], 0, vec![])]);
+    let y3 = call(store, &rows_of(&[(false, 2), (false, 3), (false, 4), (false, 5)]), 4, &[run(vec![0, 1, 2, 3], 3, vec![])]);
+    let y4 = call(store, &rows_of(&[(true, 5), (true, 6)]), 2, &[run(vec![0, 1], 2, vec![])]);
+    let (want_a, want_c) = (want(&a), want(&c));
+    let pick = |is_a: bool, i: usize| if is_a { want_a[i * out..(i + 1) * out].to_vec() } else { want_c[i * out..(i + 1) * out].to_vec() };
+    let (mut got, mut expected) = (y1, Vec::new());
+    first.iter().for_each(|&(is_a, i)| expected.extend(pick(is_a, i)));
+    for (y, is_a, rows) in [(y2, true, 7..10), (y3, false, 2..6), (y4, true, 5..7)] {
+        got.extend(y);
+        rows.for_each(|i| expected.extend(pick(is_a, i)));
+    }
+    nmse(&got, &expected)
+}
+
+/// LFM2's gated short convolution and the plain one (Mamba-2's), by [`recurrent_calls`].
+fn convolutions<B: Backend>(b: &B, rng: &mut Rng, gated: bool) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     for (d, taps) in [(64usize, 3usize), (300, 4), (8, 2)] {
         // a second layer's part of slots that hold more
         let part = StatePart { offset: d, len: (taps - 1) * d };
         let mut store = b.new_kv_store(KvType::F32.into(), 1, 4, 4, part.offset + part.len + 5);
-        for id in 0..4 {
-            store.alloc_state(id).expect("alloc_state");
-        }
-        let kernel = host(b, d, taps, &rng.values(d * taps, 1.0));
-        let (a, c) = (rng.values(10 * 3 * d, 2.0), rng.values(6 * 3 * d, 2.0)); // sequences A and C
-        let row = |s: &[f32], i: usize| s[i * 3 * d..(i + 1) * 3 * d].to_vec();
-        let mut call = |rows: &[(&[f32], usize)], runs: Vec<StateRun>| -> Vec<f32> {
-            let bcx: Vec<f32> = rows.iter().flat_map(|&(s, i)| row(s, i)).collect();
-            let y = b.short_conv(&host(b, rows.len(), 3 * d, &bcx), &kernel, &mut store, part, &runs).expect("short_conv");
-            back(b, y)
+        let taps_values = rng.values(d * taps, 1.0);
+        let kernel = host(b, d, taps, &taps_values);
+        let width = if gated { 3 * d } else { d };
+        let mut call = |store: &mut B::KvStore, values: &[f32], rows: usize, runs: &[StateRun]| {
+            let x = host(b, rows, width, values);
+            let y = if gated { b.short_conv(&x, &kernel, store, part, runs) } else { b.conv_states(&x, &kernel, store, part, runs) };
+            back(b, y.expect("convolution"))
         };
-        let run = |rows: Vec<usize>, state: u32, snapshots: Vec<(usize, u32)>| StateRun { rows, state, snapshots };
-        // A's rows 0..7 and C's 0..4 interleaved; snapshots after A's row 4 and C's row 1
-        let first: Vec<(&[f32], usize)> =
-            vec![(&a, 0), (&c, 0), (&a, 1), (&c, 1), (&a, 2), (&c, 2), (&a, 3), (&c, 3), (&a, 4), (&a, 5), (&a, 6)];
-        let y1 = call(&first, vec![run(vec![0, 2, 4, 6, 8, 9, 10], 0, vec![(4, 2)]), run(vec![1, 3, 5, 7], 1, vec![(1, 3)])]);
-        let y2 = call(&[(&a, 7), (&a, 8), (&a, 9)], vec![run(vec![0, 1, 2], 0, vec![])]);
-        let y3 = call(&[(&c, 2), (&c, 3), (&c, 4), (&c, 5)], vec![run(vec![0, 1, 2, 3], 3, vec![])]);
-        let y4 = call(&[(&a, 5), (&a, 6)], vec![run(vec![0, 1], 2, vec![])]);
-        let (want_a, want_c) =
-            (naive::short_conv(&a, &kernel_values(b, &kernel), d, taps), naive::short_conv(&c, &kernel_values(b, &kernel), d, taps));
-        let pick = |want: &[f64], i: usize| want[i * d..(i + 1) * d].to_vec();
-        let mut got = Vec::new();
-        let mut want = Vec::new();
-        for (k, &(s, i)) in first.iter().enumerate() {
-            got.extend_from_slice(&y1[k * d..(k + 1) * d]);
-            want.extend(pick(if std::ptr::eq(s, &a[..]) { &want_a } else { &want_c }, i));
-        }
-        for (y, w, rows) in [(&y2, &want_a, 7..10), (&y3, &want_c, 2..6), (&y4, &want_a, 5..7)] {
-            got.extend_from_slice(y);
-            rows.for_each(|i| want.extend(pick(w, i)));
-        }
-        out.push((format!("{d} channels, {taps} taps: interleaved, continued, resumed"), nmse(&got, &want)));
+        let want = |values: &[f32]| {
+            if gated {
+                naive::short_conv(values, &taps_values, d, taps)
+            } else {
+                // the plain convolution is the gated one of b = 1, c = 1
+                let ones: Vec<f32> = values.chunks_exact(d).flat_map(|x| [vec![1.0; d], vec![1.0; d], x.to_vec()].concat()).collect();
+                naive::short_conv(&ones, &taps_values, d, taps)
+            }
+        };
+        let e = recurrent_calls::<B>(rng, &mut store, width, d, &mut call, &want);
+        out.push((format!("{d} channels, {taps} taps: interleaved, continued, resumed"), e));
     }
     out
 }
 
-/// The values of a kernel tensor (uploaded from them: read back unchanged).
-fn kernel_values<B: Backend>(b: &B, kernel: &B::Tensor) -> Vec<f32> {
-    let (rows, cols) = b.shape(kernel);
-    let copy = b.select_rows(kernel, &(0..rows).collect::<Vec<_>>()).expect("select_rows");
-    let values = back(b, copy);
-    assert_eq!(values.len(), rows * cols);
-    values
+/// Mamba-2's selective scan, by [`recurrent_calls`].
+fn ssm_scan<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for shape in
+        [SsmShape { n_head: 4, head_dim: 16, n_group: 2, d_state: 8 }, SsmShape { n_head: 3, head_dim: 5, n_group: 1, d_state: 33 }]
+    {
+        let d_inner = shape.n_head * shape.head_dim;
+        let width = d_inner + 2 * shape.n_group * shape.d_state;
+        let part = StatePart { offset: 7, len: d_inner * shape.d_state };
+        let mut store = b.new_kv_store(KvType::F32.into(), 1, 4, 4, part.offset + part.len + 3);
+        // decays below 0, steps around 0 (the softplus on both sides of its bend)
+        let a: Vec<f32> = rng.values(shape.n_head, 1.0).iter().map(|v| -0.5 - v.abs()).collect();
+        let d = rng.values(shape.n_head, 1.0);
+        let (a_on, d_on) = (b.upload_vector(&a).expect("vector"), b.upload_vector(&d).expect("vector"));
+        // each row: the scan's inputs, then its steps
+        let row_width = width + shape.n_head;
+        let mut call = |store: &mut B::KvStore, values: &[f32], rows: usize, runs: &[StateRun]| {
+            let xbc: Vec<f32> = values.chunks_exact(row_width).flat_map(|r| r[..width].to_vec()).collect();
+            let dt: Vec<f32> = values.chunks_exact(row_width).flat_map(|r| r[width..].to_vec()).collect();
+            let y = b.ssm_scan(&host(b, rows, width, &xbc), &host(b, rows, shape.n_head, &dt), &a_on, &d_on, shape, store, part, runs);
+            back(b, y.expect("ssm_scan"))
+        };
+        let want = |values: &[f32]| naive::ssm_scan(values, row_width, &a, &d, shape);
+        let e = recurrent_calls::<B>(rng, &mut store, row_width, d_inner, &mut call, &want);
+        out.push((format!("{shape:?}: interleaved, continued, resumed"), e));
+    }
+    out
+}
+
+fn rms_norm_groups<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    [(3usize, 96usize, 32usize), (2, 64, 64), (4, 30, 5)]
+        .into_iter()
+        .map(|(rows, cols, group)| {
+            let (x, w) = (rng.values(rows * cols, 4.0), rng.values(cols, 1.5));
+            let mut t = host(b, rows, cols, &x);
+            b.rms_norm_groups(&mut t, &b.upload_vector(&w).expect("vector"), group, 1e-6).expect("rms_norm_groups");
+            let want: Vec<f64> = x
+                .chunks_exact(group)
+                .enumerate()
+                .flat_map(|(i, g)| {
+                    let at = (i % (cols / group)) * group;
+                    naive::rms_norm(g, &w[at..at + group], 1e-6)
+                })
+                .collect();
+            (format!("{rows}x{cols} in groups of {group}"), nmse(&back(b, t), &want))
+        })
+        .collect()
 }
 
 fn softcap<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {

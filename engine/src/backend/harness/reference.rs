@@ -200,6 +200,35 @@ pub fn short_conv(bcx: &[f32], kernel: &[f32], d: usize, taps: usize) -> Vec<f64
     y
 }
 
+/// Mamba-2's selective scan of one sequence's rows of `row_width` values (the heads' values, B's
+/// and C's groups, then one step per head) from a zero state, in f64.
+pub fn ssm_scan(rows: &[f32], row_width: usize, a: &[f32], d: &[f32], shape: crate::backend::SsmShape) -> Vec<f64> {
+    let crate::backend::SsmShape { n_head, head_dim, n_group, d_state } = shape;
+    let d_inner = n_head * head_dim;
+    let mut state = vec![0.0f64; d_inner * d_state];
+    let mut y = Vec::new();
+    for row in rows.chunks_exact(row_width) {
+        let v = |i: usize| f64::from(row[i]);
+        for h in 0..n_head {
+            let g = h / (n_head / n_group);
+            let dt = v(d_inner + 2 * n_group * d_state + h);
+            let dt = if dt > 20.0 { dt } else { dt.exp().ln_1p() };
+            let decay = (dt * f64::from(a[h])).exp();
+            for k in 0..head_dim {
+                let x = v(h * head_dim + k);
+                let s = &mut state[(h * head_dim + k) * d_state..(h * head_dim + k + 1) * d_state];
+                let mut sum = 0.0;
+                for (j, s) in s.iter_mut().enumerate() {
+                    *s = *s * decay + v(d_inner + g * d_state + j) * x * dt;
+                    sum += *s * v(d_inner + (n_group + g) * d_state + j);
+                }
+                y.push(sum + x * f64::from(d[h]));
+            }
+        }
+    }
+    y
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -17,7 +17,7 @@ pub use kv::DeviceKvStore;
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
     column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvTypes,
-    Rope, RopeKind, RowInput, StatePart, StateRun,
+    Rope, RopeKind, RowInput, SsmShape, StatePart, StateRun,
 };
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::GgmlType;
@@ -103,6 +103,37 @@ impl<R: Runtime> KernelBackend<R> {
         Ok(DeviceTensor { buf, rows, cols })
     }
 
+    /// A causal convolution with states (`conv_states`, or LFM2's `short_conv` when `gated`):
+    /// rows in no run stay zeros, as on the CPU.
+    #[allow(clippy::too_many_arguments)]
+    fn convolve(
+        &self,
+        op: &'static str,
+        x: &DeviceTensor<R>,
+        kernel: &DeviceTensor<R>,
+        gated: bool,
+        store: &mut DeviceKvStore<R>,
+        part: StatePart,
+        runs: &[StateRun],
+    ) -> Result<DeviceTensor<R>, BackendError> {
+        let (d, taps) = (kernel.rows, kernel.cols);
+        let width = if gated { 3 * d } else { d };
+        if x.cols != width || taps < 2 || part.len != (taps - 1) * d {
+            return Err(BackendError::shape(
+                op,
+                format!("rows of {} for a kernel of {d} x {taps} and a state part of {} values", x.cols, part.len),
+            ));
+        }
+        let (buf, slots, slot_floats) = store.state_pool().ok_or_else(|| BackendError::shape(op, "no state slot is in use"))?;
+        let every_row = runs.iter().map(|r| r.rows.len()).sum::<usize>() == x.rows;
+        let out = if every_row { self.output(op, x.rows, d)? } else { self.tensor(op, x.rows, d)? };
+        let snapshots = run_snapshots(runs);
+        let pool = launch::StatePool { buf, slots, slot_floats, part_offset: part.offset };
+        launch::conv_states(&*self.rt, &x.buf, x.rows, &kernel.buf, [d, taps], gated, pool, &out.buf, &conv_runs(runs, &snapshots))
+            .map_err(self.fail(op))?;
+        Ok(out)
+    }
+
     /// `rows x cols` values for operation `op` that its launch writes whole: not zeroed first.
     fn output(&self, op: &'static str, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
         let buf = self.rt.alloc(rows * cols * 4).map_err(self.fail(op))?;
@@ -172,6 +203,16 @@ pub(crate) fn stack_of<R: Runtime>(set: &[DeviceMatrix<R>]) -> Option<Stack> {
     };
     let even = set.iter().enumerate().all(|(e, m)| Arc::ptr_eq(&m.buf, &first.buf) && m.at == first.at + e * stride && same(m));
     (even && stride >= bytes).then_some(Stack { m: first.args, at: first.at, stride, count: set.len() })
+}
+
+/// Each run's snapshots as the launchers take them (slots as indices).
+fn run_snapshots(runs: &[StateRun]) -> Vec<Vec<(usize, usize)>> {
+    runs.iter().map(|r| r.snapshots.iter().map(|&(i, s)| (i, s as usize)).collect()).collect()
+}
+
+/// The runs as the launchers take them.
+fn conv_runs<'a>(runs: &'a [StateRun], snapshots: &'a [Vec<(usize, usize)>]) -> Vec<launch::ConvRun<'a>> {
+    runs.iter().zip(snapshots).map(|(r, snaps)| launch::ConvRun { rows: &r.rows, slot: r.state as usize, snapshots: snaps }).collect()
 }
 
 impl<R: Runtime> Backend for KernelBackend<R>
@@ -336,14 +377,14 @@ where
         if w.len != x.cols {
             return Err(BackendError::shape("rms_norm", format!("a scale of {} for rows of {}", w.len, x.cols)));
         }
-        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &out.buf, x.rows, x.cols, eps).map_err(self.fail("rms_norm"))
+        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &out.buf, x.rows, x.cols, eps, 1).map_err(self.fail("rms_norm"))
     }
 
     fn rms_norm_in_place(&self, x: &mut DeviceTensor<R>, w: &DeviceVector<R>, eps: f32) -> Result<(), BackendError> {
         if w.len == 0 || !x.cols.is_multiple_of(w.len) {
             return Err(BackendError::shape("rms_norm_in_place", format!("rows of {} values are not whole groups of {}", x.cols, w.len)));
         }
-        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &x.buf, x.rows * x.cols / w.len, w.len, eps).map_err(self.fail("rms_norm_in_place"))
+        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &x.buf, x.rows * x.cols / w.len, w.len, eps, 1).map_err(self.fail("rms_norm_in_place"))
     }
 
     fn layer_norm(
@@ -514,6 +555,59 @@ where
         launch::hadamard(&*self.rt, &x.buf, block, x.rows * x.cols).map_err(self.fail("hadamard"))
     }
 
+    fn conv_states(
+        &self,
+        x: &DeviceTensor<R>,
+        kernel: &DeviceTensor<R>,
+        store: &mut DeviceKvStore<R>,
+        part: StatePart,
+        runs: &[StateRun],
+    ) -> Result<DeviceTensor<R>, BackendError> {
+        self.convolve("conv_states", x, kernel, false, store, part, runs)
+    }
+
+    fn ssm_scan(
+        &self,
+        xbc: &DeviceTensor<R>,
+        dt: &DeviceTensor<R>,
+        a: &DeviceVector<R>,
+        d: &DeviceVector<R>,
+        shape: SsmShape,
+        store: &mut DeviceKvStore<R>,
+        part: StatePart,
+        runs: &[StateRun],
+    ) -> Result<DeviceTensor<R>, BackendError> {
+        const OP: &str = "ssm_scan";
+        let SsmShape { n_head, head_dim, n_group, d_state } = shape;
+        let d_inner = n_head * head_dim;
+        if xbc.cols != d_inner + 2 * n_group * d_state
+            || dt.cols != n_head
+            || dt.rows != xbc.rows
+            || a.len != n_head
+            || d.len != n_head
+            || part.len != d_inner * d_state
+        {
+            return Err(BackendError::shape(OP, format!("{shape:?}: rows of {} and {}, a state part of {}", xbc.cols, dt.cols, part.len)));
+        }
+        let (buf, slots, slot_floats) = store.state_pool().ok_or_else(|| BackendError::shape(OP, "no state slot is in use"))?;
+        let every_row = runs.iter().map(|r| r.rows.len()).sum::<usize>() == xbc.rows;
+        let out = if every_row { self.output(OP, xbc.rows, d_inner)? } else { self.tensor(OP, xbc.rows, d_inner)? };
+        let snapshots = run_snapshots(runs);
+        let pool = launch::StatePool { buf, slots, slot_floats, part_offset: part.offset };
+        let dims = [n_head, head_dim, n_group, d_state];
+        launch::ssm_scan(&*self.rt, [&xbc.buf, &dt.buf, &a.buf, &d.buf], xbc.rows, dims, pool, &out.buf, &conv_runs(runs, &snapshots))
+            .map_err(self.fail(OP))?;
+        Ok(out)
+    }
+
+    fn rms_norm_groups(&self, x: &mut DeviceTensor<R>, w: &DeviceVector<R>, group: usize, eps: f32) -> Result<(), BackendError> {
+        if group == 0 || w.len != x.cols || !x.cols.is_multiple_of(group) {
+            return Err(BackendError::shape("rms_norm_groups", format!("groups of {group} in rows of {} scaled by {}", x.cols, w.len)));
+        }
+        let groups = x.rows * x.cols / group;
+        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &x.buf, groups, group, eps, x.cols / group).map_err(self.fail("rms_norm_groups"))
+    }
+
     fn short_conv(
         &self,
         bcx: &DeviceTensor<R>,
@@ -522,28 +616,7 @@ where
         part: StatePart,
         runs: &[StateRun],
     ) -> Result<DeviceTensor<R>, BackendError> {
-        const OP: &str = "short_conv";
-        let (d, taps) = (kernel.rows, kernel.cols);
-        if bcx.cols != 3 * d || taps < 2 || part.len != (taps - 1) * d {
-            return Err(BackendError::shape(
-                OP,
-                format!("rows of {} for a kernel of {d} x {taps} and a state part of {} values", bcx.cols, part.len),
-            ));
-        }
-        let (buf, slots, slot_floats) = store.state_pool().ok_or_else(|| BackendError::shape(OP, "no state slot is in use"))?;
-        // rows in no run stay zeros, as on the CPU
-        let every_row = runs.iter().map(|r| r.rows.len()).sum::<usize>() == bcx.rows;
-        let out = if every_row { self.output(OP, bcx.rows, d)? } else { self.tensor(OP, bcx.rows, d)? };
-        let snapshots: Vec<Vec<(usize, usize)>> =
-            runs.iter().map(|r| r.snapshots.iter().map(|&(i, s)| (i, s as usize)).collect()).collect();
-        let conv_runs: Vec<launch::ConvRun<'_>> = runs
-            .iter()
-            .zip(&snapshots)
-            .map(|(r, snaps)| launch::ConvRun { rows: &r.rows, slot: r.state as usize, snapshots: snaps })
-            .collect();
-        let pool = launch::StatePool { buf, slots, slot_floats, part_offset: part.offset };
-        launch::short_conv(&*self.rt, &bcx.buf, bcx.rows, &kernel.buf, [d, taps], pool, &out.buf, &conv_runs).map_err(self.fail(OP))?;
-        Ok(out)
+        self.convolve("short_conv", bcx, kernel, true, store, part, runs)
     }
 
     fn copy_columns(
