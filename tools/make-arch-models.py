@@ -146,6 +146,13 @@ ARCHS = {
                                 "logit_scale": 0.5, "ssm.conv_kernel": 4, "ssm.inner_size": 2 * N_EMBD,
                                 "ssm.state_size": 32, "ssm.time_step_rank": 8, "ssm.group_count": 2},
                           seed2_keys={"rope.scaling.finetuned": False}),
+    # Granite 4's hybrid with experts and a shared expert (Granite-4.0-H-Tiny/Small)
+    "granitehybrid-moe": dict(arch="granitehybrid", n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-5, n_layer=3,
+                              mamba2=(4, 32, 8, 2, (0, 2)), moe=(4, 2, N_FF), shared=(160, False),
+                              keys={"embedding_scale": 12.0, "residual_scale": 0.8, "attention.scale": 0.1,
+                                    "logit_scale": 0.5, "ssm.conv_kernel": 4, "ssm.inner_size": 2 * N_EMBD,
+                                    "ssm.state_size": 32, "ssm.time_step_rank": 8, "ssm.group_count": 2},
+                              seed2_keys={"rope.scaling.finetuned": False}),
 }
 
 
