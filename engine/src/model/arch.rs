@@ -39,6 +39,9 @@ pub struct SlidingWindow {
     /// RoPE base of the window layers when the file has no `rope.freq_base_swa`: a fixed value
     /// (Gemma 3: 10000), or `None` for the global layers' base (OLMo 2).
     pub default_rope_base: Option<f32>,
+    /// Every attention layer is a window layer whatever the pattern key says, and rotates with
+    /// the global layers' base (LFM2, whose graph reads neither).
+    pub every_attention_layer: bool,
 }
 
 /// What the layers without attention (those whose `attention.head_count_kv` is 0) compute in
@@ -210,7 +213,13 @@ pub const ARCHS: &[ArchFacts] = &[
         qk_norm: QkNorm::AcrossHeads,
         pre_norms: false,
         post_norms: true,
-        sliding_window: Some(SlidingWindow { default_window: None, default_pattern: 4, default_rope_base: None, scaled_rope: false }),
+        sliding_window: Some(SlidingWindow {
+            default_window: None,
+            default_pattern: 4,
+            default_rope_base: None,
+            scaled_rope: false,
+            every_attention_layer: false,
+        }),
         ..DECODER
     },
     ArchFacts {
@@ -223,7 +232,13 @@ pub const ARCHS: &[ArchFacts] = &[
         attention_softcap: Some(50.0),
         wide_query_scale_at: Some(46),
         prescaled_queries: true,
-        sliding_window: Some(SlidingWindow { default_window: Some(4096), default_pattern: 2, default_rope_base: None, scaled_rope: true }),
+        sliding_window: Some(SlidingWindow {
+            default_window: Some(4096),
+            default_pattern: 2,
+            default_rope_base: None,
+            scaled_rope: true,
+            every_attention_layer: false,
+        }),
         ..DECODER
     },
     ArchFacts {
@@ -240,6 +255,7 @@ pub const ARCHS: &[ArchFacts] = &[
             default_pattern: 6,
             default_rope_base: Some(10000.0),
             scaled_rope: false,
+            every_attention_layer: false,
         }),
         ..DECODER
     },
@@ -249,7 +265,13 @@ pub const ARCHS: &[ArchFacts] = &[
         activation: Activation::SwigluOai,
         ffn_norm_name: "post_attention_norm",
         attention_sinks: true,
-        sliding_window: Some(SlidingWindow { default_window: None, default_pattern: 2, default_rope_base: None, scaled_rope: true }),
+        sliding_window: Some(SlidingWindow {
+            default_window: None,
+            default_pattern: 2,
+            default_rope_base: None,
+            scaled_rope: true,
+            every_attention_layer: false,
+        }),
         routing: Routing { gating: Gating::SoftmaxWeight, norm: WeightNorm::Never },
         ..DECODER
     },
@@ -265,6 +287,14 @@ pub const ARCHS: &[ArchFacts] = &[
         qk_norm: QkNorm::PerHead,
         output_norm_name: "token_embd_norm",
         recurrent: Recurrent::ShortConv,
+        // a window where the file gives one, over every attention layer
+        sliding_window: Some(SlidingWindow {
+            default_window: None,
+            default_pattern: 1,
+            default_rope_base: None,
+            scaled_rope: true,
+            every_attention_layer: true,
+        }),
         ..DECODER
     },
     ArchFacts {

@@ -473,7 +473,10 @@ impl ModelConfig {
                 }
                 attn_factor *= m.f32_opt("rope.scaling.attn_factor")?.unwrap_or(1.0);
                 let default_swa_base = facts.sliding_window.and_then(|w| w.default_rope_base).unwrap_or(freq_base);
-                let freq_base_swa = m.f32_opt("rope.freq_base_swa")?.unwrap_or(default_swa_base);
+                let freq_base_swa = match facts.sliding_window.is_some_and(|w| w.every_attention_layer) {
+                    true => freq_base,
+                    false => m.f32_opt("rope.freq_base_swa")?.unwrap_or(default_swa_base),
+                };
                 let mut factors = rope_factors(file, n_dims)?;
                 if facts.mrope_sections {
                     if let Some(unrotated) = mrope_text_pairs(&m, n_dims)? {
@@ -522,7 +525,10 @@ impl ModelConfig {
         if let Some(swa) = facts.sliding_window {
             if let Some(w) = m.usize_opt("attention.sliding_window")?.filter(|w| *w > 0).or(swa.default_window) {
                 sliding_window = Some(w);
-                swa_layers = window_layers(&m, n_layer, swa.default_pattern)?;
+                swa_layers = match swa.every_attention_layer {
+                    true => recurrent_layers.iter().map(|&r| !r).collect(),
+                    false => window_layers(&m, n_layer, swa.default_pattern)?,
+                };
             }
         }
         let pooling_type = m.usize_opt("pooling_type")?.unwrap_or(0) as u32;
