@@ -78,6 +78,11 @@ SEEDS = (1, 2)
 #   mamba2:     (d_conv, d_state, heads, groups, layers): those layers are Mamba-2 blocks with no
 #               attention (ssm_in, ssm_conv1d weight and bias, ssm_dt bias, ssm_a, ssm_d, ssm_norm,
 #               ssm_out; an inner size of 2·N_EMBD), head_count_kv per layer as with shortconv
+#   deltanet:   (d_conv, head size, key heads, value heads, layers): those layers are Qwen3.5's
+#               gated delta nets (attn_qkv, attn_gate, ssm_conv1d without bias, ssm_dt bias, ssm_a,
+#               ssm_beta, ssm_alpha, ssm_norm, ssm_out); the others gated attention (attn_q of
+#               2·heads·head_dim: each head's queries, then its gate); seed 1 names the layers by
+#               full_attention_interval, seed 2 by attention.recurrent_layers
 #   output_norm: the final norm's tensor name (default output_norm; LFM2: token_embd_norm)
 ARCHS = {
     "llama": dict(n_head=4, n_head_kv=2, rope_base=500000.0, eps=1e-5, qkv_bias=True, o_bias=True, ffn_bias=True,
@@ -149,6 +154,22 @@ ARCHS = {
                                 "logit_scale": 0.5, "ssm.conv_kernel": 4, "ssm.inner_size": 2 * N_EMBD,
                                 "ssm.state_size": 32, "ssm.time_step_rank": 8, "ssm.group_count": 2},
                           seed2_keys={"rope.scaling.finetuned": False}),
+    # Qwen3.5: delta net, gated attention, delta net, gated attention; IMROPE over 32 of 64 values
+    # (seed 2's sections leave some pairs unrotated); the FFN's input norm is post_attention_norm
+    "qwen35": dict(n_head=4, n_head_kv=2, rope_base=10000000.0, eps=1e-6, n_layer=4, qk_norm="head",
+                   deltanet=(4, 32, 2, 4, (0, 2)), rope_dims=32, ffn_norm="post_attention_norm",
+                   keys={"ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 32,
+                         "ssm.time_step_rank": 4, "ssm.group_count": 2},
+                   seed1_keys={"full_attention_interval": 2},
+                   sections={1: (6, 5, 5, 0), 2: (2, 2, 2, 2)}),
+    # Qwen3.5-MoE (Qwen3.6's): the same layers, experts and a shared expert with its sigmoid gate
+    "qwen35moe": dict(n_head=4, n_head_kv=2, rope_base=10000000.0, eps=1e-6, n_layer=4, qk_norm="head",
+                      deltanet=(4, 32, 2, 4, (0, 2)), rope_dims=32, ffn_norm="post_attention_norm",
+                      moe=(4, 2, 128), shared=(192, True),
+                      keys={"ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 32,
+                            "ssm.time_step_rank": 4, "ssm.group_count": 2},
+                      seed1_keys={"full_attention_interval": 2},
+                      sections={1: (6, 5, 5, 0), 2: (2, 2, 2, 2)}),
     # Granite 4's hybrid with experts and a shared expert (Granite-4.0-H-Tiny/Small)
     "granitehybrid-moe": dict(arch="granitehybrid", n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-5, n_layer=3,
                               mamba2=(4, 32, 8, 2, (0, 2)), moe=(4, 2, N_FF), shared=(160, False),
@@ -185,7 +206,20 @@ def tensors_for(cfg):
         b = f"blk.{i}."
         if pre:
             t.append((b + "attn_norm.weight", (e,), "norm"))
-        if "mamba2" in cfg and i in cfg["mamba2"][4]:
+        if "deltanet" in cfg and i in cfg["deltanet"][4]:
+            d_conv, hs, nk, nv, _ = cfg["deltanet"]
+            ch = (2 * nk + nv) * hs
+            t += [(b + "attn_qkv.weight", (ch, e), "w"), (b + "attn_gate.weight", (nv * hs, e), "w"),
+                  (b + "ssm_conv1d.weight", (ch, d_conv), "w"), (b + "ssm_dt.bias", (nv,), "w"),
+                  (b + "ssm_a", (nv,), "decay"), (b + "ssm_beta.weight", (nv, e), "w"),
+                  (b + "ssm_alpha.weight", (nv, e), "w"), (b + "ssm_norm.weight", (hs,), "norm"),
+                  (b + "ssm_out.weight", (e, nv * hs), "w")]
+        elif "deltanet" in cfg:
+            # gated attention: each head's queries, then its gate
+            t += proj(b + "attn_q", 2 * h * hd, e, False)
+            t += proj(b + "attn_k", kv * hd, e, False)
+            t += proj(b + "attn_v", kv * hd, e, False)
+        elif "mamba2" in cfg and i in cfg["mamba2"][4]:
             d_conv, d_state, heads, groups, _ = cfg["mamba2"]
             inner = 2 * e
             ch = inner + 2 * groups * d_state
@@ -212,7 +246,7 @@ def tensors_for(cfg):
             t += proj(b + "attn_q", h * hd, e, cfg.get("qkv_bias"))
             t += proj(b + "attn_k", kv * hd, e, cfg.get("qkv_bias"))
             t += proj(b + "attn_v", kv * hd, e, cfg.get("qkv_bias"))
-        conv_layer = ("shortconv" in cfg and i in cfg["shortconv"][1]) or ("mamba2" in cfg and i in cfg["mamba2"][4])
+        conv_layer = any(kind in cfg and i in cfg[kind][idx] for kind, idx in (("shortconv", 1), ("mamba2", 4), ("deltanet", 4)))
         if cfg.get("qk_norm") == "head" and not conv_layer:
             t += [(b + "attn_q_norm.weight", (hd,), "norm"), (b + "attn_k_norm.weight", (hd,), "norm")]
         elif cfg.get("qk_norm") == "row":
@@ -301,7 +335,13 @@ def write_model(row, cfg, seed, out):
         w.add_expert_feed_forward_length(ff)
         if "shared" in cfg:
             w.add_expert_shared_feed_forward_length(cfg["shared"][0])
-    for key, value in {**cfg.get("keys", {}), **(cfg.get("seed2_keys", {}) if seed == 2 else {})}.items():
+    if "deltanet" in cfg and seed == 2:
+        layers = cfg["deltanet"][4]
+        w.add_array(f"{arch}.attention.recurrent_layers", [i in layers for i in range(cfg.get("n_layer", N_LAYER))])
+    if "sections" in cfg:
+        w.add_array(f"{arch}.rope.dimension_sections", list(cfg["sections"][seed]))
+    seed_keys = cfg.get("seed2_keys", {}) if seed == 2 else cfg.get("seed1_keys", {})
+    for key, value in {**cfg.get("keys", {}), **seed_keys}.items():
         if isinstance(value, bool):
             w.add_bool(f"{arch}.{key}", value)
         elif isinstance(value, str):

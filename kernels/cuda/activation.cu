@@ -7,6 +7,7 @@
 #define ACT_GELU 1
 #define ACT_GELU_ERF 2
 #define ACT_SWIGLU_OAI 3
+#define ACT_SIGMOID 4
 
 // exp(x) as ggml's vectorised ggml_v_expf: round-to-nearest range reduction, a degree-5
 // polynomial, the scaling by 2^n in one rounding
@@ -103,6 +104,9 @@ DEVICE float activate_one(int act, float x, bool poly_exp) {
     }
     if (act == ACT_GELU) {
         return gelu_table(x);
+    }
+    if (act == ACT_SIGMOID) {
+        return 1.0f / (1.0f + expf(0.0f - x));
     }
     return gelu_erf(x);
 }

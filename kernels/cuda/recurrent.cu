@@ -105,3 +105,63 @@ KERNEL void ssm_scan(const float* xbc, const float* dt, const float* a, const fl
         }
     }
 }
+
+// Qwen3.5's gated delta rule: one block per (value head, sequence), one thread per row j of the
+// head's state (head_dim values, updated in place in the slot). qkv: rows of the query heads, the
+// key heads, then the value heads (head_dim each); alpha, beta: rows of n_v_heads; dt_bias, a:
+// one per value head; out: rows of n_v_heads · head_dim. Each thread normalises the query and
+// key itself, in the CPU's order; runs and snapshots as conv_states.
+KERNEL void delta_rule(const float* qkv, const float* alpha, const float* beta, const float* dt_bias, const float* a, float* states, float* out, const int* run_rows, const int* rows, const int* run_state, const int* run_snaps, const int* snap_row, const int* snap_slot, int n_k_heads, int n_v_heads, int s, float eps, int64_t state_floats, int64_t part) {
+    const int h = BLOCK_ID;
+    const int run = BLOCK_ID_Y;
+    const int j = THREAD_ID;
+    if (j >= s) {
+        return;
+    }
+    const int kh = h % n_k_heads;
+    const int64_t width = (int64_t)(2 * n_k_heads + n_v_heads) * s;
+    const int64_t key_at = (int64_t)n_k_heads * s;
+    const int64_t at = ((int64_t)h * s + j) * s; // this row of the head's state in a slot's part
+    float* m = states + (int64_t)run_state[run] * state_floats + part + at;
+    const float n = (float)s;
+    const float after = 1.0f / sqrtf(n);
+    const float scale = 1.0f / sqrtf(n);
+    int snap = run_snaps[run];
+    const int snap_end = run_snaps[run + 1];
+    const int first = run_rows[run];
+    for (int i = first; i < run_rows[run + 1]; i++) {
+        const int64_t r = rows[i];
+        const float* row = qkv + r * width;
+        const float* q = row + (int64_t)kh * s;
+        const float* k = row + key_at + (int64_t)kh * s;
+        // the L2 norms' scales, as the CPU's l2_normalized
+        double qsum = 0.0, ksum = 0.0;
+        for (int c = 0; c < s; c++) {
+            qsum += (double)(q[c] * q[c]);
+            ksum += (double)(k[c] * k[c]);
+        }
+        const float qscale = 1.0f / sqrtf((float)(qsum / s) + eps / n);
+        const float kscale = 1.0f / sqrtf((float)(ksum / s) + eps / n);
+        const float decay = expf(softplus(alpha[r * n_v_heads + h] + dt_bias[h]) * a[h]);
+        const float b = 1.0f / (1.0f + expf(0.0f - beta[r * n_v_heads + h]));
+        float dot = 0.0f;
+        for (int c = 0; c < s; c++) {
+            m[c] = m[c] * decay;
+            dot += m[c] * ((k[c] * kscale) * after);
+        }
+        const float delta = (row[2 * key_at + (int64_t)h * s + j] - dot) * b;
+        float o = 0.0f;
+        for (int c = 0; c < s; c++) {
+            m[c] = m[c] + ((k[c] * kscale) * after) * delta;
+            o += m[c] * ((q[c] * qscale) * after);
+        }
+        out[r * n_v_heads * s + (int64_t)h * s + j] = o * scale;
+        if (snap < snap_end && snap_row[snap] == i - first) {
+            float* copy = states + (int64_t)snap_slot[snap] * state_floats + part + at;
+            for (int c = 0; c < s; c++) {
+                copy[c] = m[c];
+            }
+            snap++;
+        }
+    }
+}

@@ -315,6 +315,53 @@ pub fn ssm_scan<R: Runtime>(
     go(rt, K, [dim(K, "heads", n_head)?, dim(K, "runs", runs.len())?, 1], head_dim as u32, &args)
 }
 
+/// Qwen3.5's gated delta rule (`recurrent.cu`'s `delta_rule`): `qkv` of `n_rows` rows of the
+/// query, key and value heads, `alpha` and `beta` of `n_rows` x `n_v_heads`, `dt_bias` and `a`
+/// one per value head, `out` `n_rows` x `n_v_heads · head_dim`, each run's rows continuing its
+/// slot's state (`head_dim` x `head_dim` per value head) in `pool`.
+#[allow(clippy::too_many_arguments)]
+pub fn delta_rule<R: Runtime>(
+    rt: &R,
+    [qkv, alpha, beta, dt_bias, a]: [&R::Buffer; 5],
+    n_rows: usize,
+    [n_k_heads, n_v_heads, head_dim]: [usize; 3],
+    eps: f32,
+    pool: StatePool<'_, R::Buffer>,
+    out: &R::Buffer,
+    runs: &[ConvRun<'_>],
+) -> Result<(), RuntimeError> {
+    const K: &str = "delta_rule";
+    if n_k_heads == 0 || !n_v_heads.is_multiple_of(n_k_heads) || head_dim == 0 || head_dim > MAX_BLOCK_THREADS as usize {
+        return Err(RuntimeError::Device(format!("{K}: {n_v_heads} value heads over {n_k_heads} key heads of {head_dim}")));
+    }
+    let state = n_v_heads * head_dim * head_dim;
+    if pool.part_offset + state > pool.slot_floats {
+        return Err(RuntimeError::Device(format!(
+            "{K}: a state of {state} values from {} in slots of {}",
+            pool.part_offset, pool.slot_floats
+        )));
+    }
+    check(rt, K, "qkv", qkv, n_rows * (2 * n_k_heads + n_v_heads) * head_dim * 4)?;
+    check(rt, K, "alpha", alpha, n_rows * n_v_heads * 4)?;
+    check(rt, K, "beta", beta, n_rows * n_v_heads * 4)?;
+    check(rt, K, "dt_bias", dt_bias, n_v_heads * 4)?;
+    check(rt, K, "a", a, n_v_heads * 4)?;
+    check(rt, K, "out", out, n_rows * n_v_heads * head_dim * 4)?;
+    check(rt, K, "states", pool.buf, pool.slots * pool.slot_floats * 4)?;
+    let Some(arrays) = run_arrays(rt, K, n_rows, pool.slots, runs)? else { return Ok(()) };
+    let mut args = vec![Arg::Buf(qkv), Arg::Buf(alpha), Arg::Buf(beta), Arg::Buf(dt_bias), Arg::Buf(a), Arg::Buf(pool.buf), Arg::Buf(out)];
+    args.extend(arrays.args());
+    args.extend([
+        Arg::I32(int(K, "n_k_heads", n_k_heads)?),
+        Arg::I32(int(K, "n_v_heads", n_v_heads)?),
+        Arg::I32(int(K, "head_dim", head_dim)?),
+        Arg::F32(eps),
+        Arg::I64(pool.slot_floats as i64),
+        Arg::I64(pool.part_offset as i64),
+    ]);
+    go(rt, K, [dim(K, "heads", n_v_heads)?, dim(K, "runs", runs.len())?, 1], head_dim as u32, &args)
+}
+
 /// `out` row `out_rows[i]` += `weights[i]` · `src` row `src_rows[i]`, for `src` of `src_len` rows
 /// and `out` of `out_len` rows of `cols`; an `out` row may appear only once.
 #[allow(clippy::too_many_arguments)]

@@ -29,8 +29,8 @@ pub use error::BackendError;
 pub(crate) use loaded::{on_backend, on_same_backend};
 pub use loaded::{Backends, OnBackend, PerBackend};
 pub use types::{
-    Activation, AttentionRow, AttentionShape, BlockId, ColumnBlocks, KvSlot, KvType, KvTypes, Rope, RopeKind, RowInput, SsmShape, StateId,
-    StatePart, StateRun, Yarn, BLOCK_POSITIONS, KV_QUANT_BLOCK, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT,
+    Activation, AttentionRow, AttentionShape, BlockId, ColumnBlocks, DeltaShape, KvSlot, KvType, KvTypes, Rope, RopeKind, RowInput,
+    SsmShape, StateId, StatePart, StateRun, Yarn, BLOCK_POSITIONS, KV_QUANT_BLOCK, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT,
 };
 
 use crate::gguf::{GgufFile, TensorInfo};
@@ -353,6 +353,26 @@ pub trait Backend: Send + Sync + Sized + 'static {
         a: &Self::Vector,
         d: &Self::Vector,
         shape: SsmShape,
+        store: &mut Self::KvStore,
+        part: StatePart,
+        runs: &[StateRun],
+    ) -> Result<Self::Tensor, BackendError>;
+    /// The gated delta rule (Qwen3.5's linear attention), each run's rows in order from its slot's
+    /// state (`part`: per value head, `head_dim` rows `j` of `head_dim` values): `qkv` rows of the
+    /// query heads, the key heads, then the value heads; `alpha` and `beta` rows of one value
+    /// per value head. Per head `h` and row: `q` and `k` (head `h % n_k_heads`) divided by their
+    /// L2 norms (ggml's `rms_norm` with `eps / head_dim`, times `1 / sqrt(head_dim)`), the decay
+    /// `exp(softplus(alpha + dt_bias[h]) · a[h])`, `β = sigmoid(beta)`; every state row `j`
+    /// decays, then `δ = (v[j] - row · k) β`, `row += k δ`, and the output is `(row · q) /
+    /// sqrt(head_dim)`; snapshots get the state after their row. `rows x (n_v_heads · head_dim)`.
+    #[allow(clippy::too_many_arguments)]
+    fn delta_rule(
+        &self,
+        qkv: &Self::Tensor,
+        gates: [&Self::Tensor; 2],
+        per_head: [&Self::Vector; 2],
+        shape: DeltaShape,
+        eps: f32,
         store: &mut Self::KvStore,
         part: StatePart,
         runs: &[StateRun],

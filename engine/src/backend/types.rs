@@ -178,6 +178,9 @@ pub enum Activation {
     /// `g' = min(g, limit)`, `u' = clamp(u, -limit, limit)` ([`SWIGLU_OAI_ALPHA`],
     /// [`SWIGLU_OAI_LIMIT`]: the values llama.cpp gives ggml's `swiglu_oai`).
     SwigluOai,
+    /// `1 / (1 + e^-x)` with the C library's exp (ggml's `sigmoid`); gated, `sigmoid(g) · u`
+    /// (Qwen3.5's gated attention output).
+    Sigmoid,
 }
 
 /// [`Activation::SwigluOai`]'s slope.
@@ -321,6 +324,23 @@ pub struct SsmShape {
     pub head_dim: usize,
     pub n_group: usize,
     pub d_state: usize,
+}
+
+/// A gated delta-net layer's recurrence (Qwen3.5's linear attention): `n_v_heads` heads of
+/// `head_dim` values, each with a `head_dim` x `head_dim` state, reading the query and key heads
+/// `h % n_k_heads`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeltaShape {
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    pub head_dim: usize,
+}
+
+impl DeltaShape {
+    /// Values of a row of queries, keys and values together.
+    pub fn qkv_width(&self) -> usize {
+        (2 * self.n_k_heads + self.n_v_heads) * self.head_dim
+    }
 }
 
 /// One sequence's rows of a batch for a recurrent layer: the rows in position order, the slot

@@ -54,6 +54,9 @@ pub enum Recurrent {
     ShortConv,
     /// Mamba-2's selective state space (`ssm_*`, `mamba2.rs`).
     Mamba2,
+    /// The gated delta net's linear attention (Qwen3.5, `delta_net.rs`); the layers come from
+    /// `attention.recurrent_layers`, else all but every `full_attention_interval`-th.
+    DeltaNet,
 }
 
 /// How a mixture-of-experts layer turns its router's logits into expert probabilities.
@@ -131,6 +134,12 @@ pub struct ArchFacts {
     /// text, whose positions are `[p, p, p, 0]`, that is NeoX's rotation with the fourth
     /// section's pairs left as they are.
     pub mrope_sections: bool,
+    /// M-RoPE's sections interleaved (Qwen3-VL's and Qwen3.5's IMROPE: pair `i` of section
+    /// `i % 3` while within three times the section's size, else of the fourth).
+    pub mrope_interleaved: bool,
+    /// The query projection holds each head's queries then a gate of as many values, and the
+    /// attention output is multiplied by the gate's sigmoid before `attn_output` (Qwen3.5).
+    pub gated_attention: bool,
     /// Queries scaled by position where the file gives `attention.temperature_scale` (Mistral 3).
     pub attention_temperature: bool,
     /// Every `rope_skip_every`-th layer (the 4th, 8th, ...) has no RoPE (SmolLM3: 4); 0: none.
@@ -166,6 +175,8 @@ const DECODER: ArchFacts = ArchFacts {
     prescaled_queries: false,
     sliding_window: None,
     mrope_sections: false,
+    mrope_interleaved: false,
+    gated_attention: false,
     attention_temperature: false,
     rope_skip_every: 0,
     attention_sinks: false,
@@ -303,6 +314,29 @@ pub const ARCHS: &[ArchFacts] = &[
         scales_from_keys: true,
         recurrent: Recurrent::Mamba2,
         rope_switch: true,
+        ..DECODER
+    },
+    ArchFacts {
+        name: "qwen35",
+        rope: Some(RopeKind::Neox),
+        qk_norm: QkNorm::PerHead,
+        // its post-attention norm is the FFN's input norm
+        ffn_norm_name: "post_attention_norm",
+        mrope_sections: true,
+        mrope_interleaved: true,
+        gated_attention: true,
+        recurrent: Recurrent::DeltaNet,
+        ..DECODER
+    },
+    ArchFacts {
+        name: "qwen35moe",
+        rope: Some(RopeKind::Neox),
+        qk_norm: QkNorm::PerHead,
+        ffn_norm_name: "post_attention_norm",
+        mrope_sections: true,
+        mrope_interleaved: true,
+        gated_attention: true,
+        recurrent: Recurrent::DeltaNet,
         ..DECODER
     },
     ArchFacts { name: "bert", rope: None, activation: Activation::GeluErf, causal: false, encoder: true, ..DECODER },

@@ -257,19 +257,47 @@ impl RopeFactors {
 /// are `[p, p, p, 0]`, so the pairs of the fourth section (pair `i` lies in section
 /// `i % sum(sections)`) stay unrotated and the others rotate as NeoX by `p`. `None` when the
 /// file has no sections.
-fn mrope_text_pairs(m: &Meta, n_dims: usize) -> Result<Option<Vec<bool>>, ModelError> {
+fn mrope_text_pairs(m: &Meta, n_dims: usize, interleaved: bool) -> Result<Option<Vec<bool>>, ModelError> {
     const KEY: &str = "rope.dimension_sections";
     let Some(v) = m.file.get(&m.key(KEY)) else { return Ok(None) };
     let sections: Vec<usize> = match v.as_array().and_then(|a| a.to_u64s()) {
         Some(s) if s.len() == 4 => s.into_iter().map(|n| n as usize).collect(),
         _ => return Err(ModelError::BadKey { key: m.key(KEY), reason: "expected 4 unsigned integers".into() }),
     };
+    let total: usize = sections.iter().sum();
+    if interleaved {
+        // IMROPE (ggml's `is_imrope`): pair i's sector i % total belongs to section sector % 3
+        // while below three times that section's size, else to the fourth
+        if total == 0 {
+            return Err(ModelError::BadKey { key: m.key(KEY), reason: "interleaved sections summing to 0".into() });
+        }
+        let fourth = |i: usize| {
+            let sector = i % total;
+            let of = sector % 3;
+            sector >= 3 * sections[of]
+        };
+        return Ok(Some((0..n_dims / 2).map(fourth).collect()));
+    }
     if sections[0] == 0 || sections[1] == 0 {
         return Ok(None);
     }
-    let total: usize = sections.iter().sum();
     let fourth = sections[0] + sections[1] + sections[2];
     Ok(Some((0..n_dims / 2).map(|i| i % total >= fourth).collect()))
+}
+
+/// Which layers of a delta-net hybrid are recurrent: `attention.recurrent_layers` (one flag per
+/// layer), else all but every `full_attention_interval`-th (default 4), as llama.cpp reads them.
+fn delta_net_layers(m: &Meta, n_layer: usize) -> Result<Vec<bool>, ModelError> {
+    const KEY: &str = "attention.recurrent_layers";
+    if let Some(flags) = m.file.get(&m.key(KEY)).and_then(Value::as_array) {
+        let flags: Option<Vec<bool>> = flags.values().map(|v| v.as_bool().or_else(|| v.as_u64().map(|n| n != 0))).collect();
+        return match flags {
+            Some(flags) if flags.len() >= n_layer => Ok(flags[..n_layer].to_vec()),
+            _ => Err(ModelError::BadKey { key: m.key(KEY), reason: format!("expected one flag per layer ({n_layer})") }),
+        };
+    }
+    let every = positive(m, "full_attention_interval", m.usize_opt("full_attention_interval")?.unwrap_or(4))?;
+    Ok((0..n_layer).map(|il| !(il + 1).is_multiple_of(every)).collect())
 }
 
 /// The experts' configuration, when `expert_count` is positive.
@@ -376,6 +404,7 @@ impl ModelConfig {
         // a hybrid's recurrent layers have no KV heads
         let kv_heads = m.per_layer("attention.head_count_kv", n_layer)?;
         let recurrent_layers: Vec<bool> = match (&kv_heads, facts.recurrent) {
+            (_, Recurrent::DeltaNet) => delta_net_layers(&m, n_layer)?,
             (Some(ns), Recurrent::ShortConv | Recurrent::Mamba2) => ns.iter().map(|&n| n == 0).collect(),
             _ => vec![false; n_layer],
         };
@@ -395,12 +424,18 @@ impl ModelConfig {
                 }
                 Some(taps)
             }
-            Recurrent::None | Recurrent::Mamba2 => None,
+            Recurrent::None | Recurrent::Mamba2 | Recurrent::DeltaNet => None,
         };
         let ssm = match facts.recurrent {
-            Recurrent::Mamba2 => Some(SsmConfig::from_meta(&m)?),
+            Recurrent::Mamba2 | Recurrent::DeltaNet => Some(SsmConfig::from_meta(&m)?),
             Recurrent::None | Recurrent::ShortConv => None,
         };
+        if let (Recurrent::DeltaNet, Some(s)) = (facts.recurrent, &ssm) {
+            // the state is square: each value head as wide as a key head
+            if s.d_inner != s.n_head * s.d_state || !s.n_head.is_multiple_of(s.n_group) {
+                return Err(ModelError::BadKey { key: m.key("ssm.inner_size"), reason: format!("a delta net of {s:?}") });
+            }
+        }
         if n_head % n_head_kv != 0 {
             return Err(ModelError::BadKey {
                 key: m.key("attention.head_count_kv"),
@@ -479,7 +514,7 @@ impl ModelConfig {
                 };
                 let mut factors = rope_factors(file, n_dims)?;
                 if facts.mrope_sections {
-                    if let Some(unrotated) = mrope_text_pairs(&m, n_dims)? {
+                    if let Some(unrotated) = mrope_text_pairs(&m, n_dims, facts.mrope_interleaved)? {
                         kind = RopeKind::Neox;
                         factors = factors.with_unrotated(&unrotated);
                     }

@@ -17,9 +17,9 @@ use super::config::ModelConfig;
 use super::error::ModelError;
 use super::lora::{LoraRows, LoraScale};
 use super::weights::{DecoderWeights, FeedForward, Mixer, Projections};
-use super::{mamba2, mla, moe, short_conv};
+use super::{delta_net, mamba2, mla, moe, short_conv};
 use super::{InputEntry, Logits};
-use crate::backend::{AttentionRow, Backend, BackendError, BlockId, KvSlot, KvSource, RowInput, StateRun};
+use crate::backend::{Activation, AttentionRow, Backend, BackendError, BlockId, ColumnBlocks, KvSlot, KvSource, RowInput, StateRun};
 use crate::kv_cache::{KvCache, SeqId};
 
 /// Checks the batch against the cache and makes room: every sequence's entries must continue it,
@@ -152,10 +152,23 @@ fn attention_mixer<B: Backend>(
 ) -> Result<B::Tensor, ModelError> {
     let (n, eps) = (batch.len(), c.norm_eps);
     let rope = c.layer_rope(il, a.n_ctx);
+    // a gated attention's gate, n x (n_head · head_dim)
+    let mut gate = None;
     // n x (n_head · head_dim_k), n x k_dim, n x v_dim
     let [mut q, mut k, mut v] = match projections {
         Projections::Heads { q, k, v, q_norm, k_norm } => {
             let [mut q, mut k, v] = linear_each(b, [q, k, v], ScaleAt::BeforeBias, input, lora)?;
+            if c.facts.gated_attention {
+                // n x (n_head · 2 head_dim): each head's queries, then its gate
+                let (heads, hd) = (c.n_head, c.head_dim_k);
+                let mut queries = b.zeros(n, heads * hd)?;
+                let mut g = b.zeros(n, heads * hd)?;
+                let each = |start| ColumnBlocks { start, stride: 2 * hd, width: hd, count: heads };
+                let packed = ColumnBlocks { start: 0, stride: hd, width: hd, count: heads };
+                b.copy_columns(&mut queries, packed, &q, each(0))?;
+                b.copy_columns(&mut g, packed, &q, each(hd))?;
+                (q, gate) = (queries, Some(g));
+            }
             if let Some(qn) = q_norm {
                 b.rms_norm_in_place(&mut q, qn, eps)?;
             }
@@ -211,6 +224,10 @@ fn attention_mixer<B: Backend>(
     }
     if let (Projections::Latent(w), Some(latent)) = (projections, &c.latent) {
         attn = mla::head_values(b, latent, w, &attn)?; // n x (n_head · v_head)
+    }
+    if let Some(mut g) = gate {
+        b.glu(Activation::Sigmoid, &mut g, &attn)?; // sigmoid(gate) · attention
+        attn = g;
     }
     linear(b, o, ScaleAt::BeforeBias, &attn, lora) // n x e
 }
@@ -281,6 +298,11 @@ pub(crate) fn forward<B: Backend>(
                 let (part, ssm) =
                     (c.state_part(il).expect("a recurrent layer has a state part"), c.ssm.as_ref().expect("Mamba-2 dimensions"));
                 mamba2::forward(b, w, ssm, eps, input, store, part, &state_runs, &lora)?
+            }
+            Mixer::DeltaNet(w) => {
+                let (part, ssm) =
+                    (c.state_part(il).expect("a recurrent layer has a state part"), c.ssm.as_ref().expect("delta-net dimensions"));
+                delta_net::forward(b, w, ssm, eps, input, store, part, &state_runs, &lora)?
             }
         }; // n x e
         if let Some(pn) = &layer.attn_post_norm {

@@ -3,8 +3,8 @@
 //! per-architecture facts, `config.rs` reads the hyperparameters, `weights.rs` loads
 //! shape-checked weights onto a backend, `blocks.rs` holds the blocks the model kinds share, and
 //! each model kind is its own file over the `Backend` trait: `decoder.rs` (the decoder-only
-//! architectures, with `mla.rs`, `moe.rs`, `short_conv.rs` and `mamba2.rs` the parts some of
-//! them add),
+//! architectures, with `mla.rs`, `moe.rs`, `short_conv.rs`, `mamba2.rs` and `delta_net.rs` the
+//! parts some of them add),
 //! `bert.rs` (the BERT encoders).
 
 pub mod arch;
@@ -13,6 +13,7 @@ pub(crate) mod blocks;
 pub use blocks::Linear;
 pub mod config;
 mod decoder;
+pub mod delta_net;
 pub mod error;
 pub mod lora;
 pub mod mamba2;

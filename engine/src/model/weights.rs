@@ -8,8 +8,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::arch::QkNorm;
+use super::arch::Recurrent;
 use super::blocks::Linear;
 use super::config::ModelConfig;
+use super::delta_net::DeltaNet;
 use super::error::ModelError;
 use super::lora::{AdapterInfo, AdapterWeights, EmbeddingShape, LoraSite};
 use super::mamba2::Mamba2;
@@ -354,6 +356,8 @@ pub enum Mixer<B: Backend> {
     ShortConv(Box<ShortConv<B>>),
     /// Mamba-2's selective state space, with its states per sequence.
     Mamba2(Box<Mamba2<B>>),
+    /// The gated delta net's linear attention, with its states per sequence.
+    DeltaNet(Box<DeltaNet<B>>),
 }
 
 impl<B: Backend> Mixer<B> {
@@ -362,6 +366,7 @@ impl<B: Backend> Mixer<B> {
             Mixer::Attention { projections, o, .. } => projections.matrices().into_iter().chain([&o.w]).collect(),
             Mixer::ShortConv(w) => w.matrices(),
             Mixer::Mamba2(w) => w.matrices(),
+            Mixer::DeltaNet(w) => w.matrices(),
         }
     }
 }
@@ -449,16 +454,21 @@ impl<B: Backend> DecoderWeights<B> {
                         // q, k and v as three projections, or one fused `attn_qkv` (Phi-3, GLM-4) taken apart
                         let [q, k, v] = match l.linear_parts(&n("attn_qkv"), [q_out, kv_k, kv_v], e)? {
                             Some(qkv) => qkv,
-                            None => [l.linear(&n("attn_q"), q_out, e)?, l.linear(&n("attn_k"), kv_k, e)?, l.linear(&n("attn_v"), kv_v, e)?],
+                            // a gated attention's queries carry each head's gate after its queries
+                            None => {
+                                let q_rows = if f.gated_attention { 2 * q_out } else { q_out };
+                                [l.linear(&n("attn_q"), q_rows, e)?, l.linear(&n("attn_k"), kv_k, e)?, l.linear(&n("attn_v"), kv_v, e)?]
+                            }
                         };
                         let q_norm = qk_norm(&n("attn_q_norm.weight"), q_norm_len)?;
                         Projections::Heads { q, k, v, q_norm, k_norm: qk_norm(&n("attn_k_norm.weight"), k_norm_len)? }
                     }
                 })
             };
-            let mixer = match (c.recurrent_layers[i], c.short_conv_taps, &c.ssm) {
-                (true, Some(taps), _) => Mixer::ShortConv(Box::new(ShortConv::load(&l, i, taps, e)?)),
-                (true, None, Some(ssm)) => Mixer::Mamba2(Box::new(Mamba2::load(&l, i, ssm, e)?)),
+            let mixer = match (c.recurrent_layers[i], f.recurrent, c.short_conv_taps, &c.ssm) {
+                (true, Recurrent::ShortConv, Some(taps), _) => Mixer::ShortConv(Box::new(ShortConv::load(&l, i, taps, e)?)),
+                (true, Recurrent::Mamba2, _, Some(ssm)) => Mixer::Mamba2(Box::new(Mamba2::load(&l, i, ssm, e)?)),
+                (true, Recurrent::DeltaNet, _, Some(ssm)) => Mixer::DeltaNet(Box::new(DeltaNet::load(&l, i, ssm, e)?)),
                 _ => Mixer::Attention {
                     projections: attention(&l)?,
                     o: l.linear(&n("attn_output"), e, c.n_head * c.latent.map_or(c.head_dim_v, |l| l.v_head))?,

@@ -1,5 +1,6 @@
-//! The hybrid models (the tiny LFM2 and Granite 4 hybrid architecture models: short
-//! convolutions, or Mamba-2 blocks, with states per sequence beside attention) served over real
+//! The hybrid models (the tiny LFM2, Granite 4 hybrid, Qwen3.5 and Qwen3.5-MoE architecture
+//! models: short convolutions, Mamba-2 blocks or gated delta nets, with states per sequence,
+//! beside attention) served over real
 //! TCP: a conversation's second turn resumes from the
 //! first turn's states and gives what a fresh server computes, `n` choices fork one prompt's
 //! states and are each the choice of its own seed, and speculation (n-gram or a draft model,
@@ -19,8 +20,12 @@ use server::{ModelSpec, Scheduling, Server};
 const ID: &str = "tiny-hybrid";
 
 /// The hybrids: each architecture's file of seed 1, with its file of seed 2 as the draft.
-const HYBRIDS: [(&str, &str); 2] =
-    [("archs/lfm2-s1.gguf", "archs/lfm2-s2.gguf"), ("archs/granitehybrid-s1.gguf", "archs/granitehybrid-s2.gguf")];
+const HYBRIDS: [(&str, &str); 4] = [
+    ("archs/lfm2-s1.gguf", "archs/lfm2-s2.gguf"),
+    ("archs/granitehybrid-s1.gguf", "archs/granitehybrid-s2.gguf"),
+    ("archs/qwen35-s1.gguf", "archs/qwen35-s2.gguf"),
+    ("archs/qwen35moe-s1.gguf", "archs/qwen35moe-s2.gguf"),
+];
 
 /// A prompt of ids with repeats (for the n-gram drafts to find).
 const PROMPT: [u32; 20] = [5, 17, 33, 2, 90, 5, 17, 33, 2, 64, 8, 120, 5, 17, 33, 2, 77, 41, 5, 17];

@@ -26,12 +26,15 @@ fn latent_attention_on_the_simulated_gpu_matches_llama_cpp() {
 }
 
 /// The kernel backend (run by the CPU execution harness) on the hybrids: the short
-/// convolutions' and Mamba-2's states in its state pool, continued one token at a time and batch
+/// convolutions', Mamba-2's and the delta nets' states in its state pool (and Qwen3.5's gated
+/// attention), continued one token at a time and batch
 /// invariant, against llama.cpp.
 #[cfg(feature = "sim")]
 #[test]
 fn hybrids_on_the_simulated_gpu_match_llama_cpp() {
-    engine_tests::archs::these_archs_match_llama_cpp("sim", &["lfm2-s1", "granitehybrid-s2"], |path| Model::load_simulated(path).unwrap());
+    engine_tests::archs::these_archs_match_llama_cpp("sim", &["lfm2-s1", "granitehybrid-s2", "qwen35-s2"], |path| {
+        Model::load_simulated(path).unwrap()
+    });
 }
 
 /// A copy of the tiny qwen3 model with its metadata changed by `edit` and, when given, one more

@@ -13,6 +13,11 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
+/// ggml's `sigmoid`: `1 / (1 + e^-x)`.
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
 /// gpt-oss's gated unit of gate `g` and up `u`, as ggml's `swiglu_oai` computes it (the C
 /// library's `expf`): `min(g, limit)` through its sigmoid, times `clamp(u, -limit, limit) + 1`.
 #[inline]

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use rayon::prelude::*;
 
-use super::activation::{gelu, gelu_erf_row_with, silu, swiglu_oai, swiglu_row_with};
+use super::activation::{gelu, gelu_erf_row_with, sigmoid, silu, swiglu_oai, swiglu_row_with};
 use super::attention::{attend_queries_with, with_scratch, InPlaceRows, KvRow, KvRows, Query};
 use super::kv::CpuKvStore;
 use super::matmul::{get_rows, matmul_each_on};
@@ -16,8 +16,8 @@ use super::norm::{layer_norm, rms_norm, rms_norm_in_place};
 use super::rope::rope_with;
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
-    column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvTypes,
-    Rope, RowInput, SsmShape, StatePart, StateRun,
+    column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, DeltaShape, Device, KvSlot,
+    KvSource, KvTypes, Rope, RowInput, SsmShape, StatePart, StateRun,
 };
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::panel::{self, Panels};
@@ -430,6 +430,7 @@ impl Backend for CpuBackend {
             Activation::Gelu => rows.for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| *a = gelu(*a) * b)),
             Activation::GeluErf => rows.for_each(|(a, b)| gelu_erf_row_with(self.isa, a, Some(b))),
             Activation::SwigluOai => rows.for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| *a = swiglu_oai(*a, b))),
+            Activation::Sigmoid => rows.for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| *a = sigmoid(*a) * b)),
         }
         Ok(())
     }
@@ -442,6 +443,7 @@ impl Backend for CpuBackend {
             }
             Activation::Gelu => gelu,
             Activation::Silu => silu,
+            Activation::Sigmoid => sigmoid,
             Activation::SwigluOai => return Err(BackendError::shape("activate", "SwigluOai is a gated unit: glu only")),
         };
         x.data.par_iter_mut().for_each(|a| *a = f(*a));
@@ -546,6 +548,20 @@ impl Backend for CpuBackend {
         runs: &[StateRun],
     ) -> Result<HostTensor, BackendError> {
         super::recurrent::ssm_scan(xbc, dt, a, d, shape, store, part, runs)
+    }
+
+    fn delta_rule(
+        &self,
+        qkv: &HostTensor,
+        gates: [&HostTensor; 2],
+        [dt_bias, a]: [&Vec<f32>; 2],
+        shape: DeltaShape,
+        eps: f32,
+        store: &mut CpuKvStore,
+        part: StatePart,
+        runs: &[StateRun],
+    ) -> Result<HostTensor, BackendError> {
+        super::recurrent::delta_rule(qkv, gates, [dt_bias, a], shape, eps, store, part, runs)
     }
 
     fn rms_norm_groups(&self, x: &mut HostTensor, w: &Vec<f32>, group: usize, eps: f32) -> Result<(), BackendError> {

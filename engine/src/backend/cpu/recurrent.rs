@@ -1,7 +1,7 @@
 //! The recurrent layers' operations on the CPU: causal depthwise convolutions (LFM2's gated
-//! short convolution, Mamba-2's) and Mamba-2's selective scan, over each sequence's rows in
-//! position order, continuing the states its slot holds. A row's output
-//! depends only on its own inputs and its sequence's earlier ones, in a fixed order, so it has
+//! short convolution, Mamba-2's), Mamba-2's selective scan and the gated delta rule (Qwen3.5),
+//! over each sequence's rows in position order, continuing the states its slot holds. A row's
+//! output depends only on its own inputs and its sequence's earlier ones, in a fixed order, so it has
 //! the same bits whether the row runs alone (decode), in a prompt's chunk, or beside other
 //! sequences.
 
@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use super::backend::HostTensor;
 use super::kv::CpuKvStore;
-use crate::backend::{BackendError, SsmShape, StatePart, StateRun};
+use crate::backend::{BackendError, DeltaShape, SsmShape, StatePart, StateRun};
 
 /// The slots a run reads and writes, taken out of the store while the kernel runs.
 struct RunSlots {
@@ -281,6 +281,109 @@ pub(crate) fn ssm_scan(
         let (run, h) = (&runs[t / n_head], t % n_head);
         for (&r, values) in run.rows.iter().zip(out.chunks_exact(head_dim)) {
             y.data[r * d_inner + h * head_dim..r * d_inner + (h + 1) * head_dim].copy_from_slice(values);
+        }
+    }
+    Ok(y)
+}
+
+/// A query or key head divided by its L2 norm as llama.cpp's delta nets compute it: ggml's
+/// `rms_norm` with `eps / n` (the squares summed in f64), then times `1 / sqrt(n)`.
+pub(crate) fn l2_normalized(x: &[f32], eps: f32, out: &mut [f32]) {
+    let n = x.len() as f32;
+    let sum: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    let scale = 1.0 / (mean + eps / n).sqrt();
+    let after = 1.0 / n.sqrt();
+    out.iter_mut().zip(x).for_each(|(o, &v)| *o = (v * scale) * after);
+}
+
+/// [`crate::backend::Backend::delta_rule`] on the CPU: every (run, value head) in parallel, each
+/// its rows in order.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn delta_rule(
+    qkv: &HostTensor,
+    [alpha, beta]: [&HostTensor; 2],
+    [dt_bias, a]: [&[f32]; 2],
+    shape: DeltaShape,
+    eps: f32,
+    store: &mut CpuKvStore,
+    part: StatePart,
+    runs: &[StateRun],
+) -> Result<HostTensor, BackendError> {
+    const OP: &str = "delta_rule";
+    let DeltaShape { n_k_heads, n_v_heads, head_dim: s } = shape;
+    let fits = n_k_heads > 0
+        && n_v_heads.is_multiple_of(n_k_heads)
+        && qkv.cols == shape.qkv_width()
+        && [alpha, beta].iter().all(|t| t.cols == n_v_heads && t.rows == qkv.rows)
+        && dt_bias.len() == n_v_heads
+        && a.len() == n_v_heads
+        && part.len == n_v_heads * s * s;
+    if !fits {
+        return Err(BackendError::shape(OP, format!("{shape:?}: rows of {}, a state part of {}", qkv.cols, part.len)));
+    }
+    check_runs(OP, qkv.rows, runs)?;
+    let mut slots = take_slots(store, runs)?;
+    if slots.iter().any(|sl| sl.state.len() < part.offset + part.len) {
+        put_slots(store, runs, slots);
+        return Err(BackendError::shape(OP, "the state part lies outside the slots"));
+    }
+    let per_head = s * s;
+    let key_at = n_k_heads * s;
+    let scale = 1.0 / (s as f32).sqrt();
+    let mut tasks = Vec::with_capacity(runs.len() * n_v_heads);
+    for (j, slot) in slots.iter_mut().enumerate() {
+        let mut snaps: Vec<std::slice::ChunksExactMut<'_, f32>> =
+            slot.snapshots.iter_mut().map(|sn| sn[part.offset..part.offset + part.len].chunks_exact_mut(per_head)).collect();
+        for (h, state) in slot.state[part.offset..part.offset + part.len].chunks_exact_mut(per_head).enumerate() {
+            let snapshot_heads: Vec<&mut [f32]> = snaps.iter_mut().map(|c| c.next().expect("a head's part")).collect();
+            tasks.push((j, h, state, snapshot_heads));
+        }
+    }
+    let outputs: Vec<Vec<f32>> = tasks
+        .into_par_iter()
+        .map(|(j, h, state, mut snapshot_heads)| {
+            let run = &runs[j];
+            let kh = h % n_k_heads;
+            let (mut q, mut k) = (vec![0.0f32; s], vec![0.0f32; s]);
+            let mut y = vec![0.0f32; run.rows.len() * s];
+            let mut next_snapshot = 0;
+            for (i, &r) in run.rows.iter().enumerate() {
+                let row = &qkv.data[r * qkv.cols..(r + 1) * qkv.cols];
+                l2_normalized(&row[kh * s..(kh + 1) * s], eps, &mut q);
+                l2_normalized(&row[key_at + kh * s..key_at + (kh + 1) * s], eps, &mut k);
+                let v = &row[2 * key_at + h * s..2 * key_at + (h + 1) * s];
+                let decay = (softplus(alpha.data[r * n_v_heads + h] + dt_bias[h]) * a[h]).exp();
+                let b = 1.0 / (1.0 + (-beta.data[r * n_v_heads + h]).exp());
+                for (jj, m) in state.chunks_exact_mut(s).enumerate() {
+                    m.iter_mut().for_each(|x| *x *= decay);
+                    let mut dot = 0.0f32;
+                    for (&x, &kv) in m.iter().zip(&k) {
+                        dot += x * kv;
+                    }
+                    let delta = (v[jj] - dot) * b;
+                    m.iter_mut().zip(&k).for_each(|(x, &kv)| *x += kv * delta);
+                    let mut out = 0.0f32;
+                    for (&x, &qv) in m.iter().zip(&q) {
+                        out += x * qv;
+                    }
+                    y[i * s + jj] = out * scale;
+                }
+                if run.snapshots.get(next_snapshot).is_some_and(|&(at, _)| at == i) {
+                    snapshot_heads[next_snapshot].copy_from_slice(state);
+                    next_snapshot += 1;
+                }
+            }
+            y
+        })
+        .collect();
+    put_slots(store, runs, slots);
+    let width = n_v_heads * s;
+    let mut y = HostTensor::zeros(qkv.rows, width);
+    for (t, out) in outputs.into_iter().enumerate() {
+        let (run, h) = (&runs[t / n_v_heads], t % n_v_heads);
+        for (&r, values) in run.rows.iter().zip(out.chunks_exact(s)) {
+            y.data[r * width + h * s..r * width + (h + 1) * s].copy_from_slice(values);
         }
     }
     Ok(y)

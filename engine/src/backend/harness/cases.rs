@@ -7,8 +7,8 @@ use half::f16;
 use super::reference as naive;
 use super::{nmse, OpCases, Rng};
 use crate::backend::{
-    Activation, AttentionRow, AttentionShape, Backend, BlockId, ColumnBlocks, KvSlot, KvSource, KvStorage, KvType, KvTypes, Rope, RopeKind,
-    RowInput, SsmShape, StatePart, StateRun, Yarn, BLOCK_POSITIONS,
+    Activation, AttentionRow, AttentionShape, Backend, BlockId, ColumnBlocks, DeltaShape, KvSlot, KvSource, KvStorage, KvType, KvTypes,
+    Rope, RopeKind, RowInput, SsmShape, StatePart, StateRun, Yarn, BLOCK_POSITIONS,
 };
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::quant::{ops_for, q4_0, q8_0, GgmlType, Isa};
@@ -61,6 +61,9 @@ pub fn table<B: Backend>() -> Vec<OpCases<B>> {
         // f32 exp and log1p, and sums over the state, row after row
         OpCases { op: "ssm_scan", bound: 1e-12, run: ssm_scan },
         OpCases { op: "rms_norm_groups", bound: 1e-12, run: rms_norm_groups },
+        // L2 norms (the reference's exact, the op's eps as ggml places it), exp, log1p and
+        // sums over each state row
+        OpCases { op: "delta_rule", bound: 1e-12, run: delta_rule },
         OpCases { op: "select_rows", bound: 0.0, run: select_rows },
         OpCases { op: "copy_columns", bound: 0.0, run: copy_columns },
     ]
@@ -418,7 +421,7 @@ fn batch_attention<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
     out
 }
 
-const ACTIVATIONS: [Activation; 3] = [Activation::Silu, Activation::Gelu, Activation::GeluErf];
+const ACTIVATIONS: [Activation; 4] = [Activation::Silu, Activation::Gelu, Activation::GeluErf, Activation::Sigmoid];
 
 fn glu<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
     let mut out = Vec::new();
@@ -621,6 +624,35 @@ fn ssm_scan<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
         };
         let want = |values: &[f32]| naive::ssm_scan(values, row_width, &a, &d, shape);
         let e = recurrent_calls::<B>(rng, &mut store, row_width, d_inner, &mut call, &want);
+        out.push((format!("{shape:?}: interleaved, continued, resumed"), e));
+    }
+    out
+}
+
+/// The gated delta rule, by [`recurrent_calls`].
+fn delta_rule<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for shape in [DeltaShape { n_k_heads: 2, n_v_heads: 4, head_dim: 16 }, DeltaShape { n_k_heads: 1, n_v_heads: 1, head_dim: 33 }] {
+        let (qkv, heads) = (shape.qkv_width(), shape.n_v_heads);
+        let part = StatePart { offset: 3, len: heads * shape.head_dim * shape.head_dim };
+        let mut store = b.new_kv_store(KvType::F32.into(), 1, 4, 4, part.offset + part.len + 2);
+        // decays below 0 (the file's -exp(A_log)), biases around 0
+        let a: Vec<f32> = rng.values(heads, 1.0).iter().map(|v| -0.2 - v.abs()).collect();
+        let dt_bias = rng.values(heads, 1.0);
+        let (a_on, dt_on) = (b.upload_vector(&a).expect("vector"), b.upload_vector(&dt_bias).expect("vector"));
+        let eps = 1e-6;
+        // each row: queries, keys, values, then the alphas and the betas
+        let row_width = qkv + 2 * heads;
+        let mut call = |store: &mut B::KvStore, values: &[f32], rows: usize, runs: &[StateRun]| {
+            let part_of =
+                |from: usize, to: usize| -> Vec<f32> { values.chunks_exact(row_width).flat_map(|r| r[from..to].to_vec()).collect() };
+            let (x, alpha, beta) = (part_of(0, qkv), part_of(qkv, qkv + heads), part_of(qkv + heads, row_width));
+            let (alpha, beta) = (host(b, rows, heads, &alpha), host(b, rows, heads, &beta));
+            let y = b.delta_rule(&host(b, rows, qkv, &x), [&alpha, &beta], [&dt_on, &a_on], shape, eps, store, part, runs);
+            back(b, y.expect("delta_rule"))
+        };
+        let want = |values: &[f32]| naive::delta_rule(values, row_width, &dt_bias, &a, shape, eps);
+        let e = recurrent_calls::<B>(rng, &mut store, row_width, heads * shape.head_dim, &mut call, &want);
         out.push((format!("{shape:?}: interleaved, continued, resumed"), e));
     }
     out

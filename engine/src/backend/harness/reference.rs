@@ -147,6 +147,7 @@ pub fn activation(act: Activation, x: f64) -> f64 {
         Activation::Gelu => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()),
         Activation::GeluErf => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
         Activation::SwigluOai => panic!("SwigluOai is gated: see `gated`"),
+        Activation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
     }
 }
 
@@ -223,6 +224,38 @@ pub fn ssm_scan(rows: &[f32], row_width: usize, a: &[f32], d: &[f32], shape: cra
                     sum += *s * v(d_inner + (n_group + g) * d_state + j);
                 }
                 y.push(sum + x * f64::from(d[h]));
+            }
+        }
+    }
+    y
+}
+
+/// The gated delta rule of one sequence's rows of `row_width` values (queries, keys, values,
+/// then one alpha and one beta per value head) from a zero state, in f64.
+pub fn delta_rule(rows: &[f32], row_width: usize, dt_bias: &[f32], a: &[f32], shape: crate::backend::DeltaShape, eps: f32) -> Vec<f64> {
+    let crate::backend::DeltaShape { n_k_heads, n_v_heads, head_dim: s } = shape;
+    let qkv = shape.qkv_width();
+    let mut state = vec![0.0f64; n_v_heads * s * s];
+    let l2 = |x: &[f32]| -> Vec<f64> {
+        let norm = (x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() + f64::from(eps)).sqrt();
+        x.iter().map(|&v| f64::from(v) / norm).collect()
+    };
+    let mut y = Vec::new();
+    for row in rows.chunks_exact(row_width) {
+        for h in 0..n_v_heads {
+            let kh = h % n_k_heads;
+            let (q, k) = (l2(&row[kh * s..(kh + 1) * s]), l2(&row[(n_k_heads + kh) * s..(n_k_heads + kh + 1) * s]));
+            let v = &row[(2 * n_k_heads + h) * s..(2 * n_k_heads + h + 1) * s];
+            let x = f64::from(row[qkv + h]) + f64::from(dt_bias[h]);
+            let decay = ((if x > 20.0 { x } else { x.exp().ln_1p() }) * f64::from(a[h])).exp();
+            let b = 1.0 / (1.0 + (-f64::from(row[qkv + n_v_heads + h])).exp());
+            for j in 0..s {
+                let m = &mut state[(h * s + j) * s..(h * s + j + 1) * s];
+                m.iter_mut().for_each(|x| *x *= decay);
+                let dot: f64 = m.iter().zip(&k).map(|(x, k)| x * k).sum();
+                let delta = (f64::from(v[j]) - dot) * b;
+                m.iter_mut().zip(&k).for_each(|(x, k)| *x += k * delta);
+                y.push(m.iter().zip(&q).map(|(x, q)| x * q).sum::<f64>() / (s as f64).sqrt());
             }
         }
     }

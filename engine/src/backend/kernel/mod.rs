@@ -16,8 +16,8 @@ pub use kv::DeviceKvStore;
 
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
-    column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, Device, KvSlot, KvSource, KvTypes,
-    Rope, RopeKind, RowInput, SsmShape, StatePart, StateRun,
+    column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, DeltaShape, Device, KvSlot,
+    KvSource, KvTypes, Rope, RopeKind, RowInput, SsmShape, StatePart, StateRun,
 };
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::GgmlType;
@@ -73,6 +73,7 @@ fn act_code(act: Activation) -> i32 {
         Activation::Gelu => 1,
         Activation::GeluErf => 2,
         Activation::SwigluOai => 3,
+        Activation::Sigmoid => 4,
     }
 }
 
@@ -596,6 +597,39 @@ where
         let pool = launch::StatePool { buf, slots, slot_floats, part_offset: part.offset };
         let dims = [n_head, head_dim, n_group, d_state];
         launch::ssm_scan(&*self.rt, [&xbc.buf, &dt.buf, &a.buf, &d.buf], xbc.rows, dims, pool, &out.buf, &conv_runs(runs, &snapshots))
+            .map_err(self.fail(OP))?;
+        Ok(out)
+    }
+
+    fn delta_rule(
+        &self,
+        qkv: &DeviceTensor<R>,
+        [alpha, beta]: [&DeviceTensor<R>; 2],
+        [dt_bias, a]: [&DeviceVector<R>; 2],
+        shape: DeltaShape,
+        eps: f32,
+        store: &mut DeviceKvStore<R>,
+        part: StatePart,
+        runs: &[StateRun],
+    ) -> Result<DeviceTensor<R>, BackendError> {
+        const OP: &str = "delta_rule";
+        let DeltaShape { n_k_heads, n_v_heads, head_dim } = shape;
+        let fits = qkv.cols == shape.qkv_width()
+            && [alpha, beta].iter().all(|t| t.cols == n_v_heads && t.rows == qkv.rows)
+            && dt_bias.len == n_v_heads
+            && a.len == n_v_heads
+            && part.len == n_v_heads * head_dim * head_dim;
+        if !fits {
+            return Err(BackendError::shape(OP, format!("{shape:?}: rows of {}, a state part of {}", qkv.cols, part.len)));
+        }
+        let (buf, slots, slot_floats) = store.state_pool().ok_or_else(|| BackendError::shape(OP, "no state slot is in use"))?;
+        let width = n_v_heads * head_dim;
+        let every_row = runs.iter().map(|r| r.rows.len()).sum::<usize>() == qkv.rows;
+        let out = if every_row { self.output(OP, qkv.rows, width)? } else { self.tensor(OP, qkv.rows, width)? };
+        let snapshots = run_snapshots(runs);
+        let pool = launch::StatePool { buf, slots, slot_floats, part_offset: part.offset };
+        let bufs = [&qkv.buf, &alpha.buf, &beta.buf, &dt_bias.buf, &a.buf];
+        launch::delta_rule(&*self.rt, bufs, qkv.rows, [n_k_heads, n_v_heads, head_dim], eps, pool, &out.buf, &conv_runs(runs, &snapshots))
             .map_err(self.fail(OP))?;
         Ok(out)
     }
