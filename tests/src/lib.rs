@@ -21,7 +21,7 @@ pub fn fixture(rel: &str) -> PathBuf {
     }
 }
 
-/// The 13 vocabularies of llama.cpp's tokenizer test files (`fixtures/tokenizer/`), each with
+/// The 14 vocabularies of llama.cpp's tokenizer test files (`fixtures/tokenizer/`), each with
 /// its test vectors.
 pub const VOCABS: &[&str] = &[
     "llama-spm",
@@ -31,6 +31,7 @@ pub const VOCABS: &[&str] = &[
     "refact",
     "starcoder",
     "qwen2",
+    "qwen35",
     "deepseek-coder",
     "deepseek-llm",
     "falcon",

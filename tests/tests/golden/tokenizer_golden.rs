@@ -30,7 +30,8 @@ fn every_vocab_matches_llama_cpp_on_every_case() {
             }
         }
     }
-    assert_eq!(total, 13 * 46);
+    // 46 texts for each vocabulary but qwen35's 50
+    assert_eq!(total, 13 * 46 + 50);
     assert!(failures.is_empty(), "{} of {total} cases differ:\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -52,7 +53,7 @@ fn every_vocab_matches_llama_cpp_with_special_tokens_pieces_and_detokenization()
             checked += check_golden(&tok, &golden, &mut failures);
         }
     }
-    assert!(checked > 13 * (46 + 17) * 4 - 1);
+    assert!(checked > (13 * (46 + 17) + 50 + 17) * 4 - 1);
     assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
 }
 
