@@ -9,6 +9,7 @@ pub mod reranker;
 pub mod scripted;
 pub mod shaped;
 pub mod shaped_gpt_oss;
+pub mod shaped_qwen35;
 pub mod shaped_whisper;
 pub mod tiny;
 

@@ -4,7 +4,7 @@
 //!   shaped-model SHAPE TEMPLATE.gguf OUT.gguf
 //!
 //! SHAPE: qwen3-30b-a3b-12 (a mixture of experts), gpt-oss-20b-12 (12 of gpt-oss-20b's 24 layers,
-//! MXFP4 experts), qwen3-1.7b (dense), qwen2.5-0.5b, llama-3-8b. The template, a real model of the shape's
+//! MXFP4 experts), qwen3.5-2b (a hybrid of gated delta nets and gated attention), qwen3-1.7b (dense), qwen2.5-0.5b, llama-3-8b. The template, a real model of the shape's
 //! vocabulary (a Qwen2.5 GGUF for the Qwen shapes and gpt-oss), gives the vocabulary and the
 //! other metadata llama.cpp needs to load the file.
 
@@ -32,9 +32,12 @@ fn run(args: &[String]) -> Result<(), String> {
             engine_tests::shaped_gpt_oss::writer(&engine_tests::shaped_gpt_oss::GPT_OSS_20B_12_LAYERS, &template)?,
             "gpt-oss-20b (12 of 24 layers)",
         )
+    } else if name == "qwen3.5-2b" {
+        (engine_tests::shaped_qwen35::writer(&engine_tests::shaped_qwen35::QWEN35_2B, &template)?, "Qwen3.5-2B-shaped")
     } else {
-        let shape = shape(name)
-            .ok_or_else(|| format!("unknown shape {name:?} (qwen3-30b-a3b-12, gpt-oss-20b-12, qwen3-1.7b, qwen2.5-0.5b, llama-3-8b)"))?;
+        let shape = shape(name).ok_or_else(|| {
+            format!("unknown shape {name:?} (qwen3-30b-a3b-12, gpt-oss-20b-12, qwen3.5-2b, qwen3-1.7b, qwen2.5-0.5b, llama-3-8b)")
+        })?;
         (shaped::writer(&shape, &template)?, shape.name)
     };
     let file = std::fs::File::create(out).map_err(|e| format!("{out}: {e}"))?;
