@@ -122,7 +122,7 @@ fn corpus_renders_like_transformers() {
             }
         }
     }
-    assert_eq!(checked, 97, "the corpus has 97 rendered cases");
+    assert_eq!(checked, 105, "the corpus has 105 rendered cases");
 
     let known = |id: &str| KNOWN_FAILURES.iter().any(|(k, _)| *k == id);
     let unexpected: Vec<_> = failures.iter().filter(|(id, _)| !known(id)).collect();
