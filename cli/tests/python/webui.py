@@ -15,6 +15,7 @@ import time
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 base, key, chromedriver, screenshot = sys.argv[1:5]
@@ -26,7 +27,9 @@ for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--wind
 options.binary_location = "/usr/bin/chromium"
 options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
 driver = webdriver.Chrome(service=Service(chromedriver), options=options)
-wait = WebDriverWait(driver, 60)
+# the page redraws its results as answers arrive: an element found just before a redraw is
+# looked up again on the next poll
+wait = WebDriverWait(driver, 60, ignored_exceptions=[StaleElementReferenceException])
 
 
 def console_errors():

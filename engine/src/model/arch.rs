@@ -185,6 +185,20 @@ const DECODER: ArchFacts = ArchFacts {
     routing: Routing { gating: Gating::Softmax, norm: WeightNorm::Always },
 };
 
+/// Qwen3.5: gated delta nets beside gated attention, IMROPE, the post-attention norm as the FFN's
+/// input norm (its MoE row routes as the defaults say).
+const QWEN35: ArchFacts = ArchFacts {
+    name: "qwen35",
+    rope: Some(RopeKind::Neox),
+    qk_norm: QkNorm::PerHead,
+    ffn_norm_name: "post_attention_norm",
+    mrope_sections: true,
+    mrope_interleaved: true,
+    gated_attention: true,
+    recurrent: Recurrent::DeltaNet,
+    ..DECODER
+};
+
 pub const ARCHS: &[ArchFacts] = &[
     ArchFacts { name: "llama", ..DECODER },
     ArchFacts { name: "granite", embedding_scale: EmbeddingScale::FromKey, scales_from_keys: true, ..DECODER },
@@ -316,29 +330,8 @@ pub const ARCHS: &[ArchFacts] = &[
         rope_switch: true,
         ..DECODER
     },
-    ArchFacts {
-        name: "qwen35",
-        rope: Some(RopeKind::Neox),
-        qk_norm: QkNorm::PerHead,
-        // its post-attention norm is the FFN's input norm
-        ffn_norm_name: "post_attention_norm",
-        mrope_sections: true,
-        mrope_interleaved: true,
-        gated_attention: true,
-        recurrent: Recurrent::DeltaNet,
-        ..DECODER
-    },
-    ArchFacts {
-        name: "qwen35moe",
-        rope: Some(RopeKind::Neox),
-        qk_norm: QkNorm::PerHead,
-        ffn_norm_name: "post_attention_norm",
-        mrope_sections: true,
-        mrope_interleaved: true,
-        gated_attention: true,
-        recurrent: Recurrent::DeltaNet,
-        ..DECODER
-    },
+    QWEN35,
+    ArchFacts { name: "qwen35moe", ..QWEN35 },
     ArchFacts { name: "bert", rope: None, activation: Activation::GeluErf, causal: false, encoder: true, ..DECODER },
 ];
 

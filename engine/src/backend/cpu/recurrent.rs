@@ -180,6 +180,39 @@ pub(crate) fn conv_states(
     convolve("conv_states", x.rows, kernel, store, part, runs, ch, input, emit)
 }
 
+/// A head's work in a recurrent op: its run, its index, its state, its snapshots' states.
+type HeadTask<'a> = (usize, usize, &'a mut [f32], Vec<&'a mut [f32]>);
+
+/// Every (run, head) of the slots' `part`, cut into heads of `per_head` values: disjoint parts of
+/// the slots, so that the heads run in parallel.
+fn head_tasks(slots: &mut [RunSlots], part: StatePart, per_head: usize) -> Vec<HeadTask<'_>> {
+    let mut tasks = Vec::new();
+    for (j, slot) in slots.iter_mut().enumerate() {
+        let mut snaps: Vec<std::slice::ChunksExactMut<'_, f32>> =
+            slot.snapshots.iter_mut().map(|sn| sn[part.offset..part.offset + part.len].chunks_exact_mut(per_head)).collect();
+        for (h, state) in slot.state[part.offset..part.offset + part.len].chunks_exact_mut(per_head).enumerate() {
+            let snapshot_heads: Vec<&mut [f32]> = snaps.iter_mut().map(|c| c.next().expect("a head's part")).collect();
+            tasks.push((j, h, state, snapshot_heads));
+        }
+    }
+    tasks
+}
+
+/// The (run, head) tasks' outputs (in [`head_tasks`]' order: each its run's rows of `width`
+/// values) put at their batch rows, head `h` at columns `h · width ..`: `n_rows x (n_heads ·
+/// width)`, rows in no run zeros.
+fn scatter_heads(n_rows: usize, n_heads: usize, width: usize, runs: &[StateRun], outputs: Vec<Vec<f32>>) -> HostTensor {
+    let cols = n_heads * width;
+    let mut y = HostTensor::zeros(n_rows, cols);
+    for (t, out) in outputs.into_iter().enumerate() {
+        let (run, h) = (&runs[t / n_heads], t % n_heads);
+        for (&r, values) in run.rows.iter().zip(out.chunks_exact(width)) {
+            y.data[r * cols + h * width..r * cols + (h + 1) * width].copy_from_slice(values);
+        }
+    }
+    y
+}
+
 /// ggml's softplus: `ln(1 + e^x)`, or `x` itself past 20.
 fn softplus(x: f32) -> f32 {
     if x > 20.0 {
@@ -233,19 +266,8 @@ pub(crate) fn ssm_scan(
         put_slots(store, runs, slots);
         return Err(BackendError::shape(OP, "the state part lies outside the slots"));
     }
-    let per_head = head_dim * d_state;
     let heads_per_group = n_head / n_group;
-    // (run, head, its state, its snapshots' states): disjoint parts of the slots
-    let mut tasks = Vec::with_capacity(runs.len() * n_head);
-    for (j, slot) in slots.iter_mut().enumerate() {
-        let mut snaps: Vec<std::slice::ChunksExactMut<'_, f32>> =
-            slot.snapshots.iter_mut().map(|s| s[part.offset..part.offset + part.len].chunks_exact_mut(per_head)).collect();
-        for (h, state) in slot.state[part.offset..part.offset + part.len].chunks_exact_mut(per_head).enumerate() {
-            let snapshot_heads: Vec<&mut [f32]> = snaps.iter_mut().map(|c| c.next().expect("a head's part")).collect();
-            tasks.push((j, h, state, snapshot_heads));
-        }
-    }
-    let outputs: Vec<Vec<f32>> = tasks
+    let outputs: Vec<Vec<f32>> = head_tasks(&mut slots, part, head_dim * d_state)
         .into_par_iter()
         .map(|(j, h, state, mut snapshot_heads)| {
             let run = &runs[j];
@@ -276,14 +298,7 @@ pub(crate) fn ssm_scan(
         })
         .collect();
     put_slots(store, runs, slots);
-    let mut y = HostTensor::zeros(xbc.rows, d_inner);
-    for (t, out) in outputs.into_iter().enumerate() {
-        let (run, h) = (&runs[t / n_head], t % n_head);
-        for (&r, values) in run.rows.iter().zip(out.chunks_exact(head_dim)) {
-            y.data[r * d_inner + h * head_dim..r * d_inner + (h + 1) * head_dim].copy_from_slice(values);
-        }
-    }
-    Ok(y)
+    Ok(scatter_heads(xbc.rows, n_head, head_dim, runs, outputs))
 }
 
 /// A query or key head divided by its L2 norm as llama.cpp's delta nets compute it: ggml's
@@ -328,19 +343,9 @@ pub(crate) fn delta_rule(
         put_slots(store, runs, slots);
         return Err(BackendError::shape(OP, "the state part lies outside the slots"));
     }
-    let per_head = s * s;
     let key_at = n_k_heads * s;
     let scale = 1.0 / (s as f32).sqrt();
-    let mut tasks = Vec::with_capacity(runs.len() * n_v_heads);
-    for (j, slot) in slots.iter_mut().enumerate() {
-        let mut snaps: Vec<std::slice::ChunksExactMut<'_, f32>> =
-            slot.snapshots.iter_mut().map(|sn| sn[part.offset..part.offset + part.len].chunks_exact_mut(per_head)).collect();
-        for (h, state) in slot.state[part.offset..part.offset + part.len].chunks_exact_mut(per_head).enumerate() {
-            let snapshot_heads: Vec<&mut [f32]> = snaps.iter_mut().map(|c| c.next().expect("a head's part")).collect();
-            tasks.push((j, h, state, snapshot_heads));
-        }
-    }
-    let outputs: Vec<Vec<f32>> = tasks
+    let outputs: Vec<Vec<f32>> = head_tasks(&mut slots, part, s * s)
         .into_par_iter()
         .map(|(j, h, state, mut snapshot_heads)| {
             let run = &runs[j];
@@ -378,15 +383,7 @@ pub(crate) fn delta_rule(
         })
         .collect();
     put_slots(store, runs, slots);
-    let width = n_v_heads * s;
-    let mut y = HostTensor::zeros(qkv.rows, width);
-    for (t, out) in outputs.into_iter().enumerate() {
-        let (run, h) = (&runs[t / n_v_heads], t % n_v_heads);
-        for (&r, values) in run.rows.iter().zip(out.chunks_exact(s)) {
-            y.data[r * width + h * s..r * width + (h + 1) * s].copy_from_slice(values);
-        }
-    }
-    Ok(y)
+    Ok(scatter_heads(qkv.rows, n_v_heads, s, runs, outputs))
 }
 
 #[cfg(test)]
