@@ -98,9 +98,8 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
 /// or an error saying how little they hold.
 fn positions_in(bytes: usize, spec: &ModelSpec, sc: Scheduling, n_ctx: usize) -> Result<usize, String> {
     let per_position = spec.model.kv_bytes_per_position(sc.kv_types);
-    let speculating = spec.draft.is_some() || sc.ngram.is_some();
-    let loop_config = LoopConfig { parallel: sc.parallel, draft: sc.draft, ..LoopConfig::new(n_ctx) };
-    let states = sc.parallel * state_slots_per_sequence(&loop_config, speculating) * spec.model.state_bytes_per_sequence();
+    let rollback = if spec.draft.is_some() || sc.ngram.is_some() { sc.draft.n_draft } else { 0 };
+    let states = sc.parallel * state_slots_per_sequence(rollback) * spec.model.state_bytes_per_sequence();
     let positions = bytes.saturating_sub(states) / per_position.max(1);
     if positions < n_ctx {
         return Err(format!(

@@ -58,29 +58,15 @@ impl KvCache {
         KvCache { types: types.into(), n_ctx, device, table: BlockTable::default(), states, storage: storage.into_memory() }
     }
 
-    /// Whether sequences also carry recurrent states (a hybrid model's cache): then a
-    /// truncation may keep fewer positions than asked ([`KvCache::truncate`]).
-    pub fn is_recurrent(&self) -> bool {
-        self.states.is_some()
-    }
-
     /// Bytes of one sequence's recurrent states (0 without recurrent layers); each snapshot
     /// kept for a rollback takes as much again.
     pub fn state_bytes(&self) -> usize {
         self.storage.state_bytes()
     }
 
-    /// Keeps the states after each of the last `n` lengths a pass writes, so that a truncation
-    /// by up to `n` positions (rejected speculative tokens) resumes without recomputing. 0 by
-    /// default.
-    pub fn set_state_rollback(&mut self, n: usize) {
-        if let Some(states) = &mut self.states {
-            states.set_rollback(n);
-        }
-    }
-
-    /// Raises the rollback of [`KvCache::set_state_rollback`] to at least `n` (a pass verifying
-    /// `n` proposals).
+    /// Keeps, from now on, the states after each of the last `n` (at least) lengths a pass
+    /// writes, so that a truncation by up to `n` positions (a verification's rejected
+    /// proposals) resumes without recomputing. None are kept until a caller asks.
     pub fn keep_states_for(&mut self, n: usize) {
         if let Some(states) = &mut self.states {
             states.set_rollback(states.rollback().max(n));
@@ -198,6 +184,11 @@ impl KvCache {
     /// layers): how a scheduler counting blocks counts states.
     pub fn state_blocks(&self, slots: usize) -> usize {
         (slots * self.state_bytes()).div_ceil(self.block_bytes().max(1))
+    }
+
+    /// State slots `seq` holds: its current one and its snapshots (0 without recurrent layers).
+    pub fn state_slots(&self, seq: SeqId) -> usize {
+        self.states.as_ref().map_or(0, |s| s.slots(seq))
     }
 
     /// State slots in use (shared ones counted once; 0 without recurrent layers).

@@ -231,6 +231,11 @@ impl StateTable {
         seqs.into_iter().for_each(|s| self.release_all(s, storage));
     }
 
+    /// Slots `seq` holds: its current one and its snapshots (shared ones counted too).
+    pub fn slots(&self, seq: SeqId) -> usize {
+        self.seqs.get(&seq).map_or(0, |s| usize::from(s.current.is_some()) + s.snapshots.len())
+    }
+
     /// Slots in use (a slot shared by several sequences counted once).
     pub fn live_slots(&self) -> usize {
         self.refs.iter().filter(|&&r| r > 0).count()
@@ -330,6 +335,7 @@ mod tests {
         // decoding on: each step keeps the state it started from
         pass(&mut t, &mut s, 0, 13, 14);
         assert_eq!(t.snapshot_lengths(0), vec![12, 13]);
+        assert_eq!(t.slots(0), 3);
         assert_eq!(s.states.len(), t.live_slots());
     }
 

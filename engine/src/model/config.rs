@@ -133,6 +133,13 @@ impl SsmConfig {
         [(self.d_conv - 1) * self.conv_channels(), self.d_inner * self.d_state]
     }
 
+    /// A layer's `part` of a state slot split into the convolution's state, then the scan's (or
+    /// the delta rule's).
+    pub fn state_parts(&self, part: crate::backend::StatePart) -> [crate::backend::StatePart; 2] {
+        let [conv, scan] = self.state_floats();
+        [crate::backend::StatePart { offset: part.offset, len: conv }, crate::backend::StatePart { offset: part.offset + conv, len: scan }]
+    }
+
     pub fn shape(&self) -> crate::backend::SsmShape {
         crate::backend::SsmShape { n_head: self.n_head, head_dim: self.d_inner / self.n_head, n_group: self.n_group, d_state: self.d_state }
     }

@@ -78,9 +78,7 @@ pub(crate) fn forward<B: Backend>(
     runs: &[StateRun],
     lora: &LoraRows<'_, B>,
 ) -> Result<B::Tensor, ModelError> {
-    let [conv_len, rule_len] = ssm.state_floats();
-    let conv_part = StatePart { offset: part.offset, len: conv_len };
-    let rule_part = StatePart { offset: part.offset + conv_len, len: rule_len };
+    let [conv_part, rule_part] = ssm.state_parts(part);
     // n x channels, n x d_inner, n x value heads (twice)
     let [qkv, mut z, beta, alpha] = linear_each(b, [&w.qkv, &w.gate, &w.beta, &w.alpha], ScaleAt::BeforeBias, x, lora)?;
     let mut qkv = b.conv_states(&qkv, &w.conv, store, conv_part, runs)?;

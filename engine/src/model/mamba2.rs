@@ -76,9 +76,7 @@ pub(crate) fn forward<B: Backend>(
     runs: &[StateRun],
     lora: &LoraRows<'_, B>,
 ) -> Result<B::Tensor, ModelError> {
-    let [conv_len, scan_len] = ssm.state_floats();
-    let conv_part = StatePart { offset: part.offset, len: conv_len };
-    let scan_part = StatePart { offset: part.offset + conv_len, len: scan_len };
+    let [conv_part, scan_part] = ssm.state_parts(part);
     // n x d_inner, n x channels, n x heads
     let [mut z, xbc, mut dt] = linear_each(b, [&w.in_z, &w.in_xbc, &w.in_dt], ScaleAt::BeforeBias, x, lora)?;
     let mut xbc = b.conv_states(&xbc, &w.conv, store, conv_part, runs)?; // n x channels

@@ -86,6 +86,8 @@ pub struct EngineLoop {
     /// Finished sequences by the adapters their cache was computed with.
     cache: PrefixCache<Vec<LoraScale>>,
     next_seq: SeqId,
+    /// A hybrid model's state slots one sequence may hold ([`state_slots_per_sequence`]).
+    state_slots: usize,
     capacity_blocks: usize,
     metrics: Box<dyn LoopMetrics>,
     /// The guard's prompt counts at the last job's end.
@@ -109,9 +111,10 @@ const STATE_CHECKPOINT_EVERY: usize = 512;
 const STATE_CHECKPOINTS: usize = 4;
 
 /// A hybrid model's state slots one sequence may hold: its current slot and a copy on write,
-/// the checkpoints of its prompt, and the lengths kept for rollbacks when it speculates.
-pub fn state_slots_per_sequence(config: &LoopConfig, speculating: bool) -> usize {
-    2 + 1 + STATE_CHECKPOINTS + if speculating { config.draft.n_draft } else { 0 }
+/// the checkpoints of its prompt, and `rollback` lengths kept for a verification's proposals
+/// (the draft length when it speculates, else 0).
+pub fn state_slots_per_sequence(rollback: usize) -> usize {
+    2 + 1 + STATE_CHECKPOINTS + rollback
 }
 
 /// The lengths of a prompt of `prompt_len` tokens whose recurrent states a sequence keeps.
@@ -140,8 +143,8 @@ impl EngineLoop {
         });
         // the positions asked for, and room beside them for every slot's recurrent states
         let speculating = draft.is_some() || config.ngram.is_some();
-        let capacity_blocks =
-            blocks(config.kv_capacity()) + config.parallel * kv.state_blocks(state_slots_per_sequence(&config, speculating));
+        let state_slots = state_slots_per_sequence(if speculating { config.draft.n_draft } else { 0 });
+        let capacity_blocks = blocks(config.kv_capacity()) + config.parallel * kv.state_blocks(state_slots);
         metrics.kv_capacity(capacity_blocks);
         EngineLoop {
             state: EngineState { model, guard },
@@ -156,6 +159,7 @@ impl EngineLoop {
             waiting: VecDeque::new(),
             running: Vec::new(),
             next_seq: 0,
+            state_slots,
             capacity_blocks,
             metrics,
             guard_prompts_seen: PromptStats::default(),
@@ -313,10 +317,10 @@ impl EngineLoop {
                 continue;
             }
             // one more block: the shared block it writes into is copied first
-            let need = blocks(total) + 1 - shared / BLOCK_POSITIONS + self.state_blocks_per_sequence();
+            let need = blocks(total) + 1 - shared / BLOCK_POSITIONS + self.kv.state_blocks(self.state_slots);
             if !self.make_room(need, source) {
                 // the cached prefix itself may hold the room it needs: start from scratch
-                if source.is_none() || !self.make_room(blocks(total) + 1 + self.state_blocks_per_sequence(), None) {
+                if source.is_none() || !self.make_room(blocks(total) + 1 + self.kv.state_blocks(self.state_slots), None) {
                     break; // first come, first served: later ones wait too
                 }
                 (source, shared) = (None, 0);
@@ -356,18 +360,13 @@ impl EngineLoop {
         })
     }
 
-    /// Blocks the running sequences may still add (each its reservation, plus one copied block,
-    /// and a hybrid model's state slots counted as blocks).
+    /// Blocks the running sequences may still add: each its reservation, plus one copied block,
+    /// and a hybrid model's state slots it may still take (counted as blocks; the ones it holds
+    /// are in use already).
     fn growth(&self) -> usize {
-        let states = self.state_blocks_per_sequence();
-        self.running.iter().map(|r| (blocks(r.reserved) + 1).saturating_sub(blocks(self.kv.seq_len(r.seq))) + states).sum()
-    }
-
-    /// A hybrid model's state slots one sequence may hold ([`state_slots_per_sequence`]), as
-    /// blocks.
-    fn state_blocks_per_sequence(&self) -> usize {
-        let speculating = self.draft.is_some() || self.config.ngram.is_some();
-        self.kv.state_blocks(state_slots_per_sequence(&self.config, speculating))
+        let positions: usize = self.running.iter().map(|r| (blocks(r.reserved) + 1).saturating_sub(blocks(self.kv.seq_len(r.seq)))).sum();
+        let states: usize = self.running.iter().map(|r| self.state_slots.saturating_sub(self.kv.state_slots(r.seq))).sum();
+        positions + self.kv.state_blocks(states)
     }
 
     /// Blocks in use, a hybrid model's state slots among them.
