@@ -1,8 +1,10 @@
 // The recurrent layers' state updates: causal depthwise convolutions with state (Mamba-2's, and
-// LFM2's gated short convolution) and Mamba-2's selective scan. Each sequence's rows run in
-// position order, continuing the state its slot holds. The CPU backend's arithmetic in its
-// order (products then sums, never fused: the kernels are compiled without FMA contraction), so
-// the convolutions give the same bits; the scan's exp and log1p are CUDA's own.
+// LFM2's gated short convolution), Mamba-2's selective scan and the gated delta rule in their
+// chunked form. Each sequence's rows run in position order, continuing the state its slot holds.
+// The convolutions are the CPU backend's arithmetic in its order (products then sums, never
+// fused: the kernels are compiled without FMA contraction), so they give the same bits; the
+// chunked recurrences sum their dot products in order (the CPU in lanes) and use CUDA's exp and
+// log1p, so they agree with the CPU to rounding and with themselves bit for bit.
 #include "portable.cuh"
 
 // The most taps a short convolution may have (LFM2: 3).
@@ -62,21 +64,116 @@ DEVICE float softplus(float x) {
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
-// Mamba-2's selective scan: one block per (head, sequence), one thread per value of the head
-// (a row of its state: d_state values, updated in place in the slot). xbc: rows of xbc_cols (the
-// heads' values, then n_group groups of B, then of C, d_state each); dt: rows of n_head (bias
-// added); a, d: one per head; out: rows of n_head · head_dim. Runs and snapshots as conv_states.
+// The chunked form of Mamba-2's scan and the gated delta rule (the CPU backend's `chunked.rs`):
+// chunks of RECURRENT_CHUNK positions at fixed places of a sequence. A head's part of a slot
+// holds the state at the chunk's start (`rows` rows of `key_width`), the chunk's row count, and
+// per row of the chunk its cumulative log-decay, its key (key_width) and its value (rows). A
+// row's output is `Γ_t (S_0 row · query) + Σ_i w_i (k_i · query) u_i`, the rows i in order; when a
+// chunk is complete, S_0 becomes `Γ_t S_0 + Σ_i w_i u_i k_iᵀ` and the count starts again. Every
+// row runs through the same code, so a row's bits do not depend on where its pass began.
+#define RECURRENT_CHUNK 32
+// The widest key a chunked head may have (the launchers check it).
+#define RECURRENT_MAX_KEY 256
+
+DEVICE float dot_in_order(const float* a, const float* b, int n) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        sum += a[i] * b[i];
+    }
+    return sum;
+}
+
+// One head's part of a slot in the chunked form.
+struct ChunkHead {
+    float* start;
+    float* count;
+    float* decay;
+    float* keys;
+    float* values;
+};
+
+DEVICE ChunkHead chunk_head(float* head, int rows, int key_width) {
+    ChunkHead c;
+    c.start = head;
+    c.count = head + (int64_t)rows * key_width;
+    c.decay = c.count + 1;
+    c.keys = c.decay + RECURRENT_CHUNK;
+    c.values = c.keys + (int64_t)RECURRENT_CHUNK * key_width;
+    return c;
+}
+
+DEVICE int64_t chunk_head_len(int rows, int key_width) {
+    return (int64_t)rows * key_width + 1 + (int64_t)RECURRENT_CHUNK * (1 + key_width + rows);
+}
+
+// The row's place in the chunk (every thread reads it before any writes it).
+DEVICE int chunk_place(const ChunkHead& c) {
+    const int t = (int)c.count[0];
+    return t < RECURRENT_CHUNK - 1 ? t : RECURRENT_CHUNK - 1;
+}
+
+// coefs[i] = weights[i] · (k_i · query) for i < n, the threads taking every BLOCK_THREADS-th i.
+DEVICE void chunk_coefficients(const ChunkHead& c, int key_width, const float* query, const float* weights, float* coefs, int n) {
+    for (int i = THREAD_ID; i < n; i += BLOCK_THREADS) {
+        coefs[i] = weights[i] * dot_in_order(c.keys + (int64_t)i * key_width, query, key_width);
+    }
+}
+
+// Γ · (S_0 row r · query) + Σ_{i < n} coefs[i] · u_i[r]
+DEVICE float chunk_read(const ChunkHead& c, int rows, int key_width, int r, float gamma, const float* query, const float* coefs, int n) {
+    float acc = gamma * dot_in_order(c.start + (int64_t)r * key_width, query, key_width);
+    for (int i = 0; i < n; i++) {
+        acc += coefs[i] * c.values[(int64_t)i * rows + r];
+    }
+    return acc;
+}
+
+// Thread r's row of S_0 moved past a complete chunk ending at row t.
+DEVICE void chunk_fold(const ChunkHead& c, int rows, int key_width, int r, int t, float gamma, const float* weights) {
+    float* row = c.start + (int64_t)r * key_width;
+    for (int n = 0; n < key_width; n++) {
+        row[n] = row[n] * gamma;
+    }
+    for (int i = 0; i <= t; i++) {
+        const float w = weights[i] * c.values[(int64_t)i * rows + r];
+        const float* key = c.keys + (int64_t)i * key_width;
+        for (int n = 0; n < key_width; n++) {
+            row[n] = row[n] + w * key[n];
+        }
+    }
+}
+
+// Ends row t: the count moved on, then the head copied into a snapshot slot when the row has one.
+// Ends with the block in step, so the next row may write the head.
+DEVICE void chunk_end_row(const ChunkHead& c, float* head, int64_t head_len, int t, float* snapshot) {
+    SYNC_THREADS();
+    if (THREAD_ID == 0) {
+        c.count[0] = t + 1 < RECURRENT_CHUNK ? (float)(t + 1) : 0.0f;
+    }
+    SYNC_THREADS();
+    if (snapshot) {
+        for (int64_t e = THREAD_ID; e < head_len; e += BLOCK_THREADS) {
+            snapshot[e] = head[e];
+        }
+        SYNC_THREADS();
+    }
+}
+
+// Mamba-2's selective scan: one block per (head, sequence), one thread per value of the head.
+// xbc: rows of xbc_cols (the heads' values, then n_group groups of B, then of C, d_state each);
+// dt: rows of n_head (bias added); a, d: one per head; out: rows of n_head · head_dim. The keys
+// are B, the values x · Δ, the query C. Runs and snapshots as conv_states.
 KERNEL void ssm_scan(const float* xbc, const float* dt, const float* a, const float* d, float* states, float* out, const int* run_rows, const int* rows, const int* run_state, const int* run_snaps, const int* snap_row, const int* snap_slot, int n_head, int head_dim, int n_group, int d_state, int xbc_cols, int64_t state_floats, int64_t part) {
+    SHARED float weights[RECURRENT_CHUNK];
+    SHARED float coefs[RECURRENT_CHUNK];
     const int h = BLOCK_ID;
     const int run = BLOCK_ID_Y;
     const int k = THREAD_ID;
-    if (k >= head_dim) {
-        return;
-    }
     const int g = h / (n_head / n_group);
     const int64_t d_inner = (int64_t)n_head * head_dim;
-    const int64_t at = ((int64_t)h * head_dim + k) * d_state; // this value's state row in a slot's part
-    float* state = states + (int64_t)run_state[run] * state_floats + part + at;
+    const int64_t head_len = chunk_head_len(head_dim, d_state);
+    float* head = states + (int64_t)run_state[run] * state_floats + part + h * head_len;
+    const ChunkHead c = chunk_head(head, head_dim, d_state);
     int snap = run_snaps[run];
     const int snap_end = run_snaps[run + 1];
     const int first = run_rows[run];
@@ -84,45 +181,60 @@ KERNEL void ssm_scan(const float* xbc, const float* dt, const float* a, const fl
         const int64_t r = rows[i];
         const float* row = xbc + r * xbc_cols;
         const float* b = row + d_inner + (int64_t)g * d_state;
-        const float* c = row + d_inner + (int64_t)(n_group + g) * d_state;
+        const float* query = row + d_inner + (int64_t)(n_group + g) * d_state;
         const float x = row[(int64_t)h * head_dim + k];
         const float dt_soft = softplus(dt[r * n_head + h]);
-        const float decay = expf(dt_soft * a[h]);
-        const float x_dt = x * dt_soft;
-        float sum = 0.0f;
-        for (int j = 0; j < d_state; j++) {
-            const float s = state[j] * decay + b[j] * x_dt;
-            state[j] = s;
-            sum += s * c[j];
+        const int t = chunk_place(c);
+        const float cum = t == 0 ? dt_soft * a[h] : c.decay[t - 1] + dt_soft * a[h];
+        SYNC_THREADS();
+        if (k == 0) {
+            c.decay[t] = cum;
         }
-        out[r * d_inner + (int64_t)h * head_dim + k] = sum + x * d[h];
+        for (int n = k; n < d_state; n += BLOCK_THREADS) {
+            c.keys[(int64_t)t * d_state + n] = b[n];
+        }
+        c.values[(int64_t)t * head_dim + k] = x * dt_soft;
+        SYNC_THREADS();
+        for (int j = k; j <= t; j += BLOCK_THREADS) {
+            weights[j] = j == t ? 1.0f : expf(cum - c.decay[j]);
+        }
+        SYNC_THREADS();
+        chunk_coefficients(c, d_state, query, weights, coefs, t + 1);
+        SYNC_THREADS();
+        const float gamma = expf(cum);
+        out[r * d_inner + (int64_t)h * head_dim + k] = chunk_read(c, head_dim, d_state, k, gamma, query, coefs, t + 1) + x * d[h];
+        if (t + 1 == RECURRENT_CHUNK) {
+            chunk_fold(c, head_dim, d_state, k, t, gamma, weights);
+        }
+        float* snapshot = 0;
         if (snap < snap_end && snap_row[snap] == i - first) {
-            float* copy = states + (int64_t)snap_slot[snap] * state_floats + part + at;
-            for (int j = 0; j < d_state; j++) {
-                copy[j] = state[j];
-            }
+            snapshot = states + (int64_t)snap_slot[snap] * state_floats + part + h * head_len;
             snap++;
         }
+        chunk_end_row(c, head, head_len, t, snapshot);
     }
 }
 
 // Qwen3.5's gated delta rule: one block per (value head, sequence), one thread per row j of the
-// head's state (head_dim values, updated in place in the slot). qkv: rows of the query heads, the
-// key heads, then the value heads (head_dim each); alpha, beta: rows of n_v_heads; dt_bias, a:
-// one per value head; out: rows of n_v_heads · head_dim. Each thread normalises the query and
-// key itself, in the CPU's order; runs and snapshots as conv_states.
+// head's state. qkv: rows of the query heads, the key heads, then the value heads (head_dim
+// each); alpha, beta: rows of n_v_heads; dt_bias, a: one per value head; out: rows of
+// n_v_heads · head_dim. The keys are the normalised keys (the CPU's l2_normalized), the values the
+// corrections u = β (v - S' k), the query the normalised query. Runs and snapshots as
+// conv_states.
 KERNEL void delta_rule(const float* qkv, const float* alpha, const float* beta, const float* dt_bias, const float* a, float* states, float* out, const int* run_rows, const int* rows, const int* run_state, const int* run_snaps, const int* snap_row, const int* snap_slot, int n_k_heads, int n_v_heads, int s, float eps, int64_t state_floats, int64_t part) {
+    SHARED float weights[RECURRENT_CHUNK];
+    SHARED float coefs[RECURRENT_CHUNK];
+    SHARED float qn[RECURRENT_MAX_KEY];
+    SHARED float kn[RECURRENT_MAX_KEY];
     const int h = BLOCK_ID;
     const int run = BLOCK_ID_Y;
     const int j = THREAD_ID;
-    if (j >= s) {
-        return;
-    }
     const int kh = h % n_k_heads;
     const int64_t width = (int64_t)(2 * n_k_heads + n_v_heads) * s;
     const int64_t key_at = (int64_t)n_k_heads * s;
-    const int64_t at = ((int64_t)h * s + j) * s; // this row of the head's state in a slot's part
-    float* m = states + (int64_t)run_state[run] * state_floats + part + at;
+    const int64_t head_len = chunk_head_len(s, s);
+    float* head = states + (int64_t)run_state[run] * state_floats + part + h * head_len;
+    const ChunkHead c = chunk_head(head, s, s);
     const float n = (float)s;
     const float after = 1.0f / sqrtf(n);
     const float scale = 1.0f / sqrtf(n);
@@ -136,32 +248,46 @@ KERNEL void delta_rule(const float* qkv, const float* alpha, const float* beta, 
         const float* k = row + key_at + (int64_t)kh * s;
         // the L2 norms' scales, as the CPU's l2_normalized
         double qsum = 0.0, ksum = 0.0;
-        for (int c = 0; c < s; c++) {
-            qsum += (double)(q[c] * q[c]);
-            ksum += (double)(k[c] * k[c]);
+        for (int e = 0; e < s; e++) {
+            qsum += (double)(q[e] * q[e]);
+            ksum += (double)(k[e] * k[e]);
         }
         const float qscale = 1.0f / sqrtf((float)(qsum / s) + eps / n);
         const float kscale = 1.0f / sqrtf((float)(ksum / s) + eps / n);
-        const float decay = expf(softplus(alpha[r * n_v_heads + h] + dt_bias[h]) * a[h]);
+        qn[j] = (q[j] * qscale) * after;
+        kn[j] = (k[j] * kscale) * after;
+        const float log_decay = softplus(alpha[r * n_v_heads + h] + dt_bias[h]) * a[h];
         const float b = 1.0f / (1.0f + expf(0.0f - beta[r * n_v_heads + h]));
-        float dot = 0.0f;
-        for (int c = 0; c < s; c++) {
-            m[c] = m[c] * decay;
-            dot += m[c] * ((k[c] * kscale) * after);
+        const int t = chunk_place(c);
+        const float cum = t == 0 ? log_decay : c.decay[t - 1] + log_decay;
+        SYNC_THREADS();
+        if (j == 0) {
+            c.decay[t] = cum;
         }
-        const float delta = (row[2 * key_at + (int64_t)h * s + j] - dot) * b;
-        float o = 0.0f;
-        for (int c = 0; c < s; c++) {
-            m[c] = m[c] + ((k[c] * kscale) * after) * delta;
-            o += m[c] * ((q[c] * qscale) * after);
+        c.keys[(int64_t)t * s + j] = kn[j];
+        for (int e = j; e <= t; e += BLOCK_THREADS) {
+            weights[e] = e == t ? 1.0f : expf(cum - c.decay[e]);
         }
-        out[r * n_v_heads * s + (int64_t)h * s + j] = o * scale;
+        SYNC_THREADS();
+        const float gamma = expf(cum);
+        // u = β (v - S' k): the state before this row, decayed, read with the key
+        chunk_coefficients(c, s, kn, weights, coefs, t);
+        SYNC_THREADS();
+        const float u = (row[2 * key_at + (int64_t)h * s + j] - chunk_read(c, s, s, j, gamma, kn, coefs, t)) * b;
+        c.values[(int64_t)t * s + j] = u;
+        SYNC_THREADS();
+        // the output: the state after this row read with the query
+        chunk_coefficients(c, s, qn, weights, coefs, t + 1);
+        SYNC_THREADS();
+        out[r * n_v_heads * s + (int64_t)h * s + j] = chunk_read(c, s, s, j, gamma, qn, coefs, t + 1) * scale;
+        if (t + 1 == RECURRENT_CHUNK) {
+            chunk_fold(c, s, s, j, t, gamma, weights);
+        }
+        float* snapshot = 0;
         if (snap < snap_end && snap_row[snap] == i - first) {
-            float* copy = states + (int64_t)snap_slot[snap] * state_floats + part + at;
-            for (int c = 0; c < s; c++) {
-                copy[c] = m[c];
-            }
+            snapshot = states + (int64_t)snap_slot[snap] * state_floats + part + h * head_len;
             snap++;
         }
+        chunk_end_row(c, head, head_len, t, snapshot);
     }
 }

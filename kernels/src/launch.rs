@@ -23,6 +23,18 @@ const SPLIT_BELOW_BLOCKS: usize = 1024;
 const SPLIT_PARTIALS_MAX_BYTES: usize = 64 << 20;
 /// Positions per KV block (`kv.cu`, `attention.cu`).
 pub const KV_BLOCK_POSITIONS: usize = 32;
+/// Positions per chunk of `recurrent.cu`'s chunked recurrences (`ssm_scan`, `delta_rule`).
+pub const RECURRENT_CHUNK: usize = 32;
+/// The widest key (the delta rule's head size) `delta_rule` takes.
+pub const RECURRENT_MAX_KEY: usize = 256;
+
+/// Values of one head's part of a state slot in `recurrent.cu`'s chunked form: the state at the
+/// chunk's start (`rows` x `key_width`), the row count, per row of the chunk its decay, key and
+/// value.
+pub fn chunk_head_len(rows: usize, key_width: usize) -> usize {
+    rows * key_width + 1 + RECURRENT_CHUNK * (1 + key_width + rows)
+}
+
 /// Bytes of a Q8_1 block of 32 values.
 pub const Q8_1_BYTES: usize = 36;
 
@@ -268,8 +280,8 @@ pub fn conv_states<R: Runtime>(
 
 /// Mamba-2's selective scan (`recurrent.cu`'s `ssm_scan`): `xbc` of `n_rows` rows of the heads'
 /// values then B's and C's groups, `dt` of `n_rows` x `n_head`, `a` and `d` one per head, `out`
-/// `n_rows` x `n_head · head_dim`, each run's rows continuing its slot's state (`head_dim` x
-/// `d_state` per head) in `pool`.
+/// `n_rows` x `n_head · head_dim`, each run's rows continuing its slot's state (per head its chunk:
+/// [`chunk_head_len`]`(head_dim, d_state)`) in `pool`.
 #[allow(clippy::too_many_arguments)]
 pub fn ssm_scan<R: Runtime>(
     rt: &R,
@@ -286,12 +298,11 @@ pub fn ssm_scan<R: Runtime>(
     if n_group == 0 || !n_head.is_multiple_of(n_group) || head_dim == 0 || head_dim > MAX_BLOCK_THREADS as usize || d_state == 0 {
         return Err(RuntimeError::Device(format!("{K}: {n_head} heads of {head_dim} in {n_group} groups, states of {d_state}")));
     }
-    if pool.part_offset + d_inner * d_state > pool.slot_floats {
+    let state = n_head * chunk_head_len(head_dim, d_state);
+    if pool.part_offset + state > pool.slot_floats {
         return Err(RuntimeError::Device(format!(
-            "{K}: a state of {} values from {} in slots of {}",
-            d_inner * d_state,
-            pool.part_offset,
-            pool.slot_floats
+            "{K}: a state of {state} values from {} in slots of {}",
+            pool.part_offset, pool.slot_floats
         )));
     }
     check(rt, K, "xbc", xbc, n_rows * cols * 4)?;
@@ -318,7 +329,7 @@ pub fn ssm_scan<R: Runtime>(
 /// Qwen3.5's gated delta rule (`recurrent.cu`'s `delta_rule`): `qkv` of `n_rows` rows of the
 /// query, key and value heads, `alpha` and `beta` of `n_rows` x `n_v_heads`, `dt_bias` and `a`
 /// one per value head, `out` `n_rows` x `n_v_heads · head_dim`, each run's rows continuing its
-/// slot's state (`head_dim` x `head_dim` per value head) in `pool`.
+/// slot's state (per value head its chunk: [`chunk_head_len`]`(head_dim, head_dim)`) in `pool`.
 #[allow(clippy::too_many_arguments)]
 pub fn delta_rule<R: Runtime>(
     rt: &R,
@@ -331,10 +342,14 @@ pub fn delta_rule<R: Runtime>(
     runs: &[ConvRun<'_>],
 ) -> Result<(), RuntimeError> {
     const K: &str = "delta_rule";
-    if n_k_heads == 0 || !n_v_heads.is_multiple_of(n_k_heads) || head_dim == 0 || head_dim > MAX_BLOCK_THREADS as usize {
+    if n_k_heads == 0
+        || !n_v_heads.is_multiple_of(n_k_heads)
+        || head_dim == 0
+        || head_dim > RECURRENT_MAX_KEY.min(MAX_BLOCK_THREADS as usize)
+    {
         return Err(RuntimeError::Device(format!("{K}: {n_v_heads} value heads over {n_k_heads} key heads of {head_dim}")));
     }
-    let state = n_v_heads * head_dim * head_dim;
+    let state = n_v_heads * chunk_head_len(head_dim, head_dim);
     if pool.part_offset + state > pool.slot_floats {
         return Err(RuntimeError::Device(format!(
             "{K}: a state of {state} values from {} in slots of {}",
@@ -991,6 +1006,19 @@ pub fn attention_by<R: Runtime>(
 mod tests {
     use super::*;
     use std::sync::Mutex;
+
+    #[test]
+    fn the_sources_sizes_are_the_launchers() {
+        let define = |file: &str, name: &str| -> usize {
+            let code = crate::sources::SOURCES.iter().find(|s| s.name == file).expect("a source").code;
+            let line = code.lines().find(|l| l.starts_with(&format!("#define {name} "))).expect("the define");
+            line.split_whitespace().nth(2).and_then(|v| v.parse().ok()).expect("a number")
+        };
+        assert_eq!(define("recurrent.cu", "RECURRENT_CHUNK"), RECURRENT_CHUNK);
+        assert_eq!(define("recurrent.cu", "RECURRENT_MAX_KEY"), RECURRENT_MAX_KEY);
+        assert_eq!(define("attention.cu", "ATTN_SPLIT"), ATTENTION_SPLIT);
+        assert_eq!(define("attention.cu", "KV_BLOCK_POSITIONS"), KV_BLOCK_POSITIONS);
+    }
 
     /// Host buffers and a record of launches, no kernel run: for the checks made before one.
     #[derive(Default)]

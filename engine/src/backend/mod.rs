@@ -30,7 +30,7 @@ pub(crate) use loaded::{on_backend, on_same_backend};
 pub use loaded::{Backends, OnBackend, PerBackend};
 pub use types::{
     Activation, AttentionRow, AttentionShape, BlockId, ColumnBlocks, DeltaShape, KvSlot, KvType, KvTypes, Rope, RopeKind, RowInput,
-    SsmShape, StateId, StatePart, StateRun, Yarn, BLOCK_POSITIONS, KV_QUANT_BLOCK, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT,
+    SsmShape, StateId, StatePart, StateRun, Yarn, BLOCK_POSITIONS, KV_QUANT_BLOCK, RECURRENT_CHUNK, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT,
 };
 
 use crate::gguf::{GgufFile, TensorInfo};

@@ -315,6 +315,14 @@ pub struct StatePart {
     pub len: usize,
 }
 
+/// Positions per chunk of the recurrent layers' chunked form (Mamba-2's selective scan, the
+/// gated delta rule). Chunks lie at fixed positions of a sequence (`0..32`, `32..64`, ...): a
+/// state slot holds the state at the start of the current chunk and the chunk's rows so far, a
+/// row's output is computed from those by one formula, and the state moves on only when a chunk
+/// is complete. So a row's bits do not depend on where its pass began (decode, a prompt's pass,
+/// a pass resumed from a checkpoint).
+pub const RECURRENT_CHUNK: usize = 32;
+
 /// A Mamba-2 layer's selective scan: `n_head` heads of `head_dim` values, each with a state of
 /// `head_dim` x `d_state`, and `n_group` groups of B and C (`d_state` values each) that
 /// consecutive heads share.
@@ -324,6 +332,20 @@ pub struct SsmShape {
     pub head_dim: usize,
     pub n_group: usize,
     pub d_state: usize,
+}
+
+impl SsmShape {
+    /// Values of one head's part of a state slot: the state at the chunk's start (`head_dim`
+    /// rows of `d_state`), the chunk's row count, then per row of the chunk ([`RECURRENT_CHUNK`]
+    /// places) its cumulative log-decay, its B (`d_state`) and its `x · Δ` (`head_dim`).
+    pub fn head_state_len(&self) -> usize {
+        self.head_dim * self.d_state + 1 + RECURRENT_CHUNK * (1 + self.d_state + self.head_dim)
+    }
+
+    /// Values of the layer's part of a state slot: every head's, one after the other.
+    pub fn state_len(&self) -> usize {
+        self.n_head * self.head_state_len()
+    }
 }
 
 /// A gated delta-net layer's recurrence (Qwen3.5's linear attention): `n_v_heads` heads of
@@ -340,6 +362,19 @@ impl DeltaShape {
     /// Values of a row of queries, keys and values together.
     pub fn qkv_width(&self) -> usize {
         (2 * self.n_k_heads + self.n_v_heads) * self.head_dim
+    }
+
+    /// Values of one value head's part of a state slot: the state at the chunk's start
+    /// (`head_dim` rows of `head_dim`), the chunk's row count, then per row of the chunk
+    /// ([`RECURRENT_CHUNK`] places) its cumulative log-decay, its normalised key and its
+    /// correction `u` (`head_dim` each).
+    pub fn head_state_len(&self) -> usize {
+        self.head_dim * self.head_dim + 1 + RECURRENT_CHUNK * (1 + 2 * self.head_dim)
+    }
+
+    /// Values of the layer's part of a state slot: every value head's, one after the other.
+    pub fn state_len(&self) -> usize {
+        self.n_v_heads * self.head_state_len()
     }
 }
 

@@ -86,9 +86,11 @@ pub struct ModelConfig {
     pub ssm: Option<SsmConfig>,
 }
 
-/// A Mamba-2 layer's dimensions (`<arch>.ssm.*`).
+/// A Mamba-2 or gated delta-net layer's dimensions (`<arch>.ssm.*`).
 #[derive(Clone, Copy, Debug)]
 pub struct SsmConfig {
+    /// The recurrence is the gated delta rule (Qwen3.5), not Mamba-2's selective scan.
+    pub delta_rule: bool,
     /// The convolution's taps (`conv_kernel`).
     pub d_conv: usize,
     /// The heads' values together (`inner_size`).
@@ -102,8 +104,9 @@ pub struct SsmConfig {
 }
 
 impl SsmConfig {
-    fn from_meta(m: &Meta) -> Result<SsmConfig, ModelError> {
+    fn from_meta(m: &Meta, delta_rule: bool) -> Result<SsmConfig, ModelError> {
         let c = SsmConfig {
+            delta_rule,
             d_conv: m.usize("ssm.conv_kernel")?,
             d_inner: m.usize("ssm.inner_size")?,
             d_state: m.usize("ssm.state_size")?,
@@ -128,9 +131,11 @@ impl SsmConfig {
         self.d_inner + 2 * self.n_group * self.d_state
     }
 
-    /// Values of the convolution's state (its `d_conv - 1` earlier rows), then of the scan's.
+    /// Values of the convolution's state (its `d_conv - 1` earlier rows), then of the scan's or
+    /// the delta rule's (the state at the chunk's start and the chunk's rows so far).
     pub fn state_floats(&self) -> [usize; 2] {
-        [(self.d_conv - 1) * self.conv_channels(), self.d_inner * self.d_state]
+        let rule = if self.delta_rule { self.delta_shape().state_len() } else { self.shape().state_len() };
+        [(self.d_conv - 1) * self.conv_channels(), rule]
     }
 
     /// A layer's `part` of a state slot split into the convolution's state, then the scan's (or
@@ -142,6 +147,12 @@ impl SsmConfig {
 
     pub fn shape(&self) -> crate::backend::SsmShape {
         crate::backend::SsmShape { n_head: self.n_head, head_dim: self.d_inner / self.n_head, n_group: self.n_group, d_state: self.d_state }
+    }
+
+    /// A delta net's shapes from the SSM keys: `state_size` is the heads' size, `group_count`
+    /// the key heads, `time_step_rank` the value heads.
+    pub fn delta_shape(&self) -> crate::backend::DeltaShape {
+        crate::backend::DeltaShape { n_k_heads: self.n_group, n_v_heads: self.n_head, head_dim: self.d_state }
     }
 }
 
@@ -434,7 +445,8 @@ impl ModelConfig {
             Recurrent::None | Recurrent::Mamba2 | Recurrent::DeltaNet => None,
         };
         let ssm = match facts.recurrent {
-            Recurrent::Mamba2 | Recurrent::DeltaNet => Some(SsmConfig::from_meta(&m)?),
+            Recurrent::Mamba2 => Some(SsmConfig::from_meta(&m, false)?),
+            Recurrent::DeltaNet => Some(SsmConfig::from_meta(&m, true)?),
             Recurrent::None | Recurrent::ShortConv => None,
         };
         if let (Recurrent::DeltaNet, Some(s)) = (facts.recurrent, &ssm) {

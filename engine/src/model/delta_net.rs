@@ -4,15 +4,15 @@
 //! SiLU; the gated delta rule (a `head_dim` x `head_dim` state per value head, decaying by
 //! `exp(softplus(alpha + dt_bias) · a)`, corrected towards each value by `sigmoid(beta)`) gives
 //! each head's output, normalised per head, gated by `silu(z)` and projected by `ssm_out`.
-//! llama.cpp's `build_layer_attn_linear`, its rule in the recurrent form for prefill and decode
-//! alike, so that both give the same bits.
+//! llama.cpp's `build_layer_attn_linear`; the rule in its chunked form for prefill and decode
+//! alike (`RECURRENT_CHUNK`), so that both give the same bits.
 
 use super::blocks::{linear, linear_each, Linear, ScaleAt};
 use super::config::SsmConfig;
 use super::error::ModelError;
 use super::lora::LoraRows;
 use super::weights::Loader;
-use crate::backend::{Activation, Backend, DeltaShape, StatePart, StateRun};
+use crate::backend::{Activation, Backend, StatePart, StateRun};
 
 /// The weights of one gated delta-net block.
 pub struct DeltaNet<B: Backend> {
@@ -33,16 +33,10 @@ pub struct DeltaNet<B: Backend> {
     pub out: Linear<B>,
 }
 
-/// A delta net's shapes from the SSM keys: `state_size` is the heads' size, `group_count` the
-/// key heads, `time_step_rank` the value heads.
-pub fn shape(ssm: &SsmConfig) -> DeltaShape {
-    DeltaShape { n_k_heads: ssm.n_group, n_v_heads: ssm.n_head, head_dim: ssm.d_state }
-}
-
 impl<B: Backend> DeltaNet<B> {
     pub(crate) fn load(l: &Loader<'_, B>, layer: usize, ssm: &SsmConfig, n_embd: usize) -> Result<DeltaNet<B>, ModelError> {
         let n = |s: &str| format!("blk.{layer}.{s}");
-        let (sh, ch) = (shape(ssm), ssm.conv_channels());
+        let (sh, ch) = (ssm.delta_shape(), ssm.conv_channels());
         // the file's {d_conv, channels}: one row of taps per channel
         let conv = l.host_matrix(&n("ssm_conv1d.weight"), ch, ssm.d_conv)?;
         Ok(DeltaNet {
@@ -83,7 +77,7 @@ pub(crate) fn forward<B: Backend>(
     let [qkv, mut z, beta, alpha] = linear_each(b, [&w.qkv, &w.gate, &w.beta, &w.alpha], ScaleAt::BeforeBias, x, lora)?;
     let mut qkv = b.conv_states(&qkv, &w.conv, store, conv_part, runs)?;
     b.activate(Activation::Silu, &mut qkv)?;
-    let mut y = b.delta_rule(&qkv, [&alpha, &beta], [&w.dt_bias, &w.a], shape(ssm), eps, store, rule_part, runs)?; // n x d_inner
+    let mut y = b.delta_rule(&qkv, [&alpha, &beta], [&w.dt_bias, &w.a], ssm.delta_shape(), eps, store, rule_part, runs)?; // n x d_inner
     b.rms_norm_in_place(&mut y, &w.norm, eps)?;
     b.glu(Activation::Silu, &mut z, &y)?; // silu(z) · norm(y)
     linear(b, &w.out, ScaleAt::BeforeBias, &z, lora)

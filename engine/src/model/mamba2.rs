@@ -4,8 +4,8 @@
 //! depthwise convolution with state, its bias and SiLU; the selective scan (a state of
 //! `head_dim` x `d_state` per head, decaying by `exp(softplus(dt) · a)`) gives each head's
 //! output plus `x · d`; it is gated by `silu(z)`, normalised per group and projected by
-//! `ssm_out`. llama.cpp's `build_mamba2_layer`, its scan in the recurrent form for prefill and
-//! decode alike, so that both give the same bits.
+//! `ssm_out`. llama.cpp's `build_mamba2_layer`; the scan in its chunked form (SSD,
+//! `RECURRENT_CHUNK`) for prefill and decode alike, so that both give the same bits.
 
 use super::blocks::{linear, linear_each, Linear, ScaleAt};
 use super::config::SsmConfig;

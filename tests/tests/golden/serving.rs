@@ -137,3 +137,39 @@ fn the_engine_thread_serves_requests_together_as_each_alone() {
     thread.join().unwrap();
     assert_eq!(outstanding.load(Ordering::Relaxed), 0, "a request's place was not given back");
 }
+
+#[test]
+fn a_hybrid_model_runs_as_many_sequences_at_once_as_it_has_slots() {
+    // every slot's positions and recurrent states fit beside each other: a fourth sequence
+    // arriving while three others hold their states joins them, and each gives what it would
+    // alone
+    let model = Arc::new(Model::load(fixture("archs/qwen35-s1.gguf")).unwrap());
+    let n_ctx = 128;
+    let mut config = LoopConfig::new(n_ctx);
+    config.parallel = 4;
+    // per sequence 96 positions: with the block a fork copies, a quarter of the capacity
+    let (prompt_len, max_tokens) = (20, 76);
+    let prompts: Vec<Vec<TokenId>> = (0..4u32).map(|s| (0..prompt_len as u32).map(|i| 1 + (i * 7 + s * 31) % 100).collect()).collect();
+    let (tx, rx) = mpsc::channel();
+    let outstanding = Arc::new(AtomicUsize::new(0));
+    let counts = Counts::default();
+    let engine = EngineLoop::new(model.clone(), None, None, config, rx, outstanding.clone(), Box::new(counts.clone()));
+    let mut requests: Vec<_> = prompts[..3].iter().enumerate().map(|(i, p)| submit(&tx, &outstanding, p, max_tokens, i == 0).0).collect();
+    let thread = std::thread::spawn(move || engine.run());
+    // the first three have run a step (and hold states) when the fourth comes
+    assert!(matches!(requests[0].recv().unwrap(), SeqEvent::Token { index: 0, .. }));
+    let steps_before = counts.steps.load(Ordering::Relaxed);
+    requests.push(submit(&tx, &outstanding, &prompts[3], max_tokens, false).0);
+    for (i, (received, prompt)) in requests.into_iter().zip(&prompts).enumerate() {
+        let (_, completion) = collect(received);
+        let mut kv = model.new_kv_cache(KvType::F16, n_ctx);
+        let alone = generate(&model, &mut kv, prompt, GenerateParams::greedy(max_tokens)).unwrap();
+        assert_eq!(completion.tokens, alone.tokens, "request {i}");
+    }
+    // (a test thread kept from running until the three were nearly done proves nothing here)
+    if steps_before + 8 < max_tokens {
+        assert_eq!(counts.widest_step.load(Ordering::Relaxed), 4, "the fourth sequence did not join the other three");
+    }
+    drop(tx);
+    thread.join().unwrap();
+}

@@ -547,7 +547,7 @@ impl Backend for CpuBackend {
         part: StatePart,
         runs: &[StateRun],
     ) -> Result<HostTensor, BackendError> {
-        super::recurrent::ssm_scan(xbc, dt, a, d, shape, store, part, runs)
+        super::chunked::ssm_scan(self.isa, xbc, dt, a, d, shape, store, part, runs)
     }
 
     fn delta_rule(
@@ -561,7 +561,7 @@ impl Backend for CpuBackend {
         part: StatePart,
         runs: &[StateRun],
     ) -> Result<HostTensor, BackendError> {
-        super::recurrent::delta_rule(qkv, gates, [dt_bias, a], shape, eps, store, part, runs)
+        super::chunked::delta_rule(self.isa, qkv, gates, [dt_bias, a], shape, eps, store, part, runs)
     }
 
     fn rms_norm_groups(&self, x: &mut HostTensor, w: &Vec<f32>, group: usize, eps: f32) -> Result<(), BackendError> {

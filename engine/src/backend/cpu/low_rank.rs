@@ -61,7 +61,7 @@ impl CpuMatrix {
 /// `Σ x[i] · w[i]` in `LANES` chains (value `i` on chain `i % LANES` while whole steps last, the
 /// rest one chain after), the chains then summed pairwise.
 #[inline(always)]
-fn dot(x: &[f32], w: &[f32]) -> f32 {
+pub(super) fn dot(x: &[f32], w: &[f32]) -> f32 {
     let mut acc = [0.0f32; LANES];
     let (xs, ws) = (x.chunks_exact(LANES), w.chunks_exact(LANES));
     let (x_rest, w_rest) = (xs.remainder(), ws.remainder());

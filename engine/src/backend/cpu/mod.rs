@@ -9,6 +9,7 @@ pub mod attention;
 #[cfg(target_arch = "x86_64")]
 mod attention_x86;
 mod backend;
+mod chunked;
 pub mod kv;
 mod low_rank;
 pub mod matmul;

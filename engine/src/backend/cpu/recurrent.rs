@@ -1,24 +1,24 @@
-//! The recurrent layers' operations on the CPU: causal depthwise convolutions (LFM2's gated
-//! short convolution, Mamba-2's), Mamba-2's selective scan and the gated delta rule (Qwen3.5),
-//! over each sequence's rows in position order, continuing the states its slot holds. A row's
-//! output depends only on its own inputs and its sequence's earlier ones, in a fixed order, so it has
-//! the same bits whether the row runs alone (decode), in a prompt's chunk, or beside other
-//! sequences.
+//! The recurrent layers' causal depthwise convolutions on the CPU (LFM2's gated short
+//! convolution, Mamba-2's and the delta nets'), over each sequence's rows in position order,
+//! continuing the window its slot holds, and the slot handling the chunked recurrences share. A
+//! row's output depends only on its own inputs and its sequence's earlier ones, in a fixed order,
+//! so it has the same bits whether the row runs alone (decode), in a prompt's chunk, or beside
+//! other sequences.
 
 use rayon::prelude::*;
 
 use super::backend::HostTensor;
 use super::kv::CpuKvStore;
-use crate::backend::{BackendError, DeltaShape, SsmShape, StatePart, StateRun};
+use crate::backend::{BackendError, StatePart, StateRun};
 
 /// The slots a run reads and writes, taken out of the store while the kernel runs.
-struct RunSlots {
-    state: Box<[f32]>,
-    snapshots: Vec<Box<[f32]>>,
+pub(super) struct RunSlots {
+    pub(super) state: Box<[f32]>,
+    pub(super) snapshots: Vec<Box<[f32]>>,
 }
 
 /// Checks the runs against `n_rows` rows: each row at most once, every index in range.
-fn check_runs(op: &'static str, n_rows: usize, runs: &[StateRun]) -> Result<(), BackendError> {
+pub(super) fn check_runs(op: &'static str, n_rows: usize, runs: &[StateRun]) -> Result<(), BackendError> {
     let mut seen = vec![false; n_rows];
     for run in runs {
         for &r in &run.rows {
@@ -34,7 +34,7 @@ fn check_runs(op: &'static str, n_rows: usize, runs: &[StateRun]) -> Result<(), 
 }
 
 /// Takes every slot of `runs` out of `store` (or none, on an error).
-fn take_slots(store: &mut CpuKvStore, runs: &[StateRun]) -> Result<Vec<RunSlots>, BackendError> {
+pub(super) fn take_slots(store: &mut CpuKvStore, runs: &[StateRun]) -> Result<Vec<RunSlots>, BackendError> {
     let mut taken: Vec<RunSlots> = Vec::with_capacity(runs.len());
     let result = runs.iter().try_for_each(|run| {
         let state = store.take_state(run.state)?;
@@ -59,7 +59,7 @@ fn take_slots(store: &mut CpuKvStore, runs: &[StateRun]) -> Result<Vec<RunSlots>
 }
 
 /// Puts the slots of `runs` back into `store`.
-fn put_slots(store: &mut CpuKvStore, runs: &[StateRun], slots: Vec<RunSlots>) {
+pub(super) fn put_slots(store: &mut CpuKvStore, runs: &[StateRun], slots: Vec<RunSlots>) {
     for (run, slots) in runs.iter().zip(slots) {
         store.put_state(run.state, slots.state);
         for (&(_, id), s) in run.snapshots.iter().zip(slots.snapshots) {
@@ -178,212 +178,6 @@ pub(crate) fn conv_states(
     let input = |r: usize, u: &mut [f32]| u.copy_from_slice(&x.data[r * ch..(r + 1) * ch]);
     let emit = |_: usize, sums: &[f32], y: &mut [f32]| y.copy_from_slice(sums);
     convolve("conv_states", x.rows, kernel, store, part, runs, ch, input, emit)
-}
-
-/// A head's work in a recurrent op: its run, its index, its state, its snapshots' states.
-type HeadTask<'a> = (usize, usize, &'a mut [f32], Vec<&'a mut [f32]>);
-
-/// Every (run, head) of the slots' `part`, cut into heads of `per_head` values: disjoint parts of
-/// the slots, so that the heads run in parallel.
-fn head_tasks(slots: &mut [RunSlots], part: StatePart, per_head: usize) -> Vec<HeadTask<'_>> {
-    let mut tasks = Vec::new();
-    for (j, slot) in slots.iter_mut().enumerate() {
-        let mut snaps: Vec<std::slice::ChunksExactMut<'_, f32>> =
-            slot.snapshots.iter_mut().map(|sn| sn[part.offset..part.offset + part.len].chunks_exact_mut(per_head)).collect();
-        for (h, state) in slot.state[part.offset..part.offset + part.len].chunks_exact_mut(per_head).enumerate() {
-            let snapshot_heads: Vec<&mut [f32]> = snaps.iter_mut().map(|c| c.next().expect("a head's part")).collect();
-            tasks.push((j, h, state, snapshot_heads));
-        }
-    }
-    tasks
-}
-
-/// The (run, head) tasks' outputs (in [`head_tasks`]' order: each its run's rows of `width`
-/// values) put at their batch rows, head `h` at columns `h · width ..`: `n_rows x (n_heads ·
-/// width)`, rows in no run zeros.
-fn scatter_heads(n_rows: usize, n_heads: usize, width: usize, runs: &[StateRun], outputs: Vec<Vec<f32>>) -> HostTensor {
-    let cols = n_heads * width;
-    let mut y = HostTensor::zeros(n_rows, cols);
-    for (t, out) in outputs.into_iter().enumerate() {
-        let (run, h) = (&runs[t / n_heads], t % n_heads);
-        for (&r, values) in run.rows.iter().zip(out.chunks_exact(width)) {
-            y.data[r * cols + h * width..r * cols + (h + 1) * width].copy_from_slice(values);
-        }
-    }
-    y
-}
-
-/// ggml's softplus: `ln(1 + e^x)`, or `x` itself past 20.
-fn softplus(x: f32) -> f32 {
-    if x > 20.0 {
-        x
-    } else {
-        x.exp().ln_1p()
-    }
-}
-
-/// [`crate::backend::Backend::ssm_scan`] on the CPU: every (run, head) in parallel, each its
-/// rows in order.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn ssm_scan(
-    xbc: &HostTensor,
-    dt: &HostTensor,
-    a: &[f32],
-    d_skip: &[f32],
-    shape: SsmShape,
-    store: &mut CpuKvStore,
-    part: StatePart,
-    runs: &[StateRun],
-) -> Result<HostTensor, BackendError> {
-    const OP: &str = "ssm_scan";
-    let SsmShape { n_head, head_dim, n_group, d_state } = shape;
-    let d_inner = n_head * head_dim;
-    let bc_at = d_inner; // B then C after the heads' values
-    if n_group == 0
-        || !n_head.is_multiple_of(n_group)
-        || xbc.cols != d_inner + 2 * n_group * d_state
-        || dt.cols != n_head
-        || dt.rows != xbc.rows
-        || a.len() != n_head
-        || d_skip.len() != n_head
-        || part.len != d_inner * d_state
-    {
-        return Err(BackendError::shape(
-            OP,
-            format!(
-                "{shape:?}: rows of {} and {}, {} decays, {} skips, a state part of {}",
-                xbc.cols,
-                dt.cols,
-                a.len(),
-                d_skip.len(),
-                part.len
-            ),
-        ));
-    }
-    check_runs(OP, xbc.rows, runs)?;
-    let mut slots = take_slots(store, runs)?;
-    if slots.iter().any(|s| s.state.len() < part.offset + part.len) {
-        put_slots(store, runs, slots);
-        return Err(BackendError::shape(OP, "the state part lies outside the slots"));
-    }
-    let heads_per_group = n_head / n_group;
-    let outputs: Vec<Vec<f32>> = head_tasks(&mut slots, part, head_dim * d_state)
-        .into_par_iter()
-        .map(|(j, h, state, mut snapshot_heads)| {
-            let run = &runs[j];
-            let g = h / heads_per_group;
-            let mut y = vec![0.0f32; run.rows.len() * head_dim];
-            let mut next_snapshot = 0;
-            for (i, &r) in run.rows.iter().enumerate() {
-                let row = &xbc.data[r * xbc.cols..(r + 1) * xbc.cols];
-                let (x, b, c) =
-                    (&row[h * head_dim..(h + 1) * head_dim], &row[bc_at + g * d_state..], &row[bc_at + (n_group + g) * d_state..]);
-                let dt_soft = softplus(dt.data[r * n_head + h]);
-                let decay = (dt_soft * a[h]).exp();
-                for (k, s) in state.chunks_exact_mut(d_state).enumerate() {
-                    let x_dt = x[k] * dt_soft;
-                    let mut sum = 0.0f32;
-                    for ((s, &b), &c) in s.iter_mut().zip(&b[..d_state]).zip(&c[..d_state]) {
-                        *s = *s * decay + b * x_dt;
-                        sum += *s * c;
-                    }
-                    y[i * head_dim + k] = sum + x[k] * d_skip[h];
-                }
-                if run.snapshots.get(next_snapshot).is_some_and(|&(at, _)| at == i) {
-                    snapshot_heads[next_snapshot].copy_from_slice(state);
-                    next_snapshot += 1;
-                }
-            }
-            y
-        })
-        .collect();
-    put_slots(store, runs, slots);
-    Ok(scatter_heads(xbc.rows, n_head, head_dim, runs, outputs))
-}
-
-/// A query or key head divided by its L2 norm as llama.cpp's delta nets compute it: ggml's
-/// `rms_norm` with `eps / n` (the squares summed in f64), then times `1 / sqrt(n)`.
-pub(crate) fn l2_normalized(x: &[f32], eps: f32, out: &mut [f32]) {
-    let n = x.len() as f32;
-    let sum: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
-    let mean = (sum / x.len() as f64) as f32;
-    let scale = 1.0 / (mean + eps / n).sqrt();
-    let after = 1.0 / n.sqrt();
-    out.iter_mut().zip(x).for_each(|(o, &v)| *o = (v * scale) * after);
-}
-
-/// [`crate::backend::Backend::delta_rule`] on the CPU: every (run, value head) in parallel, each
-/// its rows in order.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn delta_rule(
-    qkv: &HostTensor,
-    [alpha, beta]: [&HostTensor; 2],
-    [dt_bias, a]: [&[f32]; 2],
-    shape: DeltaShape,
-    eps: f32,
-    store: &mut CpuKvStore,
-    part: StatePart,
-    runs: &[StateRun],
-) -> Result<HostTensor, BackendError> {
-    const OP: &str = "delta_rule";
-    let DeltaShape { n_k_heads, n_v_heads, head_dim: s } = shape;
-    let fits = n_k_heads > 0
-        && n_v_heads.is_multiple_of(n_k_heads)
-        && qkv.cols == shape.qkv_width()
-        && [alpha, beta].iter().all(|t| t.cols == n_v_heads && t.rows == qkv.rows)
-        && dt_bias.len() == n_v_heads
-        && a.len() == n_v_heads
-        && part.len == n_v_heads * s * s;
-    if !fits {
-        return Err(BackendError::shape(OP, format!("{shape:?}: rows of {}, a state part of {}", qkv.cols, part.len)));
-    }
-    check_runs(OP, qkv.rows, runs)?;
-    let mut slots = take_slots(store, runs)?;
-    if slots.iter().any(|sl| sl.state.len() < part.offset + part.len) {
-        put_slots(store, runs, slots);
-        return Err(BackendError::shape(OP, "the state part lies outside the slots"));
-    }
-    let key_at = n_k_heads * s;
-    let scale = 1.0 / (s as f32).sqrt();
-    let outputs: Vec<Vec<f32>> = head_tasks(&mut slots, part, s * s)
-        .into_par_iter()
-        .map(|(j, h, state, mut snapshot_heads)| {
-            let run = &runs[j];
-            let kh = h % n_k_heads;
-            let (mut q, mut k) = (vec![0.0f32; s], vec![0.0f32; s]);
-            let mut y = vec![0.0f32; run.rows.len() * s];
-            let mut next_snapshot = 0;
-            for (i, &r) in run.rows.iter().enumerate() {
-                let row = &qkv.data[r * qkv.cols..(r + 1) * qkv.cols];
-                l2_normalized(&row[kh * s..(kh + 1) * s], eps, &mut q);
-                l2_normalized(&row[key_at + kh * s..key_at + (kh + 1) * s], eps, &mut k);
-                let v = &row[2 * key_at + h * s..2 * key_at + (h + 1) * s];
-                let decay = (softplus(alpha.data[r * n_v_heads + h] + dt_bias[h]) * a[h]).exp();
-                let b = 1.0 / (1.0 + (-beta.data[r * n_v_heads + h]).exp());
-                for (jj, m) in state.chunks_exact_mut(s).enumerate() {
-                    m.iter_mut().for_each(|x| *x *= decay);
-                    let mut dot = 0.0f32;
-                    for (&x, &kv) in m.iter().zip(&k) {
-                        dot += x * kv;
-                    }
-                    let delta = (v[jj] - dot) * b;
-                    m.iter_mut().zip(&k).for_each(|(x, &kv)| *x += kv * delta);
-                    let mut out = 0.0f32;
-                    for (&x, &qv) in m.iter().zip(&q) {
-                        out += x * qv;
-                    }
-                    y[i * s + jj] = out * scale;
-                }
-                if run.snapshots.get(next_snapshot).is_some_and(|&(at, _)| at == i) {
-                    snapshot_heads[next_snapshot].copy_from_slice(state);
-                    next_snapshot += 1;
-                }
-            }
-            y
-        })
-        .collect();
-    put_slots(store, runs, slots);
-    Ok(scatter_heads(qkv.rows, n_v_heads, s, runs, outputs))
 }
 
 #[cfg(test)]

@@ -525,8 +525,11 @@ fn hadamard<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
 type RecurrentCall<'a, B> = dyn FnMut(&mut <B as Backend>::KvStore, &[f32], usize, &[StateRun]) -> Vec<f32> + 'a;
 
 /// Two sequences' rows (of `width` values, `out` outputs each) interleaved in one call, each
-/// one's state then continued by the next call and resumed from snapshots the first call
-/// wrote: every output against `want`'s, the definition over each sequence's whole history.
+/// one's state then continued by the next call (across several of the chunked recurrences'
+/// chunks) and resumed from snapshots the first call wrote: every output against `want`'s, the
+/// definition over each sequence's whole history. Then the long continuation again one row per
+/// call from a resumed state: `(error, 0)`, or `(error, 1)` where a row's bits differ from the
+/// long call's (a row's bits must not depend on where its pass began).
 fn recurrent_calls<B: Backend>(
     rng: &mut Rng,
     store: &mut B::KvStore,
@@ -534,11 +537,12 @@ fn recurrent_calls<B: Backend>(
     out: usize,
     call: &mut RecurrentCall<'_, B>,
     want: &dyn Fn(&[f32]) -> Vec<f64>,
-) -> f64 {
+) -> (f64, f64) {
     for id in 0..4 {
         store.alloc_state(id).expect("alloc_state");
     }
-    let (a, c) = (rng.values(10 * width, 2.0), rng.values(6 * width, 2.0)); // sequences A and C
+    const LONG: usize = 75; // A's rows: its continuation crosses two chunks of RECURRENT_CHUNK
+    let (a, c) = (rng.values(LONG * width, 2.0), rng.values(6 * width, 2.0)); // sequences A and C
     let rows_of = |picks: &[(bool, usize)]| -> Vec<f32> {
         picks
             .iter()
@@ -556,18 +560,27 @@ fn recurrent_calls<B: Backend>(
         first.len(),
         &[run(vec![0, 2, 4, 6, 8, 9, 10], 0, vec![(4, 2)]), run(vec![1, 3, 5, 7], 1, vec![(1, 3)])],
     );
-    let y2 = call(store, &rows_of(&[(true, 7), (true, 8), (true, 9)]), 3, &[run(vec![0, 1, 2], 0, vec![])]);
+    let continued: Vec<(bool, usize)> = (7..LONG).map(|i| (true, i)).collect();
+    let y2 = call(store, &rows_of(&continued), continued.len(), &[run((0..continued.len()).collect(), 0, vec![])]);
     let y3 = call(store, &rows_of(&[(false, 2), (false, 3), (false, 4), (false, 5)]), 4, &[run(vec![0, 1, 2, 3], 3, vec![])]);
     let y4 = call(store, &rows_of(&[(true, 5), (true, 6)]), 2, &[run(vec![0, 1], 2, vec![])]);
     let (want_a, want_c) = (want(&a), want(&c));
     let pick = |is_a: bool, i: usize| if is_a { want_a[i * out..(i + 1) * out].to_vec() } else { want_c[i * out..(i + 1) * out].to_vec() };
     let (mut got, mut expected) = (y1, Vec::new());
     first.iter().for_each(|&(is_a, i)| expected.extend(pick(is_a, i)));
-    for (y, is_a, rows) in [(y2, true, 7..10), (y3, false, 2..6), (y4, true, 5..7)] {
+    // slot 2 now holds A after 7 rows, as slot 0 did before y2: the continuation row by row
+    let by_row: Vec<f32> = continued.iter().flat_map(|&pick| call(store, &rows_of(&[pick]), 1, &[run(vec![0], 2, vec![])])).collect();
+    let same_bits = by_row == y2;
+    for (y, is_a, rows) in [(y2, true, 7..LONG), (y3, false, 2..6), (y4, true, 5..7)] {
         got.extend(y);
         rows.for_each(|i| expected.extend(pick(is_a, i)));
     }
-    nmse(&got, &expected)
+    (nmse(&got, &expected), if same_bits { 0.0 } else { 1.0 })
+}
+
+/// [`recurrent_calls`]' two results as a case's two lines.
+fn recurrent_lines(name: String, (error, bits): (f64, f64)) -> [(String, f64); 2] {
+    [(format!("{name}: interleaved, continued, resumed"), error), (format!("{name}: row by row, the same bits"), bits)]
 }
 
 /// LFM2's gated short convolution and the plain one (Mamba-2's), by [`recurrent_calls`].
@@ -594,8 +607,10 @@ fn convolutions<B: Backend>(b: &B, rng: &mut Rng, gated: bool) -> Vec<(String, f
                 naive::short_conv(&ones, &taps_values, d, taps)
             }
         };
-        let e = recurrent_calls::<B>(rng, &mut store, width, d, &mut call, &want);
-        out.push((format!("{d} channels, {taps} taps: interleaved, continued, resumed"), e));
+        out.extend(recurrent_lines(
+            format!("{d} channels, {taps} taps"),
+            recurrent_calls::<B>(rng, &mut store, width, d, &mut call, &want),
+        ));
     }
     out
 }
@@ -608,7 +623,7 @@ fn ssm_scan<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
     {
         let d_inner = shape.n_head * shape.head_dim;
         let width = d_inner + 2 * shape.n_group * shape.d_state;
-        let part = StatePart { offset: 7, len: d_inner * shape.d_state };
+        let part = StatePart { offset: 7, len: shape.state_len() };
         let mut store = b.new_kv_store(KvType::F32.into(), 1, 4, 4, part.offset + part.len + 3);
         // decays below 0, steps around 0 (the softplus on both sides of its bend)
         let a: Vec<f32> = rng.values(shape.n_head, 1.0).iter().map(|v| -0.5 - v.abs()).collect();
@@ -623,8 +638,7 @@ fn ssm_scan<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
             back(b, y.expect("ssm_scan"))
         };
         let want = |values: &[f32]| naive::ssm_scan(values, row_width, &a, &d, shape);
-        let e = recurrent_calls::<B>(rng, &mut store, row_width, d_inner, &mut call, &want);
-        out.push((format!("{shape:?}: interleaved, continued, resumed"), e));
+        out.extend(recurrent_lines(format!("{shape:?}"), recurrent_calls::<B>(rng, &mut store, row_width, d_inner, &mut call, &want)));
     }
     out
 }
@@ -634,7 +648,7 @@ fn delta_rule<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     for shape in [DeltaShape { n_k_heads: 2, n_v_heads: 4, head_dim: 16 }, DeltaShape { n_k_heads: 1, n_v_heads: 1, head_dim: 33 }] {
         let (qkv, heads) = (shape.qkv_width(), shape.n_v_heads);
-        let part = StatePart { offset: 3, len: heads * shape.head_dim * shape.head_dim };
+        let part = StatePart { offset: 3, len: shape.state_len() };
         let mut store = b.new_kv_store(KvType::F32.into(), 1, 4, 4, part.offset + part.len + 2);
         // decays below 0 (the file's -exp(A_log)), biases around 0
         let a: Vec<f32> = rng.values(heads, 1.0).iter().map(|v| -0.2 - v.abs()).collect();
@@ -652,8 +666,8 @@ fn delta_rule<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
             back(b, y.expect("delta_rule"))
         };
         let want = |values: &[f32]| naive::delta_rule(values, row_width, &dt_bias, &a, shape, eps);
-        let e = recurrent_calls::<B>(rng, &mut store, row_width, heads * shape.head_dim, &mut call, &want);
-        out.push((format!("{shape:?}: interleaved, continued, resumed"), e));
+        let result = recurrent_calls::<B>(rng, &mut store, row_width, heads * shape.head_dim, &mut call, &want);
+        out.extend(recurrent_lines(format!("{shape:?}"), result));
     }
     out
 }

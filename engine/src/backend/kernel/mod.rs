@@ -27,6 +27,10 @@ use crate::quant::WeightMatrix;
 /// matrix kernels; an output's value is the same either way (see `kernels/cuda/mulmat.cuh`).
 const MATVEC_MAX_ROWS: usize = 4;
 
+// The kernels' chunked recurrences keep the same chunks and head layout as the CPU's, so that a
+// state slot means the same on every backend.
+const _: () = assert!(launch::RECURRENT_CHUNK == crate::backend::RECURRENT_CHUNK);
+
 /// A runtime's error as the backend's, naming the operation (`op`) that met it.
 pub(crate) fn runtime_error(device: Device, op: &'static str, e: RuntimeError) -> BackendError {
     match e {
@@ -586,7 +590,7 @@ where
             || dt.rows != xbc.rows
             || a.len != n_head
             || d.len != n_head
-            || part.len != d_inner * d_state
+            || part.len != shape.state_len()
         {
             return Err(BackendError::shape(OP, format!("{shape:?}: rows of {} and {}, a state part of {}", xbc.cols, dt.cols, part.len)));
         }
@@ -618,7 +622,7 @@ where
             && [alpha, beta].iter().all(|t| t.cols == n_v_heads && t.rows == qkv.rows)
             && dt_bias.len == n_v_heads
             && a.len == n_v_heads
-            && part.len == n_v_heads * head_dim * head_dim;
+            && part.len == shape.state_len();
         if !fits {
             return Err(BackendError::shape(OP, format!("{shape:?}: rows of {}, a state part of {}", qkv.cols, part.len)));
         }
