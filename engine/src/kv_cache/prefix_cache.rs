@@ -44,17 +44,30 @@ impl<K: PartialEq> PrefixCache<K> {
     /// The entry of key `key` sharing the longest prefix with `prompt`, and that length
     /// (marked as used).
     pub fn best_match(&mut self, key: &K, prompt: &[TokenId]) -> Option<(SeqId, usize)> {
+        self.best_match_by(key, prompt, |_, n| n)
+    }
+
+    /// The entry of key `key` from which the most of `prompt` can be resumed, and that much
+    /// (marked as used; ties go to the most recently used): `resume(seq, n)` says how much of
+    /// a shared prefix of `n` tokens entry `seq` gives back (a hybrid model's entry: only up to a
+    /// length whose recurrent states it kept).
+    pub fn best_match_by(&mut self, key: &K, prompt: &[TokenId], resume: impl Fn(SeqId, usize) -> usize) -> Option<(SeqId, usize)> {
         self.clock += 1;
         let clock = self.clock;
         let best = self
             .entries
             .iter_mut()
             .filter(|e| e.key == *key)
-            .map(|e| (common_prefix(&e.tokens, prompt), e))
+            .map(|e| (resume(e.seq, common_prefix(&e.tokens, prompt)), e))
             .filter(|(n, _)| *n > 0)
             .max_by_key(|(n, e)| (*n, e.last_used))?;
         best.1.last_used = clock;
         Some((best.1.seq, best.0))
+    }
+
+    /// The longest prefix of `prompt` an entry of key `key` shares (none marked as used).
+    pub fn longest_prefix(&self, key: &K, prompt: &[TokenId]) -> usize {
+        self.entries.iter().filter(|e| e.key == *key).map(|e| common_prefix(&e.tokens, prompt)).max().unwrap_or(0)
     }
 
     /// Keeps `seq`, which holds `tokens` computed under `key`. Returns the sequences to drop
@@ -126,6 +139,19 @@ mod tests {
         assert_eq!(c.best_match(&"b", &[1, 2, 3, 4]), Some((3, 4)));
         assert_eq!(c.best_match(&"c", &[1, 2, 3, 4]), None);
         assert_eq!(c.insert(4, "a", vec![1, 2]), vec![4]);
+    }
+
+    #[test]
+    fn the_entry_that_gives_back_the_most_is_chosen_where_entries_resume_only_at_kept_lengths() {
+        let mut c = PrefixCache::new(4);
+        c.insert(1, (), vec![1, 2, 3, 4, 5, 6]);
+        c.insert(2, (), vec![1, 2, 3, 4, 9]);
+        // entry 1 shares more but kept a state only after 2 tokens, entry 2 after 4
+        let kept = |seq: SeqId, n: usize| if seq == 1 { n.min(2) } else { n.min(4) };
+        assert_eq!(c.best_match_by(&(), &[1, 2, 3, 4, 5, 7], kept), Some((2, 4)));
+        assert_eq!(c.longest_prefix(&(), &[1, 2, 3, 4, 5, 7]), 5);
+        assert_eq!(c.best_match_by(&(), &[8], kept), None);
+        assert_eq!(c.longest_prefix(&(), &[8]), 0);
     }
 
     #[test]

@@ -111,10 +111,11 @@ const STATE_CHECKPOINT_EVERY: usize = 512;
 const STATE_CHECKPOINTS: usize = 4;
 
 /// A hybrid model's state slots one sequence may hold: its current slot and a copy on write,
-/// the checkpoints of its prompt, and `rollback` lengths kept for a verification's proposals
-/// (the draft length when it speculates, else 0).
+/// the checkpoints of its prompt (before its last token, where it meets a cached prompt, and
+/// the periodic ones), and `rollback` lengths kept for a verification's proposals (the draft
+/// length when it speculates, else 0).
 pub fn state_slots_per_sequence(rollback: usize) -> usize {
-    2 + 1 + STATE_CHECKPOINTS + rollback
+    2 + 2 + STATE_CHECKPOINTS + rollback
 }
 
 /// The lengths of a prompt of `prompt_len` tokens whose recurrent states a sequence keeps.
@@ -311,7 +312,7 @@ impl EngineLoop {
                 continue;
             }
             let (prompt, lora) = (self.waiting[i].spec.prompt.clone(), self.waiting[i].spec.lora.clone());
-            let (mut source, mut shared) = self.best_source(&prompt, &lora);
+            let (mut source, mut shared, longest) = self.best_source(&prompt, &lora);
             if self.worth_waiting(&prompt, &lora, shared) {
                 i += 1;
                 continue;
@@ -326,28 +327,32 @@ impl EngineLoop {
                 (source, shared) = (None, 0);
             }
             let w = self.waiting.remove(i).expect("in range");
-            self.start(w, source, shared, total);
+            self.start(w, source, shared, longest, total);
         }
     }
 
-    /// The cached or running sequence of adapters `lora` sharing the longest start with
-    /// `prompt`, and how many tokens of it can be reused (at least the prompt's last token runs
-    /// again: its logits start the output).
-    fn best_source(&mut self, prompt: &[TokenId], lora: &Vec<LoraScale>) -> (Option<SeqId>, usize) {
-        let mut best = self.cache.best_match(lora, prompt).map_or((None, 0), |(s, n)| (Some(s), n));
+    /// The cached or running sequence of adapters `lora` from which the most of `prompt` can
+    /// be reused, and how many tokens (at least the prompt's last token runs again: its logits
+    /// start the output; a hybrid model's sequence resumes only where a state was kept); and
+    /// the longest start of `prompt` any of them shares.
+    fn best_source(&mut self, prompt: &[TokenId], lora: &Vec<LoraScale>) -> (Option<SeqId>, usize, usize) {
+        let (kv, last) = (&self.kv, prompt.len() - 1);
+        let resume = |seq: SeqId, n: usize| kv.resumable(seq, n.min(last));
+        let mut best = self.cache.best_match_by(lora, prompt, resume).map_or((None, 0), |(s, n)| (Some(s), n));
+        let mut longest = self.cache.longest_prefix(lora, prompt);
         for r in self.running.iter().filter(|r| r.lora == *lora) {
-            let held = self.kv.seq_len(r.seq).min(r.history.len());
+            let held = kv.seq_len(r.seq).min(r.history.len());
             let n = common_prefix(&r.history[..held], prompt);
+            longest = longest.max(n);
+            let n = resume(r.seq, n);
             if n > best.1 {
                 best = (Some(r.seq), n);
             }
         }
-        // a hybrid model's sequence resumes only where a state was kept
-        let shared = best.0.map_or(0, |s| self.kv.resumable(s, best.1.min(prompt.len() - 1)));
-        if shared == 0 {
-            return (None, 0);
+        if best.1 == 0 {
+            return (None, 0, longest);
         }
-        (best.0, shared)
+        (best.0, best.1, longest)
     }
 
     /// Whether a running sequence is still prefilling a prompt that shares at least a block
@@ -394,7 +399,7 @@ impl EngineLoop {
         }
     }
 
-    fn start(&mut self, w: Waiting, source: Option<SeqId>, shared: usize, total: usize) {
+    fn start(&mut self, w: Waiting, source: Option<SeqId>, shared: usize, longest: usize, total: usize) {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         let mut hit = false;
@@ -412,7 +417,11 @@ impl EngineLoop {
         self.metrics.prefix_lookup(hit);
         let cached = self.kv.seq_len(seq);
         let prompt_len = w.spec.prompt.len();
-        for len in state_checkpoints(prompt_len).filter(|&l| l > cached) {
+        // a hybrid's checkpoints; one where this prompt's start meets a cached or running one's
+        // (at a block boundary), so that the next prompt sharing that start (a system prompt
+        // and another question) resumes there
+        let meets = longest.min(prompt_len - 1) / BLOCK_POSITIONS * BLOCK_POSITIONS;
+        for len in state_checkpoints(prompt_len).chain(std::iter::once(meets)).filter(|&l| l > cached) {
             self.kv.keep_state_at(seq, len);
         }
         self.metrics.prompt(prompt_len, cached);

@@ -3,7 +3,8 @@
 //! beside attention) served over real
 //! TCP: a conversation's second turn resumes from the
 //! first turn's states and gives what a fresh server computes, `n` choices fork one prompt's
-//! states and are each the choice of its own seed, and speculation (n-gram or a draft model,
+//! states and are each the choice of its own seed, prompts sharing a system prompt resume from
+//! the checkpoint kept where one met another, and speculation (n-gram or a draft model,
 //! whose rejected proposals return the states to the last kept token) leaves greedy output
 //! unchanged.
 
@@ -84,6 +85,29 @@ fn second_turn(file: &str) {
     assert_eq!(cached(&again), 0);
     // the same tokens and the same bits: a row's numbers do not depend on where its pass began
     assert_eq!(tokens(&second, 0), tokens(&again, 0), "{file}");
+}
+
+#[test]
+fn prompts_sharing_a_system_prompt_resume_where_the_second_met_the_first() {
+    for (file, _) in HYBRIDS {
+        shared_start(file);
+    }
+}
+
+fn shared_start(file: &str) {
+    let (warm, fresh) = (serve(file, Scheduling::default(), None), serve(file, Scheduling::default(), None));
+    // a 40-token system prompt, then each its own question
+    let system: Vec<u32> = (0..40).map(|i| 3 + (i * 13) % 97).collect();
+    let asking = |q: u32| -> Vec<u32> { system.iter().copied().chain((0..10).map(|i| 100 + (q * 5 + i) % 27)).collect() };
+    let first = complete(&warm, &asking(0), 4, json!({}));
+    assert_eq!(cached(&first), 0);
+    // the first kept no state within the system prompt: the second computes it again, and keeps
+    // one where it met the first (at the last block boundary: 32)
+    let second = complete(&warm, &asking(1), 4, json!({}));
+    assert_eq!(cached(&second), 0, "{file}: {second}");
+    let third = complete(&warm, &asking(2), 8, json!({}));
+    assert_eq!(cached(&third), 32, "{file}: {third}");
+    assert_eq!(tokens(&third, 0), tokens(&complete(&fresh, &asking(2), 8, json!({})), 0), "{file}");
 }
 
 #[test]

@@ -425,13 +425,7 @@ mod tests {
 
     /// Runs `call` over `n` rows of a fresh slot split into passes of the `cuts` lengths, one
     /// run each: the outputs of every row, in order.
-    fn in_passes(
-        state_len: usize,
-        n: usize,
-        cuts: &[usize],
-        call: &PassCall<'_>,
-        tier: Isa,
-    ) -> Vec<f32> {
+    fn in_passes(state_len: usize, n: usize, cuts: &[usize], call: &PassCall<'_>, tier: Isa) -> Vec<f32> {
         let part = StatePart { offset: 3, len: state_len };
         let mut store = CpuKvStore::with_states(KvType::F32.into(), 1, 4, 4, state_len + 5);
         store.alloc_state(0).unwrap();
