@@ -145,6 +145,12 @@ ARCHS = {
                  # seed 2: a window over the attention layer (llama.cpp's LFM2 takes every attention
                  # layer as a window layer when the file gives one)
                  seed2_keys={"attention.sliding_window": 8}),
+    # LFM2-MoE (LFM2-8B-A1B): LFM2's layers, the first FFN dense, then experts routed by a sigmoid
+    # with a selection bias
+    "lfm2moe": dict(n_head=4, n_head_kv=2, rope_base=1000000.0, eps=1e-5, n_layer=3, qk_norm="head",
+                    shortconv=(3, (0, 2)), output_norm="token_embd_norm", moe=(4, 2, 128), dense_lead=1,
+                    probs_bias=True,
+                    keys={"shortconv.l_cache": 3, "expert_gating_func": 2, "leading_dense_block_count": 1}),
     # Granite 4's hybrid: Mamba-2, attention, Mamba-2, Granite's four scalars; seed 2 without RoPE
     # (rope.scaling.finetuned false, as the released models' files)
     "granitehybrid": dict(n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-5, n_layer=3,

@@ -187,6 +187,24 @@ const DECODER: ArchFacts = ArchFacts {
 
 /// Qwen3.5: gated delta nets beside gated attention, IMROPE, the post-attention norm as the FFN's
 /// input norm (its MoE row routes as the defaults say).
+/// LFM2's facts (its experts' variant is a row over them).
+const LFM2: ArchFacts = ArchFacts {
+    name: "lfm2",
+    rope: Some(RopeKind::Neox),
+    qk_norm: QkNorm::PerHead,
+    output_norm_name: "token_embd_norm",
+    recurrent: Recurrent::ShortConv,
+    // a window where the file gives one, over every attention layer
+    sliding_window: Some(SlidingWindow {
+        default_window: None,
+        default_pattern: 1,
+        default_rope_base: None,
+        scaled_rope: true,
+        every_attention_layer: true,
+    }),
+    ..DECODER
+};
+
 const QWEN35: ArchFacts = ArchFacts {
     name: "qwen35",
     rope: Some(RopeKind::Neox),
@@ -306,22 +324,11 @@ pub const ARCHS: &[ArchFacts] = &[
         routing: Routing { gating: Gating::Softmax, norm: WeightNorm::FromKey },
         ..DECODER
     },
-    ArchFacts {
-        name: "lfm2",
-        rope: Some(RopeKind::Neox),
-        qk_norm: QkNorm::PerHead,
-        output_norm_name: "token_embd_norm",
-        recurrent: Recurrent::ShortConv,
-        // a window where the file gives one, over every attention layer
-        sliding_window: Some(SlidingWindow {
-            default_window: None,
-            default_pattern: 1,
-            default_rope_base: None,
-            scaled_rope: true,
-            every_attention_layer: true,
-        }),
-        ..DECODER
-    },
+    LFM2,
+    // LFM2 with experts after its leading dense layers (LFM2-8B-A1B): the router's sigmoid
+    // (the file's gating function) with a selection bias, the chosen weights normalised; its
+    // graph reads no window
+    ArchFacts { name: "lfm2moe", sliding_window: None, routing: Routing { gating: Gating::Sigmoid, norm: WeightNorm::Always }, ..LFM2 },
     ArchFacts {
         name: "granitehybrid",
         embedding_scale: EmbeddingScale::FromKey,
