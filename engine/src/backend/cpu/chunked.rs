@@ -112,20 +112,27 @@ impl<'a> ChunkHead<'a> {
     }
 }
 
-/// A head's work in a recurrent op: its run, its index, its part of the slot, its snapshots'
-/// parts.
-type HeadTask<'a> = (usize, usize, &'a mut [f32], Vec<&'a mut [f32]>);
+/// A head's work in a recurrent op: its run's rows, its index, its part of the slot, its
+/// snapshots' parts, and its outputs per row.
+struct HeadTask<'a> {
+    run: &'a StateRun,
+    h: usize,
+    head: &'a mut [f32],
+    snapshot_heads: Vec<&'a mut [f32]>,
+    width: usize,
+}
 
-/// Every (run, head) of the slots' `part`, cut into heads of `per_head` values: disjoint parts of
-/// the slots, so that the heads run in parallel.
-fn head_tasks(slots: &mut [RunSlots], part: StatePart, per_head: usize) -> Vec<HeadTask<'_>> {
+/// Every (run, head) of the slots' `part`, cut into heads of `part.len / n_heads` values:
+/// disjoint parts of the slots, so that the heads run in parallel.
+fn head_tasks<'a>(slots: &'a mut [RunSlots], runs: &'a [StateRun], part: StatePart, n_heads: usize, width: usize) -> Vec<HeadTask<'a>> {
+    let per_head = part.len / n_heads;
     let mut tasks = Vec::new();
-    for (j, slot) in slots.iter_mut().enumerate() {
+    for (run, slot) in runs.iter().zip(slots.iter_mut()) {
         let mut snaps: Vec<std::slice::ChunksExactMut<'_, f32>> =
             slot.snapshots.iter_mut().map(|sn| sn[part.offset..part.offset + part.len].chunks_exact_mut(per_head)).collect();
-        for (h, state) in slot.state[part.offset..part.offset + part.len].chunks_exact_mut(per_head).enumerate() {
+        for (h, head) in slot.state[part.offset..part.offset + part.len].chunks_exact_mut(per_head).enumerate() {
             let snapshot_heads: Vec<&mut [f32]> = snaps.iter_mut().map(|c| c.next().expect("a head's part")).collect();
-            tasks.push((j, h, state, snapshot_heads));
+            tasks.push(HeadTask { run, h, head, snapshot_heads, width });
         }
     }
     tasks
@@ -147,7 +154,8 @@ trait HeadRow: Sync {
 /// One head task's rows in order, its snapshots copied after their rows: the outputs, `width`
 /// per row.
 #[inline(always)]
-fn head_rows(op: &impl HeadRow, run: &StateRun, h: usize, head: &mut [f32], snapshot_heads: &mut [&mut [f32]], width: usize) -> Vec<f32> {
+fn head_rows(op: &impl HeadRow, task: HeadTask<'_>) -> Vec<f32> {
+    let HeadTask { run, h, head, mut snapshot_heads, width } = task;
     let mut scratch = Scratch {
         weights: Vec::with_capacity(RECURRENT_CHUNK),
         coefs: vec![0.0; RECURRENT_CHUNK],
@@ -167,50 +175,28 @@ fn head_rows(op: &impl HeadRow, run: &StateRun, h: usize, head: &mut [f32], snap
 
 /// [`head_rows`] compiled for the widest vectors of tier `tier` the CPU has: the same
 /// operations in the same order (no fused multiply-adds), so the same bits on every tier.
-fn head_rows_on(
-    tier: Isa,
-    op: &impl HeadRow,
-    run: &StateRun,
-    h: usize,
-    head: &mut [f32],
-    snapshot_heads: &mut [&mut [f32]],
-    width: usize,
-) -> Vec<f32> {
+fn head_rows_on(tier: Isa, op: &impl HeadRow, task: HeadTask<'_>) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2")]
-        unsafe fn with_avx512(
-            op: &impl HeadRow,
-            run: &StateRun,
-            h: usize,
-            head: &mut [f32],
-            snaps: &mut [&mut [f32]],
-            width: usize,
-        ) -> Vec<f32> {
-            head_rows(op, run, h, head, snaps, width)
+        unsafe fn with_avx512(op: &impl HeadRow, task: HeadTask<'_>) -> Vec<f32> {
+            head_rows(op, task)
         }
         #[target_feature(enable = "avx2")]
-        unsafe fn with_avx2(
-            op: &impl HeadRow,
-            run: &StateRun,
-            h: usize,
-            head: &mut [f32],
-            snaps: &mut [&mut [f32]],
-            width: usize,
-        ) -> Vec<f32> {
-            head_rows(op, run, h, head, snaps, width)
+        unsafe fn with_avx2(op: &impl HeadRow, task: HeadTask<'_>) -> Vec<f32> {
+            head_rows(op, task)
         }
         if tier >= Isa::Avx512 && Isa::Avx512.is_available() {
             // SAFETY: the CPU has AVX-512 F/BW/VL/DQ and AVX2 (checked just above).
-            return unsafe { with_avx512(op, run, h, head, snapshot_heads, width) };
+            return unsafe { with_avx512(op, task) };
         }
         if tier >= Isa::Avx2 && Isa::Avx2.is_available() {
             // SAFETY: the CPU has AVX2 (checked just above).
-            return unsafe { with_avx2(op, run, h, head, snapshot_heads, width) };
+            return unsafe { with_avx2(op, task) };
         }
     }
     let _ = tier;
-    head_rows(op, run, h, head, snapshot_heads, width)
+    head_rows(op, task)
 }
 
 /// Runs `op` over every (run, head) of `part` in parallel on tier `tier`, each head's rows in
@@ -234,10 +220,8 @@ fn run_heads(
         put_slots(store, runs, slots);
         return Err(BackendError::shape(op, "the state part lies outside the slots"));
     }
-    let outputs: Vec<Vec<f32>> = head_tasks(&mut slots, part, part.len / n_heads)
-        .into_par_iter()
-        .map(|(j, h, head, mut snapshot_heads)| head_rows_on(tier, rows, &runs[j], h, head, &mut snapshot_heads, width))
-        .collect();
+    let outputs: Vec<Vec<f32>> =
+        head_tasks(&mut slots, runs, part, n_heads, width).into_par_iter().map(|task| head_rows_on(tier, rows, task)).collect();
     put_slots(store, runs, slots);
     let cols = n_heads * width;
     let mut y = HostTensor::zeros(n_rows, cols);
@@ -437,6 +421,28 @@ mod tests {
         out
     }
 
+    /// Rows `rows` of `t`.
+    fn rows_of(t: &HostTensor, rows: &std::ops::Range<usize>) -> HostTensor {
+        HostTensor { rows: rows.len(), cols: t.cols, data: t.data[rows.start * t.cols..rows.end * t.cols].to_vec() }
+    }
+
+    /// One run of `n` rows continuing slot 0.
+    fn one_run(n: usize) -> StateRun {
+        StateRun { rows: (0..n).collect(), state: 0, snapshots: vec![] }
+    }
+
+    /// The outputs of `n` rows in one pass on the scalar tier, after checking that on every tier
+    /// the rows one at a time, and in passes of the `cuts` lengths, give the same bits.
+    fn same_bits_however_passed(state_len: usize, n: usize, cuts: &[usize], call: &PassCall<'_>) -> Vec<f32> {
+        let whole = in_passes(state_len, n, &[], call, Isa::Scalar);
+        for tier in Isa::available() {
+            let one_at_a_time = in_passes(state_len, n, &vec![1; n - 1], call, tier);
+            let ragged = in_passes(state_len, n, cuts, call, tier);
+            assert!(whole == one_at_a_time && whole == ragged, "{tier:?}: a row's bits depend on its pass or its tier");
+        }
+        whole
+    }
+
     /// The recurrence in its step-by-step form in f64, for one head of the delta rule.
     fn delta_steps(q: &[Vec<f32>], k: &[Vec<f32>], v: &[Vec<f32>], decay: &[f32], beta: &[f32]) -> Vec<f64> {
         let s = q[0].len();
@@ -465,20 +471,10 @@ mod tests {
         let beta = HostTensor { rows: n, cols: heads, data: values(n * heads, 13) };
         let (dt_bias, a) = ([0.3f32, -0.2], [-0.4f32, -1.1]);
         let call = |store: &mut CpuKvStore, rows: std::ops::Range<usize>, part: StatePart, tier: Isa| {
-            let take = |t: &HostTensor| HostTensor {
-                rows: rows.len(),
-                cols: t.cols,
-                data: t.data[rows.start * t.cols..rows.end * t.cols].to_vec(),
-            };
-            let run = StateRun { rows: (0..rows.len()).collect(), state: 0, snapshots: vec![] };
+            let (take, run) = (|t: &HostTensor| rows_of(t, &rows), one_run(rows.len()));
             delta_rule(tier, &take(&qkv), [&take(&alpha), &take(&beta)], [&dt_bias, &a], shape, 1e-6, store, part, &[run]).unwrap().data
         };
-        let whole = in_passes(shape.state_len(), n, &[], &call, Isa::Scalar);
-        for tier in Isa::available() {
-            let one_at_a_time = in_passes(shape.state_len(), n, &vec![1; n - 1], &call, tier);
-            let ragged = in_passes(shape.state_len(), n, &[5, RECURRENT_CHUNK, 1, 20], &call, tier);
-            assert!(whole == one_at_a_time && whole == ragged, "{tier:?}: a row's bits depend on its pass or its tier");
-        }
+        let whole = same_bits_however_passed(shape.state_len(), n, &[5, RECURRENT_CHUNK, 1, 20], &call);
         // against the step-by-step recurrence
         for h in 0..heads {
             let (mut q, mut k, mut v, mut decay, mut b) = (vec![], vec![], vec![], vec![], vec![]);
@@ -512,20 +508,10 @@ mod tests {
         let dt = HostTensor { rows: n, cols: 2, data: values(n * 2, 23) };
         let (a, d) = ([-0.5f32, -1.3], [0.7f32, -0.2]);
         let call = |store: &mut CpuKvStore, rows: std::ops::Range<usize>, part: StatePart, tier: Isa| {
-            let take = |t: &HostTensor| HostTensor {
-                rows: rows.len(),
-                cols: t.cols,
-                data: t.data[rows.start * t.cols..rows.end * t.cols].to_vec(),
-            };
-            let run = StateRun { rows: (0..rows.len()).collect(), state: 0, snapshots: vec![] };
+            let (take, run) = (|t: &HostTensor| rows_of(t, &rows), one_run(rows.len()));
             ssm_scan(tier, &take(&xbc), &take(&dt), &a, &d, shape, store, part, &[run]).unwrap().data
         };
-        let whole = in_passes(shape.state_len(), n, &[], &call, Isa::Scalar);
-        for tier in Isa::available() {
-            let one_at_a_time = in_passes(shape.state_len(), n, &vec![1; n - 1], &call, tier);
-            let ragged = in_passes(shape.state_len(), n, &[RECURRENT_CHUNK - 1, 2, 50, 3], &call, tier);
-            assert!(whole == one_at_a_time && whole == ragged, "{tier:?}: a row's bits depend on its pass or its tier");
-        }
+        let whole = same_bits_however_passed(shape.state_len(), n, &[RECURRENT_CHUNK - 1, 2, 50, 3], &call);
         // against the step-by-step recurrence, in f64
         let mut state = vec![0.0f64; 2 * p * nst];
         for r in 0..n {
