@@ -112,13 +112,6 @@ DEVICE int chunk_place(const ChunkHead& c) {
     return t < RECURRENT_CHUNK - 1 ? t : RECURRENT_CHUNK - 1;
 }
 
-// coefs[i] = weights[i] · (k_i · query) for i < n, the threads taking every BLOCK_THREADS-th i.
-DEVICE void chunk_coefficients(const ChunkHead& c, int key_width, const float* query, const float* weights, float* coefs, int n) {
-    for (int i = THREAD_ID; i < n; i += BLOCK_THREADS) {
-        coefs[i] = weights[i] * dot_in_order(c.keys + (int64_t)i * key_width, query, key_width);
-    }
-}
-
 // Γ · (S_0 row r · query) + Σ_{i < n} coefs[i] · u_i[r]
 DEVICE float chunk_read(const ChunkHead& c, int rows, int key_width, int r, float gamma, const float* query, const float* coefs, int n) {
     float acc = gamma * dot_in_order(c.start + (int64_t)r * key_width, query, key_width);
@@ -159,73 +152,134 @@ DEVICE void chunk_end_row(const ChunkHead& c, float* head, int64_t head_len, int
     }
 }
 
+// Ends a segment of `seg` rows from the chunk's place t0 (the run's rows `done` .. `done + seg`):
+// the snapshots after its rows (the head as it is but for the count; one after the chunk's last
+// row waits for the fold), the fold when the chunk is complete (gamma_last: the last row's Γ;
+// weights: a scratch of RECURRENT_CHUNK values), then the count. `slot_at`: the head's offset in a
+// slot. Ends with the block in step.
+DEVICE void chunk_segment_end(const ChunkHead& c, float* head, int64_t head_len, int rows, int key_width, int t0, int seg, int done, int& snap, int snap_end, const int* snap_row, const int* snap_slot, float* states, int64_t state_floats, int64_t slot_at, float gamma_last, float* weights) {
+    const bool completes = t0 + seg == RECURRENT_CHUNK;
+    const int last = done + seg - 1;
+    while (snap < snap_end && snap_row[snap] <= last && !(completes && snap_row[snap] == last)) {
+        float* copy = states + (int64_t)snap_slot[snap] * state_floats + slot_at;
+        const float count = (float)(t0 + snap_row[snap] - done + 1);
+        for (int64_t e = THREAD_ID; e < head_len; e += BLOCK_THREADS) {
+            copy[e] = e == (int64_t)rows * key_width ? count : head[e];
+        }
+        snap++;
+    }
+    if (completes) {
+        const int t = RECURRENT_CHUNK - 1;
+        SYNC_THREADS();
+        for (int e = THREAD_ID; e <= t; e += BLOCK_THREADS) {
+            weights[e] = e == t ? 1.0f : expf(c.decay[t] - c.decay[e]);
+        }
+        SYNC_THREADS();
+        if ((int)THREAD_ID < rows) {
+            chunk_fold(c, rows, key_width, THREAD_ID, t, gamma_last, weights);
+        }
+    }
+    float* snapshot = 0;
+    if (snap < snap_end && snap_row[snap] == last) {
+        snapshot = states + (int64_t)snap_slot[snap] * state_floats + slot_at;
+        snap++;
+    }
+    chunk_end_row(c, head, head_len, t0 + seg - 1, snapshot);
+}
+
 // Mamba-2's selective scan: one block per (head, sequence), one thread per value of the head.
 // xbc: rows of xbc_cols (the heads' values, then n_group groups of B, then of C, d_state each);
 // dt: rows of n_head (bias added); a, d: one per head; out: rows of n_head · head_dim. The keys
-// are B, the values x · Δ, the query C. Runs and snapshots as conv_states.
+// are B, the values x · Δ, the query C. Runs and snapshots as conv_states. A sequence's rows go
+// a chunk's segment at a time, as delta_rule's: each row's step and decay, keys, values and
+// coefficients for all of the segment's rows together, then each thread its value's outputs.
 KERNEL void ssm_scan(const float* xbc, const float* dt, const float* a, const float* d, float* states, float* out, const int* run_rows, const int* rows, const int* run_state, const int* run_snaps, const int* snap_row, const int* snap_slot, int n_head, int head_dim, int n_group, int d_state, int xbc_cols, int64_t state_floats, int64_t part) {
-    SHARED float weights[RECURRENT_CHUNK];
-    SHARED float coefs[RECURRENT_CHUNK];
+    SHARED float coefs[RECURRENT_CHUNK][RECURRENT_CHUNK];  // [row of the segment][row i of the chunk]
+    SHARED float steps[RECURRENT_CHUNK];  // each row's Δ
+    SHARED float gammas[RECURRENT_CHUNK];
     const int h = BLOCK_ID;
     const int run = BLOCK_ID_Y;
     const int k = THREAD_ID;
     const int g = h / (n_head / n_group);
     const int64_t d_inner = (int64_t)n_head * head_dim;
+    const int64_t b_at = d_inner + (int64_t)g * d_state;
+    const int64_t c_at = d_inner + (int64_t)(n_group + g) * d_state;
     const int64_t head_len = chunk_head_len(head_dim, d_state);
     float* head = states + (int64_t)run_state[run] * state_floats + part + h * head_len;
     const ChunkHead c = chunk_head(head, head_dim, d_state);
     int snap = run_snaps[run];
     const int snap_end = run_snaps[run + 1];
     const int first = run_rows[run];
-    for (int i = first; i < run_rows[run + 1]; i++) {
-        const int64_t r = rows[i];
-        const float* row = xbc + r * xbc_cols;
-        const float* b = row + d_inner + (int64_t)g * d_state;
-        const float* query = row + d_inner + (int64_t)(n_group + g) * d_state;
-        const float x = row[(int64_t)h * head_dim + k];
-        const float dt_soft = softplus(dt[r * n_head + h]);
-        const int t = chunk_place(c);
-        const float cum = t == 0 ? dt_soft * a[h] : c.decay[t - 1] + dt_soft * a[h];
+    const int end = run_rows[run + 1];
+    for (int i = first; i < end;) {
+        const int t0 = chunk_place(c);
+        const int seg = end - i < RECURRENT_CHUNK - t0 ? end - i : RECURRENT_CHUNK - t0;
+        for (int r = k; r < seg; r += BLOCK_THREADS) {
+            steps[r] = softplus(dt[(int64_t)rows[i + r] * n_head + h]);
+        }
         SYNC_THREADS();
         if (k == 0) {
-            c.decay[t] = cum;
+            // the cumulative log-decays, in row order
+            for (int r = 0; r < seg; r++) {
+                const int t = t0 + r;
+                const float cum = t == 0 ? steps[r] * a[h] : c.decay[t - 1] + steps[r] * a[h];
+                c.decay[t] = cum;
+                gammas[r] = expf(cum);
+            }
         }
-        for (int n = k; n < d_state; n += BLOCK_THREADS) {
-            c.keys[(int64_t)t * d_state + n] = b[n];
+        for (int r = 0; r < seg; r++) {
+            const float* row = xbc + (int64_t)rows[i + r] * xbc_cols;
+            for (int e = k; e < d_state; e += BLOCK_THREADS) {
+                c.keys[(int64_t)(t0 + r) * d_state + e] = row[b_at + e];
+            }
+            c.values[(int64_t)(t0 + r) * head_dim + k] = row[(int64_t)h * head_dim + k] * steps[r];
         }
-        c.values[(int64_t)t * head_dim + k] = x * dt_soft;
         SYNC_THREADS();
-        for (int j = k; j <= t; j += BLOCK_THREADS) {
-            weights[j] = j == t ? 1.0f : expf(cum - c.decay[j]);
+        // the coefficients of every (segment row r, chunk row e ≤ its place)
+        const int pairs = seg * (t0 + seg);
+        for (int p = k; p < pairs; p += BLOCK_THREADS) {
+            const int r = p / (t0 + seg);
+            const int e = p % (t0 + seg);
+            const int t = t0 + r;
+            if (e <= t) {
+                const float w = e == t ? 1.0f : expf(c.decay[t] - c.decay[e]);
+                coefs[r][e] = w * dot_in_order(c.keys + (int64_t)e * d_state, xbc + (int64_t)rows[i + r] * xbc_cols + c_at, d_state);
+            }
         }
         SYNC_THREADS();
-        chunk_coefficients(c, d_state, query, weights, coefs, t + 1);
+        for (int r = 0; r < seg; r++) {
+            const int64_t rr = rows[i + r];
+            const float* row = xbc + rr * xbc_cols;
+            const float y = chunk_read(c, head_dim, d_state, k, gammas[r], row + c_at, coefs[r], t0 + r + 1);
+            out[rr * d_inner + (int64_t)h * head_dim + k] = y + row[(int64_t)h * head_dim + k] * d[h];
+        }
         SYNC_THREADS();
-        const float gamma = expf(cum);
-        out[r * d_inner + (int64_t)h * head_dim + k] = chunk_read(c, head_dim, d_state, k, gamma, query, coefs, t + 1) + x * d[h];
-        if (t + 1 == RECURRENT_CHUNK) {
-            chunk_fold(c, head_dim, d_state, k, t, gamma, weights);
-        }
-        float* snapshot = 0;
-        if (snap < snap_end && snap_row[snap] == i - first) {
-            snapshot = states + (int64_t)snap_slot[snap] * state_floats + part + h * head_len;
-            snap++;
-        }
-        chunk_end_row(c, head, head_len, t, snapshot);
+        // the last row's coefficients are spent: their row is the fold's scratch
+        chunk_segment_end(c, head, head_len, head_dim, d_state, t0, seg, i - first, snap, snap_end, snap_row, snap_slot, states, state_floats, part + h * head_len, gammas[seg - 1], coefs[seg - 1]);
+        i += seg;
     }
 }
 
 // Qwen3.5's gated delta rule: one block per (value head, sequence), one thread per row j of the
-// head's state. qkv: rows of the query heads, the key heads, then the value heads (head_dim
-// each); alpha, beta: rows of n_v_heads; dt_bias, a: one per value head; out: rows of
-// n_v_heads · head_dim. The keys are the normalised keys (the CPU's l2_normalized), the values the
+// head's state. qkv: rows of the query heads, the key heads, then the value heads (head_dim each);
+// alpha, beta: rows of n_v_heads; dt_bias, a: one per value head; out: rows of n_v_heads ·
+// head_dim. The keys are the normalised keys (the CPU's l2_normalized), the values the
 // corrections u = β (v - S' k), the query the normalised query. Runs and snapshots as
 // conv_states.
+//
+// A sequence's rows go a chunk's segment at a time: what no row of the segment needs of another
+// first, for all of its rows together (each row's norms, decay and β; its normalised key and
+// query; every coefficient w_ti (k_i · k_t) and w_ti (k_i · q_t)), then each thread its own
+// column of the corrections and outputs row after row without a barrier (u_t[j] needs only the
+// earlier u_i[j]), then the fold when the chunk is complete. Every quantity is computed by the
+// same expression whatever the segment, so a row's bits do not depend on where its pass began.
 KERNEL void delta_rule(const float* qkv, const float* alpha, const float* beta, const float* dt_bias, const float* a, float* states, float* out, const int* run_rows, const int* rows, const int* run_state, const int* run_snaps, const int* snap_row, const int* snap_slot, int n_k_heads, int n_v_heads, int s, float eps, int64_t state_floats, int64_t part) {
-    SHARED float weights[RECURRENT_CHUNK];
-    SHARED float coefs[RECURRENT_CHUNK];
-    SHARED float qn[RECURRENT_MAX_KEY];
-    SHARED float kn[RECURRENT_MAX_KEY];
+    SHARED float qn[RECURRENT_CHUNK][RECURRENT_MAX_KEY];  // the segment's normalised queries
+    SHARED float coef_k[RECURRENT_CHUNK][RECURRENT_CHUNK];  // [row of the segment][row i of the chunk]
+    SHARED float coef_q[RECURRENT_CHUNK][RECURRENT_CHUNK];
+    SHARED float scales[RECURRENT_CHUNK][2];  // each row's query and key norm scales
+    SHARED float betas[RECURRENT_CHUNK];
+    SHARED float gammas[RECURRENT_CHUNK];
     const int h = BLOCK_ID;
     const int run = BLOCK_ID_Y;
     const int j = THREAD_ID;
@@ -241,53 +295,71 @@ KERNEL void delta_rule(const float* qkv, const float* alpha, const float* beta, 
     int snap = run_snaps[run];
     const int snap_end = run_snaps[run + 1];
     const int first = run_rows[run];
-    for (int i = first; i < run_rows[run + 1]; i++) {
-        const int64_t r = rows[i];
-        const float* row = qkv + r * width;
-        const float* q = row + (int64_t)kh * s;
-        const float* k = row + key_at + (int64_t)kh * s;
-        // the L2 norms' scales, as the CPU's l2_normalized
-        double qsum = 0.0, ksum = 0.0;
-        for (int e = 0; e < s; e++) {
-            qsum += (double)(q[e] * q[e]);
-            ksum += (double)(k[e] * k[e]);
+    const int end = run_rows[run + 1];
+    for (int i = first; i < end;) {
+        const int t0 = chunk_place(c);
+        const int seg = end - i < RECURRENT_CHUNK - t0 ? end - i : RECURRENT_CHUNK - t0;
+        // each row's norms (the CPU's l2_normalized: squares summed in f64), β and log-decay
+        for (int r = j; r < seg; r += BLOCK_THREADS) {
+            const float* row = qkv + (int64_t)rows[i + r] * width;
+            double qsum = 0.0, ksum = 0.0;
+            for (int e = 0; e < s; e++) {
+                const float q = row[(int64_t)kh * s + e];
+                const float k = row[key_at + (int64_t)kh * s + e];
+                qsum += (double)(q * q);
+                ksum += (double)(k * k);
+            }
+            scales[r][0] = 1.0f / sqrtf((float)(qsum / s) + eps / n);
+            scales[r][1] = 1.0f / sqrtf((float)(ksum / s) + eps / n);
+            const int64_t g = (int64_t)rows[i + r] * n_v_heads + h;
+            betas[r] = 1.0f / (1.0f + expf(0.0f - beta[g]));
+            gammas[r] = softplus(alpha[g] + dt_bias[h]) * a[h];  // the log-decay, summed below
         }
-        const float qscale = 1.0f / sqrtf((float)(qsum / s) + eps / n);
-        const float kscale = 1.0f / sqrtf((float)(ksum / s) + eps / n);
-        qn[j] = (q[j] * qscale) * after;
-        kn[j] = (k[j] * kscale) * after;
-        const float log_decay = softplus(alpha[r * n_v_heads + h] + dt_bias[h]) * a[h];
-        const float b = 1.0f / (1.0f + expf(0.0f - beta[r * n_v_heads + h]));
-        const int t = chunk_place(c);
-        const float cum = t == 0 ? log_decay : c.decay[t - 1] + log_decay;
         SYNC_THREADS();
         if (j == 0) {
-            c.decay[t] = cum;
+            // the cumulative log-decays, in row order
+            for (int r = 0; r < seg; r++) {
+                const int t = t0 + r;
+                const float cum = t == 0 ? gammas[r] : c.decay[t - 1] + gammas[r];
+                c.decay[t] = cum;
+                gammas[r] = expf(cum);
+            }
         }
-        c.keys[(int64_t)t * s + j] = kn[j];
-        for (int e = j; e <= t; e += BLOCK_THREADS) {
-            weights[e] = e == t ? 1.0f : expf(cum - c.decay[e]);
+        for (int r = 0; r < seg; r++) {
+            const float* row = qkv + (int64_t)rows[i + r] * width;
+            qn[r][j] = (row[(int64_t)kh * s + j] * scales[r][0]) * after;
+            c.keys[(int64_t)(t0 + r) * s + j] = (row[key_at + (int64_t)kh * s + j] * scales[r][1]) * after;
         }
         SYNC_THREADS();
-        const float gamma = expf(cum);
-        // u = β (v - S' k): the state before this row, decayed, read with the key
-        chunk_coefficients(c, s, kn, weights, coefs, t);
-        SYNC_THREADS();
-        const float u = (row[2 * key_at + (int64_t)h * s + j] - chunk_read(c, s, s, j, gamma, kn, coefs, t)) * b;
-        c.values[(int64_t)t * s + j] = u;
-        SYNC_THREADS();
-        // the output: the state after this row read with the query
-        chunk_coefficients(c, s, qn, weights, coefs, t + 1);
-        SYNC_THREADS();
-        out[r * n_v_heads * s + (int64_t)h * s + j] = chunk_read(c, s, s, j, gamma, qn, coefs, t + 1) * scale;
-        if (t + 1 == RECURRENT_CHUNK) {
-            chunk_fold(c, s, s, j, t, gamma, weights);
+        // the coefficients of every (segment row r, chunk row e ≤ its place)
+        const int pairs = seg * (t0 + seg);
+        for (int p = j; p < pairs; p += BLOCK_THREADS) {
+            const int r = p / (t0 + seg);
+            const int e = p % (t0 + seg);
+            const int t = t0 + r;
+            if (e > t) {
+                continue;
+            }
+            const float w = e == t ? 1.0f : expf(c.decay[t] - c.decay[e]);
+            const float* key = c.keys + (int64_t)e * s;
+            if (e < t) {
+                coef_k[r][e] = w * dot_in_order(key, c.keys + (int64_t)t * s, s);
+            }
+            coef_q[r][e] = w * dot_in_order(key, qn[r], s);
         }
-        float* snapshot = 0;
-        if (snap < snap_end && snap_row[snap] == i - first) {
-            snapshot = states + (int64_t)snap_slot[snap] * state_floats + part + h * head_len;
-            snap++;
+        SYNC_THREADS();
+        // thread j's column: the corrections and outputs row after row
+        for (int r = 0; r < seg; r++) {
+            const int t = t0 + r;
+            const int64_t rr = rows[i + r];
+            const float v = qkv[rr * width + 2 * key_at + (int64_t)h * s + j];
+            const float u = (v - chunk_read(c, s, s, j, gammas[r], c.keys + (int64_t)t * s, coef_k[r], t)) * betas[r];
+            c.values[(int64_t)t * s + j] = u;
+            out[rr * n_v_heads * s + (int64_t)h * s + j] = chunk_read(c, s, s, j, gammas[r], qn[r], coef_q[r], t + 1) * scale;
         }
-        chunk_end_row(c, head, head_len, t, snapshot);
+        SYNC_THREADS();
+        // the last row's coefficients are spent: their row is the fold's scratch
+        chunk_segment_end(c, head, head_len, s, s, t0, seg, i - first, snap, snap_end, snap_row, snap_slot, states, state_floats, part + h * head_len, gammas[seg - 1], coef_q[seg - 1]);
+        i += seg;
     }
 }

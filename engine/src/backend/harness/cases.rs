@@ -561,7 +561,9 @@ fn recurrent_calls<B: Backend>(
         &[run(vec![0, 2, 4, 6, 8, 9, 10], 0, vec![(4, 2)]), run(vec![1, 3, 5, 7], 1, vec![(1, 3)])],
     );
     let continued: Vec<(bool, usize)> = (7..LONG).map(|i| (true, i)).collect();
-    let y2 = call(store, &rows_of(&continued), continued.len(), &[run((0..continued.len()).collect(), 0, vec![])]);
+    // a snapshot after A's row 31, the last of its first chunk, into C's old slot (C goes on from
+    // its snapshot)
+    let y2 = call(store, &rows_of(&continued), continued.len(), &[run((0..continued.len()).collect(), 0, vec![(31 - 7, 1)])]);
     let y3 = call(store, &rows_of(&[(false, 2), (false, 3), (false, 4), (false, 5)]), 4, &[run(vec![0, 1, 2, 3], 3, vec![])]);
     let y4 = call(store, &rows_of(&[(true, 5), (true, 6)]), 2, &[run(vec![0, 1], 2, vec![])]);
     let (want_a, want_c) = (want(&a), want(&c));
@@ -570,7 +572,9 @@ fn recurrent_calls<B: Backend>(
     first.iter().for_each(|&(is_a, i)| expected.extend(pick(is_a, i)));
     // slot 2 now holds A after 7 rows, as slot 0 did before y2: the continuation row by row
     let by_row: Vec<f32> = continued.iter().flat_map(|&pick| call(store, &rows_of(&[pick]), 1, &[run(vec![0], 2, vec![])])).collect();
-    let same_bits = by_row == y2;
+    // and from the snapshot after row 31, rows 32.. one at a time
+    let from_snapshot: Vec<f32> = (32..40).flat_map(|i| call(store, &rows_of(&[(true, i)]), 1, &[run(vec![0], 1, vec![])])).collect();
+    let same_bits = by_row == y2 && from_snapshot[..] == y2[(32 - 7) * out..(40 - 7) * out];
     for (y, is_a, rows) in [(y2, true, 7..LONG), (y3, false, 2..6), (y4, true, 5..7)] {
         got.extend(y);
         rows.for_each(|i| expected.extend(pick(is_a, i)));
