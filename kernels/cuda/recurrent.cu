@@ -112,6 +112,22 @@ DEVICE int chunk_place(const ChunkHead& c) {
     return t < RECURRENT_CHUNK - 1 ? t : RECURRENT_CHUNK - 1;
 }
 
+// w_te = exp(cum_t - cum_e), the decay from row e to row t of the chunk (1 for e = t).
+DEVICE float chunk_weight(const ChunkHead& c, int t, int e) {
+    return e == t ? 1.0f : expf(c.decay[t] - c.decay[e]);
+}
+
+// The cumulative log-decays of a segment's rows from the chunk's place t0, in row order, kept in
+// the head; `logs` (the rows' log-decays) becomes their Γ. One thread.
+DEVICE void chunk_cumulate(const ChunkHead& c, int t0, int seg, float* logs) {
+    for (int r = 0; r < seg; r++) {
+        const int t = t0 + r;
+        const float cum = t == 0 ? logs[r] : c.decay[t - 1] + logs[r];
+        c.decay[t] = cum;
+        logs[r] = expf(cum);
+    }
+}
+
 // Γ · (S_0 row r · query) + Σ_{i < n} coefs[i] · u_i[r]
 DEVICE float chunk_read(const ChunkHead& c, int rows, int key_width, int r, float gamma, const float* query, const float* coefs, int n) {
     float acc = gamma * dot_in_order(c.start + (int64_t)r * key_width, query, key_width);
@@ -172,7 +188,7 @@ DEVICE void chunk_segment_end(const ChunkHead& c, float* head, int64_t head_len,
         const int t = RECURRENT_CHUNK - 1;
         SYNC_THREADS();
         for (int e = THREAD_ID; e <= t; e += BLOCK_THREADS) {
-            weights[e] = e == t ? 1.0f : expf(c.decay[t] - c.decay[e]);
+            weights[e] = chunk_weight(c, t, e);
         }
         SYNC_THREADS();
         if ((int)THREAD_ID < rows) {
@@ -216,16 +232,11 @@ KERNEL void ssm_scan(const float* xbc, const float* dt, const float* a, const fl
         const int seg = end - i < RECURRENT_CHUNK - t0 ? end - i : RECURRENT_CHUNK - t0;
         for (int r = k; r < seg; r += BLOCK_THREADS) {
             steps[r] = softplus(dt[(int64_t)rows[i + r] * n_head + h]);
+            gammas[r] = steps[r] * a[h];  // the log-decay, summed below
         }
         SYNC_THREADS();
         if (k == 0) {
-            // the cumulative log-decays, in row order
-            for (int r = 0; r < seg; r++) {
-                const int t = t0 + r;
-                const float cum = t == 0 ? steps[r] * a[h] : c.decay[t - 1] + steps[r] * a[h];
-                c.decay[t] = cum;
-                gammas[r] = expf(cum);
-            }
+            chunk_cumulate(c, t0, seg, gammas);
         }
         for (int r = 0; r < seg; r++) {
             const float* row = xbc + (int64_t)rows[i + r] * xbc_cols;
@@ -242,8 +253,7 @@ KERNEL void ssm_scan(const float* xbc, const float* dt, const float* a, const fl
             const int e = p % (t0 + seg);
             const int t = t0 + r;
             if (e <= t) {
-                const float w = e == t ? 1.0f : expf(c.decay[t] - c.decay[e]);
-                coefs[r][e] = w * dot_in_order(c.keys + (int64_t)e * d_state, xbc + (int64_t)rows[i + r] * xbc_cols + c_at, d_state);
+                coefs[r][e] = chunk_weight(c, t, e) * dot_in_order(c.keys + (int64_t)e * d_state, xbc + (int64_t)rows[i + r] * xbc_cols + c_at, d_state);
             }
         }
         SYNC_THREADS();
@@ -317,13 +327,7 @@ KERNEL void delta_rule(const float* qkv, const float* alpha, const float* beta, 
         }
         SYNC_THREADS();
         if (j == 0) {
-            // the cumulative log-decays, in row order
-            for (int r = 0; r < seg; r++) {
-                const int t = t0 + r;
-                const float cum = t == 0 ? gammas[r] : c.decay[t - 1] + gammas[r];
-                c.decay[t] = cum;
-                gammas[r] = expf(cum);
-            }
+            chunk_cumulate(c, t0, seg, gammas);
         }
         for (int r = 0; r < seg; r++) {
             const float* row = qkv + (int64_t)rows[i + r] * width;
@@ -340,7 +344,7 @@ KERNEL void delta_rule(const float* qkv, const float* alpha, const float* beta, 
             if (e > t) {
                 continue;
             }
-            const float w = e == t ? 1.0f : expf(c.decay[t] - c.decay[e]);
+            const float w = chunk_weight(c, t, e);
             const float* key = c.keys + (int64_t)e * s;
             if (e < t) {
                 coef_k[r][e] = w * dot_in_order(key, c.keys + (int64_t)t * s, s);

@@ -31,7 +31,7 @@ pub const RECURRENT_MAX_KEY: usize = 256;
 /// Values of one head's part of a state slot in `recurrent.cu`'s chunked form: the state at the
 /// chunk's start (`rows` x `key_width`), the row count, per row of the chunk its decay, key and
 /// value.
-pub fn chunk_head_len(rows: usize, key_width: usize) -> usize {
+pub const fn chunk_head_len(rows: usize, key_width: usize) -> usize {
     rows * key_width + 1 + RECURRENT_CHUNK * (1 + key_width + rows)
 }
 

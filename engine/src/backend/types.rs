@@ -323,6 +323,14 @@ pub struct StatePart {
 /// a pass resumed from a checkpoint).
 pub const RECURRENT_CHUNK: usize = 32;
 
+/// Values of one head's part of a state slot in the chunked form: the state at the chunk's start
+/// (`rows` rows of `key_width`), the chunk's row count, then per row of the chunk
+/// ([`RECURRENT_CHUNK`] places) its cumulative log-decay, its key (`key_width`) and its value
+/// (`rows`).
+pub const fn chunk_head_len(rows: usize, key_width: usize) -> usize {
+    rows * key_width + 1 + RECURRENT_CHUNK * (1 + key_width + rows)
+}
+
 /// A Mamba-2 layer's selective scan: `n_head` heads of `head_dim` values, each with a state of
 /// `head_dim` x `d_state`, and `n_group` groups of B and C (`d_state` values each) that
 /// consecutive heads share.
@@ -335,11 +343,10 @@ pub struct SsmShape {
 }
 
 impl SsmShape {
-    /// Values of one head's part of a state slot: the state at the chunk's start (`head_dim`
-    /// rows of `d_state`), the chunk's row count, then per row of the chunk ([`RECURRENT_CHUNK`]
-    /// places) its cumulative log-decay, its B (`d_state`) and its `x · Δ` (`head_dim`).
+    /// Values of one head's part of a state slot ([`chunk_head_len`]): `head_dim` rows of
+    /// `d_state`, the keys B, the values `x · Δ`.
     pub fn head_state_len(&self) -> usize {
-        self.head_dim * self.d_state + 1 + RECURRENT_CHUNK * (1 + self.d_state + self.head_dim)
+        chunk_head_len(self.head_dim, self.d_state)
     }
 
     /// Values of the layer's part of a state slot: every head's, one after the other.
@@ -364,12 +371,10 @@ impl DeltaShape {
         (2 * self.n_k_heads + self.n_v_heads) * self.head_dim
     }
 
-    /// Values of one value head's part of a state slot: the state at the chunk's start
-    /// (`head_dim` rows of `head_dim`), the chunk's row count, then per row of the chunk
-    /// ([`RECURRENT_CHUNK`] places) its cumulative log-decay, its normalised key and its
-    /// correction `u` (`head_dim` each).
+    /// Values of one value head's part of a state slot ([`chunk_head_len`]): `head_dim` rows of
+    /// `head_dim`, the keys the normalised keys, the values the corrections `u`.
     pub fn head_state_len(&self) -> usize {
-        self.head_dim * self.head_dim + 1 + RECURRENT_CHUNK * (1 + 2 * self.head_dim)
+        chunk_head_len(self.head_dim, self.head_dim)
     }
 
     /// Values of the layer's part of a state slot: every value head's, one after the other.

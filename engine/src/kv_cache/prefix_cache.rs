@@ -44,30 +44,38 @@ impl<K: PartialEq> PrefixCache<K> {
     /// The entry of key `key` sharing the longest prefix with `prompt`, and that length
     /// (marked as used).
     pub fn best_match(&mut self, key: &K, prompt: &[TokenId]) -> Option<(SeqId, usize)> {
-        self.best_match_by(key, prompt, |_, n| n)
+        self.best_match_by(key, prompt, |_, n| n).0
     }
 
     /// The entry of key `key` from which the most of `prompt` can be resumed, and that much
     /// (marked as used; ties go to the most recently used): `resume(seq, n)` says how much of
     /// a shared prefix of `n` tokens entry `seq` gives back (a hybrid model's entry: only up to a
-    /// length whose recurrent states it kept).
-    pub fn best_match_by(&mut self, key: &K, prompt: &[TokenId], resume: impl Fn(SeqId, usize) -> usize) -> Option<(SeqId, usize)> {
+    /// length whose recurrent states it kept); and the longest prefix any entry of `key` shares.
+    pub fn best_match_by(
+        &mut self,
+        key: &K,
+        prompt: &[TokenId],
+        resume: impl Fn(SeqId, usize) -> usize,
+    ) -> (Option<(SeqId, usize)>, usize) {
         self.clock += 1;
         let clock = self.clock;
+        let mut longest = 0;
         let best = self
             .entries
             .iter_mut()
             .filter(|e| e.key == *key)
-            .map(|e| (resume(e.seq, common_prefix(&e.tokens, prompt)), e))
+            .map(|e| {
+                let n = common_prefix(&e.tokens, prompt);
+                longest = longest.max(n);
+                (resume(e.seq, n), e)
+            })
             .filter(|(n, _)| *n > 0)
-            .max_by_key(|(n, e)| (*n, e.last_used))?;
-        best.1.last_used = clock;
-        Some((best.1.seq, best.0))
-    }
-
-    /// The longest prefix of `prompt` an entry of key `key` shares (none marked as used).
-    pub fn longest_prefix(&self, key: &K, prompt: &[TokenId]) -> usize {
-        self.entries.iter().filter(|e| e.key == *key).map(|e| common_prefix(&e.tokens, prompt)).max().unwrap_or(0)
+            .max_by_key(|(n, e)| (*n, e.last_used));
+        let best = best.map(|(n, e)| {
+            e.last_used = clock;
+            (e.seq, n)
+        });
+        (best, longest)
     }
 
     /// Keeps `seq`, which holds `tokens` computed under `key`. Returns the sequences to drop
@@ -148,10 +156,8 @@ mod tests {
         c.insert(2, (), vec![1, 2, 3, 4, 9]);
         // entry 1 shares more but kept a state only after 2 tokens, entry 2 after 4
         let kept = |seq: SeqId, n: usize| if seq == 1 { n.min(2) } else { n.min(4) };
-        assert_eq!(c.best_match_by(&(), &[1, 2, 3, 4, 5, 7], kept), Some((2, 4)));
-        assert_eq!(c.longest_prefix(&(), &[1, 2, 3, 4, 5, 7]), 5);
-        assert_eq!(c.best_match_by(&(), &[8], kept), None);
-        assert_eq!(c.longest_prefix(&(), &[8]), 0);
+        assert_eq!(c.best_match_by(&(), &[1, 2, 3, 4, 5, 7], kept), (Some((2, 4)), 5));
+        assert_eq!(c.best_match_by(&(), &[8], kept), (None, 0));
     }
 
     #[test]

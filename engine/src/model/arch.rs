@@ -185,8 +185,6 @@ const DECODER: ArchFacts = ArchFacts {
     routing: Routing { gating: Gating::Softmax, norm: WeightNorm::Always },
 };
 
-/// Qwen3.5: gated delta nets beside gated attention, IMROPE, the post-attention norm as the FFN's
-/// input norm (its MoE row routes as the defaults say).
 /// LFM2's facts (its experts' variant is a row over them).
 const LFM2: ArchFacts = ArchFacts {
     name: "lfm2",
@@ -205,6 +203,8 @@ const LFM2: ArchFacts = ArchFacts {
     ..DECODER
 };
 
+/// Qwen3.5: gated delta nets beside gated attention, IMROPE, the post-attention norm as the FFN's
+/// input norm (its MoE row routes as the defaults say).
 const QWEN35: ArchFacts = ArchFacts {
     name: "qwen35",
     rope: Some(RopeKind::Neox),

@@ -338,8 +338,8 @@ impl EngineLoop {
     fn best_source(&mut self, prompt: &[TokenId], lora: &Vec<LoraScale>) -> (Option<SeqId>, usize, usize) {
         let (kv, last) = (&self.kv, prompt.len() - 1);
         let resume = |seq: SeqId, n: usize| kv.resumable(seq, n.min(last));
-        let mut best = self.cache.best_match_by(lora, prompt, resume).map_or((None, 0), |(s, n)| (Some(s), n));
-        let mut longest = self.cache.longest_prefix(lora, prompt);
+        let (cached, mut longest) = self.cache.best_match_by(lora, prompt, resume);
+        let mut best = cached.map_or((None, 0), |(s, n)| (Some(s), n));
         for r in self.running.iter().filter(|r| r.lora == *lora) {
             let held = kv.seq_len(r.seq).min(r.history.len());
             let n = common_prefix(&r.history[..held], prompt);

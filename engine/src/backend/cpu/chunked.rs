@@ -21,8 +21,7 @@ use super::recurrent::{check_runs, put_slots, take_slots, RunSlots};
 use crate::backend::{BackendError, DeltaShape, SsmShape, StatePart, StateRun, RECURRENT_CHUNK};
 use crate::quant::Isa;
 
-/// One head's part of a state slot (see [`SsmShape::head_state_len`] and
-/// [`DeltaShape::head_state_len`]).
+/// One head's part of a state slot (the layout [`crate::backend::types::chunk_head_len`] counts).
 struct ChunkHead<'a> {
     /// The state at the chunk's start: `rows` rows of `key_width` values.
     start: &'a mut [f32],
@@ -390,7 +389,8 @@ impl HeadRow for RuleRows<'_> {
         // the output: the state after this row read with the query
         head.coefficients(q, &scratch.weights, coefs);
         head.read(gamma, q, coefs, y);
-        y.iter_mut().for_each(|y| *y *= (s as f32).sqrt().recip());
+        let scale = 1.0 / (s as f32).sqrt();
+        y.iter_mut().for_each(|y| *y *= scale);
         head.end_row(t, gamma, &scratch.weights);
     }
 }

@@ -30,6 +30,7 @@ const MATVEC_MAX_ROWS: usize = 4;
 // The kernels' chunked recurrences keep the same chunks and head layout as the CPU's, so that a
 // state slot means the same on every backend.
 const _: () = assert!(launch::RECURRENT_CHUNK == crate::backend::RECURRENT_CHUNK);
+const _: () = assert!(launch::chunk_head_len(5, 7) == crate::backend::types::chunk_head_len(5, 7));
 
 /// A runtime's error as the backend's, naming the operation (`op`) that met it.
 pub(crate) fn runtime_error(device: Device, op: &'static str, e: RuntimeError) -> BackendError {
