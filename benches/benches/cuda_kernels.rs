@@ -11,7 +11,7 @@ use std::sync::Arc;
 use benches::{random_floats, random_matrix};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use engine::backend::kernel::CudaBackend;
-use engine::backend::{AttentionRow, AttentionShape, Backend, KvSlot, KvSource, KvStorage, KvType, BLOCK_POSITIONS};
+use engine::backend::{AttentionRow, AttentionShape, Backend, KvSlot, KvSource, KvStorage, KvType, KvValues, BLOCK_POSITIONS};
 use engine::gguf::{GgufFile, GgufWriter};
 use engine::quant::GgmlType;
 
@@ -56,7 +56,7 @@ fn cuda(c: &mut Criterion) {
     // one decode row of 14 query heads (2 key/value heads of 64) over 1024 cached positions
     let shape = AttentionShape { n_head: 14, n_head_kv: 2, head_dim_k: 64, head_dim_v: 64, scale: 0.125, softcap: 0.0 };
     let (len, kd) = (1024usize, 128usize);
-    let mut store = b.new_kv_store(KvType::F16.into(), 1, kd, kd, 0);
+    let mut store = b.new_kv_store(KvType::F16.into(), 1, kd, KvValues::Rows(kd), 0);
     let table: Vec<u32> = (0..(len / BLOCK_POSITIONS) as u32).collect();
     table.iter().for_each(|&id| store.alloc_block(id).expect("block"));
     let slots: Vec<KvSlot> = (0..len).map(|p| KvSlot { block: table[p / BLOCK_POSITIONS], offset: p % BLOCK_POSITIONS }).collect();

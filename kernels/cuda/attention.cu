@@ -15,12 +15,18 @@
 // p0 + l, the values summed position by position; a tile's keys go through shared memory
 // KEY_SLICE values at a time, each key row read by the whole warp (coalesced), and its rows'
 // indices are looked up once.
+//
+// Each kernel comes in two widths: heads up to ATTN_MAX_HEAD, and the `_wide` ones for keys up to
+// ATTN_WIDE_KEY and values up to ATTN_WIDE_VALUE (multi-head latent attention's absorbed form: a
+// key of the 512-value latent and a 64-value rotary part, the latent as the value), whose lanes
+// hold twice the accumulators. The arithmetic is the same; only the registers differ.
 #include "kvcache.cuh"
 
 #define ATTN_TILE 32
 #define ATTN_MAX_HEAD 256
+#define ATTN_WIDE_KEY 576
+#define ATTN_WIDE_VALUE 512
 #define ATTN_SPLIT 256
-#define ACC_SLOTS (ATTN_MAX_HEAD / WARP_SIZE)
 #define KV_BLOCK_POSITIONS 32
 #define KEY_SLICE 64
 
@@ -35,29 +41,33 @@ DEVICE int64_t kv_row(const int32_t* tables, int kv, int p, int n_layer, int lay
 }
 
 // What a range of positions gives one (row, head), as each lane holds it: the largest score, the
-// sum of exp(score - max), and the values weighted by those (value d = lane + 32 t in acc[t]).
+// sum of exp(score - max), and the values weighted by those (value d = lane + 32 t in acc[t], for
+// values of up to 32 · SLOTS).
+template <int SLOTS>
 struct Partial {
     float max;
     float sum;
-    float acc[ACC_SLOTS];
+    float acc[SLOTS];
 };
 
-DEVICE void empty_partial(Partial* p) {
+template <int SLOTS>
+DEVICE void empty_partial(Partial<SLOTS>* p) {
     p->max = __int_as_float((int)0xff800000u);  // -inf
     p->sum = 0.0f;
-    for (int t = 0; t < ACC_SLOTS; t++) {
+    for (int t = 0; t < SLOTS; t++) {
         p->acc[t] = 0.0f;
     }
 }
 
 // `total` followed by `next`: both rescaled to the larger maximum. From an empty total this is
 // `next` exactly (exp(-inf) = 0, exp(0) = 1).
-DEVICE void fold(Partial* total, const Partial* next) {
+template <int SLOTS>
+DEVICE void fold(Partial<SLOTS>* total, const Partial<SLOTS>* next) {
     const float m = fmaxf(total->max, next->max);
     const float a = expf(total->max - m);
     const float b = expf(next->max - m);
     total->sum = total->sum * a + next->sum * b;
-    for (int t = 0; t < ACC_SLOTS; t++) {
+    for (int t = 0; t < SLOTS; t++) {
         total->acc[t] = total->acc[t] * a + next->acc[t] * b;
     }
     total->max = m;
@@ -65,9 +75,10 @@ DEVICE void fold(Partial* total, const Partial* next) {
 
 // a sink's logit (gpt-oss) as a partial: its own maximum, sum exp(0) = 1, no values; folded in
 // after a row's last split, as ggml's flash attention folds it
-DEVICE void fold_sink(Partial* total, const float* sinks, int h) {
+template <int SLOTS>
+DEVICE void fold_sink(Partial<SLOTS>* total, const float* sinks, int h) {
     if (sinks) {
-        Partial sink;
+        Partial<SLOTS> sink;
         empty_partial(&sink);
         sink.max = sinks[h];
         sink.sum = 1.0f;
@@ -76,8 +87,9 @@ DEVICE void fold_sink(Partial* total, const float* sinks, int h) {
 }
 
 // the output of one (row, head): the weighted values over the sum
-DEVICE void write_output(float* o, const Partial* total, int dv, int lane) {
-    for (int t = 0; t < ACC_SLOTS; t++) {
+template <int SLOTS>
+DEVICE void write_output(float* o, const Partial<SLOTS>* total, int dv, int lane) {
+    for (int t = 0; t < SLOTS; t++) {
         const int d = lane + t * WARP_SIZE;
         if (d < dv) {
             o[d] = total->sum > 0.0f ? total->acc[t] / total->sum : 0.0f;
@@ -90,10 +102,12 @@ DEVICE float* partial_at(float* parts, int r, int h, int z, int n_head, int max_
     return parts + (((int64_t)r * n_head + h) * max_splits + z) * (2 + dv);
 }
 
-// Block (h, r[, z]) of either launch. One split (z of the row's, `parts` set): its partial goes
-// to `parts`; else every split of the row, folded, to `out`.
-DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
-    SHARED float q_head[ATTN_MAX_HEAD];
+// Block (h, r[, z]) of either launch, for keys of up to KEY and values of up to 32 · SLOTS. One
+// split (z of the row's, `parts` set): its partial goes to `parts`; else every split of the row,
+// folded, to `out`.
+template <int KEY, int SLOTS>
+DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
+    SHARED float q_head[KEY];
     SHARED float weights[ATTN_TILE];
     SHARED int64_t tile_rows[ATTN_TILE];
     SHARED float keys[ATTN_TILE][KEY_SLICE + 1];  // + 1: lane l reads row l, no bank conflicts
@@ -113,21 +127,23 @@ DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int
         end_split = first_split + 1;
     }
     const int64_t k_at = (int64_t)(h / (n_head / n_head_kv)) * dk;
-    const int64_t v_at = (int64_t)(h / (n_head / n_head_kv)) * dv;
+    // a value row holds n_head_kv heads of v_row / n_head_kv values, each head's value its first
+    // dv (all of it, or the leading part of a key head when the values are read from the keys)
+    const int64_t v_at = (int64_t)(h / (n_head / n_head_kv)) * (v_row / n_head_kv);
     const int64_t k_dim = (int64_t)n_head_kv * dk;
-    const int64_t v_dim = (int64_t)n_head_kv * dv;
+    const int64_t v_dim = v_row;
     const float* qr = q + ((int64_t)r * n_head + h) * dk;
     for (int i = lane; i < dk; i += WARP_SIZE) {
         q_head[i] = qr[i];
     }
     SYNC_THREADS();
     const float neg_inf = __int_as_float((int)0xff800000u);
-    Partial total;
+    Partial<SLOTS> total;
     empty_partial(&total);
     for (int s = first_split; s < end_split; s++) {
         const int lo = start > s * ATTN_SPLIT ? start : s * ATTN_SPLIT;
         const int hi = end < (s + 1) * ATTN_SPLIT ? end : (s + 1) * ATTN_SPLIT;
-        Partial part;
+        Partial<SLOTS> part;
         empty_partial(&part);
         for (int p0 = lo; p0 < hi; p0 += ATTN_TILE) {
             const int p = p0 + lane;
@@ -160,13 +176,13 @@ DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int
             part.max = new_max;
             weights[lane] = w;
             SYNC_THREADS();
-            for (int t = 0; t < ACC_SLOTS; t++) {
+            for (int t = 0; t < SLOTS; t++) {
                 part.acc[t] = part.acc[t] * correction;
             }
             for (int pp = 0; pp < n; pp++) {
                 const int64_t vr = tile_rows[pp];
                 const float wp = weights[pp];
-                for (int t = 0; t < ACC_SLOTS; t++) {
+                for (int t = 0; t < SLOTS; t++) {
                     const int d = lane + t * WARP_SIZE;
                     if (d < dv) {
                         part.acc[t] = part.acc[t] + wp * kv_element(v, vr, v_dim, v_at + d, v_type);
@@ -181,7 +197,7 @@ DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int
                 at[0] = part.max;
                 at[1] = part.sum;
             }
-            for (int t = 0; t < ACC_SLOTS; t++) {
+            for (int t = 0; t < SLOTS; t++) {
                 const int d = lane + t * WARP_SIZE;
                 if (d < dv) {
                     at[2 + d] = part.acc[t];
@@ -195,34 +211,21 @@ DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int
     write_output(out + ((int64_t)r * n_head + h) * dv, &total, dv, lane);
 }
 
-// q: rows of n_head heads of dk; rows: (kv, first position, end position) per query row; sinks:
-// null, or one logit per head; out: rows of n_head heads of dv. Grid (n_head, query rows), 32
-// threads. dk, dv <= 256.
-KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
-    attend(q, k, v, rows, tables, sinks, out, 0, 0, n_head, n_head_kv, dk, dv, scale, softcap, k_type, v_type, n_layer, layer);
-}
-
-// The same, each split z of each row as a block: its partial into `parts` (rows of n_head heads
-// of max_splits partials of 2 + dv values). Grid (n_head, query rows, max_splits), 32 threads.
-KERNEL void attention_split(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
-    attend(q, k, v, rows, tables, 0, 0, parts, max_splits, n_head, n_head_kv, dk, dv, scale, softcap, k_type, v_type, n_layer, layer);
-}
-
-// The partials of attention_split folded in split order into `out`. Grid (n_head, query rows),
-// 32 threads.
-KERNEL void attention_fold(const int32_t* rows, const float* parts, int max_splits, const float* sinks, float* out, int n_head, int dv) {
+// The partials of attention_split folded in split order into `out`.
+template <int SLOTS>
+DEVICE void fold_splits(const int32_t* rows, const float* parts, int max_splits, const float* sinks, float* out, int n_head, int dv) {
     const int h = BLOCK_ID;
     const int r = BLOCK_ID_Y;
     const int lane = THREAD_ID;
     const int splits = (rows[3 * r + 2] - 1) / ATTN_SPLIT + 1 - rows[3 * r + 1] / ATTN_SPLIT;
-    Partial total;
+    Partial<SLOTS> total;
     empty_partial(&total);
     for (int z = 0; z < splits; z++) {
         const float* at = partial_at((float*)parts, r, h, z, n_head, max_splits, dv);
-        Partial part;
+        Partial<SLOTS> part;
         part.max = at[0];
         part.sum = at[1];
-        for (int t = 0; t < ACC_SLOTS; t++) {
+        for (int t = 0; t < SLOTS; t++) {
             const int d = lane + t * WARP_SIZE;
             part.acc[t] = d < dv ? at[2 + d] : 0.0f;
         }
@@ -230,4 +233,40 @@ KERNEL void attention_fold(const int32_t* rows, const float* parts, int max_spli
     }
     fold_sink(&total, sinks, h);
     write_output(out + ((int64_t)r * n_head + h) * dv, &total, dv, lane);
+}
+
+#define HEAD_SLOTS (ATTN_MAX_HEAD / WARP_SIZE)
+#define WIDE_SLOTS (ATTN_WIDE_VALUE / WARP_SIZE)
+
+// q: rows of n_head heads of dk; rows: (kv, first position, end position) per query row; v_row:
+// values per value row (n_head_kv · dv, or the key row's n_head_kv · dk when the values are the
+// keys' leading columns); sinks: null, or one logit per head; out: rows of n_head heads of dv. Grid (n_head, query rows), 32
+// threads. dk, dv <= ATTN_MAX_HEAD.
+KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
+    attend<ATTN_MAX_HEAD, HEAD_SLOTS>(q, k, v, rows, tables, sinks, out, 0, 0, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer);
+}
+
+// The same, each split z of each row as a block: its partial into `parts` (rows of n_head heads
+// of max_splits partials of 2 + dv values). Grid (n_head, query rows, max_splits), 32 threads.
+KERNEL void attention_split(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
+    attend<ATTN_MAX_HEAD, HEAD_SLOTS>(q, k, v, rows, tables, 0, 0, parts, max_splits, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer);
+}
+
+// The partials of attention_split folded in split order into `out`. Grid (n_head, query rows),
+// 32 threads.
+KERNEL void attention_fold(const int32_t* rows, const float* parts, int max_splits, const float* sinks, float* out, int n_head, int dv) {
+    fold_splits<HEAD_SLOTS>(rows, parts, max_splits, sinks, out, n_head, dv);
+}
+
+// The three for keys of up to ATTN_WIDE_KEY and values of up to ATTN_WIDE_VALUE.
+KERNEL void attention_wide(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
+    attend<ATTN_WIDE_KEY, WIDE_SLOTS>(q, k, v, rows, tables, sinks, out, 0, 0, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer);
+}
+
+KERNEL void attention_split_wide(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
+    attend<ATTN_WIDE_KEY, WIDE_SLOTS>(q, k, v, rows, tables, 0, 0, parts, max_splits, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer);
+}
+
+KERNEL void attention_fold_wide(const int32_t* rows, const float* parts, int max_splits, const float* sinks, float* out, int n_head, int dv) {
+    fold_splits<WIDE_SLOTS>(rows, parts, max_splits, sinks, out, n_head, dv);
 }

@@ -11,8 +11,12 @@ const THREADS: u32 = 256;
 const MULMAT_WARPS: usize = 4;
 /// Activation rows per block of `mul_mat_q` / `mul_mat_f`.
 pub const MULMAT_TILE: usize = 8;
-/// The largest head size `attention` takes.
+/// The largest head size `attention`'s usual kernels take.
 pub const ATTENTION_MAX_HEAD: usize = 256;
+/// The widest key and value the `_wide` kernels take (multi-head latent attention's absorbed
+/// form: the 512-value latent and a 64-value rotary key).
+pub const ATTENTION_WIDE_KEY: usize = 576;
+pub const ATTENTION_WIDE_VALUE: usize = 512;
 /// Positions per split of a row's keys in `attention` (`attention.cu`): a row's positions are
 /// cut at its multiples.
 pub const ATTENTION_SPLIT: usize = 256;
@@ -909,12 +913,18 @@ pub fn attention_by<R: Runtime>(
     path: AttentionPath,
 ) -> Result<(), RuntimeError> {
     const K: &str = "attention";
-    if h.dk > ATTENTION_MAX_HEAD || h.dv > ATTENTION_MAX_HEAD || h.n_head_kv == 0 || !h.n_head.is_multiple_of(h.n_head_kv) {
+    if h.dk > ATTENTION_WIDE_KEY || h.dv > ATTENTION_WIDE_VALUE || h.n_head_kv == 0 || !h.n_head.is_multiple_of(h.n_head_kv) {
         return Err(RuntimeError::Device(format!(
-            "{K}: heads {}/{} of {}/{} (at most {ATTENTION_MAX_HEAD})",
+            "{K}: heads {}/{} of {}/{} (keys of at most {ATTENTION_WIDE_KEY}, values of at most {ATTENTION_WIDE_VALUE})",
             h.n_head, h.n_head_kv, h.dk, h.dv
         )));
     }
+    // the kernels of the heads' width: the wide ones hold twice the accumulators per lane
+    let [whole, split_k, fold_k] = if h.dk > ATTENTION_MAX_HEAD || h.dv > ATTENTION_MAX_HEAD {
+        ["attention_wide", "attention_split_wide", "attention_fold_wide"]
+    } else {
+        ["attention", "attention_split", "attention_fold"]
+    };
     check(rt, K, "q", q, rows.len() * h.n_head * h.dk * 4)?;
     check(rt, K, "out", out, rows.len() * h.n_head * h.dv * 4)?;
     if let Some(s) = sinks {
@@ -933,9 +943,11 @@ pub fn attention_by<R: Runtime>(
     let info: Vec<i32> = rows.iter().flat_map(|r| [r.kv as i32, r.positions.start as i32, r.positions.end as i32]).collect();
     let info = ints(rt, &info)?;
     // the pools (or the batch's rows) and their arguments after `out` or `parts`
-    let (k, v, tables, tail) = match kv {
+    let (k, v, tables, tail, v_row) = match kv {
         KvArgs::Pool { k, v, k_pool, v_pool, layer, tables } => {
-            if k_pool.dim != h.n_head_kv * h.dk || v_pool.dim != h.n_head_kv * h.dv || layer >= k_pool.n_layer {
+            // a value head is its row part's first dv values (all of it, or a key head's start)
+            let v_head = v_pool.dim / h.n_head_kv;
+            if k_pool.dim != h.n_head_kv * h.dk || v_pool.dim % h.n_head_kv != 0 || v_head < h.dv || layer >= k_pool.n_layer {
                 return Err(RuntimeError::Device(format!("{K}: the pools do not hold these heads")));
             }
             check(rt, K, "k pool", k, k_pool.bytes())?;
@@ -949,7 +961,8 @@ pub fn attention_by<R: Runtime>(
                 }
             }
             let t: Vec<i32> = tables.iter().map(|&b| b as i32).collect();
-            (k, v, Some(ints(rt, &t)?), [k_pool.element.code(), v_pool.element.code(), k_pool.n_layer as i32, layer as i32])
+            let v_row = int(K, "value row", v_pool.dim)?;
+            (k, v, Some(ints(rt, &t)?), [k_pool.element.code(), v_pool.element.code(), k_pool.n_layer as i32, layer as i32], v_row)
         }
         KvArgs::Rows { k, v, rows: n } => {
             if let Some(r) = rows.iter().find(|r| r.kv + r.positions.end > n) {
@@ -957,7 +970,7 @@ pub fn attention_by<R: Runtime>(
             }
             check(rt, K, "k", k, n * h.n_head_kv * h.dk * 4)?;
             check(rt, K, "v", v, n * h.n_head_kv * h.dv * 4)?;
-            (k, v, None, [PoolElement::F32.code(), PoolElement::F32.code(), 1, 0])
+            (k, v, None, [PoolElement::F32.code(), PoolElement::F32.code(), 1, 0], (h.n_head_kv * h.dv) as i32)
         }
     };
     let heads = [
@@ -965,6 +978,7 @@ pub fn attention_by<R: Runtime>(
         Arg::I32(h.n_head_kv as i32),
         Arg::I32(h.dk as i32),
         Arg::I32(h.dv as i32),
+        Arg::I32(v_row),
         Arg::F32(h.scale),
         Arg::F32(h.softcap),
         Arg::I32(tail[0]),
@@ -989,17 +1003,17 @@ pub fn attention_by<R: Runtime>(
     if !split {
         let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&*info), table_arg, sinks_arg, Arg::Buf(out)];
         args.extend(heads);
-        return go(rt, K, grid, 32, &args);
+        return go(rt, whole, grid, 32, &args);
     }
     // every partial the fold reads is written by the split launch
     let parts = rt.alloc(parts_bytes)?;
     let splits = int("attention_split", "splits", max_splits)?;
     let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&*info), table_arg, Arg::Buf(&parts), Arg::I32(splits)];
     args.extend(heads);
-    go(rt, "attention_split", [grid[0], grid[1], dim("attention_split", "splits", max_splits)?], 32, &args)?;
+    go(rt, split_k, [grid[0], grid[1], dim("attention_split", "splits", max_splits)?], 32, &args)?;
     let args =
         [Arg::Buf(&*info), Arg::Buf(&parts), Arg::I32(splits), sinks_arg, Arg::Buf(out), Arg::I32(h.n_head as i32), Arg::I32(h.dv as i32)];
-    go(rt, "attention_fold", grid, 32, &args)
+    go(rt, fold_k, grid, 32, &args)
 }
 
 #[cfg(test)]
@@ -1017,6 +1031,9 @@ mod tests {
         assert_eq!(define("recurrent.cu", "RECURRENT_CHUNK"), RECURRENT_CHUNK);
         assert_eq!(define("recurrent.cu", "RECURRENT_MAX_KEY"), RECURRENT_MAX_KEY);
         assert_eq!(define("attention.cu", "ATTN_SPLIT"), ATTENTION_SPLIT);
+        assert_eq!(define("attention.cu", "ATTN_MAX_HEAD"), ATTENTION_MAX_HEAD);
+        assert_eq!(define("attention.cu", "ATTN_WIDE_KEY"), ATTENTION_WIDE_KEY);
+        assert_eq!(define("attention.cu", "ATTN_WIDE_VALUE"), ATTENTION_WIDE_VALUE);
         assert_eq!(define("attention.cu", "KV_BLOCK_POSITIONS"), KV_BLOCK_POSITIONS);
     }
 

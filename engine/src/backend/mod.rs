@@ -29,8 +29,9 @@ pub use error::BackendError;
 pub(crate) use loaded::{on_backend, on_same_backend};
 pub use loaded::{Backends, OnBackend, PerBackend};
 pub use types::{
-    Activation, AttentionRow, AttentionShape, BlockId, ColumnBlocks, DeltaShape, KvSlot, KvType, KvTypes, Rope, RopeKind, RowInput,
-    SsmShape, StateId, StatePart, StateRun, Yarn, BLOCK_POSITIONS, KV_QUANT_BLOCK, RECURRENT_CHUNK, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT,
+    Activation, AttentionRow, AttentionShape, BlockId, ColumnBlocks, DeltaShape, KvSlot, KvType, KvTypes, KvValues, Rope, RopeKind,
+    RowInput, SsmShape, StateId, StatePart, StateRun, Yarn, BLOCK_POSITIONS, KV_QUANT_BLOCK, RECURRENT_CHUNK, SWIGLU_OAI_ALPHA,
+    SWIGLU_OAI_LIMIT,
 };
 
 use crate::gguf::{GgufFile, TensorInfo};
@@ -211,9 +212,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn prepare_products(&self, _matrices: &[&Self::Matrix]) -> Result<(), BackendError> {
         Ok(())
     }
-    /// Empty block storage for `n_layer` layers of `k_dim` / `v_dim` values per position, and
-    /// recurrent-state slots of `state_floats` f32 values each (0: none).
-    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize, state_floats: usize) -> Self::KvStore;
+    /// Empty block storage for `n_layer` layers of `k_dim` key values and `values` per position,
+    /// and recurrent-state slots of `state_floats` f32 values each (0: none).
+    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, values: KvValues, state_floats: usize) -> Self::KvStore;
 
     /// `rows x cols` zeros.
     fn zeros(&self, rows: usize, cols: usize) -> Result<Self::Tensor, BackendError>;
@@ -270,7 +271,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     ) -> Result<(), BackendError>;
     /// Rotates every head of row `r` of `x` for position `positions[r]`.
     fn rope(&self, x: &mut Self::Tensor, rope: &Rope, positions: &[u32]) -> Result<(), BackendError>;
-    /// Stores row `r` of `k` and `v` at `slots[r]` of layer `layer`.
+    /// Stores row `r` of `k` and `v` at `slots[r]` of layer `layer`; a store whose values are
+    /// the keys' leading columns ([`KvValues::KeyPrefix`]) stores the keys alone (`v` is then
+    /// those columns, checked for its width only).
     fn kv_write(
         &self,
         store: &mut Self::KvStore,

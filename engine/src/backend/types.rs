@@ -249,6 +249,32 @@ impl KvType {
 /// Values per block of a quantized KV type.
 pub const KV_QUANT_BLOCK: usize = 32;
 
+/// Where a KV store keeps each position's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvValues {
+    /// Rows of their own, of this many values.
+    Rows(usize),
+    /// The leading this-many values of the key row, which holds one head (multi-head latent
+    /// attention: the key is the latent, then the rotary key, and the value is the latent, as
+    /// llama.cpp's cache keeps it): nothing is stored for the values, and they take the keys'
+    /// type. With a quantized key type the width is a multiple of [`KV_QUANT_BLOCK`].
+    KeyPrefix(usize),
+}
+
+impl KvValues {
+    /// A value row's width.
+    pub fn dim(self) -> usize {
+        match self {
+            KvValues::Rows(d) | KvValues::KeyPrefix(d) => d,
+        }
+    }
+
+    /// Whether the values are read from the key rows.
+    pub fn in_keys(self) -> bool {
+        matches!(self, KvValues::KeyPrefix(_))
+    }
+}
+
 /// The element types of a KV cache's keys and of its values (llama.cpp's `--cache-type-k` and
 /// `--cache-type-v`); one type converts to both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -280,6 +306,17 @@ impl KvTypes {
         });
         let values = (self.value.is_quantized() && head_dim_v.is_multiple_of(64)).then_some(64);
         (keys, values)
+    }
+
+    /// The rotation of a cache whose values are the keys' leading `head_dim_v` values
+    /// ([`KvValues::KeyPrefix`]): one block for both, the keys' halved until it divides the
+    /// values too (a block of a stored key row is then also a block of its value).
+    pub fn rotation_in_keys(&self, head_dim_k: usize, head_dim_v: usize) -> Option<usize> {
+        let mut block = self.rotation(head_dim_k, head_dim_v).0?;
+        while !head_dim_v.is_multiple_of(block) {
+            block /= 2;
+        }
+        (block >= 64).then_some(block)
     }
 }
 

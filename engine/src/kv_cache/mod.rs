@@ -303,11 +303,12 @@ mod tests {
         #[cfg(feature = "sim")]
         {
             use crate::backend::kernel::DeviceKvStore;
-            use crate::backend::Backend;
+            use crate::backend::{Backend, KvValues};
             type SimStore = DeviceKvStore<kernels::host::HostRuntime>;
             assert!(kv.parts_mut::<SimStore>().is_none());
             let sim = crate::backend::kernel::SimBackend::new();
-            let mut on_sim = KvCache::with_storage(KvType::F32, 8, sim.device(), sim.new_kv_store(KvType::F32.into(), 1, 2, 2, 0));
+            let mut on_sim =
+                KvCache::with_storage(KvType::F32, 8, sim.device(), sim.new_kv_store(KvType::F32.into(), 1, 2, KvValues::Rows(2), 0));
             assert!(on_sim.parts_mut::<SimStore>().is_some());
             assert!(on_sim.parts_mut::<CpuKvStore>().is_none());
         }

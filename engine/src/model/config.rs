@@ -7,7 +7,7 @@ use super::arch::{ArchFacts, EmbeddingScale, Gating, Recurrent, WeightNorm};
 use super::error::ModelError;
 use super::mla::LatentConfig;
 use super::weights::host_vector;
-use crate::backend::types::{AttentionShape, Rope, RopeKind, Yarn};
+use crate::backend::types::{AttentionShape, KvTypes, KvValues, Rope, RopeKind, Yarn, KV_QUANT_BLOCK};
 use crate::gguf::{GgufFile, Value};
 
 #[derive(Clone, Debug)]
@@ -663,6 +663,19 @@ impl ModelConfig {
 
     pub fn v_dim(&self) -> usize {
         self.n_head_kv * self.head_dim_v
+    }
+
+    /// How a cache asked for `types` keeps each position's values, and the types it keeps:
+    /// latent attention's values are the keys' leading columns (the latent), as llama.cpp's cache
+    /// keeps them, in the keys' type, unless a quantized key's blocks would straddle the latent's
+    /// end; every other model's are rows of their own.
+    pub fn kv_layout(&self, types: KvTypes) -> (KvTypes, KvValues) {
+        match &self.latent {
+            Some(l) if !types.key.is_quantized() || l.kv_rank.is_multiple_of(KV_QUANT_BLOCK) => {
+                (KvTypes::from(types.key), KvValues::KeyPrefix(self.v_dim()))
+            }
+            _ => (types, KvValues::Rows(self.v_dim())),
+        }
     }
 
     /// Heads, head sizes and q·k scale, as attention takes them.

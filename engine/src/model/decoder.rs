@@ -251,7 +251,13 @@ pub(crate) fn forward<B: Backend>(
     let query_scales = c.attention_temperature.map(|_| positions.iter().enumerate().map(|(r, &p)| (r, r, c.query_scale(p))).collect());
     let n_ctx = kv.n_ctx();
     let (shape, types) = (c.attention_shape(), kv.kv_types());
-    let (rotate_keys, rotate_values) = types.rotation(shape.head_dim_k, shape.head_dim_v);
+    // values kept as the keys' leading columns turn with the keys' blocks
+    let (rotate_keys, rotate_values) = if c.kv_layout(types).1.in_keys() {
+        let block = types.rotation_in_keys(shape.head_dim_k, shape.head_dim_v);
+        (block, block)
+    } else {
+        types.rotation(shape.head_dim_k, shape.head_dim_v)
+    };
     let (table, store) = kv.parts_mut::<B::KvStore>().ok_or(BackendError::ForeignKvCache(b.device()))?;
     let slots: Vec<KvSlot> = batch.iter().map(|e| table.slot(e.seq, e.pos as usize)).collect();
     // each row attends to its own sequence's block table, and rows of one sequence share tiles

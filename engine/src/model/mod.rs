@@ -149,7 +149,8 @@ impl<B: Backend> OnDevice<B> {
     }
 
     fn new_kv_cache(&self, c: &ModelConfig, types: KvTypes, n_ctx: usize) -> KvCache {
-        let storage = self.backend.new_kv_store(types, c.n_kv_layers(), c.k_dim(), c.v_dim(), c.state_floats());
+        let (types, values) = c.kv_layout(types);
+        let storage = self.backend.new_kv_store(types, c.n_kv_layers(), c.k_dim(), values, c.state_floats());
         KvCache::with_storage(types, n_ctx, self.backend.device(), storage)
     }
 
@@ -375,10 +376,13 @@ impl Model {
     }
 
     /// Bytes the KV cache takes per position of a sequence with keys and values of `types`
-    /// (every layer's key and value rows; a block holds `BLOCK_POSITIONS` of them).
+    /// (every layer's key and value rows, no value rows where they are the keys' leading
+    /// columns; a block holds `BLOCK_POSITIONS` of them).
     pub fn kv_bytes_per_position(&self, types: impl Into<KvTypes>) -> usize {
-        let (c, types) = (&self.config, types.into());
-        c.n_kv_layers() * (types.key.row_bytes(c.k_dim()) + types.value.row_bytes(c.v_dim()))
+        let c = &self.config;
+        let (types, values) = c.kv_layout(types.into());
+        let value_bytes = if values.in_keys() { 0 } else { types.value.row_bytes(values.dim()) };
+        c.n_kv_layers() * (types.key.row_bytes(c.k_dim()) + value_bytes)
     }
 
     /// Bytes of one sequence's recurrent states (every recurrent layer's; 0 for a model

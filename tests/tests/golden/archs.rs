@@ -5,8 +5,11 @@
 
 use std::sync::Arc;
 
+use engine::backend::cpu::kv::CpuKvStore;
+use engine::backend::{Device, KvValues};
 use engine::gguf::{GgufFile, GgufWriter, Value};
-use engine::model::Model;
+use engine::kv_cache::{KvCache, KvType, KvTypes, BLOCK_POSITIONS};
+use engine::model::{BatchEntry, Model};
 use engine::quant::GgmlType;
 use engine_tests::archs::archs_match_llama_cpp;
 
@@ -73,6 +76,35 @@ fn unknown_tensors_and_architectures_are_errors_naming_them() {
     let renamed = |k: &str, v: &Value| Some(if k == "general.architecture" { Value::from("gpt-j") } else { v.clone() });
     let err = Model::from_file(qwen3_with(renamed, None)).unwrap_err().to_string();
     assert!(err.contains("\"gpt-j\"") && err.contains("qwen3moe") && !err.contains('\n'), "{err}");
+}
+
+/// Latent attention's cache keeps each position's latent and rotary key once and reads the
+/// values from the keys, as llama.cpp's does: the bytes per position are the keys' alone, the
+/// values take the keys' type whatever value type is asked for, and the logits are the bits a
+/// cache with value rows of their own gives.
+#[test]
+fn latent_attention_keeps_its_values_in_its_keys() {
+    let model = Model::load(engine_tests::fixture("archs/deepseek2-s1.gguf")).unwrap();
+    let c = model.config();
+    let latent = c.latent.expect("a latent-attention file");
+    assert_eq!((c.n_head_kv, c.head_dim_k, c.head_dim_v), (1, latent.kv_rank + latent.rope, latent.kv_rank));
+    for key in KvType::ALL {
+        let asked = KvTypes { key, value: KvType::F32 };
+        assert_eq!(model.kv_bytes_per_position(asked), c.n_kv_layers() * key.row_bytes(c.head_dim_k), "{key:?}");
+        let kv = model.new_kv_cache(asked, 64);
+        assert_eq!(kv.kv_types(), KvTypes::from(key));
+        assert_eq!(kv.block_bytes(), BLOCK_POSITIONS * model.kv_bytes_per_position(asked));
+    }
+    let tokens: Vec<u32> = (1..40).collect();
+    let run = |mut kv: KvCache| model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)).unwrap().values;
+    for ty in [KvType::F32, KvType::F16] {
+        let rows = CpuKvStore::with_states(ty.into(), c.n_kv_layers(), c.k_dim(), KvValues::Rows(c.v_dim()), 0);
+        let own_rows = run(KvCache::with_storage(ty, 64, Device::Cpu, rows));
+        assert!(run(model.new_kv_cache(ty, 64)) == own_rows, "{ty:?}: values in the keys and in rows of their own differ");
+    }
+    let q8 = run(model.new_kv_cache(KvType::Q8_0, 64));
+    assert!(q8 == run(model.new_kv_cache(KvTypes { key: KvType::Q8_0, value: KvType::Q4_0 }, 64)), "the value type plays no part");
+    assert!(q8.iter().all(|v| v.is_finite()));
 }
 
 /// A latent-attention file converted before `attn_kv_b` was split for the absorbed form, or one

@@ -63,4 +63,11 @@ fn quantized_keys_and_values_are_rotated_in_llama_cpps_blocks() {
     assert_eq!(q8.rotation(80, 96), (None, None));
     assert_eq!(KvTypes::from(KvType::F16).rotation(128, 128), (None, None));
     assert_eq!(KvTypes { key: KvType::F16, value: KvType::Q4_0 }.rotation(128, 128), (None, Some(64)));
+    // values read from the keys turn with them, in the keys' block (llama.cpp turns latent
+    // attention's output back by the keys' rotation), halved until it divides the values
+    assert_eq!(q8.rotation_in_keys(576, 512), Some(64));
+    assert_eq!(q8.rotation_in_keys(1024, 256), Some(256));
+    assert_eq!(q8.rotation_in_keys(1024, 96), None);
+    assert_eq!(q8.rotation_in_keys(80, 64), None);
+    assert_eq!(KvTypes::from(KvType::F16).rotation_in_keys(576, 512), None);
 }

@@ -17,7 +17,7 @@ use super::rope::rope_with;
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
     column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, DeltaShape, Device, KvSlot,
-    KvSource, KvTypes, Rope, RowInput, SsmShape, StatePart, StateRun,
+    KvSource, KvTypes, KvValues, Rope, RowInput, SsmShape, StatePart, StateRun,
 };
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::panel::{self, Panels};
@@ -223,8 +223,8 @@ impl Backend for CpuBackend {
         Ok(values.to_vec())
     }
 
-    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize, state_floats: usize) -> CpuKvStore {
-        CpuKvStore::with_states(types, n_layer, k_dim, v_dim, state_floats)
+    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, values: KvValues, state_floats: usize) -> CpuKvStore {
+        CpuKvStore::with_states(types, n_layer, k_dim, values, state_floats)
     }
 
     fn zeros(&self, rows: usize, cols: usize) -> Result<HostTensor, BackendError> {
@@ -361,6 +361,10 @@ impl Backend for CpuBackend {
     fn kv_write(&self, store: &mut CpuKvStore, layer: usize, slots: &[KvSlot], k: &HostTensor, v: &HostTensor) -> Result<(), BackendError> {
         if slots.len() != k.rows || slots.len() != v.rows {
             return Err(BackendError::shape("kv_write", format!("{} slots for {} keys and {} values", slots.len(), k.rows, v.rows)));
+        }
+        let (kd, vd) = store.dims();
+        if k.cols != kd || v.cols != vd {
+            return Err(BackendError::shape("kv_write", format!("rows of {}/{} for a cache of {kd}/{vd}", k.cols, v.cols)));
         }
         for (r, slot) in slots.iter().enumerate() {
             store.write(slot.block, layer, slot.offset, k.row(r), v.row(r));

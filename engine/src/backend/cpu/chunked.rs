@@ -398,7 +398,7 @@ impl HeadRow for RuleRows<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{KvStorage, KvType};
+    use crate::backend::{KvStorage, KvType, KvValues};
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
         (0..n).map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0).collect()
@@ -411,7 +411,7 @@ mod tests {
     /// run each: the outputs of every row, in order.
     fn in_passes(state_len: usize, n: usize, cuts: &[usize], call: &PassCall<'_>, tier: Isa) -> Vec<f32> {
         let part = StatePart { offset: 3, len: state_len };
-        let mut store = CpuKvStore::with_states(KvType::F32.into(), 1, 4, 4, state_len + 5);
+        let mut store = CpuKvStore::with_states(KvType::F32.into(), 1, 4, KvValues::Rows(4), state_len + 5);
         store.alloc_state(0).unwrap();
         let (mut at, mut out) = (0, Vec::new());
         for &len in cuts.iter().chain(std::iter::once(&(n - cuts.iter().sum::<usize>()))) {

@@ -1,12 +1,13 @@
 //! The CPU's KV block storage: each block in use is its own allocation holding every layer's
 //! keys and values of `BLOCK_POSITIONS` positions, `[layer][position][dim]`, as f32, f16, or
-//! rows of Q8_0 / Q4_0 blocks (quantized as llama.cpp's x86 CPU backend stores them). A released
-//! block's memory goes back to the allocator at once.
+//! rows of Q8_0 / Q4_0 blocks (quantized as llama.cpp's x86 CPU backend stores them); values
+//! that are the keys' leading columns (`KvValues::KeyPrefix`) are read from the key rows. A
+//! released block's memory goes back to the allocator at once.
 
 use half::f16;
 
 use super::attention::{KvRow, KvRows};
-use crate::backend::{BackendError, BlockId, KvStorage, KvType, KvTypes, StateId, BLOCK_POSITIONS, KV_QUANT_BLOCK};
+use crate::backend::{BackendError, BlockId, KvStorage, KvType, KvTypes, KvValues, StateId, BLOCK_POSITIONS, KV_QUANT_BLOCK};
 use crate::quant::blocks::{BlockQ4_0, BlockQ8_0};
 use crate::quant::{q4_0, q8_0};
 
@@ -45,12 +46,19 @@ impl Storage {
 
     /// Row `row` of `dim` values.
     fn row(&self, row: usize, dim: usize) -> KvRow<'_> {
+        self.row_prefix(row, dim, dim)
+    }
+
+    /// The leading `len` values of row `row` of `dim` values (`len` a multiple of the block
+    /// for the quantized types).
+    fn row_prefix(&self, row: usize, dim: usize, len: usize) -> KvRow<'_> {
         let per_row = dim.div_ceil(KV_QUANT_BLOCK);
+        let blocks = row * per_row..row * per_row + len.div_ceil(KV_QUANT_BLOCK);
         match self {
-            Storage::F32(d) => KvRow::F32(&d[row * dim..(row + 1) * dim]),
-            Storage::F16(d) => KvRow::F16(&d[row * dim..(row + 1) * dim]),
-            Storage::Q8_0(d) => KvRow::Q8_0(&d[row * per_row..(row + 1) * per_row]),
-            Storage::Q4_0(d) => KvRow::Q4_0(&d[row * per_row..(row + 1) * per_row]),
+            Storage::F32(d) => KvRow::F32(&d[row * dim..row * dim + len]),
+            Storage::F16(d) => KvRow::F16(&d[row * dim..row * dim + len]),
+            Storage::Q8_0(d) => KvRow::Q8_0(&d[blocks]),
+            Storage::Q4_0(d) => KvRow::Q4_0(&d[blocks]),
         }
     }
 }
@@ -67,11 +75,12 @@ fn quantize_padded<B>(src: &[f32], blocks: &mut [B], quantize: impl Fn(&[f32], &
     }
 }
 
-/// Keys and values of `BLOCK_POSITIONS` positions for every layer.
+/// Keys and values (none when they are the keys' leading columns) of `BLOCK_POSITIONS`
+/// positions for every layer.
 #[derive(Clone)]
 struct Block {
     k: Storage,
-    v: Storage,
+    v: Option<Storage>,
 }
 
 /// Block storage in host memory, indexed by block id.
@@ -79,7 +88,7 @@ pub struct CpuKvStore {
     types: KvTypes,
     n_layer: usize,
     k_dim: usize,
-    v_dim: usize,
+    values: KvValues,
     blocks: Vec<Option<Box<Block>>>,
     /// Values of one recurrent-state slot (every recurrent layer's state), and the slots.
     state_floats: usize,
@@ -88,12 +97,14 @@ pub struct CpuKvStore {
 
 impl CpuKvStore {
     pub fn new(types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize) -> CpuKvStore {
-        CpuKvStore::with_states(types, n_layer, k_dim, v_dim, 0)
+        CpuKvStore::with_states(types, n_layer, k_dim, KvValues::Rows(v_dim), 0)
     }
 
-    /// A store that also holds recurrent-state slots of `state_floats` values.
-    pub fn with_states(types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize, state_floats: usize) -> CpuKvStore {
-        CpuKvStore { types, n_layer, k_dim, v_dim, blocks: Vec::new(), state_floats, states: Vec::new() }
+    /// A store that also holds recurrent-state slots of `state_floats` values; values in the
+    /// keys take the keys' type.
+    pub fn with_states(types: KvTypes, n_layer: usize, k_dim: usize, values: KvValues, state_floats: usize) -> CpuKvStore {
+        let types = if values.in_keys() { KvTypes::from(types.key) } else { types };
+        CpuKvStore { types, n_layer, k_dim, values, blocks: Vec::new(), state_floats, states: Vec::new() }
     }
 
     /// State slot `id`, taken out of the store (for a kernel to work on several at once); put
@@ -121,10 +132,17 @@ impl CpuKvStore {
 
     /// Stores the key and value rows of `layer` at `offset` of block `id`.
     pub(crate) fn write(&mut self, id: BlockId, layer: usize, offset: usize, k: &[f32], v: &[f32]) {
-        debug_assert!(k.len() == self.k_dim && v.len() == self.v_dim && offset < BLOCK_POSITIONS);
+        debug_assert!(k.len() == self.k_dim && v.len() == self.values.dim() && offset < BLOCK_POSITIONS);
         let block = self.blocks[id as usize].as_deref_mut().expect("a block in use");
         block.k.write(layer * BLOCK_POSITIONS + offset, k);
-        block.v.write(layer * BLOCK_POSITIONS + offset, v);
+        if let Some(values) = &mut block.v {
+            values.write(layer * BLOCK_POSITIONS + offset, v);
+        }
+    }
+
+    /// Key and value widths.
+    pub(crate) fn dims(&self) -> (usize, usize) {
+        (self.k_dim, self.values.dim())
     }
 
     /// One layer of the sequence whose blocks are `table`, for attention.
@@ -140,7 +158,11 @@ impl KvStorage for CpuKvStore {
             self.blocks.resize_with(i + 1, || None);
         }
         let rows = self.n_layer * BLOCK_POSITIONS;
-        let (k, v) = (Storage::zeros(self.types.key, rows, self.k_dim), Storage::zeros(self.types.value, rows, self.v_dim));
+        let k = Storage::zeros(self.types.key, rows, self.k_dim);
+        let v = match self.values {
+            KvValues::Rows(dim) => Some(Storage::zeros(self.types.value, rows, dim)),
+            KvValues::KeyPrefix(_) => None,
+        };
         self.blocks[i] = Some(Box::new(Block { k, v }));
         Ok(())
     }
@@ -156,7 +178,11 @@ impl KvStorage for CpuKvStore {
     }
 
     fn block_bytes(&self) -> usize {
-        self.n_layer * BLOCK_POSITIONS * (self.types.key.row_bytes(self.k_dim) + self.types.value.row_bytes(self.v_dim))
+        let values = match self.values {
+            KvValues::Rows(dim) => self.types.value.row_bytes(dim),
+            KvValues::KeyPrefix(_) => 0,
+        };
+        self.n_layer * BLOCK_POSITIONS * (self.types.key.row_bytes(self.k_dim) + values)
     }
 
     fn alloc_state(&mut self, id: StateId) -> Result<(), BackendError> {
@@ -202,6 +228,10 @@ impl KvRows for LayerView<'_> {
 
     fn value(&self, pos: usize) -> KvRow<'_> {
         let b = self.store.block(self.table[pos / BLOCK_POSITIONS]);
-        b.v.row(self.layer * BLOCK_POSITIONS + pos % BLOCK_POSITIONS, self.store.v_dim)
+        let row = self.layer * BLOCK_POSITIONS + pos % BLOCK_POSITIONS;
+        match (&b.v, self.store.values) {
+            (Some(values), _) => values.row(row, self.store.values.dim()),
+            (None, values) => b.k.row_prefix(row, self.store.k_dim, values.dim()),
+        }
     }
 }

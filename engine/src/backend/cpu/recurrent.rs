@@ -183,7 +183,7 @@ pub(crate) fn conv_states(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{KvStorage, KvType};
+    use crate::backend::{KvStorage, KvType, KvValues};
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
         (0..n).map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0).collect()
@@ -216,7 +216,7 @@ mod tests {
         let bcx = HostTensor { rows: n, cols: 3 * d, data: values(n * 3 * d, 7) };
         let kernel = HostTensor { rows: d, cols: taps, data: values(d * taps, 11) };
         let want = reference(&bcx.data, &kernel.data, d, taps);
-        let mut store = CpuKvStore::with_states(KvType::F32.into(), 1, 4, 4, 4 * d);
+        let mut store = CpuKvStore::with_states(KvType::F32.into(), 1, 4, KvValues::Rows(4), 4 * d);
         for id in 0..4 {
             store.alloc_state(id).unwrap();
         }

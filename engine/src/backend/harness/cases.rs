@@ -8,7 +8,7 @@ use super::reference as naive;
 use super::{nmse, OpCases, Rng};
 use crate::backend::{
     Activation, AttentionRow, AttentionShape, Backend, BlockId, ColumnBlocks, DeltaShape, KvSlot, KvSource, KvStorage, KvType, KvTypes,
-    Rope, RopeKind, RowInput, SsmShape, StatePart, StateRun, Yarn, BLOCK_POSITIONS,
+    KvValues, Rope, RopeKind, RowInput, SsmShape, StatePart, StateRun, Yarn, BLOCK_POSITIONS,
 };
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::quant::{ops_for, q4_0, q8_0, GgmlType, Isa};
@@ -34,15 +34,27 @@ pub fn table<B: Backend>() -> Vec<OpCases<B>> {
         OpCases { op: "layer_norm", bound: 1e-12, run: layer_norm },
         // ggml builds the angles by repeated f32 products: their error grows with the position
         OpCases { op: "rope", bound: 1e-8, run: rope },
-        OpCases { op: "kv_write + attention (f32 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::F32.into()) },
+        OpCases { op: "kv_write + attention (f32 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::F32.into(), false) },
         // the reference reads the same f16-rounded (or quantized) keys and values
-        OpCases { op: "kv_write + attention (f16 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::F16.into()) },
-        OpCases { op: "kv_write + attention (q8_0 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::Q8_0.into()) },
-        OpCases { op: "kv_write + attention (q4_0 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::Q4_0.into()) },
+        OpCases { op: "kv_write + attention (f16 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::F16.into(), false) },
+        OpCases { op: "kv_write + attention (q8_0 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::Q8_0.into(), false) },
+        OpCases { op: "kv_write + attention (q4_0 cache)", bound: 1e-11, run: |b, r| cached_attention(b, r, KvType::Q4_0.into(), false) },
         OpCases {
             op: "kv_write + attention (q8_0 keys, q4_0 values)",
             bound: 1e-11,
-            run: |b, r| cached_attention(b, r, KvTypes { key: KvType::Q8_0, value: KvType::Q4_0 }),
+            run: |b, r| cached_attention(b, r, KvTypes { key: KvType::Q8_0, value: KvType::Q4_0 }, false),
+        },
+        // latent attention's cache: the values read from the keys (a value type asked for apart
+        // is the keys' then)
+        OpCases {
+            op: "kv_write + attention (values in the keys, f16)",
+            bound: 1e-11,
+            run: |b, r| cached_attention(b, r, KvType::F16.into(), true),
+        },
+        OpCases {
+            op: "kv_write + attention (values in the keys, q8_0)",
+            bound: 1e-11,
+            run: |b, r| cached_attention(b, r, KvTypes { key: KvType::Q8_0, value: KvType::Q4_0 }, true),
         },
         OpCases { op: "attention (batch rows)", bound: 1e-11, run: batch_attention },
         // GELU goes through ggml's f16 table: its input and output are rounded to f16
@@ -327,12 +339,21 @@ fn stored(ty: KvType, x: Vec<f32>, dim: usize) -> Vec<f32> {
     x.chunks_exact(dim).flat_map(round_trip).collect()
 }
 
-fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, types: KvTypes) -> Vec<(String, f64)> {
+/// Keys and values written to a block cache, then attended. `in_keys`: the values are the keys'
+/// leading columns, stored once ([`KvValues::KeyPrefix`], latent attention's cache).
+fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, types: KvTypes, in_keys: bool) -> Vec<(String, f64)> {
     let mut out = Vec::new();
-    for (n_head, n_head_kv, dk, dv) in [(4, 2, 64, 64), (6, 6, 40, 24), (8, 1, 80, 80), (2, 1, 64, 72)] {
+    // the last: multi-head latent attention's absorbed form (DeepSeek-V2's key of 576, value 512)
+    let shapes: &[(usize, usize, usize, usize)] = if in_keys {
+        &[(8, 1, 96, 64), (3, 1, 576, 512)]
+    } else {
+        &[(4, 2, 64, 64), (6, 6, 40, 24), (8, 1, 80, 80), (2, 1, 64, 72), (3, 1, 576, 512)]
+    };
+    for &(n_head, n_head_kv, dk, dv) in shapes {
         let shape = AttentionShape { n_head, n_head_kv, head_dim_k: dk, head_dim_v: dv, scale: 1.0 / (dk as f32).sqrt(), softcap: 0.0 };
         let (kd, vd, n_layer) = (n_head_kv * dk, n_head_kv * dv, 2);
-        let mut store = b.new_kv_store(types, n_layer, kd, vd, 0);
+        let values = if in_keys { KvValues::KeyPrefix(vd) } else { KvValues::Rows(vd) };
+        let mut store = b.new_kv_store(types, n_layer, kd, values, 0);
         // three sequences; block ids out of order and not contiguous; the third long enough for
         // a device's attention to cut it into splits
         let tables: [Vec<BlockId>; 3] = [vec![4, 0, 2], vec![5, 1], (6..26).rev().collect()];
@@ -346,9 +367,13 @@ fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, types: KvTypes) -> Vec<(St
             let slots: Vec<KvSlot> = (0..len).map(|p| KvSlot { block: table[p / BLOCK_POSITIONS], offset: p % BLOCK_POSITIONS }).collect();
             let mut layer_rows = Vec::new();
             for layer in 0..n_layer {
-                let (k, v) = (rng.values(len * kd, 2.0), rng.values(len * vd, 2.0));
+                let k = rng.values(len * kd, 2.0);
+                let v = if in_keys { k.chunks_exact(kd).flat_map(|r| &r[..vd]).copied().collect() } else { rng.values(len * vd, 2.0) };
                 b.kv_write(&mut store, layer, &slots, &host(b, len, kd, &k), &host(b, len, vd, &v)).expect("kv_write");
-                layer_rows.push((stored(types.key, k, kd), stored(types.value, v, vd)));
+                let k = stored(types.key, k, kd);
+                // the values as the cache holds them: the stored keys' leading columns
+                let v = if in_keys { k.chunks_exact(kd).flat_map(|r| &r[..vd]).copied().collect() } else { stored(types.value, v, vd) };
+                layer_rows.push((k, v));
             }
             // layer 1 is the one attended; layer 0 must stay out of it
             let (k, v) = layer_rows.pop().expect("layer 1");
@@ -388,7 +413,11 @@ fn cached_attention<B: Backend>(b: &B, rng: &mut Rng, types: KvTypes) -> Vec<(St
             |s, p| &keys[s][p * kd..(p + 1) * kd],
             |s, p| &values[s][p * vd..(p + 1) * vd],
         );
-        let with = if sinks.is_some() { ", sinks" } else { "" };
+        let with = match (sinks.is_some(), in_keys) {
+            (true, _) => ", sinks",
+            (_, true) => ", values in the keys",
+            _ => "",
+        };
         out.push((format!("{n_head}/{n_head_kv} heads of {dk}/{dv}, 3 sequences, 9 rows with windows{with}"), nmse(&got, &want)));
     }
     out
@@ -593,7 +622,7 @@ fn convolutions<B: Backend>(b: &B, rng: &mut Rng, gated: bool) -> Vec<(String, f
     for (d, taps) in [(64usize, 3usize), (300, 4), (8, 2)] {
         // a second layer's part of slots that hold more
         let part = StatePart { offset: d, len: (taps - 1) * d };
-        let mut store = b.new_kv_store(KvType::F32.into(), 1, 4, 4, part.offset + part.len + 5);
+        let mut store = b.new_kv_store(KvType::F32.into(), 1, 4, KvValues::Rows(4), part.offset + part.len + 5);
         let taps_values = rng.values(d * taps, 1.0);
         let kernel = host(b, d, taps, &taps_values);
         let width = if gated { 3 * d } else { d };
@@ -628,7 +657,7 @@ fn ssm_scan<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
         let d_inner = shape.n_head * shape.head_dim;
         let width = d_inner + 2 * shape.n_group * shape.d_state;
         let part = StatePart { offset: 7, len: shape.state_len() };
-        let mut store = b.new_kv_store(KvType::F32.into(), 1, 4, 4, part.offset + part.len + 3);
+        let mut store = b.new_kv_store(KvType::F32.into(), 1, 4, KvValues::Rows(4), part.offset + part.len + 3);
         // decays below 0, steps around 0 (the softplus on both sides of its bend)
         let a: Vec<f32> = rng.values(shape.n_head, 1.0).iter().map(|v| -0.5 - v.abs()).collect();
         let d = rng.values(shape.n_head, 1.0);
@@ -653,7 +682,7 @@ fn delta_rule<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
     for shape in [DeltaShape { n_k_heads: 2, n_v_heads: 4, head_dim: 16 }, DeltaShape { n_k_heads: 1, n_v_heads: 1, head_dim: 33 }] {
         let (qkv, heads) = (shape.qkv_width(), shape.n_v_heads);
         let part = StatePart { offset: 3, len: shape.state_len() };
-        let mut store = b.new_kv_store(KvType::F32.into(), 1, 4, 4, part.offset + part.len + 2);
+        let mut store = b.new_kv_store(KvType::F32.into(), 1, 4, KvValues::Rows(4), part.offset + part.len + 2);
         // decays below 0 (the file's -exp(A_log)), biases around 0
         let a: Vec<f32> = rng.values(heads, 1.0).iter().map(|v| -0.2 - v.abs()).collect();
         let dt_bias = rng.values(heads, 1.0);

@@ -1,8 +1,10 @@
 //! The KV cache's blocks on a kernel device: one pool of keys and one of values, laid out
 //! `[block][layer][position][dim]` so that a block is one contiguous range (a copy-on-write is one
 //! device copy per pool). The pools grow (doubling, the old contents copied over) when a block id
-//! past their end comes into use; the block bookkeeping stays on the host (`kv_cache`). The
-//! recurrent layers' state slots are a third pool, `[slot][value]` in f32, grown the same way.
+//! past their end comes into use; the block bookkeeping stays on the host (`kv_cache`). Values
+//! that are the keys' leading columns (`KvValues::KeyPrefix`) have no pool: the kernels read them
+//! from the key pool. The recurrent layers' state slots are a third pool, `[slot][value]` in f32,
+//! grown the same way.
 
 use std::sync::Arc;
 
@@ -10,7 +12,7 @@ use kernels::launch::{PoolArgs, PoolElement};
 use kernels::Runtime;
 
 use super::runtime_error;
-use crate::backend::{BackendError, BlockId, Device, KvStorage, KvType, KvTypes, StateId, BLOCK_POSITIONS};
+use crate::backend::{BackendError, BlockId, Device, KvStorage, KvType, KvTypes, KvValues, StateId, BLOCK_POSITIONS};
 
 /// Blocks a new store makes room for before its first growth.
 const INITIAL_BLOCKS: usize = 16;
@@ -21,10 +23,11 @@ pub struct DeviceKvStore<R: Runtime> {
     types: KvTypes,
     n_layer: usize,
     k_dim: usize,
-    v_dim: usize,
+    values: KvValues,
     /// Blocks the pools hold (allocated lazily: 0 until the first block is used).
     capacity: usize,
-    pools: Option<(R::Buffer, R::Buffer)>,
+    /// The key pool and the value pool (none for values in the keys).
+    pools: Option<(R::Buffer, Option<R::Buffer>)>,
     /// f32 values of one state slot (0: no recurrent layers), the slots the state pool holds,
     /// the pool, and one slot of zeros that a new slot is copied from.
     state_floats: usize,
@@ -38,9 +41,13 @@ impl<R: Runtime> DeviceKvStore<R> {
         device: Device,
         types: KvTypes,
         n_layer: usize,
-        [k_dim, v_dim, state_floats]: [usize; 3],
+        k_dim: usize,
+        values: KvValues,
+        state_floats: usize,
     ) -> DeviceKvStore<R> {
-        DeviceKvStore { rt, device, types, n_layer, k_dim, v_dim, capacity: 0, pools: None, state_floats, state_capacity: 0, states: None }
+        // values in the keys take the keys' type
+        let types = if values.in_keys() { KvTypes::from(types.key) } else { types };
+        DeviceKvStore { rt, device, types, n_layer, k_dim, values, capacity: 0, pools: None, state_floats, state_capacity: 0, states: None }
     }
 
     /// The state pool (`[slot][state_floats]` f32 values), its slots and a slot's values;
@@ -65,32 +72,53 @@ impl<R: Runtime> DeviceKvStore<R> {
         Ok(())
     }
 
-    /// The layouts of the key pool and of the value pool.
+    /// The layouts of the key pool and of the value pool (the key pool's for values in the keys).
     pub(super) fn pool_args(&self) -> (PoolArgs, PoolArgs) {
         let args = |dim, ty| PoolArgs { blocks: self.capacity, n_layer: self.n_layer, dim, element: element(ty) };
-        (args(self.k_dim, self.types.key), args(self.v_dim, self.types.value))
+        let keys = args(self.k_dim, self.types.key);
+        match self.values {
+            KvValues::Rows(dim) => (keys, args(dim, self.types.value)),
+            KvValues::KeyPrefix(_) => (keys, keys),
+        }
     }
 
-    /// (keys, values, their layouts); `None` before any block was allocated.
+    /// (keys, values, their layouts: for values in the keys, the key pool twice); `None` before
+    /// any block was allocated.
     pub(super) fn pools(&self) -> Option<(&R::Buffer, &R::Buffer, PoolArgs, PoolArgs)> {
         let (k_args, v_args) = self.pool_args();
-        self.pools.as_ref().map(|(k, v)| (k, v, k_args, v_args))
+        self.pools.as_ref().map(|(k, v)| (k, v.as_ref().unwrap_or(k), k_args, v_args))
     }
 
-    /// Bytes of one block in the key pool and in the value pool.
+    /// Key and value widths.
+    pub(super) fn dims(&self) -> (usize, usize) {
+        (self.k_dim, self.values.dim())
+    }
+
+    /// Whether the values are the keys' leading columns (no pool of their own).
+    pub(super) fn values_in_keys(&self) -> bool {
+        self.values.in_keys()
+    }
+
+    /// Bytes of one block in the key pool and in the value pool (0: no value pool).
     fn bytes_per_block(&self) -> (usize, usize) {
         let rows = self.n_layer * BLOCK_POSITIONS;
-        (rows * self.types.key.row_bytes(self.k_dim), rows * self.types.value.row_bytes(self.v_dim))
+        let values = match self.values {
+            KvValues::Rows(dim) => rows * self.types.value.row_bytes(dim),
+            KvValues::KeyPrefix(_) => 0,
+        };
+        (rows * self.types.key.row_bytes(self.k_dim), values)
     }
 
     fn grow_to(&mut self, blocks: usize) -> Result<(), BackendError> {
         let fail = |e| runtime_error(self.device, "kv cache", e);
         let (kb, vb) = self.bytes_per_block();
         let k = self.rt.alloc_zeroed(blocks * kb).map_err(fail)?;
-        let v = self.rt.alloc_zeroed(blocks * vb).map_err(fail)?;
+        let v = if vb > 0 { Some(self.rt.alloc_zeroed(blocks * vb).map_err(fail)?) } else { None };
         if let Some((old_k, old_v)) = &self.pools {
             self.rt.copy(old_k, 0, &k, 0, self.capacity * kb).map_err(fail)?;
-            self.rt.copy(old_v, 0, &v, 0, self.capacity * vb).map_err(fail)?;
+            if let (Some(old_v), Some(v)) = (old_v, &v) {
+                self.rt.copy(old_v, 0, v, 0, self.capacity * vb).map_err(fail)?;
+            }
         }
         self.pools = Some((k, v));
         self.capacity = blocks;
@@ -117,7 +145,10 @@ impl<R: Runtime> KvStorage for DeviceKvStore<R> {
         let (s, d) = (src as usize, dst as usize);
         let fail = |e| runtime_error(self.device, "copy_block", e);
         self.rt.copy(k, s * kb, k, d * kb, kb).map_err(fail)?;
-        self.rt.copy(v, s * vb, v, d * vb, vb).map_err(fail)
+        match v {
+            Some(v) => self.rt.copy(v, s * vb, v, d * vb, vb).map_err(fail),
+            None => Ok(()),
+        }
     }
 
     fn block_bytes(&self) -> usize {
@@ -176,7 +207,7 @@ mod tests {
     #[test]
     fn the_pool_grows_keeping_its_blocks_and_copies_whole_blocks() {
         let rt = Arc::new(HostRuntime);
-        let mut s = DeviceKvStore::new(Arc::clone(&rt), Device::Cuda(0), KvType::F16.into(), 2, [8, 4, 0]);
+        let mut s = DeviceKvStore::new(Arc::clone(&rt), Device::Cuda(0), KvType::F16.into(), 2, 8, KvValues::Rows(4), 0);
         assert!(s.pools().is_none());
         s.alloc_block(3).unwrap();
         assert_eq!(s.capacity, INITIAL_BLOCKS);
@@ -186,6 +217,7 @@ mod tests {
         let value: Vec<u8> = (0..vb).map(|i| (i % 13 + 100) as u8).collect();
         {
             let (k, v) = s.pools.as_ref().unwrap();
+            let v = v.as_ref().unwrap();
             rt.copy(&rt.upload(&key).unwrap(), 0, k, 3 * kb, kb).unwrap();
             rt.copy(&rt.upload(&value).unwrap(), 0, v, 3 * vb, vb).unwrap();
         }
@@ -194,7 +226,7 @@ mod tests {
         assert_eq!(s.capacity, 41);
         s.copy_block(3, 40).unwrap();
         let (k, v) = s.pools.as_ref().unwrap();
-        let (kall, vall) = (bytes(&rt, k), bytes(&rt, v));
+        let (kall, vall) = (bytes(&rt, k), bytes(&rt, v.as_ref().unwrap()));
         assert_eq!(kall.len(), 41 * kb);
         for b in [3usize, 40] {
             assert_eq!(&kall[b * kb..(b + 1) * kb], &key[..], "keys of block {b}");

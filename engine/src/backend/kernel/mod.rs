@@ -17,7 +17,7 @@ pub use kv::DeviceKvStore;
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
     column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, DeltaShape, Device, KvSlot,
-    KvSource, KvTypes, Rope, RopeKind, RowInput, SsmShape, StatePart, StateRun,
+    KvSource, KvTypes, KvValues, Rope, RopeKind, RowInput, SsmShape, StatePart, StateRun,
 };
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::GgmlType;
@@ -268,8 +268,8 @@ where
         Ok(DeviceVector { buf: self.rt.upload(&as_bytes(values)).map_err(self.fail("upload_vector"))?, len: values.len() })
     }
 
-    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, v_dim: usize, state_floats: usize) -> DeviceKvStore<R> {
-        DeviceKvStore::new(Arc::clone(&self.rt), self.device, types, n_layer, [k_dim, v_dim, state_floats])
+    fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, values: KvValues, state_floats: usize) -> DeviceKvStore<R> {
+        DeviceKvStore::new(Arc::clone(&self.rt), self.device, types, n_layer, k_dim, values, state_floats)
     }
 
     fn zeros(&self, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
@@ -440,14 +440,18 @@ where
         if slots.len() != k.rows || slots.len() != v.rows {
             return Err(BackendError::shape("kv_write", format!("{} slots for {} keys and {} values", slots.len(), k.rows, v.rows)));
         }
+        let (kd, vd) = store.dims();
+        if k.cols != kd || v.cols != vd {
+            return Err(BackendError::shape("kv_write", format!("rows of {}/{} for a cache of {kd}/{vd}", k.cols, v.cols)));
+        }
         let Some((kp, vp, ka, va)) = store.pools() else {
             return Err(BackendError::shape("kv_write", "no block was allocated"));
         };
-        if k.cols != ka.dim || v.cols != va.dim {
-            return Err(BackendError::shape("kv_write", format!("rows of {}/{} for a cache of {}/{}", k.cols, v.cols, ka.dim, va.dim)));
-        }
         let at: Vec<(u32, usize)> = slots.iter().map(|s| (s.block, s.offset)).collect();
         launch::kv_write(&*self.rt, &k.buf, &at, kp, ka, layer).map_err(self.fail("kv_write"))?;
+        if store.values_in_keys() {
+            return Ok(()); // written with the keys
+        }
         launch::kv_write(&*self.rt, &v.buf, &at, vp, va, layer).map_err(self.fail("kv_write"))
     }
 

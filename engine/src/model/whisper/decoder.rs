@@ -6,7 +6,7 @@
 use super::config::WhisperConfig;
 use super::encoder::EncodedAudio;
 use super::weights::WhisperWeights;
-use crate::backend::{Activation, AttentionRow, Backend, BackendError, BlockId, KvSlot, KvSource, KvType, RowInput};
+use crate::backend::{Activation, AttentionRow, Backend, BackendError, BlockId, KvSlot, KvSource, KvType, KvValues, RowInput};
 use crate::kv_cache::{KvCache, SeqId};
 use crate::model::blocks::{attention_out, plain_ffn, project, project_each};
 use crate::model::error::ModelError;
@@ -18,7 +18,7 @@ const SEQ: SeqId = 0;
 /// A KV cache for one window's tokens (`n_ctx` of the decoder, 448).
 pub fn new_cache<B: Backend>(b: &B, c: &WhisperConfig) -> KvCache {
     let d = &c.decoder;
-    let storage = b.new_kv_store(KvType::F32.into(), d.n_layer, d.n_state, d.n_state, 0);
+    let storage = b.new_kv_store(KvType::F32.into(), d.n_layer, d.n_state, KvValues::Rows(d.n_state), 0);
     KvCache::with_storage(KvType::F32, d.n_ctx, b.device(), storage)
 }
 
