@@ -41,11 +41,14 @@ SEEDS = (1, 2)
 #   moe:        (experts, experts used, expert FFN width): every layer a mixture of experts
 #               (ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps instead of the dense FFN)
 #   shared:     (width, gated): a shared expert beside the routed ones (ffn_{gate,up,down}_shexp,
-#               with ffn_gate_inp_shexp when gated)
+#               with ffn_gate_inp_shexp when gated); shared_key: the width the file's
+#               expert_shared_feed_forward_length says instead (Llama 4's graph does not read it)
 #   keys:       further `<arch>.KEY` values: a float as f32, an int as u32, a str as a string, a
 #               bool as a bool (seed2_keys: more for seed 2 only)
 #               (Granite's four scalars, Mistral 3's YaRN and attention temperature)
 #   dense_lead: this many first layers keep a dense FFN, the others have experts
+#   moe_every:  only every n-th layer (the n-th, 2n-th, ...) has experts, the others a dense FFN
+#               (Llama 4's interleave_moe_layer_step)
 #   probs_bias: exp_probs_b.bias, the experts' selection bias
 #   ffn_norm:   the FFN input norm's tensor name (default ffn_norm; GLM-4.5: post_attention_norm)
 #   tied:       no output.weight (the token embeddings serve)
@@ -176,6 +179,15 @@ ARCHS = {
                             "ssm.time_step_rank": 4, "ssm.group_count": 2},
                       seed1_keys={"full_attention_interval": 2},
                       sections={1: (6, 5, 5, 0), 2: (2, 2, 2, 2)}),
+    # Llama 4 (Scout, Llama Guard 4): experts every second layer with a shared expert as wide as a
+    # routed one (the width keys say otherwise, as test-llama-archs writes them), the router's
+    # sigmoid weighing the experts' inputs; layer 3 without RoPE and with the temperature tuning,
+    # the others' queries and keys normalised after RoPE; chunked attention (8192 positions, so
+    # whole at these lengths) on all but every fourth layer, seed 2 every other one by the key
+    "llama4": dict(n_head=4, n_head_kv=2, rope_base=500000.0, eps=1e-5, n_layer=4, rope_freqs=True,
+                   moe=(4, 2, 128), moe_every=2, shared=(128, False), shared_key=64,
+                   keys={"interleave_moe_layer_step": 2, "expert_gating_func": 2, "attention.sliding_window": 32},
+                   seed2_keys={"attention.sliding_window_pattern": 2}),
     # Granite 4's hybrid with experts and a shared expert (Granite-4.0-H-Tiny/Small)
     "granitehybrid-moe": dict(arch="granitehybrid", n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-5, n_layer=3,
                               mamba2=(4, 32, 8, 2, (0, 2)), moe=(4, 2, N_FF), shared=(160, False),
@@ -265,7 +277,7 @@ def tensors_for(cfg):
             t.append((b + "post_attention_norm.weight", (e,), "norm"))
         if pre:
             t.append((b + cfg.get("ffn_norm", "ffn_norm") + ".weight", (e,), "norm"))
-        if "moe" in cfg and i >= cfg.get("dense_lead", 0):
+        if "moe" in cfg and i >= cfg.get("dense_lead", 0) and (i + 1) % cfg.get("moe_every", 1) == 0:
             n_exp, _, ff = cfg["moe"]
             if cfg.get("probs_bias"):
                 t.append((b + "exp_probs_b.bias", (n_exp,), "w"))
@@ -340,7 +352,7 @@ def write_model(row, cfg, seed, out):
         w.add_expert_used_count(n_used)
         w.add_expert_feed_forward_length(ff)
         if "shared" in cfg:
-            w.add_expert_shared_feed_forward_length(cfg["shared"][0])
+            w.add_expert_shared_feed_forward_length(cfg.get("shared_key", cfg["shared"][0]))
     if "deltanet" in cfg and seed == 2:
         layers = cfg["deltanet"][4]
         w.add_array(f"{arch}.attention.recurrent_layers", [i in layers for i in range(cfg.get("n_layer", N_LAYER))])

@@ -44,6 +44,22 @@ pub struct SlidingWindow {
     pub every_attention_layer: bool,
 }
 
+/// Llama 4's interleaved attention, as llama.cpp reads it. Every `nope_every`-th layer has no
+/// RoPE, sees every earlier position, and scales its queries by the temperature tuning
+/// `ln(floor((pos + 1) / chunk) + 1) · 0.1 + 1`; the window layers (`attention.sliding_window_pattern`,
+/// else all but every `pattern`-th) attend within the query's chunk of `chunk` positions,
+/// whatever nonzero window the file gives. The rotated layers' queries and keys are RMS-normalised
+/// per head without weights after RoPE, unless the file has 128 experts (Maverick). A file's
+/// `attention.sliding_window` of 0 turns chunks, skipped rotations and temperature off.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkedAttention {
+    pub chunk: usize,
+    pub pattern: usize,
+    pub nope_every: usize,
+    /// Experts per layer of the files whose queries and keys are not normalised.
+    pub unnormalised_at_experts: usize,
+}
+
 /// What the layers without attention (those whose `attention.head_count_kv` is 0) compute in
 /// its place, keeping a fixed-size state per sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +100,16 @@ pub enum WeightNorm {
 pub struct Routing {
     pub gating: Gating,
     pub norm: WeightNorm,
+    /// Each chosen expert's weight multiplies its input, not its output (Llama 4).
+    pub weights_on_input: bool,
+    /// The shared expert is as wide as a routed one, whatever the width keys say (Llama 4).
+    pub shared_as_routed: bool,
+}
+
+impl Routing {
+    const fn by(gating: Gating, norm: WeightNorm) -> Routing {
+        Routing { gating, norm, weights_on_input: false, shared_as_routed: false }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -130,6 +156,8 @@ pub struct ArchFacts {
     pub wide_query_scale_at: Option<usize>,
     /// Sliding-window layers (Gemma 3, OLMo 2 files that ask for them).
     pub sliding_window: Option<SlidingWindow>,
+    /// Chunked attention with layers without RoPE (Llama 4).
+    pub chunked_attention: Option<ChunkedAttention>,
     /// The graph rotates by M-RoPE when the file gives `rope.dimension_sections` (GLM-4): for
     /// text, whose positions are `[p, p, p, 0]`, that is NeoX's rotation with the fourth
     /// section's pairs left as they are.
@@ -174,6 +202,7 @@ const DECODER: ArchFacts = ArchFacts {
     wide_query_scale_at: None,
     prescaled_queries: false,
     sliding_window: None,
+    chunked_attention: None,
     mrope_sections: false,
     mrope_interleaved: false,
     gated_attention: false,
@@ -182,7 +211,7 @@ const DECODER: ArchFacts = ArchFacts {
     attention_sinks: false,
     latent_attention: false,
     encoder: false,
-    routing: Routing { gating: Gating::Softmax, norm: WeightNorm::Always },
+    routing: Routing::by(Gating::Softmax, WeightNorm::Always),
 };
 
 /// LFM2's facts (its experts' variant is a row over them).
@@ -219,15 +248,16 @@ const QWEN35: ArchFacts = ArchFacts {
 
 pub const ARCHS: &[ArchFacts] = &[
     ArchFacts { name: "llama", ..DECODER },
+    ArchFacts {
+        name: "llama4",
+        chunked_attention: Some(ChunkedAttention { chunk: 8192, pattern: 4, nope_every: 4, unnormalised_at_experts: 128 }),
+        routing: Routing { weights_on_input: true, shared_as_routed: true, ..Routing::by(Gating::Sigmoid, WeightNorm::Never) },
+        ..DECODER
+    },
     ArchFacts { name: "granite", embedding_scale: EmbeddingScale::FromKey, scales_from_keys: true, ..DECODER },
     ArchFacts { name: "granitemoe", embedding_scale: EmbeddingScale::FromKey, scales_from_keys: true, ..DECODER },
     ArchFacts { name: "qwen2", rope: Some(RopeKind::Neox), ..DECODER },
-    ArchFacts {
-        name: "qwen2moe",
-        rope: Some(RopeKind::Neox),
-        routing: Routing { gating: Gating::Softmax, norm: WeightNorm::Never },
-        ..DECODER
-    },
+    ArchFacts { name: "qwen2moe", rope: Some(RopeKind::Neox), routing: Routing::by(Gating::Softmax, WeightNorm::Never), ..DECODER },
     ArchFacts { name: "qwen3", rope: Some(RopeKind::Neox), qk_norm: QkNorm::PerHead, ..DECODER },
     ArchFacts { name: "qwen3moe", rope: Some(RopeKind::Neox), qk_norm: QkNorm::PerHead, ..DECODER },
     ArchFacts { name: "smollm3", rope_skip_every: 4, ..DECODER },
@@ -240,14 +270,14 @@ pub const ARCHS: &[ArchFacts] = &[
         qk_norm: QkNorm::PerHeadIfPresent,
         ffn_norm_name: "post_attention_norm",
         mrope_sections: true,
-        routing: Routing { gating: Gating::Sigmoid, norm: WeightNorm::FromKey },
+        routing: Routing::by(Gating::Sigmoid, WeightNorm::FromKey),
         ..DECODER
     },
     ArchFacts {
         name: "olmoe",
         rope: Some(RopeKind::Neox),
         qk_norm: QkNorm::AcrossHeads,
-        routing: Routing { gating: Gating::Softmax, norm: WeightNorm::Never },
+        routing: Routing::by(Gating::Softmax, WeightNorm::Never),
         ..DECODER
     },
     ArchFacts {
@@ -315,20 +345,15 @@ pub const ARCHS: &[ArchFacts] = &[
             scaled_rope: true,
             every_attention_layer: false,
         }),
-        routing: Routing { gating: Gating::SoftmaxWeight, norm: WeightNorm::Never },
+        routing: Routing::by(Gating::SoftmaxWeight, WeightNorm::Never),
         ..DECODER
     },
-    ArchFacts {
-        name: "deepseek2",
-        latent_attention: true,
-        routing: Routing { gating: Gating::Softmax, norm: WeightNorm::FromKey },
-        ..DECODER
-    },
+    ArchFacts { name: "deepseek2", latent_attention: true, routing: Routing::by(Gating::Softmax, WeightNorm::FromKey), ..DECODER },
     LFM2,
     // LFM2 with experts after its leading dense layers (LFM2-8B-A1B): the router's sigmoid
     // (the file's gating function) with a selection bias, the chosen weights normalised; its
     // graph reads no window
-    ArchFacts { name: "lfm2moe", sliding_window: None, routing: Routing { gating: Gating::Sigmoid, norm: WeightNorm::Always }, ..LFM2 },
+    ArchFacts { name: "lfm2moe", sliding_window: None, routing: Routing::by(Gating::Sigmoid, WeightNorm::Always), ..LFM2 },
     ArchFacts {
         name: "granitehybrid",
         embedding_scale: EmbeddingScale::FromKey,

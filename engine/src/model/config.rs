@@ -68,13 +68,20 @@ pub struct ModelConfig {
     /// Window of the sliding-window layers, and which layers use it.
     pub sliding_window: Option<usize>,
     pub swa_layers: Vec<bool>,
+    /// The window layers attend within the query's chunk of `sliding_window` positions, not to
+    /// the last `sliding_window` (Llama 4).
+    pub chunked_window: bool,
+    /// Every `nope_every`-th layer (the 4th, 8th, ...) has no RoPE; 0: every layer has it.
+    pub nope_every: usize,
+    /// The rotated layers' queries and keys RMS-normalised per head, without weights, after RoPE
+    /// (Llama 4).
+    pub unit_qk_norm_after_rope: bool,
     /// BERT: pooling type from `<arch>.pooling_type` (0 none, 1 mean, 2 cls, 3 last).
     pub pooling_type: u32,
     /// The mixture of experts of the layers that have a router, when the file has experts.
     pub experts: Option<ExpertConfig>,
-    /// Queries scaled by position (Mistral 3's `attention.temperature_scale` `s`, when given):
-    /// `ln(floor(pos / n) + 1) · s + 1`, `n` the original context of its RoPE scaling.
-    pub attention_temperature: Option<(f32, usize)>,
+    /// Queries scaled by position (Mistral 3's `attention.temperature_scale`, Llama 4's tuning).
+    pub attention_temperature: Option<Temperature>,
     /// Multi-head latent attention's dimensions (DeepSeek-V2): then the cache holds one
     /// key/value head (`head_dim_k` the latent and the rotary key, `head_dim_v` the latent).
     pub latent: Option<LatentConfig>,
@@ -177,6 +184,37 @@ pub struct ExpertConfig {
     /// consecutive experts, and a token chooses only among the `expert_group_used_count` groups
     /// whose two best experts score highest.
     pub groups: Option<ExpertGroups>,
+    /// Each chosen expert's weight multiplies its input rather than its output (Llama 4).
+    pub weights_on_input: bool,
+}
+
+/// Queries scaled by position: `ln(floor((pos + offset) / floor) + 1) · scale + 1`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Temperature {
+    pub scale: f32,
+    pub floor: usize,
+    pub offset: f32,
+    /// Only the layers without RoPE (Llama 4); otherwise every layer (Mistral 3).
+    pub unrotated_layers_only: bool,
+}
+
+/// Which earlier positions a window layer's query attends to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    /// The last this-many positions, its own included.
+    Last(usize),
+    /// Those of its chunk: positions from the multiple of this size at or below its own.
+    Chunk(usize),
+}
+
+impl Window {
+    /// The first position a query at `pos` attends to.
+    pub fn first(self, pos: usize) -> usize {
+        match self {
+            Window::Last(w) => (pos + 1).saturating_sub(w),
+            Window::Chunk(c) => pos / c * c,
+        }
+    }
 }
 
 /// Experts in groups for routing ([`ExpertConfig::groups`]).
@@ -333,6 +371,7 @@ fn expert_config(m: &Meta, facts: &ArchFacts, dense_ff: usize) -> Result<Option<
     // the shared experts' width: as given, or that many routed experts' widths side by side
     let n_shared = m.usize_opt("expert_shared_count")?.unwrap_or(0);
     let n_ff_shared = match m.usize_opt("expert_shared_feed_forward_length")?.filter(|&n| n > 0) {
+        _ if facts.routing.shared_as_routed => n_ff,
         Some(n) => n,
         None if n_shared > 0 => n_ff * n_shared,
         None => dense_ff,
@@ -368,7 +407,8 @@ fn expert_config(m: &Meta, facts: &ArchFacts, dense_ff: usize) -> Result<Option<
             Some(ExpertGroups { count, used })
         }
     };
-    Ok(Some(ExpertConfig { n_expert, n_used, n_ff, gating, normalize, weights_scale, n_ff_shared, groups }))
+    let weights_on_input = facts.routing.weights_on_input;
+    Ok(Some(ExpertConfig { n_expert, n_used, n_ff, gating, normalize, weights_scale, n_ff_shared, groups, weights_on_input }))
 }
 
 /// The angle divisors a file stores as tensors, `n_dims / 2` values each.
@@ -526,6 +566,7 @@ impl ModelConfig {
                     yarn = Some(Yarn { ext_factor: 1.0, corr_dims: Yarn::corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow) });
                 }
                 attn_factor *= m.f32_opt("rope.scaling.attn_factor")?.unwrap_or(1.0);
+                // (Llama 4's chunked layers: the global base unless the file gives one)
                 let default_swa_base = facts.sliding_window.and_then(|w| w.default_rope_base).unwrap_or(freq_base);
                 let freq_base_swa = match facts.sliding_window.is_some_and(|w| w.every_attention_layer) {
                     true => freq_base,
@@ -587,10 +628,25 @@ impl ModelConfig {
         }
         let pooling_type = m.usize_opt("pooling_type")?.unwrap_or(0) as u32;
         let experts = expert_config(&m, facts, n_ff)?;
-        let attention_temperature = match (facts.attention_temperature, &rope) {
-            (true, Some(r)) => m.f32_opt("attention.temperature_scale")?.filter(|s| *s != 0.0).map(|s| (s, r.n_ctx_orig.max(1))),
+        let mut attention_temperature = match (facts.attention_temperature, &rope) {
+            (true, Some(r)) => m.f32_opt("attention.temperature_scale")?.filter(|s| *s != 0.0).map(|s| Temperature {
+                scale: s,
+                floor: r.n_ctx_orig.max(1),
+                offset: 0.0,
+                unrotated_layers_only: false,
+            }),
             _ => None,
         };
+        let (mut chunked_window, mut nope_every, mut unit_qk_norm_after_rope) = (false, facts.rope_skip_every, false);
+        if let Some(ch) = facts.chunked_attention {
+            unit_qk_norm_after_rope = experts.is_none_or(|x| x.n_expert != ch.unnormalised_at_experts);
+            // a window of 0 turns the chunks off, and the unrotated layers with them
+            if m.usize_opt("attention.sliding_window")? != Some(0) {
+                (sliding_window, chunked_window, nope_every) = (Some(ch.chunk), true, ch.nope_every);
+                swa_layers = window_layers(&m, n_layer, ch.pattern)?;
+                attention_temperature = Some(Temperature { scale: 0.1, floor: ch.chunk, offset: 1.0, unrotated_layers_only: true });
+            }
+        }
 
         Ok(ModelConfig {
             arch: arch.to_string(),
@@ -614,6 +670,9 @@ impl ModelConfig {
             attention_softcap,
             sliding_window,
             swa_layers,
+            chunked_window,
+            nope_every,
+            unit_qk_norm_after_rope,
             pooling_type,
             experts,
             attention_temperature,
@@ -698,8 +757,7 @@ impl ModelConfig {
     /// longer than the original one, as llama.cpp chooses them.
     pub fn layer_rope(&self, layer: usize, n_ctx: usize) -> Option<Rope> {
         let r = self.rope.as_ref()?;
-        let every = self.facts.rope_skip_every;
-        if every > 0 && (layer + 1).is_multiple_of(every) {
+        if !self.layer_rotates(layer) {
             return None;
         }
         let factors = match &r.factors {
@@ -716,7 +774,7 @@ impl ModelConfig {
         if self.swa_layers[layer] {
             // llama.cpp gives every layer the context's YaRN: with the global scale (Gemma 2,
             // gpt-oss) a window layer rotates as a global one but for its base
-            if self.facts.sliding_window.is_some_and(|w| w.scaled_rope) {
+            if self.facts.sliding_window.is_some_and(|w| w.scaled_rope) || self.chunked_window {
                 return Some(Rope { freq_base: r.freq_base_swa, ..global });
             }
             return Some(Rope { yarn: None, attn_factor: 1.0, freq_base: r.freq_base_swa, freq_scale: 1.0, ..global });
@@ -724,21 +782,28 @@ impl ModelConfig {
         Some(global)
     }
 
+    /// Whether layer `layer` of a model with RoPE rotates its queries and keys.
+    pub fn layer_rotates(&self, layer: usize) -> bool {
+        self.rope.is_some() && (self.nope_every == 0 || !(layer + 1).is_multiple_of(self.nope_every))
+    }
+
     /// The factor of a query at `pos` under the attention temperature (llama.cpp's arithmetic:
-    /// the logarithm in f64, the result rounded to f32).
+    /// the quotient in f32, the logarithm in f64, the result rounded to f32).
     pub fn query_scale(&self, pos: u32) -> f32 {
         match self.attention_temperature {
             None => 1.0,
-            Some((s, n)) => (f64::from((pos as f32 / n as f32).floor() + 1.0).ln() * f64::from(s) + 1.0) as f32,
+            Some(t) => (f64::from(((pos as f32 + t.offset) / t.floor as f32).floor() + 1.0).ln() * f64::from(t.scale) + 1.0) as f32,
         }
     }
 
+    /// Whether layer `layer` scales its queries by the attention temperature.
+    pub fn layer_has_temperature(&self, layer: usize) -> bool {
+        self.attention_temperature.is_some_and(|t| !t.unrotated_layers_only || !self.layer_rotates(layer))
+    }
+
     /// The attention window of layer `layer` (`None`: every earlier position).
-    pub fn layer_window(&self, layer: usize) -> Option<usize> {
-        if self.swa_layers[layer] {
-            self.sliding_window
-        } else {
-            None
-        }
+    pub fn layer_window(&self, layer: usize) -> Option<Window> {
+        let w = self.sliding_window.filter(|_| self.swa_layers[layer])?;
+        Some(if self.chunked_window { Window::Chunk(w) } else { Window::Last(w) })
     }
 }

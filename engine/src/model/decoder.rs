@@ -122,7 +122,8 @@ fn pre_norm<'a, B: Backend>(
 /// go, each row's block table and span, the cache's rotations.
 struct AttentionInputs<'a> {
     positions: Vec<u32>,
-    /// Each row's query scale under an attention temperature: the same in every layer.
+    /// Each row's query scale under an attention temperature: the same in every layer that takes
+    /// it.
     query_scales: Option<Vec<(usize, usize, f32)>>,
     n_ctx: usize,
     rotate_keys: Option<usize>,
@@ -156,7 +157,7 @@ fn attention_mixer<B: Backend>(
     let mut gate = None;
     // n x (n_head · head_dim_k), n x k_dim, n x v_dim
     let [mut q, mut k, mut v] = match projections {
-        Projections::Heads { q, k, v, q_norm, k_norm } => {
+        Projections::Heads { q, k, v, q_norm, k_norm, norm_after_rope } => {
             let [mut q, mut k, v] = linear_each(b, [q, k, v], ScaleAt::BeforeBias, input, lora)?;
             if c.facts.gated_attention {
                 // n x (n_head · 2 head_dim): each head's queries, then its gate
@@ -169,15 +170,25 @@ fn attention_mixer<B: Backend>(
                 b.copy_columns(&mut g, packed, &q, each(hd))?;
                 (q, gate) = (queries, Some(g));
             }
-            if let Some(qn) = q_norm {
-                b.rms_norm_in_place(&mut q, qn, eps)?;
-            }
-            if let Some(kn) = k_norm {
-                b.rms_norm_in_place(&mut k, kn, eps)?;
+            // the norms before RoPE, or after it (Llama 4)
+            let norms = |b: &B, q: &mut B::Tensor, k: &mut B::Tensor| -> Result<(), ModelError> {
+                if let Some(qn) = q_norm {
+                    b.rms_norm_in_place(q, qn, eps)?;
+                }
+                if let Some(kn) = k_norm {
+                    b.rms_norm_in_place(k, kn, eps)?;
+                }
+                Ok(())
+            };
+            if !norm_after_rope {
+                norms(b, &mut q, &mut k)?;
             }
             if let Some(rope) = &rope {
                 b.rope(&mut q, rope, &a.positions)?;
                 b.rope(&mut k, rope, &a.positions)?;
+            }
+            if *norm_after_rope {
+                norms(b, &mut q, &mut k)?;
             }
             [q, k, v]
         }
@@ -189,7 +200,7 @@ fn attention_mixer<B: Backend>(
     if c.facts.prescaled_queries {
         b.scale(&mut q, c.attention_scale)?;
     }
-    if let Some(pairs) = &a.query_scales {
+    if let Some(pairs) = a.query_scales.as_ref().filter(|_| c.layer_has_temperature(il)) {
         // q · scale(pos) per row: added to zeros, which changes no value
         let mut scaled = b.zeros(n, c.n_head * c.head_dim_k)?;
         b.add_weighted_rows(&mut scaled, &q, pairs)?;
@@ -211,7 +222,7 @@ fn attention_mixer<B: Backend>(
         .enumerate()
         .map(|(i, entry)| {
             let pos = entry.pos as usize;
-            let lo = window.map_or(0, |wnd| (pos + 1).saturating_sub(wnd));
+            let lo = window.map_or(0, |wnd| wnd.first(pos));
             let end = if entry.non_causal { a.run_end[i] } else { pos + 1 };
             AttentionRow { kv: a.row_seq[i], positions: lo..end }
         })

@@ -205,7 +205,9 @@ fn softmax(row: &[f32]) -> Vec<f32> {
 /// The experts' feed-forward output for every row of `h` (`rows` x `n_embd`): the gate and up
 /// products of every (row, choice) slot by indexed products (each expert's weights read once for
 /// all the rows that chose it), the gated unit, the down products likewise, then the slots added
-/// back into their rows weighted, the first choice of every row first.
+/// back into their rows weighted, the first choice of every row first. Where the weights weigh
+/// the experts' inputs (Llama 4), each slot's input is its row times its weight, and the slots
+/// come back with weight 1.
 pub(crate) fn forward<B: Backend>(
     b: &B,
     act: Activation,
@@ -218,18 +220,34 @@ pub(crate) fn forward<B: Backend>(
     let routes = routes(x, &logits, w.selection_bias.as_deref());
     // slot r · n_used + k: row r's choice k
     let ids: Vec<usize> = routes.iter().flat_map(|route| route.iter().map(|&(e, _)| e)).collect();
+    // the experts' input: a row per token, or per slot, weighted (onto zeros: the product's bits)
+    let weighted_inputs = match x.weights_on_input {
+        false => None,
+        true => {
+            let mut slots = b.zeros(ids.len(), n_embd)?; // slots x n_embd
+            let pairs: Vec<(usize, usize, f32)> = routes
+                .iter()
+                .enumerate()
+                .flat_map(|(r, route)| route.iter().enumerate().map(move |(k, &(_, w))| (r, r * route.len() + k, w)))
+                .collect();
+            b.add_weighted_rows(&mut slots, h, &pairs)?;
+            Some(slots)
+        }
+    };
+    let input = weighted_inputs.as_ref().unwrap_or(h);
     let (mut gate, up) = if w.gate.plain() && w.up.plain() {
         // both sets in one pass over one gathering of the rows
-        let mut ys = b.matmul_indexed(&[&w.gate.w, &w.up.w], &ids, h)?.into_iter();
+        let mut ys = b.matmul_indexed(&[&w.gate.w, &w.up.w], &ids, input)?.into_iter();
         (ys.next().expect("the gate set"), ys.next().expect("the up set"))
     } else {
-        (w.gate.indexed(b, &ids, h)?, w.up.indexed(b, &ids, h)?)
+        (w.gate.indexed(b, &ids, input)?, w.up.indexed(b, &ids, input)?)
     }; // slots x n_ff twice
     b.glu(act, &mut gate, &up)?;
     let down = w.down.indexed(b, &ids, &gate)?; // slots x n_embd
     let mut out = b.zeros(rows, n_embd)?;
     for k in 0..x.n_used {
-        let pairs: Vec<(usize, usize, f32)> = routes.iter().enumerate().map(|(r, route)| (r * x.n_used + k, r, route[k].1)).collect();
+        let weight = |route: &Route| if x.weights_on_input { 1.0 } else { route[k].1 };
+        let pairs: Vec<(usize, usize, f32)> = routes.iter().enumerate().map(|(r, route)| (r * x.n_used + k, r, weight(route))).collect();
         b.add_weighted_rows(&mut out, &down, &pairs)?;
     }
     if let Some(s) = &w.shared {
@@ -250,7 +268,17 @@ mod tests {
     use super::*;
 
     fn config(n_expert: usize, n_used: usize, normalize: bool) -> ExpertConfig {
-        ExpertConfig { n_expert, n_used, n_ff: 8, gating: Gating::Softmax, normalize, weights_scale: 1.0, n_ff_shared: 8, groups: None }
+        ExpertConfig {
+            n_expert,
+            n_used,
+            n_ff: 8,
+            gating: Gating::Softmax,
+            normalize,
+            weights_scale: 1.0,
+            n_ff_shared: 8,
+            groups: None,
+            weights_on_input: false,
+        }
     }
 
     #[test]

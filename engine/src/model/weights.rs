@@ -374,7 +374,15 @@ impl<B: Backend> Mixer<B> {
 /// A layer's query, key and value projections: one per kind, with optional per-head norms of
 /// the queries and keys, or multi-head latent attention's.
 pub enum Projections<B: Backend> {
-    Heads { q: Linear<B>, k: Linear<B>, v: Linear<B>, q_norm: Option<B::Vector>, k_norm: Option<B::Vector> },
+    /// `norm_after_rope`: the q/k norms apply to the rotated heads (Llama 4's, of weights 1).
+    Heads {
+        q: Linear<B>,
+        k: Linear<B>,
+        v: Linear<B>,
+        q_norm: Option<B::Vector>,
+        k_norm: Option<B::Vector>,
+        norm_after_rope: bool,
+    },
     Latent(Box<LatentAttention<B>>),
 }
 
@@ -460,8 +468,14 @@ impl<B: Backend> DecoderWeights<B> {
                                 [l.linear(&n("attn_q"), q_rows, e)?, l.linear(&n("attn_k"), kv_k, e)?, l.linear(&n("attn_v"), kv_v, e)?]
                             }
                         };
+                        if c.unit_qk_norm_after_rope && c.layer_rotates(i) {
+                            // llama.cpp's unweighted RMS norm: times weights of 1, the same bits
+                            let ones = || l.backend.upload_vector(&vec![1.0; c.head_dim_k]);
+                            return Ok(Projections::Heads { q, k, v, q_norm: Some(ones()?), k_norm: Some(ones()?), norm_after_rope: true });
+                        }
                         let q_norm = qk_norm(&n("attn_q_norm.weight"), q_norm_len)?;
-                        Projections::Heads { q, k, v, q_norm, k_norm: qk_norm(&n("attn_k_norm.weight"), k_norm_len)? }
+                        let k_norm = qk_norm(&n("attn_k_norm.weight"), k_norm_len)?;
+                        Projections::Heads { q, k, v, q_norm, k_norm, norm_after_rope: false }
                     }
                 })
             };

@@ -20,12 +20,13 @@ fn every_architecture_matches_llama_cpp() {
 
 /// The kernel backend (run by the CPU execution harness) on latent attention with grouped,
 /// biased routing and fused experts (deepseek2): its copies of column blocks, its one key/value
-/// head for all queries, its expert products (about 10 s; the other files' parts are the op
-/// table's and the tiny models').
+/// head for all queries read from the keys, its expert products; and on Llama 4's layers (norms
+/// after RoPE, unrotated layers, experts weighing their inputs) (about 15 s; the other files'
+/// parts are the op table's and the tiny models').
 #[cfg(feature = "sim")]
 #[test]
-fn latent_attention_on_the_simulated_gpu_matches_llama_cpp() {
-    engine_tests::archs::these_archs_match_llama_cpp("sim", &["deepseek2-s1"], |path| Model::load_simulated(path).unwrap());
+fn latent_attention_and_llama4_on_the_simulated_gpu_match_llama_cpp() {
+    engine_tests::archs::these_archs_match_llama_cpp("sim", &["deepseek2-s1", "llama4-s2"], |path| Model::load_simulated(path).unwrap());
 }
 
 /// The kernel backend (run by the CPU execution harness) on the hybrids: the short
@@ -105,6 +106,37 @@ fn latent_attention_keeps_its_values_in_its_keys() {
     let q8 = run(model.new_kv_cache(KvType::Q8_0, 64));
     assert!(q8 == run(model.new_kv_cache(KvTypes { key: KvType::Q8_0, value: KvType::Q4_0 }, 64)), "the value type plays no part");
     assert!(q8.iter().all(|v| v.is_finite()));
+}
+
+/// Llama 4's layers as llama.cpp reads its file: every fourth without RoPE and with the
+/// temperature tuning (1 below position 8191), the others' queries and keys normalised after RoPE;
+/// the window layers attend within their query's chunk of 8192 positions (not the file's 32);
+/// the shared expert as wide as a routed one (not the file's 64); a window of 0 turns it all off.
+#[test]
+fn llama4_reads_its_chunks_rotations_and_experts_as_llama_cpp() {
+    use engine::model::config::Window;
+    let model = Model::load(engine_tests::fixture("archs/llama4-s1.gguf")).unwrap();
+    let c = model.config();
+    assert_eq!((0..4).map(|l| c.layer_rotates(l)).collect::<Vec<_>>(), [true, true, true, false]);
+    assert_eq!((0..4).map(|l| c.layer_has_temperature(l)).collect::<Vec<_>>(), [false, false, false, true]);
+    assert_eq!(
+        (0..4).map(|l| c.layer_window(l)).collect::<Vec<_>>(),
+        [Some(Window::Chunk(8192)); 3].into_iter().chain([None]).collect::<Vec<_>>()
+    );
+    assert!(c.unit_qk_norm_after_rope);
+    assert_eq!(c.experts.map(|x| (x.n_ff, x.n_ff_shared, x.weights_on_input)), Some((128, 128, true)));
+    // ln(floor((pos + 1) / 8192) + 1) · 0.1 + 1
+    assert_eq!([8190, 8191, 16383].map(|p| c.query_scale(p)), [1.0, (2f64.ln() * 0.1 + 1.0) as f32, (3f64.ln() * 0.1 + 1.0) as f32]);
+    assert_eq!([0, 8191, 8192, 20000].map(|p| Window::Chunk(8192).first(p)), [0, 0, 8192, 16384]);
+    assert_eq!([0, 7, 8, 20].map(|p| Window::Last(8).first(p)), [0, 0, 1, 13]);
+    // seed 2: the pattern key makes every other layer a chunked one
+    let s2 = Model::load(engine_tests::fixture("archs/llama4-s2.gguf")).unwrap();
+    assert_eq!((0..4).map(|l| s2.config().layer_window(l).is_some()).collect::<Vec<_>>(), [true, false, true, false]);
+    // a window of 0: every layer rotated, whole, without temperature
+    let off = |k: &str, v: &Value| Some(if k == "llama4.attention.sliding_window" { Value::U32(0) } else { v.clone() });
+    let plain = Model::from_file(edited("archs/llama4-s1.gguf", off, None)).unwrap();
+    let p = plain.config();
+    assert!((0..4).all(|l| p.layer_rotates(l) && p.layer_window(l).is_none() && !p.layer_has_temperature(l)));
 }
 
 /// A latent-attention file converted before `attn_kv_b` was split for the absorbed form, or one

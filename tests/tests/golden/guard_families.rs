@@ -320,3 +320,14 @@ fn the_readme_table_is_this_table() {
         readme.lines().filter(|l| ["| Llama Guard |", "| ShieldGemma |", "| Qwen3Guard |"].iter().any(|p| l.starts_with(p))).count();
     assert_eq!(in_readme, rows, "README has rows the tables do not");
 }
+
+/// A Llama Guard file without its own template whose vocabulary is not Llama 3's (Llama Guard 4
+/// is Llama 4's: `<|header_start|>`) cannot take the published Llama Guard 3 layout: an error
+/// says it needs its template, rather than a prompt of the wrong header tokens.
+#[test]
+fn a_llama_guard_file_of_another_vocabulary_needs_its_own_template() {
+    use engine::guard::family::{FamilyPrompter, GuardFamily};
+    let model = Model::load(fixture("archs/llama4-s1.gguf")).unwrap();
+    let err = FamilyPrompter::from_model(&model, GuardFamily::LlamaGuard).unwrap_err().to_string();
+    assert!(err.contains("<|start_header_id|>") && err.contains("tokenizer.chat_template"), "{err}");
+}

@@ -1,6 +1,8 @@
-//! Llama Guard 3 (1B, 8B): one prompt per input judges every category at once. The prompt is
-//! the model's own chat template (the conversation as `User:` / `Agent:` turns, the last one
-//! judged) or, for a file without one, the published layout of Llama-Guard-3-8B's template.
+//! Llama Guard 3 (1B, 8B) and 4 (12B, `llama4`): one prompt per input judges every category at
+//! once. The prompt is the model's own chat template (the conversation as `User:` / `Agent:`
+//! turns, the last one judged) or, for a Llama Guard 3 file without one, the published layout of
+//! Llama-Guard-3-8B's template (a Llama Guard 4 file needs its own: its header tokens are Llama
+//! 4's).
 //! The answer is `safe`, or `unsafe` and a line of violated codes (`S1,S10`). The probability
 //! is Meta's classifier score: P(unsafe) at the answer's first label token, normalised over
 //! `safe` and `unsafe`. The model names categories but gives no probability per category, so a

@@ -159,6 +159,15 @@ impl FamilyPrompter {
             .is_some_and(|t| family == GuardFamily::GptOssSafeguard || detect(Some(t), &[]) == Some(family));
         let template = if own { Some(ChatTemplate::from_model(model)?) } else { None };
         let tok = model.tokenizer();
+        // the published layout is Llama Guard 3's, in Llama 3's header tokens: Llama Guard 4's
+        // vocabulary (Llama 4's `<|header_start|>`) needs the file's own template
+        if family == GuardFamily::LlamaGuard && template.is_none() && tok.token_id("<|start_header_id|>").is_none() {
+            return Err(GuardError::Prompt {
+                message: "this Llama Guard file has no Llama Guard chat template and its vocabulary has no <|start_header_id|> (Llama Guard 4's is \
+                          Llama 4's): its prompt needs the model's own template in tokenizer.chat_template"
+                    .into(),
+            });
+        }
         let bos = tok.bos().map(|id| String::from_utf8_lossy(tok.token_bytes(id)).into_owned()).unwrap_or_default();
         FamilyPrompter::new(family, template, bos)
     }
