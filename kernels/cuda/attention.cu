@@ -240,8 +240,9 @@ DEVICE void fold_splits(const int32_t* rows, const float* parts, int max_splits,
 
 // q: rows of n_head heads of dk; rows: (kv, first position, end position) per query row; v_row:
 // values per value row (n_head_kv · dv, or the key row's n_head_kv · dk when the values are the
-// keys' leading columns); sinks: null, or one logit per head; out: rows of n_head heads of dv. Grid (n_head, query rows), 32
-// threads. dk, dv <= ATTN_MAX_HEAD.
+// keys' leading columns); sinks: null, or one logit per head; out: rows of n_head heads of dv.
+// Grid (n_head, query rows), 32 threads. dk, dv <= ATTN_MAX_HEAD. (One entry point per width:
+// the kernels are found by name, so each instantiation has its own.)
 KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
     attend<ATTN_MAX_HEAD, HEAD_SLOTS>(q, k, v, rows, tables, sinks, out, 0, 0, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer);
 }
