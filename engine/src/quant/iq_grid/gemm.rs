@@ -3,17 +3,17 @@
 //! activation row, and the activations are prepared once per input of a product call
 //! ([`GridActs`]).
 //!
-//! The scalar and AVX2 tiers ([`run_tiles`]) expand a tile of [`TILE_ROWS`] weight rows into
-//! 16-bit integers, one per value: the signed grid value times its group's scale (`scale · v`;
-//! IQ1: `scale · (8 v + shift)`, the shift term folded in), and each block's `d` as f32. A tier's
-//! tile kernel then takes every activation row of Q8_K blocks against the tile: per block and
+//! The scalar tier ([`run_tiles`]) expands a tile of [`TILE_ROWS`] weight rows into 16-bit
+//! integers, one per value: the signed grid value times its group's scale (`scale · v`; IQ1:
+//! `scale · (8 v + shift)`, the shift term folded in), and each block's `d` as f32. Its tile
+//! kernel then takes every activation row of Q8_K blocks against the tile: per block and
 //! weight row the exact integer sum `W = Σ w · q` (below 2³¹: 256 · 31 · 62 · 127), and the row's
 //! running sum gets `(d · d₈) · (W · k)`, `k` = 1, or 1/8 for IQ1. `W · k` equals the row dot's
 //! `sumi + shifted / 8` exactly (both are an integer below 2²⁴ over 8), so every output has the
 //! bits of [`GridType::vec_dot`](super::GridType::vec_dot) (and of Q3_K's reference row dot): the
-//! same sums in the same order, whatever the batch. The AVX-512 tier
-//! (`x86::avx512::grid_gemm`) computes the same `W` with activation rows in vector lanes, and
-//! Q2_K's min term beside it.
+//! same sums in the same order, whatever the batch. The AVX2 and AVX-512 tiers
+//! (`x86::grid_lanes`) compute the same `W` with activation rows in vector lanes, and Q2_K's
+//! min term beside it.
 //!
 //! The activation rows are taken [`CHUNK_BLOCKS`] blocks at a time against the whole tile, so
 //! that the tile's part they read (16 rows · 4 blocks · 512 bytes) stays in the L1 cache.
@@ -47,8 +47,8 @@ pub(crate) fn gemm_type(ty: GgmlType) -> Option<&'static GridType> {
     }
 }
 
-/// The [`gemm_type`]s the expanded tiles take (scalar and AVX2): all but Q2_K, whose mins only
-/// the AVX-512 product has.
+/// The [`gemm_type`]s the expanded tiles take (the scalar tier): all but Q2_K, whose mins only
+/// the lane products have.
 pub(crate) fn tile_type(ty: GgmlType) -> Option<&'static GridType> {
     gemm_type(ty).filter(|t| !t.mins)
 }
@@ -57,12 +57,12 @@ pub(crate) fn tile_type(ty: GgmlType) -> Option<&'static GridType> {
 pub enum GridActs<'a> {
     /// Rows of Q8_K blocks, as given.
     Rows(&'a [u8]),
-    /// Rows in bands of 16 (`x86::avx512::grid_gemm`): block `b` of band `i` at
-    /// `(i · nb + b) · 4096` in `q`, its 64 vectors of 4 quants (biased to unsigned) of each of the
-    /// band's rows; `d[(i · nb + b) · 16 + j]` the block's scale of the band's row `j`, and
-    /// `pair_sums[((i · nb + b) · 8 + p) · 16 + j]` the sums of its quants `32 p .. 32 p + 16` and
-    /// `32 p + 16 .. 32 p + 32` as the low and high i16 (for Q2_K's mins).
-    Bands { q: Vec<u8>, d: Vec<f32>, pair_sums: Vec<i32> },
+    /// Rows in bands of `band` (`x86::grid_lanes`: 16 for AVX-512, 8 for AVX2): block `b` of band
+    /// `i` at `(i · nb + b) · 256 · band` in `q`, its 64 vectors of 4 quants (biased to unsigned)
+    /// of each of the band's rows; `d[(i · nb + b) · band + j]` the block's scale of the band's
+    /// row `j`, and `pair_sums[((i · nb + b) · 8 + p) · band + j]` the sums of its quants
+    /// `32 p .. 32 p + 16` and `32 p + 16 .. 32 p + 32` as the low and high i16 (for Q2_K's mins).
+    Bands { band: usize, q: Vec<u8>, d: Vec<f32>, pair_sums: Vec<i32> },
 }
 
 /// Prepares `batch` rows of Q8_K blocks for a tier's product.

@@ -6,5 +6,6 @@ pub mod amx;
 pub mod avx2;
 pub mod avx512;
 mod common;
+mod grid_lanes;
 mod panel;
 pub mod peak;

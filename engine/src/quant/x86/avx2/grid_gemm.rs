@@ -1,132 +1,168 @@
-//! AVX2 many-row products of the grid i-quants (`quant::iq_grid::gemm`): the expansion of a
-//! super-block into 16-bit values (the AVX-512 tier expands with it too) and the tile kernel.
-//!
-//! Expansion: the type's own unpack (table reads), then per 32 values the signed bytes of the
-//! dot product (`grid::signed_values`), widened to i16 and multiplied by each group's scale (IQ1:
-//! `(8 v + shift) · scale`). Tile: 4 weight rows at a time, each 16 activation values widened
-//! once and multiplied into the 4 rows' `vpmaddwd` sums; the block's float part as the scalar
-//! tile has it (`(d · d₈) · (W · k)`, no fused multiply-add).
+//! AVX2 lane kernels of the grid i-quants' many-row product (`x86::grid_lanes`), Q2_K's and
+//! Q3_K's too: 8 activation rows in the lanes of one vector; per 4 quants of each lane's row,
+//! `vpmaddubsw` of the biased quants and the weight row's 4 bytes broadcast (pairs of products
+//! in i16: at most 2 · 255 · 62, so never saturated), then `vpmaddwd` by the group's scale as
+//! i16, which is `Σ scale · (q + 128) · w` in i32 without a multiply of its own. Q2_K's min term
+//! is `vpmaddwd` of the activations' pair sums by two mins.
 
 use core::arch::x86_64::*;
 
-use super::grid::signed_values;
 use crate::quant::blocks::BlockQ8K;
-use crate::quant::iq_grid::gemm::{as_rows, run_tiles, GridGemm, TILE_ROWS};
-use crate::quant::iq_grid::{GridType, Unpacked};
+use crate::quant::iq_grid::gemm::GridGemm;
+use crate::quant::iq_grid::GridType;
+use crate::quant::x86::grid_lanes::{self, band_scalars, Bands, LaneKernel, Tile, MIN_PAIRS};
 use crate::quant::QK_K;
+
+/// Activation rows in one band (the lanes of a vector of i32).
+const BAND: usize = 8;
+/// Weight rows whose sums for one band are held in registers (16 vector registers: 4 integer
+/// sums, 4 running float sums, the quants and the temporaries).
+const ROWS: usize = 4;
+/// Bytes of one band's block of interleaved activations.
+const BAND_BLOCK: usize = BAND * QK_K;
 
 /// This tier's many-row product for grid type `t`.
 pub(crate) fn gemm(t: &'static GridType) -> GridGemm {
-    GridGemm { ty: t, prepare: as_rows, run: |t, w, rows, acts, outs| run_tiles(expand, tile, t, w, rows, acts, outs) }
+    GridGemm { ty: t, prepare: grid_lanes::prepare::<Avx2Lanes>, run: grid_lanes::run::<Avx2Lanes> }
 }
 
-/// Checks `out`'s length and runs the AVX2 expansion.
-pub(crate) fn expand(t: &GridType, block: &[u8], u: &mut Unpacked, out: &mut [i16]) -> f32 {
-    assert!(block.len() == t.block_bytes && out.len() >= QK_K, "grid expansion: {} bytes into {} values", block.len(), out.len());
-    (t.unpack)(block, u);
-    // SAFETY: this tier's kernels are handed out only after AVX2, FMA and F16C were detected
-    // (every AVX-512 CPU has them too); `out` holds the 256 values written.
-    unsafe { expand_avx2(t.shifted, u, out) };
-    u.d
-}
+struct Avx2Lanes;
 
-/// `a` in the 8 i16 lanes of one group, then `b` in those of the next.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn two_groups(a: i16, b: i16) -> __m256i {
-    _mm256_setr_m128i(_mm_set1_epi16(a), _mm_set1_epi16(b))
-}
+impl LaneKernel for Avx2Lanes {
+    const BAND: usize = BAND;
+    const ROWS: usize = ROWS;
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn expand_avx2(shifted: bool, u: &Unpacked, out: &mut [i16]) {
-    for c in 0..QK_K / 32 {
-        let g = 4 * c;
-        let v = signed_values(u, c);
-        let halves = [_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v)];
-        for (h, half) in halves.into_iter().enumerate() {
-            let (ga, gb) = (g + 2 * h, g + 2 * h + 1);
-            let mut v16 = _mm256_cvtepi8_epi16(half);
-            if shifted {
-                let shifts = two_groups(i16::from(u.shifts[ga]), i16::from(u.shifts[gb]));
-                v16 = _mm256_add_epi16(_mm256_slli_epi16::<3>(v16), shifts);
-            }
-            let w = _mm256_mullo_epi16(v16, two_groups(i16::from(u.scales[ga]), i16::from(u.scales[gb])));
-            _mm256_storeu_si256(out.as_mut_ptr().add(32 * c + 16 * h).cast(), w);
-        }
-    }
-}
-
-/// Checks the lengths and runs the AVX2 tile kernel.
-fn tile(w: &[i16], d: &[f32], act: &[BlockQ8K], k: f32, sums: &mut [f32; TILE_ROWS]) {
-    assert!(w.len() >= act.len() * TILE_ROWS * QK_K && d.len() >= act.len() * TILE_ROWS, "grid tile: {} blocks", act.len());
-    // SAFETY: as for `expand`; the assert covers every value and scale of the tile read.
-    unsafe { tile_avx2(w, d, act, k, sums) }
-}
-
-/// The sums of the eight i32 lanes of each of `v`, as four i32.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum4(v: [__m256i; 4]) -> __m128i {
-    let a = _mm256_hadd_epi32(v[0], v[1]);
-    let b = _mm256_hadd_epi32(v[2], v[3]);
-    let ab = _mm256_hadd_epi32(a, b); // lanes: rows 0..4 of each 128-bit half
-    _mm_add_epi32(_mm256_castsi256_si128(ab), _mm256_extracti128_si256::<1>(ab))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_avx2(w: &[i16], d: &[f32], act: &[BlockQ8K], k: f32, sums: &mut [f32; TILE_ROWS]) {
-    let kv = _mm_set1_ps(k);
-    for (b, a) in act.iter().enumerate() {
-        let da = _mm_set1_ps(a.d());
-        for quad in 0..TILE_ROWS / 4 {
-            let base = w.as_ptr().add((TILE_ROWS * b + 4 * quad) * QK_K);
-            let mut acc = [_mm256_setzero_si256(); 4];
-            for i in 0..QK_K / 16 {
-                let q = _mm256_cvtepi8_epi16(_mm_loadu_si128(a.qs.as_ptr().add(16 * i).cast()));
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let x = _mm256_loadu_si256(base.add(r * QK_K + 16 * i).cast());
-                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(x, q));
+    /// The activation rows in bands (`GridActs::Bands`): each vector of a band's block gathered
+    /// from the 8 rows' quants at one offset, biased by flipping the top bit.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn interleave(act: &[BlockQ8K], batch: usize, nb: usize) -> (Vec<u8>, Vec<f32>, Vec<i32>) {
+        let count = batch.div_ceil(BAND);
+        let mut q = vec![0u8; count * nb * BAND_BLOCK];
+        let mut d = vec![0f32; count * nb * BAND];
+        let mut pair_sums = vec![0i32; count * nb * MIN_PAIRS * BAND];
+        let stride = (nb * size_of::<BlockQ8K>()) as i32;
+        let offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
+        let bias = _mm256_set1_epi8(-128);
+        for band in 0..count {
+            let present = BAND.min(batch - band * BAND);
+            // lanes of the rows present: all bits set
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(present as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            for b in 0..nb {
+                let first = &act[band * BAND * nb + b];
+                for j in 0..present {
+                    band_scalars(&act[(band * BAND + j) * nb + b], band * nb + b, j, BAND, &mut d, &mut pair_sums);
+                }
+                let out = q[(band * nb + b) * BAND_BLOCK..][..BAND_BLOCK].as_mut_ptr();
+                for k4 in 0..QK_K / 4 {
+                    // SAFETY: lane j reads 4 quants of row band · 8 + j, block b, only for rows present
+                    // (the mask); `out` holds the band block's 64 vectors.
+                    let from = first.qs.as_ptr().add(4 * k4).cast::<i32>();
+                    let v = _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), from, offsets, mask);
+                    _mm256_storeu_si256(out.add(32 * k4).cast(), _mm256_xor_si256(v, bias));
                 }
             }
-            let dots = _mm_cvtepi32_ps(hsum4(acc));
-            let scales = _mm_mul_ps(_mm_loadu_ps(d.as_ptr().add(TILE_ROWS * b + 4 * quad)), da);
-            let at = sums.as_mut_ptr().add(4 * quad);
-            _mm_storeu_ps(at, _mm_add_ps(_mm_loadu_ps(at), _mm_mul_ps(scales, _mm_mul_ps(dots, kv))));
+        }
+        (q, d, pair_sums)
+    }
+
+    /// [`LaneKernel::pass`] of this tier.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn pass(
+        t: &GridType,
+        tile: &Tile,
+        bands: &Bands,
+        band: usize,
+        row0: usize,
+        blocks: core::ops::Range<usize>,
+        k: f32,
+        sums: &mut [f32],
+        at: &dyn Fn(usize) -> usize,
+    ) {
+        let (nb, tile_rows) = (bands.nb, tile.rows);
+        assert!(
+            row0 + ROWS <= tile_rows && blocks.end <= nb && band < bands.count,
+            "grid band pass: rows {row0}.., blocks {blocks:?} of {nb}"
+        );
+        assert!((0..ROWS).all(|r| at(r) + BAND <= sums.len()), "grid band pass: sums");
+        let mut acc: [__m256; ROWS] = core::array::from_fn(|r| _mm256_loadu_ps(sums[at(r)..][..BAND].as_ptr()));
+        let kv = _mm256_set1_ps(k);
+        for b in blocks {
+            let a = bands.q[(band * nb + b) * BAND_BLOCK..][..BAND_BLOCK].as_ptr();
+            let w = tile.w[(tile_rows * b + row0) * QK_K..][..ROWS * QK_K].as_ptr();
+            let scales = &tile.scales[(tile_rows * b + row0) * tile.groups..][..ROWS * tile.groups];
+            let whole = match t.scale_values {
+                16 => block_sums::<16>(a, w, scales),
+                _ => block_sums::<32>(a, w, scales),
+            };
+            let d8 = _mm256_loadu_ps(bands.d[(band * nb + b) * BAND..][..BAND].as_ptr());
+            let pair_sums = &bands.pair_sums[(band * nb + b) * MIN_PAIRS * BAND..][..MIN_PAIRS * BAND];
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let at = tile_rows * b + row0 + r;
+                let dots = _mm256_cvtepi32_ps(_mm256_sub_epi32(whole[r], _mm256_set1_epi32(tile.correction[at])));
+                let scales = _mm256_mul_ps(_mm256_set1_ps(tile.d[at]), d8);
+                let block = _mm256_mul_ps(scales, _mm256_mul_ps(dots, kv));
+                *acc = if t.mins {
+                    let mins = min_sums(pair_sums, &tile.min_pairs[at * MIN_PAIRS..][..MIN_PAIRS]);
+                    let min_scales = _mm256_mul_ps(_mm256_set1_ps(tile.dmin[at]), d8);
+                    _mm256_add_ps(*acc, _mm256_sub_ps(block, _mm256_mul_ps(min_scales, _mm256_cvtepi32_ps(mins))))
+                } else {
+                    _mm256_add_ps(*acc, block)
+                };
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            _mm256_storeu_ps(sums[at(r)..][..BAND].as_mut_ptr(), *acc);
         }
     }
+}
+
+/// `Σ min · Σ q` over the 16 groups of 16 of one weight row's block (`min_pairs`, 8 pairs of
+/// i16) against a band's pair sums (8 vectors of 8 lanes, two i16 each): exact i32 per lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn min_sums(pair_sums: &[i32], min_pairs: &[i32]) -> __m256i {
+    let mut sum = _mm256_setzero_si256();
+    for (p, &pair) in min_pairs.iter().enumerate() {
+        let sums = _mm256_loadu_si256(pair_sums[p * BAND..][..BAND].as_ptr().cast());
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(sums, _mm256_set1_epi32(pair)));
+    }
+    sum
+}
+
+/// One block of 4 weight rows (`w`: 256 bytes each, consecutive) against one band's block `a`:
+/// per row, `Σ scale · Σ (q + 128) · w` in each lane, the scales per `SUB` values.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_sums<const SUB: usize>(a: *const u8, w: *const i8, scales: &[i32]) -> [__m256i; ROWS] {
+    let groups = QK_K / SUB;
+    let mut whole = [_mm256_setzero_si256(); ROWS];
+    for s in 0..groups {
+        // each row's scale in every i16 lane (scales are below 2⁸)
+        let scale: [__m256i; ROWS] = core::array::from_fn(|r| _mm256_set1_epi16(scales[r * groups + s] as i16));
+        for k4 in s * SUB / 4..(s + 1) * SUB / 4 {
+            let q = _mm256_loadu_si256(a.add(32 * k4).cast());
+            for (r, whole) in whole.iter_mut().enumerate() {
+                let four = w.add(r * QK_K + 4 * k4).cast::<i32>().read_unaligned();
+                let pairs = _mm256_maddubs_epi16(q, _mm256_set1_epi32(four));
+                *whole = _mm256_add_epi32(*whole, _mm256_madd_epi16(pairs, scale[r]));
+            }
+        }
+    }
+    whole
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::iq_grid::gemm::expand_scalar;
     use crate::quant::iq_grid::gemm::gemm_type;
     use crate::quant::iq_grid::gemm::tests::{check_gemm, GRID_TYPES};
-    use crate::quant::iq_grid::random_row;
+    use crate::quant::GgmlType;
     use crate::quant::Isa;
-
-    #[test]
-    fn the_avx2_expansion_equals_the_scalar_one() {
-        if !Isa::Avx2.is_available() {
-            return;
-        }
-        for ty in GRID_TYPES {
-            let t = gemm_type(ty).unwrap();
-            for seed in 0..8 {
-                let block = random_row(ty, 1, seed);
-                let (mut want, mut got) = ([0i16; QK_K], [0i16; QK_K]);
-                let mut u = Unpacked::default();
-                let d0 = expand_scalar(t, &block, &mut u, &mut want);
-                let d1 = expand(t, &block, &mut u, &mut got);
-                assert_eq!((d1.to_bits(), got), (d0.to_bits(), want), "{ty}, seed {seed}");
-            }
-        }
-    }
 
     #[test]
     fn the_avx2_grid_gemm_gives_the_row_dot_bits() {
         if Isa::Avx2.is_available() {
-            check_gemm(&GRID_TYPES, |ty| gemm(gemm_type(ty).unwrap()), "avx2");
+            check_gemm(&[GRID_TYPES.as_slice(), &[GgmlType::Q2_K]].concat(), |ty| gemm(gemm_type(ty).unwrap()), "avx2");
         }
     }
 }

@@ -10,7 +10,7 @@ mod float;
 mod float_gemm;
 pub(in crate::quant::x86) mod grid;
 mod grid_blocks;
-pub(in crate::quant::x86) mod grid_gemm;
+mod grid_gemm;
 mod k_quants;
 mod k_quants_q5q6;
 pub(crate) use k_quants_q5q6::vec_dot_q6_k_blockwise;
@@ -32,9 +32,9 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
         .or_else(|| grid::kernels(ty))
 }
 
-/// This tier's many-row product for grid i-quant `ty`, or `None`.
+/// This tier's many-row product for grid i-quant `ty` (or Q2_K, Q3_K), or `None`.
 pub(crate) fn grid_gemm(ty: GgmlType) -> Option<crate::quant::iq_grid::gemm::GridGemm> {
-    crate::quant::iq_grid::gemm::tile_type(ty).map(grid_gemm::gemm)
+    crate::quant::iq_grid::gemm::gemm_type(ty).map(grid_gemm::gemm)
 }
 
 /// This tier's many-row product for `ty` (float weights only), or `None`.
