@@ -945,9 +945,10 @@ pub fn attention_by<R: Runtime>(
     // the pools (or the batch's rows) and their arguments after `out` or `parts`
     let (k, v, tables, tail, v_row) = match kv {
         KvArgs::Pool { k, v, k_pool, v_pool, layer, tables } => {
-            // a value head is its row part's first dv values (all of it, or a key head's start)
-            let v_head = v_pool.dim / h.n_head_kv;
-            if k_pool.dim != h.n_head_kv * h.dk || v_pool.dim % h.n_head_kv != 0 || v_head < h.dv || layer >= k_pool.n_layer {
+            // value rows of their own, or the key rows (each value head a key head's start)
+            let own_rows = v_pool.dim == h.n_head_kv * h.dv;
+            let in_keys = v_pool.dim == k_pool.dim && h.dv <= h.dk;
+            if k_pool.dim != h.n_head_kv * h.dk || !(own_rows || in_keys) || layer >= k_pool.n_layer {
                 return Err(RuntimeError::Device(format!("{K}: the pools do not hold these heads")));
             }
             check(rt, K, "k pool", k, k_pool.bytes())?;

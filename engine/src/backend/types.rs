@@ -273,6 +273,24 @@ impl KvValues {
     pub fn in_keys(self) -> bool {
         matches!(self, KvValues::KeyPrefix(_))
     }
+
+    /// The types a store asked for `types` keeps: the keys' for values in the keys.
+    pub fn kept_types(self, types: KvTypes) -> KvTypes {
+        if self.in_keys() {
+            KvTypes::from(types.key)
+        } else {
+            types
+        }
+    }
+
+    /// Bytes a store spends on one position's value row of type `ty`: none for values in the
+    /// keys.
+    pub fn stored_row_bytes(self, ty: KvType) -> usize {
+        match self {
+            KvValues::Rows(dim) => ty.row_bytes(dim),
+            KvValues::KeyPrefix(_) => 0,
+        }
+    }
 }
 
 /// The element types of a KV cache's keys and of its values (llama.cpp's `--cache-type-k` and

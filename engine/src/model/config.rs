@@ -729,12 +729,11 @@ impl ModelConfig {
     /// keeps them, in the keys' type, unless a quantized key's blocks would straddle the latent's
     /// end; every other model's are rows of their own.
     pub fn kv_layout(&self, types: KvTypes) -> (KvTypes, KvValues) {
-        match &self.latent {
-            Some(l) if !types.key.is_quantized() || l.kv_rank.is_multiple_of(KV_QUANT_BLOCK) => {
-                (KvTypes::from(types.key), KvValues::KeyPrefix(self.v_dim()))
-            }
-            _ => (types, KvValues::Rows(self.v_dim())),
-        }
+        let values = match &self.latent {
+            Some(l) if !types.key.is_quantized() || l.kv_rank.is_multiple_of(KV_QUANT_BLOCK) => KvValues::KeyPrefix(self.v_dim()),
+            _ => KvValues::Rows(self.v_dim()),
+        };
+        (values.kept_types(types), values)
     }
 
     /// Heads, head sizes and q·k scale, as attention takes them.

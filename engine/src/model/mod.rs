@@ -381,8 +381,7 @@ impl Model {
     pub fn kv_bytes_per_position(&self, types: impl Into<KvTypes>) -> usize {
         let c = &self.config;
         let (types, values) = c.kv_layout(types.into());
-        let value_bytes = if values.in_keys() { 0 } else { types.value.row_bytes(values.dim()) };
-        c.n_kv_layers() * (types.key.row_bytes(c.k_dim()) + value_bytes)
+        c.n_kv_layers() * (types.key.row_bytes(c.k_dim()) + values.stored_row_bytes(types.value))
     }
 
     /// Bytes of one sequence's recurrent states (every recurrent layer's; 0 for a model

@@ -103,8 +103,7 @@ impl CpuKvStore {
     /// A store that also holds recurrent-state slots of `state_floats` values; values in the
     /// keys take the keys' type.
     pub fn with_states(types: KvTypes, n_layer: usize, k_dim: usize, values: KvValues, state_floats: usize) -> CpuKvStore {
-        let types = if values.in_keys() { KvTypes::from(types.key) } else { types };
-        CpuKvStore { types, n_layer, k_dim, values, blocks: Vec::new(), state_floats, states: Vec::new() }
+        CpuKvStore { types: values.kept_types(types), n_layer, k_dim, values, blocks: Vec::new(), state_floats, states: Vec::new() }
     }
 
     /// State slot `id`, taken out of the store (for a kernel to work on several at once); put
@@ -178,11 +177,7 @@ impl KvStorage for CpuKvStore {
     }
 
     fn block_bytes(&self) -> usize {
-        let values = match self.values {
-            KvValues::Rows(dim) => self.types.value.row_bytes(dim),
-            KvValues::KeyPrefix(_) => 0,
-        };
-        self.n_layer * BLOCK_POSITIONS * (self.types.key.row_bytes(self.k_dim) + values)
+        self.n_layer * BLOCK_POSITIONS * (self.types.key.row_bytes(self.k_dim) + self.values.stored_row_bytes(self.types.value))
     }
 
     fn alloc_state(&mut self, id: StateId) -> Result<(), BackendError> {
@@ -228,10 +223,10 @@ impl KvRows for LayerView<'_> {
 
     fn value(&self, pos: usize) -> KvRow<'_> {
         let b = self.store.block(self.table[pos / BLOCK_POSITIONS]);
-        let row = self.layer * BLOCK_POSITIONS + pos % BLOCK_POSITIONS;
-        match (&b.v, self.store.values) {
-            (Some(values), _) => values.row(row, self.store.values.dim()),
-            (None, values) => b.k.row_prefix(row, self.store.k_dim, values.dim()),
+        let (row, dim) = (self.layer * BLOCK_POSITIONS + pos % BLOCK_POSITIONS, self.store.values.dim());
+        match &b.v {
+            Some(values) => values.row(row, dim),
+            None => b.k.row_prefix(row, self.store.k_dim, dim),
         }
     }
 }

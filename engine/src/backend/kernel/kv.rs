@@ -45,8 +45,7 @@ impl<R: Runtime> DeviceKvStore<R> {
         values: KvValues,
         state_floats: usize,
     ) -> DeviceKvStore<R> {
-        // values in the keys take the keys' type
-        let types = if values.in_keys() { KvTypes::from(types.key) } else { types };
+        let types = values.kept_types(types);
         DeviceKvStore { rt, device, types, n_layer, k_dim, values, capacity: 0, pools: None, state_floats, state_capacity: 0, states: None }
     }
 
@@ -102,11 +101,7 @@ impl<R: Runtime> DeviceKvStore<R> {
     /// Bytes of one block in the key pool and in the value pool (0: no value pool).
     fn bytes_per_block(&self) -> (usize, usize) {
         let rows = self.n_layer * BLOCK_POSITIONS;
-        let values = match self.values {
-            KvValues::Rows(dim) => rows * self.types.value.row_bytes(dim),
-            KvValues::KeyPrefix(_) => 0,
-        };
-        (rows * self.types.key.row_bytes(self.k_dim), values)
+        (rows * self.types.key.row_bytes(self.k_dim), rows * self.values.stored_row_bytes(self.types.value))
     }
 
     fn grow_to(&mut self, blocks: usize) -> Result<(), BackendError> {
