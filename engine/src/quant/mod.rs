@@ -37,6 +37,7 @@ pub mod k_quants;
 mod matrix;
 pub mod mxfp4;
 pub mod panel;
+pub mod prefetch;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q5_0;

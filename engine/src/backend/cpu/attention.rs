@@ -46,7 +46,7 @@ impl<'a> KvRow<'a> {
 
 impl KvRow<'_> {
     /// The row as stored, little-endian (for comparing a device's stores with the CPU's).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "sim"))]
     pub(crate) fn bytes(self) -> Vec<u8> {
         match self {
             KvRow::F32(r) => r.iter().flat_map(|v| v.to_le_bytes()).collect(),

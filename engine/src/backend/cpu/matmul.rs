@@ -261,6 +261,7 @@ pub fn matmul_rows_on(
             // rows for them come here, unprepared, for the row dot in their order)
             let dot = panel_order_dots[seg.m].unwrap_or(op.vec_dot);
             for (i, r) in seg.rows.clone().enumerate() {
+                quant::prefetch::prefetch(quant::prefetch::row_ahead(w.data, w.row_bytes(), r));
                 let row = w.row(r);
                 for (out, a) in outs.iter_mut().zip(act.chunks_exact(act_row_bytes)) {
                     out[i] = dot(row, a);

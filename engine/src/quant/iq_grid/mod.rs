@@ -168,16 +168,25 @@ pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16_le([b[at], b[at + 1]])
 }
 
+// The word readers take a slice of the word's width, so that one bounds check and one load
+// read it (indexing byte by byte leaves four checks and four byte loads in the kernels).
+
 /// The little-endian u16 at `b[at..]`.
 #[inline]
 pub(crate) fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
+    u16::from_le_bytes(b[at..at + 2].try_into().expect("two bytes"))
 }
 
 /// The little-endian u32 at `b[at..]`.
 #[inline]
 pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("four bytes"))
+}
+
+/// The little-endian u64 at `b[at..]`.
+#[inline]
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("eight bytes"))
 }
 
 /// Row functions of one grid type (`$ty`: its [`GridType`]).

@@ -91,6 +91,17 @@ pub(super) unsafe fn iq4_levels<const OFFSET: i32>(p: *const u8) -> [__m256i; 8]
     nibbles(p).map(|v| _mm256_shuffle_epi8(table, v))
 }
 
+/// Asks for the `bytes` from `p` + [`AHEAD`](crate::quant::prefetch::AHEAD) on to be brought
+/// into the cache, a line at a time (see `quant::prefetch`): a tile calls it with each block
+/// it reads. A prefetch never faults, so the lines may lie past the end of the panel.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
+    for line in (0..bytes).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(crate::quant::prefetch::AHEAD + line).cast());
+    }
+}
+
 /// The f32 at `p`, broadcast.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -199,7 +210,7 @@ macro_rules! panel_kernels {
         use $crate::quant::panel::prepared::{K_D, K_QS, K_SUMS16, K_SUMS32, LEGACY_QS, LEGACY_SUM};
         use $crate::quant::x86::panel::{
             add_fifth_bits, add_q6_high, bcast4, dup_word, e8m0x8, f16x8, f32_splat, i32_at, iq4_levels, load128, mxfp4_levels, nibbles,
-            store_rows,
+            prefetch_ahead, store_rows,
         };
 
         /// A legacy type's tile: `quants(w)` unpacks a block's 8 vectors and `scales(w)` its 8
@@ -218,6 +229,7 @@ macro_rules! panel_kernels {
             let mut acc = [_mm256_setzero_ps(); R];
             for b in 0..nb {
                 let w = panel.add(b * BLOCK_BYTES);
+                prefetch_ahead(w, BLOCK_BYTES);
                 let dw = scales(w);
                 let v = quants(w);
                 for r in 0..R {
@@ -248,6 +260,7 @@ macro_rules! panel_kernels {
             let mut acc = [_mm256_setzero_ps(); R];
             for b in 0..nb {
                 let w = panel.add(b * block_bytes::IQ4_NL);
+                prefetch_ahead(w, block_bytes::IQ4_NL);
                 let dw = f16x8(w.add(at::D));
                 let v = iq4_levels::<IQ4_OFFSET>(w.add(at::LEGACY_QUANTS));
                 for r in 0..R {
@@ -283,6 +296,7 @@ macro_rules! panel_kernels {
             let (mut acc, mut acc_min) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
             for b in 0..nb {
                 let w = panel.add(b * step);
+                prefetch_ahead(w, step);
                 let (dw, dmin) = (f16x8(w.add(at::D)), f16x8(w.add(at::K4_DMIN)));
                 let pairs: [__m256i; 4] = core::array::from_fn(|p| _mm256_cvtepu8_epi16(load128(w.add(at::K4_SCALES + 16 * p))));
                 let scales: [__m256i; 8] =
@@ -343,6 +357,7 @@ macro_rules! panel_kernels {
             let mut acc = [_mm256_setzero_ps(); R];
             for b in 0..nb {
                 let w = panel.add(b * block_bytes::Q6_K);
+                prefetch_ahead(w, block_bytes::Q6_K);
                 let dw = f16x8(w.add(at::D));
                 let pairs: [__m256i; 8] = core::array::from_fn(|p| _mm256_cvtepi8_epi16(load128(w.add(at::Q6K_SCALES + 16 * p))));
                 // chunk by chunk, each unpacked chunk (in registers) dotted with every row; a
@@ -387,6 +402,7 @@ macro_rules! panel_kernels {
             let mut acc = [_mm256_setzero_ps(); R];
             for b in 0..nb {
                 let w = panel.add(b * block_bytes::IQ4_XS);
+                prefetch_ahead(w, block_bytes::IQ4_XS);
                 let rows: [*const u8; R] = core::array::from_fn(|r| acts.add(r * stride + b * ACT_K_BYTES));
                 let mut isums = [_mm256_setzero_si256(); R];
                 for c in 0..8 {

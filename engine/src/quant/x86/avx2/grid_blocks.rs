@@ -11,7 +11,7 @@
 use core::arch::x86_64::*;
 
 use crate::quant::iq_grid::tables::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
-use crate::quant::iq_grid::{f16_at, iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, u32_at, GridType, SIGNS7};
+use crate::quant::iq_grid::{f16_at, iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, u32_at, u64_at, GridType, SIGNS7};
 use crate::quant::QK_K;
 
 /// One grid type's super-block of `N` bytes, read for the dot product.
@@ -55,7 +55,14 @@ fn u16_at(b: &[u8], at: usize) -> u32 {
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn signs7x4(bits: u32) -> __m256i {
-    let s = |k: u32| SIGNS7_PM1[(bits >> (7 * k) & 127) as usize] as i64;
+    signs7_each([bits, bits >> 7, bits >> 14, bits >> 21])
+}
+
+/// The ±1 signs of four 7-bit sets, each in the low bits of its word (higher bits ignored).
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn signs7_each(sets: [u32; 4]) -> __m256i {
+    let s = |k: usize| SIGNS7_PM1[(sets[k] & 127) as usize] as i64;
     _mm256_setr_epi64x(s(0), s(1), s(2), s(3))
 }
 
@@ -95,6 +102,17 @@ unsafe fn two_scales(byte: u8) -> __m256i {
     _mm256_setr_m128i(s(byte & 15), s(byte >> 4))
 }
 
+/// The sum of a block's eight 32-value chunks, `chunk(0) .. chunk(7)`, and no shifted sums.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn chunks(chunk: impl Fn(usize) -> __m256i) -> (__m256i, __m256i) {
+    let mut acc = _mm256_setzero_si256();
+    for c in 0..8 {
+        acc = _mm256_add_epi32(acc, chunk(c));
+    }
+    (acc, _mm256_setzero_si256())
+}
+
 pub(super) struct Iq2Xxs;
 impl GridBlock<66> for Iq2Xxs {
     const TYPE: &'static GridType = &iq2_xxs::TYPE;
@@ -102,17 +120,17 @@ impl GridBlock<66> for Iq2Xxs {
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn sums(b: &[u8; 66], q: &[i8; QK_K]) -> (__m256i, __m256i) {
-        let mut acc = _mm256_setzero_si256();
-        for c in 0..8 {
-            // four 8-bit grid indices, then four 7-bit sign sets and a 4-bit scale
+        let chunk = |c: usize| {
+            // a word per 32 values: four 8-bit grid indices, then four 7-bit sign sets and a
+            // 4-bit scale
             let at = 2 + 8 * c;
-            let aux = u32_at(b, at + 4);
             let g = |l: usize| IQ2XXS_GRID[usize::from(b[at + l])] as i64;
             let v = _mm256_setr_epi64x(g(0), g(1), g(2), g(3));
+            let aux = u32_at(b, at + 4);
             let scale = _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16);
-            acc = _mm256_add_epi32(acc, scaled_dot(v, signs7x4(aux), acts(q, c), scale));
-        }
-        (acc, _mm256_setzero_si256())
+            scaled_dot(v, signs7x4(aux), acts(q, c), scale)
+        };
+        chunks(chunk)
     }
 }
 
@@ -123,16 +141,16 @@ impl GridBlock<74> for Iq2Xs {
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn sums(b: &[u8; 74], q: &[i8; QK_K]) -> (__m256i, __m256i) {
-        let mut acc = _mm256_setzero_si256();
-        for c in 0..8 {
-            // a u16 per group of 8: a 9-bit grid index and 7 signs
-            let w = |l: usize| u16_at(b, 2 + 8 * c + 2 * l);
-            let g = |l: usize| IQ2XS_GRID[(w(l) & 511) as usize] as i64;
+        let chunk = |c: usize| {
+            // a u16 per group of 8 (four in a word): a 9-bit grid index and 7 signs
+            let w = u64_at(b, 2 + 8 * c);
+            let u = |l: u32| (w >> (16 * l)) as u32;
+            let g = |l: u32| IQ2XS_GRID[(u(l) & 511) as usize] as i64;
             let v = _mm256_setr_epi64x(g(0), g(1), g(2), g(3));
-            let signs = signs7x4((w(0) >> 9) | (w(1) >> 9) << 7 | (w(2) >> 9) << 14 | (w(3) >> 9) << 21);
-            acc = _mm256_add_epi32(acc, scaled_dot(v, signs, acts(q, c), two_scales(b[66 + c])));
-        }
-        (acc, _mm256_setzero_si256())
+            let signs = signs7_each([u(0) >> 9, u(1) >> 9, u(2) >> 9, u(3) >> 9]);
+            scaled_dot(v, signs, acts(q, c), two_scales(b[66 + c]))
+        };
+        chunks(chunk)
     }
 }
 
@@ -143,16 +161,15 @@ impl GridBlock<82> for Iq2S {
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn sums(b: &[u8; 82], q: &[i8; QK_K]) -> (__m256i, __m256i) {
-        let mut acc = _mm256_setzero_si256();
-        for c in 0..8 {
+        let chunk = |c: usize| {
             // 10-bit indices: low bytes at 2.., two high bits per group in b[66 + c]
             let high = u32::from(b[66 + c]);
             let g = |l: usize| IQ2S_GRID[(u32::from(b[2 + 4 * c + l]) | (high << (8 - 2 * l)) & 0x300) as usize] as i64;
             let v = _mm256_setr_epi64x(g(0), g(1), g(2), g(3));
             let signs = sign_bytes(u32_at(b, 34 + 4 * c));
-            acc = _mm256_add_epi32(acc, scaled_dot(v, signs, acts(q, c), two_scales(b[74 + c])));
-        }
-        (acc, _mm256_setzero_si256())
+            scaled_dot(v, signs, acts(q, c), two_scales(b[74 + c]))
+        };
+        chunks(chunk)
     }
 }
 
@@ -163,16 +180,15 @@ impl GridBlock<98> for Iq3Xxs {
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn sums(b: &[u8; 98], q: &[i8; QK_K]) -> (__m256i, __m256i) {
-        let mut acc = _mm256_setzero_si256();
-        for c in 0..8 {
+        let chunk = |c: usize| {
             // eight 8-bit indices of 4 magnitudes each; four 7-bit sign sets and a 4-bit scale
             let aux = u32_at(b, 66 + 4 * c);
             let g = |k: usize| IQ3XXS_GRID[usize::from(b[2 + 8 * c + k])] as i32;
             let v = _mm256_setr_epi32(g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7));
             let scale = _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16);
-            acc = _mm256_add_epi32(acc, scaled_dot(v, signs7x4(aux), acts(q, c), scale));
-        }
-        (acc, _mm256_setzero_si256())
+            scaled_dot(v, signs7x4(aux), acts(q, c), scale)
+        };
+        chunks(chunk)
     }
 }
 
@@ -183,17 +199,16 @@ impl GridBlock<110> for Iq3S {
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn sums(b: &[u8; 110], q: &[i8; QK_K]) -> (__m256i, __m256i) {
-        let mut acc = _mm256_setzero_si256();
-        for c in 0..8 {
+        let chunk = |c: usize| {
             // 9-bit indices: low bytes at 2.., the k-th one's high bit is bit k of b[66 + c]
             let high = u32::from(b[66 + c]);
             let g = |k: usize| IQ3S_GRID[(u32::from(b[2 + 8 * c + k]) | (high >> k & 1) << 8) as usize] as i32;
             let v = _mm256_setr_epi32(g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7));
-            let nibble = if c % 2 == 0 { b[106 + c / 2] & 15 } else { b[106 + c / 2] >> 4 };
+            let nibble = b[106 + c / 2] >> (4 * (c % 2)) & 15;
             let scale = _mm256_set1_epi16(i16::from(2 * nibble + 1));
-            acc = _mm256_add_epi32(acc, scaled_dot(v, sign_bytes(u32_at(b, 74 + 4 * c)), acts(q, c), scale));
-        }
-        (acc, _mm256_setzero_si256())
+            scaled_dot(v, sign_bytes(u32_at(b, 74 + 4 * c)), acts(q, c), scale)
+        };
+        chunks(chunk)
     }
 }
 

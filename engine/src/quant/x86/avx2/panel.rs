@@ -75,6 +75,7 @@ unsafe fn q8_0_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8
         let mut acc = [_mm256_setzero_ps(); 8];
         for b in 0..nb {
             let w = panel.add(b * block_bytes::Q8_0);
+            prefetch_ahead(w, block_bytes::Q8_0);
             let a = acts.add(r * stride + b * ACT_LEGACY_BYTES);
             let scale = _mm256_mul_ps(f16x8(w.add(at::D)), f32_splat(a));
             for (k, acc) in acc.iter_mut().enumerate() {

@@ -83,6 +83,7 @@ unsafe fn q8_0_tile<const R: usize>(panel: *const u8, nb: usize, acts: *const u8
     let mut acc = [[_mm512_setzero_ps(); 8]; 2];
     for b in 0..nb {
         let w = panel.add(b * block_bytes::Q8_0);
+        prefetch_ahead(w, block_bytes::Q8_0);
         let dw = _mm512_castps256_ps512(f16x8(w.add(at::D)));
         let dw = _mm512_shuffle_f32x4::<0b01_00_01_00>(dw, dw);
         let mut mag = [_mm512_setzero_si512(); 8];
