@@ -142,7 +142,9 @@ pub fn grid_gemm_on(ty: GgmlType, isa: Isa) -> Option<super::iq_grid::gemm::Grid
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => super::x86::avx2::grid_gemm(ty),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Amx => super::x86::avx512::grid_gemm(ty),
+        Isa::Avx512 => super::x86::avx512::grid_gemm(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Amx => super::x86::amx::grid_gemm(ty),
         #[allow(unreachable_patterns)]
         _ => None,
     }

@@ -48,6 +48,19 @@ pub(super) trait LaneKernel {
     /// Only where the tier's features were detected.
     unsafe fn interleave(act: &[BlockQ8K], batch: usize, nb: usize) -> (Vec<u8>, Vec<f32>, Vec<i32>);
 
+    /// Called once a tile is expanded, before its passes (the AMX tier builds its weight planes
+    /// and loads the tile unit's configuration here).
+    ///
+    /// # Safety
+    /// Only where the tier's features were detected; [`LaneKernel::end`] follows.
+    unsafe fn begin(_tile: &mut Tile) {}
+
+    /// Called after a tile's last pass.
+    ///
+    /// # Safety
+    /// Only where the tier's features were detected, after [`LaneKernel::begin`].
+    unsafe fn end() {}
+
     /// Blocks `blocks` of tile rows `row0 .. row0 + ROWS` against band `band`, added to those
     /// rows' sums (`sums[at(r) .. at(r) + BAND]` for row `row0 + r`), each block as
     /// `(d · d₈) · (W · k)` (Q2_K: minus its min term).
@@ -90,6 +103,8 @@ pub(super) struct Tile {
     pub min_pairs: Vec<i32>,
     /// Scales per block.
     pub groups: usize,
+    /// The AMX tier's weight planes (`amx::grid`); empty on the others.
+    pub planes: Vec<i8>,
 }
 
 /// The activations in bands of `L::BAND` rows.
@@ -120,6 +135,7 @@ pub(super) fn run<L: LaneKernel>(t: &GridType, w: &[u8], rows: usize, acts: &Gri
         dmin: vec![0.0; tile_rows * nb],
         min_pairs: vec![0; tile_rows * nb * MIN_PAIRS],
         groups,
+        planes: Vec::new(),
     };
     // row r's sums for band i at (r · count + i) · BAND
     let mut sums = vec![0f32; tile_rows * count * L::BAND];
@@ -135,6 +151,8 @@ pub(super) fn run<L: LaneKernel>(t: &GridType, w: &[u8], rows: usize, acts: &Gri
             }
         }
         sums.fill(0.0);
+        // SAFETY: as in `prepare`; `end` follows below.
+        unsafe { L::begin(&mut tile) };
         for start in (0..nb).step_by(CHUNK) {
             let end = nb.min(start + CHUNK);
             for band in 0..count {
@@ -145,6 +163,8 @@ pub(super) fn run<L: LaneKernel>(t: &GridType, w: &[u8], rows: usize, acts: &Gri
                 }
             }
         }
+        // SAFETY: after `begin`.
+        unsafe { L::end() };
         // each activation row's outputs for the tile are one run of memory: written in turn
         for (j, out) in outs.iter_mut().enumerate() {
             for (r, o) in out[first..first + n].iter_mut().enumerate() {

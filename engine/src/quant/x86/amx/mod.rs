@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 
 use crate::quant::GgmlType;
 
+mod grid;
 mod k_quants;
 mod legacy;
 
@@ -109,6 +110,15 @@ unsafe fn run_pair(
     }
     release();
     acc
+}
+
+/// The tile unit's many-row product of grid type `ty` (the grid i-quants, Q3_K, Q2_K), if the
+/// CPU runs the tier.
+pub(crate) fn grid_gemm(ty: GgmlType) -> Option<crate::quant::iq_grid::gemm::GridGemm> {
+    if !is_available() {
+        return None;
+    }
+    crate::quant::iq_grid::gemm::gemm_type(ty).map(grid::gemm)
 }
 
 /// The tile kernel of weight type `ty`, if the CPU runs the tier and the type has one.
@@ -229,6 +239,68 @@ pub(crate) mod tile {
             s = in(reg) stride,
             w = in(reg) weights,
             ws = in(reg) 64usize,
+            c = in(reg) sums,
+            options(nostack),
+        );
+    }
+
+    /// One block (256 values, 4 steps of 64) of 16 weight rows' planes at `planes` (per row its
+    /// high plane's 256 signed bytes, then its low plane's) by two bands of 16 activation rows
+    /// at `band0` and `band1` (each 64 vectors of 64 bytes: 4 unsigned quants of each row), by
+    /// `tdpbsud`; the four 16 x 16 i32 sums (row: weight row, lane: activation row) go to
+    /// `sums` (4 KiB): the high and the low plane's against the first band, then the second.
+    ///
+    /// # Safety
+    /// [`config`] is loaded on this thread; 8 KiB at `planes` and 4 KiB at each band may be
+    /// read, `sums` may be written for 4 KiB.
+    #[inline(always)]
+    pub(crate) unsafe fn grid_block(planes: *const u8, band0: *const u8, band1: *const u8, sums: *mut u8) {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            "tileloadd tmm4, [{w}+{ws}*1]",
+            "tileloadd tmm5, [{w}+{ws}*1+256]",
+            "tileloadd tmm6, [{a0}+{s}*1]",
+            "tileloadd tmm7, [{a1}+{s}*1]",
+            "tdpbsud tmm0, tmm4, tmm6",
+            "tdpbsud tmm1, tmm5, tmm6",
+            "tdpbsud tmm2, tmm4, tmm7",
+            "tdpbsud tmm3, tmm5, tmm7",
+            "tileloadd tmm4, [{w}+{ws}*1+64]",
+            "tileloadd tmm5, [{w}+{ws}*1+320]",
+            "tileloadd tmm6, [{a0}+{s}*1+1024]",
+            "tileloadd tmm7, [{a1}+{s}*1+1024]",
+            "tdpbsud tmm0, tmm4, tmm6",
+            "tdpbsud tmm1, tmm5, tmm6",
+            "tdpbsud tmm2, tmm4, tmm7",
+            "tdpbsud tmm3, tmm5, tmm7",
+            "tileloadd tmm4, [{w}+{ws}*1+128]",
+            "tileloadd tmm5, [{w}+{ws}*1+384]",
+            "tileloadd tmm6, [{a0}+{s}*1+2048]",
+            "tileloadd tmm7, [{a1}+{s}*1+2048]",
+            "tdpbsud tmm0, tmm4, tmm6",
+            "tdpbsud tmm1, tmm5, tmm6",
+            "tdpbsud tmm2, tmm4, tmm7",
+            "tdpbsud tmm3, tmm5, tmm7",
+            "tileloadd tmm4, [{w}+{ws}*1+192]",
+            "tileloadd tmm5, [{w}+{ws}*1+448]",
+            "tileloadd tmm6, [{a0}+{s}*1+3072]",
+            "tileloadd tmm7, [{a1}+{s}*1+3072]",
+            "tdpbsud tmm0, tmm4, tmm6",
+            "tdpbsud tmm1, tmm5, tmm6",
+            "tdpbsud tmm2, tmm4, tmm7",
+            "tdpbsud tmm3, tmm5, tmm7",
+            "tilestored [{c}+{s}*1], tmm0",
+            "tilestored [{c}+{s}*1+1024], tmm1",
+            "tilestored [{c}+{s}*1+2048], tmm2",
+            "tilestored [{c}+{s}*1+3072], tmm3",
+            w = in(reg) planes,
+            ws = in(reg) 512usize,
+            a0 = in(reg) band0,
+            a1 = in(reg) band1,
+            s = in(reg) 64usize,
             c = in(reg) sums,
             options(nostack),
         );

@@ -15,14 +15,14 @@ const BAND: usize = 16;
 /// Weight rows whose sums for one band are held in registers.
 const ROWS: usize = 8;
 /// Bytes of one band's block of interleaved activations.
-const BAND_BLOCK: usize = BAND * QK_K;
+pub(in crate::quant::x86) const BAND_BLOCK: usize = BAND * QK_K;
 
 /// This tier's many-row product for grid type `t`.
 pub(crate) fn gemm(t: &'static GridType) -> GridGemm {
     GridGemm { ty: t, prepare: grid_lanes::prepare::<Vnni512>, run: grid_lanes::run::<Vnni512> }
 }
 
-struct Vnni512;
+pub(in crate::quant::x86) struct Vnni512;
 
 impl LaneKernel for Vnni512 {
     const BAND: usize = BAND;
@@ -89,24 +89,49 @@ impl LaneKernel for Vnni512 {
                 16 => block_sums::<16>(a, w, scales),
                 _ => block_sums::<32>(a, w, scales),
             };
-            let d8 = _mm512_loadu_ps(bands.d[(band * nb + b) * BAND..][..BAND].as_ptr());
-            let pair_sums = &bands.pair_sums[(band * nb + b) * MIN_PAIRS * BAND..][..MIN_PAIRS * BAND];
+            let block = BandBlock::new(bands, band, b);
             for (r, acc) in acc.iter_mut().enumerate() {
-                let at = tile_rows * b + row0 + r;
-                let dots = _mm512_cvtepi32_ps(_mm512_sub_epi32(whole[r], _mm512_set1_epi32(tile.correction[at])));
-                let scales = _mm512_mul_ps(_mm512_set1_ps(tile.d[at]), d8);
-                let block = _mm512_mul_ps(scales, _mm512_mul_ps(dots, kv));
-                *acc = if t.mins {
-                    let mins = min_sums(pair_sums, &tile.min_pairs[at * MIN_PAIRS..][..MIN_PAIRS]);
-                    let min_scales = _mm512_mul_ps(_mm512_set1_ps(tile.dmin[at]), d8);
-                    _mm512_add_ps(*acc, _mm512_sub_ps(block, _mm512_mul_ps(min_scales, _mm512_cvtepi32_ps(mins))))
-                } else {
-                    _mm512_add_ps(*acc, block)
-                };
+                *acc = block.add_to(*acc, t, tile, tile_rows * b + row0 + r, whole[r], kv);
             }
         }
         for (r, acc) in acc.iter().enumerate() {
             _mm512_storeu_ps(sums[at(r)..][..BAND].as_mut_ptr(), *acc);
+        }
+    }
+}
+
+/// One band's block of the activations: its 16 rows' scales and (Q2_K) pair sums.
+pub(in crate::quant::x86) struct BandBlock<'a> {
+    d8: __m512,
+    pair_sums: &'a [i32],
+}
+
+impl<'a> BandBlock<'a> {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    pub(in crate::quant::x86) fn new(bands: &'a Bands, band: usize, b: usize) -> Self {
+        let slot = band * bands.nb + b;
+        // SAFETY: the slice holds the 16 floats read.
+        let d8 = unsafe { _mm512_loadu_ps(bands.d[slot * BAND..][..BAND].as_ptr()) };
+        BandBlock { d8, pair_sums: &bands.pair_sums[slot * MIN_PAIRS * BAND..][..MIN_PAIRS * BAND] }
+    }
+
+    /// `acc` plus the block of tile entry `at` (weight row and block) whose biased sums are
+    /// `whole` (`W` plus the entry's correction, per lane): `(d · d₈) · (W · k)`, and for Q2_K
+    /// minus `(dmin · d₈) · Σ min · Σ q`, as the row dot adds its block.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    pub(in crate::quant::x86) fn add_to(&self, acc: __m512, t: &GridType, tile: &Tile, at: usize, whole: __m512i, kv: __m512) -> __m512 {
+        let dots = _mm512_cvtepi32_ps(_mm512_sub_epi32(whole, _mm512_set1_epi32(tile.correction[at])));
+        let scales = _mm512_mul_ps(_mm512_set1_ps(tile.d[at]), self.d8);
+        let block = _mm512_mul_ps(scales, _mm512_mul_ps(dots, kv));
+        if t.mins {
+            // SAFETY: the features are this function's.
+            let mins = unsafe { min_sums(self.pair_sums, &tile.min_pairs[at * MIN_PAIRS..][..MIN_PAIRS]) };
+            let min_scales = _mm512_mul_ps(_mm512_set1_ps(tile.dmin[at]), self.d8);
+            _mm512_add_ps(acc, _mm512_sub_ps(block, _mm512_mul_ps(min_scales, _mm512_cvtepi32_ps(mins))))
+        } else {
+            _mm512_add_ps(acc, block)
         }
     }
 }

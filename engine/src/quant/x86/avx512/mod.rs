@@ -5,7 +5,7 @@ use crate::quant::GgmlType;
 
 mod float;
 mod float_gemm;
-mod grid_gemm;
+pub(in crate::quant::x86) mod grid_gemm;
 mod k_quants;
 mod k_quants_q5q6;
 pub(crate) use k_quants_q5q6::vec_dot_q6_k_blockwise;
