@@ -121,7 +121,7 @@ impl GridBlock<66> for Iq2Xxs {
     #[target_feature(enable = "avx2")]
     unsafe fn sums(b: &[u8; 66], q: &[i8; QK_K]) -> (__m256i, __m256i) {
         let chunk = |c: usize| {
-            // a word per 32 values: four 8-bit grid indices, then four 7-bit sign sets and a
+            // per 32 values, four 8-bit grid indices, then a word of four 7-bit sign sets and a
             // 4-bit scale
             let at = 2 + 8 * c;
             let g = |l: usize| IQ2XXS_GRID[usize::from(b[at + l])] as i64;
