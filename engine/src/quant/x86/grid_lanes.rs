@@ -63,7 +63,8 @@ pub(super) trait LaneKernel {
 
     /// Blocks `blocks` of tile rows `row0 .. row0 + ROWS` against band `band`, added to those
     /// rows' sums (`sums[at(r) .. at(r) + BAND]` for row `row0 + r`), each block as
-    /// `(d · d₈) · (W · k)` (Q2_K: minus its min term).
+    /// `(d · d₈) · (W · k)` (Q2_K: minus its min term). The driver checks the rows, blocks,
+    /// band and sums against the tile, the bands and `sums` before it calls a pass.
     ///
     /// # Safety
     /// Only where the tier's features were detected.
@@ -86,8 +87,7 @@ pub(super) struct Bands<'a> {
     pub q: &'a [u8],
     pub d: &'a [f32],
     pub pair_sums: &'a [i32],
-    /// Bands, and blocks per row.
-    pub count: usize,
+    /// Blocks per row.
     pub nb: usize,
 }
 
@@ -123,7 +123,7 @@ pub(super) fn run<L: LaneKernel>(t: &GridType, w: &[u8], rows: usize, acts: &Gri
     let (batch, tile_rows) = (outs.len(), 2 * L::ROWS);
     let count = batch.div_ceil(L::BAND);
     let nb = check_shapes(t, w, rows, d.len() / L::BAND, count);
-    let bands = Bands { q, d, pair_sums, count, nb };
+    let bands = Bands { q, d, pair_sums, nb };
     let row_bytes = nb * t.block_bytes;
     let groups = QK_K / t.scale_values;
     let mut tile = Tile {
@@ -158,8 +158,16 @@ pub(super) fn run<L: LaneKernel>(t: &GridType, w: &[u8], rows: usize, acts: &Gri
             for band in 0..count {
                 for half in 0..n.div_ceil(L::ROWS) {
                     let at = |r: usize| ((half * L::ROWS + r) * count + band) * L::BAND;
-                    // SAFETY: as in `prepare`; `pass` checks the ranges it reads.
-                    unsafe { L::pass(t, &tile, &bands, band, half * L::ROWS, start..end, k, &mut sums, &at) };
+                    // the ranges every tier's pass reads, checked here once for all of them
+                    let (row0, blocks) = (half * L::ROWS, start..end);
+                    assert!(
+                        row0 + L::ROWS <= tile.rows && blocks.end <= nb && band < count,
+                        "grid band pass: rows {row0}.., blocks {blocks:?} of {nb}"
+                    );
+                    assert!((0..L::ROWS).all(|r| at(r) + L::BAND <= sums.len()), "grid band pass: sums");
+                    // SAFETY: as in `prepare`; the ranges were checked above (and the passes slice what
+                    // they read).
+                    unsafe { L::pass(t, &tile, &bands, band, row0, blocks, k, &mut sums, &at) };
                 }
             }
         }

@@ -103,11 +103,7 @@ impl LaneKernel for TileUnit {
         at: &dyn Fn(usize) -> usize,
     ) {
         let (nb, tile_rows) = (bands.nb, tile.rows);
-        assert!(
-            row0 + ROWS <= tile_rows && blocks.end <= nb && band < bands.count && tile.planes.len() == tile_rows * nb * ENTRY_PLANES,
-            "grid tile pass: rows {row0}.., blocks {blocks:?} of {nb}"
-        );
-        assert!((0..ROWS).all(|r| at(r) + BAND <= sums.len()), "grid tile pass: sums");
+        assert_eq!(tile.planes.len(), tile_rows * nb * ENTRY_PLANES, "grid tile pass: the planes of another tile");
         // row r's running sums: the first 16 activation rows' lanes, then the second's
         let mut acc: [[__m512; 2]; ROWS] =
             core::array::from_fn(|r| core::array::from_fn(|h| _mm512_loadu_ps(sums[at(r) + HALF * h..][..HALF].as_ptr())));

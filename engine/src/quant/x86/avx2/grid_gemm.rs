@@ -79,11 +79,6 @@ impl LaneKernel for Avx2Lanes {
         at: &dyn Fn(usize) -> usize,
     ) {
         let (nb, tile_rows) = (bands.nb, tile.rows);
-        assert!(
-            row0 + ROWS <= tile_rows && blocks.end <= nb && band < bands.count,
-            "grid band pass: rows {row0}.., blocks {blocks:?} of {nb}"
-        );
-        assert!((0..ROWS).all(|r| at(r) + BAND <= sums.len()), "grid band pass: sums");
         let mut acc: [__m256; ROWS] = core::array::from_fn(|r| _mm256_loadu_ps(sums[at(r)..][..BAND].as_ptr()));
         let kv = _mm256_set1_ps(k);
         for b in blocks {

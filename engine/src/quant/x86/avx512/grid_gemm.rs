@@ -74,11 +74,6 @@ impl LaneKernel for Vnni512 {
         at: &dyn Fn(usize) -> usize,
     ) {
         let (nb, tile_rows) = (bands.nb, tile.rows);
-        assert!(
-            row0 + ROWS <= tile_rows && blocks.end <= nb && band < bands.count,
-            "grid band pass: rows {row0}.., blocks {blocks:?} of {nb}"
-        );
-        assert!((0..ROWS).all(|r| at(r) + BAND <= sums.len()), "grid band pass: sums");
         let mut acc: [__m512; ROWS] = core::array::from_fn(|r| _mm512_loadu_ps(sums[at(r)..][..BAND].as_ptr()));
         let kv = _mm512_set1_ps(k);
         for b in blocks {
