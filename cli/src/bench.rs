@@ -93,7 +93,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let pool = thread_pool(args.threads)?;
     let mut model = load_model(&args.model, args.device)?;
-    args.lora.load_into(&mut model)?;
+    args.lora.load_plain_into(&mut model, "`bench`")?;
     let n_threads = pool.current_num_threads();
     let file = model.file();
     let model_type = model_type(&model);

@@ -10,6 +10,7 @@ use anyhow::Context;
 use engine::chat::{tokenize_rendered, ChatInput, ChatTemplate};
 use engine::generate::{GenerateParams, Generator};
 use engine::kv_cache::common_prefix;
+use engine::model::LoraSchedule;
 use engine::tokenizer::TokenId;
 use serde_json::{json, Value};
 
@@ -46,6 +47,8 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let n_ctx = args.runtime.ctx_size.unwrap_or_else(|| default_ctx(&model));
     let mut kv = model.new_kv_cache(args.runtime.kv.types(), n_ctx);
     let mut in_cache: Vec<TokenId> = Vec::new();
+    // the adapters the cached positions ran with
+    let mut in_cache_lora = LoraSchedule::default();
     let mut messages: Vec<Value> = Vec::new();
     if let Some(system) = &args.system {
         messages.push(json!({"role": "system", "content": system}));
@@ -73,8 +76,10 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         if prompt.len() >= n_ctx {
             anyhow::bail!("the conversation ({} tokens) no longer fits the context of {n_ctx}; use a larger --ctx-size", prompt.len());
         }
-        // keep what the cache shares with the new prompt (usually the whole conversation so far)
-        let keep = common_prefix(&in_cache, &prompt);
+        // keep what the cache shares with the new prompt (usually the whole conversation so far;
+        // with an activated adapter, up to where the last turn activated it)
+        let lora = model.default_schedule(&prompt);
+        let keep = common_prefix(&in_cache, &prompt).min(in_cache_lora.agrees_for(&lora));
         kv.truncate(0, keep);
         let params = GenerateParams {
             // each turn draws differently, but the whole chat repeats for a given seed
@@ -97,6 +102,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         all.extend_from_slice(&reply.tokens);
         all.truncate(kv.seq_len(0));
         in_cache = all;
+        in_cache_lora = lora;
         messages.push(json!({"role": "assistant", "content": reply.text}));
     }
     if interactive {

@@ -133,6 +133,26 @@ impl LoraArgs {
     pub fn load_into(&self, model: &mut Model) -> anyhow::Result<()> {
         load_adapters(model, &self.lora)
     }
+
+    /// [`LoraArgs::load_into`] for a command that runs no prompt of its own (`command`).
+    pub fn load_plain_into(&self, model: &mut Model, command: &str) -> anyhow::Result<()> {
+        load_plain_adapters(model, &self.lora, command)
+    }
+}
+
+/// [`load_adapters`] for what runs no prompt of its own (`what`): an activated adapter, which
+/// runs from its invocation in a prompt, is refused.
+pub fn load_plain_adapters(model: &mut Model, adapters: &[(PathBuf, f32)], what: &str) -> anyhow::Result<()> {
+    let first = model.adapters().len();
+    load_adapters(model, adapters)?;
+    if let Some(((path, _), _)) = adapters.iter().zip(&model.adapters()[first..]).find(|(_, a)| a.is_activated()) {
+        anyhow::bail!(
+            "{}: an activated LoRA (adapter.alora.invocation_tokens) runs from its invocation tokens in a prompt; \
+             {what} runs none (it runs with `run`, `chat`, `logits` and the server's completions)",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Loads `adapters` (file, scale) into `model`, each used by default at its scale.

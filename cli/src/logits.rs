@@ -51,7 +51,8 @@ pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
     let tokens = args.prompt.tokens(&model)?;
     // an f32 cache: this command is for checking numerics, so nothing is rounded on the way
     let mut kv = model.new_kv_cache(KvType::F32, tokens.len());
-    let logits = pool.install(|| model.forward(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true)))?;
+    let lora = model.default_schedule(&tokens);
+    let logits = pool.install(|| model.forward_scheduled(&mut kv, &BatchEntry::sequence(0, &tokens, 0, true), &lora))?;
     let top: Vec<Vec<(TokenId, f32)>> = (0..logits.len()).map(|i| top_k(logits.row(i), args.top)).collect();
     if args.json {
         println!("{}", serde_json::to_string(&Output { tokens, top })?);

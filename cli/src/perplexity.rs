@@ -71,7 +71,7 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.file).with_context(|| args.file.display().to_string())?;
     let pool = thread_pool(args.threads)?;
     let mut model = load_model(&args.model, args.device)?;
-    args.lora.load_into(&mut model)?;
+    args.lora.load_plain_into(&mut model, "`perplexity`")?;
     let tokens = model.tokenizer().encode(&text, true, false);
     let chunks = chunks(&model, &tokens, args.ctx_size, args.chunks);
     if chunks.is_empty() {

@@ -22,6 +22,8 @@ pub struct LoraChoice {
 
 pub struct Adapters {
     loaded: Vec<AdapterInfo>,
+    /// An activated adapter's invocation tokens as text, by id (empty for a plain one).
+    invocations: Vec<String>,
     /// The global scale of each adapter, by id.
     scales: RwLock<Vec<f32>>,
 }
@@ -30,7 +32,8 @@ impl Adapters {
     /// `model`'s adapters, at the scales it runs with by default.
     pub fn of(model: &Model) -> Adapters {
         let scales = (0..model.adapters().len()).map(|id| model.default_scale(id).unwrap_or(0.0)).collect();
-        Adapters { loaded: model.adapters().to_vec(), scales: RwLock::new(scales) }
+        let invocations = model.adapters().iter().map(|a| model.tokenizer().decode(&a.invocation)).collect();
+        Adapters { loaded: model.adapters().to_vec(), invocations, scales: RwLock::new(scales) }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -42,7 +45,7 @@ impl Adapters {
     }
 
     /// `GET /lora-adapters`: llama-server's `{id, path, scale}` per adapter, with its name, alpha
-    /// and rank.
+    /// and rank, and an activated one's `alora_invocation_tokens` and `alora_invocation_string`.
     pub fn describe(&self) -> Value {
         let scales = self.scales.read().expect("scales lock");
         let list: Vec<Value> = self
@@ -50,7 +53,14 @@ impl Adapters {
             .iter()
             .zip(scales.iter())
             .enumerate()
-            .map(|(id, (a, scale))| json!({"id": id, "path": a.path, "name": a.name, "scale": scale, "alpha": a.alpha, "rank": a.rank}))
+            .map(|(id, (a, scale))| {
+                let mut entry = json!({"id": id, "path": a.path, "name": a.name, "scale": scale, "alpha": a.alpha, "rank": a.rank});
+                if a.is_activated() {
+                    entry["alora_invocation_tokens"] = json!(a.invocation);
+                    entry["alora_invocation_string"] = json!(self.invocations[id]);
+                }
+                entry
+            })
             .collect();
         Value::Array(list)
     }
@@ -100,8 +110,8 @@ mod tests {
     use super::*;
 
     fn adapters(n: usize, scales: &[f32]) -> Adapters {
-        let info = AdapterInfo { name: "a".into(), path: None, alpha: 0.0, rank: 4, tensors: 1 };
-        Adapters { loaded: vec![info; n], scales: RwLock::new(scales.to_vec()) }
+        let info = AdapterInfo { name: "a".into(), path: None, alpha: 0.0, rank: 4, tensors: 1, invocation: Vec::new() };
+        Adapters { loaded: vec![info; n], invocations: vec![String::new(); n], scales: RwLock::new(scales.to_vec()) }
     }
 
     fn choice(id: u64, scale: f64) -> LoraChoice {

@@ -28,6 +28,8 @@ pub struct AdapterSpec {
     pub seed: u64,
     /// The bounds of the uniform values of `lora_a` and `lora_b`.
     pub magnitudes: (f32, f32),
+    /// An activated LoRA's `adapter.alora.invocation_tokens` (empty: a plain adapter).
+    pub invocation: &'static [u32],
 }
 
 /// Corrections large enough to move the tiny models' logits by several units (so that a
@@ -45,6 +47,7 @@ pub const ADAPTERS: &[AdapterSpec] = &[
         alpha: 16.0,
         seed: 1,
         magnitudes: TEST_MAGNITUDES,
+        invocation: &[],
     },
     AdapterSpec {
         name: "llama-qv",
@@ -56,6 +59,7 @@ pub const ADAPTERS: &[AdapterSpec] = &[
         alpha: 0.0,
         seed: 2,
         magnitudes: TEST_MAGNITUDES,
+        invocation: &[],
     },
     // fused projections (attn_qkv, ffn_up holding gate and up): corrected whole, taken apart
     AdapterSpec {
@@ -68,6 +72,7 @@ pub const ADAPTERS: &[AdapterSpec] = &[
         alpha: 8.0,
         seed: 3,
         magnitudes: TEST_MAGNITUDES,
+        invocation: &[],
     },
     // biased projections, the experts' router and the shared expert
     AdapterSpec {
@@ -80,6 +85,20 @@ pub const ADAPTERS: &[AdapterSpec] = &[
         alpha: 4.0,
         seed: 4,
         magnitudes: TEST_MAGNITUDES,
+        invocation: &[],
+    },
+    // an activated LoRA (aLoRA): every projection, run from its invocation [7, 33] on
+    AdapterSpec {
+        name: "llama-alora",
+        base: "archs/llama-s1.gguf",
+        blocks: &["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"],
+        global: &["token_embd", "output"],
+        rank: 8,
+        ty: GgmlType::F32,
+        alpha: 16.0,
+        seed: 5,
+        magnitudes: TEST_MAGNITUDES,
+        invocation: &[7, 33],
     },
 ];
 
@@ -88,13 +107,17 @@ pub struct LoraCase {
     pub name: &'static str,
     pub base: &'static str,
     pub adapters: &'static [(&'static str, f32)],
+    /// The first position its adapters correct (an activated adapter's invocation in `IDS`;
+    /// 0 for plain ones): llama.cpp runs the ids before it without them.
+    pub from: u32,
 }
 
 pub const CASES: &[LoraCase] = &[
-    LoraCase { name: "llama-all", base: "archs/llama-s1.gguf", adapters: &[("llama-all", 1.0)] },
-    LoraCase { name: "llama-two", base: "archs/llama-s1.gguf", adapters: &[("llama-all", 0.5), ("llama-qv", 2.0)] },
-    LoraCase { name: "phi3-fused", base: "archs/phi3-s1.gguf", adapters: &[("phi3-fused", 1.0)] },
-    LoraCase { name: "qwen2moe-router", base: "archs/qwen2moe-s1.gguf", adapters: &[("qwen2moe-router", 0.75)] },
+    LoraCase { name: "llama-all", base: "archs/llama-s1.gguf", adapters: &[("llama-all", 1.0)], from: 0 },
+    LoraCase { name: "llama-two", base: "archs/llama-s1.gguf", adapters: &[("llama-all", 0.5), ("llama-qv", 2.0)], from: 0 },
+    LoraCase { name: "phi3-fused", base: "archs/phi3-s1.gguf", adapters: &[("phi3-fused", 1.0)], from: 0 },
+    LoraCase { name: "qwen2moe-router", base: "archs/qwen2moe-s1.gguf", adapters: &[("qwen2moe-router", 0.75)], from: 0 },
+    LoraCase { name: "llama-alora", base: "archs/llama-s1.gguf", adapters: &[("llama-alora", 1.0)], from: 7 },
 ];
 
 /// The ids every case runs (one batch of all of them).
@@ -121,6 +144,10 @@ pub fn make(base: &GgufFile, spec: &AdapterSpec) -> Result<Vec<u8>, String> {
     w.add("general.name", spec.name).map_err(err)?;
     w.add("adapter.type", "lora").map_err(err)?;
     w.add("adapter.lora.alpha", spec.alpha).map_err(err)?;
+    if !spec.invocation.is_empty() {
+        w.add("adapter.alora.invocation_tokens", engine::gguf::Value::Array(engine::gguf::Array::U32(spec.invocation.to_vec())))
+            .map_err(err)?;
+    }
     fn kind_of<'n>(spec: &AdapterSpec, name: &'n str) -> Option<&'n str> {
         let kind = name.strip_suffix(".weight")?;
         let in_block = kind.strip_prefix("blk.").and_then(|r| r.split_once('.')).map(|(_, k)| k);

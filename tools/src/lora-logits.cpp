@@ -2,11 +2,13 @@
 // engine's LoRA goldens (tools/make-lora-goldens.py builds it against the llama.cpp build of
 // ../shared/tools/build-llama-cpp.sh).
 //
-//   lora-logits -m MODEL.gguf [--lora FILE:SCALE ...] --ids 1,2,3 -o OUT.bin [-t 2]
+//   lora-logits -m MODEL.gguf [--lora FILE:SCALE ...] [--from N] --ids 1,2,3 -o OUT.bin [-t 2]
 //
 // One llama_decode of the whole sequence (f32 KV cache, flash attention off), logits at every
 // position; OUT.bin holds them as little-endian f32, row after row ([n_ids][n_vocab]), and
-// n_vocab is printed on stdout.
+// n_vocab is printed on stdout. With --from N the first N ids are decoded without the adapters
+// and the rest with them, as llama-server runs an activated LoRA (aLoRA) from a position on.
+// The activated adapters' invocation token counts are printed on stderr.
 #include "llama.h"
 
 #include <cstdio>
@@ -19,6 +21,7 @@ int main(int argc, char ** argv) {
     std::vector<std::pair<std::string, float>> loras;
     std::vector<llama_token> ids;
     int n_threads = 2;
+    size_t from = 0;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -28,6 +31,7 @@ int main(int argc, char ** argv) {
         if (a == "-m") model_path = next();
         else if (a == "-o") out = next();
         else if (a == "-t") n_threads = atoi(next().c_str());
+        else if (a == "--from") from = strtoul(next().c_str(), nullptr, 10);
         else if (a == "--lora") {
             std::string v = next();
             size_t colon = v.rfind(':');
@@ -43,7 +47,7 @@ int main(int argc, char ** argv) {
         } else { fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
     }
     if (model_path.empty() || out.empty() || ids.empty()) {
-        fprintf(stderr, "usage: lora-logits -m MODEL.gguf [--lora FILE:SCALE ...] --ids 1,2,3 -o OUT.bin [-t 2]\n");
+        fprintf(stderr, "usage: lora-logits -m MODEL.gguf [--lora FILE:SCALE ...] [--from N] --ids 1,2,3 -o OUT.bin [-t 2]\n");
         return 2;
     }
     llama_log_set([](ggml_log_level level, const char * text, void *) {
@@ -61,6 +65,10 @@ int main(int argc, char ** argv) {
         if (!a) { fprintf(stderr, "failed to load adapter %s\n", path.c_str()); return 1; }
         adapters.push_back(a);
         scales.push_back(scale);
+        if (llama_adapter_get_alora_n_invocation_tokens(a) > 0) {
+            fprintf(stderr, "%s: activated, %llu invocation tokens\n", path.c_str(),
+                    (unsigned long long) llama_adapter_get_alora_n_invocation_tokens(a));
+        }
     }
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 256; cp.n_batch = 256; cp.n_ubatch = 256; cp.n_seq_max = 1;
@@ -69,23 +77,37 @@ int main(int argc, char ** argv) {
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "failed to create context\n"); return 1; }
-    if (!adapters.empty() && llama_set_adapters_lora(ctx, adapters.data(), adapters.size(), scales.data()) != 0) {
-        fprintf(stderr, "failed to set the adapters\n");
-        return 1;
-    }
+    if (from > ids.size()) { fprintf(stderr, "--from %zu is past the %zu ids\n", from, ids.size()); return 2; }
     const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
-    llama_batch batch = llama_batch_init(ids.size(), 0, 1);
-    for (size_t i = 0; i < ids.size(); i++) {
-        batch.token[i] = ids[i]; batch.pos[i] = i; batch.n_seq_id[i] = 1; batch.seq_id[i][0] = 0; batch.logits[i] = 1;
-    }
-    batch.n_tokens = ids.size();
-    if (llama_decode(ctx, batch) != 0) { fprintf(stderr, "llama_decode failed\n"); return 1; }
+    std::vector<float> rows;
+    // [begin, end) decoded in one batch, with the adapters or without, logits kept in order
+    auto decode = [&](size_t begin, size_t end, bool with_adapters) -> bool {
+        if (begin == end) return true;
+        if (with_adapters && !adapters.empty() && llama_set_adapters_lora(ctx, adapters.data(), adapters.size(), scales.data()) != 0) {
+            fprintf(stderr, "failed to set the adapters\n");
+            return false;
+        }
+        llama_batch batch = llama_batch_init(end - begin, 0, 1);
+        for (size_t i = begin; i < end; i++) {
+            size_t j = i - begin;
+            batch.token[j] = ids[i]; batch.pos[j] = i; batch.n_seq_id[j] = 1; batch.seq_id[j][0] = 0; batch.logits[j] = 1;
+        }
+        batch.n_tokens = end - begin;
+        bool ok = llama_decode(ctx, batch) == 0;
+        if (!ok) fprintf(stderr, "llama_decode failed\n");
+        for (size_t j = 0; ok && j < end - begin; j++) {
+            const float * row = llama_get_logits_ith(ctx, j);
+            rows.insert(rows.end(), row, row + n_vocab);
+        }
+        llama_batch_free(batch);
+        return ok;
+    };
+    if (!decode(0, from, false) || !decode(from, ids.size(), true)) return 1;
     FILE * f = fopen(out.c_str(), "wb");
     if (!f) { fprintf(stderr, "cannot write %s\n", out.c_str()); return 1; }
-    for (size_t i = 0; i < ids.size(); i++) fwrite(llama_get_logits_ith(ctx, i), sizeof(float), n_vocab, f);
+    fwrite(rows.data(), sizeof(float), rows.size(), f);
     fclose(f);
     printf("%d\n", n_vocab);
-    llama_batch_free(batch);
     llama_free(ctx);
     llama_model_free(model);
     return 0;

@@ -114,15 +114,17 @@ fn adapter_file(name: &str) -> PathBuf {
 
 /// `--lora FILE[:SCALE]` (repeated) runs the adapters as llama.cpp does: every position's best
 /// logit within 1e-4 of llama.cpp's with the same adapters and scales (the LoRA goldens; the
-/// bound is the F16 case's, whose inputs ggml rounds to f16).
+/// bound is the F16 case's, whose inputs ggml rounds to f16), an activated adapter from its
+/// invocation in the ids on. A command without a prompt of its own refuses an activated one.
 #[test]
 fn lora_adapters_give_llama_cpp_logits() {
-    let (all, qv) = (adapter_file("llama-all"), adapter_file("llama-qv"));
+    let (all, qv, alora) = (adapter_file("llama-all"), adapter_file("llama-qv"), adapter_file("llama-alora"));
     let model = engine_tests::fixture("archs/llama-s1.gguf");
     let ids: Vec<String> = engine_tests::lora::IDS.iter().map(u32::to_string).collect();
     for (case, loras, bound) in [
         ("llama-all", vec![all.display().to_string()], 1e-4),
         ("llama-two", vec![format!("{}:0.5", all.display()), format!("{}:2", qv.display())], 1e-2),
+        ("llama-alora", vec![alora.display().to_string()], 1e-4),
     ] {
         let mut args = vec![
             "-m".to_string(),
@@ -156,7 +158,14 @@ fn lora_adapters_give_llama_cpp_logits() {
     assert!(err.contains("--lora") && err.contains("general.type"), "{err}");
     let out = logits(&["-m", model.to_str().unwrap(), "--tokens", "1,2", "--lora", &format!("{}:x", all.display())]);
     assert!(!out.status.success(), "a scale that is no number: the whole argument is a missing file");
-    for p in [all, qv] {
+    let out = Command::new(env!("CARGO_BIN_EXE_engine-cli"))
+        .args(["bench", "-m", model.to_str().unwrap(), "-p", "8", "-n", "0", "-r", "1", "--lora", alora.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("activated LoRA") && err.contains("`bench`") && err.trim().lines().count() == 1, "{err}");
+    for p in [all, qv, alora] {
         std::fs::remove_file(p).unwrap();
     }
 }

@@ -20,7 +20,7 @@ pub use sequence::{SequenceDecoder, TokenConstraint, MAX_TOP_LOGPROBS};
 
 use crate::kv_cache::{KvCache, SeqId};
 use crate::logprobs::TokenLogprob;
-use crate::model::{BatchEntry, Model, ModelError};
+use crate::model::{BatchEntry, LoraSchedule, Model, ModelError};
 use crate::sampling::{SamplingError, SamplingParams};
 use crate::tokenizer::TokenId;
 pub use draft_model::{propose_batch, DraftBackoff, DraftRequest, DraftSettings, Proposals};
@@ -163,13 +163,18 @@ pub struct Generator<'a> {
     failed: bool,
     /// Forward passes so far: the clock of the draft's back-off.
     passes: u64,
+    /// The model's default adapters as this prompt runs them.
+    lora: LoraSchedule,
 }
 
 impl<'a> Generator<'a> {
     /// Starts generating after `prompt` in sequence `seq` of `kv`. The cache may already hold
     /// the start of the prompt (a previous turn of a conversation): its first
-    /// `kv.seq_len(seq)` tokens must equal the prompt's first tokens (truncate the sequence to
-    /// [`crate::kv_cache::common_prefix`] first); those are reused, not recomputed.
+    /// `kv.seq_len(seq)` tokens must equal the prompt's first tokens, computed with the same
+    /// adapters (truncate the sequence to [`crate::kv_cache::common_prefix`] first, and with an
+    /// activated adapter to where the last turn's [`Generator::lora`] agrees with this one's);
+    /// those are reused, not recomputed. The model's default adapters run as
+    /// [`Model::default_schedule`] of the prompt says.
     pub fn new(
         model: &'a Model,
         kv: &'a mut KvCache,
@@ -199,6 +204,7 @@ impl<'a> Generator<'a> {
             queue: VecDeque::new(),
             failed: false,
             passes: 0,
+            lora: model.default_schedule(prompt),
         })
     }
 
@@ -226,6 +232,11 @@ impl<'a> Generator<'a> {
         }
         self.draft = Some(DraftState::Ngram(ngram, DraftBackoff::default()));
         Ok(self)
+    }
+
+    /// The adapters each position runs with.
+    pub fn lora(&self) -> &LoraSchedule {
+        &self.lora
     }
 
     /// Counts so far (final once the iterator is done).
@@ -261,7 +272,7 @@ impl<'a> Generator<'a> {
                 DraftState::Ngram(ngram, backoff) => (Draft::Ngram(*ngram), backoff, false),
             };
             if backoff.due(self.passes) {
-                let round = speculative_round(self.model, self.kv, self.seq, &mut self.decoder, &mut self.history, draft)?;
+                let round = speculative_round(self.model, self.kv, self.seq, &mut self.decoder, &mut self.history, draft, &self.lora)?;
                 match &round {
                     Some(round) => backoff.record(round.accepted),
                     // a draft model's passes that proposed nothing (a lookup that found nothing is free)
@@ -281,7 +292,7 @@ impl<'a> Generator<'a> {
             return Ok(());
         }
         let batch = BatchEntry::sequence(self.seq, &self.history[fed..], fed as u32, false);
-        let logits = self.model.forward(self.kv, &batch)?;
+        let logits = self.model.forward_scheduled(self.kv, &batch, &self.lora)?;
         let event = self.decoder.step(self.model.tokenizer(), logits.row(0))?;
         self.record(event);
         Ok(())

@@ -18,7 +18,7 @@ use super::draft_model::{propose_batch, DraftRequest, DraftSettings};
 use super::ngram::NgramDraft;
 use super::{GenerateError, SequenceDecoder, TokenEvent};
 use crate::kv_cache::{KvCache, SeqId};
-use crate::model::{BatchEntry, Model};
+use crate::model::{BatchEntry, LoraSchedule, Model};
 use crate::sampling::{Distribution, Rng};
 use crate::tokenizer::{TokenId, Tokenizer};
 
@@ -81,7 +81,7 @@ fn check_same_vocabulary(target: &Model, draft: &Model) -> Result<(), GenerateEr
 /// `draft` proposes up to `n_draft` tokens (a draft model catching up on what its cache lacks of
 /// `history`), the target checks them in one pass, and `decoder` commits the kept prefix and one
 /// token of the target's. `history` gains the committed tokens; the caches keep only what was
-/// kept.
+/// kept. The target runs the adapters `lora` (the draft none).
 /// Returns `None` (having done nothing) when no proposal fits (token budget, a nearly full
 /// context): the caller then runs a plain step.
 pub fn speculative_round(
@@ -91,6 +91,7 @@ pub fn speculative_round(
     decoder: &mut SequenceDecoder,
     history: &mut Vec<TokenId>,
     draft: Draft<'_>,
+    lora: &LoraSchedule,
 ) -> Result<Option<SpeculativeRound>, GenerateError> {
     let fed = kv.seq_len(seq);
     debug_assert_eq!(fed + 1, history.len(), "the cache holds all of the history but its last token");
@@ -121,7 +122,7 @@ pub fn speculative_round(
     tokens.extend_from_slice(&proposals);
     // a hybrid model's states after every proposal are kept, to return to the last one kept
     kv.keep_states_for(proposals.len());
-    let logits = model.forward(kv, &BatchEntry::sequence(seq, &tokens, fed as u32, true))?;
+    let logits = model.forward_scheduled(kv, &BatchEntry::sequence(seq, &tokens, fed as u32, true), lora)?;
     let (events, accepted) = accept_proposals(decoder, model.tokenizer(), history, &proposals, &qs, |i| logits.row(i))?;
 
     // the caches keep the last token and the accepted proposals; the token chosen after

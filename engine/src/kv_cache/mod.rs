@@ -12,7 +12,7 @@ mod states;
 
 pub use crate::backend::{KvType, KvTypes, BLOCK_POSITIONS};
 pub use blocks::BlockTable;
-pub use prefix_cache::{common_prefix, PrefixCache};
+pub use prefix_cache::{common_prefix, CacheKey, PrefixCache};
 pub(crate) use states::PreparedStates;
 pub use states::StateTable;
 

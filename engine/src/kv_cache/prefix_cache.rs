@@ -2,8 +2,9 @@
 //! that a new prompt that starts the same way (the same system prompt, the next turn of a chat,
 //! the shared part of a guard scan) forks their blocks instead of computing them again. The
 //! least recently used entry goes first when space or the entry limit runs out. An entry also
-//! carries a key `K` that a prompt must share to reuse it (the LoRA adapters the keys and
-//! values were computed with); `()` where there is none.
+//! carries a key `K` that says how it was computed (the LoRA adapters of its positions); a
+//! prompt reuses an entry only over the positions its own key computes the same way, `()`
+//! where there is none.
 
 use super::SeqId;
 use crate::tokenizer::TokenId;
@@ -12,6 +13,24 @@ use crate::tokenizer::TokenId;
 /// prompt can reuse).
 pub fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// How the keys and values of a sequence were computed, beyond its tokens.
+pub trait CacheKey {
+    /// How many leading positions are computed the same way under `self` and `other`
+    /// (`usize::MAX`: all of them).
+    fn shared_positions(&self, other: &Self) -> usize;
+}
+
+impl CacheKey for () {
+    fn shared_positions(&self, _: &()) -> usize {
+        usize::MAX
+    }
+}
+
+/// Whether an entry of `tokens` under `key` holds all of `held` under `held_key`.
+fn covers<K: CacheKey>(tokens: &[TokenId], key: &K, held: &[TokenId], held_key: &K) -> bool {
+    tokens.starts_with(held) && key.shared_positions(held_key) >= held.len()
 }
 
 struct Entry<K> {
@@ -28,7 +47,7 @@ pub struct PrefixCache<K = ()> {
     clock: u64,
 }
 
-impl<K: PartialEq> PrefixCache<K> {
+impl<K: CacheKey> PrefixCache<K> {
     pub fn new(max_entries: usize) -> PrefixCache<K> {
         PrefixCache { entries: Vec::new(), max_entries, clock: 0 }
     }
@@ -41,16 +60,17 @@ impl<K: PartialEq> PrefixCache<K> {
         self.entries.is_empty()
     }
 
-    /// The entry of key `key` sharing the longest prefix with `prompt`, and that length
-    /// (marked as used).
+    /// The entry sharing the longest prefix with `prompt` under `key`, and that length (marked
+    /// as used).
     pub fn best_match(&mut self, key: &K, prompt: &[TokenId]) -> Option<(SeqId, usize)> {
         self.best_match_by(key, prompt, |_, n| n).0
     }
 
-    /// The entry of key `key` from which the most of `prompt` can be resumed, and that much
-    /// (marked as used; ties go to the most recently used): `resume(seq, n)` says how much of
-    /// a shared prefix of `n` tokens entry `seq` gives back (a hybrid model's entry: only up to a
-    /// length whose recurrent states it kept); and the longest prefix any entry of `key` shares.
+    /// The entry from which the most of `prompt` under `key` can be resumed, and that much
+    /// (marked as used; ties go to the most recently used): an entry shares the tokens it
+    /// holds up to where its key and `key` part, and `resume(seq, n)` says how much of a shared
+    /// prefix of `n` tokens entry `seq` gives back (a hybrid model's entry: only up to a length
+    /// whose recurrent states it kept); and the longest prefix any entry shares.
     pub fn best_match_by(
         &mut self,
         key: &K,
@@ -63,9 +83,8 @@ impl<K: PartialEq> PrefixCache<K> {
         let best = self
             .entries
             .iter_mut()
-            .filter(|e| e.key == *key)
             .map(|e| {
-                let n = common_prefix(&e.tokens, prompt);
+                let n = common_prefix(&e.tokens, prompt).min(e.key.shared_positions(key));
                 longest = longest.max(n);
                 (resume(e.seq, n), e)
             })
@@ -79,9 +98,9 @@ impl<K: PartialEq> PrefixCache<K> {
     }
 
     /// Keeps `seq`, which holds `tokens` computed under `key`. Returns the sequences to drop
-    /// from the KV cache: entries of the same key the new one covers (theirs is a prefix of its
-    /// tokens) and, beyond the entry limit, the least recently used; or `seq` itself when an
-    /// entry of its key covers it (that entry counts as used).
+    /// from the KV cache: entries the new one covers (theirs is a prefix of its tokens,
+    /// computed the same way) and, beyond the entry limit, the least recently used; or `seq`
+    /// itself when an entry covers it (that entry counts as used).
     pub fn insert(&mut self, seq: SeqId, key: K, tokens: Vec<TokenId>) -> Vec<SeqId> {
         let mut dropped = Vec::new();
         if self.max_entries == 0 || tokens.is_empty() {
@@ -89,13 +108,13 @@ impl<K: PartialEq> PrefixCache<K> {
             return dropped;
         }
         self.clock += 1;
-        if let Some(e) = self.entries.iter_mut().find(|e| e.key == key && e.tokens.starts_with(&tokens)) {
+        if let Some(e) = self.entries.iter_mut().find(|e| covers(&e.tokens, &e.key, &tokens, &key)) {
             e.last_used = self.clock;
             dropped.push(seq);
             return dropped;
         }
         self.entries.retain(|e| {
-            let covered = e.key == key && e.tokens.len() <= tokens.len() && tokens.starts_with(&e.tokens);
+            let covered = covers(&tokens, &key, &e.tokens, &e.key);
             if covered {
                 dropped.push(e.seq);
             }
@@ -136,17 +155,37 @@ mod tests {
         assert_eq!(c.len(), 2);
     }
 
+    /// A key like an adapter that runs from a position on (`None`: not at all).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct RunsFrom(Option<usize>);
+
+    impl CacheKey for RunsFrom {
+        fn shared_positions(&self, other: &Self) -> usize {
+            if self == other {
+                return usize::MAX;
+            }
+            self.0.unwrap_or(usize::MAX).min(other.0.unwrap_or(usize::MAX))
+        }
+    }
+
     #[test]
-    fn entries_are_reused_only_under_their_own_key() {
-        let mut c = PrefixCache::new(4);
-        assert!(c.insert(1, "a", vec![1, 2, 3]).is_empty());
-        // the same tokens under another key neither cover nor are covered
-        assert!(c.insert(2, "b", vec![1, 2]).is_empty());
-        assert!(c.insert(3, "b", vec![1, 2, 3, 4]) == vec![2]);
-        assert_eq!(c.best_match(&"a", &[1, 2, 3, 4]), Some((1, 3)));
-        assert_eq!(c.best_match(&"b", &[1, 2, 3, 4]), Some((3, 4)));
-        assert_eq!(c.best_match(&"c", &[1, 2, 3, 4]), None);
-        assert_eq!(c.insert(4, "a", vec![1, 2]), vec![4]);
+    fn entries_are_reused_only_where_their_keys_compute_the_same() {
+        let (everywhere, never, from_2) = (RunsFrom(Some(0)), RunsFrom(None), RunsFrom(Some(2)));
+        let mut c = PrefixCache::new(8);
+        assert!(c.insert(1, everywhere, vec![1, 2, 3]).is_empty());
+        // the same tokens under a key that differs from the first position neither cover nor
+        // are covered
+        assert!(c.insert(2, never, vec![1, 2]).is_empty());
+        assert_eq!(c.insert(3, never, vec![1, 2, 3, 4]), vec![2]);
+        assert_eq!(c.best_match(&everywhere, &[1, 2, 3, 4]), Some((1, 3)));
+        assert_eq!(c.best_match(&never, &[1, 2, 3, 4]), Some((3, 4)));
+        // a key that parts from `never` at 2 shares its first two positions, none of `everywhere`
+        assert_eq!(c.best_match(&from_2, &[1, 2, 3, 4]), Some((3, 2)));
+        assert!(c.insert(4, from_2, vec![1, 2, 3, 4, 5]).is_empty(), "it holds entry 3's last two positions otherwise");
+        // what an entry holds computed the same way covers a prompt of another key, both ways
+        assert_eq!(c.insert(5, RunsFrom(Some(3)), vec![1, 2]), vec![5]);
+        assert_eq!(c.insert(6, RunsFrom(Some(9)), vec![1, 2, 3, 4, 5, 6]), vec![3]);
+        assert_eq!(c.len(), 3);
     }
 
     #[test]

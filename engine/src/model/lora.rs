@@ -8,15 +8,17 @@
 //! different adapters share one forward pass: per adapter, the rows using it are gathered, go
 //! through its two small products, and are added back into their rows (one rounded product
 //! each, as ggml's scale then add). A row that uses no adapter gets the bits it gets without
-//! any loaded.
+//! any loaded. An activated LoRA (aLoRA) runs only from the last occurrence of its invocation
+//! tokens in a sequence's prompt on ([`super::lora_schedule`]).
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use super::error::ModelError;
 use crate::backend::{Backend, RowInput};
-use crate::gguf::{GgufFile, TensorInfo};
+use crate::gguf::{Array, GgufFile, TensorInfo, Value};
 use crate::quant;
+use crate::tokenizer::TokenId;
 
 /// One adapter at one scale, as a request or the command line chooses it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -48,6 +50,16 @@ pub struct AdapterInfo {
     pub rank: usize,
     /// Model tensors it corrects.
     pub tensors: usize,
+    /// An activated LoRA's invocation tokens (`adapter.alora.invocation_tokens`): it runs from
+    /// their last occurrence in a prompt on. Empty for a plain adapter, which runs everywhere.
+    pub invocation: Vec<TokenId>,
+}
+
+impl AdapterInfo {
+    /// Whether it is an activated LoRA.
+    pub fn is_activated(&self) -> bool {
+        !self.invocation.is_empty()
+    }
 }
 
 /// One corrected tensor (or part of one): `a` is `rank` x `cols`, `b` is `rows` x `rank` (for
@@ -105,8 +117,22 @@ fn checked(t: &TensorInfo, dims: [usize; 2]) -> Result<&TensorInfo, ModelError> 
     Ok(t)
 }
 
-/// The adapter `file` for a model of architecture `arch` whose correctable projections are
-/// `sites`, checked as llama.cpp checks it (its type, architecture, pairs and shapes) and
+/// An activated LoRA's invocation tokens, as llama.cpp reads them (an array of u32 ids; empty
+/// or absent: a plain adapter), each checked to be one of the model's `n_vocab` ids.
+fn invocation_tokens(file: &GgufFile, n_vocab: usize) -> Result<Vec<TokenId>, ModelError> {
+    const KEY: &str = "adapter.alora.invocation_tokens";
+    let Some(value) = file.get(KEY) else { return Ok(Vec::new()) };
+    let Value::Array(Array::U32(ids)) = value else {
+        return Err(bad(format!("{KEY} is not an array of u32 token ids")));
+    };
+    if let Some(id) = ids.iter().find(|&&id| id as usize >= n_vocab) {
+        return Err(bad(format!("{KEY} holds the id {id}, beyond the model's {n_vocab} tokens")));
+    }
+    Ok(ids.clone())
+}
+
+/// The adapter `file` for a model of architecture `arch` and `n_vocab` tokens whose
+/// correctable projections are `sites`, checked as llama.cpp checks it (its type, architecture, pairs and shapes) and
 /// uploaded to `backend`. A tensor it corrects that the model has no site for (an expert
 /// stack, latent attention's absorbed matrices) is an error naming it: the adapter would
 /// otherwise run without it.
@@ -114,6 +140,7 @@ pub(crate) fn load<B: Backend>(
     file: &Arc<GgufFile>,
     backend: &B,
     arch: &str,
+    n_vocab: usize,
     sites: &[LoraSite],
     embedding: Option<EmbeddingShape>,
 ) -> Result<(AdapterWeights<B>, AdapterInfo), ModelError> {
@@ -129,9 +156,7 @@ pub(crate) fn load<B: Backend>(
         Some("lora") => {}
         other => return Err(bad(format!("adapter.type is {:?}, not \"lora\"", other.unwrap_or("")))),
     }
-    if file.get("adapter.alora.invocation_tokens").is_some() {
-        return Err(bad("activated LoRA (adapter.alora.invocation_tokens) is not supported"));
-    }
+    let invocation = invocation_tokens(file, n_vocab)?;
     let alpha = match file.get("adapter.lora.alpha") {
         None => 0.0,
         Some(v) => v.as_f64().ok_or_else(|| bad("adapter.lora.alpha is not a number"))? as f32,
@@ -198,7 +223,7 @@ pub(crate) fn load<B: Backend>(
         }
     }
     let name = file.get_str("general.name").unwrap_or("").to_string();
-    let info = AdapterInfo { name, path: None, alpha, rank: rank_max, tensors: pairs.len() };
+    let info = AdapterInfo { name, path: None, alpha, rank: rank_max, tensors: pairs.len(), invocation };
     Ok((weights, info))
 }
 

@@ -16,6 +16,7 @@ mod decoder;
 pub mod delta_net;
 pub mod error;
 pub mod lora;
+pub mod lora_schedule;
 pub mod mamba2;
 pub mod mla;
 pub mod moe;
@@ -32,6 +33,7 @@ use std::sync::Arc;
 pub use config::ModelConfig;
 pub use error::ModelError;
 pub use lora::{AdapterInfo, LoraScale};
+pub use lora_schedule::LoraSchedule;
 
 use crate::backend::CpuBackend;
 use crate::backend::{on_backend, Backend, BackendError, Device, OnBackend, PerBackend, RowInput};
@@ -77,7 +79,8 @@ pub struct InputEntry<'a> {
     /// the image alone in its batch).
     pub non_causal: bool,
     /// The LoRA adapters this row runs with, or `None` for the model's default set
-    /// ([`Model::set_default_lora`]).
+    /// ([`Model::set_default_lora`]) without its activated adapters, which run only where a
+    /// [`LoraSchedule`] of the row's prompt says.
     pub lora: Option<&'a [LoraScale]>,
 }
 
@@ -398,10 +401,29 @@ impl Model {
         self.forward_inputs(kv, &entries)
     }
 
+    /// [`Model::forward`] of entries of sequences that all run the adapters of `lora` (each
+    /// position those of its own).
+    pub fn forward_scheduled(&self, kv: &mut KvCache, batch: &[BatchEntry], lora: &LoraSchedule) -> Result<Logits, ModelError> {
+        let entries: Vec<InputEntry> = batch.iter().map(|&e| InputEntry::from(e).with_lora(lora.at(e.pos))).collect();
+        self.forward_inputs(kv, &entries)
+    }
+
     /// [`Model::forward`] for entries whose input may be an embedding row of `n_embd` values
     /// instead of a token (it goes through the same scaling as a token's embedding).
     pub fn forward_inputs(&self, kv: &mut KvCache, batch: &[InputEntry<'_>]) -> Result<Logits, ModelError> {
-        on_backend!(&self.loaded, m => m.forward(&self.config, kv, batch, &self.default_lora))
+        let plain: Vec<LoraScale> = self.default_lora.iter().filter(|l| !self.adapters[l.adapter].is_activated()).copied().collect();
+        on_backend!(&self.loaded, m => m.forward(&self.config, kv, batch, &plain))
+    }
+
+    /// The adapters `list` as a sequence of prompt `prompt` runs them: plain ones on every
+    /// position, activated ones from their invocation in the prompt on.
+    pub fn lora_schedule(&self, list: &[LoraScale], prompt: &[TokenId]) -> LoraSchedule {
+        LoraSchedule::for_prompt(&self.adapters, list, prompt)
+    }
+
+    /// [`Model::lora_schedule`] of the default set.
+    pub fn default_schedule(&self, prompt: &[TokenId]) -> LoraSchedule {
+        self.lora_schedule(&self.default_lora, prompt)
     }
 
     /// Encoders: the final hidden state of every token of `seqs` (each sequence attends to

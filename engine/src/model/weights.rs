@@ -542,7 +542,7 @@ impl<B: Backend> DecoderWeights<B> {
     pub(crate) fn load_adapter(&mut self, file: &Arc<GgufFile>, backend: &B, c: &ModelConfig) -> Result<AdapterInfo, ModelError> {
         // a tied output reads the token embeddings: their adapter would have to correct both
         let embedding = self.output.site.map(|_| EmbeddingShape { n_vocab: c.n_vocab, n_embd: c.n_embd });
-        let (weights, info) = super::lora::load(file, backend, &c.arch, &self.sites, embedding)?;
+        let (weights, info) = super::lora::load(file, backend, &c.arch, c.n_vocab, &self.sites, embedding)?;
         self.adapters.push(weights);
         Ok(info)
     }

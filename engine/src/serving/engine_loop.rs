@@ -26,7 +26,7 @@ use crate::generate::{
 use crate::guard::{Evaluator, PromptStats};
 use crate::kv_cache::{common_prefix, KvCache, PrefixCache, SeqId, BLOCK_POSITIONS};
 use crate::model::vision::PromptImages;
-use crate::model::{BatchEntry, InputEntry, LoraScale, Model};
+use crate::model::{BatchEntry, InputEntry, LoraSchedule, Model};
 use crate::sampling::Rng;
 use crate::tokenizer::TokenId;
 
@@ -62,8 +62,8 @@ struct Running {
     speculative: bool,
     /// The rows of the prompt's images (its ids past the vocabulary).
     images: PromptImages,
-    /// The LoRA adapters its rows run with.
-    lora: Vec<LoraScale>,
+    /// The LoRA adapters its rows run with, each from where it starts.
+    lora: LoraSchedule,
     /// Positions it may reach (its prompt and token budget), reserved at admission.
     reserved: usize,
     deadline: Option<Instant>,
@@ -84,7 +84,7 @@ pub struct EngineLoop {
     waiting: VecDeque<Waiting>,
     running: Vec<Running>,
     /// Finished sequences by the adapters their cache was computed with.
-    cache: PrefixCache<Vec<LoraScale>>,
+    cache: PrefixCache<LoraSchedule>,
     next_seq: SeqId,
     /// A hybrid model's state slots one sequence may hold ([`state_slots_per_sequence`]).
     state_slots: usize,
@@ -311,7 +311,8 @@ impl EngineLoop {
                 self.fail(w.group, w.index, SeqError::ContextLength(e));
                 continue;
             }
-            let (prompt, lora) = (self.waiting[i].spec.prompt.clone(), self.waiting[i].spec.lora.clone());
+            let prompt = self.waiting[i].spec.prompt.clone();
+            let lora = self.state.model.lora_schedule(&self.waiting[i].spec.lora, &prompt);
             let (mut source, mut shared, longest) = self.best_source(&prompt, &lora);
             if self.worth_waiting(&prompt, &lora, shared) {
                 i += 1;
@@ -327,22 +328,22 @@ impl EngineLoop {
                 (source, shared) = (None, 0);
             }
             let w = self.waiting.remove(i).expect("in range");
-            self.start(w, source, shared, longest, total);
+            self.start(w, lora, source, shared, longest, total);
         }
     }
 
-    /// The cached or running sequence of adapters `lora` from which the most of `prompt` can
+    /// The cached or running sequence from which the most of `prompt` under the adapters `lora` can
     /// be reused, and how many tokens (at least the prompt's last token runs again: its logits
     /// start the output; a hybrid model's sequence resumes only where a state was kept); and
     /// the longest start of `prompt` any of them shares.
-    fn best_source(&mut self, prompt: &[TokenId], lora: &Vec<LoraScale>) -> (Option<SeqId>, usize, usize) {
+    fn best_source(&mut self, prompt: &[TokenId], lora: &LoraSchedule) -> (Option<SeqId>, usize, usize) {
         let (kv, last) = (&self.kv, prompt.len() - 1);
         let resume = |seq: SeqId, n: usize| kv.resumable(seq, n.min(last));
         let (cached, mut longest) = self.cache.best_match_by(lora, prompt, resume);
         let mut best = cached.map_or((None, 0), |(s, n)| (Some(s), n));
-        for r in self.running.iter().filter(|r| r.lora == *lora) {
+        for r in &self.running {
             let held = kv.seq_len(r.seq).min(r.history.len());
-            let n = common_prefix(&r.history[..held], prompt);
+            let n = common_prefix(&r.history[..held], prompt).min(r.lora.agrees_for(lora));
             longest = longest.max(n);
             let n = resume(r.seq, n);
             if n > best.1 {
@@ -357,11 +358,11 @@ impl EngineLoop {
 
     /// Whether a running sequence is still prefilling a prompt that shares at least a block
     /// more with `prompt` than can be reused now: starting after it reuses its work.
-    fn worth_waiting(&self, prompt: &[TokenId], lora: &[LoraScale], shared: usize) -> bool {
+    fn worth_waiting(&self, prompt: &[TokenId], lora: &LoraSchedule, shared: usize) -> bool {
         self.running.iter().any(|r| {
-            r.lora == lora
-                && self.kv.seq_len(r.seq) < r.prompt_len
-                && common_prefix(&r.history[..r.prompt_len], prompt).min(prompt.len() - 1) >= shared + BLOCK_POSITIONS
+            self.kv.seq_len(r.seq) < r.prompt_len
+                && common_prefix(&r.history[..r.prompt_len], prompt).min(prompt.len() - 1).min(r.lora.agrees_for(lora))
+                    >= shared + BLOCK_POSITIONS
         })
     }
 
@@ -399,7 +400,7 @@ impl EngineLoop {
         }
     }
 
-    fn start(&mut self, w: Waiting, source: Option<SeqId>, shared: usize, longest: usize, total: usize) {
+    fn start(&mut self, w: Waiting, lora: LoraSchedule, source: Option<SeqId>, shared: usize, longest: usize, total: usize) {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         let mut hit = false;
@@ -450,7 +451,7 @@ impl EngineLoop {
             deadline: w.spec.deadline,
             speculative: w.spec.speculative && w.spec.images.is_empty(),
             images: w.spec.images,
-            lora: w.spec.lora,
+            lora,
             reserved: total,
             draft_rng: draft_rng(seed),
             backoff: DraftBackoff::default(),
@@ -477,7 +478,7 @@ impl EngineLoop {
         let mut bad = Vec::new();
         let n_vocab = self.state.model.tokenizer().n_vocab();
         // each sequence's adapters, for its rows
-        let loras: Vec<Vec<LoraScale>> = self.running.iter().map(|r| r.lora.clone()).collect();
+        let loras: Vec<LoraSchedule> = self.running.iter().map(|r| r.lora.clone()).collect();
         // every decoding sequence advances one token, and checks its proposals
         for (i, r) in self.running.iter_mut().enumerate() {
             let fed = self.kv.seq_len(r.seq);
@@ -489,10 +490,10 @@ impl EngineLoop {
                 continue;
             }
             let entry = InputEntry::from(BatchEntry { seq: r.seq, token: r.history[fed], pos: fed as u32, logits: true });
-            batch.push(entry.with_lora(&loras[i]));
+            batch.push(entry.with_lora(loras[i].at(entry.pos)));
             for (j, &token) in proposals[i].tokens.iter().enumerate() {
                 let entry = InputEntry::from(BatchEntry { seq: r.seq, token, pos: (fed + 1 + j) as u32, logits: true });
-                batch.push(entry.with_lora(&loras[i]));
+                batch.push(entry.with_lora(loras[i].at(entry.pos)));
             }
             owners.push((i, 1 + proposals[i].tokens.len()));
             in_batch += 1;
@@ -510,7 +511,7 @@ impl EngineLoop {
             budget = budget.saturating_sub(take);
             let last = take == pending;
             match r.images.entries(r.seq, &r.history[fed..fed + take], fed as u32, n_vocab, last) {
-                Ok(entries) => batch.extend(entries.into_iter().map(|e| e.with_lora(&loras[i]))),
+                Ok(entries) => batch.extend(entries.into_iter().map(|e| e.with_lora(loras[i].at(e.pos)))),
                 Err(id) => {
                     bad.push((i, SeqError::Internal(format!("prompt id {id} is neither a token nor an image row"))));
                     continue;

@@ -83,8 +83,9 @@ pub struct SeqSpec {
     pub deadline: Option<std::time::Instant>,
     /// The rows of the prompt's images (its ids past the vocabulary).
     pub images: PromptImages,
-    /// The LoRA adapters it runs with (empty: none). Sequences with different adapters share
-    /// the steps; the prefix cache reuses only what was computed with the same ones.
+    /// The LoRA adapters it runs with (empty: none; an activated one from its invocation in
+    /// the prompt on, [`crate::model::LoraSchedule`]). Sequences with different adapters share
+    /// the steps; the prefix cache reuses only positions computed with the same ones.
     pub lora: Vec<LoraScale>,
 }
 

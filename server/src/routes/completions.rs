@@ -10,7 +10,7 @@ use std::time::Instant;
 use engine::generate::{Completion, Usage};
 use engine::kv_cache::KvType;
 use engine::logprobs::{token_logprob, TokenLogprob};
-use engine::model::{BatchEntry, InputEntry, LoraScale, Model};
+use engine::model::{BatchEntry, LoraScale, Model};
 use engine::tokenizer::{TokenId, Tokenizer};
 use hyper::Response;
 use serde_json::{json, Map, Value};
@@ -207,7 +207,8 @@ fn choice_json(
 }
 
 /// The log-probability of each prompt token given the ones before it (none for the first),
-/// from one extra pass over the prompt in a scratch cache, with the adapters `lora`.
+/// from one extra pass over the prompt in a scratch cache, with the adapters `lora` (an
+/// activated one from its invocation in the prompt on).
 fn prompt_logprobs(
     engine: &EngineState,
     prompt: &[TokenId],
@@ -216,9 +217,9 @@ fn prompt_logprobs(
 ) -> Result<Vec<Option<TokenLogprob>>, ApiError> {
     let model = &engine.model;
     let mut kv = model.new_kv_cache(KvType::F16, prompt.len());
-    let entries: Vec<InputEntry> =
-        BatchEntry::sequence(0, prompt, 0, true).into_iter().map(|e| InputEntry::from(e).with_lora(lora)).collect();
-    let logits = model.forward_inputs(&mut kv, &entries).map_err(|e| ApiError::server(e.to_string()))?;
+    let lora = model.lora_schedule(lora, prompt);
+    let logits =
+        model.forward_scheduled(&mut kv, &BatchEntry::sequence(0, prompt, 0, true), &lora).map_err(|e| ApiError::server(e.to_string()))?;
     let mut out = vec![None];
     for (i, &token) in prompt.iter().enumerate().skip(1) {
         out.push(Some(token_logprob(logits.row(i - 1), token, n_top)));

@@ -3,7 +3,9 @@
 //! first token and its log-probability are llama.cpp's under the same adapters and scales (the
 //! LoRA goldens), whether the scales come from the request's `lora` or from
 //! `POST /lora-adapters`; requests with different adapters batched together keep their outputs;
-//! the prefix cache is shared only under the same adapters; bad ids and bodies are 400s.
+//! the prefix cache is shared only under the same adapters (an activated adapter's sequence
+//! shares the positions before its invocation with those without it); bad ids and bodies are
+//! 400s.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -170,4 +172,59 @@ fn unknown_repeated_or_malformed_adapter_choices_are_400s() {
     // the scales did not change
     let list: Value = client.get(format!("{base}/lora-adapters")).send().unwrap().json().unwrap();
     assert_eq!((list[0]["scale"].as_f64(), list[1]["scale"].as_f64()), (Some(1.0), Some(0.0)));
+}
+
+/// The model's own best token after the golden ids and its log-probability (no adapter).
+fn bare_first() -> (u32, f32) {
+    let model = Model::load(fixture("archs/llama-s1.gguf")).unwrap();
+    let mut kv = model.new_kv_cache(engine::kv_cache::KvType::F32, 64);
+    let logits = model.forward(&mut kv, &engine::model::BatchEntry::sequence(0, IDS, 0, false)).unwrap();
+    let row = logits.row(0);
+    let best = (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a))).unwrap();
+    let log_sum = row.iter().map(|&v| ((v - row[best]) as f64).exp()).sum::<f64>().ln() as f32;
+    (best as u32, -log_sum)
+}
+
+/// An activated adapter (`llama-alora`, invocation `[7, 33]` at position 7 of the golden ids,
+/// loaded at global scale 0): listed with its invocation; a request naming it gets llama.cpp's
+/// first token with the adapter run from the invocation on, and reuses what a request without
+/// it cached before the invocation, and only that; one without it reuses only the positions
+/// before the invocation of what the adapter's request cached.
+#[test]
+fn an_activated_adapter_reuses_the_base_models_cache_up_to_its_invocation() {
+    let mut model = Model::load(fixture("archs/llama-s1.gguf")).unwrap();
+    let path = adapter_path("llama-alora");
+    model.load_adapter(&path, Some(0.0)).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let spec = ModelSpec { id: ID.into(), model: Arc::new(model), chat: true, guard: false, n_ctx: Some(256), draft: None };
+    // an f32 cache, as llama.cpp's goldens ran
+    let scheduling = server::Scheduling { kv_types: engine::kv_cache::KvType::F32.into(), ..Default::default() };
+    let base = start(Server::builder().scheduling(scheduling).model(spec));
+    let list: Value = reqwest::blocking::get(format!("{base}/lora-adapters")).unwrap().json().unwrap();
+    assert_eq!(list[0]["alora_invocation_tokens"], json!([7, 33]), "{list}");
+    assert!(!list[0]["alora_invocation_string"].as_str().unwrap().is_empty(), "{list}");
+
+    let cached = |v: &Value| v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    let checked = json!({"lora": [{"id": 0, "scale": 1.0}]});
+    let first_check = complete(&base, 1, checked.clone());
+    assert_first_is(&first_check, "llama-alora");
+    assert_eq!(cached(&first_check), 0);
+    // without the adapter: the model's own token; of the checked sequence only the 7
+    // positions before the invocation are reused
+    let plain = complete(&base, 1, json!({}));
+    let ((token, lp), (want, want_lp)) = (first(&plain), bare_first());
+    assert_eq!(token, want);
+    assert!((lp - want_lp).abs() < 1e-3, "{lp} against {want_lp}");
+    assert_eq!(cached(&plain), 7, "the positions before the invocation only");
+    // the check again: all but the last prompt token come from the cache
+    let again = complete(&base, 1, checked);
+    assert_first_is(&again, "llama-alora");
+    assert_eq!(cached(&again), IDS.len() as u64 - 1);
+    // a conversation the model cached is checked without computing it again: all of it
+    // comes from the cache, the invocation and what follows are computed
+    let conversation = [2, 3, 4, 5, 6, 8, 9, 10, 11, 12];
+    assert_eq!(cached(&complete(&base, 1, json!({"prompt": conversation}))), 0);
+    let check: Vec<u32> = conversation.iter().chain(&[7, 33, 13]).copied().collect();
+    let v = complete(&base, 1, json!({"prompt": check, "lora": [{"id": 0, "scale": 1.0}]}));
+    assert_eq!(cached(&v), conversation.len() as u64);
 }

@@ -50,6 +50,7 @@ fn run(args: &[String]) -> Result<(), String> {
                 // a trained adapter's size: `a` about 1/sqrt(n_in) (PEFT's initialisation), `b`
                 // small, so that the corrections change the activations by percents
                 magnitudes: (0.02, 0.01),
+                invocation: &[],
             };
             write(base, &spec, std::path::Path::new(out))
         }

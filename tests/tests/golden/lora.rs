@@ -2,7 +2,9 @@
 //! llama.cpp loaded, checked by sha256) on the tiny architecture models, every position's
 //! logits within the bound of llama.cpp's with the same adapters and scales (plain, fused,
 //! biased and router projections, the output and the token embeddings, F32 and F16 pairs, two
-//! adapters at once); rows with different adapters in one batch keep their bits; malformed or
+//! adapters at once, an activated adapter from its invocation on); rows with different adapters
+//! in one batch keep their bits; an activated adapter's positions before its invocation are the
+//! base model's, so its sequence may resume from the base model's cache; malformed or
 //! mismatched adapters are errors naming the problem.
 
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use std::sync::Arc;
 use engine::backend::RowInput;
 use engine::gguf::{Array, GgufFile, GgufWriter, Value};
 use engine::kv_cache::KvType;
-use engine::model::{InputEntry, LoraScale, Model};
+use engine::model::{BatchEntry, InputEntry, LoraScale, LoraSchedule, Model};
 use engine::quant::GgmlType;
 use engine_tests::archs::BOUND;
 use engine_tests::lora::{self, CASES, IDS};
@@ -38,12 +40,20 @@ fn logits(model: &Model, lora: Option<&[LoraScale]>) -> Vec<f32> {
     model.forward_inputs(&mut kv, &batch).unwrap().values
 }
 
+/// The logits of every position of `IDS` in one batch, each position with its adapters of
+/// `lora`.
+fn scheduled_logits(model: &Model, lora: &LoraSchedule) -> Vec<f32> {
+    let mut kv = model.new_kv_cache(KvType::F32, 256);
+    model.forward_scheduled(&mut kv, &BatchEntry::sequence(0, IDS, 0, true), lora).unwrap().values
+}
+
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
-/// `load` of each case's base model with its adapters (at their scales, as the model's default).
+/// `load` of each case's base model with its adapters (at their scales, as the model's default,
+/// each from where `IDS` activates it).
 fn cases_match_llama_cpp(load: impl Fn(&str) -> Model, only: &[&str]) {
     let index = read_json(&fixture("lora/cases.json"));
     assert_eq!(index["ids"].as_array().unwrap().len(), IDS.len(), "the ids llama.cpp ran");
@@ -53,7 +63,13 @@ fn cases_match_llama_cpp(load: impl Fn(&str) -> Model, only: &[&str]) {
         for &(name, scale) in case.adapters {
             model.load_adapter_file(adapter_file(name), Some(scale)).unwrap();
         }
-        let ours = logits(&model, None);
+        let lora = model.default_schedule(IDS);
+        for &(name, _) in case.adapters {
+            let id = model.adapters().iter().position(|a| a.name == name).unwrap();
+            let from = if lora::spec(name).invocation.is_empty() { 0 } else { case.from };
+            assert_eq!(lora.start_of(id), Some(from), "{}: {name} starts where llama.cpp started it", case.name);
+        }
+        let ours = scheduled_logits(&model, &lora);
         let want = read_f32s(&fixture(&format!("lora/{}.logits.bin", case.name)));
         let worst = max_diff(&ours, &want);
         let moved = max_diff(&plain, &want);
@@ -119,6 +135,40 @@ fn rows_with_different_adapters_share_a_batch_and_keep_their_bits() {
     }
 }
 
+/// An activated adapter runs from the last occurrence of its invocation in the prompt on: the
+/// positions before it have the bits of the model without adapters, so a sequence resumed from
+/// the base model's cache of them gets the bits of one batch; without its invocation the
+/// prompt runs as without the adapter, and rows left to the model's default (`lora: None`)
+/// never run it.
+#[test]
+fn an_activated_adapter_runs_from_its_invocation_on_over_the_base_models_cache() {
+    let path = fixture("archs/llama-s1.gguf");
+    let mut model = Model::load(&path).unwrap();
+    let bare = logits(&model, None);
+    let id = model.load_adapter_file(adapter_file("llama-alora"), Some(1.0)).unwrap();
+    assert_eq!(model.adapters()[id].invocation, [7, 33]);
+    assert_eq!(logits(&model, None), bare, "rows without a schedule run no activated adapter");
+    let lora = model.default_schedule(IDS);
+    let from = lora.start_of(id).unwrap() as usize;
+    assert_eq!(from, 7);
+    let n = model.config().n_vocab;
+    let whole = scheduled_logits(&model, &lora);
+    assert_eq!(whole[..from * n], bare[..from * n], "before the invocation: the base model's bits");
+    assert!(max_diff(&whole[from * n..], &bare[from * n..]) > 0.1, "from it on: corrected");
+    // the base model's cache of the positions before the invocation, then the rest
+    let mut kv = model.new_kv_cache(KvType::F32, 256);
+    model.forward(&mut kv, &BatchEntry::sequence(0, &IDS[..from], 0, false)).unwrap();
+    let rest = model.forward_scheduled(&mut kv, &BatchEntry::sequence(0, &IDS[from..], from as u32, true), &lora).unwrap();
+    assert_eq!(rest.values, whole[from * n..], "resumed from the base model's cache: the bits of one batch");
+    // a prompt without the invocation runs as the base model
+    let without: Vec<u32> = IDS.iter().map(|&t| if t == 33 { 34 } else { t }).collect();
+    let off = model.default_schedule(&without);
+    assert!(off.is_empty(), "no invocation: not run");
+    // the last occurrence counts
+    let twice: Vec<u32> = IDS.iter().chain(&[7, 33, 2]).copied().collect();
+    assert_eq!(model.default_schedule(&twice).start_of(id), Some(16));
+}
+
 /// A copy of `file` with its metadata changed by `edit`, its tensors kept by `keep`, and what
 /// `more` adds.
 fn edited(
@@ -161,12 +211,14 @@ fn mismatched_or_malformed_adapters_are_errors_naming_the_problem() {
     // half a pair
     let e = err(&mut llama, edited(&good, same, |n| n != "blk.1.attn_k.weight.lora_b", |_| {}));
     assert!(e.contains("blk.1.attn_k.weight") && e.contains("only one"), "{e}");
-    // activated LoRA
-    let alora = edited(&good, same, all, |w| {
-        w.add("adapter.alora.invocation_tokens", Value::Array(Array::U32(vec![1, 2]))).unwrap();
-    });
-    let e = err(&mut llama, alora);
-    assert!(e.contains("activated LoRA"), "{e}");
+    // an activated LoRA's invocation: u32 ids of the model's vocabulary
+    for (bad, says) in [(Value::Array(Array::I32(vec![1, 2])), "u32"), (Value::Array(Array::U32(vec![1, 128])), "id 128")] {
+        let alora = edited(&good, same, all, |w| {
+            w.add("adapter.alora.invocation_tokens", bad).unwrap();
+        });
+        let e = err(&mut llama, alora);
+        assert!(e.contains("adapter.alora.invocation_tokens") && e.contains(says), "{e}");
+    }
     // pairs that do not fit: a rank-4 `a` with a rank-8 `b`
     let qv = adapter_file("llama-qv");
     let b8 = good.tensor("blk.0.attn_q.weight.lora_b").unwrap();
