@@ -35,7 +35,7 @@ def main() -> None:
     exe = build_helper("lora-logits")
     subprocess.run(["cargo", "build", "-q", "-p", "engine-tests", "--bin", "lora-adapters"], check=True, cwd=ROOT)
     ids = re.findall(r"\d+", rust_table("IDS").split("=", 1)[1])
-    cases = re.findall(r'name: "([^"]+)", base: "([^"]+)", adapters: &\[([^\]]*)\], from: (\d+)', rust_table("CASES"))
+    cases = re.findall(r'name: "([^"]+)",\s*base: "([^"]+)",\s*adapters: &\[([^\]]*)\],\s*from: (\d+)', rust_table("CASES"))
     os.makedirs(OUT, exist_ok=True)
     index = {"llama_cpp": "b11434", "ids": [int(i) for i in ids], "adapters": {}, "cases": []}
     with tempfile.TemporaryDirectory() as tmp:

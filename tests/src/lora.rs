@@ -87,6 +87,45 @@ pub const ADAPTERS: &[AdapterSpec] = &[
         magnitudes: TEST_MAGNITUDES,
         invocation: &[],
     },
+    // the experts of a mixture: every expert's gate, up and down
+    AdapterSpec {
+        name: "qwen2moe-experts",
+        base: "archs/qwen2moe-s1.gguf",
+        blocks: &["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"],
+        global: &[],
+        rank: 4,
+        ty: GgmlType::F32,
+        alpha: 8.0,
+        seed: 6,
+        magnitudes: TEST_MAGNITUDES,
+        invocation: &[],
+    },
+    // experts with biases (corrected before the bias) and attention with sinks
+    AdapterSpec {
+        name: "gpt-oss-experts",
+        base: "archs/gpt-oss-s1.gguf",
+        blocks: &["attn_q", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"],
+        global: &[],
+        rank: 4,
+        ty: GgmlType::F32,
+        alpha: 4.0,
+        seed: 7,
+        magnitudes: TEST_MAGNITUDES,
+        invocation: &[],
+    },
+    // gate and up experts fused in one stack (`ffn_gate_up_exps`), taken apart
+    AdapterSpec {
+        name: "deepseek2-fused-experts",
+        base: "archs/deepseek2-s1.gguf",
+        blocks: &["ffn_gate_up_exps", "ffn_down_exps"],
+        global: &[],
+        rank: 4,
+        ty: GgmlType::F32,
+        alpha: 4.0,
+        seed: 8,
+        magnitudes: TEST_MAGNITUDES,
+        invocation: &[],
+    },
     // an activated LoRA (aLoRA): every projection, run from its invocation [7, 33] on
     AdapterSpec {
         name: "llama-alora",
@@ -117,6 +156,9 @@ pub const CASES: &[LoraCase] = &[
     LoraCase { name: "llama-two", base: "archs/llama-s1.gguf", adapters: &[("llama-all", 0.5), ("llama-qv", 2.0)], from: 0 },
     LoraCase { name: "phi3-fused", base: "archs/phi3-s1.gguf", adapters: &[("phi3-fused", 1.0)], from: 0 },
     LoraCase { name: "qwen2moe-router", base: "archs/qwen2moe-s1.gguf", adapters: &[("qwen2moe-router", 0.75)], from: 0 },
+    LoraCase { name: "qwen2moe-experts", base: "archs/qwen2moe-s1.gguf", adapters: &[("qwen2moe-experts", 1.0)], from: 0 },
+    LoraCase { name: "gpt-oss-experts", base: "archs/gpt-oss-s1.gguf", adapters: &[("gpt-oss-experts", 1.0)], from: 0 },
+    LoraCase { name: "deepseek2-fused-experts", base: "archs/deepseek2-s1.gguf", adapters: &[("deepseek2-fused-experts", 1.0)], from: 0 },
     LoraCase { name: "llama-alora", base: "archs/llama-s1.gguf", adapters: &[("llama-alora", 1.0)], from: 7 },
 ];
 
@@ -157,12 +199,17 @@ pub fn make(base: &GgufFile, spec: &AdapterSpec) -> Result<Vec<u8>, String> {
     let mut seed = spec.seed * 1000;
     for t in base.tensors() {
         let Some(kind) = kind_of(spec, &t.name) else { continue };
-        let [cols, rows] = t.dims[..] else { return Err(format!("{} is not a matrix", t.name)) };
-        // the embeddings' pair is read by token rows: `a` holds one rank-sized row per token
-        let (a_dims, b_dims) = if kind == "token_embd" { ([rank, rows], [rank, cols]) } else { ([cols, rank], [rank, rows]) };
+        // the embeddings' pair is read by token rows: `a` holds one rank-sized row per token;
+        // an expert stack's pairs are stacked likewise, one per expert
+        let (a_dims, b_dims) = match t.dims[..] {
+            [cols, rows] if kind == "token_embd" => (vec![rank, rows], vec![rank, cols]),
+            [cols, rows] => (vec![cols, rank], vec![rank, rows]),
+            [cols, rows, n] => (vec![cols, rank, n], vec![rank, rows, n]),
+            _ => return Err(format!("{} is neither a matrix nor a stack of them", t.name)),
+        };
         for (suffix, dims, scale) in [("lora_a", a_dims, spec.magnitudes.0), ("lora_b", b_dims, spec.magnitudes.1)] {
             seed += 1;
-            let values = uniform(seed, (dims[0] * dims[1]) as usize, scale);
+            let values = uniform(seed, dims.iter().product::<u64>() as usize, scale);
             w.add_tensor(format!("{}.{suffix}", t.name), &dims, spec.ty, Cow::Owned(encode(&values, spec.ty))).map_err(err)?;
         }
     }

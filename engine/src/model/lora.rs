@@ -29,13 +29,17 @@ pub struct LoraScale {
 }
 
 /// A projection an adapter may correct: rows `rows` of the model tensor `tensor` (all of them,
-/// or one part of a fused projection such as `attn_qkv`), of `cols` inputs.
+/// or one part of a fused projection such as `attn_qkv`), of `cols` inputs; of an expert stack,
+/// expert `e` of `n` (`expert: Some((e, n))`), whose adapter pair is stacked likewise (`lora_a`
+/// of `[cols, rank, n]`, `lora_b` of `[rank, total_rows, n]`, as llama.cpp's
+/// `build_lora_mm_id` reads them).
 #[derive(Clone, Debug)]
 pub struct LoraSite {
     pub tensor: String,
     pub rows: Range<usize>,
     pub total_rows: usize,
     pub cols: usize,
+    pub expert: Option<(usize, usize)>,
 }
 
 /// What a loaded adapter is, for listings.
@@ -103,8 +107,8 @@ fn bad(reason: impl Into<String>) -> ModelError {
 }
 
 /// The tensor `t` checked to be of a computable type with `dims`.
-fn checked(t: &TensorInfo, dims: [usize; 2]) -> Result<&TensorInfo, ModelError> {
-    let want = vec![dims[0] as u64, dims[1] as u64];
+fn checked<'t>(t: &'t TensorInfo, dims: &[usize]) -> Result<&'t TensorInfo, ModelError> {
+    let want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
     if t.dims != want {
         return Err(bad(format!(
             "tensor {} has shape {:?} where the model needs {:?} (an adapter of another base model?)",
@@ -133,9 +137,9 @@ fn invocation_tokens(file: &GgufFile, n_vocab: usize) -> Result<Vec<TokenId>, Mo
 
 /// The adapter `file` for a model of architecture `arch` and `n_vocab` tokens whose
 /// correctable projections are `sites`, checked as llama.cpp checks it (its type, architecture, pairs and shapes) and
-/// uploaded to `backend`. A tensor it corrects that the model has no site for (an expert
-/// stack, latent attention's absorbed matrices) is an error naming it: the adapter would
-/// otherwise run without it.
+/// uploaded to `backend` (an expert stack's pair one matrix per expert). A tensor it corrects
+/// that the model has no site for (latent attention's absorbed matrices) is an error naming it:
+/// the adapter would otherwise run without it.
 pub(crate) fn load<B: Backend>(
     file: &Arc<GgufFile>,
     backend: &B,
@@ -184,7 +188,7 @@ pub(crate) fn load<B: Backend>(
         let [Some(a), Some(b)] = *pair else {
             return Err(bad(format!("{name} has only one of its .lora_a and .lora_b tensors")));
         };
-        if a.dims.len() != 2 || a.dims.contains(&0) {
+        if a.dims.len() < 2 || a.dims.contains(&0) {
             return Err(bad(format!("tensor {} is not a matrix", a.name)));
         }
         if name == "token_embd.weight" {
@@ -195,8 +199,8 @@ pub(crate) fn load<B: Backend>(
             // is not transposed
             let rank = a.dims[0] as usize;
             rank_max = rank_max.max(rank);
-            let table = checked(a, [rank, e.n_vocab])?;
-            let b = checked(b, [rank, e.n_embd])?;
+            let table = checked(a, &[rank, e.n_vocab])?;
+            let b = checked(b, &[rank, e.n_embd])?;
             weights.embedding = Some(LoraPair {
                 a: backend.upload_matrix(file, table, e.n_vocab, rank)?,
                 b: backend.upload_matrix(file, b, e.n_embd, rank)?,
@@ -209,12 +213,18 @@ pub(crate) fn load<B: Backend>(
         let mut found = false;
         for (i, site) in sites.iter().enumerate().filter(|(_, s)| s.tensor == name) {
             found = true;
-            let a = checked(a, [site.cols, rank])?;
-            let b = checked(b, [rank, site.total_rows])?;
-            let part = b.rows(site.rows.start as u64, site.rows.len() as u64).expect("the rows of a checked tensor");
+            // an expert's pair: its slices of the stacked pair
+            let (e, n) = site.expert.unwrap_or((0, 1));
+            let (a, b) = match site.expert {
+                None => (checked(a, &[site.cols, rank])?, checked(b, &[rank, site.total_rows])?),
+                Some(_) => (checked(a, &[site.cols, rank, n])?, checked(b, &[rank, site.total_rows, n])?),
+            };
+            let a_part = a.rows((e * rank) as u64, rank as u64).expect("the rows of a checked tensor");
+            let b_part =
+                b.rows((e * site.total_rows + site.rows.start) as u64, site.rows.len() as u64).expect("the rows of a checked tensor");
             weights.sites[i] = Some(LoraPair {
-                a: backend.upload_matrix(file, a, rank, site.cols)?,
-                b: backend.upload_matrix(file, &part, site.rows.len(), rank)?,
+                a: backend.upload_matrix(file, &a_part, rank, site.cols)?,
+                b: backend.upload_matrix(file, &b_part, site.rows.len(), rank)?,
                 rank,
             });
         }
@@ -295,6 +305,39 @@ impl<'a, B: Backend> LoraRows<'a, B> {
             let Some(pair) = &a.weights.sites[site] else { continue };
             let pairs: Vec<(usize, usize, f32)> = a.rows.iter().map(|&(r, s)| (r, r, pair.factor(a.weights.alpha, s))).collect();
             b.add_low_rank(y, &pair.a, &pair.b, x, &pairs)?;
+        }
+        Ok(())
+    }
+
+    /// The corrections of an expert stack's products: `y` has a row per slot of `ids` (slot
+    /// `s` is row `s / n_used`'s choice `s % n_used`, `ids[s]` its expert), `x` a row per slot
+    /// or per row (as [`Backend::matmul_indexed`] reads it); each slot's row's adapters correct
+    /// it with the pair of its expert (`first + ids[s]`'s site), adapters in load order.
+    pub(crate) fn add_slots(
+        &self,
+        b: &B,
+        first: Option<usize>,
+        slots: (&[usize], usize),
+        x: &B::Tensor,
+        y: &mut B::Tensor,
+    ) -> Result<(), ModelError> {
+        let (Some(first), (ids, n_used)) = (first, slots) else { return Ok(()) };
+        let slots_per_x_row = ids.len() / b.shape(x).0.max(1);
+        for a in &self.active {
+            // each row's scale of this adapter, by slot
+            let mut scale_of_row = std::collections::HashMap::with_capacity(a.rows.len());
+            scale_of_row.extend(a.rows.iter().copied());
+            let mut by_expert: std::collections::BTreeMap<usize, Vec<(usize, usize, f32)>> = Default::default();
+            for (s, &e) in ids.iter().enumerate() {
+                let row = s / n_used;
+                let (Some(&scale), Some(pair)) = (scale_of_row.get(&row), &a.weights.sites[first + e]) else { continue };
+                let x_row = s / slots_per_x_row.max(1);
+                by_expert.entry(e).or_default().push((x_row, s, pair.factor(a.weights.alpha, scale)));
+            }
+            for (e, pairs) in by_expert {
+                let pair = a.weights.sites[first + e].as_ref().expect("an expert with a pair");
+                b.add_low_rank(y, &pair.a, &pair.b, x, &pairs)?;
+            }
         }
         Ok(())
     }

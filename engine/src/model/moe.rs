@@ -45,6 +45,8 @@ pub struct SharedExpert<B: Backend> {
 /// (`.bias`, one row per expert: gpt-oss), applied in that order as llama.cpp does.
 pub struct ExpertMatrices<B: Backend> {
     pub w: Vec<B::Matrix>,
+    /// The first expert's site among the projections LoRA adapters may correct.
+    pub site: Option<usize>,
     pub scales: Option<Vec<f32>>,
     /// `n_expert` x rows.
     pub biases: Option<B::Tensor>,
@@ -52,8 +54,10 @@ pub struct ExpertMatrices<B: Backend> {
 
 impl<B: Backend> ExpertMatrices<B> {
     fn load(l: &Loader<B>, prefix: &str, n_expert: usize, rows: usize, cols: usize) -> Result<ExpertMatrices<B>, ModelError> {
+        let name = format!("{prefix}.weight");
         Ok(ExpertMatrices {
-            w: l.expert_matrices(&format!("{prefix}.weight"), n_expert, rows, cols)?,
+            w: l.expert_matrices(&name, n_expert, rows, cols)?,
+            site: Some(l.expert_sites(&name, n_expert, 0..rows, rows, cols)),
             scales: l.host_vector_opt(&format!("{prefix}.scale"), n_expert)?,
             biases: l.expert_rows_opt(&format!("{prefix}.bias"), n_expert, rows)?,
         })
@@ -64,10 +68,12 @@ impl<B: Backend> ExpertMatrices<B> {
         self.scales.is_none() && self.biases.is_none()
     }
 
-    /// Each slot's expert scale and bias applied to `y` (a row per slot of `ids`), as
-    /// `(x · wₑᵀ) · scaleₑ + biasₑ`: the scale as a weighted addition onto zeros (the product's
-    /// bits), the bias as a weighted addition of weight 1 (the sum's bits).
-    fn finish(&self, b: &B, ids: &[usize], y: B::Tensor) -> Result<B::Tensor, ModelError> {
+    /// Each slot's expert scale, LoRA corrections and bias applied to `y` (a row per slot of
+    /// `ids`), as `(x · wₑᵀ) · scaleₑ + corrections + biasₑ` (llama.cpp's `build_lora_mm_id`
+    /// order): the scale as a weighted addition onto zeros (the product's bits), the bias as a
+    /// weighted addition of weight 1 (the sum's bits).
+    fn finish(&self, b: &B, slots: &Slots<'_, '_, B>, x: &B::Tensor, y: B::Tensor) -> Result<B::Tensor, ModelError> {
+        let ids = slots.ids;
         let mut y = match &self.scales {
             None => y,
             Some(s) => {
@@ -77,6 +83,7 @@ impl<B: Backend> ExpertMatrices<B> {
                 scaled
             }
         };
+        slots.lora.add_slots(b, self.site, (ids, slots.n_used), x, &mut y)?;
         if let Some(bias) = &self.biases {
             let pairs: Vec<(usize, usize, f32)> = ids.iter().enumerate().map(|(p, &e)| (e, p, 1.0)).collect();
             b.add_weighted_rows(&mut y, bias, &pairs)?;
@@ -84,12 +91,20 @@ impl<B: Backend> ExpertMatrices<B> {
         Ok(y)
     }
 
-    /// Every slot's product with its expert (`ids`: one expert per slot; `x`: a row per slot or
-    /// per token, see [`Backend::matmul_indexed`]), scaled and biased.
-    fn indexed(&self, b: &B, ids: &[usize], x: &B::Tensor) -> Result<B::Tensor, ModelError> {
-        let y = b.matmul_indexed(&[&self.w], ids, x)?.pop().expect("one set");
-        self.finish(b, ids, y)
+    /// Every slot's product with its expert (`x`: a row per slot or per token, see
+    /// [`Backend::matmul_indexed`]), scaled, corrected and biased.
+    fn indexed(&self, b: &B, slots: &Slots<'_, '_, B>, x: &B::Tensor) -> Result<B::Tensor, ModelError> {
+        let y = b.matmul_indexed(&[&self.w], slots.ids, x)?.pop().expect("one set");
+        self.finish(b, slots, x, y)
     }
+}
+
+/// A layer's (token, choice) slots: slot `s` is row `s / n_used`'s choice `s % n_used`, of
+/// expert `ids[s]`; and the batch's LoRA adapters, by row.
+struct Slots<'s, 'a, B: Backend> {
+    ids: &'s [usize],
+    n_used: usize,
+    lora: &'s LoraRows<'a, B>,
 }
 
 impl<B: Backend> Experts<B> {
@@ -100,7 +115,13 @@ impl<B: Backend> Experts<B> {
         // gate and up as two tensors, or one `ffn_gate_up_exps` of both (gate first)
         let (gate, up) = match l.expert_matrix_halves(&n("ffn_gate_up_exps.weight"), x.n_expert, x.n_ff, n_embd)? {
             Some([gate, up]) => {
-                (ExpertMatrices { w: gate, scales: None, biases: None }, ExpertMatrices { w: up, scales: None, biases: None })
+                let name = n("ffn_gate_up_exps.weight");
+                let [gate_site, up_site] =
+                    [0..x.n_ff, x.n_ff..2 * x.n_ff].map(|rows| l.expert_sites(&name, x.n_expert, rows, 2 * x.n_ff, n_embd));
+                (
+                    ExpertMatrices { w: gate, site: Some(gate_site), scales: None, biases: None },
+                    ExpertMatrices { w: up, site: Some(up_site), scales: None, biases: None },
+                )
             }
             None => (
                 ExpertMatrices::load(l, &n("ffn_gate_exps"), x.n_expert, x.n_ff, n_embd)?,
@@ -235,15 +256,17 @@ pub(crate) fn forward<B: Backend>(
         }
     };
     let input = weighted_inputs.as_ref().unwrap_or(h);
+    let slots = Slots { ids: &ids, n_used: x.n_used, lora };
     let (mut gate, up) = if w.gate.plain() && w.up.plain() {
         // both sets in one pass over one gathering of the rows
         let mut ys = b.matmul_indexed(&[&w.gate.w, &w.up.w], &ids, input)?.into_iter();
-        (ys.next().expect("the gate set"), ys.next().expect("the up set"))
+        let (gate, up) = (ys.next().expect("the gate set"), ys.next().expect("the up set"));
+        (w.gate.finish(b, &slots, input, gate)?, w.up.finish(b, &slots, input, up)?)
     } else {
-        (w.gate.indexed(b, &ids, input)?, w.up.indexed(b, &ids, input)?)
+        (w.gate.indexed(b, &slots, input)?, w.up.indexed(b, &slots, input)?)
     }; // slots x n_ff twice
     b.glu(act, &mut gate, &up)?;
-    let down = w.down.indexed(b, &ids, &gate)?; // slots x n_embd
+    let down = w.down.indexed(b, &slots, &gate)?; // slots x n_embd
     let mut out = b.zeros(rows, n_embd)?;
     for k in 0..x.n_used {
         let weight = |route: &Route| if x.weights_on_input { 1.0 } else { route[k].1 };

@@ -67,8 +67,20 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// projection, returning its site.
     fn site(&self, tensor: String, rows: std::ops::Range<usize>, total_rows: usize, cols: usize) -> usize {
         let mut sites = self.sites.borrow_mut();
-        sites.push(LoraSite { tensor, rows, total_rows, cols });
+        sites.push(LoraSite { tensor, rows, total_rows, cols, expert: None });
         sites.len() - 1
+    }
+
+    /// Registers rows `rows` of each of the `n` stacked `total_rows` x `cols` matrices of the
+    /// expert stack `tensor` as correctable projections, one site per expert, returning the
+    /// first expert's (expert `e`'s is that plus `e`).
+    pub fn expert_sites(&self, tensor: &str, n: usize, rows: std::ops::Range<usize>, total_rows: usize, cols: usize) -> usize {
+        let mut sites = self.sites.borrow_mut();
+        let first = sites.len();
+        for e in 0..n {
+            sites.push(LoraSite { tensor: tensor.to_string(), rows: rows.clone(), total_rows, cols, expert: Some((e, n)) });
+        }
+        first
     }
 
     /// The correctable projections loaded so far, in site order.

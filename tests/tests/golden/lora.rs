@@ -1,8 +1,9 @@
 //! LoRA adapters against llama.cpp: the tests' adapters (`engine_tests::lora`, the same bytes
 //! llama.cpp loaded, checked by sha256) on the tiny architecture models, every position's
 //! logits within the bound of llama.cpp's with the same adapters and scales (plain, fused,
-//! biased and router projections, the output and the token embeddings, F32 and F16 pairs, two
-//! adapters at once, an activated adapter from its invocation on); rows with different adapters
+//! biased and router projections, a mixture's experts (separate, fused gate and up, biased), the
+//! output and the token embeddings, F32 and F16 pairs, two adapters at once, an activated
+//! adapter from its invocation on); rows with different adapters
 //! in one batch keep their bits; an activated adapter's positions before its invocation are the
 //! base model's, so its sequence may resume from the base model's cache; malformed or
 //! mismatched adapters are errors naming the problem.
@@ -90,11 +91,12 @@ fn adapters_match_llama_cpp() {
     cases_match_llama_cpp(|base| Model::load(fixture(base)).unwrap(), &[]);
 }
 
-/// The kernel backend (the CUDA kernels run by the CPU execution harness) with two adapters.
+/// The kernel backend (the CUDA kernels run by the CPU execution harness) with two adapters, and
+/// with a mixture's experts corrected.
 #[cfg(feature = "sim")]
 #[test]
 fn adapters_on_the_simulated_gpu_match_llama_cpp() {
-    cases_match_llama_cpp(|base| Model::load_simulated(fixture(base)).unwrap(), &["llama-all", "llama-two"]);
+    cases_match_llama_cpp(|base| Model::load_simulated(fixture(base)).unwrap(), &["llama-all", "llama-two", "qwen2moe-experts"]);
 }
 
 /// Three sequences in one batch, each with its own adapters (both, none, one at another
@@ -169,6 +171,38 @@ fn an_activated_adapter_runs_from_its_invocation_on_over_the_base_models_cache()
     assert_eq!(model.default_schedule(&twice).start_of(id), Some(16));
 }
 
+/// A mixture's experts corrected for some rows of a batch only: each row has the bits of its
+/// sequence alone (the slots of a row without the adapter are left as they are, whichever
+/// experts the rows share).
+#[test]
+fn expert_corrections_follow_each_rows_adapters() {
+    let mut model = Model::load(fixture("archs/qwen2moe-s1.gguf")).unwrap();
+    let id = model.load_adapter_file(adapter_file("qwen2moe-experts"), None).unwrap();
+    let sets: [&[LoraScale]; 2] = [&[LoraScale { adapter: id, scale: 1.5 }], &[]];
+    let alone: Vec<Vec<f32>> = sets.iter().map(|s| logits(&model, Some(s))).collect();
+    assert!(max_diff(&alone[0], &alone[1]) > 0.1, "the experts' adapter changes the logits");
+    let mut kv = model.new_kv_cache(KvType::F32, 256);
+    let batch: Vec<InputEntry> = (0..IDS.len() * 2)
+        .map(|r| {
+            let (pos, s) = (r / 2, r % 2);
+            InputEntry {
+                seq: s as u32,
+                input: RowInput::Token(IDS[pos]),
+                pos: pos as u32,
+                logits: true,
+                non_causal: false,
+                lora: Some(sets[s]),
+            }
+        })
+        .collect();
+    let out = model.forward_inputs(&mut kv, &batch).unwrap();
+    let n = model.config().n_vocab;
+    for r in 0..batch.len() {
+        let (pos, s) = (r / 2, r % 2);
+        assert_eq!(out.row(r), &alone[s][pos * n..(pos + 1) * n], "sequence {s} position {pos}");
+    }
+}
+
 /// A copy of `file` with its metadata changed by `edit`, its tensors kept by `keep`, and what
 /// `more` adds.
 fn edited(
@@ -232,17 +266,17 @@ fn mismatched_or_malformed_adapters_are_errors_naming_the_problem() {
     );
     let e = err(&mut llama, mixed);
     assert!(e.contains("blk.0.attn_q.weight.lora_b") && e.contains("shape"), "{e}");
-    // a tensor the engine does not adapt: the experts of a mixture
-    let mut moe = Model::load(fixture("archs/qwen2moe-s1.gguf")).unwrap();
-    let base = GgufFile::open(fixture("archs/qwen2moe-s1.gguf")).unwrap();
-    let exps = base.tensor("blk.0.ffn_down_exps.weight").expect("an expert stack");
-    let (cols, rows) = (exps.dims[0], exps.dims[1]);
-    let experts = edited(&adapter_file("qwen2moe-router"), same, all, |w| {
-        w.add_tensor("blk.0.ffn_down_exps.weight.lora_a", &[cols, 4], GgmlType::F32, vec![0u8; cols as usize * 16]).unwrap();
-        w.add_tensor("blk.0.ffn_down_exps.weight.lora_b", &[4, rows], GgmlType::F32, vec![0u8; rows as usize * 16]).unwrap();
+    // a tensor the engine does not adapt: latent attention's absorbed key matrices
+    let mut moe = Model::load(fixture("archs/deepseek2-s1.gguf")).unwrap();
+    let base = GgufFile::open(fixture("archs/deepseek2-s1.gguf")).unwrap();
+    let k_b = base.tensor("blk.0.attn_k_b.weight").expect("absorbed key matrices");
+    let (cols, rows) = (k_b.dims[0], k_b.dims[1..].iter().product::<u64>());
+    let absorbed = edited(&adapter_file("deepseek2-fused-experts"), same, all, |w| {
+        w.add_tensor("blk.0.attn_k_b.weight.lora_a", &[cols, 4], GgmlType::F32, vec![0u8; cols as usize * 16]).unwrap();
+        w.add_tensor("blk.0.attn_k_b.weight.lora_b", &[4, rows], GgmlType::F32, vec![0u8; rows as usize * 16]).unwrap();
     });
-    let e = err(&mut moe, experts);
-    assert!(e.contains("blk.0.ffn_down_exps.weight") && e.contains("not a projection"), "{e}");
+    let e = err(&mut moe, absorbed);
+    assert!(e.contains("blk.0.attn_k_b.weight") && e.contains("not a projection"), "{e}");
     // a model whose output is its token embeddings: their adapter would correct both
     let tied_base = GgufFile::open(fixture("archs/gemma2-s1.gguf")).unwrap();
     assert!(tied_base.tensor("output.weight").is_none(), "gemma2 ties its output");
