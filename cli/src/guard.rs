@@ -216,7 +216,8 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
     if !risks.is_empty() {
         risks.extend(customs.iter().filter(|c| !args.risks.contains(&c.name)).map(|c| c.name.clone()));
     }
-    let request = GuardRequest { input, risks, customs, format: args.format.clone(), think: args.think, thresholds: limits.clone() };
+    let request =
+        GuardRequest { input, risks, customs, format: args.format.clone(), think: args.think, thresholds: limits.clone(), lora: None };
     if let Some(lines) = lines {
         return pool.install(|| jsonl::judge(&evaluator, &lines, &request, args.scan, &audit));
     }

@@ -93,6 +93,12 @@ impl Adapters {
         Ok(())
     }
 
+    /// The adapters a request's `lora` chooses, if it has one (a guard's prompts run with the
+    /// model's own start scales otherwise).
+    pub fn resolve_chosen(&self, request: Option<&[LoraChoice]>) -> Result<Option<Vec<LoraScale>>, ApiError> {
+        request.map(|choices| self.resolve(Some(choices))).transpose()
+    }
+
     /// The adapters a generation runs with: the request's `lora` when it has one, else the
     /// global scales; in id order, those at 0 left out (so that requests running the same
     /// adapters share their cached prefixes).

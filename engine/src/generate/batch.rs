@@ -8,21 +8,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{Completion, FinishReason, GenerateError, GenerateParams, SequenceDecoder, Usage};
 use crate::kv_cache::{common_prefix, KvCache};
-use crate::model::{BatchEntry, Model, ModelError};
+use crate::model::{BatchEntry, InputEntry, LoraSchedule, Model, ModelError};
 use crate::tokenizer::TokenId;
 
 /// One sequence of a lockstep run (sequence `i` of the cache for entry `i`).
 #[derive(Debug)]
 pub struct LockstepSeq {
     pub decoder: SequenceDecoder,
-    /// The prompt, then every output token; the cache may already hold any prefix of it.
+    /// The prompt, then every output token; the cache may already hold any prefix of it
+    /// (computed with the same adapters).
     pub tokens: Vec<TokenId>,
+    /// The LoRA adapters each of its positions runs with.
+    pub lora: LoraSchedule,
 }
 
 /// Generates an output for every `(prompt, params)`, sequence `i` of `kv` for job `i` (those
 /// sequences are cleared first). Outputs are the same as generating each alone: the forward
 /// pass is batch-invariant. Jobs with the same prompt (several samples of one request) prefill
-/// it once.
+/// it once. The model's default adapters run as [`Model::default_schedule`] says.
 pub fn generate_batch(
     model: &Model,
     kv: &mut KvCache,
@@ -39,7 +42,8 @@ pub fn generate_batch(
         }
         kv.remove(i as u32);
         let decoder = SequenceDecoder::new(model.tokenizer(), &prompt, params)?;
-        seqs.push(LockstepSeq { decoder, tokens: prompt });
+        let lora = model.default_schedule(&prompt);
+        seqs.push(LockstepSeq { decoder, tokens: prompt, lora });
     }
     let prompt_lens: Vec<usize> = seqs.iter().map(|s| s.tokens.len()).collect();
     // groups of identical prompts
@@ -64,7 +68,8 @@ pub fn generate_batch(
 }
 
 /// For each group of two or more sequences, prefills the tokens all its members start with
-/// once, in one pass for all groups, and forks that cache into the members. A sequence may
+/// (and compute with the same adapters) once, in one pass for all groups, and forks that cache
+/// into the members. A sequence may
 /// already hold a start of its prompt (forked from a prefix cache): a member holding the whole
 /// shared part keeps what it has; of the others, the one holding the most computes the rest and
 /// the others fork it. Each sequence keeps at least its last token to run itself: its logits
@@ -79,19 +84,21 @@ pub fn prefill_shared_prefixes(
     let mut forks = Vec::new();
     let mut spared = 0;
     for group in groups.iter().filter(|g| g.len() > 1) {
-        let first = &seqs[group[0]].tokens;
-        let shared = group.iter().map(|&i| common_prefix(first, &seqs[i].tokens).min(seqs[i].tokens.len() - 1)).min().unwrap_or(0);
+        let (first, lora) = (&seqs[group[0]].tokens, &seqs[group[0]].lora);
+        let shared = group
+            .iter()
+            .map(|&i| common_prefix(first, &seqs[i].tokens).min(seqs[i].tokens.len() - 1).min(lora.agrees_for(&seqs[i].lora)))
+            .min()
+            .unwrap_or(0);
         let behind: Vec<usize> = group.iter().copied().filter(|&i| kv.seq_len(i as u32) < shared).collect();
         // a lone member computes its own prompt in the first decoding pass: nothing to share
         let Some(&leader) = behind.iter().rev().max_by_key(|&&i| kv.seq_len(i as u32)).filter(|_| behind.len() > 1) else {
             continue;
         };
         let held = kv.seq_len(leader as u32);
-        batch.extend(first[held..shared].iter().enumerate().map(|(k, &token)| BatchEntry {
-            seq: leader as u32,
-            token,
-            pos: (held + k) as u32,
-            logits: false,
+        batch.extend(first[held..shared].iter().enumerate().map(|(k, &token)| {
+            let pos = (held + k) as u32;
+            InputEntry::from(BatchEntry { seq: leader as u32, token, pos, logits: false }).with_lora(lora.at(pos))
         }));
         for &i in behind.iter().filter(|&&i| i != leader) {
             spared += shared - kv.seq_len(i as u32);
@@ -99,7 +106,7 @@ pub fn prefill_shared_prefixes(
         }
     }
     if !batch.is_empty() {
-        model.forward(kv, &batch)?;
+        model.forward_inputs(kv, &batch)?;
     }
     for (src, dst) in forks {
         kv.fork(src as u32, dst as u32).map_err(ModelError::from)?;
@@ -132,7 +139,8 @@ pub fn decode_lockstep(
             }
             let seq = i as u32;
             let fed = kv.seq_len(seq);
-            batch.extend(BatchEntry::sequence(seq, &s.tokens[fed..], fed as u32, false));
+            let entries = BatchEntry::sequence(seq, &s.tokens[fed..], fed as u32, false);
+            batch.extend(entries.into_iter().map(|e| InputEntry::from(e).with_lora(s.lora.at(e.pos))));
             owners.push(i);
         }
         if owners.is_empty() {
@@ -141,7 +149,7 @@ pub fn decode_lockstep(
         if cancel.load(Ordering::Relaxed) {
             return Err(GenerateError::Cancelled);
         }
-        let logits = model.forward(kv, &batch)?;
+        let logits = model.forward_inputs(kv, &batch)?;
         for (row, &i) in owners.iter().enumerate() {
             let row = logits.row(row);
             observe(i, row);

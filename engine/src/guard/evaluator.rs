@@ -20,7 +20,7 @@ use crate::chat::tokenize_rendered;
 use crate::chat::ChatTemplate;
 use crate::generate::{decode_lockstep, prefill_shared_prefixes, GenerateError, GenerateParams, LockstepSeq, SequenceDecoder};
 use crate::kv_cache::{KvCache, KvType};
-use crate::model::{Model, ModelError};
+use crate::model::{LoraScale, LoraSchedule, Model, ModelError};
 use crate::tokenizer::TokenId;
 
 /// The most inputs one batch may hold (guard.md §4).
@@ -81,6 +81,8 @@ pub struct GuardRequest {
     /// Risks decided by their `risk_probability` instead of the model's label (a policy's
     /// thresholds with the request's own over them).
     pub thresholds: Thresholds,
+    /// The model's LoRA adapters its prompts run with (`None`: the model's default set).
+    pub lora: Option<Vec<LoraScale>>,
 }
 
 impl GuardRequest {
@@ -250,6 +252,11 @@ impl Evaluator {
         self.evaluate_cancellable(request, &AtomicBool::new(false))
     }
 
+    /// The adapters a request's prompts run with.
+    fn lora_of<'r>(&'r self, request: &'r GuardRequest) -> &'r [LoraScale] {
+        request.lora.as_deref().unwrap_or(self.model.default_lora())
+    }
+
     /// The prompts a request is judged with, in the order of its verdicts.
     pub fn prompts(&self, request: &GuardRequest) -> Result<Vec<GuardPrompt>, GuardError> {
         Ok(self.plan(request)?.prompts)
@@ -258,7 +265,7 @@ impl Evaluator {
     /// [`Evaluator::evaluate`] that stops (with [`GuardError::Cancelled`]) once `cancel` is set.
     pub fn evaluate_cancellable(&self, request: &GuardRequest, cancel: &AtomicBool) -> Result<GuardResult, GuardError> {
         let plan = self.plan(request)?;
-        let verdicts = self.run(vec![plan.prompts], cancel)?.pop().unwrap_or_default();
+        let verdicts = self.run(vec![(plan.prompts, self.lora_of(request))], cancel)?.pop().unwrap_or_default();
         Ok(decide(request, plan.names, verdicts))
     }
 
@@ -304,7 +311,7 @@ impl Evaluator {
                 }
                 seqs += plan.prompts.len();
                 let (plan, request) = plans.next().expect("peeked");
-                groups.push(plan.prompts);
+                groups.push((plan.prompts, self.lora_of(request)));
                 decided.push((plan.names, request));
             }
             for (verdicts, (names, request)) in self.run(groups, cancel)?.into_iter().zip(decided) {
@@ -359,17 +366,18 @@ impl Evaluator {
         Ok(plan)
     }
 
-    /// Runs groups of prompts (a group = one input's prompts, sharing a prefix) and returns
-    /// each group's verdicts in prompt order.
-    fn run(&self, groups: Vec<Vec<GuardPrompt>>, cancel: &AtomicBool) -> Result<Vec<Vec<Verdict>>, GuardError> {
+    /// Runs groups of prompts (a group = one input's prompts, sharing a prefix, and the
+    /// adapters they run with) and returns each group's verdicts in prompt order.
+    fn run(&self, groups: Vec<(Vec<GuardPrompt>, &[LoraScale])>, cancel: &AtomicBool) -> Result<Vec<Vec<Verdict>>, GuardError> {
         let tok = self.model.tokenizer();
-        let prompts: Vec<(usize, GuardPrompt, Vec<TokenId>)> = groups
+        let prompts: Vec<(usize, GuardPrompt, Vec<TokenId>, LoraSchedule)> = groups
             .into_iter()
             .enumerate()
-            .flat_map(|(g, ps)| ps.into_iter().map(move |p| (g, p)))
-            .map(|(g, p)| {
+            .flat_map(|(g, (ps, lora))| ps.into_iter().map(move |p| (g, p, lora)))
+            .map(|(g, p, lora)| {
                 let ids = tokenize_rendered(tok, &p.text);
-                (g, p, ids)
+                let lora = self.model.lora_schedule(lora, &ids);
+                (g, p, ids, lora)
             })
             .collect();
         let n_groups = prompts.iter().map(|p| p.0 + 1).max().unwrap_or(0);
@@ -383,12 +391,12 @@ impl Evaluator {
             (Reader::Guardian, GuardFormat::V3_3) if p.think => self.options.max_tokens_think,
             (Reader::Guardian, GuardFormat::V3_3) => self.options.max_tokens_3_3,
         };
-        let n_ctx = prompts.iter().map(|(_, p, ids)| ids.len() + budget(p)).max().unwrap_or(1);
+        let n_ctx = prompts.iter().map(|(_, p, ids, _)| ids.len() + budget(p)).max().unwrap_or(1);
         let mut seqs: Vec<LockstepSeq> = prompts
             .iter()
-            .map(|(_, p, ids)| {
+            .map(|(_, p, ids, lora)| {
                 let decoder = SequenceDecoder::new(tok, ids, GenerateParams::greedy(budget(p)))?;
-                Ok(LockstepSeq { decoder, tokens: ids.clone() })
+                Ok(LockstepSeq { decoder, tokens: ids.clone(), lora: lora.clone() })
             })
             .collect::<Result<_, GuardError>>()?;
         let groups: Vec<Vec<usize>> = (0..n_groups).map(|g| (0..prompts.len()).filter(|&i| prompts[i].0 == g).collect()).collect();
@@ -398,12 +406,12 @@ impl Evaluator {
         }
 
         // the prompt cache when it is free and long enough, else a cache for this run alone
-        let ids: Vec<&[TokenId]> = prompts.iter().map(|(_, _, ids)| ids.as_slice()).collect();
+        let ids: Vec<(&[TokenId], &LoraSchedule)> = prompts.iter().map(|(_, _, ids, lora)| (ids.as_slice(), lora)).collect();
         let mut cache = self.lock_prompt_cache(n_ctx);
         let decoded = match cache.as_deref_mut().and_then(Option::as_mut) {
             Some(cache) => {
                 let held = cache.seed(&ids).map_err(|e| GuardError::from(ModelError::from(e)))?;
-                self.counters.record(ids.iter().map(|p| p.len()), &held);
+                self.counters.record(ids.iter().map(|p| p.0.len()), &held);
                 let decoded = self.decode(cache.kv(), &mut seqs, &groups, &mut masses, cancel);
                 match decoded {
                     Ok(()) => cache.keep(&ids),
@@ -412,7 +420,7 @@ impl Evaluator {
                 decoded
             }
             None => {
-                self.counters.record(ids.iter().map(|p| p.len()), &vec![0; ids.len()]);
+                self.counters.record(ids.iter().map(|p| p.0.len()), &vec![0; ids.len()]);
                 let mut kv = self.model.new_kv_cache(self.options.kv_type, n_ctx);
                 self.decode(&mut kv, &mut seqs, &groups, &mut masses, cancel)
             }
@@ -421,7 +429,7 @@ impl Evaluator {
         decoded?;
 
         let mut out: Vec<Vec<Verdict>> = vec![Vec::new(); n_groups];
-        for (((g, prompt, _), seq), masses) in prompts.into_iter().zip(seqs).zip(masses) {
+        for (((g, prompt, _, _), seq), masses) in prompts.into_iter().zip(seqs).zip(masses) {
             out[g].extend(self.read_verdicts(&prompt, &seq.decoder, &masses)?);
         }
         Ok(out)

@@ -11,6 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::kv_cache::{KvCache, KvError, PrefixCache, SeqId};
+use crate::model::LoraSchedule;
 use crate::tokenizer::TokenId;
 
 /// Cache entries live above the ids of a run's sequences (a run's sequence `i` is id `i`).
@@ -74,7 +75,8 @@ impl PromptCounters {
 /// [`PromptCache::release_run`]).
 pub(crate) struct PromptCache {
     kv: KvCache,
-    entries: PrefixCache,
+    /// Keyed by the adapters the prompts ran with.
+    entries: PrefixCache<LoraSchedule>,
     next_id: SeqId,
     budget_bytes: usize,
 }
@@ -94,10 +96,11 @@ impl PromptCache {
         self.kv.live_blocks() * self.kv.block_bytes()
     }
 
-    /// Starts run sequence `i` with the longest cached start of `prompts[i]`, leaving at least its
-    /// last token to compute (its logits are the answer's first). Returns how many tokens each
-    /// sequence holds. On an error no run sequence is left behind.
-    pub(crate) fn seed(&mut self, prompts: &[&[TokenId]]) -> Result<Vec<usize>, KvError> {
+    /// Starts run sequence `i` with the longest cached start of `prompts[i]` (its tokens and
+    /// adapters), leaving at least its last token to compute (its logits are the answer's
+    /// first). Returns how many tokens each sequence holds. On an error no run sequence is left
+    /// behind.
+    pub(crate) fn seed(&mut self, prompts: &[(&[TokenId], &LoraSchedule)]) -> Result<Vec<usize>, KvError> {
         let held = self.fork_starts(prompts);
         if held.is_err() {
             self.release_run(prompts.len());
@@ -105,11 +108,11 @@ impl PromptCache {
         held
     }
 
-    fn fork_starts(&mut self, prompts: &[&[TokenId]]) -> Result<Vec<usize>, KvError> {
+    fn fork_starts(&mut self, prompts: &[(&[TokenId], &LoraSchedule)]) -> Result<Vec<usize>, KvError> {
         let mut held = Vec::with_capacity(prompts.len());
-        for (i, prompt) in prompts.iter().enumerate() {
+        for (i, &(prompt, lora)) in prompts.iter().enumerate() {
             let seq = i as SeqId;
-            let reuse = match self.entries.best_match(&(), prompt) {
+            let reuse = match self.entries.best_match(lora, prompt) {
                 Some((entry, n)) if n.min(prompt.len().saturating_sub(1)) > 0 => {
                     let n = n.min(prompt.len() - 1);
                     self.kv.fork(entry, seq)?;
@@ -126,8 +129,8 @@ impl PromptCache {
     /// After a run that finished: each run sequence's prompt (not what it generated) becomes an
     /// entry, the run's sequences go, and the least recently used entries go until the cache
     /// fits its budget.
-    pub(crate) fn keep(&mut self, prompts: &[&[TokenId]]) {
-        for (i, prompt) in prompts.iter().enumerate() {
+    pub(crate) fn keep(&mut self, prompts: &[(&[TokenId], &LoraSchedule)]) {
+        for (i, &(prompt, lora)) in prompts.iter().enumerate() {
             let seq = i as SeqId;
             if prompt.is_empty() || self.kv.seq_len(seq) < prompt.len() {
                 continue;
@@ -135,7 +138,7 @@ impl PromptCache {
             let id = self.entry_id();
             if self.kv.fork(seq, id).is_ok() {
                 self.kv.truncate(id, prompt.len());
-                for dropped in self.entries.insert(id, (), prompt.to_vec()) {
+                for dropped in self.entries.insert(id, lora.clone(), prompt.to_vec()) {
                     self.kv.remove(dropped);
                 }
             }
@@ -179,9 +182,20 @@ mod tests {
         PromptCache::new(kv, budget_bytes)
     }
 
+    static NO_ADAPTERS: LoraSchedule = LoraSchedule::EMPTY;
+
+    /// Prompts run without adapters.
+    fn plain<'p>(prompts: &[&'p [TokenId]]) -> Vec<(&'p [TokenId], &'static LoraSchedule)> {
+        prompts.iter().map(|&p| (p, &NO_ADAPTERS)).collect()
+    }
+
+    fn keep(c: &mut PromptCache, prompts: &[&[TokenId]]) {
+        c.keep(&plain(prompts));
+    }
+
     /// A run as the evaluator makes one: seeded sequences, then every prompt computed.
     fn run(c: &mut PromptCache, prompts: &[&[TokenId]]) -> Vec<usize> {
-        let held = c.seed(prompts).unwrap();
+        let held = c.seed(&plain(prompts)).unwrap();
         for (i, p) in prompts.iter().enumerate() {
             c.kv().reserve(i as SeqId, p.len() + 1).unwrap();
             c.kv().set_len(i as SeqId, p.len() + 1); // the prompt and one generated token
@@ -195,10 +209,10 @@ mod tests {
         let a: Vec<TokenId> = (0..40).collect();
         let b: Vec<TokenId> = (0..30).chain(100..120).collect();
         assert_eq!(run(&mut c, &[&a]), [0]);
-        c.keep(&[&a]);
+        keep(&mut c, &[&a]);
         assert_eq!(c.kv().sequences().count(), 1, "the run's sequence went, its prompt stays");
         assert_eq!(run(&mut c, &[&b, &a, &a[..10]]), [30, 39, 9]);
-        c.keep(&[&b, &a, &a[..10]]);
+        keep(&mut c, &[&b, &a, &a[..10]]);
         // `a` again replaced the old `a`; `a[..10]` is covered by it
         assert_eq!(c.kv().sequences().count(), 2);
     }
@@ -208,7 +222,7 @@ mod tests {
         let mut c = cache(usize::MAX);
         let a: Vec<TokenId> = (0..64).collect();
         run(&mut c, &[&a]);
-        c.keep(&[&a]);
+        keep(&mut c, &[&a]);
         let bytes = c.bytes();
         run(&mut c, &[&a, &a]);
         c.release_run(2);
@@ -220,7 +234,7 @@ mod tests {
         let b: Vec<TokenId> = (1000..1064).collect();
         for p in [&a, &b] {
             run(&mut c, &[p]);
-            c.keep(&[p]);
+            keep(&mut c, &[p]);
             assert_eq!(c.bytes(), bytes);
         }
         assert_eq!(run(&mut c, &[&a, &b]), [0, 63], "a, the older, was evicted");

@@ -29,6 +29,9 @@ pub fn invocation_start(prompt: &[TokenId], invocation: &[TokenId]) -> Option<us
 }
 
 impl LoraSchedule {
+    /// No adapter anywhere.
+    pub const EMPTY: LoraSchedule = LoraSchedule { adapters: Vec::new(), from: Vec::new() };
+
     /// `list` on every position (plain adapters).
     pub fn always(list: Vec<LoraScale>) -> LoraSchedule {
         let from = vec![0; list.len()];

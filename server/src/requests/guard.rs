@@ -9,6 +9,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use super::{nested_error, parse, present_model, ModelName};
+use crate::adapters::LoraChoice;
 use crate::error::ApiError;
 
 /// `policy` (the name of a preset) and `thresholds` (risk name -> probability from 0 to 1).
@@ -65,6 +66,9 @@ pub struct GuardBody {
     /// Custom risks: name -> definition (`/v1/guard` only).
     #[serde(default)]
     pub risk_definitions: Option<RiskDefinitions>,
+    /// The guard model's adapters its prompts run with (`None`: their start scales).
+    #[serde(default)]
+    pub lora: Option<Vec<LoraChoice>>,
     /// The end user: accepted and unused.
     #[serde(default)]
     #[allow(dead_code)]
@@ -106,6 +110,9 @@ pub struct ModerationBody {
     /// A string, strings, or content parts (read by the route).
     #[serde(default)]
     pub input: Option<Value>,
+    /// The guard model's adapters its prompts run with (`None`: their start scales).
+    #[serde(default)]
+    pub lora: Option<Vec<LoraChoice>>,
     #[serde(default)]
     #[allow(dead_code)]
     user: Option<String>,

@@ -45,6 +45,7 @@ async fn evaluate(state: &Arc<AppState>, route: GuardRoute, body: Map<String, Va
         format: body.format.clone(),
         think: body.think.unwrap_or(false),
         thresholds: applied.thresholds.clone(),
+        lora: entry.adapters.resolve_chosen(body.lora.as_deref())?,
     };
     let (out, verdicts) = match route {
         GuardRoute::Batch => {

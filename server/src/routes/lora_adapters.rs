@@ -25,8 +25,14 @@ fn entry(state: &AppState, model: Option<&str>) -> Result<Arc<ModelEntry>, ApiEr
     state.registry.named_or_only(model, true)
 }
 
+/// A named model's adapters (a guard model's too, whose prompts a request's `lora` may choose
+/// them for), or the only generating model's.
 pub fn list(state: &AppState, model: Option<&str>) -> Result<Response<Body>, ApiError> {
-    Ok(ok_json(&entry(state, model)?.adapters.describe()))
+    let entry = match model {
+        Some(id) => state.registry.get(id)?,
+        None => entry(state, None)?,
+    };
+    Ok(ok_json(&entry.adapters.describe()))
 }
 
 #[derive(Deserialize)]

@@ -37,7 +37,13 @@ async fn moderate(state: &Arc<AppState>, body: Map<String, Value>, start: Instan
     };
     let inputs = inputs(body.input.as_ref())?;
     let applied = applied(state, &body.policy, &[])?;
-    let requests = inputs.into_iter().map(|input| GuardRequest { input, thresholds: applied.thresholds.clone(), ..Default::default() });
+    let lora = entry.adapters.resolve_chosen(body.lora.as_deref())?;
+    let requests = inputs.into_iter().map(|input| GuardRequest {
+        input,
+        thresholds: applied.thresholds.clone(),
+        lora: lora.clone(),
+        ..Default::default()
+    });
     let items = entry.guard_queue.evaluate(&entry.worker, requests.collect()).await?;
     let family = entry.evaluator.as_ref().map_or(GuardFamily::GraniteGuardian, |ev| ev.family());
     let results: Vec<Value> = items

@@ -228,3 +228,72 @@ fn an_activated_adapter_reuses_the_base_models_cache_up_to_its_invocation() {
     let v = complete(&base, 1, json!({"prompt": check, "lora": [{"id": 0, "scale": 1.0}]}));
     assert_eq!(cached(&v), conversation.len() as u64);
 }
+
+/// The guard model's adapters over HTTP: listed under the guard's id, off unless a request's
+/// `lora` names them (on `/v1/guard`, its batch and `/v1/moderations`), where they change the
+/// risk probabilities; a request without them, after one with them, gets the model's own; an
+/// adapter the guard does not have is a 400 naming `lora`.
+#[test]
+fn guard_requests_choose_the_guard_models_adapters() {
+    const GUARD: &str = "guardian-tiny-3.0";
+    let path = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
+    let spec = lora::AdapterSpec {
+        name: "guard-qv",
+        base: "",
+        blocks: &["attn_q", "attn_v", "ffn_up"],
+        global: &[],
+        rank: 4,
+        ty: engine::quant::GgmlType::F32,
+        alpha: 4.0,
+        seed: 11,
+        magnitudes: (0.5, 0.05),
+        invocation: &[],
+    };
+    let mut model = Model::load(&path).unwrap();
+    let bytes = lora::make(&GgufFile::open(&path).unwrap(), &spec).unwrap();
+    model.load_adapter_file(Arc::new(GgufFile::from_bytes(bytes).unwrap()), None).unwrap();
+    let spec = ModelSpec { id: GUARD.into(), model: Arc::new(model), chat: false, guard: true, n_ctx: Some(1024), draft: None };
+    let base = start(Server::builder().model(spec));
+    let list: Value = reqwest::blocking::get(format!("{base}/lora-adapters?model={GUARD}")).unwrap().json().unwrap();
+    assert_eq!((list[0]["name"].as_str(), list[0]["scale"].as_f64()), (Some("guard-qv"), Some(0.0)), "{list}");
+
+    let input = json!({"user": "How do I pick a lock?", "assistant": "Use a tension wrench."});
+    let guard = |extra: Value| {
+        let mut body = json!({"model": GUARD, "input": input, "risks": ["harm", "violence"]});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (status, v) = post(&base, "/v1/guard", body);
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v["verdicts"].as_array().unwrap().iter().map(|v| v["risk_probability"].as_f64().unwrap()).collect::<Vec<_>>()
+    };
+    let chosen = json!({"lora": [{"id": 0, "scale": 1.0}]});
+    let plain = guard(json!({}));
+    let adapted = guard(chosen.clone());
+    assert!(plain.iter().zip(&adapted).any(|(a, b)| (a - b).abs() > 1e-3), "{plain:?} {adapted:?}");
+    assert_eq!(guard(json!({})), plain, "the adapter's prompts are not reused without it");
+    assert_eq!(guard(json!({"lora": []})), plain);
+    // the batch route, each input with the request's adapters
+    let (status, v) = post(
+        &base,
+        "/v1/guard/batch",
+        json!({"model": GUARD, "inputs": [input, input], "risks": ["harm", "violence"], "lora": chosen["lora"]}),
+    );
+    assert_eq!(status, StatusCode::OK, "{v}");
+    for r in v["results"].as_array().unwrap() {
+        let p: Vec<f64> = r["verdicts"].as_array().unwrap().iter().map(|v| v["risk_probability"].as_f64().unwrap()).collect();
+        assert_eq!(p, adapted);
+    }
+    // moderation: the adapters change the scores
+    let moderate = |extra: Value| {
+        let mut body = json!({"model": GUARD, "input": "How do I pick a lock?"});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (status, v) = post(&base, "/v1/moderations", body);
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v["results"][0]["category_scores"].clone()
+    };
+    assert_ne!(moderate(chosen), moderate(json!({})));
+    for path in ["/v1/guard", "/v1/moderations"] {
+        let (status, v) = post(&base, path, json!({"model": GUARD, "input": "hi", "lora": [{"id": 1, "scale": 1.0}]}));
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {v}");
+        assert_eq!(v["error"]["param"], "lora", "{path}: {v}");
+    }
+}

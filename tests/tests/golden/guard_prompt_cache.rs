@@ -134,3 +134,58 @@ fn question_first_prompts_take_each_risk_s_question_from_the_cache() {
     assert_eq!((first.prompts, first.prompts_reusing), (9, 9));
     assert!(first.reused_tokens >= 9 * 30 && first.reused_tokens > 3 * direct.reused_tokens, "{first:?} vs {direct:?}");
 }
+
+/// A request's `lora` judges its prompts with those adapters: the verdicts of a model whose
+/// default set they are. In a batch beside requests without them, and before and after them
+/// through the prompt cache, each request keeps its own verdicts: nothing computed under one
+/// set of adapters is reused under another.
+#[test]
+fn a_requests_adapters_judge_its_prompts_and_share_nothing_cached_with_others() {
+    use std::sync::Arc;
+
+    use engine::gguf::GgufFile;
+    use engine::model::{LoraScale, Model};
+    use engine::quant::GgmlType;
+    use engine_tests::lora::{make, AdapterSpec};
+
+    let path = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
+    let spec = AdapterSpec {
+        name: "guard-qv",
+        base: "",
+        blocks: &["attn_q", "attn_v", "ffn_up"],
+        global: &[],
+        rank: 4,
+        ty: GgmlType::F32,
+        alpha: 4.0,
+        seed: 11,
+        magnitudes: (0.5, 0.05),
+        invocation: &[],
+    };
+    let adapter = Arc::new(GgufFile::from_bytes(make(&GgufFile::open(&path).unwrap(), &spec).unwrap()).unwrap());
+    let options = EvaluatorOptions { prompt_cache_bytes: CACHE, ..EvaluatorOptions::default() };
+    let with_default = |scale: Option<f32>| {
+        let mut model = Model::load(&path).unwrap();
+        if let Some(s) = scale {
+            model.load_adapter_file(adapter.clone(), Some(s)).unwrap();
+        }
+        Evaluator::from_model(Arc::new(model), options.clone()).unwrap()
+    };
+    let input = GuardInput::new("How do I pick a lock?").with_assistant("Use a tension wrench.");
+    let plain = GuardRequest::new(input.clone(), &["harm", "violence"]);
+    let alone = with_default(None).evaluate(&plain).unwrap();
+    let adapted = with_default(Some(1.0)).evaluate(&plain).unwrap();
+    let p = |r: &GuardResult| r.verdicts.iter().map(|v| v.risk_probability.unwrap_or(0.0)).collect::<Vec<_>>();
+    assert!(p(&alone).iter().zip(p(&adapted)).any(|(a, b)| (a - b).abs() > 1e-3), "{alone:?} {adapted:?}");
+
+    // one evaluator, the adapter loaded but off by default; requests choose it
+    let mut model = Model::load(&path).unwrap();
+    let id = model.load_adapter_file(adapter.clone(), None).unwrap();
+    let ev = Evaluator::from_model(Arc::new(model), options).unwrap();
+    let chosen = GuardRequest { lora: Some(vec![LoraScale { adapter: id, scale: 1.0 }]), ..plain.clone() };
+    assert_eq!(ev.evaluate(&plain).unwrap(), alone);
+    assert_eq!(ev.evaluate(&chosen).unwrap(), adapted, "after the same prompts cached without the adapter");
+    assert_eq!(ev.evaluate_batch(&[chosen.clone(), plain.clone()]).unwrap(), [adapted.clone(), alone.clone()]);
+    assert_eq!(ev.evaluate(&plain).unwrap(), alone, "after the same prompts cached with the adapter");
+    let none = GuardRequest { lora: Some(Vec::new()), ..plain };
+    assert_eq!(ev.evaluate(&none).unwrap(), alone, "an empty list: no adapter");
+}

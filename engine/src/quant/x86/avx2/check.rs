@@ -212,6 +212,8 @@ fn vec_dot_throughput() {
         GgmlType::Q2_K,
         GgmlType::Q3_K,
         GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
         GgmlType::IQ2_XXS,
         GgmlType::IQ2_XS,
         GgmlType::IQ2_S,
