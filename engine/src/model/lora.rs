@@ -68,9 +68,9 @@ impl AdapterInfo {
 
 /// One corrected tensor (or part of one): `a` is `rank` x `cols`, `b` is `rows` x `rank` (for
 /// the token embeddings, `a` is the `n_vocab` x `rank` table rows are read from and `b` is
-/// `n_embd` x `rank`).
+/// `n_embd` x `rank`). The parts of a fused projection share their `a`.
 struct LoraPair<B: Backend> {
-    a: B::Matrix,
+    a: Arc<B::Matrix>,
     b: B::Matrix,
     rank: usize,
 }
@@ -202,7 +202,7 @@ pub(crate) fn load<B: Backend>(
             let table = checked(a, &[rank, e.n_vocab])?;
             let b = checked(b, &[rank, e.n_embd])?;
             weights.embedding = Some(LoraPair {
-                a: backend.upload_matrix(file, table, e.n_vocab, rank)?,
+                a: Arc::new(backend.upload_matrix(file, table, e.n_vocab, rank)?),
                 b: backend.upload_matrix(file, b, e.n_embd, rank)?,
                 rank,
             });
@@ -211,6 +211,8 @@ pub(crate) fn load<B: Backend>(
         let rank = a.dims[1] as usize;
         rank_max = rank_max.max(rank);
         let mut found = false;
+        // the parts of a fused projection read the same `a`: uploaded once for all of them
+        let mut whole_a: Option<Arc<B::Matrix>> = None;
         for (i, site) in sites.iter().enumerate().filter(|(_, s)| s.tensor == name) {
             found = true;
             // an expert's pair: its slices of the stacked pair
@@ -222,11 +224,12 @@ pub(crate) fn load<B: Backend>(
             let a_part = a.rows((e * rank) as u64, rank as u64).expect("the rows of a checked tensor");
             let b_part =
                 b.rows((e * site.total_rows + site.rows.start) as u64, site.rows.len() as u64).expect("the rows of a checked tensor");
-            weights.sites[i] = Some(LoraPair {
-                a: backend.upload_matrix(file, &a_part, rank, site.cols)?,
-                b: backend.upload_matrix(file, &b_part, site.rows.len(), rank)?,
-                rank,
-            });
+            let a = match (&whole_a, site.expert) {
+                (Some(a), None) => a.clone(),
+                (None, None) => whole_a.insert(Arc::new(backend.upload_matrix(file, &a_part, rank, site.cols)?)).clone(),
+                (_, Some(_)) => Arc::new(backend.upload_matrix(file, &a_part, rank, site.cols)?),
+            };
+            weights.sites[i] = Some(LoraPair { a, b: backend.upload_matrix(file, &b_part, site.rows.len(), rank)?, rank });
         }
         if !found {
             return Err(bad(format!("it corrects {name}, which is not a projection of this {arch} model the engine can adapt")));

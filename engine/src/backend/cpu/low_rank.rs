@@ -42,14 +42,18 @@ impl CpuMatrix {
         Ok(self.dense.get_or_init(|| out))
     }
 
-    /// The matrix widened to f32 and transposed: column after column (computed once).
+    /// The matrix widened to f32 and transposed: column after column (computed once; the rows
+    /// widened one at a time, so that no untransposed copy is kept beside it).
     fn dense_transposed(&self) -> Result<&[f32], BackendError> {
         if let Some(d) = self.dense_transposed.get() {
             return Ok(d);
         }
-        let (rows, cols, dense) = (self.rows(), self.cols(), self.dense()?);
-        let mut out = vec![0.0f32; rows * cols];
-        for (r, row) in dense.chunks_exact(cols).enumerate() {
+        let view = self.view();
+        let widen = quant::ops(view.ty).map_err(|e| BackendError::shape("low_rank", e.to_string()))?.dequantize;
+        let (rows, cols) = (view.rows, view.cols);
+        let (mut out, mut row) = (vec![0.0f32; rows * cols], vec![0.0f32; cols]);
+        for r in 0..rows {
+            widen(view.row(r), &mut row);
             for (c, &v) in row.iter().enumerate() {
                 out[c * rows + r] = v;
             }
