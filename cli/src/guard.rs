@@ -204,7 +204,7 @@ fn evaluate(args: GuardArgs) -> anyhow::Result<bool> {
         ..EvaluatorOptions::default()
     };
     let mut model = load_model(&args.model, args.device)?;
-    args.lora.load_plain_into(&mut model, "`guard`")?;
+    args.lora.load_into(&mut model)?;
     let evaluator = Evaluator::from_model(std::sync::Arc::new(model), options)
         .map_err(|e| anyhow::anyhow!(e).context(args.model.display().to_string()))?;
     let model_id = args.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());

@@ -142,13 +142,13 @@ impl LoraArgs {
 
 /// [`load_adapters`] for what runs no prompt of its own (`what`): an activated adapter, which
 /// runs from its invocation in a prompt, is refused.
-pub fn load_plain_adapters(model: &mut Model, adapters: &[(PathBuf, f32)], what: &str) -> anyhow::Result<()> {
+fn load_plain_adapters(model: &mut Model, adapters: &[(PathBuf, f32)], what: &str) -> anyhow::Result<()> {
     let first = model.adapters().len();
     load_adapters(model, adapters)?;
     if let Some(((path, _), _)) = adapters.iter().zip(&model.adapters()[first..]).find(|(_, a)| a.is_activated()) {
         anyhow::bail!(
             "{}: an activated LoRA (adapter.alora.invocation_tokens) runs from its invocation tokens in a prompt; \
-             {what} runs none (it runs with `run`, `chat`, `logits` and the server's completions)",
+             {what} runs none (it runs with `run`, `chat`, `logits`, `guard` and the server)",
             path.display()
         );
     }

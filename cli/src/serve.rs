@@ -16,9 +16,7 @@ use server::batch_scheduler::BatchConfig;
 use server::vision::{MediaOptions, Projector};
 use server::{ConnectionLimits, ModelSpec, Scheduling, Server, ServerGuardrails};
 
-use crate::load::{
-    load_adapters, load_model, load_plain_adapters, memory_available, parse_device, parse_lora, parse_positive, DraftArgs, KvCacheArgs,
-};
+use crate::load::{load_adapters, load_model, memory_available, parse_device, parse_lora, parse_positive, DraftArgs, KvCacheArgs};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -320,7 +318,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             load_adapters(held, &args.lora)?;
         }
         if named_guard || guardian {
-            load_plain_adapters(held, &args.guard_lora, "the guard")?;
+            load_adapters(held, &args.guard_lora)?;
         }
         guard_served |= named_guard || guardian;
         if let Some(mmproj) = args.mmproj.get(i) {
@@ -337,7 +335,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let (Some(path), false) = (&args.guard, guard_served) {
         let mut model = load_model(path, args.device)?;
-        load_plain_adapters(&mut model, &args.guard_lora, "the guard")?;
+        load_adapters(&mut model, &args.guard_lora)?;
         let spec = ModelSpec { id: id_of(path), model: Arc::new(model), chat: false, guard: true, n_ctx: args.ctx_size, draft: None };
         builder = builder.model_file(spec, path.clone());
     }

@@ -189,3 +189,66 @@ fn a_requests_adapters_judge_its_prompts_and_share_nothing_cached_with_others() 
     let none = GuardRequest { lora: Some(Vec::new()), ..plain };
     assert_eq!(ev.evaluate(&none).unwrap(), alone, "an empty list: no adapter");
 }
+
+/// An activated adapter (aLoRA) on the guard: its prompts run it from the last occurrence of
+/// its invocation on, so a check with it reuses what a check without it cached of the same
+/// prompts up to the invocation, and gets what an evaluator that never ran without it gets; a
+/// prompt without the invocation runs as without the adapter.
+#[test]
+fn an_activated_adapter_on_the_guard_reuses_the_plain_checks_cache_up_to_its_invocation() {
+    use std::sync::Arc;
+
+    use engine::chat::tokenize_rendered;
+    use engine::gguf::GgufFile;
+    use engine::model::{LoraScale, Model};
+    use engine::quant::GgmlType;
+    use engine_tests::lora::{make, AdapterSpec};
+
+    let path = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
+    let input = GuardInput::new("How do I pick a lock?").with_assistant("Use a tension wrench.");
+    let plain = GuardRequest::new(input, &["harm"]);
+    let probe = Evaluator::new(&path, EvaluatorOptions::default()).unwrap();
+    let text = probe.prompts(&plain).unwrap().remove(0).text;
+    let ids = tokenize_rendered(probe.model().tokenizer(), &text);
+    // the invocation: three tokens just before the prompt's last
+    let at = ids.len() - 4;
+    let invocation: &'static [u32] = Box::leak(ids[at..at + 3].to_vec().into_boxed_slice());
+    let spec = AdapterSpec {
+        name: "guard-alora",
+        base: "",
+        blocks: &["attn_q", "attn_k", "attn_v", "ffn_up"],
+        global: &[],
+        rank: 4,
+        ty: GgmlType::F32,
+        alpha: 4.0,
+        seed: 12,
+        magnitudes: (0.5, 0.05),
+        invocation,
+    };
+    let adapter = Arc::new(GgufFile::from_bytes(make(&GgufFile::open(&path).unwrap(), &spec).unwrap()).unwrap());
+    let evaluator = || {
+        let mut model = Model::load(&path).unwrap();
+        let id = model.load_adapter_file(adapter.clone(), None).unwrap();
+        let ev = Evaluator::from_model(Arc::new(model), EvaluatorOptions { prompt_cache_bytes: CACHE, ..EvaluatorOptions::default() });
+        (ev.unwrap(), id)
+    };
+    let (fresh, id) = evaluator();
+    let checked = GuardRequest { lora: Some(vec![LoraScale { adapter: id, scale: 1.0 }]), ..plain.clone() };
+    let want = fresh.evaluate(&checked).unwrap();
+    let alone = probe.evaluate(&plain).unwrap();
+    assert_ne!(want, alone, "the adapter changes the verdict's probability");
+    let (ev, _) = evaluator();
+    assert_eq!(ev.evaluate(&plain).unwrap(), alone);
+    let before = ev.prompt_stats();
+    assert_eq!(ev.evaluate(&checked).unwrap(), want, "from the plain check's cache");
+    assert_eq!(delta(ev.prompt_stats(), before).reused_tokens, at as u64, "the positions before the invocation");
+    // an invocation the prompts lack: the adapter does not run
+    let absent: &'static [u32] = &[3, 3, 3];
+    assert!(!ids.windows(3).any(|w| w == absent));
+    let spec = AdapterSpec { invocation: absent, ..spec };
+    let mut model = Model::load(&path).unwrap();
+    let id = model.load_adapter_file(Arc::new(GgufFile::from_bytes(make(&GgufFile::open(&path).unwrap(), &spec).unwrap()).unwrap()), None);
+    let ev = Evaluator::from_model(Arc::new(model), EvaluatorOptions::default()).unwrap();
+    let uninvoked = GuardRequest { lora: Some(vec![LoraScale { adapter: id.unwrap(), scale: 1.0 }]), ..plain };
+    assert_eq!(ev.evaluate(&uninvoked).unwrap(), alone);
+}
