@@ -36,19 +36,22 @@ pub struct AdapterSpec {
 /// correction left out fails the comparison by far).
 const TEST_MAGNITUDES: (f32, f32) = (0.5, 0.05);
 
+/// Every projection of the tiny llama, the output and the embeddings.
+const LLAMA_ALL: AdapterSpec = AdapterSpec {
+    name: "llama-all",
+    base: "archs/llama-s1.gguf",
+    blocks: &["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"],
+    global: &["token_embd", "output"],
+    rank: 8,
+    ty: GgmlType::F32,
+    alpha: 16.0,
+    seed: 1,
+    magnitudes: TEST_MAGNITUDES,
+    invocation: &[],
+};
+
 pub const ADAPTERS: &[AdapterSpec] = &[
-    AdapterSpec {
-        name: "llama-all",
-        base: "archs/llama-s1.gguf",
-        blocks: &["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"],
-        global: &["token_embd", "output"],
-        rank: 8,
-        ty: GgmlType::F32,
-        alpha: 16.0,
-        seed: 1,
-        magnitudes: TEST_MAGNITUDES,
-        invocation: &[],
-    },
+    LLAMA_ALL,
     AdapterSpec {
         name: "llama-qv",
         base: "archs/llama-s1.gguf",
@@ -127,18 +130,7 @@ pub const ADAPTERS: &[AdapterSpec] = &[
         invocation: &[],
     },
     // an activated LoRA (aLoRA): every projection, run from its invocation [7, 33] on
-    AdapterSpec {
-        name: "llama-alora",
-        base: "archs/llama-s1.gguf",
-        blocks: &["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"],
-        global: &["token_embd", "output"],
-        rank: 8,
-        ty: GgmlType::F32,
-        alpha: 16.0,
-        seed: 5,
-        magnitudes: TEST_MAGNITUDES,
-        invocation: &[7, 33],
-    },
+    AdapterSpec { name: "llama-alora", seed: 5, invocation: &[7, 33], ..LLAMA_ALL },
 ];
 
 /// One golden case: a base model with adapters at scales, over one sequence of ids.
