@@ -69,10 +69,9 @@ pub fn generate_batch(
 
 /// For each group of two or more sequences, prefills the tokens all its members start with
 /// (and compute with the same adapters) once, in one pass for all groups, and forks that cache
-/// into the members. A sequence may
-/// already hold a start of its prompt (forked from a prefix cache): a member holding the whole
-/// shared part keeps what it has; of the others, the one holding the most computes the rest and
-/// the others fork it. Each sequence keeps at least its last token to run itself: its logits
+/// into the members. A sequence may already hold a start of its prompt (forked from a prefix
+/// cache): a member holding the whole shared part keeps what it has; of the others, the one
+/// holding the most computes the rest and the others fork it. Each sequence keeps at least its last token to run itself: its logits
 /// start the output. Returns the positions the forked members did not compute.
 pub fn prefill_shared_prefixes(
     model: &Model,

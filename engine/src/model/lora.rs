@@ -11,6 +11,7 @@
 //! any loaded. An activated LoRA (aLoRA) runs only from the last occurrence of its invocation
 //! tokens in a sequence's prompt on ([`super::lora_schedule`]).
 
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -136,10 +137,10 @@ fn invocation_tokens(file: &GgufFile, n_vocab: usize) -> Result<Vec<TokenId>, Mo
 }
 
 /// The adapter `file` for a model of architecture `arch` and `n_vocab` tokens whose
-/// correctable projections are `sites`, checked as llama.cpp checks it (its type, architecture, pairs and shapes) and
-/// uploaded to `backend` (an expert stack's pair one matrix per expert). A tensor it corrects
-/// that the model has no site for (latent attention's absorbed matrices) is an error naming it:
-/// the adapter would otherwise run without it.
+/// correctable projections are `sites`, checked as llama.cpp checks it (its type,
+/// architecture, pairs and shapes) and uploaded to `backend` (an expert stack's pair one
+/// matrix per expert). A tensor it corrects that the model has no site for (latent attention's
+/// absorbed matrices) is an error naming it: the adapter would otherwise run without it.
 pub(crate) fn load<B: Backend>(
     file: &Arc<GgufFile>,
     backend: &B,
@@ -327,10 +328,10 @@ impl<'a, B: Backend> LoraRows<'a, B> {
         let (Some(first), (ids, n_used)) = (first, slots) else { return Ok(()) };
         let slots_per_x_row = ids.len() / b.shape(x).0.max(1);
         for a in &self.active {
-            // each row's scale of this adapter, by slot
-            let mut scale_of_row = std::collections::HashMap::with_capacity(a.rows.len());
-            scale_of_row.extend(a.rows.iter().copied());
-            let mut by_expert: std::collections::BTreeMap<usize, Vec<(usize, usize, f32)>> = Default::default();
+            // the scale of this adapter of each row that runs it
+            let scale_of_row: HashMap<usize, f32> = a.rows.iter().copied().collect();
+            // per expert, its slots' (input row, slot, factor), slots ascending
+            let mut by_expert: BTreeMap<usize, Vec<(usize, usize, f32)>> = BTreeMap::new();
             for (s, &e) in ids.iter().enumerate() {
                 let row = s / n_used;
                 let (Some(&scale), Some(pair)) = (scale_of_row.get(&row), &a.weights.sites[first + e]) else { continue };

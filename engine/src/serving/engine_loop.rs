@@ -332,10 +332,11 @@ impl EngineLoop {
         }
     }
 
-    /// The cached or running sequence from which the most of `prompt` under the adapters `lora` can
-    /// be reused, and how many tokens (at least the prompt's last token runs again: its logits
-    /// start the output; a hybrid model's sequence resumes only where a state was kept); and
-    /// the longest start of `prompt` any of them shares.
+    /// The cached or running sequence from which the most of `prompt` run with the adapters
+    /// `lora` can be reused (its positions computed with the same adapters), and how many
+    /// tokens (at least the prompt's last token runs again: its logits start the output; a
+    /// hybrid model's sequence resumes only where a state was kept); and the longest start of
+    /// `prompt` any of them shares.
     fn best_source(&mut self, prompt: &[TokenId], lora: &LoraSchedule) -> (Option<SeqId>, usize, usize) {
         let (kv, last) = (&self.kv, prompt.len() - 1);
         let resume = |seq: SeqId, n: usize| kv.resumable(seq, n.min(last));
