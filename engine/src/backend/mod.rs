@@ -250,6 +250,19 @@ pub trait Backend: Send + Sync + Sized + 'static {
     ) -> Result<(), BackendError> {
         add_low_rank_by_products(self, out, a, b, x, pairs)
     }
+    /// [`Backend::add_low_rank`] into several outputs whose pairs share `a` (the parts of a
+    /// fused projection), `outs[p]` through `bs[p]`; each part's values those it gets alone. By
+    /// default one part after the other; a backend may compute `x · aᵀ` once for all.
+    fn add_low_rank_parts(
+        &self,
+        outs: &mut [&mut Self::Tensor],
+        a: &Self::Matrix,
+        bs: &[&Self::Matrix],
+        x: &Self::Tensor,
+        pairs: &[(usize, usize, f32)],
+    ) -> Result<(), BackendError> {
+        add_low_rank_parts_one_by_one(self, outs, a, bs, x, pairs)
+    }
     /// Indexed products (ggml's `mul_mat_id`): slot `p` of `ids` is multiplied by matrix `ids[p]`
     /// of every set, `outs[s]` row `p` = `x` row `p / (ids.len() / x.rows)` · `sets[s][ids[p]]ᵀ`.
     /// `x` has one row per slot, or one per token whose `ids.len() / x.rows` slots all read it
@@ -389,6 +402,24 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// width and count; `out` and `x` of one row count): a part of every head taken out of a
     /// projection, or heads set side by side (multi-head latent attention).
     fn copy_columns(&self, out: &mut Self::Tensor, to: ColumnBlocks, x: &Self::Tensor, from: ColumnBlocks) -> Result<(), BackendError>;
+}
+
+/// [`Backend::add_low_rank_parts`] as one [`Backend::add_low_rank`] per part.
+pub(crate) fn add_low_rank_parts_one_by_one<B: Backend>(
+    backend: &B,
+    outs: &mut [&mut B::Tensor],
+    a: &B::Matrix,
+    bs: &[&B::Matrix],
+    x: &B::Tensor,
+    pairs: &[(usize, usize, f32)],
+) -> Result<(), BackendError> {
+    if outs.len() != bs.len() {
+        return Err(BackendError::shape("add_low_rank", format!("{} outputs for {} matrices", outs.len(), bs.len())));
+    }
+    for (out, b) in outs.iter_mut().zip(bs) {
+        backend.add_low_rank(out, a, b, x, pairs)?;
+    }
+    Ok(())
 }
 
 /// [`Backend::add_low_rank`] by the general operations: the rows gathered, the two products,

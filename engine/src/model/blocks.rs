@@ -45,11 +45,16 @@ pub(crate) fn linear_each<B: Backend, const N: usize>(
         return project_each(b, ms, ls.map(|l| l.b.as_ref()), x);
     }
     let mut ys = project_each(b, ms, [None; N], x)?;
+    // each projection's steps in llama.cpp's order: scale (before the bias), corrections, bias,
+    // scale (after it); the corrections of all of them at once, so that the parts of a fused
+    // projection share their adapters' low products
     for (y, l) in ys.iter_mut().zip(ls) {
         if let (Some(s), ScaleAt::BeforeBias) = (l.scale, at) {
             b.scale(y, s)?;
         }
-        lora.add(b, l.site, x, y)?;
+    }
+    lora.add_each(b, &ls.map(|l| l.site), x, &mut ys)?;
+    for (y, l) in ys.iter_mut().zip(ls) {
         if let Some(bias) = &l.b {
             b.add_bias(y, bias)?;
         }

@@ -301,14 +301,22 @@ impl<'a, B: Backend> LoraRows<'a, B> {
         site.is_some_and(|s| self.active.iter().any(|a| a.weights.sites[s].is_some()))
     }
 
-    /// `y[r] += s' · (x[r] · Aᵀ) · Bᵀ` for every row `r` of every adapter correcting site
-    /// `site` (`x` the projection's input, `y` its product), adapters in load order.
-    pub(crate) fn add(&self, b: &B, site: Option<usize>, x: &B::Tensor, y: &mut B::Tensor) -> Result<(), ModelError> {
-        let Some(site) = site else { return Ok(()) };
+    /// `ys[p][r] += s' · (x[r] · Aᵀ) · Bᵀ` for every row `r` of every adapter correcting site
+    /// `sites[p]` (`x` the projections' input, `ys[p]` the products), adapters in load order;
+    /// the parts of a fused projection, which share an adapter's `A`, take one pass of it.
+    pub(crate) fn add_each(&self, b: &B, sites: &[Option<usize>], x: &B::Tensor, ys: &mut [B::Tensor]) -> Result<(), ModelError> {
         for a in &self.active {
-            let Some(pair) = &a.weights.sites[site] else { continue };
-            let pairs: Vec<(usize, usize, f32)> = a.rows.iter().map(|&(r, s)| (r, r, pair.factor(a.weights.alpha, s))).collect();
-            b.add_low_rank(y, &pair.a, &pair.b, x, &pairs)?;
+            let pair_of = |p: usize| sites[p].and_then(|s| a.weights.sites[s].as_ref());
+            let mut done = vec![false; sites.len()];
+            for p in 0..sites.len() {
+                let Some(pair) = pair_of(p).filter(|_| !done[p]) else { continue };
+                let group: Vec<usize> = (p..sites.len()).filter(|&q| pair_of(q).is_some_and(|o| Arc::ptr_eq(&o.a, &pair.a))).collect();
+                group.iter().for_each(|&q| done[q] = true);
+                let pairs: Vec<(usize, usize, f32)> = a.rows.iter().map(|&(r, s)| (r, r, pair.factor(a.weights.alpha, s))).collect();
+                let bs: Vec<&B::Matrix> = group.iter().filter_map(|&q| pair_of(q)).map(|o| &o.b).collect();
+                let mut outs: Vec<&mut B::Tensor> = ys.iter_mut().enumerate().filter(|(q, _)| group.contains(q)).map(|(_, y)| y).collect();
+                b.add_low_rank_parts(&mut outs, &pair.a, &bs, x, &pairs)?;
+            }
         }
         Ok(())
     }

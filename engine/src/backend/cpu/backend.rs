@@ -287,6 +287,20 @@ impl Backend for CpuBackend {
         super::low_rank::add_low_rank(self.isa, out, a, b, x, pairs)
     }
 
+    fn add_low_rank_parts(
+        &self,
+        outs: &mut [&mut HostTensor],
+        a: &CpuMatrix,
+        bs: &[&CpuMatrix],
+        x: &HostTensor,
+        pairs: &[(usize, usize, f32)],
+    ) -> Result<(), BackendError> {
+        if a.rows() > super::low_rank::MAX_RANK {
+            return crate::backend::add_low_rank_parts_one_by_one(self, outs, a, bs, x, pairs);
+        }
+        super::low_rank::add_low_rank_parts(self.isa, outs, a, bs, x, pairs)
+    }
+
     fn matmul_indexed(&self, sets: &[&[CpuMatrix]], ids: &[usize], x: &HostTensor) -> Result<Vec<HostTensor>, BackendError> {
         let shapes: Vec<Vec<(usize, usize)>> = sets.iter().map(|set| set.iter().map(|m| (m.rows, m.cols)).collect()).collect();
         if let Some(why) = indexed_misfit(&shapes, ids, x.rows, x.cols) {

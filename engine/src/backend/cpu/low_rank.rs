@@ -90,6 +90,8 @@ pub(super) fn dot(x: &[f32], w: &[f32]) -> f32 {
 
 /// Outputs of one row (all, or a range of them) with the weight its correction is added at.
 type Piece<'a> = (&'a mut [f32], f32);
+/// A block of rows: their inputs and, per part, their output pieces.
+type RowBlock<'a> = (Vec<&'a [f32]>, Vec<Vec<Piece<'a>>>);
 
 /// A block's low products: `t[r][k]`, row `r`'s dot with `a`'s row `k`.
 type Lows = [[f32; MAX_RANK]; BLOCK];
@@ -182,51 +184,85 @@ pub(super) fn add_low_rank(
     x: &HostTensor,
     pairs: &[(usize, usize, f32)],
 ) -> Result<(), BackendError> {
-    let (rank, n_in, n_out) = (a.rows(), a.cols(), b.rows());
-    let mut seen = vec![false; out.rows];
-    let misfit = x.cols != n_in
-        || out.cols != n_out
-        || b.cols() != rank
-        || rank > MAX_RANK
-        || pairs.iter().any(|&(s, o, _)| s >= x.rows || o >= out.rows || std::mem::replace(&mut seen[o], true));
-    if misfit {
-        let what = format!(
-            "{} pairs of rows of {} through {rank} x {n_in} then {n_out} x {} into rows of {}",
-            pairs.len(),
-            x.cols,
-            b.cols(),
-            out.cols
-        );
-        return Err(BackendError::shape("add_low_rank", what));
+    add_low_rank_parts(tier, &mut [out], a, &[b], x, pairs)
+}
+
+/// [`add_low_rank`] into several outputs that share `a` (the parts of a fused projection):
+/// `outs[p][o] += w · (x[s] · aᵀ) · bs[p]ᵀ`, each row's low products computed once for all
+/// parts; every part's values are those `add_low_rank` gives it alone.
+pub(super) fn add_low_rank_parts(
+    tier: Isa,
+    outs: &mut [&mut HostTensor],
+    a: &CpuMatrix,
+    bs: &[&CpuMatrix],
+    x: &HostTensor,
+    pairs: &[(usize, usize, f32)],
+) -> Result<(), BackendError> {
+    let (rank, n_in) = (a.rows(), a.cols());
+    if outs.len() != bs.len() {
+        return Err(BackendError::shape("add_low_rank", format!("{} outputs for {} matrices", outs.len(), bs.len())));
     }
-    let (a, bt) = (a.dense()?, b.dense_transposed()?);
-    let mut slots: Vec<Option<&mut [f32]>> = out.data.chunks_mut(n_out).map(Some).collect();
-    // blocks of rows, each with its inputs and its output rows (distinct: taken out once)
-    let blocks: Vec<(Vec<&[f32]>, Vec<Piece<'_>>)> = pairs
+    for (out, b) in outs.iter().zip(bs) {
+        let mut seen = vec![false; out.rows];
+        let misfit = x.cols != n_in
+            || out.cols != b.rows()
+            || b.cols() != rank
+            || rank > MAX_RANK
+            || pairs.iter().any(|&(s, o, _)| s >= x.rows || o >= out.rows || std::mem::replace(&mut seen[o], true));
+        if misfit {
+            let what = format!(
+                "{} pairs of rows of {} through {rank} x {n_in} then {} x {} into rows of {}",
+                pairs.len(),
+                x.cols,
+                b.rows(),
+                b.cols(),
+                out.cols
+            );
+            return Err(BackendError::shape("add_low_rank", what));
+        }
+    }
+    let a = a.dense()?;
+    let bts: Vec<&[f32]> = bs.iter().map(|b| b.dense_transposed()).collect::<Result<_, _>>()?;
+    let n_outs: Vec<usize> = bs.iter().map(|b| b.rows()).collect();
+    // per part, its output rows (distinct: each taken out once)
+    let mut slots: Vec<Vec<Option<&mut [f32]>>> =
+        outs.iter_mut().zip(&n_outs).map(|(out, &n_out)| out.data.chunks_mut(n_out).map(Some).collect()).collect();
+    // blocks of rows, each with its inputs and, per part, its output rows
+    let blocks: Vec<RowBlock<'_>> = pairs
         .chunks(BLOCK)
         .map(|block| {
             let xs = block.iter().map(|&(s, _, _)| &x.data[s * n_in..(s + 1) * n_in]).collect();
-            let outs = block.iter().map(|&(_, o, w)| (slots[o].take().expect("each output row once"), w)).collect();
+            let outs = slots
+                .iter_mut()
+                .map(|part| block.iter().map(|&(_, o, w)| (part[o].take().expect("each output row once"), w)).collect())
+                .collect();
             (xs, outs)
         })
         .collect();
     if pairs.len() >= BLOCK * rayon::current_num_threads() {
-        blocks.into_par_iter().for_each(|(xs, mut outs)| {
+        blocks.into_par_iter().for_each(|(xs, parts)| {
             let t = lows_with(tier, a, n_in, &xs);
-            spread_with(tier, &t, &mut outs, bt, n_out, 0);
+            for ((mut outs, bt), &n_out) in parts.into_iter().zip(&bts).zip(&n_outs) {
+                spread_with(tier, &t, &mut outs, bt, n_out, 0);
+            }
         });
         return Ok(());
     }
     // few rows (decoding): a block's low products once, then its outputs split between threads
-    for (xs, outs) in blocks {
+    for (xs, parts) in blocks {
         let t = lows_with(tier, a, n_in, &xs);
-        let mut parts: Vec<Vec<Piece<'_>>> = (0..n_out.div_ceil(SPLIT)).map(|_| Vec::new()).collect();
-        for (row, w) in outs {
-            for (part, piece) in parts.iter_mut().zip(row.chunks_mut(SPLIT)) {
-                part.push((piece, w));
+        // (part, first output, pieces of every row)
+        let mut tasks: Vec<(usize, usize, Vec<Piece<'_>>)> = Vec::new();
+        for (p, rows) in parts.into_iter().enumerate() {
+            let first = tasks.len();
+            tasks.extend((0..n_outs[p].div_ceil(SPLIT)).map(|i| (p, i * SPLIT, Vec::new())));
+            for (row, w) in rows {
+                for (task, piece) in tasks[first..].iter_mut().zip(row.chunks_mut(SPLIT)) {
+                    task.2.push((piece, w));
+                }
             }
         }
-        parts.into_par_iter().enumerate().for_each(|(i, mut pieces)| spread_with(tier, &t, &mut pieces, bt, n_out, i * SPLIT));
+        tasks.into_par_iter().for_each(|(p, start, mut pieces)| spread_with(tier, &t, &mut pieces, bts[p], n_outs[p], start));
     }
     Ok(())
 }
@@ -255,6 +291,16 @@ mod tests {
         let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
         let (ia, ib) = (file.tensor("a").unwrap().clone(), file.tensor("b").unwrap().clone());
         (b.upload_matrix(&file, &ia, 12, 100).unwrap(), b.upload_matrix(&file, &ib, 37, 12).unwrap())
+    }
+
+    /// A `b` of `n_out` x 12, F32.
+    fn wide_b(b: &CpuBackend, n_out: u64) -> CpuMatrix {
+        let mut w = GgufWriter::new();
+        let floats: Vec<u8> = values((12 * n_out) as usize, 5).iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor("b", &[12, n_out], GgmlType::F32, floats).unwrap();
+        let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
+        let ib = file.tensor("b").unwrap().clone();
+        b.upload_matrix(&file, &ib, n_out as usize, 12).unwrap()
     }
 
     /// `out[o] += w · (x[s] · aᵀ) · bᵀ` by the f64 reference.
@@ -298,6 +344,15 @@ mod tests {
                 backend.add_low_rank(&mut one, &a, &b, &alone, &[(0, 0, w)]).unwrap();
                 assert_eq!(one.data, out.data[o * 37..(o + 1) * 37], "{n} rows: row {s} alone");
             }
+            // parts sharing `a` (a narrow one and one split between threads): each part the
+            // bits it gets alone
+            let wide = wide_b(&backend, 300);
+            let (mut p0, mut p1) = (HostTensor { rows: n, cols: 37, data: start.clone() }, HostTensor::zeros(n, 300));
+            backend.add_low_rank_parts(&mut [&mut p0, &mut p1], &a, &[&b, &wide], &x, &pairs).unwrap();
+            let mut alone = HostTensor::zeros(n, 300);
+            backend.add_low_rank(&mut alone, &a, &wide, &x, &pairs).unwrap();
+            assert_eq!((&p0.data, &p1.data), (&out.data, &alone.data), "{n} rows: parts");
+            assert!(p1.data.iter().any(|&v| v != 0.0));
             // the trait's default (gathered rows, two products, weighted adds): the same values
             // up to the order of the sums
             let mut general = HostTensor { rows: n, cols: 37, data: start.clone() };
