@@ -123,7 +123,8 @@ pub struct RuntimeArgs {
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct LoraArgs {
     /// A LoRA adapter GGUF (as llama.cpp's convert_lora_to_gguf.py writes it) applied at SCALE
-    /// (default 1) on the fly, not merged into the weights (repeat for several).
+    /// (default 1) on the fly, not merged into the weights (repeat for several); an activated
+    /// one (aLoRA) from the last occurrence of its invocation tokens in the prompt on.
     #[arg(long = "lora", value_name = "FILE[:SCALE]", value_parser = parse_lora)]
     pub lora: Vec<(PathBuf, f32)>,
 }

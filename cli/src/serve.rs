@@ -128,7 +128,7 @@ pub struct ServeArgs {
     #[arg(long = "lora", value_name = "FILE[:SCALE]", value_parser = parse_lora)]
     pub lora: Vec<(PathBuf, f32)>,
     /// A LoRA adapter GGUF for the guard model, applied to every guard prompt at SCALE
-    /// (default 1; repeat for several).
+    /// (default 1; repeat for several) unless a guard request's `lora` says otherwise.
     #[arg(long, value_name = "FILE[:SCALE]", value_parser = parse_lora)]
     pub guard_lora: Vec<(PathBuf, f32)>,
     #[arg(long, default_value = "127.0.0.1")]
