@@ -135,25 +135,20 @@ impl LoraArgs {
         load_adapters(model, &self.lora)
     }
 
-    /// [`LoraArgs::load_into`] for a command that runs no prompt of its own (`command`).
+    /// [`LoraArgs::load_into`] for a command that runs no prompt of its own (`command`): an
+    /// activated adapter, which runs from its invocation in a prompt, is refused.
     pub fn load_plain_into(&self, model: &mut Model, command: &str) -> anyhow::Result<()> {
-        load_plain_adapters(model, &self.lora, command)
+        let first = model.adapters().len();
+        self.load_into(model)?;
+        if let Some(((path, _), _)) = self.lora.iter().zip(&model.adapters()[first..]).find(|(_, a)| a.is_activated()) {
+            anyhow::bail!(
+                "{}: an activated LoRA (adapter.alora.invocation_tokens) runs from its invocation tokens in a prompt; \
+                 {command} runs none (it runs with `run`, `chat`, `logits`, `guard` and the server)",
+                path.display()
+            );
+        }
+        Ok(())
     }
-}
-
-/// [`load_adapters`] for what runs no prompt of its own (`what`): an activated adapter, which
-/// runs from its invocation in a prompt, is refused.
-fn load_plain_adapters(model: &mut Model, adapters: &[(PathBuf, f32)], what: &str) -> anyhow::Result<()> {
-    let first = model.adapters().len();
-    load_adapters(model, adapters)?;
-    if let Some(((path, _), _)) = adapters.iter().zip(&model.adapters()[first..]).find(|(_, a)| a.is_activated()) {
-        anyhow::bail!(
-            "{}: an activated LoRA (adapter.alora.invocation_tokens) runs from its invocation tokens in a prompt; \
-             {what} runs none (it runs with `run`, `chat`, `logits`, `guard` and the server)",
-            path.display()
-        );
-    }
-    Ok(())
 }
 
 /// Loads `adapters` (file, scale) into `model`, each used by default at its scale.

@@ -133,6 +133,21 @@ pub const ADAPTERS: &[AdapterSpec] = &[
     AdapterSpec { name: "llama-alora", seed: 5, invocation: &[7, 33], ..LLAMA_ALL },
 ];
 
+/// An adapter of the tiny Guardian 3.0 model (q, v and up of every block), for the guard's
+/// tests: they compare the guard with and without it, not with llama.cpp.
+pub const GUARD_QV: AdapterSpec = AdapterSpec {
+    name: "guard-qv",
+    base: "guardian/models/guardian-tiny-3.0-q8_0.gguf",
+    blocks: &["attn_q", "attn_v", "ffn_up"],
+    global: &[],
+    rank: 4,
+    ty: GgmlType::F32,
+    alpha: 4.0,
+    seed: 11,
+    magnitudes: TEST_MAGNITUDES,
+    invocation: &[],
+};
+
 /// One golden case: a base model with adapters at scales, over one sequence of ids.
 pub struct LoraCase {
     pub name: &'static str,

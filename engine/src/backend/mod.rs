@@ -261,7 +261,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
         x: &Self::Tensor,
         pairs: &[(usize, usize, f32)],
     ) -> Result<(), BackendError> {
-        add_low_rank_parts_one_by_one(self, outs, a, bs, x, pairs)
+        add_low_rank_parts_one_by_one(self, outs, a, bs, x, pairs, Self::add_low_rank)
     }
     /// Indexed products (ggml's `mul_mat_id`): slot `p` of `ids` is multiplied by matrix `ids[p]`
     /// of every set, `outs[s]` row `p` = `x` row `p / (ids.len() / x.rows)` · `sets[s][ids[p]]ᵀ`.
@@ -404,7 +404,17 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn copy_columns(&self, out: &mut Self::Tensor, to: ColumnBlocks, x: &Self::Tensor, from: ColumnBlocks) -> Result<(), BackendError>;
 }
 
-/// [`Backend::add_low_rank_parts`] as one [`Backend::add_low_rank`] per part.
+/// One correction of a part's pair (the signature of [`Backend::add_low_rank`]).
+pub(crate) type LowRankAdd<B> = fn(
+    &B,
+    &mut <B as Backend>::Tensor,
+    &<B as Backend>::Matrix,
+    &<B as Backend>::Matrix,
+    &<B as Backend>::Tensor,
+    &[(usize, usize, f32)],
+) -> Result<(), BackendError>;
+
+/// [`Backend::add_low_rank_parts`] as one `each` (an [`Backend::add_low_rank`]) per part.
 pub(crate) fn add_low_rank_parts_one_by_one<B: Backend>(
     backend: &B,
     outs: &mut [&mut B::Tensor],
@@ -412,12 +422,13 @@ pub(crate) fn add_low_rank_parts_one_by_one<B: Backend>(
     bs: &[&B::Matrix],
     x: &B::Tensor,
     pairs: &[(usize, usize, f32)],
+    each: LowRankAdd<B>,
 ) -> Result<(), BackendError> {
     if outs.len() != bs.len() {
         return Err(BackendError::shape("add_low_rank", format!("{} outputs for {} matrices", outs.len(), bs.len())));
     }
     for (out, b) in outs.iter_mut().zip(bs) {
-        backend.add_low_rank(out, a, b, x, pairs)?;
+        each(backend, out, a, b, x, pairs)?;
     }
     Ok(())
 }

@@ -67,7 +67,7 @@ impl LoraSchedule {
 
     /// Where adapter `adapter` starts, if the sequence runs it.
     pub fn start_of(&self, adapter: usize) -> Option<u32> {
-        self.adapters.iter().position(|l| l.adapter == adapter).map(|i| self.from[i])
+        self.entry(adapter).map(|(_, from)| from)
     }
 
     pub fn is_empty(&self) -> bool {

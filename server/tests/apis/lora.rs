@@ -236,21 +236,9 @@ fn an_activated_adapter_reuses_the_base_models_cache_up_to_its_invocation() {
 #[test]
 fn guard_requests_choose_the_guard_models_adapters() {
     const GUARD: &str = "guardian-tiny-3.0";
-    let path = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
-    let spec = lora::AdapterSpec {
-        name: "guard-qv",
-        base: "",
-        blocks: &["attn_q", "attn_v", "ffn_up"],
-        global: &[],
-        rank: 4,
-        ty: engine::quant::GgmlType::F32,
-        alpha: 4.0,
-        seed: 11,
-        magnitudes: (0.5, 0.05),
-        invocation: &[],
-    };
+    let path = fixture(lora::GUARD_QV.base);
     let mut model = Model::load(&path).unwrap();
-    let bytes = lora::make(&GgufFile::open(&path).unwrap(), &spec).unwrap();
+    let bytes = lora::make(&GgufFile::open(&path).unwrap(), &lora::GUARD_QV).unwrap();
     model.load_adapter_file(Arc::new(GgufFile::from_bytes(bytes).unwrap()), None).unwrap();
     let spec = ModelSpec { id: GUARD.into(), model: Arc::new(model), chat: false, guard: true, n_ctx: Some(1024), draft: None };
     let base = start(Server::builder().model(spec));

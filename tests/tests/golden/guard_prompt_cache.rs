@@ -145,23 +145,10 @@ fn a_requests_adapters_judge_its_prompts_and_share_nothing_cached_with_others() 
 
     use engine::gguf::GgufFile;
     use engine::model::{LoraScale, Model};
-    use engine::quant::GgmlType;
-    use engine_tests::lora::{make, AdapterSpec};
+    use engine_tests::lora::{make, GUARD_QV};
 
-    let path = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
-    let spec = AdapterSpec {
-        name: "guard-qv",
-        base: "",
-        blocks: &["attn_q", "attn_v", "ffn_up"],
-        global: &[],
-        rank: 4,
-        ty: GgmlType::F32,
-        alpha: 4.0,
-        seed: 11,
-        magnitudes: (0.5, 0.05),
-        invocation: &[],
-    };
-    let adapter = Arc::new(GgufFile::from_bytes(make(&GgufFile::open(&path).unwrap(), &spec).unwrap()).unwrap());
+    let path = fixture(GUARD_QV.base);
+    let adapter = Arc::new(GgufFile::from_bytes(make(&GgufFile::open(&path).unwrap(), &GUARD_QV).unwrap()).unwrap());
     let options = EvaluatorOptions { prompt_cache_bytes: CACHE, ..EvaluatorOptions::default() };
     let with_default = |scale: Option<f32>| {
         let mut model = Model::load(&path).unwrap();
@@ -201,10 +188,9 @@ fn an_activated_adapter_on_the_guard_reuses_the_plain_checks_cache_up_to_its_inv
     use engine::chat::tokenize_rendered;
     use engine::gguf::GgufFile;
     use engine::model::{LoraScale, Model};
-    use engine::quant::GgmlType;
-    use engine_tests::lora::{make, AdapterSpec};
+    use engine_tests::lora::{make, AdapterSpec, GUARD_QV};
 
-    let path = fixture("guardian/models/guardian-tiny-3.0-q8_0.gguf");
+    let path = fixture(GUARD_QV.base);
     let input = GuardInput::new("How do I pick a lock?").with_assistant("Use a tension wrench.");
     let plain = GuardRequest::new(input, &["harm"]);
     let probe = Evaluator::new(&path, EvaluatorOptions::default()).unwrap();
@@ -213,18 +199,7 @@ fn an_activated_adapter_on_the_guard_reuses_the_plain_checks_cache_up_to_its_inv
     // the invocation: three tokens just before the prompt's last
     let at = ids.len() - 4;
     let invocation: &'static [u32] = Box::leak(ids[at..at + 3].to_vec().into_boxed_slice());
-    let spec = AdapterSpec {
-        name: "guard-alora",
-        base: "",
-        blocks: &["attn_q", "attn_k", "attn_v", "ffn_up"],
-        global: &[],
-        rank: 4,
-        ty: GgmlType::F32,
-        alpha: 4.0,
-        seed: 12,
-        magnitudes: (0.5, 0.05),
-        invocation,
-    };
+    let spec = AdapterSpec { name: "guard-alora", blocks: &["attn_q", "attn_k", "attn_v", "ffn_up"], seed: 12, invocation, ..GUARD_QV };
     let adapter = Arc::new(GgufFile::from_bytes(make(&GgufFile::open(&path).unwrap(), &spec).unwrap()).unwrap());
     let evaluator = || {
         let mut model = Model::load(&path).unwrap();

@@ -280,11 +280,7 @@ impl Backend for CpuBackend {
         x: &HostTensor,
         pairs: &[(usize, usize, f32)],
     ) -> Result<(), BackendError> {
-        if a.rows() > super::low_rank::MAX_RANK {
-            // a rank this kernel does not hold: the general products
-            return crate::backend::add_low_rank_by_products(self, out, a, b, x, pairs);
-        }
-        super::low_rank::add_low_rank(self.isa, out, a, b, x, pairs)
+        self.add_low_rank_parts(&mut [out], a, &[b], x, pairs)
     }
 
     fn add_low_rank_parts(
@@ -296,7 +292,9 @@ impl Backend for CpuBackend {
         pairs: &[(usize, usize, f32)],
     ) -> Result<(), BackendError> {
         if a.rows() > super::low_rank::MAX_RANK {
-            return crate::backend::add_low_rank_parts_one_by_one(self, outs, a, bs, x, pairs);
+            // a rank this kernel does not hold: the general products, part by part
+            let each = crate::backend::add_low_rank_by_products;
+            return crate::backend::add_low_rank_parts_one_by_one(self, outs, a, bs, x, pairs, each);
         }
         super::low_rank::add_low_rank_parts(self.isa, outs, a, bs, x, pairs)
     }

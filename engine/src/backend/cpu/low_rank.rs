@@ -175,21 +175,9 @@ fn spread_with(tier: Isa, t: &Lows, outs: &mut [(&mut [f32], f32)], bt: &[f32], 
     })
 }
 
-/// `out[o] += w · (x[s] · aᵀ) · bᵀ` for every `(s, o, w)` of `pairs` on tier `tier`.
-pub(super) fn add_low_rank(
-    tier: Isa,
-    out: &mut HostTensor,
-    a: &CpuMatrix,
-    b: &CpuMatrix,
-    x: &HostTensor,
-    pairs: &[(usize, usize, f32)],
-) -> Result<(), BackendError> {
-    add_low_rank_parts(tier, &mut [out], a, &[b], x, pairs)
-}
-
-/// [`add_low_rank`] into several outputs that share `a` (the parts of a fused projection):
-/// `outs[p][o] += w · (x[s] · aᵀ) · bs[p]ᵀ`, each row's low products computed once for all
-/// parts; every part's values are those `add_low_rank` gives it alone.
+/// `outs[p][o] += w · (x[s] · aᵀ) · bs[p]ᵀ` for every `(s, o, w)` of `pairs` on tier `tier`:
+/// one output, or several that share `a` (the parts of a fused projection), each row's low
+/// products computed once for all parts; every part's values are those it gets alone.
 pub(super) fn add_low_rank_parts(
     tier: Isa,
     outs: &mut [&mut HostTensor],
@@ -334,7 +322,7 @@ mod tests {
             }
             for tier in Isa::available() {
                 let mut again = HostTensor { rows: n, cols: 37, data: start.clone() };
-                add_low_rank(tier, &mut again, &a, &b, &x, &pairs).unwrap();
+                add_low_rank_parts(tier, &mut [&mut again], &a, &[&b], &x, &pairs).unwrap();
                 assert_eq!(again.data, out.data, "{tier:?}: the same bits on every tier");
             }
             // a row alone has the bits it has in the batch
