@@ -111,13 +111,14 @@ pub struct ServeArgs {
     pub drain_timeout: Duration,
     /// A smaller model with the same vocabulary that drafts tokens for the chat models
     /// (speculative decoding: it drafts for every decoding sequence in shared passes, and the
-    /// model checks every sequence's proposals in the step's one pass; greedy output is
-    /// unchanged, sampled output keeps its distribution).
+    /// model checks every sequence's proposals in the step's one pass; greedy or seeded, the
+    /// output is unchanged).
     #[arg(long, conflicts_with = "spec")]
     pub draft: Option<PathBuf>,
     /// Speculation without a draft model: `ngram` proposes the tokens that followed the latest
     /// earlier occurrence of a sequence's last 4, 3 or 2 tokens in its own prompt and output (for
-    /// every decoding sequence, checked in the step's one pass; greedy output is unchanged).
+    /// every decoding sequence, checked in the step's one pass; greedy or seeded, the output is
+    /// unchanged).
     #[arg(long, value_parser = ["ngram"])]
     pub spec: Option<String>,
     #[command(flatten)]

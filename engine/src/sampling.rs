@@ -395,9 +395,10 @@ impl Sampler {
         dist.sample(&mut self.rng)
     }
 
-    /// This sampler's generator (speculative decoding's acceptance test draws from it too).
-    pub fn rng_mut(&mut self) -> &mut Rng {
-        &mut self.rng
+    /// This sampler's generator as it stands: a draft model copies it to draw its proposals
+    /// with the numbers this sampler's next draws will use.
+    pub fn rng(&self) -> &Rng {
+        &self.rng
     }
 
     /// The whole pipeline on a raw row: adjusts `logits` in place, then draws. Does not record

@@ -450,7 +450,7 @@ fn draft_counts(base: &str) -> (u64, u64) {
 }
 
 #[test]
-fn a_draft_model_leaves_greedy_output_unchanged() {
+fn a_draft_model_leaves_greedy_and_seeded_output_unchanged() {
     // the tiny llama drafts for itself in another weight type: same vocabulary, different numbers
     let draft = Arc::new(Model::load(fixture("models/tiny-llama-Q4_0.gguf")).unwrap());
     // every proposal of the tiny draft, however unsure of it
@@ -473,6 +473,24 @@ fn a_draft_model_leaves_greedy_output_unchanged() {
         draft: None,
     }));
     greedy_text_alone_and_under_load(&with, &without, &["Say hello", "Say hello twice", "Count", "a b c a b c"], 24, true);
+
+    // seeded sampling too: the texts the server without the draft gives, requests side by side
+    let seeded = |base: &str, content: &str| -> Value {
+        let body = json!({"model": CHAT, "messages": [{"role": "user", "content": content}], "max_tokens": 24, "temperature": 1.0, "seed": 7, "n": 2});
+        client().post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap()
+    };
+    let texts =
+        |reply: &Value| -> Vec<Value> { reply["choices"].as_array().unwrap().iter().map(|c| c["message"]["content"].clone()).collect() };
+    let prompts = ["Say hello", "Count"];
+    let together: Vec<Value> = std::thread::scope(|scope| {
+        let sent: Vec<_> = prompts.iter().map(|content| scope.spawn(|| seeded(&with, content))).collect();
+        sent.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (content, reply) in prompts.iter().zip(&together) {
+        assert_eq!(texts(reply), texts(&seeded(&without, content)), "{content}: {reply}");
+    }
+    let (kept, rejected) = together.iter().map(predictions).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    assert!(kept > 0 && rejected > 0, "{kept} proposals kept, {rejected} not");
 
     // a prompt of many prefill chunks: the draft catches up on it chunk by chunk, step after
     // step (a chunk is no round that proposed nothing), and drafts well within the reply

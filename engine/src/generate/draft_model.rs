@@ -4,7 +4,9 @@
 //! every sequence's proposals in its own one pass. A sequence stops drafting at its budget, at an
 //! end-of-generation token, or at a token the draft itself gives less than `p_min` (the softmax
 //! of its logits, whatever the sequence's sampling: llama.cpp's `--draft-p-min`): a proposal
-//! the draft doubts is seldom kept, and every proposal costs the target a row.
+//! the draft doubts is seldom kept, and every proposal costs the target a row. A sequence's
+//! proposals are drawn with a copy of its own generator: proposal `j` with the number the
+//! target's draw for that position will use (`speculative.rs` says why).
 
 use rayon::prelude::*;
 
@@ -12,7 +14,7 @@ use super::GenerateError;
 use crate::kv_cache::{KvCache, SeqId};
 use crate::logprobs::log_normalizer;
 use crate::model::{BatchEntry, Model};
-use crate::sampling::{distribution, Distribution, Rng, SamplingParams};
+use crate::sampling::{distribution, Rng, SamplingParams};
 use crate::tokenizer::{TokenId, Tokenizer};
 
 /// How a draft model drafts.
@@ -51,15 +53,10 @@ pub struct DraftRequest<'a> {
     pub k: usize,
     /// Its sampling: each proposal is drawn from the draft's distribution under them.
     pub params: &'a SamplingParams,
-    /// The draft's own generator for the sequence (the target's stays untouched).
-    pub rng: &'a mut Rng,
-}
-
-/// A sequence's proposals and the draft distribution each was drawn from.
-#[derive(Debug, Default)]
-pub struct Proposals {
-    pub tokens: Vec<TokenId>,
-    pub qs: Vec<Distribution>,
+    /// A copy of the sequence's generator as it stands before the round (the sequence's
+    /// `Sampler::rng`): the draws of proposals `0, 1, ...` take its next numbers in turn, the
+    /// numbers the target's own draws for those positions will take.
+    pub rng: Rng,
 }
 
 /// Proposals of `draft` (its cache `kv`) for each of `requests`, in their order. A request's
@@ -73,9 +70,9 @@ pub fn propose_batch(
     settings: DraftSettings,
     catch_up: usize,
     requests: &mut [DraftRequest<'_>],
-) -> Result<Vec<Proposals>, GenerateError> {
+) -> Result<Vec<Vec<TokenId>>, GenerateError> {
     let n_vocab = target.n_vocab();
-    let mut out: Vec<Proposals> = requests.iter().map(|_| Proposals::default()).collect();
+    let mut out: Vec<Vec<TokenId>> = vec![Vec::new(); requests.len()];
     // the first pass: every request's missing tokens, logits after the last for those that
     // caught up entirely
     let mut entries = Vec::new();
@@ -109,32 +106,31 @@ pub fn propose_batch(
         }
         // a draw and the draft's own probability of it per request (a softmax over the
         // vocabulary each), on every core
-        let mut drawn: Vec<Option<(TokenId, Distribution)>> = requests
+        let mut drawn: Vec<Option<TokenId>> = requests
             .par_iter_mut()
             .zip(&rows)
             .map(|(r, row)| {
                 let row = logits.row((*row)?);
                 let row = &row[..n_vocab.min(row.len())];
                 let q = distribution(r.params, row).ok()?;
-                let d = q.sample(r.rng);
+                let d = q.sample(&mut r.rng);
                 if settings.p_min > 0.0 {
                     let confidence = (f64::from(row[d as usize]) - log_normalizer(row)?).exp();
                     if confidence < f64::from(settings.p_min) {
                         return None; // the draft doubts it: not proposed
                     }
                 }
-                Some((d, q))
+                Some(d)
             })
             .collect();
         let mut next = Vec::with_capacity(drafting.len());
         for &(j, pos) in &drafting {
             let r = &requests[j];
-            let Some((d, q)) = drawn[j].take() else { continue };
-            let p = &mut out[j];
-            p.tokens.push(d);
-            p.qs.push(q);
+            let Some(d) = drawn[j].take() else { continue };
+            let proposed = &mut out[j];
+            proposed.push(d);
             // nothing worth proposing after the end; the last proposal is never fed
-            if p.tokens.len() < r.k && !target.is_eog(d) && pos < kv.n_ctx() {
+            if proposed.len() < r.k && !target.is_eog(d) && pos < kv.n_ctx() {
                 entries.push(BatchEntry { seq: r.seq, token: d, pos: pos as u32, logits: true });
                 next.push((j, pos + 1));
             }

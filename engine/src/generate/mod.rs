@@ -23,10 +23,10 @@ use crate::logprobs::TokenLogprob;
 use crate::model::{BatchEntry, LoraSchedule, Model, ModelError};
 use crate::sampling::{SamplingError, SamplingParams};
 use crate::tokenizer::TokenId;
-pub use draft_model::{propose_batch, DraftBackoff, DraftRequest, DraftSettings, Proposals};
+pub use draft_model::{propose_batch, DraftBackoff, DraftRequest, DraftSettings};
 pub use ngram::NgramDraft;
-pub(crate) use speculative::{accept_proposals, certainties, proposal_budget};
-pub use speculative::{check_draft, draft_rng, speculative_round, Draft, SpeculativeRound};
+pub(crate) use speculative::{accept_proposals, proposal_budget};
+pub use speculative::{check_draft, speculative_round, Draft, SpeculativeRound};
 
 /// What to generate and when to stop.
 pub struct GenerateParams {
@@ -144,7 +144,7 @@ pub enum GenerateError {
 
 /// Where a generator's proposals come from: what [`Draft`] borrows each round.
 enum DraftState<'a> {
-    Model { model: &'a Model, kv: &'a mut KvCache, settings: DraftSettings, rng: crate::sampling::Rng, backoff: DraftBackoff },
+    Model { model: &'a Model, kv: &'a mut KvCache, settings: DraftSettings, backoff: DraftBackoff },
     Ngram(NgramDraft, DraftBackoff),
 }
 
@@ -210,22 +210,21 @@ impl<'a> Generator<'a> {
 
     /// Speculative decoding: `draft` (a smaller model with the same vocabulary) proposes up to
     /// tokens per round as `settings` say, in `draft_kv` (sequence `seq`, reused like the target's
-    /// cache), and the target checks them in one batched pass. Greedy output is identical to the
-    /// target's alone; sampled output has the target's distribution. Constrained outputs decode
-    /// without the draft.
+    /// cache), and the target checks them in one batched pass. The output is the target's alone,
+    /// token for token, greedy or seeded (`speculative.rs`). Constrained outputs decode without
+    /// the draft.
     pub fn with_draft(mut self, draft: &'a Model, draft_kv: &'a mut KvCache, settings: DraftSettings) -> Result<Self, GenerateError> {
         check_draft(self.model, draft, settings)?;
         // the draft's cache holds a prefix of the prompt, and at least its last token is run again
         let cached = draft_kv.seq_len(self.seq).min(self.history.len() - 1);
         draft_kv.truncate(self.seq, cached);
-        let rng = draft_rng(self.decoder.sampler().params().seed);
-        self.draft = Some(DraftState::Model { model: draft, kv: draft_kv, settings, rng, backoff: DraftBackoff::default() });
+        self.draft = Some(DraftState::Model { model: draft, kv: draft_kv, settings, backoff: DraftBackoff::default() });
         Ok(self)
     }
 
     /// Speculative decoding without a draft model: `ngram` proposes the tokens that followed
     /// the latest earlier occurrence of the sequence's last few tokens ([`NgramDraft`]), checked
-    /// as a draft model's are. Greedy output is identical; constrained outputs decode without it.
+    /// as a draft model's are. The output is identical; constrained outputs decode without it.
     pub fn with_ngram(mut self, ngram: NgramDraft) -> Result<Self, GenerateError> {
         if ngram.n_draft == 0 || ngram.min_ngram == 0 || ngram.min_ngram > ngram.max_ngram {
             return Err(GenerateError::Draft(format!("n-gram drafting needs 1 <= min <= max n-gram and a draft of at least 1: {ngram:?}")));
@@ -266,9 +265,7 @@ impl<'a> Generator<'a> {
         let pending = self.history.len() - fed;
         if let (Some(d), 1, false) = (self.draft.as_mut(), pending, self.decoder.is_constrained()) {
             let (draft, backoff, paid_for_nothing) = match d {
-                DraftState::Model { model, kv, settings, rng, backoff } => {
-                    (Draft::Model { model, kv, settings: *settings, rng }, backoff, true)
-                }
+                DraftState::Model { model, kv, settings, backoff } => (Draft::Model { model, kv, settings: *settings }, backoff, true),
                 DraftState::Ngram(ngram, backoff) => (Draft::Ngram(*ngram), backoff, false),
             };
             if backoff.due(self.passes) {

@@ -2,9 +2,8 @@
 //! speculation): the sequence's last few tokens are looked up in its own history (prompt and
 //! output), and the tokens that followed their latest earlier occurrence are proposed. Output
 //! that repeats its input (code being edited, a document quoted, a list continued) is then
-//! verified several tokens per pass. A proposal is a certainty (`q(d) = 1`), so the acceptance
-//! rule keeps it with probability `p(d)` and otherwise draws from `p` without it: the target's
-//! distribution, and at temperature 0 its greedy output, token for token.
+//! verified several tokens per pass. A proposal is kept when it is the token the target's own
+//! draw gives (probability `p(d)`), so the output is the target's alone, token for token.
 
 use crate::tokenizer::TokenId;
 

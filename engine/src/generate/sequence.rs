@@ -117,11 +117,6 @@ impl SequenceDecoder {
         &self.sampler
     }
 
-    /// The sequence's own random generator.
-    pub fn rng(&mut self) -> &mut crate::sampling::Rng {
-        self.sampler.rng_mut()
-    }
-
     pub fn sample(&mut self, dist: &Distribution) -> TokenId {
         self.sampler.sample(dist)
     }

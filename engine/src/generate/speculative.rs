@@ -1,25 +1,29 @@
 //! Speculative decoding: a small draft model (or the sequence's own history, `ngram.rs`)
-//! proposes a few tokens, the target model scores them all in one batched forward pass, and the
-//! standard acceptance rule keeps a prefix of them.
+//! proposes a few tokens, the target model scores them all in one batched forward pass, and a
+//! prefix of them is kept.
 //!
-//! A proposal `d` drawn from the draft's distribution `q` is kept with probability
-//! `min(1, p(d) / q(d))`, `p` being the target's distribution at that position (after the
-//! sequence's own bias, penalties and cuts); at the first rejection a token is drawn from
-//! `max(0, p - q)` renormalised, and when every proposal is kept one more comes from the
-//! target's last row. The output then has exactly the target's distribution. At temperature 0
-//! both distributions are certainties, so a proposal is kept exactly when it is the target's
-//! argmax: greedy output equals the target's alone, token for token. A proposal that is a
-//! certainty (an n-gram's, or any at temperature 0) is checked by drawing the target's token as
-//! a plain step would, with the same generator, and keeping the proposal when they agree: the
-//! same distribution and acceptance rate (`p(d)`), and a seeded output the same tokens with
-//! speculation or without.
+//! Each position's token is the one a plain step would draw: the target's distribution there
+//! (after the sequence's own bias, penalties and cuts), drawn with the sequence's generator, one
+//! number per token as always. A proposal is kept when that token is the proposal; the first
+//! that is not ends the round with the target's token in its place, and when every proposal is
+//! kept the last row gives one more. So the output is the tokens the sequence gives without
+//! speculation, greedy or seeded, whenever and however often it drafted.
+//!
+//! A draft model draws its proposals from its own distribution `q` with a copy of the
+//! sequence's generator, proposal `j` with the number the target's draw at that position will
+//! use. Both draws pick the token at which the cumulative probability in token order passes that
+//! number, so a proposal is kept with probability `Σ_x |[P(x-1), P(x)) ∩ [Q(x-1), Q(x))|` (`P`,
+//! `Q` the cumulative sums): 1 where `q = p` and close to it where `q` is close to `p`. That is
+//! at most the `Σ_x min(p(x), q(x))` of the classic rule (keep `d` with probability
+//! `min(1, p(d) / q(d))`, else draw from `max(0, p - q)`), whose draws depend on what was
+//! proposed and so cannot give a seeded output its plain tokens. An n-gram proposal is a
+//! certainty and is kept with probability `p(d)`.
 
 use super::draft_model::{propose_batch, DraftRequest, DraftSettings};
 use super::ngram::NgramDraft;
 use super::{GenerateError, SequenceDecoder, TokenEvent};
 use crate::kv_cache::{KvCache, SeqId};
 use crate::model::{BatchEntry, LoraSchedule, Model};
-use crate::sampling::{Distribution, Rng};
 use crate::tokenizer::{TokenId, Tokenizer};
 
 /// Vocabulary sizes may differ by a few padding tokens (llama.cpp allows as much).
@@ -27,9 +31,8 @@ const MAX_VOCAB_SIZE_DIFFERENCE: usize = 128;
 
 /// Where a round's proposals come from.
 pub enum Draft<'a> {
-    /// A draft model, its cache and its own random generator (so the target's stays the same
-    /// whatever the draft does).
-    Model { model: &'a Model, kv: &'a mut KvCache, settings: DraftSettings, rng: &'a mut Rng },
+    /// A draft model and its cache.
+    Model { model: &'a Model, kv: &'a mut KvCache, settings: DraftSettings },
     /// The sequence's own history.
     Ngram(NgramDraft),
 }
@@ -41,11 +44,6 @@ impl Draft<'_> {
             Draft::Ngram(n) => n.n_draft,
         }
     }
-}
-
-/// The draft's random generator for a sequence whose sampling seed is `seed`.
-pub fn draft_rng(seed: u64) -> Rng {
-    Rng::new(seed ^ 0xD7AF_75EE_D5A1_7C0D)
 }
 
 /// What one speculative round did.
@@ -99,18 +97,14 @@ pub fn speculative_round(
     if k == 0 {
         return Ok(None);
     }
-    let (proposals, qs, draft_kv) = match draft {
-        Draft::Model { model: draft_model, kv: draft_kv, settings, rng } => {
+    let (proposals, draft_kv) = match draft {
+        Draft::Model { model: draft_model, kv: draft_kv, settings } => {
+            let rng = decoder.sampler().rng().clone();
             let request = DraftRequest { seq, history, k, params: decoder.sampler().params(), rng };
             let mut proposed = propose_batch(draft_model, draft_kv, model.tokenizer(), settings, usize::MAX, &mut [request])?;
-            let p = proposed.pop().unwrap_or_default();
-            (p.tokens, p.qs, Some(draft_kv))
+            (proposed.pop().unwrap_or_default(), Some(draft_kv))
         }
-        Draft::Ngram(ngram) => {
-            let proposals = ngram.propose(history, k);
-            let qs = certainties(&proposals)?;
-            (proposals, qs, None)
-        }
+        Draft::Ngram(ngram) => (ngram.propose(history, k), None),
     };
     if proposals.is_empty() {
         return Ok(None);
@@ -123,7 +117,7 @@ pub fn speculative_round(
     // a hybrid model's states after every proposal are kept, to return to the last one kept
     kv.keep_states_for(proposals.len());
     let logits = model.forward_scheduled(kv, &BatchEntry::sequence(seq, &tokens, fed as u32, true), lora)?;
-    let (events, accepted) = accept_proposals(decoder, model.tokenizer(), history, &proposals, &qs, |i| logits.row(i))?;
+    let (events, accepted) = accept_proposals(decoder, model.tokenizer(), history, &proposals, |i| logits.row(i))?;
 
     // the caches keep the last token and the accepted proposals; the token chosen after
     // them is fed next round
@@ -144,24 +138,17 @@ pub(crate) fn proposal_budget(n_draft: usize, decoder: &SequenceDecoder, n_ctx: 
     n_draft.min(decoder.remaining().saturating_sub(1)).min(n_ctx.saturating_sub(fed + 1))
 }
 
-/// Each proposal as a certainty (`q(d) = 1`, what an n-gram proposal is): kept with probability
-/// `p(d)`, and otherwise a token drawn from `p` without `d`.
-pub(crate) fn certainties(proposals: &[TokenId]) -> Result<Vec<Distribution>, GenerateError> {
-    Ok(proposals.iter().map(|&d| Distribution::from_weights(vec![(d, 1.0)])).collect::<Result<_, _>>()?)
-}
-
-/// The target's verdict on `proposals` (drawn from `qs`), committed to `decoder` and `history`:
-/// `row(i)` is the target's logits after the sequence's last token and `proposals[..i]`
-/// (`proposals.len() + 1` rows). Each proposal is kept by the acceptance rule until one is not
-/// (a token drawn from what is left then takes its place) or the output ends; when all are kept
-/// the last row gives one more token. Returns the committed tokens' events and how many
-/// proposals were kept.
+/// The target's verdict on `proposals`, committed to `decoder` and `history`: `row(i)` is the
+/// target's logits after the sequence's last token and `proposals[..i]` (`proposals.len() + 1`
+/// rows). Each row's token is drawn as a plain step draws it; a proposal is kept when it is that
+/// token, until one is not (the drawn token then takes its place) or the output ends, and when
+/// all are kept the last row gives one more token. Returns the committed tokens' events and how
+/// many proposals were kept.
 pub(crate) fn accept_proposals<'r>(
     decoder: &mut SequenceDecoder,
     tokenizer: &Tokenizer,
     history: &mut Vec<TokenId>,
     proposals: &[TokenId],
-    qs: &[Distribution],
     row: impl Fn(usize) -> &'r [f32],
 ) -> Result<(Vec<TokenEvent>, usize), GenerateError> {
     let mut accepted = 0;
@@ -169,15 +156,8 @@ pub(crate) fn accept_proposals<'r>(
     for i in 0..=proposals.len() {
         let row = row(i);
         let p = decoder.distribution(row)?;
-        let (token, kept) = match proposals.get(i).zip(qs.get(i)) {
-            Some((&d, q)) if q.prob(d) < 1.0 => verify(&p, q, d, decoder.rng()),
-            // a certainty: the draw of a plain step decides
-            Some((&d, _)) => {
-                let t = decoder.sample(&p);
-                (t, t == d)
-            }
-            None => (decoder.sample(&p), false),
-        };
+        let token = decoder.sample(&p);
+        let kept = proposals.get(i) == Some(&token);
         let event = decoder.commit(tokenizer, token, row)?;
         if let Some(t) = event.token {
             history.push(t);
@@ -201,81 +181,50 @@ pub fn check_draft(target: &Model, draft: &Model, settings: DraftSettings) -> Re
     check_same_vocabulary(target, draft)
 }
 
-/// The acceptance rule for proposal `d` drawn from `q` where the target says `p`: keep it with
-/// probability `min(1, p(d) / q(d))`, otherwise draw from `max(0, p - q)` renormalised (from
-/// `p` if that is empty, which only rounding can cause). Returns the token and whether it is
-/// the proposal.
-pub(crate) fn verify(p: &Distribution, q: &Distribution, d: TokenId, rng: &mut Rng) -> (TokenId, bool) {
-    let (pd, qd) = (f64::from(p.prob(d)), f64::from(q.prob(d)));
-    if rng.next_f64() * qd < pd {
-        return (d, true);
-    }
-    let residual = p.candidates().map(|(id, pi)| (id, f64::from((pi - q.prob(id)).max(0.0)))).collect();
-    match Distribution::from_weights(residual) {
-        Ok(r) => (r.sample(rng), false),
-        Err(_) => (p.sample(rng), false),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::sampling::{Distribution, Rng};
+    use crate::tokenizer::TokenId;
 
     fn dist(probs: &[f64]) -> Distribution {
         Distribution::from_weights(probs.iter().enumerate().map(|(i, &p)| (i as TokenId, p)).collect()).unwrap()
     }
 
-    /// A proposal that is a certainty (an n-gram's) is kept with probability p(d), and what is
-    /// drawn instead comes from p without it: the target's distribution either way.
-    #[test]
-    fn certain_proposals_keep_the_target_distribution() {
-        let p = dist(&[0.5, 0.3, 0.2, 0.0]);
-        let mut rng = Rng::new(5);
-        let n = 200_000;
-        for d in [0u32, 2, 3] {
-            let mut certain = [0.0; 4];
-            certain[d as usize] = 1.0;
-            let q = dist(&certain);
-            let mut counts = [0usize; 4];
-            let mut kept = 0;
-            for _ in 0..n {
-                let (t, accepted) = verify(&p, &q, d, &mut rng);
-                counts[t as usize] += 1;
-                kept += usize::from(accepted);
-            }
-            for (c, want) in counts.iter().zip([0.5, 0.3, 0.2, 0.0]) {
-                assert!((*c as f64 / n as f64 - want).abs() < 0.005, "proposal {d}: {counts:?}");
-            }
-            assert!((kept as f64 / n as f64 - f64::from(p.prob(d))).abs() < 0.005, "proposal {d}: {kept} kept");
-        }
-    }
-
-    #[test]
-    fn accepted_or_resampled_tokens_follow_the_target() {
-        let p = dist(&[0.5, 0.3, 0.2, 0.0]);
-        let q = dist(&[0.1, 0.2, 0.3, 0.4]);
-        let mut rng = Rng::new(3);
-        let n = 200_000;
-        let mut counts = [0usize; 4];
-        let mut kept = 0;
+    /// How often a draw from `q` with a copy of the generator (a draft's proposal) is the draw
+    /// from `p` that the generator then makes (the target's token), and how often each token is
+    /// the target's.
+    fn coupled(p: &Distribution, q: &Distribution, n: usize) -> (f64, Vec<f64>) {
+        let mut rng = Rng::new(17);
+        let (mut kept, mut counts) = (0, vec![0usize; 4]);
         for _ in 0..n {
-            let d = q.sample(&mut rng);
-            let (t, accepted) = verify(&p, &q, d, &mut rng);
+            let d = q.sample(&mut rng.clone());
+            let t = p.sample(&mut rng);
+            kept += usize::from(d == t);
             counts[t as usize] += 1;
-            kept += usize::from(accepted);
         }
-        for (c, want) in counts.iter().zip([0.5, 0.3, 0.2, 0.0]) {
-            assert!((*c as f64 / n as f64 - want).abs() < 0.005, "{counts:?}");
-        }
-        // the acceptance rate is sum(min(p, q)) = 0.1 + 0.2 + 0.2 + 0
-        assert!((kept as f64 / n as f64 - 0.5).abs() < 0.005, "{kept}");
+        (kept as f64 / n as f64, counts.iter().map(|&c| c as f64 / n as f64).collect())
     }
 
+    /// Proposals drawn with the numbers of the target's own draws agree with them by the overlap
+    /// of the two distributions' intervals in token order, and the target's tokens keep its
+    /// distribution (they are its plain draws).
     #[test]
-    fn certainties_keep_exactly_the_argmax() {
-        let p = Distribution::certain(7);
-        let mut rng = Rng::new(1);
-        assert_eq!(verify(&p, &Distribution::certain(7), 7, &mut rng), (7, true));
-        assert_eq!(verify(&p, &Distribution::certain(3), 3, &mut rng), (7, false));
+    fn proposals_drawn_with_the_targets_numbers_agree_by_the_overlap_of_the_intervals() {
+        let p = dist(&[0.5, 0.3, 0.2, 0.0]);
+        let n = 200_000;
+        // the same distribution: every proposal is the target's token
+        assert_eq!(coupled(&p, &p, n).0, 1.0);
+        // [0, .45) in [0, .5), [.45, .8) against [.5, .8), [.8, 1) against [.8, 1): .95 (an
+        // independent draw would agree .5 * .45 + .3 * .35 + .2 * .2 = .37 of the time)
+        let (kept, freq) = coupled(&p, &dist(&[0.45, 0.35, 0.2, 0.0]), n);
+        assert!((kept - 0.95).abs() < 0.005, "{kept}");
+        for (f, want) in freq.iter().zip([0.5, 0.3, 0.2, 0.0]) {
+            assert!((f - want).abs() < 0.005, "{freq:?}");
+        }
+        // a certainty (an n-gram's proposal) is the target's token with probability p(d)
+        for (d, pd) in [(0, 0.5), (2, 0.2), (3, 0.0)] {
+            let (kept, _) = coupled(&p, &Distribution::certain(d), n);
+            assert!((kept - pd).abs() < 0.005, "proposal {d}: {kept}");
+        }
     }
 }

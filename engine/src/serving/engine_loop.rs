@@ -6,8 +6,8 @@
 //! leaves the batch at once and its cache stays behind as a prefix-cache entry; a sequence whose
 //! client went away leaves at the next step and frees its blocks. Exclusive jobs (guard,
 //! embeddings) run between two steps. Speculation: every decoding sequence that may draft
-//! brings its proposals into the step's one pass and keeps what the acceptance rule keeps (its
-//! caches cut back to that); a draft model proposes for all of them in shared passes of its own
+//! brings its proposals into the step's one pass and keeps those that are the tokens its own
+//! draws give (its caches cut back to that); a draft model proposes for all of them in shared passes of its own
 //! (`propose_batch`), `--spec ngram` from each sequence's own tokens at no pass at all.
 
 use std::collections::{HashMap, VecDeque};
@@ -20,14 +20,13 @@ use rayon::prelude::*;
 
 use super::protocol::{EngineState, EventSink, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};
 use crate::generate::{
-    accept_proposals, certainties, draft_rng, proposal_budget, propose_batch, Completion, DraftBackoff, DraftRequest, FinishReason,
-    GenerateError, Proposals, SequenceDecoder, TokenEvent, Usage,
+    accept_proposals, proposal_budget, propose_batch, Completion, DraftBackoff, DraftRequest, FinishReason, GenerateError, SequenceDecoder,
+    TokenEvent, Usage,
 };
 use crate::guard::{Evaluator, PromptStats};
 use crate::kv_cache::{common_prefix, KvCache, PrefixCache, SeqId, BLOCK_POSITIONS};
 use crate::model::vision::PromptImages;
 use crate::model::{BatchEntry, InputEntry, LoraSchedule, Model};
-use crate::sampling::Rng;
 use crate::tokenizer::TokenId;
 
 /// One request's outputs.
@@ -67,7 +66,6 @@ struct Running {
     /// Positions it may reach (its prompt and token budget), reserved at admission.
     reserved: usize,
     deadline: Option<Instant>,
-    draft_rng: Rng,
     /// When it next asks the draft model.
     backoff: DraftBackoff,
 }
@@ -430,7 +428,6 @@ impl EngineLoop {
         if let Some(g) = self.groups.get_mut(&w.group) {
             g.started = true;
         }
-        let seed = w.spec.params.sampling.seed;
         let decoder = match SequenceDecoder::new(self.state.model.tokenizer(), &w.spec.prompt, w.spec.params) {
             Ok(d) => d,
             Err(e) => {
@@ -454,7 +451,6 @@ impl EngineLoop {
             images: w.spec.images,
             lora,
             reserved: total,
-            draft_rng: draft_rng(seed),
             backoff: DraftBackoff::default(),
         };
         if r.decoder.is_finished() {
@@ -492,11 +488,11 @@ impl EngineLoop {
             }
             let entry = InputEntry::from(BatchEntry { seq: r.seq, token: r.history[fed], pos: fed as u32, logits: true });
             batch.push(entry.with_lora(loras[i].at(entry.pos)));
-            for (j, &token) in proposals[i].tokens.iter().enumerate() {
+            for (j, &token) in proposals[i].iter().enumerate() {
                 let entry = InputEntry::from(BatchEntry { seq: r.seq, token, pos: (fed + 1 + j) as u32, logits: true });
                 batch.push(entry.with_lora(loras[i].at(entry.pos)));
             }
-            owners.push((i, 1 + proposals[i].tokens.len()));
+            owners.push((i, 1 + proposals[i].len()));
             in_batch += 1;
         }
         // prompts advance within the prefill budget, oldest first
@@ -530,7 +526,7 @@ impl EngineLoop {
         }
         if !batch.is_empty() {
             // a hybrid model keeps its states after every proposal, to return to the last kept
-            self.kv.keep_states_for(proposals.iter().map(|p| p.tokens.len()).max().unwrap_or(0));
+            self.kv.keep_states_for(proposals.iter().map(Vec::len).max().unwrap_or(0));
             self.metrics.step(in_batch);
             match self.state.model.forward_inputs(&mut self.kv, &batch) {
                 Ok(logits) => {
@@ -549,7 +545,7 @@ impl EngineLoop {
                         .filter_map(|(i, r)| {
                             let first = rows_of[i]?;
                             let p = &proposals[i];
-                            let step = if p.tokens.is_empty() {
+                            let step = if p.is_empty() {
                                 r.decoder.step(tokenizer, logits.row(first)).map(|event| {
                                     if let Some(t) = event.token {
                                         r.history.push(t);
@@ -557,7 +553,7 @@ impl EngineLoop {
                                     (vec![event], 0)
                                 })
                             } else {
-                                accept_proposals(&mut r.decoder, tokenizer, &mut r.history, &p.tokens, &p.qs, |j| logits.row(first + j))
+                                accept_proposals(&mut r.decoder, tokenizer, &mut r.history, p, |j| logits.row(first + j))
                             };
                             Some((i, step))
                         })
@@ -566,7 +562,7 @@ impl EngineLoop {
                         match step {
                             Ok((events, accepted)) => {
                                 let r = &mut self.running[i];
-                                let drafted = proposals[i].tokens.len();
+                                let drafted = proposals[i].len();
                                 if drafted > 0 {
                                     // the caches keep the last token and the kept proposals
                                     let kept = self.kv.seq_len(r.seq) - drafted + accepted;
@@ -609,9 +605,9 @@ impl EngineLoop {
     /// or may not draft): a draft model's, drawn for all of them in its shared passes (catching
     /// up on their prompts within the prefill budget), or under `--spec ngram` their own
     /// tokens'. A failed draft pass fails the sequences it drafted for (into `failed`).
-    fn propose(&mut self, failed: &mut Vec<(usize, Option<SeqError>)>) -> Vec<Proposals> {
+    fn propose(&mut self, failed: &mut Vec<(usize, Option<SeqError>)>) -> Vec<Vec<TokenId>> {
         let n_ctx = self.config.n_ctx;
-        let mut out: Vec<Proposals> = self.running.iter().map(|_| Proposals::default()).collect();
+        let mut out: Vec<Vec<TokenId>> = vec![Vec::new(); self.running.len()];
         let n_draft = match (&self.draft, self.config.ngram) {
             (Some(_), _) => self.config.draft.n_draft,
             (None, Some(ngram)) => ngram.n_draft,
@@ -645,7 +641,7 @@ impl EngineLoop {
                     history: &r.history,
                     k,
                     params: r.decoder.sampler().params(),
-                    rng: &mut r.draft_rng,
+                    rng: r.decoder.sampler().rng().clone(),
                 })
                 .collect();
             let tokenizer = self.state.model.tokenizer();
@@ -654,7 +650,7 @@ impl EngineLoop {
                     for (&i, p) in drafting.iter().zip(proposed) {
                         let r = &mut self.running[i];
                         // a draft pass for nothing (not a prompt still being caught up on)
-                        if p.tokens.is_empty() && dkv.seq_len(r.seq) >= r.history.len() {
+                        if p.is_empty() && dkv.seq_len(r.seq) >= r.history.len() {
                             r.backoff.record(0);
                         }
                         out[i] = p;
@@ -667,10 +663,7 @@ impl EngineLoop {
             }
         } else if let Some(ngram) = self.config.ngram {
             for &i in &drafting {
-                let tokens = ngram.propose(&self.running[i].history, budgets[i]);
-                if let Ok(qs) = certainties(&tokens) {
-                    out[i] = Proposals { tokens, qs };
-                }
+                out[i] = ngram.propose(&self.running[i].history, budgets[i]);
             }
         }
         out
