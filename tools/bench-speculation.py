@@ -2,11 +2,12 @@
 """Speculative decoding served, side by side: one `engine-cli serve` per configuration (plain,
 `--spec ngram`, `--draft DRAFT`), all started at once and measured in alternated rounds on two
 workloads (a code edit that repeats its input, a story that does not), at 1 and at N concurrent
-streams of greedy chat completions. Each stream sends its own variant of the workload (another
-variable to rename, another story), so that N streams are N different sequences. Reports the
-aggregate tokens/s (wall time from the first request to the last answer, prompts included;
-median over the rounds), the ratio to plain, the proposals kept (from each reply's
-`usage.completion_tokens_details`), and whether every configuration gave the same text.
+streams of chat completions, greedy or (`--temperature T`) sampled with stream i's seed i + 1.
+Each stream sends its own variant of the workload (another variable to rename, another story),
+so that N streams are N different sequences. Reports the aggregate tokens/s (wall time from the
+first request to the last answer, prompts included; median over the rounds), the ratio to
+plain, the proposals kept (from each reply's `usage.completion_tokens_details`), and whether
+every configuration gave the same text (speculation keeps greedy and seeded outputs alike).
 Standard library only.
 
   python3 tools/bench-speculation.py --model TARGET.gguf --draft DRAFT.gguf -t 2 --rounds 2
@@ -82,9 +83,9 @@ def wait_ready(base, proc, timeout=300):
     sys.exit(f"{base} did not become ready")
 
 
-def chat(base, text, max_tokens):
+def chat(base, text, max_tokens, temperature, seed):
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
-                       "temperature": 0}).encode()
+                       "temperature": temperature, "seed": seed}).encode()
     req = urllib.request.Request(base + "/v1/chat/completions", body, {"Content-Type": "application/json"})
     reply = json.load(urllib.request.urlopen(req, timeout=1200))
     details = reply["usage"].get("completion_tokens_details", {})
@@ -93,9 +94,9 @@ def chat(base, text, max_tokens):
             kept + details.get("rejected_prediction_tokens", 0))
 
 
-def measure(base, kind, streams, max_tokens):
+def measure(base, kind, streams, max_tokens, temperature):
     out = [None] * streams
-    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, chat(base, content(kind, i), max_tokens)))
+    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, chat(base, content(kind, i), max_tokens, temperature, i + 1)))
                for i in range(streams)]
     start = time.time()
     for t in threads:
@@ -118,6 +119,7 @@ def main():
     p.add_argument("--streams", default="1,8", help="comma-separated concurrent stream counts")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=200)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy; above: sampled, stream i seeded with i + 1")
     p.add_argument("--port", type=int, default=18900)
     p.add_argument("--extra", default="", help="more flags for every server, e.g. '--draft-p-min 0'")
     args = p.parse_args()
@@ -138,7 +140,7 @@ def main():
             for kind in ["edit", "story"]:
                 for s in streams:
                     for name, (base, _) in servers.items():
-                        run = measure(base, kind, s, args.max_tokens)
+                        run = measure(base, kind, s, args.max_tokens, args.temperature)
                         results.setdefault((kind, s, name), []).append(run)
                         print(f"round {r + 1} {kind} x{s} {name}: {run['tokens']} tokens in {run['seconds']:.1f} s",
                               file=sys.stderr)
