@@ -46,7 +46,8 @@ pub(super) fn prepare_activations(
                 return Some(i);
             }
             let row = prepared_row_bytes(act_ty, panels.blocks);
-            let mut buf = AlignedBytes::zeroed(batch * row);
+            // zero rows after the batch's, up to what the tile unit's groups read
+            let mut buf = AlignedBytes::zeroed(prepared_rows(batch) * row);
             let src_row = acts[m].len() / batch;
             buf.as_mut_slice().par_chunks_mut(row).zip(acts[m].par_chunks(src_row)).for_each(|(dst, src)| prepare_row(act_ty, src, dst));
             bufs.push((input, act_ty, buf));
@@ -56,19 +57,32 @@ pub(super) fn prepare_activations(
     PreparedActs { bufs, of_matrix }
 }
 
-/// Output rows `rows` (starting on a panel boundary) of `panels` for every prepared activation
-/// row: `outs[b]` receives activation row `b`'s values of those rows.
+/// The rows a prepared buffer of `batch` activation rows holds: on x86, from 16 rows, a
+/// multiple of 16 (zero rows after the batch's), so that the AMX tier's groups of 16 read whole
+/// groups; otherwise the batch's.
+fn prepared_rows(batch: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if batch >= amx::PAIR_ROWS {
+        return batch.next_multiple_of(amx::PAIR_ROWS);
+    }
+    batch
+}
+
+/// Output rows `rows` (starting on a panel boundary) of `panels` for the `batch` prepared
+/// activation rows (and the zero rows after them, [`prepared_rows`]): `outs[b]` receives
+/// activation row `b`'s values of those rows.
 pub(super) fn run_panels(isa: Isa, panels: &Panels, prepared: &[u8], batch: usize, rows: std::ops::Range<usize>, outs: &mut [&mut [f32]]) {
     assert!(rows.start.is_multiple_of(PANEL_ROWS) && rows.end <= panels.rows, "rows {rows:?} of {}", panels.rows);
+    let stride = prepared_row_bytes(panels.layout.act_ty, panels.blocks);
+    assert_eq!(prepared.len(), prepared_rows(batch) * stride, "prepared rows of {batch}");
     let kernel = panel::kernel_on(panels.layout.ty, isa).expect("every repacked type has a panel kernel");
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Amx && batch >= amx::PAIR_ROWS {
         if let Some(pair) = amx::pair_kernel(panels.layout.ty) {
-            return run_pairs(pair, kernel, panels, prepared, batch, rows, outs);
+            return run_pairs(pair, kernel, panels, prepared, stride, batch, rows, outs);
         }
     }
     let pair = if batch >= PAIR_MIN_BATCH { panel::pair_kernel_on(panels.layout.ty, isa) } else { None };
-    let stride = prepared.len() / batch;
     // activation rows in blocks that stay in the core's L2 while every panel of the task runs
     // over them (a prompt's prepared rows of a wide matrix are megabytes: streamed once per
     // panel, they would come from memory 8 weight rows at a time)
@@ -126,28 +140,23 @@ fn tiles<const N: usize>(
 
 /// The AMX tier's path: panel pairs times 16 activation rows at a time on the tile unit (each
 /// pair unpacked once per block of activation rows), the panel left over by the vector tile,
-/// which gives the same bits. Rows past a multiple of 16 run on the tile unit too, beside zero
-/// rows that pad them to 16 (their outputs are dropped): once a pair is unpacked, another 16
-/// rows cost it a few tile products, where the vector tile would read the pair again for them
-/// (72 rows took about as long as 80 before).
+/// which gives the same bits. Rows past a multiple of 16 run on the tile unit too, beside the
+/// zero rows that pad the prepared rows to 16 ([`prepared_rows`]; their outputs are dropped):
+/// once a pair is unpacked, another 16 rows cost it a few tile products, where the vector tile
+/// would read the pair again for them (72 rows took about as long as 80 before).
 #[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
 fn run_pairs(
     pair: amx::PairKernelFn,
     kernel: panel::PanelKernelFn,
     panels: &Panels,
     prepared: &[u8],
+    stride: usize,
     batch: usize,
     rows: std::ops::Range<usize>,
     outs: &mut [&mut [f32]],
 ) {
-    let stride = prepared.len() / batch;
-    let padded_batch = batch.next_multiple_of(amx::PAIR_ROWS);
-    let padded = (padded_batch != batch).then(|| {
-        let mut padded = AlignedBytes::zeroed(padded_batch * stride);
-        padded.as_mut_slice()[..prepared.len()].copy_from_slice(prepared);
-        padded
-    });
-    let acts = padded.as_ref().map_or(prepared, AlignedBytes::as_slice);
+    let padded_batch = prepared_rows(batch);
     let block_rows = (AMX_ACT_BLOCK_BYTES / stride.max(1)).max(amx::PAIR_ROWS) / amx::PAIR_ROWS * amx::PAIR_ROWS;
     let mut scratch = amx::PairScratch::default();
     let mut pair_out = vec![[0.0f32; 2 * PANEL_ROWS]; block_rows.min(padded_batch)];
@@ -163,7 +172,7 @@ fn run_pairs(
                 continue;
             }
             let out = &mut pair_out[..block_end - block];
-            pair(panels.panel(p), panels.panel(p + 1), panels.blocks, &acts[block * stride..], stride, &mut scratch, out);
+            pair(panels.panel(p), panels.panel(p + 1), panels.blocks, &prepared[block * stride..], stride, &mut scratch, out);
             let first = p * PANEL_ROWS - rows.start;
             let valid = (rows.end - p * PANEL_ROWS).min(2 * PANEL_ROWS);
             for (dst, t) in outs[block..valid_end].iter_mut().zip(out.iter()) {
