@@ -7,8 +7,9 @@
 //! client went away leaves at the next step and frees its blocks. Exclusive jobs (guard,
 //! embeddings) run between two steps. Speculation: every decoding sequence that may draft
 //! brings its proposals into the step's one pass and keeps those that are the tokens its own
-//! draws give (its caches cut back to that); a draft model proposes for all of them in shared passes of its own
-//! (`propose_batch`), `--spec ngram` from each sequence's own tokens at no pass at all.
+//! draws give (its caches cut back to that); a draft model proposes for all of them in shared
+//! passes of its own (`propose_batch`), `--spec ngram` from each sequence's own tokens at no
+//! pass at all.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
