@@ -65,8 +65,30 @@ pub fn decode_16k_mono(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, A
     Ok(DecodedAudio { samples, source_rate: rate, source_channels: channels })
 }
 
+/// The sample rate a RIFF/WAVE file's `fmt ` chunk gives, if the bytes are one and have it.
+fn wav_header_rate(bytes: &[u8]) -> Option<u32> {
+    if bytes.get(..4)? != b"RIFF" || bytes.get(8..12)? != b"WAVE" {
+        return None;
+    }
+    let mut at = 12;
+    while let Some(header) = bytes.get(at..at + 8) {
+        let size = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+        if &header[..4] == b"fmt " {
+            let rate = bytes.get(at + 12..at + 16)?;
+            return Some(u32::from_le_bytes(rate.try_into().expect("4 bytes")));
+        }
+        // chunks are padded to an even length
+        at = at.checked_add(8)?.checked_add(size.checked_add(size % 2)?)?;
+    }
+    None
+}
+
 /// The file's samples with channels averaged, at its own rate: (rate, channels, samples).
 fn decode_mono(bytes: Vec<u8>, max_seconds: f64) -> Result<(u32, usize, Vec<f32>), AudioError> {
+    // symphonia 0.5's WAV reader panics on a rate of 0 (`TimeBase::new`): refused before it reads
+    if wav_header_rate(&bytes) == Some(0) {
+        return Err(AudioError::Format("the WAV header gives a sample rate of 0".into()));
+    }
     let stream = MediaSourceStream::new(Box::new(Cursor::new(bytes)), Default::default());
     let probed = symphonia::default::get_probe()
         .format(&Hint::new(), stream, &FormatOptions::default(), &MetadataOptions::default())
@@ -316,6 +338,16 @@ mod tests {
         assert_eq!(decode_16k_mono(&wav_bits(48_000, 1, 16, false, &[0.5]), 60.0), Err(AudioError::NoSamples));
         let regression = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/audio/huge-rate-wav");
         assert_eq!(decode_16k_mono(&std::fs::read(regression).unwrap(), 60.0), Err(AudioError::NoSamples));
+    }
+
+    #[test]
+    fn a_wav_of_rate_zero_is_refused() {
+        // found by the fuzz target `audio` (fuzz/regressions/audio/zero-rate-wav): the WAV
+        // reader panicked on a `fmt ` chunk of rate 0
+        let want = Err(AudioError::Format("the WAV header gives a sample rate of 0".into()));
+        assert_eq!(decode_16k_mono(&wav(0, 1, &[1; 100]), 60.0), want);
+        let regression = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/audio/zero-rate-wav");
+        assert_eq!(decode_16k_mono(&std::fs::read(regression).unwrap(), 60.0), want);
     }
 
     #[test]
