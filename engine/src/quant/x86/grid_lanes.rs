@@ -6,7 +6,9 @@
 //!
 //! - Weights: a tile of `2 · ROWS` rows is expanded block by block into signed bytes `w` (the
 //!   grid value with its sign; IQ1: `8 v + shift`), an i32 scale per `scale_values` values, the
-//!   block's `d`, and its correction `128 · Σ scale · Σ w`; Q2_K's mins too, in pairs.
+//!   block's `d`, and its correction `128 · Σ scale · Σ w`; Q2_K's mins too, in pairs. The grid
+//!   i-quants' blocks are read 32 values at a time by the row dot's block readers
+//!   (`avx2::grid_blocks`); Q3_K's and Q2_K's go through their unpacked form.
 //! - Activations ([`GridActs::Bands`], prepared once per product): the Q8_K quants biased to
 //!   unsigned bytes `q + 128` and interleaved, `BAND` rows to a band: one vector holds 4
 //!   consecutive quants of each of the band's rows.
@@ -22,11 +24,12 @@
 use core::arch::x86_64::*;
 
 use super::avx2::grid::signed_values;
+use super::avx2::grid_blocks::{GridBlock, Iq1M, Iq1S, Iq2S, Iq2Xs, Iq2Xxs, Iq3S, Iq3Xxs};
 use super::common::hsum256_epi32;
 use crate::quant::blocks::BlockQ8K;
-use crate::quant::iq_grid::gemm::{check_shapes, GridActs};
+use crate::quant::iq_grid::gemm::{check_shapes, gemm_type, GridActs, GridGemm, GridRunFn};
 use crate::quant::iq_grid::{GridType, Unpacked, SHIFT};
-use crate::quant::QK_K;
+use crate::quant::{GgmlType, QK_K};
 
 /// Blocks taken per pass over the bands: the tile's part (16 rows · 4 · 256 bytes) and a band's
 /// stay in the L1 cache together.
@@ -107,6 +110,71 @@ pub(super) struct Tile {
     pub planes: Vec<i8>,
 }
 
+/// The many-row product of `ty` (a grid i-quant, Q3_K or Q2_K) on the tier of `L`: the grid
+/// i-quants' weights expanded by their block readers, Q3_K's and Q2_K's from their unpacked form.
+pub(super) fn gemm<L: LaneKernel>(ty: GgmlType) -> Option<GridGemm> {
+    let t = gemm_type(ty)?;
+    let run: GridRunFn = match ty {
+        GgmlType::IQ2_XXS => run::<L, Read<Iq2Xxs, 66>>,
+        GgmlType::IQ2_XS => run::<L, Read<Iq2Xs, 74>>,
+        GgmlType::IQ2_S => run::<L, Read<Iq2S, 82>>,
+        GgmlType::IQ3_XXS => run::<L, Read<Iq3Xxs, 98>>,
+        GgmlType::IQ3_S => run::<L, Read<Iq3S, 110>>,
+        GgmlType::IQ1_S => run::<L, Read<Iq1S, 50>>,
+        GgmlType::IQ1_M => run::<L, Read<Iq1M, 56>>,
+        _ => run::<L, FromUnpacked>,
+    };
+    Some(GridGemm { ty: t, prepare: prepare::<L>, run })
+}
+
+/// How a weight block becomes a tile entry.
+trait Expand {
+    /// Expands `block` of grid type `t` into the tile's entry `at`; `u` is scratch.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    unsafe fn expand(t: &GridType, block: &[u8], u: &mut Unpacked, tile: &mut Tile, at: usize);
+}
+
+/// Through the type's unpacked form (`GridType::unpack`): Q3_K and Q2_K.
+struct FromUnpacked;
+
+impl Expand for FromUnpacked {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn expand(t: &GridType, block: &[u8], u: &mut Unpacked, tile: &mut Tile, at: usize) {
+        expand_unpacked(t, block, u, tile, at)
+    }
+}
+
+/// Straight from the block's bytes by its reader, 32 values at a time: the grid i-quants.
+struct Read<B, const N: usize>(core::marker::PhantomData<B>);
+
+impl<B: GridBlock<N>, const N: usize> Expand for Read<B, N> {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn expand(t: &GridType, block: &[u8], _u: &mut Unpacked, tile: &mut Tile, at: usize) {
+        let block: &[u8; N] = block.try_into().expect("a block of the reader's size");
+        let (values, scales) = (&mut tile.w[at * QK_K..][..QK_K], &mut tile.scales[at * tile.groups..][..tile.groups]);
+        // a scale per 32 values, or one per 16
+        let per_chunk = scales.len() / (QK_K / 32);
+        let ones = _mm256_set1_epi8(1);
+        let mut weighted = _mm256_setzero_si256(); // Σ scale · Σ w over each 4 values
+        for c in 0..QK_K / 32 {
+            let chunk = B::chunk(block, c);
+            let v = chunk.signed_values(t.shifted);
+            _mm256_storeu_si256(values[32 * c..][..32].as_mut_ptr().cast(), v);
+            for (h, scale) in scales[per_chunk * c..][..per_chunk].iter_mut().enumerate() {
+                *scale = i32::from(chunk.scale_pair[h]);
+            }
+            weighted = _mm256_add_epi32(weighted, _mm256_madd_epi16(_mm256_maddubs_epi16(ones, v), chunk.scales));
+        }
+        tile.min_pairs[at * MIN_PAIRS..][..MIN_PAIRS].fill(0);
+        tile.correction[at] = 128 * hsum256_epi32(weighted);
+        (tile.d[at], tile.dmin[at]) = (B::d(block), 0.0);
+    }
+}
+
 /// The activations in bands of `L::BAND` rows.
 pub(super) fn prepare<L: LaneKernel>(acts: &[u8], batch: usize) -> GridActs<'_> {
     let act: &[BlockQ8K] = bytemuck::cast_slice(acts);
@@ -116,8 +184,9 @@ pub(super) fn prepare<L: LaneKernel>(acts: &[u8], batch: usize) -> GridActs<'_> 
     GridActs::Bands { band: L::BAND, q, d, pair_sums }
 }
 
-/// The many-row product of grid type `t` through the tier's lane kernels.
-pub(super) fn run<L: LaneKernel>(t: &GridType, w: &[u8], rows: usize, acts: &GridActs, outs: &mut [&mut [f32]]) {
+/// The many-row product of grid type `t` through the tier's lane kernels, its weights expanded
+/// by `E`.
+fn run<L: LaneKernel, E: Expand>(t: &GridType, w: &[u8], rows: usize, acts: &GridActs, outs: &mut [&mut [f32]]) {
     let GridActs::Bands { band, q, d, pair_sums } = acts else { panic!("grid gemm: activations prepared for another tier") };
     assert_eq!(*band, L::BAND, "grid gemm: activations in bands of another tier");
     let (batch, tile_rows) = (outs.len(), 2 * L::ROWS);
@@ -145,9 +214,14 @@ pub(super) fn run<L: LaneKernel>(t: &GridType, w: &[u8], rows: usize, acts: &Gri
         let n = tile_rows.min(rows - first);
         for b in 0..nb {
             for r in 0..tile_rows {
-                let block = (r < n).then(|| &w[(first + r) * row_bytes + b * t.block_bytes..][..t.block_bytes]);
-                // SAFETY: every tier with lane kernels has AVX2, FMA and F16C.
-                unsafe { expand(t, block, &mut u, &mut tile, tile_rows * b + r) };
+                let at = tile_rows * b + r;
+                if r < n {
+                    let block = &w[(first + r) * row_bytes + b * t.block_bytes..][..t.block_bytes];
+                    // SAFETY: every tier with lane kernels has AVX2, FMA and F16C.
+                    unsafe { E::expand(t, block, &mut u, &mut tile, at) };
+                } else {
+                    tile.clear(at); // rows past the matrix: zeros, outputs dropped
+                }
             }
         }
         sums.fill(0.0);
@@ -182,18 +256,21 @@ pub(super) fn run<L: LaneKernel>(t: &GridType, w: &[u8], rows: usize, acts: &Gri
     }
 }
 
-/// Expands `block` (none: a row past the matrix, zeros) into the tile's entry `at`.
+impl Tile {
+    /// Entry `at` of zeros.
+    fn clear(&mut self, at: usize) {
+        self.w[at * QK_K..][..QK_K].fill(0);
+        self.scales[at * self.groups..][..self.groups].fill(0);
+        self.min_pairs[at * MIN_PAIRS..][..MIN_PAIRS].fill(0);
+        (self.correction[at], self.d[at], self.dmin[at]) = (0, 0.0, 0.0);
+    }
+}
+
+/// Expands `block` into the tile's entry `at` through its unpacked form.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn expand(t: &GridType, block: Option<&[u8]>, u: &mut Unpacked, tile: &mut Tile, at: usize) {
+unsafe fn expand_unpacked(t: &GridType, block: &[u8], u: &mut Unpacked, tile: &mut Tile, at: usize) {
     let (values, scales) = (&mut tile.w[at * QK_K..][..QK_K], &mut tile.scales[at * tile.groups..][..tile.groups]);
     let min_pairs = &mut tile.min_pairs[at * MIN_PAIRS..][..MIN_PAIRS];
-    let Some(block) = block else {
-        values.fill(0);
-        scales.fill(0);
-        min_pairs.fill(0);
-        (tile.correction[at], tile.d[at], tile.dmin[at]) = (0, 0.0, 0.0);
-        return;
-    };
     (t.unpack)(block, u);
     let per_scale = t.scale_values / 8;
     for (s, scale) in scales.iter_mut().enumerate() {

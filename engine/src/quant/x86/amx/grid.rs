@@ -21,7 +21,7 @@ use crate::quant::iq_grid::gemm::GridGemm;
 use crate::quant::iq_grid::GridType;
 use crate::quant::x86::avx512::grid_gemm::{BandBlock, Vnni512, BAND_BLOCK};
 use crate::quant::x86::grid_lanes::{self, Bands, LaneKernel, Tile, MIN_PAIRS};
-use crate::quant::QK_K;
+use crate::quant::{GgmlType, QK_K};
 
 /// Activation rows of a band: two of the AVX-512 tier's bands of 16, each the 16 columns of a
 /// sums tile, so that a block's planes, once loaded, serve 32 rows.
@@ -33,9 +33,9 @@ const ROWS: usize = 16;
 /// Bytes of one tile entry's planes: the high row of 256 values, then the low one.
 const ENTRY_PLANES: usize = 2 * QK_K;
 
-/// This tier's many-row product for grid type `t`.
-pub(crate) fn gemm(t: &'static GridType) -> GridGemm {
-    GridGemm { ty: t, prepare: grid_lanes::prepare::<TileUnit>, run: grid_lanes::run::<TileUnit> }
+/// This tier's many-row product for `ty` (a grid i-quant, Q3_K or Q2_K).
+pub(crate) fn gemm(ty: GgmlType) -> Option<GridGemm> {
+    grid_lanes::gemm::<TileUnit>(ty)
 }
 
 struct TileUnit;
@@ -142,14 +142,13 @@ struct Sums([[[i32; 16]; 16]; 4]);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::iq_grid::gemm::gemm_type;
     use crate::quant::iq_grid::gemm::tests::{check_gemm, GRID_TYPES};
     use crate::quant::GgmlType;
 
     #[test]
     fn the_tile_unit_grid_gemm_gives_the_row_dot_bits() {
         if crate::quant::Isa::Amx.is_available() {
-            check_gemm(&[GRID_TYPES.as_slice(), &[GgmlType::Q2_K]].concat(), |ty| gemm(gemm_type(ty).unwrap()), "amx");
+            check_gemm(&[GRID_TYPES.as_slice(), &[GgmlType::Q2_K]].concat(), |ty| gemm(ty).unwrap(), "amx");
         }
     }
 }

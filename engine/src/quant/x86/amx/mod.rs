@@ -118,7 +118,7 @@ pub(crate) fn grid_gemm(ty: GgmlType) -> Option<crate::quant::iq_grid::gemm::Gri
     if !is_available() {
         return None;
     }
-    crate::quant::iq_grid::gemm::gemm_type(ty).map(grid::gemm)
+    grid::gemm(ty)
 }
 
 /// The tile kernel of weight type `ty`, if the CPU runs the tier and the type has one.

@@ -2,7 +2,8 @@
 //! AVX-512 tiers run them too. Each type's block reader (`grid_blocks`) gives a super-block's
 //! exact integer sums in vector lanes; this file adds them up and does the block's float part
 //! as the scalar reference does (`d · d₈ · sumi`, blocks left to right): the same bits. It also
-//! keeps the unpacked form's signed values for the many-row expansion (`grid_gemm`).
+//! keeps the unpacked form's signed values, from which the many-row product expands Q3_K and
+//! Q2_K (`x86::grid_lanes`).
 //! Dequantization is the scalar function on every tier.
 
 use core::arch::x86_64::*;

@@ -11,7 +11,7 @@ use crate::quant::blocks::BlockQ8K;
 use crate::quant::iq_grid::gemm::GridGemm;
 use crate::quant::iq_grid::GridType;
 use crate::quant::x86::grid_lanes::{self, band_scalars, Bands, LaneKernel, Tile, MIN_PAIRS};
-use crate::quant::QK_K;
+use crate::quant::{GgmlType, QK_K};
 
 /// Activation rows in one band (the lanes of a vector of i32).
 const BAND: usize = 8;
@@ -21,9 +21,9 @@ const ROWS: usize = 4;
 /// Bytes of one band's block of interleaved activations.
 const BAND_BLOCK: usize = BAND * QK_K;
 
-/// This tier's many-row product for grid type `t`.
-pub(crate) fn gemm(t: &'static GridType) -> GridGemm {
-    GridGemm { ty: t, prepare: grid_lanes::prepare::<Avx2Lanes>, run: grid_lanes::run::<Avx2Lanes> }
+/// This tier's many-row product for `ty` (a grid i-quant, Q3_K or Q2_K).
+pub(crate) fn gemm(ty: GgmlType) -> Option<GridGemm> {
+    grid_lanes::gemm::<Avx2Lanes>(ty)
 }
 
 struct Avx2Lanes;
@@ -149,7 +149,6 @@ unsafe fn block_sums<const SUB: usize>(a: *const u8, w: *const i8, scales: &[i32
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::iq_grid::gemm::gemm_type;
     use crate::quant::iq_grid::gemm::tests::{check_gemm, GRID_TYPES};
     use crate::quant::GgmlType;
     use crate::quant::Isa;
@@ -157,7 +156,7 @@ mod tests {
     #[test]
     fn the_avx2_grid_gemm_gives_the_row_dot_bits() {
         if Isa::Avx2.is_available() {
-            check_gemm(&[GRID_TYPES.as_slice(), &[GgmlType::Q2_K]].concat(), |ty| gemm(gemm_type(ty).unwrap()), "avx2");
+            check_gemm(&[GRID_TYPES.as_slice(), &[GgmlType::Q2_K]].concat(), |ty| gemm(ty).unwrap(), "avx2");
         }
     }
 }

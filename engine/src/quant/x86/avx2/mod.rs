@@ -9,7 +9,7 @@ pub(crate) mod check;
 mod float;
 mod float_gemm;
 pub(in crate::quant::x86) mod grid;
-mod grid_blocks;
+pub(in crate::quant::x86) mod grid_blocks;
 mod grid_gemm;
 mod k_quants;
 mod k_quants_q5q6;
@@ -34,7 +34,7 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
 
 /// This tier's many-row product for grid i-quant `ty` (or Q2_K, Q3_K), or `None`.
 pub(crate) fn grid_gemm(ty: GgmlType) -> Option<crate::quant::iq_grid::gemm::GridGemm> {
-    crate::quant::iq_grid::gemm::gemm_type(ty).map(grid_gemm::gemm)
+    grid_gemm::gemm(ty)
 }
 
 /// This tier's many-row product for `ty` (float weights only), or `None`.

@@ -8,7 +8,7 @@ use crate::quant::blocks::BlockQ8K;
 use crate::quant::iq_grid::gemm::GridGemm;
 use crate::quant::iq_grid::GridType;
 use crate::quant::x86::grid_lanes::{self, band_scalars, Bands, LaneKernel, Tile, MIN_PAIRS};
-use crate::quant::QK_K;
+use crate::quant::{GgmlType, QK_K};
 
 /// Activation rows in one band (the lanes of a vector of i32).
 const BAND: usize = 16;
@@ -17,9 +17,9 @@ const ROWS: usize = 8;
 /// Bytes of one band's block of interleaved activations.
 pub(in crate::quant::x86) const BAND_BLOCK: usize = BAND * QK_K;
 
-/// This tier's many-row product for grid type `t`.
-pub(crate) fn gemm(t: &'static GridType) -> GridGemm {
-    GridGemm { ty: t, prepare: grid_lanes::prepare::<Vnni512>, run: grid_lanes::run::<Vnni512> }
+/// This tier's many-row product for `ty` (a grid i-quant, Q3_K or Q2_K).
+pub(crate) fn gemm(ty: GgmlType) -> Option<GridGemm> {
+    grid_lanes::gemm::<Vnni512>(ty)
 }
 
 pub(in crate::quant::x86) struct Vnni512;
@@ -170,7 +170,6 @@ unsafe fn block_sums<const SUB: usize>(a: *const u8, w: *const i8, scales: &[i32
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::iq_grid::gemm::gemm_type;
     use crate::quant::iq_grid::gemm::tests::{check_gemm, GRID_TYPES};
     use crate::quant::GgmlType;
     use crate::quant::Isa;
@@ -178,7 +177,7 @@ mod tests {
     #[test]
     fn the_avx512_grid_gemm_gives_the_row_dot_bits() {
         if Isa::Avx512.is_available() {
-            check_gemm(&[GRID_TYPES.as_slice(), &[GgmlType::Q2_K]].concat(), |ty| gemm(gemm_type(ty).unwrap()), "avx512");
+            check_gemm(&[GRID_TYPES.as_slice(), &[GgmlType::Q2_K]].concat(), |ty| gemm(ty).unwrap(), "avx512");
         }
     }
 }

@@ -29,7 +29,7 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<Kernels> {
 
 /// This tier's many-row product for grid i-quant `ty`, or `None`.
 pub(crate) fn grid_gemm(ty: GgmlType) -> Option<crate::quant::iq_grid::gemm::GridGemm> {
-    crate::quant::iq_grid::gemm::gemm_type(ty).map(grid_gemm::gemm)
+    grid_gemm::gemm(ty)
 }
 
 /// This tier's many-row product for float type `ty`, or `None`.
