@@ -73,9 +73,8 @@ pub struct CpuMatrix {
     rows: usize,
     cols: usize,
     panels: OnceLock<Option<Panels>>,
-    /// Widened to f32 (a LoRA pair's matrices, for `add_low_rank`), and transposed.
-    pub(super) dense: OnceLock<Vec<f32>>,
-    pub(super) dense_transposed: OnceLock<Vec<f32>>,
+    /// As a LoRA pair's matrix (`add_low_rank`): widened or transposed, once read so.
+    pub(super) low_rank: super::low_rank::LowRankCache,
 }
 
 impl CpuMatrix {
@@ -91,6 +90,12 @@ impl CpuMatrix {
     pub fn view(&self) -> WeightMatrix<'_> {
         WeightMatrix::new(self.info.ty, self.rows, self.cols, self.file.tensor_data(&self.info))
             .expect("shape and size were checked at upload")
+    }
+
+    /// Hands the matrix's mapped pages back to the kernel, once what reads it reads a copy (a
+    /// later read of `view` maps them again from the file).
+    pub(super) fn release_mapped_pages(&self) -> bool {
+        self.file.release_pages(&self.info)
     }
 
     /// The matrix as products read it: with its panels where its type has a layout.
@@ -179,15 +184,7 @@ impl Backend for CpuBackend {
 
     fn upload_matrix(&self, file: &Arc<GgufFile>, info: &TensorInfo, rows: usize, cols: usize) -> Result<CpuMatrix, BackendError> {
         WeightMatrix::new(info.ty, rows, cols, file.tensor_data(info))?;
-        Ok(CpuMatrix {
-            file: Arc::clone(file),
-            info: info.clone(),
-            rows,
-            cols,
-            panels: OnceLock::new(),
-            dense: OnceLock::new(),
-            dense_transposed: OnceLock::new(),
-        })
+        Ok(CpuMatrix { file: Arc::clone(file), info: info.clone(), rows, cols, panels: OnceLock::new(), low_rank: Default::default() })
     }
 
     fn prepare_products(&self, matrices: &[&CpuMatrix]) -> Result<(), BackendError> {

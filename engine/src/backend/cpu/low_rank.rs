@@ -8,13 +8,22 @@
 //! lane-parallel f32 code (multiplies and adds, never fused) whose order depends on nothing but
 //! the row: compiled for each tier's vector width, the same bits on every tier, alone or
 //! batched, and the same as the products then `add_weighted_rows` up to the order of the
-//! sums. The matrices are widened to f32 once (`bᵀ` transposed) and kept beside their bytes.
+//! sums. The matrices stay in their file's F16 or BF16 (as adapters are written: half the bytes
+//! of f32), widened exactly by the tier's conversion as the loops read them: `a` in its mapped
+//! rows, `bᵀ` transposed once into a copy of that type, after which `b`'s mapped pages go back
+//! to the kernel. Many rows take each matrix widened whole once per call instead, so that the
+//! widening is not repeated per block of rows. A matrix of another type (a quantized one) is
+//! widened to f32 once and kept.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
 use super::backend::{CpuMatrix, HostTensor};
 use crate::backend::BackendError;
-use crate::quant::{self, Isa};
+use crate::quant::dispatch::DequantizeFn;
+use crate::quant::{self, GgmlType, Isa};
 
 /// Lanes of the dot: four 16-lane vectors, so that the adds do not wait on each other.
 const LANES: usize = 64;
@@ -27,38 +36,125 @@ const TILE: usize = 64;
 /// Outputs per task when a few rows split their outputs between threads.
 const SPLIT: usize = 4 * TILE;
 
-impl CpuMatrix {
-    /// The matrix widened to f32, row after row (computed once).
-    fn dense(&self) -> Result<&[f32], BackendError> {
-        if let Some(d) = self.dense.get() {
-            return Ok(d);
-        }
-        let view = self.view();
-        let widen = quant::ops(view.ty).map_err(|e| BackendError::shape("low_rank", e.to_string()))?.dequantize;
-        let mut out = vec![0.0f32; view.rows * view.cols];
-        for (r, row) in out.chunks_exact_mut(view.cols).enumerate() {
-            widen(view.row(r), row);
-        }
-        Ok(self.dense.get_or_init(|| out))
+/// Values of a pair's matrix as the loops read them: f32, or F16 / BF16 bytes widened (exactly)
+/// where read by the type's dequantization on the tier (the hardware conversion where it has one).
+#[derive(Clone, Copy)]
+enum Floats<'a> {
+    F32(&'a [f32]),
+    Half(&'a [u8], DequantizeFn),
+}
+
+impl<'a> Floats<'a> {
+    /// `bytes` of type `ty` as the loops of tier `tier` read them: f32 in place where aligned,
+    /// F16 and BF16 through their widening; `None` for any other type.
+    fn new(ty: GgmlType, bytes: &'a [u8], tier: Isa) -> Result<Option<Floats<'a>>, BackendError> {
+        Ok(match ty {
+            GgmlType::F32 => bytemuck::try_cast_slice(bytes).ok().map(Floats::F32),
+            GgmlType::F16 | GgmlType::BF16 => Some(Floats::Half(bytes, widening(ty, tier)?)),
+            _ => None,
+        })
     }
 
-    /// The matrix widened to f32 and transposed: column after column (computed once; the rows
-    /// widened one at a time, so that no untransposed copy is kept beside it).
-    fn dense_transposed(&self) -> Result<&[f32], BackendError> {
-        if let Some(d) = self.dense_transposed.get() {
-            return Ok(d);
-        }
-        let view = self.view();
-        let widen = quant::ops(view.ty).map_err(|e| BackendError::shape("low_rank", e.to_string()))?.dequantize;
-        let (rows, cols) = (view.rows, view.cols);
-        let (mut out, mut row) = (vec![0.0f32; rows * cols], vec![0.0f32; cols]);
-        for r in 0..rows {
-            widen(view.row(r), &mut row);
-            for (c, &v) in row.iter().enumerate() {
-                out[c * rows + r] = v;
+    /// Values `at .. at + buf.len()` as f32: in place, or widened into `buf`.
+    #[inline(always)]
+    fn read<'b>(&'b self, at: usize, buf: &'b mut [f32]) -> &'b [f32] {
+        let n = buf.len();
+        match self {
+            Floats::F32(v) => &v[at..at + n],
+            Floats::Half(bytes, widen) => {
+                widen(&bytes[2 * at..2 * (at + n)], buf);
+                buf
             }
         }
-        Ok(self.dense_transposed.get_or_init(|| out))
+    }
+}
+
+/// Type `ty`'s dequantization on tier `tier`.
+fn widening(ty: GgmlType, tier: Isa) -> Result<DequantizeFn, BackendError> {
+    Ok(quant::ops_on(ty, tier).map_err(|e| BackendError::shape("low_rank", e.to_string()))?.dequantize)
+}
+
+/// A pair's `bᵀ` (column after column of `b`): F16 and BF16 bytes as they are, other types
+/// widened to f32.
+pub(super) enum Transposed {
+    F32(Vec<f32>),
+    Half(GgmlType, Vec<u8>),
+}
+
+impl Transposed {
+    fn floats(&self, tier: Isa) -> Result<Floats<'_>, BackendError> {
+        Ok(match self {
+            Transposed::F32(v) => Floats::F32(v),
+            Transposed::Half(ty, bytes) => Floats::Half(bytes, widening(*ty, tier)?),
+        })
+    }
+}
+
+/// A pair's matrices, kept by `CpuMatrix` once `add_low_rank` has read them.
+#[derive(Default)]
+pub(super) struct LowRankCache {
+    /// `a` widened to f32, where its type is not a float type read in place.
+    widened: OnceLock<Vec<f32>>,
+    /// `b` transposed.
+    transposed: OnceLock<Transposed>,
+}
+
+/// The matrix widened to f32, row after row, by its type's dequantization.
+fn widen_rows(m: &CpuMatrix) -> Result<Vec<f32>, BackendError> {
+    let view = m.view();
+    let widen = quant::ops(view.ty).map_err(|e| BackendError::shape("low_rank", e.to_string()))?.dequantize;
+    let mut out = vec![0.0f32; view.rows * view.cols];
+    for (r, row) in out.chunks_exact_mut(view.cols).enumerate() {
+        widen(view.row(r), row);
+    }
+    Ok(out)
+}
+
+impl CpuMatrix {
+    /// The matrix's values row after row as tier `tier` reads them: its mapped bytes where they
+    /// are floats, else widened to f32 once.
+    fn low_rank_rows(&self, tier: Isa) -> Result<Floats<'_>, BackendError> {
+        let view = self.view();
+        if let Some(floats) = Floats::new(view.ty, view.data, tier)? {
+            return Ok(floats);
+        }
+        if let Some(d) = self.low_rank.widened.get() {
+            return Ok(Floats::F32(d));
+        }
+        let out = widen_rows(self)?;
+        Ok(Floats::F32(self.low_rank.widened.get_or_init(|| out)))
+    }
+
+    /// The matrix transposed, column after column, F16 and BF16 values as they are, others
+    /// widened to f32 (computed once; the mapped pages are then released).
+    fn low_rank_transposed(&self, tier: Isa) -> Result<Floats<'_>, BackendError> {
+        if let Some(t) = self.low_rank.transposed.get() {
+            return t.floats(tier);
+        }
+        let view = self.view();
+        let (rows, cols) = (view.rows, view.cols);
+        // value `i` of the matrix (row after row) at column `i % cols`, row `i / cols`
+        fn transpose<T: Copy + Default, const N: usize>(rows: usize, cols: usize, value: impl Fn(usize) -> [T; N]) -> Vec<T> {
+            let mut out = vec![T::default(); rows * cols * N];
+            for r in 0..rows {
+                for c in 0..cols {
+                    out[(c * rows + r) * N..][..N].copy_from_slice(&value(r * cols + c));
+                }
+            }
+            out
+        }
+        let t = match view.ty {
+            GgmlType::F16 | GgmlType::BF16 => {
+                Transposed::Half(view.ty, transpose(rows, cols, |i| [view.data[2 * i], view.data[2 * i + 1]]))
+            }
+            _ => {
+                let widened = widen_rows(self)?;
+                Transposed::F32(transpose(rows, cols, |i| [widened[i]]))
+            }
+        };
+        let t = self.low_rank.transposed.get_or_init(|| t);
+        self.release_mapped_pages();
+        t.floats(tier)
     }
 }
 
@@ -96,12 +192,16 @@ type RowBlock<'a> = (Vec<&'a [f32]>, Vec<Vec<Piece<'a>>>);
 /// A block's low products: `t[r][k]`, row `r`'s dot with `a`'s row `k`.
 type Lows = [[f32; MAX_RANK]; BLOCK];
 
-/// The low products of the rows `xs` (at most [`BLOCK`], of `n_in`) with `a` (`rank` x `n_in`).
+/// The low products of the rows `xs` (at most [`BLOCK`], of `n_in`) with `a` (`rank` rows of
+/// `n_in`): each row of `a` widened once for all of them.
 #[inline(always)]
-fn lows_body(a: &[f32], n_in: usize, xs: &[&[f32]]) -> Lows {
+#[allow(clippy::needless_range_loop)] // `k` is also the offset of `a`'s row
+fn lows_body(a: Floats, rank: usize, n_in: usize, xs: &[&[f32]]) -> Lows {
     let mut t = [[0.0f32; MAX_RANK]; BLOCK];
-    for (r, row) in xs.iter().enumerate() {
-        for (k, a_k) in a.chunks_exact(n_in).enumerate() {
+    let mut buf = vec![0.0f32; n_in];
+    for k in 0..rank {
+        let a_k = a.read(k * n_in, &mut buf);
+        for (r, row) in xs.iter().enumerate() {
             t[r][k] = dot(row, a_k);
         }
     }
@@ -112,15 +212,16 @@ fn lows_body(a: &[f32], n_in: usize, xs: &[&[f32]]) -> Lows {
 /// `start`, with its weight `w`): each sum `((0 + t₀ c₀) + t₁ c₁) + ...` in `k` order, rounded
 /// times `w`, then added.
 #[inline(always)]
-fn spread_body(t: &Lows, outs: &mut [(&mut [f32], f32)], bt: &[f32], n_out: usize, start: usize) {
-    let rank = bt.len() / n_out;
+#[allow(clippy::needless_range_loop)] // `k` is also the offset of `bᵀ`'s row
+fn spread_body(t: &Lows, outs: &mut [(&mut [f32], f32)], bt: Floats, rank: usize, n_out: usize, start: usize) {
     let width = outs.first().map_or(0, |(piece, _)| piece.len());
+    let mut buf = [0.0f32; TILE];
     let mut o = 0;
     while o < width {
         let w = TILE.min(width - o);
         let mut acc = [[0.0f32; TILE]; BLOCK];
         for k in 0..rank {
-            let c = &bt[k * n_out + start + o..][..w];
+            let c = bt.read(k * n_out + start + o, &mut buf[..w]);
             for (r, acc) in acc.iter_mut().enumerate().take(outs.len()) {
                 let tk = t[r][k];
                 acc[..w].iter_mut().zip(c).for_each(|(v, &c)| *v += tk * c);
@@ -165,13 +266,25 @@ macro_rules! on_tier {
     }};
 }
 
-fn lows_with(tier: Isa, a: &[f32], n_in: usize, xs: &[&[f32]]) -> Lows {
-    on_tier!(tier, Lows, |a: &[f32], n_in: usize, xs: &[&[f32]]| lows_body(a, n_in, xs))
+/// All of `m` as f32: in place, or widened into a fresh buffer.
+fn widen_whole(m: Floats<'_>) -> Cow<'_, [f32]> {
+    match m {
+        Floats::F32(v) => Cow::Borrowed(v),
+        Floats::Half(bytes, _) => {
+            let mut wide = vec![0.0f32; bytes.len() / 2];
+            m.read(0, &mut wide);
+            Cow::Owned(wide)
+        }
+    }
 }
 
-fn spread_with(tier: Isa, t: &Lows, outs: &mut [(&mut [f32], f32)], bt: &[f32], n_out: usize, start: usize) {
-    on_tier!(tier, (), |t: &Lows, outs: &mut [(&mut [f32], f32)], bt: &[f32], n_out: usize, start: usize| {
-        spread_body(t, outs, bt, n_out, start)
+fn lows_with(tier: Isa, a: Floats, rank: usize, n_in: usize, xs: &[&[f32]]) -> Lows {
+    on_tier!(tier, Lows, |a: Floats, rank: usize, n_in: usize, xs: &[&[f32]]| lows_body(a, rank, n_in, xs))
+}
+
+fn spread_with(tier: Isa, t: &Lows, outs: &mut [(&mut [f32], f32)], bt: Floats, rank: usize, n_out: usize, start: usize) {
+    on_tier!(tier, (), |t: &Lows, outs: &mut [(&mut [f32], f32)], bt: Floats, rank: usize, n_out: usize, start: usize| {
+        spread_body(t, outs, bt, rank, n_out, start)
     })
 }
 
@@ -209,8 +322,8 @@ pub(super) fn add_low_rank_parts(
             return Err(BackendError::shape("add_low_rank", what));
         }
     }
-    let a = a.dense()?;
-    let bts: Vec<&[f32]> = bs.iter().map(|b| b.dense_transposed()).collect::<Result<_, _>>()?;
+    let a = a.low_rank_rows(tier)?;
+    let bts: Vec<Floats> = bs.iter().map(|b| b.low_rank_transposed(tier)).collect::<Result<_, _>>()?;
     let n_outs: Vec<usize> = bs.iter().map(|b| b.rows()).collect();
     // per part, its output rows (distinct: each taken out once)
     let mut slots: Vec<Vec<Option<&mut [f32]>>> =
@@ -228,17 +341,22 @@ pub(super) fn add_low_rank_parts(
         })
         .collect();
     if pairs.len() >= BLOCK * rayon::current_num_threads() {
+        // many rows: each matrix widened whole once for all their blocks (not kept)
+        let a_wide = widen_whole(a);
+        let bts_wide: Vec<Cow<[f32]>> = bts.iter().map(|&bt| widen_whole(bt)).collect();
+        let a = Floats::F32(&a_wide);
+        let bts: Vec<Floats> = bts_wide.iter().map(|bt| Floats::F32(bt)).collect();
         blocks.into_par_iter().for_each(|(xs, parts)| {
-            let t = lows_with(tier, a, n_in, &xs);
-            for ((mut outs, bt), &n_out) in parts.into_iter().zip(&bts).zip(&n_outs) {
-                spread_with(tier, &t, &mut outs, bt, n_out, 0);
+            let t = lows_with(tier, a, rank, n_in, &xs);
+            for ((mut outs, &bt), &n_out) in parts.into_iter().zip(&bts).zip(&n_outs) {
+                spread_with(tier, &t, &mut outs, bt, rank, n_out, 0);
             }
         });
         return Ok(());
     }
     // few rows (decoding): a block's low products once, then its outputs split between threads
     for (xs, parts) in blocks {
-        let t = lows_with(tier, a, n_in, &xs);
+        let t = lows_with(tier, a, rank, n_in, &xs);
         // (part, first output, pieces of every row)
         let mut tasks: Vec<(usize, usize, Vec<Piece<'_>>)> = Vec::new();
         for (p, rows) in parts.into_iter().enumerate() {
@@ -250,7 +368,7 @@ pub(super) fn add_low_rank_parts(
                 }
             }
         }
-        tasks.into_par_iter().for_each(|(p, start, mut pieces)| spread_with(tier, &t, &mut pieces, bts[p], n_outs[p], start));
+        tasks.into_par_iter().for_each(|(p, start, mut pieces)| spread_with(tier, &t, &mut pieces, bts[p], rank, n_outs[p], start));
     }
     Ok(())
 }
@@ -293,7 +411,7 @@ mod tests {
 
     /// `out[o] += w · (x[s] · aᵀ) · bᵀ` by the f64 reference.
     fn reference(a: &CpuMatrix, b: &CpuMatrix, x: &HostTensor, out: &mut [f64], pairs: &[(usize, usize, f32)]) {
-        let (ad, bd) = (a.dense().unwrap(), b.dense().unwrap());
+        let (ad, bd) = (widen_rows(a).unwrap(), widen_rows(b).unwrap());
         for &(s, o, w) in pairs {
             let t: Vec<f64> =
                 (0..12).map(|k| (0..100).map(|i| f64::from(x.data[s * 100 + i]) * f64::from(ad[k * 100 + i])).sum()).collect();
@@ -301,6 +419,52 @@ mod tests {
                 out[o * 37 + c] += f64::from(w) * (0..12).map(|k| t[k] * f64::from(bd[c * 12 + k])).sum::<f64>();
             }
         }
+    }
+
+    /// A `b` of 37 x 12 holding F16-exact values, in `ty`.
+    fn b_in(backend: &CpuBackend, ty: GgmlType) -> CpuMatrix {
+        let exact: Vec<f32> = values(12 * 37, 2).iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect();
+        let bytes: Vec<u8> = match ty {
+            GgmlType::F32 => exact.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            GgmlType::F16 => exact.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect(),
+            _ => exact.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect(),
+        };
+        let mut w = GgufWriter::new();
+        w.add_tensor("b", &[12, 37], ty, bytes).unwrap();
+        let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
+        let ib = file.tensor("b").unwrap().clone();
+        backend.upload_matrix(&file, &ib, 37, 12).unwrap()
+    }
+
+    /// A `b` in F16 or BF16 stays in its type, transposed, and gives the bits of the same values
+    /// in F32 on every tier, read where used (6 rows) or widened whole (70 rows).
+    #[test]
+    fn half_precision_pairs_stay_half_and_give_the_f32_bits() {
+        let backend = CpuBackend::new();
+        let (a, _) = pair(&backend);
+        let f32_b = b_in(&backend, GgmlType::F32);
+        for ty in [GgmlType::F16, GgmlType::BF16] {
+            let b = b_in(&backend, ty);
+            for n in [6, 70] {
+                let x = HostTensor { rows: n, cols: 100, data: values(n * 100, 3) };
+                let pairs: Vec<(usize, usize, f32)> = (0..n).map(|s| (s, s, 0.75)).collect();
+                let mut want = HostTensor::zeros(n, 37);
+                backend.add_low_rank(&mut want, &a, &f32_b, &x, &pairs).unwrap();
+                assert!(want.data.iter().all(|v| v.is_finite()) && want.data.iter().any(|&v| v != 0.0));
+                for tier in Isa::available() {
+                    let mut got = HostTensor::zeros(n, 37);
+                    add_low_rank_parts(tier, &mut [&mut got], &a, &[&b], &x, &pairs).unwrap();
+                    assert_eq!(got.data, want.data, "{ty}, {n} rows on {tier:?}");
+                }
+            }
+            let kept = match b.low_rank.transposed.get() {
+                Some(Transposed::Half(kept, bytes)) if *kept == ty => bytes.len(),
+                _ => panic!("{ty}: bᵀ not kept in its type"),
+            };
+            assert_eq!(kept, 2 * 12 * 37);
+        }
+        // `a` in F16 is read in place: nothing widened is kept
+        assert!(a.low_rank.widened.get().is_none());
     }
 
     #[test]
