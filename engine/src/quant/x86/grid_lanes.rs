@@ -31,9 +31,6 @@ use crate::quant::iq_grid::gemm::{check_shapes, gemm_type, GridActs, GridGemm, G
 use crate::quant::iq_grid::{GridType, Unpacked, SHIFT};
 use crate::quant::{GgmlType, QK_K};
 
-/// Blocks taken per pass over the bands: the tile's part (16 rows · 4 · 256 bytes) and a band's
-/// stay in the L1 cache together.
-const CHUNK: usize = 4;
 /// Pairs of 16-value groups in a block (Q2_K's mins).
 pub(super) const MIN_PAIRS: usize = QK_K / 32;
 
@@ -43,6 +40,9 @@ pub(super) trait LaneKernel {
     const BAND: usize;
     /// Weight rows whose sums for one band a pass holds in registers.
     const ROWS: usize;
+    /// Blocks taken per pass over the bands: the tile's part (16 rows · 4 · 256 bytes) and a
+    /// band's stay in the L1 cache together.
+    const CHUNK: usize = 4;
 
     /// The `batch` rows of `nb` blocks in bands: `(q, d, pair_sums)` as [`GridActs::Bands`]
     /// holds them, rows past the batch with quants 0 (biased: 128) and scales 0.
@@ -227,8 +227,8 @@ fn run<L: LaneKernel, E: Expand>(t: &GridType, w: &[u8], rows: usize, acts: &Gri
         sums.fill(0.0);
         // SAFETY: as in `prepare`; `end` follows below.
         unsafe { L::begin(&mut tile) };
-        for start in (0..nb).step_by(CHUNK) {
-            let end = nb.min(start + CHUNK);
+        for start in (0..nb).step_by(L::CHUNK) {
+            let end = nb.min(start.saturating_add(L::CHUNK));
             for band in 0..count {
                 for half in 0..n.div_ceil(L::ROWS) {
                     let at = |r: usize| ((half * L::ROWS + r) * count + band) * L::BAND;
