@@ -132,3 +132,42 @@ fn corrupt_file_is_one_line_error_with_exit_code_2() {
     assert_eq!(out.status.code(), Some(2));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A weight matrix of a type the engine reads but does not compute (I8): `info` lists it with
+/// the note, and `logits` ends in a one-line error naming the tensor and the type.
+#[test]
+fn a_type_the_engine_does_not_compute_is_named() {
+    use engine::gguf::{GgmlType, GgufFile, GgufWriter};
+    let source = GgufFile::open(repo().join("tests/fixtures/models/tiny-llama-Q4_K.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    for (key, value) in source.metadata() {
+        w.add(key.clone(), value.clone()).unwrap();
+    }
+    let retyped = "blk.0.ffn_down.weight";
+    for t in source.tensors() {
+        if t.name == retyped {
+            w.add_tensor(t.name.clone(), &t.dims, GgmlType::I8, vec![1u8; t.n_elements as usize]).unwrap();
+        } else {
+            w.add_tensor(t.name.clone(), &t.dims, t.ty, source.tensor_data(t)).unwrap();
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("engine-cli-info-i8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("i8.gguf");
+    std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+
+    let out = info(&[path.as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.lines().any(|l| l.contains("I8") && l.contains("(not computed by this engine)")), "{text}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_engine-cli"))
+        .args(["logits", "-m", path.to_str().unwrap(), "-p", "The quick"])
+        .output()
+        .expect("run engine-cli");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(retyped) && stderr.contains("I8") && !stderr.contains("panicked"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}
