@@ -134,12 +134,28 @@ DEVICE float dequantize_one(const uint8_t* row, int type, int e) {
 
 // out row r = row ids[r] of `table` (rows of `cols` values of `type`, `row_bytes` each); a
 // negative id leaves out row r as it is (a row the caller provides itself). Grid (value blocks
-// of a row, rows).
+// of a row, rows): a thread per value, but for the grid types a thread per group of 8 values,
+// decoded once (the block's first eighth of threads cover its values).
 KERNEL void get_rows(const uint8_t* table, const int32_t* ids, float* out, int cols, int64_t row_bytes, int type) {
-    const int c = BLOCK_ID * BLOCK_THREADS + THREAD_ID;
     const int r = BLOCK_ID_Y;
     const int id = ids[r];
-    if (c < cols && id >= 0) {
-        out[(int64_t)r * cols + c] = dequantize_one(table + (int64_t)id * row_bytes, type, c);
+    if (id < 0) {
+        return;
+    }
+    const uint8_t* row = table + (int64_t)id * row_bytes;
+    float* out_row = out + (int64_t)r * cols;
+    if (is_grid_type(type)) {
+        const int first = BLOCK_ID * BLOCK_THREADS + 8 * THREAD_ID;
+        if (THREAD_ID < BLOCK_THREADS / 8 && first < cols) {
+            const GridGroup g = grid_group_of(row, type, first);
+            for (int j = 0; j < 8; j++) {
+                out_row[first + j] = grid_group_value(g, j);
+            }
+        }
+        return;
+    }
+    const int c = BLOCK_ID * BLOCK_THREADS + THREAD_ID;
+    if (c < cols) {
+        out_row[c] = dequantize_one(row, type, c);
     }
 }

@@ -152,10 +152,19 @@ DEVICE GridGroup grid_group(const uint8_t* sb, int type, int g) {
     return out;
 }
 
-// value e of a row of grid type `type`, the reference's dequantization bit for bit
+// value j (0..8) of a decoded group, the reference's dequantization bit for bit
+DEVICE float grid_group_value(const GridGroup& g, int j) {
+    return g.d * (float)(int8_t)(uint8_t)(g.v[j / 4] >> (8 * (j % 4)));
+}
+
+// the group of 8 values holding value e of a row of grid type `type`
+DEVICE GridGroup grid_group_of(const uint8_t* row, int type, int e) {
+    return grid_group(row + (int64_t)(e / QK_K) * grid_block_bytes(type), type, (e % QK_K) / 8);
+}
+
+// value e of a row of grid type `type`
 DEVICE float grid_value(const uint8_t* row, int type, int e) {
-    const GridGroup g = grid_group(row + (int64_t)(e / QK_K) * grid_block_bytes(type), type, (e % QK_K) / 8);
-    return g.d * (float)(int8_t)(uint8_t)(g.v[(e % 8) / 4] >> (8 * (e % 4)));
+    return grid_group_value(grid_group_of(row, type, e), e % 8);
 }
 
 // chunk c (32 values) of a row of grid type `type` as 8 words of signed bytes and a scale per
