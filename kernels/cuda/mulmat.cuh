@@ -1,95 +1,127 @@
-// The body shared by the matrix kernels: one warp per output column j (a weight row), a tile of
-// ROWS activation rows per block along y. Lane l takes the weight row's chunks l, l + 32, ...
-// in order, each unpacked once for the tile; the lanes' partial sums meet in the warp's fixed
-// butterfly. An output's arithmetic is the same for every ROWS and every batch, so matvec
-// (ROWS 1) and matmul (ROWS 8) give bitwise the same row whatever the batch (batch invariance).
+// The bodies shared by the matrix kernels, and the order of an output's sums that every one of
+// them keeps, so that a row's result does not depend on the kernel, the tile or the batch:
+// - a chunk (32 values) is chunk_value of its exact integer parts (vecdot.cuh);
+// - a segment is SEGMENT_CHUNKS chunks in K order (the last one may be shorter), its chunks
+//   summed left to right from 0;
+// - the output is its segments summed left to right from 0 (then + bias).
+// The integer parts are exact whether dp4a or the tensor cores take them, so the matrix-vector
+// body here and the tensor-core tiles of matmul.cu give the same bits.
 #pragma once
 #include "vecdot.cuh"
 
-#define MULMAT_WARPS 4  // warps (output columns) per block: blocks of 128 threads
+#define MULMAT_THREADS 128  // threads per block of the quantized bodies
+#define MULMAT_WARPS 4      // warps (output columns) per block of the float bodies
+#define SEGMENT_CHUNKS 8    // chunks per segment: 256 values, a K-quant super-block
 
-// Each row's partial sums meet in the warp's butterfly; lane 0 writes out[r][j] (+ bias[j]).
-template <int ROWS>
-DEVICE void store_outputs(const float* acc, int lane, int j, int r0, int batch, const float* bias, float* out, int n_out, int has_bias) {
-    for (int t = 0; t < ROWS; t++) {
-        if (r0 + t < batch) {
-            const float v = warp_sum_f(acc[t]);
-            if (lane == 0) {
-                out[(int64_t)(r0 + t) * n_out + j] = has_bias ? v + bias[j] : v;
-            }
-        }
-    }
-}
-
-// out[r][j] = Σ_c chunk_dot(w[j] chunk c, x[r] block c) (+ bias[j]) for the rows r0 .. r0 + ROWS;
-// x: rows of n_chunks Q8_1 blocks. Grid (ceil(n_out / MULMAT_WARPS), _). `w` starts a device
-// allocation or a whole number of weight rows into one, `xq` a whole number of rows into one
-// (the aligned loads of unpack_chunk).
+// The matrix-vector body: `lanes` lanes (a power of two, at most 32) per output column j (a
+// weight row), a tile of ROWS activation rows per block along y. Lane i of an output takes its
+// segments i, i + lanes, ..., each segment's chunks unpacked once for the tile; after each round
+// of segments the output's lanes pass their partial sums along, in segment order, into a total
+// every one of them keeps. out[r][j] = that total (+ bias[j]) for the rows r0 .. r0 + ROWS;
+// x: rows of n_chunks Q8_1 blocks. Grid (ceil(n_out · lanes / MULMAT_THREADS), _). `w` starts a
+// device allocation or a whole number of weight rows into one, `xq` a whole number of rows into
+// one (the aligned loads of unpack_chunk).
 template <int ROWS, int TYPE>
-DEVICE void mul_mat_q_typed(const uint8_t* w, int64_t row_bytes, int n_chunks, const uint8_t* xq, int r0, int batch, const float* bias,
+DEVICE void mul_mat_q_typed(const uint8_t* w, int64_t row_bytes, int n_chunks, int lanes, const uint8_t* xq, int r0, int batch, const float* bias,
                             float* out, int n_out, int has_bias) {
     const int lane = THREAD_ID % WARP_SIZE;
-    const int j = BLOCK_ID * MULMAT_WARPS + THREAD_ID / WARP_SIZE;
-    if (j >= n_out) {
+    const int i = lane % lanes;
+    const int first = lane - i;  // the output's first lane
+    const int thread = (int)(BLOCK_ID * MULMAT_THREADS + THREAD_ID);
+    const int j = thread / lanes;
+    if ((thread - lane) / lanes >= n_out) {
         return;  // the whole warp: its shuffles below see every lane
     }
-    const uint8_t* row = w + (int64_t)j * row_bytes;
-    float acc[ROWS];
+    const bool live = j < n_out;  // a lane past the last output only takes part in the shuffles
+    const uint8_t* row = w + (int64_t)(live ? j : 0) * row_bytes;
+    const int n_seg = (n_chunks + SEGMENT_CHUNKS - 1) / SEGMENT_CHUNKS;
+    float total[ROWS];
     for (int t = 0; t < ROWS; t++) {
-        acc[t] = 0.0f;
+        total[t] = 0.0f;
     }
-    for (int c = lane; c < n_chunks; c += WARP_SIZE) {
-        Chunk chunk;
-        unpack_chunk<TYPE>(row, c, &chunk);
+    for (int s0 = 0; s0 < n_seg; s0 += lanes) {
+        float part[ROWS];
         for (int t = 0; t < ROWS; t++) {
-            if (r0 + t < batch) {
-                acc[t] = acc[t] + chunk_dot(&chunk, xq + ((int64_t)(r0 + t) * n_chunks + c) * sizeof(block_q8_1));
+            part[t] = 0.0f;
+        }
+        const int s = s0 + i;
+        if (live && s < n_seg) {
+            const int end = (s + 1) * SEGMENT_CHUNKS < n_chunks ? (s + 1) * SEGMENT_CHUNKS : n_chunks;
+            for (int c = s * SEGMENT_CHUNKS; c < end; c++) {
+                Chunk chunk;
+                unpack_chunk<TYPE>(row, c, &chunk);
+                for (int t = 0; t < ROWS; t++) {
+                    if (r0 + t < batch) {
+                        part[t] = part[t] + chunk_dot(&chunk, xq + ((int64_t)(r0 + t) * n_chunks + c) * sizeof(block_q8_1));
+                    }
+                }
+            }
+        }
+        for (int k = 0; k < lanes; k++) {
+            for (int t = 0; t < ROWS; t++) {
+                const float v = SHFL(part[t], first + k);
+                if (s0 + k < n_seg) {
+                    total[t] = total[t] + v;
+                }
             }
         }
     }
-    store_outputs<ROWS>(acc, lane, j, r0, batch, bias, out, n_out, has_bias);
+    if (live && i == 0) {
+        for (int t = 0; t < ROWS; t++) {
+            if (r0 + t < batch) {
+                out[(int64_t)(r0 + t) * n_out + j] = has_bias ? total[t] + bias[j] : total[t];
+            }
+        }
+    }
 }
 
-// the same for the weight type `type`, dispatched once per launch; a type without a kernel gives
-// NaN outputs, which show at once
+// Every quantized weight type with a chunk unpack, as a list of X(TYPE) for the dispatches.
+#define QUANT_TYPES(X) \
+    X(TYPE_Q4_0)       \
+    X(TYPE_Q4_1)       \
+    X(TYPE_Q5_0)       \
+    X(TYPE_Q5_1)       \
+    X(TYPE_Q8_0)       \
+    X(TYPE_Q2_K)       \
+    X(TYPE_Q3_K)       \
+    X(TYPE_Q4_K)       \
+    X(TYPE_Q5_K)       \
+    X(TYPE_Q6_K)       \
+    X(TYPE_IQ4_NL)     \
+    X(TYPE_IQ4_XS)     \
+    X(TYPE_MXFP4)      \
+    X(TYPE_IQ2_XXS)    \
+    X(TYPE_IQ2_XS)     \
+    X(TYPE_IQ2_S)      \
+    X(TYPE_IQ3_XXS)    \
+    X(TYPE_IQ3_S)      \
+    X(TYPE_IQ1_S)      \
+    X(TYPE_IQ1_M)
+
+// NaN into every output of rows r0 .. r0 + rows and columns j0 .. j0 + cols that exists: a
+// type without a kernel shows at once
+DEVICE void nan_outputs(int j0, int cols, int r0, int rows, int batch, float* out, int n_out) {
+    for (int k = THREAD_ID; k < cols * rows; k += BLOCK_THREADS) {
+        const int j = j0 + k % cols;
+        const int r = r0 + k / cols;
+        if (j < n_out && r < batch) {
+            out[(int64_t)r * n_out + j] = __int_as_float(0x7fc00000);
+        }
+    }
+}
+
+// the matrix-vector body for the weight type `type`, dispatched once per launch
 template <int ROWS>
-DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, int r0, int batch, const float* bias,
+DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, int r0, int batch, const float* bias,
                            float* out, int n_out, int has_bias) {
 #define MUL_MAT_Q_CASE(T) \
     case T:               \
-        mul_mat_q_typed<ROWS, T>(w, row_bytes, n_chunks, xq, r0, batch, bias, out, n_out, has_bias); \
+        mul_mat_q_typed<ROWS, T>(w, row_bytes, n_chunks, lanes, xq, r0, batch, bias, out, n_out, has_bias); \
         return;
     switch (type) {
-        MUL_MAT_Q_CASE(TYPE_Q4_0)
-        MUL_MAT_Q_CASE(TYPE_Q4_1)
-        MUL_MAT_Q_CASE(TYPE_Q5_0)
-        MUL_MAT_Q_CASE(TYPE_Q5_1)
-        MUL_MAT_Q_CASE(TYPE_Q8_0)
-        MUL_MAT_Q_CASE(TYPE_Q2_K)
-        MUL_MAT_Q_CASE(TYPE_Q3_K)
-        MUL_MAT_Q_CASE(TYPE_Q4_K)
-        MUL_MAT_Q_CASE(TYPE_Q5_K)
-        MUL_MAT_Q_CASE(TYPE_Q6_K)
-        MUL_MAT_Q_CASE(TYPE_IQ4_NL)
-        MUL_MAT_Q_CASE(TYPE_IQ4_XS)
-        MUL_MAT_Q_CASE(TYPE_MXFP4)
-        MUL_MAT_Q_CASE(TYPE_IQ2_XXS)
-        MUL_MAT_Q_CASE(TYPE_IQ2_XS)
-        MUL_MAT_Q_CASE(TYPE_IQ2_S)
-        MUL_MAT_Q_CASE(TYPE_IQ3_XXS)
-        MUL_MAT_Q_CASE(TYPE_IQ3_S)
-        MUL_MAT_Q_CASE(TYPE_IQ1_S)
-        MUL_MAT_Q_CASE(TYPE_IQ1_M)
-        default: {
-            float nan[ROWS];
-            for (int t = 0; t < ROWS; t++) {
-                nan[t] = __int_as_float(0x7fc00000);
-            }
-            const int j = BLOCK_ID * MULMAT_WARPS + THREAD_ID / WARP_SIZE;
-            if (j < n_out) {
-                store_outputs<ROWS>(nan, THREAD_ID % WARP_SIZE, j, r0, batch, bias, out, n_out, has_bias);
-            }
-        }
+        QUANT_TYPES(MUL_MAT_Q_CASE)
+        default:
+            nan_outputs(BLOCK_ID * (MULMAT_THREADS / lanes), MULMAT_THREADS / lanes, r0, ROWS, batch, out, n_out);
     }
 #undef MUL_MAT_Q_CASE
 }
@@ -109,8 +141,9 @@ DEVICE float float_weight(const uint8_t* row, int type, int e) {
     return __int_as_float(0x7fc00000);
 }
 
-// the same over float weights and f32 activations (rows of `cols`): lane l takes the values
-// l, l + 32, ... of the row, in order
+// The float weights' body: one warp per output column j (MULMAT_WARPS per block) over f32
+// activations (rows of `cols`), lane l taking the values l, l + 32, ... of the row in order,
+// the lanes' partial sums meeting in the warp's fixed butterfly; the same for every ROWS
 template <int ROWS>
 DEVICE void mul_mat_f_tile(const uint8_t* w, int64_t row_bytes, int type, int cols, const float* x, int r0, int batch, const float* bias,
                            float* out, int n_out, int has_bias) {
@@ -132,5 +165,12 @@ DEVICE void mul_mat_f_tile(const uint8_t* w, int64_t row_bytes, int type, int co
             }
         }
     }
-    store_outputs<ROWS>(acc, lane, j, r0, batch, bias, out, n_out, has_bias);
+    for (int t = 0; t < ROWS; t++) {
+        if (r0 + t < batch) {
+            const float v = warp_sum_f(acc[t]);
+            if (lane == 0) {
+                out[(int64_t)(r0 + t) * n_out + j] = has_bias ? v + bias[j] : v;
+            }
+        }
+    }
 }

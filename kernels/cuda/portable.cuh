@@ -60,6 +60,33 @@ DEVICE void mma_s8_16x8x32(int* c, const int* a, const int* b) {
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// c += a · b for a warp's 16 x 16 signed-byte tile a (row-major) and 16 x 8 tile b (column-major):
+// mma.sync m16n8k16, the same layout with one word of A per row half and one of B: a[0] =
+// A[g][4t..4t+4), a[1] = A[g+8][4t..4t+4); b[0] = B[4t..4t+4)[g]; c as above. Before sm_80 the
+// tensor cores have no such shape: the lanes then gather the same rows and columns by shuffles
+// and add their products by dp4a, with the same (exact) integer result.
+DEVICE void mma_s8_16x8x16(int* c, const int* a, const int* b) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+#else
+    const int lane = threadIdx.x % 32;
+    const int g = lane / 4;
+    const int t = lane % 4;
+    for (int q = 0; q < 4; q++) {
+        const int row = __shfl_sync(0xffffffffu, a[0], 4 * g + q, 32);
+        const int row8 = __shfl_sync(0xffffffffu, a[1], 4 * g + q, 32);
+        const int col0 = __shfl_sync(0xffffffffu, b[0], 4 * (2 * t) + q, 32);
+        const int col1 = __shfl_sync(0xffffffffu, b[0], 4 * (2 * t + 1) + q, 32);
+        c[0] = dp4a(row, col0, c[0]);
+        c[1] = dp4a(row, col1, c[1]);
+        c[2] = dp4a(row8, col0, c[2]);
+        c[3] = dp4a(row8, col1, c[3]);
+    }
+#endif
+}
+
 // 4 little-endian bytes at p, for p 4-byte or 2-byte aligned; 16 bytes at p, 16-byte aligned,
 // as 4 words. Device allocations start 256-byte aligned, so a block's alignment in a row is
 // its size's (see the callers).

@@ -219,21 +219,37 @@ DEVICE void unpack_chunk(const uint8_t* row, int c, Chunk* out) {
     chunk_scale(row, TYPE, c, 1, &out->d[1], &out->m[1]);
 }
 
-// Σ w_i · x_i over the chunk, x a Q8_1 block: per half the integer sums Σ q·xq and Σ xq by
-// dp4a, then dx · Σ_h (d_h · Σ q·xq + m_h · Σ xq), in this order whatever the launch.
-DEVICE float chunk_dot(const Chunk* w, const uint8_t* xb) {
-    const float dx = f16_le(xb);
-    const int8_t* xq = (const int8_t*)(xb + 4);
+// A chunk's value from its exact integer parts: per half h the sums Σ q·xq (isum) and Σ xq
+// (xsum), then dx · Σ_h (d_h · isum_h + m_h · xsum_h), in this order. Every kernel that takes a
+// chunk's product (dp4a or the tensor cores) ends in this one function, so they agree bit for bit.
+DEVICE float chunk_value(float dx, const float* d, const float* m, const int* isum, const int* xsum) {
     float sum = 0.0f;
     for (int h = 0; h < 2; h++) {
-        int isum = 0;
-        int xsum = 0;
-        for (int k = 0; k < 4; k++) {
-            const int x4 = (int)load_u32_a4((const uint8_t*)xq + h * 16 + 4 * k);
-            isum = dp4a(w->q[h * 4 + k], x4, isum);
-            xsum = dp4a(0x01010101, x4, xsum);
-        }
-        sum = sum + (w->d[h] * (float)isum + w->m[h] * (float)xsum);
+        sum = sum + (d[h] * (float)isum[h] + m[h] * (float)xsum[h]);
     }
     return dx * sum;
+}
+
+// Σ xq over each half of a Q8_1 block's values (`xq`, 4-byte aligned)
+DEVICE void half_sums(const uint8_t* xq, int* xsum) {
+    for (int h = 0; h < 2; h++) {
+        xsum[h] = 0;
+        for (int k = 0; k < 4; k++) {
+            xsum[h] = dp4a(0x01010101, (int)load_u32_a4(xq + h * 16 + 4 * k), xsum[h]);
+        }
+    }
+}
+
+// Σ w_i · x_i over the chunk, x a Q8_1 block: the integer sums by dp4a, then chunk_value.
+DEVICE float chunk_dot(const Chunk* w, const uint8_t* xb) {
+    const uint8_t* xq = xb + 4;
+    int isum[2] = {0, 0};
+    int xsum[2];
+    for (int h = 0; h < 2; h++) {
+        for (int k = 0; k < 4; k++) {
+            isum[h] = dp4a(w->q[h * 4 + k], (int)load_u32_a4(xq + h * 16 + 4 * k), isum[h]);
+        }
+    }
+    half_sums(xq, xsum);
+    return chunk_value(f16_le(xb), w->d, w->m, isum, xsum);
 }

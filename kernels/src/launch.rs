@@ -7,10 +7,23 @@ use crate::runtime::{Arg, Launch, Runtime, RuntimeError};
 
 /// Threads per block of the element-wise and row kernels.
 const THREADS: u32 = 256;
-/// Output columns per block of the matrix kernels (warps of `mulmat.cuh`).
+/// Threads per block of the matrix kernels.
+const MULMAT_THREADS: usize = 128;
+/// Output columns per block of the float matrix kernels (warps of `mulmat.cuh`).
 const MULMAT_WARPS: usize = 4;
-/// Activation rows per block of `mul_mat_q` / `mul_mat_f`.
+/// Activation rows per block of `mul_mat_f`.
 pub const MULMAT_TILE: usize = 8;
+/// Chunks of 32 values per segment of a quantized product's sums (`mulmat.cuh`).
+pub const SEGMENT_CHUNKS: usize = 8;
+/// Weight rows and activation rows per block of `mul_mat_q`'s tensor-core tiles (`matmul.cu`).
+const MMA_W: usize = 64;
+const MMA_X: usize = 32;
+
+/// Lanes per output of the quantized matrix-vector body (`mulmat.cuh`) for rows of `n_chunks`
+/// chunks: one per segment up to a warp, a power of two. The bits do not depend on it.
+fn lanes_per_output(n_chunks: usize) -> usize {
+    n_chunks.div_ceil(SEGMENT_CHUNKS).next_power_of_two().min(32)
+}
 /// The largest head size `attention`'s usual kernels take.
 pub const ATTENTION_MAX_HEAD: usize = 256;
 /// The widest key and value the `_wide` kernels take (multi-head latent attention's absorbed
@@ -687,13 +700,21 @@ pub fn mul_mat<R: Runtime>(
     if let Some(b) = bias {
         check(rt, kernel, "bias", b, m.rows * 4)?;
     }
-    let tile = if tiled { MULMAT_TILE } else { 1 };
-    let grid = [dim(kernel, "blocks", m.rows.div_ceil(MULMAT_WARPS))?, dim(kernel, "row tiles", batch.div_ceil(tile))?, 1];
-    let args = [
-        Arg::BufAt(w, w_at),
-        Arg::I64(m.row_bytes as i64),
-        Arg::I32(m.ty as i32),
-        Arg::I32(int(kernel, "inner size", inner)?),
+    let quantized = kernel.ends_with("_q");
+    let lanes = lanes_per_output(inner);
+    let (columns, rows) = match (quantized, tiled) {
+        (true, true) => (MMA_W, MMA_X),
+        (true, false) => (MULMAT_THREADS / lanes, 1),
+        (false, true) => (MULMAT_WARPS, MULMAT_TILE),
+        (false, false) => (MULMAT_WARPS, 1),
+    };
+    let grid = [dim(kernel, "blocks", m.rows.div_ceil(columns))?, dim(kernel, "row tiles", batch.div_ceil(rows))?, 1];
+    let mut args =
+        vec![Arg::BufAt(w, w_at), Arg::I64(m.row_bytes as i64), Arg::I32(m.ty as i32), Arg::I32(int(kernel, "inner size", inner)?)];
+    if quantized && !tiled {
+        args.push(Arg::I32(lanes as i32));
+    }
+    args.extend([
         Arg::Buf(xb),
         Arg::I32(int(kernel, "batch", batch)?),
         // an unused pointer when there is no bias
@@ -701,8 +722,8 @@ pub fn mul_mat<R: Runtime>(
         Arg::Buf(out),
         Arg::I32(int(kernel, "outputs", m.rows)?),
         Arg::I32(i32::from(bias.is_some())),
-    ];
-    go(rt, kernel, grid, (MULMAT_WARPS * 32) as u32, &args)
+    ]);
+    go(rt, kernel, grid, MULMAT_THREADS as u32, &args)
 }
 
 /// Experts stacked in one buffer for [`mul_mat_id`]: `count` matrices of `m`'s shape, expert
@@ -744,20 +765,28 @@ pub fn mul_mat_id<R: Runtime>(
     check(rt, kernel, "out", out, ids.len() * m.rows * 4)?;
     let idx: Vec<i32> = ids.iter().map(|&e| e as i32).collect();
     let idx = ints(rt, &idx)?;
-    let grid = [dim(kernel, "blocks", m.rows.div_ceil(MULMAT_WARPS))?, dim(kernel, "slots", ids.len())?, 1];
-    let args = [
+    let quantized = kernel.ends_with("_q_id");
+    let lanes = lanes_per_output(inner);
+    let columns = if quantized { MULMAT_THREADS / lanes } else { MULMAT_WARPS };
+    let grid = [dim(kernel, "blocks", m.rows.div_ceil(columns))?, dim(kernel, "slots", ids.len())?, 1];
+    let mut args = vec![
         Arg::BufAt(w, s.at),
         Arg::I64(s.stride as i64),
         Arg::I64(m.row_bytes as i64),
         Arg::I32(m.ty as i32),
         Arg::I32(int(kernel, "inner size", inner)?),
+    ];
+    if quantized {
+        args.push(Arg::I32(lanes as i32));
+    }
+    args.extend([
         Arg::Buf(xb),
         Arg::Buf(&idx),
         Arg::I32(int(kernel, "slots per row", per_row)?),
         Arg::Buf(out),
         Arg::I32(int(kernel, "outputs", m.rows)?),
-    ];
-    go(rt, kernel, grid, (MULMAT_WARPS * 32) as u32, &args)
+    ]);
+    go(rt, kernel, grid, MULMAT_THREADS as u32, &args)
 }
 
 /// How a KV pool stores its values, as `kvcache.cuh` numbers the types: floats, or rows of
@@ -864,15 +893,18 @@ pub struct QueryRow {
     pub positions: std::ops::Range<usize>,
 }
 
-/// `c = start + a · bᵀ` by the tensor cores' mma.sync m16n8k32 (`selftest.cu`): `a` 16 rows and
-/// `b` 8 rows of 32 signed bytes, `c` 16 x 8 `int32`, `start` each lane's accumulators before the
-/// product (see the kernel).
-pub fn mma_s8_check<R: Runtime>(rt: &R, a: &R::Buffer, b: &R::Buffer, c: &R::Buffer) -> Result<(), RuntimeError> {
+/// `c = start + a · bᵀ` by the tensor cores' mma.sync m16n8k`k` (`selftest.cu`; `k` 32 or 16):
+/// `a` 16 rows and `b` 8 rows of `k` signed bytes, `c` 16 x 8 `int32`, `start` each lane's
+/// accumulators before the product (see the kernel).
+pub fn mma_s8_check<R: Runtime>(rt: &R, a: &R::Buffer, b: &R::Buffer, c: &R::Buffer, k: usize) -> Result<(), RuntimeError> {
     const K: &str = "mma_s8_check";
-    check(rt, K, "a", a, 16 * 32)?;
-    check(rt, K, "b", b, 8 * 32)?;
+    if k != 16 && k != 32 {
+        return Err(RuntimeError::Device(format!("{K}: k {k} is neither 16 nor 32")));
+    }
+    check(rt, K, "a", a, 16 * k)?;
+    check(rt, K, "b", b, 8 * k)?;
     check(rt, K, "c", c, 16 * 8 * 4)?;
-    go(rt, K, [1, 1, 1], 32, &[Arg::Buf(a), Arg::Buf(b), Arg::Buf(c)])
+    go(rt, K, [1, 1, 1], 32, &[Arg::Buf(a), Arg::Buf(b), Arg::Buf(c), Arg::I32(k as i32)])
 }
 
 /// How `attention` runs a row's splits: chosen by the launch's size (`Auto`), or one of the two

@@ -11,13 +11,17 @@ fn bytes(n: usize, seed: u32) -> Vec<u8> {
     (0..n as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 13) as u8).collect()
 }
 
-/// One mma.sync m16n8k32 of signed bytes against the plain sum of products: `Err` names the
-/// first output that differs.
+/// One mma.sync m16n8k32 and one m16n8k16 of signed bytes against the plain sums of products:
+/// `Err` names the first output that differs.
 pub fn mma_s8<R: Runtime>(rt: &R, seed: u32) -> Result<(), String> {
-    let (a, b) = (bytes(16 * 32, seed), bytes(8 * 32, seed ^ 0x5bd1));
+    [32, 16].into_iter().try_for_each(|k| mma_s8_shape(rt, seed, k))
+}
+
+fn mma_s8_shape<R: Runtime>(rt: &R, seed: u32, k: usize) -> Result<(), String> {
+    let (a, b) = (bytes(16 * k, seed), bytes(8 * k, seed ^ 0x5bd1));
     let (da, db) = (rt.upload(&a).map_err(|e| e.to_string())?, rt.upload(&b).map_err(|e| e.to_string())?);
     let dc = rt.alloc(16 * 8 * 4).map_err(|e| e.to_string())?;
-    launch::mma_s8_check(rt, &da, &db, &dc).map_err(|e| e.to_string())?;
+    launch::mma_s8_check(rt, &da, &db, &dc, k).map_err(|e| e.to_string())?;
     let mut out = vec![0u8; 16 * 8 * 4];
     rt.download(&dc, &mut out).map_err(|e| e.to_string())?;
     for i in 0..16 {
@@ -30,11 +34,11 @@ pub fn mma_s8<R: Runtime>(rt: &R, seed: u32) -> Result<(), String> {
                 (false, 0) => 2 * lane,
                 (false, _) => 7,
             };
-            let want = start + (0..32).map(|k| i32::from(a[i * 32 + k] as i8) * i32::from(b[j * 32 + k] as i8)).sum::<i32>();
+            let want = start + (0..k).map(|l| i32::from(a[i * k + l] as i8) * i32::from(b[j * k + l] as i8)).sum::<i32>();
             let at = (i * 8 + j) * 4;
             let got = i32::from_le_bytes([out[at], out[at + 1], out[at + 2], out[at + 3]]);
             if got != want {
-                return Err(format!("mma.sync m16n8k32 s8: C[{i}][{j}] is {got}, the sum of products {want}"));
+                return Err(format!("mma.sync m16n8k{k} s8: C[{i}][{j}] is {got}, the sum of products {want}"));
             }
         }
     }

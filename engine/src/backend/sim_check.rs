@@ -342,42 +342,53 @@ fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
     use super::kernel::SimBackend;
     use crate::gguf::{GgufFile, GgufWriter};
     use std::sync::Arc;
-    // a batch of 11 runs the tiled kernel (8 rows per block, a partial tile), a row alone the
-    // matrix-vector kernel: every output must be bit for bit the same
+    // A row alone runs the matrix-vector kernel (a few lanes per output, dp4a), batches of 2 to 4
+    // the same kernel per row, larger ones the tensor-core tiles (64 outputs by 32 rows per
+    // block, mma.sync as the harness emulates it). Every output of every row must have the bits
+    // of the row alone: 70 outputs leave a partial tile of outputs, batches of 33 and 64 partial
+    // and whole tiles of rows, 512 columns two whole segments, 800 columns (the 32-value block
+    // types) three and a one-chunk segment.
     let b = SimBackend::new();
     let mut rng = Rng::new(0xba7c);
-    let (rows, cols, batch) = (12usize, 512usize, 11usize);
-    let types = [
-        GgmlType::Q4_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
+    let rows = 70usize;
+    let block_types = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::IQ4_NL, GgmlType::MXFP4];
+    let super_block_types = [
         GgmlType::Q2_K,
         GgmlType::Q3_K,
         GgmlType::Q4_K,
+        GgmlType::Q5_K,
         GgmlType::Q6_K,
-        GgmlType::IQ4_NL,
         GgmlType::IQ4_XS,
-        GgmlType::MXFP4,
         GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
         GgmlType::IQ2_S,
+        GgmlType::IQ3_XXS,
         GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
         GgmlType::IQ1_M,
         GgmlType::F16,
     ];
+    let cases: Vec<(GgmlType, usize)> =
+        block_types.iter().flat_map(|&ty| [(ty, 512), (ty, 800)]).chain(super_block_types.iter().map(|&ty| (ty, 512))).collect();
     let mut w = GgufWriter::new();
-    for (i, &ty) in types.iter().enumerate() {
+    for (i, &(ty, cols)) in cases.iter().enumerate() {
         w.add_tensor(format!("w{i}"), &[cols as u64, rows as u64], ty, quantized_rows(ty, rows, cols, &mut rng)).unwrap();
     }
     let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
-    let x = rng.values(batch * cols, 2.0);
-    for (i, ty) in types.iter().enumerate() {
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+    let most = 64usize;
+    for (i, &(ty, cols)) in cases.iter().enumerate() {
         let m = b.upload_matrix(&file, file.tensor(&format!("w{i}")).unwrap(), rows, cols).unwrap();
-        let all = b.to_host(b.matmul_each(&[&m], &[None], &b.upload_tensor(batch, cols, &x).unwrap()).unwrap().remove(0)).unwrap();
-        for r in [0usize, 5, 10] {
-            let alone = b.upload_tensor(1, cols, &x[r * cols..(r + 1) * cols]).unwrap();
-            let one = b.to_host(b.matmul_each(&[&m], &[None], &alone).unwrap().remove(0)).unwrap();
-            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
-            assert_eq!(bits(&one), bits(&all[r * rows..(r + 1) * rows]), "{ty}: row {r} alone and in a batch of {batch}");
+        let x = rng.values(most * cols, 2.0);
+        let product = |x: &[f32], batch: usize| {
+            b.to_host(b.matmul_each(&[&m], &[None], &b.upload_tensor(batch, cols, x).unwrap()).unwrap().remove(0)).unwrap()
+        };
+        let alone: Vec<Vec<u32>> = (0..most).map(|r| bits(&product(&x[r * cols..(r + 1) * cols], 1))).collect();
+        for batch in [2usize, 5, 8, 33, 64] {
+            let all = product(&x[..batch * cols], batch);
+            for (r, want) in alone.iter().enumerate().take(batch) {
+                assert_eq!(&bits(&all[r * rows..(r + 1) * rows]), want, "{ty} {rows}x{cols}: row {r} alone and in a batch of {batch}");
+            }
         }
     }
 }

@@ -24,7 +24,8 @@ use crate::quant::GgmlType;
 use crate::quant::WeightMatrix;
 
 /// Batches of at most this many rows use the matrix-vector kernels, larger ones the tiled
-/// matrix kernels; an output's value is the same either way (see `kernels/cuda/mulmat.cuh`).
+/// matrix kernels (the tensor cores' for quantized weights); an output's value is the same
+/// either way (see `kernels/cuda/mulmat.cuh`).
 const MATVEC_MAX_ROWS: usize = 4;
 
 // The kernels' chunked recurrences keep the same chunks and head layout as the CPU's, so that a
