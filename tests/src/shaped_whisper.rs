@@ -148,14 +148,15 @@ pub fn make(template: &GgufFile, shape: &WhisperShape, seed: u64) -> Result<Arc<
     GgufFile::from_bytes(bytes).map(Arc::new).map_err(|e| e.to_string())
 }
 
-/// `template` with its tensors left out: the vocabulary and keys [`make`] reads, small enough
-/// to travel (whisper.vocab_size added, which [`make`] reads in place of the embedding's rows).
+/// `template` (any GGUF file) with its tensors left out: the vocabulary and keys [`make`] and
+/// `shaped::make` read, small enough to travel (for a Whisper file whisper.vocab_size added,
+/// which [`make`] reads in place of the embedding's rows).
 pub fn vocabulary_only(template: &GgufFile) -> Result<GgufWriter<'static>, String> {
     let mut w = GgufWriter::new();
     for (key, value) in template.metadata() {
         w.add(key.clone(), value.clone()).map_err(|e| e.to_string())?;
     }
-    if template.get_u64("whisper.vocab_size").is_none() {
+    if template.architecture() == Some("whisper") && template.get_u64("whisper.vocab_size").is_none() {
         let rows = template.tensor("dec.token_embd.weight").ok_or("the template has no dec.token_embd.weight")?.dims[1];
         w.add("whisper.vocab_size", Value::U32(rows as u32)).map_err(|e| e.to_string())?;
     }

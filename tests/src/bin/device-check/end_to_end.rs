@@ -30,9 +30,9 @@ pub struct EndToEndScope {
     /// Sequences decoded together, and their steps.
     pub streams: usize,
     pub stream_steps: usize,
-    /// The guard's shape (`None`: the Guardian template file as it is), and the risks it is
-    /// asked for (none: a scan of the 9 harm risks).
-    pub guard: Option<Shape>,
+    /// The guard's shape (over the Guardian file's vocabulary), and the risks it is asked for
+    /// (none: a scan of the 9 harm risks).
+    pub guard: Shape,
     pub guard_risks: &'static [&'static str],
 }
 
@@ -157,10 +157,7 @@ fn one_shape(load: Loader<'_>, s: &EndToEndScope, shape: &Shape, template: &Gguf
 /// answer position, so random weights give verdicts too).
 fn guard_scan(load: Loader<'_>, s: &EndToEndScope, guardian: &Path) -> Result<(), String> {
     let template = GgufFile::open(guardian).map_err(|e| format!("{}: {e}", guardian.display()))?;
-    let (file, name) = match &s.guard {
-        Some(shape) => (shaped::make(shape, &template)?, format!("{} shape", shape.name)),
-        None => (Arc::new(template), format!("{} as it is", guardian.display())),
-    };
+    let (file, name) = (shaped::make(&s.guard, &template)?, format!("{} shape", s.guard.name));
     let model = Arc::new(load(file)?);
     let options = EvaluatorOptions { device: Device::Cuda(0), prompt_cache_bytes: 0, ..Default::default() };
     let evaluator = Evaluator::from_model(model, options).map_err(|e| e.to_string())?;

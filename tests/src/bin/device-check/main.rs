@@ -4,8 +4,8 @@
 //! harness (`--backend sim`), so a machine without a GPU proves the check works end to end.
 //!
 //! `device-check --backend cuda|sim --fixtures DIR --guardian FILE [--modules DIR]
-//! [--whisper-vocabulary FILE] [--sections LIST]`; `device-check --write-whisper-vocabulary IN OUT`
-//! writes the tensor-less Whisper file the first form reads.
+//! [--whisper-vocabulary FILE] [--sections LIST]`; `device-check --write-vocabulary IN OUT`
+//! writes the tensor-less files (Whisper's and the Guardian's vocabularies) the first form reads.
 //!
 //! Prints, in order: the device (name, compute capability, driver), how the kernels were loaded
 //! and each kernel's registers and spills; the tiny test models it makes from the two F32 files
@@ -167,10 +167,21 @@ const FULL: Scope = Scope {
         tg: 128,
         streams: 8,
         stream_steps: 32,
-        guard: Some(shaped::GRANITE_GUARDIAN_2B),
+        guard: shaped::GRANITE_GUARDIAN_2B,
         guard_risks: &[],
     },
     whisper: (shaped_whisper::BASE, 64),
+};
+
+/// The Granite Guardian 2B shape at a size the CPU execution harness runs in seconds.
+const GUARDIAN_MINIATURE: Shape = Shape {
+    name: "granite-guardian in miniature",
+    n_embd: 256,
+    n_layer: 2,
+    n_ff: 512,
+    n_head: 4,
+    n_head_kv: 2,
+    ..shaped::GRANITE_GUARDIAN_2B
 };
 
 /// The Qwen2.5-0.5B shape at a size the CPU execution harness runs in seconds.
@@ -197,7 +208,15 @@ const SIMULATED: Scope = Scope {
         bytes_per_measurement: 1,
         max_launches: 1,
     },
-    end_to_end: EndToEndScope { shapes: &[MINIATURE], pp: 16, tg: 4, streams: 2, stream_steps: 2, guard: None, guard_risks: &["harm"] },
+    end_to_end: EndToEndScope {
+        shapes: &[MINIATURE],
+        pp: 16,
+        tg: 4,
+        streams: 2,
+        stream_steps: 2,
+        guard: GUARDIAN_MINIATURE,
+        guard_risks: &["harm"],
+    },
     whisper: (shaped_whisper::SMALL, 4),
 };
 
@@ -216,9 +235,9 @@ struct Args {
     whisper_vocabulary: Option<PathBuf>,
 }
 
-/// `--write-whisper-vocabulary IN OUT` (run by `tools/device-check.sh prepare`): the Whisper file
-/// IN without its tensors, into OUT.
-fn write_whisper_vocabulary(from: &Path, to: &Path) -> Result<(), String> {
+/// `--write-vocabulary IN OUT` (run by `tools/device-check.sh prepare` for Whisper tiny.en and
+/// the tiny Guardian 3.3): the GGUF file IN without its tensors, into OUT.
+fn write_vocabulary(from: &Path, to: &Path) -> Result<(), String> {
     let template = GgufFile::open(from).map_err(|e| format!("{}: {e}", from.display()))?;
     let w = shaped_whisper::vocabulary_only(&template)?;
     let out = std::fs::File::create(to).map_err(|e| format!("{}: {e}", to.display()))?;
@@ -237,9 +256,9 @@ fn parse_args() -> Result<Args, String> {
             "--modules" => modules = Some(PathBuf::from(value()?)),
             "--guardian" => guardian = Some(PathBuf::from(value()?)),
             "--whisper-vocabulary" => whisper_vocabulary = Some(PathBuf::from(value()?)),
-            "--write-whisper-vocabulary" => {
+            "--write-vocabulary" => {
                 let (from, to) = (PathBuf::from(value()?), PathBuf::from(value()?));
-                write_whisper_vocabulary(&from, &to)?;
+                write_vocabulary(&from, &to)?;
                 std::process::exit(0);
             }
             "--sections" => {
@@ -255,7 +274,7 @@ fn parse_args() -> Result<Args, String> {
         sections,
         backend: backend.ok_or("--backend cuda|sim is required")?,
         fixtures: fixtures.ok_or("--fixtures DIR is required")?,
-        guardian: guardian.ok_or("--guardian FILE (the tiny Guardian 3.3 model) is required")?,
+        guardian: guardian.ok_or("--guardian FILE (the tiny Guardian 3.3's vocabulary) is required")?,
         modules,
         whisper_vocabulary,
     })
@@ -377,7 +396,7 @@ fn main() {
         Ok(a) => a,
         Err(e) => {
             eprintln!(
-                "device-check: {e}\nusage: device-check --backend cuda|sim --fixtures DIR --guardian FILE [--modules DIR] [--whisper-vocabulary FILE] [--sections {}]\n       device-check --write-whisper-vocabulary WHISPER.gguf OUT.gguf",
+                "device-check: {e}\nusage: device-check --backend cuda|sim --fixtures DIR --guardian FILE [--modules DIR] [--whisper-vocabulary FILE] [--sections {}]\n       device-check --write-vocabulary IN.gguf OUT.gguf",
                 SECTIONS.join(",")
             );
             std::process::exit(2);
@@ -422,7 +441,9 @@ fn main() {
             verdict.fail(format!("{failed_ops} ops outside their bounds (lines marked FAIL above)"));
         }
         match target.mma_check() {
-            Ok(()) => println!("mma.sync m16n8k32 of signed bytes, fragments in the documented layout: every output the sum of products"),
+            Ok(()) => println!(
+                "mma.sync m16n8k32 and m16n8k16 of signed bytes, fragments in the documented layout: every output the sum of products"
+            ),
             Err(why) => verdict.fail(why),
         }
         section("how the kernels were loaded");
