@@ -25,11 +25,32 @@ struct MmaTiles {
     int x_s[MMA_X * SEGMENT_CHUNKS * 2];  // Σ xq per half
 };
 
-// out[r][j] for the block's tile; grid (ceil(n_out / MMA_W), ceil(batch / MMA_X)), 128 threads
-// (4 warps: 2 along the weight rows by 2 along the activation rows)
+// Which rows a block's tile takes: the batch's rows r0 .. r0 + MMA_X (`slots` null), or the
+// indexed products' slots slots[0 .. MMA_X] (-1: none), slot p reading activation row
+// p / per_row and writing out row p.
+struct TileRows {
+    int r0;
+    int batch;
+    const int32_t* slots;
+    int per_row;
+};
+
+// the activation row of the tile's row r, or -1; its output row in *out_row
+DEVICE int tile_row(TileRows rows, int r, int* out_row) {
+    if (rows.slots == nullptr) {
+        *out_row = rows.r0 + r;
+        return rows.r0 + r < rows.batch ? rows.r0 + r : -1;
+    }
+    const int p = rows.slots[r];
+    *out_row = p;
+    return p >= 0 ? p / rows.per_row : -1;
+}
+
+// out[row][j] for the block's tile of outputs j0 .. j0 + MMA_W and the rows `rows` names; 128
+// threads (4 warps: 2 along the weight rows by 2 along the activation rows)
 template <int TYPE>
-DEVICE void mul_mat_q_mma(MmaTiles* tiles, const uint8_t* w, int64_t row_bytes, int n_chunks, const uint8_t* xq, int batch, const float* bias,
-                          float* out, int n_out, int has_bias) {
+DEVICE void mul_mat_q_mma(MmaTiles* tiles, const uint8_t* w, int64_t row_bytes, int n_chunks, const uint8_t* xq, TileRows rows, int j0,
+                          const float* bias, float* out, int n_out, int has_bias) {
     int* w_q = tiles->w_q;
     float* w_d = tiles->w_d;
     float* w_m = tiles->w_m;
@@ -40,8 +61,6 @@ DEVICE void mul_mat_q_mma(MmaTiles* tiles, const uint8_t* w, int64_t row_bytes, 
     const int lane = THREAD_ID % WARP_SIZE;
     const int g = lane / 4;
     const int t = lane % 4;
-    const int j0 = BLOCK_ID * MMA_W;
-    const int r0 = BLOCK_ID_Y * MMA_X;
     const int wj = (warp / 2) * 32;  // the warp's first weight row and activation row in the tile
     const int wr = (warp % 2) * 16;
     // output e of mma tile (a, b): weight row wj + 16a + g + 8 (e / 2), activation row
@@ -77,8 +96,10 @@ DEVICE void mul_mat_q_mma(MmaTiles* tiles, const uint8_t* w, int64_t row_bytes, 
             if (c < nc) {
                 int xsum[2] = {0, 0};
                 float dx = 0.0f;
-                if (r0 + row < batch) {
-                    const uint8_t* xb = xq + ((int64_t)(r0 + row) * n_chunks + c0 + c) * sizeof(block_q8_1);
+                int out_row;
+                const int x_row = tile_row(rows, row, &out_row);
+                if (x_row >= 0) {
+                    const uint8_t* xb = xq + ((int64_t)x_row * n_chunks + c0 + c) * sizeof(block_q8_1);
                     dx = f16_le(xb);
                     half_sums(xb + 4, xsum);
                     for (int k = 0; k < 8; k++) {
@@ -133,8 +154,8 @@ DEVICE void mul_mat_q_mma(MmaTiles* tiles, const uint8_t* w, int64_t row_bytes, 
         const int b = (o / 4) % 2;
         const int e = o % 4;
         const int j = j0 + wj + 16 * a + g + 8 * (e / 2);
-        const int r = r0 + wr + 8 * b + 2 * t + e % 2;
-        if (j < n_out && r < batch) {
+        int r;
+        if (j < n_out && tile_row(rows, wr + 8 * b + 2 * t + e % 2, &r) >= 0) {
             out[(int64_t)r * n_out + j] = has_bias ? total[o] + bias[j] : total[o];
         }
     }
@@ -143,9 +164,10 @@ DEVICE void mul_mat_q_mma(MmaTiles* tiles, const uint8_t* w, int64_t row_bytes, 
 // quantized weights, x as Q8_1 blocks; grid (ceil(n_out / MMA_W), ceil(batch / MMA_X)), 128 threads
 KERNEL void mul_mat_q(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, int batch, const float* bias, float* out, int n_out, int has_bias) {
     SHARED MmaTiles tiles;
+    const TileRows rows = {(int)BLOCK_ID_Y * MMA_X, batch, nullptr, 1};
 #define MUL_MAT_Q_MMA_CASE(T) \
     case T:                   \
-        mul_mat_q_mma<T>(&tiles, w, row_bytes, n_chunks, xq, batch, bias, out, n_out, has_bias); \
+        mul_mat_q_mma<T>(&tiles, w, row_bytes, n_chunks, xq, rows, BLOCK_ID * MMA_W, bias, out, n_out, has_bias); \
         return;
     switch (type) {
         QUANT_TYPES(MUL_MAT_Q_MMA_CASE)
@@ -169,6 +191,33 @@ KERNEL void mul_mat_q_id(const uint8_t* w, int64_t expert_bytes, int64_t row_byt
     const int p = BLOCK_ID_Y;
     const uint8_t* x = xq + (int64_t)(p / per_row) * n_chunks * (int64_t)sizeof(block_q8_1);
     mul_mat_q_tile<1>(w + ids[p] * expert_bytes, row_bytes, type, n_chunks, lanes, x, 0, 1, out, out + (int64_t)p * n_out, n_out, 0);
+}
+
+// The indexed products of many slots (a prompt's): the slots grouped by expert into tiles of
+// MMA_X (tile_slots, -1 past an expert's last slot), tile y times expert tile_experts[y] by
+// mul_mat_q's tensor-core tiles, so that each tile reads its expert's weights once. Each slot's
+// row has the bits of mul_mat_q_id's (the same order of sums). Grid (ceil(n_out / MMA_W),
+// tiles), 128 threads.
+KERNEL void mul_mat_q_id_tiles(const uint8_t* w, int64_t expert_bytes, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, const int32_t* tile_experts, const int32_t* tile_slots, int per_row, float* out, int n_out) {
+    SHARED MmaTiles tiles;
+    const TileRows rows = {0, 0, tile_slots + (int64_t)BLOCK_ID_Y * MMA_X, per_row};
+    const uint8_t* expert = w + tile_experts[BLOCK_ID_Y] * expert_bytes;
+#define MUL_MAT_Q_ID_TILES_CASE(T) \
+    case T:                        \
+        mul_mat_q_mma<T>(&tiles, expert, row_bytes, n_chunks, xq, rows, BLOCK_ID * MMA_W, out, out, n_out, 0); \
+        return;
+    switch (type) {
+        QUANT_TYPES(MUL_MAT_Q_ID_TILES_CASE)
+        default:
+            for (int k = THREAD_ID; k < MMA_W * MMA_X; k += BLOCK_THREADS) {
+                int r;
+                const int j = BLOCK_ID * MMA_W + k % MMA_W;
+                if (j < n_out && tile_row(rows, k / MMA_W, &r) >= 0) {
+                    out[(int64_t)r * n_out + j] = __int_as_float(0x7fc00000);
+                }
+            }
+    }
+#undef MUL_MAT_Q_ID_TILES_CASE
 }
 
 // the same over float weights and f32 activation rows of `cols`; grid (ceil(n_out / 4), slots)

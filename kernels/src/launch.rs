@@ -13,6 +13,9 @@ const MULMAT_THREADS: usize = 128;
 const MULMAT_WARPS: usize = 4;
 /// Activation rows per block of `mul_mat_f`.
 pub const MULMAT_TILE: usize = 8;
+/// Activation rows per block of `mul_mat_vec_q_rows` (`matvec.cu`), which takes batches of 2 up
+/// to the tiled kernels' (one row: `mul_mat_vec_q`).
+const MATVEC_ROWS: usize = 4;
 /// Chunks of 32 values per segment of a quantized product's sums (`mulmat.cuh`).
 pub const SEGMENT_CHUNKS: usize = 8;
 /// Weight rows and activation rows per block of `mul_mat_q`'s tensor-core tiles (`matmul.cu`).
@@ -692,7 +695,11 @@ pub fn mul_mat<R: Runtime>(
     out: &R::Buffer,
     tiled: bool,
 ) -> Result<(), RuntimeError> {
-    let kernels = if tiled { ("mul_mat_q", "mul_mat_f") } else { ("mul_mat_vec_q", "mul_mat_vec_f") };
+    let kernels = match (tiled, batch) {
+        (true, _) => ("mul_mat_q", "mul_mat_f"),
+        (false, 1) => ("mul_mat_vec_q", "mul_mat_vec_f"),
+        (false, _) => ("mul_mat_vec_q_rows", "mul_mat_vec_f"),
+    };
     let (kernel, xb, inner, x_bytes) = matmul_operands(kernels, x, m, batch)?;
     check(rt, kernel, "w", w, w_at + m.rows * m.row_bytes)?;
     check(rt, kernel, "x", xb, x_bytes)?;
@@ -700,14 +707,15 @@ pub fn mul_mat<R: Runtime>(
     if let Some(b) = bias {
         check(rt, kernel, "bias", b, m.rows * 4)?;
     }
-    let quantized = kernel.ends_with("_q");
     let lanes = lanes_per_output(inner);
-    let (columns, rows) = match (quantized, tiled) {
-        (true, true) => (MMA_W, MMA_X),
-        (true, false) => (MULMAT_THREADS / lanes, 1),
-        (false, true) => (MULMAT_WARPS, MULMAT_TILE),
-        (false, false) => (MULMAT_WARPS, 1),
+    let (columns, rows) = match kernel {
+        "mul_mat_q" => (MMA_W, MMA_X),
+        "mul_mat_vec_q" => (MULMAT_THREADS / lanes, 1),
+        "mul_mat_vec_q_rows" => (MULMAT_THREADS / lanes, MATVEC_ROWS),
+        "mul_mat_f" => (MULMAT_WARPS, MULMAT_TILE),
+        _ => (MULMAT_WARPS, 1),
     };
+    let quantized = kernel.contains("_q");
     let grid = [dim(kernel, "blocks", m.rows.div_ceil(columns))?, dim(kernel, "row tiles", batch.div_ceil(rows))?, 1];
     let mut args =
         vec![Arg::BufAt(w, w_at), Arg::I64(m.row_bytes as i64), Arg::I32(m.ty as i32), Arg::I32(int(kernel, "inner size", inner)?)];
@@ -763,9 +771,14 @@ pub fn mul_mat_id<R: Runtime>(
     check(rt, kernel, "w", w, s.at + (s.count - 1) * s.stride + m.rows * m.row_bytes)?;
     check(rt, kernel, "x", xb, x_bytes)?;
     check(rt, kernel, "out", out, ids.len() * m.rows * 4)?;
+    let quantized = kernel.ends_with("_q_id");
+    if quantized {
+        if let Some(tiles) = ExpertTiles::worth_it(ids, s.count) {
+            return mul_mat_id_tiles(rt, w, s, xb, inner, &tiles, per_row, out);
+        }
+    }
     let idx: Vec<i32> = ids.iter().map(|&e| e as i32).collect();
     let idx = ints(rt, &idx)?;
-    let quantized = kernel.ends_with("_q_id");
     let lanes = lanes_per_output(inner);
     let columns = if quantized { MULMAT_THREADS / lanes } else { MULMAT_WARPS };
     let grid = [dim(kernel, "blocks", m.rows.div_ceil(columns))?, dim(kernel, "slots", ids.len())?, 1];
@@ -787,6 +800,72 @@ pub fn mul_mat_id<R: Runtime>(
         Arg::I32(int(kernel, "outputs", m.rows)?),
     ]);
     go(rt, kernel, grid, MULMAT_THREADS as u32, &args)
+}
+
+/// The slots of an indexed product grouped by expert into tiles of `MMA_X` (`matmul.cu`'s
+/// `mul_mat_q_id_tiles`): tile `y` takes expert `experts[y]` and the slots
+/// `slots[y · MMA_X ..][.. MMA_X]` (in slot order, -1 past the expert's last).
+struct ExpertTiles {
+    experts: Vec<i32>,
+    slots: Vec<i32>,
+}
+
+impl ExpertTiles {
+    /// The tiles, when the slots read each expert they choose at least twice on average (a
+    /// prompt's rows): then reading an expert's weights once per tile pays for the tiles. Fewer
+    /// (decoding) stay one slot per block. The bits are the same either way.
+    fn worth_it(ids: &[u32], count: usize) -> Option<ExpertTiles> {
+        let mut by_expert: Vec<Vec<i32>> = vec![Vec::new(); count];
+        for (p, &e) in ids.iter().enumerate() {
+            by_expert[e as usize].push(p as i32);
+        }
+        let chosen = by_expert.iter().filter(|s| !s.is_empty()).count();
+        if ids.len() < 2 * chosen {
+            return None;
+        }
+        let mut tiles = ExpertTiles { experts: Vec::new(), slots: Vec::new() };
+        for (e, slots) in by_expert.iter().enumerate() {
+            for part in slots.chunks(MMA_X) {
+                tiles.experts.push(e as i32);
+                tiles.slots.extend(part);
+                tiles.slots.resize(tiles.experts.len() * MMA_X, -1);
+            }
+        }
+        Some(tiles)
+    }
+}
+
+/// [`mul_mat_id`] of quantized experts by `mul_mat_q_id_tiles`: `x` holds Q8_1 rows of `n_chunks`
+/// blocks (checked by the caller, as the stack, `ids` and `out`).
+#[allow(clippy::too_many_arguments)]
+fn mul_mat_id_tiles<R: Runtime>(
+    rt: &R,
+    w: &R::Buffer,
+    s: Stack,
+    xq: &R::Buffer,
+    n_chunks: usize,
+    tiles: &ExpertTiles,
+    per_row: usize,
+    out: &R::Buffer,
+) -> Result<(), RuntimeError> {
+    const K: &str = "mul_mat_q_id_tiles";
+    let m = s.m;
+    let (experts, slots) = (ints(rt, &tiles.experts)?, ints(rt, &tiles.slots)?);
+    let grid = [dim(K, "blocks", m.rows.div_ceil(MMA_W))?, dim(K, "tiles", tiles.experts.len())?, 1];
+    let args = [
+        Arg::BufAt(w, s.at),
+        Arg::I64(s.stride as i64),
+        Arg::I64(m.row_bytes as i64),
+        Arg::I32(m.ty as i32),
+        Arg::I32(int(K, "inner size", n_chunks)?),
+        Arg::Buf(xq),
+        Arg::Buf(&experts),
+        Arg::Buf(&slots),
+        Arg::I32(int(K, "slots per row", per_row)?),
+        Arg::Buf(out),
+        Arg::I32(int(K, "outputs", m.rows)?),
+    ];
+    go(rt, K, grid, MULMAT_THREADS as u32, &args)
 }
 
 /// How a KV pool stores its values, as `kvcache.cuh` numbers the types: floats, or rows of
@@ -1057,7 +1136,7 @@ mod tests {
     #[test]
     fn the_sources_sizes_are_the_launchers() {
         let define = |file: &str, name: &str| -> usize {
-            let code = crate::sources::SOURCES.iter().find(|s| s.name == file).expect("a source").code;
+            let code = crate::sources::SOURCES.iter().chain(crate::sources::HEADERS).find(|s| s.name == file).expect("a source").code;
             let line = code.lines().find(|l| l.starts_with(&format!("#define {name} "))).expect("the define");
             line.split_whitespace().nth(2).and_then(|v| v.parse().ok()).expect("a number")
         };
@@ -1068,6 +1147,30 @@ mod tests {
         assert_eq!(define("attention.cu", "ATTN_WIDE_KEY"), ATTENTION_WIDE_KEY);
         assert_eq!(define("attention.cu", "ATTN_WIDE_VALUE"), ATTENTION_WIDE_VALUE);
         assert_eq!(define("attention.cu", "KV_BLOCK_POSITIONS"), KV_BLOCK_POSITIONS);
+        assert_eq!(define("mulmat.cuh", "MULMAT_THREADS"), MULMAT_THREADS);
+        assert_eq!(define("mulmat.cuh", "MULMAT_WARPS"), MULMAT_WARPS);
+        assert_eq!(define("matmul.cu", "MULMAT_TILE"), MULMAT_TILE);
+        assert_eq!(define("mulmat.cuh", "SEGMENT_CHUNKS"), SEGMENT_CHUNKS);
+        assert_eq!(define("matmul.cu", "MMA_W"), MMA_W);
+        assert_eq!(define("matmul.cu", "MMA_X"), MMA_X);
+        assert_eq!(define("matvec.cu", "MATVEC_ROWS"), MATVEC_ROWS);
+    }
+
+    #[test]
+    fn a_prompts_slots_are_grouped_by_expert_into_tiles_and_a_decoding_steps_are_not() {
+        // one token choosing 4 experts: one slot each, no tiles
+        assert!(ExpertTiles::worth_it(&[3, 0, 7, 1], 8).is_none());
+        // 40 slots on expert 2 and 3 on expert 5: two tiles of expert 2 (32 + 8), one of expert 5
+        let ids: Vec<u32> = (0..43).map(|p| if p % 10 == 9 && p < 30 { 5 } else { 2 }).collect();
+        let tiles = ExpertTiles::worth_it(&ids, 6).expect("tiles");
+        assert_eq!(tiles.experts, [2, 2, 5]);
+        assert_eq!(tiles.slots.len(), 3 * MMA_X);
+        let on_2: Vec<i32> = (0..43).filter(|&p| ids[p as usize] == 2).collect();
+        assert_eq!(tiles.slots[..MMA_X], on_2[..MMA_X]);
+        assert_eq!(tiles.slots[MMA_X..MMA_X + 8], on_2[MMA_X..]);
+        assert!(tiles.slots[MMA_X + 8..2 * MMA_X].iter().all(|&p| p == -1));
+        assert_eq!(tiles.slots[2 * MMA_X..2 * MMA_X + 3], [9, 19, 29]);
+        assert!(tiles.slots[2 * MMA_X + 3..].iter().all(|&p| p == -1));
     }
 
     /// Host buffers and a record of launches, no kernel run: for the checks made before one.

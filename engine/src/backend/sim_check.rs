@@ -343,7 +343,7 @@ fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
     use crate::gguf::{GgufFile, GgufWriter};
     use std::sync::Arc;
     // A row alone runs the matrix-vector kernel (a few lanes per output, dp4a), batches of 2 to 4
-    // the same kernel per row, larger ones the tensor-core tiles (64 outputs by 32 rows per
+    // its form of 4 rows per block (a partial one for 2 and 3), larger ones the tensor-core tiles (64 outputs by 32 rows per
     // block, mma.sync as the harness emulates it). Every output of every row must have the bits
     // of the row alone: 70 outputs leave a partial tile of outputs, batches of 33 and 64 partial
     // and whole tiles of rows, 512 columns two whole segments, 800 columns (the 32-value block
@@ -384,7 +384,7 @@ fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
             b.to_host(b.matmul_each(&[&m], &[None], &b.upload_tensor(batch, cols, x).unwrap()).unwrap().remove(0)).unwrap()
         };
         let alone: Vec<Vec<u32>> = (0..most).map(|r| bits(&product(&x[r * cols..(r + 1) * cols], 1))).collect();
-        for batch in [2usize, 5, 8, 33, 64] {
+        for batch in [2usize, 3, 4, 5, 8, 33, 64] {
             let all = product(&x[..batch * cols], batch);
             for (r, want) in alone.iter().enumerate().take(batch) {
                 assert_eq!(&bits(&all[r * rows..(r + 1) * rows]), want, "{ty} {rows}x{cols}: row {r} alone and in a batch of {batch}");
@@ -476,11 +476,14 @@ fn indexed_products_of_stacked_experts_give_each_slot_its_own_products_bits() {
         let experts = b.upload_stack(&file, file.tensor("experts").unwrap(), n, rows, cols).unwrap();
         // one buffer: the kernel that reads the ids runs (every other expert is a stack too)
         assert!(stack_of(&experts).is_some() && stack_of(&experts[1..2]).is_some(), "{ty}");
-        // three tokens choosing two experts each, then one row per slot
-        let ids = [3usize, 0, 1, 3, 2, 2];
-        for x_rows in [3usize, 6] {
+        // three tokens choosing two experts each, then one row per slot (one block per slot);
+        // a prompt of 40 tokens choosing two each, 56 of the 80 slots on expert 0 (the quantized
+        // experts' tiles: two of expert 0, the second partial, one of each other expert)
+        let decode = [3usize, 0, 1, 3, 2, 2];
+        let prompt: Vec<usize> = (0..80).map(|p| if p % 10 < 7 { 0 } else { 1 + p % 3 }).collect();
+        for (ids, x_rows) in [(&decode[..], 3usize), (&decode[..], 6), (&prompt[..], 40)] {
             let x = rng.values(x_rows * cols, 2.0);
-            let y = b.to_host(b.matmul_indexed(&[&experts], &ids, &b.upload_tensor(x_rows, cols, &x).unwrap()).unwrap().remove(0)).unwrap();
+            let y = b.to_host(b.matmul_indexed(&[&experts], ids, &b.upload_tensor(x_rows, cols, &x).unwrap()).unwrap().remove(0)).unwrap();
             for (p, &e) in ids.iter().enumerate() {
                 let r = p / (ids.len() / x_rows);
                 let alone = b.upload_tensor(1, cols, &x[r * cols..(r + 1) * cols]).unwrap();
