@@ -16,6 +16,11 @@
 // KEY_SLICE values at a time, each key row read by the whole warp (coalesced), and its rows'
 // indices are looked up once.
 //
+// The query heads that share a KV head (grouped-query attention) run side by side in one block
+// of `attention` / `attention_split`, a warp each (up to ATTN_GROUP_MAX): a tile's keys go
+// through shared memory once for all of them, and the values they read are the same rows. Each
+// warp does exactly what a block of one head does, so the grouping never changes a bit.
+//
 // Each kernel comes in two widths: heads up to ATTN_MAX_HEAD, and the `_wide` ones for keys up to
 // ATTN_WIDE_KEY and values up to ATTN_WIDE_VALUE (multi-head latent attention's absorbed form: a
 // key of the 512-value latent and a 64-value rotary part, the latent as the value), whose lanes
@@ -29,6 +34,7 @@
 #define ATTN_SPLIT 256
 #define KV_BLOCK_POSITIONS 32
 #define KEY_SLICE 64
+#define ATTN_GROUP_MAX 8
 
 // the row index of position p: in the cache, block tables[kv + p / 32], layer `layer`; in the
 // batch (tables null), row kv + p
@@ -102,18 +108,22 @@ DEVICE float* partial_at(float* parts, int r, int h, int z, int n_head, int max_
     return parts + (((int64_t)r * n_head + h) * max_splits + z) * (2 + dv);
 }
 
-// Block (h, r[, z]) of either launch, for keys of up to KEY and values of up to 32 · SLOTS. One
-// split (z of the row's, `parts` set): its partial goes to `parts`; else every split of the row,
-// folded, to `out`.
+// Block (g, r[, z]) of either launch, for keys of up to KEY and values of up to 32 · SLOTS: its
+// warp w takes head h = g · heads + w (`heads`, the block's warps, divide the heads that share a
+// KV head). One split (z of the row's, `parts` set): its partial goes to `parts`; else every
+// split of the row, folded, to `out`.
 template <int KEY, int SLOTS>
 DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
-    SHARED float q_head[KEY];
-    SHARED float weights[ATTN_TILE];
+    SHARED float q_heads[ATTN_GROUP_MAX][KEY];
+    SHARED float tile_weights[ATTN_GROUP_MAX][ATTN_TILE];
     SHARED int64_t tile_rows[ATTN_TILE];
     SHARED float keys[ATTN_TILE][KEY_SLICE + 1];  // + 1: lane l reads row l, no bank conflicts
-    const int h = BLOCK_ID;
+    const int warp = THREAD_ID / WARP_SIZE;
+    const int h = BLOCK_ID * (BLOCK_THREADS / WARP_SIZE) + warp;
     const int r = BLOCK_ID_Y;
-    const int lane = THREAD_ID;
+    const int lane = THREAD_ID % WARP_SIZE;
+    float* q_head = q_heads[warp];
+    float* weights = tile_weights[warp];
     const int kv = rows[3 * r];
     const int start = rows[3 * r + 1];
     const int end = rows[3 * r + 2];
@@ -148,16 +158,17 @@ DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int
         for (int p0 = lo; p0 < hi; p0 += ATTN_TILE) {
             const int p = p0 + lane;
             const int n = hi - p0 < ATTN_TILE ? hi - p0 : ATTN_TILE;
-            tile_rows[lane] = p < hi ? kv_row(tables, kv, p, n_layer, layer) : 0;
+            if (warp == 0) {
+                tile_rows[lane] = p < hi ? kv_row(tables, kv, p, n_layer, layer) : 0;
+            }
             SYNC_THREADS();
             // lane l's dot product with key p0 + l, KEY_SLICE values at a time from shared memory
+            // (read by the block's threads together, consecutive threads along a key row)
             float dot = 0.0f;
             for (int i0 = 0; i0 < dk; i0 += KEY_SLICE) {
                 const int len = dk - i0 < KEY_SLICE ? dk - i0 : KEY_SLICE;
-                for (int pp = 0; pp < n; pp++) {
-                    for (int e = lane; e < len; e += WARP_SIZE) {
-                        keys[pp][e] = kv_element(k, tile_rows[pp], k_dim, k_at + i0 + e, k_type);
-                    }
+                for (int at = THREAD_ID; at < n * len; at += BLOCK_THREADS) {
+                    keys[at / len][at % len] = kv_element(k, tile_rows[at / len], k_dim, k_at + i0 + at % len, k_type);
                 }
                 SYNC_THREADS();
                 if (p < hi) {
@@ -241,14 +252,16 @@ DEVICE void fold_splits(const int32_t* rows, const float* parts, int max_splits,
 // q: rows of n_head heads of dk; rows: (kv, first position, end position) per query row; v_row:
 // values per value row (n_head_kv · dv, or the key row's n_head_kv · dk when the values are the
 // keys' leading columns); sinks: null, or one logit per head; out: rows of n_head heads of dv.
-// Grid (n_head, query rows), 32 threads. dk, dv <= ATTN_MAX_HEAD. (One entry point per width:
+// Grid (n_head / heads, query rows), 32 · heads threads (heads <= ATTN_GROUP_MAX dividing
+// n_head / n_head_kv). dk, dv <= ATTN_MAX_HEAD. (One entry point per width:
 // the kernels are found by name, so each instantiation has its own.)
 KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
     attend<ATTN_MAX_HEAD, HEAD_SLOTS>(q, k, v, rows, tables, sinks, out, 0, 0, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer);
 }
 
 // The same, each split z of each row as a block: its partial into `parts` (rows of n_head heads
-// of max_splits partials of 2 + dv values). Grid (n_head, query rows, max_splits), 32 threads.
+// of max_splits partials of 2 + dv values). Grid (n_head / heads, query rows, max_splits),
+// 32 · heads threads.
 KERNEL void attention_split(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
     attend<ATTN_MAX_HEAD, HEAD_SLOTS>(q, k, v, rows, tables, 0, 0, parts, max_splits, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer);
 }

@@ -997,6 +997,29 @@ pub enum AttentionPath {
     Split,
 }
 
+/// How many query heads `attention`'s blocks take: those sharing a KV head together, up to
+/// [`ATTENTION_GROUP_MAX`] (the kernel's warps; the same bits either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadGrouping {
+    /// The largest divisor of the heads per KV head up to [`ATTENTION_GROUP_MAX`].
+    Shared,
+    /// One head per block.
+    One,
+}
+
+/// The most query heads (warps) in one block of `attention` (`ATTN_GROUP_MAX`).
+pub const ATTENTION_GROUP_MAX: usize = 8;
+
+impl HeadGrouping {
+    fn heads_per_block(self, n_head: usize, n_head_kv: usize) -> usize {
+        let group = n_head / n_head_kv;
+        match self {
+            HeadGrouping::One => 1,
+            HeadGrouping::Shared => (1..=ATTENTION_GROUP_MAX.min(group)).rev().find(|d| group.is_multiple_of(*d)).unwrap_or(1),
+        }
+    }
+}
+
 /// Attention of every query row of `q` over its positions, into `out`.
 pub fn attention<R: Runtime>(
     rt: &R,
@@ -1007,11 +1030,12 @@ pub fn attention<R: Runtime>(
     sinks: Option<&R::Buffer>,
     out: &R::Buffer,
 ) -> Result<(), RuntimeError> {
-    attention_by(rt, q, kv, rows, h, sinks, out, AttentionPath::Auto)
+    attention_by(rt, q, kv, rows, h, sinks, out, AttentionPath::Auto, HeadGrouping::Shared)
 }
 
-/// [`attention`], its splits run the way `path` says. `sinks`: one f32 logit per query head
-/// that joins each head's softmax without a value, folded in once after a row's last split.
+/// [`attention`], its splits run the way `path` says and its heads grouped as `grouping` says.
+/// `sinks`: one f32 logit per query head that joins each head's softmax without a value, folded
+/// in once after a row's last split.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_by<R: Runtime>(
     rt: &R,
@@ -1022,6 +1046,7 @@ pub fn attention_by<R: Runtime>(
     sinks: Option<&R::Buffer>,
     out: &R::Buffer,
     path: AttentionPath,
+    grouping: HeadGrouping,
 ) -> Result<(), RuntimeError> {
     const K: &str = "attention";
     if h.dk > ATTENTION_WIDE_KEY || h.dv > ATTENTION_WIDE_VALUE || h.n_head_kv == 0 || !h.n_head.is_multiple_of(h.n_head_kv) {
@@ -1104,6 +1129,8 @@ pub fn attention_by<R: Runtime>(
         None => Arg::I64(0),
     };
     let grid = [dim(K, "heads", h.n_head)?, dim(K, "rows", rows.len())?, 1];
+    let heads_per_block = grouping.heads_per_block(h.n_head, h.n_head_kv);
+    let (grouped, threads) = ([grid[0] / heads_per_block as u32, grid[1], 1], 32 * heads_per_block as u32);
     let max_splits =
         rows.iter().map(|r| (r.positions.end - 1) / ATTENTION_SPLIT + 1 - r.positions.start / ATTENTION_SPLIT).max().unwrap_or(1);
     let parts_bytes = rows.len() * h.n_head * max_splits * (2 + h.dv) * 4;
@@ -1115,14 +1142,14 @@ pub fn attention_by<R: Runtime>(
     if !split {
         let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&*info), table_arg, sinks_arg, Arg::Buf(out)];
         args.extend(heads);
-        return go(rt, whole, grid, 32, &args);
+        return go(rt, whole, grouped, threads, &args);
     }
     // every partial the fold reads is written by the split launch
     let parts = rt.alloc(parts_bytes)?;
     let splits = int("attention_split", "splits", max_splits)?;
     let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&*info), table_arg, Arg::Buf(&parts), Arg::I32(splits)];
     args.extend(heads);
-    go(rt, split_k, [grid[0], grid[1], dim("attention_split", "splits", max_splits)?], 32, &args)?;
+    go(rt, split_k, [grouped[0], grouped[1], dim("attention_split", "splits", max_splits)?], threads, &args)?;
     let args =
         [Arg::Buf(&*info), Arg::Buf(&parts), Arg::I32(splits), sinks_arg, Arg::Buf(out), Arg::I32(h.n_head as i32), Arg::I32(h.dv as i32)];
     go(rt, fold_k, grid, 32, &args)
@@ -1147,6 +1174,7 @@ mod tests {
         assert_eq!(define("attention.cu", "ATTN_WIDE_KEY"), ATTENTION_WIDE_KEY);
         assert_eq!(define("attention.cu", "ATTN_WIDE_VALUE"), ATTENTION_WIDE_VALUE);
         assert_eq!(define("attention.cu", "KV_BLOCK_POSITIONS"), KV_BLOCK_POSITIONS);
+        assert_eq!(define("attention.cu", "ATTN_GROUP_MAX"), ATTENTION_GROUP_MAX);
         assert_eq!(define("mulmat.cuh", "MULMAT_THREADS"), MULMAT_THREADS);
         assert_eq!(define("mulmat.cuh", "MULMAT_WARPS"), MULMAT_WARPS);
         assert_eq!(define("matmul.cu", "MULMAT_TILE"), MULMAT_TILE);
@@ -1154,6 +1182,15 @@ mod tests {
         assert_eq!(define("matmul.cu", "MMA_W"), MMA_W);
         assert_eq!(define("matmul.cu", "MMA_X"), MMA_X);
         assert_eq!(define("matvec.cu", "MATVEC_ROWS"), MATVEC_ROWS);
+    }
+
+    #[test]
+    fn attention_blocks_take_the_heads_of_a_kv_head_up_to_eight() {
+        let per_block = |n_head, n_head_kv| HeadGrouping::Shared.heads_per_block(n_head, n_head_kv);
+        // Llama-3-8B 32/8, Qwen2.5-0.5B 14/2, multi-head 16/16, 16 on one KV head (latent
+        // attention), 12 on one
+        assert_eq!([per_block(32, 8), per_block(14, 2), per_block(16, 16), per_block(16, 1), per_block(12, 1)], [4, 7, 1, 8, 6]);
+        assert_eq!(HeadGrouping::One.heads_per_block(32, 8), 1);
     }
 
     #[test]

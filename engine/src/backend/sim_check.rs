@@ -394,12 +394,12 @@ fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
 }
 
 #[test]
-fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after() {
+fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after_and_its_heads_alone_or_grouped() {
     use super::cpu::attention::KvRows;
     use super::{KvStorage, KvType};
     use kernels::host::HostRuntime;
     use kernels::launch::{
-        attention_by, AttentionPath, HeadArgs, KvArgs, PoolArgs, PoolElement, QueryRow, ATTENTION_SPLIT, KV_BLOCK_POSITIONS,
+        attention_by, AttentionPath, HeadArgs, HeadGrouping, KvArgs, PoolArgs, PoolElement, QueryRow, ATTENTION_SPLIT, KV_BLOCK_POSITIONS,
     };
     use kernels::Runtime;
     let rt = HostRuntime;
@@ -408,7 +408,8 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after() 
     // on a split's edge, beside a short row
     let ends = [2 * ATTENTION_SPLIT + 37, ATTENTION_SPLIT, ATTENTION_SPLIT + 1, 40];
     let starts = [0, 0, ATTENTION_SPLIT - 5, 3];
-    let (n_head, n_head_kv, dk, dv, n_layer) = (4usize, 2usize, 72usize, 40usize, 2usize);
+    // three query heads per KV head: grouped, a block of three warps
+    let (n_head, n_head_kv, dk, dv, n_layer) = (6usize, 2usize, 72usize, 40usize, 2usize);
     let per_seq = ends.iter().max().unwrap().div_ceil(KV_BLOCK_POSITIONS);
     // every element type; rows of 144 and 80 values end in a padded quant block
     for element in [PoolElement::F32, PoolElement::F16, PoolElement::Q8_0, PoolElement::Q4_0] {
@@ -437,22 +438,25 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after() 
         let q = rng.values(rows.len() * n_head * dk, 1.0);
         let q = rt.upload(&q.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
         let heads = HeadArgs { n_head, n_head_kv, dk, dv, scale: 1.0 / (dk as f32).sqrt(), softcap: 0.0 };
-        let run = |path| {
+        let run = |path, grouping| {
             let out = rt.alloc(rows.len() * n_head * dv * 4).unwrap();
             let kv = KvArgs::Pool { k: &k, v: &v, k_pool, v_pool, layer: 1, tables: &tables };
-            attention_by(&rt, &q, kv, &rows, heads, None, &out, path).unwrap();
+            attention_by(&rt, &q, kv, &rows, heads, None, &out, path, grouping).unwrap();
             let mut bytes = vec![0u8; rows.len() * n_head * dv * 4];
             rt.download(&out, &mut bytes).unwrap();
             bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<u32>>()
         };
-        let (whole, split) = (run(AttentionPath::Whole), run(AttentionPath::Split));
+        let (whole, split) = (run(AttentionPath::Whole, HeadGrouping::Shared), run(AttentionPath::Split, HeadGrouping::Shared));
         assert!(whole.iter().all(|&b| f32::from_bits(b).is_finite()), "{element:?}: every output written and finite");
         assert_eq!(whole, split, "{element:?}: one block per row and the folded splits differ");
+        for path in [AttentionPath::Whole, AttentionPath::Split] {
+            assert_eq!(run(path, HeadGrouping::One), whole, "{element:?} {path:?}: a block per head and per KV head's group differ");
+        }
         // and a row alone gives its bits in the batch
         let alone = rows[0].clone();
         let out = rt.alloc(n_head * dv * 4).unwrap();
         let kv = KvArgs::Pool { k: &k, v: &v, k_pool, v_pool, layer: 1, tables: &tables };
-        attention_by(&rt, &q, kv, &[alone], heads, None, &out, AttentionPath::Auto).unwrap();
+        attention_by(&rt, &q, kv, &[alone], heads, None, &out, AttentionPath::Auto, HeadGrouping::Shared).unwrap();
         let mut bytes = vec![0u8; n_head * dv * 4];
         rt.download(&out, &mut bytes).unwrap();
         let one: Vec<u32> = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
