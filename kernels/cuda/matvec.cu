@@ -4,7 +4,7 @@
 // them all. See mulmat.cuh for the order of the sums: the same bits either way.
 #include "mulmat.cuh"
 
-#define MATVEC_ROWS 4
+#define MATVEC_ROWS 8
 
 // quantized weights, x as Q8_1 blocks, `lanes` lanes per output; grid
 // (ceil(n_out · lanes / 128), batch), 128 threads

@@ -15,7 +15,7 @@ const MULMAT_WARPS: usize = 4;
 pub const MULMAT_TILE: usize = 8;
 /// Activation rows per block of `mul_mat_vec_q_rows` (`matvec.cu`), which takes batches of 2 up
 /// to the tiled kernels' (one row: `mul_mat_vec_q`).
-const MATVEC_ROWS: usize = 4;
+pub const MATVEC_ROWS: usize = 8;
 /// Chunks of 32 values per segment of a quantized product's sums (`mulmat.cuh`).
 pub const SEGMENT_CHUNKS: usize = 8;
 /// Weight rows and activation rows per block of `mul_mat_q`'s tensor-core tiles (`matmul.cu`).

@@ -23,10 +23,12 @@ use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::GgmlType;
 use crate::quant::WeightMatrix;
 
-/// Batches of at most this many rows use the matrix-vector kernels, larger ones the tiled
-/// matrix kernels (the tensor cores' for quantized weights); an output's value is the same
-/// either way (see `kernels/cuda/mulmat.cuh`).
-const MATVEC_MAX_ROWS: usize = 4;
+/// Batches of at most this many rows (decoding, up to 8 sequences: llama.cpp's mmvq takes as
+/// many) use the matrix-vector kernels, which read each weight once per block of up to 8 rows
+/// over many blocks; larger ones the tiled matrix kernels (the tensor cores' for quantized
+/// weights), whose blocks of 64 outputs are too few for a decoding step. An output's value is
+/// the same either way (see `kernels/cuda/mulmat.cuh`).
+const MATVEC_MAX_ROWS: usize = launch::MATVEC_ROWS;
 
 // The kernels' chunked recurrences keep the same chunks and head layout as the CPU's, so that a
 // state slot means the same on every backend.
