@@ -5,6 +5,7 @@
 #   tools/device-check.sh prepare   (here) builds .device/: the device-check program (CUDA and
 #                                   the CPU execution harness built in), every kernel compiled
 #                                   by NVRTC to CUBINs for sm_80 and sm_90 and PTX for compute_80
+#                                   (gzipped)
 #                                   with ptxas's register and spill report, the tiny models' two
 #                                   F32 bases (every other weight type is made there),
 #                                   llama.cpp's goldens, and the vocabularies (files without

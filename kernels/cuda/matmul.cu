@@ -161,10 +161,20 @@ DEVICE void mul_mat_q_mma(MmaTiles* tiles, const uint8_t* w, int64_t row_bytes, 
     }
 }
 
-// quantized weights, x as Q8_1 blocks; grid (ceil(n_out / MMA_W), ceil(batch / MMA_X)), 128 threads
-KERNEL void mul_mat_q(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, int batch, const float* bias, float* out, int n_out, int has_bias) {
+// Quantized weights, x as Q8_1 blocks: the batch's rows (tile_experts null), or the indexed
+// products of many slots (a prompt's, ggml's mul_mat_id): the slots grouped by expert into tiles
+// of MMA_X (tile_slots, -1 past an expert's last slot), tile y times expert tile_experts[y] of
+// the stack `w` (experts `expert_bytes` apart), slot p reading activation row p / per_row and
+// writing out row p, so that each tile reads its expert's weights once; a slot's row has the
+// bits of the one-row product (matvec.cu). Grid (ceil(n_out / MMA_W), ceil(batch / MMA_X) or
+// tiles), 128 threads.
+KERNEL void mul_mat_q(const uint8_t* w, int64_t expert_bytes, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, int batch, const int32_t* tile_experts, const int32_t* tile_slots, int per_row, const float* bias, float* out, int n_out, int has_bias) {
     SHARED MmaTiles tiles;
-    const TileRows rows = {(int)BLOCK_ID_Y * MMA_X, batch, nullptr, 1};
+    TileRows rows = {(int)BLOCK_ID_Y * MMA_X, batch, nullptr, 1};
+    if (tile_experts != nullptr) {
+        rows = TileRows{0, 0, tile_slots + (int64_t)BLOCK_ID_Y * MMA_X, per_row};
+        w += tile_experts[BLOCK_ID_Y] * expert_bytes;
+    }
 #define MUL_MAT_Q_MMA_CASE(T) \
     case T:                   \
         mul_mat_q_mma<T>(&tiles, w, row_bytes, n_chunks, xq, rows, BLOCK_ID * MMA_W, bias, out, n_out, has_bias); \
@@ -172,43 +182,7 @@ KERNEL void mul_mat_q(const uint8_t* w, int64_t row_bytes, int type, int n_chunk
     switch (type) {
         QUANT_TYPES(MUL_MAT_Q_MMA_CASE)
         default:
-            nan_outputs(BLOCK_ID * MMA_W, MMA_W, BLOCK_ID_Y * MMA_X, MMA_X, batch, out, n_out);
-    }
-#undef MUL_MAT_Q_MMA_CASE
-}
-
-// float weights, x as f32; grid (ceil(n_out / 4), ceil(batch / 8)), 128 threads
-KERNEL void mul_mat_f(const uint8_t* w, int64_t row_bytes, int type, int cols, const float* x, int batch, const float* bias, float* out, int n_out, int has_bias) {
-    mul_mat_f_tile<MULMAT_TILE>(w, row_bytes, type, cols, x, BLOCK_ID_Y * MULMAT_TILE, batch, bias, out, n_out, has_bias);
-}
-
-// Indexed products (ggml's mul_mat_id): slot p (one per block along y) times expert ids[p] of
-// the stack `w` (experts `expert_bytes` apart, each n_out rows of `row_bytes`), its activation
-// row p / per_row, into out row p. Each slot is matvec's one-row product (mulmat.cuh), so its
-// row has the bits of its expert's own product of that row. Grid (ceil(n_out · lanes / 128),
-// slots), 128 threads.
-KERNEL void mul_mat_q_id(const uint8_t* w, int64_t expert_bytes, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, const int32_t* ids, int per_row, float* out, int n_out) {
-    const int p = BLOCK_ID_Y;
-    const uint8_t* x = xq + (int64_t)(p / per_row) * n_chunks * (int64_t)sizeof(block_q8_1);
-    mul_mat_q_tile<1>(w + ids[p] * expert_bytes, row_bytes, type, n_chunks, lanes, x, 0, 1, out, out + (int64_t)p * n_out, n_out, 0);
-}
-
-// The indexed products of many slots (a prompt's): the slots grouped by expert into tiles of
-// MMA_X (tile_slots, -1 past an expert's last slot), tile y times expert tile_experts[y] by
-// mul_mat_q's tensor-core tiles, so that each tile reads its expert's weights once. Each slot's
-// row has the bits of mul_mat_q_id's (the same order of sums). Grid (ceil(n_out / MMA_W),
-// tiles), 128 threads.
-KERNEL void mul_mat_q_id_tiles(const uint8_t* w, int64_t expert_bytes, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, const int32_t* tile_experts, const int32_t* tile_slots, int per_row, float* out, int n_out) {
-    SHARED MmaTiles tiles;
-    const TileRows rows = {0, 0, tile_slots + (int64_t)BLOCK_ID_Y * MMA_X, per_row};
-    const uint8_t* expert = w + tile_experts[BLOCK_ID_Y] * expert_bytes;
-#define MUL_MAT_Q_ID_TILES_CASE(T) \
-    case T:                        \
-        mul_mat_q_mma<T>(&tiles, expert, row_bytes, n_chunks, xq, rows, BLOCK_ID * MMA_W, out, out, n_out, 0); \
-        return;
-    switch (type) {
-        QUANT_TYPES(MUL_MAT_Q_ID_TILES_CASE)
-        default:
+            // NaN: a type without a kernel shows at once
             for (int k = THREAD_ID; k < MMA_W * MMA_X; k += BLOCK_THREADS) {
                 int r;
                 const int j = BLOCK_ID * MMA_W + k % MMA_W;
@@ -217,11 +191,10 @@ KERNEL void mul_mat_q_id_tiles(const uint8_t* w, int64_t expert_bytes, int64_t r
                 }
             }
     }
-#undef MUL_MAT_Q_ID_TILES_CASE
+#undef MUL_MAT_Q_MMA_CASE
 }
 
-// the same over float weights and f32 activation rows of `cols`; grid (ceil(n_out / 4), slots)
-KERNEL void mul_mat_f_id(const uint8_t* w, int64_t expert_bytes, int64_t row_bytes, int type, int cols, const float* x, const int32_t* ids, int per_row, float* out, int n_out) {
-    const int p = BLOCK_ID_Y;
-    mul_mat_f_tile<1>(w + ids[p] * expert_bytes, row_bytes, type, cols, x + (int64_t)(p / per_row) * cols, 0, 1, out, out + (int64_t)p * n_out, n_out, 0);
+// float weights, x as f32; grid (ceil(n_out / 4), ceil(batch / 8)), 128 threads
+KERNEL void mul_mat_f(const uint8_t* w, int64_t row_bytes, int type, int cols, const float* x, int batch, const float* bias, float* out, int n_out, int has_bias) {
+    mul_mat_f_tile<MULMAT_TILE>(w, row_bytes, type, cols, x, BLOCK_ID_Y * MULMAT_TILE, batch, bias, out, n_out, has_bias);
 }

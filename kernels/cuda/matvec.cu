@@ -6,18 +6,33 @@
 
 #define MATVEC_ROWS 8
 
-// quantized weights, x as Q8_1 blocks, `lanes` lanes per output; grid
-// (ceil(n_out · lanes / 128), batch), 128 threads
-KERNEL void mul_mat_vec_q(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, int batch, const float* bias, float* out, int n_out, int has_bias) {
+// Quantized weights, x as Q8_1 blocks, `lanes` lanes per output: the batch's row y (ids null),
+// or an indexed product's slot (ggml's mul_mat_id): slot p = y times expert ids[p] of the stack
+// `w` (experts `expert_bytes` apart, each n_out rows of `row_bytes`), its activation row
+// p / per_row, into out row p, with the bits of that expert's own product of the row. Grid
+// (ceil(n_out · lanes / 128), batch or slots), 128 threads.
+KERNEL void mul_mat_vec_q(const uint8_t* w, int64_t expert_bytes, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, int batch, const int32_t* ids, int per_row, const float* bias, float* out, int n_out, int has_bias) {
+    if (ids != nullptr) {
+        const int p = BLOCK_ID_Y;
+        const uint8_t* x = xq + (int64_t)(p / per_row) * n_chunks * (int64_t)sizeof(block_q8_1);
+        mul_mat_q_tile<1>(w + ids[p] * expert_bytes, row_bytes, type, n_chunks, lanes, x, 0, 1, bias, out + (int64_t)p * n_out, n_out, 0);
+        return;
+    }
     mul_mat_q_tile<1>(w, row_bytes, type, n_chunks, lanes, xq, BLOCK_ID_Y, batch, bias, out, n_out, has_bias);
 }
 
-// the same for MATVEC_ROWS rows per block; grid (ceil(n_out · lanes / 128), ceil(batch / MATVEC_ROWS))
+// the batch's rows MATVEC_ROWS per block; grid (ceil(n_out · lanes / 128), ceil(batch / MATVEC_ROWS))
 KERNEL void mul_mat_vec_q_rows(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, int batch, const float* bias, float* out, int n_out, int has_bias) {
     mul_mat_q_tile<MATVEC_ROWS>(w, row_bytes, type, n_chunks, lanes, xq, BLOCK_ID_Y * MATVEC_ROWS, batch, bias, out, n_out, has_bias);
 }
 
-// float weights, x as f32; grid (ceil(n_out / 4), batch), 128 threads
-KERNEL void mul_mat_vec_f(const uint8_t* w, int64_t row_bytes, int type, int cols, const float* x, int batch, const float* bias, float* out, int n_out, int has_bias) {
+// Float weights, x as f32: the batch's row y, or slot y of an indexed product (as above, x rows
+// of `cols`); grid (ceil(n_out / 4), batch or slots), 128 threads
+KERNEL void mul_mat_vec_f(const uint8_t* w, int64_t expert_bytes, int64_t row_bytes, int type, int cols, const float* x, int batch, const int32_t* ids, int per_row, const float* bias, float* out, int n_out, int has_bias) {
+    if (ids != nullptr) {
+        const int p = BLOCK_ID_Y;
+        mul_mat_f_tile<1>(w + ids[p] * expert_bytes, row_bytes, type, cols, x + (int64_t)(p / per_row) * cols, 0, 1, bias, out + (int64_t)p * n_out, n_out, 0);
+        return;
+    }
     mul_mat_f_tile<1>(w, row_bytes, type, cols, x, BLOCK_ID_Y, batch, bias, out, n_out, has_bias);
 }

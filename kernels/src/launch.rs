@@ -715,22 +715,26 @@ pub fn mul_mat<R: Runtime>(
         "mul_mat_f" => (MULMAT_WARPS, MULMAT_TILE),
         _ => (MULMAT_WARPS, 1),
     };
-    let quantized = kernel.contains("_q");
     let grid = [dim(kernel, "blocks", m.rows.div_ceil(columns))?, dim(kernel, "row tiles", batch.div_ceil(rows))?, 1];
-    let mut args =
-        vec![Arg::BufAt(w, w_at), Arg::I64(m.row_bytes as i64), Arg::I32(m.ty as i32), Arg::I32(int(kernel, "inner size", inner)?)];
-    if quantized && !tiled {
-        args.push(Arg::I32(lanes as i32));
-    }
-    args.extend([
-        Arg::Buf(xb),
+    let (w_arg, row_bytes, ty, inner, batch) = (
+        Arg::BufAt(w, w_at),
+        Arg::I64(m.row_bytes as i64),
+        Arg::I32(m.ty as i32),
+        Arg::I32(int(kernel, "inner size", inner)?),
         Arg::I32(int(kernel, "batch", batch)?),
-        // an unused pointer when there is no bias
-        Arg::Buf(bias.unwrap_or(w)),
-        Arg::Buf(out),
-        Arg::I32(int(kernel, "outputs", m.rows)?),
-        Arg::I32(i32::from(bias.is_some())),
-    ]);
+    );
+    // the batch's rows: no experts (a null id array, no stride, one row per slot); an unused
+    // pointer when there is no bias
+    let (no_stride, no_ids, one) = (Arg::I64(0), Arg::I64(0), Arg::I32(1));
+    let tail = [Arg::Buf(bias.unwrap_or(w)), Arg::Buf(out), Arg::I32(int(kernel, "outputs", m.rows)?), Arg::I32(i32::from(bias.is_some()))];
+    let mut args = match kernel {
+        "mul_mat_q" => vec![w_arg, no_stride, row_bytes, ty, inner, Arg::Buf(xb), batch, no_ids, Arg::I64(0), one],
+        "mul_mat_vec_q" => vec![w_arg, no_stride, row_bytes, ty, inner, Arg::I32(lanes as i32), Arg::Buf(xb), batch, no_ids, one],
+        "mul_mat_vec_q_rows" => vec![w_arg, row_bytes, ty, inner, Arg::I32(lanes as i32), Arg::Buf(xb), batch],
+        "mul_mat_f" => vec![w_arg, row_bytes, ty, inner, Arg::Buf(xb), batch],
+        _ => vec![w_arg, no_stride, row_bytes, ty, inner, Arg::Buf(xb), batch, no_ids, one],
+    };
+    args.extend(tail);
     go(rt, kernel, grid, MULMAT_THREADS as u32, &args)
 }
 
@@ -758,7 +762,7 @@ pub fn mul_mat_id<R: Runtime>(
 ) -> Result<(), RuntimeError> {
     let m = s.m;
     let rows = ids.len().div_ceil(per_row.max(1));
-    let (kernel, xb, inner, x_bytes) = matmul_operands(("mul_mat_q_id", "mul_mat_f_id"), x, m, rows)?;
+    let (kernel, xb, inner, x_bytes) = matmul_operands(("mul_mat_vec_q", "mul_mat_vec_f"), x, m, rows)?;
     if let Some(bad) = ids.iter().find(|&&e| e as usize >= s.count) {
         return Err(RuntimeError::Device(format!("{kernel}: expert {bad} of {}", s.count)));
     }
@@ -771,7 +775,7 @@ pub fn mul_mat_id<R: Runtime>(
     check(rt, kernel, "w", w, s.at + (s.count - 1) * s.stride + m.rows * m.row_bytes)?;
     check(rt, kernel, "x", xb, x_bytes)?;
     check(rt, kernel, "out", out, ids.len() * m.rows * 4)?;
-    let quantized = kernel.ends_with("_q_id");
+    let quantized = kernel == "mul_mat_vec_q";
     if quantized {
         if let Some(tiles) = ExpertTiles::worth_it(ids, s.count) {
             return mul_mat_id_tiles(rt, w, s, xb, inner, &tiles, per_row, out);
@@ -792,18 +796,22 @@ pub fn mul_mat_id<R: Runtime>(
     if quantized {
         args.push(Arg::I32(lanes as i32));
     }
+    // no bias: `out` stands in for its pointer
     args.extend([
         Arg::Buf(xb),
+        Arg::I32(int(kernel, "slots", ids.len())?),
         Arg::Buf(&idx),
         Arg::I32(int(kernel, "slots per row", per_row)?),
         Arg::Buf(out),
+        Arg::Buf(out),
         Arg::I32(int(kernel, "outputs", m.rows)?),
+        Arg::I32(0),
     ]);
     go(rt, kernel, grid, MULMAT_THREADS as u32, &args)
 }
 
 /// The slots of an indexed product grouped by expert into tiles of `MMA_X` (`matmul.cu`'s
-/// `mul_mat_q_id_tiles`): tile `y` takes expert `experts[y]` and the slots
+/// `mul_mat_q` over expert tiles): tile `y` takes expert `experts[y]` and the slots
 /// `slots[y · MMA_X ..][.. MMA_X]` (in slot order, -1 past the expert's last).
 struct ExpertTiles {
     experts: Vec<i32>,
@@ -835,8 +843,8 @@ impl ExpertTiles {
     }
 }
 
-/// [`mul_mat_id`] of quantized experts by `mul_mat_q_id_tiles`: `x` holds Q8_1 rows of `n_chunks`
-/// blocks (checked by the caller, as the stack, `ids` and `out`).
+/// [`mul_mat_id`] of quantized experts by `mul_mat_q`'s expert tiles: `x` holds Q8_1 rows of
+/// `n_chunks` blocks (checked by the caller, as the stack, `ids` and `out`).
 #[allow(clippy::too_many_arguments)]
 fn mul_mat_id_tiles<R: Runtime>(
     rt: &R,
@@ -848,10 +856,11 @@ fn mul_mat_id_tiles<R: Runtime>(
     per_row: usize,
     out: &R::Buffer,
 ) -> Result<(), RuntimeError> {
-    const K: &str = "mul_mat_q_id_tiles";
+    const K: &str = "mul_mat_q";
     let m = s.m;
     let (experts, slots) = (ints(rt, &tiles.experts)?, ints(rt, &tiles.slots)?);
     let grid = [dim(K, "blocks", m.rows.div_ceil(MMA_W))?, dim(K, "tiles", tiles.experts.len())?, 1];
+    // no bias: `out` stands in for its pointer
     let args = [
         Arg::BufAt(w, s.at),
         Arg::I64(s.stride as i64),
@@ -859,11 +868,14 @@ fn mul_mat_id_tiles<R: Runtime>(
         Arg::I32(m.ty as i32),
         Arg::I32(int(K, "inner size", n_chunks)?),
         Arg::Buf(xq),
+        Arg::I32(0),
         Arg::Buf(&experts),
         Arg::Buf(&slots),
         Arg::I32(int(K, "slots per row", per_row)?),
         Arg::Buf(out),
+        Arg::Buf(out),
         Arg::I32(int(K, "outputs", m.rows)?),
+        Arg::I32(0),
     ];
     go(rt, K, grid, MULMAT_THREADS as u32, &args)
 }

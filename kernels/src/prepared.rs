@@ -1,10 +1,12 @@
 //! Kernels compiled ahead of time, for a GPU machine that has the driver and nothing else: every
 //! source compiled here by NVRTC to a CUBIN per architecture (`sm_80`, `sm_90`) and to PTX for
-//! `compute_80` (which the driver compiles for any later GPU), written into one folder with
+//! `compute_80` (which the driver compiles for any later GPU; kept gzipped, a tenth of its size,
+//! so that the folder travels within the device machine's limits), written into one folder with
 //! ptxas's resource report. The CUDA runtime loads from that folder when `ENGINE_CUDA_MODULES`
 //! names it: the CUBIN of the GPU's own architecture, else the PTX, else NVRTC as usual.
 
 use std::fmt::Write as _;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use crate::nvrtc::{compile, compile_ptx, NvrtcError};
@@ -24,9 +26,9 @@ fn stem(source: &KernelSource) -> &'static str {
     source.name.strip_suffix(".cu").unwrap_or(source.name)
 }
 
-/// `DIR/<stem>.<arch>.cubin` or `DIR/<stem>.<arch>.ptx`.
+/// `DIR/<stem>.<arch>.cubin` or `DIR/<stem>.<arch>.ptx.gz`.
 pub fn module_path(dir: &Path, source: &KernelSource, arch: &str) -> PathBuf {
-    let ext = if arch.starts_with("compute_") { "ptx" } else { "cubin" };
+    let ext = if arch.starts_with("compute_") { "ptx.gz" } else { "cubin" };
     dir.join(format!("{}.{arch}.{ext}", stem(source)))
 }
 
@@ -49,7 +51,16 @@ pub fn find(dir: &Path, source: &KernelSource, arch: &str) -> Option<Prepared> {
     if gpu < ptx_major {
         return None;
     }
-    std::fs::read(module_path(dir, source, PTX_ARCH)).ok().map(Prepared::Ptx)
+    let packed = std::fs::read(module_path(dir, source, PTX_ARCH)).ok()?;
+    let mut ptx = Vec::new();
+    flate2::read::GzDecoder::new(&packed[..]).read_to_end(&mut ptx).ok()?;
+    Some(Prepared::Ptx(ptx))
+}
+
+/// `ptx` as the folder keeps it (gzip).
+pub fn pack_ptx(ptx: &[u8]) -> Vec<u8> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(ptx).and_then(|()| gz.finish()).expect("gzip into memory")
 }
 
 /// The folder `ENGINE_CUDA_MODULES` names, if set.
@@ -77,7 +88,7 @@ pub fn write_all(dir: &Path) -> Result<String, PrepareError> {
             write(module_path(dir, source, arch), &module.cubin)?;
         }
         let ptx = compile_ptx(source, PTX_ARCH)?;
-        write(module_path(dir, source, PTX_ARCH), &ptx.cubin)?;
+        write(module_path(dir, source, PTX_ARCH), &pack_ptx(&ptx.cubin))?;
     }
     write(dir.join(REPORT), report.as_bytes())?;
     Ok(report)
@@ -101,7 +112,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let norm = SOURCES.iter().find(|s| s.name == "norm.cu").unwrap();
         std::fs::write(module_path(&dir, norm, "sm_90"), b"cubin").unwrap();
-        std::fs::write(module_path(&dir, norm, PTX_ARCH), b"ptx\0").unwrap();
+        std::fs::write(module_path(&dir, norm, PTX_ARCH), pack_ptx(b"ptx\0")).unwrap();
         assert_eq!(find(&dir, norm, "sm_90"), Some(Prepared::Cubin(b"cubin".to_vec())));
         assert_eq!(find(&dir, norm, "sm_120a"), Some(Prepared::Ptx(b"ptx\0".to_vec())));
         assert_eq!(find(&dir, norm, "sm_86"), Some(Prepared::Ptx(b"ptx\0".to_vec())));
@@ -109,6 +120,7 @@ mod tests {
         let rope = SOURCES.iter().find(|s| s.name == "rope.cu").unwrap();
         assert_eq!(find(&dir, rope, "sm_90"), None);
         assert_eq!(module_path(&dir, norm, "sm_80").file_name().unwrap(), "norm.sm_80.cubin");
+        assert_eq!(module_path(&dir, norm, PTX_ARCH).file_name().unwrap(), "norm.compute_80.ptx.gz");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
