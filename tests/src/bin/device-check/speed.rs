@@ -1,5 +1,5 @@
-//! The kernels' speed, one launch kind at a time: the quantized matrix-vector product (decode)
-//! in GB/s of weights read, the tiled matrix product (prefill) in TOPS, and attention over a
+//! The kernels' speed, one launch kind at a time: the quantized matrix-vector product (decode,
+//! 1 and 8 rows) in GB/s of weights read, the tiled matrix product (prefill) in TOPS, and attention over a
 //! KV pool in microseconds per layer. Times are wall-clock over many launches, closed by a
 //! download (which waits for every launch before it).
 
@@ -93,23 +93,28 @@ pub fn sig3(x: f64) -> String {
 /// Prints the section; returns the problems met (a launch that failed).
 pub fn kernel_speed<R: Runtime>(rt: &R, s: &SpeedScope) -> Vec<String> {
     let mut problems = Vec::new();
-    println!("matrix-vector product (decode, 1 row): GB/s of weights read");
-    for &(rows, cols) in s.matvec {
-        let mut line = format!("  {rows:>6} x {cols:<5}");
-        for &ty in s.types {
-            if ty.row_bytes(cols).is_none() {
-                line += &format!("  {}: n/a ({cols} columns)", ty.name());
-                continue;
-            }
-            match matvec(rt, ty, rows, cols, s.bytes_per_measurement, s.max_launches) {
-                Ok(gbs) => line += &format!("  {} {}", ty.name(), sig3(gbs)),
-                Err(e) => {
-                    line += &format!("  {} FAILED", ty.name());
-                    problems.push(format!("matvec {} {rows}x{cols}: {e}", ty.name()));
+    // one row on every shape; 8 rows (8 sequences decoding, one block reading the weights for
+    // all of them) on the first, with a quarter of the bytes
+    let decode_rows = [(1usize, s.matvec, s.bytes_per_measurement), (launch::MATVEC_ROWS, &s.matvec[..1], s.bytes_per_measurement / 4)];
+    for (batch, shapes, bytes) in decode_rows {
+        println!("matrix-vector product (decode, {batch} row{}): GB/s of weights read", if batch > 1 { "s" } else { "" });
+        for &(rows, cols) in shapes {
+            let mut line = format!("  {rows:>6} x {cols:<5}");
+            for &ty in s.types {
+                if ty.row_bytes(cols).is_none() {
+                    line += &format!("  {}: n/a ({cols} columns)", ty.name());
+                    continue;
+                }
+                match matvec(rt, ty, batch, rows, cols, bytes, s.max_launches) {
+                    Ok(gbs) => line += &format!("  {} {}", ty.name(), sig3(gbs)),
+                    Err(e) => {
+                        line += &format!("  {} FAILED", ty.name());
+                        problems.push(format!("matvec {} {batch}x{rows}x{cols}: {e}", ty.name()));
+                    }
                 }
             }
+            println!("{line}");
         }
-        println!("{line}");
     }
     let (batch, rows, cols) = s.matmul;
     println!("tiled matrix product ({batch} rows x {rows} x {cols}): TOPS (2 operations per multiply-add)");
@@ -142,21 +147,24 @@ pub fn kernel_speed<R: Runtime>(rt: &R, s: &SpeedScope) -> Vec<String> {
     problems
 }
 
-/// GB/s of weights the matrix-vector kernel reads.
+/// GB/s of weights the matrix-vector kernel reads for `batch` activation rows (a decoding step
+/// of that many sequences: the weights once per call).
+#[allow(clippy::too_many_arguments)]
 fn matvec<R: Runtime>(
     rt: &R,
     ty: GgmlType,
+    batch: usize,
     rows: usize,
     cols: usize,
     bytes_per_measurement: usize,
     max: usize,
 ) -> Result<f64, RuntimeError> {
     let (w, m) = weights(rt, ty, rows, cols)?;
-    let (x, quantized) = activations(rt, ty, 1, cols)?;
-    let out = rt.alloc_zeroed(rows * 4)?;
+    let (x, quantized) = activations(rt, ty, batch, cols)?;
+    let out = rt.alloc_zeroed(batch * rows * 4)?;
     let bytes = rows * m.row_bytes;
     let iters = (bytes_per_measurement / bytes).clamp(1, max);
-    let t = per_call(rt, &out, iters, || launch::mul_mat(rt, &w, 0, m, input(&x, quantized), 1, None, &out, false))?;
+    let t = per_call(rt, &out, iters, || launch::mul_mat(rt, &w, 0, m, input(&x, quantized), batch, None, &out, false))?;
     Ok(bytes as f64 / t / 1e9)
 }
 
