@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
-use crate::nvrtc::{compile, compile_ptx, NvrtcError};
+use crate::nvrtc::{compile, compile_ptx, CompiledModule, NvrtcError};
 use crate::sources::{KernelSource, SOURCES};
 
 /// The real architectures CUBINs are written for (Ampere, Hopper).
@@ -71,6 +71,12 @@ pub fn folder() -> Option<PathBuf> {
 /// Compiles every source for [`CUBIN_ARCHS`] and [`PTX_ARCH`] into `dir`, with [`REPORT`];
 /// returns the report's text.
 pub fn write_all(dir: &Path) -> Result<String, PrepareError> {
+    write_all_seeing(dir, |_, _, _| {})
+}
+
+/// [`write_all`], showing `see` each CUBIN's compiled module (the source, the architecture) as
+/// it is written: what a test checks of every build without compiling it twice.
+pub fn write_all_seeing(dir: &Path, mut see: impl FnMut(&KernelSource, &str, &CompiledModule)) -> Result<String, PrepareError> {
     std::fs::create_dir_all(dir).map_err(|e| PrepareError::Io(dir.display().to_string(), e.to_string()))?;
     let mut report = String::from("file\tkernel\tarch\tregisters\tspill_stores\tspill_loads\tstack_frame\tshared\n");
     let write =
@@ -85,6 +91,7 @@ pub fn write_all(dir: &Path) -> Result<String, PrepareError> {
                     source.name, k.name, k.registers, k.spill_stores, k.spill_loads, k.stack_frame, k.shared
                 );
             }
+            see(source, arch, &module);
             write(module_path(dir, source, arch), &module.cubin)?;
         }
         let ptx = compile_ptx(source, PTX_ARCH)?;

@@ -1,13 +1,13 @@
 //! Every kernel source compiled by NVRTC (the pinned PyPI wheel, fetched by
-//! `tools/fetch-nvrtc.sh`) for sm_80 (A100) and sm_90 (H100/H200), with ptxas's resource
-//! report printed per kernel: a compile error or warning, a kernel the report misses, or a
-//! register spill fails the test. No GPU is needed.
+//! `tools/fetch-nvrtc.sh`) for sm_80 (A100) and sm_90 (H100/H200), and to PTX for compute_80,
+//! into the prepared folder, with ptxas's resource report printed per kernel: a compile error or
+//! warning, a kernel the report misses, or a register spill fails the test. No GPU is needed.
 
 use std::io::Write as _;
 use std::path::Path;
 use std::process::Command;
 
-use kernels::{compile, SOURCES};
+use kernels::SOURCES;
 
 /// Runs the repo's fetch script (idempotent; cached under ~/.cache/engine-assets).
 fn fetch_nvrtc() {
@@ -16,52 +16,41 @@ fn fetch_nvrtc() {
     assert!(out.status.success(), "fetch-nvrtc.sh failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// Every source compiled once per architecture, into the prepared folder (what
+/// `tools/device-check.sh prepare` carries to a GPU machine): each CUBIN checked as it is made.
 #[test]
-fn every_kernel_compiles_for_sm_80_and_sm_90_without_spills() {
+fn every_kernel_compiles_for_sm_80_and_sm_90_without_spills_into_the_prepared_folder() {
     fetch_nvrtc();
     let mut problems = Vec::new();
-    for arch in ["sm_80", "sm_90"] {
-        for source in SOURCES {
-            let module = match compile(source, arch) {
-                Ok(m) => m,
-                Err(e) => {
-                    problems.push(e.to_string());
-                    continue;
-                }
+    let dir = std::env::temp_dir().join(format!("prepared-kernels-all-{}", std::process::id()));
+    let report = kernels::prepared::write_all_seeing(&dir, |source, arch, module| {
+        assert!(module.cubin.starts_with(b"\x7fELF"), "{} {arch}: not an ELF image", source.name);
+        if module.log.contains("warning") {
+            problems.push(format!("{arch} {}: compiler warnings:\n{}", source.name, module.log));
+        }
+        let wanted = source.entry_points();
+        assert!(!wanted.is_empty(), "{}: no kernels", source.name);
+        for name in &wanted {
+            let Some(k) = module.kernels.iter().find(|k| k.name == *name) else {
+                problems.push(format!("{arch} {}: ptxas reported nothing for {name}:\n{}", source.name, module.log));
+                continue;
             };
-            assert!(module.cubin.starts_with(b"\x7fELF"), "{} {arch}: not an ELF image", source.name);
-            if module.log.contains("warning") {
-                problems.push(format!("{arch} {}: compiler warnings:\n{}", source.name, module.log));
-            }
-            let wanted = source.entry_points();
-            assert!(!wanted.is_empty(), "{}: no kernels", source.name);
-            for name in &wanted {
-                let Some(k) = module.kernels.iter().find(|k| k.name == *name) else {
-                    problems.push(format!("{arch} {}: ptxas reported nothing for {name}:\n{}", source.name, module.log));
-                    continue;
-                };
-                let line = format!(
-                    "ptxas {arch} {:<16} {:<14} {:>3} registers, {:>4} B shared, {:>4} B stack, {} B spill stores, {} B spill loads\n",
-                    source.name, k.name, k.registers, k.shared, k.stack_frame, k.spill_stores, k.spill_loads
-                );
-                let _ = std::io::stderr().write_all(line.as_bytes());
-                if k.spill_stores > 0 || k.spill_loads > 0 {
-                    problems.push(format!(
-                        "{arch} {} {}: spills ({} B stores, {} B loads)",
-                        source.name, k.name, k.spill_stores, k.spill_loads
-                    ));
-                }
+            let line = format!(
+                "ptxas {arch} {:<16} {:<14} {:>3} registers, {:>4} B shared, {:>4} B stack, {} B spill stores, {} B spill loads\n",
+                source.name, k.name, k.registers, k.shared, k.stack_frame, k.spill_stores, k.spill_loads
+            );
+            let _ = std::io::stderr().write_all(line.as_bytes());
+            if k.spill_stores > 0 || k.spill_loads > 0 {
+                problems
+                    .push(format!("{arch} {} {}: spills ({} B stores, {} B loads)", source.name, k.name, k.spill_stores, k.spill_loads));
             }
         }
-    }
+    });
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => panic!("{}\n{e}", problems.join("\n")),
+    };
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-}
-
-#[test]
-fn the_prepared_folder_holds_every_source_for_every_architecture() {
-    fetch_nvrtc();
-    let dir = std::env::temp_dir().join(format!("prepared-kernels-all-{}", std::process::id()));
-    let report = kernels::prepared::write_all(&dir).expect("prepare");
     for source in SOURCES {
         for arch in kernels::prepared::CUBIN_ARCHS {
             let cubin = std::fs::read(kernels::prepared::module_path(&dir, source, arch)).unwrap();
