@@ -101,6 +101,12 @@ ARCHS = {
                      keys={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
                            "rope.scaling.original_context_length": 16, "rope.scaling.yarn_log_multiplier": 0.1,
                            "rope.scaling.yarn_beta_fast": 16.0, "attention.temperature_scale": 0.1}),
+    # Mistral 3 with experts (as test-llama-archs writes its MoE variant): softmax routing, the
+    # chosen weights normalised
+    "mistral3-moe": dict(arch="mistral3", n_head=4, n_head_kv=2, rope_base=1000000.0, eps=1e-5, moe=(4, 2, N_FF),
+                         keys={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                               "rope.scaling.original_context_length": 16, "rope.scaling.yarn_log_multiplier": 0.1,
+                               "rope.scaling.yarn_beta_fast": 16.0, "attention.temperature_scale": 0.1}),
     "gemma2": dict(n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-6, post_norms=True, tied=True, swa=(8, 2),
                    embd_std=0.1 / 16, keys={"attn_logit_softcapping": 3.0, "final_logit_softcapping": 2.0}),
     "glm4moe": dict(n_head=4, n_head_kv=2, rope_base=10000.0, eps=1e-5, n_layer=3, qkv_bias=True, qk_norm="head",
