@@ -139,24 +139,6 @@ DEVICE void mma_s8_16x8x32(int* c, const int* a, const int* b) {
     }
 }
 
-// mma.sync m16n8k16 with signed bytes (portable.cuh has the layout): as above, one word of A per
-// row and one of B per column for each of the lanes 4g .. 4g + 3
-DEVICE void mma_s8_16x8x16(int* c, const int* a, const int* b) {
-    const int lane = (int)(host::thread_idx.x % 32);
-    const int g = lane / 4;
-    const int t = lane % 4;
-    for (int q = 0; q < 4; q++) {
-        const int row = host::shfl(a[0], 4 * g + q);
-        const int row8 = host::shfl(a[1], 4 * g + q);
-        const int col0 = host::shfl(b[0], 4 * (2 * t) + q);
-        const int col1 = host::shfl(b[0], 4 * (2 * t + 1) + q);
-        c[0] = dp4a(row, col0, c[0]);
-        c[1] = dp4a(row, col1, c[1]);
-        c[2] = dp4a(row8, col0, c[2]);
-        c[3] = dp4a(row8, col1, c[3]);
-    }
-}
-
 // the device's aligned loads (portable.cuh); alignment does not matter on the host
 DEVICE uint32_t load_u32_a4(const uint8_t* p) {
     uint32_t w;

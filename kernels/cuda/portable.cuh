@@ -60,33 +60,6 @@ DEVICE void mma_s8_16x8x32(int* c, const int* a, const int* b) {
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// c += a · b for a warp's 16 x 16 signed-byte tile a (row-major) and 16 x 8 tile b (column-major):
-// mma.sync m16n8k16, the same layout with one word of A per row half and one of B: a[0] =
-// A[g][4t..4t+4), a[1] = A[g+8][4t..4t+4); b[0] = B[4t..4t+4)[g]; c as above. Before sm_80 the
-// tensor cores have no such shape: the lanes then gather the same rows and columns by shuffles
-// and add their products by dp4a, with the same (exact) integer result.
-DEVICE void mma_s8_16x8x16(int* c, const int* a, const int* b) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(b[0]));
-#else
-    const int lane = threadIdx.x % 32;
-    const int g = lane / 4;
-    const int t = lane % 4;
-    for (int q = 0; q < 4; q++) {
-        const int row = __shfl_sync(0xffffffffu, a[0], 4 * g + q, 32);
-        const int row8 = __shfl_sync(0xffffffffu, a[1], 4 * g + q, 32);
-        const int col0 = __shfl_sync(0xffffffffu, b[0], 4 * (2 * t) + q, 32);
-        const int col1 = __shfl_sync(0xffffffffu, b[0], 4 * (2 * t + 1) + q, 32);
-        c[0] = dp4a(row, col0, c[0]);
-        c[1] = dp4a(row, col1, c[1]);
-        c[2] = dp4a(row8, col0, c[2]);
-        c[3] = dp4a(row8, col1, c[3]);
-    }
-#endif
-}
-
 // 4 little-endian bytes at p, for p 4-byte or 2-byte aligned; 16 bytes at p, 16-byte aligned,
 // as 4 words. Device allocations start 256-byte aligned, so a block's alignment in a row is
 // its size's (see the callers).
@@ -114,6 +87,35 @@ DEVICE void load_u32x4_a16(const uint8_t* p, uint32_t* w) {
 #endif
 
 #define WARP_SIZE 32
+
+// c += a · b for a warp's 16 x 16 signed-byte tile a (row-major) and 16 x 8 tile b (column-major):
+// mma.sync m16n8k16 (sm_80 and up), the layout of mma_s8_16x8x32 with one word of A per row
+// and one of B per column: a[0] = A[g][4t..4t+4), a[1] = A[g+8][4t..4t+4); b[0] =
+// B[4t..4t+4)[g]; c as there. Before sm_80 (no such shape) and on the harness, the lanes gather
+// the same rows and columns by shuffles and add their products by dp4a: the same (exact)
+// integer result. Every lane of the warp takes part.
+DEVICE void mma_s8_16x8x16(int* c, const int* a, const int* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+#else
+    const int lane = (int)(THREAD_ID % WARP_SIZE);
+    const int g = lane / 4;
+    const int t = lane % 4;
+    for (int q = 0; q < 4; q++) {
+        // lane 4g + q holds A[g][4q..4q+4) and A[g+8][4q..), lane 4n + q B[4q..4q+4)[n]
+        const int row = SHFL(a[0], 4 * g + q);
+        const int row8 = SHFL(a[1], 4 * g + q);
+        const int col0 = SHFL(b[0], 4 * (2 * t) + q);
+        const int col1 = SHFL(b[0], 4 * (2 * t + 1) + q);
+        c[0] = dp4a(row, col0, c[0]);
+        c[1] = dp4a(row, col1, c[1]);
+        c[2] = dp4a(row8, col0, c[2]);
+        c[3] = dp4a(row8, col1, c[3]);
+    }
+#endif
+}
 
 // Sum over the 32 lanes of a warp in a fixed butterfly order: every lane gets the same total,
 // and the order depends only on the lane count, never on the data or the launch.

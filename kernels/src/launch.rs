@@ -708,32 +708,31 @@ pub fn mul_mat<R: Runtime>(
         check(rt, kernel, "bias", b, m.rows * 4)?;
     }
     let lanes = lanes_per_output(inner);
-    let (columns, rows) = match kernel {
-        "mul_mat_q" => (MMA_W, MMA_X),
-        "mul_mat_vec_q" => (MULMAT_THREADS / lanes, 1),
-        "mul_mat_vec_q_rows" => (MULMAT_THREADS / lanes, MATVEC_ROWS),
-        "mul_mat_f" => (MULMAT_WARPS, MULMAT_TILE),
-        _ => (MULMAT_WARPS, 1),
-    };
-    let grid = [dim(kernel, "blocks", m.rows.div_ceil(columns))?, dim(kernel, "row tiles", batch.div_ceil(rows))?, 1];
-    let (w_arg, row_bytes, ty, inner, batch) = (
+    let (w_arg, row_bytes, ty, n_inner, n_batch) = (
         Arg::BufAt(w, w_at),
         Arg::I64(m.row_bytes as i64),
         Arg::I32(m.ty as i32),
         Arg::I32(int(kernel, "inner size", inner)?),
         Arg::I32(int(kernel, "batch", batch)?),
     );
-    // the batch's rows: no experts (a null id array, no stride, one row per slot); an unused
-    // pointer when there is no bias
-    let (no_stride, no_ids, one) = (Arg::I64(0), Arg::I64(0), Arg::I32(1));
-    let tail = [Arg::Buf(bias.unwrap_or(w)), Arg::Buf(out), Arg::I32(int(kernel, "outputs", m.rows)?), Arg::I32(i32::from(bias.is_some()))];
-    let mut args = match kernel {
-        "mul_mat_q" => vec![w_arg, no_stride, row_bytes, ty, inner, Arg::Buf(xb), batch, no_ids, Arg::I64(0), one],
-        "mul_mat_vec_q" => vec![w_arg, no_stride, row_bytes, ty, inner, Arg::I32(lanes as i32), Arg::Buf(xb), batch, no_ids, one],
-        "mul_mat_vec_q_rows" => vec![w_arg, row_bytes, ty, inner, Arg::I32(lanes as i32), Arg::Buf(xb), batch],
-        "mul_mat_f" => vec![w_arg, row_bytes, ty, inner, Arg::Buf(xb), batch],
-        _ => vec![w_arg, no_stride, row_bytes, ty, inner, Arg::Buf(xb), batch, no_ids, one],
+    // the batch's rows: no experts (null id arrays: the slots' ids, or the tiles' experts and
+    // slots; no stride; one row per slot)
+    let (no_stride, no_ids, one, lanes_arg) = (Arg::I64(0), Arg::I64(0), Arg::I32(1), Arg::I32(lanes as i32));
+    // per kernel: the outputs and rows a block takes, and the arguments before the common tail
+    let (columns, rows, mut args) = match kernel {
+        "mul_mat_q" => (MMA_W, MMA_X, vec![w_arg, no_stride, row_bytes, ty, n_inner, Arg::Buf(xb), n_batch, no_ids, Arg::I64(0), one]),
+        "mul_mat_vec_q" => {
+            (MULMAT_THREADS / lanes, 1, vec![w_arg, no_stride, row_bytes, ty, n_inner, lanes_arg, Arg::Buf(xb), n_batch, no_ids, one])
+        }
+        "mul_mat_vec_q_rows" => {
+            (MULMAT_THREADS / lanes, MATVEC_ROWS, vec![w_arg, row_bytes, ty, n_inner, lanes_arg, Arg::Buf(xb), n_batch])
+        }
+        "mul_mat_f" => (MULMAT_WARPS, MULMAT_TILE, vec![w_arg, row_bytes, ty, n_inner, Arg::Buf(xb), n_batch]),
+        _ => (MULMAT_WARPS, 1, vec![w_arg, no_stride, row_bytes, ty, n_inner, Arg::Buf(xb), n_batch, no_ids, one]),
     };
+    let grid = [dim(kernel, "blocks", m.rows.div_ceil(columns))?, dim(kernel, "row tiles", batch.div_ceil(rows))?, 1];
+    // an unused pointer when there is no bias
+    let tail = [Arg::Buf(bias.unwrap_or(w)), Arg::Buf(out), Arg::I32(int(kernel, "outputs", m.rows)?), Arg::I32(i32::from(bias.is_some()))];
     args.extend(tail);
     go(rt, kernel, grid, MULMAT_THREADS as u32, &args)
 }
