@@ -7,6 +7,7 @@ mod embedding_input;
 mod embeddings;
 mod gbnf;
 mod generate;
+mod ggml_dots;
 mod gguf_malformed;
 mod gguf_roundtrip;
 mod grammar;
