@@ -107,6 +107,28 @@ type ReadOnly = (Vec<u8>, Arc<CudaSlice<u8>>);
 const READ_ONLY_KEPT: usize = 16;
 const READ_ONLY_MAX_BYTES: usize = 64 << 10;
 
+/// Buffers come from the device's stream-ordered pool (`cuMemAllocAsync`, freed by
+/// `cuMemFreeAsync` when dropped): an activation lives for one operation of one step. By default
+/// the pool hands its free memory back to the driver at every synchronization, and each step
+/// ends in one (its download), so the next step's allocations would go back to the driver;
+/// with no release threshold the pool keeps them and a step reuses the last one's memory.
+fn keep_pool_memory(ctx: &CudaContext) -> Result<(), RuntimeError> {
+    if !ctx.has_async_alloc() {
+        return Ok(());
+    }
+    let mut threshold = u64::MAX;
+    // SAFETY: the device is the context's; the attribute takes a u64, which `threshold` is.
+    unsafe {
+        let pool = result::device::get_default_mem_pool(ctx.cu_device()).map_err(|e| driver_error("finding the memory pool", e))?;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )
+        .map_err(|e| driver_error("keeping the memory pool's memory", e))
+    }
+}
+
 impl CudaRuntime {
     /// Opens GPU `ordinal`: the driver must be present, NVRTC too unless prepared modules are
     /// named, and the GPU must exist.
@@ -126,6 +148,7 @@ impl CudaRuntime {
         unsafe { ctx.disable_event_tracking() };
         // a stream of its own: a second model on the same GPU does not wait for this one
         let stream = ctx.new_stream().map_err(|e| driver_error("creating a stream", e))?;
+        keep_pool_memory(&ctx)?;
         let (major, minor) = ctx.compute_capability().map_err(|e| driver_error("reading the compute capability", e))?;
         let name = ctx.name().unwrap_or_else(|_| "CUDA GPU".into());
         Ok(CudaRuntime {
@@ -311,6 +334,13 @@ impl Runtime for CudaRuntime {
     }
 
     fn free_memory(&self) -> Option<usize> {
+        // what the pool keeps unused is free for this process: hand it back first, so that the
+        // figure counts it (`keep_pool_memory`)
+        if self.ctx.has_async_alloc() {
+            // SAFETY: the device is the context's; trimming frees only memory no buffer holds.
+            let _ =
+                unsafe { result::device::get_default_mem_pool(self.ctx.cu_device()).and_then(|pool| result::mem_pool::trim_to(pool, 0)) };
+        }
         self.ctx.mem_get_info().ok().map(|(free, _total)| free)
     }
 

@@ -8,15 +8,20 @@ use core::arch::x86_64::*;
 use crate::quant::x86::panel::f32_at;
 use crate::quant::GgmlType;
 
-/// `init + Σ_k V_k · a[4k..4k+4]` by one `vpdpbusd` per vector (exact in i32).
+/// `init + Σ_k V_k · a[4k..4k+4]` by one `vpdpbusd` per vector (exact in i32), in two chains
+/// (even and odd k): a one-row tile has no other row's chain to fill `vpdpbusd`'s latency with.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn dot_legacy(v: &[__m256i; 8], a: *const u8, init: __m256i) -> __m256i {
-    let mut s = init;
+    let (mut d0, mut d1) = (init, _mm256_setzero_si256());
     for (k, &v) in v.iter().enumerate() {
-        s = _mm256_dpbusd_epi32(s, v, bcast4(a.add(4 * k)));
+        if k % 2 == 0 {
+            d0 = _mm256_dpbusd_epi32(d0, v, bcast4(a.add(4 * k)));
+        } else {
+            d1 = _mm256_dpbusd_epi32(d1, v, bcast4(a.add(4 * k)));
+        }
     }
-    s
+    _mm256_add_epi32(d0, d1)
 }
 
 /// The IQ4 types' levels go to `dot_levels` as unsigned bytes, level + 128 (1..=241): `vpdpbusd`
