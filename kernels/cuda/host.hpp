@@ -91,6 +91,7 @@ inline uint32_t float_to_bits(float f) {
 #endif
 #define __constant__ static
 #define DEVICE_TABLE static const
+#define UNROLL  // the host compiler unrolls as it sees fit
 #define THREAD_ID host::thread_idx.x
 #define BLOCK_ID host::block_idx.x
 #define BLOCK_ID_Y host::block_idx.y

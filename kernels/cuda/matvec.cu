@@ -12,18 +12,32 @@
 // p / per_row, into out row p, with the bits of that expert's own product of the row. Grid
 // (ceil(n_out · lanes / 128), batch or slots), 128 threads.
 KERNEL void mul_mat_vec_q(const uint8_t* w, int64_t expert_bytes, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, int batch, const int32_t* ids, int per_row, const float* bias, float* out, int n_out, int has_bias) {
+    // an indexed slot as a batch of one row (one call of the body: each call is its code again
+    // for every weight type)
+    int row = BLOCK_ID_Y;
     if (ids != nullptr) {
         const int p = BLOCK_ID_Y;
-        const uint8_t* x = xq + (int64_t)(p / per_row) * n_chunks * (int64_t)sizeof(block_q8_1);
-        mul_mat_q_tile<1>(w + ids[p] * expert_bytes, row_bytes, type, n_chunks, lanes, x, 0, 1, bias, out + (int64_t)p * n_out, n_out, 0);
-        return;
+        w += ids[p] * expert_bytes;
+        xq += (int64_t)(p / per_row) * n_chunks * (int64_t)sizeof(block_q8_1);
+        out += (int64_t)p * n_out;
+        row = 0;
+        batch = 1;
+        has_bias = 0;
     }
-    mul_mat_q_tile<1>(w, row_bytes, type, n_chunks, lanes, xq, BLOCK_ID_Y, batch, bias, out, n_out, has_bias);
+    mul_mat_q_tile<1, 1>(w, w, row_bytes, type, n_chunks, lanes, xq, row, batch, bias, bias, out, n_out, has_bias, 0);
 }
 
 // the batch's rows MATVEC_ROWS per block; grid (ceil(n_out · lanes / 128), ceil(batch / MATVEC_ROWS))
 KERNEL void mul_mat_vec_q_rows(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, int batch, const float* bias, float* out, int n_out, int has_bias) {
-    mul_mat_q_tile<MATVEC_ROWS>(w, row_bytes, type, n_chunks, lanes, xq, BLOCK_ID_Y * MATVEC_ROWS, batch, bias, out, n_out, has_bias);
+    mul_mat_q_tile<MATVEC_ROWS, 1>(w, w, row_bytes, type, n_chunks, lanes, xq, BLOCK_ID_Y * MATVEC_ROWS, batch, bias, bias, out, n_out, has_bias, 0);
+}
+
+// A gated unit's two products and its activation in one pass (one sequence's decoding
+// feed-forward): out = glu_value(act, gate, up) of the products of the row by `w` (the gate's
+// rows) and `w2` (the up's), each with the bits mul_mat_vec_q gives it, so the same as the two
+// products then activation.cu's glu. Grid (ceil(n_out · lanes / 128)), 128 threads.
+KERNEL void mul_mat_vec_q_glu(const uint8_t* w, const uint8_t* w2, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, const float* bias, const float* bias2, float* out, int n_out, int has_bias, int act) {
+    mul_mat_q_tile<1, 2>(w, w2, row_bytes, type, n_chunks, lanes, xq, 0, 1, bias, bias2, out, n_out, has_bias, act);
 }
 
 // Float weights, x as f32: the batch's row y, or slot y of an indexed product (as above, x rows

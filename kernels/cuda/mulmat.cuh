@@ -8,6 +8,7 @@
 // body here and the tensor-core tiles of matmul.cu give the same bits.
 #pragma once
 #include "vecdot.cuh"
+#include "activation.cuh"
 
 #define MULMAT_THREADS 128  // threads per block of the quantized bodies
 #define MULMAT_WARPS 4      // warps (output columns) per block of the float bodies
@@ -21,9 +22,13 @@
 // x: rows of n_chunks Q8_1 blocks. Grid (ceil(n_out · lanes / MULMAT_THREADS), _). `w` starts a
 // device allocation or a whole number of weight rows into one, `xq` a whole number of rows into
 // one (the aligned loads of unpack_chunk).
-template <int ROWS, int TYPE>
-DEVICE void mul_mat_q_typed(const uint8_t* w, int64_t row_bytes, int n_chunks, int lanes, const uint8_t* xq, int r0, int batch, const float* bias,
-                            float* out, int n_out, int has_bias) {
+// MATS 2: a gated unit's two products at once, `w` the gate's rows and `w2` the up's (the same
+// type and shape), each with the sums of its own product, and out[r][j] =
+// glu_value(act, gate (+ bias[j]), up (+ bias2[j]), j, n_out): the bits of the two products
+// written out, then activation.cu's glu over them.
+template <int ROWS, int TYPE, int MATS>
+DEVICE void mul_mat_q_typed(const uint8_t* w, const uint8_t* w2, int64_t row_bytes, int n_chunks, int lanes, const uint8_t* xq, int r0, int batch,
+                            const float* bias, const float* bias2, float* out, int n_out, int has_bias, int act) {
     const int lane = THREAD_ID % WARP_SIZE;
     const int i = lane % lanes;
     const int first = lane - i;  // the output's first lane
@@ -33,35 +38,45 @@ DEVICE void mul_mat_q_typed(const uint8_t* w, int64_t row_bytes, int n_chunks, i
         return;  // the whole warp: its shuffles below see every lane
     }
     const bool live = j < n_out;  // a lane past the last output only takes part in the shuffles
-    const uint8_t* row = w + (int64_t)(live ? j : 0) * row_bytes;
+    const uint8_t* rows_of[2] = {w + (int64_t)(live ? j : 0) * row_bytes, (MATS == 2 ? w2 : w) + (int64_t)(live ? j : 0) * row_bytes};
     const int n_seg = (n_chunks + SEGMENT_CHUNKS - 1) / SEGMENT_CHUNKS;
-    float total[ROWS];
-    for (int t = 0; t < ROWS; t++) {
-        total[t] = 0.0f;
+    float total[MATS][ROWS];
+    for (int m = 0; m < MATS; m++) {
+        for (int t = 0; t < ROWS; t++) {
+            total[m][t] = 0.0f;
+        }
     }
     for (int s0 = 0; s0 < n_seg; s0 += lanes) {
-        float part[ROWS];
-        for (int t = 0; t < ROWS; t++) {
-            part[t] = 0.0f;
+        float part[MATS][ROWS];
+        for (int m = 0; m < MATS; m++) {
+            for (int t = 0; t < ROWS; t++) {
+                part[m][t] = 0.0f;
+            }
         }
         const int s = s0 + i;
         if (live && s < n_seg) {
             const int end = (s + 1) * SEGMENT_CHUNKS < n_chunks ? (s + 1) * SEGMENT_CHUNKS : n_chunks;
             for (int c = s * SEGMENT_CHUNKS; c < end; c++) {
-                Chunk chunk;
-                unpack_chunk<TYPE>(row, c, &chunk);
-                for (int t = 0; t < ROWS; t++) {
-                    if (r0 + t < batch) {
-                        part[t] = part[t] + chunk_dot(&chunk, xq + ((int64_t)(r0 + t) * n_chunks + c) * sizeof(block_q8_1));
+UNROLL
+                for (int m = 0; m < MATS; m++) {
+                    Chunk chunk;
+                    unpack_chunk<TYPE>(m == 0 ? rows_of[0] : rows_of[MATS - 1], c, &chunk);
+                    for (int t = 0; t < ROWS; t++) {
+                        if (r0 + t < batch) {
+                            part[m][t] = part[m][t] + chunk_dot(&chunk, xq + ((int64_t)(r0 + t) * n_chunks + c) * sizeof(block_q8_1));
+                        }
                     }
                 }
             }
         }
         for (int k = 0; k < lanes; k++) {
-            for (int t = 0; t < ROWS; t++) {
-                const float v = SHFL(part[t], first + k);
-                if (s0 + k < n_seg) {
-                    total[t] = total[t] + v;
+UNROLL
+            for (int m = 0; m < MATS; m++) {
+                for (int t = 0; t < ROWS; t++) {
+                    const float v = SHFL(part[m][t], first + k);
+                    if (s0 + k < n_seg) {
+                        total[m][t] = total[m][t] + v;
+                    }
                 }
             }
         }
@@ -69,7 +84,12 @@ DEVICE void mul_mat_q_typed(const uint8_t* w, int64_t row_bytes, int n_chunks, i
     if (live && i == 0) {
         for (int t = 0; t < ROWS; t++) {
             if (r0 + t < batch) {
-                out[(int64_t)(r0 + t) * n_out + j] = has_bias ? total[t] + bias[j] : total[t];
+                float v = has_bias ? total[0][t] + bias[j] : total[0][t];
+                if (MATS == 2) {
+                    const float up = has_bias ? total[MATS - 1][t] + bias2[j] : total[MATS - 1][t];
+                    v = glu_value(act, v, up, j, n_out);
+                }
+                out[(int64_t)(r0 + t) * n_out + j] = v;
             }
         }
     }
@@ -110,13 +130,14 @@ DEVICE void nan_outputs(int j0, int cols, int r0, int rows, int batch, float* ou
     }
 }
 
-// the matrix-vector body for the weight type `type`, dispatched once per launch
-template <int ROWS>
-DEVICE void mul_mat_q_tile(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, int r0, int batch, const float* bias,
-                           float* out, int n_out, int has_bias) {
+// the matrix-vector body for the weight type `type`, dispatched once per launch (MATS 2: the
+// gated unit's form, `w2`, `bias2` and `act` read)
+template <int ROWS, int MATS>
+DEVICE void mul_mat_q_tile(const uint8_t* w, const uint8_t* w2, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, int r0, int batch,
+                           const float* bias, const float* bias2, float* out, int n_out, int has_bias, int act) {
 #define MUL_MAT_Q_CASE(T) \
     case T:               \
-        mul_mat_q_typed<ROWS, T>(w, row_bytes, n_chunks, lanes, xq, r0, batch, bias, out, n_out, has_bias); \
+        mul_mat_q_typed<ROWS, T, MATS>(w, w2, row_bytes, n_chunks, lanes, xq, r0, batch, bias, bias2, out, n_out, has_bias, act); \
         return;
     switch (type) {
         QUANT_TYPES(MUL_MAT_Q_CASE)

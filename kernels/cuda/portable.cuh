@@ -27,6 +27,7 @@ typedef unsigned long long uint64_t;
 #define SYNC_THREADS() __syncthreads()
 #define SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask), 32)
 #define SHFL(v, lane) __shfl_sync(0xffffffffu, (v), (lane), 32)
+#define UNROLL _Pragma("unroll")  // the next loop unrolled whole (its bound a constant)
 
 // f16 bits to f32 and back (round to nearest even), through PTX: no cuda_fp16.h.
 DEVICE float half_to_float(uint16_t h) {

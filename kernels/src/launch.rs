@@ -737,6 +737,52 @@ pub fn mul_mat<R: Runtime>(
     go(rt, kernel, grid, MULMAT_THREADS as u32, &args)
 }
 
+/// A gated unit's decoding step in one launch: `out = glu(act, x · gateᵀ (+ bias), x · upᵀ (+
+/// bias))` for one row of Q8_1 activations, `gate` and `up` (byte offsets into their buffers)
+/// of the same type and shape `m`; the bits of two [`mul_mat`]s then [`glu`] (`act` as its).
+#[allow(clippy::too_many_arguments)]
+pub fn mul_mat_glu<R: Runtime>(
+    rt: &R,
+    (gate, gate_at): (&R::Buffer, usize),
+    (up, up_at): (&R::Buffer, usize),
+    m: MatrixArgs,
+    xq: &R::Buffer,
+    biases: Option<(&R::Buffer, &R::Buffer)>,
+    out: &R::Buffer,
+    act: i32,
+) -> Result<(), RuntimeError> {
+    const K: &str = "mul_mat_vec_q_glu";
+    let (_, xb, inner, x_bytes) = matmul_operands((K, K), MatmulInput::Q8_1(xq), m, 1)?;
+    check(rt, K, "gate", gate, gate_at + m.rows * m.row_bytes)?;
+    check(rt, K, "up", up, up_at + m.rows * m.row_bytes)?;
+    check(rt, K, "x", xb, x_bytes)?;
+    check(rt, K, "out", out, m.rows * 4)?;
+    if let Some((bg, bu)) = biases {
+        check(rt, K, "gate bias", bg, m.rows * 4)?;
+        check(rt, K, "up bias", bu, m.rows * 4)?;
+    }
+    let lanes = lanes_per_output(inner);
+    let grid = [dim(K, "blocks", m.rows.div_ceil(MULMAT_THREADS / lanes))?, 1, 1];
+    // unused pointers when there are no biases
+    let (bg, bu) = biases.unwrap_or((gate, gate));
+    let args = [
+        Arg::BufAt(gate, gate_at),
+        Arg::BufAt(up, up_at),
+        Arg::I64(m.row_bytes as i64),
+        Arg::I32(m.ty as i32),
+        Arg::I32(int(K, "inner size", inner)?),
+        Arg::I32(lanes as i32),
+        Arg::Buf(xb),
+        Arg::Buf(bg),
+        Arg::Buf(bu),
+        Arg::Buf(out),
+        Arg::I32(int(K, "outputs", m.rows)?),
+        Arg::I32(i32::from(biases.is_some())),
+        Arg::I32(act),
+    ];
+    go(rt, K, grid, MULMAT_THREADS as u32, &args)
+}
+
 /// Experts stacked in one buffer for [`mul_mat_id`]: `count` matrices of `m`'s shape, expert
 /// `e` from byte `at + e · stride`.
 #[derive(Clone, Copy, Debug)]

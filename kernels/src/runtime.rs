@@ -108,12 +108,26 @@ impl Issued {
         let now = Issued::now();
         Issued { launches: now.launches - earlier.launches, transfers: now.transfers - earlier.transfers }
     }
+
+    /// What the calling thread has issued so far (a test's own work, whatever other threads
+    /// issue meanwhile).
+    pub fn on_this_thread() -> Issued {
+        THREAD_ISSUED.with(std::cell::Cell::get)
+    }
+}
+
+thread_local! {
+    static THREAD_ISSUED: std::cell::Cell<Issued> = const { std::cell::Cell::new(Issued { launches: 0, transfers: 0 }) };
 }
 
 pub(crate) fn count_launch() {
     LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    THREAD_ISSUED.with(|c| c.set(Issued { launches: c.get().launches + 1, ..c.get() }));
 }
 
+// only the runtimes (features `cuda`, `host`) transfer
+#[cfg(any(feature = "cuda", feature = "host"))]
 pub(crate) fn count_transfer() {
     TRANSFERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    THREAD_ISSUED.with(|c| c.set(Issued { transfers: c.get().transfers + 1, ..c.get() }));
 }

@@ -16,8 +16,17 @@ macro_rules! embedded {
 }
 
 /// The headers a source may include.
-pub const HEADERS: &[KernelSource] =
-    embedded!["portable.cuh", "blocks.cuh", "kvcache.cuh", "iq_grid_tables.cuh", "iq_grid.cuh", "vecdot.cuh", "mulmat.cuh", "host.hpp"];
+pub const HEADERS: &[KernelSource] = embedded![
+    "portable.cuh",
+    "blocks.cuh",
+    "kvcache.cuh",
+    "iq_grid_tables.cuh",
+    "iq_grid.cuh",
+    "vecdot.cuh",
+    "mulmat.cuh",
+    "activation.cuh",
+    "host.hpp"
+];
 
 /// Every kernel source.
 pub const SOURCES: &[KernelSource] = embedded![

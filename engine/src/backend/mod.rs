@@ -168,6 +168,20 @@ pub enum KvSource<'a, B: Backend> {
     Batch { k: &'a B::Tensor, v: &'a B::Tensor },
 }
 
+/// [`Backend::matmul_glu`] as two products and [`Backend::glu`].
+pub(crate) fn products_then_glu<B: Backend + ?Sized>(
+    b: &B,
+    act: Activation,
+    [gate, up]: [&B::Matrix; 2],
+    biases: [Option<&B::Vector>; 2],
+    x: &B::Tensor,
+) -> Result<B::Tensor, BackendError> {
+    let mut ys = b.matmul_each(&[gate, up], &biases, x)?.into_iter();
+    let (mut g, u) = (ys.next().expect("the gate's product"), ys.next().expect("the up's product"));
+    b.glu(act, &mut g, &u)?;
+    Ok(g)
+}
+
 /// The operations the forward passes are made of. Every operation treats each row of its
 /// input alone, in an order that does not depend on the batch, so that a row's results are
 /// bitwise the same alone or batched (batch invariance), on every backend.
@@ -309,6 +323,19 @@ pub trait Backend: Send + Sync + Sized + 'static {
     ) -> Result<Self::Tensor, BackendError>;
     /// `gate = act(gate) · up`, element by element.
     fn glu(&self, act: Activation, gate: &mut Self::Tensor, up: &Self::Tensor) -> Result<(), BackendError>;
+    /// A gated unit: `act(x · gateᵀ (+ bias)) · (x · upᵀ (+ bias))`, the bits of
+    /// [`Backend::matmul_each`] of the two then [`Backend::glu`], which is what it does unless a
+    /// backend does both at once (the kernel backend's decoding steps: one pass over both
+    /// matrices, nothing written between).
+    fn matmul_glu(
+        &self,
+        act: Activation,
+        [gate, up]: [&Self::Matrix; 2],
+        biases: [Option<&Self::Vector>; 2],
+        x: &Self::Tensor,
+    ) -> Result<Self::Tensor, BackendError> {
+        products_then_glu(self, act, [gate, up], biases, x)
+    }
     /// `x = act(x)`, element by element.
     fn activate(&self, act: Activation, x: &mut Self::Tensor) -> Result<(), BackendError>;
     /// `x += y · scale` (`x += y` when the scale is 1).

@@ -394,6 +394,51 @@ fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
 }
 
 #[test]
+fn a_gated_units_one_pass_gives_the_bits_of_its_two_products_and_the_activation() {
+    use super::kernel::SimBackend;
+    use crate::gguf::{GgufFile, GgufWriter};
+    use std::sync::Arc;
+    // Decoding's gated unit in one kernel (one row) against the two products and the glu
+    // kernel: every output's bits, with and without biases, for every activation (SiLU's exp
+    // changes past the last full chunk of 16: 70 outputs leave 6); and several rows, which take
+    // the two products, the same.
+    let b = SimBackend::new();
+    let mut rng = Rng::new(0x61f0);
+    let (rows, cols) = (70usize, 512usize);
+    let types = [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS, GgmlType::MXFP4, GgmlType::IQ2_XXS];
+    let mut w = GgufWriter::new();
+    for (i, &ty) in types.iter().enumerate() {
+        for part in ["gate", "up"] {
+            w.add_tensor(format!("{part}{i}"), &[cols as u64, rows as u64], ty, quantized_rows(ty, rows, cols, &mut rng)).unwrap();
+        }
+    }
+    let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
+    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+    let acts = [Activation::Silu, Activation::Gelu, Activation::GeluErf, Activation::SwigluOai];
+    let (bias_g, bias_u) = (b.upload_vector(&rng.values(rows, 1.0)).unwrap(), b.upload_vector(&rng.values(rows, 1.0)).unwrap());
+    let mut fused_launches = 0u64;
+    for (i, &ty) in types.iter().enumerate() {
+        let gate = b.upload_matrix(&file, file.tensor(&format!("gate{i}")).unwrap(), rows, cols).unwrap();
+        let up = b.upload_matrix(&file, file.tensor(&format!("up{i}")).unwrap(), rows, cols).unwrap();
+        for (batch, act) in acts.iter().map(|&act| (1usize, act)).chain([(3, Activation::Silu)]) {
+            let x = b.upload_tensor(batch, cols, &rng.values(batch * cols, 3.0)).unwrap();
+            for biases in [[None, None], [Some(&bias_g), Some(&bias_u)]] {
+                let start = kernels::Issued::on_this_thread().launches;
+                let fused = b.to_host(b.matmul_glu(act, [&gate, &up], biases, &x).unwrap()).unwrap();
+                fused_launches += kernels::Issued::on_this_thread().launches - start;
+                let apart = b.to_host(super::products_then_glu(&b, act, [&gate, &up], biases, &x).unwrap()).unwrap();
+                let with = if biases[0].is_some() { "with biases" } else { "without biases" };
+                assert_eq!(bits(fused), bits(apart), "{ty} {act:?}, {batch} rows, {with}");
+            }
+        }
+    }
+    // one row: the activations' conversion to Q8_1 and the one pass; three rows: the conversion,
+    // two products and the glu
+    let per_type = 2 * (4 * 2 + 4) as u64;
+    assert_eq!(fused_launches, types.len() as u64 * per_type, "launches of the gated unit");
+}
+
+#[test]
 fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after_and_its_heads_alone_or_grouped() {
     use super::cpu::attention::KvRows;
     use super::{KvStorage, KvType};

@@ -117,8 +117,14 @@ pub(crate) fn gated_ffn<B: Backend>(
     x: &B::Tensor,
     lora: &LoraRows<'_, B>,
 ) -> Result<B::Tensor, ModelError> {
-    let [mut g, u] = linear_each(b, [gate, up], ScaleAt::AfterBias, x, lora)?;
-    b.glu(act, &mut g, &u)?;
+    let g = if [gate, up].iter().all(|l| l.scale.is_none() && !lora.touches(l.site)) {
+        // nothing between the products and the unit: a backend may do them in one pass
+        b.matmul_glu(act, [&gate.w, &up.w], [gate.b.as_ref(), up.b.as_ref()], x)?
+    } else {
+        let [mut g, u] = linear_each(b, [gate, up], ScaleAt::AfterBias, x, lora)?;
+        b.glu(act, &mut g, &u)?;
+        g
+    };
     linear(b, down, ScaleAt::AfterBias, &g, lora)
 }
 

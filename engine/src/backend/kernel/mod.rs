@@ -350,6 +350,38 @@ where
         Ok(outs)
     }
 
+    fn matmul_glu(
+        &self,
+        act: Activation,
+        [gate, up]: [&DeviceMatrix<R>; 2],
+        biases: [Option<&DeviceVector<R>>; 2],
+        x: &DeviceTensor<R>,
+    ) -> Result<DeviceTensor<R>, BackendError> {
+        let quantized = !matches!(gate.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        let same =
+            gate.ty == up.ty && (gate.args.rows, gate.args.cols, gate.args.row_bytes) == (up.args.rows, up.args.cols, up.args.row_bytes);
+        let both_biases = biases.iter().all(Option::is_some) || biases.iter().all(Option::is_none);
+        let fits = biases.iter().flatten().all(|b| b.len == gate.args.rows) && gate.args.cols == x.cols;
+        if !(quantized && same && both_biases && fits && x.rows == 1) {
+            // several rows (the kernels' rows form, the tiles), float weights, one bias without
+            // the other: the two products
+            return crate::backend::products_then_glu(self, act, [gate, up], biases, x);
+        }
+        let mut q8 = None;
+        let xq = match self.matmul_input("matmul_glu", gate.ty, x, &mut q8)? {
+            MatmulInput::Q8_1(xq) => xq,
+            MatmulInput::F32(_) => return crate::backend::products_then_glu(self, act, [gate, up], biases, x),
+        };
+        let out = self.output("matmul_glu", x.rows, gate.args.rows)?;
+        let bias_bufs = match biases {
+            [Some(g), Some(u)] => Some((&g.buf, &u.buf)),
+            _ => None,
+        };
+        launch::mul_mat_glu(&*self.rt, (&gate.buf, gate.at), (&up.buf, up.at), gate.args, xq, bias_bufs, &out.buf, act_code(act))
+            .map_err(self.fail("matmul_glu"))?;
+        Ok(out)
+    }
+
     fn matmul_indexed(
         &self,
         sets: &[&[DeviceMatrix<R>]],
