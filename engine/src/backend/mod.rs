@@ -169,7 +169,7 @@ pub enum KvSource<'a, B: Backend> {
 }
 
 /// [`Backend::matmul_glu`] as two products and [`Backend::glu`].
-pub(crate) fn products_then_glu<B: Backend + ?Sized>(
+pub(crate) fn products_then_glu<B: Backend>(
     b: &B,
     act: Activation,
     [gate, up]: [&B::Matrix; 2],

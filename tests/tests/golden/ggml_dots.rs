@@ -89,13 +89,12 @@ fn compare(label: &str, got: &[f32], want: &[f32], magnitude: &[f64], x_rows: &[
     assert_eq!(got.len(), x_rows.len() * ROWS, "{label}");
     let mut worst = 0f64;
     for (g, &xr) in got.chunks_exact(ROWS).zip(x_rows) {
-        for r in 0..ROWS {
+        for (r, &got) in g.iter().enumerate() {
             let at = xr * ROWS + r;
-            let share = (g[r] as f64 - want[at] as f64).abs() / magnitude[at].max(f64::MIN_POSITIVE);
+            let share = (got as f64 - want[at] as f64).abs() / magnitude[at].max(f64::MIN_POSITIVE);
             assert!(
                 share <= BOUND,
-                "{label}: activation row {xr}, weight row {r}: {} against ggml's {} ({share:.2e} of Σ|w·x| {:.3e})",
-                g[r],
+                "{label}: activation row {xr}, weight row {r}: {got} against ggml's {} ({share:.2e} of Σ|w·x| {:.3e})",
                 want[at],
                 magnitude[at]
             );
