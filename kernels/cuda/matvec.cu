@@ -32,11 +32,21 @@ KERNEL void mul_mat_vec_q_rows(const uint8_t* w, int64_t row_bytes, int type, in
     mul_mat_q_tile<MATVEC_ROWS, 1>(w, w, row_bytes, type, n_chunks, lanes, xq, BLOCK_ID_Y * MATVEC_ROWS, batch, bias, bias, out, n_out, has_bias, 0);
 }
 
-// A gated unit's two products and its activation in one pass (one sequence's decoding
-// feed-forward): out = glu_value(act, gate, up) of the products of the row by `w` (the gate's
-// rows) and `w2` (the up's), each with the bits mul_mat_vec_q gives it, so the same as the two
-// products then activation.cu's glu. Grid (ceil(n_out · lanes / 128)), 128 threads.
-KERNEL void mul_mat_vec_q_glu(const uint8_t* w, const uint8_t* w2, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, const float* bias, const float* bias2, float* out, int n_out, int has_bias, int act) {
+// A gated unit's two products and its activation in one pass (decoding's feed-forward): out =
+// glu_value(act, gate, up) of the products by `w` (the gate's rows) and `w2` (the up's), each
+// with the bits mul_mat_vec_q gives it, so the same as the two products then activation.cu's
+// glu. One row (ids null), or slot y of an indexed product as mul_mat_vec_q's (the experts of
+// both stacks `expert_bytes` apart; no bias). Grid (ceil(n_out · lanes / 128), 1 or slots), 128
+// threads.
+KERNEL void mul_mat_vec_q_glu(const uint8_t* w, const uint8_t* w2, int64_t expert_bytes, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, const int32_t* ids, int per_row, const float* bias, const float* bias2, float* out, int n_out, int has_bias, int act) {
+    if (ids != nullptr) {
+        const int p = BLOCK_ID_Y;
+        w += ids[p] * expert_bytes;
+        w2 += ids[p] * expert_bytes;
+        xq += (int64_t)(p / per_row) * n_chunks * (int64_t)sizeof(block_q8_1);
+        out += (int64_t)p * n_out;
+        has_bias = 0;
+    }
     mul_mat_q_tile<1, 2>(w, w2, row_bytes, type, n_chunks, lanes, xq, 0, 1, bias, bias2, out, n_out, has_bias, act);
 }
 

@@ -737,9 +737,21 @@ pub fn mul_mat<R: Runtime>(
     go(rt, kernel, grid, MULMAT_THREADS as u32, &args)
 }
 
+/// The slots of an indexed gated unit ([`mul_mat_glu`]): slot `p` is activation row
+/// `p / per_row` times expert `ids[p]` of both stacks, whose experts lie `stride` bytes apart.
+#[derive(Clone, Copy, Debug)]
+pub struct GluSlots<'a> {
+    pub ids: &'a [u32],
+    pub count: usize,
+    pub stride: usize,
+    pub per_row: usize,
+}
+
 /// A gated unit's decoding step in one launch: `out = glu(act, x · gateᵀ (+ bias), x · upᵀ (+
-/// bias))` for one row of Q8_1 activations, `gate` and `up` (byte offsets into their buffers)
-/// of the same type and shape `m`; the bits of two [`mul_mat`]s then [`glu`] (`act` as its).
+/// bias))` for one row of Q8_1 activations (`slots` none), or for every slot of an indexed
+/// product (no biases); `gate` and `up` (byte offsets into their buffers, an expert stack's
+/// first) of the same type and shape `m`. The bits of two [`mul_mat`]s (or [`mul_mat_id`]s) then
+/// [`glu`] (`act` as its).
 #[allow(clippy::too_many_arguments)]
 pub fn mul_mat_glu<R: Runtime>(
     rt: &R,
@@ -747,32 +759,57 @@ pub fn mul_mat_glu<R: Runtime>(
     (up, up_at): (&R::Buffer, usize),
     m: MatrixArgs,
     xq: &R::Buffer,
+    slots: Option<GluSlots<'_>>,
     biases: Option<(&R::Buffer, &R::Buffer)>,
     out: &R::Buffer,
     act: i32,
 ) -> Result<(), RuntimeError> {
     const K: &str = "mul_mat_vec_q_glu";
-    let (_, xb, inner, x_bytes) = matmul_operands((K, K), MatmulInput::Q8_1(xq), m, 1)?;
-    check(rt, K, "gate", gate, gate_at + m.rows * m.row_bytes)?;
-    check(rt, K, "up", up, up_at + m.rows * m.row_bytes)?;
+    let rows = slots.map_or(1, |s| s.ids.len().div_ceil(s.per_row.max(1)));
+    let outs = slots.map_or(1, |s| s.ids.len());
+    let (_, xb, inner, x_bytes) = matmul_operands((K, K), MatmulInput::Q8_1(xq), m, rows)?;
+    let weights = slots.map_or(m.rows * m.row_bytes, |s| (s.count.max(1) - 1) * s.stride + m.rows * m.row_bytes);
+    check(rt, K, "gate", gate, gate_at + weights)?;
+    check(rt, K, "up", up, up_at + weights)?;
     check(rt, K, "x", xb, x_bytes)?;
-    check(rt, K, "out", out, m.rows * 4)?;
+    check(rt, K, "out", out, outs * m.rows * 4)?;
     if let Some((bg, bu)) = biases {
+        if slots.is_some() {
+            return Err(RuntimeError::Device(format!("{K}: biases of an indexed product")));
+        }
         check(rt, K, "gate bias", bg, m.rows * 4)?;
         check(rt, K, "up bias", bu, m.rows * 4)?;
     }
+    if let Some(s) = slots {
+        if let Some(bad) = s.ids.iter().find(|&&e| e as usize >= s.count) {
+            return Err(RuntimeError::Device(format!("{K}: expert {bad} of {}", s.count)));
+        }
+        if s.count > 1 && s.stride < m.rows * m.row_bytes {
+            return Err(RuntimeError::Device(format!("{K}: experts {} bytes apart hold {} each", s.stride, m.rows * m.row_bytes)));
+        }
+        if s.ids.is_empty() {
+            return Ok(());
+        }
+    }
+    let ids = match slots {
+        Some(s) => Some(ints(rt, &s.ids.iter().map(|&e| e as i32).collect::<Vec<i32>>())?),
+        None => None,
+    };
     let lanes = lanes_per_output(inner);
-    let grid = [dim(K, "blocks", m.rows.div_ceil(MULMAT_THREADS / lanes))?, 1, 1];
-    // unused pointers when there are no biases
+    let grid = [dim(K, "blocks", m.rows.div_ceil(MULMAT_THREADS / lanes))?, dim(K, "slots", outs)?, 1];
+    // unused pointers when there are no biases or ids
     let (bg, bu) = biases.unwrap_or((gate, gate));
     let args = [
         Arg::BufAt(gate, gate_at),
         Arg::BufAt(up, up_at),
+        Arg::I64(slots.map_or(0, |s| s.stride) as i64),
         Arg::I64(m.row_bytes as i64),
         Arg::I32(m.ty as i32),
         Arg::I32(int(K, "inner size", inner)?),
         Arg::I32(lanes as i32),
         Arg::Buf(xb),
+        ids.as_deref().map_or(Arg::I64(0), Arg::Buf),
+        Arg::I32(int(K, "slots per row", slots.map_or(1, |s| s.per_row.max(1)))?),
         Arg::Buf(bg),
         Arg::Buf(bu),
         Arg::Buf(out),
@@ -781,6 +818,12 @@ pub fn mul_mat_glu<R: Runtime>(
         Arg::I32(act),
     ];
     go(rt, K, grid, MULMAT_THREADS as u32, &args)
+}
+
+/// Whether [`mul_mat_id`] runs `ids` (slots choosing among `count` experts) by expert tiles (a
+/// prompt's slots), where [`mul_mat_glu`]'s slot by slot would read each expert once per slot.
+pub fn expert_tiles_pay(ids: &[u32], count: usize) -> bool {
+    ExpertTiles::worth_it(ids, count).is_some()
 }
 
 /// Experts stacked in one buffer for [`mul_mat_id`]: `count` matrices of `m`'s shape, expert

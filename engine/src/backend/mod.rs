@@ -168,6 +168,20 @@ pub enum KvSource<'a, B: Backend> {
     Batch { k: &'a B::Tensor, v: &'a B::Tensor },
 }
 
+/// [`Backend::matmul_indexed_glu`] as the indexed products and [`Backend::glu`].
+pub(crate) fn indexed_products_then_glu<B: Backend>(
+    b: &B,
+    act: Activation,
+    [gate, up]: [&[B::Matrix]; 2],
+    ids: &[usize],
+    x: &B::Tensor,
+) -> Result<B::Tensor, BackendError> {
+    let mut ys = b.matmul_indexed(&[gate, up], ids, x)?.into_iter();
+    let (mut g, u) = (ys.next().expect("the gate set's products"), ys.next().expect("the up set's products"));
+    b.glu(act, &mut g, &u)?;
+    Ok(g)
+}
+
 /// [`Backend::matmul_glu`] as two products and [`Backend::glu`].
 pub(crate) fn products_then_glu<B: Backend>(
     b: &B,
@@ -335,6 +349,18 @@ pub trait Backend: Send + Sync + Sized + 'static {
         x: &Self::Tensor,
     ) -> Result<Self::Tensor, BackendError> {
         products_then_glu(self, act, [gate, up], biases, x)
+    }
+    /// An indexed gated unit: `act(gate slot) · (up slot)` for every slot of
+    /// [`Backend::matmul_indexed`] over the gate and up sets, the bits of that then
+    /// [`Backend::glu`], which is what it does unless a backend does both at once.
+    fn matmul_indexed_glu(
+        &self,
+        act: Activation,
+        [gate, up]: [&[Self::Matrix]; 2],
+        ids: &[usize],
+        x: &Self::Tensor,
+    ) -> Result<Self::Tensor, BackendError> {
+        indexed_products_then_glu(self, act, [gate, up], ids, x)
     }
     /// `x = act(x)`, element by element.
     fn activate(&self, act: Activation, x: &mut Self::Tensor) -> Result<(), BackendError>;

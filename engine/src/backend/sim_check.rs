@@ -439,6 +439,45 @@ fn a_gated_units_one_pass_gives_the_bits_of_its_two_products_and_the_activation(
 }
 
 #[test]
+fn an_indexed_gated_units_one_pass_gives_the_bits_of_its_products_and_the_activation() {
+    use super::kernel::SimBackend;
+    use crate::gguf::{GgufFile, GgufWriter};
+    use std::sync::Arc;
+    // Decoding's indexed gated unit (each slot's gate and up expert in one kernel) against the
+    // indexed products and glu, every slot's bits: one token choosing two experts, three tokens
+    // (a row per token), a row per slot, and a prompt whose slots take the expert tiles (then
+    // the products, as before).
+    let b = SimBackend::new();
+    let mut rng = Rng::new(0x9e1);
+    let (n, rows, cols) = (4usize, 40usize, 512usize);
+    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+    let prompt: Vec<usize> = (0..80).map(|p| if p % 10 < 7 { 0 } else { 1 + p % 3 }).collect();
+    let cases: [(&[usize], usize, bool); 4] =
+        [(&[2, 0], 1, true), (&[3, 0, 1, 3, 2, 2], 3, true), (&[3, 0, 1, 3, 2, 2], 6, true), (&prompt, 40, false)];
+    for (ty, act) in [(GgmlType::Q4_K, Activation::Silu), (GgmlType::MXFP4, Activation::SwigluOai), (GgmlType::IQ2_XS, Activation::Gelu)] {
+        let mut w = GgufWriter::new();
+        for part in ["gate", "up"] {
+            w.add_tensor(part, &[cols as u64, rows as u64, n as u64], ty, quantized_rows(ty, n * rows, cols, &mut rng)).unwrap();
+        }
+        let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
+        let gate = b.upload_stack(&file, file.tensor("gate").unwrap(), n, rows, cols).unwrap();
+        let up = b.upload_stack(&file, file.tensor("up").unwrap(), n, rows, cols).unwrap();
+        for (ids, x_rows, one_pass) in cases {
+            let x = b.upload_tensor(x_rows, cols, &rng.values(x_rows * cols, 2.0)).unwrap();
+            let start = kernels::Issued::on_this_thread().launches;
+            let fused = b.to_host(b.matmul_indexed_glu(act, [&gate, &up], ids, &x).unwrap()).unwrap();
+            let launches = kernels::Issued::on_this_thread().launches - start;
+            let apart = b.to_host(super::indexed_products_then_glu(&b, act, [&gate, &up], ids, &x).unwrap()).unwrap();
+            assert_eq!(bits(fused), bits(apart), "{ty} {act:?}: {} slots over {x_rows} rows", ids.len());
+            if one_pass {
+                // the activations' conversion to Q8_1 and the one pass
+                assert_eq!(launches, 2, "{ty}: launches of {} slots over {x_rows} rows", ids.len());
+            }
+        }
+    }
+}
+
+#[test]
 fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after_and_its_heads_alone_or_grouped() {
     use super::cpu::attention::KvRows;
     use super::{KvStorage, KvType};

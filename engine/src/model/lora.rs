@@ -301,6 +301,12 @@ impl<'a, B: Backend> LoraRows<'a, B> {
         site.is_some_and(|s| self.active.iter().any(|a| a.weights.sites[s].is_some()))
     }
 
+    /// Whether an adapter of these rows corrects one of the `n` sites from `first` (a set of
+    /// experts).
+    pub(crate) fn touches_any(&self, first: Option<usize>, n: usize) -> bool {
+        first.is_some_and(|f| self.active.iter().any(|a| a.weights.sites[f..f + n].iter().any(Option::is_some)))
+    }
+
     /// `ys[p][r] += s' · (x[r] · Aᵀ) · Bᵀ` for every row `r` of every adapter correcting site
     /// `sites[p]` (`x` the projections' input, `ys[p]` the products), adapters in load order;
     /// the parts of a fused projection, which share an adapter's `A`, take one pass of it.

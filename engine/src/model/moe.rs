@@ -257,15 +257,22 @@ pub(crate) fn forward<B: Backend>(
     };
     let input = weighted_inputs.as_ref().unwrap_or(h);
     let slots = Slots { ids: &ids, n_used: x.n_used, lora };
-    let (mut gate, up) = if w.gate.plain() && w.up.plain() {
-        // both sets in one pass over one gathering of the rows
-        let mut ys = b.matmul_indexed(&[&w.gate.w, &w.up.w], &ids, input)?.into_iter();
-        let (gate, up) = (ys.next().expect("the gate set"), ys.next().expect("the up set"));
-        (w.gate.finish(b, &slots, input, gate)?, w.up.finish(b, &slots, input, up)?)
+    let lora_free = !lora.touches_any(w.gate.site, w.gate.w.len()) && !lora.touches_any(w.up.site, w.up.w.len());
+    let gate = if w.gate.plain() && w.up.plain() && lora_free {
+        // nothing between the products and the unit: a backend may do them in one pass
+        b.matmul_indexed_glu(act, [&w.gate.w, &w.up.w], &ids, input)?
     } else {
-        (w.gate.indexed(b, &slots, input)?, w.up.indexed(b, &slots, input)?)
-    }; // slots x n_ff twice
-    b.glu(act, &mut gate, &up)?;
+        let (mut gate, up) = if w.gate.plain() && w.up.plain() {
+            // both sets in one pass over one gathering of the rows
+            let mut ys = b.matmul_indexed(&[&w.gate.w, &w.up.w], &ids, input)?.into_iter();
+            let (gate, up) = (ys.next().expect("the gate set"), ys.next().expect("the up set"));
+            (w.gate.finish(b, &slots, input, gate)?, w.up.finish(b, &slots, input, up)?)
+        } else {
+            (w.gate.indexed(b, &slots, input)?, w.up.indexed(b, &slots, input)?)
+        }; // slots x n_ff twice
+        b.glu(act, &mut gate, &up)?;
+        gate
+    }; // slots x n_ff
     let down = w.down.indexed(b, &slots, &gate)?; // slots x n_embd
     let mut out = b.zeros(rows, n_embd)?;
     for k in 0..x.n_used {

@@ -377,8 +377,40 @@ where
             [Some(g), Some(u)] => Some((&g.buf, &u.buf)),
             _ => None,
         };
-        launch::mul_mat_glu(&*self.rt, (&gate.buf, gate.at), (&up.buf, up.at), gate.args, xq, bias_bufs, &out.buf, act_code(act))
+        launch::mul_mat_glu(&*self.rt, (&gate.buf, gate.at), (&up.buf, up.at), gate.args, xq, None, bias_bufs, &out.buf, act_code(act))
             .map_err(self.fail("matmul_glu"))?;
+        Ok(out)
+    }
+
+    fn matmul_indexed_glu(
+        &self,
+        act: Activation,
+        [gate, up]: [&[DeviceMatrix<R>]; 2],
+        ids: &[usize],
+        x: &DeviceTensor<R>,
+    ) -> Result<DeviceTensor<R>, BackendError> {
+        let ids32: Vec<u32> = ids.iter().map(|&e| e as u32).collect();
+        let (gs, us) = match (stack_of(gate), stack_of(up)) {
+            (Some(g), Some(u)) => (g, u),
+            _ => return crate::backend::indexed_products_then_glu(self, act, [gate, up], ids, x),
+        };
+        let quantized = !matches!(gate[0].ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        let same = gate[0].ty == up[0].ty
+            && (gs.m.rows, gs.m.cols, gs.m.row_bytes, gs.stride, gs.count) == (us.m.rows, us.m.cols, us.m.row_bytes, us.stride, us.count);
+        let fits = gs.m.cols == x.cols && !ids.is_empty() && ids.len().is_multiple_of(x.rows.max(1));
+        if !(quantized && same && fits) || launch::expert_tiles_pay(&ids32, gs.count) {
+            // a prompt's slots (the expert tiles), float or unlike sets: the products, then the unit
+            return crate::backend::indexed_products_then_glu(self, act, [gate, up], ids, x);
+        }
+        let mut q8 = None;
+        let xq = match self.matmul_input("matmul_indexed_glu", gate[0].ty, x, &mut q8)? {
+            MatmulInput::Q8_1(xq) => xq,
+            MatmulInput::F32(_) => return crate::backend::indexed_products_then_glu(self, act, [gate, up], ids, x),
+        };
+        let out = self.output("matmul_indexed_glu", ids.len(), gs.m.rows)?;
+        let slots = launch::GluSlots { ids: &ids32, count: gs.count, stride: gs.stride, per_row: ids.len() / x.rows };
+        launch::mul_mat_glu(&*self.rt, (&gate[0].buf, gs.at), (&up[0].buf, us.at), gs.m, xq, Some(slots), None, &out.buf, act_code(act))
+            .map_err(self.fail("matmul_indexed_glu"))?;
         Ok(out)
     }
 
