@@ -6,7 +6,7 @@
 //! alone or in a list.
 
 use crate::kv_cache::KvType;
-use crate::model::{BatchEntry, Model, ModelError};
+use crate::model::{BatchEntry, InputEntry, Model, ModelError};
 use crate::tokenizer::TokenId;
 
 /// How the hidden states of a text's tokens become one vector (llama.cpp's pooling types).
@@ -241,7 +241,8 @@ pub(crate) fn hidden_states(model: &Model, seqs: &[Vec<TokenId>], pooling: Pooli
             let start = ci * DECODER_CHUNK;
             let mut batch = BatchEntry::sequence(0, chunk, start as u32, true);
             batch.iter_mut().enumerate().for_each(|(j, b)| b.logits = wanted(start + j));
-            rows.extend_from_slice(&model.forward(&mut kv, &batch)?.hidden);
+            let entries: Vec<InputEntry> = batch.into_iter().map(|e| InputEntry::from(e).with_hidden()).collect();
+            rows.extend_from_slice(&model.forward_inputs(&mut kv, &entries)?.hidden);
         }
         out.push(rows);
     }

@@ -354,5 +354,6 @@ pub(crate) fn forward<B: Backend>(
     if let Some(cap) = c.final_logit_softcap {
         b.softcap(&mut logits, cap)?;
     }
-    Ok(Logits { n_vocab: c.n_vocab, values: b.to_host(logits)?, entries: wanted, hidden: b.to_host(normed)? })
+    let hidden = if batch.iter().any(|e| e.hidden) { b.to_host(normed)? } else { Vec::new() };
+    Ok(Logits { n_vocab: c.n_vocab, values: b.to_host(logits)?, entries: wanted, hidden })
 }

@@ -82,6 +82,9 @@ pub struct InputEntry<'a> {
     /// ([`Model::set_default_lora`]) without its activated adapters, which run only where a
     /// [`LoraSchedule`] of the row's prompt says.
     pub lora: Option<&'a [LoraScale]>,
+    /// The batch's [`Logits::hidden`] is asked for (embeddings): a second copy from the device
+    /// that a generating step does without.
+    pub hidden: bool,
 }
 
 impl<'a> InputEntry<'a> {
@@ -89,11 +92,24 @@ impl<'a> InputEntry<'a> {
     pub fn with_lora(self, lora: &'a [LoraScale]) -> InputEntry<'a> {
         InputEntry { lora: Some(lora), ..self }
     }
+
+    /// The entry asking for the batch's final hidden states too.
+    pub fn with_hidden(self) -> InputEntry<'a> {
+        InputEntry { hidden: true, ..self }
+    }
 }
 
 impl From<BatchEntry> for InputEntry<'_> {
     fn from(e: BatchEntry) -> Self {
-        InputEntry { seq: e.seq, input: RowInput::Token(e.token), pos: e.pos, logits: e.logits, non_causal: false, lora: None }
+        InputEntry {
+            seq: e.seq,
+            input: RowInput::Token(e.token),
+            pos: e.pos,
+            logits: e.logits,
+            non_causal: false,
+            lora: None,
+            hidden: false,
+        }
     }
 }
 
@@ -105,7 +121,8 @@ pub struct Logits {
     pub values: Vec<f32>,
     /// The batch index of each row.
     pub entries: Vec<usize>,
-    /// The final normalised hidden state of each row (`entries.len()` rows of `n_embd`).
+    /// The final normalised hidden state of each row (`entries.len()` rows of `n_embd`) when an
+    /// entry asked for it ([`InputEntry::hidden`]), else empty.
     pub hidden: Vec<f32>,
 }
 

@@ -26,7 +26,7 @@ fn check(model: &Model, tokens: &[u32], swap: &[usize]) {
     for seq in [0u32, 1] {
         for (i, &t) in tokens.iter().enumerate() {
             let input = if seq == 0 && swap.contains(&i) { RowInput::Embedding(&rows[i]) } else { RowInput::Token(t) };
-            batch.push(InputEntry { seq, input, pos: i as u32, logits: true, non_causal: false, lora: None });
+            batch.push(InputEntry { seq, input, pos: i as u32, logits: true, non_causal: false, lora: None, hidden: false });
         }
     }
     let mixed = model.forward_inputs(&mut kv, &batch).unwrap();
@@ -66,7 +66,8 @@ fn an_embedding_row_of_the_wrong_size_is_refused() {
     let model = Model::load(fixture("models/tiny-llama-Q8_0.gguf")).unwrap();
     let mut kv = model.new_kv_cache(KvType::F32, 16);
     let short = vec![0.5f32; model.config().n_embd - 1];
-    let batch = [InputEntry { seq: 0, input: RowInput::Embedding(&short), pos: 0, logits: true, non_causal: false, lora: None }];
+    let batch =
+        [InputEntry { seq: 0, input: RowInput::Embedding(&short), pos: 0, logits: true, non_causal: false, lora: None, hidden: false }];
     let e = model.forward_inputs(&mut kv, &batch).unwrap_err();
     assert!(matches!(e, ModelError::BadBatch(_)), "{e}");
     assert!(e.to_string().contains("embedding row"), "{e}");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use engine::embed::{embed, embed_tokens, Pooling};
 use engine::gguf::{GgufFile, GgufWriter, Value};
-use engine::model::{BatchEntry, Model, ModelError};
+use engine::model::{BatchEntry, InputEntry, Model, ModelError};
 use engine_tests::{fixture, read_json};
 
 const MODEL: &str = "real/all-MiniLM-L6-v2-Q8_0.gguf";
@@ -232,8 +232,12 @@ fn decoder_embeddings_are_its_final_hidden_states() {
     assert!(ids.len() > 100, "{}", ids.len());
     let e = m.config().n_embd;
     let mut kv = m.new_kv_cache(engine::kv_cache::KvType::F32, ids.len());
-    let all = m.forward(&mut kv, &BatchEntry::sequence(0, &ids, 0, true)).unwrap();
+    let entries: Vec<InputEntry> = BatchEntry::sequence(0, &ids, 0, true).into_iter().map(|e| InputEntry::from(e).with_hidden()).collect();
+    let all = m.forward_inputs(&mut kv, &entries).unwrap();
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    // a generating step leaves the hidden states on the device
+    let mut kv = m.new_kv_cache(engine::kv_cache::KvType::F32, ids.len());
+    assert!(m.forward(&mut kv, &BatchEntry::sequence(0, &ids, 0, true)).unwrap().hidden.is_empty());
 
     let rows = embed_tokens(&m, &[&text], false).unwrap().remove(0);
     assert_eq!(rows.len(), ids.len());

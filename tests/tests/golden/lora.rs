@@ -36,7 +36,15 @@ fn logits(model: &Model, lora: Option<&[LoraScale]>) -> Vec<f32> {
     let batch: Vec<InputEntry> = IDS
         .iter()
         .enumerate()
-        .map(|(i, &t)| InputEntry { seq: 0, input: RowInput::Token(t), pos: i as u32, logits: true, non_causal: false, lora })
+        .map(|(i, &t)| InputEntry {
+            seq: 0,
+            input: RowInput::Token(t),
+            pos: i as u32,
+            logits: true,
+            non_causal: false,
+            lora,
+            hidden: false,
+        })
         .collect();
     model.forward_inputs(&mut kv, &batch).unwrap().values
 }
@@ -126,6 +134,7 @@ fn rows_with_different_adapters_share_a_batch_and_keep_their_bits() {
                 logits: true,
                 non_causal: false,
                 lora: Some(set),
+                hidden: false,
             });
         }
     }
@@ -192,6 +201,7 @@ fn expert_corrections_follow_each_rows_adapters() {
                 logits: true,
                 non_causal: false,
                 lora: Some(sets[s]),
+                hidden: false,
             }
         })
         .collect();
@@ -292,7 +302,8 @@ fn mismatched_or_malformed_adapters_are_errors_naming_the_problem() {
         [&[LoraScale { adapter: id + 1, scale: 1.0 }][..], &[LoraScale { adapter: id, scale: 1.0 }, LoraScale { adapter: id, scale: 0.5 }]]
     {
         let mut kv = llama.new_kv_cache(KvType::F32, 64);
-        let entry = InputEntry { seq: 0, input: RowInput::Token(1), pos: 0, logits: true, non_causal: false, lora: Some(bad) };
+        let entry =
+            InputEntry { seq: 0, input: RowInput::Token(1), pos: 0, logits: true, non_causal: false, lora: Some(bad), hidden: false };
         let e = llama.forward_inputs(&mut kv, &[entry]).unwrap_err().to_string();
         assert!(e.contains("adapter"), "{e}");
         assert_eq!(kv.seq_len(0), 0, "a refused batch writes nothing");

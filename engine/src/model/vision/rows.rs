@@ -97,7 +97,15 @@ impl PromptImages {
             .enumerate()
             .map(|(i, &id)| {
                 let (input, non_causal) = self.input(id, n_vocab).ok_or(id)?;
-                Ok(InputEntry { seq, input, pos: start + i as u32, logits: logits_last && i + 1 == ids.len(), non_causal, lora: None })
+                Ok(InputEntry {
+                    seq,
+                    input,
+                    pos: start + i as u32,
+                    logits: logits_last && i + 1 == ids.len(),
+                    non_causal,
+                    lora: None,
+                    hidden: false,
+                })
             })
             .collect()
     }
