@@ -8,11 +8,16 @@ import subprocess
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def llama_bin() -> str:
+    """The folder of llama.cpp's binaries (../shared/tools/build-llama-cpp.sh builds them once)."""
+    tools = os.path.join(ROOT, "..", "shared", "tools")
+    return subprocess.run([os.path.join(tools, "build-llama-cpp.sh")], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
 def build_helper(name: str) -> str:
     """The path of tools/src/NAME.cpp built against libllama (rebuilt when the source is newer)."""
-    tools = os.path.join(ROOT, "..", "shared", "tools")
-    bin_dir = subprocess.run([os.path.join(tools, "build-llama-cpp.sh")], check=True, capture_output=True,
-                             text=True).stdout.strip()
+    bin_dir = llama_bin()
     llama = os.path.dirname(os.path.realpath(os.path.join(bin_dir, "llama-cli")))
     llama = os.path.dirname(os.path.dirname(llama))  # .../llama.cpp-b11434
     src, build = os.path.join(llama, "src"), os.path.join(llama, "build")

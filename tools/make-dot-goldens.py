@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-from llama_helpers import ROOT, build_helper
+from llama_helpers import ROOT, build_helper, llama_bin
 
 FIX = os.path.join(ROOT, "tests", "fixtures")
 OUT = os.path.join(FIX, "quants", "golden", "dots")
@@ -74,8 +74,7 @@ def tensor_blocks(path: str, ty: str) -> bytes:
 
 
 def main() -> None:
-    bin_dir = subprocess.run([os.path.join(ROOT, "..", "shared", "tools", "build-llama-cpp.sh")], check=True,
-                             capture_output=True, text=True).stdout.strip()
+    bin_dir = llama_bin()
     exe = build_helper("ggml-dots")
     os.makedirs(OUT, exist_ok=True)
     x = activations()

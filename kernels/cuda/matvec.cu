@@ -6,6 +6,16 @@
 
 #define MATVEC_ROWS 8
 
+// An indexed product's slot p = y as a batch of one row: `xq` and `out` moved to its activation
+// row (p / per_row, of n_chunks Q8_1 blocks) and its output row; the byte offset of its expert
+// (ids[p], experts `expert_bytes` apart) returned.
+DEVICE int64_t as_slot(const int32_t* ids, int per_row, int64_t expert_bytes, int n_chunks, int n_out, const uint8_t*& xq, float*& out) {
+    const int p = BLOCK_ID_Y;
+    xq += (int64_t)(p / per_row) * n_chunks * (int64_t)sizeof(block_q8_1);
+    out += (int64_t)p * n_out;
+    return ids[p] * expert_bytes;
+}
+
 // Quantized weights, x as Q8_1 blocks, `lanes` lanes per output: the batch's row y (ids null),
 // or an indexed product's slot (ggml's mul_mat_id): slot p = y times expert ids[p] of the stack
 // `w` (experts `expert_bytes` apart, each n_out rows of `row_bytes`), its activation row
@@ -16,10 +26,7 @@ KERNEL void mul_mat_vec_q(const uint8_t* w, int64_t expert_bytes, int64_t row_by
     // for every weight type)
     int row = BLOCK_ID_Y;
     if (ids != nullptr) {
-        const int p = BLOCK_ID_Y;
-        w += ids[p] * expert_bytes;
-        xq += (int64_t)(p / per_row) * n_chunks * (int64_t)sizeof(block_q8_1);
-        out += (int64_t)p * n_out;
+        w += as_slot(ids, per_row, expert_bytes, n_chunks, n_out, xq, out);
         row = 0;
         batch = 1;
         has_bias = 0;
@@ -40,11 +47,9 @@ KERNEL void mul_mat_vec_q_rows(const uint8_t* w, int64_t row_bytes, int type, in
 // threads.
 KERNEL void mul_mat_vec_q_glu(const uint8_t* w, const uint8_t* w2, int64_t expert_bytes, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, const int32_t* ids, int per_row, const float* bias, const float* bias2, float* out, int n_out, int has_bias, int act) {
     if (ids != nullptr) {
-        const int p = BLOCK_ID_Y;
-        w += ids[p] * expert_bytes;
-        w2 += ids[p] * expert_bytes;
-        xq += (int64_t)(p / per_row) * n_chunks * (int64_t)sizeof(block_q8_1);
-        out += (int64_t)p * n_out;
+        const int64_t expert = as_slot(ids, per_row, expert_bytes, n_chunks, n_out, xq, out);
+        w += expert;
+        w2 += expert;
         has_bias = 0;
     }
     mul_mat_q_tile<1, 2>(w, w2, row_bytes, type, n_chunks, lanes, xq, 0, 1, bias, bias2, out, n_out, has_bias, act);

@@ -768,7 +768,7 @@ pub fn mul_mat_glu<R: Runtime>(
     let rows = slots.map_or(1, |s| s.ids.len().div_ceil(s.per_row.max(1)));
     let outs = slots.map_or(1, |s| s.ids.len());
     let (_, xb, inner, x_bytes) = matmul_operands((K, K), MatmulInput::Q8_1(xq), m, rows)?;
-    let weights = slots.map_or(m.rows * m.row_bytes, |s| (s.count.max(1) - 1) * s.stride + m.rows * m.row_bytes);
+    let weights = slots.map_or(m.rows * m.row_bytes, |s| stack_bytes(s.count, s.stride, m));
     check(rt, K, "gate", gate, gate_at + weights)?;
     check(rt, K, "up", up, up_at + weights)?;
     check(rt, K, "x", xb, x_bytes)?;
@@ -781,12 +781,7 @@ pub fn mul_mat_glu<R: Runtime>(
         check(rt, K, "up bias", bu, m.rows * 4)?;
     }
     if let Some(s) = slots {
-        if let Some(bad) = s.ids.iter().find(|&&e| e as usize >= s.count) {
-            return Err(RuntimeError::Device(format!("{K}: expert {bad} of {}", s.count)));
-        }
-        if s.count > 1 && s.stride < m.rows * m.row_bytes {
-            return Err(RuntimeError::Device(format!("{K}: experts {} bytes apart hold {} each", s.stride, m.rows * m.row_bytes)));
-        }
+        check_experts(K, s.ids, s.count, s.stride, m)?;
         if s.ids.is_empty() {
             return Ok(());
         }
@@ -826,6 +821,23 @@ pub fn expert_tiles_pay(ids: &[u32], count: usize) -> bool {
     ExpertTiles::worth_it(ids, count).is_some()
 }
 
+/// Checks an indexed product's expert ids (each below `count`) and its stack's stride (room for
+/// one matrix `m` per expert).
+fn check_experts(kernel: &str, ids: &[u32], count: usize, stride: usize, m: MatrixArgs) -> Result<(), RuntimeError> {
+    if let Some(bad) = ids.iter().find(|&&e| e as usize >= count) {
+        return Err(RuntimeError::Device(format!("{kernel}: expert {bad} of {count}")));
+    }
+    if count > 0 && stride < m.rows * m.row_bytes {
+        return Err(RuntimeError::Device(format!("{kernel}: experts {stride} bytes apart hold {} each", m.rows * m.row_bytes)));
+    }
+    Ok(())
+}
+
+/// The bytes from a stack's first expert to the end of its last (`count` of `m`, `stride` apart).
+fn stack_bytes(count: usize, stride: usize, m: MatrixArgs) -> usize {
+    count.saturating_sub(1) * stride + m.rows * m.row_bytes
+}
+
 /// Experts stacked in one buffer for [`mul_mat_id`]: `count` matrices of `m`'s shape, expert
 /// `e` from byte `at + e · stride`.
 #[derive(Clone, Copy, Debug)]
@@ -851,16 +863,11 @@ pub fn mul_mat_id<R: Runtime>(
     let m = s.m;
     let rows = ids.len().div_ceil(per_row.max(1));
     let (kernel, xb, inner, x_bytes) = matmul_operands(("mul_mat_vec_q", "mul_mat_vec_f"), x, m, rows)?;
-    if let Some(bad) = ids.iter().find(|&&e| e as usize >= s.count) {
-        return Err(RuntimeError::Device(format!("{kernel}: expert {bad} of {}", s.count)));
-    }
-    if s.count > 0 && s.stride < m.rows * m.row_bytes {
-        return Err(RuntimeError::Device(format!("{kernel}: experts {} bytes apart hold {} each", s.stride, m.rows * m.row_bytes)));
-    }
+    check_experts(kernel, ids, s.count, s.stride, m)?;
     if ids.is_empty() {
         return Ok(());
     }
-    check(rt, kernel, "w", w, s.at + (s.count - 1) * s.stride + m.rows * m.row_bytes)?;
+    check(rt, kernel, "w", w, s.at + stack_bytes(s.count, s.stride, m))?;
     check(rt, kernel, "x", xb, x_bytes)?;
     check(rt, kernel, "out", out, ids.len() * m.rows * 4)?;
     let quantized = kernel == "mul_mat_vec_q";

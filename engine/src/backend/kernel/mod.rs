@@ -357,19 +357,19 @@ where
         biases: [Option<&DeviceVector<R>>; 2],
         x: &DeviceTensor<R>,
     ) -> Result<DeviceTensor<R>, BackendError> {
-        let quantized = !matches!(gate.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
         let same =
             gate.ty == up.ty && (gate.args.rows, gate.args.cols, gate.args.row_bytes) == (up.args.rows, up.args.cols, up.args.row_bytes);
         let both_biases = biases.iter().all(Option::is_some) || biases.iter().all(Option::is_none);
         let fits = biases.iter().flatten().all(|b| b.len == gate.args.rows) && gate.args.cols == x.cols;
-        if !(quantized && same && both_biases && fits && x.rows == 1) {
-            // several rows (the kernels' rows form, the tiles), float weights, one bias without
-            // the other: the two products
+        if !(same && both_biases && fits && x.rows == 1) {
+            // several rows (the kernels' rows form, the tiles), one bias without the other: the
+            // two products
             return crate::backend::products_then_glu(self, act, [gate, up], biases, x);
         }
         let mut q8 = None;
         let xq = match self.matmul_input("matmul_glu", gate.ty, x, &mut q8)? {
             MatmulInput::Q8_1(xq) => xq,
+            // float weights
             MatmulInput::F32(_) => return crate::backend::products_then_glu(self, act, [gate, up], biases, x),
         };
         let out = self.output("matmul_glu", x.rows, gate.args.rows)?;
@@ -389,22 +389,22 @@ where
         ids: &[usize],
         x: &DeviceTensor<R>,
     ) -> Result<DeviceTensor<R>, BackendError> {
-        let ids32: Vec<u32> = ids.iter().map(|&e| e as u32).collect();
         let (gs, us) = match (stack_of(gate), stack_of(up)) {
             (Some(g), Some(u)) => (g, u),
             _ => return crate::backend::indexed_products_then_glu(self, act, [gate, up], ids, x),
         };
-        let quantized = !matches!(gate[0].ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        let ids32: Vec<u32> = ids.iter().map(|&e| e as u32).collect();
         let same = gate[0].ty == up[0].ty
             && (gs.m.rows, gs.m.cols, gs.m.row_bytes, gs.stride, gs.count) == (us.m.rows, us.m.cols, us.m.row_bytes, us.stride, us.count);
         let fits = gs.m.cols == x.cols && !ids.is_empty() && ids.len().is_multiple_of(x.rows.max(1));
-        if !(quantized && same && fits) || launch::expert_tiles_pay(&ids32, gs.count) {
-            // a prompt's slots (the expert tiles), float or unlike sets: the products, then the unit
+        if !(same && fits) || launch::expert_tiles_pay(&ids32, gs.count) {
+            // a prompt's slots (the expert tiles), unlike sets: the products, then the unit
             return crate::backend::indexed_products_then_glu(self, act, [gate, up], ids, x);
         }
         let mut q8 = None;
         let xq = match self.matmul_input("matmul_indexed_glu", gate[0].ty, x, &mut q8)? {
             MatmulInput::Q8_1(xq) => xq,
+            // float weights
             MatmulInput::F32(_) => return crate::backend::indexed_products_then_glu(self, act, [gate, up], ids, x),
         };
         let out = self.output("matmul_indexed_glu", ids.len(), gs.m.rows)?;
