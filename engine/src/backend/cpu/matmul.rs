@@ -461,14 +461,20 @@ mod tests {
     /// of Q4_K, Q6_K, Q8_0 and MXFP4 with their panels where they have them (as products run
     /// them) and as plain rows, for 1 to 4
     /// activation rows: `MATVEC_ROWS=65536 cargo test --release -p engine --lib
-    /// matvec_throughput -- --ignored --nocapture` (rows of 2048 values; 16384 rows by default).
+    /// matvec_throughput -- --ignored --nocapture` (16384 rows of 2048 values by default;
+    /// `MATVEC_COLS` sets the row length, `MATVEC_TYPES=Q6_K,Q8_0` the types).
     #[test]
     #[ignore = "timing, not a check"]
     fn matvec_throughput() {
         use crate::quant::panel;
-        let (rows, cols) = (std::env::var("MATVEC_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(16384usize), 2048usize);
+        let setting = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+        let (rows, cols) = (setting("MATVEC_ROWS", 16384), setting("MATVEC_COLS", 2048));
         let (_, x) = quantized(GgmlType::F32, 4, cols, 1);
-        for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::MXFP4] {
+        let types: Vec<GgmlType> = match std::env::var("MATVEC_TYPES") {
+            Ok(v) => v.split(',').map(|t| GgmlType::from_name(t).expect("a type name")).collect(),
+            Err(_) => vec![GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::MXFP4],
+        };
+        for ty in types {
             let (bytes, _) = quantized(ty, rows, cols, 2);
             let p = panel::repack(ty, rows, cols, &bytes);
             let plain = WeightMatrix::new(ty, rows, cols, &bytes).unwrap();
