@@ -257,12 +257,13 @@ pub(crate) fn forward<B: Backend>(
     };
     let input = weighted_inputs.as_ref().unwrap_or(h);
     let slots = Slots { ids: &ids, n_used: x.n_used, lora };
+    let plain = w.gate.plain() && w.up.plain();
     let lora_free = !lora.touches_any(w.gate.site, w.gate.w.len()) && !lora.touches_any(w.up.site, w.up.w.len());
-    let gate = if w.gate.plain() && w.up.plain() && lora_free {
+    let gate = if plain && lora_free {
         // nothing between the products and the unit: a backend may do them in one pass
         b.matmul_indexed_glu(act, [&w.gate.w, &w.up.w], &ids, input)?
     } else {
-        let (mut gate, up) = if w.gate.plain() && w.up.plain() {
+        let (mut gate, up) = if plain {
             // both sets in one pass over one gathering of the rows
             let mut ys = b.matmul_indexed(&[&w.gate.w, &w.up.w], &ids, input)?.into_iter();
             let (gate, up) = (ys.next().expect("the gate set"), ys.next().expect("the up set"));
