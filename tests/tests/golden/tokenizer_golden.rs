@@ -57,14 +57,19 @@ fn every_vocab_matches_llama_cpp_with_special_tokens_pieces_and_detokenization()
     assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
 }
 
-/// The pre-tokenizers no test vocabulary names (`gpt-4o`, `tekken`): llama-bpe's vocabulary
+/// The pre-tokenizers no test vocabulary names: gpt-oss's (`gpt-4o`), Mistral 3's (`tekken`),
+/// GLM-4's (`glm4`, and GLM-4-9B-chat's `chatglm-bpe`), OLMo's (`olmo`, and OLMo 2's `dbrx`),
+/// DeepSeek-V3's (`deepseek-v3`), SmolLM's (`smollm`) and `smaug-bpe`: llama-bpe's vocabulary
 /// relabelled in memory, against llama.cpp on the same relabelling
 /// (tools/make-pretokenizer-goldens.sh, `golden/llama-bpe-as-PRE.json`).
+const RELABELLED_PRE_TOKENIZERS: [&str; 9] =
+    ["gpt-4o", "tekken", "glm4", "chatglm-bpe", "dbrx", "olmo", "deepseek-v3", "smollm", "smaug-bpe"];
+
 #[test]
 fn relabelled_vocabularies_split_words_as_llama_cpp() {
     let base = engine_tests::vocab_file("llama-bpe");
     let mut failures = Vec::new();
-    for pre in ["gpt-4o", "tekken"] {
+    for pre in RELABELLED_PRE_TOKENIZERS {
         let mut w = engine::gguf::GgufWriter::new();
         for (key, value) in base.metadata() {
             let value = if key == "tokenizer.ggml.pre" { engine::gguf::Value::String(pre.into()) } else { value.clone() };
