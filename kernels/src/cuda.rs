@@ -9,7 +9,7 @@
 //! and names the kernel that failed; otherwise a fault surfaces at the next wait, which names
 //! the last kernel launched.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -17,7 +17,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaSlice, CudaStre
 use cudarc::nvrtc::Ptx;
 
 use crate::prepared::Prepared;
-use crate::runtime::{scalar_slot, Arg, Launch, Runtime, RuntimeError};
+use crate::runtime::{scalar_slot, Arg, Launch, ReadOnlyUploads, Runtime, RuntimeError};
 use crate::SOURCES;
 
 /// The driver library, as the loader finds it.
@@ -94,18 +94,9 @@ pub struct CudaRuntime {
     sync_launches: bool,
     /// The kernel launched last, named when a fault surfaces later.
     last_kernel: Mutex<&'static str>,
-    /// The read-only uploads made lately, newest first, with their bytes: the launches of one
-    /// step read the same positions, slots and block tables in every layer, so each goes up
-    /// once per step instead of once per launch.
-    read_only: Mutex<VecDeque<ReadOnly>>,
+    /// The read-only uploads made lately, reused by their bytes.
+    read_only: ReadOnlyUploads<CudaSlice<u8>>,
 }
-
-/// A read-only upload: its bytes and its buffer.
-type ReadOnly = (Vec<u8>, Arc<CudaSlice<u8>>);
-
-/// Read-only uploads kept for reuse, and the largest kept.
-const READ_ONLY_KEPT: usize = 16;
-const READ_ONLY_MAX_BYTES: usize = 64 << 10;
 
 /// Buffers come from the device's stream-ordered pool (`cuMemAllocAsync`, freed by
 /// `cuMemFreeAsync` when dropped): an activation lives for one operation of one step. By default
@@ -160,7 +151,7 @@ impl CudaRuntime {
             origins: Mutex::new(BTreeMap::new()),
             sync_launches: std::env::var(SYNC_VAR).is_ok_and(|v| v == "1"),
             last_kernel: Mutex::new("none"),
-            read_only: Mutex::new(VecDeque::new()),
+            read_only: ReadOnlyUploads::default(),
         })
     }
 
@@ -292,21 +283,7 @@ impl Runtime for CudaRuntime {
     }
 
     fn upload_read_only(&self, data: &[u8]) -> Result<Arc<CudaSlice<u8>>, RuntimeError> {
-        if data.len() > READ_ONLY_MAX_BYTES {
-            return self.upload(data).map(Arc::new);
-        }
-        let mut kept = self.read_only.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(at) = kept.iter().position(|(bytes, _)| bytes.as_slice() == data) {
-            let hit = kept.remove(at).expect("found above");
-            let buf = Arc::clone(&hit.1);
-            kept.push_front(hit);
-            return Ok(buf);
-        }
-        // no launch writes the buffer, so one issued later reads these bytes too
-        let buf = Arc::new(self.upload(data)?);
-        kept.push_front((data.to_vec(), Arc::clone(&buf)));
-        kept.truncate(READ_ONLY_KEPT);
-        Ok(buf)
+        self.read_only.get_or_upload(data, |d| self.upload(d))
     }
 
     fn download(&self, buf: &CudaSlice<u8>, out: &mut [u8]) -> Result<(), RuntimeError> {

@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::runtime::{scalar_slot, Arg, Launch, Runtime, RuntimeError};
+use crate::runtime::{scalar_slot, Arg, Launch, ReadOnlyUploads, Runtime, RuntimeError};
 
 type Launcher = unsafe extern "C" fn(*const u32, *const u32, *mut *mut c_void) -> i32;
 
@@ -113,9 +113,11 @@ impl HostBuffer {
 
 /// The CPU execution harness as a [`Runtime`]: the kernels run on host threads over host
 /// buffers; launches from different threads run side by side (one at a time when built for
-/// ThreadSanitizer).
+/// ThreadSanitizer). Read-only uploads are reused by their bytes as `CudaRuntime`'s are.
 #[derive(Default)]
-pub struct HostRuntime;
+pub struct HostRuntime {
+    read_only: ReadOnlyUploads<HostBuffer>,
+}
 
 impl Runtime for HostRuntime {
     type Buffer = HostBuffer;
@@ -136,6 +138,10 @@ impl Runtime for HostRuntime {
         // SAFETY: the buffer was just made with room for `data.len()` bytes and is not shared.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), b.ptr(), data.len()) };
         Ok(b)
+    }
+
+    fn upload_read_only(&self, data: &[u8]) -> Result<std::sync::Arc<HostBuffer>, RuntimeError> {
+        self.read_only.get_or_upload(data, |d| self.upload(d))
     }
 
     fn download(&self, buf: &HostBuffer, out: &mut [u8]) -> Result<(), RuntimeError> {

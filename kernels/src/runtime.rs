@@ -83,6 +83,49 @@ pub fn scalar_slot<B>(arg: &Arg<'_, B>) -> Option<u64> {
     }
 }
 
+/// The read-only uploads a runtime made lately, newest first, with their bytes: the launches of
+/// one step read the same positions, slots and block tables in every layer, so each goes up once
+/// per step instead of once per launch. Both runtimes keep one, so that the harness issues the
+/// transfers a GPU would.
+pub struct ReadOnlyUploads<B> {
+    kept: std::sync::Mutex<std::collections::VecDeque<(Vec<u8>, std::sync::Arc<B>)>>,
+}
+
+impl<B> Default for ReadOnlyUploads<B> {
+    fn default() -> Self {
+        ReadOnlyUploads { kept: std::sync::Mutex::new(std::collections::VecDeque::new()) }
+    }
+}
+
+impl<B> ReadOnlyUploads<B> {
+    /// How many are kept, and the largest kept (bigger ones are uploaded every time).
+    pub const KEPT: usize = 16;
+    pub const MAX_BYTES: usize = 64 << 10;
+
+    /// The kept buffer holding `data`, else a new one from `upload(data)`, kept.
+    pub fn get_or_upload(
+        &self,
+        data: &[u8],
+        upload: impl FnOnce(&[u8]) -> Result<B, RuntimeError>,
+    ) -> Result<std::sync::Arc<B>, RuntimeError> {
+        if data.len() > Self::MAX_BYTES {
+            return upload(data).map(std::sync::Arc::new);
+        }
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = kept.iter().position(|(bytes, _)| bytes.as_slice() == data) {
+            let hit = kept.remove(at).expect("found above");
+            let buf = std::sync::Arc::clone(&hit.1);
+            kept.push_front(hit);
+            return Ok(buf);
+        }
+        // no launch writes the buffer, so one issued later reads these bytes too
+        let buf = std::sync::Arc::new(upload(data)?);
+        kept.push_front((data.to_vec(), std::sync::Arc::clone(&buf)));
+        kept.truncate(Self::KEPT);
+        Ok(buf)
+    }
+}
+
 /// What this process has issued to devices so far, for the figures per generated token: kernel
 /// launches (every typed launcher's) and transfers (uploads, downloads, copies and the fills of
 /// zeroed allocations), over every runtime.
@@ -130,4 +173,41 @@ pub(crate) fn count_launch() {
 pub(crate) fn count_transfer() {
     TRANSFERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     THREAD_ISSUED.with(|c| c.set(Issued { transfers: c.get().transfers + 1, ..c.get() }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn read_only_uploads_reuse_recent_bytes_newest_first() {
+        let cache: ReadOnlyUploads<Vec<u8>> = ReadOnlyUploads::default();
+        let uploads = std::cell::Cell::new(0);
+        let upload = |d: &[u8]| {
+            uploads.set(uploads.get() + 1);
+            Ok(d.to_vec())
+        };
+        let a = cache.get_or_upload(&[1, 2, 3], upload).unwrap();
+        let b = cache.get_or_upload(&[1, 2, 3], upload).unwrap();
+        assert!(Arc::ptr_eq(&a, &b) && uploads.get() == 1);
+        // other bytes: another buffer
+        let c = cache.get_or_upload(&[1, 2, 4], upload).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c) && uploads.get() == 2 && *c == [1, 2, 4]);
+        // the oldest goes when more than KEPT are kept; a use makes one the newest
+        for i in 0..ReadOnlyUploads::<Vec<u8>>::KEPT - 2 {
+            cache.get_or_upload(&(i as u32).to_le_bytes(), upload).unwrap();
+        }
+        cache.get_or_upload(&[1, 2, 3], upload).unwrap();
+        let before = uploads.get();
+        cache.get_or_upload(&[9], upload).unwrap();
+        cache.get_or_upload(&[1, 2, 3], upload).unwrap();
+        assert_eq!(uploads.get(), before + 1, "[1, 2, 3] was used last, so [1, 2, 4] went");
+        cache.get_or_upload(&[1, 2, 4], upload).unwrap();
+        assert_eq!(uploads.get(), before + 2);
+        // too large to keep: uploaded every time
+        let big = vec![7u8; ReadOnlyUploads::<Vec<u8>>::MAX_BYTES + 1];
+        let (x, y) = (cache.get_or_upload(&big, upload).unwrap(), cache.get_or_upload(&big, upload).unwrap());
+        assert!(!Arc::ptr_eq(&x, &y) && uploads.get() == before + 4);
+    }
 }

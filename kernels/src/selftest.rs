@@ -50,7 +50,7 @@ mod tests {
     #[test]
     fn the_harness_runs_mma_sync_in_its_documented_layout() {
         for seed in [1, 2, 3] {
-            super::mma_s8(&crate::host::HostRuntime, seed).unwrap();
+            super::mma_s8(&crate::host::HostRuntime::default(), seed).unwrap();
         }
     }
 }

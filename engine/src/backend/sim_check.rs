@@ -486,7 +486,7 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after_an
         attention_by, AttentionPath, HeadArgs, HeadGrouping, KvArgs, PoolArgs, PoolElement, QueryRow, ATTENTION_SPLIT, KV_BLOCK_POSITIONS,
     };
     use kernels::Runtime;
-    let rt = HostRuntime;
+    let rt = HostRuntime::default();
     let mut rng = Rng::new(0xa77e);
     // rows over 1, 2 and 3 splits, from the first position, inside a window, starting and ending
     // on a split's edge, beside a short row

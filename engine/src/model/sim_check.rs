@@ -151,3 +151,25 @@ fn quantized_caches_on_the_simulated_gpu_match_the_cpu() {
         assert!(worst <= 0.05 * scale, "{ty:?}: max |sim - cpu| = {worst} against logits up to {scale}");
     }
 }
+
+/// A decoding step's index arrays (the token, its position, its KV slot, the block table, the
+/// sequence lengths) go up once each, whatever the layers, as on a GPU: every layer's launches
+/// read the same buffers (`kernels::runtime::ReadOnlyUploads`), and the logits come back once.
+/// Uploaded per launch instead, these two layers alone made 25 transfers a step.
+#[test]
+fn a_decoding_step_sends_its_index_arrays_once_whatever_the_layers() {
+    for name in ["tiny-llama-Q4_K", "tiny-granite-Q6_K"] {
+        let model = Model::load_simulated(fixture(&format!("models/{name}.gguf"))).expect("load");
+        assert_eq!(model.config().n_layer, 2, "{name}");
+        let mut kv = model.new_kv_cache(KvType::F16, 512);
+        let prompt: Vec<u32> = (1..20).collect();
+        model.forward(&mut kv, &BatchEntry::sequence(0, &prompt, 0, false)).expect("prompt");
+        for pos in 19..23 {
+            let before = kernels::Issued::on_this_thread();
+            model.forward(&mut kv, &[BatchEntry { seq: 0, token: 5, pos, logits: true }]).expect("step");
+            let after = kernels::Issued::on_this_thread();
+            let transfers = after.transfers - before.transfers;
+            assert!(transfers <= 6, "{name} at {pos}: {transfers} transfers in a decoding step");
+        }
+    }
+}

@@ -201,7 +201,7 @@ mod tests {
 
     #[test]
     fn the_pool_grows_keeping_its_blocks_and_copies_whole_blocks() {
-        let rt = Arc::new(HostRuntime);
+        let rt = Arc::new(HostRuntime::default());
         let mut s = DeviceKvStore::new(Arc::clone(&rt), Device::Cuda(0), KvType::F16.into(), 2, 8, KvValues::Rows(4), 0);
         assert!(s.pools().is_none());
         s.alloc_block(3).unwrap();

@@ -758,7 +758,7 @@ pub type SimBackend = KernelBackend<kernels::host::HostRuntime>;
 #[cfg(feature = "sim")]
 impl SimBackend {
     pub fn new() -> SimBackend {
-        KernelBackend::with_runtime(kernels::host::HostRuntime, Device::Cuda(0))
+        KernelBackend::with_runtime(kernels::host::HostRuntime::default(), Device::Cuda(0))
     }
 }
 
