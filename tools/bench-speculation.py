@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Speculative decoding served, side by side: one `engine-cli serve` per configuration (plain,
-`--spec ngram`, `--draft DRAFT`), all started at once and measured in alternated rounds on two
-workloads (a code edit that repeats its input, a story that does not), at 1 and at N concurrent
-streams of chat completions, greedy or (`--temperature T`) sampled with stream i's seed i + 1.
-Each stream sends its own variant of the workload (another variable to rename, another story),
-so that N streams are N different sequences. Reports the aggregate tokens/s (wall time from the
+`--spec ngram`, `--draft DRAFT`; with `--compare-always` also both with `--spec-always`), all
+started at once and measured in alternated rounds on two workloads (a code edit that repeats
+its input, a story that does not), at 1 and at N concurrent streams of chat completions, greedy
+or (`--temperature T`) sampled with stream i's seed i + 1. Each stream sends its own variant of
+the workload (another variable to rename, another story), so that N streams are N different
+sequences. Reports the aggregate tokens/s (wall time from the
 first request to the last answer, prompts included; median over the rounds), the ratio to
 plain, the proposals kept (from each reply's `usage.completion_tokens_details`), and whether
 every configuration gave the same text (speculation keeps greedy and seeded outputs alike).
 Standard library only.
 
-  python3 tools/bench-speculation.py --model TARGET.gguf --draft DRAFT.gguf -t 2 --rounds 2
+  python3 tools/bench-speculation.py --model TARGET.gguf --draft DRAFT.gguf -t 2 --rounds 2 [--compare-always]
 """
 
 import argparse
@@ -122,15 +123,20 @@ def main():
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy; above: sampled, stream i seeded with i + 1")
     p.add_argument("--port", type=int, default=18900)
     p.add_argument("--extra", default="", help="more flags for every server, e.g. '--draft-p-min 0'")
+    p.add_argument("--compare-always", action="store_true",
+                   help="two more servers with --spec-always (every round verified, none weighed)")
     args = p.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     configs = {"plain": [], "ngram": ["--spec", "ngram"], "draft": ["--draft", args.draft]}
+    if args.compare_always:
+        configs["ngram, always"] = ["--spec", "ngram", "--spec-always"]
+        configs["draft, always"] = ["--draft", args.draft, "--spec-always"]
     servers = {}
     for n, (name, flags) in enumerate(configs.items()):
         port = args.port + n
         cmd = [args.engine, "serve", "--model", args.model, "--alias", "m", "--port", str(port), "-t", str(args.threads),
                "-c", "2048", "--prompt-cache", "0", "--parallel", str(max(streams)), *flags, *args.extra.split()]
-        log = open(f"/tmp/bench-speculation-{name}.log", "w")
+        log = open(f"/tmp/bench-speculation-{name.replace(', ', '-')}.log", "w")
         servers[name] = (f"http://127.0.0.1:{port}", subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
     try:
         for base, proc in servers.values():
@@ -149,13 +155,16 @@ def main():
             proc.terminate()
         for _, proc in servers.values():
             proc.wait()
-    print(f"| workload | streams | plain | --spec ngram | --draft |\n|---|---|---|---|---|")
+    titles = {"plain": "plain", "ngram": "--spec ngram", "draft": "--draft",
+              "ngram, always": "--spec ngram --spec-always", "draft, always": "--draft --spec-always"}
+    print("| workload | streams | " + " | ".join(titles[name] for name in configs) + " |\n|---|---|"
+          + "---|" * len(configs))
     for kind in ["edit", "story"]:
         for s in streams:
             speed = {name: statistics.median(run["tokens"] / run["seconds"] for run in results[(kind, s, name)])
                      for name in configs}
             cells = [f"{speed['plain']:.1f} t/s"]
-            for name in ["ngram", "draft"]:
+            for name in list(configs)[1:]:
                 runs = results[(kind, s, name)]
                 kept, proposed = sum(x["kept"] for x in runs), sum(x["proposed"] for x in runs)
                 cells.append(f"{speed[name]:.1f} t/s ({speed[name] / speed['plain']:.2f}x; {kept} of {proposed} kept)")

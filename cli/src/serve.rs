@@ -11,6 +11,7 @@ use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, GuardFamily, Pol
 use engine::model::vision::VisionModel;
 use engine::model::whisper::WhisperModel;
 use engine::model::Model;
+use engine::serving::SpecPolicy;
 use engine::transcribe::whisper::WhisperTranscriber;
 use server::batch_scheduler::BatchConfig;
 use server::vision::{MediaOptions, Projector};
@@ -121,6 +122,12 @@ pub struct ServeArgs {
     /// unchanged).
     #[arg(long, value_parser = ["ngram"])]
     pub spec: Option<String>,
+    /// Check every drafting sequence's proposals in every step. By default a sequence proposes
+    /// only when its rounds are expected to raise the step's tokens per second: the rows its
+    /// proposals add (and the draft's passes) against the tokens its rounds have kept, at the
+    /// pass times measured while serving.
+    #[arg(long)]
+    pub spec_always: bool,
     #[command(flatten)]
     pub drafting: DraftArgs,
     /// A LoRA adapter GGUF for the first --model, at SCALE (default 1) unless a request's `lora`
@@ -269,6 +276,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         kv_bytes: args.kv_memory.map(|mib| mib.saturating_mul(1 << 20)),
         kv_types: args.kv.types(),
         ngram: args.spec.as_ref().map(|_| args.drafting.ngram()),
+        speculation: if args.spec_always { SpecPolicy::Always } else { SpecPolicy::WhenItPays },
         draft: args.drafting.settings()?,
     };
     let mut builder = Server::builder()

@@ -40,6 +40,7 @@ use engine::generate::{DraftSettings, NgramDraft};
 use engine::guard::{GenericPrompt, GuardFamily, Policies};
 use engine::kv_cache::KvTypes;
 use engine::model::Model;
+use engine::serving::SpecPolicy;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
@@ -152,6 +153,8 @@ pub struct Scheduling {
     pub kv_types: KvTypes,
     /// Speculation from each sequence's own tokens for chat models without a draft model.
     pub ngram: Option<NgramDraft>,
+    /// Whether a sequence's proposals are weighed against what their rows cost.
+    pub speculation: SpecPolicy,
     /// How a draft model drafts, for chat models with one.
     pub draft: DraftSettings,
 }
@@ -168,6 +171,7 @@ impl Default for Scheduling {
             kv_bytes: None,
             kv_types: d.kv_types,
             ngram: None,
+            speculation: d.speculation,
             draft: d.draft,
         }
     }

@@ -71,6 +71,7 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
         kv_types: sc.kv_types,
         ngram: sc.ngram.filter(|_| spec.chat && spec.draft.is_none()),
         draft: sc.draft,
+        speculation: sc.speculation,
         ..LoopConfig::new(n_ctx)
     };
     let digest = spec.guard.then(|| audit::ModelDigest::start(&spec.model));

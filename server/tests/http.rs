@@ -10,6 +10,7 @@ use common::start;
 use engine::chat::{tokenize_rendered, ChatInput, ChatTemplate};
 use engine::generate::{DraftSettings, NgramDraft};
 use engine::model::Model;
+use engine::serving::SpecPolicy;
 use engine_tests::fixture;
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
@@ -455,7 +456,7 @@ fn a_draft_model_leaves_greedy_and_seeded_output_unchanged() {
     let draft = Arc::new(Model::load(fixture("models/tiny-llama-Q4_0.gguf")).unwrap());
     // every proposal of the tiny draft, however unsure of it
     let every = DraftSettings { p_min: 0.0, ..DraftSettings::DEFAULT };
-    let wide = Scheduling { parallel: 16, draft: every, ..Scheduling::default() };
+    let wide = Scheduling { parallel: 16, draft: every, speculation: SpecPolicy::Always, ..Scheduling::default() };
     let with = start(Server::builder().scheduling(wide).model(ModelSpec {
         id: CHAT.into(),
         model: chat_model(),
@@ -494,7 +495,7 @@ fn a_draft_model_leaves_greedy_and_seeded_output_unchanged() {
 
     // a prompt of many prefill chunks: the draft catches up on it chunk by chunk, step after
     // step (a chunk is no round that proposed nothing), and drafts well within the reply
-    let chunked = Scheduling { prefill_chunk: 16, draft: every, ..Scheduling::default() };
+    let chunked = Scheduling { prefill_chunk: 16, draft: every, speculation: SpecPolicy::Always, ..Scheduling::default() };
     let draft = Arc::new(Model::load(fixture("models/tiny-llama-Q4_0.gguf")).unwrap());
     let spec = ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(draft) };
     let long = start(Server::builder().scheduling(chunked).model(spec));
@@ -513,18 +514,35 @@ fn a_draft_model_leaves_greedy_and_seeded_output_unchanged() {
 #[test]
 fn ngram_speculation_leaves_greedy_output_unchanged_and_is_counted() {
     let spec = |ngram| {
-        start(Server::builder().scheduling(Scheduling { ngram, parallel: 16, ..Scheduling::default() }).model(ModelSpec {
-            id: CHAT.into(),
-            model: chat_model(),
-            chat: true,
-            guard: false,
-            n_ctx: Some(256),
-            draft: None,
-        }))
+        start(
+            Server::builder()
+                .scheduling(Scheduling { ngram, parallel: 16, speculation: SpecPolicy::Always, ..Scheduling::default() })
+                .model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: None }),
+        )
     };
     let (with, without) = (spec(Some(NgramDraft::DEFAULT)), spec(None));
     let prompts = ["Say hello hello hello", "Count one two one two one two", "Repeat", "a b c a b c a b"];
     greedy_text_alone_and_under_load(&with, &without, &prompts, 40, false);
+
+    // by default a sequence proposes only where its rounds pay for their rows (which the pass
+    // times measured decide): the replies are the same whatever it decides
+    let weighed = start(
+        Server::builder()
+            .scheduling(Scheduling { ngram: Some(NgramDraft::DEFAULT), parallel: 16, ..Scheduling::default() })
+            .model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: None }),
+    );
+    let replies: Vec<(Value, Value)> = std::thread::scope(|scope| {
+        let sent: Vec<_> = prompts
+            .iter()
+            .map(|content| scope.spawn(|| (greedy_chat(&weighed, content, 40, 3), greedy_chat(&without, content, 40, 1))))
+            .collect();
+        sent.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, (weighed, plain)) in replies.iter().enumerate() {
+        for choice in weighed["choices"].as_array().unwrap() {
+            assert_eq!(choice["message"]["content"], plain["choices"][0]["message"]["content"], "prompt {i}: {weighed}");
+        }
+    }
 }
 
 /// A reply's speculative proposals: (kept, not kept).

@@ -20,15 +20,15 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::protocol::{EngineState, EventSink, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};
-use crate::generate::{
-    accept_proposals, proposal_budget, propose_batch, Completion, DraftBackoff, DraftRequest, FinishReason, GenerateError, SequenceDecoder,
-    TokenEvent, Usage,
-};
+use super::spec_cost::{RoundYield, SpecCost};
+use crate::generate::{accept_proposals, Completion, DraftBackoff, FinishReason, GenerateError, SequenceDecoder, TokenEvent, Usage};
 use crate::guard::{Evaluator, PromptStats};
 use crate::kv_cache::{common_prefix, KvCache, PrefixCache, SeqId, BLOCK_POSITIONS};
 use crate::model::vision::PromptImages;
 use crate::model::{BatchEntry, InputEntry, LoraSchedule, Model};
 use crate::tokenizer::TokenId;
+
+mod speculation;
 
 /// One request's outputs.
 struct Group {
@@ -69,6 +69,10 @@ struct Running {
     deadline: Option<Instant>,
     /// When it next asks the draft model.
     backoff: DraftBackoff,
+    /// What its speculation rounds propose and keep.
+    round_yield: RoundYield,
+    /// The step of its last round (or of its start).
+    last_round: u64,
 }
 
 pub struct EngineLoop {
@@ -93,6 +97,8 @@ pub struct EngineLoop {
     guard_prompts_seen: PromptStats,
     /// Steps run: the clock of the sequences' draft back-offs.
     steps: u64,
+    /// What the passes have cost, for speculation under load.
+    spec_cost: SpecCost,
 }
 
 /// What one sequence's rows of a step gave: the events of the tokens it committed and how many
@@ -164,6 +170,7 @@ impl EngineLoop {
             metrics,
             guard_prompts_seen: PromptStats::default(),
             steps: 0,
+            spec_cost: SpecCost::default(),
         }
     }
 
@@ -453,6 +460,8 @@ impl EngineLoop {
             lora,
             reserved: total,
             backoff: DraftBackoff::default(),
+            round_yield: self.spec_cost.first_yield(self.n_draft().unwrap_or(0), self.draft.is_some()),
+            last_round: self.steps,
         };
         if r.decoder.is_finished() {
             self.finish(r, None); // a budget of 0 tokens
@@ -529,7 +538,10 @@ impl EngineLoop {
             // a hybrid model keeps its states after every proposal, to return to the last kept
             self.kv.keep_states_for(proposals.iter().map(Vec::len).max().unwrap_or(0));
             self.metrics.step(in_batch);
-            match self.state.model.forward_inputs(&mut self.kv, &batch) {
+            let started = Instant::now();
+            let forward = self.state.model.forward_inputs(&mut self.kv, &batch);
+            self.spec_cost.pass.record(batch.len(), started.elapsed().as_secs_f64());
+            match forward {
                 Ok(logits) => {
                     let tokenizer = self.state.model.tokenizer();
                     let mut rows_of = vec![None; self.running.len()];
@@ -575,6 +587,7 @@ impl EngineLoop {
                                     r.usage.drafted_tokens += drafted;
                                     r.usage.accepted_tokens += accepted;
                                     r.backoff.record(accepted);
+                                    self.spec_cost.round(&mut r.round_yield, drafted, accepted);
                                     self.metrics.drafted(drafted, accepted);
                                 }
                                 if r.decoder.is_finished() {
@@ -600,74 +613,6 @@ impl EngineLoop {
             let r = self.running.remove(i);
             self.finish(r, error);
         }
-    }
-
-    /// Each running sequence's proposals for this step (none for those that are not decoding
-    /// or may not draft): a draft model's, drawn for all of them in its shared passes (catching
-    /// up on their prompts within the prefill budget), or under `--spec ngram` their own
-    /// tokens'. A failed draft pass fails the sequences it drafted for (into `failed`).
-    fn propose(&mut self, failed: &mut Vec<(usize, Option<SeqError>)>) -> Vec<Vec<TokenId>> {
-        let n_ctx = self.config.n_ctx;
-        let mut out: Vec<Vec<TokenId>> = vec![Vec::new(); self.running.len()];
-        let n_draft = match (&self.draft, self.config.ngram) {
-            (Some(_), _) => self.config.draft.n_draft,
-            (None, Some(ngram)) => ngram.n_draft,
-            (None, None) => return out,
-        };
-        // each sequence's budget of proposals (0: it does not draft this step)
-        let (kv, step) = (&self.kv, self.steps);
-        let budgets: Vec<usize> = self
-            .running
-            .iter()
-            .map(|r| {
-                let fed = kv.seq_len(r.seq);
-                let decoding = r.history.len() == fed + 1;
-                let may = r.speculative && decoding && !r.decoder.is_constrained() && r.backoff.due(step);
-                if may {
-                    proposal_budget(n_draft, &r.decoder, n_ctx, fed)
-                } else {
-                    0
-                }
-            })
-            .collect();
-        let drafting: Vec<usize> = (0..budgets.len()).filter(|&i| budgets[i] > 0).collect();
-        if let Some((model, dkv)) = self.draft.as_mut() {
-            let mut requests: Vec<DraftRequest> = self
-                .running
-                .iter_mut()
-                .zip(&budgets)
-                .filter(|(_, &k)| k > 0)
-                .map(|(r, &k)| DraftRequest {
-                    seq: r.seq,
-                    history: &r.history,
-                    k,
-                    params: r.decoder.sampler().params(),
-                    rng: r.decoder.sampler().rng().clone(),
-                })
-                .collect();
-            let tokenizer = self.state.model.tokenizer();
-            match propose_batch(model, dkv, tokenizer, self.config.draft, self.config.prefill_chunk, &mut requests) {
-                Ok(proposed) => {
-                    for (&i, p) in drafting.iter().zip(proposed) {
-                        let r = &mut self.running[i];
-                        // a draft pass for nothing (not a prompt still being caught up on)
-                        if p.is_empty() && dkv.seq_len(r.seq) >= r.history.len() {
-                            r.backoff.record(0);
-                        }
-                        out[i] = p;
-                    }
-                }
-                Err(e) => {
-                    let e = format!("draft model: {e}");
-                    failed.extend(drafting.iter().map(|&i| (i, Some(SeqError::Internal(e.clone())))));
-                }
-            }
-        } else if let Some(ngram) = self.config.ngram {
-            for &i in &drafting {
-                out[i] = ngram.propose(&self.running[i].history, budgets[i]);
-            }
-        }
-        out
     }
 
     /// Sends a token event of running sequence `i` to its request, if it streams.

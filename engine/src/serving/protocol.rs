@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use super::spec_cost::SpecPolicy;
 use crate::generate::{Completion, DraftSettings, GenerateError, GenerateParams, NgramDraft, TokenEvent};
 use crate::guard::Evaluator;
 use crate::kv_cache::{KvType, KvTypes};
@@ -36,6 +37,8 @@ pub struct LoopConfig {
     pub draft: DraftSettings,
     /// Without a draft model: speculation from each sequence's own tokens (`--spec ngram`).
     pub ngram: Option<NgramDraft>,
+    /// Whether a sequence's proposals are weighed against what their rows cost.
+    pub speculation: SpecPolicy,
     /// The element types of the KV cache's keys and values (the draft model's too).
     pub kv_types: KvTypes,
 }
@@ -51,6 +54,7 @@ impl LoopConfig {
             cache_entries: 16,
             draft: DraftSettings::DEFAULT,
             ngram: None,
+            speculation: SpecPolicy::WhenItPays,
             kv_types: KvType::F16.into(),
         }
     }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use crate::common::{post, start};
 use engine::generate::{DraftSettings, NgramDraft};
 use engine::model::Model;
+use engine::serving::SpecPolicy;
 use engine_tests::fixture;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -145,10 +146,12 @@ fn speculation(file: &str, draft: &str) {
     // long enough for the random model's reply to repeat a few ids of its prompt or itself
     const N: usize = 80;
     let plain = serve(file, Scheduling::default(), None);
-    let ngram = serve(file, Scheduling { ngram: Some(NgramDraft::DEFAULT), parallel: 8, ..Scheduling::default() }, None);
+    let always = SpecPolicy::Always;
+    let ngram =
+        serve(file, Scheduling { ngram: Some(NgramDraft::DEFAULT), parallel: 8, speculation: always, ..Scheduling::default() }, None);
     // the other seed's file drafts: the same vocabulary, other numbers (most proposals rejected)
     let every = DraftSettings { p_min: 0.0, ..DraftSettings::DEFAULT };
-    let drafted = serve(file, Scheduling { draft: every, parallel: 8, ..Scheduling::default() }, Some(draft));
+    let drafted = serve(file, Scheduling { draft: every, parallel: 8, speculation: always, ..Scheduling::default() }, Some(draft));
     let prompts: Vec<Vec<u32>> = (0..3).map(|k| PROMPT.iter().map(|&t| (t + k) % 128).collect()).collect();
     let want: Vec<_> = prompts.iter().map(|p| tokens(&complete(&plain, p, N, json!({})), 0)).collect();
     for (name, base) in [("n-gram", &ngram), ("draft model", &drafted)] {
