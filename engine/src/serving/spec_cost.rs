@@ -138,11 +138,14 @@ impl RoundYield {
 }
 
 /// One sequence that may propose in a step: what its round is expected to propose and keep,
-/// and whether it explores ([`explores`]).
+/// whether it explores ([`explores`]), and the tokens a draft model must catch up on first
+/// (what the sequence gave while it did not draft; 0 for n-gram proposals, and for a prompt
+/// not yet read, which is read once for all of the sequence's rounds).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Candidate {
     pub expected: RoundYield,
     pub explore: bool,
+    pub catch_up: usize,
 }
 
 /// What the loop has learned of its passes (the model's by row count, the draft model's by the
@@ -151,6 +154,9 @@ pub(crate) struct Candidate {
 pub(crate) struct SpecCost {
     pub pass: PassTimes,
     pub draft: PassTimes,
+    /// The draft model's catch-ups (prompts, and what its sequences gave while they did not
+    /// draft) by the tokens read, beyond its rounds' own passes.
+    pub catch_up: PassTimes,
     /// Every sequence's rounds together (none before the first).
     pub typical: Option<RoundYield>,
 }
@@ -191,8 +197,8 @@ impl SpecCost {
     /// proposes. The rest are taken best kept-per-row first, as many as
     /// give the most tokens kept beyond what their time is worth: the extra seconds (the pass's
     /// growth from `base_rows` by the proposed rows, and the draft's passes for the proposing
-    /// sequences) at the rate of a pass of the decoding rows alone. Before any pass is
-    /// measured, every candidate proposes.
+    /// sequences, and their catch-ups) at the rate of a pass of the decoding rows alone. Before
+    /// any pass is measured, every candidate proposes.
     pub fn choose(&self, base_rows: usize, decoding: usize, candidates: &[Candidate]) -> Vec<bool> {
         let mut chosen: Vec<bool> = candidates.iter().map(|c| c.explore).collect();
         let (Some(base), Some(plain)) = (self.pass.estimate(base_rows as f64), self.pass.estimate(decoding.max(1) as f64)) else {
@@ -200,22 +206,23 @@ impl SpecCost {
         };
         // tokens a second of this machine's plain decoding gives
         let rate = decoding.max(1) as f64 / plain.max(f64::MIN_POSITIVE);
-        let net = |rows: f64, kept: f64, drafting: usize| -> f64 {
+        let net = |rows: f64, kept: f64, drafting: usize, catch_up: usize| -> f64 {
             let draft = if drafting == 0 { 0.0 } else { self.draft.estimate(drafting as f64).unwrap_or(0.0) };
-            let extra = self.pass.estimate(rows).unwrap_or(base) - base + draft;
+            let catch_up = if catch_up == 0 { 0.0 } else { self.catch_up.estimate(catch_up as f64).unwrap_or(0.0) };
+            let extra = self.pass.estimate(rows).unwrap_or(base) - base + draft + catch_up;
             kept - extra * rate
         };
         let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| !chosen[i]).collect();
         order.sort_by(|&a, &b| candidates[b].expected.kept_per_row().total_cmp(&candidates[a].expected.kept_per_row()));
-        let (mut rows, mut kept, mut drafting) = (base_rows as f64, 0.0, 0usize);
-        for c in candidates.iter().zip(&chosen).filter(|(_, &c)| c).map(|(c, _)| c.expected) {
-            (rows, kept, drafting) = (rows + c.proposed, kept + c.kept, drafting + 1);
+        let (mut rows, mut kept, mut drafting, mut catch_up) = (base_rows as f64, 0.0, 0usize, 0usize);
+        for c in candidates.iter().zip(&chosen).filter(|(_, &c)| c).map(|(c, _)| c) {
+            (rows, kept, drafting, catch_up) = (rows + c.expected.proposed, kept + c.expected.kept, drafting + 1, catch_up + c.catch_up);
         }
-        let (mut best, mut best_len) = (net(rows, kept, drafting), 0);
+        let (mut best, mut best_len) = (net(rows, kept, drafting, catch_up), 0);
         for (n, &i) in order.iter().enumerate() {
-            let e = candidates[i].expected;
-            (rows, kept, drafting) = (rows + e.proposed, kept + e.kept, drafting + 1);
-            let v = net(rows, kept, drafting);
+            let c = candidates[i];
+            (rows, kept, drafting, catch_up) = (rows + c.expected.proposed, kept + c.expected.kept, drafting + 1, catch_up + c.catch_up);
+            let v = net(rows, kept, drafting, catch_up);
             // a tie goes to proposing: a round that proposes nothing costs nothing
             if v >= best {
                 (best, best_len) = (v, n + 1);
@@ -331,15 +338,20 @@ mod tests {
     }
 
     fn candidate(proposed: f64, kept: f64) -> Candidate {
-        Candidate { expected: RoundYield { proposed, kept }, explore: false }
+        Candidate { expected: RoundYield { proposed, kept }, explore: false, catch_up: 0 }
     }
 
     #[test]
     fn weight_bound_passes_take_proposals_compute_bound_ones_only_well_kept() {
         // bound by the weights: 40 ms whatever the rows up to 64, then compute
-        let weights = SpecCost { pass: learned(|r| 0.040f64.max(r * 0.000_6)), draft: PassTimes::default(), typical: None };
+        let weights = SpecCost {
+            pass: learned(|r| 0.040f64.max(r * 0.000_6)),
+            draft: PassTimes::default(),
+            catch_up: PassTimes::default(),
+            typical: None,
+        };
         // bound by compute: 5 ms a row
-        let compute = SpecCost { pass: learned(|r| 0.005 * r), draft: PassTimes::default(), typical: None };
+        let compute = SpecCost { pass: learned(|r| 0.005 * r), draft: PassTimes::default(), catch_up: PassTimes::default(), typical: None };
         let story = candidate(8.0, 1.0);
         let edit = candidate(8.0, 6.0);
         // one sequence: even a story's one kept token in eight is worth rows that cost nothing
@@ -359,7 +371,8 @@ mod tests {
     #[test]
     fn the_best_kept_per_row_go_first_and_idle_sequences_explore() {
         // 20 ms plus 2 ms a row: a proposal kept half the time pays, a quarter does not
-        let cost = SpecCost { pass: learned(|r| 0.020 + 0.002 * r), draft: PassTimes::default(), typical: None };
+        let cost =
+            SpecCost { pass: learned(|r| 0.020 + 0.002 * r), draft: PassTimes::default(), catch_up: PassTimes::default(), typical: None };
         let (good, poor) = (candidate(8.0, 4.0), candidate(8.0, 0.5));
         assert_eq!(cost.choose(4, 4, &[poor, good, poor, good]), [false, true, false, true]);
         let idle = Candidate { explore: true, ..poor };
@@ -373,11 +386,15 @@ mod tests {
     #[test]
     fn a_draft_models_passes_count_against_its_proposals() {
         let pass = learned(|r| 0.040f64.max(r * 0.000_6));
-        let cheap = SpecCost { pass: pass.clone(), draft: learned(|_| 0.002), typical: None };
-        let dear = SpecCost { pass, draft: learned(|n| 0.060 + 0.001 * n), typical: None };
+        let cheap = SpecCost { pass: pass.clone(), draft: learned(|_| 0.002), catch_up: learned(|r| 0.001 * r), typical: None };
+        let dear = SpecCost { pass, draft: learned(|n| 0.060 + 0.001 * n), catch_up: PassTimes::default(), typical: None };
         let modest = candidate(2.0, 1.0);
         assert_eq!(cheap.choose(1, 1, &[modest]), [true]);
         // 40 ms for 1 token, or 101 ms for 2
         assert_eq!(dear.choose(1, 1, &[modest]), [false]);
+        // after a pause of 100 tokens the same round first costs their 100 ms of catching up
+        let paused = Candidate { catch_up: 100, ..modest };
+        assert_eq!(cheap.choose(1, 1, &[paused]), [false]);
+        assert_eq!(cheap.choose(1, 1, &[Candidate { catch_up: 10, ..modest }]), [true]);
     }
 }

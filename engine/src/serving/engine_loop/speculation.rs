@@ -79,12 +79,17 @@ impl EngineLoop {
                 .collect();
             let tokenizer = self.state.model.tokenizer();
             // a round's cost by the sequences it drafts for, where it did not also catch up on
-            // prompts (or on what the draft missed while its sequences did not draft)
+            // prompts (or on what the draft missed while its sequences did not draft); else
+            // what the catching up added, by the tokens read (at most a prefill chunk a step)
             let lag: usize = requests.iter().map(|q| q.history.len() - dkv.seq_len(q.seq)).sum();
             let started = Instant::now();
             let proposed = propose_batch(model, dkv, tokenizer, self.config.draft, self.config.prefill_chunk, &mut requests);
-            if lag <= 2 * requests.len() {
-                self.spec_cost.draft.record(requests.len(), started.elapsed().as_secs_f64());
+            let (seconds, n) = (started.elapsed().as_secs_f64(), requests.len());
+            if lag <= 2 * n {
+                self.spec_cost.draft.record(n, seconds);
+            } else if let Some(round) = self.spec_cost.draft.estimate(n as f64) {
+                let read = (lag - 2 * n).min(self.config.prefill_chunk);
+                self.spec_cost.catch_up.record(read, (seconds - round).max(0.0));
             }
             match proposed {
                 Ok(proposed) => {
@@ -142,8 +147,18 @@ impl EngineLoop {
                 let (r, budget) = (&self.running[i], budgets[i] as f64);
                 let proposed = if self.draft.is_some() { r.round_yield.proposed.min(budget) } else { budget };
                 let expected = RoundYield { proposed, kept: proposed * r.round_yield.kept_share() };
+                // what the draft missed while the sequence did not draft, past its prompt (a
+                // round reads the last two tokens anyway)
+                let catch_up = self.draft.as_ref().map_or(0, |(_, dkv)| {
+                    let fed = dkv.seq_len(r.seq);
+                    if fed >= r.prompt_len {
+                        (r.history.len() - fed).saturating_sub(2)
+                    } else {
+                        0
+                    }
+                });
                 // (a draft model's sequences never explore: `spec_cost::EXPLORE_EVERY`)
-                Candidate { expected, explore: self.draft.is_none() && explores(self.steps, r.last_round) }
+                Candidate { expected, explore: self.draft.is_none() && explores(self.steps, r.last_round), catch_up }
             })
             .collect();
         for (&i, chosen) in asking.iter().zip(self.spec_cost.choose(base_rows, decoding, &candidates)) {
