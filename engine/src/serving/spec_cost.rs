@@ -24,6 +24,11 @@ const BUCKETS: usize = 16;
 /// The newest measurement's weight in a moving average.
 const NEWEST: f64 = 0.3;
 
+/// A moving average `average` after the measurement `newest`.
+fn moved(average: f64, newest: f64) -> f64 {
+    average + NEWEST * (newest - average)
+}
+
 /// A sequence with n-gram proposals that has had no round for this many steps gets one
 /// whatever its estimates say (its text may have turned predictable, and the passes' costs
 /// drift), at the next step that is a multiple of it, so that those exploring share a step. (A
@@ -63,7 +68,7 @@ impl PassTimes {
         let point = &mut self.points[bucket(rows)];
         *point = Some(match *point {
             None => Point { rows: rows as f64, seconds },
-            Some(p) => Point { rows: p.rows + NEWEST * (rows as f64 - p.rows), seconds: p.seconds + NEWEST * (seconds - p.seconds) },
+            Some(p) => Point { rows: moved(p.rows, rows as f64), seconds: moved(p.seconds, seconds) },
         });
     }
 
@@ -107,15 +112,14 @@ impl RoundYield {
 
     /// Records a round that proposed `proposed` tokens and kept `kept` of them.
     pub fn record(&mut self, proposed: usize, kept: usize) {
-        self.proposed += NEWEST * (proposed as f64 - self.proposed);
-        self.kept += NEWEST * (kept as f64 - self.kept);
+        self.drift(RoundYield { proposed: proposed as f64, kept: kept as f64 });
     }
 
     /// Moves toward `typical` by a round's weight: what a left-out sequence is expected to
     /// keep when no round of its own says otherwise.
     pub fn drift(&mut self, typical: RoundYield) {
-        self.proposed += NEWEST * (typical.proposed - self.proposed);
-        self.kept += NEWEST * (typical.kept - self.kept);
+        self.proposed = moved(self.proposed, typical.proposed);
+        self.kept = moved(self.kept, typical.kept);
     }
 
     /// The share of its proposals kept (1 before any was made).
@@ -146,6 +150,27 @@ pub(crate) struct Candidate {
     pub expected: RoundYield,
     pub explore: bool,
     pub catch_up: usize,
+}
+
+/// What a set of proposing candidates adds to a step: the pass's rows (from the step's own),
+/// the tokens expected kept, the sequences drafted for and the tokens caught up on.
+#[derive(Clone, Copy)]
+struct Proposing {
+    rows: f64,
+    kept: f64,
+    drafting: usize,
+    catch_up: usize,
+}
+
+impl Proposing {
+    fn with(self, c: &Candidate) -> Proposing {
+        Proposing {
+            rows: self.rows + c.expected.proposed,
+            kept: self.kept + c.expected.kept,
+            drafting: self.drafting + 1,
+            catch_up: self.catch_up + c.catch_up,
+        }
+    }
 }
 
 /// What the loop has learned of its passes (the model's by row count, the draft model's by the
@@ -206,23 +231,20 @@ impl SpecCost {
         };
         // tokens a second of this machine's plain decoding gives
         let rate = decoding.max(1) as f64 / plain.max(f64::MIN_POSITIVE);
-        let net = |rows: f64, kept: f64, drafting: usize, catch_up: usize| -> f64 {
-            let draft = if drafting == 0 { 0.0 } else { self.draft.estimate(drafting as f64).unwrap_or(0.0) };
-            let catch_up = if catch_up == 0 { 0.0 } else { self.catch_up.estimate(catch_up as f64).unwrap_or(0.0) };
-            let extra = self.pass.estimate(rows).unwrap_or(base) - base + draft + catch_up;
-            kept - extra * rate
+        let net = |p: Proposing| -> f64 {
+            let draft = if p.drafting == 0 { 0.0 } else { self.draft.estimate(p.drafting as f64).unwrap_or(0.0) };
+            let catch_up = if p.catch_up == 0 { 0.0 } else { self.catch_up.estimate(p.catch_up as f64).unwrap_or(0.0) };
+            let extra = self.pass.estimate(p.rows).unwrap_or(base) - base + draft + catch_up;
+            p.kept - extra * rate
         };
         let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| !chosen[i]).collect();
         order.sort_by(|&a, &b| candidates[b].expected.kept_per_row().total_cmp(&candidates[a].expected.kept_per_row()));
-        let (mut rows, mut kept, mut drafting, mut catch_up) = (base_rows as f64, 0.0, 0usize, 0usize);
-        for c in candidates.iter().zip(&chosen).filter(|(_, &c)| c).map(|(c, _)| c) {
-            (rows, kept, drafting, catch_up) = (rows + c.expected.proposed, kept + c.expected.kept, drafting + 1, catch_up + c.catch_up);
-        }
-        let (mut best, mut best_len) = (net(rows, kept, drafting, catch_up), 0);
+        let explorers = Proposing { rows: base_rows as f64, kept: 0.0, drafting: 0, catch_up: 0 };
+        let mut proposing = candidates.iter().zip(&chosen).filter(|(_, &c)| c).fold(explorers, |p, (c, _)| p.with(c));
+        let (mut best, mut best_len) = (net(proposing), 0);
         for (n, &i) in order.iter().enumerate() {
-            let c = candidates[i];
-            (rows, kept, drafting, catch_up) = (rows + c.expected.proposed, kept + c.expected.kept, drafting + 1, catch_up + c.catch_up);
-            let v = net(rows, kept, drafting, catch_up);
+            proposing = proposing.with(&candidates[i]);
+            let v = net(proposing);
             // a tie goes to proposing: a round that proposes nothing costs nothing
             if v >= best {
                 (best, best_len) = (v, n + 1);
