@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Speculative decoding served, side by side: one `engine-cli serve` per configuration (plain,
-`--spec ngram`, `--draft DRAFT`; with `--compare-always` also both with `--spec-always`), all
+`--spec ngram`, `--draft DRAFT`; with `--compare-always` also both with `--spec-always`; with
+`--draft-vocab N` also the draft with a head of its first N token ids; `--only` picks some), all
 started at once and measured in alternated rounds on two workloads (a code edit that repeats
 its input, a story that does not), at 1 and at N concurrent streams of chat completions, greedy
 or (`--temperature T`) sampled with stream i's seed i + 1. Each stream sends its own variant of
@@ -12,6 +13,7 @@ every configuration gave the same text (speculation keeps greedy and seeded outp
 Standard library only.
 
   python3 tools/bench-speculation.py --model TARGET.gguf --draft DRAFT.gguf -t 2 --rounds 2 [--compare-always]
+      [--draft-vocab N] [--only 'draft;draft, vocab'] [--kinds edit] [--streams 8]
 """
 
 import argparse
@@ -125,12 +127,25 @@ def main():
     p.add_argument("--extra", default="", help="more flags for every server, e.g. '--draft-p-min 0'")
     p.add_argument("--compare-always", action="store_true",
                    help="two more servers with --spec-always (every round verified, none weighed)")
+    p.add_argument("--draft-vocab", type=int, default=0,
+                   help="one more server (two with --compare-always) whose draft has logits for its first N token ids only")
+    p.add_argument("--only", default="", help="semicolon-separated configurations to run besides plain, e.g. 'draft;draft, vocab'")
+    p.add_argument("--kinds", default="edit,story", help="comma-separated workloads: edit, story")
     args = p.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
+    kinds = args.kinds.split(",")
     configs = {"plain": [], "ngram": ["--spec", "ngram"], "draft": ["--draft", args.draft]}
     if args.compare_always:
         configs["ngram, always"] = ["--spec", "ngram", "--spec-always"]
         configs["draft, always"] = ["--draft", args.draft, "--spec-always"]
+    vocab = ["--draft-vocab", str(args.draft_vocab)]
+    if args.draft_vocab:
+        configs["draft, vocab"] = ["--draft", args.draft, *vocab]
+        if args.compare_always:
+            configs["draft, always, vocab"] = ["--draft", args.draft, "--spec-always", *vocab]
+    if args.only:
+        wanted = {"plain", *(name.strip() for name in args.only.split(";"))}
+        configs = {name: flags for name, flags in configs.items() if name in wanted}
     servers = {}
     for n, (name, flags) in enumerate(configs.items()):
         port = args.port + n
@@ -143,7 +158,7 @@ def main():
             wait_ready(base, proc)
         results = {}  # (kind, streams, config) -> [runs]
         for r in range(args.rounds):
-            for kind in ["edit", "story"]:
+            for kind in kinds:
                 for s in streams:
                     for name, (base, _) in servers.items():
                         run = measure(base, kind, s, args.max_tokens, args.temperature)
@@ -156,10 +171,12 @@ def main():
         for _, proc in servers.values():
             proc.wait()
     titles = {"plain": "plain", "ngram": "--spec ngram", "draft": "--draft",
-              "ngram, always": "--spec ngram --spec-always", "draft, always": "--draft --spec-always"}
+              "ngram, always": "--spec ngram --spec-always", "draft, always": "--draft --spec-always",
+              "draft, vocab": f"--draft --draft-vocab {args.draft_vocab}",
+              "draft, always, vocab": f"--draft --spec-always --draft-vocab {args.draft_vocab}"}
     print("| workload | streams | " + " | ".join(titles[name] for name in configs) + " |\n|---|---|"
           + "---|" * len(configs))
-    for kind in ["edit", "story"]:
+    for kind in kinds:
         for s in streams:
             speed = {name: statistics.median(run["tokens"] / run["seconds"] for run in results[(kind, s, name)])
                      for name in configs}

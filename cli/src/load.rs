@@ -237,6 +237,11 @@ pub struct DraftArgs {
     /// the first below (as llama.cpp's --draft-p-min; 0 proposes all --draft-n).
     #[arg(long, value_name = "P", default_value_t = DraftSettings::DEFAULT.p_min)]
     pub draft_p_min: f32,
+    /// The draft model computes logits for its first N token ids only (0: all of them). Its
+    /// proposals are checked by the model either way; a vocabulary numbered by merge rank puts
+    /// the frequent tokens first, so the head costs a fraction and keeps most proposals.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub draft_vocab: usize,
 }
 
 impl DraftArgs {
@@ -245,6 +250,15 @@ impl DraftArgs {
         let settings = DraftSettings { n_draft: self.draft_n, p_min: self.draft_p_min };
         settings.check().context("--draft-p-min")?;
         Ok(settings)
+    }
+
+    /// The draft model at `path` on `device`, its logits limited by `--draft-vocab`.
+    pub fn load_draft(&self, path: &Path, device: Device) -> anyhow::Result<Model> {
+        let mut model = load_model(path, device)?;
+        if self.draft_vocab > 0 {
+            model.limit_logits(self.draft_vocab).with_context(|| format!("--draft-vocab {}", self.draft_vocab))?;
+        }
+        Ok(model)
     }
 
     /// The n-gram lookup with `--draft-n` tokens per round.

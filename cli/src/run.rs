@@ -84,7 +84,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 
     let seed = params.sampling.seed;
-    let draft = args.draft.as_deref().map(|p| load_model(p, args.runtime.device)).transpose()?;
+    let draft = args.draft.as_deref().map(|p| args.drafting.load_draft(p, args.runtime.device)).transpose()?;
     let mut kv = model.new_kv_cache(args.runtime.kv.types(), n_ctx);
     let prompt = match &args.mmproj {
         Some(mmproj) => {

@@ -314,7 +314,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if !args.latency_buckets.is_empty() {
         builder = builder.latency_buckets(args.latency_buckets.clone());
     }
-    let draft = args.draft.as_deref().map(|p| load_model(p, args.device)).transpose()?.map(Arc::new);
+    let draft = args.draft.as_deref().map(|p| args.drafting.load_draft(p, args.device)).transpose()?.map(Arc::new);
     let mut guard_served = false;
     for (i, path) in args.models.iter().enumerate() {
         let mut model = Arc::new(load_model(path, args.device)?);

@@ -1,5 +1,6 @@
 //! The tiny-model checks every device runs (`tests/tiny_archs.rs` on the CPU, `tests/cuda.rs`
-//! on a GPU): agreement with llama.cpp's logits, and batch invariance bit for bit.
+//! on a GPU): agreement with llama.cpp's logits, batch invariance bit for bit, and a head
+//! limited to the first token ids giving those ids' logits.
 
 use std::path::Path;
 
@@ -157,5 +158,43 @@ pub fn tiny_models_are_batch_invariant(load: impl Fn(&Path) -> Model) {
         }
         let o = model.forward(&mut kv3, &BatchEntry::sequence(0, &tokens[40..], 40, true)).unwrap();
         assert_eq!(o.row(0), full.row(40), "{name} {ty:?}: the original after its fork diverged");
+    }
+}
+
+/// A head limited to a vocabulary's first ids (`Model::limit_logits`: a draft model's) gives
+/// exactly the leading columns of the whole head's logits, on a prefill batch and a decoding
+/// row, for a tied and an untied output, a multiple of the panels and not; at least the whole
+/// vocabulary leaves the head whole; no ids at all is refused. `load` puts a model on the
+/// device under test.
+pub fn limited_heads_give_the_leading_logits(load: impl Fn(&Path) -> Model) {
+    for name in ["tiny-llama-Q4_K", "tiny-granite-Q8_0"] {
+        let path = fixture(&format!("models/{name}.gguf"));
+        let golden = read_json(&fixture(&format!("models/golden/{name}.logits.json")));
+        let tokens = json_ids(&golden["sequences"][2]["tokens"]);
+        let whole = load(&path);
+        let n_vocab = whole.config().n_vocab;
+        let logits = |m: &Model| {
+            let mut kv = m.new_kv_cache(KvType::F32, 256);
+            let prefill = m.forward(&mut kv, &BatchEntry::sequence(0, &tokens[..20], 0, true)).unwrap();
+            let step = m.forward(&mut kv, &[BatchEntry { seq: 0, token: tokens[20], pos: 20, logits: true }]).unwrap();
+            (prefill, step)
+        };
+        let (all, all_step) = logits(&whole);
+        assert_eq!(all.n_vocab, n_vocab);
+        for n in [n_vocab / 4, n_vocab - 33] {
+            let mut limited = load(&path);
+            limited.limit_logits(n).unwrap();
+            let (some, some_step) = logits(&limited);
+            assert_eq!((some.n_vocab, some.len(), some_step.len()), (n, 20, 1), "{name}: {n} ids");
+            for i in 0..20 {
+                assert_eq!(some.row(i), &all.row(i)[..n], "{name}: {n} ids, prefill row {i}");
+            }
+            assert_eq!(some_step.row(0), &all_step.row(0)[..n], "{name}: {n} ids, decoding row");
+        }
+        let mut same = load(&path);
+        same.limit_logits(n_vocab + 1).unwrap();
+        assert_eq!(logits(&same).0.values, all.values, "{name}: a limit past the vocabulary");
+        let e = same.limit_logits(0).unwrap_err();
+        assert_eq!(e.to_string(), "output head: it needs at least one token id");
     }
 }

@@ -13,7 +13,7 @@ use engine::kv_cache::KvType;
 use engine::logprobs::argmax;
 use engine::model::{BatchEntry, Model};
 use engine_tests::fetch_model;
-use engine_tests::tiny::{tiny_models_are_batch_invariant, tiny_models_match_llama_cpp};
+use engine_tests::tiny::{limited_heads_give_the_leading_logits, tiny_models_are_batch_invariant, tiny_models_match_llama_cpp};
 
 const GPU: Device = Device::Cuda(0);
 
@@ -27,6 +27,12 @@ fn tiny_models_on_the_gpu_match_llama_cpp_in_every_weight_type() {
 #[ignore = "needs a CUDA GPU"]
 fn batch_invariance_on_the_gpu_is_bitwise() {
     tiny_models_are_batch_invariant(|path| Model::load_on(path, GPU).unwrap());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_head_of_the_first_token_ids_on_the_gpu_gives_their_logits_bit_for_bit() {
+    limited_heads_give_the_leading_logits(|path| Model::load_on(path, GPU).unwrap());
 }
 
 /// Top-1 agreement between the GPU and the CPU over a real model's prompt, at the positions

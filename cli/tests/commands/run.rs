@@ -107,6 +107,12 @@ fn a_draft_model_gives_the_same_greedy_text() {
     assert_eq!(alone.stdout, drafted.stdout);
     let err = String::from_utf8(drafted.stderr).unwrap();
     assert!(err.contains("draft: ") && err.contains("accepted"), "{err}");
+
+    // a head of the draft's first 200 of 512 token ids: the same text
+    with.extend(["--draft-vocab", "200"]);
+    let headed = run(&with);
+    assert!(headed.status.success(), "{}", String::from_utf8_lossy(&headed.stderr));
+    assert_eq!(alone.stdout, headed.stdout);
 }
 
 #[test]

@@ -347,7 +347,7 @@ pub(crate) fn forward<B: Backend>(
     let xs = b.select_rows(&x, &wanted)?;
     let mut normed = b.zeros(wanted.len(), e)?;
     b.rms_norm(&xs, &w.output_norm, eps, &mut normed)?;
-    let mut logits = linear(b, &w.output, ScaleAt::BeforeBias, &normed, &lora.select(&wanted))?; // wanted x n_vocab
+    let mut logits = linear(b, &w.output, ScaleAt::BeforeBias, &normed, &lora.select(&wanted))?; // wanted x n_logits
     if c.logit_scale != 1.0 {
         b.scale(&mut logits, 1.0 / c.logit_scale)?;
     }
@@ -355,5 +355,5 @@ pub(crate) fn forward<B: Backend>(
         b.softcap(&mut logits, cap)?;
     }
     let hidden = if batch.iter().any(|e| e.hidden) { b.to_host(normed)? } else { Vec::new() };
-    Ok(Logits { n_vocab: c.n_vocab, values: b.to_host(logits)?, entries: wanted, hidden })
+    Ok(Logits { n_vocab: w.n_logits, values: b.to_host(logits)?, entries: wanted, hidden })
 }

@@ -28,6 +28,9 @@ pub enum ModelError {
     Adapter(String),
     #[error("batch: {0}")]
     BadBatch(String),
+    /// `Model::limit_logits` refused (no token ids, or an encoder).
+    #[error("output head: {0}")]
+    Head(String),
     #[error(transparent)]
     Kv(#[from] KvError),
     #[error(transparent)]

@@ -116,6 +116,8 @@ impl From<BatchEntry> for InputEntry<'_> {
 /// Logits of the entries of a batch that asked for them, in batch order.
 #[derive(Clone, Debug)]
 pub struct Logits {
+    /// Token ids a row gives logits for: the vocabulary, or its first ids where the model's
+    /// head is limited ([`Model::limit_logits`]).
     pub n_vocab: usize,
     /// `entries.len()` rows of `n_vocab`.
     pub values: Vec<f32>,
@@ -192,6 +194,13 @@ impl<B: Backend> OnDevice<B> {
         match &mut self.weights {
             Weights::Decoder(w) => w.load_adapter(file, &self.backend, c),
             Weights::Encoder(_) => Err(ModelError::Adapter(format!("{} is an encoder; adapters apply to decoders", c.arch))),
+        }
+    }
+
+    fn limit_logits(&mut self, c: &ModelConfig, file: &Arc<GgufFile>, n: usize) -> Result<(), ModelError> {
+        match &mut self.weights {
+            Weights::Decoder(w) => w.limit_logits(file, &self.backend, c, n),
+            Weights::Encoder(_) => Err(ModelError::Head(format!("{} is an encoder: it has no logits", c.arch))),
         }
     }
 
@@ -366,6 +375,17 @@ impl Model {
             self.default_lora.push(LoraScale { adapter: id, scale });
         }
         Ok(id)
+    }
+
+    /// Computes logits for the token ids below `n` only (all of them when `n` is at least the
+    /// vocabulary): the output's first `n` rows, a view of the same tensor. For a draft model,
+    /// whose proposals the target checks: vocabularies that number their tokens by merge rank
+    /// (the byte-level BPE of Qwen, Llama 3, GPT-2) put the frequent ones first, so a head of
+    /// them keeps most proposals at a fraction of the output's cost. Refused once adapters are
+    /// loaded (they correct the whole output), and adapters are refused after it.
+    pub fn limit_logits(&mut self, n: usize) -> Result<(), ModelError> {
+        let (config, file) = (&self.config, &self.file);
+        on_backend!(&mut self.loaded, m => m.limit_logits(config, file, n))
     }
 
     /// The loaded adapters, by id.

@@ -429,6 +429,9 @@ pub struct DecoderWeights<B: Backend> {
     pub output_norm: B::Vector,
     /// `output.weight`, or the token embeddings when the model ties them.
     pub output: Linear<B>,
+    /// Token ids the output gives logits for: the whole vocabulary, or its first ids where a
+    /// draft model keeps a head of those only ([`DecoderWeights::limit_logits`]).
+    pub n_logits: usize,
     /// The projections LoRA adapters may correct (each [`Linear`]'s `site`).
     pub sites: Vec<LoraSite>,
     /// The adapters loaded beside the weights, in load order.
@@ -546,12 +549,48 @@ impl<B: Backend> DecoderWeights<B> {
         let products: Vec<&B::Matrix> =
             layers.iter().flat_map(|l| l.mixer.matrices().into_iter().chain(l.ffn.matrices())).chain([&output.w]).collect();
         backend.prepare_products(&products)?;
-        Ok(DecoderWeights { token_embd, layers, output_norm, output, sites: l.sites(), adapters: Vec::new() })
+        Ok(DecoderWeights { token_embd, layers, output_norm, output, n_logits: c.n_vocab, sites: l.sites(), adapters: Vec::new() })
+    }
+
+    /// Keeps the output's first `n` rows only, so that logits are computed for token ids below
+    /// `n` (the whole vocabulary when `n` is at least its size). A draft model's proposals need
+    /// no more: the target checks every one, so a head of the ids a vocabulary ranks first
+    /// costs a draft pass less without changing what is generated. The rows are a view of the
+    /// same tensor; the whole output's repacked panels are dropped.
+    pub(crate) fn limit_logits(&mut self, file: &Arc<GgufFile>, backend: &B, c: &ModelConfig, n: usize) -> Result<(), ModelError> {
+        if n == 0 {
+            return Err(ModelError::Head("it needs at least one token id".into()));
+        }
+        if !self.adapters.is_empty() {
+            return Err(ModelError::Adapter("the logits of a model with adapters cannot be limited: they correct the whole output".into()));
+        }
+        if n >= c.n_vocab || n == self.n_logits {
+            return Ok(());
+        }
+        let l = Loader::new(file, backend);
+        // the output's own tensor, or the token embeddings it is tied to
+        let name = if file.tensor("output.weight").is_some() { "output" } else { "token_embd" };
+        let parts = [n, c.n_vocab - n];
+        let [w, _] = l
+            .matrix_parts(&format!("{name}.weight"), parts, c.n_embd)?
+            .ok_or_else(|| ModelError::MissingTensor(format!("{name}.weight")))?;
+        let b = l.vector_parts(&format!("{name}.bias"), parts)?.map(|[b, _]| b);
+        backend.prepare_products(&[&w])?;
+        // no site: an adapter's correction of the output would be of the whole vocabulary
+        self.output = Linear { w, b, scale: self.output.scale, site: None };
+        self.n_logits = n;
+        Ok(())
     }
 
     /// Loads the LoRA adapter `file` beside the weights (it becomes adapter
     /// `self.adapters.len()`).
     pub(crate) fn load_adapter(&mut self, file: &Arc<GgufFile>, backend: &B, c: &ModelConfig) -> Result<AdapterInfo, ModelError> {
+        if self.n_logits < c.n_vocab {
+            return Err(ModelError::Adapter(format!(
+                "the model's logits are limited to its first {} token ids: adapters need the whole output",
+                self.n_logits
+            )));
+        }
         // a tied output reads the token embeddings: their adapter would have to correct both
         let embedding = self.output.site.map(|_| EmbeddingShape { n_vocab: c.n_vocab, n_embd: c.n_embd });
         let (weights, info) = super::lora::load(file, backend, &c.arch, c.n_vocab, &self.sites, embedding)?;

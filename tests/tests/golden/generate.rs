@@ -403,6 +403,28 @@ fn ngram_speculation_keeps_a_seeded_sampled_output_token_for_token() {
     }
 }
 
+/// A draft whose head keeps the vocabulary's first ids only proposes nothing else, and the
+/// target's output is the same, greedy and seeded; adapters are refused on such a head.
+#[test]
+fn a_draft_with_a_head_of_the_first_ids_proposes_those_and_changes_no_output() {
+    let (target, prompt, _) = setup("tiny-llama-F32");
+    let mut draft = Model::load(fixture("models/tiny-llama-Q4_0.gguf")).unwrap();
+    let n = target.config().n_vocab / 2;
+    draft.limit_logits(n).unwrap();
+    let prompts = [prompt.clone()];
+    let params = [SamplingParams::greedy()];
+    let (proposed, _) = propose(&target, &draft, &prompts, &params, &[0], 0.0, usize::MAX);
+    assert!(!proposed[0].is_empty() && proposed[0].iter().all(|&t| (t as usize) < n), "{proposed:?}");
+    for params in [|| GenerateParams::greedy(24), || sampled(7, 24)] {
+        let alone = run(&target, &prompt, params());
+        let c = with_draft(&target, &draft, &prompt, params(), 4);
+        assert_eq!((&c.tokens, &c.text), (&alone.tokens, &alone.text));
+        assert!(c.usage.drafted_tokens > 0);
+    }
+    let adapter = draft.load_adapter(fixture("models/tiny-llama-F32.gguf"), None).unwrap_err();
+    assert!(adapter.to_string().contains("limited to its first"), "{adapter}");
+}
+
 #[test]
 fn a_draft_with_another_vocabulary_is_refused() {
     let (target, prompt, _) = setup("tiny-llama-F32");

@@ -6,7 +6,7 @@
 use engine::kv_cache::KvType;
 use engine::model::{BatchEntry, Model};
 use engine_tests::fixture;
-use engine_tests::tiny::{tiny_models_are_batch_invariant, tiny_models_match_llama_cpp};
+use engine_tests::tiny::{limited_heads_give_the_leading_logits, tiny_models_are_batch_invariant, tiny_models_match_llama_cpp};
 
 #[test]
 fn logits_match_llama_cpp_in_every_weight_type() {
@@ -16,6 +16,19 @@ fn logits_match_llama_cpp_in_every_weight_type() {
 #[test]
 fn batch_invariance_is_bitwise() {
     tiny_models_are_batch_invariant(|path| Model::load(path).unwrap());
+}
+
+#[test]
+fn a_head_of_the_first_token_ids_gives_their_logits_bit_for_bit() {
+    limited_heads_give_the_leading_logits(|path| Model::load(path).unwrap());
+}
+
+/// The same on the kernel backend (run by the CPU execution harness): the head a view of the
+/// uploaded output's leading rows.
+#[cfg(feature = "sim")]
+#[test]
+fn a_head_of_the_first_token_ids_on_the_simulated_gpu_gives_their_logits_bit_for_bit() {
+    limited_heads_give_the_leading_logits(|path| Model::load_simulated(path).unwrap());
 }
 
 #[test]
