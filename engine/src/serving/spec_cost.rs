@@ -142,14 +142,25 @@ impl RoundYield {
 }
 
 /// One sequence that may propose in a step: what its round is expected to propose and keep,
-/// whether it explores ([`explores`]), and the tokens a draft model must catch up on first
-/// (what the sequence gave while it did not draft; 0 for n-gram proposals, and for a prompt
-/// not yet read, which is read once for all of the sequence's rounds).
+/// whether it explores ([`explores`]), and the tokens a draft model must catch up on that the
+/// round is charged (what the sequence gave while it did not draft; a prompt not yet read its
+/// [`prompt_share`]; 0 for n-gram proposals).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Candidate {
     pub expected: RoundYield,
     pub explore: bool,
-    pub catch_up: usize,
+    pub catch_up: f64,
+}
+
+/// The part of a prompt of `prompt` tokens that the draft model has not read yet charged to one
+/// round of a sequence with `remaining` tokens left to generate: the prompt is read once for
+/// all of its rounds, about `remaining / (kept + 1)` of them, each keeping `expected.kept`
+/// proposals and adding the model's own token. (Where the rounds cannot pay for their share,
+/// as on a machine whose passes are bound by compute under load, the draft never reads the
+/// prompt at all.)
+pub(crate) fn prompt_share(prompt: usize, remaining: usize, expected: RoundYield) -> f64 {
+    let rounds = (remaining as f64 / (expected.kept.max(0.0) + 1.0)).max(1.0);
+    prompt as f64 / rounds
 }
 
 /// What a set of proposing candidates adds to a step: the pass's rows (from the step's own),
@@ -159,7 +170,7 @@ struct Proposing {
     rows: f64,
     kept: f64,
     drafting: usize,
-    catch_up: usize,
+    catch_up: f64,
 }
 
 impl Proposing {
@@ -218,28 +229,30 @@ impl SpecCost {
     }
 
     /// Which of `candidates` propose in a step whose pass has `base_rows` rows without any
-    /// proposal, `decoding` of them a decoding sequence's next token. A sequence that explores
-    /// proposes. The rest are taken best kept-per-row first, as many as
-    /// give the most tokens kept beyond what their time is worth: the extra seconds (the pass's
-    /// growth from `base_rows` by the proposed rows, and the draft's passes for the proposing
-    /// sequences, and their catch-ups) at the rate of a pass of the decoding rows alone. Before
-    /// any pass is measured, every candidate proposes.
-    pub fn choose(&self, base_rows: usize, decoding: usize, candidates: &[Candidate]) -> Vec<bool> {
+    /// proposal, among `streams` sequences that decode (now, or once their prompts are read).
+    /// A sequence that explores proposes. The rest are taken best kept-per-row first, as many
+    /// as give the most tokens kept beyond what their time is worth: the extra seconds (the
+    /// pass's growth from `base_rows` by the proposed rows, and the draft's passes for the
+    /// proposing sequences, and their catch-ups) at the rate of a plain decoding pass over
+    /// `streams` rows. (The sequences still reading their prompts count: while they do, the
+    /// few decoding ones see a lull, and a draft that starts on a prompt then pays for it at
+    /// the full load that follows.) Before any pass is measured, every candidate proposes.
+    pub fn choose(&self, base_rows: usize, streams: usize, candidates: &[Candidate]) -> Vec<bool> {
         let mut chosen: Vec<bool> = candidates.iter().map(|c| c.explore).collect();
-        let (Some(base), Some(plain)) = (self.pass.estimate(base_rows as f64), self.pass.estimate(decoding.max(1) as f64)) else {
+        let (Some(base), Some(plain)) = (self.pass.estimate(base_rows as f64), self.pass.estimate(streams.max(1) as f64)) else {
             return vec![true; candidates.len()];
         };
-        // tokens a second of this machine's plain decoding gives
-        let rate = decoding.max(1) as f64 / plain.max(f64::MIN_POSITIVE);
+        // tokens a second of this machine's plain decoding of the streams gives
+        let rate = streams.max(1) as f64 / plain.max(f64::MIN_POSITIVE);
         let net = |p: Proposing| -> f64 {
             let draft = if p.drafting == 0 { 0.0 } else { self.draft.estimate(p.drafting as f64).unwrap_or(0.0) };
-            let catch_up = if p.catch_up == 0 { 0.0 } else { self.catch_up.estimate(p.catch_up as f64).unwrap_or(0.0) };
+            let catch_up = if p.catch_up <= 0.0 { 0.0 } else { self.catch_up.estimate(p.catch_up).unwrap_or(0.0) };
             let extra = self.pass.estimate(p.rows).unwrap_or(base) - base + draft + catch_up;
             p.kept - extra * rate
         };
         let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| !chosen[i]).collect();
         order.sort_by(|&a, &b| candidates[b].expected.kept_per_row().total_cmp(&candidates[a].expected.kept_per_row()));
-        let explorers = Proposing { rows: base_rows as f64, kept: 0.0, drafting: 0, catch_up: 0 };
+        let explorers = Proposing { rows: base_rows as f64, kept: 0.0, drafting: 0, catch_up: 0.0 };
         let mut proposing = candidates.iter().zip(&chosen).filter(|(_, &c)| c).fold(explorers, |p, (c, _)| p.with(c));
         let (mut best, mut best_len) = (net(proposing), 0);
         for (n, &i) in order.iter().enumerate() {
@@ -360,7 +373,7 @@ mod tests {
     }
 
     fn candidate(proposed: f64, kept: f64) -> Candidate {
-        Candidate { expected: RoundYield { proposed, kept }, explore: false, catch_up: 0 }
+        Candidate { expected: RoundYield { proposed, kept }, explore: false, catch_up: 0.0 }
     }
 
     #[test]
@@ -415,8 +428,40 @@ mod tests {
         // 40 ms for 1 token, or 101 ms for 2
         assert_eq!(dear.choose(1, 1, &[modest]), [false]);
         // after a pause of 100 tokens the same round first costs their 100 ms of catching up
-        let paused = Candidate { catch_up: 100, ..modest };
+        let paused = Candidate { catch_up: 100.0, ..modest };
         assert_eq!(cheap.choose(1, 1, &[paused]), [false]);
-        assert_eq!(cheap.choose(1, 1, &[Candidate { catch_up: 10, ..modest }]), [true]);
+        assert_eq!(cheap.choose(1, 1, &[Candidate { catch_up: 10.0, ..modest }]), [true]);
+    }
+
+    #[test]
+    fn a_prompt_is_charged_over_the_rounds_its_sequence_has_left() {
+        let edit = RoundYield { proposed: 8.0, kept: 7.0 };
+        // 200 tokens left, 8 a round: 25 rounds share a prompt of 300
+        assert_eq!(prompt_share(300, 200, edit), 12.0);
+        // the last round, or fewer tokens left than a round gives: the whole prompt
+        assert_eq!(prompt_share(300, 5, edit), 300.0);
+        assert_eq!(prompt_share(300, 0, edit), 300.0);
+        // rounds that keep nothing: a round per token
+        assert_eq!(prompt_share(300, 150, RoundYield { proposed: 8.0, kept: 0.0 }), 2.0);
+
+        // reading a prompt costs 4 ms a token; one sequence whose rows cost nothing: its round
+        // pays for its share of a long prompt
+        let catch_up = learned(|r| 0.004 * r);
+        let weights =
+            SpecCost { pass: learned(|r| 0.040f64.max(r * 0.000_6)), draft: learned(|_| 0.004), catch_up: catch_up.clone(), typical: None };
+        let fresh = |share| Candidate { expected: edit, explore: false, catch_up: share };
+        assert_eq!(weights.choose(1, 1, &[fresh(prompt_share(300, 200, edit))]), [true]);
+        // eight, where a pass costs 40 ms and 2 ms a row and the draft's 50 ms: rounds that pay
+        // for themselves do not pay for their prompts' shares too
+        let compute = SpecCost { pass: learned(|r| 0.040 + 0.002 * r), draft: learned(|_| 0.050), catch_up, typical: None };
+        let lean = RoundYield { proposed: 8.0, kept: 7.9 };
+        let fresh = |share| Candidate { expected: lean, explore: false, catch_up: share };
+        assert_eq!(compute.choose(8, 8, &[fresh(0.0); 8]), [true; 8]);
+        assert_eq!(compute.choose(8, 8, &[fresh(prompt_share(300, 200, lean)); 8]), [false; 8]);
+        // one sequence decoding beside 7 reading their prompts (256 rows of them in the pass):
+        // its round is valued at the rate of the 8 streams that follow, not of one alone
+        let first = [fresh(prompt_share(300, 200, lean))];
+        assert_eq!(compute.choose(1 + 256, 1, &first), [true]);
+        assert_eq!(compute.choose(1 + 256, 8, &first), [false]);
     }
 }

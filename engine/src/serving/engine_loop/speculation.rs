@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::EngineLoop;
 use crate::generate::{proposal_budget, propose_batch, DraftRequest};
 use crate::serving::protocol::SeqError;
-use crate::serving::spec_cost::{explores, Candidate, RoundYield, SpecPolicy};
+use crate::serving::spec_cost::{explores, prompt_share, Candidate, RoundYield, SpecPolicy};
 use crate::tokenizer::TokenId;
 
 impl EngineLoop {
@@ -132,11 +132,11 @@ impl EngineLoop {
         }
         // the pass's rows without proposals: a token per decoding sequence, and the prompts'
         // chunks within the prefill budget
-        let (mut decoding, mut prefill) = (0, 0);
+        let (mut decoding, mut prefill, mut prefilling) = (0, 0, 0);
         for r in &self.running {
             match r.history.len() - self.kv.seq_len(r.seq) {
                 1 => decoding += 1,
-                pending => prefill += pending,
+                pending => (prefill, prefilling) = (prefill + pending, prefilling + 1),
             }
         }
         let base_rows = decoding + prefill.min(self.config.prefill_chunk);
@@ -148,20 +148,21 @@ impl EngineLoop {
                 let proposed = if self.draft.is_some() { r.round_yield.proposed.min(budget) } else { budget };
                 let expected = RoundYield { proposed, kept: proposed * r.round_yield.kept_share() };
                 // what the draft missed while the sequence did not draft, past its prompt (a
-                // round reads the last two tokens anyway)
-                let catch_up = self.draft.as_ref().map_or(0, |(_, dkv)| {
-                    let fed = dkv.seq_len(r.seq);
+                // round reads the last two tokens anyway); or, before it has read the prompt,
+                // the prompt's share of one round
+                let catch_up = self.draft.as_ref().map_or(0.0, |(_, dkv)| {
+                    let (fed, len) = (dkv.seq_len(r.seq), r.history.len());
                     if fed >= r.prompt_len {
-                        (r.history.len() - fed).saturating_sub(2)
+                        len.saturating_sub(fed + 2) as f64
                     } else {
-                        0
+                        prompt_share(len - fed, r.reserved.saturating_sub(len), expected)
                     }
                 });
                 // (a draft model's sequences never explore: `spec_cost::EXPLORE_EVERY`)
                 Candidate { expected, explore: self.draft.is_none() && explores(self.steps, r.last_round), catch_up }
             })
             .collect();
-        for (&i, chosen) in asking.iter().zip(self.spec_cost.choose(base_rows, decoding, &candidates)) {
+        for (&i, chosen) in asking.iter().zip(self.spec_cost.choose(base_rows, decoding + prefilling, &candidates)) {
             if !chosen {
                 budgets[i] = 0;
             }
