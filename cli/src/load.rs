@@ -255,8 +255,10 @@ impl DraftArgs {
     /// The draft model at `path` on `device`, its logits limited by `--draft-vocab`.
     pub fn load_draft(&self, path: &Path, device: Device) -> anyhow::Result<Model> {
         let mut model = load_model(path, device)?;
-        if self.draft_vocab > 0 {
+        let n_vocab = model.config().n_vocab;
+        if self.draft_vocab > 0 && self.draft_vocab < n_vocab {
             model.limit_logits(self.draft_vocab).with_context(|| format!("--draft-vocab {}", self.draft_vocab))?;
+            eprintln!("draft {}: logits for its first {} of {n_vocab} token ids", path.display(), self.draft_vocab);
         }
         Ok(model)
     }

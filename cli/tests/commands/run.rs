@@ -113,6 +113,8 @@ fn a_draft_model_gives_the_same_greedy_text() {
     let headed = run(&with);
     assert!(headed.status.success(), "{}", String::from_utf8_lossy(&headed.stderr));
     assert_eq!(alone.stdout, headed.stdout);
+    let err = String::from_utf8(headed.stderr).unwrap();
+    assert!(err.contains("logits for its first 200 of 512 token ids"), "{err}");
 }
 
 #[test]
