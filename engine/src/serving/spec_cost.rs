@@ -379,14 +379,9 @@ mod tests {
     #[test]
     fn weight_bound_passes_take_proposals_compute_bound_ones_only_well_kept() {
         // bound by the weights: 40 ms whatever the rows up to 64, then compute
-        let weights = SpecCost {
-            pass: learned(|r| 0.040f64.max(r * 0.000_6)),
-            draft: PassTimes::default(),
-            catch_up: PassTimes::default(),
-            typical: None,
-        };
+        let weights = SpecCost { pass: learned(|r| 0.040f64.max(r * 0.000_6)), ..SpecCost::default() };
         // bound by compute: 5 ms a row
-        let compute = SpecCost { pass: learned(|r| 0.005 * r), draft: PassTimes::default(), catch_up: PassTimes::default(), typical: None };
+        let compute = SpecCost { pass: learned(|r| 0.005 * r), ..SpecCost::default() };
         let story = candidate(8.0, 1.0);
         let edit = candidate(8.0, 6.0);
         // one sequence: even a story's one kept token in eight is worth rows that cost nothing
@@ -406,8 +401,7 @@ mod tests {
     #[test]
     fn the_best_kept_per_row_go_first_and_idle_sequences_explore() {
         // 20 ms plus 2 ms a row: a proposal kept half the time pays, a quarter does not
-        let cost =
-            SpecCost { pass: learned(|r| 0.020 + 0.002 * r), draft: PassTimes::default(), catch_up: PassTimes::default(), typical: None };
+        let cost = SpecCost { pass: learned(|r| 0.020 + 0.002 * r), ..SpecCost::default() };
         let (good, poor) = (candidate(8.0, 4.0), candidate(8.0, 0.5));
         assert_eq!(cost.choose(4, 4, &[poor, good, poor, good]), [false, true, false, true]);
         let idle = Candidate { explore: true, ..poor };
@@ -421,8 +415,8 @@ mod tests {
     #[test]
     fn a_draft_models_passes_count_against_its_proposals() {
         let pass = learned(|r| 0.040f64.max(r * 0.000_6));
-        let cheap = SpecCost { pass: pass.clone(), draft: learned(|_| 0.002), catch_up: learned(|r| 0.001 * r), typical: None };
-        let dear = SpecCost { pass, draft: learned(|n| 0.060 + 0.001 * n), catch_up: PassTimes::default(), typical: None };
+        let cheap = SpecCost { pass: pass.clone(), draft: learned(|_| 0.002), catch_up: learned(|r| 0.001 * r), ..SpecCost::default() };
+        let dear = SpecCost { pass, draft: learned(|n| 0.060 + 0.001 * n), ..SpecCost::default() };
         let modest = candidate(2.0, 1.0);
         assert_eq!(cheap.choose(1, 1, &[modest]), [true]);
         // 40 ms for 1 token, or 101 ms for 2
@@ -447,13 +441,17 @@ mod tests {
         // reading a prompt costs 4 ms a token; one sequence whose rows cost nothing: its round
         // pays for its share of a long prompt
         let catch_up = learned(|r| 0.004 * r);
-        let weights =
-            SpecCost { pass: learned(|r| 0.040f64.max(r * 0.000_6)), draft: learned(|_| 0.004), catch_up: catch_up.clone(), typical: None };
+        let weights = SpecCost {
+            pass: learned(|r| 0.040f64.max(r * 0.000_6)),
+            draft: learned(|_| 0.004),
+            catch_up: catch_up.clone(),
+            ..SpecCost::default()
+        };
         let fresh = |share| Candidate { expected: edit, explore: false, catch_up: share };
         assert_eq!(weights.choose(1, 1, &[fresh(prompt_share(300, 200, edit))]), [true]);
         // eight, where a pass costs 40 ms and 2 ms a row and the draft's 50 ms: rounds that pay
         // for themselves do not pay for their prompts' shares too
-        let compute = SpecCost { pass: learned(|r| 0.040 + 0.002 * r), draft: learned(|_| 0.050), catch_up, typical: None };
+        let compute = SpecCost { pass: learned(|r| 0.040 + 0.002 * r), draft: learned(|_| 0.050), catch_up, ..SpecCost::default() };
         let lean = RoundYield { proposed: 8.0, kept: 7.9 };
         let fresh = |share| Candidate { expected: lean, explore: false, catch_up: share };
         assert_eq!(compute.choose(8, 8, &[fresh(0.0); 8]), [true; 8]);
