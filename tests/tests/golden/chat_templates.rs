@@ -1,5 +1,5 @@
 //! Chat templates rendered by `engine::chat` against Hugging Face transformers' own output: the
-//! 33-template corpus in `fixtures/templates/` (128 cases) and the Qwen2.5-Coder GGUF's template
+//! 34-template corpus in `fixtures/templates/` (132 cases) and the Qwen2.5-Coder GGUF's template
 //! (`fixtures/templates/qwen2.5-coder-0.5b/`). Bytes must be identical; where Python raised, we
 //! must fail too (with the same message when it was the template's `raise_exception`).
 
@@ -122,7 +122,7 @@ fn corpus_renders_like_transformers() {
             }
         }
     }
-    assert_eq!(checked, 128, "the corpus has 128 rendered cases");
+    assert_eq!(checked, 132, "the corpus has 132 rendered cases");
 
     let known = |id: &str| KNOWN_FAILURES.iter().any(|(k, _)| *k == id);
     let unexpected: Vec<_> = failures.iter().filter(|(id, _)| !known(id)).collect();
