@@ -81,8 +81,8 @@ struct TestResult {
     stddev_ts: f64,
     samples_ns: Vec<u64>,
     samples_ts: Vec<f64>,
-    /// kernel launches and transfers (uploads, downloads, copies, fills) per token of the timed
-    /// runs: 0 on the CPU
+    /// launches (a kernel issued on its own, or a step replayed as one graph) and transfers
+    /// (uploads, downloads, copies, fills) per token of the timed runs: 0 on the CPU
     launches_per_token: f64,
     transfers_per_token: f64,
 }

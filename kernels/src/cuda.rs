@@ -12,12 +12,16 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::ThreadId;
 
-use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    result, sys, CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg,
+};
 use cudarc::nvrtc::Ptx;
 
 use crate::prepared::Prepared;
-use crate::runtime::{scalar_slot, Arg, Launch, ReadOnlyUploads, Runtime, RuntimeError};
+use crate::runtime::{Launch, RuntimeError};
+use crate::steps::{Primitives, Recorded, Stepped};
 use crate::SOURCES;
 
 /// The driver library, as the loader finds it.
@@ -81,8 +85,9 @@ fn image_cache() -> &'static Mutex<HashMap<(&'static str, String), Image>> {
     CACHE.get_or_init(Default::default)
 }
 
-/// GPU `ordinal` with its context, stream and compiled kernels.
-pub struct CudaRuntime {
+/// GPU `ordinal` with its context, stream and compiled kernels: the primitives of
+/// [`CudaRuntime`].
+pub struct CudaDevice {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     arch: String,
@@ -94,9 +99,76 @@ pub struct CudaRuntime {
     sync_launches: bool,
     /// The kernel launched last, named when a fault surfaces later.
     last_kernel: Mutex<&'static str>,
-    /// The read-only uploads made lately, reused by their bytes.
-    read_only: ReadOnlyUploads<CudaSlice<u8>>,
+    /// Kept from the stream while a segment is captured (shared with the buffers, whose frees
+    /// go to the stream too).
+    stream_lock: Arc<StreamLock>,
 }
+
+/// Held while a step's segment is captured into a graph, so that no other thread's work on the
+/// stream (a launch, a copy, a buffer's free) is captured with it.
+#[derive(Default)]
+struct StreamLock {
+    lock: Mutex<()>,
+    /// The thread capturing: its operations are recorded, not run (so none is waited for),
+    /// and go to the stream without the lock it holds.
+    capturer: Mutex<Option<ThreadId>>,
+}
+
+impl StreamLock {
+    /// Whether the calling thread is capturing a segment.
+    fn capturing(&self) -> bool {
+        *self.capturer.lock().unwrap_or_else(|p| p.into_inner()) == Some(std::thread::current().id())
+    }
+
+    /// Runs `f`, which issues work to the stream, with the stream to itself: never while
+    /// another thread captures a segment on it.
+    fn exclusive<T>(&self, f: impl FnOnce() -> T) -> T {
+        if self.capturing() {
+            return f();
+        }
+        let _stream = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        f()
+    }
+}
+
+/// A driver allocation from the stream-ordered pool, freed on the stream when dropped (never
+/// into another thread's capture).
+struct Allocation {
+    slice: Option<CudaSlice<u8>>,
+    stream_lock: Arc<StreamLock>,
+}
+
+impl Allocation {
+    fn slice(&self) -> &CudaSlice<u8> {
+        self.slice.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        let slice = self.slice.take();
+        self.stream_lock.exclusive(|| drop(slice));
+    }
+}
+
+/// The CUDA runtime: GPU `ordinal`'s primitives, steps recorded and replayed as CUDA graphs
+/// (`steps.rs`).
+pub type CudaRuntime = Stepped<CudaDevice>;
+
+/// A buffer on the GPU: a driver allocation from the stream-ordered pool, freed when its last
+/// handle goes, and its address.
+#[derive(Clone)]
+pub struct CudaBuffer {
+    allocation: Arc<Allocation>,
+    address: u64,
+}
+
+/// A captured segment, instantiated.
+pub struct StepGraph(CudaGraph);
+
+// SAFETY: a graph is used by one thread at a time: the runtime's step state, behind its mutex,
+// owns it, and builds, replays and drops it under that lock.
+unsafe impl Send for StepGraph {}
 
 /// Buffers come from the device's stream-ordered pool (`cuMemAllocAsync`, freed by
 /// `cuMemFreeAsync` when dropped): an activation lives for one operation of one step. By default
@@ -122,8 +194,14 @@ fn keep_pool_memory(ctx: &CudaContext) -> Result<(), RuntimeError> {
 
 impl CudaRuntime {
     /// Opens GPU `ordinal`: the driver must be present, NVRTC too unless prepared modules are
-    /// named, and the GPU must exist.
+    /// named, and the GPU must exist. Steps are replayed as graphs unless `ENGINE_GRAPHS=0`.
     pub fn open(ordinal: usize) -> Result<CudaRuntime, RuntimeError> {
+        CudaDevice::open(ordinal).map(Stepped::new)
+    }
+}
+
+impl CudaDevice {
+    fn open(ordinal: usize) -> Result<CudaDevice, RuntimeError> {
         find_driver()?;
         // prepared modules need no NVRTC (a source missing from them still asks for it, then)
         if crate::prepared::folder().is_none() {
@@ -142,7 +220,7 @@ impl CudaRuntime {
         keep_pool_memory(&ctx)?;
         let (major, minor) = ctx.compute_capability().map_err(|e| driver_error("reading the compute capability", e))?;
         let name = ctx.name().unwrap_or_else(|_| "CUDA GPU".into());
-        Ok(CudaRuntime {
+        Ok(CudaDevice {
             ctx,
             stream,
             arch: format!("sm_{major}{minor}"),
@@ -151,7 +229,7 @@ impl CudaRuntime {
             origins: Mutex::new(BTreeMap::new()),
             sync_launches: std::env::var(SYNC_VAR).is_ok_and(|v| v == "1"),
             last_kernel: Mutex::new("none"),
-            read_only: ReadOnlyUploads::default(),
+            stream_lock: Arc::default(),
         })
     }
 
@@ -243,71 +321,95 @@ impl CudaRuntime {
         })
     }
 
-    fn address(&self, buf: &CudaSlice<u8>) -> u64 {
-        let (ptr, _sync) = buf.device_ptr(&self.stream);
-        ptr
+    fn capturing(&self) -> bool {
+        self.stream_lock.capturing()
+    }
+
+    fn exclusive<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.stream_lock.exclusive(f)
+    }
+
+    /// `ops` issued into a graph under stream capture (recorded, not run).
+    fn capture(&self, ops: &[Recorded<CudaBuffer>]) -> Result<StepGraph, RuntimeError> {
+        let _stream = self.stream_lock.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .map_err(|e| self.fault("beginning a capture", e))?;
+        *self.stream_lock.capturer.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
+        // SAFETY: the operations ran just now with these addresses, which the recording and
+        // their owners keep.
+        let issued = ops.iter().try_for_each(|op| unsafe { op.issue(self) });
+        *self.stream_lock.capturer.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        // the capture ends whatever happened, so that the stream runs work again
+        let graph = self.stream.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(|e| driver_error("instantiating a graph", e));
+        issued?;
+        graph?.map(StepGraph).ok_or_else(|| RuntimeError::Device("a captured segment made no graph".into()))
     }
 }
 
-impl Runtime for CudaRuntime {
-    type Buffer = CudaSlice<u8>;
+impl Primitives for CudaDevice {
+    type Buffer = CudaBuffer;
+    type Graph = StepGraph;
 
-    fn alloc_zeroed(&self, bytes: usize) -> Result<CudaSlice<u8>, RuntimeError> {
-        crate::runtime::count_transfer();
-        let mut buf = self.alloc(bytes)?;
-        self.stream.memset_zeros(&mut buf).map_err(|e| self.fault("zeroing", e))?;
-        Ok(buf)
-    }
-
-    fn alloc(&self, bytes: usize) -> Result<CudaSlice<u8>, RuntimeError> {
+    fn alloc(&self, bytes: usize) -> Result<CudaBuffer, RuntimeError> {
         // SAFETY: the memory is device memory, reached only by launches and copies; the caller
         // has a launch or a copy write every byte before anything reads it (`Runtime::alloc`).
-        unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| match driver_error("allocating", e) {
-            RuntimeError::OutOfMemory { .. } => RuntimeError::OutOfMemory { bytes },
-            other => other,
-        })
+        let slice =
+            self.exclusive(|| unsafe { self.stream.alloc::<u8>(bytes.max(1)) }).map_err(|e| match driver_error("allocating", e) {
+                RuntimeError::OutOfMemory { .. } => RuntimeError::OutOfMemory { bytes },
+                other => other,
+            })?;
+        let address = {
+            let (address, _sync) = slice.device_ptr(&self.stream);
+            address
+        };
+        Ok(CudaBuffer { allocation: Arc::new(Allocation { slice: Some(slice), stream_lock: Arc::clone(&self.stream_lock) }), address })
     }
 
-    fn upload(&self, data: &[u8]) -> Result<CudaSlice<u8>, RuntimeError> {
-        crate::runtime::count_transfer();
-        // every byte is written by the copy below (an empty upload is never read)
-        let buf = self.alloc(data.len())?;
-        if !data.is_empty() {
-            // the raw copy below does not make the context current on this thread itself
-            self.ctx.bind_to_thread().map_err(|e| self.fault("upload", e))?;
-            // SAFETY: the buffer holds `data.len()` bytes. `data` is pageable memory: the driver
-            // has copied it to its staging memory when the call returns, so it may go after.
-            unsafe { result::memcpy_htod_async(self.address(&buf), data, self.stream.cu_stream()) }.map_err(|e| self.fault("upload", e))?;
+    fn len(&self, buf: &CudaBuffer) -> usize {
+        buf.allocation.slice().len()
+    }
+
+    fn address(&self, buf: &CudaBuffer) -> u64 {
+        buf.address
+    }
+
+    fn shared(&self, buf: &CudaBuffer) -> bool {
+        Arc::strong_count(&buf.allocation) > 1
+    }
+
+    fn write(&self, buf: &CudaBuffer, data: &[u8]) -> Result<(), RuntimeError> {
+        if data.len() > buf.allocation.slice().len() {
+            return Err(RuntimeError::Device(format!("upload of {} bytes into a buffer of {}", data.len(), buf.allocation.slice().len())));
         }
-        Ok(buf)
+        // the raw copy below does not make the context current on this thread itself
+        self.ctx.bind_to_thread().map_err(|e| self.fault("upload", e))?;
+        // SAFETY: in bounds (checked). `data` is pageable memory: the driver has copied it to
+        // its staging memory when the call returns, so it may go after.
+        self.exclusive(|| unsafe { result::memcpy_htod_async(buf.address, data, self.stream.cu_stream()) })
+            .map_err(|e| self.fault("upload", e))
     }
 
-    fn upload_read_only(&self, data: &[u8]) -> Result<Arc<CudaSlice<u8>>, RuntimeError> {
-        self.read_only.get_or_upload(data, |d| self.upload(d))
-    }
-
-    fn download(&self, buf: &CudaSlice<u8>, out: &mut [u8]) -> Result<(), RuntimeError> {
-        crate::runtime::count_transfer();
-        if out.len() > buf.len() {
-            return Err(RuntimeError::Device(format!("download of {} bytes from a buffer of {}", out.len(), buf.len())));
+    fn read(&self, buf: &CudaBuffer, out: &mut [u8]) -> Result<(), RuntimeError> {
+        if out.len() > buf.allocation.slice().len() {
+            return Err(RuntimeError::Device(format!("download of {} bytes from a buffer of {}", out.len(), buf.allocation.slice().len())));
         }
-        self.stream.memcpy_dtoh(&buf.slice(0..out.len()), out).map_err(|e| self.fault("download", e))?;
+        self.exclusive(|| self.stream.memcpy_dtoh(&buf.allocation.slice().slice(0..out.len()), out))
+            .map_err(|e| self.fault("download", e))?;
         self.synchronize()
     }
 
-    fn copy(&self, src: &CudaSlice<u8>, src_at: usize, dst: &CudaSlice<u8>, dst_at: usize, bytes: usize) -> Result<(), RuntimeError> {
-        crate::runtime::count_transfer();
-        if src_at + bytes > src.len() || dst_at + bytes > dst.len() {
-            return Err(RuntimeError::Device(format!("copy of {bytes} bytes out of bounds")));
-        }
-        self.ctx.bind_to_thread().map_err(|e| self.fault("copy", e))?;
-        let (s, d) = (self.address(src) + src_at as u64, self.address(dst) + dst_at as u64);
-        // SAFETY: both ranges are in bounds (checked) and live; ordered on the one stream.
-        unsafe { result::memcpy_dtod_async(d, s, bytes, self.stream.cu_stream()) }.map_err(|e| self.fault("copy", e))
+    fn zero(&self, at: u64, bytes: usize) -> Result<(), RuntimeError> {
+        self.ctx.bind_to_thread().map_err(|e| self.fault("zeroing", e))?;
+        // SAFETY: the runtime passes the range of a live buffer; ordered on the one stream.
+        self.exclusive(|| unsafe { result::memset_d8_async(at, 0, bytes, self.stream.cu_stream()) }).map_err(|e| self.fault("zeroing", e))
     }
 
-    fn len(&self, buf: &CudaSlice<u8>) -> usize {
-        buf.len()
+    fn copy(&self, from: u64, to: u64, bytes: usize) -> Result<(), RuntimeError> {
+        self.ctx.bind_to_thread().map_err(|e| self.fault("copy", e))?;
+        // SAFETY: the runtime passes ranges of live buffers, checked against their sizes;
+        // ordered on the one stream.
+        self.exclusive(|| unsafe { result::memcpy_dtod_async(to, from, bytes, self.stream.cu_stream()) }).map_err(|e| self.fault("copy", e))
     }
 
     fn free_memory(&self) -> Option<usize> {
@@ -321,27 +423,35 @@ impl Runtime for CudaRuntime {
         self.ctx.mem_get_info().ok().map(|(free, _total)| free)
     }
 
-    unsafe fn launch(&self, l: Launch, args: &[Arg<'_, CudaSlice<u8>>]) -> Result<(), RuntimeError> {
+    unsafe fn launch(&self, l: Launch, slots: &[u64]) -> Result<(), RuntimeError> {
         let f = self.function(l.kernel)?;
-        let slots: Vec<u64> = args
-            .iter()
-            .map(|a| match *a {
-                Arg::Buf(b) => self.address(b),
-                Arg::BufAt(b, at) => self.address(b) + at as u64,
-                _ => scalar_slot(a).expect("a scalar"),
-            })
-            .collect();
         let mut builder = self.stream.launch_builder(&f);
-        for slot in &slots {
+        for slot in slots {
             builder.arg(slot);
         }
         let cfg = LaunchConfig { grid_dim: (l.grid[0], l.grid[1], l.grid[2]), block_dim: (l.block, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: the caller's contract covers the arguments; each slot holds its parameter's
         // bytes first (little-endian) and lives until the launch call returns.
-        unsafe { builder.launch(cfg) }.map_err(|e| driver_error(l.kernel, e))?;
+        self.exclusive(|| unsafe { builder.launch(cfg) }).map_err(|e| driver_error(l.kernel, e))?;
+        if self.capturing() {
+            return Ok(());
+        }
         *self.last_kernel.lock().unwrap_or_else(|p| p.into_inner()) = l.kernel;
         if self.sync_launches {
             self.stream.synchronize().map_err(|e| RuntimeError::Device(format!("kernel {} failed: {e}", l.kernel)))?;
+        }
+        Ok(())
+    }
+
+    fn build(&self, ops: &[Recorded<CudaBuffer>]) -> Result<StepGraph, RuntimeError> {
+        self.capture(ops)
+    }
+
+    fn replay(&self, graph: &StepGraph, _ops: &[Recorded<CudaBuffer>]) -> Result<(), RuntimeError> {
+        *self.last_kernel.lock().unwrap_or_else(|p| p.into_inner()) = "a replayed step graph";
+        self.exclusive(|| graph.0.launch()).map_err(|e| self.fault("replaying a step", e))?;
+        if self.sync_launches {
+            self.stream.synchronize().map_err(|e| RuntimeError::Device(format!("a replayed step graph failed: {e}")))?;
         }
         Ok(())
     }

@@ -6,10 +6,11 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use crate::runtime::{scalar_slot, Arg, Launch, ReadOnlyUploads, Runtime, RuntimeError};
+use crate::runtime::{Launch, RuntimeError};
+use crate::steps::{Primitives, Recorded, Stepped};
 
 type Launcher = unsafe extern "C" fn(*const u32, *const u32, *mut *mut c_void) -> i32;
 
@@ -85,108 +86,118 @@ macro_rules! host_args {
 
 /// Memory of the harness's "device": host memory written only by launches and copies, through
 /// the pointers they are given (so it sits behind a cell), 8-byte aligned like a device
-/// allocation's start.
+/// allocation's start. A handle: clones share the memory.
+#[derive(Clone)]
 pub struct HostBuffer {
+    mem: Arc<HostMemory>,
+}
+
+struct HostMemory {
     words: Box<[UnsafeCell<u64>]>,
     len: usize,
 }
 
-// SAFETY: the buffer is only written by `HostRuntime`'s launches and copies, one at a time; the
+// SAFETY: the memory is only written by the harness's launches and copies, one at a time; the
 // backend above hands out each buffer mutably to one op at a time, as it would device memory.
-unsafe impl Send for HostBuffer {}
+unsafe impl Send for HostMemory {}
 // SAFETY: as above: shared references only pass the address to a launch or a copy.
-unsafe impl Sync for HostBuffer {}
+unsafe impl Sync for HostMemory {}
 
 impl HostBuffer {
-    fn zeroed(len: usize) -> HostBuffer {
-        HostBuffer::filled(len, 0)
-    }
-
     fn filled(len: usize, word: u64) -> HostBuffer {
-        HostBuffer { words: (0..len.div_ceil(8)).map(|_| UnsafeCell::new(word)).collect(), len }
+        HostBuffer { mem: Arc::new(HostMemory { words: (0..len.div_ceil(8)).map(|_| UnsafeCell::new(word)).collect(), len }) }
     }
 
     fn ptr(&self) -> *mut u8 {
-        UnsafeCell::raw_get(self.words.as_ptr()).cast()
+        UnsafeCell::raw_get(self.mem.words.as_ptr()).cast()
     }
 }
 
-/// The CPU execution harness as a [`Runtime`]: the kernels run on host threads over host
-/// buffers; launches from different threads run side by side (one at a time when built for
-/// ThreadSanitizer). Read-only uploads are reused by their bytes as `CudaRuntime`'s are.
+/// The CPU execution harness's primitives: the kernels run on host threads over host buffers;
+/// launches from different threads run side by side (one at a time when built for
+/// ThreadSanitizer). A replayed step issues its recorded operations again, one by one.
 #[derive(Default)]
-pub struct HostRuntime {
-    read_only: ReadOnlyUploads<HostBuffer>,
-}
+pub struct HostDevice;
 
-impl Runtime for HostRuntime {
+/// The CPU execution harness as a [`Runtime`](crate::Runtime), recording and replaying steps as
+/// `CudaRuntime` does, so that the harness issues what a GPU would.
+pub type HostRuntime = Stepped<HostDevice>;
+
+impl Primitives for HostDevice {
     type Buffer = HostBuffer;
-
-    fn alloc_zeroed(&self, bytes: usize) -> Result<HostBuffer, RuntimeError> {
-        crate::runtime::count_transfer();
-        Ok(HostBuffer::zeroed(bytes))
-    }
+    type Graph = ();
 
     /// All bytes 0xFF: an f32 NaN in every value a launch fails to write, which the tests see.
     fn alloc(&self, bytes: usize) -> Result<HostBuffer, RuntimeError> {
         Ok(HostBuffer::filled(bytes, u64::MAX))
     }
 
-    fn upload(&self, data: &[u8]) -> Result<HostBuffer, RuntimeError> {
-        crate::runtime::count_transfer();
-        let b = HostBuffer::zeroed(data.len());
-        // SAFETY: the buffer was just made with room for `data.len()` bytes and is not shared.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), b.ptr(), data.len()) };
-        Ok(b)
+    fn len(&self, buf: &HostBuffer) -> usize {
+        buf.mem.len
     }
 
-    fn upload_read_only(&self, data: &[u8]) -> Result<std::sync::Arc<HostBuffer>, RuntimeError> {
-        self.read_only.get_or_upload(data, |d| self.upload(d))
+    fn address(&self, buf: &HostBuffer) -> u64 {
+        buf.ptr() as u64
     }
 
-    fn download(&self, buf: &HostBuffer, out: &mut [u8]) -> Result<(), RuntimeError> {
-        crate::runtime::count_transfer();
-        if out.len() > buf.len {
-            return Err(RuntimeError::Device(format!("download of {} bytes from a buffer of {}", out.len(), buf.len)));
+    fn shared(&self, buf: &HostBuffer) -> bool {
+        Arc::strong_count(&buf.mem) > 1
+    }
+
+    fn write(&self, buf: &HostBuffer, data: &[u8]) -> Result<(), RuntimeError> {
+        if data.len() > buf.mem.len {
+            return Err(RuntimeError::Device(format!("write of {} bytes into a buffer of {}", data.len(), buf.mem.len)));
         }
         // SAFETY: in bounds (checked); no launch runs while this copy does (launches finish
         // before `launch` returns).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf.ptr(), data.len()) };
+        Ok(())
+    }
+
+    fn read(&self, buf: &HostBuffer, out: &mut [u8]) -> Result<(), RuntimeError> {
+        if out.len() > buf.mem.len {
+            return Err(RuntimeError::Device(format!("download of {} bytes from a buffer of {}", out.len(), buf.mem.len)));
+        }
+        // SAFETY: in bounds (checked); no launch runs while this copy does.
         unsafe { std::ptr::copy_nonoverlapping(buf.ptr(), out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 
-    fn copy(&self, src: &HostBuffer, src_at: usize, dst: &HostBuffer, dst_at: usize, bytes: usize) -> Result<(), RuntimeError> {
-        crate::runtime::count_transfer();
-        if src_at + bytes > src.len || dst_at + bytes > dst.len {
-            return Err(RuntimeError::Device(format!("copy of {bytes} bytes out of bounds")));
-        }
-        // SAFETY: both ranges are in bounds (checked); `copy` allows them in one buffer.
-        unsafe { std::ptr::copy(src.ptr().add(src_at), dst.ptr().add(dst_at), bytes) };
+    fn zero(&self, at: u64, bytes: usize) -> Result<(), RuntimeError> {
+        // SAFETY: the runtime passes the address range of a live buffer (its own check).
+        unsafe { std::ptr::write_bytes(at as *mut u8, 0, bytes) };
         Ok(())
     }
 
-    fn len(&self, buf: &HostBuffer) -> usize {
-        buf.len
+    fn copy(&self, from: u64, to: u64, bytes: usize) -> Result<(), RuntimeError> {
+        // SAFETY: the runtime passes ranges of live buffers, checked against their sizes.
+        unsafe { std::ptr::copy(from as *const u8, to as *mut u8, bytes) };
+        Ok(())
     }
 
     fn free_memory(&self) -> Option<usize> {
         None
     }
 
-    unsafe fn launch(&self, l: Launch, args: &[Arg<'_, HostBuffer>]) -> Result<(), RuntimeError> {
-        let slots: Vec<u64> = args
-            .iter()
-            .map(|a| match *a {
-                Arg::Buf(b) => b.ptr() as u64,
-                Arg::BufAt(b, at) => b.ptr().wrapping_add(at) as u64,
-                _ => scalar_slot(a).expect("a scalar"),
-            })
-            .collect();
+    unsafe fn launch(&self, l: Launch, slots: &[u64]) -> Result<(), RuntimeError> {
         let mut params: Vec<*mut c_void> = slots.iter().map(|s| std::ptr::from_ref(s).cast_mut().cast()).collect();
         // SAFETY: the caller's contract; each slot holds the parameter's bytes first.
         unsafe { launch(l.kernel, l.grid, [l.block, 1, 1], &mut params) }.map_err(|e| match e {
             HostError::UnknownKernel(n) => RuntimeError::UnknownKernel(n),
             e => RuntimeError::Device(e.to_string()),
         })
+    }
+
+    fn build(&self, _ops: &[Recorded<HostBuffer>]) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    fn replay(&self, _graph: &(), ops: &[Recorded<HostBuffer>]) -> Result<(), RuntimeError> {
+        for op in ops {
+            // SAFETY: the recording keeps its buffers and matched every other address in this
+            // step, whose owners keep them.
+            unsafe { op.issue(self) }?;
+        }
+        Ok(())
     }
 }

@@ -43,6 +43,9 @@ const SPLIT_BELOW_BLOCKS: usize = 1024;
 const SPLIT_PARTIALS_MAX_BYTES: usize = 64 << 20;
 /// Positions per KV block (`kv.cu`, `attention.cu`).
 pub const KV_BLOCK_POSITIONS: usize = 32;
+
+/// The fewest entries a step's block tables are uploaded in (see [`attention`]).
+const TABLE_ENTRIES_MIN: usize = 16;
 /// Positions per chunk of `recurrent.cu`'s chunked recurrences (`ssm_scan`, `delta_rule`).
 pub const RECURRENT_CHUNK: usize = 32;
 /// The widest key (the delta rule's head size) `delta_rule` takes.
@@ -74,7 +77,9 @@ fn int(kernel: &str, what: &str, v: usize) -> Result<i32, RuntimeError> {
     i32::try_from(v).map_err(|_| RuntimeError::Device(format!("{kernel}: {what} {v} is out of range")))
 }
 
-/// An index array for a launch to read (see [`Runtime::upload_read_only`]).
+/// An index array for a launch to read (see [`Runtime::upload_read_only`]), from the caller's
+/// place in the source (a recorded step shares index arrays by it).
+#[track_caller]
 fn ints<R: Runtime>(rt: &R, v: &[i32]) -> Result<std::sync::Arc<R::Buffer>, RuntimeError> {
     rt.upload_read_only(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }
@@ -99,7 +104,6 @@ fn go<R: Runtime>(rt: &R, kernel: &'static str, grid: [u32; 3], block: u32, args
             grid[0], grid[1], grid[2]
         )));
     }
-    crate::runtime::count_launch();
     // SAFETY: every caller below passes the kernel's parameters in order with their C types
     // (pointers as buffers, `int` as I32, `int64_t` as I64, `float` as F32), and has checked
     // that each buffer and index covers what this geometry touches.
@@ -1204,7 +1208,11 @@ pub fn attention_by<R: Runtime>(
                     return Err(RuntimeError::Device(format!("{K}: positions {:?} beyond the block table", r.positions)));
                 }
             }
-            let t: Vec<i32> = tables.iter().map(|&b| b as i32).collect();
+            // padded to a power of two (entries past the rows' own are never read), so that a
+            // step's upload keeps its size while the sequences' tables grow, block by block,
+            // and a recorded step replays (`steps.rs`)
+            let mut t: Vec<i32> = tables.iter().map(|&b| b as i32).collect();
+            t.resize(t.len().next_power_of_two().max(TABLE_ENTRIES_MIN), 0);
             let v_row = int(K, "value row", v_pool.dim)?;
             (k, v, Some(ints(rt, &t)?), [k_pool.element.code(), v_pool.element.code(), k_pool.n_layer as i32, layer as i32], v_row)
         }

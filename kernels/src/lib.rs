@@ -13,6 +13,7 @@ pub mod prepared;
 pub mod runtime;
 pub mod selftest;
 pub mod sources;
+pub mod steps;
 
 pub use nvrtc::{compile, CompiledModule, KernelReport, NvrtcError};
 pub use runtime::{Arg, Issued, Launch, Runtime, RuntimeError};

@@ -53,6 +53,7 @@ pub trait Runtime: Send + Sync + 'static {
     fn upload(&self, data: &[u8]) -> Result<Self::Buffer, RuntimeError>;
     /// A buffer holding `data` that launches only read (index arrays): a runtime may hand back
     /// the buffer of an earlier call with the same bytes instead of uploading again.
+    #[track_caller]
     fn upload_read_only(&self, data: &[u8]) -> Result<std::sync::Arc<Self::Buffer>, RuntimeError> {
         self.upload(data).map(std::sync::Arc::new)
     }
@@ -71,6 +72,14 @@ pub trait Runtime: Send + Sync + 'static {
     /// The arguments must match the kernel's parameters in number and type, and every buffer
     /// must hold what the kernel reads and writes at this geometry.
     unsafe fn launch(&self, launch: Launch, args: &[Arg<'_, Self::Buffer>]) -> Result<(), RuntimeError>;
+    /// Marks the start of a step on this thread: the work of one forward pass, which a runtime
+    /// may record and replay as one graph when a step of the same `key` comes again (see
+    /// `steps.rs`). The key tells steps of different structure apart (rows, sequences, logits).
+    fn begin_step(&self, _key: u64) {}
+    /// Marks the end of the step this thread began; issues anything it still holds back.
+    fn end_step(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
 }
 
 /// The 8-byte slot of a scalar argument (see [`Arg`]).
@@ -126,9 +135,10 @@ impl<B> ReadOnlyUploads<B> {
     }
 }
 
-/// What this process has issued to devices so far, for the figures per generated token: kernel
-/// launches (every typed launcher's) and transfers (uploads, downloads, copies and the fills of
-/// zeroed allocations), over every runtime.
+/// What this process has issued to devices so far, for the figures per generated token:
+/// launches (each kernel issued on its own, and each replayed graph once, whatever it holds) and
+/// transfers (uploads, downloads, and the copies and fills of zeroed allocations issued on their
+/// own), over every runtime.
 static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static TRANSFERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -168,8 +178,6 @@ pub(crate) fn count_launch() {
     THREAD_ISSUED.with(|c| c.set(Issued { launches: c.get().launches + 1, ..c.get() }));
 }
 
-// only the runtimes (features `cuda`, `host`) transfer
-#[cfg(any(feature = "cuda", feature = "host"))]
 pub(crate) fn count_transfer() {
     TRANSFERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     THREAD_ISSUED.with(|c| c.set(Issued { transfers: c.get().transfers + 1, ..c.get() }));

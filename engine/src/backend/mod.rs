@@ -244,6 +244,16 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// and recurrent-state slots of `state_floats` f32 values each (0: none).
     fn new_kv_store(&self, types: KvTypes, n_layer: usize, k_dim: usize, values: KvValues, state_floats: usize) -> Self::KvStore;
 
+    /// Marks the start of one forward pass of `rows` rows on this thread; `shape` tells passes of
+    /// different structure apart (rows per sequence, logits, adapters). A device may record a
+    /// pass and replay it as one graph when a pass of the same shape comes again (the kernel
+    /// backend, for decoding steps: `kernels/src/steps.rs`); the CPU does nothing.
+    fn begin_pass(&self, _rows: usize, _shape: u64) {}
+    /// Marks the end of the pass this thread began: anything a device held back is issued.
+    fn end_pass(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// `rows x cols` zeros.
     fn zeros(&self, rows: usize, cols: usize) -> Result<Self::Tensor, BackendError>;
     /// Host values as `rows x cols` activations.

@@ -244,8 +244,41 @@ fn attention_mixer<B: Backend>(
 }
 
 /// The forward pass of `batch`; an entry without adapters of its own (`lora: None`) takes
-/// `default_lora`.
+/// `default_lora`. One pass for the backend ([`Backend::begin_pass`], once the cache has made
+/// room), shaped by what tells decoding steps apart: the rows' sequences, which rows want
+/// logits or hidden states, and their adapters.
 pub(crate) fn forward<B: Backend>(
+    b: &B,
+    c: &ModelConfig,
+    w: &DecoderWeights<B>,
+    kv: &mut KvCache,
+    batch: &[InputEntry<'_>],
+    default_lora: &[LoraScale],
+) -> Result<Logits, ModelError> {
+    let logits = pass(b, c, w, kv, batch, default_lora);
+    let ended = b.end_pass();
+    let logits = logits?;
+    ended?;
+    Ok(logits)
+}
+
+/// What a pass's launches depend on besides its data, hashed: each row's sequence (as the
+/// first row of it, not its id), whether it wants logits or hidden states, is non-causal or a
+/// token, and its adapters.
+fn pass_shape(batch: &[InputEntry<'_>], default_lora: &[LoraScale]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for (i, e) in batch.iter().enumerate() {
+        let first = batch[..i].iter().position(|o| o.seq == e.seq).unwrap_or(i);
+        (first, e.logits, e.hidden, e.non_causal, matches!(e.input, RowInput::Token(_))).hash(&mut h);
+        for l in e.lora.unwrap_or(default_lora) {
+            (l.adapter, l.scale.to_bits()).hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+fn pass<B: Backend>(
     b: &B,
     c: &ModelConfig,
     w: &DecoderWeights<B>,
@@ -255,6 +288,8 @@ pub(crate) fn forward<B: Backend>(
 ) -> Result<Logits, ModelError> {
     let lora = LoraRows::of_batch(&w.adapters, batch.iter().map(|e| e.lora.unwrap_or(default_lora)))?;
     let state_runs = check_batch(c, kv, batch)?;
+    // after the cache made room (the pass's launches are its own; its buffers stay the cache's)
+    b.begin_pass(batch.len(), pass_shape(batch, default_lora));
     let (n, e, eps) = (batch.len(), c.n_embd, c.norm_eps);
     let inputs: Vec<RowInput> = batch.iter().map(|b| b.input).collect();
     let mut x = input_rows(b, c, &w.token_embd, &inputs, &lora)?; // n x e

@@ -30,6 +30,11 @@ use crate::quant::WeightMatrix;
 /// the same either way (see `kernels/cuda/mulmat.cuh`).
 const MATVEC_MAX_ROWS: usize = launch::MATVEC_ROWS;
 
+/// Passes of at most this many rows (decoding steps, a few sequences' speculative checks) are
+/// recorded and replayed as graphs (`Backend::begin_pass`): each recording keeps its pass's
+/// activations, which for these rows are small.
+const GRAPH_MAX_ROWS: usize = 16;
+
 // The kernels' chunked recurrences keep the same chunks and head layout as the CPU's, so that a
 // state slot means the same on every backend.
 const _: () = assert!(launch::RECURRENT_CHUNK == crate::backend::RECURRENT_CHUNK);
@@ -284,6 +289,18 @@ where
             return Err(BackendError::shape("upload_tensor", format!("{} values for {rows}x{cols}", values.len())));
         }
         Ok(DeviceTensor { buf: self.rt.upload(&as_bytes(values)).map_err(self.fail("upload_tensor"))?, rows, cols })
+    }
+
+    fn begin_pass(&self, rows: usize, shape: u64) {
+        // decoding steps come back in the same shape every token; a prompt's rows would keep
+        // every activation of the pass alive in its recording
+        if rows <= GRAPH_MAX_ROWS {
+            self.rt.begin_step(shape);
+        }
+    }
+
+    fn end_pass(&self) -> Result<(), BackendError> {
+        self.rt.end_step().map_err(self.fail("end of a pass"))
     }
 
     fn to_host(&self, x: DeviceTensor<R>) -> Result<Vec<f32>, BackendError> {

@@ -144,7 +144,7 @@ fn one_shape(load: Loader<'_>, s: &EndToEndScope, shape: &Shape, template: &Gguf
         sig3(streams)
     );
     println!(
-        "  per generated token (tg{}): {} kernel launches, {} transfers (uploads, downloads, copies, fills)",
+        "  per generated token (tg{}): {} launches (a step replayed as a graph counts one), {} transfers (uploads, downloads, copies, fills)",
         s.tg,
         sig3(issued.launches as f64 / s.tg as f64),
         sig3(issued.transfers as f64 / s.tg as f64)
