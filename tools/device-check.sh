@@ -17,7 +17,9 @@
 #   tools/device-check.sh check     (here) the same bundle and the same checks through the CPU
 #                                   execution harness: proves the check works end to end
 #   run and check take --sections ops,logits,invariance,speed,end-to-end (default: all), to rerun
-#   some after a fix
+#   some after a fix; decoding steps are replayed as graphs (kernels/src/steps.rs), and
+#   `ENGINE_GRAPHS=0 bash tools/device-check.sh run --sections end-to-end` gives the end-to-end
+#   figures with every launch issued on its own, to set beside them
 #
 # Copy the repository with .device/ in it (git ignores .device/) to the GPU machine, then run
 # `bash tools/device-check.sh run` in its root. The last line printed is PASS or FAIL.
