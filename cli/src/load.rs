@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context};
 use engine::backend::Device;
 use engine::generate::{DraftSettings, NgramDraft};
 use engine::kv_cache::{KvType, KvTypes};
-use engine::model::{Model, ModelError};
+use engine::model::{LoadOptions, Model, ModelError};
 use engine::tokenizer::TokenId;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -19,6 +19,11 @@ const SPINNER_BYTES: u64 = 100 * 1000 * 1000;
 /// Loads the model at `path`. The spinner goes to stderr, and only to a terminal: piped
 /// output and logs stay clean.
 pub fn load_model(path: &Path, device: Device) -> anyhow::Result<Model> {
+    load_model_with(path, device, LoadOptions::default())
+}
+
+/// [`load_model`], leaving out of the model what `options` says.
+pub fn load_model_with(path: &Path, device: Device, options: LoadOptions) -> anyhow::Result<Model> {
     let large = std::fs::metadata(path).is_ok_and(|m| m.len() > SPINNER_BYTES);
     let spinner = (large && std::io::stderr().is_terminal()).then(|| {
         let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
@@ -29,7 +34,7 @@ pub fn load_model(path: &Path, device: Device) -> anyhow::Result<Model> {
         pb.enable_steady_tick(Duration::from_millis(100));
         pb
     });
-    let model = Model::load_on(path, device);
+    let model = Model::load_with(path, device, options);
     if let Some(pb) = spinner {
         pb.finish_and_clear();
     }
@@ -254,10 +259,12 @@ impl DraftArgs {
 
     /// The draft model at `path` on `device`, its logits limited by `--draft-vocab`.
     pub fn load_draft(&self, path: &Path, device: Device) -> anyhow::Result<Model> {
-        let mut model = load_model(path, device)?;
+        // the rest of the head is never read nor repacked
+        let options = LoadOptions { logits_below: (self.draft_vocab > 0).then_some(self.draft_vocab) };
+        let model = load_model_with(path, device, options);
+        let model = if self.draft_vocab > 0 { model.with_context(|| format!("--draft-vocab {}", self.draft_vocab))? } else { model? };
         let n_vocab = model.config().n_vocab;
         if self.draft_vocab > 0 && self.draft_vocab < n_vocab {
-            model.limit_logits(self.draft_vocab).with_context(|| format!("--draft-vocab {}", self.draft_vocab))?;
             eprintln!("draft {}: logits for its first {} of {n_vocab} token ids", path.display(), self.draft_vocab);
         }
         Ok(model)

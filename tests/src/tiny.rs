@@ -4,9 +4,10 @@
 
 use std::path::Path;
 
+use engine::backend::Device;
 use engine::kv_cache::KvType;
 use engine::logprobs::argmax;
-use engine::model::{BatchEntry, Model};
+use engine::model::{BatchEntry, LoadOptions, Model};
 
 use crate::{fixture, json_ids, read_f32s, read_json};
 
@@ -195,6 +196,35 @@ pub fn limited_heads_give_the_leading_logits(load: impl Fn(&Path) -> Model) {
         same.limit_logits(n_vocab + 1).unwrap();
         assert_eq!(logits(&same).0.values, all.values, "{name}: a limit past the vocabulary");
         let e = same.limit_logits(0).unwrap_err();
+        assert_eq!(e.to_string(), "output head: it needs at least one token id");
+    }
+}
+
+/// A head limited at load (`LoadOptions::logits_below`: the rest of the output never read nor
+/// repacked) computes the bits of the same head limited after a whole load, tied and untied;
+/// a limit of the vocabulary or more loads the whole head; none at all is refused.
+pub fn heads_limited_at_load_give_the_bits_of_heads_limited_after(device: Device) {
+    for name in ["tiny-llama-Q4_K", "tiny-granite-Q8_0"] {
+        let path = fixture(&format!("models/{name}.gguf"));
+        let golden = read_json(&fixture(&format!("models/golden/{name}.logits.json")));
+        let tokens = json_ids(&golden["sequences"][2]["tokens"]);
+        let logits = |m: &Model| {
+            let mut kv = m.new_kv_cache(KvType::F32, 256);
+            let mut out = m.forward(&mut kv, &BatchEntry::sequence(0, &tokens[..20], 0, true)).unwrap().values;
+            out.extend(m.forward(&mut kv, &[BatchEntry { seq: 0, token: tokens[20], pos: 20, logits: true }]).unwrap().values);
+            out
+        };
+        let with = |n| Model::load_with(&path, device, LoadOptions { logits_below: n });
+        let n_vocab = with(None).unwrap().config().n_vocab;
+        for n in [n_vocab / 4, n_vocab - 33] {
+            let mut after = Model::load_on(&path, device).unwrap();
+            after.limit_logits(n).unwrap();
+            let at_load = with(Some(n)).unwrap();
+            assert_eq!(logits(&at_load), logits(&after), "{name}: {n} ids");
+        }
+        let whole = logits(&Model::load_on(&path, device).unwrap());
+        assert_eq!(logits(&with(Some(n_vocab)).unwrap()), whole, "{name}: a limit of the whole vocabulary");
+        let e = with(Some(0)).unwrap_err();
         assert_eq!(e.to_string(), "output head: it needs at least one token id");
     }
 }

@@ -13,7 +13,10 @@ use engine::kv_cache::KvType;
 use engine::logprobs::argmax;
 use engine::model::{BatchEntry, Model};
 use engine_tests::fetch_model;
-use engine_tests::tiny::{limited_heads_give_the_leading_logits, tiny_models_are_batch_invariant, tiny_models_match_llama_cpp};
+use engine_tests::tiny::{
+    heads_limited_at_load_give_the_bits_of_heads_limited_after, limited_heads_give_the_leading_logits, tiny_models_are_batch_invariant,
+    tiny_models_match_llama_cpp,
+};
 
 const GPU: Device = Device::Cuda(0);
 
@@ -33,6 +36,12 @@ fn batch_invariance_on_the_gpu_is_bitwise() {
 #[ignore = "needs a CUDA GPU"]
 fn a_head_of_the_first_token_ids_on_the_gpu_gives_their_logits_bit_for_bit() {
     limited_heads_give_the_leading_logits(|path| Model::load_on(path, GPU).unwrap());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_head_limited_at_load_on_the_gpu_gives_the_bits_of_one_limited_after() {
+    heads_limited_at_load_give_the_bits_of_heads_limited_after(GPU);
 }
 
 /// Top-1 agreement between the GPU and the CPU over a real model's prompt, at the positions

@@ -161,11 +161,14 @@ struct OnDevice<B: Backend> {
 }
 
 impl<B: Backend> OnDevice<B> {
-    fn load(backend: B, file: &Arc<GgufFile>, config: &ModelConfig) -> Result<OnDevice<B>, ModelError> {
+    fn load(backend: B, file: &Arc<GgufFile>, config: &ModelConfig, options: LoadOptions) -> Result<OnDevice<B>, ModelError> {
         let weights = if config.facts.encoder {
+            if options.logits_below.is_some() {
+                return Err(ModelError::Head(format!("{} is an encoder: it has no logits", config.arch)));
+            }
             Weights::Encoder(BertWeights::load(file, &backend, config)?)
         } else {
-            Weights::Decoder(DecoderWeights::load(file, &backend, config)?)
+            Weights::Decoder(DecoderWeights::load(file, &backend, config, options.logits_below.unwrap_or(usize::MAX))?)
         };
         Ok(OnDevice { backend, weights })
     }
@@ -220,6 +223,7 @@ fn on_gpu<R: kernels::Runtime>(
     backend: crate::backend::kernel::KernelBackend<R>,
     file: &Arc<GgufFile>,
     config: &ModelConfig,
+    options: LoadOptions,
 ) -> Result<OnDevice<crate::backend::kernel::KernelBackend<R>>, ModelError>
 where
     crate::backend::kernel::DeviceKvStore<R>: crate::backend::OwnKvStore,
@@ -232,7 +236,7 @@ where
             return Err(ModelError::DoesNotFit { model, device, need, free: Some(free as u64) });
         }
     }
-    OnDevice::load(backend, file, config).map_err(|e| match e {
+    OnDevice::load(backend, file, config, options).map_err(|e| match e {
         ModelError::Backend(BackendError::OutOfMemory { .. }) => ModelError::DoesNotFit { model, device, need, free: None },
         e => e,
     })
@@ -243,6 +247,15 @@ struct Loaded;
 
 impl PerBackend for Loaded {
     type On<B: Backend> = OnDevice<B>;
+}
+
+/// What a load may leave out of a model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Logits for the token ids below this only, as [`Model::limit_logits`] gives them, the
+    /// rest of the output never read, repacked or uploaded (a draft model's head); `None`, or
+    /// the vocabulary's size or more: all. Refused for 0 and for an encoder.
+    pub logits_below: Option<usize>,
 }
 
 /// A loaded model: the mapped file, its configuration, tokenizer, and weights on a device.
@@ -287,11 +300,26 @@ impl Model {
     }
 
     pub fn from_file_on(file: Arc<GgufFile>, device: Device) -> Result<Model, ModelError> {
+        Model::from_file_with(file, device, LoadOptions::default())
+    }
+
+    /// Opens the GGUF file at `path` and loads its weights onto `device`, leaving out what
+    /// `options` says.
+    pub fn load_with(path: impl AsRef<Path>, device: Device, options: LoadOptions) -> Result<Model, ModelError> {
+        if !device.is_built() {
+            return Err(BackendError::NotBuilt(device).into());
+        }
+        Model::from_file_with(Arc::new(GgufFile::open(path)?), device, options)
+    }
+
+    /// [`Model::load_with`] of a file already open.
+    pub fn from_file_with(file: Arc<GgufFile>, device: Device, options: LoadOptions) -> Result<Model, ModelError> {
         let (config, tokenizer) = Model::read_config(&file)?;
+        let options = LoadOptions { logits_below: options.logits_below.filter(|&n| n < config.n_vocab) };
         let loaded = match device {
-            Device::Cpu => OnBackend::Cpu(OnDevice::load(CpuBackend::new(), &file, &config)?),
+            Device::Cpu => OnBackend::Cpu(OnDevice::load(CpuBackend::new(), &file, &config, options)?),
             #[cfg(feature = "cuda")]
-            Device::Cuda(n) => OnBackend::Cuda(on_gpu(crate::backend::kernel::CudaBackend::open(n)?, &file, &config)?),
+            Device::Cuda(n) => OnBackend::Cuda(on_gpu(crate::backend::kernel::CudaBackend::open(n)?, &file, &config, options)?),
             #[cfg(not(feature = "cuda"))]
             Device::Cuda(_) => return Err(BackendError::NotBuilt(device).into()),
         };
@@ -309,7 +337,7 @@ impl Model {
     #[cfg(feature = "sim")]
     pub fn from_file_simulated(file: Arc<GgufFile>) -> Result<Model, ModelError> {
         let (config, tokenizer) = Model::read_config(&file)?;
-        let loaded = OnBackend::Sim(on_gpu(crate::backend::kernel::SimBackend::new(), &file, &config)?);
+        let loaded = OnBackend::Sim(on_gpu(crate::backend::kernel::SimBackend::new(), &file, &config, LoadOptions::default())?);
         Ok(Model { file, config, loaded, tokenizer, adapters: Vec::new(), default_lora: Vec::new() })
     }
 

@@ -184,7 +184,7 @@ fn simulated(name: &str, graphs: bool) -> Model {
     let file = std::sync::Arc::new(crate::gguf::GgufFile::open(fixture(&format!("models/{name}.gguf"))).expect("open"));
     let (config, tokenizer) = Model::read_config(&file).expect("config");
     let backend = KernelBackend::with_runtime(HostRuntime::with_graphs(HostDevice, graphs), crate::backend::Device::Cuda(0));
-    let loaded = crate::backend::OnBackend::Sim(super::on_gpu(backend, &file, &config).expect("load"));
+    let loaded = crate::backend::OnBackend::Sim(super::on_gpu(backend, &file, &config, super::LoadOptions::default()).expect("load"));
     Model { file, config, loaded, tokenizer, adapters: Vec::new(), default_lora: Vec::new() }
 }
 

@@ -169,6 +169,13 @@ impl<'a, B: Backend> Loader<'a, B> {
             .collect()
     }
 
+    /// The first `keep` rows of the `total` x `cols` matrix `name`, if present: only those rows
+    /// are read, uploaded or repacked.
+    pub fn leading_rows(&self, name: &str, total: usize, keep: usize, cols: usize) -> Result<Option<B::Matrix>, ModelError> {
+        let Some(t) = self.matrix_info(name, total, cols)? else { return Ok(None) };
+        Ok(self.upload_parts(t, [keep], cols)?.pop())
+    }
+
     /// The per-tensor scale `name` (one value), if present.
     pub fn scalar_opt(&self, name: &str) -> Result<Option<f32>, ModelError> {
         Ok(self.host_vector_opt(name, 1)?.map(|v| v[0]))
@@ -447,8 +454,26 @@ fn ignored_by_decoders(name: &str) -> bool {
         || matches!(name, "rope_freqs.weight" | "rope_factors_long.weight" | "rope_factors_short.weight")
 }
 
+/// The output's first `n` rows (`n` below the vocabulary), with their share of its bias and its
+/// scale: `output.*`, or the token embeddings it is tied to. Only those rows are read. No LoRA
+/// site: an adapter's correction of the output would be of the whole vocabulary.
+fn head<B: Backend>(l: &Loader<'_, B>, c: &ModelConfig, n: usize) -> Result<Linear<B>, ModelError> {
+    if n == 0 {
+        return Err(ModelError::Head("it needs at least one token id".into()));
+    }
+    let name = if l.file.tensor("output.weight").is_some() { "output" } else { "token_embd" };
+    let w = l
+        .leading_rows(&format!("{name}.weight"), c.n_vocab, n, c.n_embd)?
+        .ok_or_else(|| ModelError::MissingTensor(format!("{name}.weight")))?;
+    let b = l.vector_parts(&format!("{name}.bias"), [n, c.n_vocab - n])?.map(|[b, _]| b);
+    let scale = if name == "output" { l.scalar_opt("output.scale")? } else { None };
+    Ok(Linear { w, b, scale, site: None })
+}
+
 impl<B: Backend> DecoderWeights<B> {
-    pub(crate) fn load(file: &Arc<GgufFile>, backend: &B, c: &ModelConfig) -> Result<DecoderWeights<B>, ModelError> {
+    /// The decoder's weights, its output giving logits for the token ids below `n_logits` (the
+    /// whole vocabulary when it is at least its size; see [`DecoderWeights::limit_logits`]).
+    pub(crate) fn load(file: &Arc<GgufFile>, backend: &B, c: &ModelConfig, n_logits: usize) -> Result<DecoderWeights<B>, ModelError> {
         let l = Loader::new(file, backend);
         let f = &c.facts;
         let (e, q_out, kv_k, kv_v) = (c.n_embd, c.n_head * c.head_dim_k, c.k_dim(), c.v_dim());
@@ -533,10 +558,14 @@ impl<B: Backend> DecoderWeights<B> {
         let output_norm = l.vector(&format!("{}.weight", f.output_norm_name), e)?;
         // a model that ties its output to the token embeddings reads the same tensor (on the
         // CPU the same bytes of the map)
-        let output = match l.linear_opt("output", c.n_vocab, e)? {
-            Some(m) => m,
-            // no site: an adapter of `token_embd` corrects the input rows only
-            None => Linear { w: l.matrix("token_embd.weight", c.n_vocab, e)?, b: None, scale: None, site: None },
+        let output = if n_logits < c.n_vocab {
+            head(&l, c, n_logits)?
+        } else {
+            match l.linear_opt("output", c.n_vocab, e)? {
+                Some(m) => m,
+                // no site: an adapter of `token_embd` corrects the input rows only
+                None => Linear { w: l.matrix("token_embd.weight", c.n_vocab, e)?, b: None, scale: None, site: None },
+            }
         };
         // the blocks after the last layer are multi-token-prediction layers generation skips
         let mtp_block = |name: &str| {
@@ -549,7 +578,15 @@ impl<B: Backend> DecoderWeights<B> {
         let products: Vec<&B::Matrix> =
             layers.iter().flat_map(|l| l.mixer.matrices().into_iter().chain(l.ffn.matrices())).chain([&output.w]).collect();
         backend.prepare_products(&products)?;
-        Ok(DecoderWeights { token_embd, layers, output_norm, output, n_logits: c.n_vocab, sites: l.sites(), adapters: Vec::new() })
+        Ok(DecoderWeights {
+            token_embd,
+            layers,
+            output_norm,
+            output,
+            n_logits: n_logits.min(c.n_vocab),
+            sites: l.sites(),
+            adapters: Vec::new(),
+        })
     }
 
     /// Keeps the output's first `n` rows only, so that logits are computed for token ids below
@@ -567,17 +604,9 @@ impl<B: Backend> DecoderWeights<B> {
         if n >= c.n_vocab || n == self.n_logits {
             return Ok(());
         }
-        let l = Loader::new(file, backend);
-        // the output's own tensor, or the token embeddings it is tied to
-        let name = if file.tensor("output.weight").is_some() { "output" } else { "token_embd" };
-        let parts = [n, c.n_vocab - n];
-        let [w, _] = l
-            .matrix_parts(&format!("{name}.weight"), parts, c.n_embd)?
-            .ok_or_else(|| ModelError::MissingTensor(format!("{name}.weight")))?;
-        let b = l.vector_parts(&format!("{name}.bias"), parts)?.map(|[b, _]| b);
-        backend.prepare_products(&[&w])?;
-        // no site: an adapter's correction of the output would be of the whole vocabulary
-        self.output = Linear { w, b, scale: self.output.scale, site: None };
+        let output = head(&Loader::new(file, backend), c, n)?;
+        backend.prepare_products(&[&output.w])?;
+        self.output = output;
         self.n_logits = n;
         Ok(())
     }

@@ -6,7 +6,10 @@
 use engine::kv_cache::KvType;
 use engine::model::{BatchEntry, Model};
 use engine_tests::fixture;
-use engine_tests::tiny::{limited_heads_give_the_leading_logits, tiny_models_are_batch_invariant, tiny_models_match_llama_cpp};
+use engine_tests::tiny::{
+    heads_limited_at_load_give_the_bits_of_heads_limited_after, limited_heads_give_the_leading_logits, tiny_models_are_batch_invariant,
+    tiny_models_match_llama_cpp,
+};
 
 #[test]
 fn logits_match_llama_cpp_in_every_weight_type() {
@@ -21,6 +24,11 @@ fn batch_invariance_is_bitwise() {
 #[test]
 fn a_head_of_the_first_token_ids_gives_their_logits_bit_for_bit() {
     limited_heads_give_the_leading_logits(|path| Model::load(path).unwrap());
+}
+
+#[test]
+fn a_head_limited_at_load_gives_the_bits_of_one_limited_after() {
+    heads_limited_at_load_give_the_bits_of_heads_limited_after(engine::backend::Device::Cpu);
 }
 
 /// The same on the kernel backend (run by the CPU execution harness): the head a view of the
