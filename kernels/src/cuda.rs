@@ -336,8 +336,8 @@ impl CudaDevice {
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
             .map_err(|e| self.fault("beginning a capture", e))?;
         *self.stream_lock.capturer.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
-        // SAFETY: the operations ran just now with these addresses, which the recording and
-        // their owners keep.
+        // SAFETY: the addresses are the recording's own buffers and those the step that matched
+        // it asked for again, which their owners keep.
         let issued = ops.iter().try_for_each(|op| unsafe { op.issue(self) });
         *self.stream_lock.capturer.lock().unwrap_or_else(|p| p.into_inner()) = None;
         // the capture ends whatever happened, so that the stream runs work again

@@ -6,15 +6,17 @@
 //! result: the logits, or a router's choices before the experts run). The first time a step of a
 //! given key runs, every operation is issued at once and recorded: the buffers it allocates and
 //! uploads into, its fills, copies and launches with their argument slots resolved to addresses
-//! and values. The recording keeps its buffers, so their addresses stay valid, and the device
-//! turns each segment into a graph (CUDA: stream capture of the same operations). The next step
+//! and values. The recording keeps its buffers, so their addresses stay valid. The next step
 //! of that key issues nothing while it matches the recording: an allocation gets the recorded
-//! buffer of its size, an upload writes its new bytes into the recorded buffer, a fill, copy or
-//! launch must be the recorded one exactly (same kernel, geometry, addresses and scalars); at the
-//! segment's download the graph runs, one launch for the whole segment. The first operation that
-//! differs (a block table grown by a block, a split more in attention, another expert set) ends
-//! the replay: what matched so far is issued as recorded and the rest of the step is recorded
-//! anew, replacing the old recording. The result is the same bits either way: the same launches
+//! buffer of its size, an upload writes its new bytes into the recorded buffer (a read-only one
+//! only when they changed), a fill, copy or launch must be the recorded one exactly (same
+//! kernel, geometry, addresses and scalars); at the segment's download the segment runs as one
+//! graph, one launch, made by the device the first time a segment matches whole (CUDA: stream
+//! capture of its operations), so that a shape seen once never pays for a graph. The first
+//! operation that differs (another split count in attention, another expert set) ends the
+//! replay: what matched so far is issued as recorded and the rest of the step is recorded anew,
+//! replacing the old recording; a key that differs [`DIVERGED_LIMIT`] steps in a row is left
+//! unrecorded for [`UNRECORDED_STEPS`]. The result is the same bits either way: the same launches
 //! run in the same order over the same buffers, only issued together.
 //!
 //! A recorded buffer is handed out again only while nothing but the recording holds it, so a
@@ -60,7 +62,8 @@ pub trait Primitives: Send + Sync + 'static {
     /// The slots must be the kernel's parameters, and the addresses among them must point to
     /// live memory holding what the kernel reads and writes at this geometry.
     unsafe fn launch(&self, launch: Launch, slots: &[u64]) -> Result<(), RuntimeError>;
-    /// The segment `ops`, just issued, as a graph; an error leaves steps unrecorded from then on.
+    /// The segment `ops` as a graph, built when a step first matches its recording (its
+    /// operations not issued yet); an error leaves steps unrecorded from then on.
     fn build(&self, ops: &[Recorded<Self::Buffer>]) -> Result<Self::Graph, RuntimeError>;
     /// Runs `graph`, made of `ops`, again.
     fn replay(&self, graph: &Self::Graph, ops: &[Recorded<Self::Buffer>]) -> Result<(), RuntimeError>;
@@ -352,11 +355,11 @@ impl<P: Primitives> Stepped<P> {
         Ok(buf)
     }
 
-    /// Ends the segment in progress before a download: replayed (its graph run) when it
-    /// matched whole, made a graph when recorded; the next begins.
+    /// Ends the segment in progress before a download: replayed when it matched whole (made a
+    /// graph the first time it is, so that a shape that comes once never pays for one), kept
+    /// when recorded; the next begins.
     fn end_segment(&self) -> Result<(), RuntimeError> {
         let mut state = self.lock();
-        let enabled = state.enabled;
         let Some(active) = Self::mine(&mut state) else { return Ok(()) };
         if let Mode::Replay { segment, cursor } = &active.mode {
             if *cursor < segment.ops.len() {
@@ -365,27 +368,30 @@ impl<P: Primitives> Stepped<P> {
         }
         let next = Self::next_mode(active);
         let segment = match std::mem::replace(&mut active.mode, next) {
-            Mode::Replay { segment, .. } => {
+            Mode::Replay { mut segment, .. } => {
+                let issues = segment.ops.iter().any(|op| !matches!(op, Recorded::Alloc(_) | Recorded::Upload { .. }));
+                if issues && segment.graph.is_none() {
+                    match self.device.build(&segment.ops) {
+                        Ok(graph) => segment.graph = Some(graph),
+                        Err(e) => {
+                            // the device cannot make graphs: this segment's work is issued as
+                            // recorded, and from now on steps are issued as they come
+                            eprintln!("warning: steps are no longer replayed as graphs: {e}");
+                            let issued = self.issue_all(&segment.ops);
+                            state.enabled = false;
+                            state.active = None;
+                            state.recordings.clear();
+                            return issued;
+                        }
+                    }
+                }
                 if let Some(graph) = &segment.graph {
                     crate::runtime::count_launch();
                     self.device.replay(graph, &segment.ops)?;
                 }
                 segment
             }
-            Mode::Record { ops } => {
-                let issues = ops.iter().any(|op| !matches!(op, Recorded::Alloc(_) | Recorded::Upload { .. }));
-                match (issues && enabled).then(|| self.device.build(&ops)).transpose() {
-                    Ok(graph) => Segment { ops, graph },
-                    Err(e) => {
-                        // the device cannot make graphs: from now on steps are issued as they come
-                        eprintln!("warning: steps are no longer replayed as graphs: {e}");
-                        state.enabled = false;
-                        state.active = None;
-                        state.recordings.clear();
-                        return Ok(());
-                    }
-                }
-            }
+            Mode::Record { ops } => Segment { ops, graph: None },
         };
         active.done.push(segment);
         Ok(())
