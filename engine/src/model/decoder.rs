@@ -243,23 +243,27 @@ fn attention_mixer<B: Backend>(
     linear(b, o, ScaleAt::BeforeBias, &attn, lora) // n x e
 }
 
-/// The forward pass of `batch`; an entry without adapters of its own (`lora: None`) takes
-/// `default_lora`. One pass for the backend ([`Backend::begin_pass`], once the cache has made
-/// room), shaped by what tells decoding steps apart: the rows' sequences, which rows want
-/// logits or hidden states, and their adapters.
-pub(crate) fn forward<B: Backend>(
-    b: &B,
-    c: &ModelConfig,
-    w: &DecoderWeights<B>,
-    kv: &mut KvCache,
-    batch: &[InputEntry<'_>],
-    default_lora: &[LoraScale],
-) -> Result<Logits, ModelError> {
-    let logits = pass(b, c, w, kv, batch, default_lora);
-    let ended = b.end_pass();
-    let logits = logits?;
-    ended?;
-    Ok(logits)
+/// A backend's pass ([`Backend::begin_pass`]), ended by [`Pass::end`] with its error, or when
+/// dropped by a pass that failed (whose own error is the one reported).
+struct Pass<'a, B: Backend>(Option<&'a B>);
+
+impl<'a, B: Backend> Pass<'a, B> {
+    fn begin(b: &'a B, rows: usize, shape: u64) -> Pass<'a, B> {
+        b.begin_pass(rows, shape);
+        Pass(Some(b))
+    }
+
+    fn end(mut self) -> Result<(), BackendError> {
+        self.0.take().map_or(Ok(()), |b| b.end_pass())
+    }
+}
+
+impl<B: Backend> Drop for Pass<'_, B> {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            let _ = b.end_pass();
+        }
+    }
 }
 
 /// What a pass's launches depend on besides its data, hashed: each row's sequence (as the
@@ -278,7 +282,11 @@ fn pass_shape(batch: &[InputEntry<'_>], default_lora: &[LoraScale]) -> u64 {
     h.finish()
 }
 
-fn pass<B: Backend>(
+/// The forward pass of `batch`; an entry without adapters of its own (`lora: None`) takes
+/// `default_lora`. One pass for the backend once the cache has made room, shaped by what tells
+/// decoding steps apart: the rows' sequences, which rows want logits or hidden states, and
+/// their adapters.
+pub(crate) fn forward<B: Backend>(
     b: &B,
     c: &ModelConfig,
     w: &DecoderWeights<B>,
@@ -289,7 +297,7 @@ fn pass<B: Backend>(
     let lora = LoraRows::of_batch(&w.adapters, batch.iter().map(|e| e.lora.unwrap_or(default_lora)))?;
     let state_runs = check_batch(c, kv, batch)?;
     // after the cache made room (the pass's launches are its own; its buffers stay the cache's)
-    b.begin_pass(batch.len(), pass_shape(batch, default_lora));
+    let pass = Pass::begin(b, batch.len(), pass_shape(batch, default_lora));
     let (n, e, eps) = (batch.len(), c.n_embd, c.norm_eps);
     let inputs: Vec<RowInput> = batch.iter().map(|b| b.input).collect();
     let mut x = input_rows(b, c, &w.token_embd, &inputs, &lora)?; // n x e
@@ -390,5 +398,7 @@ fn pass<B: Backend>(
         b.softcap(&mut logits, cap)?;
     }
     let hidden = if batch.iter().any(|e| e.hidden) { b.to_host(normed)? } else { Vec::new() };
-    Ok(Logits { n_vocab: w.n_logits, values: b.to_host(logits)?, entries: wanted, hidden })
+    let values = b.to_host(logits)?;
+    pass.end()?;
+    Ok(Logits { n_vocab: w.n_logits, values, entries: wanted, hidden })
 }
