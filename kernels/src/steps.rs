@@ -96,6 +96,17 @@ pub enum Recorded<B> {
 }
 
 impl<B> Recorded<B> {
+    /// Whether `self` and `other`, operations that name memory by address, are the same work:
+    /// a fill, a copy or a launch with the same addresses and values.
+    fn same_work(&self, other: &Recorded<B>) -> bool {
+        match (self, other) {
+            (Recorded::Zero { at, bytes }, Recorded::Zero { at: a, bytes: b }) => (at, bytes) == (a, b),
+            (Recorded::Copy { from, to, bytes }, Recorded::Copy { from: f, to: t, bytes: b }) => (from, to, bytes) == (f, t, b),
+            (Recorded::Launch { launch, slots }, Recorded::Launch { launch: l, slots: s }) => launch == l && slots == s,
+            _ => false,
+        }
+    }
+
     /// Issues the operation as recorded (allocations and uploads are done already).
     ///
     /// # Safety
@@ -263,17 +274,23 @@ impl<P: Primitives> Stepped<P> {
 
     /// Issues recorded operations one by one, counting them.
     fn issue_all(&self, ops: &[Recorded<P::Buffer>]) -> Result<(), RuntimeError> {
-        for op in ops {
-            match op {
-                Recorded::Launch { .. } => crate::runtime::count_launch(),
-                Recorded::Zero { .. } | Recorded::Copy { .. } => crate::runtime::count_transfer(),
-                Recorded::Alloc(_) | Recorded::Upload { .. } => {}
-            }
-            // SAFETY: the recording keeps its buffers, and the others' owners kept them (a
-            // replay matched their addresses in this step).
-            unsafe { op.issue(&self.device) }?;
+        // SAFETY: the recording keeps its buffers, and the others' owners kept them (a replay
+        // matched their addresses in this step).
+        ops.iter().try_for_each(|op| unsafe { self.issue_counted(op) })
+    }
+
+    /// Issues `op` on its own, counted in [`crate::Issued`].
+    ///
+    /// # Safety
+    /// As [`Recorded::issue`].
+    unsafe fn issue_counted(&self, op: &Recorded<P::Buffer>) -> Result<(), RuntimeError> {
+        match op {
+            Recorded::Launch { .. } => crate::runtime::count_launch(),
+            Recorded::Zero { .. } | Recorded::Copy { .. } => crate::runtime::count_transfer(),
+            Recorded::Alloc(_) | Recorded::Upload { .. } => {}
         }
-        Ok(())
+        // SAFETY: the caller's contract.
+        unsafe { op.issue(&self.device) }
     }
 
     /// The next segment: the old recording's, else a new one.
@@ -284,28 +301,32 @@ impl<P: Primitives> Stepped<P> {
         }
     }
 
-    /// Issues (or, replaying, matches) an operation that names memory by address only.
-    /// `Ok(true)`: recorded or matched, nothing more to do; `Ok(false)`: no step runs on this
-    /// thread, issue it at once.
-    fn step_op(&self, op: Recorded<P::Buffer>, same: impl Fn(&Recorded<P::Buffer>) -> bool) -> Result<bool, RuntimeError> {
+    /// Issues `op`, an operation that names memory by address only: at once when no step runs
+    /// on this thread, at once and recorded while one records, not at all while a replay
+    /// matches it (the graph will).
+    ///
+    /// # Safety
+    /// The operation's addresses must be live, and a launch's slots its kernel's parameters
+    /// (see [`Runtime::launch`]).
+    unsafe fn step_op(&self, op: Recorded<P::Buffer>) -> Result<(), RuntimeError> {
         let mut state = self.lock();
-        let Some(active) = Self::mine(&mut state) else { return Ok(false) };
+        let Some(active) = Self::mine(&mut state) else {
+            drop(state);
+            // SAFETY: the caller's contract.
+            return unsafe { self.issue_counted(&op) };
+        };
         if let Mode::Replay { segment, cursor } = &mut active.mode {
-            if segment.ops.get(*cursor).is_some_and(&same) {
+            if segment.ops.get(*cursor).is_some_and(|recorded| recorded.same_work(&op)) {
                 *cursor += 1;
-                return Ok(true);
+                return Ok(());
             }
             self.diverge(active)?;
         }
         let Mode::Record { ops } = &mut active.mode else { unreachable!("diverge records") };
-        match &op {
-            Recorded::Launch { .. } => crate::runtime::count_launch(),
-            _ => crate::runtime::count_transfer(),
-        }
-        // SAFETY: issued as the caller asked; its addresses are live now.
-        unsafe { op.issue(&self.device) }?;
+        // SAFETY: the caller's contract.
+        unsafe { self.issue_counted(&op) }?;
         ops.push(op);
-        Ok(true)
+        Ok(())
     }
 
     /// A buffer for the step: the recorded one of `bytes` (written with `data` when given, unless
@@ -403,12 +424,9 @@ impl<P: Primitives> Runtime for Stepped<P> {
 
     fn alloc_zeroed(&self, bytes: usize) -> Result<P::Buffer, RuntimeError> {
         let buf = self.step_buffer(bytes, None, false)?;
-        let (at, len) = (self.device.address(&buf), self.device.len(&buf));
-        let zero = Recorded::Zero { at, bytes: len };
-        if !self.step_op(zero, |op| matches!(op, Recorded::Zero { at: a, bytes: b } if (*a, *b) == (at, len)))? {
-            crate::runtime::count_transfer();
-            self.device.zero(at, len)?;
-        }
+        let zero = Recorded::Zero { at: self.device.address(&buf), bytes: self.device.len(&buf) };
+        // SAFETY: the whole of a buffer just handed out.
+        unsafe { self.step_op(zero) }?;
         Ok(buf)
     }
 
@@ -478,12 +496,8 @@ impl<P: Primitives> Runtime for Stepped<P> {
             return Err(RuntimeError::Device(format!("copy of {bytes} bytes out of bounds")));
         }
         let (from, to) = (self.device.address(src) + src_at as u64, self.device.address(dst) + dst_at as u64);
-        let op = Recorded::Copy { from, to, bytes };
-        if !self.step_op(op, |op| matches!(op, Recorded::Copy { from: f, to: t, bytes: b } if (*f, *t, *b) == (from, to, bytes)))? {
-            crate::runtime::count_transfer();
-            self.device.copy(from, to, bytes)?;
-        }
-        Ok(())
+        // SAFETY: ranges of the two live buffers, in bounds (checked).
+        unsafe { self.step_op(Recorded::Copy { from, to, bytes }) }
     }
 
     fn len(&self, buf: &P::Buffer) -> usize {
@@ -503,14 +517,8 @@ impl<P: Primitives> Runtime for Stepped<P> {
                 _ => scalar_slot(a).expect("a scalar"),
             })
             .collect();
-        let same = |op: &Recorded<P::Buffer>| matches!(op, Recorded::Launch { launch: l, slots: s } if *l == launch && *s == slots);
-        let op = Recorded::Launch { launch, slots: slots.clone() };
-        if !self.step_op(op, same)? {
-            crate::runtime::count_launch();
-            // SAFETY: the caller's contract covers the arguments, resolved to their slots.
-            unsafe { self.device.launch(launch, &slots) }?;
-        }
-        Ok(())
+        // SAFETY: the caller's contract covers the arguments, resolved to their slots.
+        unsafe { self.step_op(Recorded::Launch { launch, slots }) }
     }
 
     fn begin_step(&self, key: u64) {

@@ -336,8 +336,15 @@ impl Model {
     /// [`Model::load_simulated`] of a file already open.
     #[cfg(feature = "sim")]
     pub fn from_file_simulated(file: Arc<GgufFile>) -> Result<Model, ModelError> {
+        Model::on_simulated(file, crate::backend::kernel::SimBackend::new())
+    }
+
+    /// [`Model::from_file_simulated`] on the harness `backend` (one whose runtime replays steps
+    /// as graphs or not).
+    #[cfg(feature = "sim")]
+    pub(crate) fn on_simulated(file: Arc<GgufFile>, backend: crate::backend::kernel::SimBackend) -> Result<Model, ModelError> {
         let (config, tokenizer) = Model::read_config(&file)?;
-        let loaded = OnBackend::Sim(on_gpu(crate::backend::kernel::SimBackend::new(), &file, &config, LoadOptions::default())?);
+        let loaded = OnBackend::Sim(on_gpu(backend, &file, &config, LoadOptions::default())?);
         Ok(Model { file, config, loaded, tokenizer, adapters: Vec::new(), default_lora: Vec::new() })
     }
 

@@ -182,10 +182,8 @@ fn simulated(name: &str, graphs: bool) -> Model {
     use crate::backend::kernel::KernelBackend;
     use kernels::host::{HostDevice, HostRuntime};
     let file = std::sync::Arc::new(crate::gguf::GgufFile::open(fixture(&format!("models/{name}.gguf"))).expect("open"));
-    let (config, tokenizer) = Model::read_config(&file).expect("config");
     let backend = KernelBackend::with_runtime(HostRuntime::with_graphs(HostDevice, graphs), crate::backend::Device::Cuda(0));
-    let loaded = crate::backend::OnBackend::Sim(super::on_gpu(backend, &file, &config, super::LoadOptions::default()).expect("load"));
-    Model { file, config, loaded, tokenizer, adapters: Vec::new(), default_lora: Vec::new() }
+    Model::on_simulated(file, backend).expect("load")
 }
 
 /// Decoding steps replayed as graphs (`kernels/src/steps.rs`) give the bits of the same steps
