@@ -166,6 +166,43 @@ pub struct CudaBuffer {
 /// A captured segment, instantiated.
 pub struct StepGraph(CudaGraph);
 
+/// Page-locked host memory a step graph copies a segment's uploads from (`cuMemHostAlloc`):
+/// a captured copy from pageable memory is not allowed, and the graph reads these bytes each
+/// time it runs.
+pub struct PinnedStaging {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the memory is the process's, usable from any thread; the runtime's step state, behind
+// its mutex, owns the staging and writes it only while no graph that reads it runs.
+unsafe impl Send for PinnedStaging {}
+
+impl AsRef<[u8]> for PinnedStaging {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `len` bytes allocated by `cuMemHostAlloc`, initialised (zeroed) when made.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl AsMut<[u8]> for PinnedStaging {
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above; `&mut self` is the only access from the host.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for PinnedStaging {
+    fn drop(&mut self) {
+        // a replayed graph that read it has finished: its segment's download waited for it
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by `cuMemHostAlloc` in `staging`, freed once.
+            let _ = unsafe { result::free_host(self.ptr.as_ptr().cast()) };
+        }
+    }
+}
+
 // SAFETY: a graph is used by one thread at a time: the runtime's step state, behind its mutex,
 // owns it, and builds, replays and drops it under that lock.
 unsafe impl Send for StepGraph {}
@@ -329,16 +366,29 @@ impl CudaDevice {
         self.stream_lock.exclusive(f)
     }
 
-    /// `ops` issued into a graph under stream capture (recorded, not run).
-    fn capture(&self, ops: &[Recorded<CudaBuffer>]) -> Result<StepGraph, RuntimeError> {
+    /// `ops` issued into a graph under stream capture (recorded, not run), the uploads as
+    /// copies from `staged`, page-locked staging.
+    fn capture(&self, ops: &[Recorded<CudaBuffer>], staged: &[u8]) -> Result<StepGraph, RuntimeError> {
+        // the raw copies below do not make the context current on this thread themselves
+        self.ctx.bind_to_thread().map_err(|e| self.fault("capturing", e))?;
         let _stream = self.stream_lock.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
             .map_err(|e| self.fault("beginning a capture", e))?;
         *self.stream_lock.capturer.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
-        // SAFETY: the addresses are the recording's own buffers and those the step that matched
-        // it asked for again, which their owners keep.
-        let issued = ops.iter().try_for_each(|op| unsafe { op.issue(self) });
+        let issued = ops.iter().try_for_each(|op| match op {
+            Recorded::Upload { bytes: 0, .. } => Ok(()),
+            Recorded::Upload { buf, at, bytes } => {
+                let from = &staged[*at..*at + *bytes];
+                // SAFETY: in bounds of the recorded buffer (its upload's size); `staged` is the
+                // segment's page-locked staging, which the segment keeps as long as the graph.
+                unsafe { result::memcpy_htod_async(buf.address, from, self.stream.cu_stream()) }
+                    .map_err(|e| driver_error("staging an upload", e))
+            }
+            // SAFETY: the addresses are the recording's own buffers and those the step that
+            // matched it asked for again, which their owners keep.
+            _ => unsafe { op.issue(self, staged) },
+        });
         *self.stream_lock.capturer.lock().unwrap_or_else(|p| p.into_inner()) = None;
         // the capture ends whatever happened, so that the stream runs work again
         let graph = self.stream.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(|e| driver_error("instantiating a graph", e));
@@ -350,6 +400,7 @@ impl CudaDevice {
 impl Primitives for CudaDevice {
     type Buffer = CudaBuffer;
     type Graph = StepGraph;
+    type Staging = PinnedStaging;
 
     fn alloc(&self, bytes: usize) -> Result<CudaBuffer, RuntimeError> {
         // SAFETY: the memory is device memory, reached only by launches and copies; the caller
@@ -443,11 +494,23 @@ impl Primitives for CudaDevice {
         Ok(())
     }
 
-    fn build(&self, ops: &[Recorded<CudaBuffer>]) -> Result<StepGraph, RuntimeError> {
-        self.capture(ops)
+    fn staging(&self, bytes: usize) -> Result<PinnedStaging, RuntimeError> {
+        self.ctx.bind_to_thread().map_err(|e| self.fault("staging", e))?;
+        // SAFETY: a fresh page-locked allocation of `bytes` (more than 0) bytes, zeroed below
+        // before anything reads it.
+        let ptr = self.exclusive(|| unsafe { result::malloc_host(bytes, 0) }).map_err(|e| driver_error("page-locked staging", e))?;
+        let ptr =
+            std::ptr::NonNull::new(ptr.cast::<u8>()).ok_or_else(|| RuntimeError::Device("page-locked staging: a null pointer".into()))?;
+        // SAFETY: `bytes` writable bytes just allocated.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, bytes) };
+        Ok(PinnedStaging { ptr, len: bytes, ctx: Arc::clone(&self.ctx) })
     }
 
-    fn replay(&self, graph: &StepGraph, _ops: &[Recorded<CudaBuffer>]) -> Result<(), RuntimeError> {
+    fn build(&self, ops: &[Recorded<CudaBuffer>], staged: &[u8]) -> Result<StepGraph, RuntimeError> {
+        self.capture(ops, staged)
+    }
+
+    fn replay(&self, graph: &StepGraph, _ops: &[Recorded<CudaBuffer>], _staged: &[u8]) -> Result<(), RuntimeError> {
         *self.last_kernel.lock().unwrap_or_else(|p| p.into_inner()) = "a replayed step graph";
         self.exclusive(|| graph.0.launch()).map_err(|e| self.fault("replaying a step", e))?;
         if self.sync_launches {

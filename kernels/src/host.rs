@@ -115,7 +115,8 @@ impl HostBuffer {
 
 /// The CPU execution harness's primitives: the kernels run on host threads over host buffers;
 /// launches from different threads run side by side (one at a time when built for
-/// ThreadSanitizer). A replayed step issues its recorded operations again, one by one.
+/// ThreadSanitizer). A replayed step issues its recorded operations again, one by one, its
+/// uploads from the staging as a graph's copies would.
 #[derive(Default)]
 pub struct HostDevice;
 
@@ -126,6 +127,7 @@ pub type HostRuntime = Stepped<HostDevice>;
 impl Primitives for HostDevice {
     type Buffer = HostBuffer;
     type Graph = ();
+    type Staging = Vec<u8>;
 
     /// All bytes 0xFF: an f32 NaN in every value a launch fails to write, which the tests see.
     fn alloc(&self, bytes: usize) -> Result<HostBuffer, RuntimeError> {
@@ -188,15 +190,19 @@ impl Primitives for HostDevice {
         })
     }
 
-    fn build(&self, _ops: &[Recorded<HostBuffer>]) -> Result<(), RuntimeError> {
+    fn staging(&self, bytes: usize) -> Result<Vec<u8>, RuntimeError> {
+        Ok(vec![0; bytes])
+    }
+
+    fn build(&self, _ops: &[Recorded<HostBuffer>], _staged: &[u8]) -> Result<(), RuntimeError> {
         Ok(())
     }
 
-    fn replay(&self, _graph: &(), ops: &[Recorded<HostBuffer>]) -> Result<(), RuntimeError> {
+    fn replay(&self, _graph: &(), ops: &[Recorded<HostBuffer>], staged: &[u8]) -> Result<(), RuntimeError> {
         for op in ops {
             // SAFETY: the recording keeps its buffers and matched every other address in this
             // step, whose owners keep them.
-            unsafe { op.issue(self) }?;
+            unsafe { op.issue(self, staged) }?;
         }
         Ok(())
     }

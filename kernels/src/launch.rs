@@ -1246,8 +1246,16 @@ pub fn attention_by<R: Runtime>(
     let grid = [dim(K, "heads", h.n_head)?, dim(K, "rows", rows.len())?, 1];
     let heads_per_block = grouping.heads_per_block(h.n_head, h.n_head_kv);
     let (grouped, threads) = ([grid[0] / heads_per_block as u32, grid[1], 1], 32 * heads_per_block as u32);
-    let max_splits =
-        rows.iter().map(|r| (r.positions.end - 1) / ATTENTION_SPLIT + 1 - r.positions.start / ATTENTION_SPLIT).max().unwrap_or(1);
+    // padded to a power of two, so that the split launch's grid and the partials' size stay
+    // the same while the rows grow from split to split, and a recorded step replays
+    // (`steps.rs`); the blocks past a row's own splits leave at once, and the fold reads only
+    // the row's own
+    let max_splits = rows
+        .iter()
+        .map(|r| (r.positions.end - 1) / ATTENTION_SPLIT + 1 - r.positions.start / ATTENTION_SPLIT)
+        .max()
+        .unwrap_or(1)
+        .next_power_of_two();
     let parts_bytes = rows.len() * h.n_head * max_splits * (2 + h.dv) * 4;
     let split = match path {
         AttentionPath::Auto => max_splits > 1 && rows.len() * h.n_head < SPLIT_BELOW_BLOCKS && parts_bytes <= SPLIT_PARTIALS_MAX_BYTES,

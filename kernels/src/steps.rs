@@ -8,11 +8,13 @@
 //! uploads into, its fills, copies and launches with their argument slots resolved to addresses
 //! and values. The recording keeps its buffers, so their addresses stay valid. The next step
 //! of that key issues nothing while it matches the recording: an allocation gets the recorded
-//! buffer of its size, an upload writes its new bytes into the recorded buffer (a read-only one
-//! only when they changed), a fill, copy or launch must be the recorded one exactly (same
-//! kernel, geometry, addresses and scalars); at the segment's download the segment runs as one
-//! graph, one launch, made by the device the first time a segment matches whole (CUDA: stream
-//! capture of its operations), so that a shape seen once never pays for a graph. The first
+//! buffer of its size, an upload puts its new bytes into the segment's staging (host memory the
+//! device copies from: page-locked on CUDA), a fill, copy or launch must be the recorded one
+//! exactly (same kernel, geometry, addresses and scalars); at the segment's download the segment
+//! runs as one graph, one launch, made by the device the first time a segment matches whole
+//! (CUDA: stream capture of its operations, each upload a copy from the staging), so that a
+//! shape seen once never pays for a graph. A replayed step thus sends nothing before its graph:
+//! the index arrays travel inside it. The first
 //! operation that differs (another split count in attention, another expert set) ends the
 //! replay: what matched so far is issued as recorded and the rest of the step is recorded anew,
 //! replacing the old recording; a key that differs [`DIVERGED_LIMIT`] steps in a row is left
@@ -36,6 +38,10 @@ pub trait Primitives: Send + Sync + 'static {
     type Buffer: Clone + Send + Sync;
     /// A segment made into one launchable unit.
     type Graph: Send;
+    /// Host memory a graph copies a replayed segment's uploads from when it runs (CUDA:
+    /// page-locked). The host writes it only while no graph that reads it runs: a replayed
+    /// segment ends in a download, which waits for its graph.
+    type Staging: Send + AsRef<[u8]> + AsMut<[u8]>;
 
     /// `bytes` bytes whose contents are unspecified.
     fn alloc(&self, bytes: usize) -> Result<Self::Buffer, RuntimeError>;
@@ -62,23 +68,27 @@ pub trait Primitives: Send + Sync + 'static {
     /// The slots must be the kernel's parameters, and the addresses among them must point to
     /// live memory holding what the kernel reads and writes at this geometry.
     unsafe fn launch(&self, launch: Launch, slots: &[u64]) -> Result<(), RuntimeError>;
+    /// `bytes` bytes of staging (more than 0).
+    fn staging(&self, bytes: usize) -> Result<Self::Staging, RuntimeError>;
     /// The segment `ops` as a graph, built when a step first matches its recording (its
-    /// operations not issued yet); an error leaves steps unrecorded from then on.
-    fn build(&self, ops: &[Recorded<Self::Buffer>]) -> Result<Self::Graph, RuntimeError>;
-    /// Runs `graph`, made of `ops`, again.
-    fn replay(&self, graph: &Self::Graph, ops: &[Recorded<Self::Buffer>]) -> Result<(), RuntimeError>;
+    /// operations not issued yet), each upload a copy from its place in `staged`, the bytes of
+    /// the segment's staging (empty when it has no upload); an error leaves steps unrecorded
+    /// from then on.
+    fn build(&self, ops: &[Recorded<Self::Buffer>], staged: &[u8]) -> Result<Self::Graph, RuntimeError>;
+    /// Runs `graph`, made of `ops` over `staged`, again.
+    fn replay(&self, graph: &Self::Graph, ops: &[Recorded<Self::Buffer>], staged: &[u8]) -> Result<(), RuntimeError>;
 }
 
 /// One operation of a recorded segment.
 pub enum Recorded<B> {
     /// A buffer the step allocated (kept by the recording).
     Alloc(B),
-    /// A buffer the step uploaded into (kept; its bytes are the next step's own). `kept`: the
-    /// bytes it holds, for an upload no launch writes (an index array), so that a replay whose
-    /// bytes are the same sends nothing.
+    /// A buffer the step uploaded `bytes` bytes into (kept; its bytes are the next step's own),
+    /// which a replay of the segment stages from byte `at` of its staging.
     Upload {
         buf: B,
-        kept: Option<Vec<u8>>,
+        at: usize,
+        bytes: usize,
     },
     Zero {
         at: u64,
@@ -107,14 +117,17 @@ impl<B> Recorded<B> {
         }
     }
 
-    /// Issues the operation as recorded (allocations and uploads are done already).
+    /// Issues the operation of a replayed segment on its own, an upload from its place in
+    /// `staged` (the segment's staging), written as any upload is.
     ///
     /// # Safety
     /// The addresses must still be live: the recording's own buffers and the ones it was
     /// recorded with (weights, caches), kept by their owners.
-    pub unsafe fn issue<P: Primitives<Buffer = B>>(&self, p: &P) -> Result<(), RuntimeError> {
+    pub unsafe fn issue<P: Primitives<Buffer = B>>(&self, p: &P, staged: &[u8]) -> Result<(), RuntimeError> {
         match self {
-            Recorded::Alloc(_) | Recorded::Upload { .. } => Ok(()),
+            Recorded::Alloc(_) => Ok(()),
+            Recorded::Upload { bytes: 0, .. } => Ok(()),
+            Recorded::Upload { buf, at, bytes } => p.write(buf, &staged[*at..*at + *bytes]),
             Recorded::Zero { at, bytes } => p.zero(*at, *bytes),
             Recorded::Copy { from, to, bytes } => p.copy(*from, *to, *bytes),
             // SAFETY: the caller's contract; the slots were the kernel's when recorded.
@@ -123,25 +136,54 @@ impl<B> Recorded<B> {
     }
 }
 
-/// A recorded segment and its graph (`None` when it is empty).
-struct Segment<B, G> {
-    ops: Vec<Recorded<B>>,
-    graph: Option<G>,
+/// Where a segment's staging places uploads: each at a multiple of this.
+const STAGING_ALIGN: usize = 16;
+
+/// The staging bytes the uploads of `ops` take (where the next one would go).
+fn staging_end<B>(ops: &[Recorded<B>]) -> usize {
+    ops.iter()
+        .rev()
+        .find_map(|op| match op {
+            Recorded::Upload { at, bytes, .. } => Some((at + bytes).next_multiple_of(STAGING_ALIGN)),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+/// A recorded segment, its graph (`None` until it is built, and when it issues nothing) and
+/// the staging its uploads are replayed from (made when a step first replays it, `None` when it
+/// has no upload).
+struct Segment<P: Primitives> {
+    ops: Vec<Recorded<P::Buffer>>,
+    graph: Option<P::Graph>,
+    staging: Option<P::Staging>,
+}
+
+impl<P: Primitives> Segment<P> {
+    fn recorded(ops: Vec<Recorded<P::Buffer>>) -> Segment<P> {
+        Segment { ops, graph: None, staging: None }
+    }
+
+    /// The staging's bytes (none without an upload).
+    fn staged(&self) -> &[u8] {
+        self.staging.as_ref().map_or(&[], AsRef::as_ref)
+    }
 }
 
 /// Where the step in progress stands.
-enum Mode<B, G> {
-    /// Matching the old segment: `cursor` operations matched so far, none issued.
-    Replay { segment: Segment<B, G>, cursor: usize },
+enum Mode<P: Primitives> {
+    /// Matching the old segment: `cursor` operations matched so far, none issued (the uploads
+    /// among them staged).
+    Replay { segment: Segment<P>, cursor: usize },
     /// Issuing and recording.
-    Record { ops: Vec<Recorded<B>> },
+    Record { ops: Vec<Recorded<P::Buffer>> },
 }
 
 /// A key's recording: its segments, how many steps in a row diverged from theirs, and how many
 /// more steps of the key run unrecorded (a key whose steps keep differing, such as a mixture's
 /// expert choices, would otherwise pay a recording every step).
-struct Recording<B, G> {
-    segments: Vec<Segment<B, G>>,
+struct Recording<P: Primitives> {
+    segments: Vec<Segment<P>>,
     /// The step's read-only uploads, call by call: a new upload (`None`) or the one of an
     /// earlier call (`Some(i)`, the i-th distinct).
     shares: Vec<Option<usize>>,
@@ -149,15 +191,15 @@ struct Recording<B, G> {
     unrecorded: u32,
 }
 
-impl<B, G> Recording<B, G> {
+impl<P: Primitives> Recording<P> {
     /// Nothing recorded, the key's next `steps` steps issued as they come.
-    fn unrecorded(steps: u32) -> Recording<B, G> {
+    fn unrecorded(steps: u32) -> Recording<P> {
         Recording { segments: Vec::new(), shares: Vec::new(), diverged: 0, unrecorded: steps }
     }
 }
 
 /// The step in progress on one thread.
-struct Active<B, G> {
+struct Active<P: Primitives> {
     thread: ThreadId,
     key: u64,
     /// Steps of this key before it that diverged, in a row.
@@ -165,15 +207,15 @@ struct Active<B, G> {
     /// This step diverged from its recording.
     diverged: bool,
     /// The old recording's segments not reached yet.
-    old: VecDeque<Segment<B, G>>,
+    old: VecDeque<Segment<P>>,
     /// The segments this step has completed, its recording once it ends.
-    done: Vec<Segment<B, G>>,
-    mode: Mode<B, G>,
+    done: Vec<Segment<P>>,
+    mode: Mode<P>,
     /// This step's distinct read-only uploads with the call site that asked and their bytes:
     /// a step's layers ask for the same index arrays at the same sites, uploaded once. Arrays
     /// of other sites are never shared, whatever their bytes (a position equal to its slot for
     /// a while), so that the sharing stays the same from one step to the next.
-    read_only: Vec<(Site, Vec<u8>, Arc<B>)>,
+    read_only: Vec<(Site, Vec<u8>, Arc<P::Buffer>)>,
     /// How this step's read-only uploads were shared, call by call (see [`Recording`]).
     shares: Vec<Option<usize>>,
     /// The recording's sharing, followed while replaying: bytes that happen to be equal in
@@ -182,10 +224,10 @@ struct Active<B, G> {
     old_shares: Option<Vec<Option<usize>>>,
 }
 
-struct State<B, G> {
+struct State<P: Primitives> {
     /// Recordings by key, the most recently used first.
-    recordings: VecDeque<(u64, Recording<B, G>)>,
-    active: Option<Active<B, G>>,
+    recordings: VecDeque<(u64, Recording<P>)>,
+    active: Option<Active<P>>,
     /// Steps are recorded (the device built its graphs so far).
     enabled: bool,
 }
@@ -194,7 +236,7 @@ struct State<B, G> {
 pub struct Stepped<P: Primitives> {
     device: P,
     read_only: ReadOnlyUploads<P::Buffer>,
-    state: Mutex<State<P::Buffer, P::Graph>>,
+    state: Mutex<State<P>>,
 }
 
 /// The place in the source that asked for a read-only upload.
@@ -242,12 +284,12 @@ impl<P: Primitives> Stepped<P> {
         self.lock().enabled
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<P::Buffer, P::Graph>> {
+    fn lock(&self) -> MutexGuard<'_, State<P>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The step in progress, when the calling thread runs it.
-    fn mine(state: &mut State<P::Buffer, P::Graph>) -> Option<&mut Active<P::Buffer, P::Graph>> {
+    fn mine(state: &mut State<P>) -> Option<&mut Active<P>> {
         let me = std::thread::current().id();
         state.active.as_mut().filter(|a| a.thread == me)
     }
@@ -255,50 +297,62 @@ impl<P: Primitives> Stepped<P> {
     /// Ends a replay at its first difference: the operations matched so far are issued as
     /// recorded, and they begin the segment recorded in its place; the old recording's later
     /// segments are dropped (the step is recorded anew from here).
-    fn diverge(&self, active: &mut Active<P::Buffer, P::Graph>) -> Result<(), RuntimeError> {
+    fn diverge(&self, active: &mut Active<P>) -> Result<(), RuntimeError> {
         if !matches!(active.mode, Mode::Replay { .. }) {
             return Ok(());
         }
         let Mode::Replay { segment, cursor } = std::mem::replace(&mut active.mode, Mode::Record { ops: Vec::new() }) else {
             unreachable!("matched above")
         };
+        let issued = self.issue_all(&segment.ops[..cursor], segment.staged());
         let mut ops = segment.ops;
         ops.truncate(cursor);
         active.old.clear();
         active.old_shares = None;
         active.diverged = true;
-        let issued = self.issue_all(&ops);
         active.mode = Mode::Record { ops };
         issued
     }
 
-    /// Issues recorded operations one by one, counting them.
-    fn issue_all(&self, ops: &[Recorded<P::Buffer>]) -> Result<(), RuntimeError> {
+    /// Issues operations of a replayed segment one by one, counting them; its uploads from
+    /// `staged`, the segment's staging.
+    fn issue_all(&self, ops: &[Recorded<P::Buffer>], staged: &[u8]) -> Result<(), RuntimeError> {
         // SAFETY: the recording keeps its buffers, and the others' owners kept them (a replay
         // matched their addresses in this step).
-        ops.iter().try_for_each(|op| unsafe { self.issue_counted(op) })
+        ops.iter().try_for_each(|op| unsafe { self.issue_counted(op, staged) })
     }
 
     /// Issues `op` on its own, counted in [`crate::Issued`].
     ///
     /// # Safety
     /// As [`Recorded::issue`].
-    unsafe fn issue_counted(&self, op: &Recorded<P::Buffer>) -> Result<(), RuntimeError> {
+    unsafe fn issue_counted(&self, op: &Recorded<P::Buffer>, staged: &[u8]) -> Result<(), RuntimeError> {
         match op {
             Recorded::Launch { .. } => crate::runtime::count_launch(),
             Recorded::Zero { .. } | Recorded::Copy { .. } => crate::runtime::count_transfer(),
+            Recorded::Upload { bytes, .. } if *bytes > 0 => crate::runtime::count_transfer(),
             Recorded::Alloc(_) | Recorded::Upload { .. } => {}
         }
         // SAFETY: the caller's contract.
-        unsafe { op.issue(&self.device) }
+        unsafe { op.issue(&self.device, staged) }
     }
 
-    /// The next segment: the old recording's, else a new one.
-    fn next_mode(active: &mut Active<P::Buffer, P::Graph>) -> Mode<P::Buffer, P::Graph> {
-        match active.old.pop_front() {
-            Some(segment) => Mode::Replay { segment, cursor: 0 },
-            None => Mode::Record { ops: Vec::new() },
+    /// The next segment: the old recording's, with staging for its uploads, else a new one
+    /// (also when the staging cannot be had: the rest of the step is recorded anew).
+    fn next_mode(&self, active: &mut Active<P>) -> Mode<P> {
+        let Some(mut segment) = active.old.pop_front() else { return Mode::Record { ops: Vec::new() } };
+        let bytes = staging_end(&segment.ops);
+        if segment.staging.is_none() && bytes > 0 {
+            match self.device.staging(bytes) {
+                Ok(staging) => segment.staging = Some(staging),
+                Err(_) => {
+                    active.old.clear();
+                    active.old_shares = None;
+                    return Mode::Record { ops: Vec::new() };
+                }
+            }
         }
+        Mode::Replay { segment, cursor: 0 }
     }
 
     /// Issues `op`, an operation that names memory by address only: at once when no step runs
@@ -313,7 +367,7 @@ impl<P: Primitives> Stepped<P> {
         let Some(active) = Self::mine(&mut state) else {
             drop(state);
             // SAFETY: the caller's contract.
-            return unsafe { self.issue_counted(&op) };
+            return unsafe { self.issue_counted(&op, &[]) };
         };
         if let Mode::Replay { segment, cursor } = &mut active.mode {
             if segment.ops.get(*cursor).is_some_and(|recorded| recorded.same_work(&op)) {
@@ -324,15 +378,15 @@ impl<P: Primitives> Stepped<P> {
         }
         let Mode::Record { ops } = &mut active.mode else { unreachable!("diverge records") };
         // SAFETY: the caller's contract.
-        unsafe { self.issue_counted(&op) }?;
+        unsafe { self.issue_counted(&op, &[]) }?;
         ops.push(op);
         Ok(())
     }
 
-    /// A buffer for the step: the recorded one of `bytes` (written with `data` when given, unless
-    /// it holds them already) when replaying, else a fresh one, recorded when a step runs on this
-    /// thread. `read_only`: no launch writes it.
-    fn step_buffer(&self, bytes: usize, data: Option<&[u8]>, read_only: bool) -> Result<P::Buffer, RuntimeError> {
+    /// A buffer for the step: the recorded one of `bytes` when replaying (`data`, when given,
+    /// staged for the graph to copy), else a fresh one (written with `data`), recorded when a
+    /// step runs on this thread.
+    fn step_buffer(&self, bytes: usize, data: Option<&[u8]>) -> Result<P::Buffer, RuntimeError> {
         let write = |buf: &P::Buffer| -> Result<(), RuntimeError> {
             match data.filter(|d| !d.is_empty()) {
                 Some(data) => {
@@ -350,15 +404,14 @@ impl<P: Primitives> Stepped<P> {
         };
         if let Mode::Replay { segment, cursor } = &mut active.mode {
             let fits = |b: &P::Buffer| self.device.len(b) == bytes.max(1) && !self.device.shared(b);
-            match (segment.ops.get_mut(*cursor), data) {
+            match (segment.ops.get(*cursor), data) {
                 (Some(Recorded::Alloc(buf)), None) if fits(buf) => {
                     *cursor += 1;
                     return Ok(buf.clone());
                 }
-                (Some(Recorded::Upload { buf, kept }), Some(data)) if fits(buf) => {
-                    if kept.as_deref() != Some(data) {
-                        write(buf)?;
-                        *kept = read_only.then(|| data.to_vec());
+                (Some(Recorded::Upload { buf, at, bytes: n }), Some(data)) if fits(buf) && *n == data.len() => {
+                    if let Some(staging) = segment.staging.as_mut() {
+                        staging.as_mut()[*at..*at + *n].copy_from_slice(data);
                     }
                     *cursor += 1;
                     return Ok(buf.clone());
@@ -370,7 +423,7 @@ impl<P: Primitives> Stepped<P> {
         let buf = self.device.alloc(bytes.max(1))?;
         write(&buf)?;
         ops.push(match data {
-            Some(data) => Recorded::Upload { buf: buf.clone(), kept: read_only.then(|| data.to_vec()) },
+            Some(data) => Recorded::Upload { buf: buf.clone(), at: staging_end(ops), bytes: data.len() },
             None => Recorded::Alloc(buf.clone()),
         });
         Ok(buf)
@@ -387,18 +440,18 @@ impl<P: Primitives> Stepped<P> {
                 self.diverge(active)?;
             }
         }
-        let next = Self::next_mode(active);
+        let next = self.next_mode(active);
         let segment = match std::mem::replace(&mut active.mode, next) {
             Mode::Replay { mut segment, .. } => {
-                let issues = segment.ops.iter().any(|op| !matches!(op, Recorded::Alloc(_) | Recorded::Upload { .. }));
+                let issues = segment.ops.iter().any(|op| !matches!(op, Recorded::Alloc(_) | Recorded::Upload { bytes: 0, .. }));
                 if issues && segment.graph.is_none() {
-                    match self.device.build(&segment.ops) {
+                    match self.device.build(&segment.ops, segment.staged()) {
                         Ok(graph) => segment.graph = Some(graph),
                         Err(e) => {
                             // the device cannot make graphs: this segment's work is issued as
                             // recorded, and from now on steps are issued as they come
                             eprintln!("warning: steps are no longer replayed as graphs: {e}");
-                            let issued = self.issue_all(&segment.ops);
+                            let issued = self.issue_all(&segment.ops, segment.staged());
                             state.enabled = false;
                             state.active = None;
                             state.recordings.clear();
@@ -408,11 +461,11 @@ impl<P: Primitives> Stepped<P> {
                 }
                 if let Some(graph) = &segment.graph {
                     crate::runtime::count_launch();
-                    self.device.replay(graph, &segment.ops)?;
+                    self.device.replay(graph, &segment.ops, segment.staged())?;
                 }
                 segment
             }
-            Mode::Record { ops } => Segment { ops, graph: None },
+            Mode::Record { ops } => Segment::recorded(ops),
         };
         active.done.push(segment);
         Ok(())
@@ -423,7 +476,7 @@ impl<P: Primitives> Runtime for Stepped<P> {
     type Buffer = P::Buffer;
 
     fn alloc_zeroed(&self, bytes: usize) -> Result<P::Buffer, RuntimeError> {
-        let buf = self.step_buffer(bytes, None, false)?;
+        let buf = self.step_buffer(bytes, None)?;
         let zero = Recorded::Zero { at: self.device.address(&buf), bytes: self.device.len(&buf) };
         // SAFETY: the whole of a buffer just handed out.
         unsafe { self.step_op(zero) }?;
@@ -431,11 +484,11 @@ impl<P: Primitives> Runtime for Stepped<P> {
     }
 
     fn alloc(&self, bytes: usize) -> Result<P::Buffer, RuntimeError> {
-        self.step_buffer(bytes, None, false)
+        self.step_buffer(bytes, None)
     }
 
     fn upload(&self, data: &[u8]) -> Result<P::Buffer, RuntimeError> {
-        self.step_buffer(data.len(), Some(data), false)
+        self.step_buffer(data.len(), Some(data))
     }
 
     #[track_caller]
@@ -447,10 +500,8 @@ impl<P: Primitives> Runtime for Stepped<P> {
             return self.read_only.get_or_upload(data, |d| self.upload(d));
         };
         let call = active.shares.len();
-        let found = |active: &Active<P::Buffer, P::Graph>| {
-            active.read_only.iter().position(|(at, bytes, _)| *at == site && bytes.as_slice() == data)
-        };
-        let same = |active: &Active<P::Buffer, P::Graph>, i: usize| {
+        let found = |active: &Active<P>| active.read_only.iter().position(|(at, bytes, _)| *at == site && bytes.as_slice() == data);
+        let same = |active: &Active<P>, i: usize| {
             active.read_only.get(i).filter(|(at, bytes, _)| *at == site && bytes.as_slice() == data).map(|(_, _, b)| Arc::clone(b))
         };
         let share = match active.old_shares.as_ref().map(|s| s.get(call).copied()) {
@@ -474,7 +525,7 @@ impl<P: Primitives> Runtime for Stepped<P> {
             return Ok(same(active, i).expect("found by its bytes"));
         }
         drop(state);
-        let buf = Arc::new(self.step_buffer(data.len(), Some(data), true)?);
+        let buf = Arc::new(self.step_buffer(data.len(), Some(data))?);
         if let Some(active) = Self::mine(&mut self.lock()) {
             active.read_only.push((site, data.to_vec(), Arc::clone(&buf)));
             active.shares.push(None);
@@ -548,7 +599,7 @@ impl<P: Primitives> Runtime for Stepped<P> {
             shares: Vec::new(),
             old_shares: Some(old.shares),
         };
-        active.mode = Self::next_mode(&mut active);
+        active.mode = self.next_mode(&mut active);
         state.active = Some(active);
     }
 
@@ -560,11 +611,7 @@ impl<P: Primitives> Runtime for Stepped<P> {
         let mut active = state.active.take().expect("mine");
         // work after the last download (none in a forward pass) is issued now and not kept
         let issued = match std::mem::replace(&mut active.mode, Mode::Record { ops: Vec::new() }) {
-            Mode::Replay { segment, cursor } => {
-                let mut ops = segment.ops;
-                ops.truncate(cursor);
-                self.issue_all(&ops)
-            }
+            Mode::Replay { segment, cursor } => self.issue_all(&segment.ops[..cursor], segment.staged()),
             Mode::Record { .. } => Ok(()),
         };
         if issued.is_ok() && state.enabled {
@@ -617,8 +664,11 @@ mod tests {
         assert_eq!((issued.launches, issued.transfers), (2, 4));
         let (second, issued) = step(&rt, &[4.0, 5.0, 6.0], &[1.0, 1.0, 1.0], 1.0);
         assert_eq!(second, [5.0, 6.0, 7.0]);
-        // replayed: one graph; the uploads and the download
-        assert_eq!((issued.launches, issued.transfers), (1, 3));
+        // replayed: one graph, the uploads copied inside it from the staging; the download
+        assert_eq!((issued.launches, issued.transfers), (1, 1));
+        let (third, issued) = step(&rt, &[0.5, 0.5, 0.5], &[2.0, 4.0, 8.0], 1.0);
+        assert_eq!(third, [2.5, 4.5, 8.5]);
+        assert_eq!((issued.launches, issued.transfers), (1, 1));
     }
 
     #[test]
