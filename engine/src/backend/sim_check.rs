@@ -548,6 +548,53 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after_an
     }
 }
 
+/// A decoding step's attention keeps its recorded shape while its row grows from three of its
+/// splits to four: the split count is padded to a power of two, as the block table is, so the
+/// split launch's grid and its partials stay as they were from 513 to 1024 positions
+/// (`kernels/src/launch.rs`). Each step after the first replays as one launch and one download,
+/// with the bits of the same step issued launch by launch; unpadded, the step at position 768
+/// would be recorded anew.
+#[test]
+fn attention_steps_replay_while_a_row_grows_past_a_split() {
+    use kernels::host::{HostDevice, HostRuntime};
+    use kernels::launch::{attention, HeadArgs, KvArgs, PoolArgs, PoolElement, QueryRow, KV_BLOCK_POSITIONS};
+    use kernels::{Issued, Runtime};
+    let (n_head, n_head_kv, dk, dv) = (4usize, 2usize, 32usize, 32usize);
+    let blocks = 800usize.div_ceil(KV_BLOCK_POSITIONS);
+    let k_pool = PoolArgs { blocks, n_layer: 1, dim: n_head_kv * dk, element: PoolElement::F32 };
+    let v_pool = PoolArgs { blocks, n_layer: 1, dim: n_head_kv * dv, element: PoolElement::F32 };
+    let mut rng = Rng::new(0x5e9);
+    let floats = |v: Vec<f32>| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let (k_bytes, v_bytes) = (floats(rng.values(k_pool.bytes() / 4, 1.0)), floats(rng.values(v_pool.bytes() / 4, 1.0)));
+    let tables: Vec<u32> = (0..blocks as u32).rev().collect();
+    let heads = HeadArgs { n_head, n_head_kv, dk, dv, scale: 0.2, softcap: 0.0 };
+    let runtimes = [true, false].map(|graphs| HostRuntime::with_graphs(HostDevice, graphs));
+    let pools = runtimes.each_ref().map(|rt| (rt.upload(&k_bytes).unwrap(), rt.upload(&v_bytes).unwrap()));
+    let mut replayed = 0;
+    for end in 761..777usize {
+        let q = floats(rng.values(n_head * dk, 1.0));
+        let row = [QueryRow { kv: 0, positions: 0..end }];
+        let outputs = [0, 1].map(|i| {
+            let (rt, (k, v)) = (&runtimes[i], &pools[i]);
+            let before = Issued::on_this_thread();
+            rt.begin_step(1);
+            let (q, out) = (rt.upload(&q).unwrap(), rt.alloc(n_head * dv * 4).unwrap());
+            let kv = KvArgs::Pool { k, v, k_pool, v_pool, layer: 0, tables: &tables[..end.div_ceil(KV_BLOCK_POSITIONS)] };
+            attention(rt, &q, kv, &row, heads, None, &out).unwrap();
+            let mut bytes = vec![0u8; n_head * dv * 4];
+            rt.download(&out, &mut bytes).unwrap();
+            rt.end_step().unwrap();
+            let after = Issued::on_this_thread();
+            if i == 0 && (after.launches - before.launches, after.transfers - before.transfers) == (1, 1) {
+                replayed += 1;
+            }
+            bytes
+        });
+        assert_eq!(outputs[0], outputs[1], "{end} positions: the replayed step's bits");
+    }
+    assert_eq!(replayed, 15, "steps replayed as one launch and one download, of 16 over 761 to 776 positions");
+}
+
 #[test]
 fn indexed_products_of_stacked_experts_give_each_slot_its_own_products_bits() {
     use super::kernel::{stack_of, SimBackend};

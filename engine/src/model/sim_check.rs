@@ -177,27 +177,6 @@ fn a_decoding_step_sends_its_index_arrays_once_whatever_the_layers() {
     }
 }
 
-/// A sequence whose keys grow from three of attention's splits to four keeps replaying its
-/// recorded step: the split count is padded to a power of two, so the split launch's grid and
-/// its partials keep their shape from 513 to 1024 positions, as the padded block table does
-/// (`kernels/src/launch.rs`). Unpadded, the step at position 768 would be recorded anew.
-#[test]
-fn a_step_growing_past_a_split_of_its_keys_still_replays() {
-    let model = simulated("tiny-llama-Q4_K", true);
-    let mut kv = model.new_kv_cache(KvType::F16, 800);
-    let prompt: Vec<u32> = (0..760).map(|i| 1 + i % 200).collect();
-    model.forward(&mut kv, &BatchEntry::sequence(0, &prompt, 0, false)).expect("prompt");
-    let (mut replayed, mut token) = (0, 5);
-    for pos in 760..776 {
-        let before = kernels::Issued::on_this_thread();
-        let out = model.forward(&mut kv, &[BatchEntry { seq: 0, token, pos, logits: true }]).expect("step");
-        let after = kernels::Issued::on_this_thread();
-        replayed += usize::from((after.launches - before.launches, after.transfers - before.transfers) == (1, 1));
-        token = argmax(out.row(0)) as u32;
-    }
-    assert_eq!(replayed, 15, "steps replayed as one launch and one download, of 16 from position 760");
-}
-
 /// `name` on the simulated GPU, its decoding steps replayed as graphs or not.
 fn simulated(name: &str, graphs: bool) -> Model {
     use crate::backend::kernel::KernelBackend;
