@@ -551,7 +551,7 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after_an
 /// A decoding step's attention keeps its recorded shape while its row grows from three of its
 /// splits to four: the split count is padded to a power of two, as the block table is, so the
 /// split launch's grid and its partials stay as they were from 513 to 1024 positions
-/// (`kernels/src/launch.rs`). Each step after the first replays as one launch and one download,
+/// (`kernels/src/launch/attention.rs`). Each step after the first replays as one launch and one download,
 /// with the bits of the same step issued launch by launch; unpadded, the step at position 768
 /// would be recorded anew.
 #[test]

@@ -1,0 +1,259 @@
+//! Launchers of the matrix products (`matvec.cu`, `matmul.cu`): the rows of a weight matrix
+//! gathered and dequantized, activations quantized to Q8_1, dense products and a decoding
+//! step's gated unit in one launch, and the tensor cores' self-check.
+
+use super::experts::{check_experts, stack_bytes};
+use super::{blocks_of, check, dim, go, int, ints, THREADS};
+use crate::runtime::{Arg, Runtime, RuntimeError};
+
+/// Threads per block of the matrix kernels.
+pub(super) const MULMAT_THREADS: usize = 128;
+/// Output columns per block of the float matrix kernels (warps of `mulmat.cuh`).
+pub(super) const MULMAT_WARPS: usize = 4;
+/// Activation rows per block of `mul_mat_f`.
+pub const MULMAT_TILE: usize = 8;
+/// Activation rows per block of `mul_mat_vec_q_rows` (`matvec.cu`), which takes batches of 2 up
+/// to the tiled kernels' (one row: `mul_mat_vec_q`).
+pub const MATVEC_ROWS: usize = 8;
+/// Chunks of 32 values per segment of a quantized product's sums (`mulmat.cuh`).
+pub const SEGMENT_CHUNKS: usize = 8;
+/// Weight rows and activation rows per block of `mul_mat_q`'s tensor-core tiles (`matmul.cu`).
+pub(super) const MMA_W: usize = 64;
+pub(super) const MMA_X: usize = 32;
+
+/// Lanes per output of the quantized matrix-vector body (`mulmat.cuh`) for rows of `n_chunks`
+/// chunks: one per segment up to a warp, a power of two. The bits do not depend on it.
+pub(super) fn lanes_per_output(n_chunks: usize) -> usize {
+    n_chunks.div_ceil(SEGMENT_CHUNKS).next_power_of_two().min(32)
+}
+
+/// Bytes of a Q8_1 block of 32 values.
+pub const Q8_1_BYTES: usize = 36;
+
+/// A weight matrix on the device: `rows` rows of `row_bytes` bytes of ggml type `ty` (its id).
+#[derive(Clone, Copy, Debug)]
+pub struct MatrixArgs {
+    pub ty: u32,
+    pub rows: usize,
+    pub cols: usize,
+    pub row_bytes: usize,
+}
+
+/// Row r of `out` (rows of `cols`) = row `ids[r]` of `table` (from byte `at` of its buffer)
+/// dequantized; `None` leaves row r as it is.
+pub fn get_rows<R: Runtime>(
+    rt: &R,
+    table: &R::Buffer,
+    at: usize,
+    m: MatrixArgs,
+    ids: &[Option<u32>],
+    out: &R::Buffer,
+) -> Result<(), RuntimeError> {
+    const K: &str = "get_rows";
+    if let Some(bad) = ids.iter().flatten().find(|&&id| id as usize >= m.rows) {
+        return Err(RuntimeError::Device(format!("{K}: row {bad} of {}", m.rows)));
+    }
+    check(rt, K, "table", table, at + m.rows * m.row_bytes)?;
+    check(rt, K, "out", out, ids.len() * m.cols * 4)?;
+    let idx: Vec<i32> = ids.iter().map(|id| id.map_or(-1, |v| v as i32)).collect();
+    let idx = ints(rt, &idx)?;
+    let args = [
+        Arg::BufAt(table, at),
+        Arg::Buf(&idx),
+        Arg::Buf(out),
+        Arg::I32(int(K, "cols", m.cols)?),
+        Arg::I64(m.row_bytes as i64),
+        Arg::I32(m.ty as i32),
+    ];
+    go(rt, K, [dim(K, "blocks", blocks_of(m.cols))?, dim(K, "rows", ids.len())?, 1], THREADS, &args)
+}
+
+/// `n_blocks` blocks of 32 f32 values of `x` as Q8_1 blocks into `out`.
+pub fn quantize_q8_1<R: Runtime>(rt: &R, x: &R::Buffer, out: &R::Buffer, n_blocks: usize) -> Result<(), RuntimeError> {
+    const K: &str = "quantize_q8";
+    check(rt, K, "x", x, n_blocks * 32 * 4)?;
+    check(rt, K, "out", out, n_blocks * Q8_1_BYTES)?;
+    // one warp per block: 8 per block of 256 threads
+    go(
+        rt,
+        K,
+        [dim(K, "blocks", n_blocks.div_ceil(8))?, 1, 1],
+        THREADS,
+        &[Arg::Buf(x), Arg::Buf(out), Arg::I64(n_blocks as i64), Arg::I32(1)],
+    )
+}
+
+/// The activations of a matrix product: Q8_1 blocks (quantized weights) or f32 rows (float
+/// weights), `batch` rows of `m.cols` values.
+pub enum MatmulInput<'a, B> {
+    Q8_1(&'a B),
+    F32(&'a B),
+}
+
+/// The kernel (of the quantized and float pair `kernels`) for input `x`, its buffer, the row's
+/// inner size (Q8_1 blocks or values) and the bytes `rows` activation rows take.
+pub(super) fn matmul_operands<'a, B>(
+    kernels: (&'static str, &'static str),
+    x: MatmulInput<'a, B>,
+    m: MatrixArgs,
+    rows: usize,
+) -> Result<(&'static str, &'a B, usize, usize), RuntimeError> {
+    Ok(match x {
+        MatmulInput::Q8_1(b) => {
+            if !m.cols.is_multiple_of(32) {
+                return Err(RuntimeError::Device(format!("{}: {} columns are not whole blocks of 32", kernels.0, m.cols)));
+            }
+            (kernels.0, b, m.cols / 32, rows * m.cols / 32 * Q8_1_BYTES)
+        }
+        MatmulInput::F32(b) => (kernels.1, b, m.cols, rows * m.cols * 4),
+    })
+}
+
+/// `out = x · wᵀ (+ bias)`: `batch` rows of `m.rows` outputs, the weights from byte `w_at` of
+/// `w` (a whole number of rows into it). `tiled` picks `mul_mat_*` (8 rows per block) over
+/// `mul_mat_vec_*` (one); an output's value is the same either way.
+#[allow(clippy::too_many_arguments)]
+pub fn mul_mat<R: Runtime>(
+    rt: &R,
+    w: &R::Buffer,
+    w_at: usize,
+    m: MatrixArgs,
+    x: MatmulInput<'_, R::Buffer>,
+    batch: usize,
+    bias: Option<&R::Buffer>,
+    out: &R::Buffer,
+    tiled: bool,
+) -> Result<(), RuntimeError> {
+    let kernels = match (tiled, batch) {
+        (true, _) => ("mul_mat_q", "mul_mat_f"),
+        (false, 1) => ("mul_mat_vec_q", "mul_mat_vec_f"),
+        (false, _) => ("mul_mat_vec_q_rows", "mul_mat_vec_f"),
+    };
+    let (kernel, xb, inner, x_bytes) = matmul_operands(kernels, x, m, batch)?;
+    check(rt, kernel, "w", w, w_at + m.rows * m.row_bytes)?;
+    check(rt, kernel, "x", xb, x_bytes)?;
+    check(rt, kernel, "out", out, batch * m.rows * 4)?;
+    if let Some(b) = bias {
+        check(rt, kernel, "bias", b, m.rows * 4)?;
+    }
+    let lanes = lanes_per_output(inner);
+    let (w_arg, row_bytes, ty, n_inner, n_batch) = (
+        Arg::BufAt(w, w_at),
+        Arg::I64(m.row_bytes as i64),
+        Arg::I32(m.ty as i32),
+        Arg::I32(int(kernel, "inner size", inner)?),
+        Arg::I32(int(kernel, "batch", batch)?),
+    );
+    // the batch's rows: no experts (null id arrays: the slots' ids, or the tiles' experts and
+    // slots; no stride; one row per slot)
+    let (no_stride, no_ids, one, lanes_arg) = (Arg::I64(0), Arg::I64(0), Arg::I32(1), Arg::I32(lanes as i32));
+    // per kernel: the outputs and rows a block takes, and the arguments before the common tail
+    let (columns, rows, mut args) = match kernel {
+        "mul_mat_q" => (MMA_W, MMA_X, vec![w_arg, no_stride, row_bytes, ty, n_inner, Arg::Buf(xb), n_batch, no_ids, Arg::I64(0), one]),
+        "mul_mat_vec_q" => {
+            (MULMAT_THREADS / lanes, 1, vec![w_arg, no_stride, row_bytes, ty, n_inner, lanes_arg, Arg::Buf(xb), n_batch, no_ids, one])
+        }
+        "mul_mat_vec_q_rows" => {
+            (MULMAT_THREADS / lanes, MATVEC_ROWS, vec![w_arg, row_bytes, ty, n_inner, lanes_arg, Arg::Buf(xb), n_batch])
+        }
+        "mul_mat_f" => (MULMAT_WARPS, MULMAT_TILE, vec![w_arg, row_bytes, ty, n_inner, Arg::Buf(xb), n_batch]),
+        _ => (MULMAT_WARPS, 1, vec![w_arg, no_stride, row_bytes, ty, n_inner, Arg::Buf(xb), n_batch, no_ids, one]),
+    };
+    let grid = [dim(kernel, "blocks", m.rows.div_ceil(columns))?, dim(kernel, "row tiles", batch.div_ceil(rows))?, 1];
+    // an unused pointer when there is no bias
+    let tail = [Arg::Buf(bias.unwrap_or(w)), Arg::Buf(out), Arg::I32(int(kernel, "outputs", m.rows)?), Arg::I32(i32::from(bias.is_some()))];
+    args.extend(tail);
+    go(rt, kernel, grid, MULMAT_THREADS as u32, &args)
+}
+
+/// The slots of an indexed gated unit ([`mul_mat_glu`]): slot `p` is activation row
+/// `p / per_row` times expert `ids[p]` of both stacks, whose experts lie `stride` bytes apart.
+#[derive(Clone, Copy, Debug)]
+pub struct GluSlots<'a> {
+    pub ids: &'a [u32],
+    pub count: usize,
+    pub stride: usize,
+    pub per_row: usize,
+}
+
+/// A gated unit's decoding step in one launch: `out = glu(act, x · gateᵀ (+ bias), x · upᵀ (+
+/// bias))` for one row of Q8_1 activations (`slots` none), or for every slot of an indexed
+/// product (no biases); `gate` and `up` (byte offsets into their buffers, an expert stack's
+/// first) of the same type and shape `m`. The bits of two [`mul_mat`]s (or [`mul_mat_id`](super::mul_mat_id)s) then
+/// [`glu`](super::glu) (`act` as its).
+#[allow(clippy::too_many_arguments)]
+pub fn mul_mat_glu<R: Runtime>(
+    rt: &R,
+    (gate, gate_at): (&R::Buffer, usize),
+    (up, up_at): (&R::Buffer, usize),
+    m: MatrixArgs,
+    xq: &R::Buffer,
+    slots: Option<GluSlots<'_>>,
+    biases: Option<(&R::Buffer, &R::Buffer)>,
+    out: &R::Buffer,
+    act: i32,
+) -> Result<(), RuntimeError> {
+    const K: &str = "mul_mat_vec_q_glu";
+    let rows = slots.map_or(1, |s| s.ids.len().div_ceil(s.per_row.max(1)));
+    let outs = slots.map_or(1, |s| s.ids.len());
+    let (_, xb, inner, x_bytes) = matmul_operands((K, K), MatmulInput::Q8_1(xq), m, rows)?;
+    let weights = slots.map_or(m.rows * m.row_bytes, |s| stack_bytes(s.count, s.stride, m));
+    check(rt, K, "gate", gate, gate_at + weights)?;
+    check(rt, K, "up", up, up_at + weights)?;
+    check(rt, K, "x", xb, x_bytes)?;
+    check(rt, K, "out", out, outs * m.rows * 4)?;
+    if let Some((bg, bu)) = biases {
+        if slots.is_some() {
+            return Err(RuntimeError::Device(format!("{K}: biases of an indexed product")));
+        }
+        check(rt, K, "gate bias", bg, m.rows * 4)?;
+        check(rt, K, "up bias", bu, m.rows * 4)?;
+    }
+    if let Some(s) = slots {
+        check_experts(K, s.ids, s.count, s.stride, m)?;
+        if s.ids.is_empty() {
+            return Ok(());
+        }
+    }
+    let ids = match slots {
+        Some(s) => Some(ints(rt, &s.ids.iter().map(|&e| e as i32).collect::<Vec<i32>>())?),
+        None => None,
+    };
+    let lanes = lanes_per_output(inner);
+    let grid = [dim(K, "blocks", m.rows.div_ceil(MULMAT_THREADS / lanes))?, dim(K, "slots", outs)?, 1];
+    // unused pointers when there are no biases or ids
+    let (bg, bu) = biases.unwrap_or((gate, gate));
+    let args = [
+        Arg::BufAt(gate, gate_at),
+        Arg::BufAt(up, up_at),
+        Arg::I64(slots.map_or(0, |s| s.stride) as i64),
+        Arg::I64(m.row_bytes as i64),
+        Arg::I32(m.ty as i32),
+        Arg::I32(int(K, "inner size", inner)?),
+        Arg::I32(lanes as i32),
+        Arg::Buf(xb),
+        ids.as_deref().map_or(Arg::I64(0), Arg::Buf),
+        Arg::I32(int(K, "slots per row", slots.map_or(1, |s| s.per_row.max(1)))?),
+        Arg::Buf(bg),
+        Arg::Buf(bu),
+        Arg::Buf(out),
+        Arg::I32(int(K, "outputs", m.rows)?),
+        Arg::I32(i32::from(biases.is_some())),
+        Arg::I32(act),
+    ];
+    go(rt, K, grid, MULMAT_THREADS as u32, &args)
+}
+
+/// `c = start + a · bᵀ` by the tensor cores' mma.sync m16n8k`k` (`selftest.cu`; `k` 32 or 16):
+/// `a` 16 rows and `b` 8 rows of `k` signed bytes, `c` 16 x 8 `int32`, `start` each lane's
+/// accumulators before the product (see the kernel).
+pub fn mma_s8_check<R: Runtime>(rt: &R, a: &R::Buffer, b: &R::Buffer, c: &R::Buffer, k: usize) -> Result<(), RuntimeError> {
+    const K: &str = "mma_s8_check";
+    if k != 16 && k != 32 {
+        return Err(RuntimeError::Device(format!("{K}: k {k} is neither 16 nor 32")));
+    }
+    check(rt, K, "a", a, 16 * k)?;
+    check(rt, K, "b", b, 8 * k)?;
+    check(rt, K, "c", c, 16 * 8 * 4)?;
+    go(rt, K, [1, 1, 1], 32, &[Arg::Buf(a), Arg::Buf(b), Arg::Buf(c), Arg::I32(k as i32)])
+}

@@ -1,0 +1,149 @@
+//! Typed launchers, one per kernel: each checks that its buffers hold what the launch geometry
+//! makes the kernel read and write, uploads the small index arrays it is given from the host
+//! (checking their values), and launches. They are safe to call: a size or an index that does
+//! not fit is an error, never an out-of-bounds access on the device.
+
+mod attention;
+mod elementwise;
+mod experts;
+mod matmul;
+mod recurrent;
+
+pub use attention::*;
+pub use elementwise::*;
+pub use experts::*;
+pub use matmul::*;
+pub use recurrent::*;
+
+use crate::runtime::{Arg, Launch, Runtime, RuntimeError};
+
+/// Threads per block of the element-wise and row kernels.
+const THREADS: u32 = 256;
+
+fn check<R: Runtime>(rt: &R, kernel: &str, what: &str, buf: &R::Buffer, bytes: usize) -> Result<(), RuntimeError> {
+    let have = rt.len(buf);
+    if have < bytes {
+        return Err(RuntimeError::Device(format!("{kernel}: {what} holds {have} bytes, the launch needs {bytes}")));
+    }
+    Ok(())
+}
+
+fn dim(kernel: &str, what: &str, v: usize) -> Result<u32, RuntimeError> {
+    u32::try_from(v).ok().filter(|&v| v < 1 << 31).ok_or_else(|| RuntimeError::Device(format!("{kernel}: {what} {v} is out of range")))
+}
+
+fn int(kernel: &str, what: &str, v: usize) -> Result<i32, RuntimeError> {
+    i32::try_from(v).map_err(|_| RuntimeError::Device(format!("{kernel}: {what} {v} is out of range")))
+}
+
+/// An index array for a launch to read (see [`Runtime::upload_read_only`]), from the caller's
+/// place in the source (a recorded step shares index arrays by it).
+#[track_caller]
+fn ints<R: Runtime>(rt: &R, v: &[i32]) -> Result<std::sync::Arc<R::Buffer>, RuntimeError> {
+    rt.upload_read_only(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+}
+
+/// CUDA's limits on a launch (every GPU since compute capability 3.0): blocks along x, along y
+/// and z, and threads per block.
+pub const MAX_GRID_X: u32 = (1 << 31) - 1;
+pub const MAX_GRID_YZ: u32 = 65_535;
+pub const MAX_BLOCK_THREADS: u32 = 1024;
+
+/// Launches, unless the grid is empty (nothing to compute: no rows, no values). A grid beyond
+/// CUDA's limits is an error here, naming the kernel, rather than the driver's bare
+/// `CUDA_ERROR_INVALID_VALUE`.
+fn go<R: Runtime>(rt: &R, kernel: &'static str, grid: [u32; 3], block: u32, args: &[Arg<'_, R::Buffer>]) -> Result<(), RuntimeError> {
+    if grid.contains(&0) {
+        return Ok(());
+    }
+    if grid[0] > MAX_GRID_X || grid[1] > MAX_GRID_YZ || grid[2] > MAX_GRID_YZ || block > MAX_BLOCK_THREADS {
+        return Err(RuntimeError::Device(format!(
+            "{kernel}: a grid of {}x{}x{} blocks of {block} threads is beyond CUDA's limits ({MAX_GRID_X} blocks along x, \
+             {MAX_GRID_YZ} along y and z, {MAX_BLOCK_THREADS} threads); split the batch",
+            grid[0], grid[1], grid[2]
+        )));
+    }
+    // SAFETY: every caller below passes the kernel's parameters in order with their C types
+    // (pointers as buffers, `int` as I32, `int64_t` as I64, `float` as F32), and has checked
+    // that each buffer and index covers what this geometry touches.
+    unsafe { rt.launch(Launch { kernel, grid, block }, args) }
+}
+
+fn blocks_of(n: usize) -> usize {
+    n.div_ceil(THREADS as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[test]
+    fn the_sources_sizes_are_the_launchers() {
+        let define = |file: &str, name: &str| -> usize {
+            let code = crate::sources::SOURCES.iter().chain(crate::sources::HEADERS).find(|s| s.name == file).expect("a source").code;
+            let line = code.lines().find(|l| l.starts_with(&format!("#define {name} "))).expect("the define");
+            line.split_whitespace().nth(2).and_then(|v| v.parse().ok()).expect("a number")
+        };
+        assert_eq!(define("recurrent.cu", "RECURRENT_CHUNK"), RECURRENT_CHUNK);
+        assert_eq!(define("recurrent.cu", "RECURRENT_MAX_KEY"), RECURRENT_MAX_KEY);
+        assert_eq!(define("attention.cu", "ATTN_SPLIT"), ATTENTION_SPLIT);
+        assert_eq!(define("attention.cu", "ATTN_MAX_HEAD"), ATTENTION_MAX_HEAD);
+        assert_eq!(define("attention.cu", "ATTN_WIDE_KEY"), ATTENTION_WIDE_KEY);
+        assert_eq!(define("attention.cu", "ATTN_WIDE_VALUE"), ATTENTION_WIDE_VALUE);
+        assert_eq!(define("attention.cu", "KV_BLOCK_POSITIONS"), KV_BLOCK_POSITIONS);
+        assert_eq!(define("attention.cu", "ATTN_GROUP_MAX"), ATTENTION_GROUP_MAX);
+        assert_eq!(define("mulmat.cuh", "MULMAT_THREADS"), MULMAT_THREADS);
+        assert_eq!(define("mulmat.cuh", "MULMAT_WARPS"), MULMAT_WARPS);
+        assert_eq!(define("matmul.cu", "MULMAT_TILE"), MULMAT_TILE);
+        assert_eq!(define("mulmat.cuh", "SEGMENT_CHUNKS"), SEGMENT_CHUNKS);
+        assert_eq!(define("matmul.cu", "MMA_W"), MMA_W);
+        assert_eq!(define("matmul.cu", "MMA_X"), MMA_X);
+        assert_eq!(define("matvec.cu", "MATVEC_ROWS"), MATVEC_ROWS);
+    }
+
+    /// Host buffers and a record of launches, no kernel run: for the checks made before one.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<Launch>>);
+
+    impl Runtime for Recorder {
+        type Buffer = Vec<u8>;
+        fn alloc_zeroed(&self, bytes: usize) -> Result<Vec<u8>, RuntimeError> {
+            Ok(vec![0; bytes])
+        }
+        fn upload(&self, data: &[u8]) -> Result<Vec<u8>, RuntimeError> {
+            Ok(data.to_vec())
+        }
+        fn download(&self, buf: &Vec<u8>, out: &mut [u8]) -> Result<(), RuntimeError> {
+            out.copy_from_slice(&buf[..out.len()]);
+            Ok(())
+        }
+        fn copy(&self, _: &Vec<u8>, _: usize, _: &Vec<u8>, _: usize, _: usize) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        fn len(&self, buf: &Vec<u8>) -> usize {
+            buf.len()
+        }
+        fn free_memory(&self) -> Option<usize> {
+            None
+        }
+        unsafe fn launch(&self, launch: Launch, _: &[Arg<'_, Vec<u8>>]) -> Result<(), RuntimeError> {
+            self.0.lock().unwrap().push(launch);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_grid_beyond_cudas_limits_is_refused_before_the_launch() {
+        let rt = Recorder::default();
+        let (gate, up) = (vec![0u8; 70_000 * 4], vec![0u8; 70_000 * 4]);
+        // one row per grid row along y: 65,535 rows launch, 65,536 do not
+        glu(&rt, &gate, &up, 65_535, 1, 0).unwrap();
+        let err = glu(&rt, &gate, &up, 65_536, 1, 0).unwrap_err().to_string();
+        assert!(err.starts_with("glu: a grid of 1x65536x1 blocks"), "{err}");
+        assert!(err.contains("65535 along y and z"), "{err}");
+        let launched = rt.0.lock().unwrap();
+        assert_eq!(launched.len(), 1);
+        assert_eq!(launched[0].grid, [1, 65_535, 1]);
+    }
+}
