@@ -24,6 +24,28 @@ KERNEL void rms_norm(const float* x, const float* w, float* y, int n, float eps,
     }
 }
 
+// x += r (times scale unless it is 1), then y = rms_norm(x) * w, for every row of n values: a
+// residual added as the next norm reads the row, one pass instead of add_scaled and rms_norm,
+// with their bits (each thread sums the values it wrote, in rms_norm's order).
+KERNEL void add_rms_norm(float* x, const float* r, float scale, const float* w, float* y, int n, float eps) {
+    SHARED double scratch[32];
+    float* xg = x + (int64_t)BLOCK_ID * n;
+    const float* rg = r + (int64_t)BLOCK_ID * n;
+    float* yg = y + (int64_t)BLOCK_ID * n;
+    double sum = 0.0;
+    for (int i = THREAD_ID; i < n; i += BLOCK_THREADS) {
+        const float v = scale == 1.0f ? xg[i] + rg[i] : xg[i] + rg[i] * scale;
+        xg[i] = v;
+        sum += (double)(v * v);
+    }
+    sum = block_sum(sum, scratch);
+    const float mean = (float)(sum / n);
+    const float s = 1.0f / sqrtf(mean + eps);
+    for (int i = THREAD_ID; i < n; i += BLOCK_THREADS) {
+        yg[i] = (xg[i] * s) * w[i];
+    }
+}
+
 // y = (x - mean) / sqrt(var + eps) * w + b, for every row of n values
 KERNEL void layer_norm(const float* x, const float* w, const float* b, float* y, int n, float eps) {
     SHARED double scratch[32];

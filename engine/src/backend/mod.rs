@@ -376,6 +376,20 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn activate(&self, act: Activation, x: &mut Self::Tensor) -> Result<(), BackendError>;
     /// `x += y · scale` (`x += y` when the scale is 1).
     fn add_scaled(&self, x: &mut Self::Tensor, y: &Self::Tensor, scale: f32) -> Result<(), BackendError>;
+    /// [`Backend::add_scaled`] then [`Backend::rms_norm`] of the sum into `out`: a residual added
+    /// as the next layer's norm reads it, which a device does in one pass with the same bits.
+    fn add_rms_norm(
+        &self,
+        x: &mut Self::Tensor,
+        y: &Self::Tensor,
+        scale: f32,
+        w: &Self::Vector,
+        eps: f32,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError> {
+        self.add_scaled(x, y, scale)?;
+        self.rms_norm(x, w, eps, out)
+    }
     /// `x *= s`.
     fn scale(&self, x: &mut Self::Tensor, s: f32) -> Result<(), BackendError>;
     /// `out[o] += w · src[s]` for every `(s, o, w)` of `pairs`, the product rounded before the

@@ -393,6 +393,36 @@ fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
     }
 }
 
+/// A residual added as the next norm reads it, in one launch, gives the bits of the addition
+/// then the norm (both the sum left in `x` and the normed rows), its sum the CPU backend's too:
+/// rows wider than a block's threads and not a multiple of them, a scale of 1 and another.
+#[test]
+fn a_residual_added_in_the_norms_pass_gives_the_bits_of_the_sum_then_the_norm() {
+    use super::kernel::SimBackend;
+    let (sim, cpu) = (SimBackend::new(), CpuBackend::new());
+    let mut rng = Rng::new(0xadd5);
+    let (rows, cols) = (3usize, 700usize);
+    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+    let (x, y, w) = (rng.values(rows * cols, 4.0), rng.values(rows * cols, 2.0), rng.values(cols, 1.0));
+    for scale in [1.0f32, 0.37] {
+        let (mut xs, ys, ws) =
+            (sim.upload_tensor(rows, cols, &x).unwrap(), sim.upload_tensor(rows, cols, &y).unwrap(), sim.upload_vector(&w).unwrap());
+        let mut fused = sim.zeros(rows, cols).unwrap();
+        let before = kernels::Issued::on_this_thread().launches;
+        sim.add_rms_norm(&mut xs, &ys, scale, &ws, 1e-5, &mut fused).unwrap();
+        assert_eq!(kernels::Issued::on_this_thread().launches - before, 1, "one launch");
+        let (mut xt, yt) = (sim.upload_tensor(rows, cols, &x).unwrap(), sim.upload_tensor(rows, cols, &y).unwrap());
+        let mut apart = sim.zeros(rows, cols).unwrap();
+        sim.add_scaled(&mut xt, &yt, scale).unwrap();
+        sim.rms_norm(&xt, &ws, 1e-5, &mut apart).unwrap();
+        let (mut xc, yc, wc) = (host(rows, cols, x.clone()), host(rows, cols, y.clone()), cpu.upload_vector(&w).unwrap());
+        cpu.add_rms_norm(&mut xc, &yc, scale, &wc, 1e-5, &mut host(rows, cols, vec![0.0; rows * cols])).unwrap();
+        let fused = [sim.to_host(xs).unwrap(), sim.to_host(fused).unwrap()].map(bits);
+        assert_eq!(fused, [sim.to_host(xt).unwrap(), sim.to_host(apart).unwrap()].map(bits), "scale {scale}: fused against apart");
+        assert_eq!(fused[0], bits(xc.data), "scale {scale}: the sum against the CPU backend's");
+    }
+}
+
 #[test]
 fn a_gated_units_one_pass_gives_the_bits_of_its_two_products_and_the_activation() {
     use super::kernel::SimBackend;

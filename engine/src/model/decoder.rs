@@ -102,6 +102,31 @@ fn input_rows<B: Backend>(
 
 /// A block's input: `x` normalised into `h`, or `x` itself where the architecture has no
 /// pre-norm (OLMo 2).
+/// `x += residual · scale` when there is one, then [`pre_norm`]: the residual of the sub-layer
+/// before added as this one's norm reads the rows (one pass on a device: `Backend::add_rms_norm`).
+#[allow(clippy::too_many_arguments)]
+fn add_then_norm<'a, B: Backend>(
+    b: &B,
+    x: &'a mut B::Tensor,
+    residual: Option<B::Tensor>,
+    scale: f32,
+    norm: Option<&B::Vector>,
+    eps: f32,
+    h: &'a mut B::Tensor,
+) -> Result<&'a B::Tensor, ModelError> {
+    match (residual, norm) {
+        (Some(r), Some(w)) => {
+            b.add_rms_norm(x, &r, scale, w, eps, h)?;
+            Ok(h)
+        }
+        (Some(r), None) => {
+            b.add_scaled(x, &r, scale)?;
+            Ok(x)
+        }
+        (None, norm) => pre_norm(b, x, norm, eps, h),
+    }
+}
+
 fn pre_norm<'a, B: Backend>(
     b: &B,
     x: &'a B::Tensor,
@@ -343,9 +368,11 @@ pub(crate) fn forward<B: Backend>(
     }
     let a = AttentionInputs { positions, query_scales, n_ctx, rotate_keys, rotate_values, slots, tables, row_seq, run_end };
     let mut h = b.zeros(n, e)?;
+    // the feed-forward's output of the layer before, added into `x` as this layer's norm reads it
+    let mut residual = None;
     for (il, layer) in w.layers.iter().enumerate() {
         // attention, or the layer's recurrent mixer
-        let input = pre_norm(b, &x, layer.attn_norm.as_ref(), eps, &mut h)?;
+        let input = add_then_norm(b, &mut x, residual.take(), c.residual_scale, layer.attn_norm.as_ref(), eps, &mut h)?;
         let mut o = match &layer.mixer {
             Mixer::Attention { projections, o, sinks } => {
                 attention_mixer(b, c, il, (projections, o, sinks.as_ref()), input, &a, store, batch, &lora)?
@@ -368,10 +395,9 @@ pub(crate) fn forward<B: Backend>(
         if let Some(pn) = &layer.attn_post_norm {
             b.rms_norm_in_place(&mut o, pn, eps)?;
         }
-        b.add_scaled(&mut x, &o, c.residual_scale)?;
 
         // feed-forward
-        let input = pre_norm(b, &x, layer.ffn_norm.as_ref(), eps, &mut h)?;
+        let input = add_then_norm(b, &mut x, Some(o), c.residual_scale, layer.ffn_norm.as_ref(), eps, &mut h)?;
         let mut d = match &layer.ffn {
             FeedForward::Dense { gate, up, down } => gated_ffn(b, c.facts.activation, [gate, up, down], input, &lora)?, // n x e
             FeedForward::Experts(x) => moe::forward(b, c.facts.activation, x, input, &lora)?,                           // n x e
@@ -379,6 +405,9 @@ pub(crate) fn forward<B: Backend>(
         if let Some(pn) = &layer.ffn_post_norm {
             b.rms_norm_in_place(&mut d, pn, eps)?;
         }
+        residual = Some(d);
+    }
+    if let Some(d) = residual {
         b.add_scaled(&mut x, &d, c.residual_scale)?;
     }
     for entry in batch {

@@ -163,6 +163,29 @@ pub fn rms_norm<R: Runtime>(
     go(rt, K, [dim(K, "groups", groups)?, 1, 1], THREADS, &args)
 }
 
+/// `x += r · scale` (`x += r` when the scale is 1), then the RMS norm of every row of `n` values
+/// (`rows` of them) by `w` into `y`: the bits of [`add_scaled`] then [`rms_norm`].
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm<R: Runtime>(
+    rt: &R,
+    x: &R::Buffer,
+    r: &R::Buffer,
+    scale: f32,
+    w: &R::Buffer,
+    y: &R::Buffer,
+    rows: usize,
+    n: usize,
+    eps: f32,
+) -> Result<(), RuntimeError> {
+    const K: &str = "add_rms_norm";
+    for (what, buf) in [("x", x), ("r", r), ("y", y)] {
+        check(rt, K, what, buf, rows * n * 4)?;
+    }
+    check(rt, K, "w", w, n * 4)?;
+    let args = [Arg::Buf(x), Arg::Buf(r), Arg::F32(scale), Arg::Buf(w), Arg::Buf(y), Arg::I32(int(K, "n", n)?), Arg::F32(eps)];
+    go(rt, K, [dim(K, "rows", rows)?, 1, 1], THREADS, &args)
+}
+
 /// Layer norm of every row of `n` values by `w` and `b`, into `y`.
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm<R: Runtime>(

@@ -31,6 +31,7 @@ pub fn table<B: Backend>() -> Vec<OpCases<B>> {
         OpCases { op: "matmul_indexed", bound: 5e-4, run: matmul_indexed },
         OpCases { op: "rms_norm", bound: 1e-12, run: rms_norm },
         OpCases { op: "rms_norm_in_place", bound: 1e-12, run: rms_norm_in_place },
+        OpCases { op: "add_rms_norm", bound: 1e-12, run: add_rms_norm },
         OpCases { op: "layer_norm", bound: 1e-12, run: layer_norm },
         // ggml builds the angles by repeated f32 products: their error grows with the position
         OpCases { op: "rope", bound: 1e-8, run: rope },
@@ -266,6 +267,23 @@ fn rms_norm_in_place<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
             let mut t = host(b, rows, cols, &x);
             b.rms_norm_in_place(&mut t, &b.upload_vector(&w).expect("vector"), 1e-5).expect("rms_norm_in_place");
             (format!("{rows}x{cols} in groups of {group}"), nmse(&back(b, t), &naive::rms_norm(&x, &w, 1e-5)))
+        })
+        .collect()
+}
+
+fn add_rms_norm<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    // the worse of the sum left in x and the normed rows (those against the norm of the f32 sum)
+    [(1, 7, 1.0f32), (3, 896, 1.0), (2, 1000, 0.5)]
+        .into_iter()
+        .map(|(rows, cols, s)| {
+            let (x, y, w) = (rng.values(rows * cols, 4.0), rng.values(rows * cols, 2.0), rng.values(cols, 1.5));
+            let (mut t, mut out) = (host(b, rows, cols, &x), b.zeros(rows, cols).expect("zeros"));
+            b.add_rms_norm(&mut t, &host(b, rows, cols, &y), s, &b.upload_vector(&w).expect("vector"), 1e-6, &mut out)
+                .expect("add_rms_norm");
+            let sum: Vec<f32> = x.iter().zip(&y).map(|(&a, &c)| a + c * s).collect();
+            let want_sum: Vec<f64> = sum.iter().map(|&v| f64::from(v)).collect();
+            let err = nmse(&back(b, t), &want_sum).max(nmse(&back(b, out), &naive::rms_norm(&sum, &w, 1e-6)));
+            (format!("{rows}x{cols}, scale {s}"), err)
         })
         .collect()
 }

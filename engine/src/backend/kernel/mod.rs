@@ -470,6 +470,23 @@ where
         launch::rms_norm(&*self.rt, &x.buf, &w.buf, &out.buf, x.rows, x.cols, eps, 1).map_err(self.fail("rms_norm"))
     }
 
+    fn add_rms_norm(
+        &self,
+        x: &mut DeviceTensor<R>,
+        y: &DeviceTensor<R>,
+        scale: f32,
+        w: &DeviceVector<R>,
+        eps: f32,
+        out: &mut DeviceTensor<R>,
+    ) -> Result<(), BackendError> {
+        same_shape("add_rms_norm", x, y)?;
+        same_shape("add_rms_norm", x, out)?;
+        if w.len != x.cols {
+            return Err(BackendError::shape("add_rms_norm", format!("a scale of {} for rows of {}", w.len, x.cols)));
+        }
+        launch::add_rms_norm(&*self.rt, &x.buf, &y.buf, scale, &w.buf, &out.buf, x.rows, x.cols, eps).map_err(self.fail("add_rms_norm"))
+    }
+
     fn rms_norm_in_place(&self, x: &mut DeviceTensor<R>, w: &DeviceVector<R>, eps: f32) -> Result<(), BackendError> {
         if w.len == 0 || !x.cols.is_multiple_of(w.len) {
             return Err(BackendError::shape("rms_norm_in_place", format!("rows of {} values are not whole groups of {}", x.cols, w.len)));
