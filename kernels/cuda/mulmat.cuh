@@ -25,14 +25,15 @@
 // MATS 2: a gated unit's two products at once, `w` the gate's rows and `w2` the up's (the same
 // type and shape), each with the sums of its own product, and out[r][j] =
 // glu_value(act, gate (+ bias[j]), up (+ bias2[j]), j, n_out): the bits of the two products
-// written out, then activation.cu's glu over them.
+// written out, then activation.cu's glu over them. `block`: the block's place along the
+// outputs (BLOCK_ID, or its place within one of several products of a launch).
 template <int ROWS, int TYPE, int MATS>
 DEVICE void mul_mat_q_typed(const uint8_t* w, const uint8_t* w2, int64_t row_bytes, int n_chunks, int lanes, const uint8_t* xq, int r0, int batch,
-                            const float* bias, const float* bias2, float* out, int n_out, int has_bias, int act) {
+                            const float* bias, const float* bias2, float* out, int n_out, int has_bias, int act, int block) {
     const int lane = THREAD_ID % WARP_SIZE;
     const int i = lane % lanes;
     const int first = lane - i;  // the output's first lane
-    const int thread = (int)(BLOCK_ID * MULMAT_THREADS + THREAD_ID);
+    const int thread = (int)(block * MULMAT_THREADS + THREAD_ID);
     const int j = thread / lanes;
     if ((thread - lane) / lanes >= n_out) {
         return;  // the whole warp: its shuffles below see every lane
@@ -134,15 +135,15 @@ DEVICE void nan_outputs(int j0, int cols, int r0, int rows, int batch, float* ou
 // gated unit's form, `w2`, `bias2` and `act` read)
 template <int ROWS, int MATS>
 DEVICE void mul_mat_q_tile(const uint8_t* w, const uint8_t* w2, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, int r0, int batch,
-                           const float* bias, const float* bias2, float* out, int n_out, int has_bias, int act) {
+                           const float* bias, const float* bias2, float* out, int n_out, int has_bias, int act, int block) {
 #define MUL_MAT_Q_CASE(T) \
     case T:               \
-        mul_mat_q_typed<ROWS, T, MATS>(w, w2, row_bytes, n_chunks, lanes, xq, r0, batch, bias, bias2, out, n_out, has_bias, act); \
+        mul_mat_q_typed<ROWS, T, MATS>(w, w2, row_bytes, n_chunks, lanes, xq, r0, batch, bias, bias2, out, n_out, has_bias, act, block); \
         return;
     switch (type) {
         QUANT_TYPES(MUL_MAT_Q_CASE)
         default:
-            nan_outputs(BLOCK_ID * (MULMAT_THREADS / lanes), MULMAT_THREADS / lanes, r0, ROWS, batch, out, n_out);
+            nan_outputs(block * (MULMAT_THREADS / lanes), MULMAT_THREADS / lanes, r0, ROWS, batch, out, n_out);
     }
 #undef MUL_MAT_Q_CASE
 }

@@ -423,6 +423,55 @@ fn a_residual_added_in_the_norms_pass_gives_the_bits_of_the_sum_then_the_norm() 
     }
 }
 
+/// One row by several matrices of one quantized type and row size (a decoding step's query, key
+/// and value) runs as one launch, each output with the bits of its matrix's product alone; a
+/// matrix of another type starts another launch.
+#[test]
+fn a_rows_products_by_matrices_of_one_type_run_in_one_launch_with_their_own_bits() {
+    use super::kernel::SimBackend;
+    use crate::gguf::{GgufFile, GgufWriter};
+    use std::sync::Arc;
+    let b = SimBackend::new();
+    let mut rng = Rng::new(0x9b7);
+    let cols = 512usize;
+    // (name, type, rows): the query's rows, the key's and value's fewer (grouped-query heads)
+    let mats = [
+        ("q", GgmlType::Q4_K, 96usize),
+        ("k", GgmlType::Q4_K, 32),
+        ("v", GgmlType::Q4_K, 40),
+        ("v6", GgmlType::Q6_K, 40),
+        ("o8", GgmlType::Q8_0, 70),
+    ];
+    let mut w = GgufWriter::new();
+    for &(name, ty, rows) in &mats {
+        w.add_tensor(name.to_string(), &[cols as u64, rows as u64], ty, quantized_rows(ty, rows, cols, &mut rng)).unwrap();
+    }
+    let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
+    let m: Vec<_> = mats.iter().map(|&(name, _, rows)| b.upload_matrix(&file, file.tensor(name).unwrap(), rows, cols).unwrap()).collect();
+    let biases: Vec<_> = mats.iter().map(|&(_, _, rows)| b.upload_vector(&rng.values(rows, 1.0)).unwrap()).collect();
+    let x = b.upload_tensor(1, cols, &rng.values(cols, 3.0)).unwrap();
+    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+    let alone: Vec<Vec<u32>> =
+        (0..mats.len()).map(|i| bits(b.to_host(b.matmul_each(&[&m[i]], &[Some(&biases[i])], &x).unwrap().remove(0)).unwrap())).collect();
+    let alone_unbiased: Vec<Vec<u32>> =
+        (0..mats.len()).map(|i| bits(b.to_host(b.matmul_each(&[&m[i]], &[None], &x).unwrap().remove(0)).unwrap())).collect();
+    // q, k, v: one launch besides the row's quantization; q, k, v6: two; q, k, v, v6, o8: q k v in
+    // one (three at most), then v6, then o8; biases on some
+    for (set, launches) in [(vec![0, 1, 2], 1), (vec![0, 1, 3], 2), (vec![0, 1, 2, 3, 4], 3), (vec![1, 0, 2, 4], 2)] {
+        for biased in [|i: usize| i.is_multiple_of(2), |_| true] {
+            let ws: Vec<_> = set.iter().map(|&i| &m[i]).collect();
+            let bs: Vec<_> = set.iter().map(|&i| biased(i).then_some(&biases[i])).collect();
+            let before = kernels::Issued::on_this_thread().launches;
+            let outs = b.matmul_each(&ws, &bs, &x).unwrap();
+            assert_eq!(kernels::Issued::on_this_thread().launches - before, 1 + launches, "{set:?}: launches with the quantization");
+            for (&i, out) in set.iter().zip(outs) {
+                let want = if biased(i) { &alone[i] } else { &alone_unbiased[i] };
+                assert_eq!(&bits(b.to_host(out).unwrap()), want, "{set:?}: matrix {}", mats[i].0);
+            }
+        }
+    }
+}
+
 #[test]
 fn a_gated_units_one_pass_gives_the_bits_of_its_two_products_and_the_activation() {
     use super::kernel::SimBackend;

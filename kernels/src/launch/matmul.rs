@@ -166,6 +166,70 @@ pub fn mul_mat<R: Runtime>(
     go(rt, kernel, grid, MULMAT_THREADS as u32, &args)
 }
 
+/// One product of [`mul_mat_vec_sets`]: matrix `m` from byte `at` of `w`, its bias, its output.
+#[derive(Clone, Copy)]
+pub struct ProductSet<'a, B> {
+    pub w: &'a B,
+    pub at: usize,
+    pub m: MatrixArgs,
+    pub bias: Option<&'a B>,
+    pub out: &'a B,
+}
+
+/// The most products [`mul_mat_vec_sets`] runs in one launch.
+pub const PRODUCT_SETS_MAX: usize = 3;
+
+/// One row of Q8_1 activations `xq` times up to [`PRODUCT_SETS_MAX`] matrices of one quantized
+/// type and row size (a decoding step's query, key and value projections) in one launch, each
+/// output with the bits [`mul_mat`] gives it alone.
+pub fn mul_mat_vec_sets<R: Runtime>(rt: &R, sets: &[ProductSet<'_, R::Buffer>], xq: &R::Buffer) -> Result<(), RuntimeError> {
+    const K: &str = "mul_mat_vec_q_sets";
+    let Some(first) = sets.first() else { return Ok(()) };
+    let m0 = first.m;
+    if sets.len() > PRODUCT_SETS_MAX || sets.iter().any(|s| (s.m.ty, s.m.cols, s.m.row_bytes) != (m0.ty, m0.cols, m0.row_bytes)) {
+        return Err(RuntimeError::Device(format!("{K}: 1 to {PRODUCT_SETS_MAX} matrices of one type and row size")));
+    }
+    let (_, xq, n_chunks, x_bytes) = matmul_operands((K, K), MatmulInput::Q8_1(xq), m0, 1)?;
+    check(rt, K, "x", xq, x_bytes)?;
+    for s in sets {
+        check(rt, K, "w", s.w, s.at + s.m.rows * s.m.row_bytes)?;
+        check(rt, K, "out", s.out, s.m.rows * 4)?;
+        if let Some(b) = s.bias {
+            check(rt, K, "bias", b, s.m.rows * 4)?;
+        }
+    }
+    let lanes = lanes_per_output(n_chunks);
+    let per_block = MULMAT_THREADS / lanes;
+    // absent sets: no outputs (their pointers never read), null biases
+    let at = |i: usize| sets.get(i).unwrap_or(first);
+    let rows = |i: usize| sets.get(i).map_or(0, |s| s.m.rows);
+    let bias = |i: usize| match sets.get(i).and_then(|s| s.bias) {
+        Some(b) => Arg::Buf(b),
+        None => Arg::I64(0),
+    };
+    let blocks: usize = (0..PRODUCT_SETS_MAX).map(|i| rows(i).div_ceil(per_block)).sum();
+    let args = [
+        Arg::BufAt(at(0).w, at(0).at),
+        Arg::BufAt(at(1).w, at(1).at),
+        Arg::BufAt(at(2).w, at(2).at),
+        Arg::I64(m0.row_bytes as i64),
+        Arg::I32(m0.ty as i32),
+        Arg::I32(int(K, "inner size", n_chunks)?),
+        Arg::I32(lanes as i32),
+        Arg::Buf(xq),
+        bias(0),
+        bias(1),
+        bias(2),
+        Arg::Buf(at(0).out),
+        Arg::Buf(at(1).out),
+        Arg::Buf(at(2).out),
+        Arg::I32(int(K, "outputs", rows(0))?),
+        Arg::I32(int(K, "outputs", rows(1))?),
+        Arg::I32(int(K, "outputs", rows(2))?),
+    ];
+    go(rt, K, [dim(K, "blocks", blocks)?, 1, 1], MULMAT_THREADS as u32, &args)
+}
+
 /// The slots of an indexed gated unit ([`mul_mat_glu`]): slot `p` is activation row
 /// `p / per_row` times expert `ids[p]` of both stacks, whose experts lie `stride` bytes apart.
 #[derive(Clone, Copy, Debug)]

@@ -350,7 +350,6 @@ where
         assert_eq!(ws.len(), biases.len(), "one bias (or none) per matrix");
         let mut quantized: Option<R::Buffer> = None;
         let tiled = x.rows > MATVEC_MAX_ROWS;
-        let mut outs = Vec::with_capacity(ws.len());
         for (w, bias) in ws.iter().zip(biases) {
             if w.args.cols != x.cols {
                 return Err(BackendError::shape("matmul_each", format!("{}x{} weights for rows of {}", w.args.rows, w.args.cols, x.cols)));
@@ -358,11 +357,39 @@ where
             if let Some(b) = bias.filter(|b| b.len != w.args.rows) {
                 return Err(BackendError::shape("matmul_each", format!("a bias of {} for rows of {}", b.len, w.args.rows)));
             }
+        }
+        let mut outs = Vec::with_capacity(ws.len());
+        while outs.len() < ws.len() {
+            let (i, w) = (outs.len(), ws[outs.len()]);
             let input = self.matmul_input("matmul", w.ty, x, &mut quantized)?;
-            let out = self.output("matmul", x.rows, w.args.rows)?;
-            launch::mul_mat(&*self.rt, &w.buf, w.at, w.args, input, x.rows, bias.map(|b| &b.buf), &out.buf, tiled)
-                .map_err(self.fail("matmul"))?;
-            outs.push(out);
+            // one row by several matrices of one quantized type and row size (a decoding step's
+            // query, key and value): up to three products in one launch, the same bits
+            let same = |v: &&&DeviceMatrix<R>| (v.ty, v.args.row_bytes) == (w.ty, w.args.row_bytes);
+            let run = ws[i..].iter().take(launch::PRODUCT_SETS_MAX).take_while(same).count();
+            match input {
+                MatmulInput::Q8_1(xq) if x.rows == 1 && run > 1 => {
+                    let group: Vec<DeviceTensor<R>> =
+                        ws[i..i + run].iter().map(|v| self.output("matmul", 1, v.args.rows)).collect::<Result<_, _>>()?;
+                    let sets: Vec<launch::ProductSet<'_, R::Buffer>> = (i..i + run)
+                        .zip(&group)
+                        .map(|(k, out)| launch::ProductSet {
+                            w: &*ws[k].buf,
+                            at: ws[k].at,
+                            m: ws[k].args,
+                            bias: biases[k].map(|b| &b.buf),
+                            out: &out.buf,
+                        })
+                        .collect();
+                    launch::mul_mat_vec_sets(&*self.rt, &sets, xq).map_err(self.fail("matmul"))?;
+                    outs.extend(group);
+                }
+                input => {
+                    let out = self.output("matmul", x.rows, w.args.rows)?;
+                    launch::mul_mat(&*self.rt, &w.buf, w.at, w.args, input, x.rows, biases[i].map(|b| &b.buf), &out.buf, tiled)
+                        .map_err(self.fail("matmul"))?;
+                    outs.push(out);
+                }
+            }
         }
         Ok(outs)
     }
