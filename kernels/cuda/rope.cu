@@ -7,8 +7,14 @@
 #include "portable.cuh"
 
 // x: rows of n_head heads of head_dim values; positions: one per row; factors: n_dims/2 angle
-// divisors, read only when has_factors; neox, has_factors, use_yarn: 0 or 1
-KERNEL void rope(float* x, const int32_t* positions, const float* factors, int n_head, int head_dim, int n_dims, float freq_base, float freq_scale, float ext_factor, float corr_low, float corr_high, float attn_factor, int neox, int has_factors, int use_yarn) {
+// divisors, read only when has_factors; neox, has_factors, use_yarn: 0 or 1. A grid of two
+// along y rotates x2's rows (n_head2 heads each) as well, with the same positions (a layer's
+// queries and keys in one launch).
+KERNEL void rope(float* x, float* x2, const int32_t* positions, const float* factors, int n_head, int n_head2, int head_dim, int n_dims, float freq_base, float freq_scale, float ext_factor, float corr_low, float corr_high, float attn_factor, int neox, int has_factors, int use_yarn) {
+    if (BLOCK_ID_Y == 1) {
+        x = x2;
+        n_head = n_head2;
+    }
     const int half = n_dims / 2;
     float* row = x + (int64_t)BLOCK_ID * n_head * head_dim;
     const float theta_scale = powf(freq_base, -2.0f / (float)n_dims);

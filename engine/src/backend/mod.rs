@@ -322,6 +322,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
     ) -> Result<(), BackendError>;
     /// Rotates every head of row `r` of `x` for position `positions[r]`.
     fn rope(&self, x: &mut Self::Tensor, rope: &Rope, positions: &[u32]) -> Result<(), BackendError>;
+    /// [`Backend::rope`] of `q` and of `k` (a layer's queries and keys, heads of one size), which
+    /// a device does in one launch with the same bits.
+    fn rope_pair(&self, q: &mut Self::Tensor, k: &mut Self::Tensor, rope: &Rope, positions: &[u32]) -> Result<(), BackendError> {
+        self.rope(q, rope, positions)?;
+        self.rope(k, rope, positions)
+    }
     /// Stores row `r` of `k` and `v` at `slots[r]` of layer `layer`; a store whose values are
     /// the keys' leading columns ([`KvValues::KeyPrefix`]) stores the keys alone (`v` is then
     /// those columns, checked for its width only).

@@ -105,7 +105,7 @@ fn the_kernels_run_on_host_threads_agree_with_the_cpu_backend() {
             run(
                 "rope",
                 [positions.len() as u32, 1, 1],
-                &mut host_args![xp, pp, fp, nh, hd, nd, base, scale, ext, low, high, attn, neox, has_factors, use_yarn],
+                &mut host_args![xp, xp, pp, fp, nh, 0i32, hd, nd, base, scale, ext, low, high, attn, neox, has_factors, use_yarn],
             );
             let mut want = host(positions.len(), cols, x);
             cpu.rope(&mut want, &r, &positions.map(|p| p as u32)).unwrap();
@@ -420,6 +420,33 @@ fn a_residual_added_in_the_norms_pass_gives_the_bits_of_the_sum_then_the_norm() 
         let fused = [sim.to_host(xs).unwrap(), sim.to_host(fused).unwrap()].map(bits);
         assert_eq!(fused, [sim.to_host(xt).unwrap(), sim.to_host(apart).unwrap()].map(bits), "scale {scale}: fused against apart");
         assert_eq!(fused[0], bits(xc.data), "scale {scale}: the sum against the CPU backend's");
+    }
+}
+
+/// A layer's queries and keys rotated in one launch get the bits of each rotated alone: heads of
+/// one size, more query heads than key heads, YaRN.
+#[test]
+fn queries_and_keys_rotated_in_one_launch_give_the_bits_of_each_alone() {
+    use super::kernel::SimBackend;
+    let b = SimBackend::new();
+    let mut rng = Rng::new(0x20be);
+    let yarn = Yarn { ext_factor: 1.0, corr_dims: [3.0, 20.0] };
+    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+    for (kind, r) in [RopeKind::Norm, RopeKind::Neox].into_iter().flat_map(|kind| {
+        [Rope::plain(kind, 64, 64, 10000.0, 1.0), Rope { yarn: Some(yarn), attn_factor: 0.9, ..Rope::plain(kind, 64, 32, 1e6, 0.25) }]
+            .map(|r| (kind, r))
+    }) {
+        let positions = [0u32, 5, 700];
+        let (q, k) = (rng.values(3 * 6 * 64, 2.0), rng.values(3 * 2 * 64, 2.0));
+        let (mut qp, mut kp) = (b.upload_tensor(3, 6 * 64, &q).unwrap(), b.upload_tensor(3, 2 * 64, &k).unwrap());
+        let before = kernels::Issued::on_this_thread().launches;
+        b.rope_pair(&mut qp, &mut kp, &r, &positions).unwrap();
+        assert_eq!(kernels::Issued::on_this_thread().launches - before, 1, "one launch");
+        let (mut qa, mut ka) = (b.upload_tensor(3, 6 * 64, &q).unwrap(), b.upload_tensor(3, 2 * 64, &k).unwrap());
+        b.rope(&mut qa, &r, &positions).unwrap();
+        b.rope(&mut ka, &r, &positions).unwrap();
+        assert_eq!(bits(b.to_host(qp).unwrap()), bits(b.to_host(qa).unwrap()), "{kind:?} {} rotated: queries", r.n_dims);
+        assert_eq!(bits(b.to_host(kp).unwrap()), bits(b.to_host(ka).unwrap()), "{kind:?} {} rotated: keys", r.n_dims);
     }
 }
 

@@ -209,8 +209,7 @@ fn attention_mixer<B: Backend>(
                 norms(b, &mut q, &mut k)?;
             }
             if let Some(rope) = &rope {
-                b.rope(&mut q, rope, &a.positions)?;
-                b.rope(&mut k, rope, &a.positions)?;
+                b.rope_pair(&mut q, &mut k, rope, &a.positions)?;
             }
             if *norm_after_rope {
                 norms(b, &mut q, &mut k)?;

@@ -226,6 +226,29 @@ pub struct RopeArgs<'a> {
 
 /// Rotates every head of row r of `x` for position `positions[r]`.
 pub fn rope<R: Runtime>(rt: &R, x: &R::Buffer, positions: &[u32], a: RopeArgs) -> Result<(), RuntimeError> {
+    rope_rows(rt, x, None, positions, a)
+}
+
+/// [`rope`] of `x` (`a.n_head` heads a row) and of `x2` (`n_head2` heads a row, the same head
+/// size and positions) in one launch: a layer's queries and keys.
+pub fn rope_pair<R: Runtime>(
+    rt: &R,
+    x: &R::Buffer,
+    x2: &R::Buffer,
+    n_head2: usize,
+    positions: &[u32],
+    a: RopeArgs,
+) -> Result<(), RuntimeError> {
+    rope_rows(rt, x, Some((x2, n_head2)), positions, a)
+}
+
+fn rope_rows<R: Runtime>(
+    rt: &R,
+    x: &R::Buffer,
+    second: Option<(&R::Buffer, usize)>,
+    positions: &[u32],
+    a: RopeArgs,
+) -> Result<(), RuntimeError> {
     const K: &str = "rope";
     if a.n_dims > a.head_dim || !a.n_dims.is_multiple_of(2) || a.factors.is_some_and(|f| f.len() < a.n_dims / 2) {
         return Err(RuntimeError::Device(format!(
@@ -236,16 +259,23 @@ pub fn rope<R: Runtime>(rt: &R, x: &R::Buffer, positions: &[u32], a: RopeArgs) -
         )));
     }
     check(rt, K, "x", x, positions.len() * a.n_head * a.head_dim * 4)?;
+    if let Some((x2, n_head2)) = second {
+        check(rt, K, "x2", x2, positions.len() * n_head2 * a.head_dim * 4)?;
+    }
     let pos: Vec<i32> = positions.iter().map(|&p| int(K, "position", p as usize)).collect::<Result<_, _>>()?;
     let pos = ints(rt, &pos)?;
     // a launch reads no factor when it has none, but its argument must still be a buffer
     let factors = rt.upload_read_only(&a.factors.unwrap_or(&[0.0]).iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())?;
     let (ext_factor, [corr_low, corr_high]) = a.yarn.unwrap_or((0.0, [0.0, 0.0]));
+    // one buffer: the grid's second row of blocks absent
+    let (x2, n_head2, buffers) = second.map_or((x, 0, 1), |(x2, n)| (x2, n, 2));
     let args = [
         Arg::Buf(x),
+        Arg::Buf(x2),
         Arg::Buf(&pos),
         Arg::Buf(&factors),
         Arg::I32(int(K, "heads", a.n_head)?),
+        Arg::I32(int(K, "heads", n_head2)?),
         Arg::I32(int(K, "head size", a.head_dim)?),
         Arg::I32(int(K, "dims", a.n_dims)?),
         Arg::F32(a.freq_base),
@@ -258,7 +288,7 @@ pub fn rope<R: Runtime>(rt: &R, x: &R::Buffer, positions: &[u32], a: RopeArgs) -
         Arg::I32(i32::from(a.factors.is_some())),
         Arg::I32(i32::from(a.yarn.is_some())),
     ];
-    go(rt, K, [dim(K, "rows", positions.len())?, 1, 1], THREADS, &args)
+    go(rt, K, [dim(K, "rows", positions.len())?, buffers, 1], THREADS, &args)
 }
 
 /// `gate = act(gate) · up` over `rows` rows of `n` (act: 0 SiLU, 1 GELU, 2 exact GELU).

@@ -90,6 +90,27 @@ fn act_code(act: Activation) -> i32 {
     }
 }
 
+/// The rotation of `x`'s heads by `r` at `positions`, checked against its shape.
+fn rope_args<'a, R: Runtime>(x: &DeviceTensor<R>, r: &'a Rope, positions: &[u32]) -> Result<RopeArgs<'a>, BackendError> {
+    if r.head_dim == 0 || !x.cols.is_multiple_of(r.head_dim) || positions.len() != x.rows {
+        return Err(BackendError::shape(
+            "rope",
+            format!("{} positions, {}x{} rows, heads of {}", positions.len(), x.rows, x.cols, r.head_dim),
+        ));
+    }
+    Ok(RopeArgs {
+        n_head: x.cols / r.head_dim,
+        head_dim: r.head_dim,
+        n_dims: r.n_dims,
+        freq_base: r.freq_base,
+        freq_scale: r.freq_scale,
+        neox: r.kind == RopeKind::Neox,
+        factors: r.factors.as_deref(),
+        yarn: r.yarn.map(|y| (y.ext_factor, y.corr_dims)),
+        attn_factor: r.attn_factor,
+    })
+}
+
 fn same_shape<R: Runtime>(op: &'static str, a: &DeviceTensor<R>, b: &DeviceTensor<R>) -> Result<(), BackendError> {
     if (a.rows, a.cols) != (b.rows, b.cols) {
         return Err(BackendError::shape(op, format!("{}x{} against {}x{}", a.rows, a.cols, b.rows, b.cols)));
@@ -537,24 +558,12 @@ where
     }
 
     fn rope(&self, x: &mut DeviceTensor<R>, r: &Rope, positions: &[u32]) -> Result<(), BackendError> {
-        if r.head_dim == 0 || !x.cols.is_multiple_of(r.head_dim) || positions.len() != x.rows {
-            return Err(BackendError::shape(
-                "rope",
-                format!("{} positions, {}x{} rows, heads of {}", positions.len(), x.rows, x.cols, r.head_dim),
-            ));
-        }
-        let args = RopeArgs {
-            n_head: x.cols / r.head_dim,
-            head_dim: r.head_dim,
-            n_dims: r.n_dims,
-            freq_base: r.freq_base,
-            freq_scale: r.freq_scale,
-            neox: r.kind == RopeKind::Neox,
-            factors: r.factors.as_deref(),
-            yarn: r.yarn.map(|y| (y.ext_factor, y.corr_dims)),
-            attn_factor: r.attn_factor,
-        };
-        launch::rope(&*self.rt, &x.buf, positions, args).map_err(self.fail("rope"))
+        launch::rope(&*self.rt, &x.buf, positions, rope_args(x, r, positions)?).map_err(self.fail("rope"))
+    }
+
+    fn rope_pair(&self, q: &mut DeviceTensor<R>, k: &mut DeviceTensor<R>, r: &Rope, positions: &[u32]) -> Result<(), BackendError> {
+        let (args, k_heads) = (rope_args(q, r, positions)?, rope_args(k, r, positions)?.n_head);
+        launch::rope_pair(&*self.rt, &q.buf, &k.buf, k_heads, positions, args).map_err(self.fail("rope"))
     }
 
     fn kv_write(
