@@ -107,7 +107,7 @@ mod tests {
         assert!(!text.contains("#include \""));
         assert_eq!(text.matches("DEVICE double warp_sum(").count(), 1);
         assert!(text.contains("KERNEL void rms_norm("));
-        assert_eq!(norm.entry_points(), ["rms_norm", "layer_norm"]);
+        assert_eq!(norm.entry_points(), ["rms_norm", "add_rms_norm", "layer_norm"]);
         // blocks.cuh includes portable.cuh again: still once
         let both = KernelSource { name: "t.cu", code: "#include \"blocks.cuh\"\n#include \"portable.cuh\"\nx\n" };
         let text = both.expanded().unwrap();
