@@ -1,6 +1,7 @@
-// The KV cache's element types (`PoolElement` in src/launch/attention.rs): f32, f16, or rows of ggml's Q8_0 /
-// Q4_0 blocks of 32 values, the last block of a row padded with zeros; and how one element of a
-// row reads back, as ggml dequantizes it (the quant times the f16 scale, one rounding).
+// The KV cache's element types (`PoolElement` in src/launch/attention.rs): f32, f16, or rows of
+// ggml's Q8_0 / Q4_0 blocks of 32 values, the last block of a row padded with zeros; and how one
+// element of a row reads back, as ggml dequantizes it (the quant times the f16 scale, one
+// rounding).
 #pragma once
 #include "blocks.cuh"
 

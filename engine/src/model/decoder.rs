@@ -102,6 +102,22 @@ fn input_rows<B: Backend>(
 
 /// A block's input: `x` normalised into `h`, or `x` itself where the architecture has no
 /// pre-norm (OLMo 2).
+fn pre_norm<'a, B: Backend>(
+    b: &B,
+    x: &'a B::Tensor,
+    norm: Option<&B::Vector>,
+    eps: f32,
+    h: &'a mut B::Tensor,
+) -> Result<&'a B::Tensor, ModelError> {
+    match norm {
+        Some(w) => {
+            b.rms_norm(x, w, eps, h)?;
+            Ok(h)
+        }
+        None => Ok(x),
+    }
+}
+
 /// `x += residual · scale` when there is one, then [`pre_norm`]: the residual of the sub-layer
 /// before added as this one's norm reads the rows (one pass on a device: `Backend::add_rms_norm`).
 #[allow(clippy::too_many_arguments)]
@@ -124,22 +140,6 @@ fn add_then_norm<'a, B: Backend>(
             Ok(x)
         }
         (None, norm) => pre_norm(b, x, norm, eps, h),
-    }
-}
-
-fn pre_norm<'a, B: Backend>(
-    b: &B,
-    x: &'a B::Tensor,
-    norm: Option<&B::Vector>,
-    eps: f32,
-    h: &'a mut B::Tensor,
-) -> Result<&'a B::Tensor, ModelError> {
-    match norm {
-        Some(w) => {
-            b.rms_norm(x, w, eps, h)?;
-            Ok(h)
-        }
-        None => Ok(x),
     }
 }
 
