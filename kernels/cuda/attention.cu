@@ -25,7 +25,12 @@
 // ATTN_WIDE_KEY and values up to ATTN_WIDE_VALUE (multi-head latent attention's absorbed form: a
 // key of the 512-value latent and a 64-value rotary part, the latent as the value), whose lanes
 // hold twice the accumulators. The arithmetic is the same; only the registers differ.
+//
+// The kernels that write outputs (`attention`, `attention_fold`) may also write them as Q8_1
+// blocks (q8.cuh) for the output projection: lane l holds value l + 32 t of a head in slot t, so
+// with heads of whole blocks each slot is one block, quantized by the warp as it is written.
 #include "kvcache.cuh"
+#include "q8.cuh"
 
 #define ATTN_TILE 32
 #define ATTN_MAX_HEAD 256
@@ -92,13 +97,19 @@ DEVICE void fold_sink(Partial<SLOTS>* total, const float* sinks, int h) {
     }
 }
 
-// the output of one (row, head): the weighted values over the sum
+// the output of (row, head) `head` (its index among the rows' heads): the weighted values over
+// the sum, at o; with with_q their Q8_1 blocks too, the head's dv / 32 after those of the heads
+// before it (dv a multiple of 32: each slot's lanes are all in or all out)
 template <int SLOTS>
-DEVICE void write_output(float* o, const Partial<SLOTS>* total, int dv, int lane) {
+DEVICE void write_output(float* o, const Partial<SLOTS>* total, int dv, int lane, int64_t head, uint8_t* q, int with_q) {
     for (int t = 0; t < SLOTS; t++) {
         const int d = lane + t * WARP_SIZE;
         if (d < dv) {
-            o[d] = total->sum > 0.0f ? total->acc[t] / total->sum : 0.0f;
+            const float value = total->sum > 0.0f ? total->acc[t] / total->sum : 0.0f;
+            o[d] = value;
+            if (with_q) {
+                quantize_q8_lane(value, q + (head * (dv / 32) + t) * (int64_t)sizeof(block_q8_1), lane, 1);
+            }
         }
     }
 }
@@ -111,9 +122,9 @@ DEVICE float* partial_at(float* parts, int r, int h, int z, int n_head, int max_
 // Block (g, r[, z]) of either launch, for keys of up to KEY and values of up to 32 · SLOTS: its
 // warp w takes head h = g · heads + w (`heads`, the block's warps, divide the heads that share a
 // KV head). One split (z of the row's, `parts` set): its partial goes to `parts`; else every
-// split of the row, folded, to `out`.
+// split of the row, folded, to `out` (and with with_q its Q8_1 blocks to out_q).
 template <int KEY, int SLOTS>
-DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
+DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer, uint8_t* out_q, int with_q) {
     SHARED float q_heads[ATTN_GROUP_MAX][KEY];
     SHARED float tile_weights[ATTN_GROUP_MAX][ATTN_TILE];
     SHARED int64_t tile_rows[ATTN_TILE];
@@ -219,12 +230,13 @@ DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int
         fold(&total, &part);
     }
     fold_sink(&total, sinks, h);
-    write_output(out + ((int64_t)r * n_head + h) * dv, &total, dv, lane);
+    const int64_t head = (int64_t)r * n_head + h;
+    write_output(out + head * dv, &total, dv, lane, head, out_q, with_q);
 }
 
-// The partials of attention_split folded in split order into `out`.
+// The partials of attention_split folded in split order into `out` (and out_q).
 template <int SLOTS>
-DEVICE void fold_splits(const int32_t* rows, const float* parts, int max_splits, const float* sinks, float* out, int n_head, int dv) {
+DEVICE void fold_splits(const int32_t* rows, const float* parts, int max_splits, const float* sinks, float* out, int n_head, int dv, uint8_t* out_q, int with_q) {
     const int h = BLOCK_ID;
     const int r = BLOCK_ID_Y;
     const int lane = THREAD_ID;
@@ -243,7 +255,8 @@ DEVICE void fold_splits(const int32_t* rows, const float* parts, int max_splits,
         fold(&total, &part);
     }
     fold_sink(&total, sinks, h);
-    write_output(out + ((int64_t)r * n_head + h) * dv, &total, dv, lane);
+    const int64_t head = (int64_t)r * n_head + h;
+    write_output(out + head * dv, &total, dv, lane, head, out_q, with_q);
 }
 
 #define HEAD_SLOTS (ATTN_MAX_HEAD / WARP_SIZE)
@@ -251,36 +264,37 @@ DEVICE void fold_splits(const int32_t* rows, const float* parts, int max_splits,
 
 // q: rows of n_head heads of dk; rows: (kv, first position, end position) per query row; v_row:
 // values per value row (n_head_kv · dv, or the key row's n_head_kv · dk when the values are the
-// keys' leading columns); sinks: null, or one logit per head; out: rows of n_head heads of dv.
-// Grid (n_head / heads, query rows), 32 · heads threads (heads <= ATTN_GROUP_MAX dividing
-// n_head / n_head_kv). dk, dv <= ATTN_MAX_HEAD. (One entry point per width:
-// the kernels are found by name, so each instantiation has its own.)
-KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
-    attend<ATTN_MAX_HEAD, HEAD_SLOTS>(q, k, v, rows, tables, sinks, out, 0, 0, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer);
+// keys' leading columns); sinks: null, or one logit per head; out: rows of n_head heads of dv;
+// with with_q (dv a multiple of 32) out's Q8_1 blocks into out_q too. Grid (n_head / heads,
+// query rows), 32 · heads threads (heads <= ATTN_GROUP_MAX dividing n_head / n_head_kv).
+// dk, dv <= ATTN_MAX_HEAD. (One entry point per width: the kernels are found by name, so each
+// instantiation has its own.)
+KERNEL void attention(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer, uint8_t* out_q, int with_q) {
+    attend<ATTN_MAX_HEAD, HEAD_SLOTS>(q, k, v, rows, tables, sinks, out, 0, 0, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer, out_q, with_q);
 }
 
 // The same, each split z of each row as a block: its partial into `parts` (rows of n_head heads
 // of max_splits partials of 2 + dv values). Grid (n_head / heads, query rows, max_splits),
 // 32 · heads threads.
 KERNEL void attention_split(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
-    attend<ATTN_MAX_HEAD, HEAD_SLOTS>(q, k, v, rows, tables, 0, 0, parts, max_splits, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer);
+    attend<ATTN_MAX_HEAD, HEAD_SLOTS>(q, k, v, rows, tables, 0, 0, parts, max_splits, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer, 0, 0);
 }
 
-// The partials of attention_split folded in split order into `out`. Grid (n_head, query rows),
-// 32 threads.
-KERNEL void attention_fold(const int32_t* rows, const float* parts, int max_splits, const float* sinks, float* out, int n_head, int dv) {
-    fold_splits<HEAD_SLOTS>(rows, parts, max_splits, sinks, out, n_head, dv);
+// The partials of attention_split folded in split order into `out` (and with with_q its Q8_1
+// blocks into out_q). Grid (n_head, query rows), 32 threads.
+KERNEL void attention_fold(const int32_t* rows, const float* parts, int max_splits, const float* sinks, float* out, int n_head, int dv, uint8_t* out_q, int with_q) {
+    fold_splits<HEAD_SLOTS>(rows, parts, max_splits, sinks, out, n_head, dv, out_q, with_q);
 }
 
 // The three for keys of up to ATTN_WIDE_KEY and values of up to ATTN_WIDE_VALUE.
-KERNEL void attention_wide(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
-    attend<ATTN_WIDE_KEY, WIDE_SLOTS>(q, k, v, rows, tables, sinks, out, 0, 0, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer);
+KERNEL void attention_wide(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer, uint8_t* out_q, int with_q) {
+    attend<ATTN_WIDE_KEY, WIDE_SLOTS>(q, k, v, rows, tables, sinks, out, 0, 0, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer, out_q, with_q);
 }
 
 KERNEL void attention_split_wide(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer) {
-    attend<ATTN_WIDE_KEY, WIDE_SLOTS>(q, k, v, rows, tables, 0, 0, parts, max_splits, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer);
+    attend<ATTN_WIDE_KEY, WIDE_SLOTS>(q, k, v, rows, tables, 0, 0, parts, max_splits, n_head, n_head_kv, dk, dv, v_row, scale, softcap, k_type, v_type, n_layer, layer, 0, 0);
 }
 
-KERNEL void attention_fold_wide(const int32_t* rows, const float* parts, int max_splits, const float* sinks, float* out, int n_head, int dv) {
-    fold_splits<WIDE_SLOTS>(rows, parts, max_splits, sinks, out, n_head, dv);
+KERNEL void attention_fold_wide(const int32_t* rows, const float* parts, int max_splits, const float* sinks, float* out, int n_head, int dv, uint8_t* out_q, int with_q) {
+    fold_splits<WIDE_SLOTS>(rows, parts, max_splits, sinks, out, n_head, dv, out_q, with_q);
 }

@@ -16,12 +16,20 @@ DEVICE int warp_min_i(int v) {
 }
 
 // Row r of `src` (rows of `dim` values) goes to position offsets[r] of block blocks[r], layer
-// `layer`. Grid (thread blocks covering a row, rows); for a quantized type the threads cover the
-// row padded to whole blocks of 32, one warp per quant block (the block's threads are a
-// multiple of 32).
-KERNEL void kv_write(const float* src, const int32_t* blocks, const int32_t* offsets, uint8_t* pool, int dim, int n_layer, int layer, int type) {
+// `layer`; the second row of blocks along z (when the grid has one) writes row r of `src2` into
+// `pool2` (rows of dim2 values of type2) at the same places: a layer's keys and values in one
+// launch. Grid (thread blocks covering the wider row, rows, 1 or 2); for a quantized type the
+// threads cover the row padded to whole blocks of 32, one warp per quant block (the block's
+// threads are a multiple of 32).
+KERNEL void kv_write(const float* src, const int32_t* blocks, const int32_t* offsets, uint8_t* pool, int dim, int n_layer, int layer, int type, const float* src2, uint8_t* pool2, int dim2, int type2) {
     const int c = BLOCK_ID * BLOCK_THREADS + THREAD_ID;
     const int r = BLOCK_ID_Y;
+    if (BLOCK_ID_Z == 1) {
+        src = src2;
+        pool = pool2;
+        dim = dim2;
+        type = type2;
+    }
     const int64_t row = ((int64_t)blocks[r] * n_layer + layer) * BLOCK_POSITIONS + offsets[r];
     if (type == KV_F32 || type == KV_F16) {
         if (c >= dim) {

@@ -19,6 +19,7 @@ macro_rules! embedded {
 pub const HEADERS: &[KernelSource] = embedded![
     "portable.cuh",
     "blocks.cuh",
+    "q8.cuh",
     "kvcache.cuh",
     "iq_grid_tables.cuh",
     "iq_grid.cuh",

@@ -17,6 +17,8 @@ pub mod kernel;
 pub mod loaded;
 #[cfg(all(test, feature = "sim"))]
 mod sim_check;
+#[cfg(all(test, feature = "sim"))]
+mod sim_fused;
 pub mod types;
 
 use std::sync::Arc;

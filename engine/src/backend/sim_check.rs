@@ -62,7 +62,9 @@ fn the_kernels_run_on_host_threads_agree_with_the_cpu_backend() {
         let mut y = vec![0.0f32; rows * cols];
         let (n, eps, w_groups) = (group as i32, 1e-6f32, 1i32);
         let (xp, wp, yp) = (x.as_ptr(), w.as_ptr(), y.as_mut_ptr());
-        run("rms_norm", [(rows * cols / group) as u32, 1, 1], &mut host_args![xp, wp, yp, n, eps, w_groups]);
+        // no Q8_1 blocks (an unused pointer)
+        let (qp, with_q) = (yp.cast::<u8>(), 0i32);
+        run("rms_norm", [(rows * cols / group) as u32, 1, 1], &mut host_args![xp, wp, yp, n, eps, w_groups, qp, with_q]);
         let mut want = host(rows, cols, x.clone());
         cpu.rms_norm_in_place(&mut want, &w, eps).unwrap();
         report.check("rms_norm", &format!("{rows}x{cols} in groups of {group}"), &y, &want.data, 1e-12);
@@ -301,7 +303,8 @@ fn kv_write_stores_rows_where_the_cpu_store_does() {
             let (bs, os): (Vec<i32>, Vec<i32>) = slots.iter().copied().unzip();
             let (d, nl, l) = (dim as i32, n_layer as i32, layer as i32);
             let (sp, bp, op, pp) = (rows.as_ptr(), bs.as_ptr(), os.as_ptr(), pool.as_mut_ptr());
-            run("kv_write", [blocks(threads), slots.len() as u32, 1], &mut host_args![sp, bp, op, pp, d, nl, l, code]);
+            // one pool: the second part's arguments repeat the first's (the grid has no z = 1)
+            run("kv_write", [blocks(threads), slots.len() as u32, 1], &mut host_args![sp, bp, op, pp, d, nl, l, code, sp, pp, d, code]);
         }
         for &(b, o) in &slots {
             for layer in [1usize, 2] {
@@ -393,203 +396,14 @@ fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
     }
 }
 
-/// A residual added as the next norm reads it, in one launch, gives the bits of the addition
-/// then the norm (both the sum left in `x` and the normed rows), its sum the CPU backend's too:
-/// rows wider than a block's threads and not a multiple of them, a scale of 1 and another.
-#[test]
-fn a_residual_added_in_the_norms_pass_gives_the_bits_of_the_sum_then_the_norm() {
-    use super::kernel::SimBackend;
-    let (sim, cpu) = (SimBackend::new(), CpuBackend::new());
-    let mut rng = Rng::new(0xadd5);
-    let (rows, cols) = (3usize, 700usize);
-    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
-    let (x, y, w) = (rng.values(rows * cols, 4.0), rng.values(rows * cols, 2.0), rng.values(cols, 1.0));
-    for scale in [1.0f32, 0.37] {
-        let (mut xs, ys, ws) =
-            (sim.upload_tensor(rows, cols, &x).unwrap(), sim.upload_tensor(rows, cols, &y).unwrap(), sim.upload_vector(&w).unwrap());
-        let mut fused = sim.zeros(rows, cols).unwrap();
-        let before = kernels::Issued::on_this_thread().launches;
-        sim.add_rms_norm(&mut xs, &ys, scale, &ws, 1e-5, &mut fused).unwrap();
-        assert_eq!(kernels::Issued::on_this_thread().launches - before, 1, "one launch");
-        let (mut xt, yt) = (sim.upload_tensor(rows, cols, &x).unwrap(), sim.upload_tensor(rows, cols, &y).unwrap());
-        let mut apart = sim.zeros(rows, cols).unwrap();
-        sim.add_scaled(&mut xt, &yt, scale).unwrap();
-        sim.rms_norm(&xt, &ws, 1e-5, &mut apart).unwrap();
-        let (mut xc, yc, wc) = (host(rows, cols, x.clone()), host(rows, cols, y.clone()), cpu.upload_vector(&w).unwrap());
-        cpu.add_rms_norm(&mut xc, &yc, scale, &wc, 1e-5, &mut host(rows, cols, vec![0.0; rows * cols])).unwrap();
-        let fused = [sim.to_host(xs).unwrap(), sim.to_host(fused).unwrap()].map(bits);
-        assert_eq!(fused, [sim.to_host(xt).unwrap(), sim.to_host(apart).unwrap()].map(bits), "scale {scale}: fused against apart");
-        assert_eq!(fused[0], bits(xc.data), "scale {scale}: the sum against the CPU backend's");
-    }
-}
-
-/// A layer's queries and keys rotated in one launch get the bits of each rotated alone: heads of
-/// one size, more query heads than key heads, YaRN.
-#[test]
-fn queries_and_keys_rotated_in_one_launch_give_the_bits_of_each_alone() {
-    use super::kernel::SimBackend;
-    let b = SimBackend::new();
-    let mut rng = Rng::new(0x20be);
-    let yarn = Yarn { ext_factor: 1.0, corr_dims: [3.0, 20.0] };
-    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
-    for (kind, r) in [RopeKind::Norm, RopeKind::Neox].into_iter().flat_map(|kind| {
-        [Rope::plain(kind, 64, 64, 10000.0, 1.0), Rope { yarn: Some(yarn), attn_factor: 0.9, ..Rope::plain(kind, 64, 32, 1e6, 0.25) }]
-            .map(|r| (kind, r))
-    }) {
-        let positions = [0u32, 5, 700];
-        let (q, k) = (rng.values(3 * 6 * 64, 2.0), rng.values(3 * 2 * 64, 2.0));
-        let (mut qp, mut kp) = (b.upload_tensor(3, 6 * 64, &q).unwrap(), b.upload_tensor(3, 2 * 64, &k).unwrap());
-        let before = kernels::Issued::on_this_thread().launches;
-        b.rope_pair(&mut qp, &mut kp, &r, &positions).unwrap();
-        assert_eq!(kernels::Issued::on_this_thread().launches - before, 1, "one launch");
-        let (mut qa, mut ka) = (b.upload_tensor(3, 6 * 64, &q).unwrap(), b.upload_tensor(3, 2 * 64, &k).unwrap());
-        b.rope(&mut qa, &r, &positions).unwrap();
-        b.rope(&mut ka, &r, &positions).unwrap();
-        assert_eq!(bits(b.to_host(qp).unwrap()), bits(b.to_host(qa).unwrap()), "{kind:?} {} rotated: queries", r.n_dims);
-        assert_eq!(bits(b.to_host(kp).unwrap()), bits(b.to_host(ka).unwrap()), "{kind:?} {} rotated: keys", r.n_dims);
-    }
-}
-
-/// One row by several matrices of one quantized type and row size (a decoding step's query, key
-/// and value) runs as one launch, each output with the bits of its matrix's product alone; a
-/// matrix of another type starts another launch.
-#[test]
-fn a_rows_products_by_matrices_of_one_type_run_in_one_launch_with_their_own_bits() {
-    use super::kernel::SimBackend;
-    use crate::gguf::{GgufFile, GgufWriter};
-    use std::sync::Arc;
-    let b = SimBackend::new();
-    let mut rng = Rng::new(0x9b7);
-    let cols = 512usize;
-    // (name, type, rows): the query's rows, the key's and value's fewer (grouped-query heads)
-    let mats = [
-        ("q", GgmlType::Q4_K, 96usize),
-        ("k", GgmlType::Q4_K, 32),
-        ("v", GgmlType::Q4_K, 40),
-        ("v6", GgmlType::Q6_K, 40),
-        ("o8", GgmlType::Q8_0, 70),
-    ];
-    let mut w = GgufWriter::new();
-    for &(name, ty, rows) in &mats {
-        w.add_tensor(name.to_string(), &[cols as u64, rows as u64], ty, quantized_rows(ty, rows, cols, &mut rng)).unwrap();
-    }
-    let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
-    let m: Vec<_> = mats.iter().map(|&(name, _, rows)| b.upload_matrix(&file, file.tensor(name).unwrap(), rows, cols).unwrap()).collect();
-    let biases: Vec<_> = mats.iter().map(|&(_, _, rows)| b.upload_vector(&rng.values(rows, 1.0)).unwrap()).collect();
-    let x = b.upload_tensor(1, cols, &rng.values(cols, 3.0)).unwrap();
-    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
-    let alone: Vec<Vec<u32>> =
-        (0..mats.len()).map(|i| bits(b.to_host(b.matmul_each(&[&m[i]], &[Some(&biases[i])], &x).unwrap().remove(0)).unwrap())).collect();
-    let alone_unbiased: Vec<Vec<u32>> =
-        (0..mats.len()).map(|i| bits(b.to_host(b.matmul_each(&[&m[i]], &[None], &x).unwrap().remove(0)).unwrap())).collect();
-    // q, k, v: one launch besides the row's quantization; q, k, v6: two; q, k, v, v6, o8: q k v in
-    // one (three at most), then v6, then o8; biases on some
-    for (set, launches) in [(vec![0, 1, 2], 1), (vec![0, 1, 3], 2), (vec![0, 1, 2, 3, 4], 3), (vec![1, 0, 2, 4], 2)] {
-        for biased in [|i: usize| i.is_multiple_of(2), |_| true] {
-            let ws: Vec<_> = set.iter().map(|&i| &m[i]).collect();
-            let bs: Vec<_> = set.iter().map(|&i| biased(i).then_some(&biases[i])).collect();
-            let before = kernels::Issued::on_this_thread().launches;
-            let outs = b.matmul_each(&ws, &bs, &x).unwrap();
-            assert_eq!(kernels::Issued::on_this_thread().launches - before, 1 + launches, "{set:?}: launches with the quantization");
-            for (&i, out) in set.iter().zip(outs) {
-                let want = if biased(i) { &alone[i] } else { &alone_unbiased[i] };
-                assert_eq!(&bits(b.to_host(out).unwrap()), want, "{set:?}: matrix {}", mats[i].0);
-            }
-        }
-    }
-}
-
-#[test]
-fn a_gated_units_one_pass_gives_the_bits_of_its_two_products_and_the_activation() {
-    use super::kernel::SimBackend;
-    use crate::gguf::{GgufFile, GgufWriter};
-    use std::sync::Arc;
-    // Decoding's gated unit in one kernel (one row) against the two products and the glu
-    // kernel: every output's bits, with and without biases, for every activation (SiLU's exp
-    // changes past the last full chunk of 16: 70 outputs leave 6); and several rows, which take
-    // the two products, the same.
-    let b = SimBackend::new();
-    let mut rng = Rng::new(0x61f0);
-    let (rows, cols) = (70usize, 512usize);
-    let types = [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS, GgmlType::MXFP4, GgmlType::IQ2_XXS];
-    let mut w = GgufWriter::new();
-    for (i, &ty) in types.iter().enumerate() {
-        for part in ["gate", "up"] {
-            w.add_tensor(format!("{part}{i}"), &[cols as u64, rows as u64], ty, quantized_rows(ty, rows, cols, &mut rng)).unwrap();
-        }
-    }
-    let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
-    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
-    let acts = [Activation::Silu, Activation::Gelu, Activation::GeluErf, Activation::SwigluOai];
-    let (bias_g, bias_u) = (b.upload_vector(&rng.values(rows, 1.0)).unwrap(), b.upload_vector(&rng.values(rows, 1.0)).unwrap());
-    let mut fused_launches = 0u64;
-    for (i, &ty) in types.iter().enumerate() {
-        let gate = b.upload_matrix(&file, file.tensor(&format!("gate{i}")).unwrap(), rows, cols).unwrap();
-        let up = b.upload_matrix(&file, file.tensor(&format!("up{i}")).unwrap(), rows, cols).unwrap();
-        for (batch, act) in acts.iter().map(|&act| (1usize, act)).chain([(3, Activation::Silu)]) {
-            let x = b.upload_tensor(batch, cols, &rng.values(batch * cols, 3.0)).unwrap();
-            for biases in [[None, None], [Some(&bias_g), Some(&bias_u)]] {
-                let start = kernels::Issued::on_this_thread().launches;
-                let fused = b.to_host(b.matmul_glu(act, [&gate, &up], biases, &x).unwrap()).unwrap();
-                fused_launches += kernels::Issued::on_this_thread().launches - start;
-                let apart = b.to_host(super::products_then_glu(&b, act, [&gate, &up], biases, &x).unwrap()).unwrap();
-                let with = if biases[0].is_some() { "with biases" } else { "without biases" };
-                assert_eq!(bits(fused), bits(apart), "{ty} {act:?}, {batch} rows, {with}");
-            }
-        }
-    }
-    // one row: the activations' conversion to Q8_1 and the one pass; three rows: the conversion,
-    // two products and the glu
-    let per_type = 2 * (4 * 2 + 4) as u64;
-    assert_eq!(fused_launches, types.len() as u64 * per_type, "launches of the gated unit");
-}
-
-#[test]
-fn an_indexed_gated_units_one_pass_gives_the_bits_of_its_products_and_the_activation() {
-    use super::kernel::SimBackend;
-    use crate::gguf::{GgufFile, GgufWriter};
-    use std::sync::Arc;
-    // Decoding's indexed gated unit (each slot's gate and up expert in one kernel) against the
-    // indexed products and glu, every slot's bits: one token choosing two experts, three tokens
-    // (a row per token), a row per slot, and a prompt whose slots take the expert tiles (then
-    // the products, as before).
-    let b = SimBackend::new();
-    let mut rng = Rng::new(0x9e1);
-    let (n, rows, cols) = (4usize, 40usize, 512usize);
-    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
-    let prompt: Vec<usize> = (0..80).map(|p| if p % 10 < 7 { 0 } else { 1 + p % 3 }).collect();
-    let cases: [(&[usize], usize, bool); 4] =
-        [(&[2, 0], 1, true), (&[3, 0, 1, 3, 2, 2], 3, true), (&[3, 0, 1, 3, 2, 2], 6, true), (&prompt, 40, false)];
-    for (ty, act) in [(GgmlType::Q4_K, Activation::Silu), (GgmlType::MXFP4, Activation::SwigluOai), (GgmlType::IQ2_XS, Activation::Gelu)] {
-        let mut w = GgufWriter::new();
-        for part in ["gate", "up"] {
-            w.add_tensor(part, &[cols as u64, rows as u64, n as u64], ty, quantized_rows(ty, n * rows, cols, &mut rng)).unwrap();
-        }
-        let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
-        let gate = b.upload_stack(&file, file.tensor("gate").unwrap(), n, rows, cols).unwrap();
-        let up = b.upload_stack(&file, file.tensor("up").unwrap(), n, rows, cols).unwrap();
-        for (ids, x_rows, one_pass) in cases {
-            let x = b.upload_tensor(x_rows, cols, &rng.values(x_rows * cols, 2.0)).unwrap();
-            let start = kernels::Issued::on_this_thread().launches;
-            let fused = b.to_host(b.matmul_indexed_glu(act, [&gate, &up], ids, &x).unwrap()).unwrap();
-            let launches = kernels::Issued::on_this_thread().launches - start;
-            let apart = b.to_host(super::indexed_products_then_glu(&b, act, [&gate, &up], ids, &x).unwrap()).unwrap();
-            assert_eq!(bits(fused), bits(apart), "{ty} {act:?}: {} slots over {x_rows} rows", ids.len());
-            if one_pass {
-                // the activations' conversion to Q8_1 and the one pass
-                assert_eq!(launches, 2, "{ty}: launches of {} slots over {x_rows} rows", ids.len());
-            }
-        }
-    }
-}
-
 #[test]
 fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after_and_its_heads_alone_or_grouped() {
     use super::cpu::attention::KvRows;
     use super::{KvStorage, KvType};
     use kernels::host::HostRuntime;
     use kernels::launch::{
-        attention_by, AttentionPath, HeadArgs, HeadGrouping, KvArgs, PoolArgs, PoolElement, QueryRow, ATTENTION_SPLIT, KV_BLOCK_POSITIONS,
+        attention_by, AttentionOut, AttentionPath, HeadArgs, HeadGrouping, KvArgs, PoolArgs, PoolElement, QueryRow, ATTENTION_SPLIT,
+        KV_BLOCK_POSITIONS,
     };
     use kernels::Runtime;
     let rt = HostRuntime::default();
@@ -631,7 +445,7 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after_an
         let run = |path, grouping| {
             let out = rt.alloc(rows.len() * n_head * dv * 4).unwrap();
             let kv = KvArgs::Pool { k: &k, v: &v, k_pool, v_pool, layer: 1, tables: &tables };
-            attention_by(&rt, &q, kv, &rows, heads, None, &out, path, grouping).unwrap();
+            attention_by(&rt, &q, kv, &rows, heads, None, AttentionOut { values: &out, q8_1: None }, path, grouping).unwrap();
             let mut bytes = vec![0u8; rows.len() * n_head * dv * 4];
             rt.download(&out, &mut bytes).unwrap();
             bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<u32>>()
@@ -646,7 +460,8 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after_an
         let alone = rows[0].clone();
         let out = rt.alloc(n_head * dv * 4).unwrap();
         let kv = KvArgs::Pool { k: &k, v: &v, k_pool, v_pool, layer: 1, tables: &tables };
-        attention_by(&rt, &q, kv, &[alone], heads, None, &out, AttentionPath::Auto, HeadGrouping::Shared).unwrap();
+        let out_only = AttentionOut { values: &out, q8_1: None };
+        attention_by(&rt, &q, kv, &[alone], heads, None, out_only, AttentionPath::Auto, HeadGrouping::Shared).unwrap();
         let mut bytes = vec![0u8; n_head * dv * 4];
         rt.download(&out, &mut bytes).unwrap();
         let one: Vec<u32> = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
@@ -663,7 +478,7 @@ fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after_an
 #[test]
 fn attention_steps_replay_while_a_row_grows_past_a_split() {
     use kernels::host::{HostDevice, HostRuntime};
-    use kernels::launch::{attention, HeadArgs, KvArgs, PoolArgs, PoolElement, QueryRow, KV_BLOCK_POSITIONS};
+    use kernels::launch::{attention, AttentionOut, HeadArgs, KvArgs, PoolArgs, PoolElement, QueryRow, KV_BLOCK_POSITIONS};
     use kernels::{Issued, Runtime};
     let (n_head, n_head_kv, dk, dv) = (4usize, 2usize, 32usize, 32usize);
     let blocks = 800usize.div_ceil(KV_BLOCK_POSITIONS);
@@ -686,7 +501,7 @@ fn attention_steps_replay_while_a_row_grows_past_a_split() {
             rt.begin_step(1);
             let (q, out) = (rt.upload(&q).unwrap(), rt.alloc(n_head * dv * 4).unwrap());
             let kv = KvArgs::Pool { k, v, k_pool, v_pool, layer: 0, tables: &tables[..end.div_ceil(KV_BLOCK_POSITIONS)] };
-            attention(rt, &q, kv, &row, heads, None, &out).unwrap();
+            attention(rt, &q, kv, &row, heads, None, AttentionOut { values: &out, q8_1: None }).unwrap();
             let mut bytes = vec![0u8; n_head * dv * 4];
             rt.download(&out, &mut bytes).unwrap();
             rt.end_step().unwrap();

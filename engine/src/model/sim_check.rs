@@ -203,7 +203,7 @@ fn decoding_steps_replayed_as_graphs_give_the_same_bits_in_one_launch() {
                     m.forward(kv, &BatchEntry::sequence(s, &prompt, 0, false)).expect("prompt");
                 }
             }
-            let (mut replayed, mut steps) = (0, 0);
+            let (mut replayed, mut steps, mut eager_launches) = (0, 0, 0);
             let mut tokens: Vec<u32> = (0..seqs).map(|s| 5 + s).collect();
             for step in 0..70u32 {
                 let batch: Vec<BatchEntry> =
@@ -211,7 +211,9 @@ fn decoding_steps_replayed_as_graphs_give_the_same_bits_in_one_launch() {
                 let before = kernels::Issued::on_this_thread();
                 let got = graphs.forward(&mut caches[0], &batch).expect("step");
                 let launches = kernels::Issued::on_this_thread().launches - before.launches;
+                let before = kernels::Issued::on_this_thread().launches;
                 let want = eager.forward(&mut caches[1], &batch).expect("step");
+                eager_launches = kernels::Issued::on_this_thread().launches - before;
                 assert!(
                     got.values.iter().zip(&want.values).all(|(a, b)| a.to_bits() == b.to_bits()),
                     "{name}, {seqs} sequence(s), step {step}: a replayed step's logits differ"
@@ -220,7 +222,9 @@ fn decoding_steps_replayed_as_graphs_give_the_same_bits_in_one_launch() {
                 replayed += usize::from(launches == 1);
                 tokens = (0..seqs as usize).map(|r| argmax(got.row(r)) as u32).collect();
             }
-            eprintln!("{name}, {seqs} sequence(s): {replayed} of {steps} steps replayed as one launch");
+            eprintln!(
+                "{name}, {seqs} sequence(s): {replayed} of {steps} steps replayed as one launch ({eager_launches} launches unreplayed)"
+            );
             // the first step records; the others replay, across the sequences' KV block
             // boundaries too (their tables are uploaded padded)
             assert_eq!(replayed, steps - 1, "{name}, {seqs} sequence(s): steps replayed");

@@ -1,7 +1,7 @@
 //! Launchers of the KV pools' writes and of attention (`kv.cu`, `attention.cu`): paged keys
 //! and values, flash-decoding's splits at fixed positions, query heads grouped by KV head.
 
-use super::{blocks_of, check, dim, go, int, ints, THREADS};
+use super::{blocks_of, check, dim, go, int, ints, Q8_1_BYTES, THREADS};
 use crate::runtime::{Arg, Runtime, RuntimeError};
 
 /// The largest head size `attention`'s usual kernels take.
@@ -65,39 +65,61 @@ impl PoolArgs {
     }
 }
 
-/// Row r of `src` (rows of `pool.dim`) to position `slots[r].1` of block `slots[r].0`, layer `layer`.
-pub fn kv_write<R: Runtime>(
-    rt: &R,
-    src: &R::Buffer,
-    slots: &[(u32, usize)],
-    pool_buf: &R::Buffer,
-    pool: PoolArgs,
-    layer: usize,
-) -> Result<(), RuntimeError> {
+/// One pool's part of a [`kv_write`]: rows of `pool.dim` values from `src` into `pool_buf`.
+#[derive(Clone, Copy)]
+pub struct KvRowsInto<'a, B> {
+    pub src: &'a B,
+    pub pool_buf: &'a B,
+    pub pool: PoolArgs,
+}
+
+/// Row r of each part's source to position `slots[r].1` of block `slots[r].0`, layer `layer`, of
+/// its pool: one part (keys whose values they hold), or two (a layer's keys and values) in one
+/// launch, over one upload of the slots.
+pub fn kv_write<R: Runtime>(rt: &R, parts: &[KvRowsInto<'_, R::Buffer>], slots: &[(u32, usize)], layer: usize) -> Result<(), RuntimeError> {
     const K: &str = "kv_write";
-    if let Some(bad) = slots.iter().find(|&&(b, o)| b as usize >= pool.blocks || o >= KV_BLOCK_POSITIONS) {
-        return Err(RuntimeError::Device(format!("{K}: slot {bad:?} outside {} blocks", pool.blocks)));
+    let (first, second) = match parts {
+        [one] => (one, None),
+        [one, two] => (one, Some(two)),
+        _ => return Err(RuntimeError::Device(format!("{K}: {} pools, not one or two", parts.len()))),
+    };
+    for part in parts {
+        let pool = part.pool;
+        if let Some(bad) = slots.iter().find(|&&(b, o)| b as usize >= pool.blocks || o >= KV_BLOCK_POSITIONS) {
+            return Err(RuntimeError::Device(format!("{K}: slot {bad:?} outside {} blocks", pool.blocks)));
+        }
+        if layer >= pool.n_layer {
+            return Err(RuntimeError::Device(format!("{K}: layer {layer} of {}", pool.n_layer)));
+        }
+        check(rt, K, "src", part.src, slots.len() * pool.dim * 4)?;
+        check(rt, K, "pool", part.pool_buf, pool.bytes())?;
     }
-    if layer >= pool.n_layer {
-        return Err(RuntimeError::Device(format!("{K}: layer {layer} of {}", pool.n_layer)));
+    if second.is_some_and(|s| s.pool.n_layer != first.pool.n_layer) {
+        return Err(RuntimeError::Device(format!("{K}: pools of different layer counts")));
     }
-    check(rt, K, "src", src, slots.len() * pool.dim * 4)?;
-    check(rt, K, "pool", pool_buf, pool.bytes())?;
     let (bs, os): (Vec<i32>, Vec<i32>) = slots.iter().map(|&(b, o)| (b as i32, o as i32)).unzip();
     let (bs, os) = (ints(rt, &bs)?, ints(rt, &os)?);
+    // without a second part, the first's arguments again (the grid has no second row)
+    let other = second.unwrap_or(first);
     let args = [
-        Arg::Buf(src),
+        Arg::Buf(first.src),
         Arg::Buf(&bs),
         Arg::Buf(&os),
-        Arg::Buf(pool_buf),
-        Arg::I32(int(K, "dim", pool.dim)?),
-        Arg::I32(int(K, "layers", pool.n_layer)?),
+        Arg::Buf(first.pool_buf),
+        Arg::I32(int(K, "dim", first.pool.dim)?),
+        Arg::I32(int(K, "layers", first.pool.n_layer)?),
         Arg::I32(layer as i32),
-        Arg::I32(pool.element.code()),
+        Arg::I32(first.pool.element.code()),
+        Arg::Buf(other.src),
+        Arg::Buf(other.pool_buf),
+        Arg::I32(int(K, "dim", other.pool.dim)?),
+        Arg::I32(other.pool.element.code()),
     ];
     // a quantized row is written a whole quant block per warp, the padding included
-    let threads = if matches!(pool.element, PoolElement::F32 | PoolElement::F16) { pool.dim } else { pool.dim.div_ceil(32) * 32 };
-    go(rt, K, [dim(K, "blocks", blocks_of(threads))?, dim(K, "rows", slots.len())?, 1], THREADS, &args)
+    let threads =
+        |pool: PoolArgs| if matches!(pool.element, PoolElement::F32 | PoolElement::F16) { pool.dim } else { pool.dim.div_ceil(32) * 32 };
+    let widest = threads(first.pool).max(threads(other.pool));
+    go(rt, K, [dim(K, "blocks", blocks_of(widest))?, dim(K, "rows", slots.len())?, parts.len() as u32], THREADS, &args)
 }
 
 /// The heads of an attention launch.
@@ -162,7 +184,17 @@ impl HeadGrouping {
     }
 }
 
+/// Where attention writes its output rows (`n_head` heads of `dv` values each): f32 values,
+/// and with `q8_1` their Q8_1 blocks too (for the quantized output projection; `dv` a multiple
+/// of 32), the bytes `quantize_q8_1` would write from the values.
+#[derive(Clone, Copy)]
+pub struct AttentionOut<'a, B> {
+    pub values: &'a B,
+    pub q8_1: Option<&'a B>,
+}
+
 /// Attention of every query row of `q` over its positions, into `out`.
+#[allow(clippy::too_many_arguments)]
 pub fn attention<R: Runtime>(
     rt: &R,
     q: &R::Buffer,
@@ -170,7 +202,7 @@ pub fn attention<R: Runtime>(
     rows: &[QueryRow],
     h: HeadArgs,
     sinks: Option<&R::Buffer>,
-    out: &R::Buffer,
+    out: AttentionOut<'_, R::Buffer>,
 ) -> Result<(), RuntimeError> {
     attention_by(rt, q, kv, rows, h, sinks, out, AttentionPath::Auto, HeadGrouping::Shared)
 }
@@ -186,7 +218,7 @@ pub fn attention_by<R: Runtime>(
     rows: &[QueryRow],
     h: HeadArgs,
     sinks: Option<&R::Buffer>,
-    out: &R::Buffer,
+    out: AttentionOut<'_, R::Buffer>,
     path: AttentionPath,
     grouping: HeadGrouping,
 ) -> Result<(), RuntimeError> {
@@ -204,7 +236,18 @@ pub fn attention_by<R: Runtime>(
         ["attention", "attention_split", "attention_fold"]
     };
     check(rt, K, "q", q, rows.len() * h.n_head * h.dk * 4)?;
-    check(rt, K, "out", out, rows.len() * h.n_head * h.dv * 4)?;
+    check(rt, K, "out", out.values, rows.len() * h.n_head * h.dv * 4)?;
+    // the Q8_1 blocks' arguments, last: an unused pointer and 0 without them
+    let out_q = match out.q8_1 {
+        Some(q8) => {
+            if !h.dv.is_multiple_of(32) {
+                return Err(RuntimeError::Device(format!("{K}: Q8_1 blocks of heads of {} values, not whole blocks of 32", h.dv)));
+            }
+            check(rt, K, "out q8_1", q8, rows.len() * h.n_head * h.dv / 32 * Q8_1_BYTES)?;
+            [Arg::Buf(q8), Arg::I32(1)]
+        }
+        None => [Arg::Buf(out.values), Arg::I32(0)],
+    };
     if let Some(s) = sinks {
         check(rt, K, "sinks", s, h.n_head * 4)?;
     }
@@ -294,8 +337,9 @@ pub fn attention_by<R: Runtime>(
         AttentionPath::Split => true,
     };
     if !split {
-        let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&*info), table_arg, sinks_arg, Arg::Buf(out)];
+        let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&*info), table_arg, sinks_arg, Arg::Buf(out.values)];
         args.extend(heads);
+        args.extend(out_q);
         return go(rt, whole, grouped, threads, &args);
     }
     // every partial the fold reads is written by the split launch
@@ -304,8 +348,18 @@ pub fn attention_by<R: Runtime>(
     let mut args = vec![Arg::Buf(q), Arg::Buf(k), Arg::Buf(v), Arg::Buf(&*info), table_arg, Arg::Buf(&parts), Arg::I32(splits)];
     args.extend(heads);
     go(rt, split_k, [grouped[0], grouped[1], dim("attention_split", "splits", max_splits)?], threads, &args)?;
-    let args =
-        [Arg::Buf(&*info), Arg::Buf(&parts), Arg::I32(splits), sinks_arg, Arg::Buf(out), Arg::I32(h.n_head as i32), Arg::I32(h.dv as i32)];
+    let [q_out, with_q] = out_q;
+    let args = [
+        Arg::Buf(&*info),
+        Arg::Buf(&parts),
+        Arg::I32(splits),
+        sinks_arg,
+        Arg::Buf(out.values),
+        Arg::I32(h.n_head as i32),
+        Arg::I32(h.dv as i32),
+        q_out,
+        with_q,
+    ];
     go(rt, fold_k, grid, 32, &args)
 }
 

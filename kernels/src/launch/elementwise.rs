@@ -1,7 +1,7 @@
 //! Launchers of the element-wise and row kernels: sums, scales, norms, rotary embeddings,
 //! activations, and rows or columns moved between buffers.
 
-use super::{blocks_of, check, dim, go, int, ints, MAX_BLOCK_THREADS, THREADS};
+use super::{blocks_of, check, dim, go, int, ints, MAX_BLOCK_THREADS, Q8_1_BYTES, THREADS};
 use crate::runtime::{Arg, Runtime, RuntimeError};
 
 /// `x[i] += y[i] · scale` over `n` f32 values.
@@ -140,7 +140,8 @@ pub fn select_rows<R: Runtime>(
     go(rt, K, grid, THREADS, &[Arg::Buf(x), Arg::Buf(&idx), Arg::Buf(out), Arg::I32(int(K, "cols", cols)?)])
 }
 
-/// RMS norm of every group of `n` values (`groups` of them) by `w`, into `y` (may be `x`).
+/// RMS norm of every group of `n` values (`groups` of them) by `w`, into `y` (may be `x`), and
+/// with `q` the Q8_1 blocks of `y` into it too ([`quantize_q8_1`]'s bytes; `n` a multiple of 32).
 #[allow(clippy::too_many_arguments)]
 pub fn rms_norm<R: Runtime>(
     rt: &R,
@@ -151,6 +152,7 @@ pub fn rms_norm<R: Runtime>(
     n: usize,
     eps: f32,
     w_groups: usize,
+    q: Option<&R::Buffer>,
 ) -> Result<(), RuntimeError> {
     const K: &str = "rms_norm";
     if w_groups == 0 {
@@ -159,12 +161,41 @@ pub fn rms_norm<R: Runtime>(
     check(rt, K, "x", x, groups * n * 4)?;
     check(rt, K, "y", y, groups * n * 4)?;
     check(rt, K, "w", w, w_groups * n * 4)?;
-    let args = [Arg::Buf(x), Arg::Buf(w), Arg::Buf(y), Arg::I32(int(K, "n", n)?), Arg::F32(eps), Arg::I32(int(K, "w_groups", w_groups)?)];
+    let [q, with_q] = q8_1_output(rt, K, q, y, groups, n)?;
+    let args = [
+        Arg::Buf(x),
+        Arg::Buf(w),
+        Arg::Buf(y),
+        Arg::I32(int(K, "n", n)?),
+        Arg::F32(eps),
+        Arg::I32(int(K, "w_groups", w_groups)?),
+        q,
+        with_q,
+    ];
     go(rt, K, [dim(K, "groups", groups)?, 1, 1], THREADS, &args)
 }
 
+/// A norm's Q8_1 output `q` for `groups` groups of `n` values, checked, as the kernel's last
+/// two arguments (an unused pointer, `y`, and 0 without one).
+fn q8_1_output<'a, R: Runtime>(
+    rt: &R,
+    kernel: &str,
+    q: Option<&'a R::Buffer>,
+    y: &'a R::Buffer,
+    groups: usize,
+    n: usize,
+) -> Result<[Arg<'a, R::Buffer>; 2], RuntimeError> {
+    let Some(q) = q else { return Ok([Arg::Buf(y), Arg::I32(0)]) };
+    if !n.is_multiple_of(32) {
+        return Err(RuntimeError::Device(format!("{kernel}: Q8_1 blocks of groups of {n} values, not whole blocks of 32")));
+    }
+    check(rt, kernel, "q", q, groups * n / 32 * Q8_1_BYTES)?;
+    Ok([Arg::Buf(q), Arg::I32(1)])
+}
+
 /// `x += r · scale` (`x += r` when the scale is 1), then the RMS norm of every row of `n` values
-/// (`rows` of them) by `w` into `y`: the bits of [`add_scaled`] then [`rms_norm`].
+/// (`rows` of them) by `w` into `y`: the bits of [`add_scaled`] then [`rms_norm`] (and with `q`,
+/// `y`'s Q8_1 blocks as [`rms_norm`] writes them).
 #[allow(clippy::too_many_arguments)]
 pub fn add_rms_norm<R: Runtime>(
     rt: &R,
@@ -176,13 +207,15 @@ pub fn add_rms_norm<R: Runtime>(
     rows: usize,
     n: usize,
     eps: f32,
+    q: Option<&R::Buffer>,
 ) -> Result<(), RuntimeError> {
     const K: &str = "add_rms_norm";
     for (what, buf) in [("x", x), ("r", r), ("y", y)] {
         check(rt, K, what, buf, rows * n * 4)?;
     }
     check(rt, K, "w", w, n * 4)?;
-    let args = [Arg::Buf(x), Arg::Buf(r), Arg::F32(scale), Arg::Buf(w), Arg::Buf(y), Arg::I32(int(K, "n", n)?), Arg::F32(eps)];
+    let [q, with_q] = q8_1_output(rt, K, q, y, rows, n)?;
+    let args = [Arg::Buf(x), Arg::Buf(r), Arg::F32(scale), Arg::Buf(w), Arg::Buf(y), Arg::I32(int(K, "n", n)?), Arg::F32(eps), q, with_q];
     go(rt, K, [dim(K, "rows", rows)?, 1, 1], THREADS, &args)
 }
 

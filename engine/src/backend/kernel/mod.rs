@@ -6,6 +6,7 @@
 //! on the device until `to_host`.
 
 mod kv;
+mod tensor;
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use kernels::launch::{self, HeadArgs, KvArgs, MatmulInput, MatrixArgs, QueryRow,
 use kernels::{Runtime, RuntimeError};
 
 pub use kv::DeviceKvStore;
+pub use tensor::DeviceTensor;
 
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
@@ -67,13 +69,6 @@ pub struct DeviceMatrix<R: Runtime> {
 pub struct DeviceVector<R: Runtime> {
     buf: R::Buffer,
     len: usize,
-}
-
-/// `rows x cols` f32 activations on the device.
-pub struct DeviceTensor<R: Runtime> {
-    buf: R::Buffer,
-    rows: usize,
-    cols: usize,
 }
 
 fn as_bytes(values: &[f32]) -> Vec<u8> {
@@ -135,7 +130,7 @@ impl<R: Runtime> KernelBackend<R> {
     /// `rows x cols` zeros for operation `op`.
     fn tensor(&self, op: &'static str, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
         let buf = self.rt.alloc_zeroed(rows * cols * 4).map_err(self.fail(op))?;
-        Ok(DeviceTensor { buf, rows, cols })
+        Ok(DeviceTensor::new(buf, rows, cols))
     }
 
     /// A causal convolution with states (`conv_states`, or LFM2's `short_conv` when `gated`):
@@ -164,7 +159,7 @@ impl<R: Runtime> KernelBackend<R> {
         let out = if every_row { self.output(op, x.rows, d)? } else { self.tensor(op, x.rows, d)? };
         let snapshots = run_snapshots(runs);
         let pool = launch::StatePool { buf, slots, slot_floats, part_offset: part.offset };
-        launch::conv_states(&*self.rt, &x.buf, x.rows, &kernel.buf, [d, taps], gated, pool, &out.buf, &conv_runs(runs, &snapshots))
+        launch::conv_states(&*self.rt, x.buf(), x.rows, kernel.buf(), [d, taps], gated, pool, out.buf(), &conv_runs(runs, &snapshots))
             .map_err(self.fail(op))?;
         Ok(out)
     }
@@ -172,14 +167,15 @@ impl<R: Runtime> KernelBackend<R> {
     /// `rows x cols` values for operation `op` that its launch writes whole: not zeroed first.
     fn output(&self, op: &'static str, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
         let buf = self.rt.alloc(rows * cols * 4).map_err(self.fail(op))?;
-        Ok(DeviceTensor { buf, rows, cols })
+        Ok(DeviceTensor::new(buf, rows, cols))
     }
 }
 
 impl<R: Runtime> KernelBackend<R> {
     /// What a product with weights of type `ty` reads of `x`: its f32 rows for float weights, else
-    /// its Q8_1 blocks, converted on the first call and kept in `quantized` for the call's other
-    /// matrices (one conversion of `x` for every quantized matrix of a call).
+    /// its Q8_1 blocks: those written with `x` (a norm's output), or converted on the first call
+    /// and kept in `quantized` for the call's other matrices (one conversion of `x` for every
+    /// quantized matrix of a call).
     fn matmul_input<'a>(
         &self,
         op: &'static str,
@@ -188,12 +184,15 @@ impl<R: Runtime> KernelBackend<R> {
         quantized: &'a mut Option<R::Buffer>,
     ) -> Result<MatmulInput<'a, R::Buffer>, BackendError> {
         if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-            return Ok(MatmulInput::F32(&x.buf));
+            return Ok(MatmulInput::F32(x.buf()));
+        }
+        if let Some(q) = x.q8_1() {
+            return Ok(MatmulInput::Q8_1(q)); // written with the values (a norm's output)
         }
         if quantized.is_none() {
             let blocks = x.rows * x.cols / 32;
             let q = self.rt.alloc(blocks * Q8_1_BYTES).map_err(self.fail(op))?;
-            launch::quantize_q8_1(&*self.rt, &x.buf, &q, blocks).map_err(self.fail(op))?;
+            launch::quantize_q8_1(&*self.rt, x.buf(), &q, blocks).map_err(self.fail(op))?;
             *quantized = Some(q);
         }
         Ok(MatmulInput::Q8_1(quantized.as_ref().expect("quantized above")))
@@ -219,7 +218,7 @@ impl<R: Runtime> KernelBackend<R> {
                 continue;
             }
             let input = self.matmul_input("matmul_indexed", set[0].ty, x, &mut quantized)?;
-            launch::mul_mat_id(&*self.rt, &set[0].buf, stack, input, &ids32, per_row, &out.buf).map_err(self.fail("matmul_indexed"))?;
+            launch::mul_mat_id(&*self.rt, &set[0].buf, stack, input, &ids32, per_row, out.buf()).map_err(self.fail("matmul_indexed"))?;
             outs.push(out);
         }
         Ok(outs)
@@ -309,7 +308,7 @@ where
         if values.len() != rows * cols {
             return Err(BackendError::shape("upload_tensor", format!("{} values for {rows}x{cols}", values.len())));
         }
-        Ok(DeviceTensor { buf: self.rt.upload(&as_bytes(values)).map_err(self.fail("upload_tensor"))?, rows, cols })
+        Ok(DeviceTensor::new(self.rt.upload(&as_bytes(values)).map_err(self.fail("upload_tensor"))?, rows, cols))
     }
 
     fn begin_pass(&self, rows: usize, shape: u64) {
@@ -326,7 +325,7 @@ where
 
     fn to_host(&self, x: DeviceTensor<R>) -> Result<Vec<f32>, BackendError> {
         let mut bytes = vec![0u8; x.rows * x.cols * 4];
-        self.rt.download(&x.buf, &mut bytes).map_err(self.fail("to_host"))?;
+        self.rt.download(x.buf(), &mut bytes).map_err(self.fail("to_host"))?;
         Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
     }
 
@@ -358,7 +357,7 @@ where
             // every row is a token's, written by the kernel
             None => self.output("get_rows", inputs.len(), cols)?,
         };
-        launch::get_rows(&*self.rt, &table.buf, table.at, table.args, &ids, &out.buf).map_err(self.fail("get_rows"))?;
+        launch::get_rows(&*self.rt, &table.buf, table.at, table.args, &ids, out.buf()).map_err(self.fail("get_rows"))?;
         Ok(out)
     }
 
@@ -398,7 +397,7 @@ where
                             at: ws[k].at,
                             m: ws[k].args,
                             bias: biases[k].map(|b| &b.buf),
-                            out: &out.buf,
+                            out: out.buf(),
                         })
                         .collect();
                     launch::mul_mat_vec_sets(&*self.rt, &sets, xq).map_err(self.fail("matmul"))?;
@@ -406,7 +405,7 @@ where
                 }
                 input => {
                     let out = self.output("matmul", x.rows, w.args.rows)?;
-                    launch::mul_mat(&*self.rt, &w.buf, w.at, w.args, input, x.rows, biases[i].map(|b| &b.buf), &out.buf, tiled)
+                    launch::mul_mat(&*self.rt, &w.buf, w.at, w.args, input, x.rows, biases[i].map(|b| &b.buf), out.buf(), tiled)
                         .map_err(self.fail("matmul"))?;
                     outs.push(out);
                 }
@@ -442,7 +441,7 @@ where
             [Some(g), Some(u)] => Some((&g.buf, &u.buf)),
             _ => None,
         };
-        launch::mul_mat_glu(&*self.rt, (&gate.buf, gate.at), (&up.buf, up.at), gate.args, xq, None, bias_bufs, &out.buf, act_code(act))
+        launch::mul_mat_glu(&*self.rt, (&gate.buf, gate.at), (&up.buf, up.at), gate.args, xq, None, bias_bufs, out.buf(), act_code(act))
             .map_err(self.fail("matmul_glu"))?;
         Ok(out)
     }
@@ -474,7 +473,7 @@ where
         };
         let out = self.output("matmul_indexed_glu", ids.len(), gs.m.rows)?;
         let slots = launch::GluSlots { ids: &ids32, count: gs.count, stride: gs.stride, per_row: ids.len() / x.rows };
-        launch::mul_mat_glu(&*self.rt, (&gate[0].buf, gs.at), (&up[0].buf, us.at), gs.m, xq, Some(slots), None, &out.buf, act_code(act))
+        launch::mul_mat_glu(&*self.rt, (&gate[0].buf, gs.at), (&up[0].buf, us.at), gs.m, xq, Some(slots), None, out.buf(), act_code(act))
             .map_err(self.fail("matmul_indexed_glu"))?;
         Ok(out)
     }
@@ -515,7 +514,10 @@ where
         if w.len != x.cols {
             return Err(BackendError::shape("rms_norm", format!("a scale of {} for rows of {}", w.len, x.cols)));
         }
-        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &out.buf, x.rows, x.cols, eps, 1).map_err(self.fail("rms_norm"))
+        // the normed rows are products' inputs (every caller's): their Q8_1 blocks in the same
+        // pass, for the quantized products that read them next
+        let (y, q) = out.written_with_q8_1(Q8_1_BYTES, |bytes| self.rt.alloc(bytes)).map_err(self.fail("rms_norm"))?;
+        launch::rms_norm(&*self.rt, x.buf(), &w.buf, y, x.rows, x.cols, eps, 1, q).map_err(self.fail("rms_norm"))
     }
 
     fn add_rms_norm(
@@ -532,14 +534,19 @@ where
         if w.len != x.cols {
             return Err(BackendError::shape("add_rms_norm", format!("a scale of {} for rows of {}", w.len, x.cols)));
         }
-        launch::add_rms_norm(&*self.rt, &x.buf, &y.buf, scale, &w.buf, &out.buf, x.rows, x.cols, eps).map_err(self.fail("add_rms_norm"))
+        let (rows, cols) = (x.rows, x.cols);
+        // as rms_norm: the normed rows with their Q8_1 blocks
+        let (normed, q) = out.written_with_q8_1(Q8_1_BYTES, |bytes| self.rt.alloc(bytes)).map_err(self.fail("add_rms_norm"))?;
+        launch::add_rms_norm(&*self.rt, x.written(), y.buf(), scale, &w.buf, normed, rows, cols, eps, q).map_err(self.fail("add_rms_norm"))
     }
 
     fn rms_norm_in_place(&self, x: &mut DeviceTensor<R>, w: &DeviceVector<R>, eps: f32) -> Result<(), BackendError> {
         if w.len == 0 || !x.cols.is_multiple_of(w.len) {
             return Err(BackendError::shape("rms_norm_in_place", format!("rows of {} values are not whole groups of {}", x.cols, w.len)));
         }
-        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &x.buf, x.rows * x.cols / w.len, w.len, eps, 1).map_err(self.fail("rms_norm_in_place"))
+        let groups = x.rows * x.cols / w.len;
+        let x = x.written();
+        launch::rms_norm(&*self.rt, x, &w.buf, x, groups, w.len, eps, 1, None).map_err(self.fail("rms_norm_in_place"))
     }
 
     fn layer_norm(
@@ -554,16 +561,17 @@ where
         if w.len != x.cols || b.len != x.cols {
             return Err(BackendError::shape("layer_norm", format!("scale {} and shift {} for rows of {}", w.len, b.len, x.cols)));
         }
-        launch::layer_norm(&*self.rt, &x.buf, &w.buf, &b.buf, &out.buf, x.rows, x.cols, eps).map_err(self.fail("layer_norm"))
+        launch::layer_norm(&*self.rt, x.buf(), &w.buf, &b.buf, out.written(), x.rows, x.cols, eps).map_err(self.fail("layer_norm"))
     }
 
     fn rope(&self, x: &mut DeviceTensor<R>, r: &Rope, positions: &[u32]) -> Result<(), BackendError> {
-        launch::rope(&*self.rt, &x.buf, positions, rope_args(x, r, positions)?).map_err(self.fail("rope"))
+        let args = rope_args(x, r, positions)?;
+        launch::rope(&*self.rt, x.written(), positions, args).map_err(self.fail("rope"))
     }
 
     fn rope_pair(&self, q: &mut DeviceTensor<R>, k: &mut DeviceTensor<R>, r: &Rope, positions: &[u32]) -> Result<(), BackendError> {
         let (args, k_heads) = (rope_args(q, r, positions)?, rope_args(k, r, positions)?.n_head);
-        launch::rope_pair(&*self.rt, &q.buf, &k.buf, k_heads, positions, args).map_err(self.fail("rope"))
+        launch::rope_pair(&*self.rt, q.written(), k.written(), k_heads, positions, args).map_err(self.fail("rope"))
     }
 
     fn kv_write(
@@ -585,11 +593,11 @@ where
             return Err(BackendError::shape("kv_write", "no block was allocated"));
         };
         let at: Vec<(u32, usize)> = slots.iter().map(|s| (s.block, s.offset)).collect();
-        launch::kv_write(&*self.rt, &k.buf, &at, kp, ka, layer).map_err(self.fail("kv_write"))?;
-        if store.values_in_keys() {
-            return Ok(()); // written with the keys
-        }
-        launch::kv_write(&*self.rt, &v.buf, &at, vp, va, layer).map_err(self.fail("kv_write"))
+        let keys = launch::KvRowsInto { src: k.buf(), pool_buf: kp, pool: ka };
+        let values = launch::KvRowsInto { src: v.buf(), pool_buf: vp, pool: va };
+        // values held in the keys' rows are written with them
+        let parts: &[_] = if store.values_in_keys() { &[keys] } else { &[keys, values] };
+        launch::kv_write(&*self.rt, parts, &at, layer).map_err(self.fail("kv_write"))
     }
 
     fn attention(
@@ -607,7 +615,15 @@ where
             return Err(BackendError::shape("attention", format!("{} sinks for {} heads", s.len, shape.n_head)));
         }
         let sinks = sinks.map(|s| &s.buf);
-        let out = self.output("attention", q.rows, shape.out_dim())?;
+        let mut out = self.output("attention", q.rows, shape.out_dim())?;
+        // the rows are the output projection's input: their Q8_1 blocks in the same pass, for
+        // a quantized projection (heads of whole blocks)
+        let (values, q8_1) = if shape.head_dim_v.is_multiple_of(32) {
+            out.written_with_q8_1(Q8_1_BYTES, |bytes| self.rt.alloc(bytes)).map_err(self.fail("attention"))?
+        } else {
+            (out.written(), None)
+        };
+        let written = launch::AttentionOut { values, q8_1 };
         let heads = HeadArgs {
             n_head: shape.n_head,
             n_head_kv: shape.n_head_kv,
@@ -636,7 +652,7 @@ where
                     query_rows.push(QueryRow { kv, positions: r.positions.clone() });
                 }
                 let source = KvArgs::Pool { k, v, k_pool, v_pool, layer, tables: &flat };
-                launch::attention(&*self.rt, &q.buf, source, &query_rows, heads, sinks, &out.buf).map_err(self.fail("attention"))?;
+                launch::attention(&*self.rt, q.buf(), source, &query_rows, heads, sinks, written).map_err(self.fail("attention"))?;
             }
             KvSource::Batch { k, v } => {
                 if k.cols != shape.n_head_kv * shape.head_dim_k || v.cols != shape.n_head_kv * shape.head_dim_v || k.rows != v.rows {
@@ -646,8 +662,8 @@ where
                     ));
                 }
                 let query_rows: Vec<QueryRow> = rows.iter().map(|r| QueryRow { kv: r.kv, positions: r.positions.clone() }).collect();
-                let source = KvArgs::Rows { k: &k.buf, v: &v.buf, rows: k.rows };
-                launch::attention(&*self.rt, &q.buf, source, &query_rows, heads, sinks, &out.buf).map_err(self.fail("attention"))?;
+                let source = KvArgs::Rows { k: k.buf(), v: v.buf(), rows: k.rows };
+                launch::attention(&*self.rt, q.buf(), source, &query_rows, heads, sinks, written).map_err(self.fail("attention"))?;
             }
         }
         Ok(out)
@@ -655,20 +671,24 @@ where
 
     fn glu(&self, act: Activation, gate: &mut DeviceTensor<R>, up: &DeviceTensor<R>) -> Result<(), BackendError> {
         same_shape("glu", gate, up)?;
-        launch::glu(&*self.rt, &gate.buf, &up.buf, gate.rows, gate.cols, act_code(act)).map_err(self.fail("glu"))
+        let (rows, cols) = (gate.rows, gate.cols);
+        launch::glu(&*self.rt, gate.written(), up.buf(), rows, cols, act_code(act)).map_err(self.fail("glu"))
     }
 
     fn activate(&self, act: Activation, x: &mut DeviceTensor<R>) -> Result<(), BackendError> {
-        launch::activate(&*self.rt, &x.buf, x.rows * x.cols, act_code(act)).map_err(self.fail("activate"))
+        let n = x.rows * x.cols;
+        launch::activate(&*self.rt, x.written(), n, act_code(act)).map_err(self.fail("activate"))
     }
 
     fn add_scaled(&self, x: &mut DeviceTensor<R>, y: &DeviceTensor<R>, scale: f32) -> Result<(), BackendError> {
         same_shape("add_scaled", x, y)?;
-        launch::add_scaled(&*self.rt, &x.buf, &y.buf, scale, x.rows * x.cols).map_err(self.fail("add_scaled"))
+        let n = x.rows * x.cols;
+        launch::add_scaled(&*self.rt, x.written(), y.buf(), scale, n).map_err(self.fail("add_scaled"))
     }
 
     fn scale(&self, x: &mut DeviceTensor<R>, s: f32) -> Result<(), BackendError> {
-        launch::scale_or_cap(&*self.rt, "scale", &x.buf, s, x.rows * x.cols).map_err(self.fail("scale"))
+        let n = x.rows * x.cols;
+        launch::scale_or_cap(&*self.rt, "scale", x.written(), s, n).map_err(self.fail("scale"))
     }
 
     fn add_weighted_rows(
@@ -680,26 +700,29 @@ where
         if out.cols != src.cols {
             return Err(BackendError::shape("add_weighted_rows", format!("rows of {} into rows of {}", src.cols, out.cols)));
         }
-        launch::add_weighted_rows(&*self.rt, &out.buf, out.rows, &src.buf, src.rows, pairs, out.cols)
-            .map_err(self.fail("add_weighted_rows"))
+        let (rows, cols) = (out.rows, out.cols);
+        launch::add_weighted_rows(&*self.rt, out.written(), rows, src.buf(), src.rows, pairs, cols).map_err(self.fail("add_weighted_rows"))
     }
 
     fn add_bias(&self, x: &mut DeviceTensor<R>, b: &DeviceVector<R>) -> Result<(), BackendError> {
         if b.len != x.cols {
             return Err(BackendError::shape("add_bias", format!("a bias of {} for rows of {}", b.len, x.cols)));
         }
-        launch::add_bias(&*self.rt, &x.buf, &b.buf, x.cols, x.rows * x.cols).map_err(self.fail("add_bias"))
+        let (cols, n) = (x.cols, x.rows * x.cols);
+        launch::add_bias(&*self.rt, x.written(), &b.buf, cols, n).map_err(self.fail("add_bias"))
     }
 
     fn softcap(&self, x: &mut DeviceTensor<R>, cap: f32) -> Result<(), BackendError> {
-        launch::scale_or_cap(&*self.rt, "softcap", &x.buf, cap, x.rows * x.cols).map_err(self.fail("softcap"))
+        let n = x.rows * x.cols;
+        launch::scale_or_cap(&*self.rt, "softcap", x.written(), cap, n).map_err(self.fail("softcap"))
     }
 
     fn hadamard(&self, x: &mut DeviceTensor<R>, block: usize) -> Result<(), BackendError> {
         if !block.is_power_of_two() || block > 1024 || !x.cols.is_multiple_of(block) {
             return Err(BackendError::shape("hadamard", format!("blocks of {block} in rows of {}", x.cols)));
         }
-        launch::hadamard(&*self.rt, &x.buf, block, x.rows * x.cols).map_err(self.fail("hadamard"))
+        let n = x.rows * x.cols;
+        launch::hadamard(&*self.rt, x.written(), block, n).map_err(self.fail("hadamard"))
     }
 
     fn conv_states(
@@ -742,7 +765,7 @@ where
         let snapshots = run_snapshots(runs);
         let pool = launch::StatePool { buf, slots, slot_floats, part_offset: part.offset };
         let dims = [n_head, head_dim, n_group, d_state];
-        launch::ssm_scan(&*self.rt, [&xbc.buf, &dt.buf, &a.buf, &d.buf], xbc.rows, dims, pool, &out.buf, &conv_runs(runs, &snapshots))
+        launch::ssm_scan(&*self.rt, [xbc.buf(), dt.buf(), &a.buf, &d.buf], xbc.rows, dims, pool, out.buf(), &conv_runs(runs, &snapshots))
             .map_err(self.fail(OP))?;
         Ok(out)
     }
@@ -774,8 +797,8 @@ where
         let out = if every_row { self.output(OP, qkv.rows, width)? } else { self.tensor(OP, qkv.rows, width)? };
         let snapshots = run_snapshots(runs);
         let pool = launch::StatePool { buf, slots, slot_floats, part_offset: part.offset };
-        let bufs = [&qkv.buf, &alpha.buf, &beta.buf, &dt_bias.buf, &a.buf];
-        launch::delta_rule(&*self.rt, bufs, qkv.rows, [n_k_heads, n_v_heads, head_dim], eps, pool, &out.buf, &conv_runs(runs, &snapshots))
+        let bufs = [qkv.buf(), alpha.buf(), beta.buf(), &dt_bias.buf, &a.buf];
+        launch::delta_rule(&*self.rt, bufs, qkv.rows, [n_k_heads, n_v_heads, head_dim], eps, pool, out.buf(), &conv_runs(runs, &snapshots))
             .map_err(self.fail(OP))?;
         Ok(out)
     }
@@ -785,7 +808,9 @@ where
             return Err(BackendError::shape("rms_norm_groups", format!("groups of {group} in rows of {} scaled by {}", x.cols, w.len)));
         }
         let groups = x.rows * x.cols / group;
-        launch::rms_norm(&*self.rt, &x.buf, &w.buf, &x.buf, groups, group, eps, x.cols / group).map_err(self.fail("rms_norm_groups"))
+        let w_groups = x.cols / group;
+        let x = x.written();
+        launch::rms_norm(&*self.rt, x, &w.buf, x, groups, group, eps, w_groups, None).map_err(self.fail("rms_norm_groups"))
     }
 
     fn short_conv(
@@ -810,13 +835,14 @@ where
             return Err(BackendError::shape("copy_columns", why));
         }
         let blocks = |c: ColumnBlocks| launch::Blocks { start: c.start, stride: c.stride };
-        launch::copy_columns(&*self.rt, (&out.buf, out.cols, blocks(to)), (&x.buf, x.cols, blocks(from)), x.rows, to.width, to.count)
+        let out_cols = out.cols;
+        launch::copy_columns(&*self.rt, (out.written(), out_cols, blocks(to)), (x.buf(), x.cols, blocks(from)), x.rows, to.width, to.count)
             .map_err(self.fail("copy_columns"))
     }
 
     fn select_rows(&self, x: &DeviceTensor<R>, rows: &[usize]) -> Result<DeviceTensor<R>, BackendError> {
         let out = self.output("select_rows", rows.len(), x.cols)?;
-        launch::select_rows(&*self.rt, &x.buf, x.rows, rows, &out.buf, x.cols).map_err(self.fail("select_rows"))?;
+        launch::select_rows(&*self.rt, x.buf(), x.rows, rows, out.buf(), x.cols).map_err(self.fail("select_rows"))?;
         Ok(out)
     }
 }

@@ -198,6 +198,6 @@ fn attention<R: Runtime>(
     let heads = HeadArgs { n_head, n_head_kv, dk, dv: dk, scale: 1.0 / (dk as f32).sqrt(), softcap: 0.0 };
     per_call(rt, &out, iters, || {
         let kv = KvArgs::Pool { k: &k, v: &v, k_pool: pool, v_pool: pool, layer: 0, tables: &tables };
-        launch::attention(rt, &q, kv, &rows, heads, None, &out)
+        launch::attention(rt, &q, kv, &rows, heads, None, launch::AttentionOut { values: &out, q8_1: None })
     })
 }
