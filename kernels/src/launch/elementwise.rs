@@ -141,7 +141,7 @@ pub fn select_rows<R: Runtime>(
 }
 
 /// RMS norm of every group of `n` values (`groups` of them) by `w`, into `y` (may be `x`), and
-/// with `q` the Q8_1 blocks of `y` into it too ([`quantize_q8_1`]'s bytes; `n` a multiple of 32).
+/// with `q` the Q8_1 blocks of `y` into it too ([`quantize_q8_1`](super::quantize_q8_1)'s bytes; `n` a multiple of 32).
 #[allow(clippy::too_many_arguments)]
 pub fn rms_norm<R: Runtime>(
     rt: &R,

@@ -5,12 +5,14 @@
 //! machine without a GPU. Weights are uploaded once as the file stores them; activations stay
 //! on the device until `to_host`.
 
+mod attention;
 mod kv;
+mod recurrent;
 mod tensor;
 
 use std::sync::Arc;
 
-use kernels::launch::{self, HeadArgs, KvArgs, MatmulInput, MatrixArgs, QueryRow, RopeArgs, Stack, Q8_1_BYTES};
+use kernels::launch::{self, MatmulInput, MatrixArgs, RopeArgs, Stack, Q8_1_BYTES};
 use kernels::{Runtime, RuntimeError};
 
 pub use kv::DeviceKvStore;
@@ -133,37 +135,6 @@ impl<R: Runtime> KernelBackend<R> {
         Ok(DeviceTensor::new(buf, rows, cols))
     }
 
-    /// A causal convolution with states (`conv_states`, or LFM2's `short_conv` when `gated`):
-    /// rows in no run stay zeros, as on the CPU.
-    #[allow(clippy::too_many_arguments)]
-    fn convolve(
-        &self,
-        op: &'static str,
-        x: &DeviceTensor<R>,
-        kernel: &DeviceTensor<R>,
-        gated: bool,
-        store: &mut DeviceKvStore<R>,
-        part: StatePart,
-        runs: &[StateRun],
-    ) -> Result<DeviceTensor<R>, BackendError> {
-        let (d, taps) = (kernel.rows, kernel.cols);
-        let width = if gated { 3 * d } else { d };
-        if x.cols != width || taps < 2 || part.len != (taps - 1) * d {
-            return Err(BackendError::shape(
-                op,
-                format!("rows of {} for a kernel of {d} x {taps} and a state part of {} values", x.cols, part.len),
-            ));
-        }
-        let (buf, slots, slot_floats) = store.state_pool().ok_or_else(|| BackendError::shape(op, "no state slot is in use"))?;
-        let every_row = runs.iter().map(|r| r.rows.len()).sum::<usize>() == x.rows;
-        let out = if every_row { self.output(op, x.rows, d)? } else { self.tensor(op, x.rows, d)? };
-        let snapshots = run_snapshots(runs);
-        let pool = launch::StatePool { buf, slots, slot_floats, part_offset: part.offset };
-        launch::conv_states(&*self.rt, x.buf(), x.rows, kernel.buf(), [d, taps], gated, pool, out.buf(), &conv_runs(runs, &snapshots))
-            .map_err(self.fail(op))?;
-        Ok(out)
-    }
-
     /// `rows x cols` values for operation `op` that its launch writes whole: not zeroed first.
     fn output(&self, op: &'static str, rows: usize, cols: usize) -> Result<DeviceTensor<R>, BackendError> {
         let buf = self.rt.alloc(rows * cols * 4).map_err(self.fail(op))?;
@@ -237,16 +208,6 @@ pub(crate) fn stack_of<R: Runtime>(set: &[DeviceMatrix<R>]) -> Option<Stack> {
     };
     let even = set.iter().enumerate().all(|(e, m)| Arc::ptr_eq(&m.buf, &first.buf) && m.at == first.at + e * stride && same(m));
     (even && stride >= bytes).then_some(Stack { m: first.args, at: first.at, stride, count: set.len() })
-}
-
-/// Each run's snapshots as the launchers take them (slots as indices).
-fn run_snapshots(runs: &[StateRun]) -> Vec<Vec<(usize, usize)>> {
-    runs.iter().map(|r| r.snapshots.iter().map(|&(i, s)| (i, s as usize)).collect()).collect()
-}
-
-/// The runs as the launchers take them.
-fn conv_runs<'a>(runs: &'a [StateRun], snapshots: &'a [Vec<(usize, usize)>]) -> Vec<launch::ConvRun<'a>> {
-    runs.iter().zip(snapshots).map(|(r, snaps)| launch::ConvRun { rows: &r.rows, slot: r.state as usize, snapshots: snaps }).collect()
 }
 
 impl<R: Runtime> Backend for KernelBackend<R>
@@ -608,65 +569,7 @@ where
         shape: &AttentionShape,
         sinks: Option<&DeviceVector<R>>,
     ) -> Result<DeviceTensor<R>, BackendError> {
-        if q.cols != shape.q_dim() || rows.len() != q.rows || shape.n_head_kv == 0 || !shape.n_head.is_multiple_of(shape.n_head_kv) {
-            return Err(BackendError::shape("attention", format!("{}x{} queries, {} rows, {shape:?}", q.rows, q.cols, rows.len())));
-        }
-        if let Some(s) = sinks.filter(|s| s.len != shape.n_head) {
-            return Err(BackendError::shape("attention", format!("{} sinks for {} heads", s.len, shape.n_head)));
-        }
-        let sinks = sinks.map(|s| &s.buf);
-        let mut out = self.output("attention", q.rows, shape.out_dim())?;
-        // the rows are the output projection's input: their Q8_1 blocks in the same pass, for
-        // a quantized projection (heads of whole blocks)
-        let (values, q8_1) = if shape.head_dim_v.is_multiple_of(32) {
-            out.written_with_q8_1(Q8_1_BYTES, |bytes| self.rt.alloc(bytes)).map_err(self.fail("attention"))?
-        } else {
-            (out.written(), None)
-        };
-        let written = launch::AttentionOut { values, q8_1 };
-        let heads = HeadArgs {
-            n_head: shape.n_head,
-            n_head_kv: shape.n_head_kv,
-            dk: shape.head_dim_k,
-            dv: shape.head_dim_v,
-            scale: shape.scale,
-            softcap: shape.softcap,
-        };
-        match kv {
-            KvSource::Cache { store, layer, tables } => {
-                let Some((k, v, k_pool, v_pool)) = store.pools() else {
-                    return Err(BackendError::shape("attention", "an empty KV cache"));
-                };
-                // the tables one after another; a row's keys start at its table's offset
-                let mut flat = Vec::new();
-                let mut offsets = Vec::with_capacity(tables.len());
-                for t in tables {
-                    offsets.push(flat.len());
-                    flat.extend_from_slice(t);
-                }
-                let mut query_rows = Vec::with_capacity(rows.len());
-                for r in rows {
-                    let &kv = offsets
-                        .get(r.kv)
-                        .ok_or_else(|| BackendError::shape("attention", format!("block table {} of {}", r.kv, tables.len())))?;
-                    query_rows.push(QueryRow { kv, positions: r.positions.clone() });
-                }
-                let source = KvArgs::Pool { k, v, k_pool, v_pool, layer, tables: &flat };
-                launch::attention(&*self.rt, q.buf(), source, &query_rows, heads, sinks, written).map_err(self.fail("attention"))?;
-            }
-            KvSource::Batch { k, v } => {
-                if k.cols != shape.n_head_kv * shape.head_dim_k || v.cols != shape.n_head_kv * shape.head_dim_v || k.rows != v.rows {
-                    return Err(BackendError::shape(
-                        "attention",
-                        format!("keys {}x{} and values {}x{} for {shape:?}", k.rows, k.cols, v.rows, v.cols),
-                    ));
-                }
-                let query_rows: Vec<QueryRow> = rows.iter().map(|r| QueryRow { kv: r.kv, positions: r.positions.clone() }).collect();
-                let source = KvArgs::Rows { k: k.buf(), v: v.buf(), rows: k.rows };
-                launch::attention(&*self.rt, q.buf(), source, &query_rows, heads, sinks, written).map_err(self.fail("attention"))?;
-            }
-        }
-        Ok(out)
+        self.attend(q, kv, rows, shape, sinks)
     }
 
     fn glu(&self, act: Activation, gate: &mut DeviceTensor<R>, up: &DeviceTensor<R>) -> Result<(), BackendError> {
@@ -747,60 +650,21 @@ where
         part: StatePart,
         runs: &[StateRun],
     ) -> Result<DeviceTensor<R>, BackendError> {
-        const OP: &str = "ssm_scan";
-        let SsmShape { n_head, head_dim, n_group, d_state } = shape;
-        let d_inner = n_head * head_dim;
-        if xbc.cols != d_inner + 2 * n_group * d_state
-            || dt.cols != n_head
-            || dt.rows != xbc.rows
-            || a.len != n_head
-            || d.len != n_head
-            || part.len != shape.state_len()
-        {
-            return Err(BackendError::shape(OP, format!("{shape:?}: rows of {} and {}, a state part of {}", xbc.cols, dt.cols, part.len)));
-        }
-        let (buf, slots, slot_floats) = store.state_pool().ok_or_else(|| BackendError::shape(OP, "no state slot is in use"))?;
-        let every_row = runs.iter().map(|r| r.rows.len()).sum::<usize>() == xbc.rows;
-        let out = if every_row { self.output(OP, xbc.rows, d_inner)? } else { self.tensor(OP, xbc.rows, d_inner)? };
-        let snapshots = run_snapshots(runs);
-        let pool = launch::StatePool { buf, slots, slot_floats, part_offset: part.offset };
-        let dims = [n_head, head_dim, n_group, d_state];
-        launch::ssm_scan(&*self.rt, [xbc.buf(), dt.buf(), &a.buf, &d.buf], xbc.rows, dims, pool, out.buf(), &conv_runs(runs, &snapshots))
-            .map_err(self.fail(OP))?;
-        Ok(out)
+        self.scan_states([xbc, dt], [a, d], shape, store, part, runs)
     }
 
     fn delta_rule(
         &self,
         qkv: &DeviceTensor<R>,
-        [alpha, beta]: [&DeviceTensor<R>; 2],
-        [dt_bias, a]: [&DeviceVector<R>; 2],
+        gates: [&DeviceTensor<R>; 2],
+        vectors: [&DeviceVector<R>; 2],
         shape: DeltaShape,
         eps: f32,
         store: &mut DeviceKvStore<R>,
         part: StatePart,
         runs: &[StateRun],
     ) -> Result<DeviceTensor<R>, BackendError> {
-        const OP: &str = "delta_rule";
-        let DeltaShape { n_k_heads, n_v_heads, head_dim } = shape;
-        let fits = qkv.cols == shape.qkv_width()
-            && [alpha, beta].iter().all(|t| t.cols == n_v_heads && t.rows == qkv.rows)
-            && dt_bias.len == n_v_heads
-            && a.len == n_v_heads
-            && part.len == shape.state_len();
-        if !fits {
-            return Err(BackendError::shape(OP, format!("{shape:?}: rows of {}, a state part of {}", qkv.cols, part.len)));
-        }
-        let (buf, slots, slot_floats) = store.state_pool().ok_or_else(|| BackendError::shape(OP, "no state slot is in use"))?;
-        let width = n_v_heads * head_dim;
-        let every_row = runs.iter().map(|r| r.rows.len()).sum::<usize>() == qkv.rows;
-        let out = if every_row { self.output(OP, qkv.rows, width)? } else { self.tensor(OP, qkv.rows, width)? };
-        let snapshots = run_snapshots(runs);
-        let pool = launch::StatePool { buf, slots, slot_floats, part_offset: part.offset };
-        let bufs = [qkv.buf(), alpha.buf(), beta.buf(), &dt_bias.buf, &a.buf];
-        launch::delta_rule(&*self.rt, bufs, qkv.rows, [n_k_heads, n_v_heads, head_dim], eps, pool, out.buf(), &conv_runs(runs, &snapshots))
-            .map_err(self.fail(OP))?;
-        Ok(out)
+        self.delta_states(qkv, gates, vectors, shape, eps, store, part, runs)
     }
 
     fn rms_norm_groups(&self, x: &mut DeviceTensor<R>, w: &DeviceVector<R>, group: usize, eps: f32) -> Result<(), BackendError> {

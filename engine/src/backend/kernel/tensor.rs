@@ -5,9 +5,8 @@ use kernels::Runtime;
 
 /// `rows x cols` f32 activations on the device.
 ///
-/// The values are read through [`DeviceTensor::buf`] and written through
-/// [`DeviceTensor::written`], which drops the Q8_1 blocks: blocks are only ever those of the
-/// values now in the buffer.
+/// The backend reads the values through `buf` and writes them through `written`, which drops
+/// the Q8_1 blocks: blocks are only ever those of the values now in the buffer.
 pub struct DeviceTensor<R: Runtime> {
     buf: R::Buffer,
     pub(super) rows: usize,
