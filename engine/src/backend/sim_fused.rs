@@ -76,9 +76,9 @@ fn queries_and_keys_rotated_in_one_launch_give_the_bits_of_each_alone() {
     }
 }
 
-/// One row by several matrices of one quantized type and row size (a decoding step's query, key
-/// and value) runs as one launch, each output with the bits of its matrix's product alone; a
-/// matrix of another type starts another launch.
+/// A decoding step's rows (one sequence's, or a few sequences') by several matrices of one
+/// quantized type and row size (the query, key and value) run as one launch, each output with
+/// the bits of its matrix's product alone; a matrix of another type starts another launch.
 #[test]
 fn a_rows_products_by_matrices_of_one_type_run_in_one_launch_with_their_own_bits() {
     let b = SimBackend::new();
@@ -99,23 +99,30 @@ fn a_rows_products_by_matrices_of_one_type_run_in_one_launch_with_their_own_bits
     let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
     let m: Vec<_> = mats.iter().map(|&(name, _, rows)| b.upload_matrix(&file, file.tensor(name).unwrap(), rows, cols).unwrap()).collect();
     let biases: Vec<_> = mats.iter().map(|&(_, _, rows)| b.upload_vector(&rng.values(rows, 1.0)).unwrap()).collect();
-    let x = b.upload_tensor(1, cols, &rng.values(cols, 3.0)).unwrap();
-    let alone: Vec<Vec<u32>> =
-        (0..mats.len()).map(|i| bits(b.to_host(b.matmul_each(&[&m[i]], &[Some(&biases[i])], &x).unwrap().remove(0)).unwrap())).collect();
-    let alone_unbiased: Vec<Vec<u32>> =
-        (0..mats.len()).map(|i| bits(b.to_host(b.matmul_each(&[&m[i]], &[None], &x).unwrap().remove(0)).unwrap())).collect();
-    // q, k, v: one launch besides the row's quantization; q, k, v6: two; q, k, v, v6, o8: q k v in
-    // one (three at most), then v6, then o8; biases on some
-    for (set, launches) in [(vec![0, 1, 2], 1), (vec![0, 1, 3], 2), (vec![0, 1, 2, 3, 4], 3), (vec![1, 0, 2, 4], 2)] {
-        for biased in [|i: usize| i.is_multiple_of(2), |_| true] {
-            let ws: Vec<_> = set.iter().map(|&i| &m[i]).collect();
-            let bs: Vec<_> = set.iter().map(|&i| biased(i).then_some(&biases[i])).collect();
-            let before = kernels::Issued::on_this_thread().launches;
-            let outs = b.matmul_each(&ws, &bs, &x).unwrap();
-            assert_eq!(kernels::Issued::on_this_thread().launches - before, 1 + launches, "{set:?}: launches with the quantization");
-            for (&i, out) in set.iter().zip(outs) {
-                let want = if biased(i) { &alone[i] } else { &alone_unbiased[i] };
-                assert_eq!(&bits(b.to_host(out).unwrap()), want, "{set:?}: matrix {}", mats[i].0);
+    for rows in [1usize, 3] {
+        let x = b.upload_tensor(rows, cols, &rng.values(rows * cols, 3.0)).unwrap();
+        let alone: Vec<Vec<u32>> = (0..mats.len())
+            .map(|i| bits(b.to_host(b.matmul_each(&[&m[i]], &[Some(&biases[i])], &x).unwrap().remove(0)).unwrap()))
+            .collect();
+        let alone_unbiased: Vec<Vec<u32>> =
+            (0..mats.len()).map(|i| bits(b.to_host(b.matmul_each(&[&m[i]], &[None], &x).unwrap().remove(0)).unwrap())).collect();
+        // q, k, v: one launch besides the row's quantization; q, k, v6: two; q, k, v, v6, o8: q k v in
+        // one (three at most), then v6, then o8; biases on some
+        for (set, launches) in [(vec![0, 1, 2], 1), (vec![0, 1, 3], 2), (vec![0, 1, 2, 3, 4], 3), (vec![1, 0, 2, 4], 2)] {
+            for biased in [|i: usize| i.is_multiple_of(2), |_| true] {
+                let ws: Vec<_> = set.iter().map(|&i| &m[i]).collect();
+                let bs: Vec<_> = set.iter().map(|&i| biased(i).then_some(&biases[i])).collect();
+                let before = kernels::Issued::on_this_thread().launches;
+                let outs = b.matmul_each(&ws, &bs, &x).unwrap();
+                assert_eq!(
+                    kernels::Issued::on_this_thread().launches - before,
+                    1 + launches,
+                    "{rows} rows, {set:?}: launches with the quantization"
+                );
+                for (&i, out) in set.iter().zip(outs) {
+                    let want = if biased(i) { &alone[i] } else { &alone_unbiased[i] };
+                    assert_eq!(&bits(b.to_host(out).unwrap()), want, "{rows} rows, {set:?}: matrix {}", mats[i].0);
+                }
             }
         }
     }
@@ -123,10 +130,9 @@ fn a_rows_products_by_matrices_of_one_type_run_in_one_launch_with_their_own_bits
 
 #[test]
 fn a_gated_units_one_pass_gives_the_bits_of_its_two_products_and_the_activation() {
-    // Decoding's gated unit in one kernel (one row) against the two products and the glu
-    // kernel: every output's bits, with and without biases, for every activation (SiLU's exp
-    // changes past the last full chunk of 16: 70 outputs leave 6); and several rows, which take
-    // the two products, the same.
+    // Decoding's gated unit in one kernel (one row, or a few sequences' rows) against the two
+    // products and the glu kernel: every output's bits, with and without biases, for every
+    // activation (SiLU's exp changes past the last full chunk of 16: 70 outputs leave 6).
     let b = SimBackend::new();
     let mut rng = Rng::new(0x61f0);
     let (rows, cols) = (70usize, 512usize);
@@ -144,7 +150,7 @@ fn a_gated_units_one_pass_gives_the_bits_of_its_two_products_and_the_activation(
     for (i, &ty) in types.iter().enumerate() {
         let gate = b.upload_matrix(&file, file.tensor(&format!("gate{i}")).unwrap(), rows, cols).unwrap();
         let up = b.upload_matrix(&file, file.tensor(&format!("up{i}")).unwrap(), rows, cols).unwrap();
-        for (batch, act) in acts.iter().map(|&act| (1usize, act)).chain([(3, Activation::Silu)]) {
+        for (batch, act) in acts.iter().map(|&act| (1usize, act)).chain([(3, Activation::Silu), (8, Activation::Gelu)]) {
             let x = b.upload_tensor(batch, cols, &rng.values(batch * cols, 3.0)).unwrap();
             for biases in [[None, None], [Some(&bias_g), Some(&bias_u)]] {
                 let start = kernels::Issued::on_this_thread().launches;
@@ -156,9 +162,8 @@ fn a_gated_units_one_pass_gives_the_bits_of_its_two_products_and_the_activation(
             }
         }
     }
-    // one row: the activations' conversion to Q8_1 and the one pass; three rows: the conversion,
-    // two products and the glu
-    let per_type = 2 * (4 * 2 + 4) as u64;
+    // one row or several: the activations' conversion to Q8_1 and the one pass
+    let per_type = 2 * 6 * 2u64;
     assert_eq!(fused_launches, types.len() as u64 * per_type, "launches of the gated unit");
 }
 
@@ -235,9 +240,9 @@ fn products_of_a_norms_output_read_the_blocks_the_norm_wrote_with_the_bits_of_a_
         let (fused, fused_launches) = products(&normed);
         let (want, want_launches) = apart(b.to_host(b.select_rows(&normed, &(0..rows).collect::<Vec<_>>()).unwrap()).unwrap(), rows);
         assert_eq!(fused, want, "{rows} rows: rms_norm's blocks against a conversion of its output");
-        // one row: the query and key in one launch, the down product in another; several rows:
-        // one launch per product; a conversion of each set's input besides, apart
-        let per_set = if rows == 1 { 2 } else { 3 };
+        // the query and key in one launch, the down product in another; a conversion of each
+        // set's input besides, apart
+        let per_set = 2;
         assert_eq!((fused_launches, want_launches), (per_set, per_set + 2), "{rows} rows: launches of the products");
 
         // the next norm of the pass writes the same buffers with the new rows' blocks

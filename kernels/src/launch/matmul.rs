@@ -179,21 +179,22 @@ pub struct ProductSet<'a, B> {
 /// The most products [`mul_mat_vec_sets`] runs in one launch.
 pub const PRODUCT_SETS_MAX: usize = 3;
 
-/// One row of Q8_1 activations `xq` times up to [`PRODUCT_SETS_MAX`] matrices of one quantized
-/// type and row size (a decoding step's query, key and value projections) in one launch, each
-/// output with the bits [`mul_mat`] gives it alone.
-pub fn mul_mat_vec_sets<R: Runtime>(rt: &R, sets: &[ProductSet<'_, R::Buffer>], xq: &R::Buffer) -> Result<(), RuntimeError> {
+/// `batch` rows of Q8_1 activations `xq` (a decoding step's, up to [`MATVEC_ROWS`] per block)
+/// times up to [`PRODUCT_SETS_MAX`] matrices of one quantized type and row size (the query, key
+/// and value projections) in one launch, each output with the bits [`mul_mat`] gives it alone.
+pub fn mul_mat_vec_sets<R: Runtime>(rt: &R, sets: &[ProductSet<'_, R::Buffer>], xq: &R::Buffer, batch: usize) -> Result<(), RuntimeError> {
+    let (kernel, tiles) = if batch == 1 { ("mul_mat_vec_q_sets", 1) } else { ("mul_mat_vec_q_sets_rows", batch.div_ceil(MATVEC_ROWS)) };
     const K: &str = "mul_mat_vec_q_sets";
     let Some(first) = sets.first() else { return Ok(()) };
     let m0 = first.m;
     if sets.len() > PRODUCT_SETS_MAX || sets.iter().any(|s| (s.m.ty, s.m.cols, s.m.row_bytes) != (m0.ty, m0.cols, m0.row_bytes)) {
         return Err(RuntimeError::Device(format!("{K}: 1 to {PRODUCT_SETS_MAX} matrices of one type and row size")));
     }
-    let (_, xq, n_chunks, x_bytes) = matmul_operands((K, K), MatmulInput::Q8_1(xq), m0, 1)?;
+    let (_, xq, n_chunks, x_bytes) = matmul_operands((K, K), MatmulInput::Q8_1(xq), m0, batch)?;
     check(rt, K, "x", xq, x_bytes)?;
     for s in sets {
         check(rt, K, "w", s.w, s.at + s.m.rows * s.m.row_bytes)?;
-        check(rt, K, "out", s.out, s.m.rows * 4)?;
+        check(rt, K, "out", s.out, batch * s.m.rows * 4)?;
         if let Some(b) = s.bias {
             check(rt, K, "bias", b, s.m.rows * 4)?;
         }
@@ -208,7 +209,7 @@ pub fn mul_mat_vec_sets<R: Runtime>(rt: &R, sets: &[ProductSet<'_, R::Buffer>], 
         None => Arg::I64(0),
     };
     let blocks: usize = (0..PRODUCT_SETS_MAX).map(|i| rows(i).div_ceil(per_block)).sum();
-    let args = [
+    let mut args = vec![
         Arg::BufAt(at(0).w, at(0).at),
         Arg::BufAt(at(1).w, at(1).at),
         Arg::BufAt(at(2).w, at(2).at),
@@ -217,6 +218,11 @@ pub fn mul_mat_vec_sets<R: Runtime>(rt: &R, sets: &[ProductSet<'_, R::Buffer>], 
         Arg::I32(int(K, "inner size", n_chunks)?),
         Arg::I32(lanes as i32),
         Arg::Buf(xq),
+    ];
+    if batch > 1 {
+        args.push(Arg::I32(int(K, "rows", batch)?));
+    }
+    args.extend([
         bias(0),
         bias(1),
         bias(2),
@@ -226,8 +232,8 @@ pub fn mul_mat_vec_sets<R: Runtime>(rt: &R, sets: &[ProductSet<'_, R::Buffer>], 
         Arg::I32(int(K, "outputs", rows(0))?),
         Arg::I32(int(K, "outputs", rows(1))?),
         Arg::I32(int(K, "outputs", rows(2))?),
-    ];
-    go(rt, K, [dim(K, "blocks", blocks)?, 1, 1], MULMAT_THREADS as u32, &args)
+    ]);
+    go(rt, kernel, [dim(K, "blocks", blocks)?, dim(K, "row tiles", tiles)?, 1], MULMAT_THREADS as u32, &args)
 }
 
 /// The slots of an indexed gated unit ([`mul_mat_glu`]): slot `p` is activation row
@@ -241,25 +247,26 @@ pub struct GluSlots<'a> {
 }
 
 /// A gated unit's decoding step in one launch: `out = glu(act, x · gateᵀ (+ bias), x · upᵀ (+
-/// bias))` for one row of Q8_1 activations (`slots` none), or for every slot of an indexed
-/// product (no biases); `gate` and `up` (byte offsets into their buffers, an expert stack's
-/// first) of the same type and shape `m`. The bits of two [`mul_mat`]s (or [`mul_mat_id`](super::mul_mat_id)s) then
-/// [`glu`](super::glu) (`act` as its).
+/// bias))` for `batch` rows of Q8_1 activations (`slots` none; up to [`MATVEC_ROWS`] per block),
+/// or for every slot of an indexed product (no biases; `batch` unused); `gate` and `up` (byte
+/// offsets into their buffers, an expert stack's first) of the same type and shape `m`. The
+/// bits of two [`mul_mat`]s (or [`mul_mat_id`](super::mul_mat_id)s) then [`glu`](super::glu)
+/// (`act` as its).
 #[allow(clippy::too_many_arguments)]
 pub fn mul_mat_glu<R: Runtime>(
     rt: &R,
     (gate, gate_at): (&R::Buffer, usize),
     (up, up_at): (&R::Buffer, usize),
     m: MatrixArgs,
-    xq: &R::Buffer,
+    (xq, batch): (&R::Buffer, usize),
     slots: Option<GluSlots<'_>>,
     biases: Option<(&R::Buffer, &R::Buffer)>,
     out: &R::Buffer,
     act: i32,
 ) -> Result<(), RuntimeError> {
     const K: &str = "mul_mat_vec_q_glu";
-    let rows = slots.map_or(1, |s| s.ids.len().div_ceil(s.per_row.max(1)));
-    let outs = slots.map_or(1, |s| s.ids.len());
+    let rows = slots.map_or(batch, |s| s.ids.len().div_ceil(s.per_row.max(1)));
+    let outs = slots.map_or(batch, |s| s.ids.len());
     let (_, xb, inner, x_bytes) = matmul_operands((K, K), MatmulInput::Q8_1(xq), m, rows)?;
     let weights = slots.map_or(m.rows * m.row_bytes, |s| stack_bytes(s.count, s.stride, m));
     check(rt, K, "gate", gate, gate_at + weights)?;
@@ -284,9 +291,31 @@ pub fn mul_mat_glu<R: Runtime>(
         None => None,
     };
     let lanes = lanes_per_output(inner);
-    let grid = [dim(K, "blocks", m.rows.div_ceil(MULMAT_THREADS / lanes))?, dim(K, "slots", outs)?, 1];
+    let blocks = dim(K, "blocks", m.rows.div_ceil(MULMAT_THREADS / lanes))?;
     // unused pointers when there are no biases or ids
     let (bg, bu) = biases.unwrap_or((gate, gate));
+    if slots.is_none() && batch > 1 {
+        // a few sequences' rows, MATVEC_ROWS to a block
+        let args = [
+            Arg::BufAt(gate, gate_at),
+            Arg::BufAt(up, up_at),
+            Arg::I64(m.row_bytes as i64),
+            Arg::I32(m.ty as i32),
+            Arg::I32(int(K, "inner size", inner)?),
+            Arg::I32(lanes as i32),
+            Arg::Buf(xb),
+            Arg::I32(int(K, "rows", batch)?),
+            Arg::Buf(bg),
+            Arg::Buf(bu),
+            Arg::Buf(out),
+            Arg::I32(int(K, "outputs", m.rows)?),
+            Arg::I32(i32::from(biases.is_some())),
+            Arg::I32(act),
+        ];
+        let tiles = dim(K, "row tiles", batch.div_ceil(MATVEC_ROWS))?;
+        return go(rt, "mul_mat_vec_q_glu_rows", [blocks, tiles, 1], MULMAT_THREADS as u32, &args);
+    }
+    let grid = [blocks, dim(K, "slots", outs)?, 1];
     let args = [
         Arg::BufAt(gate, gate_at),
         Arg::BufAt(up, up_at),

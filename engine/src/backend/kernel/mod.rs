@@ -343,14 +343,14 @@ where
         while outs.len() < ws.len() {
             let (i, w) = (outs.len(), ws[outs.len()]);
             let input = self.matmul_input("matmul", w.ty, x, &mut quantized)?;
-            // one row by several matrices of one quantized type and row size (a decoding step's
+            // a decoding step's rows by several matrices of one quantized type and row size (the
             // query, key and value): up to three products in one launch, the same bits
             let same = |v: &&&DeviceMatrix<R>| (v.ty, v.args.row_bytes) == (w.ty, w.args.row_bytes);
             let run = ws[i..].iter().take(launch::PRODUCT_SETS_MAX).take_while(same).count();
             match input {
-                MatmulInput::Q8_1(xq) if x.rows == 1 && run > 1 => {
+                MatmulInput::Q8_1(xq) if !tiled && run > 1 => {
                     let group: Vec<DeviceTensor<R>> =
-                        ws[i..i + run].iter().map(|v| self.output("matmul", 1, v.args.rows)).collect::<Result<_, _>>()?;
+                        ws[i..i + run].iter().map(|v| self.output("matmul", x.rows, v.args.rows)).collect::<Result<_, _>>()?;
                     let sets: Vec<launch::ProductSet<'_, R::Buffer>> = (i..i + run)
                         .zip(&group)
                         .map(|(k, out)| launch::ProductSet {
@@ -361,7 +361,7 @@ where
                             out: out.buf(),
                         })
                         .collect();
-                    launch::mul_mat_vec_sets(&*self.rt, &sets, xq).map_err(self.fail("matmul"))?;
+                    launch::mul_mat_vec_sets(&*self.rt, &sets, xq, x.rows).map_err(self.fail("matmul"))?;
                     outs.extend(group);
                 }
                 input => {
@@ -386,9 +386,8 @@ where
             gate.ty == up.ty && (gate.args.rows, gate.args.cols, gate.args.row_bytes) == (up.args.rows, up.args.cols, up.args.row_bytes);
         let both_biases = biases.iter().all(Option::is_some) || biases.iter().all(Option::is_none);
         let fits = biases.iter().flatten().all(|b| b.len == gate.args.rows) && gate.args.cols == x.cols;
-        if !(same && both_biases && fits && x.rows == 1) {
-            // several rows (the kernels' rows form, the tiles), one bias without the other: the
-            // two products
+        if !(same && both_biases && fits && x.rows <= MATVEC_MAX_ROWS) {
+            // a prompt's rows (the tiles), one bias without the other: the two products
             return crate::backend::products_then_glu(self, act, [gate, up], biases, x);
         }
         let mut q8 = None;
@@ -402,7 +401,8 @@ where
             [Some(g), Some(u)] => Some((&g.buf, &u.buf)),
             _ => None,
         };
-        launch::mul_mat_glu(&*self.rt, (&gate.buf, gate.at), (&up.buf, up.at), gate.args, xq, None, bias_bufs, out.buf(), act_code(act))
+        let (gate_at, up_at, x_rows) = ((&*gate.buf, gate.at), (&*up.buf, up.at), (xq, x.rows));
+        launch::mul_mat_glu(&*self.rt, gate_at, up_at, gate.args, x_rows, None, bias_bufs, out.buf(), act_code(act))
             .map_err(self.fail("matmul_glu"))?;
         Ok(out)
     }
@@ -434,8 +434,18 @@ where
         };
         let out = self.output("matmul_indexed_glu", ids.len(), gs.m.rows)?;
         let slots = launch::GluSlots { ids: &ids32, count: gs.count, stride: gs.stride, per_row: ids.len() / x.rows };
-        launch::mul_mat_glu(&*self.rt, (&gate[0].buf, gs.at), (&up[0].buf, us.at), gs.m, xq, Some(slots), None, out.buf(), act_code(act))
-            .map_err(self.fail("matmul_indexed_glu"))?;
+        launch::mul_mat_glu(
+            &*self.rt,
+            (&gate[0].buf, gs.at),
+            (&up[0].buf, us.at),
+            gs.m,
+            (xq, x.rows),
+            Some(slots),
+            None,
+            out.buf(),
+            act_code(act),
+        )
+        .map_err(self.fail("matmul_indexed_glu"))?;
         Ok(out)
     }
 
