@@ -6,7 +6,7 @@
 #                                   the CPU execution harness built in), every kernel compiled
 #                                   by NVRTC to CUBINs for sm_90 (the lent H100 / H200; sm_80's
 #                                   are made and reported, then left out: an A100 takes the
-#                                   PTX) and PTX for compute_80 (gzipped)
+#                                   PTX) and PTX for compute_80 (each gzipped)
 #                                   with ptxas's register and spill report, the tiny models' two
 #                                   F32 bases (every other weight type is made there),
 #                                   llama.cpp's goldens, and the vocabularies (files without
@@ -41,8 +41,8 @@ prepare() {
   rm -rf "$BUNDLE"
   mkdir -p "$BUNDLE/bin" "$BUNDLE/fixtures/models/golden"
   ENGINE_NVRTC=$nvrtc target/debug/prepare-kernels "$BUNDLE/kernels" >&2
-  # the machines lent are Hopper: sm_80's images (2 MiB) would only crowd the 60 MiB
-  rm -f "$BUNDLE"/kernels/*.sm_80.cubin
+  # the machines lent are Hopper: sm_80's images would only crowd the 60 MiB
+  rm -f "$BUNDLE"/kernels/*.sm_80.cubin.gz
   cp target/debug/device-check "$BUNDLE/bin/"
   strip "$BUNDLE/bin/device-check"
   cp "$bases"/tiny-llama-base-f32.gguf "$bases"/tiny-granite-base-f32.gguf "$BUNDLE/fixtures/models/"

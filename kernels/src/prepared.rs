@@ -1,8 +1,8 @@
 //! Kernels compiled ahead of time, for a GPU machine that has the driver and nothing else: every
 //! source compiled here by NVRTC to a CUBIN per architecture (`sm_80`, `sm_90`) and to PTX for
-//! `compute_80` (which the driver compiles for any later GPU; kept gzipped, a tenth of its size,
-//! so that the folder travels within the device machine's limits), written into one folder with
-//! ptxas's resource report. The CUDA runtime loads from that folder when `ENGINE_CUDA_MODULES`
+//! `compute_80` (which the driver compiles for any later GPU), each kept gzipped (a CUBIN to a
+//! third of its size, PTX to a tenth, so that the folder travels within the device machine's
+//! limits), written into one folder with ptxas's resource report. The CUDA runtime loads from that folder when `ENGINE_CUDA_MODULES`
 //! names it: the CUBIN of the GPU's own architecture, else the PTX, else NVRTC as usual.
 
 use std::fmt::Write as _;
@@ -26,9 +26,9 @@ fn stem(source: &KernelSource) -> &'static str {
     source.name.strip_suffix(".cu").unwrap_or(source.name)
 }
 
-/// `DIR/<stem>.<arch>.cubin` or `DIR/<stem>.<arch>.ptx.gz`.
+/// `DIR/<stem>.<arch>.cubin.gz` or `DIR/<stem>.<arch>.ptx.gz`.
 pub fn module_path(dir: &Path, source: &KernelSource, arch: &str) -> PathBuf {
-    let ext = if arch.starts_with("compute_") { "ptx.gz" } else { "cubin" };
+    let ext = if arch.starts_with("compute_") { "ptx.gz" } else { "cubin.gz" };
     dir.join(format!("{}.{arch}.{ext}", stem(source)))
 }
 
@@ -43,7 +43,7 @@ pub enum Prepared {
 
 /// The prepared module of `source` for a GPU of `arch` (`sm_90`), if the folder holds one.
 pub fn find(dir: &Path, source: &KernelSource, arch: &str) -> Option<Prepared> {
-    if let Ok(cubin) = std::fs::read(module_path(dir, source, arch)) {
+    if let Some(cubin) = read_packed(&module_path(dir, source, arch)) {
         return Some(Prepared::Cubin(cubin));
     }
     let ptx_major: u32 = PTX_ARCH.trim_start_matches("compute_").parse().ok()?;
@@ -51,16 +51,21 @@ pub fn find(dir: &Path, source: &KernelSource, arch: &str) -> Option<Prepared> {
     if gpu < ptx_major {
         return None;
     }
-    let packed = std::fs::read(module_path(dir, source, PTX_ARCH)).ok()?;
-    let mut ptx = Vec::new();
-    flate2::read::GzDecoder::new(&packed[..]).read_to_end(&mut ptx).ok()?;
-    Some(Prepared::Ptx(ptx))
+    read_packed(&module_path(dir, source, PTX_ARCH)).map(Prepared::Ptx)
 }
 
-/// `ptx` as the folder keeps it (gzip).
-pub fn pack_ptx(ptx: &[u8]) -> Vec<u8> {
+/// A module's bytes from its file in the folder, unpacked; None without a readable one.
+pub fn read_packed(path: &Path) -> Option<Vec<u8>> {
+    let packed = std::fs::read(path).ok()?;
+    let mut module = Vec::new();
+    flate2::read::GzDecoder::new(&packed[..]).read_to_end(&mut module).ok()?;
+    Some(module)
+}
+
+/// A module (CUBIN or PTX) as the folder keeps it (gzip).
+pub fn pack(module: &[u8]) -> Vec<u8> {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    gz.write_all(ptx).and_then(|()| gz.finish()).expect("gzip into memory")
+    gz.write_all(module).and_then(|()| gz.finish()).expect("gzip into memory")
 }
 
 /// The folder `ENGINE_CUDA_MODULES` names, if set.
@@ -92,10 +97,10 @@ pub fn write_all_seeing(dir: &Path, mut see: impl FnMut(&KernelSource, &str, &Co
                 );
             }
             see(source, arch, &module);
-            write(module_path(dir, source, arch), &module.cubin)?;
+            write(module_path(dir, source, arch), &pack(&module.cubin))?;
         }
         let ptx = compile_ptx(source, PTX_ARCH)?;
-        write(module_path(dir, source, PTX_ARCH), &pack_ptx(&ptx.cubin))?;
+        write(module_path(dir, source, PTX_ARCH), &pack(&ptx.cubin))?;
     }
     write(dir.join(REPORT), report.as_bytes())?;
     Ok(report)
@@ -118,15 +123,15 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("prepared-kernels-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let norm = SOURCES.iter().find(|s| s.name == "norm.cu").unwrap();
-        std::fs::write(module_path(&dir, norm, "sm_90"), b"cubin").unwrap();
-        std::fs::write(module_path(&dir, norm, PTX_ARCH), pack_ptx(b"ptx\0")).unwrap();
+        std::fs::write(module_path(&dir, norm, "sm_90"), pack(b"cubin")).unwrap();
+        std::fs::write(module_path(&dir, norm, PTX_ARCH), pack(b"ptx\0")).unwrap();
         assert_eq!(find(&dir, norm, "sm_90"), Some(Prepared::Cubin(b"cubin".to_vec())));
         assert_eq!(find(&dir, norm, "sm_120a"), Some(Prepared::Ptx(b"ptx\0".to_vec())));
         assert_eq!(find(&dir, norm, "sm_86"), Some(Prepared::Ptx(b"ptx\0".to_vec())));
         assert_eq!(find(&dir, norm, "sm_75"), None, "PTX of compute_80 cannot run on an older GPU");
         let rope = SOURCES.iter().find(|s| s.name == "rope.cu").unwrap();
         assert_eq!(find(&dir, rope, "sm_90"), None);
-        assert_eq!(module_path(&dir, norm, "sm_80").file_name().unwrap(), "norm.sm_80.cubin");
+        assert_eq!(module_path(&dir, norm, "sm_80").file_name().unwrap(), "norm.sm_80.cubin.gz");
         assert_eq!(module_path(&dir, norm, PTX_ARCH).file_name().unwrap(), "norm.compute_80.ptx.gz");
         std::fs::remove_dir_all(dir).unwrap();
     }

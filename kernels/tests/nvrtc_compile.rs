@@ -53,7 +53,7 @@ fn every_kernel_compiles_for_sm_80_and_sm_90_without_spills_into_the_prepared_fo
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     for source in SOURCES {
         for arch in kernels::prepared::CUBIN_ARCHS {
-            let cubin = std::fs::read(kernels::prepared::module_path(&dir, source, arch)).unwrap();
+            let cubin = kernels::prepared::read_packed(&kernels::prepared::module_path(&dir, source, arch)).unwrap();
             assert!(cubin.starts_with(b"\x7fELF"), "{} {arch}: not an ELF image", source.name);
             for name in source.entry_points() {
                 assert!(report.lines().any(|l| l.starts_with(&format!("{}\t{name}\t{arch}\t", source.name))), "{name} {arch} not reported");
