@@ -406,18 +406,24 @@ pub(crate) fn forward<B: Backend>(
         }
         residual = Some(d);
     }
-    if let Some(d) = residual {
-        b.add_scaled(&mut x, &d, c.residual_scale)?;
-    }
     for entry in batch {
         kv.set_len(entry.seq, entry.pos as usize + 1);
     }
 
     // logits for the entries that want them
     let wanted: Vec<usize> = (0..n).filter(|&i| batch[i].logits).collect();
-    let xs = b.select_rows(&x, &wanted)?;
     let mut normed = b.zeros(wanted.len(), e)?;
-    b.rms_norm(&xs, &w.output_norm, eps, &mut normed)?;
+    if wanted.len() == n {
+        // every row (a decoding step): the last residual added in the output norm's pass, no
+        // rows selected (the bits of the addition, the selection of all rows, then the norm)
+        add_then_norm(b, &mut x, residual, c.residual_scale, Some(&w.output_norm), eps, &mut normed)?;
+    } else {
+        if let Some(d) = residual {
+            b.add_scaled(&mut x, &d, c.residual_scale)?;
+        }
+        let xs = b.select_rows(&x, &wanted)?;
+        b.rms_norm(&xs, &w.output_norm, eps, &mut normed)?;
+    }
     let mut logits = linear(b, &w.output, ScaleAt::BeforeBias, &normed, &lora.select(&wanted))?; // wanted x n_logits
     if c.logit_scale != 1.0 {
         b.scale(&mut logits, 1.0 / c.logit_scale)?;
