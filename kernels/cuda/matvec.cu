@@ -34,11 +34,6 @@ KERNEL void mul_mat_vec_q(const uint8_t* w, int64_t expert_bytes, int64_t row_by
     mul_mat_q_tile<1, 1>(w, w, row_bytes, type, n_chunks, lanes, xq, row, batch, bias, bias, out, n_out, has_bias, 0, BLOCK_ID);
 }
 
-// the batch's rows MATVEC_ROWS per block; grid (ceil(n_out · lanes / 128), ceil(batch / MATVEC_ROWS))
-KERNEL void mul_mat_vec_q_rows(const uint8_t* w, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, int batch, const float* bias, float* out, int n_out, int has_bias) {
-    mul_mat_q_tile<MATVEC_ROWS, 1>(w, w, row_bytes, type, n_chunks, lanes, xq, BLOCK_ID_Y * MATVEC_ROWS, batch, bias, bias, out, n_out, has_bias, 0, BLOCK_ID);
-}
-
 // A gated unit's two products and its activation in one pass (decoding's feed-forward): out =
 // glu_value(act, gate, up) of the products by `w` (the gate's rows) and `w2` (the up's), each
 // with the bits mul_mat_vec_q gives it, so the same as the two products then activation.cu's
@@ -99,7 +94,9 @@ KERNEL void mul_mat_vec_q_sets(const uint8_t* w0, const uint8_t* w1, const uint8
 }
 
 // The same for a batch of rows, MATVEC_ROWS per block along y (each matrix's output rows of
-// n_m values). Grid (the sum of the three, ceil(batch / MATVEC_ROWS)), 128 threads.
+// n_m values): also a plain product of a few rows (a set of one), so that one body of 8-row
+// tiles is compiled for them both. Grid (the sum of the three, ceil(batch / MATVEC_ROWS)), 128
+// threads.
 KERNEL void mul_mat_vec_q_sets_rows(const uint8_t* w0, const uint8_t* w1, const uint8_t* w2, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, int batch, const float* bias0, const float* bias1, const float* bias2, float* out0, float* out1, float* out2, int n0, int n1, int n2) {
     int block = BLOCK_ID;
     const uint8_t* w = w0;

@@ -12,8 +12,8 @@ pub(super) const MULMAT_THREADS: usize = 128;
 pub(super) const MULMAT_WARPS: usize = 4;
 /// Activation rows per block of `mul_mat_f`.
 pub const MULMAT_TILE: usize = 8;
-/// Activation rows per block of `mul_mat_vec_q_rows` (`matvec.cu`), which takes batches of 2 up
-/// to the tiled kernels' (one row: `mul_mat_vec_q`).
+/// Activation rows per block of the `_rows` matrix-vector kernels (`matvec.cu`), which take
+/// batches of 2 up to the tiled kernels' (one row: `mul_mat_vec_q`).
 pub const MATVEC_ROWS: usize = 8;
 /// Chunks of 32 values per segment of a quantized product's sums (`mulmat.cuh`).
 pub const SEGMENT_CHUNKS: usize = 8;
@@ -124,11 +124,11 @@ pub fn mul_mat<R: Runtime>(
     out: &R::Buffer,
     tiled: bool,
 ) -> Result<(), RuntimeError> {
-    let kernels = match (tiled, batch) {
-        (true, _) => ("mul_mat_q", "mul_mat_f"),
-        (false, 1) => ("mul_mat_vec_q", "mul_mat_vec_f"),
-        (false, _) => ("mul_mat_vec_q_rows", "mul_mat_vec_f"),
-    };
+    if let (false, 2.., MatmulInput::Q8_1(xq)) = (tiled, batch, &x) {
+        // a few rows: the sets' kernel with one product (one body of 8-row tiles to compile)
+        return mul_mat_vec_sets(rt, &[ProductSet { w, at: w_at, m, bias, out }], xq, batch);
+    }
+    let kernels = if tiled { ("mul_mat_q", "mul_mat_f") } else { ("mul_mat_vec_q", "mul_mat_vec_f") };
     let (kernel, xb, inner, x_bytes) = matmul_operands(kernels, x, m, batch)?;
     check(rt, kernel, "w", w, w_at + m.rows * m.row_bytes)?;
     check(rt, kernel, "x", xb, x_bytes)?;
@@ -152,9 +152,6 @@ pub fn mul_mat<R: Runtime>(
         "mul_mat_q" => (MMA_W, MMA_X, vec![w_arg, no_stride, row_bytes, ty, n_inner, Arg::Buf(xb), n_batch, no_ids, Arg::I64(0), one]),
         "mul_mat_vec_q" => {
             (MULMAT_THREADS / lanes, 1, vec![w_arg, no_stride, row_bytes, ty, n_inner, lanes_arg, Arg::Buf(xb), n_batch, no_ids, one])
-        }
-        "mul_mat_vec_q_rows" => {
-            (MULMAT_THREADS / lanes, MATVEC_ROWS, vec![w_arg, row_bytes, ty, n_inner, lanes_arg, Arg::Buf(xb), n_batch])
         }
         "mul_mat_f" => (MULMAT_WARPS, MULMAT_TILE, vec![w_arg, row_bytes, ty, n_inner, Arg::Buf(xb), n_batch]),
         _ => (MULMAT_WARPS, 1, vec![w_arg, no_stride, row_bytes, ty, n_inner, Arg::Buf(xb), n_batch, no_ids, one]),
