@@ -8,8 +8,9 @@ reports where the time went.
 Reads cargo's JSON messages on stdin as cargo writes them. With --fixtures, CMD (a shell command)
 runs once, as soon as cargo has built engine-cli, with that binary's path as its last argument:
 the fixtures are made beside the rest of the build. Every test executable then runs in its
-package's folder once the fixtures are there, in the order cargo finishes them, the first ones
-beside the build's tail (the build keeps its lower priority, tools/test.sh): the libtest binaries
+package's folder once the fixtures are there, in the order cargo finishes them: one at a time
+beside the build's tail (the build keeps its lower priority, tools/test.sh), then as many at once
+as the machine has cores, each one's output printed whole when it ends: the libtest binaries
 with ARG... (a filter, `--ignored`, ...) and each test's time reported, the benches (criterion,
 `harness = false`) once in test mode, as `cargo test` runs them. Every binary runs even after a
 failure; a failed build runs nothing more. Prints when the build and the fixtures finished, each
@@ -24,7 +25,6 @@ import json
 import os
 import queue
 import re
-import resource
 import shlex
 import subprocess
 import sys
@@ -62,30 +62,33 @@ def read_messages(messages, out):
     out.put((BUILD_DONE, success))
 
 
-def cpu_seconds():
-    """User plus system CPU time of every finished child process (and theirs, once waited for)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def run(binary, args):
-    """Runs one test binary, echoing its output; returns (exit status, seconds, CPU seconds,
-    [(test, seconds)])."""
+def run(binary, args, lock):
+    """Runs one test binary, its output held until it ends, then printed whole under `lock` (the
+    binaries that run side by side never interleave their lines); returns (exit status, seconds,
+    CPU seconds of it and the processes it waited for, [(test, seconds)])."""
     package, kind, name, path, folder = binary
     bench = kind == "bench"
     argv = [path] + ([] if bench else ["-Z", "unstable-options", "--report-time"] + args)
-    print(f"     Running {package} {kind} {name} ({os.path.relpath(path)})", flush=True)
     env = dict(os.environ, RUSTC_BOOTSTRAP="1")
-    t0, cpu0 = time.monotonic(), cpu_seconds()
+    with lock:
+        print(f"     Running {package} {kind} {name} ({os.path.relpath(path)})", flush=True)
+    t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    lines = proc.stdout.readlines()
+    # wait4 gives this child's own resource usage: several children run at once
+    _, wait_status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(wait_status)
+    seconds = time.monotonic() - t0
     times = []
-    for line in proc.stdout:
-        sys.stdout.write(line)
+    for line in lines:
         m = TEST_TIME.match(line)
         if m and m.group(3):
             times.append((f"{package}::{name}::{m.group(1)}", float(m.group(3))))
-    status = proc.wait()
-    return status, time.monotonic() - t0, cpu_seconds() - cpu0, times
+    with lock:
+        print(f"     Output of {package} {kind} {name} ({seconds:.1f} s)", flush=True)
+        sys.stdout.write("".join(lines))
+        sys.stdout.flush()
+    return proc.returncode, seconds, usage.ru_utime + usage.ru_stime, times
 
 
 def main():
@@ -128,17 +131,41 @@ def main():
         print(f"== fixtures: {time.monotonic() - fixtures[1]:.0f} s" + ("" if status == 0 else ": FAILED"), flush=True)
         if status != 0:
             sys.exit("run-tests: the fixtures failed")
-    # then each test binary as it comes
+    # then each test binary as it comes: one at a time beside the build (which takes the cores
+    # they leave), as many at once as the machine has cores once it has finished
+    lock, done = threading.Lock(), queue.Queue()
+    running = 0
+
+    def run_into_done(binary):
+        try:
+            done.put((binary, run(binary, args, lock)))
+        except Exception as error:  # a binary that cannot start counts as failed
+            with lock:
+                print(f"run-tests: {binary[2]}: {error}", flush=True)
+            done.put((binary, (1, 0.0, 0.0, [])))
+
+    def finish(block):
+        nonlocal running
+        try:
+            binary, (status, seconds, cpu, times) = done.get(block=block, timeout=0.2 if block else None)
+        except queue.Empty:
+            return
+        running -= 1
+        per_binary.append((seconds, cpu, binary))
+        per_test.extend(times)
+        if status != 0:
+            failed.append(binary)
+
     while build_ok is not False:
         while take(block=False):
             pass
-        if pending:
-            binary = pending.pop(0)
-            status, seconds, cpu, times = run(binary, args)
-            per_binary.append((seconds, cpu, binary))
-            per_test += times
-            if status != 0:
-                failed.append(binary)
+        finish(block=False)
+        width = 1 if build_ok is None else max(1, os.cpu_count() or 1)
+        if pending and running < width:
+            running += 1
+            threading.Thread(target=run_into_done, args=(pending.pop(0),), daemon=True).start()
+        elif running:
+            finish(block=True)
         elif build_ok is None:
             take(block=True)
         else:

@@ -7,9 +7,10 @@
 #    every crate a second time);
 # 2. the large fixtures that are not committed, made with that build's engine-cli as soon as
 #    cargo has built it, beside the rest of the build;
-# 3. every test binary as cargo finishes it, once the fixtures are there (tools/run-tests.py:
-#    each bench once in test mode; when the build and the fixtures finished, the time of each
-#    binary and the 10 slowest tests printed at the end).
+# 3. every test binary as cargo finishes it, once the fixtures are there: one at a time beside
+#    the build, as many at once as the machine has cores after it (tools/run-tests.py: each
+#    bench once in test mode; when the build and the fixtures finished, the time of each binary
+#    and the 10 slowest tests printed at the end).
 # The build runs at a lower priority than the fixtures and the tests: on a machine of few cores
 # it takes what they leave idle, instead of its last crates leaving a core idle while the tests
 # wait for them.
