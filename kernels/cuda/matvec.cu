@@ -57,25 +57,28 @@ KERNEL void mul_mat_vec_q_glu_rows(const uint8_t* w, const uint8_t* w2, int64_t 
     mul_mat_q_tile<MATVEC_ROWS, 2>(w, w2, row_bytes, type, n_chunks, lanes, xq, BLOCK_ID_Y * MATVEC_ROWS, batch, bias, bias2, out, n_out, has_bias, act, BLOCK_ID);
 }
 
-// The product that launch block `block` of mul_mat_vec_q_sets(_rows) computes: `block` set to
-// its place among that product's blocks, the pointers and size to its matrix's.
-DEVICE void product_of_block(int lanes, int n0, int n1, int& block, const uint8_t*& w, const uint8_t* w1, const uint8_t* w2, const float*& bias, const float* bias1, const float* bias2, float*& out, float* out1, float* out2, int& n_out, int n2) {
+// One product of a set and the place of a launch block among that product's blocks.
+struct SetProduct {
+    const uint8_t* w;
+    const float* bias;
+    float* out;
+    int n_out;
+    int block;
+};
+
+// The product that launch block `block` of mul_mat_vec_q_sets(_rows) computes: matrix 0's
+// blocks first, then matrix 1's, then matrix 2's.
+DEVICE SetProduct product_of_block(int lanes, int block, const uint8_t* w0, const uint8_t* w1, const uint8_t* w2, const float* bias0, const float* bias1, const float* bias2, float* out0, float* out1, float* out2, int n0, int n1, int n2) {
     const int per_block = MULMAT_THREADS / lanes;
     const int blocks0 = (n0 + per_block - 1) / per_block;
     const int blocks1 = (n1 + per_block - 1) / per_block;
-    if (block >= blocks0 + blocks1) {
-        block -= blocks0 + blocks1;
-        w = w2;
-        bias = bias2;
-        out = out2;
-        n_out = n2;
-    } else if (block >= blocks0) {
-        block -= blocks0;
-        w = w1;
-        bias = bias1;
-        out = out1;
-        n_out = n1;
+    if (block < blocks0) {
+        return SetProduct{w0, bias0, out0, n0, block};
     }
+    if (block < blocks0 + blocks1) {
+        return SetProduct{w1, bias1, out1, n1, block - blocks0};
+    }
+    return SetProduct{w2, bias2, out2, n2, block - blocks0 - blocks1};
 }
 
 // Up to three products of one activation row in one launch (decoding's query, key and value
@@ -84,13 +87,8 @@ DEVICE void product_of_block(int lanes, int n0, int n1, int& block, const uint8_
 // mul_mat_vec_q launches for it), then matrix 1's, then matrix 2's (n_2 0: none); each output
 // has mul_mat_vec_q's bits. Grid (the sum of the three, 1), 128 threads.
 KERNEL void mul_mat_vec_q_sets(const uint8_t* w0, const uint8_t* w1, const uint8_t* w2, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, const float* bias0, const float* bias1, const float* bias2, float* out0, float* out1, float* out2, int n0, int n1, int n2) {
-    int block = BLOCK_ID;
-    const uint8_t* w = w0;
-    const float* bias = bias0;
-    float* out = out0;
-    int n_out = n0;
-    product_of_block(lanes, n0, n1, block, w, w1, w2, bias, bias1, bias2, out, out1, out2, n_out, n2);
-    mul_mat_q_tile<1, 1>(w, w, row_bytes, type, n_chunks, lanes, xq, 0, 1, bias, bias, out, n_out, bias != nullptr, 0, block);
+    const SetProduct p = product_of_block(lanes, BLOCK_ID, w0, w1, w2, bias0, bias1, bias2, out0, out1, out2, n0, n1, n2);
+    mul_mat_q_tile<1, 1>(p.w, p.w, row_bytes, type, n_chunks, lanes, xq, 0, 1, p.bias, p.bias, p.out, p.n_out, p.bias != nullptr, 0, p.block);
 }
 
 // The same for a batch of rows, MATVEC_ROWS per block along y (each matrix's output rows of
@@ -98,13 +96,8 @@ KERNEL void mul_mat_vec_q_sets(const uint8_t* w0, const uint8_t* w1, const uint8
 // tiles is compiled for them both. Grid (the sum of the three, ceil(batch / MATVEC_ROWS)), 128
 // threads.
 KERNEL void mul_mat_vec_q_sets_rows(const uint8_t* w0, const uint8_t* w1, const uint8_t* w2, int64_t row_bytes, int type, int n_chunks, int lanes, const uint8_t* xq, int batch, const float* bias0, const float* bias1, const float* bias2, float* out0, float* out1, float* out2, int n0, int n1, int n2) {
-    int block = BLOCK_ID;
-    const uint8_t* w = w0;
-    const float* bias = bias0;
-    float* out = out0;
-    int n_out = n0;
-    product_of_block(lanes, n0, n1, block, w, w1, w2, bias, bias1, bias2, out, out1, out2, n_out, n2);
-    mul_mat_q_tile<MATVEC_ROWS, 1>(w, w, row_bytes, type, n_chunks, lanes, xq, BLOCK_ID_Y * MATVEC_ROWS, batch, bias, bias, out, n_out, bias != nullptr, 0, block);
+    const SetProduct p = product_of_block(lanes, BLOCK_ID, w0, w1, w2, bias0, bias1, bias2, out0, out1, out2, n0, n1, n2);
+    mul_mat_q_tile<MATVEC_ROWS, 1>(p.w, p.w, row_bytes, type, n_chunks, lanes, xq, BLOCK_ID_Y * MATVEC_ROWS, batch, p.bias, p.bias, p.out, p.n_out, p.bias != nullptr, 0, p.block);
 }
 
 // Float weights, x as f32: the batch's row y, or slot y of an indexed product (as above, x rows
