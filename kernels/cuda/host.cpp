@@ -25,6 +25,10 @@ static Dim3 block_number(unsigned long long i, Dim3 grid) {
     return Dim3{(unsigned)(i % grid.x), (unsigned)(i / grid.x % grid.y), (unsigned)(i / grid.x / grid.y)};
 }
 
+static unsigned warps_of(unsigned threads) {
+    return (threads + 31) / 32;
+}
+
 static unsigned lanes_of_warp(unsigned w, unsigned threads) {
     return threads - w * 32 < 32 ? threads - w * 32 : 32;
 }
@@ -70,8 +74,10 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
     const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
     Block b;
     b.dim = dim;
-    b.slots.assign(2 * (size_t)dim.x, 0);
-    b.parity.assign(dim.x, 0);
+    b.slots.assign(2 * (size_t)dim.x * SLOT_BYTES, 0);
+    b.exchanges.assign(dim.x, 0);
+    b.butterflies.assign(2 * (size_t)warps_of(dim.x) * 32 * 8, 0);
+    b.butterfly_of.assign(2 * (size_t)warps_of(dim.x), 0);
     reset_barriers(dim.x);
     auto next_block = [dim]() noexcept { reset_barriers(dim.x); };
     std::barrier<decltype(next_block)> between(dim.x, next_block);
@@ -83,7 +89,7 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
             block = &b;
             for (unsigned long long i = 0; i < blocks; i++) {
                 block_idx = block_number(i, grid);
-                b.parity[t] = 0;
+                b.exchanges[t] = 0;
                 kernel();
                 // a thread that returns no longer holds the others at the block's barriers
                 warp_barriers[t / 32]->arrive_and_drop();
@@ -310,10 +316,12 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
     here = &l;
     Block b;
     b.dim = dim;
-    b.slots.assign(2 * (size_t)dim.x, 0);
-    b.parity.assign(dim.x, 0);
+    b.slots.assign(2 * (size_t)dim.x * SLOT_BYTES, 0);
+    b.exchanges.assign(dim.x, 0);
+    b.butterflies.assign(2 * (size_t)warps_of(dim.x) * 32 * 8, 0);
+    b.butterfly_of.assign(2 * (size_t)warps_of(dim.x), 0);
     block = &b;
-    const unsigned warps = (dim.x + 31) / 32;
+    const unsigned warps = warps_of(dim.x);
     const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
     int status = 0;
     for (unsigned long long i = 0; i < blocks && status == 0; i++) {
@@ -327,7 +335,8 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
             l.fibers[t]->t = t;
             prepare(*l.fibers[t]);
         }
-        std::fill(b.parity.begin(), b.parity.end(), 0);
+        std::fill(b.exchanges.begin(), b.exchanges.end(), 0);
+        std::fill(b.butterfly_of.begin(), b.butterfly_of.end(), 0);
         // thread 0 first; the launcher goes on when no thread can run
         thread_idx = Dim3{0, 0, 0};
         kernels_host_switch(&l.launcher_sp, l.fibers[0]->sp);

@@ -2,7 +2,8 @@
 // as host C++ (the `host` feature of the kernels crate). A launch runs the grid's blocks one
 // after another and each block's threads as host threads: `__syncthreads` is a barrier of the
 // block, a warp shuffle goes through one slot per thread and one barrier of the warp (two slots
-// per thread, taken in turn), `__shared__` memory is a thread-local static of the kernel (one
+// per thread, taken in turn; a warp's butterfly reduction and a tensor-core product exchange
+// every value they need at one barrier, as their shuffles would give them), `__shared__` memory is a thread-local static of the kernel (one
 // block runs at a time on a launch's OS thread; a plain static under ThreadSanitizer, where one
 // launch runs at a time), and a thread that returns leaves the barriers, as on a GPU. The
 // threads are fibers (user-level threads switched at the barriers, on the launch's OS thread),
@@ -22,15 +23,24 @@ struct Dim3 {
     unsigned x = 1, y = 1, z = 1;
 };
 
+// What a lane hands its warp at one exchange, at most.
+constexpr size_t SLOT_BYTES = 64;
+
 // What one block's threads share.
 struct Block {
     Dim3 dim;
-    // two shuffle values per thread: shuffle k of a warp writes set k % 2 (`dim.x` slots each),
-    // so one barrier between the writes and the reads suffices. A thread cannot write set k % 2
-    // again (shuffle k + 2) before every lane of its warp has met the barrier of shuffle k + 1,
-    // which each reaches only after its read of shuffle k.
-    std::vector<uint64_t> slots;
-    std::vector<uint8_t> parity;  // the set each thread's next shuffle writes
+    // two exchange slots of SLOT_BYTES per thread: exchange k of a warp writes set k % 2 (`dim.x`
+    // slots each), so one barrier between the writes and the reads suffices. A thread cannot
+    // write set k % 2 again (exchange k + 2) before every lane of its warp has met the barrier of
+    // exchange k + 1, which each reaches only after its reads of exchange k.
+    std::vector<uint8_t> slots;
+    std::vector<uint32_t> exchanges;  // each thread's exchanges so far (the next writes set count % 2)
+    // per warp and set, what its lanes' butterfly reduction of the exchange there gave them
+    // (8 bytes per lane), and the exchange's number + 1 (0: none yet): the first lane to read
+    // works out every lane's result, the others read theirs (fibers; OS threads each work out
+    // their own)
+    std::vector<uint8_t> butterflies;
+    std::vector<uint32_t> butterfly_of;
 };
 
 extern thread_local Dim3 thread_idx;
@@ -41,23 +51,91 @@ extern thread_local Block* block;
 void sync_threads();
 void sync_warp();
 
-// the value of lane `src` of the calling thread's warp, as __shfl_sync: through one slot per
-// thread and one barrier of the warp
+// The calling lane's `bytes` bytes at `v` handed to its warp, through one slot per thread and
+// one barrier of the warp: returns the warp's slots, lane k's at k * SLOT_BYTES (a lane beyond
+// the block has none).
+inline const uint8_t* exchange(const void* v, size_t bytes) {
+    const unsigned t = thread_idx.x;
+    uint8_t* set = block->slots.data() + ((size_t)(block->exchanges[t] % 2) * block->dim.x + (t & ~31u)) * SLOT_BYTES;
+    block->exchanges[t]++;
+    std::memcpy(set + (t % 32) * SLOT_BYTES, v, bytes);
+    sync_warp();
+    return set;
+}
+
+// whether lane k of the calling thread's warp is in the block
+inline bool lane_exists(unsigned k) {
+    return (thread_idx.x & ~31u) + k < block->dim.x;
+}
+
+// the value of lane `src` of the calling thread's warp, as __shfl_sync (a lane beyond the block
+// gives the caller's own value)
 template <class T>
 T shfl(T v, int src) {
-    static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffled value fits a slot");
-    const unsigned t = thread_idx.x;
-    uint64_t* slots = block->slots.data() + (size_t)block->parity[t] * block->dim.x;
-    block->parity[t] ^= 1;
-    uint64_t bits = 0;
-    std::memcpy(&bits, &v, sizeof(T));
-    slots[t] = bits;
-    sync_warp();
-    const unsigned from = (t & ~31u) | ((unsigned)src % 32);
+    static_assert(sizeof(T) <= SLOT_BYTES, "a shuffled value fits a slot");
+    const uint8_t* lanes = exchange(&v, sizeof(T));
+    const unsigned from = (unsigned)src % 32;
     T out = v;
-    if (from < block->dim.x) {
-        std::memcpy(&out, &slots[from], sizeof(T));
+    if (lane_exists(from)) {
+        std::memcpy(&out, lanes + from * SLOT_BYTES, sizeof(T));
     }
+    return out;
+}
+
+// out[n] = lane `src`'s v[n] for n < N, as N shuffles give them, through one exchange
+template <int N>
+void shfl_floats(float* out, const float* v, int src) {
+    static_assert(N * sizeof(float) <= SLOT_BYTES, "the values fit a slot");
+    const uint8_t* lanes = exchange(v, N * sizeof(float));
+    const unsigned from = (unsigned)src % 32;
+    std::memcpy(out, lane_exists(from) ? lanes + from * SLOT_BYTES : reinterpret_cast<const uint8_t*>(v), N * sizeof(float));
+}
+
+// Every lane's value after a warp's butterfly (portable.cuh's warp_butterfly) of the values at
+// `lanes` (the `present` lanes' exchanged values), into results[0..present): at each step of
+// masks 16 down to 1 a lane's value becomes op(own, partner's), a partner beyond the block giving
+// the lane its own value, as shfl_xor does.
+template <class T, class Op>
+void butterfly_all(const uint8_t* lanes, unsigned present, Op op, T* results) {
+    T values[2][32];
+    for (unsigned x = 0; x < present; x++) {
+        std::memcpy(&values[0][x], lanes + x * SLOT_BYTES, sizeof(T));
+    }
+    unsigned from = 0;
+    for (unsigned mask = 16; mask > 0; mask >>= 1, from ^= 1) {
+        for (unsigned x = 0; x < present; x++) {
+            const unsigned partner = x ^ mask;
+            values[from ^ 1][x] = op(values[from][x], partner < present ? values[from][partner] : values[from][x]);
+        }
+    }
+    std::memcpy(results, values[from], present * sizeof(T));
+}
+
+// The warp's butterfly (portable.cuh's warp_butterfly) with one exchange instead of five
+// shuffles: the same operations on the same values, in the same order, so the same bits.
+template <class T, class Op>
+T warp_butterfly(T v, Op op) {
+    static_assert(sizeof(T) <= 8, "a value fits a result");
+    const unsigned t = thread_idx.x;
+    const uint32_t number = block->exchanges[t];
+    const uint8_t* lanes = exchange(&v, sizeof(T));
+    const unsigned present = block->dim.x - (t & ~31u) < 32 ? block->dim.x - (t & ~31u) : 32;
+    T results[32];
+#ifdef KERNELS_HOST_OS_THREADS
+    butterfly_all(lanes, present, op, results);
+    const uint8_t* mine = reinterpret_cast<const uint8_t*>(results);
+#else
+    // one lane works out the warp's results, the first to read them (fibers run one at a time)
+    const size_t cache = (size_t)(t / 32) * 2 + number % 2;
+    uint8_t* mine = block->butterflies.data() + cache * 32 * 8;
+    if (block->butterfly_of[cache] != number + 1) {
+        butterfly_all(lanes, present, op, results);
+        std::memcpy(mine, results, present * sizeof(T));
+        block->butterfly_of[cache] = number + 1;
+    }
+#endif
+    T out;
+    std::memcpy(&out, mine + (t % 32) * sizeof(T), sizeof(T));
     return out;
 }
 
@@ -113,30 +191,53 @@ DEVICE double __longlong_as_double(long long i) {
 
 DEVICE int dp4a(int a, int b, int c);
 
-// mma.sync m16n8k32 with signed bytes (portable.cuh has the fragments' layout): each lane
-// gathers the A rows and B columns of its four outputs from the warp by shuffles, in the
-// documented layout, and adds their integer dot products (exact, so the order is free).
+// mma.sync m16n8k32 with signed bytes (portable.cuh has the fragments' layout): the lanes hand
+// their fragments to the warp in one exchange, and each gathers the A rows and B columns of its
+// four outputs in the documented layout and adds their integer dot products (exact, so the
+// order is free).
 DEVICE void mma_s8_16x8x32(int* c, const int* a, const int* b) {
     const int lane = (int)(host::thread_idx.x % 32);
     const int g = lane / 4;
     const int t = lane % 4;
+    const int fragments[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+    const uint8_t* lanes = host::exchange(fragments, sizeof(fragments));
+    const auto fragment = [lanes](int from, int i) {
+        int v;
+        std::memcpy(&v, lanes + from * host::SLOT_BYTES + i * sizeof(int), sizeof(int));
+        return v;
+    };
     for (int q = 0; q < 4; q++) {
-        // lane 4g + q holds A[g][4q..4q+4) in a[0], A[g][16+4q..) in a[2]; A[g+8] in a[1], a[3]
-        int rows[4];
-        for (int r = 0; r < 4; r++) {
-            rows[r] = host::shfl(a[r], 4 * g + q);
-        }
+        // lane 4g + q holds A[g][4q..4q+4) in a[0], A[g][16+4q..) in a[2]; A[g+8] in a[1], a[3];
         // lane 4n + q holds B[4q..4q+4)[n] in b[0], B[16+4q..)[n] in b[1]
-        int cols[2][2];
         for (int j = 0; j < 2; j++) {
-            for (int h = 0; h < 2; h++) {
-                cols[j][h] = host::shfl(b[h], 4 * (2 * t + j) + q);
-            }
+            const int from = 4 * (2 * t + j) + q;
+            c[j] = dp4a(fragment(4 * g + q, 2), fragment(from, 5), dp4a(fragment(4 * g + q, 0), fragment(from, 4), c[j]));
+            c[2 + j] = dp4a(fragment(4 * g + q, 3), fragment(from, 5), dp4a(fragment(4 * g + q, 1), fragment(from, 4), c[2 + j]));
         }
-        for (int j = 0; j < 2; j++) {
-            c[j] = dp4a(rows[2], cols[j][1], dp4a(rows[0], cols[j][0], c[j]));
-            c[2 + j] = dp4a(rows[3], cols[j][1], dp4a(rows[1], cols[j][0], c[2 + j]));
-        }
+    }
+}
+
+// mma.sync m16n8k16 (portable.cuh): as above, with one word of A per row and one of B per column
+DEVICE void mma_s8_16x8x16(int* c, const int* a, const int* b) {
+    const int lane = (int)(host::thread_idx.x % 32);
+    const int g = lane / 4;
+    const int t = lane % 4;
+    const int fragments[3] = {a[0], a[1], b[0]};
+    const uint8_t* lanes = host::exchange(fragments, sizeof(fragments));
+    const auto fragment = [lanes](int from, int i) {
+        int v;
+        std::memcpy(&v, lanes + from * host::SLOT_BYTES + i * sizeof(int), sizeof(int));
+        return v;
+    };
+    for (int q = 0; q < 4; q++) {
+        const int row = fragment(4 * g + q, 0);
+        const int row8 = fragment(4 * g + q, 1);
+        const int col0 = fragment(4 * (2 * t) + q, 2);
+        const int col1 = fragment(4 * (2 * t + 1) + q, 2);
+        c[0] = dp4a(row, col0, c[0]);
+        c[1] = dp4a(row, col1, c[1]);
+        c[2] = dp4a(row8, col0, c[2]);
+        c[3] = dp4a(row8, col1, c[3]);
     }
 }
 

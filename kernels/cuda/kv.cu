@@ -8,11 +8,7 @@
 #define BLOCK_POSITIONS 32
 
 DEVICE int warp_min_i(int v) {
-    for (int mask = 16; mask > 0; mask >>= 1) {
-        const int o = SHFL_XOR(v, mask);
-        v = o < v ? o : v;
-    }
-    return v;
+    return warp_butterfly(v, [](int own, int other) { return other < own ? other : own; });
 }
 
 // Row r of `src` (rows of `dim` values) goes to position offsets[r] of block blocks[r], layer

@@ -71,12 +71,13 @@ UNROLL
             }
         }
         for (int k = 0; k < lanes; k++) {
+            float got[MATS][ROWS];
+            shfl_floats<MATS * ROWS>(&got[0][0], &part[0][0], first + k);
 UNROLL
             for (int m = 0; m < MATS; m++) {
                 for (int t = 0; t < ROWS; t++) {
-                    const float v = SHFL(part[m][t], first + k);
                     if (s0 + k < n_seg) {
-                        total[m][t] = total[m][t] + v;
+                        total[m][t] = total[m][t] + got[m][t];
                     }
                 }
             }

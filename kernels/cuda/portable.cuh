@@ -89,12 +89,13 @@ DEVICE void load_u32x4_a16(const uint8_t* p, uint32_t* w) {
 
 #define WARP_SIZE 32
 
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
 // c += a · b for a warp's 16 x 16 signed-byte tile a (row-major) and 16 x 8 tile b (column-major):
 // mma.sync m16n8k16 (sm_80 and up), the layout of mma_s8_16x8x32 with one word of A per row
 // and one of B per column: a[0] = A[g][4t..4t+4), a[1] = A[g+8][4t..4t+4); b[0] =
-// B[4t..4t+4)[g]; c as there. Before sm_80 (no such shape) and on the harness, the lanes gather
+// B[4t..4t+4)[g]; c as there. Before sm_80 (no such shape) the lanes gather
 // the same rows and columns by shuffles and add their products by dp4a: the same (exact)
-// integer result. Every lane of the warp takes part.
+// integer result (the harness has its own, host.hpp). Every lane of the warp takes part.
 DEVICE void mma_s8_16x8x16(int* c, const int* a, const int* b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
@@ -117,28 +118,45 @@ DEVICE void mma_s8_16x8x16(int* c, const int* a, const int* b) {
     }
 #endif
 }
+#endif
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+// out[n] = lane `src`'s v[n] for n < N, as N shuffles (the harness, host.hpp: one exchange)
+template <int N>
+DEVICE void shfl_floats(float* out, const float* v, int src) {
+UNROLL
+    for (int n = 0; n < N; n++) {
+        out[n] = SHFL(v[n], src);
+    }
+}
+
+// v combined with the other lanes' values by xor shuffles of masks 16, 8, 4, 2, 1: at each step
+// a lane's value becomes op(own, lane ^ mask's). The harness (host.hpp) has its own, with the
+// same operations in the same order.
+template <class T, class Op>
+DEVICE T warp_butterfly(T v, Op op) {
+    for (int mask = 16; mask > 0; mask >>= 1) {
+        v = op(v, SHFL_XOR(v, mask));
+    }
+    return v;
+}
+#else
+using host::shfl_floats;
+using host::warp_butterfly;
+#endif
 
 // Sum over the 32 lanes of a warp in a fixed butterfly order: every lane gets the same total,
 // and the order depends only on the lane count, never on the data or the launch.
 DEVICE double warp_sum(double v) {
-    for (int mask = 16; mask > 0; mask >>= 1) {
-        v += SHFL_XOR(v, mask);
-    }
-    return v;
+    return warp_butterfly(v, [](double a, double b) { return a + b; });
 }
 
 DEVICE float warp_sum_f(float v) {
-    for (int mask = 16; mask > 0; mask >>= 1) {
-        v += SHFL_XOR(v, mask);
-    }
-    return v;
+    return warp_butterfly(v, [](float a, float b) { return a + b; });
 }
 
 DEVICE float warp_max_f(float v) {
-    for (int mask = 16; mask > 0; mask >>= 1) {
-        v = fmaxf(v, SHFL_XOR(v, mask));
-    }
-    return v;
+    return warp_butterfly(v, [](float a, float b) { return fmaxf(a, b); });
 }
 
 // Sum over the threads of a block (a multiple of 32, at most 1024): each warp's butterfly, then

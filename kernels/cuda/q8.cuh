@@ -7,10 +7,7 @@
 #include "blocks.cuh"
 
 DEVICE int warp_sum_i(int v) {
-    for (int mask = 16; mask > 0; mask >>= 1) {
-        v += SHFL_XOR(v, mask);
-    }
-    return v;
+    return warp_butterfly(v, [](int a, int b) { return a + b; });
 }
 
 // Lane `lane` of a whole warp holds value `lane` of the block at `b`; every lane must call.

@@ -36,3 +36,32 @@ KERNEL void mma_s8_check(const uint8_t* a, const uint8_t* b, int* c, int k) {
     c[(g + 8) * 8 + 2 * t] = fc[2];
     c[(g + 8) * 8 + 2 * t + 1] = fc[3];
 }
+
+// Each thread's results of the warp collectives, portable.cuh's forms (on the harness one
+// exchange each) beside plain shuffles, for the check that both give the same bits: out[10 t ..]
+// = warp_sum_f, its shuffle loop, warp_max_f, its loop, shfl_floats<3> of (x, 2x, -x) from lane
+// 7 · lane + 3 (mod 32), and the same by three shuffles. x: one value per thread.
+KERNEL void warp_collectives_check(const float* x, float* out) {
+    const int t = THREAD_ID;
+    const int lane = t % WARP_SIZE;
+    const float v = x[t];
+    float sum = v;
+    float max = v;
+    for (int mask = 16; mask > 0; mask >>= 1) {
+        sum += SHFL_XOR(sum, mask);
+        max = fmaxf(max, SHFL_XOR(max, mask));
+    }
+    const float three[3] = {v, 2.0f * v, -v};
+    float got[3];
+    const int from = (7 * lane + 3) % WARP_SIZE;
+    shfl_floats<3>(got, three, from);
+    float* o = out + 10 * t;
+    o[0] = warp_sum_f(v);
+    o[1] = sum;
+    o[2] = warp_max_f(v);
+    o[3] = max;
+    for (int n = 0; n < 3; n++) {
+        o[4 + n] = got[n];
+        o[7 + n] = SHFL(three[n], from);
+    }
+}

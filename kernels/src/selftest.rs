@@ -45,12 +45,74 @@ fn mma_s8_shape<R: Runtime>(rt: &R, seed: u32, k: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// The warp collectives (`warp_collectives_check`) over `threads` threads: portable.cuh's
+/// butterfly sum and maximum and its gather of several values against plain shuffles, bit for
+/// bit, and the sums against the butterfly computed here. Whole warps on a GPU (a shuffle's lanes
+/// must all exist there); the harness also takes a partial last warp, whose missing lanes give a
+/// lane its own value. `Err` names the first thread that differs.
+pub fn warp_collectives<R: Runtime>(rt: &R, seed: u32, threads: usize) -> Result<(), String> {
+    // values of many magnitudes and both signs, so that the order of the sums shows in the bits
+    let x: Vec<f32> = bytes(threads, seed)
+        .iter()
+        .zip(bytes(threads, seed ^ 0x9e37))
+        .map(|(&m, e)| (f32::from(m) - 127.5) * 2f32.powi(i32::from(e % 24) - 12))
+        .collect();
+    let x_bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let dx = rt.upload(&x_bytes).map_err(|e| e.to_string())?;
+    let dout = rt.alloc(threads * 10 * 4).map_err(|e| e.to_string())?;
+    launch::warp_collectives_check(rt, &dx, &dout, threads).map_err(|e| e.to_string())?;
+    let mut bytes_out = vec![0u8; threads * 10 * 4];
+    rt.download(&dout, &mut bytes_out).map_err(|e| e.to_string())?;
+    let out: Vec<f32> = bytes_out.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let sums = butterfly_sums(&x);
+    for (t, o) in out.chunks_exact(10).enumerate() {
+        let pairs = [
+            ("warp_sum_f", 0, 1),
+            ("warp_max_f", 2, 3),
+            ("shfl_floats value 0", 4, 7),
+            ("shfl_floats value 1", 5, 8),
+            ("shfl_floats value 2", 6, 9),
+        ];
+        for (what, ours, shuffles) in pairs {
+            if o[ours].to_bits() != o[shuffles].to_bits() {
+                return Err(format!("thread {t}: {what} gives {:e}, plain shuffles {:e}", o[ours], o[shuffles]));
+            }
+        }
+        if o[0].to_bits() != sums[t].to_bits() {
+            return Err(format!("thread {t}: the warp's sum is {:e}, its butterfly {:e}", o[0], sums[t]));
+        }
+    }
+    Ok(())
+}
+
+/// Each thread's butterfly sum over its warp: at each step of masks 16 down to 1 a lane's value
+/// plus lane (lane ^ mask)'s, a lane beyond `x` giving the lane its own value.
+fn butterfly_sums(x: &[f32]) -> Vec<f32> {
+    let mut v = x.to_vec();
+    for mask in [16, 8, 4, 2, 1] {
+        let before = v.clone();
+        for (t, value) in v.iter_mut().enumerate() {
+            let partner = t ^ mask;
+            *value = before[t] + if partner < before.len() { before[partner] } else { before[t] };
+        }
+    }
+    v
+}
+
 #[cfg(all(test, feature = "host"))]
 mod tests {
     #[test]
     fn the_harness_runs_mma_sync_in_its_documented_layout() {
         for seed in [1, 2, 3] {
             super::mma_s8(&crate::host::HostRuntime::default(), seed).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_harness_gives_the_warp_collectives_the_bits_of_plain_shuffles() {
+        // whole warps, and a partial last warp of 17 lanes
+        for (seed, threads) in [(1, 32), (2, 128), (3, 81)] {
+            super::warp_collectives(&crate::host::HostRuntime::default(), seed, threads).unwrap();
         }
     }
 }

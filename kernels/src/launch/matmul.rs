@@ -333,17 +333,3 @@ pub fn mul_mat_glu<R: Runtime>(
     ];
     go(rt, K, grid, MULMAT_THREADS as u32, &args)
 }
-
-/// `c = start + a · bᵀ` by the tensor cores' mma.sync m16n8k`k` (`selftest.cu`; `k` 32 or 16):
-/// `a` 16 rows and `b` 8 rows of `k` signed bytes, `c` 16 x 8 `int32`, `start` each lane's
-/// accumulators before the product (see the kernel).
-pub fn mma_s8_check<R: Runtime>(rt: &R, a: &R::Buffer, b: &R::Buffer, c: &R::Buffer, k: usize) -> Result<(), RuntimeError> {
-    const K: &str = "mma_s8_check";
-    if k != 16 && k != 32 {
-        return Err(RuntimeError::Device(format!("{K}: k {k} is neither 16 nor 32")));
-    }
-    check(rt, K, "a", a, 16 * k)?;
-    check(rt, K, "b", b, 8 * k)?;
-    check(rt, K, "c", c, 16 * 8 * 4)?;
-    go(rt, K, [1, 1, 1], 32, &[Arg::Buf(a), Arg::Buf(b), Arg::Buf(c), Arg::I32(k as i32)])
-}

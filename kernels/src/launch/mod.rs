@@ -8,12 +8,14 @@ mod elementwise;
 mod experts;
 mod matmul;
 mod recurrent;
+mod selftest;
 
 pub use attention::*;
 pub use elementwise::*;
 pub use experts::*;
 pub use matmul::*;
 pub use recurrent::*;
+pub use selftest::*;
 
 use crate::runtime::{Arg, Launch, Runtime, RuntimeError};
 

@@ -113,6 +113,17 @@ impl Target {
         }
     }
 
+    /// The warp collectives (butterfly sums and maxima, gathers of several values) against plain
+    /// shuffles, bit for bit, over four whole warps (on the harness: its one-exchange forms).
+    fn warp_collectives_check(&self) -> Result<(), String> {
+        match self {
+            #[cfg(feature = "cuda")]
+            Target::Cuda(b) => (1..=3).try_for_each(|seed| kernels::selftest::warp_collectives(b.runtime(), seed, 128)),
+            #[cfg(feature = "sim")]
+            Target::Sim(b) => (1..=3).try_for_each(|seed| kernels::selftest::warp_collectives(b.runtime(), seed, 128)),
+        }
+    }
+
     /// Runs the op table; returns the number of ops outside their bounds.
     fn op_table(&self) -> usize {
         fn failed<B: Backend>(b: &B, label: &str) -> usize {
@@ -444,6 +455,10 @@ fn main() {
             Ok(()) => println!(
                 "mma.sync m16n8k32 and m16n8k16 of signed bytes, fragments in the documented layout: every output the sum of products"
             ),
+            Err(why) => verdict.fail(why),
+        }
+        match target.warp_collectives_check() {
+            Ok(()) => println!("warp sums, maxima and gathers: the bits of plain shuffles, the sums those of the butterfly's order"),
             Err(why) => verdict.fail(why),
         }
         section("how the kernels were loaded");
