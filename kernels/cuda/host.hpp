@@ -82,6 +82,23 @@ T shfl(T v, int src) {
     return out;
 }
 
+// A warp's exchanged words: (from, i) is word i of lane `from`.
+struct Words {
+    const uint8_t* lanes;
+    int operator()(int from, int i) const {
+        int v;
+        std::memcpy(&v, lanes + from * SLOT_BYTES + i * sizeof(int), sizeof(int));
+        return v;
+    }
+};
+
+// The calling lane's N words handed to its warp in one exchange.
+template <int N>
+Words exchange_words(const int (&words)[N]) {
+    static_assert(N * sizeof(int) <= SLOT_BYTES, "the words fit a slot");
+    return Words{exchange(words, sizeof(words))};
+}
+
 // out[n] = lane `src`'s v[n] for n < N, as N shuffles give them, through one exchange
 template <int N>
 void shfl_floats(float* out, const float* v, int src) {
@@ -117,7 +134,9 @@ template <class T, class Op>
 T warp_butterfly(T v, Op op) {
     static_assert(sizeof(T) <= 8, "a value fits a result");
     const unsigned t = thread_idx.x;
-    const uint32_t number = block->exchanges[t];
+#ifndef KERNELS_HOST_OS_THREADS
+    const uint32_t number = block->exchanges[t];  // this exchange's, before it counts
+#endif
     const uint8_t* lanes = exchange(&v, sizeof(T));
     const unsigned present = block->dim.x - (t & ~31u) < 32 ? block->dim.x - (t & ~31u) : 32;
     T results[32];
@@ -200,12 +219,7 @@ DEVICE void mma_s8_16x8x32(int* c, const int* a, const int* b) {
     const int g = lane / 4;
     const int t = lane % 4;
     const int fragments[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
-    const uint8_t* lanes = host::exchange(fragments, sizeof(fragments));
-    const auto fragment = [lanes](int from, int i) {
-        int v;
-        std::memcpy(&v, lanes + from * host::SLOT_BYTES + i * sizeof(int), sizeof(int));
-        return v;
-    };
+    const host::Words fragment = host::exchange_words(fragments);
     for (int q = 0; q < 4; q++) {
         // lane 4g + q holds A[g][4q..4q+4) in a[0], A[g][16+4q..) in a[2]; A[g+8] in a[1], a[3];
         // lane 4n + q holds B[4q..4q+4)[n] in b[0], B[16+4q..)[n] in b[1]
@@ -223,12 +237,7 @@ DEVICE void mma_s8_16x8x16(int* c, const int* a, const int* b) {
     const int g = lane / 4;
     const int t = lane % 4;
     const int fragments[3] = {a[0], a[1], b[0]};
-    const uint8_t* lanes = host::exchange(fragments, sizeof(fragments));
-    const auto fragment = [lanes](int from, int i) {
-        int v;
-        std::memcpy(&v, lanes + from * host::SLOT_BYTES + i * sizeof(int), sizeof(int));
-        return v;
-    };
+    const host::Words fragment = host::exchange_words(fragments);
     for (int q = 0; q < 4; q++) {
         const int row = fragment(4 * g + q, 0);
         const int row8 = fragment(4 * g + q, 1);
