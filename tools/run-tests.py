@@ -170,6 +170,9 @@ def main():
             take(block=True)
         else:
             break
+    # a failed build starts nothing more, but the binaries already running finish
+    while running:
+        finish(block=True)
     if build_ok is False:
         sys.exit("run-tests: the build failed")
     if not per_binary:
