@@ -29,8 +29,14 @@ static unsigned warps_of(unsigned threads) {
     return (threads + 31) / 32;
 }
 
-static unsigned lanes_of_warp(unsigned w, unsigned threads) {
-    return threads - w * 32 < 32 ? threads - w * 32 : 32;
+// A block of `dim` threads' shared state: two exchange slot sets per thread, and per warp two
+// butterfly results (host.hpp's Block).
+static void size_block(Block& b, Dim3 dim) {
+    b.dim = dim;
+    b.slots.assign(2 * (size_t)dim.x * SLOT_BYTES, 0);
+    b.exchanges.assign(dim.x, 0);
+    b.butterflies.assign(2 * (size_t)warps_of(dim.x) * 32 * RESULT_BYTES, 0);
+    b.butterfly_of.assign(2 * (size_t)warps_of(dim.x), 0);
 }
 
 }  // namespace host
@@ -73,11 +79,7 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
     }
     const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
     Block b;
-    b.dim = dim;
-    b.slots.assign(2 * (size_t)dim.x * SLOT_BYTES, 0);
-    b.exchanges.assign(dim.x, 0);
-    b.butterflies.assign(2 * (size_t)warps_of(dim.x) * 32 * 8, 0);
-    b.butterfly_of.assign(2 * (size_t)warps_of(dim.x), 0);
+    size_block(b, dim);
     reset_barriers(dim.x);
     auto next_block = [dim]() noexcept { reset_barriers(dim.x); };
     std::barrier<decltype(next_block)> between(dim.x, next_block);
@@ -315,11 +317,7 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
     l.kernel = &kernel;
     here = &l;
     Block b;
-    b.dim = dim;
-    b.slots.assign(2 * (size_t)dim.x * SLOT_BYTES, 0);
-    b.exchanges.assign(dim.x, 0);
-    b.butterflies.assign(2 * (size_t)warps_of(dim.x) * 32 * 8, 0);
-    b.butterfly_of.assign(2 * (size_t)warps_of(dim.x), 0);
+    size_block(b, dim);
     block = &b;
     const unsigned warps = warps_of(dim.x);
     const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;

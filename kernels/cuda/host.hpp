@@ -25,6 +25,8 @@ struct Dim3 {
 
 // What a lane hands its warp at one exchange, at most.
 constexpr size_t SLOT_BYTES = 64;
+// What a lane's result of a butterfly reduction takes, at most (a double).
+constexpr size_t RESULT_BYTES = 8;
 
 // What one block's threads share.
 struct Block {
@@ -36,7 +38,7 @@ struct Block {
     std::vector<uint8_t> slots;
     std::vector<uint32_t> exchanges;  // each thread's exchanges so far (the next writes set count % 2)
     // per warp and set, what its lanes' butterfly reduction of the exchange there gave them
-    // (8 bytes per lane), and the exchange's number + 1 (0: none yet): the first lane to read
+    // (RESULT_BYTES per lane), and the exchange's number + 1 (0: none yet): the first lane to read
     // works out every lane's result, the others read theirs (fibers; OS threads each work out
     // their own)
     std::vector<uint8_t> butterflies;
@@ -61,6 +63,11 @@ inline const uint8_t* exchange(const void* v, size_t bytes) {
     std::memcpy(set + (t % 32) * SLOT_BYTES, v, bytes);
     sync_warp();
     return set;
+}
+
+// the lanes of warp w of a block of `threads` threads (32 but in a partial last warp)
+inline unsigned lanes_of_warp(unsigned w, unsigned threads) {
+    return threads - w * 32 < 32 ? threads - w * 32 : 32;
 }
 
 // whether lane k of the calling thread's warp is in the block
@@ -132,13 +139,13 @@ void butterfly_all(const uint8_t* lanes, unsigned present, Op op, T* results) {
 // shuffles: the same operations on the same values, in the same order, so the same bits.
 template <class T, class Op>
 T warp_butterfly(T v, Op op) {
-    static_assert(sizeof(T) <= 8, "a value fits a result");
+    static_assert(sizeof(T) <= RESULT_BYTES, "a value fits a result");
     const unsigned t = thread_idx.x;
 #ifndef KERNELS_HOST_OS_THREADS
     const uint32_t number = block->exchanges[t];  // this exchange's, before it counts
 #endif
     const uint8_t* lanes = exchange(&v, sizeof(T));
-    const unsigned present = block->dim.x - (t & ~31u) < 32 ? block->dim.x - (t & ~31u) : 32;
+    const unsigned present = lanes_of_warp(t / 32, block->dim.x);
     T results[32];
 #ifdef KERNELS_HOST_OS_THREADS
     butterfly_all(lanes, present, op, results);
@@ -146,7 +153,7 @@ T warp_butterfly(T v, Op op) {
 #else
     // one lane works out the warp's results, the first to read them (fibers run one at a time)
     const size_t cache = (size_t)(t / 32) * 2 + number % 2;
-    uint8_t* mine = block->butterflies.data() + cache * 32 * 8;
+    uint8_t* mine = block->butterflies.data() + cache * 32 * RESULT_BYTES;
     if (block->butterfly_of[cache] != number + 1) {
         butterfly_all(lanes, present, op, results);
         std::memcpy(mine, results, present * sizeof(T));
