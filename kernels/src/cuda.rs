@@ -371,6 +371,13 @@ impl CudaDevice {
     fn capture(&self, ops: &[Recorded<CudaBuffer>], staged: &[u8]) -> Result<StepGraph, RuntimeError> {
         // the raw copies below do not make the context current on this thread themselves
         self.ctx.bind_to_thread().map_err(|e| self.fault("capturing", e))?;
+        // every kernel's module loaded before the capture, which should hold stream work only
+        // (a graph's own kernels, such as `spread_staging`, have not run before)
+        for op in ops {
+            if let Recorded::Launch { launch, .. } = op {
+                self.function(launch.kernel)?;
+            }
+        }
         let _stream = self.stream_lock.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)

@@ -43,6 +43,7 @@ pub const SOURCES: &[KernelSource] = embedded![
     "matvec.cu",
     "matmul.cu",
     "attention.cu",
+    "staging.cu",
     "selftest.cu"
 ];
 

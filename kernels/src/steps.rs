@@ -12,9 +12,10 @@
 //! device copies from: page-locked on CUDA), a fill, copy or launch must be the recorded one
 //! exactly (same kernel, geometry, addresses and scalars); at the segment's download the segment
 //! runs as one graph, one launch, made by the device the first time a segment matches whole
-//! (CUDA: stream capture of its operations, each upload a copy from the staging), so that a
-//! shape seen once never pays for a graph. A replayed step thus sends nothing before its graph:
-//! the index arrays travel inside it. The first operation that differs (another split count in
+//! (CUDA: stream capture of its operations), so that a shape seen once never pays for a graph.
+//! A replayed step thus sends nothing before its graph: the index arrays travel inside it, a
+//! segment's uploads together in one copy of its staging, which a kernel spreads to their
+//! buffers (`staging.cu`), a single upload as a copy of its own. The first operation that differs (another split count in
 //! attention, another expert set) ends the replay: what matched so far is issued as recorded and
 //! the rest of the step is recorded anew, replacing the old recording; a key that differs
 //! [`DIVERGED_LIMIT`] steps in a row is left unrecorded for [`UNRECORDED_STEPS`]. The result is
@@ -80,6 +81,7 @@ pub trait Primitives: Send + Sync + 'static {
 }
 
 /// One operation of a recorded segment.
+#[derive(Clone)]
 pub enum Recorded<B> {
     /// A buffer the step allocated (kept by the recording).
     Alloc(B),
@@ -150,13 +152,43 @@ fn staging_end<B>(ops: &[Recorded<B>]) -> usize {
         .unwrap_or(0)
 }
 
+/// The kernel that puts a replayed segment's uploads into their buffers from one copy of its
+/// staging (`staging.cu`), its threads per block, and the bytes of an entry of its table: the
+/// destination's address, then the upload's offset in the staging and its length (little-endian).
+const SPREAD_KERNEL: &str = "spread_staging";
+const SPREAD_THREADS: u32 = 256;
+const SPREAD_ENTRY_BYTES: usize = 16;
+
+/// The uploads of `ops` that carry bytes: buffer, offset in the staging, length.
+fn uploads<B>(ops: &[Recorded<B>]) -> impl Iterator<Item = (&B, usize, usize)> {
+    ops.iter().filter_map(|op| match op {
+        Recorded::Upload { buf, at, bytes } if *bytes > 0 => Some((buf, *at, *bytes)),
+        _ => None,
+    })
+}
+
+/// Where the staging of a segment of `ops` holds the table `spread_staging` reads, after the
+/// uploads' bytes: with two uploads or more (a single one is a single copy already), and while
+/// the offsets fit the kernel's 32-bit ones.
+fn spread_table_at<B>(ops: &[Recorded<B>]) -> Option<usize> {
+    let (at, entries) = (staging_end(ops), uploads(ops).count());
+    (entries >= 2 && at + entries * SPREAD_ENTRY_BYTES <= i32::MAX as usize).then_some(at)
+}
+
 /// A recorded segment, its graph (`None` until it is built, and when it issues nothing) and
 /// the staging its uploads are replayed from (made when a step first replays it, `None` when it
 /// has no upload).
 struct Segment<P: Primitives> {
     ops: Vec<Recorded<P::Buffer>>,
-    graph: Option<P::Graph>,
+    graph: Option<Built<P>>,
     staging: Option<P::Staging>,
+}
+
+/// A segment's graph and the operations it was made of when they are not the segment's own:
+/// its uploads carried in one copy (see [`Stepped::spread_ops`]).
+struct Built<P: Primitives> {
+    graph: P::Graph,
+    spread: Option<Vec<Recorded<P::Buffer>>>,
 }
 
 impl<P: Primitives> Segment<P> {
@@ -341,9 +373,8 @@ impl<P: Primitives> Stepped<P> {
     /// (also when the staging cannot be had: the rest of the step is recorded anew).
     fn next_mode(&self, active: &mut Active<P>) -> Mode<P> {
         let Some(mut segment) = active.old.pop_front() else { return Mode::Record { ops: Vec::new() } };
-        let bytes = staging_end(&segment.ops);
-        if segment.staging.is_none() && bytes > 0 {
-            match self.device.staging(bytes) {
+        if segment.staging.is_none() && staging_end(&segment.ops) > 0 {
+            match self.new_staging(&segment.ops) {
                 Ok(staging) => segment.staging = Some(staging),
                 Err(_) => {
                     active.old.clear();
@@ -353,6 +384,45 @@ impl<P: Primitives> Stepped<P> {
             }
         }
         Mode::Replay { segment, cursor: 0 }
+    }
+
+    /// Staging for the replays of a segment of `ops`: room for their uploads' bytes, then the
+    /// table of where each goes when the graph spreads them from one copy ([`spread_table_at`]),
+    /// written now: the recorded buffers keep their addresses.
+    fn new_staging(&self, ops: &[Recorded<P::Buffer>]) -> Result<P::Staging, RuntimeError> {
+        let Some(table_at) = spread_table_at(ops) else { return self.device.staging(staging_end(ops)) };
+        let table: Vec<u8> = uploads(ops)
+            .flat_map(|(buf, at, bytes)| {
+                let to = self.device.address(buf).to_le_bytes();
+                // both fit: `spread_table_at` bounds the staging by i32::MAX
+                let (at, bytes) = ((at as u32).to_le_bytes(), (bytes as u32).to_le_bytes());
+                to.into_iter().chain(at).chain(bytes)
+            })
+            .collect();
+        let mut staging = self.device.staging(table_at + table.len())?;
+        staging.as_mut()[table_at..].copy_from_slice(&table);
+        Ok(staging)
+    }
+
+    /// The operations of a graph that carries the segment's uploads in one copy: the whole
+    /// staging into a buffer of its own, `spread_staging` from there into each upload's buffer,
+    /// then the segment's other operations in order. Moving the uploads to the segment's start
+    /// changes nothing any operation reads: an upload's buffer is new to the step where it was
+    /// recorded (the recording keeps every buffer it handed out), so no operation before the
+    /// upload touches it. The uploads' own entries are left out, so the recorded buffers are held
+    /// by the recording alone and stay free to be handed out again ([`Primitives::shared`]).
+    /// `None` when the segment has fewer than two uploads or the buffer cannot be had: the graph
+    /// then copies each upload itself.
+    fn spread_ops(&self, segment: &Segment<P>) -> Option<Vec<Recorded<P::Buffer>>> {
+        let table_at = spread_table_at(&segment.ops)?;
+        let staged = segment.staged();
+        let entries = u32::try_from(uploads(&segment.ops).count()).ok()?;
+        let mirror = self.device.alloc(staged.len()).ok()?;
+        let launch = Launch { kernel: SPREAD_KERNEL, grid: [entries, 1, 1], block: SPREAD_THREADS };
+        let slots = vec![self.device.address(&mirror), u64::from(table_at as u32)];
+        let mut ops = vec![Recorded::Upload { buf: mirror, at: 0, bytes: staged.len() }, Recorded::Launch { launch, slots }];
+        ops.extend(segment.ops.iter().filter(|op| !matches!(op, Recorded::Alloc(_) | Recorded::Upload { .. })).cloned());
+        Some(ops)
     }
 
     /// Issues `op`, an operation that names memory by address only: at once when no step runs
@@ -445,8 +515,9 @@ impl<P: Primitives> Stepped<P> {
             Mode::Replay { mut segment, .. } => {
                 let issues = segment.ops.iter().any(|op| !matches!(op, Recorded::Alloc(_) | Recorded::Upload { bytes: 0, .. }));
                 if issues && segment.graph.is_none() {
-                    match self.device.build(&segment.ops, segment.staged()) {
-                        Ok(graph) => segment.graph = Some(graph),
+                    let spread = self.spread_ops(&segment);
+                    match self.device.build(spread.as_deref().unwrap_or(&segment.ops), segment.staged()) {
+                        Ok(graph) => segment.graph = Some(Built { graph, spread }),
                         Err(e) => {
                             // the device cannot make graphs: this segment's work is issued as
                             // recorded, and from now on steps are issued as they come
@@ -459,9 +530,9 @@ impl<P: Primitives> Stepped<P> {
                         }
                     }
                 }
-                if let Some(graph) = &segment.graph {
+                if let Some(built) = &segment.graph {
                     crate::runtime::count_launch();
-                    self.device.replay(graph, &segment.ops, segment.staged())?;
+                    self.device.replay(&built.graph, built.spread.as_deref().unwrap_or(&segment.ops), segment.staged())?;
                 }
                 segment
             }
@@ -631,7 +702,7 @@ impl<P: Primitives> Runtime for Stepped<P> {
 #[cfg(all(test, feature = "host"))]
 mod tests {
     use super::*;
-    use crate::host::{HostDevice, HostRuntime};
+    use crate::host::{HostBuffer, HostDevice, HostRuntime};
     use crate::runtime::Issued;
 
     fn floats(v: &[f32]) -> Vec<u8> {
@@ -669,6 +740,53 @@ mod tests {
         let (third, issued) = step(&rt, &[0.5, 0.5, 0.5], &[2.0, 4.0, 8.0], 1.0);
         assert_eq!(third, [2.5, 4.5, 8.5]);
         assert_eq!((issued.launches, issued.transfers), (1, 1));
+    }
+
+    #[test]
+    fn a_segment_s_uploads_travel_in_one_copy_and_land_in_their_buffers() {
+        let rt = HostRuntime::with_graphs(HostDevice, true);
+        // uploads of 3, 17 and 64 bytes (a tail alone, words and a tail, words), each read back;
+        // the first download ends the segment that holds them
+        let step = |key: u64, sizes: &[usize], seed: u8| {
+            let data: Vec<Vec<u8>> =
+                sizes.iter().map(|&n| (0..n).map(|i| seed.wrapping_mul(37).wrapping_add(i as u8 * 3)).collect()).collect();
+            let before = Issued::on_this_thread();
+            rt.begin_step(key);
+            let bufs: Vec<HostBuffer> = data.iter().map(|d| rt.upload(d).unwrap()).collect();
+            for (buf, want) in bufs.iter().zip(&data) {
+                let mut got = vec![0u8; want.len()];
+                rt.download(buf, &mut got).unwrap();
+                assert_eq!(&got, want, "seed {seed}");
+            }
+            rt.end_step().unwrap();
+            let after = Issued::on_this_thread();
+            (after.launches - before.launches, after.transfers - before.transfers)
+        };
+        // recorded: three uploads and three downloads, no launch
+        assert_eq!(step(3, &[3, 17, 64], 1), (0, 6));
+        // replayed: one graph (built on the first replay), the downloads
+        for seed in 2..5 {
+            assert_eq!(step(3, &[3, 17, 64], seed), (1, 3));
+        }
+        let spread_of = |key: u64| {
+            let state = rt.lock();
+            let recording = &state.recordings.iter().find(|(k, _)| *k == key).expect("recorded").1;
+            recording.segments[0].graph.as_ref().expect("a graph").spread.as_ref().map(|ops| {
+                let uploads = ops.iter().filter(|op| matches!(op, Recorded::Upload { .. })).count();
+                let first_launch = ops.iter().find_map(|op| match op {
+                    Recorded::Launch { launch, .. } => Some(launch.kernel),
+                    _ => None,
+                });
+                (uploads, first_launch)
+            })
+        };
+        // the graph's one copy, then the kernel that spreads it
+        assert_eq!(spread_of(3), Some((1, Some(SPREAD_KERNEL))));
+        // a single upload is a single copy already
+        for seed in 0..3 {
+            step(4, &[40], seed);
+        }
+        assert_eq!(spread_of(4), None);
     }
 
     #[test]

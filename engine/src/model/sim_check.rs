@@ -156,8 +156,8 @@ fn quantized_caches_on_the_simulated_gpu_match_the_cpu() {
 /// sequence lengths) go up once each, whatever the layers, as on a GPU: every layer's launches
 /// read the same buffers, and the logits come back once. Uploaded per launch instead, these two
 /// layers alone made 25 transfers a step. The first step is recorded (its fills and uploads, 11
-/// transfers); the next ones replay it as one graph that copies the arrays from staging itself,
-/// so that only the logits' download is left (`kernels/src/steps.rs`).
+/// transfers); the next ones replay it as one graph that carries the arrays from staging itself
+/// (in one copy), so that only the logits' download is left (`kernels/src/steps.rs`).
 #[test]
 fn a_decoding_step_sends_its_index_arrays_once_whatever_the_layers() {
     for name in ["tiny-llama-Q4_K", "tiny-granite-Q6_K"] {
