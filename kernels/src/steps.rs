@@ -32,6 +32,8 @@ use std::thread::ThreadId;
 
 use crate::runtime::{scalar_slot, Arg, Launch, ReadOnlyUploads, Runtime, RuntimeError};
 
+mod spread;
+
 /// What a device does at once, with nothing recorded: the primitives [`Stepped`] builds a
 /// [`Runtime`] from. Buffers are handles (cloning one does not copy memory); fills, copies and
 /// launches name memory by device address.
@@ -152,29 +154,6 @@ fn staging_end<B>(ops: &[Recorded<B>]) -> usize {
         .unwrap_or(0)
 }
 
-/// The kernel that puts a replayed segment's uploads into their buffers from one copy of its
-/// staging (`staging.cu`), its threads per block, and the bytes of an entry of its table: the
-/// destination's address, then the upload's offset in the staging and its length (little-endian).
-const SPREAD_KERNEL: &str = "spread_staging";
-const SPREAD_THREADS: u32 = 256;
-const SPREAD_ENTRY_BYTES: usize = 16;
-
-/// The uploads of `ops` that carry bytes: buffer, offset in the staging, length.
-fn uploads<B>(ops: &[Recorded<B>]) -> impl Iterator<Item = (&B, usize, usize)> {
-    ops.iter().filter_map(|op| match op {
-        Recorded::Upload { buf, at, bytes } if *bytes > 0 => Some((buf, *at, *bytes)),
-        _ => None,
-    })
-}
-
-/// Where the staging of a segment of `ops` holds the table `spread_staging` reads, after the
-/// uploads' bytes: with two uploads or more (a single one is a single copy already), and while
-/// the offsets fit the kernel's 32-bit ones.
-fn spread_table_at<B>(ops: &[Recorded<B>]) -> Option<usize> {
-    let (at, entries) = (staging_end(ops), uploads(ops).count());
-    (entries >= 2 && at + entries * SPREAD_ENTRY_BYTES <= i32::MAX as usize).then_some(at)
-}
-
 /// A recorded segment, its graph (`None` until it is built, and when it issues nothing) and
 /// the staging its uploads are replayed from (made when a step first replays it, `None` when it
 /// has no upload).
@@ -185,7 +164,7 @@ struct Segment<P: Primitives> {
 }
 
 /// A segment's graph and the operations it was made of when they are not the segment's own:
-/// its uploads carried in one copy (see [`Stepped::spread_ops`]).
+/// its uploads carried in one copy (see [`spread::spread_ops`]).
 struct Built<P: Primitives> {
     graph: P::Graph,
     spread: Option<Vec<Recorded<P::Buffer>>>,
@@ -374,7 +353,7 @@ impl<P: Primitives> Stepped<P> {
     fn next_mode(&self, active: &mut Active<P>) -> Mode<P> {
         let Some(mut segment) = active.old.pop_front() else { return Mode::Record { ops: Vec::new() } };
         if segment.staging.is_none() && staging_end(&segment.ops) > 0 {
-            match self.new_staging(&segment.ops) {
+            match spread::new_staging(&self.device, &segment.ops) {
                 Ok(staging) => segment.staging = Some(staging),
                 Err(_) => {
                     active.old.clear();
@@ -384,45 +363,6 @@ impl<P: Primitives> Stepped<P> {
             }
         }
         Mode::Replay { segment, cursor: 0 }
-    }
-
-    /// Staging for the replays of a segment of `ops`: room for their uploads' bytes, then the
-    /// table of where each goes when the graph spreads them from one copy ([`spread_table_at`]),
-    /// written now: the recorded buffers keep their addresses.
-    fn new_staging(&self, ops: &[Recorded<P::Buffer>]) -> Result<P::Staging, RuntimeError> {
-        let Some(table_at) = spread_table_at(ops) else { return self.device.staging(staging_end(ops)) };
-        let table: Vec<u8> = uploads(ops)
-            .flat_map(|(buf, at, bytes)| {
-                let to = self.device.address(buf).to_le_bytes();
-                // both fit: `spread_table_at` bounds the staging by i32::MAX
-                let (at, bytes) = ((at as u32).to_le_bytes(), (bytes as u32).to_le_bytes());
-                to.into_iter().chain(at).chain(bytes)
-            })
-            .collect();
-        let mut staging = self.device.staging(table_at + table.len())?;
-        staging.as_mut()[table_at..].copy_from_slice(&table);
-        Ok(staging)
-    }
-
-    /// The operations of a graph that carries the segment's uploads in one copy: the whole
-    /// staging into a buffer of its own, `spread_staging` from there into each upload's buffer,
-    /// then the segment's other operations in order. Moving the uploads to the segment's start
-    /// changes nothing any operation reads: an upload's buffer is new to the step where it was
-    /// recorded (the recording keeps every buffer it handed out), so no operation before the
-    /// upload touches it. The uploads' own entries are left out, so the recorded buffers are held
-    /// by the recording alone and stay free to be handed out again ([`Primitives::shared`]).
-    /// `None` when the segment has fewer than two uploads or the buffer cannot be had: the graph
-    /// then copies each upload itself.
-    fn spread_ops(&self, segment: &Segment<P>) -> Option<Vec<Recorded<P::Buffer>>> {
-        let table_at = spread_table_at(&segment.ops)?;
-        let staged = segment.staged();
-        let entries = u32::try_from(uploads(&segment.ops).count()).ok()?;
-        let mirror = self.device.alloc(staged.len()).ok()?;
-        let launch = Launch { kernel: SPREAD_KERNEL, grid: [entries, 1, 1], block: SPREAD_THREADS };
-        let slots = vec![self.device.address(&mirror), u64::from(table_at as u32)];
-        let mut ops = vec![Recorded::Upload { buf: mirror, at: 0, bytes: staged.len() }, Recorded::Launch { launch, slots }];
-        ops.extend(segment.ops.iter().filter(|op| !matches!(op, Recorded::Alloc(_) | Recorded::Upload { .. })).cloned());
-        Some(ops)
     }
 
     /// Issues `op`, an operation that names memory by address only: at once when no step runs
@@ -515,7 +455,7 @@ impl<P: Primitives> Stepped<P> {
             Mode::Replay { mut segment, .. } => {
                 let issues = segment.ops.iter().any(|op| !matches!(op, Recorded::Alloc(_) | Recorded::Upload { bytes: 0, .. }));
                 if issues && segment.graph.is_none() {
-                    let spread = self.spread_ops(&segment);
+                    let spread = spread::spread_ops(&self.device, &segment.ops, segment.staged());
                     match self.device.build(spread.as_deref().unwrap_or(&segment.ops), segment.staged()) {
                         Ok(graph) => segment.graph = Some(Built { graph, spread }),
                         Err(e) => {
@@ -781,7 +721,7 @@ mod tests {
             })
         };
         // the graph's one copy, then the kernel that spreads it
-        assert_eq!(spread_of(3), Some((1, Some(SPREAD_KERNEL))));
+        assert_eq!(spread_of(3), Some((1, Some(spread::SPREAD_KERNEL))));
         // a single upload is a single copy already
         for seed in 0..3 {
             step(4, &[40], seed);
