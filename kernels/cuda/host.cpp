@@ -39,6 +39,17 @@ static void size_block(Block& b, Dim3 dim) {
     b.butterfly_of.assign(2 * (size_t)warps_of(dim.x), 0);
 }
 
+// The launch's status once its blocks ran: 3 when a load was misaligned (reported here), else
+// `status`.
+static int misaligned_status(const Block& b, int status) {
+    const uintptr_t at = b.misaligned.load();
+    if (at == 0) {
+        return status;
+    }
+    std::fprintf(stderr, "kernel load at %#llx, which is not %u-byte aligned: a GPU faults there\n", (unsigned long long)at, b.misaligned_need.load());
+    return 3;
+}
+
 }  // namespace host
 
 #ifdef KERNELS_HOST_OS_THREADS
@@ -103,7 +114,7 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
     for (auto& t : threads) {
         t.join();
     }
-    return 0;
+    return misaligned_status(b, 0);
 }
 
 }  // namespace host
@@ -350,7 +361,7 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
     block = nullptr;
     std::lock_guard<std::mutex> lock(pool_lock);
     pool.push_back(std::move(taken));
-    return status;
+    return misaligned_status(b, status);
 }
 
 }  // namespace host

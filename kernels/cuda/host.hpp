@@ -12,6 +12,7 @@
 #pragma once
 
 #include <math.h>  // the C names (cosf, expf, ...) as device code spells them
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -43,6 +44,10 @@ struct Block {
     // their own)
     std::vector<uint8_t> butterflies;
     std::vector<uint32_t> butterfly_of;
+    // the first load of the launch at an address its alignment rules out (0: none), and the
+    // alignment it needed: a GPU would stop the kernel there (`misaligned address`)
+    std::atomic<uintptr_t> misaligned{0};
+    std::atomic<unsigned> misaligned_need{0};
 };
 
 extern thread_local Dim3 thread_idx;
@@ -257,18 +262,36 @@ DEVICE void mma_s8_16x8x16(int* c, const int* a, const int* b) {
     }
 }
 
-// the device's aligned loads (portable.cuh); alignment does not matter on the host
+// The launch's first load from an address not a multiple of `need`, kept for the launcher to
+// report: the host would read it, a GPU would fault. Buffers start 256-byte aligned, as device
+// allocations do (`src/host.rs`), so an address's alignment here is what it would be there.
+DEVICE void check_alignment(const uint8_t* p, unsigned need) {
+    if ((uintptr_t)p % need == 0 || host::block == nullptr) {
+        return;
+    }
+    uintptr_t none = 0;
+    if (host::block->misaligned.compare_exchange_strong(none, (uintptr_t)p)) {
+        host::block->misaligned_need.store(need);
+    }
+}
+
+// the device's aligned loads (portable.cuh), their alignment checked
 DEVICE uint32_t load_u32_a4(const uint8_t* p) {
+    check_alignment(p, 4);
     uint32_t w;
     std::memcpy(&w, p, 4);
     return w;
 }
 
 DEVICE uint32_t load_u32_a2(const uint8_t* p) {
-    return load_u32_a4(p);
+    check_alignment(p, 2);
+    uint32_t w;
+    std::memcpy(&w, p, 4);
+    return w;
 }
 
 DEVICE void load_u32x4_a16(const uint8_t* p, uint32_t* w) {
+    check_alignment(p, 16);
     std::memcpy(w, p, 16);
 }
 

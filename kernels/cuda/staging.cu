@@ -18,7 +18,7 @@ KERNEL void spread_staging(const uint8_t* mirror, int table_at) {
     const uint32_t bytes = *(const uint32_t*)(entry + 12);
     const uint32_t words = bytes / 4;
     for (uint32_t i = THREAD_ID; i < words; i += BLOCK_THREADS) {
-        ((uint32_t*)to)[i] = ((const uint32_t*)from)[i];
+        ((uint32_t*)to)[i] = load_u32_a4(from + 4 * i);
     }
     for (uint32_t i = words * 4 + THREAD_ID; i < bytes; i += BLOCK_THREADS) {
         to[i] = from[i];

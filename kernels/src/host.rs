@@ -28,6 +28,8 @@ pub enum HostError {
     Geometry(String),
     #[error("{0}: the threads of a block wait at barriers that cannot complete")]
     Deadlock(String),
+    #[error("{0}: a load from an address its alignment rules out, where a GPU faults (the address on stderr)")]
+    Misaligned(String),
 }
 
 /// The kernels the harness has.
@@ -67,6 +69,7 @@ pub unsafe fn launch(name: &str, grid: [u32; 3], block: [u32; 3], params: &mut [
     match status {
         Ok(0) => Ok(()),
         Ok(2) => Err(HostError::Deadlock(name.to_string())),
+        Ok(3) => Err(HostError::Misaligned(name.to_string())),
         Ok(_) => Err(HostError::Geometry(name.to_string())),
         Err(_) => {
             // the launch still holds the caller's buffers: returning would free them under it
@@ -85,15 +88,20 @@ macro_rules! host_args {
 }
 
 /// Memory of the harness's "device": host memory written only by launches and copies, through
-/// the pointers they are given (so it sits behind a cell), 8-byte aligned like a device
-/// allocation's start. A handle: clones share the memory.
+/// the pointers they are given (so it sits behind a cell), 256-byte aligned like a device
+/// allocation's start, so that the kernels' aligned loads meet the alignments they would on a
+/// GPU (`host.hpp` checks them). A handle: clones share the memory.
 #[derive(Clone)]
 pub struct HostBuffer {
     mem: Arc<HostMemory>,
 }
 
+/// 256 bytes at a multiple of 256.
+#[repr(C, align(256))]
+struct Line(UnsafeCell<[u64; 32]>);
+
 struct HostMemory {
-    words: Box<[UnsafeCell<u64>]>,
+    lines: Box<[Line]>,
     len: usize,
 }
 
@@ -105,11 +113,13 @@ unsafe impl Sync for HostMemory {}
 
 impl HostBuffer {
     fn filled(len: usize, word: u64) -> HostBuffer {
-        HostBuffer { mem: Arc::new(HostMemory { words: (0..len.div_ceil(8)).map(|_| UnsafeCell::new(word)).collect(), len }) }
+        let lines = (0..len.div_ceil(256)).map(|_| Line(UnsafeCell::new([word; 32]))).collect();
+        HostBuffer { mem: Arc::new(HostMemory { lines, len }) }
     }
 
     fn ptr(&self) -> *mut u8 {
-        UnsafeCell::raw_get(self.mem.words.as_ptr()).cast()
+        // `Line` is its cell alone (repr(C)), and the lines lie one after another
+        UnsafeCell::raw_get(self.mem.lines.as_ptr().cast::<UnsafeCell<[u64; 32]>>()).cast()
     }
 }
 
@@ -205,5 +215,45 @@ impl Primitives for HostDevice {
             unsafe { op.issue(self, staged) }?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_start_as_aligned_as_device_allocations() {
+        for bytes in [1, 7, 256, 1000] {
+            assert_eq!(HostDevice.address(&HostDevice.alloc(bytes).unwrap()) % 256, 0, "{bytes} bytes");
+        }
+    }
+
+    /// `spread_staging` (`staging.cu`) copies 8 bytes from `offset` of a buffer into another:
+    /// its 4-byte loads are misaligned unless the offset is a multiple of 4.
+    fn spread_from(offset: u32) -> (Result<(), RuntimeError>, Vec<u8>) {
+        let (mirror, out) = (HostDevice.alloc(64).unwrap(), HostDevice.alloc(8).unwrap());
+        let mut staged: Vec<u8> = (0..32).collect();
+        staged.extend(HostDevice.address(&out).to_le_bytes());
+        staged.extend(offset.to_le_bytes());
+        staged.extend(8u32.to_le_bytes());
+        HostDevice.write(&mirror, &staged).unwrap();
+        let launch = Launch { kernel: "spread_staging", grid: [1, 1, 1], block: 32 };
+        // SAFETY: the kernel's two parameters; the table entry at byte 32 names 8 bytes of the
+        // mirror's first 32 and the 8-byte buffer `out`, both live.
+        let result = unsafe { HostDevice.launch(launch, &[HostDevice.address(&mirror), 32]) };
+        let mut got = vec![0u8; 8];
+        HostDevice.read(&out, &mut got).unwrap();
+        (result, got)
+    }
+
+    #[test]
+    fn a_load_a_gpu_would_fault_on_fails_the_launch() {
+        let (fine, got) = spread_from(8);
+        assert_eq!(fine, Ok(()));
+        assert_eq!(got, (8..16).collect::<Vec<u8>>());
+        let (misaligned, _) = spread_from(2);
+        let error = misaligned.expect_err("a 4-byte load at an address of 2 mod 4");
+        assert!(error.to_string().contains("spread_staging: a load from an address its alignment rules out"), "{error}");
     }
 }
