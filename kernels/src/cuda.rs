@@ -85,6 +85,14 @@ fn image_cache() -> &'static Mutex<HashMap<(&'static str, String), Image>> {
     CACHE.get_or_init(Default::default)
 }
 
+/// A loaded kernel and the largest block its resources allow on this GPU (the driver's
+/// `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`: its registers decide it).
+#[derive(Clone)]
+struct Kernel {
+    function: CudaFunction,
+    max_threads: u32,
+}
+
 /// GPU `ordinal` with its context, stream and compiled kernels: the primitives of
 /// [`CudaRuntime`].
 pub struct CudaDevice {
@@ -92,7 +100,7 @@ pub struct CudaDevice {
     stream: Arc<CudaStream>,
     arch: String,
     name: String,
-    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    functions: Mutex<HashMap<&'static str, Kernel>>,
     /// How each source loaded so far was compiled (prepared CUBIN or PTX, or NVRTC).
     origins: Mutex<BTreeMap<&'static str, String>>,
     /// `ENGINE_CUDA_SYNC=1`: wait for and check every launch.
@@ -310,8 +318,8 @@ impl CudaDevice {
         }
     }
 
-    /// The function `name`, compiling and loading its source on first use.
-    fn function(&self, name: &'static str) -> Result<CudaFunction, RuntimeError> {
+    /// The kernel `name`, compiling and loading its source on first use.
+    fn function(&self, name: &'static str) -> Result<Kernel, RuntimeError> {
         let mut functions = self.functions.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = functions.get(name) {
             return Ok(f.clone());
@@ -330,8 +338,9 @@ impl CudaDevice {
         let loaded = self.ctx.load_module(image).map_err(|e| driver_error(source.name, e))?;
         self.origins.lock().unwrap_or_else(|p| p.into_inner()).insert(source.name, origin);
         for entry in source.entry_points() {
-            let f = loaded.load_function(entry).map_err(|e| driver_error(entry, e))?;
-            functions.insert(entry, f);
+            let function = loaded.load_function(entry).map_err(|e| driver_error(entry, e))?;
+            let max_threads = function.max_threads_per_block().map_err(|e| driver_error(entry, e))?;
+            functions.insert(entry, Kernel { function, max_threads: u32::try_from(max_threads).unwrap_or(0) });
         }
         functions.get(name).cloned().ok_or_else(|| RuntimeError::UnknownKernel(name.into()))
     }
@@ -482,8 +491,15 @@ impl Primitives for CudaDevice {
     }
 
     unsafe fn launch(&self, l: Launch, slots: &[u64]) -> Result<(), RuntimeError> {
-        let f = self.function(l.kernel)?;
-        let mut builder = self.stream.launch_builder(&f);
+        let kernel = self.function(l.kernel)?;
+        if l.block > kernel.max_threads {
+            // the driver's own refusal would be a bare CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+            return Err(RuntimeError::Device(format!(
+                "{}: blocks of {} threads, more than the {} its registers allow on this GPU",
+                l.kernel, l.block, kernel.max_threads
+            )));
+        }
+        let mut builder = self.stream.launch_builder(&kernel.function);
         for slot in slots {
             builder.arg(slot);
         }

@@ -43,6 +43,15 @@ pub struct KernelReport {
     pub shared: u32,
 }
 
+impl KernelReport {
+    /// The largest block the kernel's registers allow: a block holds at most 64 Ki registers
+    /// (sm_80, sm_90), given to each warp in units of 256, and at most 1024 threads.
+    pub fn max_block_threads(&self) -> u32 {
+        let per_warp = (self.registers * 32).div_ceil(256).max(1) * 256;
+        (65_536 / per_warp * 32).min(1024)
+    }
+}
+
 /// One source compiled for one architecture.
 #[derive(Clone, Debug)]
 pub struct CompiledModule {
@@ -380,6 +389,17 @@ mod tests {
                 KernelReport { name: "rms_norm".into(), registers: 24, spill_stores: 4, spill_loads: 12, stack_frame: 8, shared: 256 },
                 KernelReport { name: "scale".into(), registers: 8, ..KernelReport::default() },
             ]
+        );
+    }
+
+    #[test]
+    fn a_kernels_registers_bound_its_block() {
+        let threads = |registers| KernelReport { registers, ..KernelReport::default() }.max_block_threads();
+        // 64 a thread fill 64 Ki at 1024 threads; 88 take 2,816 a warp (11 units of 256): 23
+        // warps; 167 take 5,376: 12 warps; 255: 8
+        assert_eq!(
+            [threads(0), threads(32), threads(64), threads(65), threads(88), threads(167), threads(255)],
+            [1024, 1024, 1024, 896, 736, 384, 256]
         );
     }
 }

@@ -1,7 +1,8 @@
 //! Every kernel source compiled by NVRTC (the pinned PyPI wheel, fetched by
 //! `tools/fetch-nvrtc.sh`) for sm_80 (A100) and sm_90 (H100/H200), and to PTX for compute_80,
 //! into the prepared folder, with ptxas's resource report printed per kernel: a compile error or
-//! warning, a kernel the report misses, or a register spill fails the test. No GPU is needed.
+//! warning, a kernel the report misses, a register spill, or registers too many for the largest
+//! block its launcher uses fails the test. No GPU is needed.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -40,6 +41,14 @@ fn every_kernel_compiles_for_sm_80_and_sm_90_without_spills_into_the_prepared_fo
                 source.name, k.name, k.registers, k.shared, k.stack_frame, k.spill_stores, k.spill_loads
             );
             let _ = std::io::stderr().write_all(line.as_bytes());
+            // the largest block the launcher uses must fit the kernel's registers
+            let (allowed, used) = (k.max_block_threads(), kernels::launch::max_block_threads(name));
+            if allowed < used {
+                problems.push(format!(
+                    "{arch} {} {}: {} registers allow blocks of {allowed} threads; its launcher uses up to {used}",
+                    source.name, k.name, k.registers
+                ));
+            }
             if k.spill_stores > 0 || k.spill_loads > 0 {
                 problems
                     .push(format!("{arch} {} {}: spills ({} B stores, {} B loads)", source.name, k.name, k.spill_stores, k.spill_loads));

@@ -51,9 +51,40 @@ pub const MAX_GRID_X: u32 = (1 << 31) - 1;
 pub const MAX_GRID_YZ: u32 = 65_535;
 pub const MAX_BLOCK_THREADS: u32 = 1024;
 
+/// The largest block `kernel`'s launcher uses. A block holds its threads' registers all at once,
+/// out of a multiprocessor's 64 Ki: the NVRTC test checks every kernel's registers (ptxas's
+/// report) against this, and [`go`] refuses a larger block, so that no launch meets the
+/// driver's `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`.
+pub fn max_block_threads(kernel: &str) -> u32 {
+    BLOCK_LIMITS.iter().find(|(names, _)| names.contains(&kernel)).map_or(THREADS, |&(_, threads)| threads)
+}
+
+/// The kernels whose launchers use blocks other than [`THREADS`], and the largest each uses.
+const BLOCK_LIMITS: &[(&[&str], u32)] = &[
+    (&["hadamard", "warp_collectives_check"], MAX_BLOCK_THREADS),
+    (&["ssm_scan"], SSM_SCAN_MAX_HEAD as u32),
+    (&["delta_rule"], RECURRENT_MAX_KEY as u32),
+    // a warp per query head of a block's group
+    (&["attention", "attention_split", "attention_wide", "attention_split_wide"], (32 * ATTENTION_GROUP_MAX) as u32),
+    (&["attention_fold", "attention_fold_wide", "mma_s8_check"], 32),
+    (
+        &[
+            "mul_mat_q",
+            "mul_mat_f",
+            "mul_mat_vec_q",
+            "mul_mat_vec_q_glu",
+            "mul_mat_vec_q_glu_rows",
+            "mul_mat_vec_q_sets",
+            "mul_mat_vec_q_sets_rows",
+            "mul_mat_vec_f",
+        ],
+        MULMAT_THREADS as u32,
+    ),
+];
+
 /// Launches, unless the grid is empty (nothing to compute: no rows, no values). A grid beyond
 /// CUDA's limits is an error here, naming the kernel, rather than the driver's bare
-/// `CUDA_ERROR_INVALID_VALUE`.
+/// `CUDA_ERROR_INVALID_VALUE`; so is a block larger than [`max_block_threads`].
 fn go<R: Runtime>(rt: &R, kernel: &'static str, grid: [u32; 3], block: u32, args: &[Arg<'_, R::Buffer>]) -> Result<(), RuntimeError> {
     if grid.contains(&0) {
         return Ok(());
@@ -63,6 +94,12 @@ fn go<R: Runtime>(rt: &R, kernel: &'static str, grid: [u32; 3], block: u32, args
             "{kernel}: a grid of {}x{}x{} blocks of {block} threads is beyond CUDA's limits ({MAX_GRID_X} blocks along x, \
              {MAX_GRID_YZ} along y and z, {MAX_BLOCK_THREADS} threads); split the batch",
             grid[0], grid[1], grid[2]
+        )));
+    }
+    if block > max_block_threads(kernel) {
+        return Err(RuntimeError::Device(format!(
+            "{kernel}: blocks of {block} threads, more than the {} its registers are sized for",
+            max_block_threads(kernel)
         )));
     }
     // SAFETY: every caller below passes the kernel's parameters in order with their C types
@@ -147,5 +184,26 @@ mod tests {
         let launched = rt.0.lock().unwrap();
         assert_eq!(launched.len(), 1);
         assert_eq!(launched[0].grid, [1, 65_535, 1]);
+    }
+
+    #[test]
+    fn a_block_larger_than_its_kernel_is_sized_for_is_refused_before_the_launch() {
+        let rt = Recorder::default();
+        let (x, out) = (vec![0u8; 1024 * 4], vec![0u8; 1024 * 10 * 4]);
+        // the self-test takes any block CUDA allows; the same geometry under a kernel sized for
+        // 256 threads is refused by `go` itself
+        warp_collectives_check(&rt, &x, &out, 1024).unwrap();
+        let err = go(&rt, "scale", [1, 1, 1], 512, &[Arg::Buf(&x), Arg::F32(1.0), Arg::I64(512)]).unwrap_err().to_string();
+        assert_eq!(err, "scale: blocks of 512 threads, more than the 256 its registers are sized for");
+        assert_eq!(rt.0.lock().unwrap().len(), 1);
+        assert_eq!([max_block_threads("hadamard"), max_block_threads("attention"), max_block_threads("mul_mat_q")], [1024, 256, 128]);
+    }
+
+    #[test]
+    fn every_kernel_named_in_the_block_table_exists() {
+        let kernels: Vec<&str> = crate::sources::SOURCES.iter().flat_map(|s| s.entry_points()).collect();
+        for name in BLOCK_LIMITS.iter().flat_map(|(names, _)| names.iter()) {
+            assert!(kernels.contains(name), "{name} is no kernel");
+        }
     }
 }

@@ -8,6 +8,9 @@ use crate::runtime::{Arg, Runtime, RuntimeError};
 pub const RECURRENT_CHUNK: usize = 32;
 /// The widest key (the delta rule's head size) `delta_rule` takes.
 pub const RECURRENT_MAX_KEY: usize = 256;
+/// The largest head `ssm_scan` takes (a thread per value of the head: its registers leave room
+/// for blocks of 512, not 1024; Mamba-2's heads are of 64).
+pub const SSM_SCAN_MAX_HEAD: usize = 512;
 
 /// Values of one head's part of a state slot in `recurrent.cu`'s chunked form: the state at the
 /// chunk's start (`rows` x `key_width`), the row count, per row of the chunk its decay, key and
@@ -175,8 +178,10 @@ pub fn ssm_scan<R: Runtime>(
     const K: &str = "ssm_scan";
     let d_inner = n_head * head_dim;
     let cols = d_inner + 2 * n_group * d_state;
-    if n_group == 0 || !n_head.is_multiple_of(n_group) || head_dim == 0 || head_dim > MAX_BLOCK_THREADS as usize || d_state == 0 {
-        return Err(RuntimeError::Device(format!("{K}: {n_head} heads of {head_dim} in {n_group} groups, states of {d_state}")));
+    if n_group == 0 || !n_head.is_multiple_of(n_group) || head_dim == 0 || head_dim > SSM_SCAN_MAX_HEAD || d_state == 0 {
+        return Err(RuntimeError::Device(format!(
+            "{K}: {n_head} heads of {head_dim} (at most {SSM_SCAN_MAX_HEAD}) in {n_group} groups, states of {d_state}"
+        )));
     }
     let state = n_head * chunk_head_len(head_dim, d_state);
     if pool.part_offset + state > pool.slot_floats {
