@@ -51,7 +51,11 @@ pub fn mul_mat_id<R: Runtime>(
     out: &R::Buffer,
 ) -> Result<(), RuntimeError> {
     let m = s.m;
-    let rows = ids.len().div_ceil(per_row.max(1));
+    if per_row == 0 {
+        // the kernels divide a slot's number by it
+        return Err(RuntimeError::Device("mul_mat_id: 0 slots per activation row".into()));
+    }
+    let rows = ids.len().div_ceil(per_row);
     let (kernel, xb, inner, x_bytes) = matmul_operands(("mul_mat_vec_q", "mul_mat_vec_f"), x, m, rows)?;
     check_experts(kernel, ids, s.count, s.stride, m)?;
     if ids.is_empty() {

@@ -200,6 +200,19 @@ mod tests {
     }
 
     #[test]
+    fn an_indexed_product_of_no_slots_per_row_is_refused() {
+        let rt = Recorder::default();
+        // two f32 experts of 4 x 32, one activation row
+        let m = MatrixArgs { ty: 0, rows: 4, cols: 32, row_bytes: 128 };
+        let (w, x, out) = (vec![0u8; 2 * 4 * 128], vec![0u8; 128], vec![0u8; 2 * 4 * 4]);
+        let stack = Stack { m, at: 0, stride: 4 * 128, count: 2 };
+        mul_mat_id(&rt, &w, stack, MatmulInput::F32(&x), &[0, 1], 2, &out).unwrap();
+        let err = mul_mat_id(&rt, &w, stack, MatmulInput::F32(&x), &[0, 1], 0, &out).unwrap_err().to_string();
+        assert_eq!(err, "mul_mat_id: 0 slots per activation row");
+        assert_eq!(rt.0.lock().unwrap().len(), 1);
+    }
+
+    #[test]
     fn every_kernel_named_in_the_block_table_exists() {
         let kernels: Vec<&str> = crate::sources::SOURCES.iter().flat_map(|s| s.entry_points()).collect();
         for name in BLOCK_LIMITS.iter().flat_map(|(names, _)| names.iter()) {
