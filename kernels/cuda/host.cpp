@@ -39,15 +39,18 @@ static void size_block(Block& b, Dim3 dim) {
     b.butterfly_of.assign(2 * (size_t)warps_of(dim.x), 0);
 }
 
-// The launch's status once its blocks ran: 3 when a load was misaligned (reported here), else
-// `status`.
-static int misaligned_status(const Block& b, int status) {
-    const uintptr_t at = b.misaligned.load();
-    if (at == 0) {
-        return status;
+// The launch's status once its blocks ran: 3 when a load was misaligned, 4 when a warp
+// exchanged values with lanes missing (each reported here), else `status`.
+static int fault_status(const Block& b, int status) {
+    if (const uintptr_t at = b.misaligned.load()) {
+        std::fprintf(stderr, "kernel load at %#llx, which is not %u-byte aligned: a GPU faults there\n", (unsigned long long)at, b.misaligned_need.load());
+        return 3;
     }
-    std::fprintf(stderr, "kernel load at %#llx, which is not %u-byte aligned: a GPU faults there\n", (unsigned long long)at, b.misaligned_need.load());
-    return 3;
+    if (const unsigned warp = b.partial_warp.load()) {
+        std::fprintf(stderr, "kernel warp %u exchanged values with fewer than 32 lanes running: undefined on a GPU\n", warp - 1);
+        return 4;
+    }
+    return status;
 }
 
 }  // namespace host
@@ -114,7 +117,7 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
     for (auto& t : threads) {
         t.join();
     }
-    return misaligned_status(b, 0);
+    return fault_status(b, 0);
 }
 
 }  // namespace host
@@ -259,6 +262,12 @@ void sync_threads() {
 }
 
 void sync_warp() {
+    // a lane returned or absent: the device's full-mask shuffle would name it
+    const unsigned warp = thread_idx.x / 32;
+    if (here->warps[warp].live < 32) {
+        unsigned none = 0;
+        block->partial_warp.compare_exchange_strong(none, warp + 1);
+    }
     arrive(AT_WARP_BARRIER);
 }
 
@@ -361,7 +370,7 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
     block = nullptr;
     std::lock_guard<std::mutex> lock(pool_lock);
     pool.push_back(std::move(taken));
-    return misaligned_status(b, status);
+    return fault_status(b, status);
 }
 
 }  // namespace host

@@ -48,6 +48,11 @@ struct Block {
     // alignment it needed: a GPU would stop the kernel there (`misaligned address`)
     std::atomic<uintptr_t> misaligned{0};
     std::atomic<unsigned> misaligned_need{0};
+    // 1 + the first warp of the launch to exchange values (a shuffle, a collective) with fewer
+    // than 32 of its lanes running: some returned, or the block ends inside the warp. The
+    // device's shuffles name all 32 lanes (portable.cuh), which a GPU leaves undefined then.
+    // Checked by the fibers only.
+    std::atomic<unsigned> partial_warp{0};
 };
 
 extern thread_local Dim3 thread_idx;

@@ -30,6 +30,8 @@ pub enum HostError {
     Deadlock(String),
     #[error("{0}: a load from an address its alignment rules out, where a GPU faults (the address on stderr)")]
     Misaligned(String),
+    #[error("{0}: a warp shuffle with lanes of the warp returned or beyond the block, which the full mask leaves undefined on a GPU")]
+    PartialWarp(String),
 }
 
 /// The kernels the harness has.
@@ -70,6 +72,7 @@ pub unsafe fn launch(name: &str, grid: [u32; 3], block: [u32; 3], params: &mut [
         Ok(0) => Ok(()),
         Ok(2) => Err(HostError::Deadlock(name.to_string())),
         Ok(3) => Err(HostError::Misaligned(name.to_string())),
+        Ok(4) => Err(HostError::PartialWarp(name.to_string())),
         Ok(_) => Err(HostError::Geometry(name.to_string())),
         Err(_) => {
             // the launch still holds the caller's buffers: returning would free them under it
@@ -255,5 +258,22 @@ mod tests {
         let (misaligned, _) = spread_from(2);
         let error = misaligned.expect_err("a 4-byte load at an address of 2 mod 4");
         assert!(error.to_string().contains("spread_staging: a load from an address its alignment rules out"), "{error}");
+    }
+
+    /// `warp_collectives_check` (`selftest.cu`: shuffles and butterflies) over one block of
+    /// `threads` threads.
+    fn collectives(threads: u32) -> Result<(), HostError> {
+        let (x, out) = (HostDevice.alloc(threads as usize * 4).unwrap(), HostDevice.alloc(threads as usize * 40).unwrap());
+        let (xp, op) = (HostDevice.address(&x), HostDevice.address(&out));
+        // SAFETY: the kernel's two pointers, to one float per thread and ten per thread.
+        unsafe { launch("warp_collectives_check", [1, 1, 1], [threads, 1, 1], &mut host_args![xp, op]) }
+    }
+
+    #[test]
+    #[cfg_attr(feature = "tsan", ignore = "the fibers check it; the OS threads of a ThreadSanitizer build do not")]
+    fn a_shuffle_a_gpu_leaves_undefined_fails_the_launch() {
+        assert_eq!(collectives(64), Ok(()));
+        // the last warp of 81 threads has 17 lanes; the shuffles name all 32
+        assert_eq!(collectives(81), Err(HostError::PartialWarp("warp_collectives_check".into())));
     }
 }

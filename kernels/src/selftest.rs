@@ -47,9 +47,9 @@ fn mma_s8_shape<R: Runtime>(rt: &R, seed: u32, k: usize) -> Result<(), String> {
 
 /// The warp collectives (`warp_collectives_check`) over `threads` threads: portable.cuh's
 /// butterfly sum and maximum and its gather of several values against plain shuffles, bit for
-/// bit, and the sums against the butterfly computed here. Whole warps on a GPU (a shuffle's lanes
-/// must all exist there); the harness also takes a partial last warp, whose missing lanes give a
-/// lane its own value. `Err` names the first thread that differs.
+/// bit, and the sums against the butterfly computed here. Whole warps only: a shuffle names all
+/// 32 lanes, which must exist (the harness refuses a partial warp too). `Err` names the first
+/// thread that differs.
 pub fn warp_collectives<R: Runtime>(rt: &R, seed: u32, threads: usize) -> Result<(), String> {
     // values of many magnitudes and both signs, so that the order of the sums shows in the bits
     let x: Vec<f32> = bytes(threads, seed)
@@ -110,9 +110,11 @@ mod tests {
 
     #[test]
     fn the_harness_gives_the_warp_collectives_the_bits_of_plain_shuffles() {
-        // whole warps, and a partial last warp of 17 lanes
-        for (seed, threads) in [(1, 32), (2, 128), (3, 81)] {
+        for (seed, threads) in [(1, 32), (2, 128), (3, 256)] {
             super::warp_collectives(&crate::host::HostRuntime::default(), seed, threads).unwrap();
         }
+        // a partial last warp is refused before the launch
+        let err = super::warp_collectives(&crate::host::HostRuntime::default(), 4, 81).unwrap_err();
+        assert!(err.contains("not whole warps"), "{err}");
     }
 }

@@ -17,12 +17,12 @@ pub fn mma_s8_check<R: Runtime>(rt: &R, a: &R::Buffer, b: &R::Buffer, c: &R::Buf
     go(rt, K, [1, 1, 1], 32, &[Arg::Buf(a), Arg::Buf(b), Arg::Buf(c), Arg::I32(k as i32)])
 }
 
-/// The warp collectives of `selftest.cu` over `threads` threads of one block: `x` one f32 per
-/// thread, `out` ten per thread (see the kernel).
+/// The warp collectives of `selftest.cu` over `threads` threads of one block (whole warps: the
+/// shuffles name all 32 lanes): `x` one f32 per thread, `out` ten per thread (see the kernel).
 pub fn warp_collectives_check<R: Runtime>(rt: &R, x: &R::Buffer, out: &R::Buffer, threads: usize) -> Result<(), RuntimeError> {
     const K: &str = "warp_collectives_check";
-    if threads == 0 || threads > 1024 {
-        return Err(RuntimeError::Device(format!("{K}: {threads} threads is not 1 to 1024")));
+    if threads == 0 || threads > 1024 || !threads.is_multiple_of(32) {
+        return Err(RuntimeError::Device(format!("{K}: {threads} threads, not whole warps of 32 up to 1024")));
     }
     check(rt, K, "x", x, threads * 4)?;
     check(rt, K, "out", out, threads * 10 * 4)?;
