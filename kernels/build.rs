@@ -41,7 +41,10 @@ fn main() {
     sources.sort();
     let mut build = cc::Build::new();
     // optimised even in debug builds (the harness runs whole models in the tests); no fast-math
-    // and no contraction, so the arithmetic is the source's
+    // and no contraction, so the arithmetic is the source's. A kernel's uninitialised locals
+    // hold a pattern (0xFE bytes: floats near -1.7e38), not what the reused fiber stacks left
+    // there (often the last block's same values), so that reading one before writing it shows
+    // in the results as a GPU's garbage would.
     build
         .cpp(true)
         .std("c++20")
@@ -49,6 +52,7 @@ fn main() {
         .include(&cuda)
         .flag("-ffp-contract=off")
         .flag("-pthread")
+        .flag("-ftrivial-auto-var-init=pattern")
         .flag_if_supported("-Wno-unused-function");
     if std::env::var_os("CARGO_FEATURE_TSAN").is_some() {
         // the harness's own C++ (threads, barriers, shuffle slots, shared statics) instrumented;
