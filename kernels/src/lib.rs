@@ -17,4 +17,4 @@ pub mod steps;
 
 pub use nvrtc::{compile, CompiledModule, KernelReport, NvrtcError};
 pub use runtime::{Arg, Issued, Launch, Runtime, RuntimeError};
-pub use sources::{KernelSource, HEADERS, SOURCES};
+pub use sources::{KernelSource, Param, HEADERS, SOURCES};

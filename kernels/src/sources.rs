@@ -47,6 +47,19 @@ pub const SOURCES: &[KernelSource] = embedded![
     "selftest.cu"
 ];
 
+/// A kernel parameter's type, as a launch's 8-byte slot carries it (`runtime::Arg`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Param {
+    /// A device address (or 0 for a null pointer).
+    Pointer,
+    /// `int`, `int32_t`.
+    Int,
+    /// `int64_t`.
+    Int64,
+    /// `float`.
+    Float,
+}
+
 /// Why a source could not be expanded.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{file}: #include \"{header}\" names no embedded header")]
@@ -59,6 +72,29 @@ impl KernelSource {
     /// The kernels the source defines: the names of its `KERNEL void name(` lines.
     pub fn entry_points(&self) -> Vec<&'static str> {
         self.code.lines().filter_map(|l| l.trim().strip_prefix("KERNEL void ")).filter_map(|r| r.split('(').next()).map(str::trim).collect()
+    }
+
+    /// The parameters of kernel `name` as its `KERNEL void name(...)` line declares them (on one
+    /// line, as `build.rs` reads them too); `None` when the source has no such kernel or a
+    /// parameter of a type not in [`Param`].
+    pub fn parameters(&self, name: &str) -> Option<Vec<Param>> {
+        let rest =
+            self.code.lines().find_map(|l| l.trim().strip_prefix("KERNEL void ")?.strip_prefix(name)?.trim_start().strip_prefix('('))?;
+        let list = rest.split_once(')')?.0;
+        list.split(',')
+            .map(|p| {
+                let p = p.trim();
+                // the type is everything before the parameter's name
+                let ty = p[..=p.rfind([' ', '*'])?].trim();
+                Some(match ty {
+                    t if t.ends_with('*') => Param::Pointer,
+                    "int" | "int32_t" => Param::Int,
+                    "int64_t" => Param::Int64,
+                    "float" => Param::Float,
+                    _ => return None,
+                })
+            })
+            .collect()
     }
 
     /// The source with every `#include "header"` replaced by the header's own expansion, each
@@ -98,6 +134,21 @@ fn expand_into(src: &KernelSource, done: &mut Vec<&'static str>, out: &mut Strin
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_kernels_parameters_are_read_from_its_source() {
+        for source in super::SOURCES {
+            for name in source.entry_points() {
+                let params = source.parameters(name).unwrap_or_else(|| panic!("{}: the parameters of {name}", source.name));
+                assert!(!params.is_empty(), "{name}");
+            }
+        }
+        let norm = super::SOURCES.iter().find(|s| s.name == "elementwise.cu").unwrap();
+        use super::Param::*;
+        assert_eq!(norm.parameters("add_scaled"), Some(vec![Pointer, Pointer, Float, Int64]));
+        // a name that only begins another kernel's
+        assert_eq!(norm.parameters("add"), None);
+    }
+
     use super::*;
 
     #[test]

@@ -17,7 +17,11 @@ pub use matmul::*;
 pub use recurrent::*;
 pub use selftest::*;
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
 use crate::runtime::{Arg, Launch, Runtime, RuntimeError};
+use crate::sources::Param;
 
 /// Threads per block of the element-wise and row kernels.
 const THREADS: u32 = 256;
@@ -84,7 +88,8 @@ const BLOCK_LIMITS: &[(&[&str], u32)] = &[
 
 /// Launches, unless the grid is empty (nothing to compute: no rows, no values). A grid beyond
 /// CUDA's limits is an error here, naming the kernel, rather than the driver's bare
-/// `CUDA_ERROR_INVALID_VALUE`; so is a block larger than [`max_block_threads`].
+/// `CUDA_ERROR_INVALID_VALUE`; so is a block larger than [`max_block_threads`], and arguments
+/// that are not the kernel's parameters ([`check_arguments`]).
 fn go<R: Runtime>(rt: &R, kernel: &'static str, grid: [u32; 3], block: u32, args: &[Arg<'_, R::Buffer>]) -> Result<(), RuntimeError> {
     if grid.contains(&0) {
         return Ok(());
@@ -96,6 +101,7 @@ fn go<R: Runtime>(rt: &R, kernel: &'static str, grid: [u32; 3], block: u32, args
             grid[0], grid[1], grid[2]
         )));
     }
+    check_arguments(kernel, args)?;
     if block > max_block_threads(kernel) {
         return Err(RuntimeError::Device(format!(
             "{kernel}: blocks of {block} threads, more than the {} its registers are sized for",
@@ -106,6 +112,44 @@ fn go<R: Runtime>(rt: &R, kernel: &'static str, grid: [u32; 3], block: u32, args
     // (pointers as buffers, `int` as I32, `int64_t` as I64, `float` as F32), and has checked
     // that each buffer and index covers what this geometry touches.
     unsafe { rt.launch(Launch { kernel, grid, block }, args) }
+}
+
+/// Every kernel's parameters, read once from the sources.
+fn parameters(kernel: &str) -> Option<&'static [Param]> {
+    static TABLE: OnceLock<HashMap<&'static str, Vec<Param>>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        crate::sources::SOURCES.iter().flat_map(|s| s.entry_points().into_iter().filter_map(|k| Some((k, s.parameters(k)?)))).collect()
+    });
+    table.get(kernel).map(Vec::as_slice)
+}
+
+/// That `args` are `kernel`'s parameters in number and type: a slot of the wrong kind would be
+/// read as another value (an `int` where the kernel takes an `int64_t` loses its sign), and a
+/// missing one read from beyond the array.
+fn check_arguments<B>(kernel: &str, args: &[Arg<'_, B>]) -> Result<(), RuntimeError> {
+    let params = parameters(kernel).ok_or_else(|| RuntimeError::UnknownKernel(kernel.into()))?;
+    if params.len() != args.len() {
+        return Err(RuntimeError::Device(format!("{kernel}: {} arguments for {} parameters", args.len(), params.len())));
+    }
+    for (i, (param, arg)) in params.iter().zip(args).enumerate() {
+        let fits = matches!(
+            (param, arg),
+            (Param::Pointer, Arg::Buf(_) | Arg::BufAt(..) | Arg::I64(0))
+                | (Param::Int, Arg::I32(_))
+                | (Param::Int64, Arg::I64(_))
+                | (Param::Float, Arg::F32(_))
+        );
+        if !fits {
+            let given = match arg {
+                Arg::Buf(_) | Arg::BufAt(..) => "a buffer",
+                Arg::I32(_) => "an I32",
+                Arg::I64(_) => "an I64",
+                Arg::F32(_) => "an F32",
+            };
+            return Err(RuntimeError::Device(format!("{kernel}: argument {i} is {given}, the parameter a {param:?}")));
+        }
+    }
+    Ok(())
 }
 
 fn blocks_of(n: usize) -> usize {
@@ -197,6 +241,21 @@ mod tests {
         assert_eq!(err, "scale: blocks of 512 threads, more than the 256 its registers are sized for");
         assert_eq!(rt.0.lock().unwrap().len(), 1);
         assert_eq!([max_block_threads("hadamard"), max_block_threads("attention"), max_block_threads("mul_mat_q")], [1024, 256, 128]);
+    }
+
+    #[test]
+    fn arguments_that_are_not_the_kernels_parameters_are_refused_before_the_launch() {
+        let rt = Recorder::default();
+        let x = vec![0u8; 64];
+        // scale(float* x, float s, int64_t n)
+        go(&rt, "scale", [1, 1, 1], 32, &[Arg::Buf(&x), Arg::F32(2.0), Arg::I64(16)]).unwrap();
+        let wrong = |args: &[Arg<'_, Vec<u8>>]| go(&rt, "scale", [1, 1, 1], 32, args).unwrap_err().to_string();
+        assert_eq!(wrong(&[Arg::Buf(&x), Arg::F32(2.0), Arg::I32(16)]), "scale: argument 2 is an I32, the parameter a Int64");
+        assert_eq!(wrong(&[Arg::Buf(&x), Arg::F32(2.0)]), "scale: 2 arguments for 3 parameters");
+        assert_eq!(wrong(&[Arg::I64(1), Arg::F32(2.0), Arg::I64(16)]), "scale: argument 0 is an I64, the parameter a Pointer");
+        // a null pointer is an I64 of 0
+        go(&rt, "scale", [1, 1, 1], 32, &[Arg::I64(0), Arg::F32(2.0), Arg::I64(16)]).unwrap();
+        assert_eq!(rt.0.lock().unwrap().len(), 2);
     }
 
     #[test]
