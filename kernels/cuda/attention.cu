@@ -125,10 +125,10 @@ DEVICE float* partial_at(float* parts, int r, int h, int z, int n_head, int max_
 // split of the row, folded, to `out` (and with with_q its Q8_1 blocks to out_q).
 template <int KEY, int SLOTS>
 DEVICE void attend(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, const int32_t* tables, const float* sinks, float* out, float* parts, int max_splits, int n_head, int n_head_kv, int dk, int dv, int v_row, float scale, float softcap, int k_type, int v_type, int n_layer, int layer, uint8_t* out_q, int with_q) {
-    SHARED float q_heads[ATTN_GROUP_MAX][KEY];
-    SHARED float tile_weights[ATTN_GROUP_MAX][ATTN_TILE];
-    SHARED int64_t tile_rows[ATTN_TILE];
-    SHARED float keys[ATTN_TILE][KEY_SLICE + 1];  // + 1: lane l reads row l, no bank conflicts
+    SHARED(float, q_heads, [ATTN_GROUP_MAX][KEY]);
+    SHARED(float, tile_weights, [ATTN_GROUP_MAX][ATTN_TILE]);
+    SHARED(int64_t, tile_rows, [ATTN_TILE]);
+    SHARED(float, keys, [ATTN_TILE][KEY_SLICE + 1]);  // + 1: lane l reads row l, no bank conflicts
     const int warp = THREAD_ID / WARP_SIZE;
     const int h = BLOCK_ID * (BLOCK_THREADS / WARP_SIZE) + warp;
     const int r = BLOCK_ID_Y;

@@ -10,7 +10,7 @@
 
 // x: blocks of n values, one thread block per block of values, one thread per value.
 KERNEL void hadamard(float* x, int n, float scale) {
-    SHARED float v[HADAMARD_MAX];
+    SHARED(float, v, [HADAMARD_MAX]);
     const int64_t at = (int64_t)BLOCK_ID * n;
     const int i = THREAD_ID;
     v[i] = x[at + i];

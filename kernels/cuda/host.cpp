@@ -1,7 +1,8 @@
 // The CPU execution harness's launcher: the grid's blocks one after another. A block's threads
 // are fibers on the launching OS thread, switched at the barriers (a warp shuffle is one warp
 // barrier), round robin: cheap enough to run whole models in the tests; a kernel's `__shared__`
-// statics are thread-local, so launches from different OS threads run side by side. Built for
+// statics are thread-local, so launches from different OS threads run side by side, and filled
+// with 0xFF bytes as each block first declares them (host.hpp's SHARED). Built for
 // ThreadSanitizer (KERNELS_HOST_OS_THREADS) the block's threads are OS threads instead, so that
 // the sanitizer sees the kernels' accesses from real concurrent threads, and one launch runs at
 // a time (the `__shared__` statics are then plain statics, the running block's).
@@ -16,6 +17,7 @@ namespace host {
 thread_local Dim3 thread_idx;
 thread_local Dim3 block_idx;
 thread_local Block* block = nullptr;
+thread_local unsigned long long block_serial = 0;
 
 static bool bad_geometry(Dim3 grid, Dim3 dim) {
     return dim.x == 0 || dim.x > 1024 || dim.y != 1 || dim.z != 1 || grid.x == 0 || grid.y == 0 || grid.z == 0;
@@ -344,6 +346,7 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
     int status = 0;
     for (unsigned long long i = 0; i < blocks && status == 0; i++) {
         block_idx = block_number(i, grid);
+        block_serial++;
         l.all = BarrierState{dim.x, 0, 0};
         l.warps.assign(warps, BarrierState{});
         for (unsigned w = 0; w < warps; w++) {

@@ -58,6 +58,18 @@ struct Block {
 extern thread_local Dim3 thread_idx;
 extern thread_local Dim3 block_idx;
 extern thread_local Block* block;
+// the blocks the fibers of this OS thread have begun (the first is 1)
+extern thread_local unsigned long long block_serial;
+
+// A kernel's shared variable as the first of a block's threads declares it (the others cannot
+// touch it before they do): filled with 0xFF bytes (NaN floats, -1 integers), since a GPU's
+// shared memory holds garbage at a block's start, not the last block's values.
+inline void fresh_shared(void* at, size_t bytes, unsigned long long* filled_for) {
+    if (*filled_for != block_serial) {
+        std::memset(at, 0xFF, bytes);
+        *filled_for = block_serial;
+    }
+}
 
 // the barrier of the calling thread's block, and of its warp (host.cpp)
 void sync_threads();
@@ -199,9 +211,13 @@ inline uint32_t float_to_bits(float f) {
 #define DEVICE static inline
 #define HOST_DEVICE
 #ifdef KERNELS_HOST_OS_THREADS
-#define SHARED static
+#define SHARED(type, name, dims) static type name dims
 #else
-#define SHARED static thread_local
+// one per OS thread (launches on other threads run side by side), filled afresh for each block
+#define SHARED(type, name, dims)                             \
+    static thread_local type name dims;                      \
+    static thread_local unsigned long long name##_block = 0; \
+    host::fresh_shared(&name, sizeof(name), &name##_block)
 #endif
 #define __constant__ static
 #define DEVICE_TABLE static const

@@ -169,7 +169,7 @@ DEVICE void mul_mat_q_mma(MmaTiles* tiles, const uint8_t* w, int64_t row_bytes, 
 // bits of the one-row product (matvec.cu). Grid (ceil(n_out / MMA_W), ceil(batch / MMA_X) or
 // tiles), 128 threads.
 KERNEL void mul_mat_q(const uint8_t* w, int64_t expert_bytes, int64_t row_bytes, int type, int n_chunks, const uint8_t* xq, int batch, const int32_t* tile_experts, const int32_t* tile_slots, int per_row, const float* bias, float* out, int n_out, int has_bias) {
-    SHARED MmaTiles tiles;
+    SHARED(MmaTiles, tiles, );
     TileRows rows = {(int)BLOCK_ID_Y * MMA_X, batch, nullptr, 1};
     if (tile_experts != nullptr) {
         rows = TileRows{0, 0, tile_slots + (int64_t)BLOCK_ID_Y * MMA_X, per_row};

@@ -23,7 +23,7 @@ DEVICE void scale_group(const float* xg, float s, const float* w, float* yg, int
 // w_groups groups of n: group g of the values takes w's group g % w_groups (Mamba-2's grouped
 // norm; 1 elsewhere). With with_q, y's Q8_1 blocks into q too.
 KERNEL void rms_norm(const float* x, const float* w, float* y, int n, float eps, int w_groups, uint8_t* q, int with_q) {
-    SHARED double scratch[32];
+    SHARED(double, scratch, [32]);
     const float* xg = x + (int64_t)BLOCK_ID * n;
     w += (int64_t)(BLOCK_ID % w_groups) * n;
     float* yg = y + (int64_t)BLOCK_ID * n;
@@ -43,7 +43,7 @@ KERNEL void rms_norm(const float* x, const float* w, float* y, int n, float eps,
 // with their bits (each thread sums the values it wrote, in rms_norm's order). With with_q, y's
 // Q8_1 blocks into q too.
 KERNEL void add_rms_norm(float* x, const float* r, float scale, const float* w, float* y, int n, float eps, uint8_t* q, int with_q) {
-    SHARED double scratch[32];
+    SHARED(double, scratch, [32]);
     float* xg = x + (int64_t)BLOCK_ID * n;
     const float* rg = r + (int64_t)BLOCK_ID * n;
     float* yg = y + (int64_t)BLOCK_ID * n;
@@ -61,7 +61,7 @@ KERNEL void add_rms_norm(float* x, const float* r, float scale, const float* w, 
 
 // y = (x - mean) / sqrt(var + eps) * w + b, for every row of n values
 KERNEL void layer_norm(const float* x, const float* w, const float* b, float* y, int n, float eps) {
-    SHARED double scratch[32];
+    SHARED(double, scratch, [32]);
     const float* xr = x + (int64_t)BLOCK_ID * n;
     float* yr = y + (int64_t)BLOCK_ID * n;
     double sum = 0.0;

@@ -17,7 +17,7 @@ typedef unsigned long long uint64_t;
 #define KERNEL extern "C" __global__
 #define DEVICE __device__ __forceinline__
 #define HOST_DEVICE __host__ __device__
-#define SHARED __shared__
+#define SHARED(type, name, dims) __shared__ type name dims  // SHARED(float, tile, [32][33]);
 #define DEVICE_TABLE static const __device__  // a constant table in global memory
 #define THREAD_ID threadIdx.x
 #define BLOCK_ID blockIdx.x

@@ -210,9 +210,9 @@ DEVICE void chunk_segment_end(const ChunkHead& c, float* head, int64_t head_len,
 // a chunk's segment at a time, as delta_rule's: each row's step and decay, keys, values and
 // coefficients for all of the segment's rows together, then each thread its value's outputs.
 KERNEL void ssm_scan(const float* xbc, const float* dt, const float* a, const float* d, float* states, float* out, const int* run_rows, const int* rows, const int* run_state, const int* run_snaps, const int* snap_row, const int* snap_slot, int n_head, int head_dim, int n_group, int d_state, int xbc_cols, int64_t state_floats, int64_t part) {
-    SHARED float coefs[RECURRENT_CHUNK][RECURRENT_CHUNK];  // [row of the segment][row i of the chunk]
-    SHARED float steps[RECURRENT_CHUNK];  // each row's Δ
-    SHARED float gammas[RECURRENT_CHUNK];
+    SHARED(float, coefs, [RECURRENT_CHUNK][RECURRENT_CHUNK]);  // [row of the segment][row i of the chunk]
+    SHARED(float, steps, [RECURRENT_CHUNK]);  // each row's Δ
+    SHARED(float, gammas, [RECURRENT_CHUNK]);
     const int h = BLOCK_ID;
     const int run = BLOCK_ID_Y;
     const int k = THREAD_ID;
@@ -284,12 +284,12 @@ KERNEL void ssm_scan(const float* xbc, const float* dt, const float* a, const fl
 // earlier u_i[j]), then the fold when the chunk is complete. Every quantity is computed by the
 // same expression whatever the segment, so a row's bits do not depend on where its pass began.
 KERNEL void delta_rule(const float* qkv, const float* alpha, const float* beta, const float* dt_bias, const float* a, float* states, float* out, const int* run_rows, const int* rows, const int* run_state, const int* run_snaps, const int* snap_row, const int* snap_slot, int n_k_heads, int n_v_heads, int s, float eps, int64_t state_floats, int64_t part) {
-    SHARED float qn[RECURRENT_CHUNK][RECURRENT_MAX_KEY];  // the segment's normalised queries
-    SHARED float coef_k[RECURRENT_CHUNK][RECURRENT_CHUNK];  // [row of the segment][row i of the chunk]
-    SHARED float coef_q[RECURRENT_CHUNK][RECURRENT_CHUNK];
-    SHARED float scales[RECURRENT_CHUNK][2];  // each row's query and key norm scales
-    SHARED float betas[RECURRENT_CHUNK];
-    SHARED float gammas[RECURRENT_CHUNK];
+    SHARED(float, qn, [RECURRENT_CHUNK][RECURRENT_MAX_KEY]);  // the segment's normalised queries
+    SHARED(float, coef_k, [RECURRENT_CHUNK][RECURRENT_CHUNK]);  // [row of the segment][row i of the chunk]
+    SHARED(float, coef_q, [RECURRENT_CHUNK][RECURRENT_CHUNK]);
+    SHARED(float, scales, [RECURRENT_CHUNK][2]);  // each row's query and key norm scales
+    SHARED(float, betas, [RECURRENT_CHUNK]);
+    SHARED(float, gammas, [RECURRENT_CHUNK]);
     const int h = BLOCK_ID;
     const int run = BLOCK_ID_Y;
     const int j = THREAD_ID;
