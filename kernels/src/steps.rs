@@ -15,12 +15,12 @@
 //! (CUDA: stream capture of its operations), so that a shape seen once never pays for a graph.
 //! A replayed step thus sends nothing before its graph: the index arrays travel inside it, a
 //! segment's uploads together in one copy of its staging, which a kernel spreads to their
-//! buffers (`staging.cu`), a single upload as a copy of its own. The first operation that differs (another split count in
-//! attention, another expert set) ends the replay: what matched so far is issued as recorded and
-//! the rest of the step is recorded anew, replacing the old recording; a key that differs
-//! [`DIVERGED_LIMIT`] steps in a row is left unrecorded for [`UNRECORDED_STEPS`]. The result is
-//! the same bits either way: the same launches run in the same order over the same buffers, only
-//! issued together.
+//! buffers (`staging.cu`), a single upload as a copy of its own. The first operation that
+//! differs (another split count in attention, another expert set) ends the replay: what matched
+//! so far is issued as recorded and the rest of the step is recorded anew, replacing the old
+//! recording; a key that differs [`DIVERGED_LIMIT`] steps in a row is left unrecorded for
+//! [`UNRECORDED_STEPS`]. The result is the same bits either way: the same launches run in the
+//! same order over the same buffers, only issued together.
 //!
 //! A recorded buffer is handed out again only while nothing but the recording holds it, so a
 //! buffer the host kept from the last step (or one a store keeps for good) is never overwritten
