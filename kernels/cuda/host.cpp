@@ -73,7 +73,13 @@ void sync_threads() {
 }
 
 void sync_warp() {
-    warp_barriers[thread_idx.x / 32]->arrive_and_wait();
+    // lanes beyond the block (those that returned are not seen here: the fibers check them)
+    const unsigned warp = thread_idx.x / 32;
+    if (lanes_of_warp(warp, block->dim.x) < 32) {
+        unsigned none = 0;
+        block->partial_warp.compare_exchange_strong(none, warp + 1);
+    }
+    warp_barriers[warp]->arrive_and_wait();
 }
 
 static void reset_barriers(unsigned threads) {

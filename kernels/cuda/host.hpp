@@ -51,7 +51,7 @@ struct Block {
     // 1 + the first warp of the launch to exchange values (a shuffle, a collective) with fewer
     // than 32 of its lanes running: some returned, or the block ends inside the warp. The
     // device's shuffles name all 32 lanes (portable.cuh), which a GPU leaves undefined then.
-    // Checked by the fibers only.
+    // The OS threads of a ThreadSanitizer build check the lanes beyond the block only.
     std::atomic<unsigned> partial_warp{0};
 };
 

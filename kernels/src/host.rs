@@ -270,7 +270,6 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(feature = "tsan", ignore = "the fibers check it; the OS threads of a ThreadSanitizer build do not")]
     fn a_shuffle_a_gpu_leaves_undefined_fails_the_launch() {
         assert_eq!(collectives(64), Ok(()));
         // the last warp of 81 threads has 17 lanes; the shuffles name all 32
