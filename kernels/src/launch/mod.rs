@@ -17,8 +17,9 @@ pub use matmul::*;
 pub use recurrent::*;
 pub use selftest::*;
 
-use std::collections::HashMap;
 use std::sync::OnceLock;
+
+use rustc_hash::FxHashMap;
 
 use crate::runtime::{Arg, Launch, Runtime, RuntimeError};
 use crate::sources::Param;
@@ -101,11 +102,12 @@ fn go<R: Runtime>(rt: &R, kernel: &'static str, grid: [u32; 3], block: u32, args
             grid[0], grid[1], grid[2]
         )));
     }
-    check_arguments(kernel, args)?;
-    if block > max_block_threads(kernel) {
+    let known = kernel_table().get(kernel).ok_or_else(|| RuntimeError::UnknownKernel(kernel.into()))?;
+    check_arguments(kernel, &known.parameters, args)?;
+    if block > known.max_block_threads {
         return Err(RuntimeError::Device(format!(
             "{kernel}: blocks of {block} threads, more than the {} its registers are sized for",
-            max_block_threads(kernel)
+            known.max_block_threads
         )));
     }
     // SAFETY: every caller below passes the kernel's parameters in order with their C types
@@ -114,20 +116,28 @@ fn go<R: Runtime>(rt: &R, kernel: &'static str, grid: [u32; 3], block: u32, args
     unsafe { rt.launch(Launch { kernel, grid, block }, args) }
 }
 
-/// Every kernel's parameters, read once from the sources.
-fn parameters(kernel: &str) -> Option<&'static [Param]> {
-    static TABLE: OnceLock<HashMap<&'static str, Vec<Param>>> = OnceLock::new();
-    let table = TABLE.get_or_init(|| {
-        crate::sources::SOURCES.iter().flat_map(|s| s.entry_points().into_iter().filter_map(|k| Some((k, s.parameters(k)?)))).collect()
-    });
-    table.get(kernel).map(Vec::as_slice)
+/// What [`go`] checks a launch of a kernel against.
+struct KnownKernel {
+    parameters: Vec<Param>,
+    max_block_threads: u32,
 }
 
-/// That `args` are `kernel`'s parameters in number and type: a slot of the wrong kind would be
-/// read as another value (an `int` where the kernel takes an `int64_t` loses its sign), and a
-/// missing one read from beyond the array.
-fn check_arguments<B>(kernel: &str, args: &[Arg<'_, B>]) -> Result<(), RuntimeError> {
-    let params = parameters(kernel).ok_or_else(|| RuntimeError::UnknownKernel(kernel.into()))?;
+/// Every kernel's parameters (read from the sources) and largest block, made once: one lookup
+/// per launch, on the path every step's launches take.
+fn kernel_table() -> &'static FxHashMap<&'static str, KnownKernel> {
+    static TABLE: OnceLock<FxHashMap<&'static str, KnownKernel>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let known = |s: &crate::sources::KernelSource, k: &'static str| {
+            Some((k, KnownKernel { parameters: s.parameters(k)?, max_block_threads: max_block_threads(k) }))
+        };
+        crate::sources::SOURCES.iter().flat_map(|s| s.entry_points().into_iter().filter_map(move |k| known(s, k))).collect()
+    })
+}
+
+/// That `args` are `kernel`'s parameters `params` in number and type: a slot of the wrong kind
+/// would be read as another value (an `int` where the kernel takes an `int64_t` loses its sign),
+/// and a missing one read from beyond the array.
+fn check_arguments<B>(kernel: &str, params: &[Param], args: &[Arg<'_, B>]) -> Result<(), RuntimeError> {
     if params.len() != args.len() {
         return Err(RuntimeError::Device(format!("{kernel}: {} arguments for {} parameters", args.len(), params.len())));
     }
