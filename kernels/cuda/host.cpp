@@ -41,6 +41,12 @@ static void size_block(Block& b, Dim3 dim) {
     b.butterfly_of.assign(2 * (size_t)warps_of(dim.x), 0);
 }
 
+// Notes the first warp of the launch to exchange values with fewer than 32 lanes running.
+static void note_partial_warp(unsigned warp) {
+    unsigned none = 0;
+    block->partial_warp.compare_exchange_strong(none, warp + 1);
+}
+
 // The launch's status once its blocks ran: 3 when a load was misaligned, 4 when a warp
 // exchanged values with lanes missing (each reported here), else `status`.
 static int fault_status(const Block& b, int status) {
@@ -76,8 +82,7 @@ void sync_warp() {
     // lanes beyond the block (those that returned are not seen here: the fibers check them)
     const unsigned warp = thread_idx.x / 32;
     if (lanes_of_warp(warp, block->dim.x) < 32) {
-        unsigned none = 0;
-        block->partial_warp.compare_exchange_strong(none, warp + 1);
+        note_partial_warp(warp);
     }
     warp_barriers[warp]->arrive_and_wait();
 }
@@ -273,8 +278,7 @@ void sync_warp() {
     // a lane returned or absent: the device's full-mask shuffle would name it
     const unsigned warp = thread_idx.x / 32;
     if (here->warps[warp].live < 32) {
-        unsigned none = 0;
-        block->partial_warp.compare_exchange_strong(none, warp + 1);
+        note_partial_warp(warp);
     }
     arrive(AT_WARP_BARRIER);
 }

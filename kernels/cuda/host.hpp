@@ -297,18 +297,19 @@ DEVICE void check_alignment(const uint8_t* p, unsigned need) {
 }
 
 // the device's aligned loads (portable.cuh), their alignment checked
-DEVICE uint32_t load_u32_a4(const uint8_t* p) {
-    check_alignment(p, 4);
+DEVICE uint32_t load_u32_checked(const uint8_t* p, unsigned need) {
+    check_alignment(p, need);
     uint32_t w;
     std::memcpy(&w, p, 4);
     return w;
 }
 
+DEVICE uint32_t load_u32_a4(const uint8_t* p) {
+    return load_u32_checked(p, 4);
+}
+
 DEVICE uint32_t load_u32_a2(const uint8_t* p) {
-    check_alignment(p, 2);
-    uint32_t w;
-    std::memcpy(&w, p, 4);
-    return w;
+    return load_u32_checked(p, 2);
 }
 
 DEVICE void load_u32x4_a16(const uint8_t* p, uint32_t* w) {
