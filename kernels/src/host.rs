@@ -4,12 +4,14 @@
 //! kernels' arithmetic on a machine without a GPU, so they can be checked against the CPU
 //! backend.
 
-use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use crate::runtime::{Launch, RuntimeError};
+use memory::GuardedMemory;
+
+mod memory;
 use crate::steps::{Primitives, Recorded, Stepped};
 
 type Launcher = unsafe extern "C" fn(*const u32, *const u32, *mut *mut c_void) -> i32;
@@ -91,38 +93,17 @@ macro_rules! host_args {
 }
 
 /// Memory of the harness's "device": host memory written only by launches and copies, through
-/// the pointers they are given (so it sits behind a cell), 256-byte aligned like a device
-/// allocation's start, so that the kernels' aligned loads meet the alignments they would on a
-/// GPU (`host.hpp` checks them). A handle: clones share the memory.
+/// the pointers they are given, 256-byte aligned like a device allocation's start, so that the
+/// kernels' aligned loads meet the alignments they would on a GPU (`host.hpp` checks them), and
+/// ending at a page nothing may touch ([`memory`]). A handle: clones share the memory.
 #[derive(Clone)]
 pub struct HostBuffer {
-    mem: Arc<HostMemory>,
+    mem: Arc<GuardedMemory>,
 }
-
-/// 256 bytes at a multiple of 256.
-#[repr(C, align(256))]
-struct Line(UnsafeCell<[u64; 32]>);
-
-struct HostMemory {
-    lines: Box<[Line]>,
-    len: usize,
-}
-
-// SAFETY: the memory is only written by the harness's launches and copies, one at a time; the
-// backend above hands out each buffer mutably to one op at a time, as it would device memory.
-unsafe impl Send for HostMemory {}
-// SAFETY: as above: shared references only pass the address to a launch or a copy.
-unsafe impl Sync for HostMemory {}
 
 impl HostBuffer {
-    fn filled(len: usize, word: u64) -> HostBuffer {
-        let lines = (0..len.div_ceil(256)).map(|_| Line(UnsafeCell::new([word; 32]))).collect();
-        HostBuffer { mem: Arc::new(HostMemory { lines, len }) }
-    }
-
     fn ptr(&self) -> *mut u8 {
-        // `Line` is its cell alone (repr(C)), and the lines lie one after another
-        UnsafeCell::raw_get(self.mem.lines.as_ptr().cast::<UnsafeCell<[u64; 32]>>()).cast()
+        self.mem.ptr()
     }
 }
 
@@ -144,11 +125,12 @@ impl Primitives for HostDevice {
 
     /// All bytes 0xFF: an f32 NaN in every value a launch fails to write, which the tests see.
     fn alloc(&self, bytes: usize) -> Result<HostBuffer, RuntimeError> {
-        Ok(HostBuffer::filled(bytes, u64::MAX))
+        let mem = GuardedMemory::new(bytes, 0xFF).map_err(RuntimeError::Device)?;
+        Ok(HostBuffer { mem: Arc::new(mem) })
     }
 
     fn len(&self, buf: &HostBuffer) -> usize {
-        buf.mem.len
+        buf.mem.len()
     }
 
     fn address(&self, buf: &HostBuffer) -> u64 {
@@ -160,8 +142,8 @@ impl Primitives for HostDevice {
     }
 
     fn write(&self, buf: &HostBuffer, data: &[u8]) -> Result<(), RuntimeError> {
-        if data.len() > buf.mem.len {
-            return Err(RuntimeError::Device(format!("write of {} bytes into a buffer of {}", data.len(), buf.mem.len)));
+        if data.len() > buf.mem.len() {
+            return Err(RuntimeError::Device(format!("write of {} bytes into a buffer of {}", data.len(), buf.mem.len())));
         }
         // SAFETY: in bounds (checked); no launch runs while this copy does (launches finish
         // before `launch` returns).
@@ -170,8 +152,8 @@ impl Primitives for HostDevice {
     }
 
     fn read(&self, buf: &HostBuffer, out: &mut [u8]) -> Result<(), RuntimeError> {
-        if out.len() > buf.mem.len {
-            return Err(RuntimeError::Device(format!("download of {} bytes from a buffer of {}", out.len(), buf.mem.len)));
+        if out.len() > buf.mem.len() {
+            return Err(RuntimeError::Device(format!("download of {} bytes from a buffer of {}", out.len(), buf.mem.len())));
         }
         // SAFETY: in bounds (checked); no launch runs while this copy does.
         unsafe { std::ptr::copy_nonoverlapping(buf.ptr(), out.as_mut_ptr(), out.len()) };
@@ -258,6 +240,34 @@ mod tests {
         let (misaligned, _) = spread_from(2);
         let error = misaligned.expect_err("a 4-byte load at an address of 2 mod 4");
         assert!(error.to_string().contains("spread_staging: a load from an address its alignment rules out"), "{error}");
+    }
+
+    /// Set in the child process of the test below, which makes the launch that faults.
+    const READ_PAST_THE_END: &str = "KERNELS_TEST_READ_PAST_THE_END";
+
+    /// A launch that reads past a buffer's end, beyond its rounding to 256 bytes, stops the
+    /// process with the address on stderr (in a child process of this test binary: the fault
+    /// ends it). Reads within the rounding pass, as they do on a GPU.
+    #[test]
+    fn a_read_past_a_buffers_end_stops_the_process_with_its_address() {
+        if std::env::var_os(READ_PAST_THE_END).is_some() {
+            // the 64-byte mirror's bytes 256 to 263: the first past its 256 rounded bytes
+            let _ = spread_from(256);
+            return;
+        }
+        // the last bytes of the rounding: read (0xFF, as every byte a launch did not write)
+        let (within, got) = spread_from(248);
+        assert_eq!((within, got), (Ok(()), vec![0xFF; 8]));
+        let test = "host::tests::a_read_past_a_buffers_end_stops_the_process_with_its_address";
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+            .env(READ_PAST_THE_END, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&child.stderr);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.status.signal(), Some(libc::SIGSEGV), "{:?}: {stderr}", child.status);
+        assert!(stderr.contains("memory fault at 0x") && stderr.contains("past a buffer's end"), "{stderr}");
     }
 
     /// `warp_collectives_check` (`selftest.cu`: shuffles and butterflies) over one block of
