@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Speculative decoding served, side by side: one `engine-cli serve` per configuration (plain,
-`--spec ngram`, `--draft DRAFT`; with `--compare-always` also both with `--spec-always`; with
-`--draft-vocab N` also the draft with a head of its first N token ids; `--only` picks some), all
+`--spec ngram`, `--draft DRAFT`, both together (`ngram + draft`: the lookup first, the draft
+where it finds nothing); with `--compare-always` also the first two with `--spec-always`; with
+`--draft-vocab N` also the draft (alone and with the lookup) with a head of its first N token
+ids; `--only` picks some), all
 started at once and measured in alternated rounds on two workloads (a code edit that repeats
 its input, a story that does not), at 1 and at N concurrent streams of chat completions, greedy
 or (`--temperature T`) sampled with stream i's seed i + 1. Each stream sends its own variant of
@@ -134,13 +136,15 @@ def main():
     args = p.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     kinds = args.kinds.split(",")
-    configs = {"plain": [], "ngram": ["--spec", "ngram"], "draft": ["--draft", args.draft]}
+    configs = {"plain": [], "ngram": ["--spec", "ngram"], "draft": ["--draft", args.draft],
+               "ngram + draft": ["--spec", "ngram", "--draft", args.draft]}
     if args.compare_always:
         configs["ngram, always"] = ["--spec", "ngram", "--spec-always"]
         configs["draft, always"] = ["--draft", args.draft, "--spec-always"]
     vocab = ["--draft-vocab", str(args.draft_vocab)]
     if args.draft_vocab:
         configs["draft, vocab"] = ["--draft", args.draft, *vocab]
+        configs["ngram + draft, vocab"] = ["--spec", "ngram", "--draft", args.draft, *vocab]
         if args.compare_always:
             configs["draft, always, vocab"] = ["--draft", args.draft, "--spec-always", *vocab]
     if args.only:
@@ -151,7 +155,7 @@ def main():
         port = args.port + n
         cmd = [args.engine, "serve", "--model", args.model, "--alias", "m", "--port", str(port), "-t", str(args.threads),
                "-c", "2048", "--prompt-cache", "0", "--parallel", str(max(streams)), *flags, *args.extra.split()]
-        log = open(f"/tmp/bench-speculation-{name.replace(', ', '-')}.log", "w")
+        log = open(f"/tmp/bench-speculation-{name.replace(', ', '-').replace(' + ', '+')}.log", "w")
         servers[name] = (f"http://127.0.0.1:{port}", subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
     try:
         for base, proc in servers.values():
@@ -172,7 +176,9 @@ def main():
             proc.wait()
     titles = {"plain": "plain", "ngram": "--spec ngram", "draft": "--draft",
               "ngram, always": "--spec ngram --spec-always", "draft, always": "--draft --spec-always",
+              "ngram + draft": "--spec ngram --draft",
               "draft, vocab": f"--draft --draft-vocab {args.draft_vocab}",
+              "ngram + draft, vocab": f"--spec ngram --draft --draft-vocab {args.draft_vocab}",
               "draft, always, vocab": f"--draft --spec-always --draft-vocab {args.draft_vocab}"}
     print("| workload | streams | " + " | ".join(titles[name] for name in configs) + " |\n|---|---|"
           + "---|" * len(configs))

@@ -43,12 +43,13 @@ pub struct RunArgs {
     #[arg(long = "image", value_name = "PATH", requires = "mmproj")]
     pub images: Vec<PathBuf>,
     /// A draft model with the same vocabulary for speculative decoding.
-    #[arg(long, conflicts_with_all = ["images", "spec"])]
+    #[arg(long, conflicts_with = "images")]
     pub draft: Option<PathBuf>,
     #[command(flatten)]
     pub drafting: DraftArgs,
-    /// Speculation without a draft model: `ngram` proposes the tokens that followed the latest
-    /// earlier occurrence of the last 4, 3 or 2 tokens in the prompt and output so far.
+    /// Speculation from the sequence's own tokens: `ngram` proposes the tokens that followed the
+    /// latest earlier occurrence of the last 4, 3 or 2 tokens in the prompt and output so far
+    /// (with --draft: first, the draft model drafting where the lookup finds nothing).
     #[arg(long, value_parser = ["ngram"], conflicts_with = "images")]
     pub spec: Option<String>,
     #[command(flatten)]

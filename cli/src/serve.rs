@@ -114,12 +114,13 @@ pub struct ServeArgs {
     /// (speculative decoding: it drafts for every decoding sequence in shared passes, and the
     /// model checks every sequence's proposals in the step's one pass; greedy or seeded, the
     /// output is unchanged).
-    #[arg(long, conflicts_with = "spec")]
+    #[arg(long)]
     pub draft: Option<PathBuf>,
-    /// Speculation without a draft model: `ngram` proposes the tokens that followed the latest
-    /// earlier occurrence of a sequence's last 4, 3 or 2 tokens in its own prompt and output (for
-    /// every decoding sequence, checked in the step's one pass; greedy or seeded, the output is
-    /// unchanged).
+    /// Speculation from each sequence's own tokens: `ngram` proposes the tokens that followed the
+    /// latest earlier occurrence of a sequence's last 4, 3 or 2 tokens in its own prompt and
+    /// output (for every decoding sequence, checked in the step's one pass; greedy or seeded, the
+    /// output is unchanged). With --draft: first, the draft model drafting for the sequences
+    /// whose lookup finds nothing.
     #[arg(long, value_parser = ["ngram"])]
     pub spec: Option<String>,
     /// Check every drafting sequence's proposals in every step. By default a sequence proposes

@@ -151,7 +151,8 @@ pub struct Scheduling {
     /// The element types of the generating models' KV caches (a guard's own cache stays f16:
     /// its scores are what policies' thresholds were set against).
     pub kv_types: KvTypes,
-    /// Speculation from each sequence's own tokens for chat models without a draft model.
+    /// Speculation from each sequence's own tokens for chat models (before the draft model's,
+    /// for a chat model with one).
     pub ngram: Option<NgramDraft>,
     /// Whether a sequence's proposals are weighed against what their rows cost.
     pub speculation: SpecPolicy,

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use engine::serving::LoopMetrics;
+use engine::serving::{LoopMetrics, Source};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -128,8 +128,8 @@ impl Metrics {
         registry.register("prefix_cache_hits", "Sequences started on a cached prefix", f.prefix_hits.clone());
         registry.register("prompt_tokens", "Prompt tokens of started sequences", f.prompt_tokens.clone());
         registry.register("prompt_tokens_cached", "Prompt tokens found in the cache instead of computed", f.prompt_tokens_cached.clone());
-        registry.register("draft_tokens", "Tokens proposed by the draft model or the n-gram lookup", f.draft_tokens.clone());
-        registry.register("draft_tokens_accepted", "Draft tokens the target model kept", f.draft_tokens_accepted.clone());
+        registry.register("draft_tokens", "Tokens proposed, by source: the draft model or the n-gram lookup", f.draft_tokens.clone());
+        registry.register("draft_tokens_accepted", "Proposed tokens the target model kept, by source", f.draft_tokens_accepted.clone());
         registry.register("requests", "HTTP requests served (every route)", m.requests.clone());
         registry.register(
             "requests_cancelled",
@@ -165,6 +165,14 @@ impl Metrics {
     /// The scheduler metrics of model `id`.
     pub fn for_model(&self, id: &str) -> ModelMetrics {
         let labels: Labels = vec![("model".into(), id.into())];
+        // each source's series, from the start (a scrape sees 0 rather than nothing)
+        let by_source = |family: &Family<Labels, Counter>| -> [Counter; 2] {
+            Source::ALL.map(|source| {
+                let mut labels = labels.clone();
+                labels.push(("source".into(), source.name().into()));
+                family.get_or_create(&labels).clone()
+            })
+        };
         let f = &self.scheduler;
         ModelMetrics {
             queue_depth: f.queue_depth.get_or_create(&labels).clone(),
@@ -177,8 +185,8 @@ impl Metrics {
             prefix_hits: f.prefix_hits.get_or_create(&labels).clone(),
             prompt_tokens: f.prompt_tokens.get_or_create(&labels).clone(),
             prompt_tokens_cached: f.prompt_tokens_cached.get_or_create(&labels).clone(),
-            draft_tokens: f.draft_tokens.get_or_create(&labels).clone(),
-            draft_tokens_accepted: f.draft_tokens_accepted.get_or_create(&labels).clone(),
+            draft_tokens: by_source(&f.draft_tokens),
+            draft_tokens_accepted: by_source(&f.draft_tokens_accepted),
             cancelled: self.requests_cancelled.clone(),
         }
     }
@@ -231,8 +239,9 @@ pub struct ModelMetrics {
     prefix_hits: Counter,
     prompt_tokens: Counter,
     prompt_tokens_cached: Counter,
-    draft_tokens: Counter,
-    draft_tokens_accepted: Counter,
+    /// By [`Source`] (its index).
+    draft_tokens: [Counter; 2],
+    draft_tokens_accepted: [Counter; 2],
     /// `requests_cancelled` (shared by all models).
     cancelled: Counter,
 }
@@ -281,9 +290,9 @@ impl LoopMetrics for ModelMetrics {
         self.prompt_tokens_cached.inc_by(cached as u64);
     }
 
-    fn drafted(&self, proposed: usize, accepted: usize) {
-        self.draft_tokens.inc_by(proposed as u64);
-        self.draft_tokens_accepted.inc_by(accepted as u64);
+    fn drafted(&self, source: Source, proposed: usize, accepted: usize) {
+        self.draft_tokens[source as usize].inc_by(proposed as u64);
+        self.draft_tokens_accepted[source as usize].inc_by(accepted as u64);
     }
 
     fn cancelled(&self) {

@@ -69,7 +69,7 @@ pub fn start_entry(spec: ModelSpec, settings: &EntrySettings, metrics: &Metrics,
         cache_entries: sc.cache_entries,
         kv_positions,
         kv_types: sc.kv_types,
-        ngram: sc.ngram.filter(|_| spec.chat && spec.draft.is_none()),
+        ngram: sc.ngram.filter(|_| spec.chat),
         draft: sc.draft,
         speculation: sc.speculation,
         ..LoopConfig::new(n_ctx)

@@ -434,15 +434,22 @@ fn greedy_chat(base: &str, content: &str, max_tokens: u64, n: u64) -> Value {
     client().post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap().json().unwrap()
 }
 
-/// The chat model's proposed and kept draft tokens, from `/metrics` at `base`.
+/// The chat model's proposed and kept tokens, from `/metrics` at `base`: both sources'.
 fn draft_counts(base: &str) -> (u64, u64) {
+    let (ngram, draft) = (draft_counts_of(base, "ngram"), draft_counts_of(base, "draft"));
+    (ngram.0 + draft.0, ngram.1 + draft.1)
+}
+
+/// The chat model's proposed and kept tokens from `source` (`ngram`, `draft`), from `/metrics`
+/// at `base`.
+fn draft_counts_of(base: &str, source: &str) -> (u64, u64) {
     let metrics = client().get(format!("{base}/metrics")).send().unwrap().text().unwrap();
     let value = |name: &str| -> u64 {
-        let prefix = format!("{name}{{model=\"{CHAT}\"}} ");
+        let prefix = format!("{name}{{model=\"{CHAT}\",source=\"{source}\"}} ");
         metrics
             .lines()
             .find_map(|l| l.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+            .unwrap_or_else(|| panic!("{name} of {source} missing:\n{metrics}"))
             .trim()
             .parse()
             .unwrap()
@@ -541,6 +548,46 @@ fn ngram_speculation_leaves_greedy_output_unchanged_and_is_counted() {
     for (i, (weighed, plain)) in replies.iter().enumerate() {
         for choice in weighed["choices"].as_array().unwrap() {
             assert_eq!(choice["message"]["content"], plain["choices"][0]["message"]["content"], "prompt {i}: {weighed}");
+        }
+    }
+}
+
+/// `--spec ngram` with a draft model: the lookup proposes where it finds something, the draft
+/// model for the others; the replies are the same, and `/metrics` counts both sources.
+#[test]
+fn ngram_lookups_and_a_draft_model_together_leave_greedy_output_unchanged() {
+    let serve = |speculation| {
+        let draft = Arc::new(Model::load(fixture("models/tiny-llama-Q4_0.gguf")).unwrap());
+        let every = DraftSettings { p_min: 0.0, ..DraftSettings::DEFAULT };
+        let both = Scheduling { ngram: Some(NgramDraft::DEFAULT), draft: every, parallel: 16, speculation, ..Scheduling::default() };
+        let spec = ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: Some(draft) };
+        start(Server::builder().scheduling(both).model(spec))
+    };
+    let with = serve(SpecPolicy::Always);
+    let without = start(Server::builder().model(ModelSpec {
+        id: CHAT.into(),
+        model: chat_model(),
+        chat: true,
+        guard: false,
+        n_ctx: Some(256),
+        draft: None,
+    }));
+    let prompts = ["Say hello hello hello", "Count", "a b c a b c a b", "Say hello"];
+    greedy_text_alone_and_under_load(&with, &without, &prompts, 40, true);
+    let (ngram, draft) = (draft_counts_of(&with, "ngram"), draft_counts_of(&with, "draft"));
+    assert!(ngram.0 > 0 && draft.0 > 0, "proposals by the lookup {ngram:?} and by the draft model {draft:?}");
+    assert_eq!(draft_counts_of(&without, "ngram"), (0, 0));
+    // weighed (each source's rounds by what they keep against the rows and draft passes they
+    // cost), all at once: the same replies whatever it decides
+    let weighed = serve(SpecPolicy::WhenItPays);
+    let replies: Vec<Value> = std::thread::scope(|scope| {
+        let sent: Vec<_> = prompts.iter().map(|content| scope.spawn(|| greedy_chat(&weighed, content, 40, 3))).collect();
+        sent.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (content, reply) in prompts.iter().zip(&replies) {
+        let alone = greedy_chat(&without, content, 40, 1);
+        for choice in reply["choices"].as_array().unwrap() {
+            assert_eq!(choice["message"]["content"], alone["choices"][0]["message"]["content"], "{content}: {reply}");
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::model::{BatchEntry, LoraSchedule, Model, ModelError};
 use crate::sampling::{SamplingError, SamplingParams};
 use crate::tokenizer::TokenId;
 pub use draft_model::{propose_batch, DraftBackoff, DraftRequest, DraftSettings};
-pub use ngram::NgramDraft;
+pub use ngram::{NgramDraft, DRAFT_AFTER_QUIET_STEPS};
 pub(crate) use speculative::{accept_proposals, proposal_budget};
 pub use speculative::{check_draft, speculative_round, Draft, SpeculativeRound};
 
@@ -142,10 +142,12 @@ pub enum GenerateError {
     Cancelled,
 }
 
-/// Where a generator's proposals come from: what [`Draft`] borrows each round.
-enum DraftState<'a> {
-    Model { model: &'a Model, kv: &'a mut KvCache, settings: DraftSettings, backoff: DraftBackoff },
-    Ngram(NgramDraft, DraftBackoff),
+/// A generator's draft model: what [`Draft::Model`] borrows each round.
+struct ModelDraft<'a> {
+    model: &'a Model,
+    kv: &'a mut KvCache,
+    settings: DraftSettings,
+    backoff: DraftBackoff,
 }
 
 /// Generates one output for one sequence, as an iterator of [`TokenEvent`]s. Each call to
@@ -158,7 +160,12 @@ pub struct Generator<'a> {
     /// The prompt, then every output token: what the cache holds, or will after the next pass.
     history: Vec<TokenId>,
     usage: Usage,
-    draft: Option<DraftState<'a>>,
+    /// Where proposals come from, tried in this order each pass: the n-gram lookup (free), then
+    /// the draft model.
+    ngram: Option<(NgramDraft, DraftBackoff)>,
+    draft: Option<ModelDraft<'a>>,
+    /// The pass whose round the lookup last proposed.
+    looked_up_at: u64,
     queue: VecDeque<TokenEvent>,
     failed: bool,
     /// Forward passes so far: the clock of the draft's back-off.
@@ -200,7 +207,9 @@ impl<'a> Generator<'a> {
             decoder,
             history: prompt.to_vec(),
             usage,
+            ngram: None,
             draft: None,
+            looked_up_at: 0,
             queue: VecDeque::new(),
             failed: false,
             passes: 0,
@@ -218,18 +227,20 @@ impl<'a> Generator<'a> {
         // the draft's cache holds a prefix of the prompt, and at least its last token is run again
         let cached = draft_kv.seq_len(self.seq).min(self.history.len() - 1);
         draft_kv.truncate(self.seq, cached);
-        self.draft = Some(DraftState::Model { model: draft, kv: draft_kv, settings, backoff: DraftBackoff::default() });
+        self.draft = Some(ModelDraft { model: draft, kv: draft_kv, settings, backoff: DraftBackoff::default() });
         Ok(self)
     }
 
-    /// Speculative decoding without a draft model: `ngram` proposes the tokens that followed
-    /// the latest earlier occurrence of the sequence's last few tokens ([`NgramDraft`]), checked
-    /// as a draft model's are. The output is identical; constrained outputs decode without it.
+    /// Speculative decoding from the sequence's own tokens: `ngram` proposes the tokens that
+    /// followed the latest earlier occurrence of its last few tokens ([`NgramDraft`]), checked as
+    /// a draft model's are. The output is identical; constrained outputs decode without it.
+    /// With a draft model too ([`Generator::with_draft`]), the draft model proposes once the
+    /// lookups have proposed nothing for [`DRAFT_AFTER_QUIET_STEPS`] passes.
     pub fn with_ngram(mut self, ngram: NgramDraft) -> Result<Self, GenerateError> {
         if ngram.n_draft == 0 || ngram.min_ngram == 0 || ngram.min_ngram > ngram.max_ngram {
             return Err(GenerateError::Draft(format!("n-gram drafting needs 1 <= min <= max n-gram and a draft of at least 1: {ngram:?}")));
         }
-        self.draft = Some(DraftState::Ngram(ngram, DraftBackoff::default()));
+        self.ngram = Some((ngram, DraftBackoff::default()));
         Ok(self)
     }
 
@@ -263,25 +274,12 @@ impl<'a> Generator<'a> {
         self.passes += 1;
         let fed = self.kv.seq_len(self.seq);
         let pending = self.history.len() - fed;
-        if let (Some(d), 1, false) = (self.draft.as_mut(), pending, self.decoder.is_constrained()) {
-            let (draft, backoff, paid_for_nothing) = match d {
-                DraftState::Model { model, kv, settings, backoff } => (Draft::Model { model, kv, settings: *settings }, backoff, true),
-                DraftState::Ngram(ngram, backoff) => (Draft::Ngram(*ngram), backoff, false),
-            };
-            if backoff.due(self.passes) {
-                let round = speculative_round(self.model, self.kv, self.seq, &mut self.decoder, &mut self.history, draft, &self.lora)?;
-                match &round {
-                    Some(round) => backoff.record(round.accepted),
-                    // a draft model's passes that proposed nothing (a lookup that found nothing is free)
-                    None if paid_for_nothing => backoff.record(0),
-                    None => {}
-                }
-                if let Some(round) = round {
-                    self.usage.drafted_tokens += round.drafted;
-                    self.usage.accepted_tokens += round.accepted;
-                    self.queue.extend(round.events);
-                    return Ok(());
-                }
+        if pending == 1 && !self.decoder.is_constrained() {
+            if let Some(round) = self.speculate()? {
+                self.usage.drafted_tokens += round.drafted;
+                self.usage.accepted_tokens += round.accepted;
+                self.queue.extend(round.events);
+                return Ok(());
             }
         }
         if fed + pending > self.kv.n_ctx() {
@@ -293,6 +291,31 @@ impl<'a> Generator<'a> {
         let event = self.decoder.step(self.model.tokenizer(), logits.row(0))?;
         self.record(event);
         Ok(())
+    }
+
+    /// A speculative round, if one proposes this pass: the n-gram lookup's when it is due and
+    /// finds something, else the draft model's when it is due (with the lookup too, once the
+    /// lookups have been quiet for [`DRAFT_AFTER_QUIET_STEPS`] passes). `None`: a plain step.
+    fn speculate(&mut self) -> Result<Option<SpeculativeRound>, GenerateError> {
+        let Generator { model, kv, seq, decoder, history, ngram, draft, passes, lora, looked_up_at, .. } = self;
+        if let Some((ngram, backoff)) = ngram.as_mut().filter(|(_, b)| b.due(*passes)) {
+            let round = speculative_round(model, kv, *seq, decoder, history, Draft::Ngram(*ngram), lora)?;
+            // a lookup that found nothing is free
+            if let Some(round) = round {
+                backoff.record(round.accepted);
+                *looked_up_at = *passes;
+                return Ok(Some(round));
+            }
+        }
+        let quiet = ngram.is_none() || *passes - *looked_up_at > DRAFT_AFTER_QUIET_STEPS;
+        if let Some(ModelDraft { model: d, kv: dkv, settings, backoff }) = draft.as_mut().filter(|d| quiet && d.backoff.due(*passes)) {
+            let round =
+                speculative_round(model, kv, *seq, decoder, history, Draft::Model { model: d, kv: dkv, settings: *settings }, lora)?;
+            // a draft model's passes that proposed nothing count as a round that kept nothing
+            backoff.record(round.as_ref().map_or(0, |r| r.accepted));
+            return Ok(round);
+        }
+        Ok(None)
     }
 
     fn record(&mut self, event: TokenEvent) {

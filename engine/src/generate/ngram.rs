@@ -7,6 +7,12 @@
 
 use crate::tokenizer::TokenId;
 
+/// With a draft model too, the draft proposes for a sequence only once its lookups have proposed
+/// nothing for this many steps. Where a reply repeats its input, the lookup misses for a step or
+/// two at each change (a renamed variable) and then finds again; a draft round there would first
+/// catch the draft up on everything the lookups gave, for a few tokens at best.
+pub const DRAFT_AFTER_QUIET_STEPS: u64 = 4;
+
 /// How proposals are looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NgramDraft {

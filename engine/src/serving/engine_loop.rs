@@ -9,7 +9,7 @@
 //! brings its proposals into the step's one pass and keeps those that are the tokens its own
 //! draws give (its caches cut back to that); a draft model proposes for all of them in shared
 //! passes of its own (`propose_batch`), `--spec ngram` from each sequence's own tokens at no
-//! pass at all.
+//! pass at all; with both, the lookup first and the draft model for those it finds nothing for.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -20,8 +20,8 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::protocol::{EngineState, EventSink, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};
-use super::spec_cost::{RoundYield, SpecCost};
-use crate::generate::{accept_proposals, Completion, DraftBackoff, FinishReason, GenerateError, SequenceDecoder, TokenEvent, Usage};
+use super::spec_cost::SpecCost;
+use crate::generate::{accept_proposals, Completion, FinishReason, GenerateError, SequenceDecoder, TokenEvent, Usage};
 use crate::guard::{Evaluator, PromptStats};
 use crate::kv_cache::{common_prefix, KvCache, PrefixCache, SeqId, BLOCK_POSITIONS};
 use crate::model::vision::PromptImages;
@@ -29,6 +29,8 @@ use crate::model::{BatchEntry, InputEntry, LoraSchedule, Model};
 use crate::tokenizer::TokenId;
 
 mod speculation;
+
+use speculation::Rounds;
 
 /// One request's outputs.
 struct Group {
@@ -67,12 +69,8 @@ struct Running {
     /// Positions it may reach (its prompt and token budget), reserved at admission.
     reserved: usize,
     deadline: Option<Instant>,
-    /// When it next asks the draft model.
-    backoff: DraftBackoff,
-    /// What its speculation rounds propose and keep.
-    round_yield: RoundYield,
-    /// The step of its last round (or of its start).
-    last_round: u64,
+    /// Its speculation rounds by where their proposals come from.
+    rounds: Rounds,
 }
 
 pub struct EngineLoop {
@@ -459,9 +457,7 @@ impl EngineLoop {
             images: w.spec.images,
             lora,
             reserved: total,
-            backoff: DraftBackoff::default(),
-            round_yield: self.spec_cost.first_yield(self.n_draft().unwrap_or(0), self.draft.is_some()),
-            last_round: self.steps,
+            rounds: self.fresh_rounds(),
         };
         if r.decoder.is_finished() {
             self.finish(r, None); // a budget of 0 tokens
@@ -476,7 +472,7 @@ impl EngineLoop {
         self.steps += 1;
         let n_ctx = self.config.n_ctx;
         let mut finished: Vec<(usize, Option<SeqError>)> = Vec::new();
-        let proposals = self.propose(&mut finished);
+        let (proposals, sources) = self.propose(&mut finished);
         let mut batch = Vec::new();
         // (running sequence, its logits rows: 1, or 1 + its proposals)
         let mut owners: Vec<(usize, usize)> = Vec::new();
@@ -586,9 +582,10 @@ impl EngineLoop {
                                     }
                                     r.usage.drafted_tokens += drafted;
                                     r.usage.accepted_tokens += accepted;
-                                    r.backoff.record(accepted);
-                                    self.spec_cost.round(&mut r.round_yield, drafted, accepted);
-                                    self.metrics.drafted(drafted, accepted);
+                                    let rounds = &mut r.rounds[sources[i] as usize];
+                                    rounds.backoff.record(accepted);
+                                    self.spec_cost.round(sources[i], &mut rounds.yields, drafted, accepted);
+                                    self.metrics.drafted(sources[i], drafted, accepted);
                                 }
                                 if r.decoder.is_finished() {
                                     finished.push((i, None));

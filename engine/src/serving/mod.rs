@@ -10,4 +10,4 @@ mod spec_cost;
 
 pub use engine_loop::{state_slots_per_sequence, EngineLoop};
 pub use protocol::{Cancel, CancelOnDrop, EngineState, EventSink, Job, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};
-pub use spec_cost::SpecPolicy;
+pub use spec_cost::{Source, SpecPolicy};

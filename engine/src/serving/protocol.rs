@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::spec_cost::SpecPolicy;
+use super::spec_cost::{Source, SpecPolicy};
 use crate::generate::{Completion, DraftSettings, GenerateError, GenerateParams, NgramDraft, TokenEvent};
 use crate::guard::Evaluator;
 use crate::kv_cache::{KvType, KvTypes};
@@ -35,7 +35,8 @@ pub struct LoopConfig {
     pub cache_entries: usize,
     /// How the draft model drafts (with one loaded).
     pub draft: DraftSettings,
-    /// Without a draft model: speculation from each sequence's own tokens (`--spec ngram`).
+    /// Speculation from each sequence's own tokens (`--spec ngram`): alone, or tried before the
+    /// draft model (which then drafts for the sequences whose lookup finds nothing).
     pub ngram: Option<NgramDraft>,
     /// Whether a sequence's proposals are weighed against what their rows cost.
     pub speculation: SpecPolicy,
@@ -212,8 +213,8 @@ pub trait LoopMetrics: Send {
     fn prefix_lookup(&self, hit: bool);
     /// A new sequence's prompt, of which `cached` tokens were already in the cache.
     fn prompt(&self, tokens: usize, cached: usize);
-    /// A speculative round: tokens proposed and accepted.
-    fn drafted(&self, proposed: usize, accepted: usize);
+    /// A speculative round: where its proposals came from, tokens proposed and accepted.
+    fn drafted(&self, source: Source, proposed: usize, accepted: usize);
     /// Work skipped or stopped because its client went away.
     fn cancelled(&self);
 }

@@ -8,6 +8,29 @@
 //! ([`RoundYield`]), and [`SpecCost::choose`] lets through the sequences whose proposals raise
 //! the step's expected tokens per second.
 
+/// Where a round's proposals come from: the sequence's own tokens (an n-gram lookup, which costs
+/// nothing to make) or the draft model (whose passes cost). With both configured, a sequence
+/// whose lookup finds something proposes that, and the draft model drafts for the rest; each
+/// source keeps its own yields, since they keep very different shares of what they propose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Ngram,
+    Draft,
+}
+
+impl Source {
+    /// Both, in the order of their index.
+    pub const ALL: [Source; 2] = [Source::Ngram, Source::Draft];
+
+    /// Its name in metrics' labels: `ngram`, `draft`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Ngram => "ngram",
+            Source::Draft => "draft",
+        }
+    }
+}
+
 /// Whether the loop weighs speculation's cost against its yield.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpecPolicy {
@@ -141,12 +164,13 @@ impl RoundYield {
     }
 }
 
-/// One sequence that may propose in a step: what its round is expected to propose and keep,
-/// whether it explores ([`explores`]), and the tokens a draft model must catch up on that the
-/// round is charged (what the sequence gave while it did not draft; a prompt not yet read its
-/// [`prompt_share`]; 0 for n-gram proposals).
+/// One sequence that may propose in a step: where its proposals come from, what its round is
+/// expected to propose and keep, whether it explores ([`explores`]), and the tokens a draft
+/// model must catch up on that the round is charged (what the sequence gave while it did not
+/// draft; a prompt not yet read its [`prompt_share`]; 0 for n-gram proposals).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Candidate {
+    pub source: Source,
     pub expected: RoundYield,
     pub explore: bool,
     pub catch_up: f64,
@@ -164,7 +188,8 @@ pub(crate) fn prompt_share(prompt: usize, remaining: usize, expected: RoundYield
 }
 
 /// What a set of proposing candidates adds to a step: the pass's rows (from the step's own),
-/// the tokens expected kept, the sequences drafted for and the tokens caught up on.
+/// the tokens expected kept, the sequences the draft model drafts for and the tokens it
+/// catches up on.
 #[derive(Clone, Copy)]
 struct Proposing {
     rows: f64,
@@ -178,7 +203,7 @@ impl Proposing {
         Proposing {
             rows: self.rows + c.expected.proposed,
             kept: self.kept + c.expected.kept,
-            drafting: self.drafting + 1,
+            drafting: self.drafting + usize::from(c.source == Source::Draft),
             catch_up: self.catch_up + c.catch_up,
         }
     }
@@ -193,28 +218,33 @@ pub(crate) struct SpecCost {
     /// The draft model's catch-ups (prompts, and what its sequences gave while they did not
     /// draft) by the tokens read, beyond its rounds' own passes.
     pub catch_up: PassTimes,
-    /// Every sequence's rounds together (none before the first).
-    pub typical: Option<RoundYield>,
+    /// Every sequence's rounds together (none before the first), by [`Source`].
+    typical: [Option<RoundYield>; 2],
 }
 
 impl SpecCost {
-    /// What a new sequence's rounds are expected to yield: with n-gram proposals all
-    /// `n_draft` kept ([`RoundYield::hopeful`]: its first rounds, which cost no pass, say
-    /// better); with a draft model `n_draft` at the share all sequences' rounds have kept, so
-    /// that where the draft's proposals are mostly rejected, a new sequence's draft does not
-    /// catch up on its prompt only to find that out again.
-    pub fn first_yield(&self, n_draft: usize, draft_model: bool) -> RoundYield {
+    /// Every sequence's rounds with proposals from `source` together (`None` before the first).
+    pub fn typical(&self, source: Source) -> Option<RoundYield> {
+        self.typical[source as usize]
+    }
+
+    /// What a new sequence's rounds from `source` are expected to yield: with n-gram proposals
+    /// all `n_draft` kept ([`RoundYield::hopeful`]: its first rounds, which cost no pass, say
+    /// better); with a draft model `n_draft` at the share all sequences' draft rounds have
+    /// kept, so that where the draft's proposals are mostly rejected, a new sequence's draft
+    /// does not catch up on its prompt only to find that out again.
+    pub fn first_yield(&self, source: Source, n_draft: usize) -> RoundYield {
         let hopeful = RoundYield::hopeful(n_draft);
-        match self.typical {
-            Some(t) if draft_model => RoundYield { kept: hopeful.proposed * t.kept_share(), ..hopeful },
+        match (source, self.typical(source)) {
+            (Source::Draft, Some(t)) => RoundYield { kept: hopeful.proposed * t.kept_share(), ..hopeful },
             _ => hopeful,
         }
     }
 
-    /// Records a round of one sequence (`its` yield) that proposed `proposed` tokens and kept
-    /// `kept`.
-    pub fn round(&mut self, its: &mut RoundYield, proposed: usize, kept: usize) {
-        self.typical.get_or_insert(*its).record(proposed, kept);
+    /// Records a round of one sequence (`its` yield from `source`) that proposed `proposed`
+    /// tokens and kept `kept`.
+    pub fn round(&mut self, source: Source, its: &mut RoundYield, proposed: usize, kept: usize) {
+        self.typical[source as usize].get_or_insert(*its).record(proposed, kept);
         its.record(proposed, kept);
     }
 
@@ -223,7 +253,7 @@ impl SpecCost {
     /// copies its input, past the one place it changes) a sequence whose last rounds were poor
     /// proposes again within a few steps, and where few are (free text) it stays out.
     pub fn left_out(&self, its: &mut RoundYield) {
-        if let Some(t) = self.typical {
+        if let Some(t) = self.typical(Source::Ngram) {
             its.drift(t);
         }
     }
@@ -250,20 +280,35 @@ impl SpecCost {
             let extra = self.pass.estimate(p.rows).unwrap_or(base) - base + draft + catch_up;
             p.kept - extra * rate
         };
-        let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| !chosen[i]).collect();
-        order.sort_by(|&a, &b| candidates[b].expected.kept_per_row().total_cmp(&candidates[a].expected.kept_per_row()));
+        // each source's candidates best kept-per-row first; then the best pair of leading runs
+        // (the draft's passes are one cost for all its sequences, so its run is weighed whole
+        // beside every run of the lookups', whose rows are their only cost)
+        let order = |source: Source| -> Vec<usize> {
+            let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| !chosen[i] && candidates[i].source == source).collect();
+            order.sort_by(|&a, &b| candidates[b].expected.kept_per_row().total_cmp(&candidates[a].expected.kept_per_row()));
+            order
+        };
+        let (looked_up, drafted) = (order(Source::Ngram), order(Source::Draft));
         let explorers = Proposing { rows: base_rows as f64, kept: 0.0, drafting: 0, catch_up: 0.0 };
-        let mut proposing = candidates.iter().zip(&chosen).filter(|(_, &c)| c).fold(explorers, |p, (c, _)| p.with(c));
-        let (mut best, mut best_len) = (net(proposing), 0);
-        for (n, &i) in order.iter().enumerate() {
-            proposing = proposing.with(&candidates[i]);
-            let v = net(proposing);
-            // a tie goes to proposing: a round that proposes nothing costs nothing
-            if v >= best {
-                (best, best_len) = (v, n + 1);
+        let mut with_lookups = candidates.iter().zip(&chosen).filter(|(_, &c)| c).fold(explorers, |p, (c, _)| p.with(c));
+        let (mut best, mut best_lens) = (f64::NEG_INFINITY, (0, 0));
+        for n in 0..=looked_up.len() {
+            if n > 0 {
+                with_lookups = with_lookups.with(&candidates[looked_up[n - 1]]);
+            }
+            let mut proposing = with_lookups;
+            for m in 0..=drafted.len() {
+                if m > 0 {
+                    proposing = proposing.with(&candidates[drafted[m - 1]]);
+                }
+                let v = net(proposing);
+                // a tie goes to proposing: a round that proposes nothing costs nothing
+                if v >= best {
+                    (best, best_lens) = (v, (n, m));
+                }
             }
         }
-        for &i in &order[..best_len] {
+        for &i in looked_up[..best_lens.0].iter().chain(&drafted[..best_lens.1]) {
             chosen[i] = true;
         }
         chosen
@@ -329,19 +374,25 @@ mod tests {
     fn the_loops_rounds_together_are_a_new_sequences_expectation() {
         let mut cost = SpecCost::default();
         let (mut a, mut b) = (RoundYield::hopeful(8), RoundYield::hopeful(8));
-        cost.round(&mut a, 8, 0);
-        cost.round(&mut b, 8, 8);
+        cost.round(Source::Draft, &mut a, 8, 0);
+        cost.round(Source::Draft, &mut b, 8, 8);
         // one round each: the typical round has seen both
         assert_eq!(a, RoundYield { proposed: 8.0, kept: 8.0 * (1.0 - NEWEST) });
-        let t = cost.typical.unwrap();
+        let t = cost.typical(Source::Draft).unwrap();
         assert_eq!(t.proposed, 8.0);
         assert!((t.kept - (8.0 * (1.0 - NEWEST) + NEWEST * 8.0 * NEWEST)).abs() < 1e-12, "{t:?}");
         // a draft model's new sequence expects all proposals at that share; an n-gram one hopes
-        let first = cost.first_yield(8, true);
+        let first = cost.first_yield(Source::Draft, 8);
         assert_eq!(first.proposed, 8.0);
         assert!((first.kept_share() - t.kept_share()).abs() < 1e-12 && first.kept_share() < 1.0);
-        assert_eq!(cost.first_yield(8, false), RoundYield::hopeful(8));
-        assert_eq!(SpecCost::default().first_yield(8, true), RoundYield::hopeful(8));
+        assert_eq!(cost.first_yield(Source::Ngram, 8), RoundYield::hopeful(8));
+        assert_eq!(SpecCost::default().first_yield(Source::Draft, 8), RoundYield::hopeful(8));
+        // each source's rounds are its own: the draft's say nothing of the lookups'
+        assert_eq!(cost.typical(Source::Ngram), None);
+        let mut c = RoundYield::hopeful(8);
+        cost.round(Source::Ngram, &mut c, 8, 8);
+        assert_eq!(cost.typical(Source::Ngram), Some(RoundYield::hopeful(8)));
+        assert_eq!(cost.typical(Source::Draft), Some(t));
     }
 
     #[test]
@@ -353,7 +404,7 @@ mod tests {
         assert_eq!(poor, RoundYield { proposed: 8.0, kept: 1.0 });
         let mut good = RoundYield::hopeful(8);
         for _ in 0..20 {
-            cost.round(&mut good, 8, 7);
+            cost.round(Source::Ngram, &mut good, 8, 7);
         }
         let share = |y: RoundYield| y.kept_share();
         let before = share(poor);
@@ -362,7 +413,7 @@ mod tests {
         for _ in 0..20 {
             cost.left_out(&mut poor);
         }
-        assert!((share(poor) - share(cost.typical.unwrap())).abs() < 0.01, "{poor:?}");
+        assert!((share(poor) - share(cost.typical(Source::Ngram).unwrap())).abs() < 0.01, "{poor:?}");
     }
 
     #[test]
@@ -373,7 +424,7 @@ mod tests {
     }
 
     fn candidate(proposed: f64, kept: f64) -> Candidate {
-        Candidate { expected: RoundYield { proposed, kept }, explore: false, catch_up: 0.0 }
+        Candidate { source: Source::Draft, expected: RoundYield { proposed, kept }, explore: false, catch_up: 0.0 }
     }
 
     #[test]
@@ -428,6 +479,28 @@ mod tests {
     }
 
     #[test]
+    fn only_the_draft_models_rounds_pay_for_its_passes() {
+        // 40 ms whatever the rows up to 64; the draft's passes 60 ms and 1 ms a sequence
+        let dear = SpecCost { pass: learned(|r| 0.040f64.max(r * 0.000_6)), draft: learned(|n| 0.060 + 0.001 * n), ..SpecCost::default() };
+        let drafted = candidate(2.0, 1.0);
+        let looked_up = Candidate { source: Source::Ngram, ..drafted };
+        // one sequence: 40 ms for 1 token, 40 ms for 2 with the lookup's proposals, 101 ms
+        // with the draft's
+        assert_eq!(dear.choose(1, 1, &[looked_up]), [true]);
+        assert_eq!(dear.choose(1, 1, &[drafted]), [false]);
+        // side by side (the draft's candidate first at the same yield): the lookups' rows are
+        // taken without paying for the draft's pass
+        assert_eq!(dear.choose(2, 2, &[drafted, looked_up, drafted]), [false, true, false]);
+        // a cheap draft: both sources' rounds pay
+        let cheap = SpecCost { draft: learned(|_| 0.002), ..dear.clone() };
+        assert_eq!(cheap.choose(2, 2, &[drafted, looked_up]), [true, true]);
+        // many well-kept drafts pay for the draft's pass together where one alone does not
+        let edit = candidate(8.0, 7.0);
+        assert_eq!(dear.choose(1, 1, &[candidate(8.0, 1.0)]), [false]);
+        assert_eq!(dear.choose(8, 8, &[edit; 8]), [true; 8]);
+    }
+
+    #[test]
     fn a_prompt_is_charged_over_the_rounds_its_sequence_has_left() {
         let edit = RoundYield { proposed: 8.0, kept: 7.0 };
         // 200 tokens left, 8 a round: 25 rounds share a prompt of 300
@@ -447,13 +520,13 @@ mod tests {
             catch_up: catch_up.clone(),
             ..SpecCost::default()
         };
-        let fresh = |share| Candidate { expected: edit, explore: false, catch_up: share };
+        let fresh = |share| Candidate { source: Source::Draft, expected: edit, explore: false, catch_up: share };
         assert_eq!(weights.choose(1, 1, &[fresh(prompt_share(300, 200, edit))]), [true]);
         // eight, where a pass costs 40 ms and 2 ms a row and the draft's 50 ms: rounds that pay
         // for themselves do not pay for their prompts' shares too
         let compute = SpecCost { pass: learned(|r| 0.040 + 0.002 * r), draft: learned(|_| 0.050), catch_up, ..SpecCost::default() };
         let lean = RoundYield { proposed: 8.0, kept: 7.9 };
-        let fresh = |share| Candidate { expected: lean, explore: false, catch_up: share };
+        let fresh = |share| Candidate { source: Source::Draft, expected: lean, explore: false, catch_up: share };
         assert_eq!(compute.choose(8, 8, &[fresh(0.0); 8]), [true; 8]);
         assert_eq!(compute.choose(8, 8, &[fresh(prompt_share(300, 200, lean)); 8]), [false; 8]);
         // one sequence decoding beside 7 reading their prompts (256 rows of them in the pass):

@@ -152,9 +152,16 @@ fn speculation(file: &str, draft: &str) {
     // the other seed's file drafts: the same vocabulary, other numbers (most proposals rejected)
     let every = DraftSettings { p_min: 0.0, ..DraftSettings::DEFAULT };
     let drafted = serve(file, Scheduling { draft: every, parallel: 8, speculation: always, ..Scheduling::default() }, Some(draft));
+    // both: the lookup where it finds something, the draft model for the rest
+    let ngram_first = Some(NgramDraft::DEFAULT);
+    let both = serve(
+        file,
+        Scheduling { ngram: ngram_first, draft: every, parallel: 8, speculation: always, ..Scheduling::default() },
+        Some(draft),
+    );
     let prompts: Vec<Vec<u32>> = (0..3).map(|k| PROMPT.iter().map(|&t| (t + k) % 128).collect()).collect();
     let want: Vec<_> = prompts.iter().map(|p| tokens(&complete(&plain, p, N, json!({})), 0)).collect();
-    for (name, base) in [("n-gram", &ngram), ("draft model", &drafted)] {
+    for (name, base) in [("n-gram", &ngram), ("draft model", &drafted), ("n-gram and draft model", &both)] {
         // alone, then all at once with two choices each (verifications batched together)
         let mut rejected = 0;
         for (p, want) in prompts.iter().zip(&want) {

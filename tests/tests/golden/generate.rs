@@ -4,9 +4,9 @@
 
 use engine::generate::{
     generate, generate_batch, propose_batch, Completion, DraftRequest, DraftSettings, FinishReason, GenerateError, GenerateParams,
-    Generator, NgramDraft, TokenConstraint, Usage,
+    Generator, NgramDraft, TokenConstraint, Usage, DRAFT_AFTER_QUIET_STEPS,
 };
-use engine::kv_cache::{KvType, SeqId};
+use engine::kv_cache::{KvCache, KvType, SeqId};
 use engine::logprobs::{log_softmax, LOGPROB_FLOOR};
 use engine::model::{BatchEntry, Model};
 use engine::sampling::{Rng, SamplingParams};
@@ -400,6 +400,73 @@ fn ngram_speculation_keeps_a_seeded_sampled_output_token_for_token() {
         let c = g.with_ngram(NgramDraft::DEFAULT).unwrap().complete().unwrap();
         assert_eq!((&c.tokens, &c.text), (&plain.tokens, &plain.text), "seed {seed}");
         assert!(c.usage.drafted_tokens > c.usage.accepted_tokens && c.usage.accepted_tokens > 0, "seed {seed}: {:?}", c.usage);
+    }
+}
+
+/// A generator of `target` with the n-gram lookup (4 tokens a round) if `lookup`, and `draft`
+/// (every proposal, 4 a round) if given.
+fn lookup_and_draft<'a>(
+    target: &'a Model,
+    kv: &'a mut KvCache,
+    dkv: &'a mut KvCache,
+    prompt: &[TokenId],
+    params: GenerateParams,
+    lookup: bool,
+    draft: Option<&'a Model>,
+) -> Generator<'a> {
+    let mut g = Generator::new(target, kv, 0, prompt, params).unwrap();
+    if lookup {
+        g = g.with_ngram(NgramDraft { n_draft: 4, ..NgramDraft::DEFAULT }).unwrap();
+    }
+    if let Some(d) = draft {
+        g = g.with_draft(d, dkv, DraftSettings { n_draft: 4, p_min: 0.0 }).unwrap();
+    }
+    g
+}
+
+/// An n-gram lookup and a draft model together: each pass the lookup first, and the draft model
+/// only once the lookups have proposed nothing for `DRAFT_AFTER_QUIET_STEPS` passes; the output
+/// is the target's alone, greedy and seeded.
+#[test]
+fn a_lookup_first_and_a_draft_model_once_it_is_quiet_change_no_output() {
+    let (target, prompt, greedy) = setup("tiny-llama-F32");
+    let target = &target;
+    // (proposed, kept) after `events` tokens (each pass without proposals gives one), the
+    // target drafting for itself (all kept)
+    let after = |prompt: &[TokenId], events: u64, lookup: bool, draft: bool| -> (usize, usize) {
+        let (mut kv, mut dkv) = (target.new_kv_cache(KvType::F32, 512), target.new_kv_cache(KvType::F32, 512));
+        let mut g = lookup_and_draft(target, &mut kv, &mut dkv, prompt, GenerateParams::greedy(24), lookup, draft.then_some(target));
+        for _ in 0..events {
+            g.next().unwrap().unwrap();
+        }
+        (g.usage().drafted_tokens, g.usage().accepted_tokens)
+    };
+    // the prompt and the start of its greedy output, in which the tiny model loops: the first
+    // round (the pass after the prompt's) is the lookup's, with or without the draft
+    let looping = [&prompt[..], &greedy[..]].concat();
+    let looked_up = after(&looping, 2, true, false);
+    assert!(looked_up.0 > 0, "{looked_up:?}");
+    assert_eq!(after(&looping, 2, true, true), looked_up);
+    // distinct ids, where the lookups find nothing: the draft alone drafts at once; beside the
+    // lookup it waits for the passes after the prompt's to be quiet, then drafts
+    let quiet = DRAFT_AFTER_QUIET_STEPS;
+    let distinct = (0..8)
+        .map(|k| (20 * k + 1..=20 * k + 12).collect::<Vec<TokenId>>())
+        .find(|p| after(p, quiet + 1, true, false) == (0, 0))
+        .expect("a prompt of 12 distinct ids whose first passes' lookups find nothing");
+    assert!(after(&distinct, 2, false, true).0 > 0);
+    assert_eq!(after(&distinct, quiet, true, true), (0, 0));
+    let drafted = after(&distinct, quiet + 1, true, true);
+    assert!(drafted.0 > 0 && drafted.0 == drafted.1, "{drafted:?}");
+
+    // whole outputs with a draft of other numbers (some of its proposals rejected)
+    let draft = Model::load(fixture("models/tiny-llama-Q4_0.gguf")).unwrap();
+    for params in [|| GenerateParams::greedy(32), || sampled(5, 32)] {
+        let alone = run(target, &prompt, params());
+        let (mut kv, mut dkv) = (target.new_kv_cache(KvType::F32, 512), draft.new_kv_cache(KvType::F32, 512));
+        let c = lookup_and_draft(target, &mut kv, &mut dkv, &prompt, params(), true, Some(&draft)).complete().unwrap();
+        assert_eq!((&c.tokens, &c.text), (&alone.tokens, &alone.text));
+        assert!(c.usage.drafted_tokens > c.usage.accepted_tokens, "{:?}", c.usage);
     }
 }
 

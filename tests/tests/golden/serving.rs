@@ -12,7 +12,7 @@ use engine::generate::{generate, Completion, GenerateParams, TokenEvent};
 use engine::kv_cache::KvType;
 use engine::model::vision::PromptImages;
 use engine::model::Model;
-use engine::serving::{EngineLoop, EventSink, LoopConfig, LoopMetrics, Msg, SeqEvent, SeqSpec, Ticket};
+use engine::serving::{EngineLoop, EventSink, LoopConfig, LoopMetrics, Msg, SeqEvent, SeqSpec, Source, Ticket};
 use engine::tokenizer::TokenId;
 use engine_tests::fixture;
 
@@ -51,7 +51,7 @@ impl LoopMetrics for Counts {
     }
     fn prefix_lookup(&self, _: bool) {}
     fn prompt(&self, _: usize, _: usize) {}
-    fn drafted(&self, _: usize, _: usize) {}
+    fn drafted(&self, _: Source, _: usize, _: usize) {}
     fn cancelled(&self) {
         self.cancelled.fetch_add(1, Ordering::Relaxed);
     }

@@ -1,80 +1,121 @@
-//! Speculation's part of a step: each running sequence's proposals (a draft model's, drawn in
-//! shared passes, or n-gram ones), and under load only those of the sequences whose rounds
+//! Speculation's part of a step: each running sequence's proposals (n-gram ones, found in its
+//! own tokens; a draft model's, drawn in shared passes, for the sequences whose lookup found
+//! nothing or that have no lookup), and under load only those of the sequences whose rounds
 //! are expected to pay for their rows (`SpecCost::choose`).
 
 use std::time::Instant;
 
 use super::EngineLoop;
-use crate::generate::{proposal_budget, propose_batch, DraftRequest};
+use crate::generate::{proposal_budget, propose_batch, DraftBackoff, DraftRequest, DRAFT_AFTER_QUIET_STEPS};
 use crate::serving::protocol::SeqError;
-use crate::serving::spec_cost::{explores, prompt_share, Candidate, RoundYield, SpecPolicy};
+use crate::serving::spec_cost::{explores, prompt_share, Candidate, RoundYield, Source, SpecPolicy};
 use crate::tokenizer::TokenId;
 
+/// A sequence's rounds from one [`Source`].
+pub(super) struct SourceRounds {
+    /// When it next proposes from the source.
+    pub backoff: DraftBackoff,
+    /// What its rounds from the source propose and keep.
+    pub yields: RoundYield,
+    /// The step of its last round from the source (or of its start).
+    pub last: u64,
+    /// The step at which the source last had proposals for it (or its start): a lookup's
+    /// found, whether checked or left out.
+    pub found: u64,
+}
+
+/// A sequence's rounds by source: `[Source::Ngram as usize]`, `[Source::Draft as usize]`.
+pub(super) type Rounds = [SourceRounds; 2];
+
 impl EngineLoop {
-    /// Each running sequence's proposals for this step (none for those that are not decoding
-    /// or may not draft): a draft model's, drawn for all of them in its shared passes (catching
-    /// up on their prompts within the prefill budget), or under `--spec ngram` their own
-    /// tokens'. A failed draft pass fails the sequences it drafted for (into `failed`).
-    pub(super) fn propose(&mut self, failed: &mut Vec<(usize, Option<SeqError>)>) -> Vec<Vec<TokenId>> {
+    /// A new sequence's rounds, from this step on: each source's first yield as the loop expects.
+    pub(super) fn fresh_rounds(&self) -> Rounds {
+        let n_draft = self.n_draft().unwrap_or(0);
+        Source::ALL.map(|source| SourceRounds {
+            backoff: DraftBackoff::default(),
+            yields: self.spec_cost.first_yield(source, n_draft),
+            last: self.steps,
+            found: self.steps,
+        })
+    }
+
+    /// Each running sequence's proposals for this step and where they came from (none for
+    /// those that are not decoding or may not draft): under `--spec ngram` their own tokens'
+    /// where a lookup finds some, and a draft model's for the others whose lookups have been
+    /// quiet for [`DRAFT_AFTER_QUIET_STEPS`] steps (or for all, without the lookup), drawn for all of them in its shared passes (catching up on their prompts
+    /// within the prefill budget). A failed draft pass fails the sequences it drafted for
+    /// (into `failed`).
+    pub(super) fn propose(&mut self, failed: &mut Vec<(usize, Option<SeqError>)>) -> (Vec<Vec<TokenId>>, Vec<Source>) {
         let n_ctx = self.config.n_ctx;
         let mut out: Vec<Vec<TokenId>> = vec![Vec::new(); self.running.len()];
-        let Some(n_draft) = self.n_draft() else { return out };
-        // each sequence's budget of proposals (0: it does not draft this step)
-        let (kv, step) = (&self.kv, self.steps);
+        let mut sources = vec![Source::Draft; self.running.len()];
+        let Some(n_draft) = self.n_draft() else { return (out, sources) };
+        let (kv, step, ngram, drafts) = (&self.kv, self.steps, self.config.ngram, self.draft.is_some());
+        // each sequence's budget of proposals (0: it does not propose this step): as found by
+        // its lookup, else at most the draft model's
         let budgets: Vec<usize> = self
             .running
             .iter()
-            .map(|r| {
+            .zip(out.iter_mut().zip(sources.iter_mut()))
+            .map(|(r, (found, source))| {
                 let fed = kv.seq_len(r.seq);
                 let decoding = r.history.len() == fed + 1;
-                let may = r.speculative && decoding && !r.decoder.is_constrained() && r.backoff.due(step);
-                if may {
-                    proposal_budget(n_draft, &r.decoder, n_ctx, fed)
-                } else {
-                    0
+                if !(r.speculative && decoding && !r.decoder.is_constrained()) {
+                    return 0;
                 }
+                let budget = proposal_budget(n_draft, &r.decoder, n_ctx, fed);
+                if budget == 0 {
+                    return 0;
+                }
+                let due = |source: Source| r.rounds[source as usize].backoff.due(step);
+                if let Some(ngram) = ngram.filter(|_| due(Source::Ngram)) {
+                    *found = ngram.propose(&r.history, budget);
+                    *source = Source::Ngram;
+                    if !found.is_empty() || !drafts {
+                        return found.len();
+                    }
+                }
+                // with the lookup too, the draft only once its lookups have been quiet a while
+                let quiet = ngram.is_none() || step - r.rounds[Source::Ngram as usize].found > DRAFT_AFTER_QUIET_STEPS;
+                if drafts && quiet && due(Source::Draft) {
+                    *source = Source::Draft;
+                    return budget;
+                }
+                0
             })
             .collect();
-        if let Some(ngram) = self.config.ngram.filter(|_| self.draft.is_none()) {
-            // proposals cost nothing to find: each sequence's are weighed as they are
-            for (i, &k) in budgets.iter().enumerate().filter(|(_, &k)| k > 0) {
-                out[i] = ngram.propose(&self.running[i].history, k);
-            }
-            let found: Vec<usize> = out.iter().map(Vec::len).collect();
-            for (i, k) in self.weigh_rounds(found).into_iter().enumerate() {
-                let r = &mut self.running[i];
-                if budgets[i] == 0 {
-                    continue;
-                }
-                if out[i].is_empty() {
-                    // a round that found nothing cost nothing
-                    self.spec_cost.round(&mut r.round_yield, 0, 0);
-                } else if k > 0 {
-                    r.last_round = self.steps;
-                } else {
-                    self.spec_cost.left_out(&mut r.round_yield);
-                    out[i].clear();
+        let chosen = self.weigh_rounds(&budgets, &sources);
+        for (i, r) in self.running.iter_mut().enumerate() {
+            let rounds = &mut r.rounds[sources[i] as usize];
+            match (sources[i], budgets[i], chosen[i]) {
+                // a lookup that found nothing cost nothing
+                (Source::Ngram, 0, _) => self.spec_cost.round(Source::Ngram, &mut rounds.yields, 0, 0),
+                (_, 0, _) | (Source::Draft, _, false) => {}
+                (Source::Draft, _, true) => rounds.last = step,
+                (Source::Ngram, _, chosen) => {
+                    rounds.found = step;
+                    if chosen {
+                        rounds.last = step;
+                    } else {
+                        self.spec_cost.left_out(&mut rounds.yields);
+                        out[i].clear();
+                    }
                 }
             }
-            return out;
         }
-        let budgets = self.weigh_rounds(budgets);
-        let drafting: Vec<usize> = (0..budgets.len()).filter(|&i| budgets[i] > 0).collect();
-        for &i in &drafting {
-            self.running[i].last_round = self.steps;
-        }
-        if let Some((model, dkv)) = self.draft.as_mut() {
-            let mut requests: Vec<DraftRequest> = self
-                .running
-                .iter_mut()
-                .zip(&budgets)
-                .filter(|(_, &k)| k > 0)
-                .map(|(r, &k)| DraftRequest {
-                    seq: r.seq,
-                    history: &r.history,
-                    k,
-                    params: r.decoder.sampler().params(),
-                    rng: r.decoder.sampler().rng().clone(),
+        let drafting: Vec<usize> = (0..budgets.len()).filter(|&i| sources[i] == Source::Draft && chosen[i]).collect();
+        if let (Some((model, dkv)), false) = (self.draft.as_mut(), drafting.is_empty()) {
+            let mut requests: Vec<DraftRequest> = drafting
+                .iter()
+                .map(|&i| {
+                    let r = &self.running[i];
+                    DraftRequest {
+                        seq: r.seq,
+                        history: &r.history,
+                        k: budgets[i],
+                        params: r.decoder.sampler().params(),
+                        rng: r.decoder.sampler().rng().clone(),
+                    }
                 })
                 .collect();
             let tokenizer = self.state.model.tokenizer();
@@ -97,8 +138,9 @@ impl EngineLoop {
                         let r = &mut self.running[i];
                         // a draft pass for nothing (not a prompt still being caught up on)
                         if p.is_empty() && dkv.seq_len(r.seq) >= r.history.len() {
-                            r.backoff.record(0);
-                            self.spec_cost.round(&mut r.round_yield, 0, 0);
+                            let rounds = &mut r.rounds[Source::Draft as usize];
+                            rounds.backoff.record(0);
+                            self.spec_cost.round(Source::Draft, &mut rounds.yields, 0, 0);
                         }
                         out[i] = p;
                     }
@@ -109,7 +151,7 @@ impl EngineLoop {
                 }
             }
         }
-        out
+        (out, sources)
     }
 
     /// Tokens a sequence proposes per round, at most (`None`: the loop does not speculate).
@@ -121,14 +163,16 @@ impl EngineLoop {
         }
     }
 
-    /// `budgets` (each running sequence's proposals this step, at most or as found; 0 for none)
-    /// with those whose rounds are not expected to pay for their rows set to 0
-    /// (`SpecCost::choose`), under [`SpecPolicy::WhenItPays`]. A round is expected to keep
-    /// the share of its proposals that the sequence's rounds have kept, and to propose what
-    /// they have proposed, or the budget where that is less.
-    fn weigh_rounds(&self, mut budgets: Vec<usize>) -> Vec<usize> {
+    /// Which sequences propose this step, of those with `budgets` (each running sequence's
+    /// proposals from its `sources`, at most or as found; 0 for none): under
+    /// [`SpecPolicy::WhenItPays`] those whose rounds are expected to pay for their rows
+    /// (`SpecCost::choose`). A round is expected to keep the share of its proposals that the
+    /// sequence's rounds from its source have kept, and to propose what they have proposed, or
+    /// the budget where that is less (a lookup's: what it found).
+    fn weigh_rounds(&self, budgets: &[usize], sources: &[Source]) -> Vec<bool> {
+        let mut chosen: Vec<bool> = budgets.iter().map(|&k| k > 0).collect();
         if self.config.speculation == SpecPolicy::Always || budgets.iter().all(|&k| k == 0) {
-            return budgets;
+            return chosen;
         }
         // the pass's rows without proposals: a token per decoding sequence, and the prompts'
         // chunks within the prefill budget
@@ -144,29 +188,35 @@ impl EngineLoop {
         let candidates: Vec<Candidate> = asking
             .iter()
             .map(|&i| {
-                let (r, budget) = (&self.running[i], budgets[i] as f64);
-                let proposed = if self.draft.is_some() { r.round_yield.proposed.min(budget) } else { budget };
-                let expected = RoundYield { proposed, kept: proposed * r.round_yield.kept_share() };
+                let (r, budget, source) = (&self.running[i], budgets[i] as f64, sources[i]);
+                let rounds = &r.rounds[source as usize];
+                let proposed = match source {
+                    Source::Draft => rounds.yields.proposed.min(budget),
+                    Source::Ngram => budget,
+                };
+                let expected = RoundYield { proposed, kept: proposed * rounds.yields.kept_share() };
                 // what the draft missed while the sequence did not draft, past its prompt (a
                 // round reads the last two tokens anyway); or, before it has read the prompt,
                 // the prompt's share of one round
-                let catch_up = self.draft.as_ref().map_or(0.0, |(_, dkv)| {
-                    let (fed, len) = (dkv.seq_len(r.seq), r.history.len());
-                    if fed >= r.prompt_len {
-                        len.saturating_sub(fed + 2) as f64
-                    } else {
-                        prompt_share(len - fed, r.reserved.saturating_sub(len), expected)
+                let catch_up = match (source, self.draft.as_ref()) {
+                    (Source::Draft, Some((_, dkv))) => {
+                        let (fed, len) = (dkv.seq_len(r.seq), r.history.len());
+                        if fed >= r.prompt_len {
+                            len.saturating_sub(fed + 2) as f64
+                        } else {
+                            prompt_share(len - fed, r.reserved.saturating_sub(len), expected)
+                        }
                     }
-                });
-                // (a draft model's sequences never explore: `spec_cost::EXPLORE_EVERY`)
-                Candidate { expected, explore: self.draft.is_none() && explores(self.steps, r.last_round), catch_up }
+                    _ => 0.0,
+                };
+                // (a draft model's rounds never explore: `spec_cost::EXPLORE_EVERY`)
+                let explore = source == Source::Ngram && explores(self.steps, rounds.last);
+                Candidate { source, expected, explore, catch_up }
             })
             .collect();
-        for (&i, chosen) in asking.iter().zip(self.spec_cost.choose(base_rows, decoding + prefilling, &candidates)) {
-            if !chosen {
-                budgets[i] = 0;
-            }
+        for (&i, yes) in asking.iter().zip(self.spec_cost.choose(base_rows, decoding + prefilling, &candidates)) {
+            chosen[i] = yes;
         }
-        budgets
+        chosen
     }
 }
