@@ -220,9 +220,28 @@ pub(crate) struct SpecCost {
     pub catch_up: PassTimes,
     /// Every sequence's rounds together (none before the first), by [`Source`].
     typical: [Option<RoundYield>; 2],
+    /// With the lookup and a draft model both: the share of the decoding sequences whose
+    /// lookups had been quiet long enough for the draft, a moving average over steps (`None`
+    /// before the first: all).
+    quiet: Option<f64>,
 }
 
 impl SpecCost {
+    /// A step in which `quiet` of the `decoding` sequences that may propose had lookups quiet
+    /// long enough for the draft model.
+    pub fn note_quiet(&mut self, quiet: usize, decoding: usize) {
+        if decoding > 0 {
+            let share = quiet as f64 / decoding as f64;
+            self.quiet = Some(self.quiet.map_or(share, |q| moved(q, share)));
+        }
+    }
+
+    /// The share of a sequence's rounds the draft model is expected to have: those when its
+    /// lookups are quiet ([`SpecCost::note_quiet`]; all before any step says).
+    pub fn draft_share(&self) -> f64 {
+        self.quiet.unwrap_or(1.0)
+    }
+
     /// Every sequence's rounds with proposals from `source` together (`None` before the first).
     pub fn typical(&self, source: Source) -> Option<RoundYield> {
         self.typical[source as usize]
@@ -393,6 +412,23 @@ mod tests {
         cost.round(Source::Ngram, &mut c, 8, 8);
         assert_eq!(cost.typical(Source::Ngram), Some(RoundYield::hopeful(8)));
         assert_eq!(cost.typical(Source::Draft), Some(t));
+    }
+
+    #[test]
+    fn the_drafts_share_of_rounds_follows_the_steps_quiet_lookups() {
+        let mut cost = SpecCost::default();
+        assert_eq!(cost.draft_share(), 1.0);
+        // a step with no sequence that may propose says nothing
+        cost.note_quiet(0, 0);
+        assert_eq!(cost.draft_share(), 1.0);
+        cost.note_quiet(1, 8);
+        assert_eq!(cost.draft_share(), 0.125);
+        cost.note_quiet(8, 8);
+        assert!((cost.draft_share() - (0.125 + NEWEST * 0.875)).abs() < 1e-12);
+        for _ in 0..40 {
+            cost.note_quiet(0, 4);
+        }
+        assert!(cost.draft_share() < 1e-3, "{}", cost.draft_share());
     }
 
     #[test]

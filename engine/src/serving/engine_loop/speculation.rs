@@ -19,8 +19,8 @@ pub(super) struct SourceRounds {
     pub yields: RoundYield,
     /// The step of its last round from the source (or of its start).
     pub last: u64,
-    /// The step at which the source last had proposals for it (or its start): a lookup's
-    /// found, whether checked or left out.
+    /// The step at which the source last had proposals for it (or, for the lookup, its last
+    /// step reading its prompt): a lookup's found, whether checked or left out.
     pub found: u64,
 }
 
@@ -42,15 +42,18 @@ impl EngineLoop {
     /// Each running sequence's proposals for this step and where they came from (none for
     /// those that are not decoding or may not draft): under `--spec ngram` their own tokens'
     /// where a lookup finds some, and a draft model's for the others whose lookups have been
-    /// quiet for [`DRAFT_AFTER_QUIET_STEPS`] steps (or for all, without the lookup), drawn for all of them in its shared passes (catching up on their prompts
-    /// within the prefill budget). A failed draft pass fails the sequences it drafted for
-    /// (into `failed`).
+    /// quiet for [`DRAFT_AFTER_QUIET_STEPS`] steps (or for all, without the lookup), drawn for
+    /// all of them in its shared passes (catching up on their prompts within the prefill
+    /// budget). A failed draft pass fails the sequences it drafted for (into `failed`).
     pub(super) fn propose(&mut self, failed: &mut Vec<(usize, Option<SeqError>)>) -> (Vec<Vec<TokenId>>, Vec<Source>) {
         let n_ctx = self.config.n_ctx;
         let mut out: Vec<Vec<TokenId>> = vec![Vec::new(); self.running.len()];
         let mut sources = vec![Source::Draft; self.running.len()];
         let Some(n_draft) = self.n_draft() else { return (out, sources) };
         let (kv, step, ngram, drafts) = (&self.kv, self.steps, self.config.ngram, self.draft.is_some());
+        // with both sources: the sequences that may propose, and those of them whose lookups
+        // have been quiet long enough for the draft
+        let (mut may, mut quiet_ones) = (0, 0);
         // each sequence's budget of proposals (0: it does not propose this step): as found by
         // its lookup, else at most the draft model's
         let budgets: Vec<usize> = self
@@ -67,6 +70,7 @@ impl EngineLoop {
                 if budget == 0 {
                     return 0;
                 }
+                may += 1;
                 let due = |source: Source| r.rounds[source as usize].backoff.due(step);
                 if let Some(ngram) = ngram.filter(|_| due(Source::Ngram)) {
                     *found = ngram.propose(&r.history, budget);
@@ -77,6 +81,7 @@ impl EngineLoop {
                 }
                 // with the lookup too, the draft only once its lookups have been quiet a while
                 let quiet = ngram.is_none() || step - r.rounds[Source::Ngram as usize].found > DRAFT_AFTER_QUIET_STEPS;
+                quiet_ones += usize::from(quiet);
                 if drafts && quiet && due(Source::Draft) {
                     *source = Source::Draft;
                     return budget;
@@ -84,8 +89,16 @@ impl EngineLoop {
                 0
             })
             .collect();
+        if ngram.is_some() && drafts {
+            self.spec_cost.note_quiet(quiet_ones, may);
+        }
         let chosen = self.weigh_rounds(&budgets, &sources);
         for (i, r) in self.running.iter_mut().enumerate() {
+            if r.history.len() > self.kv.seq_len(r.seq) + 1 {
+                // still reading its prompt: its lookups' quiet steps count from its first token
+                r.rounds[Source::Ngram as usize].found = step;
+                continue;
+            }
             let rounds = &mut r.rounds[sources[i] as usize];
             match (sources[i], budgets[i], chosen[i]) {
                 // a lookup that found nothing cost nothing
@@ -197,14 +210,16 @@ impl EngineLoop {
                 let expected = RoundYield { proposed, kept: proposed * rounds.yields.kept_share() };
                 // what the draft missed while the sequence did not draft, past its prompt (a
                 // round reads the last two tokens anyway); or, before it has read the prompt,
-                // the prompt's share of one round
+                // the prompt's share of one of the draft's rounds (with the lookup too, only
+                // the draft's share of the sequence's remaining tokens has them)
                 let catch_up = match (source, self.draft.as_ref()) {
                     (Source::Draft, Some((_, dkv))) => {
                         let (fed, len) = (dkv.seq_len(r.seq), r.history.len());
                         if fed >= r.prompt_len {
                             len.saturating_sub(fed + 2) as f64
                         } else {
-                            prompt_share(len - fed, r.reserved.saturating_sub(len), expected)
+                            let remaining = r.reserved.saturating_sub(len) as f64 * self.spec_cost.draft_share();
+                            prompt_share(len - fed, remaining as usize, expected)
                         }
                     }
                     _ => 0.0,
