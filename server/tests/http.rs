@@ -298,14 +298,7 @@ fn guard_routes_follow_the_contract() {
 
 #[test]
 fn guard_routes_are_absent_without_a_guard_and_delete_unloads() {
-    let base = start(Server::builder().model(ModelSpec {
-        id: CHAT.into(),
-        model: chat_model(),
-        chat: true,
-        guard: false,
-        n_ctx: Some(256),
-        draft: None,
-    }));
+    let base = plain_chat_server();
     let c = client();
     expect_error(
         c.post(format!("{base}/v1/guard")).json(&json!({"model": CHAT, "input": {"user": "x"}})).send().unwrap(),
@@ -472,14 +465,7 @@ fn a_draft_model_leaves_greedy_and_seeded_output_unchanged() {
         n_ctx: Some(256),
         draft: Some(draft),
     }));
-    let without = start(Server::builder().model(ModelSpec {
-        id: CHAT.into(),
-        model: chat_model(),
-        chat: true,
-        guard: false,
-        n_ctx: Some(256),
-        draft: None,
-    }));
+    let without = plain_chat_server();
     greedy_text_alone_and_under_load(&with, &without, &["Say hello", "Say hello twice", "Count", "a b c a b c"], 24, true);
 
     // seeded sampling too: the texts the server without the draft gives, requests side by side
@@ -538,18 +524,7 @@ fn ngram_speculation_leaves_greedy_output_unchanged_and_is_counted() {
             .scheduling(Scheduling { ngram: Some(NgramDraft::DEFAULT), parallel: 16, ..Scheduling::default() })
             .model(ModelSpec { id: CHAT.into(), model: chat_model(), chat: true, guard: false, n_ctx: Some(256), draft: None }),
     );
-    let replies: Vec<(Value, Value)> = std::thread::scope(|scope| {
-        let sent: Vec<_> = prompts
-            .iter()
-            .map(|content| scope.spawn(|| (greedy_chat(&weighed, content, 40, 3), greedy_chat(&without, content, 40, 1))))
-            .collect();
-        sent.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    for (i, (weighed, plain)) in replies.iter().enumerate() {
-        for choice in weighed["choices"].as_array().unwrap() {
-            assert_eq!(choice["message"]["content"], plain["choices"][0]["message"]["content"], "prompt {i}: {weighed}");
-        }
-    }
+    same_replies_all_at_once(&weighed, &without, &prompts, 40);
 }
 
 /// `--spec ngram` with a draft model: the lookup proposes where it finds something, the draft
@@ -564,14 +539,7 @@ fn ngram_lookups_and_a_draft_model_together_leave_greedy_output_unchanged() {
         start(Server::builder().scheduling(both).model(spec))
     };
     let with = serve(SpecPolicy::Always);
-    let without = start(Server::builder().model(ModelSpec {
-        id: CHAT.into(),
-        model: chat_model(),
-        chat: true,
-        guard: false,
-        n_ctx: Some(256),
-        draft: None,
-    }));
+    let without = plain_chat_server();
     let prompts = ["Say hello hello hello", "Count", "a b c a b c a b", "Say hello"];
     greedy_text_alone_and_under_load(&with, &without, &prompts, 40, true);
     let (ngram, draft) = (draft_counts_of(&with, "ngram"), draft_counts_of(&with, "draft"));
@@ -579,15 +547,34 @@ fn ngram_lookups_and_a_draft_model_together_leave_greedy_output_unchanged() {
     assert_eq!(draft_counts_of(&without, "ngram"), (0, 0));
     // weighed (each source's rounds by what they keep against the rows and draft passes they
     // cost), all at once: the same replies whatever it decides
-    let weighed = serve(SpecPolicy::WhenItPays);
-    let replies: Vec<Value> = std::thread::scope(|scope| {
-        let sent: Vec<_> = prompts.iter().map(|content| scope.spawn(|| greedy_chat(&weighed, content, 40, 3))).collect();
+    same_replies_all_at_once(&serve(SpecPolicy::WhenItPays), &without, &prompts, 40);
+}
+
+/// The chat model served alone (no guard, no speculation).
+fn plain_chat_server() -> String {
+    start(Server::builder().model(ModelSpec {
+        id: CHAT.into(),
+        model: chat_model(),
+        chat: true,
+        guard: false,
+        n_ctx: Some(256),
+        draft: None,
+    }))
+}
+
+/// Greedy replies of at most `max_tokens` to `prompts`, three choices each, all at once from the
+/// speculating server at `with`: each choice is the reply of the server at `without`.
+fn same_replies_all_at_once(with: &str, without: &str, prompts: &[&str], max_tokens: u64) {
+    let replies: Vec<(Value, Value)> = std::thread::scope(|scope| {
+        let sent: Vec<_> = prompts
+            .iter()
+            .map(|content| scope.spawn(|| (greedy_chat(with, content, max_tokens, 3), greedy_chat(without, content, max_tokens, 1))))
+            .collect();
         sent.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    for (content, reply) in prompts.iter().zip(&replies) {
-        let alone = greedy_chat(&without, content, 40, 1);
+    for (i, (reply, plain)) in replies.iter().enumerate() {
         for choice in reply["choices"].as_array().unwrap() {
-            assert_eq!(choice["message"]["content"], alone["choices"][0]["message"]["content"], "{content}: {reply}");
+            assert_eq!(choice["message"]["content"], plain["choices"][0]["message"]["content"], "prompt {i}: {reply}");
         }
     }
 }
@@ -712,14 +699,7 @@ fn transcriptions_are_multipart_and_only_with_a_backend() {
             .text("timestamp_granularities[]", "segment")
             .part("file", Part::bytes(vec![7u8; 1000]).file_name("a.wav"))
     };
-    let none = start(Server::builder().model(ModelSpec {
-        id: CHAT.into(),
-        model: chat_model(),
-        chat: true,
-        guard: false,
-        n_ctx: Some(256),
-        draft: None,
-    }));
+    let none = plain_chat_server();
     let c = client();
     expect_error(c.post(format!("{none}/v1/audio/transcriptions")).multipart(form("json")).send().unwrap(), StatusCode::NOT_FOUND);
     let base = start(builder().transcriber(Arc::new(EchoBackend)));

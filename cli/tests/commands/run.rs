@@ -236,22 +236,19 @@ fn quantized_kv_caches_run_and_are_named_on_stderr() {
 fn ngram_speculation_gives_the_same_greedy_text() {
     let target = fixture("tiny-llama-F32.gguf");
     let base = ["-m", target.to_str().unwrap(), "-p", "one two three one two three one two", "-n", "48", "--temp", "0", "--kv-type", "f32"];
-    let alone = run(&base);
-    let with = run(&[&base[..], &["--spec", "ngram", "--draft-n", "6"]].concat());
-    assert!(with.status.success(), "{}", String::from_utf8_lossy(&with.stderr));
-    assert_eq!(String::from_utf8_lossy(&alone.stdout), String::from_utf8_lossy(&with.stdout));
-    let err = String::from_utf8(with.stderr).unwrap();
-    let line = err.lines().find(|l| l.starts_with("draft: ")).unwrap_or_else(|| panic!("{err}"));
-    let proposed: usize = line["draft: ".len()..].split(' ').next().unwrap().parse().unwrap();
-    assert!(proposed > 0, "{line}");
-    // with a draft model too (the lookup first, the draft where it finds nothing): the same
-    // text
+    let alone = String::from_utf8(run(&base).stdout).unwrap();
+    // the same text as without speculation, with proposals (the count `run` prints on stderr)
+    let proposes_with = |flags: &[&str]| {
+        let out = run(&[&base[..], flags].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{flags:?}: {err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), alone, "{flags:?}");
+        let line = err.lines().find(|l| l.starts_with("draft: ")).unwrap_or_else(|| panic!("{err}"));
+        let proposed: usize = line["draft: ".len()..].split(' ').next().unwrap().parse().unwrap();
+        assert!(proposed > 0, "{flags:?}: {line}");
+    };
+    proposes_with(&["--spec", "ngram", "--draft-n", "6"]);
+    // with a draft model too (the lookup first, the draft once the lookups are quiet)
     let draft = fixture("tiny-llama-Q4_0.gguf");
-    let both = run(&[&base[..], &["--spec", "ngram", "--draft-n", "6", "--draft", draft.to_str().unwrap(), "--draft-p-min", "0"]].concat());
-    assert!(both.status.success(), "{}", String::from_utf8_lossy(&both.stderr));
-    assert_eq!(String::from_utf8_lossy(&alone.stdout), String::from_utf8_lossy(&both.stdout));
-    let err = String::from_utf8(both.stderr).unwrap();
-    let line = err.lines().find(|l| l.starts_with("draft: ")).unwrap_or_else(|| panic!("{err}"));
-    let proposed: usize = line["draft: ".len()..].split(' ').next().unwrap().parse().unwrap();
-    assert!(proposed > 0, "{line}");
+    proposes_with(&["--spec", "ngram", "--draft-n", "6", "--draft", draft.to_str().unwrap(), "--draft-p-min", "0"]);
 }
