@@ -9,10 +9,10 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use crate::runtime::{Launch, RuntimeError};
+use crate::steps::{Primitives, Recorded, Stepped};
 use memory::GuardedMemory;
 
 mod memory;
-use crate::steps::{Primitives, Recorded, Stepped};
 
 type Launcher = unsafe extern "C" fn(*const u32, *const u32, *mut *mut c_void) -> i32;
 

@@ -142,11 +142,11 @@ mod tests {
                 assert!(!params.is_empty(), "{name}");
             }
         }
-        let norm = super::SOURCES.iter().find(|s| s.name == "elementwise.cu").unwrap();
+        let elementwise = super::SOURCES.iter().find(|s| s.name == "elementwise.cu").unwrap();
         use super::Param::*;
-        assert_eq!(norm.parameters("add_scaled"), Some(vec![Pointer, Pointer, Float, Int64]));
+        assert_eq!(elementwise.parameters("add_scaled"), Some(vec![Pointer, Pointer, Float, Int64]));
         // a name that only begins another kernel's
-        assert_eq!(norm.parameters("add"), None);
+        assert_eq!(elementwise.parameters("add"), None);
     }
 
     use super::*;

@@ -24,7 +24,7 @@ use crate::model::{BatchEntry, LoraSchedule, Model, ModelError};
 use crate::sampling::{SamplingError, SamplingParams};
 use crate::tokenizer::TokenId;
 pub use draft_model::{propose_batch, DraftBackoff, DraftRequest, DraftSettings};
-pub use ngram::{NgramDraft, DRAFT_AFTER_QUIET_STEPS};
+pub use ngram::{lookups_quiet, NgramDraft, DRAFT_AFTER_QUIET_STEPS};
 pub(crate) use speculative::{accept_proposals, proposal_budget};
 pub use speculative::{check_draft, speculative_round, Draft, SpeculativeRound};
 
@@ -307,7 +307,7 @@ impl<'a> Generator<'a> {
                 return Ok(Some(round));
             }
         }
-        let quiet = ngram.is_none() || *passes - *looked_up_at > DRAFT_AFTER_QUIET_STEPS;
+        let quiet = ngram.is_none() || lookups_quiet(*passes, *looked_up_at);
         if let Some(ModelDraft { model: d, kv: dkv, settings, backoff }) = draft.as_mut().filter(|d| quiet && d.backoff.due(*passes)) {
             let round =
                 speculative_round(model, kv, *seq, decoder, history, Draft::Model { model: d, kv: dkv, settings: *settings }, lora)?;

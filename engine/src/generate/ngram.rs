@@ -13,6 +13,12 @@ use crate::tokenizer::TokenId;
 /// catch the draft up on everything the lookups gave, for a few tokens at best.
 pub const DRAFT_AFTER_QUIET_STEPS: u64 = 4;
 
+/// Whether a sequence whose lookups last proposed at step `found` has been quiet long enough at
+/// step `now` for the draft model to propose ([`DRAFT_AFTER_QUIET_STEPS`]).
+pub fn lookups_quiet(now: u64, found: u64) -> bool {
+    now - found > DRAFT_AFTER_QUIET_STEPS
+}
+
 /// How proposals are looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NgramDraft {

@@ -28,8 +28,7 @@ impl GuardedMemory {
     /// `len` bytes (at least one), every one of them `fill`.
     pub fn new(len: usize, fill: u8) -> Result<GuardedMemory, String> {
         note_faults();
-        // SAFETY: sysconf only reads a constant of the system.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let page = page_size();
         let body = len.max(1).next_multiple_of(ALIGN);
         let pages = body.next_multiple_of(page);
         let map_len = pages + page;
@@ -63,6 +62,13 @@ impl GuardedMemory {
     pub fn len(&self) -> usize {
         self.len
     }
+}
+
+/// The system's page size, asked once.
+fn page_size() -> usize {
+    static PAGE: OnceLock<usize> = OnceLock::new();
+    // SAFETY: sysconf only reads a constant of the system.
+    *PAGE.get_or_init(|| usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096))
 }
 
 impl Drop for GuardedMemory {

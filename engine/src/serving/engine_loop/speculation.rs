@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use super::EngineLoop;
-use crate::generate::{proposal_budget, propose_batch, DraftBackoff, DraftRequest, DRAFT_AFTER_QUIET_STEPS};
+use crate::generate::{lookups_quiet, proposal_budget, propose_batch, DraftBackoff, DraftRequest};
 use crate::serving::protocol::SeqError;
 use crate::serving::spec_cost::{explores, prompt_share, Candidate, RoundYield, Source, SpecPolicy};
 use crate::tokenizer::TokenId;
@@ -19,8 +19,8 @@ pub(super) struct SourceRounds {
     pub yields: RoundYield,
     /// The step of its last round from the source (or of its start).
     pub last: u64,
-    /// The step at which the source last had proposals for it (or, for the lookup, its last
-    /// step reading its prompt): a lookup's found, whether checked or left out.
+    /// The lookup's only: the step at which it last found proposals, whether checked or left
+    /// out (or the sequence's last step reading its prompt); the draft's stays at its start.
     pub found: u64,
 }
 
@@ -42,9 +42,9 @@ impl EngineLoop {
     /// Each running sequence's proposals for this step and where they came from (none for
     /// those that are not decoding or may not draft): under `--spec ngram` their own tokens'
     /// where a lookup finds some, and a draft model's for the others whose lookups have been
-    /// quiet for [`DRAFT_AFTER_QUIET_STEPS`] steps (or for all, without the lookup), drawn for
-    /// all of them in its shared passes (catching up on their prompts within the prefill
-    /// budget). A failed draft pass fails the sequences it drafted for (into `failed`).
+    /// quiet long enough ([`lookups_quiet`]; or for all, without the lookup), drawn for all of
+    /// them in its shared passes (catching up on their prompts within the prefill budget). A
+    /// failed draft pass fails the sequences it drafted for (into `failed`).
     pub(super) fn propose(&mut self, failed: &mut Vec<(usize, Option<SeqError>)>) -> (Vec<Vec<TokenId>>, Vec<Source>) {
         let n_ctx = self.config.n_ctx;
         let mut out: Vec<Vec<TokenId>> = vec![Vec::new(); self.running.len()];
@@ -80,7 +80,7 @@ impl EngineLoop {
                     }
                 }
                 // with the lookup too, the draft only once its lookups have been quiet a while
-                let quiet = ngram.is_none() || step - r.rounds[Source::Ngram as usize].found > DRAFT_AFTER_QUIET_STEPS;
+                let quiet = ngram.is_none() || lookups_quiet(step, r.rounds[Source::Ngram as usize].found);
                 quiet_ones += usize::from(quiet);
                 if drafts && quiet && due(Source::Draft) {
                     *source = Source::Draft;
