@@ -53,6 +53,9 @@ fn main() {
         .flag("-ffp-contract=off")
         .flag("-pthread")
         .flag("-ftrivial-auto-var-init=pattern")
+        // every typed load and store checked against its type's alignment, as a GPU requires
+        // (host.cpp's handler keeps the first misaligned one for the launch's report)
+        .flag("-fsanitize=alignment")
         .flag_if_supported("-Wno-unused-function");
     if std::env::var_os("CARGO_FEATURE_TSAN").is_some() {
         // the harness's own C++ (threads, barriers, shuffle slots, shared statics) instrumented;

@@ -7,6 +7,7 @@
 // the sanitizer sees the kernels' accesses from real concurrent threads, and one launch runs at
 // a time (the `__shared__` statics are then plain statics, the running block's).
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 
@@ -47,11 +48,16 @@ static void note_partial_warp(unsigned warp) {
     block->partial_warp.compare_exchange_strong(none, warp + 1);
 }
 
-// The launch's status once its blocks ran: 3 when a load was misaligned, 4 when a warp
+// The launch's status once its blocks ran: 3 when an access was misaligned, 4 when a warp
 // exchanged values with lanes missing (each reported here), else `status`.
 static int fault_status(const Block& b, int status) {
     if (const uintptr_t at = b.misaligned.load()) {
-        std::fprintf(stderr, "kernel load at %#llx, which is not %u-byte aligned: a GPU faults there\n", (unsigned long long)at, b.misaligned_need.load());
+        if (const char* type = b.misaligned_type.load()) {
+            std::fprintf(stderr, "kernel access to a %s at %#llx (%s:%u), which is not %u-byte aligned: a GPU faults there\n", type,
+                         (unsigned long long)at, b.misaligned_file.load(), b.misaligned_line.load(), b.misaligned_need.load());
+        } else {
+            std::fprintf(stderr, "kernel load at %#llx, which is not %u-byte aligned: a GPU faults there\n", (unsigned long long)at, b.misaligned_need.load());
+        }
         return 3;
     }
     if (const unsigned warp = b.partial_warp.load()) {
@@ -62,6 +68,44 @@ static int fault_status(const Block& b, int status) {
 }
 
 }  // namespace host
+
+// The kernels are compiled with `-fsanitize=alignment` (build.rs): the compiler checks each
+// typed load and store (a `float*` read, a store through a `uint32_t*`) whose alignment it cannot
+// prove, and calls this where the address is not a multiple of its type's alignment. On a GPU
+// that access faults, so it is kept for the launch's report as the aligned loads' check keeps
+// theirs; the host then makes the access and the launch goes on. This is the handler's ABI as
+// GCC's and Clang's instrumentation call it (libubsan's, which is not linked).
+namespace {
+struct SourceLocation {
+    const char* file;
+    uint32_t line;
+    uint32_t column;
+};
+struct TypeDescriptor {
+    uint16_t kind;
+    uint16_t info;
+    char name[1];  // quoted, as `'float'`
+};
+struct TypeMismatchData {
+    SourceLocation location;
+    const TypeDescriptor* type;
+    unsigned char log_alignment;
+    unsigned char check_kind;
+};
+}  // namespace
+
+extern "C" void __ubsan_handle_type_mismatch_v1(TypeMismatchData* data, uintptr_t pointer) {
+    const unsigned need = 1u << data->log_alignment;
+    if (pointer % need == 0) {
+        return;  // the other checks of this handler (null pointers, object sizes) are not enabled
+    }
+    if (host::block == nullptr) {
+        // the harness's own code, outside any launch: a defect of the harness, not of a kernel
+        std::fprintf(stderr, "misaligned access to a %s at %s:%u\n", data->type->name, data->location.file, data->location.line);
+        std::abort();
+    }
+    host::note_misaligned(pointer, need, data->type->name, data->location.file, data->location.line);
+}
 
 #ifdef KERNELS_HOST_OS_THREADS
 

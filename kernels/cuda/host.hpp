@@ -44,10 +44,14 @@ struct Block {
     // their own)
     std::vector<uint8_t> butterflies;
     std::vector<uint32_t> butterfly_of;
-    // the first load of the launch at an address its alignment rules out (0: none), and the
-    // alignment it needed: a GPU would stop the kernel there (`misaligned address`)
+    // the first access of the launch at an address its alignment rules out (0: none), the
+    // alignment it needed and, for a typed access the compiler checked, its type and source
+    // line (null otherwise): a GPU would stop the kernel there (`misaligned address`)
     std::atomic<uintptr_t> misaligned{0};
     std::atomic<unsigned> misaligned_need{0};
+    std::atomic<const char*> misaligned_type{nullptr};
+    std::atomic<const char*> misaligned_file{nullptr};
+    std::atomic<unsigned> misaligned_line{0};
     // 1 + the first warp of the launch to exchange values (a shuffle, a collective) with fewer
     // than 32 of its lanes running: some returned, or the block ends inside the warp. The
     // device's shuffles name all 32 lanes (portable.cuh), which a GPU leaves undefined then.
@@ -205,6 +209,21 @@ inline uint32_t float_to_bits(float f) {
     return b;
 }
 
+// Keeps the launch's first access at an address that is not a multiple of `need` for the
+// launcher to report: the host would make it, a GPU would fault. `type` and `file` are null for
+// the aligned loads (`load_u32_a4`, ...), the accessed type and its source line for a typed
+// access the compiler checked (`__ubsan_handle_type_mismatch_v1` in host.cpp). Buffers start 256-byte aligned, as device
+// allocations do (`src/host.rs`), so an address's alignment here is what it would be there.
+inline void note_misaligned(uintptr_t at, unsigned need, const char* type, const char* file, unsigned line) {
+    uintptr_t none = 0;
+    if (block->misaligned.compare_exchange_strong(none, at)) {
+        block->misaligned_need.store(need);
+        block->misaligned_type.store(type);
+        block->misaligned_file.store(file);
+        block->misaligned_line.store(line);
+    }
+}
+
 }  // namespace host
 
 #define KERNEL static
@@ -283,16 +302,10 @@ DEVICE void mma_s8_16x8x16(int* c, const int* a, const int* b) {
     }
 }
 
-// The launch's first load from an address not a multiple of `need`, kept for the launcher to
-// report: the host would read it, a GPU would fault. Buffers start 256-byte aligned, as device
-// allocations do (`src/host.rs`), so an address's alignment here is what it would be there.
+// the aligned loads' check (`note_misaligned`)
 DEVICE void check_alignment(const uint8_t* p, unsigned need) {
-    if ((uintptr_t)p % need == 0 || host::block == nullptr) {
-        return;
-    }
-    uintptr_t none = 0;
-    if (host::block->misaligned.compare_exchange_strong(none, (uintptr_t)p)) {
-        host::block->misaligned_need.store(need);
+    if ((uintptr_t)p % need != 0 && host::block != nullptr) {
+        host::note_misaligned((uintptr_t)p, need, nullptr, nullptr, 0);
     }
 }
 

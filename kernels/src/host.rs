@@ -30,7 +30,7 @@ pub enum HostError {
     Geometry(String),
     #[error("{0}: the threads of a block wait at barriers that cannot complete")]
     Deadlock(String),
-    #[error("{0}: a load from an address its alignment rules out, where a GPU faults (the address on stderr)")]
+    #[error("{0}: a load or store at an address its alignment rules out, where a GPU faults (the address on stderr)")]
     Misaligned(String),
     #[error("{0}: a warp shuffle with lanes of the warp returned or beyond the block, which the full mask leaves undefined on a GPU")]
     PartialWarp(String),
@@ -239,7 +239,7 @@ mod tests {
         assert_eq!(got, (8..16).collect::<Vec<u8>>());
         let (misaligned, _) = spread_from(2);
         let error = misaligned.expect_err("a 4-byte load at an address of 2 mod 4");
-        assert!(error.to_string().contains("spread_staging: a load from an address its alignment rules out"), "{error}");
+        assert!(error.to_string().contains("spread_staging: a load or store at an address its alignment rules out"), "{error}");
     }
 
     /// Set in the child process of the test below, which makes the launch that faults.
@@ -276,12 +276,25 @@ mod tests {
     }
 
     /// `warp_collectives_check` (`selftest.cu`: shuffles and butterflies) over one block of
-    /// `threads` threads.
-    fn collectives(threads: u32) -> Result<(), HostError> {
-        let (x, out) = (HostDevice.alloc(threads as usize * 4).unwrap(), HostDevice.alloc(threads as usize * 40).unwrap());
-        let (xp, op) = (HostDevice.address(&x), HostDevice.address(&out));
-        // SAFETY: the kernel's two pointers, to one float per thread and ten per thread.
+    /// `threads` threads, its input `x_offset` bytes into its buffer.
+    fn collectives_at(threads: u32, x_offset: u64) -> Result<(), HostError> {
+        let (x, out) = (HostDevice.alloc(threads as usize * 4 + 4).unwrap(), HostDevice.alloc(threads as usize * 40).unwrap());
+        let (xp, op) = (HostDevice.address(&x) + x_offset, HostDevice.address(&out));
+        // SAFETY: the kernel's two pointers, to one float per thread (the buffer has 4 bytes to
+        // spare for the offset) and ten per thread.
         unsafe { launch("warp_collectives_check", [1, 1, 1], [threads, 1, 1], &mut host_args![xp, op]) }
+    }
+
+    fn collectives(threads: u32) -> Result<(), HostError> {
+        collectives_at(threads, 0)
+    }
+
+    /// A kernel's plain typed read (`x[i]` of a `const float*`) is checked too: the compiler's
+    /// alignment instrumentation reports it, as the explicit aligned loads report theirs.
+    #[test]
+    fn a_typed_read_a_gpu_would_fault_on_fails_the_launch() {
+        assert_eq!(collectives_at(32, 4), Ok(()));
+        assert_eq!(collectives_at(32, 2), Err(HostError::Misaligned("warp_collectives_check".into())));
     }
 
     #[test]
