@@ -34,6 +34,8 @@ pub enum HostError {
     Misaligned(String),
     #[error("{0}: a warp shuffle with lanes of the warp returned or beyond the block, which the full mask leaves undefined on a GPU")]
     PartialWarp(String),
+    #[error("{0} wrote {1}: where a GPU would reach another allocation's bytes")]
+    StrayWrite(String, String),
 }
 
 /// The kernels the harness has.
@@ -179,7 +181,11 @@ impl Primitives for HostDevice {
     unsafe fn launch(&self, l: Launch, slots: &[u64]) -> Result<(), RuntimeError> {
         let mut params: Vec<*mut c_void> = slots.iter().map(|s| std::ptr::from_ref(s).cast_mut().cast()).collect();
         // SAFETY: the caller's contract; each slot holds the parameter's bytes first.
-        unsafe { launch(l.kernel, l.grid, [l.block, 1, 1], &mut params) }.map_err(|e| match e {
+        let launched = unsafe { launch(l.kernel, l.grid, [l.block, 1, 1], &mut params) }.and_then(|()| {
+            // the buffers the arguments name, whose margins only a write out of bounds changes
+            memory::stray_write_near(slots).map_or(Ok(()), |stray| Err(HostError::StrayWrite(l.kernel.to_string(), stray)))
+        });
+        launched.map_err(|e| match e {
             HostError::UnknownKernel(n) => RuntimeError::UnknownKernel(n),
             e => RuntimeError::Device(e.to_string()),
         })
@@ -214,22 +220,28 @@ mod tests {
         }
     }
 
-    /// `spread_staging` (`staging.cu`) copies 8 bytes from `offset` of a buffer into another:
-    /// its 4-byte loads are misaligned unless the offset is a multiple of 4.
-    fn spread_from(offset: u32) -> (Result<(), RuntimeError>, Vec<u8>) {
+    /// `spread_staging` (`staging.cu`) copies 8 bytes from `offset` of a buffer into another,
+    /// `shift` bytes from its start: its 4-byte loads are misaligned unless the offset is a
+    /// multiple of 4.
+    fn spread(offset: u32, shift: i64) -> (Result<(), RuntimeError>, Vec<u8>) {
         let (mirror, out) = (HostDevice.alloc(64).unwrap(), HostDevice.alloc(8).unwrap());
         let mut staged: Vec<u8> = (0..32).collect();
-        staged.extend(HostDevice.address(&out).to_le_bytes());
+        staged.extend(HostDevice.address(&out).wrapping_add_signed(shift).to_le_bytes());
         staged.extend(offset.to_le_bytes());
         staged.extend(8u32.to_le_bytes());
         HostDevice.write(&mirror, &staged).unwrap();
         let launch = Launch { kernel: "spread_staging", grid: [1, 1, 1], block: 32 };
         // SAFETY: the kernel's two parameters; the table entry at byte 32 names 8 bytes of the
-        // mirror's first 32 and the 8-byte buffer `out`, both live.
+        // mirror's first 32 and the 8-byte buffer `out`, both live (the tests that shift the
+        // destination out of `out` or read past the mirror are those of the bounds).
         let result = unsafe { HostDevice.launch(launch, &[HostDevice.address(&mirror), 32]) };
         let mut got = vec![0u8; 8];
         HostDevice.read(&out, &mut got).unwrap();
         (result, got)
+    }
+
+    fn spread_from(offset: u32) -> (Result<(), RuntimeError>, Vec<u8>) {
+        spread(offset, 0)
     }
 
     #[test]
@@ -242,37 +254,85 @@ mod tests {
         assert!(error.to_string().contains("spread_staging: a load or store at an address its alignment rules out"), "{error}");
     }
 
-    /// Set in the child process of the test below, which makes the launch that faults.
-    const READ_PAST_THE_END: &str = "KERNELS_TEST_READ_PAST_THE_END";
+    /// Set in the child processes of the tests below, to the case that ends the process.
+    const CHILD_CASE: &str = "KERNELS_TEST_CHILD_CASE";
 
-    /// A launch that reads past a buffer's end, beyond its rounding to 256 bytes, stops the
-    /// process with the address on stderr (in a child process of this test binary: the fault
-    /// ends it). Reads within the rounding pass, as they do on a GPU.
-    #[test]
-    fn a_read_past_a_buffers_end_stops_the_process_with_its_address() {
-        if std::env::var_os(READ_PAST_THE_END).is_some() {
-            // the 64-byte mirror's bytes 256 to 263: the first past its 256 rounded bytes
-            let _ = spread_from(256);
-            return;
-        }
-        // the last bytes of the rounding: read (0xFF, as every byte a launch did not write)
-        let (within, got) = spread_from(248);
-        assert_eq!((within, got), (Ok(()), vec![0xFF; 8]));
-        let test = "host::tests::a_read_past_a_buffers_end_stops_the_process_with_its_address";
+    /// The status and stderr of `test` of this binary run alone in a child process, `case` in
+    /// [`CHILD_CASE`].
+    fn in_child(test: &str, case: &str) -> (std::process::ExitStatus, String) {
         let child = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", test, "--nocapture", "--test-threads", "1"])
-            .env(READ_PAST_THE_END, "1")
+            .env(CHILD_CASE, case)
             .output()
             .unwrap();
-        let stderr = String::from_utf8_lossy(&child.stderr);
+        (child.status, String::from_utf8_lossy(&child.stderr).into_owned())
+    }
+
+    /// Whether the child stopped at a memory fault with the harness's note.
+    fn stopped_at_a_fault(status: std::process::ExitStatus, stderr: &str) -> bool {
         use std::os::unix::process::ExitStatusExt;
-        if cfg!(feature = "tsan") {
-            // ThreadSanitizer reports the fault it is handed back and exits with its own status
-            assert!(!child.status.success() && stderr.contains("ThreadSanitizer: SEGV"), "{:?}: {stderr}", child.status);
+        // ThreadSanitizer reports the fault it is handed back and exits with its own status
+        let stopped = if cfg!(feature = "tsan") {
+            !status.success() && stderr.contains("ThreadSanitizer: SEGV")
         } else {
-            assert_eq!(child.status.signal(), Some(libc::SIGSEGV), "{:?}: {stderr}", child.status);
+            status.signal() == Some(libc::SIGSEGV)
+        };
+        stopped && stderr.contains("memory fault at 0x") && stderr.contains("out of a buffer's bounds")
+    }
+
+    /// A launch that reads past a buffer's end, beyond its rounding to 256 bytes, or writes
+    /// before its start, beyond the bytes down to the page before it, stops the process with
+    /// the address on stderr (in a child process of this test binary: the fault ends it). Reads
+    /// within the rounding pass, as they do on a GPU.
+    #[test]
+    fn an_access_beyond_a_buffers_pages_stops_the_process_with_its_address() {
+        match std::env::var(CHILD_CASE).as_deref() {
+            // the 64-byte mirror's bytes 256 to 263: the first past its 256 rounded bytes
+            Ok("past the end") => drop(spread_from(256)),
+            // a page before the 8-byte buffer's start: within the page before its mapping's
+            Ok("before the start") => drop(spread(0, -4096)),
+            _ => {
+                // the last bytes of the rounding: read (0xFF, as every byte a launch did not write)
+                let (within, got) = spread_from(248);
+                assert_eq!((within, got), (Ok(()), vec![0xFF; 8]));
+                let test = "host::tests::an_access_beyond_a_buffers_pages_stops_the_process_with_its_address";
+                for case in ["past the end", "before the start"] {
+                    let (status, stderr) = in_child(test, case);
+                    assert!(stopped_at_a_fault(status, &stderr), "{case}: {status:?}: {stderr}");
+                }
+            }
         }
-        assert!(stderr.contains("memory fault at 0x") && stderr.contains("past a buffer's end"), "{stderr}");
+    }
+
+    /// A write just out of a buffer's bounds, where no page stops it, fails the launch whose
+    /// arguments name the buffer; one through an address the kernel read from memory stops the
+    /// process when the buffer is freed. Either way the message says where.
+    #[test]
+    fn a_write_out_of_a_buffers_bounds_is_found() {
+        if std::env::var(CHILD_CASE).as_deref() == Ok("through a table") {
+            // `spread_staging`'s destination comes from its table: 4 bytes before `out`'s start
+            let (result, _) = spread(0, -4);
+            assert_eq!(result, Ok(()), "no argument names the buffer written");
+            return;
+        }
+        let test = "host::tests::a_write_out_of_a_buffers_bounds_is_found";
+        let (status, stderr) = in_child(test, "through a table");
+        assert!(!status.success(), "{status:?}: {stderr}");
+        assert!(stderr.contains("a kernel wrote 4 bytes before the start of a buffer of 8 bytes at 0x"), "{stderr}");
+        // `warp_collectives_check` writes 40 bytes per thread: 4 more than its output holds
+        let threads = 32;
+        let (x, out) = (HostDevice.alloc(threads * 4).unwrap(), HostDevice.alloc(threads * 40 - 4).unwrap());
+        let launch = Launch { kernel: "warp_collectives_check", grid: [1, 1, 1], block: threads as u32 };
+        // SAFETY: the kernel's two pointers; its last 4 bytes of output land in `out`'s rounding
+        // to 256 bytes, inside its mapping.
+        let error = unsafe { HostDevice.launch(launch, &[HostDevice.address(&x), HostDevice.address(&out)]) }.unwrap_err();
+        let want = format!(
+            "warp_collectives_check wrote up to byte 1279 of a buffer of 1276 bytes at {:#x}, past its end",
+            HostDevice.address(&out)
+        );
+        assert!(error.to_string().contains(&want), "{error}");
+        // the launch's error told of it: freeing the buffer now passes
+        drop(out);
     }
 
     /// `warp_collectives_check` (`selftest.cu`: shuffles and butterflies) over one block of

@@ -1,21 +1,27 @@
-//! The harness's device memory: each buffer in a mapping of its own that ends at a page nothing
-//! may touch, so that a kernel reading or writing past a buffer's end (beyond the rounding to
-//! 256 bytes that a device allocation has too) stops the process with the address on stderr,
-//! where a GPU would fault or read another allocation's bytes.
+//! The harness's device memory: each buffer in a mapping of its own, between two pages nothing
+//! may touch, ending at the second, so that a kernel reading or writing past a buffer's end
+//! (beyond the rounding to 256 bytes that a device allocation has too), or before its start
+//! beyond the bytes up to the first page, stops the process with the address on stderr, where a
+//! GPU would fault or reach another allocation's bytes. The bytes between the first page and the
+//! buffer's start, and those of its rounding, keep their fill unless a kernel writes out of
+//! bounds: [`stray_write_near`] finds such a write for the launch whose arguments name the
+//! buffer (`HostDevice::launch`), and a buffer freed with one stops the process.
 
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// Where a device allocation starts: at a multiple of 256 bytes, as `cuMemAlloc`'s do.
 pub(super) const ALIGN: usize = 256;
 
 /// `len` bytes at a multiple of [`ALIGN`], rounded up to [`ALIGN`] and ending there, at the
-/// start of an inaccessible page.
+/// start of an inaccessible page; the mapping's first page is inaccessible too.
 pub(super) struct GuardedMemory {
     map: *mut u8,
     map_len: usize,
     start: *mut u8,
     len: usize,
+    fill: u8,
 }
 
 // SAFETY: the memory is only written by the harness's launches and copies, one at a time; the
@@ -24,6 +30,79 @@ unsafe impl Send for GuardedMemory {}
 // SAFETY: as above: shared references only pass the address to a launch or a copy.
 unsafe impl Sync for GuardedMemory {}
 
+/// A live buffer as the launches' check finds it by address: the bytes around it a kernel may
+/// not write, and their fill.
+#[derive(Clone, Copy)]
+struct Margins {
+    /// the first byte after the leading inaccessible page
+    from: usize,
+    start: usize,
+    len: usize,
+    /// the end of the rounding, where the trailing inaccessible page starts
+    to: usize,
+    fill: u8,
+}
+
+/// Every live buffer by its first accessible byte ([`Margins::from`]). A buffer leaves it
+/// before its mapping goes, under the lock, so a check holding the lock never reads a mapping
+/// that is gone.
+fn live() -> &'static Mutex<BTreeMap<usize, Margins>> {
+    static LIVE: OnceLock<Mutex<BTreeMap<usize, Margins>>> = OnceLock::new();
+    LIVE.get_or_init(Mutex::default)
+}
+
+impl Margins {
+    /// How far out of the buffer's bounds a kernel wrote, if its margins lost their fill.
+    ///
+    /// # Safety
+    /// The mapping must be live (its entry in [`live`], whose lock the caller holds).
+    unsafe fn stray_write(&self) -> Option<String> {
+        // SAFETY: both ranges lie inside the mapping, between its inaccessible pages.
+        let (before, after) = unsafe {
+            (
+                std::slice::from_raw_parts(self.from as *const u8, self.start - self.from),
+                std::slice::from_raw_parts((self.start + self.len) as *const u8, self.to - self.start - self.len),
+            )
+        };
+        if let Some(i) = before.iter().position(|&b| b != self.fill) {
+            return Some(format!("{} bytes before the start of a buffer of {} bytes at {:#x}", before.len() - i, self.len, self.start));
+        }
+        let i = after.iter().rposition(|&b| b != self.fill)?;
+        Some(format!("up to byte {} of a buffer of {} bytes at {:#x}, past its end", self.len + i, self.len, self.start))
+    }
+
+    /// Puts the fill back in the margins.
+    ///
+    /// # Safety
+    /// As [`Margins::stray_write`]'s; no launch may be writing the buffer.
+    unsafe fn refill(&self) {
+        // SAFETY: both ranges lie inside the mapping, between its inaccessible pages.
+        unsafe {
+            std::ptr::write_bytes(self.from as *mut u8, self.fill, self.start - self.from);
+            std::ptr::write_bytes((self.start + self.len) as *mut u8, self.fill, self.to - self.start - self.len);
+        }
+    }
+}
+
+/// The write out of the bounds of a live buffer whose mapping holds any of `addresses`, as a
+/// launch's arguments name them (other arguments than addresses match no buffer). The margins it
+/// reports get their fill back: the launch's error has told of it.
+pub(super) fn stray_write_near(addresses: &[u64]) -> Option<String> {
+    let live = live().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    addresses.iter().find_map(|&at| {
+        let at = usize::try_from(at).ok()?;
+        let (_, margins) = live.range(..=at).next_back()?;
+        if at >= margins.to {
+            return None;
+        }
+        // SAFETY: a live buffer's mapping (the lock is held).
+        let stray = unsafe { margins.stray_write() }?;
+        // SAFETY: as above.
+        unsafe { margins.refill() };
+        Some(stray)
+    })
+}
+
 impl GuardedMemory {
     /// `len` bytes (at least one), every one of them `fill`.
     pub fn new(len: usize, fill: u8) -> Result<GuardedMemory, String> {
@@ -31,7 +110,7 @@ impl GuardedMemory {
         let page = page_size();
         let body = len.max(1).next_multiple_of(ALIGN);
         let pages = body.next_multiple_of(page);
-        let map_len = pages + page;
+        let map_len = page + pages + page;
         let (rw, private) = (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS);
         // SAFETY: a fresh anonymous mapping, which nothing else refers to.
         let map = unsafe { libc::mmap(std::ptr::null_mut(), map_len, rw, private, -1, 0) };
@@ -42,17 +121,35 @@ impl GuardedMemory {
         let memory = GuardedMemory {
             map,
             map_len,
-            // SAFETY: `pages - body` is within the mapping (body <= pages).
-            start: unsafe { map.add(pages - body) },
+            // SAFETY: `page + pages - body` is within the mapping (body <= pages).
+            start: unsafe { map.add(page + pages - body) },
             len,
+            fill,
         };
-        // SAFETY: the mapping's last page, inside the mapping just made.
-        if unsafe { libc::mprotect(map.add(pages).cast(), page, libc::PROT_NONE) } != 0 {
+        // SAFETY: the mapping's first and last pages, inside the mapping just made.
+        let guarded = unsafe { [map, map.add(page + pages)] }.into_iter().all(|at| {
+            // SAFETY: as above.
+            unsafe { libc::mprotect(at.cast(), page, libc::PROT_NONE) == 0 }
+        });
+        if !guarded {
             return Err(format!("protecting a guard page: {}", std::io::Error::last_os_error()));
         }
-        // SAFETY: `body` bytes from `start` end at the guard page, inside the mapping.
-        unsafe { std::ptr::write_bytes(memory.start, fill, body) };
+        // SAFETY: the pages between the guard pages, inside the mapping.
+        unsafe { std::ptr::write_bytes(map.add(page), fill, pages) };
+        let margins = memory.margins();
+        live().lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(margins.from, margins);
         Ok(memory)
+    }
+
+    fn margins(&self) -> Margins {
+        let page = page_size();
+        Margins {
+            from: self.map as usize + page,
+            start: self.start as usize,
+            len: self.len,
+            to: self.map as usize + self.map_len - page,
+            fill: self.fill,
+        }
     }
 
     pub fn ptr(&self) -> *mut u8 {
@@ -72,8 +169,18 @@ fn page_size() -> usize {
 }
 
 impl Drop for GuardedMemory {
+    /// Unmaps the buffer; a write out of its bounds that no launch's check saw stops the process
+    /// (a kernel reached it through an address it read from memory, not an argument).
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, which nothing uses any more (its owner is gone).
+        let mut live = live().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        live.remove(&self.margins().from);
+        // SAFETY: the mapping made in `new`, still mapped.
+        if let Some(stray) = unsafe { self.margins().stray_write() } {
+            eprintln!("a kernel wrote {stray}: where a GPU would reach another allocation's bytes");
+            std::process::abort();
+        }
+        // SAFETY: the mapping made in `new`, which nothing uses any more (its owner is gone and
+        // it has left the live buffers).
         unsafe { libc::munmap(self.map.cast(), self.map_len) };
     }
 }
@@ -103,7 +210,7 @@ fn note_faults() {
 extern "C" fn note_fault(signal: c_int, info: *mut libc::siginfo_t, _context: *mut c_void) {
     const HEAD: &[u8] = b"memory fault at 0x";
     const TAIL: &[u8] =
-        b": where a kernel runs on the CPU execution harness, a read or write past a buffer's end (each one ends at a page nothing may touch)\n";
+        b": where a kernel runs on the CPU execution harness, a read or write out of a buffer's bounds (each one lies between pages nothing may touch)\n";
     // SAFETY: the system passes a valid siginfo to an SA_SIGINFO handler of SIGSEGV.
     let address = unsafe { (*info).si_addr() } as usize;
     let mut line = [0u8; HEAD.len() + 16 + TAIL.len()];
