@@ -8,6 +8,7 @@
 // a time (the `__shared__` statics are then plain statics, the running block's).
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 
@@ -48,8 +49,34 @@ static void note_partial_warp(unsigned warp) {
     block->partial_warp.compare_exchange_strong(none, warp + 1);
 }
 
+// The place in the source of a block barrier's call.
+struct Site {
+    const char* file = nullptr;
+    unsigned line = 0;
+};
+
+// Notes the first block barrier of the launch that a thread met at another line than the
+// barrier's first arrival did.
+static void note_barrier(Site& first, Site here) {
+    if (first.file == nullptr) {
+        first = here;
+        return;
+    }
+    if (first.line == here.line && std::strcmp(first.file, here.file) == 0) {
+        return;
+    }
+    bool none = false;
+    if (block->diverged.compare_exchange_strong(none, true)) {
+        block->diverged_files[0] = first.file;
+        block->diverged_lines[0] = first.line;
+        block->diverged_files[1] = here.file;
+        block->diverged_lines[1] = here.line;
+    }
+}
+
 // The launch's status once its blocks ran: 3 when an access was misaligned, 4 when a warp
-// exchanged values with lanes missing (each reported here), else `status`.
+// exchanged values with lanes missing, 5 when a block's threads met at a barrier from different
+// lines (each reported here), else `status`.
 static int fault_status(const Block& b, int status) {
     if (const uintptr_t at = b.misaligned.load()) {
         if (const char* type = b.misaligned_type.load()) {
@@ -63,6 +90,11 @@ static int fault_status(const Block& b, int status) {
     if (const unsigned warp = b.partial_warp.load()) {
         std::fprintf(stderr, "kernel warp %u exchanged values with fewer than 32 lanes running: undefined on a GPU\n", warp - 1);
         return 4;
+    }
+    if (b.diverged.load()) {
+        std::fprintf(stderr, "kernel threads of one block met at __syncthreads from %s:%u and from %s:%u: undefined on a GPU\n", b.diverged_files[0],
+                     b.diverged_lines[0], b.diverged_files[1], b.diverged_lines[1]);
+        return 5;
     }
     return status;
 }
@@ -114,11 +146,27 @@ extern "C" void __ubsan_handle_type_mismatch_v1(TypeMismatchData* data, uintptr_
 
 namespace host {
 
-// the running block's barriers (one launch, one block at a time)
-static std::unique_ptr<std::barrier<>> all_barrier;
+// the running block's barriers (one launch, one block at a time); the block barrier's completion
+// forgets where its first thread arrived from, before it releases them
+static Site all_barrier_site;
+static std::mutex all_barrier_site_lock;
+static void forget_site() noexcept {
+    all_barrier_site = Site{};
+}
+static std::unique_ptr<std::barrier<decltype(&forget_site)>> all_barrier;
 static std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
 
-void sync_threads() {
+void fresh_shared_locked(void* at, size_t bytes, unsigned long long* filled_for) {
+    static std::mutex declaring;
+    std::lock_guard<std::mutex> lock(declaring);
+    fresh_shared(at, bytes, filled_for);
+}
+
+void sync_threads(const char* file, unsigned line) {
+    {
+        std::lock_guard<std::mutex> lock(all_barrier_site_lock);
+        note_barrier(all_barrier_site, Site{file, line});
+    }
     all_barrier->arrive_and_wait();
 }
 
@@ -132,7 +180,8 @@ void sync_warp() {
 }
 
 static void reset_barriers(unsigned threads) {
-    all_barrier = std::make_unique<std::barrier<>>(threads);
+    forget_site();
+    all_barrier = std::make_unique<std::barrier<decltype(&forget_site)>>(threads, &forget_site);
     warp_barriers.clear();
     for (unsigned w = 0; w * 32 < threads; w++) {
         warp_barriers.push_back(std::make_unique<std::barrier<>>(lanes_of_warp(w, threads)));
@@ -149,6 +198,10 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
         return 1;
     }
     const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
+    // the blocks of the launches before this one: this launch's block i is number first + i + 1
+    static unsigned long long blocks_before = 0;
+    const unsigned long long first = blocks_before;
+    blocks_before += blocks;
     Block b;
     size_block(b, dim);
     reset_barriers(dim.x);
@@ -162,6 +215,7 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
             block = &b;
             for (unsigned long long i = 0; i < blocks; i++) {
                 block_idx = block_number(i, grid);
+                block_serial = first + i + 1;
                 b.exchanges[t] = 0;
                 kernel();
                 // a thread that returns no longer holds the others at the block's barriers
@@ -246,6 +300,7 @@ struct BarrierState {
     unsigned live = 0;
     unsigned arrived = 0;
     unsigned long long generation = 0;
+    Site first;  // where this generation's first thread arrived from (a block barrier's)
 
     bool complete() const {
         return arrived > 0 && arrived == live;
@@ -253,6 +308,7 @@ struct BarrierState {
     void release() {
         arrived = 0;
         generation++;
+        first = Site{};
     }
 };
 
@@ -314,7 +370,8 @@ static void arrive(Wait kind) {
     switch_from(f);
 }
 
-void sync_threads() {
+void sync_threads(const char* file, unsigned line) {
+    note_barrier(here->all.first, Site{file, line});
     arrive(AT_BLOCK_BARRIER);
 }
 
@@ -401,7 +458,7 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
     for (unsigned long long i = 0; i < blocks && status == 0; i++) {
         block_idx = block_number(i, grid);
         block_serial++;
-        l.all = BarrierState{dim.x, 0, 0};
+        l.all = BarrierState{dim.x, 0, 0, Site{}};
         l.warps.assign(warps, BarrierState{});
         for (unsigned w = 0; w < warps; w++) {
             l.warps[w].live = lanes_of_warp(w, dim.x);

@@ -1,11 +1,11 @@
 // The CPU execution harness's side of the portability header: the same kernel sources compiled
 // as host C++ (the `host` feature of the kernels crate). A launch runs the grid's blocks one
 // after another and each block's threads as host threads: `__syncthreads` is a barrier of the
-// block, a warp shuffle goes through one slot per thread and one barrier of the warp (two slots
+// block (which its threads must meet at one line of the source), a warp shuffle goes through one slot per thread and one barrier of the warp (two slots
 // per thread, taken in turn; a warp's butterfly reduction and a tensor-core product exchange
 // every value they need at one barrier, as their shuffles would give them), `__shared__` memory is a thread-local static of the kernel (one
 // block runs at a time on a launch's OS thread; a plain static under ThreadSanitizer, where one
-// launch runs at a time), and a thread that returns leaves the barriers, as on a GPU. The
+// launch runs at a time), filled with 0xFF bytes for each block, and a thread that returns leaves the barriers, as on a GPU. The
 // threads are fibers (user-level threads switched at the barriers, on the launch's OS thread),
 // or OS threads when built for ThreadSanitizer (KERNELS_HOST_OS_THREADS): the same kernels,
 // barriers and slots.
@@ -57,12 +57,19 @@ struct Block {
     // device's shuffles name all 32 lanes (portable.cuh), which a GPU leaves undefined then.
     // The OS threads of a ThreadSanitizer build check the lanes beyond the block only.
     std::atomic<unsigned> partial_warp{0};
+    // the first `__syncthreads` of the launch that the block's threads met at two different
+    // lines of the source (each thread's line, the first arrival's first; null: none), which a
+    // GPU leaves undefined (the barrier inside code the block's threads do not all run)
+    std::atomic<bool> diverged{false};
+    const char* diverged_files[2] = {nullptr, nullptr};
+    unsigned diverged_lines[2] = {0, 0};
 };
 
 extern thread_local Dim3 thread_idx;
 extern thread_local Dim3 block_idx;
 extern thread_local Block* block;
-// the blocks the fibers of this OS thread have begun (the first is 1)
+// the blocks the fibers of this OS thread have begun (the first is 1); with OS threads, the
+// running block's number among all the launches' (each of its threads holds the same)
 extern thread_local unsigned long long block_serial;
 
 // A kernel's shared variable as the first of a block's threads declares it (the others cannot
@@ -75,8 +82,15 @@ inline void fresh_shared(void* at, size_t bytes, unsigned long long* filled_for)
     }
 }
 
+// The same for the OS threads of a ThreadSanitizer build, whose threads of a block declare the
+// variable side by side: the first to declare it fills it, under a lock the others take too, so
+// that the fill comes before any thread's use of it (host.cpp).
+void fresh_shared_locked(void* at, size_t bytes, unsigned long long* filled_for);
+
 // the barrier of the calling thread's block, and of its warp (host.cpp)
-void sync_threads();
+// (`file` and `line`: where the kernel's source calls `__syncthreads`, which every thread of the
+// block must reach at the same line)
+void sync_threads(const char* file, unsigned line);
 void sync_warp();
 
 // The calling lane's `bytes` bytes at `v` handed to its warp, through one slot per thread and
@@ -230,7 +244,11 @@ inline void note_misaligned(uintptr_t at, unsigned need, const char* type, const
 #define DEVICE static inline
 #define HOST_DEVICE
 #ifdef KERNELS_HOST_OS_THREADS
-#define SHARED(type, name, dims) static type name dims
+// one launch runs at a time: a plain static, filled afresh for each block
+#define SHARED(type, name, dims)                             \
+    static type name dims;                                   \
+    static unsigned long long name##_block = 0;              \
+    host::fresh_shared_locked(&name, sizeof(name), &name##_block)
 #else
 // one per OS thread (launches on other threads run side by side), filled afresh for each block
 #define SHARED(type, name, dims)                             \
@@ -246,7 +264,7 @@ inline void note_misaligned(uintptr_t at, unsigned need, const char* type, const
 #define BLOCK_ID_Y host::block_idx.y
 #define BLOCK_ID_Z host::block_idx.z
 #define BLOCK_THREADS host::block->dim.x
-#define SYNC_THREADS() host::sync_threads()
+#define SYNC_THREADS() host::sync_threads(__FILE__, __LINE__)
 #define SHFL_XOR(v, mask) host::shfl_xor((v), (mask))
 #define SHFL(v, lane) host::shfl((v), (lane))
 

@@ -65,3 +65,19 @@ KERNEL void warp_collectives_check(const float* x, float* out) {
         o[7 + n] = SHFL(three[n], from);
     }
 }
+
+// A block barrier that the threads before `split` meet at another line of the source than the
+// others, for the harness's check that a block's threads meet at one `__syncthreads` (a GPU
+// leaves it undefined otherwise); with `split` 0 or the block's size every thread meets the same
+// one, and out[t] = t + 1 (mod the block's size): its neighbour's value, through shared memory.
+KERNEL void barrier_divergence_check(int* out, int split) {
+    SHARED(int, seen, [1024]);
+    const int t = THREAD_ID;
+    seen[t] = t;
+    if (t < split) {
+        SYNC_THREADS();
+    } else {
+        SYNC_THREADS();
+    }
+    out[t] = seen[(t + 1) % BLOCK_THREADS];
+}

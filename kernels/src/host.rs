@@ -34,6 +34,8 @@ pub enum HostError {
     Misaligned(String),
     #[error("{0}: a warp shuffle with lanes of the warp returned or beyond the block, which the full mask leaves undefined on a GPU")]
     PartialWarp(String),
+    #[error("{0}: the threads of a block met at __syncthreads from different source lines (on stderr): undefined on a GPU")]
+    DivergentBarrier(String),
     #[error("{0} wrote {1}: where a GPU would reach another allocation's bytes")]
     StrayWrite(String, String),
 }
@@ -77,6 +79,7 @@ pub unsafe fn launch(name: &str, grid: [u32; 3], block: [u32; 3], params: &mut [
         Ok(2) => Err(HostError::Deadlock(name.to_string())),
         Ok(3) => Err(HostError::Misaligned(name.to_string())),
         Ok(4) => Err(HostError::PartialWarp(name.to_string())),
+        Ok(5) => Err(HostError::DivergentBarrier(name.to_string())),
         Ok(_) => Err(HostError::Geometry(name.to_string())),
         Err(_) => {
             // the launch still holds the caller's buffers: returning would free them under it
@@ -355,6 +358,26 @@ mod tests {
     fn a_typed_read_a_gpu_would_fault_on_fails_the_launch() {
         assert_eq!(collectives_at(32, 4), Ok(()));
         assert_eq!(collectives_at(32, 2), Err(HostError::Misaligned("warp_collectives_check".into())));
+    }
+
+    /// `barrier_divergence_check` (`selftest.cu`) over one block of 64 threads, those before
+    /// `split` meeting the barrier at another line: each thread's result.
+    fn barrier_split_at(split: i32) -> Result<Vec<i32>, HostError> {
+        let out = HostDevice.alloc(64 * 4).unwrap();
+        let op = HostDevice.address(&out);
+        // SAFETY: the kernel's pointer to one int per thread, and its split.
+        unsafe { launch("barrier_divergence_check", [1, 1, 1], [64, 1, 1], &mut host_args![op, split]) }?;
+        let mut got = vec![0u8; 64 * 4];
+        HostDevice.read(&out, &mut got).unwrap();
+        Ok(got.chunks(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect())
+    }
+
+    #[test]
+    fn a_barrier_the_threads_meet_at_different_lines_fails_the_launch() {
+        let neighbours: Vec<i32> = (1..=64).map(|t| t % 64).collect();
+        assert_eq!(barrier_split_at(0), Ok(neighbours.clone()));
+        assert_eq!(barrier_split_at(64), Ok(neighbours));
+        assert_eq!(barrier_split_at(5), Err(HostError::DivergentBarrier("barrier_divergence_check".into())));
     }
 
     #[test]
