@@ -46,9 +46,37 @@ struct Margins {
 /// Every live buffer by its first accessible byte ([`Margins::from`]). A buffer leaves it
 /// before its mapping goes, under the lock, so a check holding the lock never reads a mapping
 /// that is gone.
-fn live() -> &'static Mutex<BTreeMap<usize, Margins>> {
-    static LIVE: OnceLock<Mutex<BTreeMap<usize, Margins>>> = OnceLock::new();
-    LIVE.get_or_init(Mutex::default)
+static LIVE: OnceLock<Mutex<BTreeMap<usize, Margins>>> = OnceLock::new();
+
+/// `f` of the live buffers, under their lock.
+fn with_live<R>(f: impl FnOnce(&mut BTreeMap<usize, Margins>) -> R) -> R {
+    let lock = LIVE.get_or_init(Mutex::default);
+    let mut live = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // ThreadSanitizer sees the map's copies (libc's memcpy) but not the lock, which Rust's std
+    // takes without pthreads: it is told of the lock's order here
+    #[cfg(feature = "tsan")]
+    // SAFETY: annotations of an address, which the sanitizer only uses as a key.
+    unsafe {
+        tsan::__tsan_acquire(std::ptr::from_ref(lock).cast_mut().cast())
+    };
+    let result = f(&mut live);
+    #[cfg(feature = "tsan")]
+    // SAFETY: as above.
+    unsafe {
+        tsan::__tsan_release(std::ptr::from_ref(lock).cast_mut().cast())
+    };
+    result
+}
+
+#[cfg(feature = "tsan")]
+mod tsan {
+    use std::ffi::c_void;
+
+    // ThreadSanitizer's annotations (libtsan, which the `tsan` build links)
+    unsafe extern "C" {
+        pub fn __tsan_acquire(address: *mut c_void);
+        pub fn __tsan_release(address: *mut c_void);
+    }
 }
 
 impl Margins {
@@ -88,18 +116,19 @@ impl Margins {
 /// launch's arguments name them (other arguments than addresses match no buffer). The margins it
 /// reports get their fill back: the launch's error has told of it.
 pub(super) fn stray_write_near(addresses: &[u64]) -> Option<String> {
-    let live = live().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    addresses.iter().find_map(|&at| {
-        let at = usize::try_from(at).ok()?;
-        let (_, margins) = live.range(..=at).next_back()?;
-        if at >= margins.to {
-            return None;
-        }
-        // SAFETY: a live buffer's mapping (the lock is held).
-        let stray = unsafe { margins.stray_write() }?;
-        // SAFETY: as above.
-        unsafe { margins.refill() };
-        Some(stray)
+    with_live(|live| {
+        addresses.iter().find_map(|&at| {
+            let at = usize::try_from(at).ok()?;
+            let (_, margins) = live.range(..=at).next_back()?;
+            if at >= margins.to {
+                return None;
+            }
+            // SAFETY: a live buffer's mapping (the lock is held).
+            let stray = unsafe { margins.stray_write() }?;
+            // SAFETY: as above.
+            unsafe { margins.refill() };
+            Some(stray)
+        })
     })
 }
 
@@ -137,7 +166,7 @@ impl GuardedMemory {
         // SAFETY: the pages between the guard pages, inside the mapping.
         unsafe { std::ptr::write_bytes(map.add(page), fill, pages) };
         let margins = memory.margins();
-        live().lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(margins.from, margins);
+        with_live(|live| live.insert(margins.from, margins));
         Ok(memory)
     }
 
@@ -172,9 +201,8 @@ impl Drop for GuardedMemory {
     /// Unmaps the buffer; a write out of its bounds that no launch's check saw stops the process
     /// (a kernel reached it through an address it read from memory, not an argument).
     fn drop(&mut self) {
-        let mut live = live().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        live.remove(&self.margins().from);
-        // SAFETY: the mapping made in `new`, still mapped.
+        with_live(|live| live.remove(&self.margins().from));
+        // SAFETY: the mapping made in `new`, still mapped, which no launch uses any more.
         if let Some(stray) = unsafe { self.margins().stray_write() } {
             eprintln!("a kernel wrote {stray}: where a GPU would reach another allocation's bytes");
             std::process::abort();
