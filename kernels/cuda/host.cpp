@@ -75,8 +75,9 @@ static void note_barrier(Site& first, Site here) {
 }
 
 // The launch's status once its blocks ran: 3 when an access was misaligned, 4 when a warp
-// exchanged values with lanes missing, 5 when a block's threads met at a barrier from different
-// lines (each reported here), else `status`.
+// exchanged values with lanes missing, 6 when a shift or conversion gave the host's result where
+// a GPU's differs, 5 when a block's threads met at a barrier from different lines (each reported
+// here), else `status`.
 static int fault_status(const Block& b, int status) {
     if (const uintptr_t at = b.misaligned.load()) {
         if (const char* type = b.misaligned_type.load()) {
@@ -90,6 +91,10 @@ static int fault_status(const Block& b, int status) {
     if (const unsigned warp = b.partial_warp.load()) {
         std::fprintf(stderr, "kernel warp %u exchanged values with fewer than 32 lanes running: undefined on a GPU\n", warp - 1);
         return 4;
+    }
+    if (const char* what = b.differs.load()) {
+        std::fprintf(stderr, "kernel %s at %s:%u: a GPU gives another result there\n", what, b.differs_file, b.differs_line);
+        return 6;
     }
     if (b.diverged.load()) {
         std::fprintf(stderr, "kernel threads of one block met at __syncthreads from %s:%u and from %s:%u: undefined on a GPU\n", b.diverged_files[0],
@@ -124,7 +129,44 @@ struct TypeMismatchData {
     unsigned char log_alignment;
     unsigned char check_kind;
 };
+// The operands of `-fsanitize=shift-exponent`'s and `-fsanitize=float-cast-overflow`'s checks
+// (build.rs), both with the source location first.
+struct ShiftData {
+    SourceLocation location;
+    const TypeDescriptor* left;
+    const TypeDescriptor* right;
+};
+struct ConversionData {
+    SourceLocation location;
+    const TypeDescriptor* from;
+    const TypeDescriptor* to;
+};
 }  // namespace
+
+// Keeps the launch's first arithmetic that the host and a GPU do differently, for its report.
+static void note_difference(const char* what, const SourceLocation& at) {
+    if (host::block == nullptr) {
+        std::fprintf(stderr, "%s at %s:%u, outside a kernel\n", what, at.file, at.line);
+        std::abort();
+    }
+    const char* none = nullptr;
+    if (host::block->differs.compare_exchange_strong(none, what)) {
+        host::block->differs_file = at.file;
+        host::block->differs_line = at.line;
+    }
+}
+
+// A shift by the type's width or more, or by a negative count: x86 takes the count modulo the
+// width, a GPU's shift (PTX `shl`, `shr`) clamps it, giving 0 (or the sign).
+extern "C" void __ubsan_handle_shift_out_of_bounds(ShiftData* data, uintptr_t, uintptr_t) {
+    note_difference("shift by at least its operand's width, or by a negative count", data->location);
+}
+
+// A float converted to an integer type that cannot hold it (or a NaN): x86 gives the type's
+// smallest value, a GPU's conversion (PTX `cvt.rzi`) saturates, and a NaN gives 0.
+extern "C" void __ubsan_handle_float_cast_overflow(ConversionData* data, uintptr_t) {
+    note_difference("conversion of a float outside the integer type's range (or a NaN)", data->location);
+}
 
 extern "C" void __ubsan_handle_type_mismatch_v1(TypeMismatchData* data, uintptr_t pointer) {
     const unsigned need = 1u << data->log_alignment;

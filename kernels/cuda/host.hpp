@@ -63,6 +63,12 @@ struct Block {
     std::atomic<bool> diverged{false};
     const char* diverged_files[2] = {nullptr, nullptr};
     unsigned diverged_lines[2] = {0, 0};
+    // the first integer shift or float-to-integer conversion of the launch whose result a GPU
+    // gives otherwise (what it was, with its source line; null: none), found by the compiler's
+    // checks (host.cpp)
+    std::atomic<const char*> differs{nullptr};
+    const char* differs_file = nullptr;
+    unsigned differs_line = 0;
 };
 
 extern thread_local Dim3 thread_idx;

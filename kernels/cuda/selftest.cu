@@ -81,3 +81,13 @@ KERNEL void barrier_divergence_check(int* out, int split) {
     }
     out[t] = seen[(t + 1) % BLOCK_THREADS];
 }
+
+// Arithmetic that x86 and a GPU agree on only in range, for the harness's checks of it:
+// out[2t] = (int)x[t] (a GPU saturates a float outside int's range and gives 0 for a NaN; x86
+// gives INT_MIN) and out[2t + 1] = 0x80000001 >> counts[t] (a GPU's shift by 32 or more gives 0;
+// x86 shifts by the count mod 32).
+KERNEL void arithmetic_check(const float* x, const int* counts, int* out) {
+    const int t = THREAD_ID;
+    out[2 * t] = (int)x[t];
+    out[2 * t + 1] = (int)(0x80000001u >> counts[t]);
+}

@@ -36,6 +36,8 @@ pub enum HostError {
     PartialWarp(String),
     #[error("{0}: the threads of a block met at __syncthreads from different source lines (on stderr): undefined on a GPU")]
     DivergentBarrier(String),
+    #[error("{0}: a shift by its operand's width or more, or a float converted out of an integer's range, which a GPU computes otherwise (on stderr)")]
+    DiffersOnAGpu(String),
     #[error("{0} wrote {1}: where a GPU would reach another allocation's bytes")]
     StrayWrite(String, String),
 }
@@ -80,6 +82,7 @@ pub unsafe fn launch(name: &str, grid: [u32; 3], block: [u32; 3], params: &mut [
         Ok(3) => Err(HostError::Misaligned(name.to_string())),
         Ok(4) => Err(HostError::PartialWarp(name.to_string())),
         Ok(5) => Err(HostError::DivergentBarrier(name.to_string())),
+        Ok(6) => Err(HostError::DiffersOnAGpu(name.to_string())),
         Ok(_) => Err(HostError::Geometry(name.to_string())),
         Err(_) => {
             // the launch still holds the caller's buffers: returning would free them under it
@@ -378,6 +381,31 @@ mod tests {
         assert_eq!(barrier_split_at(0), Ok(neighbours.clone()));
         assert_eq!(barrier_split_at(64), Ok(neighbours));
         assert_eq!(barrier_split_at(5), Err(HostError::DivergentBarrier("barrier_divergence_check".into())));
+    }
+
+    /// `arithmetic_check` (`selftest.cu`) over one block of 32 threads, every one converting `x`
+    /// to an int and shifting 0x80000001 right by `count`: each thread's two results.
+    fn arithmetic(x: f32, count: i32) -> Result<Vec<i32>, HostError> {
+        let (xs, counts, out) = (HostDevice.alloc(32 * 4).unwrap(), HostDevice.alloc(32 * 4).unwrap(), HostDevice.alloc(64 * 4).unwrap());
+        HostDevice.write(&xs, &[x.to_le_bytes(); 32].concat()).unwrap();
+        HostDevice.write(&counts, &[count.to_le_bytes(); 32].concat()).unwrap();
+        let (xp, cp, op) = (HostDevice.address(&xs), HostDevice.address(&counts), HostDevice.address(&out));
+        // SAFETY: the kernel's three pointers, to one float, one int and two ints per thread.
+        unsafe { launch("arithmetic_check", [1, 1, 1], [32, 1, 1], &mut host_args![xp, cp, op]) }?;
+        let mut got = vec![0u8; 64 * 4];
+        HostDevice.read(&out, &mut got).unwrap();
+        Ok(got.chunks(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect())
+    }
+
+    /// A shift by 32 or more and a float converted out of int's range (or a NaN) give x86's
+    /// results on the host, not a GPU's: the compiler's checks fail the launch.
+    #[test]
+    fn a_shift_or_conversion_a_gpu_computes_otherwise_fails_the_launch() {
+        assert_eq!(arithmetic(-3.7, 31), Ok([-3, 1].repeat(32)));
+        let differs = Err(HostError::DiffersOnAGpu("arithmetic_check".into()));
+        for (x, count) in [(3e9, 0), (f32::NAN, 0), (1.0, 32), (1.0, -1)] {
+            assert_eq!(arithmetic(x, count), differs, "{x} shifted by {count}");
+        }
     }
 
     #[test]
