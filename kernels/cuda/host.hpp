@@ -1,14 +1,15 @@
 // The CPU execution harness's side of the portability header: the same kernel sources compiled
 // as host C++ (the `host` feature of the kernels crate). A launch runs the grid's blocks one
 // after another and each block's threads as host threads: `__syncthreads` is a barrier of the
-// block (which its threads must meet at one line of the source), a warp shuffle goes through one slot per thread and one barrier of the warp (two slots
-// per thread, taken in turn; a warp's butterfly reduction and a tensor-core product exchange
-// every value they need at one barrier, as their shuffles would give them), `__shared__` memory is a thread-local static of the kernel (one
-// block runs at a time on a launch's OS thread; a plain static under ThreadSanitizer, where one
-// launch runs at a time), filled with 0xFF bytes for each block, and a thread that returns leaves the barriers, as on a GPU. The
-// threads are fibers (user-level threads switched at the barriers, on the launch's OS thread),
-// or OS threads when built for ThreadSanitizer (KERNELS_HOST_OS_THREADS): the same kernels,
-// barriers and slots.
+// block (which its threads must meet at one line of the source), a warp shuffle goes through
+// one slot per thread and one barrier of the warp (two slots per thread, taken in turn; a warp's
+// butterfly reduction and a tensor-core product exchange every value they need at one barrier,
+// as their shuffles would give them), `__shared__` memory is a thread-local static of the
+// kernel (one block runs at a time on a launch's OS thread; a plain static under
+// ThreadSanitizer, where one launch runs at a time), filled with 0xFF bytes for each block, and
+// a thread that returns leaves the barriers, as on a GPU. The threads are fibers (user-level
+// threads switched at the barriers, on the launch's OS thread), or OS threads when built for
+// ThreadSanitizer (KERNELS_HOST_OS_THREADS): the same kernels, barriers and slots.
 #pragma once
 
 #include <math.h>  // the C names (cosf, expf, ...) as device code spells them
@@ -232,8 +233,9 @@ inline uint32_t float_to_bits(float f) {
 // Keeps the launch's first access at an address that is not a multiple of `need` for the
 // launcher to report: the host would make it, a GPU would fault. `type` and `file` are null for
 // the aligned loads (`load_u32_a4`, ...), the accessed type and its source line for a typed
-// access the compiler checked (`__ubsan_handle_type_mismatch_v1` in host.cpp). Buffers start 256-byte aligned, as device
-// allocations do (`src/host.rs`), so an address's alignment here is what it would be there.
+// access the compiler checked (`__ubsan_handle_type_mismatch_v1` in host.cpp). Buffers start
+// 256-byte aligned, as device allocations do (`src/host.rs`), so an address's alignment here is
+// what it would be there.
 inline void note_misaligned(uintptr_t at, unsigned need, const char* type, const char* file, unsigned line) {
     uintptr_t none = 0;
     if (block->misaligned.compare_exchange_strong(none, at)) {

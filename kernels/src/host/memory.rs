@@ -80,18 +80,20 @@ mod tsan {
 }
 
 impl Margins {
+    /// The addresses before the buffer's start, down to the leading inaccessible page, and
+    /// after its end, up to the trailing one.
+    fn ranges(&self) -> [std::ops::Range<usize>; 2] {
+        [self.from..self.start, self.start + self.len..self.to]
+    }
+
     /// How far out of the buffer's bounds a kernel wrote, if its margins lost their fill.
     ///
     /// # Safety
-    /// The mapping must be live (its entry in [`live`], whose lock the caller holds).
+    /// The mapping must be live (its entry in [`LIVE`], whose lock the caller holds, or its
+    /// owner's drop), and no launch may be writing the buffer.
     unsafe fn stray_write(&self) -> Option<String> {
-        // SAFETY: both ranges lie inside the mapping, between its inaccessible pages.
-        let (before, after) = unsafe {
-            (
-                std::slice::from_raw_parts(self.from as *const u8, self.start - self.from),
-                std::slice::from_raw_parts((self.start + self.len) as *const u8, self.to - self.start - self.len),
-            )
-        };
+        // SAFETY: both ranges lie inside the live mapping, between its inaccessible pages.
+        let [before, after] = self.ranges().map(|r| unsafe { std::slice::from_raw_parts(r.start as *const u8, r.len()) });
         if let Some(i) = before.iter().position(|&b| b != self.fill) {
             return Some(format!("{} bytes before the start of a buffer of {} bytes at {:#x}", before.len() - i, self.len, self.start));
         }
@@ -102,12 +104,12 @@ impl Margins {
     /// Puts the fill back in the margins.
     ///
     /// # Safety
-    /// As [`Margins::stray_write`]'s; no launch may be writing the buffer.
+    /// As [`Margins::stray_write`]'s.
     unsafe fn refill(&self) {
-        // SAFETY: both ranges lie inside the mapping, between its inaccessible pages.
-        unsafe {
-            std::ptr::write_bytes(self.from as *mut u8, self.fill, self.start - self.from);
-            std::ptr::write_bytes((self.start + self.len) as *mut u8, self.fill, self.to - self.start - self.len);
+        for r in self.ranges() {
+            // SAFETY: the range lies inside the live mapping, between its inaccessible pages,
+            // and no launch writes it meanwhile.
+            unsafe { std::ptr::write_bytes(r.start as *mut u8, self.fill, r.len()) };
         }
     }
 }
@@ -201,9 +203,10 @@ impl Drop for GuardedMemory {
     /// Unmaps the buffer; a write out of its bounds that no launch's check saw stops the process
     /// (a kernel reached it through an address it read from memory, not an argument).
     fn drop(&mut self) {
-        with_live(|live| live.remove(&self.margins().from));
+        let margins = self.margins();
+        with_live(|live| live.remove(&margins.from));
         // SAFETY: the mapping made in `new`, still mapped, which no launch uses any more.
-        if let Some(stray) = unsafe { self.margins().stray_write() } {
+        if let Some(stray) = unsafe { margins.stray_write() } {
             eprintln!("a kernel wrote {stray}: where a GPU would reach another allocation's bytes");
             std::process::abort();
         }
