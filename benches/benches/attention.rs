@@ -5,7 +5,8 @@
 //! `cargo bench -p benches --bench attention -- 500` filters.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use engine::backend::cpu::attention::{attend_group, with_scratch, KvRow, KvRows};
+use engine::backend::cpu::attention::{attend_group, with_scratch};
+use engine::backend::cpu::kv_rows::{KvRow, KvRows};
 use engine::backend::AttentionShape;
 use half::f16;
 

@@ -280,8 +280,8 @@ fn activation_quantization_gives_the_cpu_backends_bytes() {
 
 #[test]
 fn kv_write_stores_rows_where_the_cpu_store_does() {
-    use super::cpu::attention::KvRows;
     use super::cpu::kv::CpuKvStore;
+    use super::cpu::kv_rows::KvRows;
     use super::{KvStorage, KvType, BLOCK_POSITIONS};
     let mut rng = Rng::new(0x4b56);
     let (n_layer, n_blocks) = (3usize, 4usize);
@@ -398,7 +398,7 @@ fn a_rows_product_is_bitwise_the_same_alone_or_in_a_batch() {
 
 #[test]
 fn attention_gives_the_same_bits_with_its_splits_in_one_block_or_folded_after_and_its_heads_alone_or_grouped() {
-    use super::cpu::attention::KvRows;
+    use super::cpu::kv_rows::KvRows;
     use super::{KvStorage, KvType};
     use kernels::host::HostRuntime;
     use kernels::launch::{

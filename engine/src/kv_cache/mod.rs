@@ -222,8 +222,8 @@ impl KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::attention::{KvRow, KvRows};
     use crate::backend::cpu::kv::CpuKvStore;
+    use crate::backend::cpu::kv_rows::{KvRow, KvRows};
 
     fn cpu_cache(ty: KvType, n_layer: usize, k_dim: usize, v_dim: usize, n_ctx: usize) -> KvCache {
         KvCache::with_storage(ty, n_ctx, Device::Cpu, CpuKvStore::new(ty.into(), n_layer, k_dim, v_dim))

@@ -11,9 +11,10 @@
 //! shared kernel's, so a row's values do not depend on the rows beside it.
 
 use super::blocks::{linear, linear_each, project, Linear, ScaleAt};
-use super::config::{Meta, RopeConfig};
+use super::config::RopeConfig;
 use super::error::ModelError;
 use super::lora::LoraRows;
+use super::meta::Meta;
 use super::weights::Loader;
 use crate::backend::{Backend, ColumnBlocks, Rope};
 

@@ -1,11 +1,10 @@
 //! Models: a GGUF file's architecture, hyperparameters and weights on a device, and its forward
 //! pass over a batch of (sequence, input, position) entries. `arch.rs` is the one table of
-//! per-architecture facts, `config.rs` reads the hyperparameters, `weights.rs` loads
-//! shape-checked weights onto a backend, `blocks.rs` holds the blocks the model kinds share, and
-//! each model kind is its own file over the `Backend` trait: `decoder.rs` (the decoder-only
-//! architectures, with `mla.rs`, `moe.rs`, `short_conv.rs`, `mamba2.rs` and `delta_net.rs` the
-//! parts some of them add),
-//! `bert.rs` (the BERT encoders).
+//! per-architecture facts, `config.rs` reads the hyperparameters (through `meta.rs`'s typed key
+//! reads), `weights.rs` loads shape-checked weights onto a backend, `blocks.rs` holds the blocks
+//! the model kinds share, and each model kind is its own file over the `Backend` trait:
+//! `decoder.rs` (the decoder-only architectures, with `mla.rs`, `moe.rs`, `short_conv.rs`,
+//! `mamba2.rs` and `delta_net.rs` the parts some of them add), `bert.rs` (the BERT encoders).
 
 pub mod arch;
 pub mod bert;
@@ -18,6 +17,7 @@ pub mod error;
 pub mod lora;
 pub mod lora_schedule;
 pub mod mamba2;
+mod meta;
 pub mod mla;
 pub mod moe;
 pub mod short_conv;

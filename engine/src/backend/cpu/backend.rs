@@ -8,8 +8,9 @@ use std::sync::{Arc, OnceLock};
 use rayon::prelude::*;
 
 use super::activation::{gelu, gelu_erf_row_with, sigmoid, silu, swiglu_oai, swiglu_row_with};
-use super::attention::{attend_queries_with, with_scratch, InPlaceRows, KvRow, KvRows, Query};
+use super::attention::{attend_queries_with, with_scratch, Query};
 use super::kv::CpuKvStore;
+use super::kv_rows::{InPlaceRows, KvRow, KvRows};
 use super::matmul::{get_rows, matmul_each_on};
 use super::matmul_indexed::matmul_indexed_on;
 use super::norm::{layer_norm, rms_norm, rms_norm_in_place};

@@ -6,7 +6,7 @@
 
 use half::f16;
 
-use super::attention::{KvRow, KvRows};
+use super::kv_rows::{KvRow, KvRows};
 use crate::backend::{BackendError, BlockId, KvStorage, KvType, KvTypes, KvValues, StateId, BLOCK_POSITIONS, KV_QUANT_BLOCK};
 use crate::quant::blocks::{BlockQ4_0, BlockQ8_0};
 use crate::quant::{q4_0, q8_0};

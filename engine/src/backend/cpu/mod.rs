@@ -1,6 +1,7 @@
 //! CPU operations: one matmul entry point for every weight type (parallel with rayon), row
-//! norms, rotary embeddings, activations and attention, the recurrent layers' state updates (`recurrent.rs`), and the CPU implementation of the
-//! `Backend` trait over them (`backend.rs`, with its KV block storage in `kv.rs`).
+//! norms, rotary embeddings, activations and attention, the recurrent layers' state updates
+//! (`recurrent.rs`), and the CPU implementation of the `Backend` trait over them (`backend.rs`,
+//! with its KV block storage in `kv.rs` and the rows attention reads from it in `kv_rows.rs`).
 
 pub mod activation;
 #[cfg(target_arch = "x86_64")]
@@ -11,6 +12,7 @@ mod attention_x86;
 mod backend;
 mod chunked;
 pub mod kv;
+pub mod kv_rows;
 mod low_rank;
 pub mod matmul;
 mod matmul_indexed;
