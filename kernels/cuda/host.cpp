@@ -6,6 +6,7 @@
 // ThreadSanitizer (KERNELS_HOST_OS_THREADS) the block's threads are OS threads instead, so that
 // the sanitizer sees the kernels' accesses from real concurrent threads, and one launch runs at
 // a time (the `__shared__` statics are then plain statics, the running block's).
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,10 +44,24 @@ static void size_block(Block& b, Dim3 dim) {
     b.butterfly_of.assign(2 * (size_t)warps_of(dim.x), 0);
 }
 
-// Notes the first warp of the launch to exchange values with fewer than 32 lanes running.
+// the detail of the calling OS thread's last launch's fault, which `kernels_host_last_fault`
+// hands to the Rust side after the launch returns
+static thread_local char last_fault_detail[sizeof(Block::fault_detail)];
+
+void note_fault(Fault kind, const char* format, ...) {
+    int none = 0;
+    if (!block->fault.compare_exchange_strong(none, kind)) {
+        return;
+    }
+    va_list args;
+    va_start(args, format);
+    std::vsnprintf(block->fault_detail, sizeof block->fault_detail, format, args);
+    va_end(args);
+}
+
+// Notes a warp exchanging values with fewer than 32 lanes running.
 static void note_partial_warp(unsigned warp) {
-    unsigned none = 0;
-    block->partial_warp.compare_exchange_strong(none, warp + 1);
+    note_fault(PARTIAL_WARP, "warp %u exchanged values with fewer than 32 lanes running", warp);
 }
 
 // The place in the source of a block barrier's call.
@@ -65,41 +80,15 @@ static void note_barrier(Site& first, Site here) {
     if (first.line == here.line && std::strcmp(first.file, here.file) == 0) {
         return;
     }
-    bool none = false;
-    if (block->diverged.compare_exchange_strong(none, true)) {
-        block->diverged_files[0] = first.file;
-        block->diverged_lines[0] = first.line;
-        block->diverged_files[1] = here.file;
-        block->diverged_lines[1] = here.line;
-    }
+    note_fault(DIVERGENT_BARRIER, "threads of one block met at __syncthreads from %s:%u and from %s:%u", first.file, first.line, here.file, here.line);
 }
 
-// The launch's status once its blocks ran: 3 when an access was misaligned, 4 when a warp
-// exchanged values with lanes missing, 6 when a shift or conversion gave the host's result where
-// a GPU's differs, 5 when a block's threads met at a barrier from different lines (each reported
-// here), else `status`.
+// The launch's status once its blocks ran: its first fault (whose detail the calling thread
+// keeps for `kernels_host_last_fault`), else `status`.
 static int fault_status(const Block& b, int status) {
-    if (const uintptr_t at = b.misaligned.load()) {
-        if (const char* type = b.misaligned_type.load()) {
-            std::fprintf(stderr, "kernel access to a %s at %#llx (%s:%u), which is not %u-byte aligned: a GPU faults there\n", type,
-                         (unsigned long long)at, b.misaligned_file.load(), b.misaligned_line.load(), b.misaligned_need.load());
-        } else {
-            std::fprintf(stderr, "kernel load at %#llx, which is not %u-byte aligned: a GPU faults there\n", (unsigned long long)at, b.misaligned_need.load());
-        }
-        return 3;
-    }
-    if (const unsigned warp = b.partial_warp.load()) {
-        std::fprintf(stderr, "kernel warp %u exchanged values with fewer than 32 lanes running: undefined on a GPU\n", warp - 1);
-        return 4;
-    }
-    if (const char* what = b.differs.load()) {
-        std::fprintf(stderr, "kernel %s at %s:%u: a GPU gives another result there\n", what, b.differs_file, b.differs_line);
-        return 6;
-    }
-    if (b.diverged.load()) {
-        std::fprintf(stderr, "kernel threads of one block met at __syncthreads from %s:%u and from %s:%u: undefined on a GPU\n", b.diverged_files[0],
-                     b.diverged_lines[0], b.diverged_files[1], b.diverged_lines[1]);
-        return 5;
+    if (const int fault = b.fault.load()) {
+        std::memcpy(last_fault_detail, b.fault_detail, sizeof last_fault_detail);
+        return fault;
     }
     return status;
 }
@@ -149,11 +138,7 @@ static void note_difference(const char* what, const SourceLocation& at) {
         std::fprintf(stderr, "%s at %s:%u, outside a kernel\n", what, at.file, at.line);
         std::abort();
     }
-    const char* none = nullptr;
-    if (host::block->differs.compare_exchange_strong(none, what)) {
-        host::block->differs_file = at.file;
-        host::block->differs_line = at.line;
-    }
+    host::note_fault(host::DIFFERS_ON_A_GPU, "%s at %s:%u", what, at.file, at.line);
 }
 
 // A shift by the type's width or more, or by a negative count: x86 takes the count modulo the
@@ -516,8 +501,8 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
         kernels_host_switch(&l.launcher_sp, l.fibers[0]->sp);
         for (unsigned t = 0; t < dim.x; t++) {
             if (!l.fibers[t]->done) {
-                std::fprintf(stderr, "kernel block (%u, %u): the threads wait at barriers that cannot complete\n", block_idx.x, block_idx.y);
-                status = 2;
+                note_fault(DEADLOCK, "the threads of block (%u, %u, %u) wait at barriers that cannot complete", block_idx.x, block_idx.y, block_idx.z);
+                status = DEADLOCK;
                 break;
             }
         }
@@ -532,3 +517,15 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
 }  // namespace host
 
 #endif
+
+// The detail of the calling thread's last launch's fault (the launch returned its `Fault`):
+// copied to `out` (`len` bytes, NUL-terminated), its length returned.
+extern "C" size_t kernels_host_last_fault(char* out, size_t len) {
+    const size_t n = std::strlen(host::last_fault_detail);
+    if (len > 0) {
+        const size_t copied = n < len - 1 ? n : len - 1;
+        std::memcpy(out, host::last_fault_detail, copied);
+        out[copied] = '\0';
+    }
+    return n;
+}

@@ -30,6 +30,16 @@ constexpr size_t SLOT_BYTES = 64;
 // What a lane's result of a butterfly reduction takes, at most (a double).
 constexpr size_t RESULT_BYTES = 8;
 
+// What a launch can find a kernel doing that a GPU would not do as the host does, by the status
+// the launch returns (`src/host.rs` reads it; 1 is a geometry the launch refuses).
+enum Fault : int {
+    DEADLOCK = 2,           // threads waiting at barriers that cannot complete
+    MISALIGNED = 3,         // an access at an address its alignment rules out: a GPU faults
+    PARTIAL_WARP = 4,       // a full-mask warp exchange with lanes missing: undefined on a GPU
+    DIVERGENT_BARRIER = 5,  // `__syncthreads` met from different lines: undefined on a GPU
+    DIFFERS_ON_A_GPU = 6,   // a shift or conversion whose result a GPU gives otherwise
+};
+
 // What one block's threads share.
 struct Block {
     Dim3 dim;
@@ -45,31 +55,11 @@ struct Block {
     // their own)
     std::vector<uint8_t> butterflies;
     std::vector<uint32_t> butterfly_of;
-    // the first access of the launch at an address its alignment rules out (0: none), the
-    // alignment it needed and, for a typed access the compiler checked, its type and source
-    // line (null otherwise): a GPU would stop the kernel there (`misaligned address`)
-    std::atomic<uintptr_t> misaligned{0};
-    std::atomic<unsigned> misaligned_need{0};
-    std::atomic<const char*> misaligned_type{nullptr};
-    std::atomic<const char*> misaligned_file{nullptr};
-    std::atomic<unsigned> misaligned_line{0};
-    // 1 + the first warp of the launch to exchange values (a shuffle, a collective) with fewer
-    // than 32 of its lanes running: some returned, or the block ends inside the warp. The
-    // device's shuffles name all 32 lanes (portable.cuh), which a GPU leaves undefined then.
-    // The OS threads of a ThreadSanitizer build check the lanes beyond the block only.
-    std::atomic<unsigned> partial_warp{0};
-    // the first `__syncthreads` of the launch that the block's threads met at two different
-    // lines of the source (each thread's line, the first arrival's first; null: none), which a
-    // GPU leaves undefined (the barrier inside code the block's threads do not all run)
-    std::atomic<bool> diverged{false};
-    const char* diverged_files[2] = {nullptr, nullptr};
-    unsigned diverged_lines[2] = {0, 0};
-    // the first integer shift or float-to-integer conversion of the launch whose result a GPU
-    // gives otherwise (what it was, with its source line; null: none), found by the compiler's
-    // checks (host.cpp)
-    std::atomic<const char*> differs{nullptr};
-    const char* differs_file = nullptr;
-    unsigned differs_line = 0;
+    // the launch's first fault (a `Fault`; 0: none) and what and where it was, for the launch's
+    // report: the first thread to find one writes both (`note_fault`), the launch reads them once
+    // its threads are done
+    std::atomic<int> fault{0};
+    char fault_detail[384] = {};
 };
 
 extern thread_local Dim3 thread_idx;
@@ -93,6 +83,10 @@ inline void fresh_shared(void* at, size_t bytes, unsigned long long* filled_for)
 // variable side by side: the first to declare it fills it, under a lock the others take too, so
 // that the fill comes before any thread's use of it (host.cpp).
 void fresh_shared_locked(void* at, size_t bytes, unsigned long long* filled_for);
+
+// Keeps `kind` and its detail, formatted as printf does, as the running launch's fault, unless
+// the launch has one already (host.cpp).
+void note_fault(Fault kind, const char* format, ...) __attribute__((format(printf, 2, 3)));
 
 // the barrier of the calling thread's block, and of its warp (host.cpp)
 // (`file` and `line`: where the kernel's source calls `__syncthreads`, which every thread of the
@@ -237,12 +231,10 @@ inline uint32_t float_to_bits(float f) {
 // 256-byte aligned, as device allocations do (`src/host.rs`), so an address's alignment here is
 // what it would be there.
 inline void note_misaligned(uintptr_t at, unsigned need, const char* type, const char* file, unsigned line) {
-    uintptr_t none = 0;
-    if (block->misaligned.compare_exchange_strong(none, at)) {
-        block->misaligned_need.store(need);
-        block->misaligned_type.store(type);
-        block->misaligned_file.store(file);
-        block->misaligned_line.store(line);
+    if (type != nullptr) {
+        note_fault(MISALIGNED, "a %s at %#llx (%s:%u), which is not %u-byte aligned", type, (unsigned long long)at, file, line, need);
+    } else {
+        note_fault(MISALIGNED, "an aligned load at %#llx, which is not %u-byte aligned", (unsigned long long)at, need);
     }
 }
 

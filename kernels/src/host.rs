@@ -28,18 +28,57 @@ pub enum HostError {
     UnknownKernel(String),
     #[error("{0}: the block must be 1 to 1024 threads along x only, and the grid non-empty")]
     Geometry(String),
-    #[error("{0}: the threads of a block wait at barriers that cannot complete")]
-    Deadlock(String),
-    #[error("{0}: a load or store at an address its alignment rules out, where a GPU faults (the address on stderr)")]
-    Misaligned(String),
-    #[error("{0}: a warp shuffle with lanes of the warp returned or beyond the block, which the full mask leaves undefined on a GPU")]
-    PartialWarp(String),
-    #[error("{0}: the threads of a block met at __syncthreads from different source lines (on stderr): undefined on a GPU")]
-    DivergentBarrier(String),
-    #[error("{0}: a shift by its operand's width or more, or a float converted out of an integer's range, which a GPU computes otherwise (on stderr)")]
-    DiffersOnAGpu(String),
-    #[error("{0} wrote {1}: where a GPU would reach another allocation's bytes")]
-    StrayWrite(String, String),
+    /// The launch ran, and `kernel` did something a GPU would not do as the host did: the first
+    /// such thing of the launch, `detail` saying where (a source line, an address).
+    #[error("{kernel}: {fault} ({detail})")]
+    Fault { kernel: String, fault: Fault, detail: String },
+}
+
+/// What a kernel can do that the harness finds and a GPU would not do as the host does. The
+/// first five are the launch's status (`host.hpp`'s `Fault`), the last the buffers' check after
+/// it.
+#[derive(Debug, Clone, Copy, thiserror::Error, PartialEq, Eq)]
+pub enum Fault {
+    #[error("the threads of a block wait at barriers that cannot complete")]
+    Deadlock,
+    #[error("a load or store at an address its alignment rules out, where a GPU faults")]
+    Misaligned,
+    #[error("a warp shuffle with lanes of the warp returned or beyond the block, which the full mask leaves undefined on a GPU")]
+    PartialWarp,
+    #[error("the threads of a block met at __syncthreads from different source lines: undefined on a GPU")]
+    DivergentBarrier,
+    #[error("a shift by its operand's width or more, or a float converted out of an integer's range, which a GPU computes otherwise")]
+    DiffersOnAGpu,
+    #[error("a write out of a buffer's bounds, where a GPU would reach another allocation's bytes")]
+    StrayWrite,
+}
+
+impl Fault {
+    /// The fault a launch's status names (`host.hpp`'s `Fault`), if any.
+    fn of_status(status: i32) -> Option<Fault> {
+        match status {
+            2 => Some(Fault::Deadlock),
+            3 => Some(Fault::Misaligned),
+            4 => Some(Fault::PartialWarp),
+            5 => Some(Fault::DivergentBarrier),
+            6 => Some(Fault::DiffersOnAGpu),
+            _ => None,
+        }
+    }
+}
+
+extern "C" {
+    /// The detail of the calling thread's last launch's fault, copied into `out` (`len` bytes,
+    /// NUL-terminated); returns its length (`host.cpp`).
+    fn kernels_host_last_fault(out: *mut std::ffi::c_char, len: usize) -> usize;
+}
+
+/// The detail of the fault the calling thread's last launch returned.
+fn last_fault_detail() -> String {
+    let mut buf = [0u8; 512];
+    // SAFETY: the function writes at most `buf.len()` bytes, NUL-terminated, into `buf`.
+    let n = unsafe { kernels_host_last_fault(buf.as_mut_ptr().cast(), buf.len()) };
+    String::from_utf8_lossy(&buf[..n.min(buf.len() - 1)]).into_owned()
 }
 
 /// The kernels the harness has.
@@ -69,7 +108,8 @@ pub unsafe fn launch(name: &str, grid: [u32; 3], block: [u32; 3], params: &mut [
         // SAFETY: the caller's contract (see above) covers the arguments; the geometry is
         // checked by the launcher, which returns non-zero instead of running.
         let status = unsafe { launcher(grid.as_ptr(), block.as_ptr(), args.0.as_mut_ptr()) };
-        let _ = tx.send(status);
+        let fault = Fault::of_status(status).map(|fault| (fault, last_fault_detail()));
+        let _ = tx.send((status, fault));
     });
     let status = rx.recv_timeout(TIMEOUT);
     if status.is_ok() {
@@ -77,13 +117,9 @@ pub unsafe fn launch(name: &str, grid: [u32; 3], block: [u32; 3], params: &mut [
         let _ = runner.join();
     }
     match status {
-        Ok(0) => Ok(()),
-        Ok(2) => Err(HostError::Deadlock(name.to_string())),
-        Ok(3) => Err(HostError::Misaligned(name.to_string())),
-        Ok(4) => Err(HostError::PartialWarp(name.to_string())),
-        Ok(5) => Err(HostError::DivergentBarrier(name.to_string())),
-        Ok(6) => Err(HostError::DiffersOnAGpu(name.to_string())),
-        Ok(_) => Err(HostError::Geometry(name.to_string())),
+        Ok((0, _)) => Ok(()),
+        Ok((_, Some((fault, detail)))) => Err(HostError::Fault { kernel: name.to_string(), fault, detail }),
+        Ok((_, None)) => Err(HostError::Geometry(name.to_string())),
         Err(_) => {
             // the launch still holds the caller's buffers: returning would free them under it
             eprintln!("kernel {name} did not finish within {} s: stopping", TIMEOUT.as_secs());
@@ -189,7 +225,8 @@ impl Primitives for HostDevice {
         // SAFETY: the caller's contract; each slot holds the parameter's bytes first.
         let launched = unsafe { launch(l.kernel, l.grid, [l.block, 1, 1], &mut params) }.and_then(|()| {
             // the buffers the arguments name, whose margins only a write out of bounds changes
-            memory::stray_write_near(slots).map_or(Ok(()), |stray| Err(HostError::StrayWrite(l.kernel.to_string(), stray)))
+            memory::stray_write_near(slots)
+                .map_or(Ok(()), |detail| Err(HostError::Fault { kernel: l.kernel.to_string(), fault: Fault::StrayWrite, detail }))
         });
         launched.map_err(|e| match e {
             HostError::UnknownKernel(n) => RuntimeError::UnknownKernel(n),
@@ -257,7 +294,10 @@ mod tests {
         assert_eq!(got, (8..16).collect::<Vec<u8>>());
         let (misaligned, _) = spread_from(2);
         let error = misaligned.expect_err("a 4-byte load at an address of 2 mod 4");
-        assert!(error.to_string().contains("spread_staging: a load or store at an address its alignment rules out"), "{error}");
+        let message = error.to_string();
+        assert!(message.starts_with("spread_staging: a load or store at an address its alignment rules out"), "{message}");
+        // the load, its address and the alignment it needed
+        assert!(message.contains("(an aligned load at 0x") && message.ends_with("which is not 4-byte aligned)"), "{message}");
     }
 
     /// Set in the child processes of the tests below, to the case that ends the process.
@@ -333,7 +373,8 @@ mod tests {
         // to 256 bytes, inside its mapping.
         let error = unsafe { HostDevice.launch(launch, &[HostDevice.address(&x), HostDevice.address(&out)]) }.unwrap_err();
         let want = format!(
-            "warp_collectives_check wrote up to byte 1279 of a buffer of 1276 bytes at {:#x}, past its end",
+            "warp_collectives_check: a write out of a buffer's bounds, where a GPU would reach another allocation's bytes \
+             (up to byte 1279 of a buffer of 1276 bytes at {:#x}, past its end)",
             HostDevice.address(&out)
         );
         assert!(error.to_string().contains(&want), "{error}");
@@ -355,12 +396,33 @@ mod tests {
         collectives_at(threads, 0)
     }
 
+    /// The fault that `launched`'s error names, and its detail.
+    fn fault_of<T: std::fmt::Debug>(launched: Result<T, HostError>) -> (Fault, String) {
+        match launched {
+            Err(HostError::Fault { fault, detail, .. }) => (fault, detail),
+            other => panic!("expected a fault, got {other:?}"),
+        }
+    }
+
+    /// The `selftest.cu` lines a fault's detail names.
+    fn selftest_lines(detail: &str) -> Vec<u32> {
+        detail
+            .split("selftest.cu:")
+            .skip(1)
+            .map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap())
+            .collect()
+    }
+
     /// A kernel's plain typed read (`x[i]` of a `const float*`) is checked too: the compiler's
     /// alignment instrumentation reports it, as the explicit aligned loads report theirs.
     #[test]
     fn a_typed_read_a_gpu_would_fault_on_fails_the_launch() {
         assert_eq!(collectives_at(32, 4), Ok(()));
-        assert_eq!(collectives_at(32, 2), Err(HostError::Misaligned("warp_collectives_check".into())));
+        let (fault, detail) = fault_of(collectives_at(32, 2));
+        assert_eq!(fault, Fault::Misaligned, "{detail}");
+        // the typed access, its address and its source line
+        assert!(detail.starts_with("a 'const float' at 0x") && detail.ends_with("which is not 4-byte aligned"), "{detail}");
+        assert_eq!(selftest_lines(&detail).len(), 1, "{detail}");
     }
 
     /// `barrier_divergence_check` (`selftest.cu`) over one block of 64 threads, those before
@@ -380,7 +442,11 @@ mod tests {
         let neighbours: Vec<i32> = (1..=64).map(|t| t % 64).collect();
         assert_eq!(barrier_split_at(0), Ok(neighbours.clone()));
         assert_eq!(barrier_split_at(64), Ok(neighbours));
-        assert_eq!(barrier_split_at(5), Err(HostError::DivergentBarrier("barrier_divergence_check".into())));
+        let (fault, detail) = fault_of(barrier_split_at(5));
+        assert_eq!(fault, Fault::DivergentBarrier, "{detail}");
+        // both lines: the first arrival's and the other's
+        let lines = selftest_lines(&detail);
+        assert!(lines.len() == 2 && lines[0] != lines[1], "{detail}");
     }
 
     /// `arithmetic_check` (`selftest.cu`) over one block of 32 threads, every one converting `x`
@@ -402,9 +468,10 @@ mod tests {
     #[test]
     fn a_shift_or_conversion_a_gpu_computes_otherwise_fails_the_launch() {
         assert_eq!(arithmetic(-3.7, 31), Ok([-3, 1].repeat(32)));
-        let differs = Err(HostError::DiffersOnAGpu("arithmetic_check".into()));
-        for (x, count) in [(3e9, 0), (f32::NAN, 0), (1.0, 32), (1.0, -1)] {
-            assert_eq!(arithmetic(x, count), differs, "{x} shifted by {count}");
+        for (x, count, what) in [(3e9, 0, "conversion"), (f32::NAN, 0, "conversion"), (1.0, 32, "shift"), (1.0, -1, "shift")] {
+            let (fault, detail) = fault_of(arithmetic(x, count));
+            assert_eq!(fault, Fault::DiffersOnAGpu, "{x} shifted by {count}: {detail}");
+            assert!(detail.starts_with(what) && selftest_lines(&detail).len() == 1, "{x} shifted by {count}: {detail}");
         }
     }
 
@@ -412,6 +479,6 @@ mod tests {
     fn a_shuffle_a_gpu_leaves_undefined_fails_the_launch() {
         assert_eq!(collectives(64), Ok(()));
         // the last warp of 81 threads has 17 lanes; the shuffles name all 32
-        assert_eq!(collectives(81), Err(HostError::PartialWarp("warp_collectives_check".into())));
+        assert_eq!(fault_of(collectives(81)), (Fault::PartialWarp, "warp 2 exchanged values with fewer than 32 lanes running".into()));
     }
 }
