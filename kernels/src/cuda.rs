@@ -155,7 +155,16 @@ impl Allocation {
 impl Drop for Allocation {
     fn drop(&mut self) {
         let slice = self.slice.take();
-        self.stream_lock.exclusive(|| drop(slice));
+        self.stream_lock.exclusive(|| {
+            if let Some(slice) = &slice {
+                // the last handle may go on a thread that never made the context current, and
+                // cudarc's free does not make it so; `set_current`, not `bind_to_thread`, which
+                // would take an error stored for the next call to report
+                // SAFETY: the context is alive: the slice's stream holds it.
+                let _ = unsafe { result::ctx::set_current(slice.stream().context().cu_ctx()) };
+            }
+            drop(slice)
+        });
     }
 }
 
@@ -180,7 +189,8 @@ pub struct StepGraph(CudaGraph);
 pub struct PinnedStaging {
     ptr: std::ptr::NonNull<u8>,
     len: usize,
-    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    stream_lock: Arc<StreamLock>,
 }
 
 // SAFETY: the memory is the process's, usable from any thread; the runtime's step state, behind
@@ -203,11 +213,15 @@ impl AsMut<[u8]> for PinnedStaging {
 
 impl Drop for PinnedStaging {
     fn drop(&mut self) {
-        // a replayed graph that read it has finished: its segment's download waited for it
-        if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: allocated by `cuMemHostAlloc` in `staging`, freed once.
-            let _ = unsafe { result::free_host(self.ptr.as_ptr().cast()) };
-        }
+        // Copies from it may still be queued: a step that diverged from its recording issues
+        // the segment's uploads from its staging, then drops the segment. The stream is waited
+        // for first (under its lock: never while another thread captures on it), as the
+        // driver documents no wait of its own in `cuMemFreeHost`.
+        // SAFETY: the context is alive: the stream holds it.
+        let _ = unsafe { result::ctx::set_current(self.stream.context().cu_ctx()) };
+        let _ = self.stream_lock.exclusive(|| self.stream.synchronize());
+        // SAFETY: allocated by `cuMemHostAlloc` in `staging`, freed once.
+        let _ = unsafe { result::free_host(self.ptr.as_ptr().cast()) };
     }
 }
 
@@ -413,6 +427,16 @@ impl CudaDevice {
     }
 }
 
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        // work still queued may run this device's kernels: it finishes before the fields' drops
+        // unload their modules
+        // SAFETY: the context is alive: this device holds it.
+        let _ = unsafe { result::ctx::set_current(self.ctx.cu_ctx()) };
+        let _ = self.exclusive(|| self.stream.synchronize());
+    }
+}
+
 impl Primitives for CudaDevice {
     type Buffer = CudaBuffer;
     type Graph = StepGraph;
@@ -449,6 +473,9 @@ impl Primitives for CudaDevice {
         if data.len() > buf.allocation.slice().len() {
             return Err(RuntimeError::Device(format!("upload of {} bytes into a buffer of {}", data.len(), buf.allocation.slice().len())));
         }
+        if data.is_empty() {
+            return Ok(());
+        }
         // the raw copy below does not make the context current on this thread itself
         self.ctx.bind_to_thread().map_err(|e| self.fault("upload", e))?;
         // SAFETY: in bounds (checked). `data` is pageable memory: the driver has copied it to
@@ -461,18 +488,28 @@ impl Primitives for CudaDevice {
         if out.len() > buf.allocation.slice().len() {
             return Err(RuntimeError::Device(format!("download of {} bytes from a buffer of {}", out.len(), buf.allocation.slice().len())));
         }
-        self.exclusive(|| self.stream.memcpy_dtoh(&buf.allocation.slice().slice(0..out.len()), out))
-            .map_err(|e| self.fault("download", e))?;
-        self.synchronize()
+        // the wait under the stream's lock too: waiting for a stream another thread captures
+        // on would invalidate its capture
+        self.exclusive(|| {
+            self.stream.memcpy_dtoh(&buf.allocation.slice().slice(0..out.len()), out).map_err(|e| self.fault("download", e))?;
+            self.synchronize()
+        })
     }
 
     fn zero(&self, at: u64, bytes: usize) -> Result<(), RuntimeError> {
+        if bytes == 0 {
+            return Ok(());
+        }
         self.ctx.bind_to_thread().map_err(|e| self.fault("zeroing", e))?;
         // SAFETY: the runtime passes the range of a live buffer; ordered on the one stream.
         self.exclusive(|| unsafe { result::memset_d8_async(at, 0, bytes, self.stream.cu_stream()) }).map_err(|e| self.fault("zeroing", e))
     }
 
     fn copy(&self, from: u64, to: u64, bytes: usize) -> Result<(), RuntimeError> {
+        // an empty copy is nothing to do, and a capture may refuse one
+        if bytes == 0 {
+            return Ok(());
+        }
         self.ctx.bind_to_thread().map_err(|e| self.fault("copy", e))?;
         // SAFETY: the runtime passes ranges of live buffers, checked against their sizes;
         // ordered on the one stream.
@@ -504,17 +541,20 @@ impl Primitives for CudaDevice {
             builder.arg(slot);
         }
         let cfg = LaunchConfig { grid_dim: (l.grid[0], l.grid[1], l.grid[2]), block_dim: (l.block, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: the caller's contract covers the arguments; each slot holds its parameter's
-        // bytes first (little-endian) and lives until the launch call returns.
-        self.exclusive(|| unsafe { builder.launch(cfg) }).map_err(|e| driver_error(l.kernel, e))?;
-        if self.capturing() {
-            return Ok(());
+        let capturing = self.capturing();
+        if !capturing {
+            *self.last_kernel.lock().unwrap_or_else(|p| p.into_inner()) = l.kernel;
         }
-        *self.last_kernel.lock().unwrap_or_else(|p| p.into_inner()) = l.kernel;
-        if self.sync_launches {
-            self.stream.synchronize().map_err(|e| RuntimeError::Device(format!("kernel {} failed: {e}", l.kernel)))?;
-        }
-        Ok(())
+        self.exclusive(|| {
+            // SAFETY: the caller's contract covers the arguments; each slot holds its
+            // parameter's bytes first (little-endian) and lives until the launch call returns.
+            unsafe { builder.launch(cfg) }.map_err(|e| driver_error(l.kernel, e))?;
+            // a captured launch is recorded, not run: nothing to wait for
+            if self.sync_launches && !capturing {
+                self.stream.synchronize().map_err(|e| RuntimeError::Device(format!("kernel {} failed: {e}", l.kernel)))?;
+            }
+            Ok(())
+        })
     }
 
     fn staging(&self, bytes: usize) -> Result<PinnedStaging, RuntimeError> {
@@ -526,7 +566,7 @@ impl Primitives for CudaDevice {
             std::ptr::NonNull::new(ptr.cast::<u8>()).ok_or_else(|| RuntimeError::Device("page-locked staging: a null pointer".into()))?;
         // SAFETY: `bytes` writable bytes just allocated.
         unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, bytes) };
-        Ok(PinnedStaging { ptr, len: bytes, ctx: Arc::clone(&self.ctx) })
+        Ok(PinnedStaging { ptr, len: bytes, stream: Arc::clone(&self.stream), stream_lock: Arc::clone(&self.stream_lock) })
     }
 
     fn build(&self, ops: &[Recorded<CudaBuffer>], staged: &[u8]) -> Result<StepGraph, RuntimeError> {
@@ -535,10 +575,12 @@ impl Primitives for CudaDevice {
 
     fn replay(&self, graph: &StepGraph, _ops: &[Recorded<CudaBuffer>], _staged: &[u8]) -> Result<(), RuntimeError> {
         *self.last_kernel.lock().unwrap_or_else(|p| p.into_inner()) = "a replayed step graph";
-        self.exclusive(|| graph.0.launch()).map_err(|e| self.fault("replaying a step", e))?;
-        if self.sync_launches {
-            self.stream.synchronize().map_err(|e| RuntimeError::Device(format!("a replayed step graph failed: {e}")))?;
-        }
-        Ok(())
+        self.exclusive(|| {
+            graph.0.launch().map_err(|e| self.fault("replaying a step", e))?;
+            if self.sync_launches {
+                self.stream.synchronize().map_err(|e| RuntimeError::Device(format!("a replayed step graph failed: {e}")))?;
+            }
+            Ok(())
+        })
     }
 }

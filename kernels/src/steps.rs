@@ -245,9 +245,11 @@ struct State<P: Primitives> {
 
 /// The [`Runtime`] of device `P`, recording and replaying steps (see the module's note).
 pub struct Stepped<P: Primitives> {
-    device: P,
-    read_only: ReadOnlyUploads<P::Buffer>,
+    // dropped in this order: the recordings' graphs and buffers, then the device they were made
+    // on (whose drop may unload the modules their kernels come from)
     state: Mutex<State<P>>,
+    read_only: ReadOnlyUploads<P::Buffer>,
+    device: P,
 }
 
 /// The place in the source that asked for a read-only upload.
