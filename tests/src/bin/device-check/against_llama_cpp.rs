@@ -58,7 +58,8 @@ const BATCHED_AT: [usize; 4] = [0, 17, 31, 35];
 
 /// One sequence decoded alone (one row a step) against the same rows decoded in batches of 2,
 /// 5, 8 and 64 rows (the others one row each of as many other sequences, as continuous batching
-/// runs them), and against one prefill batch of every token: the logits bit for bit.
+/// runs them), against one prefill batch of every token, and against the same decoding on two
+/// threads at once: the logits bit for bit.
 pub fn batch_invariance(target: &Target, scope: &Scope, verdict: &mut Verdict) {
     // a legacy quant, a K-quant and a float type over both architectures; 36 positions cross a
     // KV block boundary (32)
@@ -115,5 +116,28 @@ fn invariance_of(target: &Target, name: &str, kv_type: KvType) -> (Option<String
     if result != "IDENTICAL" {
         failures.push(format!("{name} kv {kv_type:?}: prefill vs decode {result}"));
     }
-    (Some(format!("{line}  prefill {result}  ({:.1} s)", t0.elapsed().as_secs_f64())), failures)
+    line += &format!("  prefill {result}");
+    // the same decoding on two threads at once, each with its own cache: one thread's steps are
+    // recorded and replayed (graphs captured) while the other's are issued as they come and
+    // downloaded, on the model's one runtime
+    let threads: Vec<Vec<Vec<f32>>> = std::thread::scope(|scope| {
+        let decode = || {
+            let mut kv = model.new_kv_cache(kv_type, 512);
+            (0..tokens.len())
+                .map(|p| {
+                    model
+                        .forward(&mut kv, &[BatchEntry { seq: 0, token: tokens[p], pos: p as u32, logits: true }])
+                        .map(|l| l.row(0).to_vec())
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let running = [scope.spawn(decode), scope.spawn(decode)];
+        running.into_iter().map(|t| t.join().expect("a decoding thread panicked").unwrap()).collect()
+    });
+    let result =
+        threads.iter().map(|rows| compare_rows(rows, &alone, &positions)).find(|r| r != "IDENTICAL").unwrap_or_else(|| "IDENTICAL".into());
+    if result != "IDENTICAL" {
+        failures.push(format!("{name} kv {kv_type:?}: two threads at once vs alone {result}"));
+    }
+    (Some(format!("{line}  two threads {result}  ({:.1} s)", t0.elapsed().as_secs_f64())), failures)
 }
