@@ -231,3 +231,41 @@ fn decoding_steps_replayed_as_graphs_give_the_same_bits_in_one_launch() {
         }
     }
 }
+
+/// Two threads decoding at once on one model give each the bits of decoding alone: the
+/// runtime records and replays one thread's steps while the other's are issued as they come,
+/// its downloads and buffers beside the first's recordings.
+#[test]
+fn two_threads_decoding_at_once_give_the_bits_of_one() {
+    let model = simulated("tiny-llama-Q4_K", true);
+    let tokens: Vec<u32> = (0..40).map(|i| 3 + i * 7 % 120).collect();
+    // [position][n_vocab] of one sequence decoded step by step
+    let decode = || {
+        let mut kv = model.new_kv_cache(KvType::F16, 512);
+        let before = kernels::Issued::on_this_thread().launches;
+        let mut replayed = 0;
+        let rows: Vec<Vec<f32>> = tokens
+            .iter()
+            .enumerate()
+            .map(|(p, &token)| {
+                let launches = kernels::Issued::on_this_thread().launches;
+                let row =
+                    model.forward(&mut kv, &[BatchEntry { seq: 0, token, pos: p as u32, logits: true }]).expect("step").row(0).to_vec();
+                replayed += usize::from(kernels::Issued::on_this_thread().launches - launches == 1);
+                row
+            })
+            .collect();
+        (rows, replayed, kernels::Issued::on_this_thread().launches - before)
+    };
+    let (alone, ..) = decode();
+    let together: Vec<_> = std::thread::scope(|s| {
+        let running = [s.spawn(decode), s.spawn(decode)];
+        running.map(|t| t.join().expect("a decoding thread panicked")).into_iter().collect()
+    });
+    for (thread, (rows, replayed, launches)) in together.iter().enumerate() {
+        eprintln!("thread {thread}: {replayed} of {} steps replayed as one launch, {launches} launches", tokens.len());
+        for (p, (got, want)) in rows.iter().zip(&alone).enumerate() {
+            assert!(got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()), "thread {thread}, position {p}: the logits differ");
+        }
+    }
+}
