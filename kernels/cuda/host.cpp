@@ -53,9 +53,14 @@ void note_fault(Fault kind, const char* format, ...) {
     if (!block->fault.compare_exchange_strong(none, kind)) {
         return;
     }
+    // where in the grid, then what
+    char* detail = block->fault_detail;
+    const size_t room = sizeof block->fault_detail;
+    const int at = std::snprintf(detail, room, "block (%u, %u, %u), thread %u: ", block_idx.x, block_idx.y, block_idx.z, thread_idx.x);
+    const size_t used = at < 0 ? 0 : ((size_t)at < room ? (size_t)at : room - 1);
     va_list args;
     va_start(args, format);
-    std::vsnprintf(block->fault_detail, sizeof block->fault_detail, format, args);
+    std::vsnprintf(detail + used, room - used, format, args);
     va_end(args);
 }
 
@@ -80,7 +85,8 @@ static void note_barrier(Site& first, Site here) {
     if (first.line == here.line && std::strcmp(first.file, here.file) == 0) {
         return;
     }
-    note_fault(DIVERGENT_BARRIER, "threads of one block met at __syncthreads from %s:%u and from %s:%u", first.file, first.line, here.file, here.line);
+    note_fault(DIVERGENT_BARRIER, "met __syncthreads at %s:%u, where the block's first thread there met it at %s:%u", here.file, here.line,
+               first.file, first.line);
 }
 
 // The launch's status once its blocks ran: its first fault (whose detail the calling thread
@@ -501,7 +507,8 @@ int launch(Dim3 grid, Dim3 dim, const std::function<void()>& kernel) {
         kernels_host_switch(&l.launcher_sp, l.fibers[0]->sp);
         for (unsigned t = 0; t < dim.x; t++) {
             if (!l.fibers[t]->done) {
-                note_fault(DEADLOCK, "the threads of block (%u, %u, %u) wait at barriers that cannot complete", block_idx.x, block_idx.y, block_idx.z);
+                thread_idx = Dim3{t, 0, 0};  // the first thread left waiting, for the report
+                note_fault(DEADLOCK, "waits at a barrier that cannot complete");
                 status = DEADLOCK;
                 break;
             }

@@ -296,8 +296,9 @@ mod tests {
         let error = misaligned.expect_err("a 4-byte load at an address of 2 mod 4");
         let message = error.to_string();
         assert!(message.starts_with("spread_staging: a load or store at an address its alignment rules out"), "{message}");
-        // the load, its address and the alignment it needed
-        assert!(message.contains("(an aligned load at 0x") && message.ends_with("which is not 4-byte aligned)"), "{message}");
+        // where in the grid, the load, its address and the alignment it needed
+        assert!(message.contains("(block (0, 0, 0), thread ") && message.contains(": an aligned load at 0x"), "{message}");
+        assert!(message.ends_with("which is not 4-byte aligned)"), "{message}");
     }
 
     /// Set in the child processes of the tests below, to the case that ends the process.
@@ -396,12 +397,18 @@ mod tests {
         collectives_at(threads, 0)
     }
 
-    /// The fault that `launched`'s error names, and its detail.
-    fn fault_of<T: std::fmt::Debug>(launched: Result<T, HostError>) -> (Fault, String) {
-        match launched {
+    /// The fault that `launched`'s error names, the thread of block (0, 0, 0) that met it, and
+    /// what it was.
+    fn fault_of<T: std::fmt::Debug>(launched: Result<T, HostError>) -> (Fault, u32, String) {
+        let (fault, detail) = match launched {
             Err(HostError::Fault { fault, detail, .. }) => (fault, detail),
             other => panic!("expected a fault, got {other:?}"),
-        }
+        };
+        let (thread, what) = detail
+            .strip_prefix("block (0, 0, 0), thread ")
+            .and_then(|rest| rest.split_once(": "))
+            .unwrap_or_else(|| panic!("a detail that names no block and thread: {detail}"));
+        (fault, thread.parse().expect("a thread number"), what.to_string())
     }
 
     /// The `selftest.cu` lines a fault's detail names.
@@ -418,7 +425,7 @@ mod tests {
     #[test]
     fn a_typed_read_a_gpu_would_fault_on_fails_the_launch() {
         assert_eq!(collectives_at(32, 4), Ok(()));
-        let (fault, detail) = fault_of(collectives_at(32, 2));
+        let (fault, _, detail) = fault_of(collectives_at(32, 2));
         assert_eq!(fault, Fault::Misaligned, "{detail}");
         // the typed access, its address and its source line
         assert!(detail.starts_with("a 'const float' at 0x") && detail.ends_with("which is not 4-byte aligned"), "{detail}");
@@ -442,7 +449,7 @@ mod tests {
         let neighbours: Vec<i32> = (1..=64).map(|t| t % 64).collect();
         assert_eq!(barrier_split_at(0), Ok(neighbours.clone()));
         assert_eq!(barrier_split_at(64), Ok(neighbours));
-        let (fault, detail) = fault_of(barrier_split_at(5));
+        let (fault, _, detail) = fault_of(barrier_split_at(5));
         assert_eq!(fault, Fault::DivergentBarrier, "{detail}");
         // both lines: the first arrival's and the other's
         let lines = selftest_lines(&detail);
@@ -469,7 +476,7 @@ mod tests {
     fn a_shift_or_conversion_a_gpu_computes_otherwise_fails_the_launch() {
         assert_eq!(arithmetic(-3.7, 31), Ok([-3, 1].repeat(32)));
         for (x, count, what) in [(3e9, 0, "conversion"), (f32::NAN, 0, "conversion"), (1.0, 32, "shift"), (1.0, -1, "shift")] {
-            let (fault, detail) = fault_of(arithmetic(x, count));
+            let (fault, _, detail) = fault_of(arithmetic(x, count));
             assert_eq!(fault, Fault::DiffersOnAGpu, "{x} shifted by {count}: {detail}");
             assert!(detail.starts_with(what) && selftest_lines(&detail).len() == 1, "{x} shifted by {count}: {detail}");
         }
@@ -479,6 +486,9 @@ mod tests {
     fn a_shuffle_a_gpu_leaves_undefined_fails_the_launch() {
         assert_eq!(collectives(64), Ok(()));
         // the last warp of 81 threads has 17 lanes; the shuffles name all 32
-        assert_eq!(fault_of(collectives(81)), (Fault::PartialWarp, "warp 2 exchanged values with fewer than 32 lanes running".into()));
+        let (fault, thread, what) = fault_of(collectives(81));
+        assert_eq!((fault, what.as_str()), (Fault::PartialWarp, "warp 2 exchanged values with fewer than 32 lanes running"));
+        // a lane of that warp
+        assert!((64..81).contains(&thread), "thread {thread}");
     }
 }
