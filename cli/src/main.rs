@@ -1,5 +1,9 @@
 //! `engine-cli`: inspect GGUF files and run the engine from a terminal.
 
+// clap's help texts are the arguments' doc comments, whose brackets are JSON and token names
+// (`[ids]`, `[CLS]`), not links
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use clap::{Parser, Subcommand};
 
 mod bench;

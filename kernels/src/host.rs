@@ -139,7 +139,7 @@ macro_rules! host_args {
 /// Memory of the harness's "device": host memory written only by launches and copies, through
 /// the pointers they are given, 256-byte aligned like a device allocation's start, so that the
 /// kernels' aligned loads meet the alignments they would on a GPU (`host.hpp` checks them), and
-/// ending at a page nothing may touch ([`memory`]). A handle: clones share the memory.
+/// ending at a page nothing may touch (`host/memory.rs`). A handle: clones share the memory.
 #[derive(Clone)]
 pub struct HostBuffer {
     mem: Arc<GuardedMemory>,

@@ -69,7 +69,7 @@ const DRAIN_BYTES: usize = 128 << 20;
 
 /// Reads the whole body, refusing more than `limit` bytes with 413 and a body that has not
 /// arrived within `timeout` with 408 (a client that stops sending keeps nothing waiting). Past
-/// the limit the rest is read and dropped (up to [`DRAIN_BYTES`] more, within the same time):
+/// the limit the rest is read and dropped (up to `DRAIN_BYTES` more, within the same time):
 /// a client still sending then reads the 413 instead of a broken pipe, as a socket closed with
 /// unread data is reset.
 pub async fn read_body(mut body: Incoming, limit: usize, timeout: std::time::Duration) -> Result<Bytes, ApiError> {

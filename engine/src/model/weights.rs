@@ -437,7 +437,7 @@ pub struct DecoderWeights<B: Backend> {
     /// `output.weight`, or the token embeddings when the model ties them.
     pub output: Linear<B>,
     /// Token ids the output gives logits for: the whole vocabulary, or its first ids where a
-    /// draft model keeps a head of those only ([`DecoderWeights::limit_logits`]).
+    /// draft model keeps a head of those only (`DecoderWeights::limit_logits`).
     pub n_logits: usize,
     /// The projections LoRA adapters may correct (each [`Linear`]'s `site`).
     pub sites: Vec<LoraSite>,

@@ -73,7 +73,7 @@ pub fn quantize_ref(x: &[f32], blocks: &mut [BlockQ8_0]) {
 }
 
 /// Quantizes matmul activations the way llama.cpp's x86 CPU backend does
-/// ([`Q8Rounding::X86Backend`]).
+/// (`Q8Rounding::X86Backend`).
 pub fn quantize_activations(x: &[f32], bytes: &mut [u8]) {
     quantize_with(Q8Rounding::X86Backend, x, bytemuck::cast_slice_mut::<u8, BlockQ8_0>(bytes))
 }
@@ -81,7 +81,7 @@ pub fn quantize_activations(x: &[f32], bytes: &mut [u8]) {
 /// ggml's Q8_0 dot product on x86 (and llamafile's tinyBLAS, which llama.cpp uses for
 /// prompts): eight f32 lanes, lane `l` taking the exact integer sum of products `4l..4l+4` of
 /// each block, scaled by `d_w * d_a` and added with one fused multiply-add per block, in block
-/// order; then the lanes summed pairwise as [`sum_lanes`] does. Every SIMD tier computes
+/// order; then the lanes summed pairwise as `sum_lanes` does. Every SIMD tier computes
 /// exactly this.
 pub fn vec_dot_ref(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
     debug_assert_eq!(w.len(), a.len());

@@ -33,7 +33,7 @@ pub fn quantize_ref(x: &[f32], blocks: &mut [BlockQ8_1]) {
 }
 
 /// Quantizes matmul activations the way llama.cpp's x86 CPU backend does
-/// ([`Q8Rounding::X86Backend`]); `s` as the reference computes it.
+/// (`Q8Rounding::X86Backend`); `s` as the reference computes it.
 pub fn quantize_activations(x: &[f32], bytes: &mut [u8]) {
     quantize_with(Q8Rounding::X86Backend, x, bytemuck::cast_slice_mut::<u8, BlockQ8_1>(bytes))
 }

@@ -37,7 +37,7 @@ pub enum SpecPolicy {
     /// Every sequence that may draft proposes in every step (its back-off aside).
     Always,
     /// A sequence proposes when that is expected to raise the step's tokens per second
-    /// ([`SpecCost::choose`]).
+    /// (`SpecCost::choose`).
     WhenItPays,
 }
 

@@ -78,7 +78,7 @@ impl Tokenizer {
     }
 
     /// Token ids of `text`. `add_special` adds what the vocabulary asks for around a sequence
-    /// (BOS/EOS, or BERT's [CLS] ... [SEP]); `parse_special` turns the text of control tokens
+    /// (BOS/EOS, or BERT's `[CLS]` ... `[SEP]`); `parse_special` turns the text of control tokens
     /// such as `<start_of_turn>` into those tokens (chat templates need it; user text must not
     /// get it).
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<TokenId> {

@@ -58,7 +58,7 @@ pub const MAX_BLOCK_THREADS: u32 = 1024;
 
 /// The largest block `kernel`'s launcher uses. A block holds its threads' registers all at once,
 /// out of a multiprocessor's 64 Ki: the NVRTC test checks every kernel's registers (ptxas's
-/// report) against this, and [`go`] refuses a larger block, so that no launch meets the
+/// report) against this, and `go` refuses a larger block, so that no launch meets the
 /// driver's `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`.
 pub fn max_block_threads(kernel: &str) -> u32 {
     BLOCK_LIMITS.iter().find(|(names, _)| names.contains(&kernel)).map_or(THREADS, |&(_, threads)| threads)

@@ -2,9 +2,9 @@
 //! tool calls), function tools, `tool_choice`, `response_format`, llama-server's `grammar`
 //! (GBNF), logprobs, `reasoning_format`,
 //! the guardrails field and the shared sampling fields. `/v1/messages` and `/v1/responses` build
-//! the typed request they mean ([`ConvertedChat`]: messages, tools and settings already read by
-//! their own parsers), never a JSON body to read again. [`ChatCompletionRequest::check`] applies
-//! the cross-field rules and gives the [`ChatRequest`] the route runs.
+//! the typed request they mean (`ConvertedChat`: messages, tools and settings already read by
+//! their own parsers), never a JSON body to read again. `ChatCompletionRequest::check` applies
+//! the cross-field rules and gives the `ChatRequest` the route runs.
 
 use engine::grammar::{Constraint, ToolSpec};
 use serde::de::{Error as _, SeqAccess, Visitor};

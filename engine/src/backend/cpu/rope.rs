@@ -1,5 +1,6 @@
 //! Rotary position embeddings, in ggml's two layouts: NORM rotates adjacent pairs
-//! (x[2i], x[2i+1]) (llama, granite), NEOX rotates halves (x[i], x[i + d/2]) (qwen2, gemma3).
+//! (`x[2i]`, `x[2i+1]`) (llama, granite), NEOX rotates halves (`x[i]`, `x[i + d/2]`) (qwen2,
+//! gemma3).
 //! The angles (with their factors, YaRN blend and scaling) come from [`Rope::angles`], built
 //! as ggml builds them; the rotation is the part the tiers compile differently.
 

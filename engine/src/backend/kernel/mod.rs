@@ -1,5 +1,5 @@
 //! The backend that runs the `kernels` crate's CUDA C kernels, written once over the crate's
-//! [`Runtime`]: on a GPU through the CUDA driver ([`CudaBackend`], feature `cuda`), and on host
+//! [`Runtime`]: on a GPU through the CUDA driver (`CudaBackend`, feature `cuda`), and on host
 //! threads through the CPU execution harness ([`SimBackend`], feature `sim`), so that every
 //! line of this file — buffer sizes, index arrays, launch choices — runs in the tests of a
 //! machine without a GPU. Weights are uploaded once as the file stores them; activations stay

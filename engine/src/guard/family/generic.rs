@@ -4,7 +4,7 @@
 //! - `layout`: Granite Guardian 3.2's prompt (its user turn) as one user message of the model's
 //!   own chat template;
 //! - `direct`: a short yes/no question in plain words: the conversation, then "Does the last
-//!   user message / the assistant's reply <criterion>?";
+//!   user message / the assistant's reply `<criterion>`?";
 //! - `few-shot`: `direct` with two answered examples of the same question (one yes, one no)
 //!   between the conversation and the question;
 //! - `question-first`: `direct` with the question before the conversation when a user message is

@@ -1,21 +1,21 @@
 //! Many activation rows against a grid i-quant matrix (or a Q3_K or Q2_K one, in the same
-//! unpacked form: [`gemm_type`]): each weight row is unpacked once per call instead of once per
+//! unpacked form: `gemm_type`): each weight row is unpacked once per call instead of once per
 //! activation row, and the activations are prepared once per input of a product call
 //! ([`GridActs`]).
 //!
-//! The scalar tier ([`run_tiles`]) expands a tile of [`TILE_ROWS`] weight rows into 16-bit
+//! The scalar tier (`run_tiles`) expands a tile of [`TILE_ROWS`] weight rows into 16-bit
 //! integers, one per value: the signed grid value times its group's scale (`scale · v`; IQ1:
 //! `scale · (8 v + shift)`, the shift term folded in), and each block's `d` as f32. Its tile
 //! kernel then takes every activation row of Q8_K blocks against the tile: per block and
 //! weight row the exact integer sum `W = Σ w · q` (below 2³¹: 256 · 31 · 62 · 127), and the row's
 //! running sum gets `(d · d₈) · (W · k)`, `k` = 1, or 1/8 for IQ1. `W · k` equals the row dot's
 //! `sumi + shifted / 8` exactly (both are an integer below 2²⁴ over 8), so every output has the
-//! bits of [`GridType::vec_dot`](super::GridType::vec_dot) (and of Q3_K's reference row dot): the
+//! bits of `GridType::vec_dot` (and of Q3_K's reference row dot): the
 //! same sums in the same order, whatever the batch. The AVX2 and AVX-512 tiers
 //! (`x86::grid_lanes`) compute the same `W` with activation rows in vector lanes, and Q2_K's
 //! min term beside it.
 //!
-//! The activation rows are taken [`CHUNK_BLOCKS`] blocks at a time against the whole tile, so
+//! The activation rows are taken `CHUNK_BLOCKS` blocks at a time against the whole tile, so
 //! that the tile's part they read (16 rows · 4 blocks · 512 bytes) stays in the L1 cache.
 
 use super::{GridType, Unpacked, GROUP, SHIFT};
@@ -47,7 +47,7 @@ pub(crate) fn gemm_type(ty: GgmlType) -> Option<&'static GridType> {
     }
 }
 
-/// The [`gemm_type`]s the expanded tiles take (the scalar tier): all but Q2_K, whose mins only
+/// The `gemm_type`s the expanded tiles take (the scalar tier): all but Q2_K, whose mins only
 /// the lane products have.
 pub(crate) fn tile_type(ty: GgmlType) -> Option<&'static GridType> {
     gemm_type(ty).filter(|t| !t.mins)

@@ -5,7 +5,7 @@
 //! and 1, shifted by ±1/8 per group. llama.cpp makes these files from an importance matrix; the
 //! engine reads and computes with them and has no quantizer for them.
 //!
-//! Every type unpacks a super-block into one form ([`Unpacked`]): its f16 scale, 256 signed
+//! Every type unpacks a super-block into one form (`Unpacked`): its f16 scale, 256 signed
 //! integer grid values, an odd scale per 8 values and (IQ1) a shift sign per 8 values. The
 //! dequantization and the dot product with Q8_K activations are then shared: values are
 //! `(d · scale) · c · value` (`c`: the type's constant, a power of two, applied as ggml applies

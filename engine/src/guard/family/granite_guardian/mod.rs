@@ -38,7 +38,7 @@ impl NativeRequest {
     /// `[user]` or `[user, assistant]`, after the conversation's earlier turns (`history`); RAG risks use IBM's cookbook shapes (3.0 context
     /// relevance `[user, context]`, 3.2 `[context, user]`, 3.3 documents); 3.0 gets a custom
     /// definition (the 3.2 text) for the risks its bank lacks. The input should have passed
-    /// [`check_request`](super::risks::check_request); missing parts are simply left out.
+    /// [`check_request`](crate::guard::risks::check_request); missing parts are simply left out.
     pub fn for_risk(format: GuardFormat, risk: Risk, input: &GuardInput, think: bool) -> NativeRequest {
         let user = || message("user", input.user.as_str());
         let assistant = || input.assistant().map(|a| message("assistant", a));
@@ -256,7 +256,7 @@ impl Prompter {
     }
 
     /// The prompt for one risk. The request should have passed
-    /// [`check_request`](super::risks::check_request).
+    /// [`check_request`](crate::guard::risks::check_request).
     pub fn render(&self, format: GuardFormat, risk: Risk, input: &GuardInput, think: bool) -> Result<GuardPrompt, GuardError> {
         let path = self.path(format);
         if path == PromptPath::Generic {
