@@ -55,8 +55,8 @@ fn main() {
         .flag("-ftrivial-auto-var-init=pattern")
         // every typed load and store checked against its type's alignment, as a GPU requires;
         // shifts by a count of at least the operand's width and float-to-integer conversions
-        // out of range, which x86 and a GPU compute differently (host.cpp's handlers keep the
-        // first of each for the launch's report; no sanitizer runtime is linked)
+        // out of range, which x86 and a GPU compute differently (host.cpp's handlers note each
+        // as the launch's fault, the first kept for its report; no sanitizer runtime is linked)
         .flag("-fsanitize=alignment,shift-exponent,float-cast-overflow")
         .flag_if_supported("-Wno-unused-function");
     if std::env::var_os("CARGO_FEATURE_TSAN").is_some() {

@@ -169,7 +169,8 @@ extern "C" void __ubsan_handle_type_mismatch_v1(TypeMismatchData* data, uintptr_
         std::fprintf(stderr, "misaligned access to a %s at %s:%u\n", data->type->name, data->location.file, data->location.line);
         std::abort();
     }
-    host::note_misaligned(pointer, need, data->type->name, data->location.file, data->location.line);
+    host::note_fault(host::MISALIGNED, "a %s at %#llx (%s:%u), which is not %u-byte aligned", data->type->name, (unsigned long long)pointer,
+                     data->location.file, data->location.line, need);
 }
 
 #ifdef KERNELS_HOST_OS_THREADS

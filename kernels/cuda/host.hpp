@@ -224,20 +224,6 @@ inline uint32_t float_to_bits(float f) {
     return b;
 }
 
-// Keeps the launch's first access at an address that is not a multiple of `need` for the
-// launcher to report: the host would make it, a GPU would fault. `type` and `file` are null for
-// the aligned loads (`load_u32_a4`, ...), the accessed type and its source line for a typed
-// access the compiler checked (`__ubsan_handle_type_mismatch_v1` in host.cpp). Buffers start
-// 256-byte aligned, as device allocations do (`src/host.rs`), so an address's alignment here is
-// what it would be there.
-inline void note_misaligned(uintptr_t at, unsigned need, const char* type, const char* file, unsigned line) {
-    if (type != nullptr) {
-        note_fault(MISALIGNED, "a %s at %#llx (%s:%u), which is not %u-byte aligned", type, (unsigned long long)at, file, line, need);
-    } else {
-        note_fault(MISALIGNED, "an aligned load at %#llx, which is not %u-byte aligned", (unsigned long long)at, need);
-    }
-}
-
 }  // namespace host
 
 #define KERNEL static
@@ -320,10 +306,12 @@ DEVICE void mma_s8_16x8x16(int* c, const int* a, const int* b) {
     }
 }
 
-// the aligned loads' check (`note_misaligned`)
+// The aligned loads' check: an address that is not a multiple of `need` is the launch's fault
+// (the host would load there, a GPU would fault). Buffers start 256-byte aligned, as device
+// allocations do (`src/host.rs`), so an address's alignment here is what it would be there.
 DEVICE void check_alignment(const uint8_t* p, unsigned need) {
     if ((uintptr_t)p % need != 0 && host::block != nullptr) {
-        host::note_misaligned((uintptr_t)p, need, nullptr, nullptr, 0);
+        host::note_fault(host::MISALIGNED, "an aligned load at %#llx, which is not %u-byte aligned", (unsigned long long)p, need);
     }
 }
 

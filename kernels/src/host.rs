@@ -439,9 +439,14 @@ mod tests {
         let op = HostDevice.address(&out);
         // SAFETY: the kernel's pointer to one int per thread, and its split.
         unsafe { launch("barrier_divergence_check", [1, 1, 1], [64, 1, 1], &mut host_args![op, split]) }?;
-        let mut got = vec![0u8; 64 * 4];
-        HostDevice.read(&out, &mut got).unwrap();
-        Ok(got.chunks(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect())
+        Ok(ints(&out, 64))
+    }
+
+    /// The first `n` ints of `buf`.
+    fn ints(buf: &HostBuffer, n: usize) -> Vec<i32> {
+        let mut got = vec![0u8; n * 4];
+        HostDevice.read(buf, &mut got).unwrap();
+        got.chunks(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect()
     }
 
     #[test]
@@ -465,9 +470,7 @@ mod tests {
         let (xp, cp, op) = (HostDevice.address(&xs), HostDevice.address(&counts), HostDevice.address(&out));
         // SAFETY: the kernel's three pointers, to one float, one int and two ints per thread.
         unsafe { launch("arithmetic_check", [1, 1, 1], [32, 1, 1], &mut host_args![xp, cp, op]) }?;
-        let mut got = vec![0u8; 64 * 4];
-        HostDevice.read(&out, &mut got).unwrap();
-        Ok(got.chunks(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect())
+        Ok(ints(&out, 64))
     }
 
     /// A shift by 32 or more and a float converted out of int's range (or a NaN) give x86's
