@@ -150,6 +150,10 @@ pub struct ServeArgs {
     /// Do not serve the playground page at `/`.
     #[arg(long)]
     pub no_webui: bool,
+    /// Answer a chat completion whose last message is an assistant's with a new turn instead of
+    /// continuing its text, unless the request's `continue_final_message` says otherwise.
+    #[arg(long)]
+    pub no_prefill_assistant: bool,
     /// Bucket bounds of the latency histograms, in milliseconds.
     #[arg(long, value_delimiter = ',')]
     pub latency_buckets: Vec<f64>,
@@ -283,6 +287,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut builder = Server::builder()
         .api_key(args.api_key.clone())
         .webui(!args.no_webui)
+        .prefill_assistant(!args.no_prefill_assistant)
         .scheduling(scheduling)
         .guard_policies(policies.clone().unwrap_or_default())
         .generic_prompt(args.generic_prompt)

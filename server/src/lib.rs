@@ -54,6 +54,7 @@ use crate::metrics::{Metrics, DEFAULT_LATENCY_BUCKETS};
 use crate::model_loader::{start_entry, EntrySettings, LoadSpec, Loader, Role};
 pub use crate::registry::ModelEntry;
 use crate::registry::Registry;
+use crate::requests::chat::ChatDefaults;
 use crate::requests::sampling::Timeouts;
 use crate::response_store::ResponseStore;
 use crate::worker::{Generation, LoopConfig, SeqSpec};
@@ -91,6 +92,8 @@ pub struct AppState {
     pub loader: Loader,
     /// The default and the most time a generation request may take.
     pub timeouts: Timeouts,
+    /// What a chat request leaves unsaid (whether a last assistant message is continued).
+    pub chat_defaults: ChatDefaults,
     /// Set once the server stops accepting connections (`GET /ready` then answers 503).
     pub draining: std::sync::atomic::AtomicBool,
     /// What a connection may hold and how long it may take to send a request.
@@ -237,6 +240,7 @@ pub struct ServerBuilder {
     guard_prompt_cache_bytes: Option<usize>,
     responses_store: Option<usize>,
     timeouts: Timeouts,
+    chat_defaults: ChatDefaults,
     limits: ConnectionLimits,
 }
 
@@ -325,6 +329,15 @@ impl ServerBuilder {
     /// name (`None`: no default, no bound).
     pub fn request_timeouts(mut self, default: Option<Duration>, max: Option<Duration>) -> Self {
         self.timeouts = Timeouts { default, max };
+        self
+    }
+
+    /// Whether a chat request whose last message is an assistant's text continues that text
+    /// when the request does not say (`continue_final_message`); default true, as llama-server
+    /// (`--no-prefill-assistant` sets false). `/v1/messages` always continues it, as Anthropic's
+    /// API does, and `/v1/responses` never does, as OpenAI's does not.
+    pub fn prefill_assistant(mut self, on: bool) -> Self {
+        self.chat_defaults = ChatDefaults { prefill_assistant: on };
         self
     }
 
@@ -444,6 +457,7 @@ impl ServerBuilder {
             guardrails: self.guardrails,
             loader,
             timeouts: self.timeouts,
+            chat_defaults: self.chat_defaults,
             draining: std::sync::atomic::AtomicBool::new(false),
             limits: self.limits,
             responses: ResponseStore::new(self.responses_store.unwrap_or(response_store::DEFAULT_CAPACITY)),

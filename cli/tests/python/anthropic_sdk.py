@@ -1,9 +1,12 @@
 """The official `anthropic` Python package against `engine-cli serve` (its Messages API on the
 tiny chat model): messages.create with text, a stop sequence, a forced tool call and the tool
-result sent back, messages.count_tokens, `x-api-key` authentication, and the SDK's error classes
-for Anthropic-shaped errors. Exits non-zero on the first failed check."""
+result sent back, a last assistant turn continued (a prefill), messages.count_tokens, `x-api-key`
+authentication, and the SDK's error classes for Anthropic-shaped errors. Exits non-zero on the
+first failed check."""
 
+import json
 import sys
+import urllib.request
 
 import anthropic
 
@@ -39,6 +42,23 @@ follow = [
 ]
 answered = client.messages.create(model=chat_id, max_tokens=4, messages=follow, tools=tools)
 assert answered.usage.input_tokens > called.usage.input_tokens, (answered.usage, called.usage)
+
+# a last assistant turn is the start of the reply (a prefill): the reply is what a plain
+# completion of the prompt that ends in its text says
+def post(path, body):
+    request = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"content-type": "application/json", "x-api-key": key})
+    with urllib.request.urlopen(request) as response:
+        return json.load(response)
+
+
+prefilled = hello + [{"role": "assistant", "content": "Sure, here"}]
+continued = client.messages.create(model=chat_id, max_tokens=8, messages=prefilled, extra_body={"temperature": 0})
+prompt = post("/apply-template", {"model": chat_id, "messages": prefilled})["prompt"]
+assert prompt.endswith("<|im_start|>assistant\nSure, here"), prompt
+ids = post("/tokenize", {"model": chat_id, "content": prompt, "add_special": True})["tokens"]
+plain = post("/v1/completions", {"model": chat_id, "prompt": ids, "max_tokens": 8, "temperature": 0})
+assert continued.content[0].text == plain["choices"][0]["text"], (continued, plain)
+assert continued.usage.input_tokens == len(ids) == client.messages.count_tokens(model=chat_id, messages=prefilled).input_tokens, (continued.usage, len(ids))
 
 # errors come back as the SDK's classes
 for call, error in [

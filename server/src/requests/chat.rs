@@ -47,11 +47,44 @@ pub struct ChatCompletionRequest {
     /// Qwen3's `enable_thinking`).
     #[serde(default)]
     chat_template_kwargs: Option<Map<String, Value>>,
+    /// vLLM's `continue_final_message`: the reply goes on from the text of the last message, an
+    /// assistant's (absent: the server's [`ChatDefaults`] decide).
+    #[serde(default)]
+    continue_final_message: Option<bool>,
+    /// vLLM's `add_generation_prompt`: false ends the prompt where the template's messages end,
+    /// without opening an assistant turn.
+    #[serde(default)]
+    add_generation_prompt: Option<bool>,
     /// The request's guardrails (`guardrails.rs` reads it against the guard models).
     #[serde(default)]
     pub guard: Option<GuardrailsField>,
     #[serde(skip)]
     pub sampling: SamplingRequest,
+}
+
+/// What the server assumes where a chat request does not say.
+#[derive(Clone, Copy, Debug)]
+pub struct ChatDefaults {
+    /// A last message that is an assistant's text is continued, as llama-server does
+    /// (`--no-prefill-assistant` turns it off: a new assistant turn follows it).
+    pub prefill_assistant: bool,
+}
+
+impl Default for ChatDefaults {
+    fn default() -> ChatDefaults {
+        ChatDefaults { prefill_assistant: true }
+    }
+}
+
+/// Where the rendered prompt leaves the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PromptEnd {
+    /// At a new assistant turn: the template's generation prompt (the usual case).
+    NewTurn,
+    /// Inside the last message, an assistant's: the reply continues its text (a prefill).
+    Continue,
+    /// Right after the messages as the template prints them (`add_generation_prompt: false`).
+    AfterMessages,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -345,9 +378,18 @@ pub(crate) struct ChatRequest {
     /// The image parts of the messages in order, each standing as the media marker in
     /// `messages`, with the field that holds it (for errors).
     pub images: Vec<(ImagePart, String)>,
+    pub prompt_end: PromptEnd,
 }
 
 impl ChatRequest {
+    /// The assistant text the reply continues (empty when it starts a new turn).
+    pub fn continued_text(&self) -> &str {
+        match (self.prompt_end, self.messages.last()) {
+            (PromptEnd::Continue, Some(last)) => last.get("content").and_then(Value::as_str).unwrap_or_default(),
+            _ => "",
+        }
+    }
+
     /// The messages with their images' markers taken out (what the guard reads).
     pub fn text_messages(&self) -> Vec<Value> {
         if self.images.is_empty() {
@@ -376,11 +418,15 @@ pub(crate) struct ConvertedChat {
     pub tool_choice: Option<ToolChoice>,
     pub response_format: Option<Constraint>,
     pub reasoning_effort: Option<ReasoningEffort>,
+    /// Whether a last message that is an assistant's text is continued (the converting API's
+    /// rule, never the server's default).
+    pub continue_final_message: bool,
     pub sampling: SamplingRequest,
 }
 
 impl From<ConvertedChat> for ChatCompletionRequest {
     fn from(c: ConvertedChat) -> ChatCompletionRequest {
+        let continued = c.continue_final_message && c.messages.last().is_some_and(ChatMessage::continuable);
         ChatCompletionRequest {
             model: Some(ModelName(c.model)),
             messages: Some(c.messages),
@@ -388,6 +434,7 @@ impl From<ConvertedChat> for ChatCompletionRequest {
             tool_choice: c.tool_choice.map(ToolChoiceField),
             response_format: Some(ResponseFormat(c.response_format)),
             reasoning_effort: c.reasoning_effort,
+            continue_final_message: Some(continued),
             sampling: c.sampling,
             ..ChatCompletionRequest::default()
         }
@@ -539,6 +586,28 @@ impl ChatCompletionRequest {
         Ok(vars)
     }
 
+    /// Where the prompt ends. An explicit `continue_final_message: true` needs a last message
+    /// that is an assistant's text without tool calls, and no `add_generation_prompt: true`
+    /// beside it (vLLM's rules); left unsaid, such a last message is continued when `defaults`
+    /// say so, and an explicit `add_generation_prompt` decides the rest.
+    pub(crate) fn prompt_end(&self, defaults: &ChatDefaults) -> Result<PromptEnd, ApiError> {
+        let continuable = self.messages.iter().flatten().last().is_some_and(ChatMessage::continuable);
+        match (self.continue_final_message, self.add_generation_prompt) {
+            (Some(true), Some(true)) => Err(ApiError::invalid_param(
+                "continue_final_message",
+                "continue_final_message and add_generation_prompt cannot both be true",
+            )),
+            (Some(true), _) if !continuable => Err(ApiError::invalid_param(
+                "continue_final_message",
+                "continue_final_message needs the last message to be an assistant's text without tool_calls",
+            )),
+            (Some(true), _) => Ok(PromptEnd::Continue),
+            (_, Some(false)) => Ok(PromptEnd::AfterMessages),
+            (None, None) if continuable && defaults.prefill_assistant => Ok(PromptEnd::Continue),
+            _ => Ok(PromptEnd::NewTurn),
+        }
+    }
+
     /// The tools as sent (`None` when there are none).
     pub fn tools(&self) -> Option<Vec<Value>> {
         self.tools.as_ref().filter(|t| !t.is_empty()).map(|t| t.iter().map(|t| t.raw.clone()).collect())
@@ -575,8 +644,9 @@ impl ChatCompletionRequest {
     }
 
     /// The request checked for a model of `n_vocab` tokens.
-    pub(crate) fn check(&self, n_vocab: usize, timeouts: &Timeouts) -> Result<ChatRequest, ApiError> {
+    pub(crate) fn check(&self, n_vocab: usize, timeouts: &Timeouts, defaults: &ChatDefaults) -> Result<ChatRequest, ApiError> {
         let messages = self.messages()?;
+        let prompt_end = self.prompt_end(defaults)?;
         let tool_choice = self.tool_choice()?;
         let logprobs = match (self.logprobs.unwrap_or(false), int_in("top_logprobs", self.top_logprobs, 0, 20)?) {
             (true, top) => Some(top.unwrap_or(0) as usize),
@@ -613,11 +683,19 @@ impl ChatCompletionRequest {
             inline_reasoning: self.reasoning_format == Some(ReasoningFormat::None),
             template_vars: self.template_vars()?,
             images: self.images(),
+            prompt_end,
         })
     }
 }
 
 impl ChatMessage {
+    /// An assistant's text without tool calls, which a reply may continue (a prefill).
+    fn continuable(&self) -> bool {
+        self.role == Role::Assistant
+            && self.tool_calls.as_ref().is_none_or(Vec::is_empty)
+            && self.content.as_ref().is_some_and(|c| c.images.is_empty())
+    }
+
     /// The message as the templates read it: its content as text (an assistant turn of tool
     /// calls alone has none; other roles read a missing text as empty), `developer` as `system`
     /// (the templates know no `developer`), earlier calls' arguments as the objects the

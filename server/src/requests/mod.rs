@@ -112,14 +112,53 @@ mod tests {
     /// The (param, message) of the error a chat body gets, read and checked for a 512-token
     /// vocabulary.
     fn chat_error(body: Value) -> (String, String) {
-        let e = ChatCompletionRequest::from_body(&body).and_then(|r| r.check(512, &Default::default()).map(|_| ())).unwrap_err();
+        let e = ChatCompletionRequest::from_body(&body)
+            .and_then(|r| r.check(512, &Default::default(), &Default::default()).map(|_| ()))
+            .unwrap_err();
         (e.param.unwrap_or_default(), e.message)
+    }
+
+    #[test]
+    fn a_last_assistant_text_is_continued_by_default_or_as_the_request_says() {
+        use super::chat::{ChatDefaults, PromptEnd};
+        let end = |messages: Value, fields: Value, prefill_assistant: bool| {
+            let mut body = json!({"model": "m", "messages": messages});
+            body.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
+            ChatCompletionRequest::from_body(&body)
+                .unwrap()
+                .prompt_end(&ChatDefaults { prefill_assistant })
+                .map_err(|e| (e.param.unwrap(), e.message))
+        };
+        let prefilled = json!([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "He"}]);
+        let asked = json!([{"role": "user", "content": "Hi"}]);
+        let called = json!([{"role": "user", "content": "Hi"}, {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]);
+        assert_eq!(end(prefilled.clone(), json!({}), true), Ok(PromptEnd::Continue));
+        assert_eq!(end(prefilled.clone(), json!({}), false), Ok(PromptEnd::NewTurn));
+        assert_eq!(end(prefilled.clone(), json!({"continue_final_message": true}), false), Ok(PromptEnd::Continue));
+        assert_eq!(end(prefilled.clone(), json!({"continue_final_message": false}), true), Ok(PromptEnd::NewTurn));
+        assert_eq!(end(prefilled.clone(), json!({"add_generation_prompt": true}), true), Ok(PromptEnd::NewTurn));
+        assert_eq!(end(prefilled.clone(), json!({"add_generation_prompt": false}), true), Ok(PromptEnd::AfterMessages));
+        assert_eq!(
+            end(prefilled.clone(), json!({"continue_final_message": true, "add_generation_prompt": false}), false),
+            Ok(PromptEnd::Continue)
+        );
+        // nothing to continue: a new turn by default, an error when asked for
+        assert_eq!(end(asked.clone(), json!({}), true), Ok(PromptEnd::NewTurn));
+        assert_eq!(end(called.clone(), json!({}), true), Ok(PromptEnd::NewTurn));
+        for messages in [asked, called] {
+            let (param, message) = end(messages, json!({"continue_final_message": true}), true).unwrap_err();
+            assert_eq!(param, "continue_final_message");
+            assert!(message.contains("last message to be an assistant's text"), "{message}");
+        }
+        let both = end(prefilled, json!({"continue_final_message": true, "add_generation_prompt": true}), true).unwrap_err();
+        assert_eq!(both.0, "continue_final_message");
     }
 
     #[test]
     fn counts_take_whole_numbers_written_either_way() {
         let body = |n: Value| json!({"model": "m", "messages": [{"role": "user"}], "max_tokens": n, "n": 2.0, "top_logprobs": null});
-        let r = ChatCompletionRequest::from_body(&body(json!(7.0))).unwrap().check(512, &Default::default()).ok().unwrap();
+        let r =
+            ChatCompletionRequest::from_body(&body(json!(7.0))).unwrap().check(512, &Default::default(), &Default::default()).ok().unwrap();
         assert_eq!((r.common.max_tokens, r.common.n), (Some(7), 2));
         for bad in [json!(1.5), json!(-1), json!("7")] {
             let (param, message) = chat_error(body(bad.clone()));

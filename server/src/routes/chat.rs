@@ -30,14 +30,14 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let typed = ChatCompletionRequest::from_body(&Value::Object(body))?;
     let id = typed.model_id()?;
     let entry = state.registry.generator(&id)?;
-    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab(), &state.timeouts)?);
+    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab(), &state.timeouts, &state.chat_defaults)?);
     let rails = guardrails::parse(state, typed.guard.as_ref())?;
     if let Some(r) = &rails {
         // before anything is generated: a flagged input is refused with the verdicts
         r.check_input(state, &request.text_messages()).await?;
     }
     let watch = match &rails {
-        Some(r) if r.output => Some((r.clone(), guardrails::user_turn(&request.text_messages())?)),
+        Some(r) if r.output => Some((r.clone(), guardrails::user_turn(&request.text_messages())?, request.continued_text().to_string())),
         _ => None,
     };
     let created = unix_now();
@@ -52,7 +52,9 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         let (response, sse) = sse_response();
         let ctx = StreamCtx { id: completion_id, created, model: id, sse, prompt_tokens, syntax };
         let (state, model) = (state.clone(), entry.model.clone());
-        let watches = (0..request.common.n).map(|_| watch.as_ref().map(|(r, turn)| OutputWatch::new(r.clone(), turn.clone()))).collect();
+        let watches = (0..request.common.n)
+            .map(|_| watch.as_ref().map(|(r, turn, continued)| OutputWatch::new(r.clone(), turn.clone(), continued.clone())))
+            .collect();
         tokio::spawn(async move { stream(generation, &request, &ctx, &model, start, &state, watches).await });
         return Ok(response);
     }
@@ -70,7 +72,9 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         let ReadReply { reasoning, content, calls: tool_calls } = read;
         let logprobs_json = request.logprobs.map(|_| logprobs_json(tokenizer, &completion.logprobs));
         let guard = match &watch {
-            Some((r, turn)) => Some(OutputWatch::new(r.clone(), turn.clone()).judge_text(state, completion.text.clone()).await?),
+            Some((r, turn, continued)) => {
+                Some(OutputWatch::new(r.clone(), turn.clone(), continued.clone()).judge_text(state, completion.text.clone()).await?)
+            }
             None => None,
         };
         let choice = Choice { reasoning, content, tool_calls, finish: completion.finish, logprobs_json, guard };

@@ -11,7 +11,7 @@ use engine::chat::{tokenize_rendered, ChatInput};
 use engine::generate::{FinishReason, Usage};
 
 pub(crate) use super::chat_request::Call;
-use super::chat_request::{outputs, render, ChatRequest, Outputs};
+use super::chat_request::{outputs, render_prompt, ChatRequest, Outputs};
 use super::generation::{blocking, next_event, submit};
 use super::reasoning::Split;
 use super::reply::{self, ReadReply, ReplyReader};
@@ -54,7 +54,7 @@ async fn prepare(
 ) -> Result<(Arc<ModelEntry>, Arc<ChatRequest>, Outputs, String), ApiError> {
     let id = typed.model_id()?;
     let entry = state.registry.generator(&id)?;
-    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab(), &state.timeouts)?);
+    let request = Arc::new(typed.check(entry.model.tokenizer().n_vocab(), &state.timeouts, &state.chat_defaults)?);
     if request.common.n != 1 {
         return Err(ApiError::invalid_param("n", "this route gives one reply: n must be 1"));
     }
@@ -80,13 +80,12 @@ pub(crate) async fn complete(state: &Arc<AppState>, typed: ChatCompletionRequest
 }
 
 /// The prompt tokens of the chat request `typed` on its model (its messages and tools rendered
-/// by the model's template, with the generation prompt).
+/// by the model's template, as a reply to it would be asked for).
 pub(crate) fn prompt_tokens(state: &AppState, typed: ChatCompletionRequest) -> Result<usize, ApiError> {
     let entry = state.registry.generator(&typed.model_id()?)?;
-    let input =
-        ChatInput { tools: typed.tools(), add_generation_prompt: true, extra: typed.template_vars()?, ..ChatInput::new(typed.messages()?) };
-    let text = render(&entry, &input)?;
-    Ok(tokenize_rendered(entry.model.tokenizer(), &text).len())
+    let input = ChatInput { tools: typed.tools(), extra: typed.template_vars()?, ..ChatInput::new(typed.messages()?) };
+    let prompt = render_prompt(&entry, input, typed.prompt_end(&state.chat_defaults)?)?;
+    Ok(tokenize_rendered(entry.model.tokenizer(), &prompt.text).len())
 }
 
 /// What a streamed turn says, in order.

@@ -160,13 +160,16 @@ pub struct OutputWatch {
     rails: Arc<Guardrails>,
     /// The conversation the reply answers (its last user turn and the turns before).
     turn: GuardInput,
+    /// The assistant text the reply continues (a prefill; empty when none): the start of the
+    /// turn the guard reads.
+    continued: String,
     tokens: Vec<String>,
     judged: usize,
 }
 
 impl OutputWatch {
-    pub fn new(rails: Arc<Guardrails>, turn: GuardInput) -> OutputWatch {
-        OutputWatch { rails, turn, tokens: Vec::new(), judged: 0 }
+    pub fn new(rails: Arc<Guardrails>, turn: GuardInput, continued: String) -> OutputWatch {
+        OutputWatch { rails, turn, continued, tokens: Vec::new(), judged: 0 }
     }
 
     /// Adds a generated token's text; true when a window is due for judging.
@@ -190,18 +193,25 @@ impl OutputWatch {
     }
 
     /// Judges the tokens since the last check, with up to `context` tokens before them, as the
-    /// assistant's reply to the conversation.
+    /// assistant's reply to the conversation (from the text it continues when the window reaches
+    /// back to the reply's start).
     pub async fn judge_window(&mut self, state: &AppState) -> Result<Judgement, ApiError> {
         let from = self.judged.saturating_sub(self.rails.context);
-        let window = self.tokens[from..].concat();
+        let opening = if from == 0 { self.continued.as_str() } else { "" };
+        let window = opening.to_string() + &self.tokens[from..].concat();
         self.judged = self.tokens.len();
-        self.judge_text(state, window).await
+        self.judge_turn(state, window).await
     }
 
-    /// Judges a whole reply (a response that is not streamed).
+    /// Judges a whole reply (a response that is not streamed), after the text it continues.
     pub async fn judge_text(&self, state: &AppState, reply: String) -> Result<Judgement, ApiError> {
+        self.judge_turn(state, self.continued.clone() + &reply).await
+    }
+
+    /// Judges `text` as the assistant's turn.
+    async fn judge_turn(&self, state: &AppState, text: String) -> Result<Judgement, ApiError> {
         let mut input = self.turn.clone();
-        input.assistant = Some(reply);
+        input.assistant = Some(text);
         self.rails.judge(state, input, "output").await
     }
 }

@@ -189,6 +189,8 @@ impl MessagesRequest {
             tool_choice,
             response_format: None,
             reasoning_effort: None,
+            // Anthropic's API: a last assistant turn is the start of the reply (a prefill)
+            continue_final_message: true,
             sampling,
         }
         .into())

@@ -3,7 +3,9 @@
 //! rendered prompt ends with `<think>`, as Qwen3's and DeepSeek-R1's do) or by the reply itself
 //! (its first non-blank text is `<think>`); a reply that never closes it is all reasoning.
 //! Whitespace that opens the reasoning, or the content after the block, is dropped, as the
-//! reasoning parsers of llama-server and vLLM drop it.
+//! reasoning parsers of llama-server and vLLM drop it. A reply that continues an assistant's text
+//! (a prefill) starts where that text left off, inside its block or after it, and keeps every
+//! character.
 
 use engine::tokenizer::{TokenId, Tokenizer};
 
@@ -13,6 +15,52 @@ const CLOSE: &str = "</think>";
 /// Whether the rendered prompt leaves a thinking block open for the reply.
 pub fn prompt_opens_thinking(prompt: &str) -> bool {
     prompt.trim_end().ends_with(OPEN)
+}
+
+/// Where a reply starts, as far as thinking blocks go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThinkStart {
+    /// Outside any block: the reply may open one with its first non-blank text.
+    Fresh,
+    /// Inside the block the template's generation prompt opened.
+    PromptOpened,
+    /// Inside the block of the assistant's text it continues.
+    ContinuesReasoning,
+    /// After (or without) any block of the assistant's text it continues: all content.
+    ContinuesContent,
+}
+
+impl ThinkStart {
+    /// Where the reply to the rendered `prompt` starts.
+    pub fn of_prompt(prompt: &str) -> ThinkStart {
+        if prompt_opens_thinking(prompt) {
+            ThinkStart::PromptOpened
+        } else {
+            ThinkStart::Fresh
+        }
+    }
+
+    /// Where a reply continuing `continued` starts, the assistant's text that follows `head` in
+    /// the prompt: inside a block when its last tag opens one (or it has none and `head` left one
+    /// open).
+    pub fn of_continued(head: &str, continued: &str) -> ThinkStart {
+        let open = match (continued.rfind(OPEN), continued.rfind(CLOSE)) {
+            (Some(o), Some(c)) => o > c,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => prompt_opens_thinking(head),
+        };
+        if open {
+            ThinkStart::ContinuesReasoning
+        } else {
+            ThinkStart::ContinuesContent
+        }
+    }
+
+    /// Whether the reply starts inside a block.
+    fn thinking(self) -> bool {
+        matches!(self, ThinkStart::PromptOpened | ThinkStart::ContinuesReasoning)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,9 +90,15 @@ pub struct ThinkSplit {
 }
 
 impl ThinkSplit {
-    /// `opened`: the prompt opened the block ([`prompt_opens_thinking`]).
-    pub fn new(opened: bool) -> Self {
-        ThinkSplit { phase: if opened { Phase::Thinking } else { Phase::Opening }, held: String::new(), trim: true, had_block: opened }
+    pub fn new(start: ThinkStart) -> Self {
+        let phase = match start {
+            ThinkStart::Fresh => Phase::Opening,
+            ThinkStart::PromptOpened | ThinkStart::ContinuesReasoning => Phase::Thinking,
+            ThinkStart::ContinuesContent => Phase::Content,
+        };
+        // a continuation's first characters go on from the text before them
+        let trim = matches!(start, ThinkStart::Fresh | ThinkStart::PromptOpened);
+        ThinkSplit { phase, held: String::new(), trim, had_block: start.thinking() }
     }
 
     /// Whether the reply is inside its thinking block (the next token counts as reasoning).
@@ -115,15 +169,15 @@ impl ThinkSplit {
 }
 
 /// A whole reply split: its reasoning (`None` when it had no thinking block) and its content.
-pub fn split(text: &str, opened: bool) -> (Option<String>, String) {
-    let mut s = ThinkSplit::new(opened);
+pub fn split(text: &str, start: ThinkStart) -> (Option<String>, String) {
+    let mut s = ThinkSplit::new(start);
     let (a, b) = (s.push(text), s.finish());
     (s.had_block.then(|| a.reasoning + &b.reasoning), a.content + &b.content)
 }
 
 /// How many of the reply's `tokens` were spent inside its thinking block.
-pub fn reasoning_tokens(tokenizer: &Tokenizer, tokens: &[TokenId], opened: bool) -> usize {
-    let mut s = ThinkSplit::new(opened);
+pub fn reasoning_tokens(tokenizer: &Tokenizer, tokens: &[TokenId], start: ThinkStart) -> usize {
+    let mut s = ThinkSplit::new(start);
     let mut n = 0;
     for &t in tokens {
         // the tags are ASCII: a multi-byte character cut across tokens cannot hide one
@@ -147,8 +201,8 @@ pub(super) fn partial_suffix(text: &str, tag: &str) -> usize {
 mod tests {
     use super::*;
 
-    fn run(opened: bool, pieces: &[&str]) -> (String, String) {
-        let mut s = ThinkSplit::new(opened);
+    fn run(start: ThinkStart, pieces: &[&str]) -> (String, String) {
+        let mut s = ThinkSplit::new(start);
         let (mut r, mut c) = (String::new(), String::new());
         for p in pieces {
             let out = s.push(p);
@@ -162,32 +216,32 @@ mod tests {
     #[test]
     fn a_block_the_reply_opens_is_reasoning_and_the_rest_content() {
         let pieces = ["<th", "ink>\n", "Two plus", " two is four.", "\n</", "think", ">\n\n", "4"];
-        assert_eq!(run(false, &pieces), ("Two plus two is four.\n".into(), "4".into()));
+        assert_eq!(run(ThinkStart::Fresh, &pieces), ("Two plus two is four.\n".into(), "4".into()));
         // every way of cutting the text gives the same split
         let text: String = pieces.concat();
         for cut in 1..text.len() {
             let (a, b) = text.split_at(cut);
-            assert_eq!(run(false, &[a, b]), ("Two plus two is four.\n".into(), "4".into()), "cut at {cut}");
+            assert_eq!(run(ThinkStart::Fresh, &[a, b]), ("Two plus two is four.\n".into(), "4".into()), "cut at {cut}");
         }
     }
 
     #[test]
     fn a_block_the_prompt_opened_needs_no_opening_tag() {
-        assert_eq!(run(true, &["Let me see", "</think>", "Yes."]), ("Let me see".into(), "Yes.".into()));
+        assert_eq!(run(ThinkStart::PromptOpened, &["Let me see", "</think>", "Yes."]), ("Let me see".into(), "Yes.".into()));
         // never closed: all reasoning, a trailing partial tag included
-        assert_eq!(run(true, &["still going </thi"]), ("still going </thi".into(), String::new()));
+        assert_eq!(run(ThinkStart::PromptOpened, &["still going </thi"]), ("still going </thi".into(), String::new()));
     }
 
     #[test]
     fn a_reply_without_a_block_is_content_as_it_decodes() {
-        let mut s = ThinkSplit::new(false);
+        let mut s = ThinkSplit::new(ThinkStart::Fresh);
         assert_eq!(s.push("  "), Split::default());
         assert_eq!(s.push("<"), Split::default());
         assert_eq!(s.push("b>bold"), Split { reasoning: String::new(), content: "  <b>bold".into() });
         assert_eq!(s.push(" <think> later"), Split { reasoning: String::new(), content: " <think> later".into() });
-        assert_eq!(split("plain", false), (None, "plain".into()));
-        assert_eq!(split("<think>a</think>b", false), (Some("a".into()), "b".into()));
-        assert_eq!(split("<think></think>b", false), (Some(String::new()), "b".into()));
+        assert_eq!(split("plain", ThinkStart::Fresh), (None, "plain".into()));
+        assert_eq!(split("<think>a</think>b", ThinkStart::Fresh), (Some("a".into()), "b".into()));
+        assert_eq!(split("<think></think>b", ThinkStart::Fresh), (Some(String::new()), "b".into()));
     }
 
     #[test]
@@ -195,5 +249,22 @@ mod tests {
         assert!(prompt_opens_thinking("<|im_start|>assistant\n<think>\n"));
         assert!(!prompt_opens_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
         assert!(!prompt_opens_thinking("<|im_start|>assistant\n"));
+    }
+
+    #[test]
+    fn a_continuation_goes_on_inside_or_after_the_block_its_text_left_keeping_every_character() {
+        let head = "<|im_start|>assistant\n";
+        assert_eq!(ThinkStart::of_continued(head, "<think>\nLet me"), ThinkStart::ContinuesReasoning);
+        assert_eq!(ThinkStart::of_continued(head, "<think>a</think>\nThe answer"), ThinkStart::ContinuesContent);
+        assert_eq!(ThinkStart::of_continued(head, "<think>a</think>b<think>c"), ThinkStart::ContinuesReasoning);
+        assert_eq!(ThinkStart::of_continued(head, "Sure"), ThinkStart::ContinuesContent);
+        // the template opened the block and the text has not closed it
+        assert_eq!(ThinkStart::of_continued("assistant\n<think>\n", "Let me"), ThinkStart::ContinuesReasoning);
+        assert_eq!(ThinkStart::of_continued("assistant\n<think>\n", "x</think>y"), ThinkStart::ContinuesContent);
+        // leading spaces stay: they join the text before them
+        assert_eq!(run(ThinkStart::ContinuesReasoning, &[" see", "</think>", "\n\nYes."]), (" see".into(), "Yes.".into()));
+        assert_eq!(run(ThinkStart::ContinuesContent, &[" blue", " <think>x</think>"]), (String::new(), " blue <think>x</think>".into()));
+        assert_eq!(split(" more", ThinkStart::ContinuesReasoning), (Some(" more".into()), String::new()));
+        assert_eq!(split(" more", ThinkStart::ContinuesContent), (None, " more".into()));
     }
 }

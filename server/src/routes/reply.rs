@@ -8,32 +8,33 @@
 
 use engine::tokenizer::{TokenId, Tokenizer};
 
-use super::chat_request::{split_tool_calls, Call, ChatRequest, ToolChoice};
+use super::chat_request::{split_tool_calls, Call, ChatPrompt, ChatRequest, ToolChoice};
 use super::harmony::{prompt_opens_harmony, HarmonyCall, HarmonySplit};
-use super::reasoning::{self, prompt_opens_thinking, Split, ThinkSplit};
+use super::reasoning::{self, Split, ThinkSplit, ThinkStart};
 use super::tool_stream::ContentGate;
 
 /// The syntax of a reply, from the prompt that asks for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReplySyntax {
-    /// Text: a `<think>` block (opened by the prompt when `opens_thinking`), then the content
+    /// Text: a `<think>` block (which the prompt may have opened: `thinking`), then the content
     /// with tool calls in the model family's syntax.
-    Text { opens_thinking: bool },
+    Text { thinking: ThinkStart },
     /// OpenAI's harmony messages (gpt-oss).
     Harmony,
 }
 
 impl ReplySyntax {
     /// The syntax of the reply to the rendered `prompt`; `constrained`: a grammar decides the
-    /// reply from its first token (then it is plain text).
-    pub fn of_prompt(prompt: &str, constrained: bool) -> ReplySyntax {
-        if constrained {
-            ReplySyntax::Text { opens_thinking: false }
-        } else if prompt_opens_harmony(prompt) {
-            ReplySyntax::Harmony
-        } else {
-            ReplySyntax::Text { opens_thinking: prompt_opens_thinking(prompt) }
-        }
+    /// reply from its first token (then it is plain text, or goes on from the text it continues).
+    pub fn of_prompt(prompt: &ChatPrompt, constrained: bool) -> ReplySyntax {
+        let (head, continued) = prompt.parts();
+        let thinking = match continued {
+            Some(continued) => ThinkStart::of_continued(head, continued),
+            None if constrained => ThinkStart::Fresh,
+            None if prompt_opens_harmony(head) => return ReplySyntax::Harmony,
+            None => ThinkStart::of_prompt(head),
+        };
+        ReplySyntax::Text { thinking }
     }
 }
 
@@ -42,10 +43,11 @@ fn harmony_calls(calls: Vec<HarmonyCall>) -> Vec<Call> {
     calls.into_iter().map(|c| Call::new(c.name, c.arguments)).collect()
 }
 
-/// A reply kept whole (`reasoning_format: "none"`): a thinking block the prompt opened is opened
-/// in the content too, so that the content reads as the model's whole turn.
-fn inline_thinking(text: &str, opens_thinking: bool) -> String {
-    if opens_thinking {
+/// A reply kept whole (`reasoning_format: "none"`): a thinking block the template's generation
+/// prompt opened is opened in the content too, so that the content reads as the model's whole
+/// turn (a continuation goes on from the text it continues, which has its own tags).
+fn inline_thinking(text: &str, thinking: ThinkStart) -> String {
+    if thinking == ThinkStart::PromptOpened {
         format!("<think>{text}")
     } else {
         text.to_string()
@@ -62,7 +64,7 @@ pub(crate) struct ReadReply {
 
 /// Reads the whole reply `text` of `request`.
 pub(crate) fn read(request: &ChatRequest, text: &str, syntax: ReplySyntax) -> ReadReply {
-    let opens_thinking = match syntax {
+    let thinking = match syntax {
         ReplySyntax::Harmony => {
             let mut h = HarmonySplit::new(&request.tool_choice, request.inline_reasoning);
             let head = h.push(text);
@@ -70,11 +72,11 @@ pub(crate) fn read(request: &ChatRequest, text: &str, syntax: ReplySyntax) -> Re
             let reasoning = h.had_reasoning().then(|| head.reasoning + &tail.reasoning).filter(|_| !request.inline_reasoning);
             return ReadReply { reasoning, content: head.content + &tail.content, calls: harmony_calls(calls) };
         }
-        ReplySyntax::Text { opens_thinking } => opens_thinking,
+        ReplySyntax::Text { thinking } => thinking,
     };
     let (reasoning, rest) = match request.inline_reasoning {
-        true => (None, inline_thinking(text, opens_thinking)),
-        false => reasoning::split(text, opens_thinking),
+        true => (None, inline_thinking(text, thinking)),
+        false => reasoning::split(text, thinking),
     };
     let (content, calls) = split_tool_calls(&rest, &request.tool_choice);
     ReadReply { reasoning, content, calls }
@@ -84,7 +86,7 @@ pub(crate) fn read(request: &ChatRequest, text: &str, syntax: ReplySyntax) -> Re
 pub(crate) fn reasoning_tokens(read: &ReadReply, tokenizer: &Tokenizer, tokens: &[TokenId], syntax: ReplySyntax) -> usize {
     match (read.reasoning.is_some(), syntax) {
         (false, _) => 0,
-        (true, ReplySyntax::Text { opens_thinking }) => reasoning::reasoning_tokens(tokenizer, tokens, opens_thinking),
+        (true, ReplySyntax::Text { thinking }) => reasoning::reasoning_tokens(tokenizer, tokens, thinking),
         (true, ReplySyntax::Harmony) => {
             let mut h = HarmonySplit::new(&ToolChoice::None, false);
             tokens
@@ -119,18 +121,18 @@ struct TextReader {
     gate: Option<ContentGate>,
     /// Text that opens the reply before its first token (an inline thinking block's tag).
     prefix: String,
-    opens_thinking: bool,
+    thinking: ThinkStart,
 }
 
 impl ReplyReader {
     pub fn new(request: &ChatRequest, syntax: ReplySyntax) -> ReplyReader {
         let syntax = match syntax {
             ReplySyntax::Harmony => Syntax::Harmony(HarmonySplit::new(&request.tool_choice, request.inline_reasoning)),
-            ReplySyntax::Text { opens_thinking } => Syntax::Text(TextReader {
-                think: (!request.inline_reasoning).then(|| ThinkSplit::new(opens_thinking)),
+            ReplySyntax::Text { thinking } => Syntax::Text(TextReader {
+                think: (!request.inline_reasoning).then(|| ThinkSplit::new(thinking)),
                 gate: (request.tool_choice != ToolChoice::None).then(ContentGate::default),
-                prefix: inline_thinking("", opens_thinking && request.inline_reasoning),
-                opens_thinking,
+                prefix: if request.inline_reasoning { inline_thinking("", thinking) } else { String::new() },
+                thinking,
             }),
         };
         ReplyReader { syntax, reasoning_tokens: 0 }
@@ -176,7 +178,7 @@ impl ReplyReader {
             Syntax::Text(r) => r,
         };
         let tail = r.think.as_mut().map(ThinkSplit::finish).unwrap_or_default();
-        let ReadReply { content, calls, .. } = read(request, text, ReplySyntax::Text { opens_thinking: r.opens_thinking });
+        let ReadReply { content, calls, .. } = read(request, text, ReplySyntax::Text { thinking: r.thinking });
         let rest = match r.gate.as_mut() {
             Some(gate) => gate.push(&tail.content) + &gate.finish(&content, !calls.is_empty()),
             None => tail.content,

@@ -342,7 +342,19 @@ impl ResponsesRequest {
             Some(Format::JsonSchema { schema, .. }) => Some(Constraint::JsonSchema(Value::Object(schema.clone()))),
         };
         let reasoning_effort = self.reasoning.as_ref().and_then(|r| r.effort);
-        Ok(ConvertedChat { model: self.model.clone(), messages, tools, tool_choice, response_format, reasoning_effort, sampling }.into())
+        // OpenAI's API answers a conversation that ends with the assistant with a new turn
+        let continue_final_message = false;
+        Ok(ConvertedChat {
+            model: self.model.clone(),
+            messages,
+            tools,
+            tool_choice,
+            response_format,
+            reasoning_effort,
+            continue_final_message,
+            sampling,
+        }
+        .into())
     }
 
     /// The request's settings as the response object repeats them.

@@ -12,7 +12,6 @@ use serde_json::{json, Map, Value};
 use super::chat_request;
 use crate::error::ApiError;
 use crate::http::{ok_json, typed, Body};
-use crate::requests;
 use crate::requests::chat::ChatCompletionRequest;
 use crate::AppState;
 
@@ -81,24 +80,15 @@ pub fn detokenize(state: &AppState, body: Map<String, Value>) -> Result<Response
     Ok(ok_json(&json!({"content": String::from_utf8_lossy(&bytes)})))
 }
 
-/// `/apply-template`'s own field, beside the chat completion's.
-#[derive(Deserialize)]
-struct TemplateFlags {
-    #[serde(default)]
-    add_generation_prompt: Option<bool>,
-}
-
 /// The prompt of a chat completion with these `messages` and `tools` (checked as that route
-/// checks them), its generation prompt included unless `add_generation_prompt` is false; an
+/// checks them), ending as that route's would: with the generation prompt, in a last assistant
+/// message's text that is continued, or after the messages (`add_generation_prompt: false`); an
 /// image part shows as `<__media__>`, llama.cpp's marker, where its rows would go.
 pub fn apply_template(state: &AppState, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
-    let body = Value::Object(body);
-    let flags: TemplateFlags = requests::parse(&body)?;
-    let add_generation_prompt = flags.add_generation_prompt.unwrap_or(true);
-    let request = ChatCompletionRequest::from_body(&body)?;
+    let request = ChatCompletionRequest::from_body(&Value::Object(body))?;
     let entry = state.registry.named_or_only(request.model(), true)?;
-    let input =
-        ChatInput { tools: request.tools(), add_generation_prompt, extra: request.template_vars()?, ..ChatInput::new(request.messages()?) };
-    let prompt = chat_request::render(&entry, &input)?.replace(crate::vision::media_marker(), "<__media__>");
+    let input = ChatInput { tools: request.tools(), extra: request.template_vars()?, ..ChatInput::new(request.messages()?) };
+    let prompt = chat_request::render_prompt(&entry, input, request.prompt_end(&state.chat_defaults)?)?;
+    let prompt = prompt.text.replace(crate::vision::media_marker(), "<__media__>");
     Ok(ok_json(&json!({"prompt": prompt})))
 }
