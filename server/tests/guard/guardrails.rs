@@ -2,7 +2,8 @@
 //! risk makes the guard flag everything and a threshold of 1 nothing, so that both paths are
 //! deterministic: an input guard refuses before any token is generated, an output guard cuts a
 //! stream after its first window (the tokens already sent, or none when held back) and withholds
-//! a plain reply; a guard that passes changes nothing of the reply.
+//! a plain reply; a guard that passes changes nothing of the reply; a continued assistant text is
+//! judged with its reply.
 
 use std::sync::Arc;
 
@@ -198,4 +199,42 @@ fn bad_guard_fields_are_refused_by_name_and_server_guardrails_need_no_field() {
         .guardrails(ServerGuardrails { input: true, output: true })
         .build()
         .is_err());
+}
+
+#[test]
+fn an_output_guard_judges_a_continued_text_and_its_reply_as_one_turn() {
+    let base = start(builder());
+    let user = "Tell me a story about a dragon";
+    let prefill = "Once upon a time";
+    let post = |path: &str, body: Value| -> Value {
+        let r = Client::new().post(format!("{base}{path}")).json(&body).send().unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json().unwrap()
+    };
+    let body = json!({
+        "model": CHAT,
+        "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": prefill}],
+        "max_tokens": 12,
+        "temperature": 0,
+        "guard": {"input": false, "risks": ["harm"], "thresholds": {"harm": 1.0}},
+    });
+    let r = post("/v1/chat/completions", body.clone());
+    let reply = r["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let judged = &r["choices"][0]["guard"]["verdicts"][0];
+    // the guard's own route on the whole assistant turn gives the same verdict; on the reply
+    // alone, another
+    let judge = |assistant: String| {
+        post("/v1/guard", json!({"model": GUARD, "input": {"user": user, "assistant": assistant}, "risks": ["harm"]}))["verdicts"][0]
+            .clone()
+    };
+    assert_eq!(*judged, judge(format!("{prefill}{reply}")), "{r}");
+    assert_ne!(*judged, judge(reply.clone()), "{r}");
+    // streamed, a window that reaches back to the reply's start reads the text before it too
+    let mut body = body;
+    body["stream"] = json!(true);
+    body["guard"]["every"] = json!(64);
+    let text = Client::new().post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap().text().unwrap();
+    let (deltas, last, _) = read_stream(&text);
+    assert_eq!(deltas.concat(), reply);
+    assert_eq!(last["guard"]["verdicts"][0], *judged, "{last}");
 }
