@@ -5,9 +5,12 @@
 //!
 //! The tokenizer is described to llguidance once, as a token trie over each token's bytes
 //! ([`GrammarCompiler::new`]); compiling a constraint then gives a [`GrammarMatcher`] per
-//! sequence. Output JSON is compact (no free whitespace, `,` and `:` separators): a small model
-//! cannot wander off into whitespace, and the text is what a client would parse anyway. Numbers
-//! are bounded in digits (`numbers`), so that one cannot run on for the whole token budget.
+//! sequence. JSON may have whitespace between its tokens as llama.cpp's schema grammars allow it
+//! (nothing, a space, or one or two line ends and up to 20 spaces or tabs): a model writes its
+//! JSON the way it learned to (`{"name": "Ada"}`, or indented), which keeps its values what it
+//! would have said (forced into compact JSON, a small model drops list items and garbles
+//! strings), and a gap is bounded, so that no model can wander off into whitespace. Numbers are
+//! bounded in digits (`numbers`), so that one cannot run on for the whole token budget.
 
 pub mod gbnf;
 mod gbnf_lark;
@@ -172,8 +175,8 @@ impl GrammarCompiler {
     /// llguidance's message, never later and never by running unconstrained.
     pub fn compile(&self, constraint: &Constraint) -> Result<GrammarMatcher, GrammarError> {
         let grammar = match constraint {
-            Constraint::JsonObject => TopLevelGrammar::from_json_schema(compact(json!({"type": "object"}))?),
-            Constraint::JsonSchema(schema) => TopLevelGrammar::from_json_schema(compact(schema.clone())?),
+            Constraint::JsonObject => TopLevelGrammar::from_json_schema(with_json_options(json!({"type": "object"}))?),
+            Constraint::JsonSchema(schema) => TopLevelGrammar::from_json_schema(with_json_options(schema.clone())?),
             Constraint::ToolCall(tools) => TopLevelGrammar::from_lark(tool_call_lark(tools)?),
             Constraint::Grammar(text) => TopLevelGrammar::from_lark(self.grammar_lark(text)?),
         };
@@ -231,10 +234,14 @@ fn token_word(bytes: &[u8], id: TokenId, special: bool) -> Vec<u8> {
     w
 }
 
-/// The options every schema compiles with: compact separators and no free whitespace. They
-/// replace any `x-guidance` the caller sent, so a client cannot switch on lenient mode (which
-/// ignores what it cannot enforce).
-fn compact(schema: Value) -> Result<Value, GrammarError> {
+/// Whitespace between JSON tokens, as llama.cpp's `space` rule allows it (a gap of no
+/// whitespace is no match of it).
+const JSON_WHITESPACE: &str = r"( |\n{1,2}[ \t]{0,20})";
+
+/// The options every schema compiles with: `,` and `:` separators with [`JSON_WHITESPACE`]
+/// between tokens. They replace any `x-guidance` the caller sent, so a client cannot switch on
+/// lenient mode (which ignores what it cannot enforce).
+fn with_json_options(schema: Value) -> Result<Value, GrammarError> {
     let mut schema = match schema {
         // `true` is the schema that accepts anything; `false` accepts nothing.
         Value::Bool(true) => json!({}),
@@ -242,16 +249,17 @@ fn compact(schema: Value) -> Result<Value, GrammarError> {
         Value::Object(o) => Value::Object(o),
         other => return Err(GrammarError::Schema(format!("a schema is an object or a boolean, not {other}"))),
     };
-    schema
-        .as_object_mut()
-        .expect("an object")
-        .insert("x-guidance".into(), json!({"whitespace_flexible": false, "item_separator": ",", "key_separator": ":"}));
+    schema.as_object_mut().expect("an object").insert(
+        "x-guidance".into(),
+        json!({"whitespace_flexible": true, "whitespace_pattern": JSON_WHITESPACE, "item_separator": ",", "key_separator": ":"}),
+    );
     Ok(schema)
 }
 
-/// A Lark grammar for `{"name":"<tool>","arguments":<its arguments>}`: one alternative per
-/// tool, the arguments a nested `%json` grammar each, so that every parameters schema keeps its
-/// own root (its `#/$defs/...` references resolve as the tool's author meant).
+/// A Lark grammar for `{"name": "<tool>", "arguments": <its arguments>}` with
+/// [`JSON_WHITESPACE`] between its tokens: one alternative per tool, the arguments a nested
+/// `%json` grammar each, so that every parameters schema keeps its own root (its `#/$defs/...`
+/// references resolve as the tool's author meant).
 fn tool_call_lark(tools: &[ToolSpec]) -> Result<String, GrammarError> {
     if tools.is_empty() {
         return Err(GrammarError::Tools("no tools to call".into()));
@@ -263,16 +271,16 @@ fn tool_call_lark(tools: &[ToolSpec]) -> Result<String, GrammarError> {
             return Err(GrammarError::Tools(format!("two tools are named {:?}", tool.name)));
         }
         let params = object_parameters(tool)?;
-        // The prefix is a Lark string literal, which Lark reads as a JSON string.
-        let prefix = format!("{{\"name\":{},\"arguments\":", Value::String(tool.name.clone()));
-        let literal = Value::String(prefix).to_string();
-        rules.push_str(&format!("call_{i}: {literal} args_{i} \"}}\"\nargs_{i}: %json {params}\n"));
+        // Each JSON token is a Lark string literal, which Lark reads as a JSON string.
+        let name = Value::String(tool.name.clone()).to_string();
+        let tokens = ["{", "\"name\"", ":", &name, ",", "\"arguments\"", ":"].map(|t| Value::String(t.to_string()).to_string());
+        rules.push_str(&format!("call_{i}: {} WS? args_{i} WS? \"}}\"\nargs_{i}: %json {params}\n", tokens.join(" WS? ")));
         alts.push(format!("call_{i}"));
     }
-    Ok(format!("start: {}\n{rules}", alts.join(" | ")))
+    Ok(format!("start: {}\nWS: /{JSON_WHITESPACE}/\n{rules}", alts.join(" | ")))
 }
 
-/// A tool's parameters schema, made to describe an object with the compact options.
+/// A tool's parameters schema, made to describe an object with the JSON options.
 fn object_parameters(tool: &ToolSpec) -> Result<Value, GrammarError> {
     let schema = match &tool.parameters {
         Value::Null | Value::Bool(true) => json!({"type": "object"}),
@@ -291,7 +299,7 @@ fn object_parameters(tool: &ToolSpec) -> Result<Value, GrammarError> {
         }
         other => return Err(GrammarError::Tools(format!("the parameters of {:?} must be a JSON schema object, not {other}", tool.name))),
     };
-    compact(schema)
+    with_json_options(schema)
 }
 
 fn compile_error(constraint: &Constraint, msg: String) -> GrammarError {
@@ -524,7 +532,7 @@ mod tests {
     }
 
     #[test]
-    fn json_object_is_compact_and_ends_with_the_object() {
+    fn json_has_llama_cpp_s_whitespace_between_tokens_and_ends_with_the_object() {
         let c = compiler();
         let mut m = c.compile(&Constraint::JsonObject).unwrap();
         // only `{` and tokens starting with it; no whitespace, no control or EOG tokens
@@ -532,12 +540,21 @@ mod tests {
         assert!(first.contains(&id("{")) && first.contains(&id("{\"")));
         assert!(!first.contains(&id(" ")) && !first.contains(&CONTROL) && !first.contains(&EOS));
         assert!(!first.contains(&EOG_TEXT), "an end-of-generation token is not text");
-        feed(&mut m, &["{\"", "a", "\":", "12", ","]);
-        assert!(m.accept(id(" ")).is_err(), "no free whitespace after the separator");
-        feed(&mut m, &["\"a", "\":", "true"]);
+        feed(&mut m, &["{\"", "a", "\":", " ", "12", ",", "\n", " ", " ", "\"a", "\":", "true"]);
+        // a gap is a space, or one or two line ends and at most 20 spaces or tabs
+        assert!(m.accept(id("\t")).is_err(), "a tab only after a line end");
+        let mut gap = m.clone();
+        feed(&mut gap, &["\n", "\n"]);
+        assert!(gap.accept(id("\n")).is_err(), "three line ends");
+        feed(&mut gap, &["\t"; 20]);
+        assert!(gap.accept(id(" ")).is_err(), "21 spaces or tabs");
+        feed(&mut gap, &["}"]);
+        let mut spaced = m.clone();
+        feed(&mut spaced, &[" "]);
+        assert!(spaced.accept(id(" ")).is_err(), "two spaces");
         assert!(!m.is_finished());
         feed(&mut m, &["}"]);
-        assert!(m.is_finished());
+        assert!(m.is_finished() && gap.is_finished());
         // finished: only end-of-generation tokens remain allowed, and accepting one is fine
         assert_eq!(allowed(&mut m, CONTROL as usize + 10), vec![EOG_TEXT, EOS]);
         m.accept(EOS).unwrap();
@@ -607,6 +624,16 @@ mod tests {
         assert!(!m.is_finished());
         feed(&mut m, &["}"]);
         assert!(m.is_finished());
+        // with whitespace between the tokens, as a model may write it
+        let text = "{\"name\": \"other\",\n  \"arguments\": {\"b\": [1, 2]} }";
+        let mut m = c.compile(&Constraint::ToolCall(vec![ToolSpec { name: "other".into(), parameters: Value::Null }])).unwrap();
+        for ch in text.split_inclusive(|_| true) {
+            feed(&mut m, &[ch]);
+        }
+        assert!(m.is_finished());
+        let mut m = c.compile(&Constraint::ToolCall(vec![ToolSpec { name: "other".into(), parameters: Value::Null }])).unwrap();
+        feed(&mut m, &["{"]);
+        assert!(m.accept(id("\t")).is_err(), "a tab only after a line end");
     }
 
     #[test]
