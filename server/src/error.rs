@@ -118,6 +118,11 @@ impl ApiError {
         ApiError { code: Some("not_found"), ..ApiError::new(StatusCode::NOT_FOUND, "not_found_error", format!("no route {method} {path}")) }
     }
 
+    /// A route this server serves only with what it lacks: the 404 says `why`.
+    pub fn route_off(method: &hyper::Method, path: &str, why: &str) -> ApiError {
+        ApiError { message: format!("no route {method} {path}: {why}"), ..ApiError::route_not_found(method, path) }
+    }
+
     pub fn method_not_allowed(method: &hyper::Method, path: &str, allowed: &str) -> ApiError {
         ApiError {
             allow: Some(allowed.to_string()),

@@ -231,6 +231,12 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
             let body = json_body(state, req).await?;
             routes::guard::handle(state, guard_route.expect("matched"), body).await
         }
+        "/v1/audio/transcriptions" => {
+            Err(ApiError::route_off(&method, &path, "this server has no transcription model (start it with --transcribe FILE)"))
+        }
+        _ if guard_route.is_some() || path == "/v1/moderations" || path == "/v1/guard/policies" => {
+            Err(ApiError::route_off(&method, &path, "this server has no guard model loaded (start it with --guard FILE)"))
+        }
         _ => Err(ApiError::route_not_found(&method, &path)),
     }
 }

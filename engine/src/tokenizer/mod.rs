@@ -1,11 +1,12 @@
 //! Tokenizers built from a GGUF's `tokenizer.ggml.*` metadata, producing the same ids as
 //! llama.cpp: SentencePiece-style BPE (`spm`), byte-level BPE with the named pre-tokenizer
 //! (`bpe`, `pretokenize`), WordPiece (`wpm`) and the id-only vocabulary of llama.cpp's generated
-//! test models (`hashed`), plus special-token parsing, decoding and a
-//! streaming detokenizer.
+//! test models (`hashed`), plus special-token parsing, decoding, a streaming detokenizer and
+//! fill-in-the-middle prompts (`fim`).
 
 mod bpe;
 mod error;
+pub mod fim;
 mod hashed;
 mod pretokenize;
 mod special;

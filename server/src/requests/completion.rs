@@ -1,6 +1,6 @@
-//! The `/v1/completions` request: prompts, `echo`, legacy `logprobs` (0 to 5 alternatives),
-//! llama-server's `grammar` (GBNF), the shared sampling fields, and the OpenAI fields it refuses
-//! (`suffix`, `best_of` other than 1).
+//! The `/v1/completions` request: prompts, `suffix` (the prompt then the text before a gap the
+//! model fills), `echo`, legacy `logprobs` (0 to 5 alternatives), llama-server's `grammar`
+//! (GBNF), the shared sampling fields, and the OpenAI field it refuses (`best_of` other than 1).
 
 use engine::grammar::Constraint;
 use serde::Deserialize;
@@ -25,7 +25,7 @@ pub struct CompletionRequest {
     #[serde(default, deserialize_with = "crate::requests::whole_number")]
     logprobs: Option<u64>,
     #[serde(default)]
-    suffix: Option<Value>,
+    suffix: Option<String>,
     #[serde(default, deserialize_with = "crate::requests::whole_number")]
     best_of: Option<u64>,
     /// A GBNF grammar every completion follows (empty: none).
@@ -44,6 +44,9 @@ pub struct CheckedCompletion {
     pub logprobs: Option<usize>,
     /// `grammar`, to decode under.
     pub grammar: Option<Constraint>,
+    /// The text after the gap each prompt ends before (fill-in-the-middle); `None`: plain
+    /// continuations.
+    pub suffix: Option<String>,
 }
 
 impl CompletionRequest {
@@ -60,20 +63,28 @@ impl CompletionRequest {
 
     /// The request checked for a model of `n_vocab` tokens.
     pub fn check(&self, n_vocab: usize, timeouts: &Timeouts) -> Result<CheckedCompletion, ApiError> {
-        if self.suffix.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::invalid_param("suffix", "suffix is not supported"));
-        }
         if int_in("best_of", self.best_of, 1, 20)?.is_some_and(|b| b != 1) {
             return Err(ApiError::invalid_param("best_of", "best_of other than 1 is not supported"));
         }
         let mut common = self.sampling.params(n_vocab, timeouts)?;
         common.max_tokens = Some(common.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS));
+        let prompts = self.prompt.clone().ok_or_else(|| ApiError::missing("prompt"))?;
+        let echo = self.echo.unwrap_or(false);
+        if self.suffix.is_some() {
+            if !matches!(prompts, Inputs::Texts(_)) {
+                return Err(ApiError::invalid_param("suffix", "suffix needs a text prompt, the code before the gap"));
+            }
+            if echo {
+                return Err(ApiError::invalid_param("suffix", "suffix cannot be combined with echo"));
+            }
+        }
         Ok(CheckedCompletion {
-            prompts: self.prompt.clone().ok_or_else(|| ApiError::missing("prompt"))?,
+            prompts,
             common,
-            echo: self.echo.unwrap_or(false),
+            echo,
             logprobs: int_in("logprobs", self.logprobs, 0, 5)?.map(|v| v as usize),
             grammar: self.grammar.as_ref().filter(|g| !g.is_empty()).map(|g| Constraint::Grammar(g.clone())),
+            suffix: self.suffix.clone(),
         })
     }
 }

@@ -11,6 +11,7 @@ use engine::generate::{Completion, Usage};
 use engine::kv_cache::KvType;
 use engine::logprobs::{token_logprob, TokenLogprob};
 use engine::model::{BatchEntry, LoraScale, Model};
+use engine::tokenizer::fim::fim_prompt;
 use engine::tokenizer::{TokenId, Tokenizer};
 use hyper::Response;
 use serde_json::{json, Map, Value};
@@ -150,9 +151,14 @@ async fn stream(
 fn outputs(entry: &ModelEntry, request: &CheckedCompletion, stream: bool) -> Result<(Vec<Vec<TokenId>>, Vec<SeqSpec>), ApiError> {
     let tokenizer = entry.model.tokenizer();
     let n_vocab = tokenizer.n_vocab();
-    let prompts: Vec<Vec<TokenId>> = match &request.prompts {
-        Inputs::Texts(texts) => texts.iter().map(|t| tokenizer.encode(t, true, true)).collect(),
-        Inputs::Tokens(ids) => ids.clone(),
+    let prompts: Vec<Vec<TokenId>> = match (&request.prompts, &request.suffix) {
+        (Inputs::Texts(texts), None) => texts.iter().map(|t| tokenizer.encode(t, true, true)).collect(),
+        (Inputs::Texts(texts), Some(suffix)) => texts
+            .iter()
+            .map(|t| fim_prompt(tokenizer, t, suffix))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ApiError::invalid_param("suffix", format!("{e}: it cannot fill a gap")))?,
+        (Inputs::Tokens(ids), _) => ids.clone(),
     };
     let lora = entry.adapters.resolve(request.common.lora.as_deref())?;
     let mut seqs = Vec::new();

@@ -514,7 +514,13 @@ fn transcriptions_are_multipart_and_only_with_a_backend() {
     };
     let none = plain_chat_server();
     let c = client();
-    expect_error(c.post(format!("{none}/v1/audio/transcriptions")).multipart(form("json")).send().unwrap(), StatusCode::NOT_FOUND);
+    let e = expect_error(c.post(format!("{none}/v1/audio/transcriptions")).multipart(form("json")).send().unwrap(), StatusCode::NOT_FOUND);
+    assert!(e["message"].as_str().unwrap().ends_with("no transcription model (start it with --transcribe FILE)"), "{e}");
+    // the guard's routes say what they lack too
+    for path in ["/v1/moderations", "/v1/guard"] {
+        let e = expect_error(c.post(format!("{none}{path}")).json(&json!({"input": "x"})).send().unwrap(), StatusCode::NOT_FOUND);
+        assert!(e["message"].as_str().unwrap().contains("no guard model loaded"), "{e}");
+    }
     let base = start(builder().transcriber(Arc::new(EchoBackend)));
     // the backend's model is listed, can be retrieved, and is not unloaded by DELETE
     let models: Value = c.get(format!("{base}/v1/models")).send().unwrap().json().unwrap();
@@ -691,4 +697,42 @@ fn qwen_calls_a_tool_in_its_own_syntax_streamed_and_not() {
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].0, "get_weather");
     assert_eq!(serde_json::from_str::<Value>(&calls[0].1).unwrap(), args);
+}
+
+#[test]
+fn a_suffix_asks_qwen_for_the_code_that_fills_the_gap() {
+    let qwen = Arc::new(Model::load(engine_tests::fetch_model("qwen2.5-coder")).unwrap());
+    let prompt_ids = engine::tokenizer::fim::fim_prompt(qwen.tokenizer(), "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n").unwrap();
+    let base = start(Server::builder().model(ModelSpec {
+        id: "qwen".into(),
+        model: qwen,
+        chat: true,
+        guard: false,
+        n_ctx: Some(1024),
+        draft: None,
+    }));
+    let url = format!("{base}/v1/completions");
+    let body = json!({"model": "qwen", "prompt": "def add(a, b):\n    return ", "suffix": "\n\nprint(add(1, 2))\n", "max_tokens": 16, "temperature": 0});
+    let filled: Value = client().post(&url).json(&body).send().unwrap().json().unwrap();
+    // the real model writes the gap (this instruct model then adds a line of its own) and ends
+    let text = filled["choices"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("a + b") && filled["choices"][0]["finish_reason"] == "stop", "{filled}");
+    // the prompt is the FIM layout: the same reply as a completion of its token ids
+    assert_eq!(filled["usage"]["prompt_tokens"].as_u64(), Some(prompt_ids.len() as u64));
+    let by_ids: Value = client()
+        .post(&url)
+        .json(&json!({"model": "qwen", "prompt": prompt_ids, "max_tokens": 16, "temperature": 0}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(by_ids["choices"][0]["text"].as_str(), Some(text));
+    for bad in [
+        json!({"model": "qwen", "prompt": [1, 2], "suffix": "x"}),
+        json!({"model": "qwen", "prompt": "a", "suffix": "x", "echo": true}),
+        json!({"model": "qwen", "prompt": "a", "suffix": 5}),
+    ] {
+        let e = expect_error(client().post(&url).json(&bad).send().unwrap(), StatusCode::BAD_REQUEST);
+        assert_eq!(e["param"], "suffix", "{bad}: {e}");
+    }
 }

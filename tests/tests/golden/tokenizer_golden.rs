@@ -206,3 +206,39 @@ fn a_megabyte_of_english_matches_llama_cpp() {
         assert_eq!(sha, golden[name]["sha256_ids"].as_str().unwrap(), "{name}");
     }
 }
+
+/// Fill-in-the-middle prompts: `[BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>` with the
+/// tokens llama.cpp finds in each vocabulary (by metadata or by their text), the code read as
+/// plain text; a vocabulary without them is an error naming the token it lacks.
+#[test]
+fn fim_prompts_lay_out_prefix_suffix_and_middle_with_each_vocabulary_s_tokens() {
+    use engine::tokenizer::fim::{can_fill, fim_prompt, NoFimToken};
+    let (prefix, suffix) = ("def f(x):\n    <|im_start|>return ", "\n\nprint(f(2))\n");
+    let mut filling = Vec::new();
+    for name in engine_tests::VOCABS {
+        let tok = engine_tests::vocab_tokenizer(name);
+        match fim_prompt(&tok, prefix, suffix) {
+            Ok(ids) => {
+                let s = tok.special_tokens();
+                let mut expected: Vec<_> = tok.add_bos().then(|| tok.bos().unwrap()).into_iter().collect();
+                expected.push(s.fim_pre.unwrap());
+                expected.extend(tok.encode(prefix, false, false));
+                expected.push(s.fim_suf.unwrap());
+                expected.extend(tok.encode(suffix, false, false));
+                expected.push(s.fim_mid.unwrap());
+                assert_eq!(ids, expected, "{name}");
+                // the special token's text in the code stays text
+                assert!(tok.token_id("<|im_start|>").is_none_or(|im| !ids.contains(&im)), "{name}");
+                assert!(can_fill(&tok));
+                filling.push(*name);
+            }
+            Err(NoFimToken(which)) => assert!(!can_fill(&tok) && ["pre", "suf", "mid"].contains(&which), "{name}"),
+        }
+    }
+    // the code models' vocabularies have them (found by their text); the others do not
+    assert_eq!(filling, ["refact", "starcoder", "deepseek-coder"]);
+    let starcoder = engine_tests::vocab_tokenizer("starcoder");
+    let ids = fim_prompt(&starcoder, "a", "b").unwrap();
+    let text: Vec<String> = ids.iter().map(|&t| String::from_utf8_lossy(starcoder.token_bytes(t)).into_owned()).collect();
+    assert_eq!(text, ["<fim_prefix>", "a", "<fim_suffix>", "b", "<fim_middle>"]);
+}
