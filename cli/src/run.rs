@@ -5,10 +5,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use engine::generate::{FinishReason, GenerateParams, Generator, TokenConstraint, TokenEvent};
 use engine::grammar::{Constraint, GrammarCompiler};
 use engine::model::Model;
+use engine::tokenizer::fim::fim_prompt;
 
 use crate::load::{default_ctx, load_model, resident_mib, thread_pool, DraftArgs, PromptArgs, RuntimeArgs};
 use crate::sampling_args::SamplingArgs;
@@ -35,6 +36,10 @@ pub struct RunArgs {
     /// Constrain the output to a JSON object (any).
     #[arg(long)]
     pub json: bool,
+    /// Fill in the middle: --prompt is the code before a gap, this the code after it, and the
+    /// output what goes between (a code model with FIM tokens).
+    #[arg(long, requires = "prompt", conflicts_with_all = ["tokens", "images"])]
+    pub suffix: Option<String>,
     /// A vision projector GGUF (mmproj: idefics3 / SmolVLM or gemma3) for --image.
     #[arg(long, value_name = "GGUF", requires = "images")]
     pub mmproj: Option<PathBuf>,
@@ -62,7 +67,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut model = load_model(&args.model, args.runtime.device)?;
     args.runtime.lora.load_into(&mut model)?;
     let resident = resident_mib();
-    let prompt = if args.images.is_empty() { args.prompt.tokens(&model)? } else { Vec::new() };
+    let prompt = match &args.suffix {
+        Some(suffix) => fim_prompt(model.tokenizer(), args.prompt.text()?, suffix).map_err(|e| anyhow!("--suffix: {e}"))?,
+        None if args.images.is_empty() => args.prompt.tokens(&model)?,
+        None => Vec::new(),
+    };
     let params = GenerateParams {
         sampling: args.sampling.params(model.tokenizer().n_vocab())?,
         max_tokens: args.n_predict,

@@ -252,3 +252,23 @@ fn ngram_speculation_gives_the_same_greedy_text() {
     let draft = fixture("tiny-llama-Q4_0.gguf");
     proposes_with(&["--spec", "ngram", "--draft-n", "6", "--draft", draft.to_str().unwrap(), "--draft-p-min", "0"]);
 }
+
+#[test]
+fn a_suffix_fills_the_gap_with_a_code_model_and_is_one_line_without_one() {
+    let qwen = engine_tests::fetch_model("qwen2.5-coder");
+    let (prefix, suffix) = ("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n");
+    let out = run(&["-m", qwen.to_str().unwrap(), "-p", prefix, "--suffix", suffix, "-n", "16", "--temp", "0"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // the FIM prompt's greedy continuation, as --tokens gives it
+    let ids = engine::tokenizer::fim::fim_prompt(engine_tests::shared_model("qwen2.5-coder").tokenizer(), prefix, suffix).unwrap();
+    let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
+    let by_ids = run(&["-m", qwen.to_str().unwrap(), "--tokens", &ids.join(","), "-n", "16", "--temp", "0"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("a + b"), "{text}");
+    assert_eq!(text, String::from_utf8(by_ids.stdout).unwrap());
+    let tiny = fixture("tiny-llama-F32.gguf");
+    let out = run(&["-m", tiny.to_str().unwrap(), "-p", "a", "--suffix", "b"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.lines().count() == 1 && err.contains("--suffix: the model has no fill-in-the-middle"), "{err}");
+}
