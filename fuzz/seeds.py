@@ -233,6 +233,7 @@ BODIES = {
     "/detokenize": [{"model": "tiny", "tokens": [1, 2, 3, 400]}],
     "/apply-template": [{"model": "tiny", "messages": CHAT, "tools": TOOLS}, {"model": "tiny", "messages": CHAT, "add_generation_prompt": False}],
     "/v1/models": [{"model": "tiny-llama-Q8_0.gguf", "role": "chat"}],
+    "/infill": [{"model": "tiny", "input_prefix": "def f(", "input_suffix": "):\n", "input_extra": [{"filename": "a.py", "text": "x = 1"}], "prompt": "x", "n_predict": 4, "stream": True}],
 }
 
 

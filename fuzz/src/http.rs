@@ -35,6 +35,7 @@ pub const POST_ROUTES: &[&str] = &[
     "/apply-template",
     "/v1/models",
     "/v1/rerank",
+    "/infill",
 ];
 
 /// The model id the fuzz server serves.

@@ -81,7 +81,7 @@ async fn take_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Res
 
 /// llama-server's routes outside `/v1` (its token utilities and the other names of
 /// `/v1/rerank`), keyed like `/v1`.
-const ROOT_API_ROUTES: [&str; 6] = ["/tokenize", "/detokenize", "/apply-template", "/rerank", "/reranking", "/lora-adapters"];
+const ROOT_API_ROUTES: [&str; 7] = ["/tokenize", "/detokenize", "/apply-template", "/infill", "/rerank", "/reranking", "/lora-adapters"];
 
 async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Result<Response<Body>, ApiError> {
     let method = req.method().clone();
@@ -149,6 +149,11 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
             allow(&method, &path, &[Method::POST])?;
             let body = json_body(state, req).await?;
             with_model(state, &path, body, |s, b| async move { routes::tokens::apply_template(&s, b) }).await
+        }
+        "/infill" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::infill::handle(&s, b).await }).await
         }
         "/lora-adapters" => {
             // setting scales is on where a model has adapters (as the served document says)

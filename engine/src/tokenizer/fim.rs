@@ -1,7 +1,8 @@
 //! Fill-in-the-middle prompts: the text before a gap and the text after it laid out with the
 //! model's FIM tokens, for a code model (Qwen2.5-Coder, CodeLlama, StarCoder, DeepSeek-Coder,
-//! Codestral) to write what goes between them. The layout is the prefix-suffix-middle order of
-//! one file in llama-server's infill: `[BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>`.
+//! Codestral) to write what goes between them, in the prefix-suffix-middle order: one file
+//! (`[BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>`, [`fim_prompt`]), or llama-server's
+//! `/infill` prompt with other files before it and its budget of tokens ([`infill_prompt`]).
 
 use super::{TokenId, Tokenizer};
 
@@ -35,4 +36,74 @@ pub fn fim_prompt(tokenizer: &Tokenizer, prefix: &str, suffix: &str) -> Result<V
 fn fim_tokens(tokenizer: &Tokenizer) -> Result<(TokenId, TokenId, TokenId), NoFimToken> {
     let s = tokenizer.special_tokens();
     Ok((s.fim_pre.ok_or(NoFimToken("pre"))?, s.fim_suf.ok_or(NoFimToken("suf"))?, s.fim_mid.ok_or(NoFimToken("mid"))?))
+}
+
+/// What llama-server's `/infill` lays out around a gap.
+pub struct Infill<'a> {
+    pub prefix: &'a str,
+    pub suffix: &'a str,
+    /// The start of the middle, written after the prefix (llama-server's `prompt`).
+    pub middle_start: &'a str,
+    /// Other files for context, `(filename, text)`, before the prefix.
+    pub extra: &'a [(String, String)],
+}
+
+/// The tokens an infill prompt may spend: llama-server's batch size (the prefix keeps its last
+/// three quarters of it, the suffix and the middle's start its first quarter), the sequence's
+/// context and the tokens to generate (the other files get what is left of the context after a
+/// batch and twice the generation; `None`: no bound, counted as llama-server counts -1).
+#[derive(Clone, Copy, Debug)]
+pub struct InfillBudget {
+    pub n_batch: usize,
+    pub n_ctx: usize,
+    pub n_predict: Option<usize>,
+}
+
+/// llama-server's infill prompt: the repository-level layout of Qwen2.5-Coder's paper where the
+/// vocabulary has its tokens (`<fim_rep>myproject\n`, each other file as `<fim_sep>filename\n`
+/// and its text, then `<fim_sep>filename\n` for this one), a snippet separator between the
+/// files otherwise; then `[BOS] <fim_pre> prefix middle_start <fim_suf> suffix <fim_mid>`, the
+/// prefix cut to its end, the suffix and the other files to what the budget leaves them (the
+/// files' text cut from its start). Every text is read as plain text.
+pub fn infill_prompt(tokenizer: &Tokenizer, infill: &Infill, budget: InfillBudget) -> Result<Vec<TokenId>, NoFimToken> {
+    let (pre, suf, mid) = fim_tokens(tokenizer)?;
+    let text = |t: &str| tokenizer.encode(t, false, false);
+    let special = tokenizer.special_tokens();
+    let mut extra = Vec::new();
+    if let Some(rep) = special.fim_rep {
+        extra.push(rep);
+        extra.extend(text("myproject\n"));
+    }
+    for (filename, body) in infill.extra {
+        match special.fim_sep {
+            Some(sep) => {
+                extra.push(sep);
+                extra.extend(text(&format!("{filename}\n")));
+            }
+            None => extra.extend(text("\n\n--- snippet ---\n\n")),
+        }
+        extra.extend(text(body));
+    }
+    if let Some(sep) = special.fim_sep {
+        extra.push(sep);
+        extra.extend(text("filename\n"));
+    }
+    let (prefix, suffix, middle_start) = (text(infill.prefix), text(infill.suffix), text(infill.middle_start));
+    let quarter = budget.n_batch / 4;
+    let prefix_take = prefix.len().min(3 * quarter);
+    let suffix_take = suffix.len().min(quarter.saturating_sub(2 + middle_start.len()));
+    let generated = budget.n_predict.map_or(-2, |n| 2 * n as i64);
+    let extra_take = extra.len().min((budget.n_ctx as i64 - budget.n_batch as i64 - generated).max(0) as usize);
+
+    let mut ids = extra[extra.len() - extra_take..].to_vec();
+    if tokenizer.add_bos() {
+        ids.extend(tokenizer.bos());
+    }
+    ids.push(pre);
+    ids.extend_from_slice(&prefix[prefix.len() - prefix_take..]);
+    ids.extend(middle_start);
+    ids.push(suf);
+    ids.extend_from_slice(&suffix[..suffix_take]);
+    ids.push(mid);
+    Ok(ids)
 }

@@ -8,6 +8,7 @@ pub mod chat;
 pub mod completion;
 pub mod embedding;
 pub mod guard;
+pub mod infill;
 pub mod inputs;
 pub mod rerank;
 pub mod sampling;

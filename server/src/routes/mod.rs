@@ -9,6 +9,7 @@ pub mod generation;
 pub mod guard;
 pub mod guardrails;
 mod harmony;
+pub mod infill;
 pub mod lora_adapters;
 pub mod messages;
 pub mod models;

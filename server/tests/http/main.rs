@@ -736,3 +736,76 @@ fn a_suffix_asks_qwen_for_the_code_that_fills_the_gap() {
         assert_eq!(e["param"], "suffix", "{bad}: {e}");
     }
 }
+
+#[test]
+fn infill_answers_the_editor_plugins_in_llama_server_s_shape() {
+    use engine::tokenizer::fim::{infill_prompt, Infill, InfillBudget};
+    let qwen = Arc::new(Model::load(engine_tests::fetch_model("qwen2.5-coder")).unwrap());
+    let extra = vec![("util.py".to_string(), "def helper(x):\n    return x * 2\n".to_string())];
+    let infill = Infill { prefix: "def add(a, b):\n    return ", suffix: "\n\nprint(add(1, 2))\n", middle_start: "", extra: &extra };
+    // a context beyond llama-server's batch of 2048, so that the other file fits
+    let ids = infill_prompt(qwen.tokenizer(), &infill, InfillBudget { n_batch: 2048, n_ctx: 4096, n_predict: Some(16) }).unwrap();
+    let repo = qwen.tokenizer().special_tokens().fim_rep.unwrap();
+    assert_eq!(ids[0], repo, "Qwen2.5-Coder's repository-level layout");
+    let base = start(Server::builder().model(ModelSpec {
+        id: "qwen".into(),
+        model: qwen,
+        chat: true,
+        guard: false,
+        n_ctx: Some(4096),
+        draft: None,
+    }));
+    let url = format!("{base}/infill");
+    let body = json!({"input_prefix": infill.prefix, "input_suffix": infill.suffix, "input_extra": [{"filename": "util.py", "text": extra[0].1}],
+                      "n_predict": 16, "temperature": 0});
+    let r: Value = client().post(&url).json(&body).send().unwrap().json().unwrap();
+    let content = r["content"].as_str().unwrap().to_string();
+    assert!(content.starts_with("a + b"), "{r}");
+    // this instruct model may write on after the gap (then up to the limit)
+    let ended = if r["tokens_predicted"] == 16 { "limit" } else { "eos" };
+    assert_eq!((r["stop"].as_bool(), r["stop_type"].as_str(), r["model"].as_str()), (Some(true), Some(ended), Some("qwen")), "{r}");
+    assert_eq!(r["tokens_evaluated"].as_u64(), Some(ids.len() as u64));
+    assert_eq!(r["has_new_line"].as_bool(), Some(content.contains('\n')));
+    // the same text as a completion of those ids
+    let by_ids: Value = client()
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"model": "qwen", "prompt": ids, "max_tokens": 16, "temperature": 0}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(by_ids["choices"][0]["text"].as_str(), Some(content.as_str()));
+    // streamed: the pieces add up to it, the last event has the answer's fields
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let text = client().post(&url).json(&streamed).send().unwrap().text().unwrap();
+    let events: Vec<Value> = sse_events(&text).iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let (last, pieces) = events.split_last().unwrap();
+    assert!(pieces.iter().all(|e| e["stop"] == false) && last["stop"] == true, "{text}");
+    assert_eq!(pieces.iter().map(|e| e["content"].as_str().unwrap()).collect::<String>(), content);
+    assert_eq!((last["stop_type"].as_str(), &last["tokens_predicted"]), (Some(ended), &r["tokens_predicted"]));
+    // a stop word, and the token limit
+    let mut worded = body.clone();
+    worded["stop"] = json!(["+"]);
+    let w: Value = client().post(&url).json(&worded).send().unwrap().json().unwrap();
+    assert_eq!((w["stop_type"].as_str(), w["stopping_word"].as_str(), w["content"].as_str()), (Some("word"), Some("+"), Some("a ")), "{w}");
+    let mut short = body.clone();
+    short["n_predict"] = json!(2);
+    let l: Value = client().post(&url).json(&short).send().unwrap().json().unwrap();
+    assert_eq!((l["stop_type"].as_str(), l["tokens_predicted"].as_u64()), (Some("limit"), Some(2)), "{l}");
+    for (bad, param) in
+        [(json!({"input_prefix": "a", "n_predict": 0}), "n_predict"), (json!({"input_extra": [{"filename": "a"}]}), "input_extra")]
+    {
+        let e = expect_error(client().post(&url).json(&bad).send().unwrap(), StatusCode::BAD_REQUEST);
+        assert_eq!(e["param"], param, "{bad}: {e}");
+    }
+}
+
+#[test]
+fn infill_on_a_model_without_fim_tokens_is_a_400() {
+    let base = plain_chat_server();
+    let e =
+        expect_error(client().post(format!("{base}/infill")).json(&json!({"input_prefix": "a"})).send().unwrap(), StatusCode::BAD_REQUEST);
+    assert!(e["message"].as_str().unwrap().contains("no fill-in-the-middle"), "{e}");
+    assert_eq!(e["param"], "model");
+}

@@ -242,3 +242,47 @@ fn fim_prompts_lay_out_prefix_suffix_and_middle_with_each_vocabulary_s_tokens() 
     let text: Vec<String> = ids.iter().map(|&t| String::from_utf8_lossy(starcoder.token_bytes(t)).into_owned()).collect();
     assert_eq!(text, ["<fim_prefix>", "a", "<fim_suffix>", "b", "<fim_middle>"]);
 }
+
+/// llama-server's `/infill` prompt: the repository-level layout as far as the vocabulary has its
+/// tokens (Refact's `<reponame>`, but no file separator that llama.cpp knows: the files are
+/// then parted by a snippet line), the prefix cut to its last three quarters of a batch, the
+/// suffix to what the last quarter leaves after the middle's start, the other files to what the
+/// context leaves after a batch and twice the generation.
+#[test]
+fn infill_prompts_keep_llama_server_s_layout_and_budget() {
+    use engine::tokenizer::fim::{fim_prompt, infill_prompt, Infill, InfillBudget};
+    let tok = engine_tests::vocab_tokenizer("refact");
+    let s = tok.special_tokens();
+    let (rep, pre, suf, mid) = (s.fim_rep.unwrap(), s.fim_pre.unwrap(), s.fim_suf.unwrap(), s.fim_mid.unwrap());
+    assert_eq!(s.fim_sep, None);
+    let text = |t: &str| tok.encode(t, false, false);
+    let extra = vec![("util.py".to_string(), "def helper():\n    pass\n".to_string())];
+    let infill = Infill { prefix: "def f(x):\n    return ", suffix: "\n\nprint(f(2))\n", middle_start: "x", extra: &extra };
+    let roomy = InfillBudget { n_batch: 2048, n_ctx: 4096, n_predict: Some(64) };
+    let mut expected = vec![rep];
+    expected.extend(text("myproject\n"));
+    expected.extend(text("\n\n--- snippet ---\n\n"));
+    expected.extend(text("def helper():\n    pass\n"));
+    expected.push(pre);
+    expected.extend(text("def f(x):\n    return "));
+    expected.extend(text("x"));
+    expected.push(suf);
+    expected.extend(text("\n\nprint(f(2))\n"));
+    expected.push(mid);
+    assert_eq!(infill_prompt(&tok, &infill, roomy).unwrap(), expected);
+    // no room in the context for the other files: one file's layout with the middle's start
+    let tight = InfillBudget { n_batch: 2048, n_ctx: 2048, n_predict: Some(16) };
+    let plain = Infill { middle_start: "", extra: &[], ..infill };
+    assert_eq!(infill_prompt(&tok, &plain, tight).unwrap(), fim_prompt(&tok, plain.prefix, plain.suffix).unwrap());
+    // a batch of 8: the prefix keeps its last 6 tokens, the suffix none (8/4 - 2 - 1 < 0, the
+    // middle's start being one token), the context none for the other files
+    let small = InfillBudget { n_batch: 8, n_ctx: 8, n_predict: Some(1) };
+    let ids = infill_prompt(&tok, &infill, small).unwrap();
+    let prefix = text(infill.prefix);
+    assert!(prefix.len() > 6, "the prefix is longer than its budget");
+    let mut expected = vec![pre];
+    expected.extend_from_slice(&prefix[prefix.len() - 6..]);
+    expected.extend(text("x"));
+    expected.extend([suf, mid]);
+    assert_eq!(ids, expected);
+}
