@@ -668,17 +668,15 @@ fn with_tools_offered_plain_text_still_streams_as_it_decodes_with_its_logprobs()
     assert!(deltas > 4, "text is sent as it decodes, not held to the end: {deltas} deltas");
 }
 
+/// The real Qwen2.5-Coder-0.5B-Instruct served as `qwen` with a context of `n_ctx`.
+fn qwen_server(qwen: Arc<Model>, n_ctx: usize) -> String {
+    start(Server::builder().model(ModelSpec { id: "qwen".into(), model: qwen, chat: true, guard: false, n_ctx: Some(n_ctx), draft: None }))
+}
+
 #[test]
 fn qwen_calls_a_tool_in_its_own_syntax_streamed_and_not() {
     let qwen = Arc::new(Model::load(engine_tests::fetch_model("qwen2.5-coder")).unwrap());
-    let base = start(Server::builder().model(ModelSpec {
-        id: "qwen".into(),
-        model: qwen,
-        chat: true,
-        guard: false,
-        n_ctx: Some(1024),
-        draft: None,
-    }));
+    let base = qwen_server(qwen, 1024);
     let tools = json!([{"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
     let body = json!({"model": "qwen", "messages": [{"role": "user", "content": "What is the weather in Paris right now?"}], "tools": tools, "max_tokens": 48, "temperature": 0});
@@ -703,14 +701,7 @@ fn qwen_calls_a_tool_in_its_own_syntax_streamed_and_not() {
 fn a_suffix_asks_qwen_for_the_code_that_fills_the_gap() {
     let qwen = Arc::new(Model::load(engine_tests::fetch_model("qwen2.5-coder")).unwrap());
     let prompt_ids = engine::tokenizer::fim::fim_prompt(qwen.tokenizer(), "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n").unwrap();
-    let base = start(Server::builder().model(ModelSpec {
-        id: "qwen".into(),
-        model: qwen,
-        chat: true,
-        guard: false,
-        n_ctx: Some(1024),
-        draft: None,
-    }));
+    let base = qwen_server(qwen, 1024);
     let url = format!("{base}/v1/completions");
     let body = json!({"model": "qwen", "prompt": "def add(a, b):\n    return ", "suffix": "\n\nprint(add(1, 2))\n", "max_tokens": 16, "temperature": 0});
     let filled: Value = client().post(&url).json(&body).send().unwrap().json().unwrap();
@@ -747,14 +738,7 @@ fn infill_answers_the_editor_plugins_in_llama_server_s_shape() {
     let ids = infill_prompt(qwen.tokenizer(), &infill, InfillBudget { n_batch: 2048, n_ctx: 4096, n_predict: Some(16) }).unwrap();
     let repo = qwen.tokenizer().special_tokens().fim_rep.unwrap();
     assert_eq!(ids[0], repo, "Qwen2.5-Coder's repository-level layout");
-    let base = start(Server::builder().model(ModelSpec {
-        id: "qwen".into(),
-        model: qwen,
-        chat: true,
-        guard: false,
-        n_ctx: Some(4096),
-        draft: None,
-    }));
+    let base = qwen_server(qwen, 4096);
     let url = format!("{base}/infill");
     let body = json!({"input_prefix": infill.prefix, "input_suffix": infill.suffix, "input_extra": [{"filename": "util.py", "text": extra[0].1}],
                       "n_predict": 16, "temperature": 0});
