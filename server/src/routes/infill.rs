@@ -1,7 +1,8 @@
 //! llama-server's `POST /infill`: fill-in-the-middle as the editor plugins (llama.vim,
 //! llama.vscode) ask for it, answered in llama-server's own completion shape: `content`,
 //! `stop`, `stop_type` (`eos`, `word` with its `stopping_word`, `limit`), `tokens_predicted`,
-//! `tokens_evaluated`, `tokens_cached`, `has_new_line`, `truncated`; streamed, one `data:` event
+//! `tokens_evaluated`, `tokens_cached`, `has_new_line`, `truncated`, `generation_settings.n_ctx`
+//! (the sequence's context, which llama.vim shows); streamed, one `data:` event
 //! per piece of text (`stop: false`), then the whole answer's fields with `stop: true`.
 
 use std::sync::Arc;
@@ -111,5 +112,6 @@ fn answer(entry: &ModelEntry, c: &Completion, stops: &[String], evaluated: usize
         "truncated": false,
         "stop_type": stop_type,
         "stopping_word": stopping_word,
+        "generation_settings": {"n_ctx": entry.n_ctx},
     })
 }

@@ -750,6 +750,7 @@ fn infill_answers_the_editor_plugins_in_llama_server_s_shape() {
     assert_eq!((r["stop"].as_bool(), r["stop_type"].as_str(), r["model"].as_str()), (Some(true), Some(ended), Some("qwen")), "{r}");
     assert_eq!(r["tokens_evaluated"].as_u64(), Some(ids.len() as u64));
     assert_eq!(r["has_new_line"].as_bool(), Some(content.contains('\n')));
+    assert_eq!(r["generation_settings"]["n_ctx"], 4096);
     // the same text as a completion of those ids
     let by_ids: Value = client()
         .post(format!("{base}/v1/completions"))
