@@ -19,17 +19,28 @@ pub fn can_fill(tokenizer: &Tokenizer) -> bool {
 /// The prompt that asks for the text between `prefix` and `suffix`, both tokenized as plain
 /// text (a special token's text in code stays text).
 pub fn fim_prompt(tokenizer: &Tokenizer, prefix: &str, suffix: &str) -> Result<Vec<TokenId>, NoFimToken> {
-    let (pre, suf, mid) = fim_tokens(tokenizer)?;
-    let mut ids = Vec::new();
+    let tokens = fim_tokens(tokenizer)?;
+    Ok(layout(tokenizer, tokens, Vec::new(), &tokenizer.encode(prefix, false, false), &tokenizer.encode(suffix, false, false)))
+}
+
+/// `context [BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>`.
+fn layout(
+    tokenizer: &Tokenizer,
+    (pre, suf, mid): (TokenId, TokenId, TokenId),
+    context: Vec<TokenId>,
+    prefix: &[TokenId],
+    suffix: &[TokenId],
+) -> Vec<TokenId> {
+    let mut ids = context;
     if tokenizer.add_bos() {
         ids.extend(tokenizer.bos());
     }
     ids.push(pre);
-    ids.extend(tokenizer.encode(prefix, false, false));
+    ids.extend_from_slice(prefix);
     ids.push(suf);
-    ids.extend(tokenizer.encode(suffix, false, false));
+    ids.extend_from_slice(suffix);
     ids.push(mid);
-    Ok(ids)
+    ids
 }
 
 /// The prefix, suffix and middle tokens.
@@ -66,7 +77,7 @@ pub struct InfillBudget {
 /// prefix cut to its end, the suffix and the other files to what the budget leaves them (the
 /// files' text cut from its start). Every text is read as plain text.
 pub fn infill_prompt(tokenizer: &Tokenizer, infill: &Infill, budget: InfillBudget) -> Result<Vec<TokenId>, NoFimToken> {
-    let (pre, suf, mid) = fim_tokens(tokenizer)?;
+    let tokens = fim_tokens(tokenizer)?;
     let text = |t: &str| tokenizer.encode(t, false, false);
     let special = tokenizer.special_tokens();
     let mut extra = Vec::new();
@@ -95,15 +106,7 @@ pub fn infill_prompt(tokenizer: &Tokenizer, infill: &Infill, budget: InfillBudge
     let generated = budget.n_predict.map_or(-2, |n| 2 * n as i64);
     let extra_take = extra.len().min((budget.n_ctx as i64 - budget.n_batch as i64 - generated).max(0) as usize);
 
-    let mut ids = extra[extra.len() - extra_take..].to_vec();
-    if tokenizer.add_bos() {
-        ids.extend(tokenizer.bos());
-    }
-    ids.push(pre);
-    ids.extend_from_slice(&prefix[prefix.len() - prefix_take..]);
-    ids.extend(middle_start);
-    ids.push(suf);
-    ids.extend_from_slice(&suffix[..suffix_take]);
-    ids.push(mid);
-    Ok(ids)
+    // the middle's start goes on from the prefix
+    let head = [&prefix[prefix.len() - prefix_take..], &middle_start].concat();
+    Ok(layout(tokenizer, tokens, extra[extra.len() - extra_take..].to_vec(), &head, &suffix[..suffix_take]))
 }

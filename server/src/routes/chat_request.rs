@@ -10,6 +10,7 @@ use super::generation::{output, params_for, random_id};
 use super::reply::ReplySyntax;
 use crate::error::ApiError;
 use crate::registry::ModelEntry;
+use crate::requests::chat::{ChatCompletionRequest, ChatDefaults};
 pub(crate) use crate::requests::chat::{ChatRequest, PromptEnd, ToolChoice};
 use crate::worker::SeqSpec;
 use engine::model::vision::PromptImages;
@@ -48,7 +49,7 @@ impl ChatPrompt {
 /// template does not print a message's text once as given (it drops or rewrites it, or refuses a
 /// conversation that ends with the assistant), the prompt is the messages before it with the
 /// generation prompt, then the text (llama-server's way).
-pub(crate) fn render_prompt(entry: &ModelEntry, mut input: ChatInput, end: PromptEnd) -> Result<ChatPrompt, ApiError> {
+fn render_prompt(entry: &ModelEntry, mut input: ChatInput, end: PromptEnd) -> Result<ChatPrompt, ApiError> {
     let continued = match (end, input.messages.last()) {
         (PromptEnd::Continue, Some(last)) => last.get("content").and_then(Value::as_str).unwrap_or_default().to_string(),
         _ => {
@@ -65,6 +66,13 @@ pub(crate) fn render_prompt(entry: &ModelEntry, mut input: ChatInput, end: Promp
         }
     };
     Ok(ChatPrompt { continued_from: Some(head.len()), text: head + &continued })
+}
+
+/// The prompt of a chat request as sent (not yet checked): what `/apply-template` shows and
+/// `count_tokens` counts.
+pub(crate) fn typed_prompt(entry: &ModelEntry, typed: &ChatCompletionRequest, defaults: &ChatDefaults) -> Result<ChatPrompt, ApiError> {
+    let input = ChatInput { tools: typed.tools(), extra: typed.template_vars()?, ..ChatInput::new(typed.messages()?) };
+    render_prompt(entry, input, typed.prompt_end(defaults)?)
 }
 
 /// The prompt up to where the template prints the last message's text (`None` when it does not

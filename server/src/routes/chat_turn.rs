@@ -7,11 +7,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::chat::{tokenize_rendered, ChatInput};
+use engine::chat::tokenize_rendered;
 use engine::generate::{FinishReason, Usage};
 
 pub(crate) use super::chat_request::Call;
-use super::chat_request::{outputs, render_prompt, ChatRequest, Outputs};
+use super::chat_request::{outputs, typed_prompt, ChatRequest, Outputs};
 use super::generation::{blocking, next_event, submit};
 use super::reasoning::Split;
 use super::reply::{self, ReadReply, ReplyReader};
@@ -83,8 +83,7 @@ pub(crate) async fn complete(state: &Arc<AppState>, typed: ChatCompletionRequest
 /// by the model's template, as a reply to it would be asked for).
 pub(crate) fn prompt_tokens(state: &AppState, typed: ChatCompletionRequest) -> Result<usize, ApiError> {
     let entry = state.registry.generator(&typed.model_id()?)?;
-    let input = ChatInput { tools: typed.tools(), extra: typed.template_vars()?, ..ChatInput::new(typed.messages()?) };
-    let prompt = render_prompt(&entry, input, typed.prompt_end(&state.chat_defaults)?)?;
+    let prompt = typed_prompt(&entry, &typed, &state.chat_defaults)?;
     Ok(tokenize_rendered(entry.model.tokenizer(), &prompt.text).len())
 }
 

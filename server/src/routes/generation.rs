@@ -138,6 +138,13 @@ pub fn usage_json(u: &Usage) -> Value {
 }
 
 /// The fields a chat or text completion object, and each of its stream chunks, starts with.
+/// The stop string that ended a generation whose whole text (stop string included) is
+/// `generated`: generation stops at the first one it meets, the earliest in the text (the
+/// shorter where two start together).
+pub fn stop_string_met<'a>(generated: &str, stops: impl IntoIterator<Item = &'a String>) -> Option<&'a String> {
+    stops.into_iter().filter_map(|s| generated.find(s.as_str()).map(|at| (at, s.len(), s))).min().map(|(_, _, s)| s)
+}
+
 pub fn completion_object(id: &str, object: &str, created: u64, model: &str, choices: Value) -> Value {
     json!({"id": id, "object": object, "created": created, "model": model, "system_fingerprint": crate::FINGERPRINT, "choices": choices})
 }

@@ -13,7 +13,7 @@ use engine::tokenizer::fim::{infill_prompt, Infill, InfillBudget};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
-use super::generation::{blocking, next_event, output, params_for, submit};
+use super::generation::{blocking, next_event, output, params_for, stop_string_met, submit};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body};
 use crate::registry::ModelEntry;
@@ -90,12 +90,10 @@ fn infill_output(entry: &ModelEntry, request: &CheckedInfill) -> Result<SeqSpec,
 
 /// llama-server's completion fields for a finished completion.
 fn answer(entry: &ModelEntry, c: &Completion, stops: &[String], evaluated: usize) -> Value {
-    // generation stops at the first stop string it meets: the earliest in the generated text
     let generated = entry.model.tokenizer().decode(&c.tokens);
-    let word = stops.iter().filter_map(|s| generated.find(s.as_str()).map(|at| (at, s))).min().map(|(_, s)| s.clone());
-    let (stop_type, stopping_word) = match (c.finish, word) {
+    let (stop_type, stopping_word) = match (c.finish, stop_string_met(&generated, stops)) {
         (FinishReason::Length, _) => ("limit", String::new()),
-        (_, Some(word)) => ("word", word),
+        (_, Some(word)) => ("word", word.clone()),
         _ => ("eos", String::new()),
     };
     json!({

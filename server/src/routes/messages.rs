@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::chat_turn::{self, Call, Turn, TurnEnd, TurnEvent};
-use super::generation::random_id;
+use super::generation::{random_id, stop_string_met};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, typed, Body, SseSender, Tagged};
 use crate::requests::chat::{self, function_tools, CallMade, ChatCompletionRequest, ChatMessage, ConvertedChat, Role as ChatRole};
@@ -284,15 +284,8 @@ fn call_input(call: &Call) -> Value {
 
 /// Anthropic's stop reason of a turn, with the stop sequence that ended it.
 fn stop_reason(request: &MessagesRequest, end: &TurnEnd) -> (&'static str, Option<String>) {
-    // generation stops at the first stop string it meets: the earliest in the generated text
     let stop_sequence = match end.finish {
-        FinishReason::Stop => request
-            .stop_sequences
-            .iter()
-            .flatten()
-            .filter_map(|s| end.generated.find(s.as_str()).map(|at| (at, s.len(), s)))
-            .min()
-            .map(|(_, _, s)| s.clone()),
+        FinishReason::Stop => stop_string_met(&end.generated, request.stop_sequences.iter().flatten()).cloned(),
         _ => None,
     };
     let reason = match (end.finish, &stop_sequence) {

@@ -3,7 +3,6 @@
 //! to the prompt the model's own template renders, as a chat completion would). `model` may be
 //! left out when the server has one model.
 
-use engine::chat::ChatInput;
 use engine::tokenizer::{TokenId, Tokenizer};
 use hyper::Response;
 use serde::Deserialize;
@@ -87,8 +86,7 @@ pub fn detokenize(state: &AppState, body: Map<String, Value>) -> Result<Response
 pub fn apply_template(state: &AppState, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let request = ChatCompletionRequest::from_body(&Value::Object(body))?;
     let entry = state.registry.named_or_only(request.model(), true)?;
-    let input = ChatInput { tools: request.tools(), extra: request.template_vars()?, ..ChatInput::new(request.messages()?) };
-    let prompt = chat_request::render_prompt(&entry, input, request.prompt_end(&state.chat_defaults)?)?;
+    let prompt = chat_request::typed_prompt(&entry, &request, &state.chat_defaults)?;
     let prompt = prompt.text.replace(crate::vision::media_marker(), "<__media__>");
     Ok(ok_json(&json!({"prompt": prompt})))
 }
