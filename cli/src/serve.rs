@@ -205,12 +205,12 @@ fn kv_summary(model: &Model, config: &server::worker::LoopConfig) -> String {
     let positions = config.kv_capacity();
     let per_sequence = per_position * config.n_ctx;
     let mut line = format!(
-        "KV cache {}: {per_position} bytes per position, {} per sequence of {} positions; the cache holds {positions} positions ({} whole sequences) in {}",
+        "KV cache {}: {per_position} bytes per position, {} per sequence of {} positions; the cache holds {positions} positions ({} whole sequences) and a copy-on-write block per slot in {}",
         config.kv_types,
         mib(per_sequence),
         config.n_ctx,
         positions / config.n_ctx.max(1),
-        mib(per_position * positions),
+        mib(per_position * config.kv_pool_positions()),
     );
     if let (Device::Cpu, Some(available)) = (model.device(), memory_available()) {
         line += &format!("; {} whole sequences would fit in the {} of memory available", available / per_sequence.max(1), mib(available));

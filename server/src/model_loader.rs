@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use engine::backend::Device;
+use engine::backend::{Device, BLOCK_POSITIONS};
 use engine::guard::{Evaluator, EvaluatorOptions, GenericPrompt, GuardFamily};
 use engine::model::Model;
 use engine::serving::state_slots_per_sequence;
@@ -101,7 +101,9 @@ fn positions_in(bytes: usize, spec: &ModelSpec, sc: Scheduling, n_ctx: usize) ->
     let per_position = spec.model.kv_bytes_per_position(sc.kv_types);
     let rollback = if spec.draft.is_some() || sc.ngram.is_some() { sc.draft.n_draft } else { 0 };
     let states = sc.parallel * state_slots_per_sequence(rollback) * spec.model.state_bytes_per_sequence();
-    let positions = bytes.saturating_sub(states) / per_position.max(1);
+    // whole blocks, less every slot's copy-on-write block (the pool holds those beside)
+    let pool = bytes.saturating_sub(states) / per_position.max(1) / BLOCK_POSITIONS * BLOCK_POSITIONS;
+    let positions = pool.saturating_sub(LoopConfig::copy_positions(sc.parallel));
     if positions < n_ctx {
         return Err(format!(
             "{}: {} MiB of {} KV cache hold {positions} positions, less than one context of {n_ctx}",

@@ -264,7 +264,8 @@ fn the_batch_scheduler_serves_non_streaming_requests_and_close_drains_it() {
 
 #[test]
 fn a_request_larger_than_the_kv_cache_is_refused_and_others_wait_their_turn() {
-    // room for 192 positions in all: one sequence of up to 160 at a time
+    // room for 192 positions and a copy-on-write block for each of the 4 slots (10 blocks of
+    // 32): two sequences of 100 tokens at a time
     let base = start(builder(Scheduling { parallel: 4, queue: 8, kv_positions: Some(192), ..Scheduling::default() }));
     let too_big = client().post(format!("{base}/v1/chat/completions")).json(&chat("Hi", 400, false)).send().unwrap();
     assert_eq!(too_big.status(), StatusCode::BAD_REQUEST);
@@ -280,7 +281,20 @@ fn a_request_larger_than_the_kv_cache_is_refused_and_others_wait_their_turn() {
     for h in handles {
         assert_eq!(h.join().unwrap(), StatusCode::OK);
     }
-    assert!(metric(&base, "kv_cache_blocks_capacity") == 6.0);
+    assert!(metric(&base, "kv_cache_blocks_capacity") == 10.0);
+}
+
+#[test]
+fn one_slot_may_fill_its_whole_context() {
+    // the cache holds one context: a request without a token limit may still use all of it
+    let base = start(builder(scheduling(1, 4)));
+    let mut body = chat("Hi", 0, false);
+    body.as_object_mut().unwrap().remove("max_tokens");
+    for body in [body, chat("Hi", 4096, false)] {
+        let r = client().post(format!("{base}/v1/chat/completions")).json(&body).send().unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{}", r.text().unwrap());
+    }
+    assert!(metric(&base, "kv_cache_blocks_capacity") == (512 / 32 + 1) as f64);
 }
 
 #[test]

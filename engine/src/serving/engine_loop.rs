@@ -145,10 +145,11 @@ impl EngineLoop {
             let kv = d.new_kv_cache(config.kv_types, config.n_ctx);
             (d, kv)
         });
-        // the positions asked for, and room beside them for every slot's recurrent states
+        // the positions asked for with every slot's copy-on-write block, and room beside them
+        // for every slot's recurrent states
         let speculating = draft.is_some() || config.ngram.is_some();
         let state_slots = state_slots_per_sequence(if speculating { config.draft.n_draft } else { 0 });
-        let capacity_blocks = blocks(config.kv_capacity()) + config.parallel * kv.state_blocks(state_slots);
+        let capacity_blocks = blocks(config.kv_pool_positions()) + config.parallel * kv.state_blocks(state_slots);
         metrics.kv_capacity(capacity_blocks);
         EngineLoop {
             state: EngineState { model, guard },
@@ -306,11 +307,13 @@ impl EngineLoop {
                 continue;
             }
             let total = (prompt_len + self.waiting[i].spec.params.max_tokens).min(n_ctx);
-            if blocks(total) + 1 > self.capacity_blocks {
+            // what it takes with the cache empty: its blocks, its copied block and its states
+            let alone = 1 + self.kv.state_blocks(self.state_slots);
+            if blocks(total) + alone > self.capacity_blocks {
                 let w = self.waiting.remove(i).expect("in range");
                 let e = format!(
-                    "the request needs {total} positions of KV cache, more than the server's {}",
-                    self.capacity_blocks * BLOCK_POSITIONS
+                    "the request needs {total} positions of KV cache, more than the {} one sequence can have on this server",
+                    (self.capacity_blocks - alone) * BLOCK_POSITIONS
                 );
                 self.fail(w.group, w.index, SeqError::ContextLength(e));
                 continue;

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::spec_cost::{Source, SpecPolicy};
+use crate::backend::BLOCK_POSITIONS;
 use crate::generate::{Completion, DraftSettings, GenerateError, GenerateParams, NgramDraft, TokenEvent};
 use crate::guard::Evaluator;
 use crate::kv_cache::{KvType, KvTypes};
@@ -63,6 +64,19 @@ impl LoopConfig {
     /// Positions the KV cache holds for all sequences and the prefix cache together.
     pub fn kv_capacity(&self) -> usize {
         self.kv_positions.unwrap_or(self.n_ctx * self.parallel)
+    }
+
+    /// Positions the cache's pool of blocks holds: [`kv_capacity`](Self::kv_capacity) in whole
+    /// blocks, and one block more per slot, which a sequence writing into a block it shares (with
+    /// a cached prefix, or a prefix forked from it) copies first. So a sequence may fill the
+    /// whole capacity even while that copy is pending.
+    pub fn kv_pool_positions(&self) -> usize {
+        self.kv_capacity().next_multiple_of(BLOCK_POSITIONS) + Self::copy_positions(self.parallel)
+    }
+
+    /// The copy-on-write room beside the capacity for `parallel` slots.
+    pub fn copy_positions(parallel: usize) -> usize {
+        parallel * BLOCK_POSITIONS
     }
 }
 

@@ -147,8 +147,9 @@ fn a_hybrid_model_runs_as_many_sequences_at_once_as_it_has_slots() {
     let n_ctx = 128;
     let mut config = LoopConfig::new(n_ctx);
     config.parallel = 4;
-    // per sequence 96 positions: with the block a fork copies, a quarter of the capacity
-    let (prompt_len, max_tokens) = (20, 76);
+    // per sequence its whole context: 4 blocks and the block a fork copies, a quarter of the
+    // pool (its states beside)
+    let (prompt_len, max_tokens) = (20, 108);
     let prompts: Vec<Vec<TokenId>> = (0..4u32).map(|s| (0..prompt_len as u32).map(|i| 1 + (i * 7 + s * 31) % 100).collect()).collect();
     let (tx, rx) = mpsc::channel();
     let outstanding = Arc::new(AtomicUsize::new(0));
