@@ -62,7 +62,7 @@ pub fn generate_batch(
         .map(|(s, prompt_tokens)| {
             let (text, tokens, logprobs, finish) = s.decoder.into_parts();
             let usage = Usage { prompt_tokens, completion_tokens: tokens.len(), ..Usage::default() };
-            Completion { text, tokens, finish, usage, logprobs }
+            Completion { text, tokens, finish, usage, logprobs, timings: None }
         })
         .collect())
 }

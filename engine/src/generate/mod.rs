@@ -8,12 +8,14 @@
 
 mod batch;
 mod draft_model;
+mod line_limits;
 mod ngram;
 mod sequence;
 mod speculative;
 pub mod stop;
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 pub use batch::{decode_lockstep, generate_batch, prefill_shared_prefixes, LockstepSeq};
 pub use sequence::{SequenceDecoder, TokenConstraint, MAX_TOP_LOGPROBS};
@@ -31,7 +33,8 @@ pub use speculative::{check_draft, speculative_round, Draft, SpeculativeRound};
 /// What to generate and when to stop.
 pub struct GenerateParams {
     pub sampling: SamplingParams,
-    /// The most output tokens (0 produces none and runs nothing).
+    /// The most output tokens (0 produces none: `generate` runs nothing, the serving loop reads
+    /// the prompt into its cache for later requests).
     pub max_tokens: usize,
     /// Stop strings: the output ends before the first occurrence of any of them.
     pub stop: Vec<String>,
@@ -41,6 +44,12 @@ pub struct GenerateParams {
     pub logprobs: Option<usize>,
     /// Restrict the output (structured output); applied before sampling.
     pub constraint: Option<Box<dyn TokenConstraint>>,
+    /// From the second line on, a line indented by fewer spaces or tabs ends the output where
+    /// its text starts (llama-server's `n_indent`; 0: no limit). Ends with `Length`.
+    pub min_indent: usize,
+    /// Once this long has passed since the first token, the output ends at its next line end
+    /// (llama-server's `t_max_predict_ms`). Ends with `Length`.
+    pub line_time_limit: Option<Duration>,
 }
 
 impl Default for GenerateParams {
@@ -52,6 +61,8 @@ impl Default for GenerateParams {
             stop_at_eog: true,
             logprobs: None,
             constraint: None,
+            min_indent: 0,
+            line_time_limit: None,
         }
     }
 }
@@ -119,6 +130,18 @@ pub struct Completion {
     pub usage: Usage,
     /// One entry per output token when log-probabilities were asked for.
     pub logprobs: Vec<TokenLogprob>,
+    /// How long it took, where the serving loop ran it.
+    pub timings: Option<Timings>,
+}
+
+/// The time a served sequence took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// From its admission to its first output token: reading the prompt (and the other
+    /// sequences' rows of the same passes).
+    pub prompt: Duration,
+    /// From its first output token to its end.
+    pub output: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -266,7 +289,7 @@ impl<'a> Generator<'a> {
         }
         let usage = self.usage();
         let (text, tokens, logprobs, finish) = self.decoder.into_parts();
-        Ok(Completion { text, tokens, finish, usage, logprobs })
+        Ok(Completion { text, tokens, finish, usage, logprobs, timings: None })
     }
 
     /// One forward pass; its events go to the queue.

@@ -1,8 +1,11 @@
 //! One sequence's decoding state, independent of how its logits are computed: the sampler, an
-//! optional output constraint (a grammar), stop strings, streaming text, log-probabilities and
-//! the token budget. A single-sequence [`super::Generator`], the lockstep batch driver and a
+//! optional output constraint (a grammar), stop strings, streaming text, log-probabilities, the
+//! token budget and the line limits. A single-sequence [`super::Generator`], the lockstep batch driver and a
 //! continuous-batching scheduler all feed rows of logits to this same type.
 
+use std::time::Instant;
+
+use super::line_limits::LineLimits;
 use super::{FinishReason, GenerateError, GenerateParams, TokenEvent};
 use crate::generate::stop::StopStrings;
 use crate::logprobs::{token_logprob, TokenLogprob};
@@ -32,6 +35,7 @@ pub struct SequenceDecoder {
     sampler: Sampler,
     constraint: Option<Box<dyn TokenConstraint>>,
     stops: StopStrings,
+    lines: LineLimits,
     stream: StreamDecoder,
     stop_at_eog: bool,
     max_tokens: usize,
@@ -69,6 +73,7 @@ impl SequenceDecoder {
             sampler: Sampler::new(params.sampling, &text_tokens(tokenizer, prompt)),
             constraint: params.constraint,
             stops: StopStrings::new(&params.stop),
+            lines: LineLimits::new(params.min_indent, params.line_time_limit),
             stream: StreamDecoder::new(false),
             stop_at_eog: params.stop_at_eog,
             max_tokens: params.max_tokens,
@@ -149,10 +154,14 @@ impl SequenceDecoder {
     /// here. Must not be called once finished.
     pub fn commit(&mut self, tokenizer: &Tokenizer, token: TokenId, logits: &[f32]) -> Result<TokenEvent, GenerateError> {
         debug_assert!(!self.is_finished(), "commit after the end");
+        let now = Instant::now();
+        self.lines.token(now);
         if self.stop_at_eog && tokenizer.is_eog(token) {
-            let text = self.flush();
+            let mut text = self.flush();
             let completed = self.constraint.as_ref().map(|c| c.finish_reason());
             self.finish = Some(completed.unwrap_or(FinishReason::Stop));
+            self.limit_lines(&mut text);
+            self.text.push_str(&text);
             return Ok(TokenEvent { token: None, text, logprob: None, finish: self.finish });
         }
         if let Some(c) = &mut self.constraint {
@@ -176,16 +185,33 @@ impl SequenceDecoder {
             text.push_str(&self.flush());
             self.finish = Some(FinishReason::Length);
         }
+        if !self.limit_lines(&mut text) && self.finish.is_none() && self.lines.time_is_up(&text, now) {
+            // what the stop strings held back is released, and read for its lines too
+            let mut tail = self.flush();
+            self.limit_lines(&mut tail);
+            text.push_str(&tail);
+            self.finish = Some(FinishReason::Length);
+        }
         self.text.push_str(&text);
         Ok(TokenEvent { token: Some(token), text, logprob, finish: self.finish })
+    }
+
+    /// Cuts `text`, the next text to release, where a line indented too little starts, and
+    /// ends the output there (true), dropping what was held back.
+    fn limit_lines(&mut self, text: &mut String) -> bool {
+        let Some(at) = self.lines.cut(text) else { return false };
+        text.truncate(at);
+        self.finish = Some(FinishReason::Length);
+        true
     }
 
     /// Ends the output from outside (the context is full, the caller stops): what was held
     /// back is released.
     pub fn end(&mut self, reason: FinishReason) -> TokenEvent {
-        let text = self.flush();
-        self.text.push_str(&text);
+        let mut text = self.flush();
         self.finish = Some(reason);
+        self.limit_lines(&mut text);
+        self.text.push_str(&text);
         TokenEvent { token: None, text, logprob: None, finish: self.finish }
     }
 
@@ -204,7 +230,7 @@ impl SequenceDecoder {
     pub fn into_completion(self, usage: super::Usage) -> super::Completion {
         let usage = super::Usage { completion_tokens: self.tokens.len(), ..usage };
         let (text, tokens, logprobs, finish) = self.into_parts();
-        super::Completion { text, tokens, finish, usage, logprobs }
+        super::Completion { text, tokens, finish, usage, logprobs, timings: None }
     }
 
     /// The finished output (finish reason `Length` if it never finished).

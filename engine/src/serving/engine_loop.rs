@@ -15,13 +15,13 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
 use super::protocol::{EngineState, EventSink, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};
 use super::spec_cost::SpecCost;
-use crate::generate::{accept_proposals, Completion, FinishReason, GenerateError, SequenceDecoder, TokenEvent, Usage};
+use crate::generate::{accept_proposals, Completion, FinishReason, GenerateError, SequenceDecoder, Timings, TokenEvent, Usage};
 use crate::guard::{Evaluator, PromptStats};
 use crate::kv_cache::{common_prefix, KvCache, PrefixCache, SeqId, BLOCK_POSITIONS};
 use crate::model::vision::PromptImages;
@@ -71,6 +71,9 @@ struct Running {
     deadline: Option<Instant>,
     /// Its speculation rounds by where their proposals come from.
     rounds: Rounds,
+    /// When it was admitted, and when its first output token came.
+    admitted: Instant,
+    first_token: Option<Instant>,
 }
 
 pub struct EngineLoop {
@@ -461,12 +464,11 @@ impl EngineLoop {
             lora,
             reserved: total,
             rounds: self.fresh_rounds(),
+            admitted: Instant::now(),
+            first_token: None,
         };
-        if r.decoder.is_finished() {
-            self.finish(r, None); // a budget of 0 tokens
-        } else {
-            self.running.push(r);
-        }
+        // a budget of 0 tokens reads its prompt into the cache (to be reused) and samples nothing
+        self.running.push(r);
     }
 
     /// One forward pass for every running sequence: one token for each that decodes (with its
@@ -491,6 +493,11 @@ impl EngineLoop {
             if r.history.len() - fed != 1 || finished.iter().any(|&(f, _)| f == i) {
                 continue;
             }
+            if r.decoder.is_finished() {
+                // a budget of 0 whose prompt is read but its last token (which only samples)
+                finished.push((i, None));
+                continue;
+            }
             if r.history.len() > n_ctx {
                 ended.push((i, r.decoder.end(FinishReason::Length)));
                 continue;
@@ -506,6 +513,8 @@ impl EngineLoop {
         }
         // prompts advance within the prefill budget, oldest first
         let mut budget = self.config.prefill_chunk;
+        // sequences with a budget of 0 whose prompts this pass finishes reading
+        let mut read = Vec::new();
         for (i, r) in self.running.iter().enumerate() {
             let fed = self.kv.seq_len(r.seq);
             let pending = r.history.len() - fed;
@@ -516,15 +525,18 @@ impl EngineLoop {
             let take = r.images.chunk_end(&r.history[fed..], pending.min(budget));
             budget = budget.saturating_sub(take);
             let last = take == pending;
-            match r.images.entries(r.seq, &r.history[fed..fed + take], fed as u32, n_vocab, last) {
+            let samples = !r.decoder.is_finished();
+            match r.images.entries(r.seq, &r.history[fed..fed + take], fed as u32, n_vocab, last && samples) {
                 Ok(entries) => batch.extend(entries.into_iter().map(|e| e.with_lora(loras[i].at(e.pos)))),
                 Err(id) => {
                     bad.push((i, SeqError::Internal(format!("prompt id {id} is neither a token nor an image row"))));
                     continue;
                 }
             }
-            if last {
-                owners.push((i, 1));
+            match (last, samples) {
+                (true, true) => owners.push((i, 1)),
+                (true, false) => read.push(i),
+                _ => {}
             }
             in_batch += 1;
         }
@@ -542,6 +554,7 @@ impl EngineLoop {
             self.spec_cost.pass.record(batch.len(), started.elapsed().as_secs_f64());
             match forward {
                 Ok(logits) => {
+                    finished.extend(read.iter().map(|&i| (i, None)));
                     let tokenizer = self.state.model.tokenizer();
                     let mut rows_of = vec![None; self.running.len()];
                     let mut first = 0;
@@ -590,6 +603,7 @@ impl EngineLoop {
                                     self.spec_cost.round(sources[i], &mut rounds.yields, drafted, accepted);
                                     self.metrics.drafted(sources[i], drafted, accepted);
                                 }
+                                r.first_token.get_or_insert_with(Instant::now);
                                 if r.decoder.is_finished() {
                                     finished.push((i, None));
                                 }
@@ -603,7 +617,8 @@ impl EngineLoop {
                 }
                 Err(e) => {
                     let e = format!("forward pass: {e}");
-                    finished.extend(owners.iter().map(|&(i, _)| (i, Some(SeqError::Internal(e.clone())))));
+                    let failed = owners.iter().map(|&(i, _)| i).chain(read.iter().copied());
+                    finished.extend(failed.map(|i| (i, Some(SeqError::Internal(e.clone())))));
                 }
             }
         }
@@ -642,7 +657,11 @@ impl EngineLoop {
     /// Reports the end of `r` (its completion, or `error`) and keeps its cache for reuse.
     fn finish(&mut self, r: Running, error: Option<SeqError>) {
         let result = match error {
-            None => Ok(r.decoder.into_completion(r.usage)),
+            None => {
+                let (end, first) = (Instant::now(), r.first_token);
+                let timings = Timings { prompt: first.unwrap_or(end) - r.admitted, output: first.map_or(Duration::ZERO, |f| end - f) };
+                Ok(Completion { timings: Some(timings), ..r.decoder.into_completion(r.usage) })
+            }
             Some(e) => Err(e),
         };
         if result.is_ok() {

@@ -1,7 +1,10 @@
 //! llama-server's `POST /infill` request: the code around a gap (`input_prefix`,
 //! `input_suffix`), other files for context (`input_extra`), the start of the middle (`prompt`),
 //! `n_predict` (llama-server's name for the most tokens to write; -1: until the context is
-//! full) and the shared sampling fields.
+//! full; 0: read the prompt into the cache and write nothing), the line limits an editor sets
+//! (`n_indent`, `t_max_predict_ms`), `response_fields` and the shared sampling fields.
+
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -25,6 +28,16 @@ pub struct InfillRequest {
     prompt: String,
     #[serde(default)]
     n_predict: Option<i64>,
+    /// The least indentation of the lines after the first (0: any).
+    #[serde(default)]
+    n_indent: u32,
+    /// Milliseconds after the first token from which a line end ends the output (0 or less:
+    /// none).
+    #[serde(default)]
+    t_max_predict_ms: i64,
+    /// The answer's fields to keep, each a path such as `timings/prompt_ms` (empty: all).
+    #[serde(default)]
+    response_fields: Vec<String>,
     #[serde(skip)]
     sampling: SamplingRequest,
 }
@@ -50,6 +63,9 @@ pub struct CheckedInfill {
     /// `(filename, text)` of each other file, in order.
     pub extra: Vec<(String, String)>,
     pub common: CommonParams,
+    pub min_indent: usize,
+    pub line_time_limit: Option<Duration>,
+    pub response_fields: Vec<String>,
 }
 
 impl InfillRequest {
@@ -63,22 +79,31 @@ impl InfillRequest {
         self.model.as_ref().map(|m| m.0.as_str())
     }
 
-    /// The request checked for a model of `n_vocab` tokens: `n_predict` (-1, or 1 or more) is the most
-    /// tokens to write, else `max_tokens`.
+    /// The request checked for a model of `n_vocab` tokens: `n_predict` (-1, 0, or more) is the
+    /// most tokens to write, else `max_tokens`.
     pub fn check(self, n_vocab: usize, timeouts: &Timeouts) -> Result<CheckedInfill, ApiError> {
         let mut common = self.sampling.params(n_vocab, timeouts)?;
         if common.n != 1 {
             return Err(ApiError::invalid_param("n", "infill gives one completion: n must be 1"));
         }
         match self.n_predict {
-            Some(n) if n == 0 || n < -1 => {
-                return Err(ApiError::invalid_param("n_predict", format!("n_predict must be -1 (no limit) or at least 1, got {n}")))
+            Some(n) if n < -1 => {
+                return Err(ApiError::invalid_param("n_predict", format!("n_predict must be -1 (no limit) or at least 0, got {n}")))
             }
             Some(-1) => common.max_tokens = None,
             Some(n) => common.max_tokens = Some(n as usize),
             None => {}
         }
         let extra = self.input_extra.into_iter().map(|f| (f.filename, f.text)).collect();
-        Ok(CheckedInfill { prefix: self.input_prefix, suffix: self.input_suffix, middle_start: self.prompt, extra, common })
+        Ok(CheckedInfill {
+            prefix: self.input_prefix,
+            suffix: self.input_suffix,
+            middle_start: self.prompt,
+            extra,
+            common,
+            min_indent: self.n_indent as usize,
+            line_time_limit: (self.t_max_predict_ms > 0).then(|| Duration::from_millis(self.t_max_predict_ms as u64)),
+            response_fields: self.response_fields,
+        })
     }
 }

@@ -2,8 +2,9 @@
 //! llama.vscode) ask for it, answered in llama-server's own completion shape: `content`,
 //! `stop`, `stop_type` (`eos`, `word` with its `stopping_word`, `limit`), `tokens_predicted`,
 //! `tokens_evaluated`, `tokens_cached`, `has_new_line`, `truncated`, `generation_settings.n_ctx`
-//! (the sequence's context, which llama.vim shows); streamed, one `data:` event
-//! per piece of text (`stop: false`), then the whole answer's fields with `stop: true`.
+//! (the sequence's context, which llama.vim shows) and `timings`, or only the
+//! `response_fields` asked for; streamed, one `data:` event per piece of text (`stop: false`),
+//! then the whole answer's fields with `stop: true`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,6 +31,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let request = typed.check(entry.model.tokenizer().n_vocab(), &state.timeouts)?;
     let start = Instant::now();
     let stream = request.common.stream;
+    let fields = request.response_fields.clone();
     let e = entry.clone();
     let seq = blocking(move || infill_output(&e, &request)).await?;
     let stops = seq.params.stop.clone();
@@ -52,7 +54,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
                         state.metrics.record_generation(c.usage.completion_tokens, start);
                         let mut last = answer(&entry, &c, &stops, evaluated);
                         last["content"] = json!("");
-                        sse.send_json(&last).await
+                        sse.send_json(&only(last, &fields)).await
                     }
                     SeqEvent::Done { result: Err(e), .. } => {
                         sse.send_json(&e.body()).await;
@@ -73,7 +75,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         .pop()
         .ok_or_else(|| ApiError::server("the model returned no completion"))?;
     state.metrics.record_generation(c.usage.completion_tokens, start);
-    Ok(ok_json(&answer(&entry, &c, &stops, evaluated)))
+    Ok(ok_json(&only(answer(&entry, &c, &stops, evaluated), &fields)))
 }
 
 /// The request's one output: its FIM prompt within llama-server's budget.
@@ -83,7 +85,9 @@ fn infill_output(entry: &ModelEntry, request: &CheckedInfill) -> Result<SeqSpec,
     let budget = InfillBudget { n_batch: N_BATCH, n_ctx: entry.n_ctx, n_predict: request.common.max_tokens };
     let prompt =
         infill_prompt(tokenizer, &infill, budget).map_err(|e| ApiError::invalid_param("model", format!("{e}: it cannot fill a gap")))?;
-    let params = params_for(&entry.worker, &request.common, None, None, prompt.len(), 0)?;
+    let mut params = params_for(&entry.worker, &request.common, None, None, prompt.len(), 0)?;
+    params.min_indent = request.min_indent;
+    params.line_time_limit = request.line_time_limit;
     let lora = entry.adapters.resolve(request.common.lora.as_deref())?;
     Ok(output(prompt, params, request.common.stream, request.common.deadline, lora))
 }
@@ -111,5 +115,43 @@ fn answer(entry: &ModelEntry, c: &Completion, stops: &[String], evaluated: usize
         "stop_type": stop_type,
         "stopping_word": stopping_word,
         "generation_settings": {"n_ctx": entry.n_ctx},
+        "timings": timings(c),
     })
+}
+
+/// llama-server's `timings`: the prompt tokens read (those not cached) and the time from the
+/// sequence's start to its first token; the tokens written and the time from the first to the
+/// last, whose rates count the steps after the first token (which the prompt's pass gives).
+fn timings(c: &Completion) -> Value {
+    let t = c.timings.unwrap_or_default();
+    let (prompt_ms, predicted_ms) = (t.prompt.as_secs_f64() * 1e3, t.output.as_secs_f64() * 1e3);
+    let prompt_n = c.usage.prompt_tokens - c.usage.cached_tokens;
+    let steps = c.usage.completion_tokens.saturating_sub(1);
+    let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+    let rate = |ms: f64, n: usize| if ms > 0.0 { 1e3 / ms * n as f64 } else { 0.0 };
+    json!({
+        "cache_n": c.usage.cached_tokens,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": per(prompt_ms, prompt_n),
+        "prompt_per_second": rate(prompt_ms, prompt_n),
+        "predicted_n": c.usage.completion_tokens,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": per(predicted_ms, steps),
+        "predicted_per_second": rate(predicted_ms, steps),
+    })
+}
+
+/// The fields of `answer` named by `paths` (each `a/b` for `answer.a.b`), keyed by their paths
+/// as llama-server answers `response_fields` (a path not found is left out); all of `answer`
+/// when none are named.
+fn only(answer: Value, paths: &[String]) -> Value {
+    if paths.is_empty() {
+        return answer;
+    }
+    let found = paths.iter().filter_map(|path| {
+        let value = path.split('/').try_fold(&answer, |v, key| v.as_object()?.get(key))?;
+        Some((path.clone(), value.clone()))
+    });
+    Value::Object(found.collect())
 }

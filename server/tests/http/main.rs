@@ -5,6 +5,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod editor;
 mod speculation;
 
 use std::sync::Arc;
@@ -779,7 +780,7 @@ fn infill_answers_the_editor_plugins_in_llama_server_s_shape() {
     let l: Value = client().post(&url).json(&short).send().unwrap().json().unwrap();
     assert_eq!((l["stop_type"].as_str(), l["tokens_predicted"].as_u64()), (Some("limit"), Some(2)), "{l}");
     for (bad, param) in
-        [(json!({"input_prefix": "a", "n_predict": 0}), "n_predict"), (json!({"input_extra": [{"filename": "a"}]}), "input_extra")]
+        [(json!({"input_prefix": "a", "n_predict": -3}), "n_predict"), (json!({"input_extra": [{"filename": "a"}]}), "input_extra")]
     {
         let e = expect_error(client().post(&url).json(&bad).send().unwrap(), StatusCode::BAD_REQUEST);
         assert_eq!(e["param"], param, "{bad}: {e}");
