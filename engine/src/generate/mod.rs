@@ -8,7 +8,7 @@
 
 mod batch;
 mod draft_model;
-mod line_limits;
+pub mod line_limits;
 mod ngram;
 mod sequence;
 mod speculative;

@@ -17,6 +17,7 @@ mod guard_families;
 mod guard_prompt_cache;
 mod guard_prompts;
 mod guard_verdicts;
+mod infill;
 mod kv_quant;
 mod lora;
 mod quant_golden;

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Makes tests/fixtures/infill/llama-cpp.json: what llama-server answers to `/infill` on the real
+Qwen2.5-Coder-0.5B-Instruct Q4_K_M (tools/fetch-models.sh tests) at a context of 4096, greedy.
+For each request: its prompt as token ids (llama-server's `prompt` text, which it answers with,
+tokenized again by its `/tokenize` and checked against `tokens_evaluated`), and its reply. For
+the `n_indent` cases, the reply without the limit too, so that the cut can be checked on the
+same tokens. The test suite (tests/tests/golden/infill.rs) builds the same prompts and cuts.
+
+    tools/make-infill-goldens.py
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "fixtures", "infill", "llama-cpp.json")
+MODEL = os.path.expanduser("~/.cache/engine-assets/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+
+ADD = {"input_prefix": "def add(a, b):\n    return ", "input_suffix": "\n\nprint(add(1, 2))\n"}
+SORT = {"input_prefix": "def bubble_sort(arr):\n", "input_suffix": "\n\nprint(bubble_sort([3, 1, 2]))\n"}
+METHOD = {"input_prefix": "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n",
+          "input_suffix": "\n\n    def pop(self):\n        return self.items.pop()\n"}
+EXTRA = [{"filename": "util.py", "text": "def helper(x):\n    return x * 2\n"}, {"text": "TAU = 6.283185307179586\n"}]
+LONG = {"input_prefix": "".join(f"value_{i} = {i} * {i}\n" for i in range(700)),
+        "input_suffix": "".join(f"print(value_{i})\n" for i in range(300))}
+
+# (name, request body); every request is greedy
+PROMPTS = [
+    ("prefix and suffix", {**ADD, "n_predict": 16}),
+    ("with prompt", {"input_prefix": "def add(a, b):\n", "input_suffix": ADD["input_suffix"], "prompt": "    return ", "n_predict": 16}),
+    ("extra files", {**ADD, "input_extra": EXTRA, "n_predict": 16}),
+    ("past the budgets", {**LONG, "n_predict": 16}),
+    ("empty", {"input_prefix": "", "input_suffix": "", "n_predict": 4}),
+    ("warm-up", {"input_prefix": "", "input_suffix": "", "input_extra": EXTRA, "n_predict": 0}),
+]
+# (name, request body without the limit, n_indent values)
+INDENTS = [("bubble sort", {**SORT, "n_predict": 64}, [4, 8, 100]), ("method", {**METHOD, "n_predict": 48}, [4, 8, 100])]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(port: int, path: str, body: dict) -> dict:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.load(r)
+
+
+def start(bin_dir: str) -> tuple:
+    port = free_port()
+    server = subprocess.Popen([os.path.join(bin_dir, "llama-server"), "-m", MODEL, "--port", str(port), "-t", "2",
+                               "-c", "4096", "--parallel", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(240):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return server, port
+        except OSError:
+            time.sleep(0.5)
+    server.terminate()
+    sys.exit("llama-server did not start")
+
+
+def infill(port: int, body: dict) -> dict:
+    r = post(port, "/infill", {**body, "temperature": 0, "cache_prompt": False})
+    ids = post(port, "/tokenize", {"content": r["prompt"], "add_special": False})["tokens"]
+    if len(ids) != r["tokens_evaluated"]:
+        sys.exit(f"{body}: the prompt text gives {len(ids)} tokens, {r['tokens_evaluated']} were evaluated")
+    return {"prompt_ids": ids, "content": r["content"], "stop_type": r["stop_type"], "tokens_predicted": r["tokens_predicted"]}
+
+
+def main() -> None:
+    if not os.path.exists(MODEL):
+        sys.exit(f"{MODEL} is missing: run tools/fetch-models.sh tests")
+    bin_dir = subprocess.run([os.path.join(ROOT, "..", "shared", "tools", "build-llama-cpp.sh")], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    server, port = start(bin_dir)
+    try:
+        prompts = [{"name": name, "request": body, **infill(port, body)} for name, body in PROMPTS]
+        indents = []
+        for name, body, limits in INDENTS:
+            whole = infill(port, body)
+            cuts = [{"n_indent": n, "content": infill(port, {**body, "n_indent": n})["content"]} for n in limits]
+            indents.append({"name": name, "request": body, "content": whole["content"], "cuts": cuts})
+    finally:
+        server.terminate()
+        server.wait()
+    os.makedirs(os.path.dirname(OUT), exist_ok=True)
+    with open(OUT, "w", encoding="utf-8") as f:
+        json.dump({"llama_cpp": "b11434", "n_ctx": 4096, "prompts": prompts, "indents": indents}, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(f"{OUT}: {len(prompts)} prompts, {len(indents)} indentation cases")
+
+
+if __name__ == "__main__":
+    main()
