@@ -2,7 +2,7 @@
 //! (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, a random seed that is printed so a run
 //! can be repeated).
 
-use engine::sampling::SamplingParams;
+use engine::sampling::{SamplerStep, SamplingParams};
 use engine::tokenizer::TokenId;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -37,6 +37,11 @@ pub struct SamplingArgs {
     /// Stop before this text (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
+    /// The samplers in this order, as llama.cpp names them separated by `;` (e.g.
+    /// `top_k;top_p;infill`; temperature applies only where named) [default: top_k, top_p,
+    /// min_p, temperature].
+    #[arg(long, value_parser = parse_samplers)]
+    pub samplers: Option<SamplerOrder>,
 }
 
 impl SamplingArgs {
@@ -53,6 +58,7 @@ impl SamplingArgs {
             frequency_penalty: self.frequency_penalty,
             logit_bias: self.logit_bias.clone(),
             seed,
+            order: self.samplers.clone().map(|o| o.0),
         };
         params.validate(n_vocab)?;
         Ok(params)
@@ -72,4 +78,14 @@ fn parse_logit_bias(s: &str) -> Result<(TokenId, f32), String> {
     let id = id.trim().parse().map_err(|_| format!("{s:?}: {id:?} is not a token id"))?;
     let bias = bias.trim().parse().map_err(|_| format!("{s:?}: {bias:?} is not a number"))?;
     Ok((id, bias))
+}
+
+/// `--samplers`' list (one value to clap, which would read a `Vec` as a repeated flag).
+#[derive(Clone, Debug)]
+pub struct SamplerOrder(Vec<SamplerStep>);
+
+fn parse_samplers(s: &str) -> Result<SamplerOrder, String> {
+    let steps =
+        s.split(';').map(|name| SamplerStep::from_name(name.trim()).ok_or_else(|| format!("{name:?} is not a sampler of llama.cpp's")));
+    steps.collect::<Result<_, _>>().map(SamplerOrder)
 }

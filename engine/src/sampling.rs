@@ -14,16 +14,18 @@
 //! The random generator is ours (xoshiro256++ seeded through SplitMix64 from a full `u64`), so
 //! a seed gives the same text on every machine and every version of every dependency.
 
+mod chain;
 mod distribution;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+pub use chain::SamplerStep;
 use distribution::sum_f64;
 pub use distribution::Distribution;
 
 use crate::logprobs::argmax;
 use crate::quant::ggml_expf;
-use crate::tokenizer::TokenId;
+use crate::tokenizer::{TokenId, Tokenizer};
 
 /// How tokens are chosen. `Default` is OpenAI's: temperature 1, nothing cut, no penalties.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,6 +49,9 @@ pub struct SamplingParams {
     /// Added to the logits of these tokens (-100 effectively bans a token, +100 forces it).
     pub logit_bias: Vec<(TokenId, f32)>,
     pub seed: u64,
+    /// The cuts in the order named (llama-server's `samplers`), temperature only where named;
+    /// `None`: top-k, top-p, min-p, then temperature, and 0 is greedy.
+    pub order: Option<Vec<SamplerStep>>,
 }
 
 impl Default for SamplingParams {
@@ -61,6 +66,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             logit_bias: Vec::new(),
             seed: 0,
+            order: None,
         }
     }
 }
@@ -163,6 +169,9 @@ fn better(a: &(TokenId, f32), b: &(TokenId, f32)) -> std::cmp::Ordering {
 /// Turns adjusted (biased, penalised, masked) logits into the distribution the draw uses:
 /// greedy gives certainty on the argmax; otherwise top-k, top-p, min-p and temperature.
 pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribution, SamplingError> {
+    if let Some(order) = &params.order {
+        return chain::ordered(params, order, logits, None);
+    }
     if params.is_greedy() {
         let best = argmax(logits);
         if !logits.get(best as usize).is_some_and(|v| v.is_finite()) {
@@ -385,9 +394,12 @@ impl Sampler {
         }
     }
 
-    /// The distribution a draw would use for these adjusted logits.
-    pub fn distribution(&self, adjusted: &[f32]) -> Result<Distribution, SamplingError> {
-        distribution(&self.params, adjusted)
+    /// The distribution a draw would use for these adjusted logits of `vocab`'s tokens.
+    pub fn distribution(&self, adjusted: &[f32], vocab: &Tokenizer) -> Result<Distribution, SamplingError> {
+        match &self.params.order {
+            Some(order) => chain::ordered(&self.params, order, adjusted, Some(vocab)),
+            None => distribution(&self.params, adjusted),
+        }
     }
 
     /// Draws from `dist` with this sampler's generator.
@@ -405,7 +417,7 @@ impl Sampler {
     /// the token (call [`Sampler::accept`] once it is kept).
     pub fn pick(&mut self, logits: &mut [f32]) -> Result<TokenId, SamplingError> {
         self.adjust(logits);
-        let dist = self.distribution(logits)?;
+        let dist = distribution(&self.params, logits)?;
         Ok(self.sample(&dist))
     }
 }

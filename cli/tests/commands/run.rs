@@ -272,3 +272,25 @@ fn a_suffix_fills_the_gap_with_a_code_model_and_is_one_line_without_one() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.lines().count() == 1 && err.contains("--suffix: the model has no fill-in-the-middle"), "{err}");
 }
+
+#[test]
+fn samplers_run_in_the_order_named_and_an_unknown_one_is_refused() {
+    let tiny = fixture("tiny-llama-F32.gguf");
+    let model = tiny.to_str().unwrap();
+    let text = |extra: &[&str]| {
+        let out = run(&[&["-m", model, "-p", "Once upon a time", "-n", "12", "--temp", "0"], extra].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let greedy = text(&[]);
+    // temperature named: 0 is greedy there
+    assert_eq!(text(&["--samplers", "top_k;temperature", "--seed", "3"]), greedy);
+    // not named: drawn at temperature 1 from the top 40 (llama.cpp's chain)
+    let drawn: Vec<String> = (1..=4).map(|seed| text(&["--samplers", "top_k", "--seed", &seed.to_string()])).collect();
+    assert!(drawn.iter().any(|d| *d != greedy), "{drawn:?}");
+    let out = run(&["-m", model, "-p", "a", "--samplers", "top_k;mirostat"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    // clap's error line, which names the flag and the sampler
+    assert!(err.lines().next().unwrap().contains("--samplers <SAMPLERS>': \"mirostat\" is not a sampler of llama.cpp's"), "{err}");
+}

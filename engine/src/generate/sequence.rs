@@ -128,10 +128,10 @@ impl SequenceDecoder {
 
     /// The distribution the next token is drawn from, given the raw row: logit bias,
     /// penalties, the constraint's mask, then the sampler's cuts and temperature.
-    pub fn distribution(&mut self, logits: &[f32]) -> Result<Distribution, GenerateError> {
+    pub fn distribution(&mut self, tokenizer: &Tokenizer, logits: &[f32]) -> Result<Distribution, GenerateError> {
         if self.constraint.is_none() && !self.sampler.adjusts() {
             // nothing to change: the row as it is (no copy of the whole vocabulary)
-            return Ok(self.sampler.distribution(logits)?);
+            return Ok(self.sampler.distribution(logits, tokenizer)?);
         }
         self.scratch.clear();
         self.scratch.extend_from_slice(logits);
@@ -139,12 +139,12 @@ impl SequenceDecoder {
         if let Some(c) = &mut self.constraint {
             c.mask_logits(&mut self.scratch).map_err(GenerateError::Constraint)?;
         }
-        Ok(self.sampler.distribution(&self.scratch)?)
+        Ok(self.sampler.distribution(&self.scratch, tokenizer)?)
     }
 
     /// Picks the next token from `logits` (the row after everything so far) and records it.
     pub fn step(&mut self, tokenizer: &Tokenizer, logits: &[f32]) -> Result<TokenEvent, GenerateError> {
-        let dist = self.distribution(logits)?;
+        let dist = self.distribution(tokenizer, logits)?;
         let token = self.sampler.sample(&dist);
         self.commit(tokenizer, token, logits)
     }

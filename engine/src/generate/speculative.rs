@@ -155,7 +155,7 @@ pub(crate) fn accept_proposals<'r>(
     let mut events = Vec::new();
     for i in 0..=proposals.len() {
         let row = row(i);
-        let p = decoder.distribution(row)?;
+        let p = decoder.distribution(tokenizer, row)?;
         let token = decoder.sample(&p);
         let kept = proposals.get(i) == Some(&token);
         let event = decoder.commit(tokenizer, token, row)?;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use engine::sampling::SamplingParams;
+use engine::sampling::{SamplerStep, SamplingParams};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
@@ -83,6 +83,10 @@ pub struct SamplingRequest {
     /// llama-server's per-request adapters: `[{"id": 0, "scale": 0.5}]`.
     #[serde(default)]
     pub lora: Option<Vec<LoraChoice>>,
+    /// llama-server's sampler order: names (`["top_k", "top_p", "infill"]`) or one letter
+    /// each (`"kpi"`).
+    #[serde(default)]
+    pub samplers: Option<Samplers>,
     /// The API whose ranges apply (set by the route, never sent).
     #[serde(skip)]
     pub api: Api,
@@ -127,6 +131,30 @@ impl<'de> Deserialize<'de> for Seed {
                 .ok_or_else(|| D::Error::custom(format!("must be a 64-bit integer, got {n}"))),
             _ => Err(D::Error::custom("must be an integer")),
         }
+    }
+}
+
+/// `samplers`: llama-server's sampler names in order, or a string of their letters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Samplers(Vec<SamplerStep>);
+
+impl<'de> Deserialize<'de> for Samplers {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Samplers, D::Error> {
+        use serde::de::Error;
+        let steps: Result<Vec<SamplerStep>, String> = match Value::deserialize(d)? {
+            Value::String(letters) => {
+                letters.chars().map(|c| SamplerStep::from_char(c).ok_or_else(|| format!("{c:?} is no sampler's letter"))).collect()
+            }
+            Value::Array(names) => names
+                .iter()
+                .map(|v| {
+                    let name = v.as_str().ok_or_else(|| format!("{v} is not a sampler's name"))?;
+                    SamplerStep::from_name(name).ok_or_else(|| format!("{name:?} is not a sampler of llama-server's"))
+                })
+                .collect(),
+            _ => Err("must be an array of sampler names or a string of their letters".into()),
+        };
+        steps.map(Samplers).map_err(D::Error::custom)
     }
 }
 
@@ -196,6 +224,7 @@ impl SamplingRequest {
             frequency_penalty: in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?.unwrap_or(0.0),
             logit_bias: self.logit_bias(n_vocab)?,
             seed: self.seed.map_or_else(rand_seed, |s| s.0),
+            order: self.samplers.as_ref().map(|s| s.0.clone()),
         };
         let max_tokens = match int_in("max_completion_tokens", self.max_completion_tokens, 1, u32::MAX as u64)? {
             Some(v) => Some(v as usize),

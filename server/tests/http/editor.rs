@@ -11,7 +11,7 @@ use engine::tokenizer::TokenId;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use super::{client, expect_error, qwen_server, sse_events};
+use super::{client, expect_error, plain_chat_server, qwen_server, sse_events, CHAT};
 
 /// The FIM prompt `/infill` builds at a context of 4096.
 fn prompt_of(qwen: &Model, body: &Value) -> Vec<TokenId> {
@@ -57,7 +57,7 @@ fn llama_vim_warms_the_cache_with_n_predict_0_and_reads_only_the_fields_it_names
     ];
     let at_cursor = json!({"id_slot": 0, "input_prefix": "def add(a, b):\n", "input_suffix": "\n\nprint(add(1, 2))\n", "input_extra": extra,
                            "prompt": "    return ", "n_predict": 16, "stop": [], "n_indent": 4, "top_k": 40, "top_p": 0.9,
-                           "samplers": ["top_k", "top_p", "infill"], "stream": false, "cache_prompt": true, "t_max_prompt_ms": 500,
+                           "samplers": ["top_k", "top_p", "infill"], "seed": 7, "stream": false, "cache_prompt": true, "t_max_prompt_ms": 500,
                            "t_max_predict_ms": 1000, "response_fields": fields});
     let r: Value = client().post(&url).json(&at_cursor).send().unwrap().json().unwrap();
     let keys: BTreeSet<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
@@ -148,4 +148,30 @@ fn n_indent_and_t_max_predict_ms_end_a_completion_at_a_line_as_llama_server_does
     assert_eq!(r["stop_type"], "limit", "{r}");
     // without a limit (0, as llama-server reads it) the reply is whole
     assert_eq!(ask(&with("t_max_predict_ms", json!(0)))["content"].as_str(), Some(whole));
+}
+
+#[test]
+fn samplers_run_in_the_order_named_with_temperature_only_where_named() {
+    let base = plain_chat_server();
+    let url = format!("{base}/v1/completions");
+    let complete = |extra: Value| {
+        let mut body = json!({"model": CHAT, "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "top_k": 40});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let r: Value = client().post(&url).json(&body).send().unwrap().json().unwrap();
+        r["choices"][0]["text"].as_str().unwrap_or_else(|| panic!("{r}")).to_string()
+    };
+    let greedy = complete(json!({}));
+    // temperature named: 0 keeps the best, as the fixed order's greedy does
+    assert_eq!(complete(json!({"samplers": ["top_k", "temperature"], "seed": 1})), greedy);
+    assert_eq!(complete(json!({"samplers": "kt", "seed": 2})), greedy);
+    // not named: llama-server's chain draws at temperature 1 from the top 40
+    let drawn: Vec<String> = (1..=4).map(|seed| complete(json!({"samplers": ["top_k"], "seed": seed}))).collect();
+    assert!(drawn.iter().any(|d| *d != greedy), "{drawn:?}");
+    for bad in [json!(["top_k", "mirostat"]), json!("kq"), json!(3)] {
+        let e = expect_error(
+            client().post(&url).json(&json!({"model": CHAT, "prompt": "a", "samplers": bad})).send().unwrap(),
+            StatusCode::BAD_REQUEST,
+        );
+        assert_eq!(e["param"], "samplers", "{e}");
+    }
 }

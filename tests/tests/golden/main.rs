@@ -23,6 +23,7 @@ mod lora;
 mod quant_golden;
 mod reference;
 mod rerank;
+mod sampler_order;
 mod serving;
 mod simd_vs_ref;
 mod table_quants;

@@ -1,0 +1,170 @@
+//! Samplers in the order a request names them (llama-server's `samplers`): each step cuts or
+//! reshapes the candidates left by the one before, and the draw is a softmax of what is left.
+//! As in llama.cpp's chain, temperature is applied only where it is named (0 there keeps the
+//! most likely token), and the `infill` step keeps a code model's fill short: it ends the fill
+//! when the end-of-generation tokens weigh enough, merges tokens whose text starts another's,
+//! and keeps only clear favourites.
+
+use super::{better, cut_top_p, softmax, Distribution, SamplingError, SamplingParams};
+use crate::tokenizer::{TokenId, Tokenizer};
+
+/// One step of a named order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SamplerStep {
+    TopK,
+    TopP,
+    MinP,
+    Temperature,
+    Infill,
+    /// A sampler of llama.cpp's this engine has no parameters for (`dry`, `typ_p`,
+    /// `top_n_sigma`, `xtc`, `adaptive_p`): at their defaults they change nothing, and so here.
+    Inert,
+    /// The penalties, which the logit adjustment applies before any step.
+    Penalties,
+}
+
+impl SamplerStep {
+    /// The step llama-server names `name`: its canonical names, their kebab-case and
+    /// unseparated forms, and its aliases.
+    pub fn from_name(name: &str) -> Option<SamplerStep> {
+        const CANONICAL: [(&str, SamplerStep); 11] = [
+            ("top_k", SamplerStep::TopK),
+            ("top_p", SamplerStep::TopP),
+            ("min_p", SamplerStep::MinP),
+            ("temperature", SamplerStep::Temperature),
+            ("infill", SamplerStep::Infill),
+            ("penalties", SamplerStep::Penalties),
+            ("dry", SamplerStep::Inert),
+            ("typ_p", SamplerStep::Inert),
+            ("top_n_sigma", SamplerStep::Inert),
+            ("xtc", SamplerStep::Inert),
+            ("adaptive_p", SamplerStep::Inert),
+        ];
+        let spelled = |c: &str| name == c || name == c.replace('_', "-") || name == c.replace('_', "");
+        let alias = match name {
+            "nucleus" => Some(SamplerStep::TopP),
+            "temp" => Some(SamplerStep::Temperature),
+            "typ" => Some(SamplerStep::Inert),
+            _ => None,
+        };
+        CANONICAL.iter().find(|(c, _)| spelled(c)).map(|&(_, step)| step).or(alias)
+    }
+
+    /// The step of llama-server's one-letter name `c` (`samplers` given as a string).
+    pub fn from_char(c: char) -> Option<SamplerStep> {
+        let step = match c {
+            'k' => SamplerStep::TopK,
+            'p' => SamplerStep::TopP,
+            'm' => SamplerStep::MinP,
+            't' => SamplerStep::Temperature,
+            'i' => SamplerStep::Infill,
+            'e' => SamplerStep::Penalties,
+            'd' | 'y' | 's' | 'x' | 'a' => SamplerStep::Inert,
+            _ => return None,
+        };
+        Some(step)
+    }
+}
+
+/// The distribution after `order`'s steps over the adjusted `logits`; `vocab` gives the
+/// `infill` step the tokens' texts and ends (without it, that step is skipped: a draft model's
+/// proposals, which the target checks with its own).
+pub(super) fn ordered(
+    params: &SamplingParams,
+    order: &[SamplerStep],
+    logits: &[f32],
+    vocab: Option<&Tokenizer>,
+) -> Result<Distribution, SamplingError> {
+    let mut cands: Vec<(TokenId, f32)> =
+        logits.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| (i as TokenId, v)).collect();
+    if cands.is_empty() {
+        return Err(SamplingError::NoCandidates);
+    }
+    for step in order {
+        match step {
+            SamplerStep::TopK if params.top_k > 0 && params.top_k < cands.len() => {
+                cands.select_nth_unstable_by(params.top_k - 1, better);
+                cands.truncate(params.top_k);
+            }
+            SamplerStep::TopP if params.top_p < 1.0 => cut_top_p(&mut cands, params.top_p),
+            SamplerStep::MinP if params.min_p > 0.0 => {
+                let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+                let floor = max + params.min_p.ln();
+                cands.retain(|c| c.1 >= floor);
+            }
+            SamplerStep::Temperature if params.temperature <= 0.0 => {
+                let best = *cands.iter().min_by(|a, b| better(a, b)).expect("candidates are left");
+                cands = vec![best];
+            }
+            SamplerStep::Temperature => cands.iter_mut().for_each(|c| c.1 /= params.temperature),
+            SamplerStep::Infill => {
+                if let Some(vocab) = vocab {
+                    infill(&mut cands, vocab);
+                }
+            }
+            _ => {}
+        }
+    }
+    cands.sort_unstable_by_key(|c| c.0);
+    let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+    softmax(cands.iter().map(|c| c.0).collect(), cands.iter().map(|c| c.1 - max).collect())
+}
+
+/// llama.cpp's `infill` sampler on the candidates (their logits kept: the draw's softmax is
+/// of the logits of those left, as llama.cpp's `dist` recomputes it).
+fn infill(cands: &mut Vec<(TokenId, f32)>, vocab: &Tokenizer) {
+    cands.sort_unstable_by(better);
+    let max = cands[0].1;
+    let weights: Vec<f64> = cands.iter().map(|c| (f64::from(c.1) - f64::from(max)).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    let mut p: Vec<f64> = weights.iter().map(|w| w / total).collect();
+    let eog: Vec<bool> = cands.iter().map(|c| vocab.is_eog(c.0)).collect();
+    let (p_eog, p_txt) = p.iter().zip(&eog).fold((0.0, 0.0), |(e, t), (&p, &is)| if is { (e + p, t) } else { (e, t + p) });
+    // the ends weigh enough against the text: end the fill
+    if 3.0 * p_eog * cands.len() as f64 > p_txt {
+        *cands = cands.iter().zip(&eog).filter(|(_, &e)| e).map(|(c, _)| *c).collect();
+        return;
+    }
+    // a token whose text starts another's gives its probability to the likelier of the two
+    let mut gone = vec![false; cands.len()];
+    for i0 in 0..cands.len() {
+        for i1 in 0..cands.len() {
+            if gone[i0] {
+                break;
+            }
+            if i0 == i1 || gone[i1] {
+                continue;
+            }
+            let (t0, t1) = (vocab.token_to_piece(cands[i0].0, false), vocab.token_to_piece(cands[i1].0, false));
+            if !t0.is_empty() && t1.starts_with(t0) {
+                let (dst, src) = if p[i1] > p[i0] { (i1, i0) } else { (i0, i1) };
+                p[dst] += p[src];
+                p[src] = 0.0;
+                gone[src] = true;
+            }
+        }
+    }
+    // the clear favourites: at least 0.2, then at least 1 / (their count + 1) of what the
+    // first cut left; the ends always stay
+    let left: Vec<usize> = (0..cands.len()).filter(|&i| !gone[i]).collect();
+    let first = favourites(&left, &p, &eog, 0.2);
+    let texts = first.iter().filter(|&&i| !eog[i]).count();
+    if texts == 0 {
+        // nothing but ends: the end of text (or of the sequence) for certain
+        if let Some(end) = vocab.special_tokens().eot.or(vocab.eos()) {
+            *cands = vec![(end, 1.0)];
+        } else {
+            cands.truncate(1);
+        }
+        return;
+    }
+    let sum: f64 = first.iter().map(|&i| p[i]).sum();
+    first.iter().for_each(|&i| p[i] /= sum);
+    let second = favourites(&first, &p, &eog, 1.0 / (texts + 1) as f64);
+    *cands = second.into_iter().map(|i| cands[i]).collect();
+}
+
+/// Of the candidates `kept`, those with probability `p` at least `threshold`, and the ends.
+fn favourites(kept: &[usize], p: &[f64], eog: &[bool], threshold: f64) -> Vec<usize> {
+    kept.iter().copied().filter(|&i| eog[i] || p[i] >= threshold).collect()
+}
