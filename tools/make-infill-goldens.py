@@ -4,7 +4,8 @@ Qwen2.5-Coder-0.5B-Instruct Q4_K_M (tools/fetch-models.sh tests) at a context of
 For each request: its prompt as token ids (llama-server's `prompt` text, which it answers with,
 tokenized again by its `/tokenize` and checked against `tokens_evaluated`), and its reply. For
 the `n_indent` cases, the reply without the limit too, so that the cut can be checked on the
-same tokens. The test suite (tests/tests/golden/infill.rs) builds the same prompts and cuts.
+same tokens. For llama.vim's sampler chain (`top_k`, `top_p`, `infill`), draws with a few
+seeds: each token drawn and the tokens the chain left before it, with their probabilities. The test suite (tests/tests/golden/infill.rs) builds the same prompts and cuts.
 
     tools/make-infill-goldens.py
 """
@@ -38,6 +39,10 @@ PROMPTS = [
     ("empty", {"input_prefix": "", "input_suffix": "", "n_predict": 4}),
     ("warm-up", {"input_prefix": "", "input_suffix": "", "input_extra": EXTRA, "n_predict": 0}),
 ]
+# llama.vim's sampler chain, drawn with these seeds: (name, request body, seeds)
+CHAIN = {"top_k": 40, "top_p": 0.9, "samplers": ["top_k", "top_p", "infill"]}
+SAMPLED = [("add", {**ADD, "n_predict": 16}, [1, 2, 3]), ("bubble sort", {**SORT, "n_predict": 24}, [1, 2, 3]),
+           ("method", {**METHOD, "n_predict": 24}, [4, 5])]
 # (name, request body without the limit, n_indent values)
 INDENTS = [("bubble sort", {**SORT, "n_predict": 64}, [4, 8, 100]), ("method", {**METHOD, "n_predict": 48}, [4, 8, 100])]
 
@@ -78,6 +83,17 @@ def infill(port: int, body: dict) -> dict:
     return {"prompt_ids": ids, "content": r["content"], "stop_type": r["stop_type"], "tokens_predicted": r["tokens_predicted"]}
 
 
+def sampled(port: int, body: dict, seed: int) -> dict:
+    """A draw through llama.vim's chain: the tokens drawn, and before each draw the tokens the
+    chain left with their probabilities (llama-server's post-sampling probabilities)."""
+    r = post(port, "/infill", {**body, **CHAIN, "seed": seed, "n_probs": 64, "post_sampling_probs": True, "cache_prompt": False})
+    ids = post(port, "/tokenize", {"content": r["prompt"], "add_special": False})["tokens"]
+    steps = [{"id": t["id"], "left": [[c["id"], round(c["prob"], 6)] for c in t["top_probs"]]} for t in r["completion_probabilities"]]
+    if any(len(s["left"]) >= 64 for s in steps):
+        sys.exit(f"{body}: more than 64 tokens left by the chain")
+    return {"prompt_ids": ids, "seed": seed, "steps": steps}
+
+
 def main() -> None:
     if not os.path.exists(MODEL):
         sys.exit(f"{MODEL} is missing: run tools/fetch-models.sh tests")
@@ -91,12 +107,14 @@ def main() -> None:
             whole = infill(port, body)
             cuts = [{"n_indent": n, "content": infill(port, {**body, "n_indent": n})["content"]} for n in limits]
             indents.append({"name": name, "request": body, "content": whole["content"], "cuts": cuts})
+        chains = [{"name": name, **sampled(port, body, seed)} for name, body, seeds in SAMPLED for seed in seeds]
     finally:
         server.terminate()
         server.wait()
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w", encoding="utf-8") as f:
-        json.dump({"llama_cpp": "b11434", "n_ctx": 4096, "prompts": prompts, "indents": indents}, f, ensure_ascii=False, indent=1)
+        json.dump({"llama_cpp": "b11434", "n_ctx": 4096, "prompts": prompts, "indents": indents, "chain": CHAIN, "sampled": chains}, f,
+                  ensure_ascii=False, indent=1)
         f.write("\n")
     print(f"{OUT}: {len(prompts)} prompts, {len(indents)} indentation cases")
 

@@ -1,8 +1,9 @@
 //! `/infill` against llama-server b11434 (`fixtures/infill/llama-cpp.json`,
 //! `tools/make-infill-goldens.py`) on the real Qwen2.5-Coder-0.5B-Instruct at a context of 4096:
 //! every request's prompt is llama-server's token for token (the repository layout, the extra
-//! files, the budgets of a prompt past them), and `n_indent` cuts llama-server's own replies
-//! where llama-server cut them.
+//! files, the budgets of a prompt past them), `n_indent` cuts llama-server's own replies where
+//! llama-server cut them, and llama.vim's sampler chain (`top_k`, `top_p`, `infill`) leaves the
+//! tokens llama-server's left before each of its draws.
 
 use engine::generate::line_limits::LineLimits;
 use engine::model::Model;
@@ -62,4 +63,51 @@ fn n_indent_cuts_llama_server_s_replies_where_it_does() {
         }
     }
     assert!(same >= 5 && later <= 1, "{same} cut alike, {later} later by llama-server");
+}
+
+#[test]
+fn llama_vim_s_sampler_chain_leaves_what_llama_server_s_leaves() {
+    use engine::kv_cache::KvType;
+    use engine::model::BatchEntry;
+    use engine::sampling::{Sampler, SamplerStep, SamplingParams};
+    let qwen = Model::load(engine_tests::fetch_model("qwen2.5-coder")).unwrap();
+    let tok = qwen.tokenizer();
+    let goldens = read_json(&fixture("infill/llama-cpp.json"));
+    let chain = &goldens["chain"];
+    let order: Vec<SamplerStep> =
+        chain["samplers"].as_array().unwrap().iter().map(|n| SamplerStep::from_name(n.as_str().unwrap()).unwrap()).collect();
+    let params = SamplingParams {
+        top_k: chain["top_k"].as_u64().unwrap() as usize,
+        top_p: chain["top_p"].as_f64().unwrap() as f32,
+        order: Some(order),
+        ..SamplingParams::default()
+    };
+    let (mut steps, mut alike, mut worst) = (0, 0, 0.0f32);
+    for case in goldens["sampled"].as_array().unwrap() {
+        // llama-server's draws fed back: the logits before each of its tokens
+        let prompt = json_ids(&case["prompt_ids"]);
+        let drawn: Vec<u32> = case["steps"].as_array().unwrap().iter().map(|s| s["id"].as_u64().unwrap() as u32).collect();
+        let ids = [&prompt[..], &drawn[..drawn.len() - 1]].concat();
+        let mut kv = qwen.new_kv_cache(KvType::F16, ids.len() + 1);
+        let logits = qwen.forward(&mut kv, &BatchEntry::sequence(0, &ids, 0, true)).unwrap();
+        for (j, step) in case["steps"].as_array().unwrap().iter().enumerate() {
+            let row = logits.row(prompt.len() - 1 + j);
+            let ours: Vec<(u32, f32)> = Sampler::new(params.clone(), &[]).distribution(row, tok).unwrap().candidates().collect();
+            let mut theirs: Vec<(u32, f32)> =
+                step["left"].as_array().unwrap().iter().map(|c| (c[0].as_u64().unwrap() as u32, c[1].as_f64().unwrap() as f32)).collect();
+            theirs.sort_unstable_by_key(|c| c.0);
+            steps += 1;
+            let ids_of = |v: &[(u32, f32)]| v.iter().map(|c| c.0).collect::<Vec<_>>();
+            if ids_of(&ours) == ids_of(&theirs) {
+                alike += 1;
+                worst = ours.iter().zip(&theirs).map(|(a, b)| (a.1 - b.1).abs()).fold(worst, f32::max);
+            } else {
+                eprintln!("{} seed {} step {j}: ours {ours:?}, llama-server's {theirs:?}", case["name"], case["seed"]);
+            }
+        }
+    }
+    eprintln!("{alike} of {steps} steps left the same tokens; probabilities within {worst}");
+    assert!(steps >= 100 && alike == steps, "{alike} of {steps} steps alike");
+    // the two engines' logits differ a little (a near tie of two tokens moves by up to 0.03)
+    assert!(worst < 0.05, "{worst}");
 }
