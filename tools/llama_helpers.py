@@ -32,3 +32,41 @@ def build_helper(name: str) -> str:
                         "-Wl,--start-group", *libs, "-Wl,--end-group", "-fopenmp", "-lpthread", "-ldl", "-o", exe],
                        check=True)
     return exe
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(port: int, path: str, body: dict, timeout: float = 300) -> dict:
+    """POST `body` as JSON to the llama-server on `port`; its JSON answer."""
+    import json
+    import urllib.request
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.load(r)
+
+
+def start_server(model: str, *flags: str) -> tuple:
+    """llama-server on `model` with `flags` on a free port, once `/health` answers 200:
+    (the process, its port). The caller terminates it."""
+    import sys
+    import time
+    import urllib.request
+    port = free_port()
+    server = subprocess.Popen([os.path.join(llama_bin(), "llama-server"), "-m", model, "--port", str(port), *flags],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(240):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return server, port
+        except OSError:
+            time.sleep(0.5)
+    server.terminate()
+    sys.exit("llama-server did not start")

@@ -16,11 +16,9 @@ after the generation prompt), so a judged reply has no llama-server rendering to
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
+
+from llama_helpers import post, start_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -47,36 +45,13 @@ CASES = [
 ]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post(port, path, body):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req) as r:
-        return json.load(r)
-
-
 def main():
-    bin_dir = subprocess.check_output(["bash", os.path.join(ROOT, "..", "shared", "tools", "build-llama-cpp.sh")], text=True).strip()
     out = []
     for family, arch, template, messages, kwargs in CASES:
         model = os.path.join(FIX, "archs", f"{arch}.gguf")
         template_file = os.path.join(FIX, "guard-families", f"{template}.jinja")
-        port = free_port()
-        server = subprocess.Popen(
-            [os.path.join(bin_dir, "llama-server"), "-m", model, "--jinja", "--chat-template-file", template_file,
-             "--port", str(port), "-t", "1", "-c", "256"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server, port = start_server(model, "--jinja", "--chat-template-file", template_file, "-t", "1", "-c", "256")
         try:
-            for _ in range(120):
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health")
-                    break
-                except OSError:
-                    time.sleep(0.25)
             body = {"messages": messages}
             if kwargs:
                 body["chat_template_kwargs"] = kwargs

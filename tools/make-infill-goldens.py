@@ -12,11 +12,9 @@ seeds: each token drawn and the tokens the chain left before it, with their prob
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
+
+from llama_helpers import post, start_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "fixtures", "infill", "llama-cpp.json")
@@ -47,34 +45,6 @@ SAMPLED = [("add", {**ADD, "n_predict": 16}, [1, 2, 3]), ("bubble sort", {**SORT
 INDENTS = [("bubble sort", {**SORT, "n_predict": 64}, [4, 8, 100]), ("method", {**METHOD, "n_predict": 48}, [4, 8, 100])]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post(port: int, path: str, body: dict) -> dict:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.load(r)
-
-
-def start(bin_dir: str) -> tuple:
-    port = free_port()
-    server = subprocess.Popen([os.path.join(bin_dir, "llama-server"), "-m", MODEL, "--port", str(port), "-t", "2",
-                               "-c", "4096", "--parallel", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(240):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return server, port
-        except OSError:
-            time.sleep(0.5)
-    server.terminate()
-    sys.exit("llama-server did not start")
-
-
 def infill(port: int, body: dict) -> dict:
     r = post(port, "/infill", {**body, "temperature": 0, "cache_prompt": False})
     ids = post(port, "/tokenize", {"content": r["prompt"], "add_special": False})["tokens"]
@@ -97,9 +67,7 @@ def sampled(port: int, body: dict, seed: int) -> dict:
 def main() -> None:
     if not os.path.exists(MODEL):
         sys.exit(f"{MODEL} is missing: run tools/fetch-models.sh tests")
-    bin_dir = subprocess.run([os.path.join(ROOT, "..", "shared", "tools", "build-llama-cpp.sh")], check=True,
-                             capture_output=True, text=True).stdout.strip()
-    server, port = start(bin_dir)
+    server, port = start_server(MODEL, "-t", "2", "-c", "4096", "--parallel", "1")
     try:
         prompts = [{"name": name, "request": body, **infill(port, body)} for name, body in PROMPTS]
         indents = []

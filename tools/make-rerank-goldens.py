@@ -14,12 +14,11 @@ document [SEP]`, checked against the rerank token count). The test suite
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
+
+from llama_helpers import post, start_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -33,45 +32,18 @@ CASES = [
     ("a", ["a", "b", "a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a"]),
 ]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post(port: int, path: str, body: dict) -> dict:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.load(r)
-
-
-def start(bin_dir: str, model: str, *flags: str) -> tuple:
-    port = free_port()
-    server = subprocess.Popen([os.path.join(bin_dir, "llama-server"), "-m", model, "--port", str(port), "-t", "2",
-                               "-ub", "512", "-b", "512", *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(120):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return server, port
-        except OSError:
-            time.sleep(0.5)
-    server.terminate()
-    sys.exit("llama-server did not start")
+# the flags of both servers
+FLAGS = ("-t", "2", "-ub", "512", "-b", "512")
 
 
 def main() -> None:
-    bin_dir = subprocess.run([os.path.join(ROOT, "..", "shared", "tools", "build-llama-cpp.sh")], check=True,
-                             capture_output=True, text=True).stdout.strip()
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "engine-tests", "--bin", "reranker-model"], cwd=ROOT, check=True)
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "tiny-reranker.gguf")
         subprocess.run([os.path.join(ROOT, "target", "release", "reranker-model"),
                         os.path.join(FIX, "real", "all-MiniLM-L6-v2-Q8_0.gguf"), model], check=True)
         cases = []
-        server, port = start(bin_dir, model, "--reranking")
+        server, port = start_server(model, *FLAGS, "--reranking")
         try:
             for query, documents in CASES:
                 # one document per request: each request's usage is that pair's prompt tokens
@@ -87,7 +59,7 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait()
-        server, port = start(bin_dir, model, "--embeddings", "--pooling", "cls")
+        server, port = start_server(model, *FLAGS, "--embeddings", "--pooling", "cls")
         try:
             for c in cases:
                 e = post(port, "/embedding", {"content": c["ids"], "embd_normalize": -1})
