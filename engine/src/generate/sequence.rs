@@ -1,7 +1,7 @@
 //! One sequence's decoding state, independent of how its logits are computed: the sampler, an
 //! optional output constraint (a grammar), stop strings, streaming text, log-probabilities, the
-//! token budget and the line limits. A single-sequence [`super::Generator`], the lockstep batch driver and a
-//! continuous-batching scheduler all feed rows of logits to this same type.
+//! token budget and the line limits. A single-sequence [`super::Generator`], the lockstep batch
+//! driver and a continuous-batching scheduler all feed rows of logits to this same type.
 
 use std::time::Instant;
 
