@@ -93,8 +93,7 @@ pub(super) fn ordered(
                 cands.retain(|c| c.1 >= floor);
             }
             SamplerStep::Temperature if params.temperature <= 0.0 => {
-                let best = *cands.iter().min_by(|a, b| better(a, b)).expect("candidates are left");
-                cands = vec![best];
+                cands = cands.iter().min_by(|a, b| better(a, b)).into_iter().copied().collect();
             }
             SamplerStep::Temperature => cands.iter_mut().for_each(|c| c.1 /= params.temperature),
             SamplerStep::Infill => {
