@@ -117,8 +117,9 @@ fn n_indent_and_t_max_predict_ms_end_a_completion_at_a_line_as_llama_server_does
     let qwen = Arc::new(Model::load(engine_tests::fetch_model("qwen2.5-coder")).unwrap());
     let base = qwen_server(qwen, 4096);
     let url = format!("{base}/infill");
-    let body = json!({"input_prefix": "def bubble_sort(arr):\n", "input_suffix": "\n\nprint(bubble_sort([3, 1, 2]))\n", "n_predict": 64,
-                      "temperature": 0});
+    // a method's body: the reply writes it, a blank line, then the next method
+    let body = json!({"input_prefix": "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n",
+                      "input_suffix": "\n\n    def pop(self):\n        return self.items.pop()\n", "n_predict": 24, "temperature": 0});
     let with = |field: &str, value: Value| {
         let mut b = body.clone();
         b[field] = value;
@@ -127,7 +128,7 @@ fn n_indent_and_t_max_predict_ms_end_a_completion_at_a_line_as_llama_server_does
     let ask = |b: &Value| client().post(&url).json(b).send().unwrap().json::<Value>().unwrap();
     let plain = ask(&body);
     let whole = plain["content"].as_str().unwrap();
-    assert!(whole.matches('\n').count() > 3, "{plain}");
+    assert!(whole.matches('\n').count() > 2, "{plain}");
     for n_indent in [4, 100] {
         let r = ask(&with("n_indent", json!(n_indent)));
         let expected = cut_at_indent(whole, n_indent);
