@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Makes tests/fixtures/infill/llama-cpp.json: what llama-server answers to `/infill` on the real
 Qwen2.5-Coder-0.5B-Instruct Q4_K_M (tools/fetch-models.sh tests) at a context of 4096, greedy.
-For each request: its prompt as token ids (llama-server's `prompt` text, which it answers with,
+For each request: its prompt as token ids (and, for some, the prompt of a llama-server started
+with `--spm-infill`, the suffix first) (llama-server's `prompt` text, which it answers with,
 tokenized again by its `/tokenize` and checked against `tokens_evaluated`), and its reply. For
 the `n_indent` cases, the reply without the limit too, so that the cut can be checked on the
 same tokens. For llama.vim's sampler chain (`top_k`, `top_p`, `infill`), draws with a few
@@ -37,6 +38,8 @@ PROMPTS = [
     ("empty", {"input_prefix": "", "input_suffix": "", "n_predict": 4}),
     ("warm-up", {"input_prefix": "", "input_suffix": "", "input_extra": EXTRA, "n_predict": 0}),
 ]
+# the requests sent again to a server started with --spm-infill (suffix first)
+SPM = ["prefix and suffix", "with prompt", "extra files", "past the budgets"]
 # llama.vim's sampler chain, drawn with these seeds: (name, request body, seeds)
 CHAIN = {"top_k": 40, "top_p": 0.9, "samplers": ["top_k", "top_p", "infill"]}
 SAMPLED = [("add", {**ADD, "n_predict": 16}, [1, 2, 3]), ("bubble sort", {**SORT, "n_predict": 24}, [1, 2, 3]),
@@ -79,9 +82,18 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait()
+    server, port = start_server(MODEL, "-t", "2", "-c", "4096", "--parallel", "1", "--spm-infill")
+    try:
+        bodies = dict(PROMPTS)
+        spm = [{"name": name, "request": bodies[name], "prompt_ids": infill(port, bodies[name])["prompt_ids"]}
+               for name in SPM]
+    finally:
+        server.terminate()
+        server.wait()
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w", encoding="utf-8") as f:
-        json.dump({"llama_cpp": "b11434", "n_ctx": 4096, "prompts": prompts, "indents": indents, "chain": CHAIN, "sampled": chains}, f,
+        json.dump({"llama_cpp": "b11434", "n_ctx": 4096, "prompts": prompts, "spm_prompts": spm, "indents": indents, "chain": CHAIN,
+                   "sampled": chains}, f,
                   ensure_ascii=False, indent=1)
         f.write("\n")
     print(f"{OUT}: {len(prompts)} prompts, {len(indents)} indentation cases")

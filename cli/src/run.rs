@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context};
 use engine::generate::{FinishReason, GenerateParams, Generator, TokenConstraint, TokenEvent};
 use engine::grammar::{Constraint, GrammarCompiler};
 use engine::model::Model;
-use engine::tokenizer::fim::fim_prompt;
+use engine::tokenizer::fim::{fim_prompt, FimOrder};
 
 use crate::load::{default_ctx, load_model, resident_mib, thread_pool, DraftArgs, PromptArgs, RuntimeArgs};
 use crate::sampling_args::SamplingArgs;
@@ -40,6 +40,10 @@ pub struct RunArgs {
     /// output what goes between (a code model with FIM tokens).
     #[arg(long, requires = "prompt", conflicts_with_all = ["tokens", "images"])]
     pub suffix: Option<String>,
+    /// With --suffix, the suffix first (`<fim_suf> suffix <fim_pre> prefix <fim_mid>`), the order
+    /// some code models were trained on (llama.cpp's --spm-infill).
+    #[arg(long, requires = "suffix")]
+    pub spm_infill: bool,
     /// A vision projector GGUF (mmproj: idefics3 / SmolVLM or gemma3) for --image.
     #[arg(long, value_name = "GGUF", requires = "images")]
     pub mmproj: Option<PathBuf>,
@@ -68,7 +72,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     args.runtime.lora.load_into(&mut model)?;
     let resident = resident_mib();
     let prompt = match &args.suffix {
-        Some(suffix) => fim_prompt(model.tokenizer(), args.prompt.text()?, suffix).map_err(|e| anyhow!("--suffix: {e}"))?,
+        Some(suffix) => {
+            let order = if args.spm_infill { FimOrder::SuffixPrefixMiddle } else { FimOrder::PrefixSuffixMiddle };
+            fim_prompt(model.tokenizer(), args.prompt.text()?, suffix, order).map_err(|e| anyhow!("--suffix: {e}"))?
+        }
         None if args.images.is_empty() => args.prompt.tokens(&model)?,
         None => Vec::new(),
     };

@@ -12,6 +12,7 @@ use engine::model::vision::VisionModel;
 use engine::model::whisper::WhisperModel;
 use engine::model::Model;
 use engine::serving::SpecPolicy;
+use engine::tokenizer::fim::FimOrder;
 use engine::transcribe::whisper::WhisperTranscriber;
 use server::batch_scheduler::BatchConfig;
 use server::vision::{MediaOptions, Projector};
@@ -154,6 +155,10 @@ pub struct ServeArgs {
     /// continuing its text, unless the request's `continue_final_message` says otherwise.
     #[arg(long)]
     pub no_prefill_assistant: bool,
+    /// Lay fill-in-the-middle prompts (`/infill`, a completion's `suffix`) out suffix first,
+    /// the order some code models were trained on (llama-server's --spm-infill).
+    #[arg(long)]
+    pub spm_infill: bool,
     /// Bucket bounds of the latency histograms, in milliseconds.
     #[arg(long, value_delimiter = ',')]
     pub latency_buckets: Vec<f64>,
@@ -288,6 +293,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .api_key(args.api_key.clone())
         .webui(!args.no_webui)
         .prefill_assistant(!args.no_prefill_assistant)
+        .fim_order(if args.spm_infill { FimOrder::SuffixPrefixMiddle } else { FimOrder::PrefixSuffixMiddle })
         .scheduling(scheduling)
         .guard_policies(policies.clone().unwrap_or_default())
         .generic_prompt(args.generic_prompt)

@@ -41,6 +41,7 @@ use engine::guard::{GenericPrompt, GuardFamily, Policies};
 use engine::kv_cache::KvTypes;
 use engine::model::Model;
 use engine::serving::SpecPolicy;
+use engine::tokenizer::fim::FimOrder;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
@@ -94,6 +95,8 @@ pub struct AppState {
     pub timeouts: Timeouts,
     /// What a chat request leaves unsaid (whether a last assistant message is continued).
     pub chat_defaults: ChatDefaults,
+    /// The order of a fill-in-the-middle prompt (`/infill`, a completion's `suffix`).
+    pub fim_order: FimOrder,
     /// Set once the server stops accepting connections (`GET /ready` then answers 503).
     pub draining: std::sync::atomic::AtomicBool,
     /// What a connection may hold and how long it may take to send a request.
@@ -241,6 +244,7 @@ pub struct ServerBuilder {
     responses_store: Option<usize>,
     timeouts: Timeouts,
     chat_defaults: ChatDefaults,
+    fim_order: FimOrder,
     limits: ConnectionLimits,
 }
 
@@ -338,6 +342,13 @@ impl ServerBuilder {
     /// API does, and `/v1/responses` never does, as OpenAI's does not.
     pub fn prefill_assistant(mut self, on: bool) -> Self {
         self.chat_defaults = ChatDefaults { prefill_assistant: on };
+        self
+    }
+
+    /// The order of fill-in-the-middle prompts: prefix first (the default), or suffix first
+    /// for the models trained that way (llama-server's `--spm-infill`).
+    pub fn fim_order(mut self, order: FimOrder) -> Self {
+        self.fim_order = order;
         self
     }
 
@@ -458,6 +469,7 @@ impl ServerBuilder {
             loader,
             timeouts: self.timeouts,
             chat_defaults: self.chat_defaults,
+            fim_order: self.fim_order,
             draining: std::sync::atomic::AtomicBool::new(false),
             limits: self.limits,
             responses: ResponseStore::new(self.responses_store.unwrap_or(response_store::DEFAULT_CAPACITY)),

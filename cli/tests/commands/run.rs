@@ -260,12 +260,26 @@ fn a_suffix_fills_the_gap_with_a_code_model_and_is_one_line_without_one() {
     let out = run(&["-m", qwen.to_str().unwrap(), "-p", prefix, "--suffix", suffix, "-n", "16", "--temp", "0"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // the FIM prompt's greedy continuation, as --tokens gives it
-    let ids = engine::tokenizer::fim::fim_prompt(engine_tests::shared_model("qwen2.5-coder").tokenizer(), prefix, suffix).unwrap();
+    let ids = engine::tokenizer::fim::fim_prompt(
+        engine_tests::shared_model("qwen2.5-coder").tokenizer(),
+        prefix,
+        suffix,
+        engine::tokenizer::fim::FimOrder::PrefixSuffixMiddle,
+    )
+    .unwrap();
     let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
     let by_ids = run(&["-m", qwen.to_str().unwrap(), "--tokens", &ids.join(","), "-n", "16", "--temp", "0"]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("a + b"), "{text}");
     assert_eq!(text, String::from_utf8(by_ids.stdout).unwrap());
+    // suffix first: the same as that prompt's ids
+    let spm = run(&["-m", qwen.to_str().unwrap(), "-p", prefix, "--suffix", suffix, "--spm-infill", "-n", "16", "--temp", "0"]);
+    let order = engine::tokenizer::fim::FimOrder::SuffixPrefixMiddle;
+    let ids = engine::tokenizer::fim::fim_prompt(engine_tests::shared_model("qwen2.5-coder").tokenizer(), prefix, suffix, order).unwrap();
+    let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
+    let by_ids = run(&["-m", qwen.to_str().unwrap(), "--tokens", &ids.join(","), "-n", "16", "--temp", "0"]);
+    assert!(spm.status.success(), "{}", String::from_utf8_lossy(&spm.stderr));
+    assert_eq!(spm.stdout, by_ids.stdout);
     let tiny = fixture("tiny-llama-F32.gguf");
     let out = run(&["-m", tiny.to_str().unwrap(), "-p", "a", "--suffix", "b"]);
     assert_eq!(out.status.code(), Some(2));

@@ -1,7 +1,8 @@
 //! Fill-in-the-middle prompts: the text before a gap and the text after it laid out with the
 //! model's FIM tokens, for a code model (Qwen2.5-Coder, CodeLlama, StarCoder, DeepSeek-Coder,
-//! Codestral) to write what goes between them, in the prefix-suffix-middle order: one file
-//! (`[BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>`, [`fim_prompt`]), or llama-server's
+//! Codestral) to write what goes between them, in the prefix-suffix-middle order (or
+//! suffix-prefix-middle, which some models were trained on: llama-server's `--spm-infill`): one
+//! file (`[BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>`, [`fim_prompt`]), or llama-server's
 //! `/infill` prompt with other files before it and its budget of tokens ([`infill_prompt`]).
 
 use super::{TokenId, Tokenizer};
@@ -16,29 +17,42 @@ pub fn can_fill(tokenizer: &Tokenizer) -> bool {
     fim_tokens(tokenizer).is_ok()
 }
 
-/// The prompt that asks for the text between `prefix` and `suffix`, both tokenized as plain
-/// text (a special token's text in code stays text).
-pub fn fim_prompt(tokenizer: &Tokenizer, prefix: &str, suffix: &str) -> Result<Vec<TokenId>, NoFimToken> {
-    let tokens = fim_tokens(tokenizer)?;
-    Ok(layout(tokenizer, tokens, Vec::new(), &tokenizer.encode(prefix, false, false), &tokenizer.encode(suffix, false, false)))
+/// Which of the texts around the gap comes first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FimOrder {
+    /// `<fim_pre> prefix <fim_suf> suffix <fim_mid>`.
+    #[default]
+    PrefixSuffixMiddle,
+    /// `<fim_suf> suffix <fim_pre> prefix <fim_mid>`.
+    SuffixPrefixMiddle,
 }
 
-/// `context [BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>`.
+/// The prompt that asks for the text between `prefix` and `suffix`, both tokenized as plain
+/// text (a special token's text in code stays text).
+pub fn fim_prompt(tokenizer: &Tokenizer, prefix: &str, suffix: &str, order: FimOrder) -> Result<Vec<TokenId>, NoFimToken> {
+    let tokens = fim_tokens(tokenizer)?;
+    let (prefix, suffix) = (tokenizer.encode(prefix, false, false), tokenizer.encode(suffix, false, false));
+    Ok(layout(tokenizer, tokens, Vec::new(), &prefix, &suffix, order))
+}
+
+/// `context [BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>`, or with the suffix first.
 fn layout(
     tokenizer: &Tokenizer,
     (pre, suf, mid): (TokenId, TokenId, TokenId),
     context: Vec<TokenId>,
     prefix: &[TokenId],
     suffix: &[TokenId],
+    order: FimOrder,
 ) -> Vec<TokenId> {
     let mut ids = context;
     if tokenizer.add_bos() {
         ids.extend(tokenizer.bos());
     }
-    ids.push(pre);
-    ids.extend_from_slice(prefix);
-    ids.push(suf);
-    ids.extend_from_slice(suffix);
+    let (prefix, suffix) = ([&[pre], prefix].concat(), [&[suf], suffix].concat());
+    match order {
+        FimOrder::PrefixSuffixMiddle => ids.extend(prefix.into_iter().chain(suffix)),
+        FimOrder::SuffixPrefixMiddle => ids.extend(suffix.into_iter().chain(prefix)),
+    }
     ids.push(mid);
     ids
 }
@@ -73,10 +87,11 @@ pub struct InfillBudget {
 /// llama-server's infill prompt: the repository-level layout of Qwen2.5-Coder's paper where the
 /// vocabulary has its tokens (`<fim_rep>myproject\n`, each other file as `<fim_sep>filename\n`
 /// and its text, then `<fim_sep>filename\n` for this one), a snippet separator between the
-/// files otherwise; then `[BOS] <fim_pre> prefix middle_start <fim_suf> suffix <fim_mid>`, the
-/// prefix cut to its end, the suffix and the other files to what the budget leaves them (the
-/// files' text cut from its start). Every text is read as plain text.
-pub fn infill_prompt(tokenizer: &Tokenizer, infill: &Infill, budget: InfillBudget) -> Result<Vec<TokenId>, NoFimToken> {
+/// files otherwise; then `[BOS] <fim_pre> prefix middle_start <fim_suf> suffix <fim_mid>` (or
+/// with the suffix first), the prefix cut to its end, the suffix and the other files to what
+/// the budget leaves them (the files' text cut from its start). Every text is read as plain
+/// text.
+pub fn infill_prompt(tokenizer: &Tokenizer, infill: &Infill, budget: InfillBudget, order: FimOrder) -> Result<Vec<TokenId>, NoFimToken> {
     let tokens = fim_tokens(tokenizer)?;
     let text = |t: &str| tokenizer.encode(t, false, false);
     let special = tokenizer.special_tokens();
@@ -108,5 +123,5 @@ pub fn infill_prompt(tokenizer: &Tokenizer, infill: &Infill, budget: InfillBudge
 
     // the middle's start goes on from the prefix
     let head = [&prefix[prefix.len() - prefix_take..], &middle_start].concat();
-    Ok(layout(tokenizer, tokens, extra[extra.len() - extra_take..].to_vec(), &head, &suffix[..suffix_take]))
+    Ok(layout(tokenizer, tokens, extra[extra.len() - extra_take..].to_vec(), &head, &suffix[..suffix_take], order))
 }

@@ -11,7 +11,7 @@ use engine::generate::{Completion, Usage};
 use engine::kv_cache::KvType;
 use engine::logprobs::{token_logprob, TokenLogprob};
 use engine::model::{BatchEntry, LoraScale, Model};
-use engine::tokenizer::fim::fim_prompt;
+use engine::tokenizer::fim::{fim_prompt, FimOrder};
 use engine::tokenizer::{TokenId, Tokenizer};
 use hyper::Response;
 use serde_json::{json, Map, Value};
@@ -33,7 +33,8 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let (created, cmpl_id, start) = (unix_now(), format!("cmpl-{}", random_id()), Instant::now());
     let streaming = request.common.stream;
     let (e, r) = (entry.clone(), request.clone());
-    let (prompts, seqs) = blocking(move || outputs(&e, &r, streaming)).await?;
+    let order = state.fim_order;
+    let (prompts, seqs) = blocking(move || outputs(&e, &r, streaming, order)).await?;
     if streaming {
         let generation = entry.worker.generate(seqs)?;
         let (response, sse) = sse_response();
@@ -148,14 +149,19 @@ async fn stream(
 
 /// The prompts of a request, tokenized and checked, and its outputs: `n` per prompt,
 /// prompt-major.
-fn outputs(entry: &ModelEntry, request: &CheckedCompletion, stream: bool) -> Result<(Vec<Vec<TokenId>>, Vec<SeqSpec>), ApiError> {
+fn outputs(
+    entry: &ModelEntry,
+    request: &CheckedCompletion,
+    stream: bool,
+    order: FimOrder,
+) -> Result<(Vec<Vec<TokenId>>, Vec<SeqSpec>), ApiError> {
     let tokenizer = entry.model.tokenizer();
     let n_vocab = tokenizer.n_vocab();
     let prompts: Vec<Vec<TokenId>> = match (&request.prompts, &request.suffix) {
         (Inputs::Texts(texts), None) => texts.iter().map(|t| tokenizer.encode(t, true, true)).collect(),
         (Inputs::Texts(texts), Some(suffix)) => texts
             .iter()
-            .map(|t| fim_prompt(tokenizer, t, suffix))
+            .map(|t| fim_prompt(tokenizer, t, suffix, order))
             .collect::<Result<_, _>>()
             .map_err(|e| ApiError::invalid_param("suffix", format!("{e}: it cannot fill a gap")))?,
         (Inputs::Tokens(ids), _) => ids.clone(),

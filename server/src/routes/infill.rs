@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use engine::generate::{Completion, FinishReason};
-use engine::tokenizer::fim::{infill_prompt, Infill, InfillBudget};
+use engine::tokenizer::fim::{infill_prompt, FimOrder, Infill, InfillBudget};
 use hyper::Response;
 use serde_json::{json, Map, Value};
 
@@ -33,7 +33,8 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let stream = request.common.stream;
     let fields = request.response_fields.clone();
     let e = entry.clone();
-    let seq = blocking(move || infill_output(&e, &request)).await?;
+    let order = state.fim_order;
+    let seq = blocking(move || infill_output(&e, &request, order)).await?;
     let stops = seq.params.stop.clone();
     let evaluated = seq.prompt.len();
     if stream {
@@ -79,12 +80,12 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
 }
 
 /// The request's one output: its FIM prompt within llama-server's budget.
-fn infill_output(entry: &ModelEntry, request: &CheckedInfill) -> Result<SeqSpec, ApiError> {
+fn infill_output(entry: &ModelEntry, request: &CheckedInfill, order: FimOrder) -> Result<SeqSpec, ApiError> {
     let tokenizer = entry.model.tokenizer();
     let infill = Infill { prefix: &request.prefix, suffix: &request.suffix, middle_start: &request.middle_start, extra: &request.extra };
     let budget = InfillBudget { n_batch: N_BATCH, n_ctx: entry.n_ctx, n_predict: request.common.max_tokens };
-    let prompt =
-        infill_prompt(tokenizer, &infill, budget).map_err(|e| ApiError::invalid_param("model", format!("{e}: it cannot fill a gap")))?;
+    let prompt = infill_prompt(tokenizer, &infill, budget, order)
+        .map_err(|e| ApiError::invalid_param("model", format!("{e}: it cannot fill a gap")))?;
     let mut params = params_for(&entry.worker, &request.common, None, None, prompt.len(), 0)?;
     params.min_indent = request.min_indent;
     params.line_time_limit = request.line_time_limit;

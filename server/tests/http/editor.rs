@@ -6,12 +6,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use engine::model::Model;
-use engine::tokenizer::fim::{infill_prompt, Infill, InfillBudget};
+use engine::tokenizer::fim::{fim_prompt, infill_prompt, FimOrder, Infill, InfillBudget};
 use engine::tokenizer::TokenId;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use server::{ModelSpec, Server};
 
-use super::{client, expect_error, plain_chat_server, qwen_server, sse_events, CHAT};
+use super::{client, expect_error, plain_chat_server, qwen_server, sse_events, start, CHAT};
 
 /// The FIM prompt `/infill` builds at a context of 4096.
 fn prompt_of(qwen: &Model, body: &Value) -> Vec<TokenId> {
@@ -24,7 +25,7 @@ fn prompt_of(qwen: &Model, body: &Value) -> Vec<TokenId> {
     let text = |k: &str| body[k].as_str().unwrap();
     let infill = Infill { prefix: text("input_prefix"), suffix: text("input_suffix"), middle_start: text("prompt"), extra: &extra };
     let n_predict = body["n_predict"].as_i64().and_then(|n| usize::try_from(n).ok());
-    infill_prompt(qwen.tokenizer(), &infill, InfillBudget { n_batch: 2048, n_ctx: 4096, n_predict }).unwrap()
+    infill_prompt(qwen.tokenizer(), &infill, InfillBudget { n_batch: 2048, n_ctx: 4096, n_predict }, FimOrder::PrefixSuffixMiddle).unwrap()
 }
 
 #[test]
@@ -175,4 +176,33 @@ fn samplers_run_in_the_order_named_with_temperature_only_where_named() {
         );
         assert_eq!(e["param"], "samplers", "{e}");
     }
+}
+
+#[test]
+fn a_server_started_suffix_first_lays_every_fill_out_so() {
+    let qwen = Arc::new(Model::load(engine_tests::fetch_model("qwen2.5-coder")).unwrap());
+    let spec = ModelSpec { id: "qwen".into(), model: qwen.clone(), chat: true, guard: false, n_ctx: Some(4096), draft: None };
+    let base = start(Server::builder().fim_order(FimOrder::SuffixPrefixMiddle).model(spec));
+    let (prefix, suffix) = ("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n");
+    let by_ids = |ids: Vec<TokenId>| {
+        let body = json!({"model": "qwen", "prompt": ids, "max_tokens": 8, "temperature": 0});
+        let r: Value = client().post(format!("{base}/v1/completions")).json(&body).send().unwrap().json().unwrap();
+        r["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    // /infill: the suffix-first prompt's reply
+    let body = json!({"input_prefix": prefix, "input_suffix": suffix, "n_predict": 8, "temperature": 0});
+    let r: Value = client().post(format!("{base}/infill")).json(&body).send().unwrap().json().unwrap();
+    let psm = prompt_of(&qwen, &json!({"input_prefix": prefix, "input_suffix": suffix, "prompt": "", "input_extra": [], "n_predict": 8}));
+    let infill = Infill { prefix, suffix, middle_start: "", extra: &[] };
+    let budget = InfillBudget { n_batch: 2048, n_ctx: 4096, n_predict: Some(8) };
+    let spm = infill_prompt(qwen.tokenizer(), &infill, budget, FimOrder::SuffixPrefixMiddle).unwrap();
+    assert_ne!(spm, psm, "the orders differ");
+    assert_eq!(r["tokens_evaluated"].as_u64(), Some(spm.len() as u64));
+    assert_eq!(r["content"].as_str().unwrap(), by_ids(spm));
+    // a completion's suffix too
+    let body = json!({"model": "qwen", "prompt": prefix, "suffix": suffix, "max_tokens": 8, "temperature": 0});
+    let r: Value = client().post(format!("{base}/v1/completions")).json(&body).send().unwrap().json().unwrap();
+    let spm = fim_prompt(qwen.tokenizer(), prefix, suffix, FimOrder::SuffixPrefixMiddle).unwrap();
+    assert_eq!(r["usage"]["prompt_tokens"].as_u64(), Some(spm.len() as u64));
+    assert_eq!(r["choices"][0]["text"].as_str().unwrap(), by_ids(spm));
 }

@@ -701,7 +701,13 @@ fn qwen_calls_a_tool_in_its_own_syntax_streamed_and_not() {
 #[test]
 fn a_suffix_asks_qwen_for_the_code_that_fills_the_gap() {
     let qwen = Arc::new(Model::load(engine_tests::fetch_model("qwen2.5-coder")).unwrap());
-    let prompt_ids = engine::tokenizer::fim::fim_prompt(qwen.tokenizer(), "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n").unwrap();
+    let prompt_ids = engine::tokenizer::fim::fim_prompt(
+        qwen.tokenizer(),
+        "def add(a, b):\n    return ",
+        "\n\nprint(add(1, 2))\n",
+        engine::tokenizer::fim::FimOrder::PrefixSuffixMiddle,
+    )
+    .unwrap();
     let base = qwen_server(qwen, 1024);
     let url = format!("{base}/v1/completions");
     let body = json!({"model": "qwen", "prompt": "def add(a, b):\n    return ", "suffix": "\n\nprint(add(1, 2))\n", "max_tokens": 16, "temperature": 0});
@@ -731,12 +737,18 @@ fn a_suffix_asks_qwen_for_the_code_that_fills_the_gap() {
 
 #[test]
 fn infill_answers_the_editor_plugins_in_llama_server_s_shape() {
-    use engine::tokenizer::fim::{infill_prompt, Infill, InfillBudget};
+    use engine::tokenizer::fim::{infill_prompt, FimOrder, Infill, InfillBudget};
     let qwen = Arc::new(Model::load(engine_tests::fetch_model("qwen2.5-coder")).unwrap());
     let extra = vec![("util.py".to_string(), "def helper(x):\n    return x * 2\n".to_string())];
     let infill = Infill { prefix: "def add(a, b):\n    return ", suffix: "\n\nprint(add(1, 2))\n", middle_start: "", extra: &extra };
     // a context beyond llama-server's batch of 2048, so that the other file fits
-    let ids = infill_prompt(qwen.tokenizer(), &infill, InfillBudget { n_batch: 2048, n_ctx: 4096, n_predict: Some(16) }).unwrap();
+    let ids = infill_prompt(
+        qwen.tokenizer(),
+        &infill,
+        InfillBudget { n_batch: 2048, n_ctx: 4096, n_predict: Some(16) },
+        FimOrder::PrefixSuffixMiddle,
+    )
+    .unwrap();
     let repo = qwen.tokenizer().special_tokens().fim_rep.unwrap();
     assert_eq!(ids[0], repo, "Qwen2.5-Coder's repository-level layout");
     let base = qwen_server(qwen, 4096);

@@ -1,13 +1,14 @@
 //! `/infill` against llama-server b11434 (`fixtures/infill/llama-cpp.json`,
 //! `tools/make-infill-goldens.py`) on the real Qwen2.5-Coder-0.5B-Instruct at a context of 4096:
 //! every request's prompt is llama-server's token for token (the repository layout, the extra
-//! files, the budgets of a prompt past them), `n_indent` cuts llama-server's own replies where
-//! llama-server cut them, and llama.vim's sampler chain (`top_k`, `top_p`, `infill`) leaves the
-//! tokens llama-server's left before each of its draws.
+//! files, the budgets of a prompt past them; prefix first, and suffix first as `--spm-infill`
+//! lays it out), `n_indent` cuts llama-server's own replies where llama-server cut them, and
+//! llama.vim's sampler chain (`top_k`, `top_p`, `infill`) leaves the tokens llama-server's left
+//! before each of its draws.
 
 use engine::generate::line_limits::LineLimits;
 use engine::model::Model;
-use engine::tokenizer::fim::{infill_prompt, Infill, InfillBudget};
+use engine::tokenizer::fim::{infill_prompt, FimOrder, Infill, InfillBudget};
 use engine_tests::{fixture, json_ids, read_json};
 use serde_json::Value;
 
@@ -20,9 +21,12 @@ fn infill_prompts_are_llama_server_s_token_for_token() {
     let qwen = Model::load(engine_tests::fetch_model("qwen2.5-coder")).unwrap();
     let goldens = read_json(&fixture("infill/llama-cpp.json"));
     let n_ctx = goldens["n_ctx"].as_u64().unwrap() as usize;
-    let cases = goldens["prompts"].as_array().unwrap();
-    assert!(cases.len() >= 6);
-    for case in cases {
+    let cases = goldens["prompts"].as_array().unwrap().iter().map(|c| (c, FimOrder::PrefixSuffixMiddle));
+    // and as a server started with --spm-infill lays them out, suffix first
+    let spm = goldens["spm_prompts"].as_array().unwrap().iter().map(|c| (c, FimOrder::SuffixPrefixMiddle));
+    let cases: Vec<_> = cases.chain(spm).collect();
+    assert!(cases.len() >= 10);
+    for (case, order) in cases {
         let request = &case["request"];
         let extra: Vec<(String, String)> = request["input_extra"]
             .as_array()
@@ -36,8 +40,8 @@ fn infill_prompts_are_llama_server_s_token_for_token() {
             extra: &extra,
         };
         let n_predict = request["n_predict"].as_i64().and_then(|n| usize::try_from(n).ok());
-        let ids = infill_prompt(qwen.tokenizer(), &infill, InfillBudget { n_batch: 2048, n_ctx, n_predict }).unwrap();
-        assert_eq!(ids, json_ids(&case["prompt_ids"]), "{}", case["name"]);
+        let ids = infill_prompt(qwen.tokenizer(), &infill, InfillBudget { n_batch: 2048, n_ctx, n_predict }, order).unwrap();
+        assert_eq!(ids, json_ids(&case["prompt_ids"]), "{} {order:?}", case["name"]);
     }
 }
 

@@ -212,12 +212,12 @@ fn a_megabyte_of_english_matches_llama_cpp() {
 /// plain text; a vocabulary without them is an error naming the token it lacks.
 #[test]
 fn fim_prompts_lay_out_prefix_suffix_and_middle_with_each_vocabulary_s_tokens() {
-    use engine::tokenizer::fim::{can_fill, fim_prompt, NoFimToken};
+    use engine::tokenizer::fim::{can_fill, fim_prompt, FimOrder, NoFimToken};
     let (prefix, suffix) = ("def f(x):\n    <|im_start|>return ", "\n\nprint(f(2))\n");
     let mut filling = Vec::new();
     for name in engine_tests::VOCABS {
         let tok = engine_tests::vocab_tokenizer(name);
-        match fim_prompt(&tok, prefix, suffix) {
+        match fim_prompt(&tok, prefix, suffix, FimOrder::PrefixSuffixMiddle) {
             Ok(ids) => {
                 let s = tok.special_tokens();
                 let mut expected: Vec<_> = tok.add_bos().then(|| tok.bos().unwrap()).into_iter().collect();
@@ -238,9 +238,13 @@ fn fim_prompts_lay_out_prefix_suffix_and_middle_with_each_vocabulary_s_tokens() 
     // the code models' vocabularies have them (found by their text); the others do not
     assert_eq!(filling, ["refact", "starcoder", "deepseek-coder"]);
     let starcoder = engine_tests::vocab_tokenizer("starcoder");
-    let ids = fim_prompt(&starcoder, "a", "b").unwrap();
+    let ids = fim_prompt(&starcoder, "a", "b", FimOrder::PrefixSuffixMiddle).unwrap();
     let text: Vec<String> = ids.iter().map(|&t| String::from_utf8_lossy(starcoder.token_bytes(t)).into_owned()).collect();
     assert_eq!(text, ["<fim_prefix>", "a", "<fim_suffix>", "b", "<fim_middle>"]);
+    // suffix first (llama.cpp's --spm-infill)
+    let ids = fim_prompt(&starcoder, "a", "b", FimOrder::SuffixPrefixMiddle).unwrap();
+    let text: Vec<String> = ids.iter().map(|&t| String::from_utf8_lossy(starcoder.token_bytes(t)).into_owned()).collect();
+    assert_eq!(text, ["<fim_suffix>", "b", "<fim_prefix>", "a", "<fim_middle>"]);
 }
 
 /// llama-server's `/infill` prompt: the repository-level layout as far as the vocabulary has its
@@ -250,7 +254,7 @@ fn fim_prompts_lay_out_prefix_suffix_and_middle_with_each_vocabulary_s_tokens() 
 /// context leaves after a batch and twice the generation.
 #[test]
 fn infill_prompts_keep_llama_server_s_layout_and_budget() {
-    use engine::tokenizer::fim::{fim_prompt, infill_prompt, Infill, InfillBudget};
+    use engine::tokenizer::fim::{fim_prompt, infill_prompt, FimOrder, Infill, InfillBudget};
     let tok = engine_tests::vocab_tokenizer("refact");
     let s = tok.special_tokens();
     let (rep, pre, suf, mid) = (s.fim_rep.unwrap(), s.fim_pre.unwrap(), s.fim_suf.unwrap(), s.fim_mid.unwrap());
@@ -269,15 +273,18 @@ fn infill_prompts_keep_llama_server_s_layout_and_budget() {
     expected.push(suf);
     expected.extend(text("\n\nprint(f(2))\n"));
     expected.push(mid);
-    assert_eq!(infill_prompt(&tok, &infill, roomy).unwrap(), expected);
+    assert_eq!(infill_prompt(&tok, &infill, roomy, FimOrder::PrefixSuffixMiddle).unwrap(), expected);
     // no room in the context for the other files: one file's layout with the middle's start
     let tight = InfillBudget { n_batch: 2048, n_ctx: 2048, n_predict: Some(16) };
     let plain = Infill { middle_start: "", extra: &[], ..infill };
-    assert_eq!(infill_prompt(&tok, &plain, tight).unwrap(), fim_prompt(&tok, plain.prefix, plain.suffix).unwrap());
+    assert_eq!(
+        infill_prompt(&tok, &plain, tight, FimOrder::PrefixSuffixMiddle).unwrap(),
+        fim_prompt(&tok, plain.prefix, plain.suffix, FimOrder::PrefixSuffixMiddle).unwrap()
+    );
     // a batch of 8: the prefix keeps its last 6 tokens, the suffix none (8/4 - 2 - 1 < 0, the
     // middle's start being one token), the context none for the other files
     let small = InfillBudget { n_batch: 8, n_ctx: 8, n_predict: Some(1) };
-    let ids = infill_prompt(&tok, &infill, small).unwrap();
+    let ids = infill_prompt(&tok, &infill, small, FimOrder::PrefixSuffixMiddle).unwrap();
     let prefix = text(infill.prefix);
     assert!(prefix.len() > 6, "the prefix is longer than its budget");
     let mut expected = vec![pre];
