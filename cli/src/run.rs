@@ -73,7 +73,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let resident = resident_mib();
     let prompt = match &args.suffix {
         Some(suffix) => {
-            let order = if args.spm_infill { FimOrder::SuffixPrefixMiddle } else { FimOrder::PrefixSuffixMiddle };
+            let order = FimOrder::suffix_first(args.spm_infill);
             fim_prompt(model.tokenizer(), args.prompt.text()?, suffix, order).map_err(|e| anyhow!("--suffix: {e}"))?
         }
         None if args.images.is_empty() => args.prompt.tokens(&model)?,

@@ -293,7 +293,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .api_key(args.api_key.clone())
         .webui(!args.no_webui)
         .prefill_assistant(!args.no_prefill_assistant)
-        .fim_order(if args.spm_infill { FimOrder::SuffixPrefixMiddle } else { FimOrder::PrefixSuffixMiddle })
+        .fim_order(FimOrder::suffix_first(args.spm_infill))
         .scheduling(scheduling)
         .guard_policies(policies.clone().unwrap_or_default())
         .generic_prompt(args.generic_prompt)

@@ -182,25 +182,13 @@ pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribut
     if (params.top_k == 0 || params.top_k >= logits.len()) && params.top_p >= 1.0 && params.min_p <= 0.0 {
         return whole_vocabulary(logits, params.temperature);
     }
-    let mut cands: Vec<(TokenId, f32)> =
-        logits.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| (i as TokenId, v)).collect();
-    if cands.is_empty() {
-        return Err(SamplingError::NoCandidates);
-    }
+    let mut cands = finite_candidates(logits)?;
     let n_finite = cands.len();
-    if params.top_k > 0 && params.top_k < cands.len() {
-        cands.select_nth_unstable_by(params.top_k - 1, better);
-        cands.truncate(params.top_k);
-    }
+    cut_top_k(&mut cands, params.top_k);
     if params.top_p < 1.0 {
         cut_top_p(&mut cands, params.top_p);
     }
-    if params.min_p > 0.0 {
-        // p_i >= min_p * p_max  <=>  l_i >= l_max + ln(min_p)
-        let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-        let floor = max + params.min_p.ln();
-        cands.retain(|c| c.1 >= floor);
-    }
+    cut_min_p(&mut cands, params.min_p);
     if cands.len() < n_finite {
         // the cuts reorder what they keep; the draw walks token order
         cands.sort_unstable_by_key(|c| c.0);
@@ -293,6 +281,33 @@ crate::quant::fma_variants!(
 #[inline(always)]
 fn exp_in_place_body(w: &mut [f32]) {
     w.iter_mut().for_each(|x| *x = ggml_expf(*x));
+}
+
+/// The finite logits as (token, logit) candidates, in token order (an error when none is).
+fn finite_candidates(logits: &[f32]) -> Result<Vec<(TokenId, f32)>, SamplingError> {
+    let cands: Vec<(TokenId, f32)> = logits.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| (i as TokenId, v)).collect();
+    if cands.is_empty() {
+        return Err(SamplingError::NoCandidates);
+    }
+    Ok(cands)
+}
+
+/// Keeps the `k` most likely candidates (0: all).
+fn cut_top_k(cands: &mut Vec<(TokenId, f32)>, k: usize) {
+    if k > 0 && k < cands.len() {
+        cands.select_nth_unstable_by(k - 1, better);
+        cands.truncate(k);
+    }
+}
+
+/// Drops the candidates less likely than `min_p` times the most likely one (0: none).
+fn cut_min_p(cands: &mut Vec<(TokenId, f32)>, min_p: f32) {
+    if min_p > 0.0 {
+        // p_i >= min_p * p_max  <=>  l_i >= l_max + ln(min_p)
+        let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+        let floor = max + min_p.ln();
+        cands.retain(|c| c.1 >= floor);
+    }
 }
 
 /// Keeps the most likely candidates until their probability (softmax at temperature 1 over

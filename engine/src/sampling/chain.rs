@@ -5,7 +5,7 @@
 //! when the end-of-generation tokens weigh enough, merges tokens whose text starts another's,
 //! and keeps only clear favourites.
 
-use super::{better, cut_top_p, softmax, Distribution, SamplingError, SamplingParams};
+use super::{better, cut_min_p, cut_top_k, cut_top_p, finite_candidates, softmax, Distribution, SamplingError, SamplingParams};
 use crate::tokenizer::{TokenId, Tokenizer};
 
 /// One step of a named order.
@@ -75,23 +75,12 @@ pub(super) fn ordered(
     logits: &[f32],
     vocab: Option<&Tokenizer>,
 ) -> Result<Distribution, SamplingError> {
-    let mut cands: Vec<(TokenId, f32)> =
-        logits.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| (i as TokenId, v)).collect();
-    if cands.is_empty() {
-        return Err(SamplingError::NoCandidates);
-    }
+    let mut cands = finite_candidates(logits)?;
     for step in order {
         match step {
-            SamplerStep::TopK if params.top_k > 0 && params.top_k < cands.len() => {
-                cands.select_nth_unstable_by(params.top_k - 1, better);
-                cands.truncate(params.top_k);
-            }
+            SamplerStep::TopK => cut_top_k(&mut cands, params.top_k),
             SamplerStep::TopP if params.top_p < 1.0 => cut_top_p(&mut cands, params.top_p),
-            SamplerStep::MinP if params.min_p > 0.0 => {
-                let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-                let floor = max + params.min_p.ln();
-                cands.retain(|c| c.1 >= floor);
-            }
+            SamplerStep::MinP => cut_min_p(&mut cands, params.min_p),
             SamplerStep::Temperature if params.temperature <= 0.0 => {
                 cands = cands.iter().min_by(|a, b| better(a, b)).into_iter().copied().collect();
             }

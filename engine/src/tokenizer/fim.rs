@@ -27,6 +27,17 @@ pub enum FimOrder {
     SuffixPrefixMiddle,
 }
 
+impl FimOrder {
+    /// The order a `--spm-infill` flag asks for: suffix first when `spm` is set.
+    pub fn suffix_first(spm: bool) -> FimOrder {
+        if spm {
+            FimOrder::SuffixPrefixMiddle
+        } else {
+            FimOrder::PrefixSuffixMiddle
+        }
+    }
+}
+
 /// The prompt that asks for the text between `prefix` and `suffix`, both tokenized as plain
 /// text (a special token's text in code stays text).
 pub fn fim_prompt(tokenizer: &Tokenizer, prefix: &str, suffix: &str, order: FimOrder) -> Result<Vec<TokenId>, NoFimToken> {
