@@ -57,9 +57,11 @@ impl KernelReport {
 pub struct CompiledModule {
     pub file: &'static str,
     pub arch: String,
-    /// The device code for `arch`: an ELF image the driver loads as it is (a CUBIN), or PTX
-    /// text ending in a NUL (for a virtual `compute_XY` architecture).
+    /// The device code for `arch`: an ELF image the driver loads as it is.
     pub cubin: Vec<u8>,
+    /// The PTX it was assembled from, ending in a NUL: what the driver compiles for a GPU of
+    /// `arch` or a later one.
+    pub ptx: Vec<u8>,
     /// NVRTC's log (ptxas's report).
     pub log: String,
     pub kernels: Vec<KernelReport>,
@@ -258,25 +260,9 @@ impl Drop for Program<'_> {
     }
 }
 
-/// Compiles `source` for `arch` (`sm_80`, `sm_90`, ...) to a CUBIN.
+/// Compiles `source` for the real architecture `arch` (`sm_80`, `sm_90`, ...) to a CUBIN, keeping
+/// the PTX NVRTC made on the way (the text a compile for the virtual `compute_XY` gives).
 pub fn compile(source: &KernelSource, arch: &str) -> Result<CompiledModule, NvrtcError> {
-    compile_as(source, arch, Image::Cubin)
-}
-
-/// Compiles `source` for the virtual architecture `arch` (`compute_80`, ...) to PTX: text the
-/// driver compiles for any GPU of that architecture or a later one.
-pub fn compile_ptx(source: &KernelSource, arch: &str) -> Result<CompiledModule, NvrtcError> {
-    compile_as(source, arch, Image::Ptx)
-}
-
-/// What NVRTC is asked for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Image {
-    Cubin,
-    Ptx,
-}
-
-fn compile_as(source: &KernelSource, arch: &str, image: Image) -> Result<CompiledModule, NvrtcError> {
     let api = api()?;
     let failed = |status: String, log: String| NvrtcError::Compile { file: source.name.into(), arch: arch.into(), status, log };
     let code = CString::new(source.expanded()?).map_err(|_| failed("source".into(), "the source holds a NUL byte".into()))?;
@@ -288,9 +274,7 @@ fn compile_as(source: &KernelSource, arch: &str, image: Image) -> Result<Compile
         program.handle = std::ptr::null_mut(); // nothing was created
         return Err(failed(api.status(r), String::new()));
     }
-    // PTX is not assembled here, so there is no ptxas report to ask for
-    let mut options: Vec<CString> =
-        OPTIONS.iter().filter(|o| image == Image::Cubin || !o.starts_with("--ptxas")).map(|o| CString::new(*o).expect("no NUL")).collect();
+    let mut options: Vec<CString> = OPTIONS.iter().map(|o| CString::new(*o).expect("no NUL")).collect();
     options.push(CString::new(format!("--gpu-architecture={arch}")).map_err(|_| failed("options".into(), "NUL in arch".into()))?);
     let pointers: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
     // SAFETY: a live program; `pointers` holds `options.len()` NUL-terminated strings alive here.
@@ -299,14 +283,11 @@ fn compile_as(source: &KernelSource, arch: &str, image: Image) -> Result<Compile
     if compiled != 0 {
         return Err(failed(api.status(compiled), log));
     }
-    // the image's size, then its bytes (PTX: the text and its NUL)
-    let (size_fn, bytes_fn) = match image {
-        Image::Cubin => (api.cubin_size, api.cubin),
-        Image::Ptx => (api.ptx_size, api.ptx),
-    };
-    let cubin = read_sized(api, &program, size_fn, bytes_fn).map_err(|status| failed(status, log.clone()))?;
+    let cubin = read_sized(api, &program, api.cubin_size, api.cubin).map_err(|status| failed(status, log.clone()))?;
+    // the text and its NUL
+    let ptx = read_sized(api, &program, api.ptx_size, api.ptx).map_err(|status| failed(status, log.clone()))?;
     let kernels = parse_report(&log);
-    Ok(CompiledModule { file: source.name, arch: arch.to_string(), cubin, log, kernels })
+    Ok(CompiledModule { file: source.name, arch: arch.to_string(), cubin, ptx, log, kernels })
 }
 
 type SizeFn = unsafe extern "C" fn(ProgramHandle, *mut usize) -> NvrtcResult;

@@ -1,20 +1,22 @@
 //! Kernels compiled ahead of time, for a GPU machine that has the driver and nothing else: every
-//! source compiled here by NVRTC to a CUBIN per architecture (`sm_80`, `sm_90`) and to PTX for
-//! `compute_80` (which the driver compiles for any later GPU), each kept gzipped (a CUBIN to a
-//! third of its size, PTX to a tenth, so that the folder travels within the device machine's
-//! limits), written into one folder with ptxas's resource report. The CUDA runtime loads from that folder when `ENGINE_CUDA_MODULES`
-//! names it: the CUBIN of the GPU's own architecture, else the PTX, else NVRTC as usual.
+//! source compiled here by NVRTC to a CUBIN per architecture (`sm_80`, `sm_90`), with the PTX of
+//! the `sm_80` compile kept as `compute_80`'s (which the driver compiles for any later GPU), each
+//! kept gzipped (a CUBIN to a third of its size, PTX to a tenth, so that the folder travels within
+//! the device machine's limits), written into one folder with ptxas's resource report. The CUDA
+//! runtime loads from that folder when `ENGINE_CUDA_MODULES` names it: the CUBIN of the GPU's own
+//! architecture, else the PTX, else NVRTC as usual.
 
 use std::fmt::Write as _;
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
-use crate::nvrtc::{compile, compile_ptx, CompiledModule, NvrtcError};
+use crate::nvrtc::{compile, CompiledModule, NvrtcError};
 use crate::sources::{KernelSource, SOURCES};
 
 /// The real architectures CUBINs are written for (Ampere, Hopper).
 pub const CUBIN_ARCHS: &[&str] = &["sm_80", "sm_90"];
-/// The virtual architecture of the PTX fallback.
+/// The virtual architecture of the PTX fallback: the PTX NVRTC makes on the way to the first of
+/// [`CUBIN_ARCHS`] (a compile for `compute_80` gives the same text; kept, not made a third time).
 pub const PTX_ARCH: &str = "compute_80";
 /// The variable naming the folder.
 pub const MODULES_VAR: &str = "ENGINE_CUDA_MODULES";
@@ -98,9 +100,10 @@ pub fn write_all_seeing(dir: &Path, mut see: impl FnMut(&KernelSource, &str, &Co
             }
             see(source, arch, &module);
             write(module_path(dir, source, arch), &pack(&module.cubin))?;
+            if arch == &CUBIN_ARCHS[0] {
+                write(module_path(dir, source, PTX_ARCH), &pack(&module.ptx))?;
+            }
         }
-        let ptx = compile_ptx(source, PTX_ARCH)?;
-        write(module_path(dir, source, PTX_ARCH), &pack(&ptx.cubin))?;
     }
     write(dir.join(REPORT), report.as_bytes())?;
     Ok(report)

@@ -1,8 +1,8 @@
 //! Every kernel source compiled by NVRTC (the pinned PyPI wheel, fetched by
-//! `tools/fetch-nvrtc.sh`) for sm_80 (A100) and sm_90 (H100/H200), and to PTX for compute_80,
-//! into the prepared folder, with ptxas's resource report printed per kernel: a compile error or
-//! warning, a kernel the report misses, a register spill, or registers too many for the largest
-//! block its launcher uses fails the test. No GPU is needed.
+//! `tools/fetch-nvrtc.sh`) for sm_80 (A100) and sm_90 (H100/H200), with the sm_80 compile's PTX
+//! as compute_80's, into the prepared folder, with ptxas's resource report printed per kernel: a
+//! compile error or warning, a kernel the report misses, a register spill, or registers too many
+//! for the largest block its launcher uses fails the test. No GPU is needed.
 
 use std::io::Write as _;
 use std::path::Path;
