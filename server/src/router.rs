@@ -79,9 +79,10 @@ async fn take_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Res
     read_body(body, state.max_body, state.limits.body_timeout).await
 }
 
-/// llama-server's routes outside `/v1` (its token utilities and the other names of
-/// `/v1/rerank`), keyed like `/v1`.
-const ROOT_API_ROUTES: [&str; 7] = ["/tokenize", "/detokenize", "/apply-template", "/infill", "/rerank", "/reranking", "/lora-adapters"];
+/// llama-server's routes outside `/v1` (its token utilities, its own completion routes and the
+/// other names of `/v1/rerank`), keyed like `/v1`.
+const ROOT_API_ROUTES: [&str; 9] =
+    ["/tokenize", "/detokenize", "/apply-template", "/infill", "/completion", "/completions", "/rerank", "/reranking", "/lora-adapters"];
 
 async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Result<Response<Body>, ApiError> {
     let method = req.method().clone();
@@ -154,6 +155,11 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
             allow(&method, &path, &[Method::POST])?;
             let body = json_body(state, req).await?;
             with_model(state, &path, body, |s, b| async move { routes::infill::handle(&s, b).await }).await
+        }
+        "/completion" | "/completions" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::llama_completion::handle(&s, b).await }).await
         }
         "/lora-adapters" => {
             // setting scales is on where a model has adapters (as the served document says)

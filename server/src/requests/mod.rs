@@ -10,6 +10,8 @@ pub mod embedding;
 pub mod guard;
 pub mod infill;
 pub mod inputs;
+pub mod llama;
+pub mod llama_completion;
 pub mod rerank;
 pub mod sampling;
 

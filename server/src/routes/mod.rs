@@ -10,6 +10,8 @@ pub mod guard;
 pub mod guardrails;
 mod harmony;
 pub mod infill;
+pub mod llama_answer;
+pub mod llama_completion;
 pub mod lora_adapters;
 pub mod messages;
 pub mod models;

@@ -1,0 +1,143 @@
+//! llama-server's own completion answer, which `/infill` and `/completion` give: `content`,
+//! `stop`, `stop_type` (`eos`, `word` with its `stopping_word`, `limit`), `tokens_predicted`,
+//! `tokens_evaluated`, `tokens_cached`, `prompt`, `has_new_line`, `truncated`,
+//! `generation_settings.n_ctx` (the sequence's context, which llama.vim shows), `timings`, the
+//! token ids with `return_tokens`, `completion_probabilities` with `n_probs`; or only the
+//! `response_fields` asked for. A streamed piece has `stop: false` and the counts so far.
+
+use engine::generate::{Completion, FinishReason};
+use engine::logprobs::TokenLogprob;
+use engine::tokenizer::{TokenId, Tokenizer};
+use serde_json::{json, Value};
+
+use super::generation::stop_string_met;
+use crate::registry::ModelEntry;
+
+/// The finished answer of the completion `c` of `prompt`, the `index`th of its request.
+pub fn answer(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Completion, stops: &[String], return_tokens: bool) -> Value {
+    let tokenizer = entry.model.tokenizer();
+    let generated = tokenizer.decode(&c.tokens);
+    let (stop_type, stopping_word) = match (c.finish, stop_string_met(&generated, stops)) {
+        (FinishReason::Length, _) => ("limit", String::new()),
+        (_, Some(word)) => ("word", word.clone()),
+        _ => ("eos", String::new()),
+    };
+    json!({
+        "index": index,
+        "content": c.text,
+        "tokens": if return_tokens { c.tokens.clone() } else { Vec::new() },
+        "id_slot": -1,
+        "stop": true,
+        "model": entry.id,
+        "tokens_predicted": c.usage.completion_tokens,
+        "tokens_evaluated": prompt.len(),
+        "tokens_cached": c.usage.cached_tokens,
+        // the prompt as text, special tokens spelled out
+        "prompt": String::from_utf8_lossy(&tokenizer.detokenize(prompt, false, true)),
+        "has_new_line": c.text.contains('\n'),
+        "truncated": false,
+        "stop_type": stop_type,
+        "stopping_word": stopping_word,
+        "generation_settings": {"n_ctx": entry.n_ctx},
+        "timings": timings(c),
+    })
+}
+
+/// A streamed piece: its text, the counts so far, the token's id with `return_tokens` and its
+/// probabilities with `n_probs`.
+pub fn piece(index: usize, text: &str, token: Option<TokenId>, predicted: usize, evaluated: usize) -> Value {
+    json!({"index": index, "content": text, "tokens": token.into_iter().collect::<Vec<_>>(), "stop": false, "id_slot": -1,
+           "tokens_predicted": predicted, "tokens_evaluated": evaluated})
+}
+
+/// `completion_probabilities`: per token its id, text, bytes and log-probability, and the same
+/// of the best `n_probs` tokens (`top_logprobs`). A text cut inside a UTF-8 character loses the
+/// cut character, as llama-server's does; `bytes` keep it.
+pub fn probabilities(tokenizer: &Tokenizer, logprobs: &[TokenLogprob]) -> Value {
+    let entry = |id: TokenId, logprob: f32| {
+        let bytes = tokenizer.token_to_piece(id, false);
+        json!({"id": id, "token": whole_characters(bytes), "bytes": bytes, "logprob": logprob})
+    };
+    let steps = logprobs.iter().map(|l| {
+        let mut step = entry(l.token, l.logprob);
+        step["top_logprobs"] = l.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
+        step
+    });
+    Value::Array(steps.collect())
+}
+
+/// The text of `bytes` without an unfinished UTF-8 character at the end (llama-server's
+/// `validate_utf8`); other invalid bytes replaced.
+fn whole_characters(bytes: &[u8]) -> String {
+    let cut = (1..=bytes.len().min(4)).find_map(|back| {
+        let lead = bytes[bytes.len() - back];
+        let needs = match lead {
+            b if b & 0xE0 == 0xC0 => 2,
+            b if b & 0xF0 == 0xE0 => 3,
+            b if b & 0xF8 == 0xF0 => 4,
+            _ => return None,
+        };
+        (back < needs).then_some(bytes.len() - back)
+    });
+    String::from_utf8_lossy(&bytes[..cut.unwrap_or(bytes.len())]).into_owned()
+}
+
+/// llama-server's `timings`: the prompt tokens read (those not cached) and the time from the
+/// sequence's start to its first token; the tokens written and the time from the first to the
+/// last, whose rates count the steps after the first token (which the prompt's pass gives).
+fn timings(c: &Completion) -> Value {
+    let t = c.timings.unwrap_or_default();
+    let (prompt_ms, predicted_ms) = (t.prompt.as_secs_f64() * 1e3, t.output.as_secs_f64() * 1e3);
+    let prompt_n = c.usage.prompt_tokens - c.usage.cached_tokens;
+    let steps = c.usage.completion_tokens.saturating_sub(1);
+    let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+    let rate = |ms: f64, n: usize| if ms > 0.0 { 1e3 / ms * n as f64 } else { 0.0 };
+    json!({
+        "cache_n": c.usage.cached_tokens,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": per(prompt_ms, prompt_n),
+        "prompt_per_second": rate(prompt_ms, prompt_n),
+        "predicted_n": c.usage.completion_tokens,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": per(predicted_ms, steps),
+        "predicted_per_second": rate(predicted_ms, steps),
+    })
+}
+
+/// The fields of `answer` named by `paths` (each `a/b` for `answer.a.b`), keyed by their paths
+/// as llama-server answers `response_fields` (a path not found is left out); all of `answer`
+/// when none are named.
+pub fn only(answer: Value, paths: &[String]) -> Value {
+    if paths.is_empty() {
+        return answer;
+    }
+    let found = paths.iter().filter_map(|path| {
+        let value = path.split('/').try_fold(&answer, |v, key| v.as_object()?.get(key))?;
+        Some((path.clone(), value.clone()))
+    });
+    Value::Object(found.collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_character_cut_at_the_end_is_left_out() {
+        let euro = "€".as_bytes(); // e2 82 ac
+        assert_eq!(whole_characters(euro), "€");
+        assert_eq!(whole_characters(&euro[..2]), "");
+        assert_eq!(whole_characters(&[b'a', euro[0]]), "a");
+        assert_eq!(whole_characters(b"ab"), "ab");
+        assert_eq!(whole_characters(&euro[1..]), "\u{fffd}\u{fffd}");
+        assert_eq!(whole_characters(&[]), "");
+    }
+
+    #[test]
+    fn only_keeps_the_paths_named() {
+        let a = json!({"content": "x", "timings": {"prompt_n": 3}});
+        assert_eq!(only(a.clone(), &[]), a);
+        assert_eq!(only(a, &["timings/prompt_n".into(), "nope".into(), "content".into()]), json!({"timings/prompt_n": 3, "content": "x"}));
+    }
+}
