@@ -42,6 +42,11 @@ pub struct GenerateParams {
     pub stop_at_eog: bool,
     /// Report each output token's log-probability with this many alternatives (at most 20).
     pub logprobs: Option<usize>,
+    /// Report them from the distribution the token was drawn from (after the logit bias,
+    /// penalties, constraint, cuts and temperature; llama-server's `post_sampling_probs`)
+    /// instead of the model's raw softmax: only the tokens that could be drawn, at most
+    /// `logprobs` of them. A token chosen by speculative verification reports the raw softmax.
+    pub post_sampling_logprobs: bool,
     /// Restrict the output (structured output); applied before sampling.
     pub constraint: Option<Box<dyn TokenConstraint>>,
     /// From the second line on, a line indented by fewer spaces or tabs ends the output where
@@ -60,6 +65,7 @@ impl Default for GenerateParams {
             stop: Vec::new(),
             stop_at_eog: true,
             logprobs: None,
+            post_sampling_logprobs: false,
             constraint: None,
             min_indent: 0,
             line_time_limit: None,

@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::line_limits::LineLimits;
 use super::{FinishReason, GenerateError, GenerateParams, TokenEvent};
 use crate::generate::stop::StopStrings;
-use crate::logprobs::{token_logprob, TokenLogprob};
+use crate::logprobs::{token_logprob, TokenLogprob, LOGPROB_FLOOR};
 use crate::sampling::{Distribution, Sampler};
 use crate::tokenizer::{StreamDecoder, TokenId, Tokenizer};
 
@@ -40,6 +40,8 @@ pub struct SequenceDecoder {
     stop_at_eog: bool,
     max_tokens: usize,
     n_logprobs: Option<usize>,
+    /// Whether those come from the distribution drawn from (`post_sampling_logprobs`).
+    post_sampling: bool,
     tokens: Vec<TokenId>,
     logprobs: Vec<TokenLogprob>,
     text: String,
@@ -78,6 +80,7 @@ impl SequenceDecoder {
             stop_at_eog: params.stop_at_eog,
             max_tokens: params.max_tokens,
             n_logprobs: params.logprobs,
+            post_sampling: params.post_sampling_logprobs,
             tokens: Vec::new(),
             logprobs: Vec::new(),
             text: String::new(),
@@ -146,13 +149,30 @@ impl SequenceDecoder {
     pub fn step(&mut self, tokenizer: &Tokenizer, logits: &[f32]) -> Result<TokenEvent, GenerateError> {
         let dist = self.distribution(tokenizer, logits)?;
         let token = self.sampler.sample(&dist);
-        self.commit(tokenizer, token, logits)
+        let drawn = self.n_logprobs.filter(|_| self.post_sampling).map(|n| TokenLogprob {
+            token,
+            logprob: dist.share(token).ln().max(LOGPROB_FLOOR),
+            top: dist.best(n).into_iter().map(|(id, p)| (id, p.ln().max(LOGPROB_FLOOR))).collect(),
+        });
+        self.commit_logged(tokenizer, token, logits, drawn)
     }
 
     /// Records `token` as the next one (chosen elsewhere from `logits`, e.g. by speculative
     /// verification): end-of-generation, constraint, stop strings and the budget are checked
     /// here. Must not be called once finished.
     pub fn commit(&mut self, tokenizer: &Tokenizer, token: TokenId, logits: &[f32]) -> Result<TokenEvent, GenerateError> {
+        self.commit_logged(tokenizer, token, logits, None)
+    }
+
+    /// [`commit`](Self::commit), reporting `drawn` as the token's log-probabilities when given
+    /// (else the raw softmax's, when asked for).
+    fn commit_logged(
+        &mut self,
+        tokenizer: &Tokenizer,
+        token: TokenId,
+        logits: &[f32],
+        drawn: Option<TokenLogprob>,
+    ) -> Result<TokenEvent, GenerateError> {
         debug_assert!(!self.is_finished(), "commit after the end");
         let now = Instant::now();
         self.lines.token(now);
@@ -169,7 +189,7 @@ impl SequenceDecoder {
         }
         self.sampler.accept(token);
         self.tokens.push(token);
-        let logprob = self.n_logprobs.map(|n| token_logprob(logits, token, n));
+        let logprob = drawn.or_else(|| self.n_logprobs.map(|n| token_logprob(logits, token, n)));
         if let Some(lp) = &logprob {
             self.logprobs.push(lp.clone());
         }

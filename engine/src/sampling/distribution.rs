@@ -72,6 +72,22 @@ impl Distribution {
         self.probs.iter().enumerate().filter(|(_, &p)| p > 0.0).map(|(i, &p)| (self.id(i), p))
     }
 
+    /// The `n` likeliest tokens that may be drawn, likeliest first (ties to the lower id), each
+    /// with its share of the whole mass (llama-server's post-sampling probabilities).
+    pub fn best(&self, n: usize) -> Vec<(TokenId, f32)> {
+        let total: f64 = self.chunk_sums.iter().sum();
+        let mut best: Vec<(TokenId, f32)> = self.candidates().collect();
+        best.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        best.truncate(n);
+        best.into_iter().map(|(id, p)| (id, (f64::from(p) / total) as f32)).collect()
+    }
+
+    /// `token`'s share of the whole mass (0 when it cannot be drawn).
+    pub fn share(&self, token: TokenId) -> f32 {
+        let total: f64 = self.chunk_sums.iter().sum();
+        (f64::from(self.prob(token)) / total) as f32
+    }
+
     pub fn prob(&self, token: TokenId) -> f32 {
         if self.ids.is_empty() {
             return self.probs.get(token as usize).copied().unwrap_or(0.0);
@@ -172,6 +188,15 @@ mod tests {
             assert_eq!(Some(draw as usize), want);
             assert_eq!(sparse.sample(&mut Rng::new(seed)), draw * 2 + 1);
         }
+    }
+
+    #[test]
+    fn the_best_are_the_likeliest_as_shares_of_the_mass() {
+        // weights not summing to 1, as a constraint's mask leaves them
+        let d = Distribution::sparse(vec![2, 5, 7, 9], vec![0.1, 0.3, 0.0, 0.1]);
+        assert_eq!(d.best(2), [(5, 0.6), (2, 0.2)], "ties to the lower id");
+        assert_eq!(d.best(9).len(), 3, "a token of probability 0 cannot be drawn");
+        assert_eq!((d.share(9), d.share(7), d.share(1)), (0.2, 0.0, 0.0));
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! The fields llama-server's native routes (`/infill`, `/completion`) share beside the sampling
 //! fields: `n_predict` (the most tokens to write; -1: until the context is full; 0: read the
 //! prompt into the cache and write nothing), the line limits an editor sets (`n_indent`,
-//! `t_max_predict_ms`), `response_fields` (the answer's fields to keep) and `return_tokens`.
+//! `t_max_predict_ms`), `response_fields` (the answer's fields to keep), `return_tokens`, and
+//! `n_probs` with `post_sampling_probs` (each token's probabilities).
 
 use std::time::Duration;
 
+use engine::generate::MAX_TOP_LOGPROBS;
 use serde::Deserialize;
 
-use super::sampling::CommonParams;
+use super::sampling::{int_in, CommonParams};
 use crate::error::ApiError;
 
 #[derive(Debug, Default, Deserialize)]
@@ -27,6 +29,12 @@ pub struct LlamaFields {
     /// The generated token ids in the answer (`tokens`).
     #[serde(default)]
     return_tokens: bool,
+    /// How many of the likeliest tokens' probabilities to give with each token (0: none).
+    #[serde(default, deserialize_with = "crate::requests::whole_number")]
+    n_probs: Option<u64>,
+    /// Those of the distribution each token was drawn from, instead of the model's.
+    #[serde(default)]
+    post_sampling_probs: bool,
 }
 
 /// The fields, checked.
@@ -36,6 +44,10 @@ pub struct LlamaLimits {
     pub line_time_limit: Option<Duration>,
     pub response_fields: Vec<String>,
     pub return_tokens: bool,
+    /// `n_probs`, when above 0.
+    pub n_probs: Option<usize>,
+    /// `post_sampling_probs`: the probabilities of the distribution drawn from.
+    pub post_sampling: bool,
 }
 
 impl LlamaFields {
@@ -55,6 +67,8 @@ impl LlamaFields {
             line_time_limit: (self.t_max_predict_ms > 0).then(|| Duration::from_millis(self.t_max_predict_ms as u64)),
             response_fields: self.response_fields,
             return_tokens: self.return_tokens,
+            n_probs: int_in("n_probs", self.n_probs, 0, MAX_TOP_LOGPROBS as u64)?.filter(|&n| n > 0).map(|n| n as usize),
+            post_sampling: self.post_sampling_probs,
         })
     }
 }

@@ -1,7 +1,7 @@
 //! llama-server's native `POST /completion` request: `prompt` in any of its shapes (a string,
 //! token ids, strings and ids mixed, `{"prompt_string": ...}`, or an array of such prompts),
-//! `n_probs` (the best tokens' log-probabilities at each step), `grammar` (GBNF) or
-//! `json_schema`, llama-server's own fields ([`LlamaFields`]) and the shared sampling fields.
+//! `grammar` (GBNF) or `json_schema`, llama-server's own fields ([`LlamaFields`]: `n_predict`,
+//! `n_probs`, ...) and the shared sampling fields.
 
 use engine::grammar::Constraint;
 use engine::tokenizer::TokenId;
@@ -9,12 +9,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::llama::{LlamaFields, LlamaLimits};
-use super::sampling::{int_in, CommonParams, SamplingRequest, Timeouts};
+use super::sampling::{CommonParams, SamplingRequest, Timeouts};
 use super::{parse, ModelName};
 use crate::error::ApiError;
-
-/// The most alternatives `n_probs` may ask for per token.
-pub const MAX_N_PROBS: u64 = 100;
 
 #[derive(Debug, Deserialize)]
 pub struct LlamaCompletionRequest {
@@ -23,12 +20,6 @@ pub struct LlamaCompletionRequest {
     model: Option<ModelName>,
     #[serde(default)]
     prompt: Option<Value>,
-    /// How many of the best tokens' log-probabilities to give with each token (0: none).
-    #[serde(default, deserialize_with = "crate::requests::whole_number")]
-    n_probs: Option<u64>,
-    /// llama-server's probabilities after its sampler chain instead: not served.
-    #[serde(default)]
-    post_sampling_probs: bool,
     /// A GBNF grammar the output follows (empty: none).
     #[serde(default)]
     grammar: Option<String>,
@@ -54,7 +45,6 @@ pub struct CheckedLlamaCompletion {
     pub prompts: Vec<Vec<PromptPart>>,
     pub common: CommonParams,
     pub limits: LlamaLimits,
-    pub n_probs: Option<usize>,
     pub constraint: Option<Constraint>,
 }
 
@@ -77,12 +67,6 @@ impl LlamaCompletionRequest {
             return Err(ApiError::invalid_param("n", "/completion gives one completion per prompt: n must be 1"));
         }
         let limits = self.llama.check(&mut common)?;
-        if self.post_sampling_probs {
-            return Err(ApiError::invalid_param(
-                "post_sampling_probs",
-                "post_sampling_probs is not supported: n_probs gives the model's log-probabilities before sampling",
-            ));
-        }
         let prompt = self.prompt.ok_or_else(|| ApiError::missing("prompt"))?;
         let prompts = prompts(&prompt, n_vocab).map_err(|m| ApiError::invalid_param("prompt", m))?;
         let grammar = self.grammar.filter(|g| !g.is_empty()).map(Constraint::Grammar);
@@ -97,8 +81,7 @@ impl LlamaCompletionRequest {
             }
             (None, None) => None,
         };
-        let n_probs = int_in("n_probs", self.n_probs, 0, MAX_N_PROBS)?.filter(|&n| n > 0).map(|n| n as usize);
-        Ok(CheckedLlamaCompletion { prompts, common, limits, n_probs, constraint })
+        Ok(CheckedLlamaCompletion { prompts, common, limits, constraint })
     }
 }
 
@@ -188,15 +171,15 @@ mod tests {
         let check = |body: Value| LlamaCompletionRequest::from_body(&body).and_then(|r| r.check(10, &Timeouts::default()));
         let param = |body: Value| check(body).err().unwrap().param.unwrap();
         assert_eq!(param(json!({})), "prompt");
-        assert_eq!(param(json!({"prompt": "a", "n_probs": 101})), "n_probs");
-        assert_eq!(param(json!({"prompt": "a", "post_sampling_probs": true})), "post_sampling_probs");
+        assert_eq!(param(json!({"prompt": "a", "n_probs": 21})), "n_probs");
         assert_eq!(param(json!({"prompt": "a", "grammar": "root ::= \"x\"", "json_schema": {}})), "json_schema");
         assert_eq!(param(json!({"prompt": "a", "json_schema": "x"})), "json_schema");
         assert_eq!(param(json!({"prompt": "a", "n_predict": -2})), "n_predict");
         assert_eq!(param(json!({"prompt": "a", "n": 2})), "n");
         let ok = check(json!({"prompt": ["a", "b"], "n_probs": 0, "n_predict": 5, "return_tokens": true, "grammar": ""})).unwrap();
-        assert_eq!((ok.prompts.len(), ok.n_probs, ok.common.max_tokens, ok.limits.return_tokens), (2, None, Some(5), true));
+        assert_eq!((ok.prompts.len(), ok.limits.n_probs, ok.common.max_tokens, ok.limits.return_tokens), (2, None, Some(5), true));
         assert!(ok.constraint.is_none());
-        assert_eq!(check(json!({"prompt": "a", "n_probs": 3})).unwrap().n_probs, Some(3));
+        let probs = check(json!({"prompt": "a", "n_probs": 3, "post_sampling_probs": true})).unwrap().limits;
+        assert_eq!((probs.n_probs, probs.post_sampling), (Some(3), true));
     }
 }

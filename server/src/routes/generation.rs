@@ -16,6 +16,7 @@ use crate::batch_scheduler::{BatchError, BatchRequest, Phase};
 use crate::error::ApiError;
 use crate::http::SseSender;
 use crate::registry::ModelEntry;
+use crate::requests::llama::LlamaLimits;
 use crate::requests::sampling::CommonParams;
 use crate::worker::{Generation, SeqEvent, SeqSpec, Worker};
 use crate::AppState;
@@ -67,6 +68,24 @@ pub fn params_for(
 /// propose its tokens).
 pub fn output(prompt: Vec<TokenId>, params: GenerateParams, stream: bool, deadline: Option<Instant>, lora: Vec<LoraScale>) -> SeqSpec {
     SeqSpec { prompt, params, stream, speculative: true, deadline, images: Default::default(), lora }
+}
+
+/// The output of a llama-server route (`/infill`, `/completion`): `output` with the request's
+/// line limits, and the probabilities after sampling when asked for (then without speculation,
+/// whose verified tokens have only the model's own).
+pub fn llama_output(
+    limits: &LlamaLimits,
+    prompt: Vec<TokenId>,
+    mut params: GenerateParams,
+    common: &CommonParams,
+    lora: Vec<LoraScale>,
+) -> SeqSpec {
+    params.min_indent = limits.min_indent;
+    params.line_time_limit = limits.line_time_limit;
+    params.post_sampling_logprobs = limits.post_sampling;
+    let mut seq = output(prompt, params, common.stream, common.deadline, lora);
+    seq.speculative &= !limits.post_sampling;
+    seq
 }
 
 /// Submits a non-streaming request: through the batch scheduler when one is attached (requests

@@ -8,10 +8,10 @@ use std::time::Instant;
 
 use engine::tokenizer::fim::{infill_prompt, FimOrder, Infill, InfillBudget};
 use hyper::Response;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
-use super::generation::{blocking, next_event, output, params_for, submit};
-use super::llama_answer::{answer, only, piece};
+use super::generation::{blocking, llama_output, next_event, params_for, submit};
+use super::llama_answer::{piece, stream_end, whole};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body};
 use crate::registry::ModelEntry;
@@ -28,7 +28,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let request = typed.check(entry.model.tokenizer().n_vocab(), &state.timeouts)?;
     let start = Instant::now();
     let stream = request.common.stream;
-    let (fields, return_tokens) = (request.limits.response_fields.clone(), request.limits.return_tokens);
+    let limits = request.limits.clone();
     let e = entry.clone();
     let order = state.fim_order;
     let seq = blocking(move || infill_output(&e, &request, order)).await?;
@@ -43,15 +43,14 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
                 let sent = match event {
                     SeqEvent::Token { event, .. } => {
                         predicted += usize::from(event.token.is_some());
-                        let token = event.token.filter(|_| return_tokens);
-                        (event.text.is_empty() && token.is_none())
-                            || sse.send_json(&piece(0, &event.text, token, predicted, prompt.len())).await
+                        match piece(entry.model.tokenizer(), 0, &event, predicted, prompt.len(), &limits) {
+                            Some(p) => sse.send_json(&p).await,
+                            None => true,
+                        }
                     }
                     SeqEvent::Done { result: Ok(c), .. } => {
                         state.metrics.record_generation(c.usage.completion_tokens, start);
-                        let mut last = answer(&entry, 0, &prompt, &c, &stops, return_tokens);
-                        last["content"] = json!("");
-                        sse.send_json(&only(last, &fields)).await
+                        sse.send_json(&stream_end(&entry, 0, &prompt, &c, &stops, &limits)).await
                     }
                     SeqEvent::Done { result: Err(e), .. } => {
                         sse.send_json(&e.body()).await;
@@ -72,7 +71,7 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         .pop()
         .ok_or_else(|| ApiError::server("the model returned no completion"))?;
     state.metrics.record_generation(c.usage.completion_tokens, start);
-    Ok(ok_json(&only(answer(&entry, 0, &prompt, &c, &stops, return_tokens), &fields)))
+    Ok(ok_json(&whole(&entry, 0, &prompt, &c, &stops, &limits)))
 }
 
 /// The request's one output: its FIM prompt within llama-server's budget.
@@ -82,9 +81,7 @@ fn infill_output(entry: &ModelEntry, request: &CheckedInfill, order: FimOrder) -
     let budget = InfillBudget { n_batch: N_BATCH, n_ctx: entry.n_ctx, n_predict: request.common.max_tokens };
     let prompt = infill_prompt(tokenizer, &infill, budget, order)
         .map_err(|e| ApiError::invalid_param("model", format!("{e}: it cannot fill a gap")))?;
-    let mut params = params_for(&entry.worker, &request.common, None, None, prompt.len(), 0)?;
-    params.min_indent = request.limits.min_indent;
-    params.line_time_limit = request.limits.line_time_limit;
+    let params = params_for(&entry.worker, &request.common, request.limits.n_probs, None, prompt.len(), 0)?;
     let lora = entry.adapters.resolve(request.common.lora.as_deref())?;
-    Ok(output(prompt, params, request.common.stream, request.common.deadline, lora))
+    Ok(llama_output(&request.limits, prompt, params, &request.common, lora))
 }

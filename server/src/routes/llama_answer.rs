@@ -3,18 +3,69 @@
 //! `tokens_evaluated`, `tokens_cached`, `prompt`, `has_new_line`, `truncated`,
 //! `generation_settings.n_ctx` (the sequence's context, which llama.vim shows), `timings`, the
 //! token ids with `return_tokens`, `completion_probabilities` with `n_probs`; or only the
-//! `response_fields` asked for. A streamed piece has `stop: false` and the counts so far.
+//! `response_fields` asked for. A streamed piece has `stop: false`, the counts so far and its
+//! token's probabilities; a stream ends with each answer's fields, its `content` empty.
 
-use engine::generate::{Completion, FinishReason};
+use engine::generate::{Completion, FinishReason, TokenEvent};
 use engine::logprobs::TokenLogprob;
 use engine::tokenizer::{TokenId, Tokenizer};
 use serde_json::{json, Value};
 
 use super::generation::stop_string_met;
 use crate::registry::ModelEntry;
+use crate::requests::llama::LlamaLimits;
 
-/// The finished answer of the completion `c` of `prompt`, the `index`th of its request.
-pub fn answer(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Completion, stops: &[String], return_tokens: bool) -> Value {
+/// The whole answer of the completion `c` of `prompt`, the `index`th of its request: with its
+/// `completion_probabilities` under `n_probs`, those of a stop string's tokens left out as
+/// llama-server leaves them (as many as the stop string has tokens on its own).
+pub fn whole(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Completion, stops: &[String], limits: &LlamaLimits) -> Value {
+    let mut a = answer(entry, index, prompt, c, stops, limits.return_tokens);
+    if limits.n_probs.is_some() {
+        let tokenizer = entry.model.tokenizer();
+        let stop_tokens = a["stop_type"].as_str().filter(|&t| t == "word").map_or(0, |_| {
+            let word = a["stopping_word"].as_str().unwrap_or_default();
+            tokenizer.encode(word, false, false).len()
+        });
+        let kept = c.logprobs.len() - stop_tokens.min(c.logprobs.len());
+        a["completion_probabilities"] = probabilities(tokenizer, &c.logprobs[..kept], limits.post_sampling);
+    }
+    only(a, &limits.response_fields)
+}
+
+/// A stream's last event for the completion `c`: the answer's fields, `content` empty (the
+/// pieces carried it, and its probabilities).
+pub fn stream_end(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Completion, stops: &[String], limits: &LlamaLimits) -> Value {
+    let mut last = answer(entry, index, prompt, c, stops, limits.return_tokens);
+    last["content"] = json!("");
+    only(last, &limits.response_fields)
+}
+
+/// A streamed piece of the `index`th completion, its text and the counts so far, with the
+/// token's id under `return_tokens` and its probabilities under `n_probs`; `None` when it has
+/// nothing to tell.
+pub fn piece(
+    tokenizer: &Tokenizer,
+    index: usize,
+    event: &TokenEvent,
+    predicted: usize,
+    evaluated: usize,
+    limits: &LlamaLimits,
+) -> Option<Value> {
+    let token = event.token.filter(|_| limits.return_tokens);
+    let probs = event.logprob.as_ref().filter(|_| limits.n_probs.is_some());
+    if event.text.is_empty() && token.is_none() && probs.is_none() {
+        return None;
+    }
+    let mut p = json!({"index": index, "content": event.text, "tokens": token.into_iter().collect::<Vec<_>>(), "stop": false,
+                       "id_slot": -1, "tokens_predicted": predicted, "tokens_evaluated": evaluated});
+    if let Some(lp) = probs {
+        p["completion_probabilities"] = probabilities(tokenizer, std::slice::from_ref(lp), limits.post_sampling);
+    }
+    Some(p)
+}
+
+/// The finished answer's fields.
+fn answer(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Completion, stops: &[String], return_tokens: bool) -> Value {
     let tokenizer = entry.model.tokenizer();
     let generated = tokenizer.decode(&c.tokens);
     let (stop_type, stopping_word) = match (c.finish, stop_string_met(&generated, stops)) {
@@ -43,24 +94,20 @@ pub fn answer(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Completi
     })
 }
 
-/// A streamed piece: its text, the counts so far, the token's id with `return_tokens` and its
-/// probabilities with `n_probs`.
-pub fn piece(index: usize, text: &str, token: Option<TokenId>, predicted: usize, evaluated: usize) -> Value {
-    json!({"index": index, "content": text, "tokens": token.into_iter().collect::<Vec<_>>(), "stop": false, "id_slot": -1,
-           "tokens_predicted": predicted, "tokens_evaluated": evaluated})
-}
-
 /// `completion_probabilities`: per token its id, text, bytes and log-probability, and the same
-/// of the best `n_probs` tokens (`top_logprobs`). A text cut inside a UTF-8 character loses the
-/// cut character, as llama-server's does; `bytes` keep it.
-pub fn probabilities(tokenizer: &Tokenizer, logprobs: &[TokenLogprob]) -> Value {
+/// of the best `n_probs` tokens (`top_logprobs`); after sampling (`post_sampling`), the
+/// probabilities themselves (`prob`, `top_probs`), as llama-server names them. A text cut inside
+/// a UTF-8 character loses the cut character, as llama-server's does; `bytes` keep it.
+fn probabilities(tokenizer: &Tokenizer, logprobs: &[TokenLogprob], post_sampling: bool) -> Value {
+    let (value, top) = if post_sampling { ("prob", "top_probs") } else { ("logprob", "top_logprobs") };
     let entry = |id: TokenId, logprob: f32| {
         let bytes = tokenizer.token_to_piece(id, false);
-        json!({"id": id, "token": whole_characters(bytes), "bytes": bytes, "logprob": logprob})
+        let v = if post_sampling { logprob.exp() } else { logprob };
+        json!({"id": id, "token": whole_characters(bytes), "bytes": bytes, value: v})
     };
     let steps = logprobs.iter().map(|l| {
         let mut step = entry(l.token, l.logprob);
-        step["top_logprobs"] = l.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
+        step[top] = l.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
         step
     });
     Value::Array(steps.collect())
@@ -108,7 +155,7 @@ fn timings(c: &Completion) -> Value {
 /// The fields of `answer` named by `paths` (each `a/b` for `answer.a.b`), keyed by their paths
 /// as llama-server answers `response_fields` (a path not found is left out); all of `answer`
 /// when none are named.
-pub fn only(answer: Value, paths: &[String]) -> Value {
+fn only(answer: Value, paths: &[String]) -> Value {
     if paths.is_empty() {
         return answer;
     }

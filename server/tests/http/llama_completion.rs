@@ -135,6 +135,42 @@ fn n_probs_give_each_tokens_log_probabilities_before_sampling() {
     }
 }
 
+/// `post_sampling_probs`: the probabilities of the distribution each token was drawn from, as
+/// llama-server names them (`prob`, `top_probs`): only tokens that could be drawn (here the 2 of
+/// `top_k`), summing to 1 over all of them; greedy, the token drawn for certain.
+#[test]
+fn post_sampling_probs_are_those_of_the_distribution_drawn_from() {
+    let base = plain_chat_server();
+    let url = format!("{base}/completion");
+    let body = json!({"prompt": "The little dog", "n_predict": 8, "n_probs": 5, "post_sampling_probs": true, "top_k": 2,
+                      "temperature": 1, "seed": 3, "return_tokens": true});
+    let r: Value = client().post(&url).json(&body).send().unwrap().json().unwrap();
+    let steps = r["completion_probabilities"].as_array().unwrap();
+    assert_eq!(steps.len(), ids(&r["tokens"]).len(), "{r}");
+    for step in steps {
+        assert!(step.get("logprob").is_none() && step.get("top_logprobs").is_none(), "{step}");
+        let top = step["top_probs"].as_array().unwrap();
+        assert!((1..=2).contains(&top.len()), "top_k 2 leaves at most 2: {step}");
+        let total: f64 = top.iter().map(|t| t["prob"].as_f64().unwrap()).sum();
+        assert!((total - 1.0).abs() < 1e-4, "{step}");
+        let drawn = top.iter().find(|t| t["id"] == step["id"]).unwrap_or_else(|| panic!("the token drawn is among them: {step}"));
+        assert_eq!(drawn["prob"], step["prob"]);
+        assert!(top.windows(2).all(|w| w[0]["prob"].as_f64() >= w[1]["prob"].as_f64()), "likeliest first: {step}");
+    }
+    // greedy: certain; streamed, each piece carries its own
+    let body =
+        json!({"prompt": "The little dog", "n_predict": 4, "n_probs": 3, "post_sampling_probs": true, "temperature": 0, "stream": true});
+    let text = client().post(&url).json(&body).send().unwrap().text().unwrap();
+    let events: Vec<Value> = sse_events(&text).iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let pieces: Vec<&Value> = events.iter().filter(|e| e["stop"] == false).collect();
+    assert!(!pieces.is_empty());
+    for p in pieces {
+        let step = &p["completion_probabilities"][0];
+        assert_eq!(step["prob"], 1.0, "{p}");
+        assert_eq!(step["top_probs"], json!([{"id": step["id"], "token": step["token"], "bytes": step["bytes"], "prob": 1.0}]), "{p}");
+    }
+}
+
 #[test]
 fn grammars_constrain_and_bad_requests_are_400s_naming_the_field() {
     let base = plain_chat_server();
@@ -156,8 +192,7 @@ fn grammars_constrain_and_bad_requests_are_400s_naming_the_field() {
         (json!({"prompt": ["a", [1, -2]]}), "prompt"),
         (json!({"prompt": []}), "prompt"),
         (json!({"prompt": {"prompt_string": "a", "multimodal_data": ["AAAA"]}}), "prompt"),
-        (json!({"prompt": "a", "post_sampling_probs": true, "n_probs": 2}), "post_sampling_probs"),
-        (json!({"prompt": "a", "n_probs": 101}), "n_probs"),
+        (json!({"prompt": "a", "n_probs": 21}), "n_probs"),
         (json!({"prompt": "a", "n": 2}), "n"),
         (json!({"prompt": "a", "grammar": "root ::= \"x\"", "json_schema": {}}), "json_schema"),
         (json!({"prompt": "a", "grammar": "root ::= (\"x\""}), "grammar"),
