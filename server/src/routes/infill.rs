@@ -10,13 +10,13 @@ use engine::tokenizer::fim::{infill_prompt, FimOrder, Infill, InfillBudget};
 use hyper::Response;
 use serde_json::{Map, Value};
 
-use super::generation::{blocking, llama_output, next_event, params_for, submit};
-use super::llama_answer::{piece, stream_end, whole};
+use super::generation::{blocking, llama_output, params_for, submit};
+use super::llama_answer::{self, whole};
 use crate::error::ApiError;
-use crate::http::{ok_json, sse_response, Body};
+use crate::http::{ok_json, Body};
 use crate::registry::ModelEntry;
 use crate::requests::infill::{CheckedInfill, InfillRequest};
-use crate::worker::{SeqEvent, SeqSpec};
+use crate::worker::SeqSpec;
 use crate::AppState;
 
 /// llama-server's default batch size, which its infill budget is counted in.
@@ -34,35 +34,8 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let seq = blocking(move || infill_output(&e, &request, order)).await?;
     let (stops, prompt) = (seq.params.stop.clone(), seq.prompt.clone());
     if stream {
-        let mut generation = entry.worker.generate(vec![seq])?;
-        let (response, sse) = sse_response();
-        let (state, entry) = (state.clone(), entry.clone());
-        tokio::spawn(async move {
-            let mut predicted = 0;
-            while let Some(event) = next_event(&mut generation, &sse).await {
-                let sent = match event {
-                    SeqEvent::Token { event, .. } => {
-                        predicted += usize::from(event.token.is_some());
-                        match piece(entry.model.tokenizer(), 0, &event, predicted, prompt.len(), &limits) {
-                            Some(p) => sse.send_json(&p).await,
-                            None => true,
-                        }
-                    }
-                    SeqEvent::Done { result: Ok(c), .. } => {
-                        state.metrics.record_generation(c.usage.completion_tokens, start);
-                        sse.send_json(&stream_end(&entry, 0, &prompt, &c, &stops, &limits)).await
-                    }
-                    SeqEvent::Done { result: Err(e), .. } => {
-                        sse.send_json(&e.body()).await;
-                        return;
-                    }
-                };
-                if !sent {
-                    return;
-                }
-            }
-        });
-        return Ok(response);
+        let generation = entry.worker.generate(vec![seq])?;
+        return Ok(llama_answer::stream(state, &entry, generation, vec![prompt], stops, limits, start));
     }
     let c = submit(state, &entry, vec![seq])
         .await?

@@ -3,17 +3,25 @@
 //! `tokens_evaluated`, `tokens_cached`, `prompt`, `has_new_line`, `truncated`,
 //! `generation_settings.n_ctx` (the sequence's context, which llama.vim shows), `timings`, the
 //! token ids with `return_tokens`, `completion_probabilities` with `n_probs`; or only the
-//! `response_fields` asked for. A streamed piece has `stop: false`, the counts so far and its
-//! token's probabilities; a stream ends with each answer's fields, its `content` empty.
+//! `response_fields` asked for; and the stream of it: a piece has `stop: false`, the counts so
+//! far and its token's probabilities; each output ends with its answer's fields, `content`
+//! empty.
+
+use std::sync::Arc;
+use std::time::Instant;
 
 use engine::generate::{Completion, FinishReason, TokenEvent};
 use engine::logprobs::TokenLogprob;
 use engine::tokenizer::{TokenId, Tokenizer};
+use hyper::Response;
 use serde_json::{json, Value};
 
-use super::generation::stop_string_met;
+use super::generation::{next_event, stop_string_met};
+use crate::http::{sse_response, Body};
 use crate::registry::ModelEntry;
 use crate::requests::llama::LlamaLimits;
+use crate::worker::{Generation, SeqEvent};
+use crate::AppState;
 
 /// The whole answer of the completion `c` of `prompt`, the `index`th of its request: with its
 /// `completion_probabilities` under `n_probs`, those of a stop string's tokens left out as
@@ -32,9 +40,51 @@ pub fn whole(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Completio
     only(a, &limits.response_fields)
 }
 
+/// The SSE stream of a llama-server route's outputs (`generation`, one per prompt of
+/// `prompts`): each piece as it decodes, each output's answer as it ends, without `[DONE]`; an
+/// error ends it with the error's body.
+pub fn stream(
+    state: &Arc<AppState>,
+    entry: &Arc<ModelEntry>,
+    mut generation: Generation,
+    prompts: Vec<Vec<TokenId>>,
+    stops: Vec<String>,
+    limits: LlamaLimits,
+    start: Instant,
+) -> Response<Body> {
+    let (response, sse) = sse_response();
+    let (state, entry) = (state.clone(), entry.clone());
+    tokio::spawn(async move {
+        let mut predicted = vec![0; prompts.len()];
+        while let Some(event) = next_event(&mut generation, &sse).await {
+            let sent = match event {
+                SeqEvent::Token { index, event } => {
+                    predicted[index] += usize::from(event.token.is_some());
+                    match piece(entry.model.tokenizer(), index, &event, predicted[index], prompts[index].len(), &limits) {
+                        Some(p) => sse.send_json(&p).await,
+                        None => true,
+                    }
+                }
+                SeqEvent::Done { index, result: Ok(c) } => {
+                    state.metrics.record_generation(c.usage.completion_tokens, start);
+                    sse.send_json(&stream_end(&entry, index, &prompts[index], &c, &stops, &limits)).await
+                }
+                SeqEvent::Done { result: Err(e), .. } => {
+                    sse.send_json(&e.body()).await;
+                    return;
+                }
+            };
+            if !sent {
+                return;
+            }
+        }
+    });
+    response
+}
+
 /// A stream's last event for the completion `c`: the answer's fields, `content` empty (the
 /// pieces carried it, and its probabilities).
-pub fn stream_end(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Completion, stops: &[String], limits: &LlamaLimits) -> Value {
+fn stream_end(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Completion, stops: &[String], limits: &LlamaLimits) -> Value {
     let mut last = answer(entry, index, prompt, c, stops, limits.return_tokens);
     last["content"] = json!("");
     only(last, &limits.response_fields)
@@ -43,7 +93,7 @@ pub fn stream_end(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Comp
 /// A streamed piece of the `index`th completion, its text and the counts so far, with the
 /// token's id under `return_tokens` and its probabilities under `n_probs`; `None` when it has
 /// nothing to tell.
-pub fn piece(
+fn piece(
     tokenizer: &Tokenizer,
     index: usize,
     event: &TokenEvent,

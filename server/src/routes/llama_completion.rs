@@ -13,13 +13,13 @@ use engine::tokenizer::TokenId;
 use hyper::Response;
 use serde_json::{Map, Value};
 
-use super::generation::{blocking, llama_output, next_event, params_for, submit};
-use super::llama_answer::{piece, stream_end, whole};
+use super::generation::{blocking, llama_output, params_for, submit};
+use super::llama_answer::{self, whole};
 use crate::error::ApiError;
-use crate::http::{ok_json, sse_response, Body};
+use crate::http::{ok_json, Body};
 use crate::registry::ModelEntry;
 use crate::requests::llama_completion::{CheckedLlamaCompletion, LlamaCompletionRequest, PromptPart};
-use crate::worker::{SeqEvent, SeqSpec};
+use crate::worker::SeqSpec;
 use crate::AppState;
 
 pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
@@ -32,36 +32,8 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let prompts: Vec<Vec<TokenId>> = seqs.iter().map(|s| s.prompt.clone()).collect();
     let (stops, limits) = (&request.common.stop, &request.limits);
     if request.common.stream {
-        let mut generation = entry.worker.generate(seqs)?;
-        let (response, sse) = sse_response();
-        let (state, entry) = (state.clone(), entry.clone());
-        tokio::spawn(async move {
-            let (stops, limits) = (&request.common.stop, &request.limits);
-            let mut predicted = vec![0; prompts.len()];
-            while let Some(event) = next_event(&mut generation, &sse).await {
-                let sent = match event {
-                    SeqEvent::Token { index, event } => {
-                        predicted[index] += usize::from(event.token.is_some());
-                        match piece(entry.model.tokenizer(), index, &event, predicted[index], prompts[index].len(), limits) {
-                            Some(p) => sse.send_json(&p).await,
-                            None => true,
-                        }
-                    }
-                    SeqEvent::Done { index, result: Ok(c) } => {
-                        state.metrics.record_generation(c.usage.completion_tokens, start);
-                        sse.send_json(&stream_end(&entry, index, &prompts[index], &c, stops, limits)).await
-                    }
-                    SeqEvent::Done { result: Err(e), .. } => {
-                        sse.send_json(&e.body()).await;
-                        return;
-                    }
-                };
-                if !sent {
-                    return;
-                }
-            }
-        });
-        return Ok(response);
+        let generation = entry.worker.generate(seqs)?;
+        return Ok(llama_answer::stream(state, &entry, generation, prompts, stops.clone(), limits.clone(), start));
     }
     let completions = submit(state, &entry, seqs).await?.collect().await?;
     let generated = completions.iter().map(|c| c.usage.completion_tokens).sum();
