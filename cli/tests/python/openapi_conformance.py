@@ -1,7 +1,8 @@
 """/openapi.yaml against the live server: validates the served document with
 openapi-spec-validator, then runs schemathesis (every check, settings in schemathesis.toml
-beside this file) over every operation; deleteModel runs last and alone, since it unloads the
-models the other operations use. Random bodies seldom reach a successful stream (most carry
+beside this file) over every operation but llamaCompletions (`/completions`, the other name of
+`/completion`: the same handler and schema); deleteModel runs last and alone, since it unloads
+the models the other operations use. Random bodies seldom reach a successful stream (most carry
 some value the server refuses), so a few representative streaming and tool requests are also
 sent through schemathesis's own client and their responses, SSE event by event, validated
 against the document. Prints the number of generated cases; exits non-zero on the first
@@ -27,7 +28,8 @@ validate(doc)
 operations = {op["operationId"] for path in doc["paths"].values() for op in path.values() if isinstance(op, dict)}
 expected = {"health", "ready", "metrics", "openapi", "listModels", "retrieveModel", "deleteModel", "createChatCompletion",
             "createCompletion", "createEmbedding", "guard", "guardScan", "guardBatch", "createModeration",
-            "createResponse", "getResponse", "deleteResponse", "createMessage", "countMessageTokens", "loadModel"}
+            "createResponse", "getResponse", "deleteResponse", "createMessage", "countMessageTokens", "loadModel",
+            "infill", "llamaCompletion", "llamaCompletions"}
 assert expected <= operations, f"operations missing from the document: {expected - operations}"
 print("openapi-spec-validator: valid OpenAPI", doc["openapi"], "with", len(operations), "operations")
 
@@ -53,6 +55,10 @@ representative = [
     ("/v1/messages", {"model": chat_id, "messages": messages, "max_tokens": 24, "stream": True,
                       "tools": [{"name": "get_weather", "input_schema": weather["function"]["parameters"]}],
                       "tool_choice": {"type": "any"}}),
+    ("/completion", {"model": chat_id, "prompt": ["Once", [1, "upon"]], "n_predict": 4, "n_probs": 2, "stream": True,
+                     "return_tokens": True}),
+    ("/completion", {"model": chat_id, "prompt": "Once", "n_predict": 4, "n_probs": 2, "post_sampling_probs": True,
+                     "top_k": 3, "temperature": 1, "seed": 1}),
 ]
 loaded = st.openapi.from_url(base + "/openapi.yaml")
 loaded.config.update(base_url=base)
@@ -63,8 +69,10 @@ for path, body in representative:
     case.validate_response(response)
     if body.get("stream"):
         events = [line for line in response.text.splitlines() if line.startswith("data: ")]
-        # chat and text completions end with [DONE]; Responses and Messages with their last named event
-        last = {"/v1/responses": 'data: {"type":"response.', "/v1/messages": 'data: {"type":"message_stop"'}.get(path, "data: [DONE]")
+        # chat and text completions end with [DONE]; Responses and Messages with their last named
+        # event; llama-server's /completion with a prompt's answer
+        last = {"/v1/responses": 'data: {"type":"response.', "/v1/messages": 'data: {"type":"message_stop"',
+                "/completion": 'data: {"index":'}.get(path, "data: [DONE]")
         assert len(events) > 2 and events[-1].startswith(last), response.text
     if path == "/v1/responses":
         stored = loaded["/v1/responses/{response_id}"]["GET"].Case(path_parameters={"response_id": response.json()["id"]} if not body.get("stream") else {"response_id": "resp_unknown"})
@@ -96,10 +104,10 @@ def schemathesis(*args):
     return int(found.group(1))
 
 
-cases = schemathesis("--exclude-operation-id", "deleteModel")
+cases = schemathesis("--exclude-operation-id", "deleteModel", "--exclude-operation-id", "llamaCompletions")
 cases_delete = schemathesis("--include-operation-id", "deleteModel")
 with urllib.request.urlopen(base + "/v1/models") as r:
     left = yaml.safe_load(r.read())["data"]
 assert left == [], f"deleteModel's cases should have unloaded every model, left: {left}"
-print(f"schemathesis: {cases} + {cases_delete} generated cases (every operation; deleteModel last), no failures")
+print(f"schemathesis: {cases} + {cases_delete} generated cases (every operation but the alias /completions; deleteModel last), no failures")
 print("all checks passed")
