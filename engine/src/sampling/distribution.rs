@@ -75,10 +75,18 @@ impl Distribution {
     /// The `n` likeliest tokens that may be drawn, likeliest first (ties to the lower id), each
     /// with its share of the whole mass (llama-server's post-sampling probabilities).
     pub fn best(&self, n: usize) -> Vec<(TokenId, f32)> {
+        if n == 0 {
+            return Vec::new();
+        }
         let total: f64 = self.chunk_sums.iter().sum();
+        let likelier = |a: &(TokenId, f32), b: &(TokenId, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         let mut best: Vec<(TokenId, f32)> = self.candidates().collect();
-        best.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        best.truncate(n);
+        // the n best first, without sorting a whole vocabulary's candidates
+        if best.len() > n {
+            best.select_nth_unstable_by(n - 1, likelier);
+            best.truncate(n);
+        }
+        best.sort_unstable_by(likelier);
         best.into_iter().map(|(id, p)| (id, (f64::from(p) / total) as f32)).collect()
     }
 
@@ -197,6 +205,13 @@ mod tests {
         assert_eq!(d.best(2), [(5, 0.6), (2, 0.2)], "ties to the lower id");
         assert_eq!(d.best(9).len(), 3, "a token of probability 0 cannot be drawn");
         assert_eq!((d.share(9), d.share(7), d.share(1)), (0.2, 0.0, 0.0));
+        assert_eq!(d.best(0), []);
+        // a dense row: the same as sorting every candidate
+        let dense = Distribution::dense((0..1000).map(|i| ((i * 7919) % 997) as f32).collect());
+        let mut all: Vec<(TokenId, f32)> = dense.candidates().collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let ids = |v: &[(TokenId, f32)]| v.iter().map(|c| c.0).collect::<Vec<_>>();
+        assert_eq!(ids(&dense.best(5)), ids(&all[..5]));
     }
 
     #[test]
