@@ -14,7 +14,7 @@ fn ids(v: &Value) -> Vec<TokenId> {
     v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as TokenId).collect()
 }
 
-/// The greedy continuation of `prompt` (token ids) by `/v1/completions`: text and ids.
+/// The greedy continuation of `prompt` (token ids) by `/v1/completions`, as text.
 fn reference(base: &str, prompt: &[TokenId], n: usize) -> String {
     let body = json!({"model": super::CHAT, "prompt": prompt, "max_tokens": n, "temperature": 0});
     let r: Value = client().post(format!("{base}/v1/completions")).json(&body).send().unwrap().json().unwrap();
@@ -123,16 +123,14 @@ fn n_probs_give_each_tokens_log_probabilities_before_sampling() {
     }
     // a stop string's tokens are left out of the whole answer's probabilities
     let full = tok.decode(&written);
-    let stop_at = full.char_indices().nth(full.chars().count() / 2).unwrap().0;
-    let word = full[stop_at..].chars().take(1).collect::<String>();
-    if !word.trim().is_empty() {
-        let body = json!({"prompt": prompt, "n_predict": 5, "n_probs": 2, "temperature": 0, "stop": [word], "return_tokens": true});
-        let r: Value = client().post(&url).json(&body).send().unwrap().json().unwrap();
-        assert_eq!(r["stop_type"], "word", "{r}");
-        assert_eq!(r["stopping_word"].as_str(), Some(word.as_str()));
-        let kept = r["completion_probabilities"].as_array().unwrap().len();
-        assert_eq!(kept, ids(&r["tokens"]).len() - tok.encode(&word, false, false).len(), "{r}");
-    }
+    let half = full.chars().count() / 2;
+    let word = full.chars().skip(half).find(|c| !c.is_whitespace()).unwrap_or_else(|| panic!("a letter in {full:?}")).to_string();
+    let body = json!({"prompt": prompt, "n_predict": 5, "n_probs": 2, "temperature": 0, "stop": [word], "return_tokens": true});
+    let r: Value = client().post(&url).json(&body).send().unwrap().json().unwrap();
+    assert_eq!(r["stop_type"], "word", "{r}");
+    assert_eq!(r["stopping_word"].as_str(), Some(word.as_str()));
+    let kept = r["completion_probabilities"].as_array().unwrap().len();
+    assert_eq!(kept, ids(&r["tokens"]).len() - tok.encode(&word, false, false).len(), "{r}");
 }
 
 /// `post_sampling_probs`: the probabilities of the distribution each token was drawn from, as
@@ -196,6 +194,8 @@ fn grammars_constrain_and_bad_requests_are_400s_naming_the_field() {
         (json!({"prompt": "a", "n": 2}), "n"),
         (json!({"prompt": "a", "grammar": "root ::= \"x\"", "json_schema": {}}), "json_schema"),
         (json!({"prompt": "a", "grammar": "root ::= (\"x\""}), "grammar"),
+        // a schema the grammar compiler refuses names the field it came in
+        (json!({"prompt": "a", "json_schema": {"type": "object", "properties": 5}}), "json_schema"),
         (json!({"prompt": "a", "n_predict": -3}), "n_predict"),
     ] {
         let e = expect_error(post(body.clone()), StatusCode::BAD_REQUEST);
