@@ -168,6 +168,9 @@ pub enum KvSource<'a, B: Backend> {
     /// The batch's own rows (an encoder): an [`AttentionRow`]'s `kv` is the batch row of its
     /// sequence's position 0.
     Batch { k: &'a B::Tensor, v: &'a B::Tensor },
+    /// One sequence's rows kept by [`Backend::keep_kv`] for many calls (the audio every decoded
+    /// token of a Whisper window attends): every [`AttentionRow`]'s `kv` is 0.
+    Kept(&'a B::KeptKv),
 }
 
 /// [`Backend::matmul_indexed_glu`] as the indexed products and [`Backend::glu`].
@@ -210,6 +213,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     type Tensor: Send + Sync;
     /// Key/value block storage on the device.
     type KvStore: OwnKvStore;
+    /// Keys and values that many attention calls read whole, laid out once as this backend's
+    /// attention reads them best ([`Backend::keep_kv`]).
+    type KeptKv: Send + Sync;
 
     fn device(&self) -> Device;
 
@@ -341,6 +347,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
         k: &Self::Tensor,
         v: &Self::Tensor,
     ) -> Result<(), BackendError>;
+    /// Keeps the keys `k` and values `v` of one sequence (a row per position, all key/value
+    /// heads of `shape`) for the attention calls that read them through [`KvSource::Kept`].
+    fn keep_kv(&self, k: Self::Tensor, v: Self::Tensor, shape: &AttentionShape) -> Result<Self::KeptKv, BackendError>;
     /// Scaled dot-product attention of every query row of `q` (all heads, grouped-query heads
     /// sharing their key/value head) over the positions its [`AttentionRow`] names; with
     /// `sinks` (one logit per query head, gpt-oss), each head's softmax also takes its sink,

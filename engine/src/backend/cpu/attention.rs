@@ -3,7 +3,7 @@
 //! keys and values. Every sum runs in one fixed order that depends only on the positions a row
 //! attends, never on the batch or the block, so results are batch-invariant.
 
-use super::kv_rows::KvRows;
+use super::kv_rows::{InPlaceRows, KvRows};
 use super::transpose::transpose;
 use crate::backend::types::AttentionShape;
 use crate::quant::ggml_expf;
@@ -209,16 +209,22 @@ fn attend_queries_body<const N: usize, const X86: bool>(
         let any = tile.max(start)..(tile + KV_TILE).min(end);
         // a whole tile of rows in place is read where it lies; otherwise its attended rows are
         // widened into `tile_rows` (the rest hold what an earlier tile left: masked)
-        let rows_in_place = in_place.filter(|_| any.len() == KV_TILE);
-        match rows_in_place {
-            Some(r) => transpose(&r.keys[tile * r.key_stride + krange.start..], KV_TILE, dk, r.key_stride, keys, KV_TILE),
+        let rows_in_place = in_place.filter(|r| any.len() == KV_TILE && r.holds_tile(tile, dk));
+        // the tile's keys transposed: `tile_keys[d * KV_TILE + t]`
+        let tile_keys: &[f32] = match rows_in_place {
+            Some(InPlaceRows::Rows { keys: rows, key_stride, .. }) => {
+                transpose(&rows[tile * key_stride + krange.start..], KV_TILE, dk, key_stride, keys, KV_TILE);
+                keys
+            }
+            Some(InPlaceRows::Head { keys: tiles, .. }) => &tiles[tile * dk..(tile + KV_TILE) * dk],
             None => {
                 for p in any.clone() {
                     kv.key(p).widen_into(krange.clone(), &mut tile_rows[(p - tile) * dk..(p - tile + 1) * dk]);
                 }
                 transpose(tile_rows, KV_TILE, dk, dk, keys, KV_TILE);
+                keys
             }
-        }
+        };
         weighted.iter_mut().for_each(|w| *w = false);
         live_states.clear();
         live_states.extend((0..states).filter(|&s| !live_of(&rows[s / group].1, tile).is_empty()));
@@ -227,13 +233,13 @@ fn attend_queries_body<const N: usize, const X86: bool>(
         for batch in batches.by_ref() {
             let batch: &[usize; N] = batch.try_into().unwrap();
             if X86 && N == 1 {
-                scores_1::<X86>(q_of(batch[0]), keys, batch[0] * KV_TILE, weights);
+                scores_1::<X86>(q_of(batch[0]), tile_keys, batch[0] * KV_TILE, weights);
             } else {
-                scores_n::<N, X86>(batch.map(q_of), keys, batch.map(|s| s * KV_TILE), weights);
+                scores_n::<N, X86>(batch.map(q_of), tile_keys, batch.map(|s| s * KV_TILE), weights);
             }
         }
         for &s in batches.remainder() {
-            scores_1::<X86>(q_of(s), keys, s * KV_TILE, weights);
+            scores_1::<X86>(q_of(s), tile_keys, s * KV_TILE, weights);
         }
         for &s in &live_states {
             let live = live_of(&rows[s / group].1, tile);
@@ -269,7 +275,8 @@ fn attend_queries_body<const N: usize, const X86: bool>(
         // head's output elements run their FMA chains over the positions in registers, 64 (or
         // 16) at a time, N states at once where they attend the same positions of the tile
         let (tile_values, stride): (&[f32], usize) = match rows_in_place {
-            Some(r) => (&r.values[tile * r.value_stride + vrange.start..], r.value_stride),
+            Some(InPlaceRows::Rows { values, value_stride, .. }) => (&values[tile * value_stride + vrange.start..], value_stride),
+            Some(InPlaceRows::Head { values, .. }) => (&values[tile * dv..], dv),
             None => {
                 for p in any.clone() {
                     kv.value(p).widen_into(vrange.clone(), &mut tile_rows[(p - tile) * dv..(p - tile + 1) * dv]);
@@ -469,7 +476,7 @@ fn reduce_16(l: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::kv_rows::{InPlaceRows, KvRow};
+    use crate::backend::cpu::kv_rows::KvRow;
     use crate::quant::Isa;
 
     struct Rows(Vec<Vec<f32>>, Vec<Vec<f32>>);
@@ -598,7 +605,7 @@ mod tests {
         }
         fn in_place(&self) -> Option<InPlaceRows<'_>> {
             let (keys, values) = (&self.keys[..], &self.values[..]);
-            Some(InPlaceRows { keys, key_stride: self.key_stride, values, value_stride: self.value_stride })
+            Some(InPlaceRows::Rows { keys, key_stride: self.key_stride, values, value_stride: self.value_stride })
         }
     }
 

@@ -1,19 +1,22 @@
 //! The CPU implementation of the [`Backend`] trait: weights are views into the memory map,
 //! activations are host vectors, and the operations run the kernels of this module on the
 //! rayon pool (matmul tasks of equal work, attention one task per block of a sequence's rows and
-//! key/value head, the gated activations row by row).
+//! key/value head, over heads packed once where many blocks read them, the gated activations row
+//! by row).
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use rayon::prelude::*;
 
 use super::activation::{gelu, gelu_erf_row_with, sigmoid, silu, swiglu_oai, swiglu_row_with};
-use super::attention::{attend_queries_with, with_scratch, Query};
+use super::attention::{attend_queries_with, with_scratch, Query, KV_TILE};
 use super::kv::CpuKvStore;
 use super::kv_rows::{InPlaceRows, KvRow, KvRows};
 use super::matmul::{get_rows, matmul_each_on};
 use super::matmul_indexed::matmul_indexed_on;
 use super::norm::{layer_norm, rms_norm, rms_norm_in_place};
+use super::packed_head::{KeptRows, PackedHead, PackedRows};
 use super::rope::rope_with;
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
@@ -64,6 +67,40 @@ const QUERY_BLOCK: usize = 16;
 /// widening and transposing a tile costs about what 16 rows' scores of it cost, so a block of
 /// a whole tile's worth of rows spends most of its time on the scores.
 const BATCH_QUERY_BLOCK: usize = 64;
+
+/// The heads of the sequences of a batch's own rows that more than one block of query rows
+/// reads (an encoder's: every row attends the whole sequence), packed once for all of them
+/// (`PackedHead`), by (the sequence's first batch row, key/value head).
+fn pack_read_heads(
+    isa: Isa,
+    k: &HostTensor,
+    v: &HostTensor,
+    rows: &[AttentionRow],
+    blocks: &[std::ops::Range<usize>],
+    shape: &AttentionShape,
+) -> HashMap<(usize, usize), PackedHead> {
+    // (sequence start, blocks of it, positions its rows attend up to)
+    let mut seqs: Vec<(usize, usize, usize)> = Vec::new();
+    for b in blocks {
+        let end = rows[b.clone()].iter().map(|r| r.positions.end).max().unwrap_or(0);
+        match seqs.iter_mut().find(|s| s.0 == rows[b.start].kv) {
+            Some(s) => (s.1, s.2) = (s.1 + 1, s.2.max(end)),
+            None => seqs.push((rows[b.start].kv, 1, end)),
+        }
+    }
+    let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
+    seqs.into_iter()
+        .filter(|&(start, blocks, end)| blocks > 1 && end >= KV_TILE && start + end <= k.rows)
+        .flat_map(|(start, _, end)| (0..shape.n_head_kv).map(move |g| (start, end, g)))
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .map(|(start, n, g)| {
+            let keys = (&k.data[start * k.cols..], k.cols, dk);
+            let values = (&v.data[start * v.cols..], v.cols, dv);
+            ((start, g), PackedHead::new(isa, g, n, keys, values))
+        })
+        .collect()
+}
 
 /// A weight matrix in the memory map of its file, and, for the types with a panel layout,
 /// repacked into 8-row panels the first time it takes part in a product (a matrix only ever
@@ -164,7 +201,7 @@ impl KvRows for SeqRows<'_> {
 
     fn in_place(&self) -> Option<InPlaceRows<'_>> {
         let (k, v) = (self.k, self.v);
-        Some(InPlaceRows {
+        Some(InPlaceRows::Rows {
             keys: &k.data[self.start * k.cols..],
             key_stride: k.cols,
             values: &v.data[self.start * v.cols..],
@@ -178,6 +215,7 @@ impl Backend for CpuBackend {
     type Vector = Vec<f32>;
     type Tensor = HostTensor;
     type KvStore = CpuKvStore;
+    type KeptKv = KeptRows;
 
     fn device(&self) -> Device {
         Device::Cpu
@@ -382,6 +420,10 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn keep_kv(&self, k: HostTensor, v: HostTensor, shape: &AttentionShape) -> Result<KeptRows, BackendError> {
+        KeptRows::new(self.isa, k, v, shape)
+    }
+
     fn attention(
         &self,
         q: &HostTensor,
@@ -404,19 +446,26 @@ impl Backend for CpuBackend {
         let n_kv = shape.n_head_kv;
         let mut chunks: Vec<Option<&mut [f32]>> = out.data.chunks_mut(group * hv).map(Some).collect();
         // (key/value head, the rows' sequence: its block table or first batch row, the rows)
-        let mut tasks: Vec<(usize, usize, Vec<Query>)> = Vec::new();
         let block = if matches!(kv, KvSource::Batch { .. }) { BATCH_QUERY_BLOCK } else { QUERY_BLOCK };
+        let mut blocks = Vec::new();
         let mut i = 0;
         while i < rows.len() {
             let end = (i + block).min(rows.len());
             let end = (i + 1..end).find(|&e| rows[e].kv != rows[i].kv).unwrap_or(end);
-            for g in 0..n_kv {
-                let queries = (i..end)
+            blocks.push(i..end);
+            i = end;
+        }
+        // head after head: the pool hands each thread a run of tasks, which then reads one
+        // head's keys and values over and over while they stay in its cache
+        let mut tasks: Vec<(usize, usize, Vec<Query>)> = Vec::with_capacity(n_kv * blocks.len());
+        for g in 0..n_kv {
+            for r0 in &blocks {
+                let queries = r0
+                    .clone()
                     .map(|r| Query { q: q.row(r), positions: rows[r].positions.clone(), out: chunks[r * n_kv + g].take().unwrap() })
                     .collect();
-                tasks.push((g, rows[i].kv, queries));
+                tasks.push((g, rows[r0.start].kv, queries));
             }
-            i = end;
         }
         let run = |g: usize, queries: &mut [Query], view: &dyn KvRows| {
             with_scratch(|scratch| attend_queries_with(self.isa, queries, g, shape, sinks, view, scratch));
@@ -426,10 +475,34 @@ impl Backend for CpuBackend {
                 let view = store.layer_view(tables[seq], layer);
                 run(g, &mut queries, &view);
             }),
-            KvSource::Batch { k, v } => tasks.into_par_iter().for_each(|(g, start, mut queries)| {
-                let view = SeqRows { k, v, start };
-                run(g, &mut queries, &view);
-            }),
+            KvSource::Batch { k, v } => {
+                if k.cols != n_kv * shape.head_dim_k || v.cols != n_kv * shape.head_dim_v || k.rows != v.rows {
+                    return Err(BackendError::shape(
+                        "attention",
+                        format!("keys {}x{} and values {}x{} for {shape:?}", k.rows, k.cols, v.rows, v.cols),
+                    ));
+                }
+                let packed = pack_read_heads(self.isa, k, v, rows, &blocks, shape);
+                tasks.into_par_iter().for_each(|(g, start, mut queries)| {
+                    let view = SeqRows { k, v, start };
+                    match packed.get(&(start, g)) {
+                        Some(head) => run(g, &mut queries, &PackedRows { rows: view, head }),
+                        None => run(g, &mut queries, &view),
+                    }
+                });
+            }
+            KvSource::Kept(kept) => {
+                if let Some(r) = rows.iter().find(|r| r.kv != 0 || r.positions.end > kept.k.rows) {
+                    return Err(BackendError::shape(
+                        "attention",
+                        format!("row of sequence {} attends {:?} of {} kept rows", r.kv, r.positions, kept.k.rows),
+                    ));
+                }
+                tasks.into_par_iter().for_each(|(g, _, mut queries)| {
+                    let view = PackedRows { rows: SeqRows { k: &kept.k, v: &kept.v, start: 0 }, head: &kept.heads[g] };
+                    run(g, &mut queries, &view);
+                });
+            }
         }
         Ok(out)
     }

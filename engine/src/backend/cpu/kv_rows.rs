@@ -101,14 +101,28 @@ pub trait KvRows: Sync {
     }
 }
 
-/// Keys and values stored as f32 rows of all key/value heads: position `p`'s key at `keys[p *
-/// key_stride..]`, its value at `values[p * value_stride..]`.
+/// Keys and values that attention reads where they lie, without copying them tile by tile.
 #[derive(Clone, Copy)]
-pub struct InPlaceRows<'a> {
-    pub keys: &'a [f32],
-    pub key_stride: usize,
-    pub values: &'a [f32],
-    pub value_stride: usize,
+pub enum InPlaceRows<'a> {
+    /// f32 rows of all key/value heads: position `p`'s key at `keys[p * key_stride..]`, its
+    /// value at `values[p * value_stride..]`.
+    Rows { keys: &'a [f32], key_stride: usize, values: &'a [f32], value_stride: usize },
+    /// One key/value head's whole tiles laid out as attention reads them (`PackedHead`): tile
+    /// `i`'s keys transposed at `keys[i * head_dim_k * KV_TILE..]` (`[d * KV_TILE + t]`),
+    /// position `p`'s value at `values[p * head_dim_v..]`; positions past the last whole tile
+    /// are read by position.
+    Head { keys: &'a [f32], values: &'a [f32] },
+}
+
+impl InPlaceRows<'_> {
+    /// Whether the whole tile at position `tile` (a multiple of `KV_TILE`) lies here, for
+    /// keys of `head_dim_k` values.
+    pub fn holds_tile(&self, tile: usize, head_dim_k: usize) -> bool {
+        match self {
+            InPlaceRows::Rows { .. } => true,
+            InPlaceRows::Head { keys, .. } => (tile / super::attention::KV_TILE + 1) * head_dim_k * super::attention::KV_TILE <= keys.len(),
+        }
+    }
 }
 
 #[cfg(test)]

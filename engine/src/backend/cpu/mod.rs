@@ -18,6 +18,7 @@ pub mod matmul;
 mod matmul_indexed;
 mod matmul_panels;
 pub mod norm;
+mod packed_head;
 mod recurrent;
 pub mod rope;
 pub mod transpose;

@@ -58,6 +58,7 @@ pub fn table<B: Backend>() -> Vec<OpCases<B>> {
             run: |b, r| cached_attention(b, r, KvTypes { key: KvType::Q8_0, value: KvType::Q4_0 }, true),
         },
         OpCases { op: "attention (batch rows)", bound: 1e-11, run: batch_attention },
+        OpCases { op: "attention (kept rows)", bound: 1e-11, run: kept_attention },
         // GELU goes through ggml's f16 table: its input and output are rounded to f16
         OpCases { op: "glu", bound: 1e-6, run: glu },
         OpCases { op: "activate", bound: 1e-6, run: activate },
@@ -464,6 +465,30 @@ fn batch_attention<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
         let want =
             naive::attention(&q, &rows, &shape, None, |s, p| &k[(s + p) * kd..(s + p + 1) * kd], |s, p| &v[(s + p) * vd..(s + p + 1) * vd]);
         out.push((format!("{n_head}/{n_head_kv} heads of {dk}/{dv}, soft cap {softcap}, sequences of 5, 70, 1"), nmse(&got, &want)));
+    }
+    out
+}
+
+/// Rows kept for many calls (a Whisper window's audio): two whole tiles of 64 positions and a
+/// part, read by a few query rows at a time as a decoder reads them, windows included.
+fn kept_attention<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for (n_head, n_head_kv, dk, dv) in [(8, 8, 64, 64), (4, 2, 64, 48), (3, 1, 24, 40)] {
+        let shape = AttentionShape { n_head, n_head_kv, head_dim_k: dk, head_dim_v: dv, scale: 0.125, softcap: 0.0 };
+        let n = 150;
+        let (kd, vd) = (n_head_kv * dk, n_head_kv * dv);
+        let (k, v) = (rng.values(n * kd, 2.0), rng.values(n * vd, 2.0));
+        let kept = b.keep_kv(host(b, n, kd, &k), host(b, n, vd, &v), &shape).expect("keep_kv");
+        for positions in [0..n, 0..128, 10..140] {
+            let rows = vec![AttentionRow { kv: 0, positions: positions.clone() }; 3];
+            let q = rng.values(rows.len() * shape.q_dim(), 2.0);
+            let got = back(
+                b,
+                b.attention(&host(b, rows.len(), shape.q_dim(), &q), KvSource::Kept(&kept), &rows, &shape, None).expect("attention"),
+            );
+            let want = naive::attention(&q, &rows, &shape, None, |_, p| &k[p * kd..(p + 1) * kd], |_, p| &v[p * vd..(p + 1) * vd]);
+            out.push((format!("{n_head}/{n_head_kv} heads of {dk}/{dv}, 3 rows over {positions:?} of {n}"), nmse(&got, &want)));
+        }
     }
     out
 }

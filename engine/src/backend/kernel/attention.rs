@@ -7,6 +7,29 @@ use kernels::Runtime;
 use super::{DeviceKvStore, DeviceTensor, DeviceVector, KernelBackend};
 use crate::backend::{AttentionRow, AttentionShape, BackendError, KvSource, OwnKvStore};
 
+/// [`Backend::keep_kv`](crate::backend::Backend::keep_kv)'s keys and values: the rows as they
+/// are, which the attention kernel reads as it reads a batch's own rows.
+pub struct KeptRows<R: Runtime> {
+    k: DeviceTensor<R>,
+    v: DeviceTensor<R>,
+}
+
+impl<R: Runtime> KernelBackend<R>
+where
+    DeviceKvStore<R>: OwnKvStore,
+{
+    /// [`Backend::keep_kv`](crate::backend::Backend::keep_kv).
+    pub(super) fn keep(&self, k: DeviceTensor<R>, v: DeviceTensor<R>, shape: &AttentionShape) -> Result<KeptRows<R>, BackendError> {
+        if k.cols != shape.n_head_kv * shape.head_dim_k || v.cols != shape.n_head_kv * shape.head_dim_v || k.rows != v.rows {
+            return Err(BackendError::shape(
+                "keep_kv",
+                format!("keys {}x{} and values {}x{} for {shape:?}", k.rows, k.cols, v.rows, v.cols),
+            ));
+        }
+        Ok(KeptRows { k, v })
+    }
+}
+
 impl<R: Runtime> KernelBackend<R>
 where
     DeviceKvStore<R>: OwnKvStore,
@@ -68,7 +91,7 @@ where
                 let source = KvArgs::Pool { k, v, k_pool, v_pool, layer, tables: &flat };
                 launch::attention(&*self.rt, q.buf(), source, &query_rows, heads, sinks, written).map_err(self.fail("attention"))?;
             }
-            KvSource::Batch { k, v } => {
+            KvSource::Batch { k, v } | KvSource::Kept(KeptRows { k, v }) => {
                 if k.cols != shape.n_head_kv * shape.head_dim_k || v.cols != shape.n_head_kv * shape.head_dim_v || k.rows != v.rows {
                     return Err(BackendError::shape(
                         "attention",

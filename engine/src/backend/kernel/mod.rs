@@ -218,6 +218,7 @@ where
     type Vector = DeviceVector<R>;
     type Tensor = DeviceTensor<R>;
     type KvStore = DeviceKvStore<R>;
+    type KeptKv = attention::KeptRows<R>;
 
     fn device(&self) -> Device {
         self.device
@@ -569,6 +570,10 @@ where
         // values held in the keys' rows are written with them
         let parts: &[_] = if store.values_in_keys() { &[keys] } else { &[keys, values] };
         launch::kv_write(&*self.rt, parts, &at, layer).map_err(self.fail("kv_write"))
+    }
+
+    fn keep_kv(&self, k: DeviceTensor<R>, v: DeviceTensor<R>, shape: &AttentionShape) -> Result<attention::KeptRows<R>, BackendError> {
+        self.keep(k, v, shape)
     }
 
     fn attention(

@@ -54,8 +54,7 @@ pub fn step<B: Backend>(
     let slots: Vec<KvSlot> = (start..start + n).map(|p| table.slot(SEQ, p)).collect();
     let tables: [&[BlockId]; 1] = [table.table(SEQ)];
     let self_rows: Vec<AttentionRow> = (0..n).map(|i| AttentionRow { kv: 0, positions: 0..start + i + 1 }).collect();
-    let n_audio = audio.cross_kv.first().map_or(0, |(k, _)| b.shape(k).0);
-    let cross_rows = vec![AttentionRow { kv: 0, positions: 0..n_audio }; n];
+    let cross_rows = vec![AttentionRow { kv: 0, positions: 0..audio.frames }; n];
     let shape = d.attention_shape();
     let mut h = b.zeros(n, d.n_state)?;
     for (il, layer) in dw.layers.iter().enumerate() {
@@ -72,8 +71,7 @@ pub fn step<B: Backend>(
         let (norm, a) = (layer.cross_norm.as_ref().expect("decoder layer"), layer.cross.as_ref().expect("decoder layer"));
         b.layer_norm(&x, &norm.weight, &norm.bias, c.eps, &mut h)?;
         let q = project(b, &a.q.w, a.q.b.as_ref(), &h)?;
-        let (ck, cv) = &audio.cross_kv[il];
-        let o = attention_out(b, &q, KvSource::Batch { k: ck, v: cv }, &cross_rows, &shape, &a.out.w, a.out.b.as_ref())?;
+        let o = attention_out(b, &q, KvSource::Kept(&audio.cross_kv[il]), &cross_rows, &shape, &a.out.w, a.out.b.as_ref())?;
         b.add_scaled(&mut x, &o, 1.0)?;
 
         // feed-forward

@@ -16,8 +16,11 @@ use crate::model::error::ModelError;
 /// The encoder's output for one window and the cross-attention keys and values of every
 /// decoder layer.
 pub struct EncodedAudio<B: Backend> {
-    /// `[(k, v)]` per decoder layer, each `n_ctx x n_state`.
-    pub cross_kv: Vec<(B::Tensor, B::Tensor)>,
+    /// The keys and values per decoder layer (each `n_ctx x n_state`), kept for the decoding
+    /// steps' cross-attention.
+    pub cross_kv: Vec<B::KeptKv>,
+    /// The audio states: `n_ctx`.
+    pub frames: usize,
 }
 
 /// im2col of a kernel-3, padding-1 convolution: `input` is `[n_frames][n_channels]` (a frame's
@@ -105,10 +108,10 @@ pub fn encode<B: Backend>(b: &B, c: &WhisperConfig, w: &WhisperWeights<B>, mel: 
         .map(|layer| {
             let a = layer.cross.as_ref().expect("decoder layers have cross-attention");
             let [k, v] = project_each(b, [&a.k.w, &a.v.w], [a.k.b.as_ref(), a.v.b.as_ref()], &out)?;
-            Ok((k, v))
+            Ok(b.keep_kv(k, v, &c.decoder.attention_shape())?)
         })
         .collect::<Result<Vec<_>, ModelError>>()?;
-    Ok(EncodedAudio { cross_kv })
+    Ok(EncodedAudio { cross_kv, frames: e.n_ctx })
 }
 
 #[cfg(test)]
