@@ -79,11 +79,12 @@ fn pack_read_heads(
     blocks: &[std::ops::Range<usize>],
     shape: &AttentionShape,
 ) -> HashMap<(usize, usize), PackedHead> {
-    // (sequence start, blocks of it, positions its rows attend up to)
+    // (sequence start, blocks of it, positions its rows attend up to): a sequence's blocks
+    // come one after another
     let mut seqs: Vec<(usize, usize, usize)> = Vec::new();
     for b in blocks {
         let end = rows[b.clone()].iter().map(|r| r.positions.end).max().unwrap_or(0);
-        match seqs.iter_mut().find(|s| s.0 == rows[b.start].kv) {
+        match seqs.last_mut().filter(|s| s.0 == rows[b.start].kv) {
             Some(s) => (s.1, s.2) = (s.1 + 1, s.2.max(end)),
             None => seqs.push((rows[b.start].kv, 1, end)),
         }
@@ -446,26 +447,21 @@ impl Backend for CpuBackend {
         let n_kv = shape.n_head_kv;
         let mut chunks: Vec<Option<&mut [f32]>> = out.data.chunks_mut(group * hv).map(Some).collect();
         // (key/value head, the rows' sequence: its block table or first batch row, the rows)
-        let block = if matches!(kv, KvSource::Batch { .. }) { BATCH_QUERY_BLOCK } else { QUERY_BLOCK };
+        let mut tasks: Vec<(usize, usize, Vec<Query>)> = Vec::new();
         let mut blocks = Vec::new();
+        let block = if matches!(kv, KvSource::Cache { .. }) { QUERY_BLOCK } else { BATCH_QUERY_BLOCK };
         let mut i = 0;
         while i < rows.len() {
             let end = (i + block).min(rows.len());
             let end = (i + 1..end).find(|&e| rows[e].kv != rows[i].kv).unwrap_or(end);
-            blocks.push(i..end);
-            i = end;
-        }
-        // head after head: the pool hands each thread a run of tasks, which then reads one
-        // head's keys and values over and over while they stay in its cache
-        let mut tasks: Vec<(usize, usize, Vec<Query>)> = Vec::with_capacity(n_kv * blocks.len());
-        for g in 0..n_kv {
-            for r0 in &blocks {
-                let queries = r0
-                    .clone()
+            for g in 0..n_kv {
+                let queries = (i..end)
                     .map(|r| Query { q: q.row(r), positions: rows[r].positions.clone(), out: chunks[r * n_kv + g].take().unwrap() })
                     .collect();
-                tasks.push((g, rows[r0.start].kv, queries));
+                tasks.push((g, rows[i].kv, queries));
             }
+            blocks.push(i..end);
+            i = end;
         }
         let run = |g: usize, queries: &mut [Query], view: &dyn KvRows| {
             with_scratch(|scratch| attend_queries_with(self.isa, queries, g, shape, sinks, view, scratch));
