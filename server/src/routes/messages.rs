@@ -156,6 +156,19 @@ impl MessagesRequest {
         for (i, m) in self.messages.iter().enumerate() {
             messages.extend(turn(m, i)?);
         }
+        if let Some(last) = self.messages.last().filter(|m| m.role == Role::Assistant) {
+            // as Anthropic refuses it: a prefill that ends in white space leaves the reply to
+            // start inside a word boundary the tokenizer would have joined to the next word
+            let ends_in_space = match &last.content {
+                Content::Plain(text) => text.ends_with(char::is_whitespace),
+                Content::Blocks(blocks) => {
+                    matches!(blocks.last(), Some(Tagged(Block::Text { text })) if text.ends_with(char::is_whitespace))
+                }
+            };
+            if ends_in_space {
+                return Err(ApiError::invalid_param("messages", "messages: final assistant content cannot end with trailing whitespace"));
+            }
+        }
         let stop = match &self.stop_sequences {
             None => None,
             Some(list) => Some(

@@ -102,6 +102,31 @@ fn a_last_assistant_text_is_continued_as_a_completion_of_the_prompt_that_ends_in
     assert_eq!((m["content"][0]["text"].as_str(), m["usage"]["input_tokens"].as_u64()), (Some(text.as_str()), Some(prompt_ids)), "{m}");
     let (_, counted) = post(&base, "/v1/messages/count_tokens", json!({"model": CHAT, "messages": prefilled}));
     assert_eq!(counted["input_tokens"].as_u64(), Some(prompt_ids), "{counted}");
+    // a prefill that ends in white space is refused, as Anthropic refuses it (plain text or a
+    // last text block); white space earlier in it is not
+    let spaced = |content: Value| {
+        let mut messages = conversation(None);
+        messages.as_array_mut().unwrap().push(json!({"role": "assistant", "content": content}));
+        messages
+    };
+    for (content, refused) in [
+        (json!("Sure, here "), true),
+        (json!("Sure,\nhere"), false),
+        (json!("Sure,\n"), true),
+        (json!([{"type": "text", "text": "Sure, "}, {"type": "text", "text": "here\t"}]), true),
+        (json!([{"type": "text", "text": "Sure, "}, {"type": "text", "text": "here"}]), false),
+    ] {
+        for route in ["/v1/messages", "/v1/messages/count_tokens"] {
+            let (s, e) = post(&base, route, json!({"model": CHAT, "max_tokens": 2, "messages": spaced(content.clone())}));
+            if refused {
+                assert_eq!(s, StatusCode::BAD_REQUEST, "{route} {content}: {e}");
+                assert_eq!(e["error"]["type"], "invalid_request_error", "{e}");
+                assert_eq!(e["error"]["message"], "messages: final assistant content cannot end with trailing whitespace", "{e}");
+            } else {
+                assert_eq!(s, StatusCode::OK, "{route} {content}: {e}");
+            }
+        }
+    }
     let (s, r) = post(&base, "/v1/responses", json!({"model": CHAT, "input": prefilled, "max_output_tokens": 4, "temperature": 0}));
     assert_eq!(s, StatusCode::OK, "{r}");
     assert_eq!(r["usage"]["input_tokens"].as_u64(), Some(new_ids), "{r}");
