@@ -36,7 +36,7 @@ prepare() {
   bases=$(bash tools/make-fixtures.sh --bases)
   guardian=$(bash tools/make-fixtures.sh --guardian)
   echo "building device-check (test profile: optimised, debug assertions on)" >&2
-  cargo build --quiet --profile test -p engine-tests --features cuda,sim --bin device-check
+  cargo build --quiet --profile test -p device-check --features cuda,sim
   cargo build --quiet --profile test -p kernels --bin prepare-kernels
   rm -rf "$BUNDLE"
   mkdir -p "$BUNDLE/bin" "$BUNDLE/fixtures/models/golden"

@@ -18,7 +18,7 @@
 #   tools/test.sh [ARG...]      ARG...: passed to every libtest binary (a filter, --ignored, ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FEATURES=engine/sim,cli/cuda,benches/cuda,engine-tests/cuda,engine-tests/sim
+FEATURES=engine/sim,cli/cuda,benches/cuda,engine-tests/cuda,engine-tests/sim,device-check/cuda,device-check/sim
 driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver || true)
 [ -x "$driver" ] || { echo "tools/test.sh: no clippy-driver (rustup component add clippy)" >&2; exit 1; }
 # clippy-driver takes its own arguments from CLIPPY_ARGS, separated as cargo-clippy separates them;
