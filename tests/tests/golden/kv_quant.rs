@@ -9,25 +9,27 @@ use engine::perplexity::{chunk_logits, chunks, Scores};
 use engine_tests::{fetch_model, fixture};
 
 /// Mean KL divergence from the f16 cache and the share of equal top tokens over two chunks of
-/// 256 tokens of the GPL's text.
-fn cost(model: &Model, types: KvTypes) -> (f64, f64) {
+/// 256 tokens of the GPL's text, for each of `types` (the f16 logits of a chunk computed once for
+/// all of them).
+fn costs<const N: usize>(model: &Model, types: [KvTypes; N]) -> [(f64, f64); N] {
     let text = std::fs::read_to_string(fixture("text/gpl-3.txt")).unwrap();
     let tokens = model.tokenizer().encode(&text, true, false);
-    let mut scores = Scores::default();
+    let mut scores: [Scores; N] = std::array::from_fn(|_| Scores::default());
     for chunk in chunks(model, &tokens, 256, Some(2)) {
         let base = chunk_logits(model, KvType::F16.into(), &chunk).unwrap();
-        let logits = chunk_logits(model, types, &chunk).unwrap();
-        scores.add_chunk(&chunk, &logits, Some(&base));
+        for (types, scores) in types.iter().zip(&mut scores) {
+            let logits = chunk_logits(model, *types, &chunk).unwrap();
+            scores.add_chunk(&chunk, &logits, Some(&base));
+        }
     }
-    (scores.mean_kl().unwrap().0, scores.same_top().unwrap())
+    scores.map(|s| (s.mean_kl().unwrap().0, s.same_top().unwrap()))
 }
 
 #[test]
 fn a_quantized_cache_moves_the_distributions_as_little_as_llama_cpps() {
     let model = Model::load(fetch_model("gemma")).unwrap();
-    let (kl8, top8) = cost(&model, KvType::Q8_0.into());
-    let (kl4, top4) = cost(&model, KvType::Q4_0.into());
-    let (kl_keys, _) = cost(&model, KvTypes { key: KvType::Q4_0, value: KvType::F16 });
+    let keys_alone = KvTypes { key: KvType::Q4_0, value: KvType::F16 };
+    let [(kl8, top8), (kl4, top4), (kl_keys, _)] = costs(&model, [KvType::Q8_0.into(), KvType::Q4_0.into(), keys_alone]);
     eprintln!(
         "gemma-3-270m against f16: q8_0 KL {kl8:.6} same top {top8:.4}; q4_0 KL {kl4:.6} same top {top4:.4}; q4_0 keys KL {kl_keys:.6}"
     );
