@@ -477,6 +477,7 @@ fn reduce_16(l: &[f32]) -> f32 {
 mod tests {
     use super::*;
     use crate::backend::cpu::kv_rows::KvRow;
+    use crate::backend::cpu::packed_head::{PackedHead, PackedRows};
     use crate::quant::Isa;
 
     struct Rows(Vec<Vec<f32>>, Vec<Vec<f32>>);
@@ -609,10 +610,12 @@ mod tests {
         }
     }
 
-    /// Rows read in place give the bits of rows copied tile by tile, for whole and partial
-    /// tiles, windows that start mid-tile, and key and value heads of different sizes.
+    /// Rows read in place, and a head packed from them (its whole tiles' keys transposed, its
+    /// values side by side), give the bits of rows copied tile by tile, for whole and partial
+    /// tiles, windows that start mid-tile, blocks of several queries, and key and value heads of
+    /// different sizes, some off the 16-wide blocks.
     #[test]
-    fn rows_read_in_place_give_the_bits_of_rows_copied() {
+    fn rows_read_in_place_or_packed_give_the_bits_of_rows_copied() {
         for (dk, dv) in [(64, 64), (64, 48), (40, 80)] {
             let shape = AttentionShape { n_head: 6, n_head_kv: 3, head_dim_k: dk, head_dim_v: dv, scale: 0.125, softcap: 0.0 };
             let val = |p: usize, i: usize, salt: usize| (((p * 37 + i * 11 + salt) % 89) as f32 / 89.0 - 0.5) * 2.0;
@@ -644,7 +647,10 @@ mod tests {
                         attend_queries_with(tier, &mut block, g, &shape, None, kv, s);
                         outs.concat().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
                     };
-                    assert_eq!(run(&flat, &mut s), run(&copied, &mut s), "{dk}/{dv} group {g} on {tier:?}");
+                    let want = run(&copied, &mut s);
+                    assert_eq!(run(&flat, &mut s), want, "{dk}/{dv} group {g} on {tier:?}");
+                    let head = PackedHead::new(tier, g, n, (&flat.keys, key_stride, dk), (&flat.values, value_stride, dv));
+                    assert_eq!(run(&PackedRows { rows: &flat, head: &head }, &mut s), want, "{dk}/{dv} group {g} on {tier:?}, packed");
                 }
             }
         }

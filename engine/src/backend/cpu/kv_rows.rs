@@ -101,6 +101,20 @@ pub trait KvRows: Sync {
     }
 }
 
+impl<R: KvRows + ?Sized> KvRows for &R {
+    fn key(&self, pos: usize) -> KvRow<'_> {
+        (**self).key(pos)
+    }
+
+    fn value(&self, pos: usize) -> KvRow<'_> {
+        (**self).value(pos)
+    }
+
+    fn in_place(&self) -> Option<InPlaceRows<'_>> {
+        (**self).in_place()
+    }
+}
+
 /// Keys and values that attention reads where they lie, without copying them tile by tile.
 #[derive(Clone, Copy)]
 pub enum InPlaceRows<'a> {
