@@ -545,6 +545,13 @@ pub(crate) fn add_low_rank_by_products<B: Backend>(
     backend.add_weighted_rows(out, &delta, &placed)
 }
 
+/// Why keys of `k` (rows, columns) and values of `v` are not the rows of all key/value heads
+/// of `shape`, one row per position, if they are not (a batch's own rows, or rows to keep).
+pub(crate) fn kv_rows_misfit(shape: &AttentionShape, k: (usize, usize), v: (usize, usize)) -> Option<String> {
+    (k.1 != shape.n_head_kv * shape.head_dim_k || v.1 != shape.n_head_kv * shape.head_dim_v || k.0 != v.0)
+        .then(|| format!("keys {}x{} and values {}x{} for {shape:?}", k.0, k.1, v.0, v.1))
+}
+
 /// Why `copy_columns` cannot copy `from` of rows of `x_cols` into `to` of rows of `out_cols`
 /// (`rows` each), if it cannot.
 pub(crate) fn column_copy_misfit(

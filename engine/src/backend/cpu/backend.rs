@@ -20,8 +20,8 @@ use super::packed_head::{KeptRows, PackedHead, PackedRows};
 use super::rope::rope_with;
 use crate::backend::indexed::{indexed_misfit, IndexedPlan};
 use crate::backend::{
-    column_copy_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, DeltaShape, Device, KvSlot,
-    KvSource, KvTypes, KvValues, Rope, RowInput, SsmShape, StatePart, StateRun,
+    column_copy_misfit, kv_rows_misfit, Activation, AttentionRow, AttentionShape, Backend, BackendError, ColumnBlocks, DeltaShape, Device,
+    KvSlot, KvSource, KvTypes, KvValues, Rope, RowInput, SsmShape, StatePart, StateRun,
 };
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::quant::panel::{self, Panels};
@@ -472,11 +472,8 @@ impl Backend for CpuBackend {
                 run(g, &mut queries, &view);
             }),
             KvSource::Batch { k, v } => {
-                if k.cols != n_kv * shape.head_dim_k || v.cols != n_kv * shape.head_dim_v || k.rows != v.rows {
-                    return Err(BackendError::shape(
-                        "attention",
-                        format!("keys {}x{} and values {}x{} for {shape:?}", k.rows, k.cols, v.rows, v.cols),
-                    ));
+                if let Some(why) = kv_rows_misfit(shape, (k.rows, k.cols), (v.rows, v.cols)) {
+                    return Err(BackendError::shape("attention", why));
                 }
                 let packed = pack_read_heads(self.isa, k, v, rows, &blocks, shape);
                 tasks.into_par_iter().for_each(|(g, start, mut queries)| {

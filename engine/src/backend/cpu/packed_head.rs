@@ -12,7 +12,7 @@ use super::attention::KV_TILE;
 use super::backend::HostTensor;
 use super::kv_rows::{InPlaceRows, KvRow, KvRows};
 use super::transpose::transpose_on;
-use crate::backend::{AttentionShape, BackendError};
+use crate::backend::{kv_rows_misfit, AttentionShape, BackendError};
 use crate::quant::Isa;
 
 /// Head `g`'s whole tiles of positions `0..n` of rows `k`, `v` (all heads' f32 rows).
@@ -78,11 +78,8 @@ impl KeptRows {
     /// Checks `k` and `v` against `shape` and packs their heads (in parallel).
     pub fn new(tier: Isa, k: HostTensor, v: HostTensor, shape: &AttentionShape) -> Result<KeptRows, BackendError> {
         let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
-        if k.cols != shape.n_head_kv * dk || v.cols != shape.n_head_kv * dv || k.rows != v.rows {
-            return Err(BackendError::shape(
-                "keep_kv",
-                format!("keys {}x{} and values {}x{} for {shape:?}", k.rows, k.cols, v.rows, v.cols),
-            ));
+        if let Some(why) = kv_rows_misfit(shape, (k.rows, k.cols), (v.rows, v.cols)) {
+            return Err(BackendError::shape("keep_kv", why));
         }
         let heads = (0..shape.n_head_kv)
             .into_par_iter()

@@ -5,7 +5,7 @@ use kernels::launch::{self, HeadArgs, KvArgs, QueryRow, Q8_1_BYTES};
 use kernels::Runtime;
 
 use super::{DeviceKvStore, DeviceTensor, DeviceVector, KernelBackend};
-use crate::backend::{AttentionRow, AttentionShape, BackendError, KvSource, OwnKvStore};
+use crate::backend::{kv_rows_misfit, AttentionRow, AttentionShape, BackendError, KvSource, OwnKvStore};
 
 /// [`Backend::keep_kv`](crate::backend::Backend::keep_kv)'s keys and values: the rows as they
 /// are, which the attention kernel reads as it reads a batch's own rows.
@@ -20,11 +20,8 @@ where
 {
     /// [`Backend::keep_kv`](crate::backend::Backend::keep_kv).
     pub(super) fn keep(&self, k: DeviceTensor<R>, v: DeviceTensor<R>, shape: &AttentionShape) -> Result<KeptRows<R>, BackendError> {
-        if k.cols != shape.n_head_kv * shape.head_dim_k || v.cols != shape.n_head_kv * shape.head_dim_v || k.rows != v.rows {
-            return Err(BackendError::shape(
-                "keep_kv",
-                format!("keys {}x{} and values {}x{} for {shape:?}", k.rows, k.cols, v.rows, v.cols),
-            ));
+        if let Some(why) = kv_rows_misfit(shape, (k.rows, k.cols), (v.rows, v.cols)) {
+            return Err(BackendError::shape("keep_kv", why));
         }
         Ok(KeptRows { k, v })
     }
@@ -92,11 +89,8 @@ where
                 launch::attention(&*self.rt, q.buf(), source, &query_rows, heads, sinks, written).map_err(self.fail("attention"))?;
             }
             KvSource::Batch { k, v } | KvSource::Kept(KeptRows { k, v }) => {
-                if k.cols != shape.n_head_kv * shape.head_dim_k || v.cols != shape.n_head_kv * shape.head_dim_v || k.rows != v.rows {
-                    return Err(BackendError::shape(
-                        "attention",
-                        format!("keys {}x{} and values {}x{} for {shape:?}", k.rows, k.cols, v.rows, v.cols),
-                    ));
+                if let Some(why) = kv_rows_misfit(shape, (k.rows, k.cols), (v.rows, v.cols)) {
+                    return Err(BackendError::shape("attention", why));
                 }
                 let query_rows: Vec<QueryRow> = rows.iter().map(|r| QueryRow { kv: r.kv, positions: r.positions.clone() }).collect();
                 let source = KvArgs::Rows { k: k.buf(), v: v.buf(), rows: k.rows };

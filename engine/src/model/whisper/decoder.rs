@@ -54,7 +54,8 @@ pub fn step<B: Backend>(
     let slots: Vec<KvSlot> = (start..start + n).map(|p| table.slot(SEQ, p)).collect();
     let tables: [&[BlockId]; 1] = [table.table(SEQ)];
     let self_rows: Vec<AttentionRow> = (0..n).map(|i| AttentionRow { kv: 0, positions: 0..start + i + 1 }).collect();
-    let cross_rows = vec![AttentionRow { kv: 0, positions: 0..audio.frames }; n];
+    // every audio state the encoder made (`encoder::encode`: the encoder's context)
+    let cross_rows = vec![AttentionRow { kv: 0, positions: 0..c.encoder.n_ctx }; n];
     let shape = d.attention_shape();
     let mut h = b.zeros(n, d.n_state)?;
     for (il, layer) in dw.layers.iter().enumerate() {

@@ -19,8 +19,6 @@ pub struct EncodedAudio<B: Backend> {
     /// The keys and values per decoder layer (each `n_ctx x n_state`), kept for the decoding
     /// steps' cross-attention.
     pub cross_kv: Vec<B::KeptKv>,
-    /// The audio states: `n_ctx`.
-    pub frames: usize,
 }
 
 /// im2col of a kernel-3, padding-1 convolution: `input` is `[n_frames][n_channels]` (a frame's
@@ -111,7 +109,7 @@ pub fn encode<B: Backend>(b: &B, c: &WhisperConfig, w: &WhisperWeights<B>, mel: 
             Ok(b.keep_kv(k, v, &c.decoder.attention_shape())?)
         })
         .collect::<Result<Vec<_>, ModelError>>()?;
-    Ok(EncodedAudio { cross_kv, frames: e.n_ctx })
+    Ok(EncodedAudio { cross_kv })
 }
 
 #[cfg(test)]
