@@ -1,6 +1,7 @@
-//! Images in chat requests: a model's projector (`--mmproj`), where an image may come from
-//! (a `data:` URI; a `file://` path under the one folder `--allowed-local-media-path` names;
-//! never the network), the limits on its bytes and pixels, and the prompt with its rows.
+//! Images in chat requests (and llama-server's `/completion`): a model's projector
+//! (`--mmproj`), where an image may come from (a `data:` URI or plain base64; a `file://` path
+//! under the one folder `--allowed-local-media-path` names; never the network), the limits on
+//! its bytes and pixels, and the prompt with its rows.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -84,8 +85,6 @@ impl Projector {
     /// The bytes of the image at `url`: a base64 `data:` URI, or a `file://` path under the
     /// allowed folder. `param` names the field in errors.
     pub fn fetch(&self, url: &str, param: &str) -> Result<Vec<u8>, ApiError> {
-        let limit = self.options.max_image_bytes;
-        let too_large = |n: usize| ApiError::payload_too_large(param, format!("the image has {n} bytes; at most {limit} are accepted"));
         if let Some(rest) = url.strip_prefix("data:") {
             let Some((head, data)) = rest.split_once(',') else {
                 return Err(ApiError::invalid_param(param, "a data: URI needs a comma before its data"));
@@ -93,19 +92,10 @@ impl Projector {
             if !head.ends_with(";base64") {
                 return Err(ApiError::invalid_param(param, "a data: URI must be base64 (data:image/png;base64,...)"));
             }
-            if data.len() / 4 * 3 > limit + 3 {
-                return Err(too_large(data.len() / 4 * 3));
-            }
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(data.trim())
-                .map_err(|e| ApiError::invalid_param(param, format!("the data: URI is not valid base64: {e}")))?;
-            if bytes.len() > limit {
-                return Err(too_large(bytes.len()));
-            }
-            return Ok(bytes);
+            return self.base64(data, param);
         }
         if let Some(path) = url.strip_prefix("file://") {
-            return self.read_local(Path::new(path), param, limit);
+            return self.read_local(Path::new(path), param, self.options.max_image_bytes);
         }
         if url.starts_with("http://") || url.starts_with("https://") {
             return Err(ApiError::invalid_param(
@@ -114,6 +104,23 @@ impl Projector {
             ));
         }
         Err(ApiError::invalid_param(param, "the image URL must be a data: URI (or file:// under the allowed media folder)"))
+    }
+
+    /// The bytes of an image sent as base64 (refused past the byte limit, checked before
+    /// decoding).
+    pub fn base64(&self, data: &str, param: &str) -> Result<Vec<u8>, ApiError> {
+        let limit = self.options.max_image_bytes;
+        let too_large = |n: usize| ApiError::payload_too_large(param, format!("the image has {n} bytes; at most {limit} are accepted"));
+        if data.len() / 4 * 3 > limit + 3 {
+            return Err(too_large(data.len() / 4 * 3));
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| ApiError::invalid_param(param, format!("the image is not valid base64: {e}")))?;
+        if bytes.len() > limit {
+            return Err(too_large(bytes.len()));
+        }
+        Ok(bytes)
     }
 
     fn read_local(&self, path: &Path, param: &str, limit: usize) -> Result<Vec<u8>, ApiError> {
@@ -145,9 +152,16 @@ impl Projector {
     /// rows in its place, tokenized for `lm`. Each image (with the field that holds it, for
     /// errors) is fetched, decoded and encoded (or its rows found by pixel hash).
     pub fn prompt(&self, lm: &Model, text: &str, images: &[(ImagePart, String)]) -> Result<ImagePrompt, ApiError> {
-        let mut rows = Vec::with_capacity(images.len());
-        for (part, param) in images {
-            let bytes = self.fetch(&part.url, param)?;
+        let files = images.iter().map(|(part, param)| Ok((self.fetch(&part.url, param)?, param.as_str())));
+        self.prompt_of(lm, text, files.collect::<Result<_, ApiError>>()?, "messages")
+    }
+
+    /// `text` with [`media_marker`] where the images go, each image's file (with the field
+    /// that holds it) decoded and encoded (or its rows found by pixel hash), tokenized for `lm`
+    /// with the rows in their places; `param` names the text in errors.
+    pub fn prompt_of(&self, lm: &Model, text: &str, files: Vec<(Vec<u8>, &str)>, param: &str) -> Result<ImagePrompt, ApiError> {
+        let mut rows = Vec::with_capacity(files.len());
+        for (bytes, param) in files {
             let image = self.decode(&bytes, param)?;
             let tiles = self.model.tiles(&image);
             let (found, _) = self.rows.get_or_encode(pixel_digest(&image), self.model.non_causal(), tiles.grid, || {
@@ -158,6 +172,6 @@ impl Projector {
             rows.push(found);
         }
         build_prompt(self.model.config(), lm.tokenizer(), text, media_marker(), &rows)
-            .map_err(|e| ApiError::invalid_param("messages", e.to_string()))
+            .map_err(|e| ApiError::invalid_param(param, e.to_string()))
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use engine::chat::ChatTemplate;
-use engine::generate::Completion;
+use engine::generate::{Completion, Timings};
 use engine::grammar::GrammarCompiler;
 use engine::guard::Evaluator;
 use engine::model::Model;
@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use engine::generate::TokenEvent;
 use engine::serving::{self, EngineLoop, EventSink, Job, Msg, Ticket};
-pub use engine::serving::{Cancel, CancelOnDrop, EngineState, LoopConfig, LoopMetrics, SeqSpec};
+pub use engine::serving::{Cancel, CancelOnDrop, EngineState, LoopConfig, LoopMetrics, PromptProgress, SeqSpec};
 
 use crate::error::ApiError;
 
@@ -26,8 +26,21 @@ use crate::error::ApiError;
 /// thread's events, its errors as the API's.
 #[derive(Debug)]
 pub enum SeqEvent {
-    Token { index: usize, event: TokenEvent },
-    Done { index: usize, result: Result<Completion, ApiError> },
+    /// A streamed token, with the output's times up to it.
+    Token {
+        index: usize,
+        event: TokenEvent,
+        timings: Timings,
+    },
+    /// How far the prompt has been read (outputs that asked for it).
+    Progress {
+        index: usize,
+        progress: PromptProgress,
+    },
+    Done {
+        index: usize,
+        result: Result<Completion, ApiError>,
+    },
 }
 
 /// The async side of a request, as the engine thread's sink of its events.
@@ -36,7 +49,8 @@ struct Events(mpsc::UnboundedSender<SeqEvent>);
 impl EventSink for Events {
     fn send(&self, event: serving::SeqEvent) -> bool {
         let event = match event {
-            serving::SeqEvent::Token { index, event } => SeqEvent::Token { index, event },
+            serving::SeqEvent::Token { index, event, timings } => SeqEvent::Token { index, event, timings },
+            serving::SeqEvent::Progress { index, progress } => SeqEvent::Progress { index, progress },
             serving::SeqEvent::Done { index, result } => SeqEvent::Done { index, result: result.map_err(ApiError::from) },
         };
         self.0.send(event).is_ok()

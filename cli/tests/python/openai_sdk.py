@@ -1,5 +1,5 @@
 """The official `openai` Python package against `engine-cli serve`, with strict response
-validation: chat (plain, stream, the .stream() helper, tools, .parse() with a JSON schema, a GBNF `grammar` in extra_body),
+validation: chat (plain, stream, llama-server's timings and progress chunks, the .stream() helper, tools, .parse() with a JSON schema, a GBNF `grammar` in extra_body),
 completions with logprobs, embeddings (the SDK's default base64), models list / retrieve /
 delete, moderations; the guard routes over raw HTTP; /metrics through prometheus_client's OpenMetrics parser. Exits non-zero on the first failed check."""
 
@@ -30,6 +30,16 @@ text = plain.choices[0].message.content
 chunks = list(client.chat.completions.create(model=chat_id, messages=messages, max_tokens=8, temperature=0, stream=True, stream_options={"include_usage": True}))
 assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
 assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+# llama-server's extras (as its web page asks for them): the SDK reads the progress chunks (a
+# role delta with null content) and keeps `timings` and `prompt_progress` as extra fields
+extras = list(client.chat.completions.create(model=chat_id, messages=messages, max_tokens=8, temperature=0, stream=True,
+                                             stream_options={"include_usage": True},
+                                             extra_body={"return_progress": True, "timings_per_token": True}))
+assert "".join(c.choices[0].delta.content or "" for c in extras if c.choices) == text
+progress = [c.model_extra["prompt_progress"] for c in extras if "prompt_progress" in c.model_extra]
+assert progress and progress[-1]["processed"] == progress[-1]["total"] == plain.usage.prompt_tokens, progress
+assert extras[-1].model_extra["timings"]["predicted_n"] == plain.usage.completion_tokens
+assert plain.model_extra["timings"]["predicted_n"] == plain.usage.completion_tokens
 
 with client.chat.completions.stream(model=chat_id, messages=messages, max_tokens=8, temperature=0) as stream:
     for _ in stream:

@@ -39,13 +39,15 @@ weather = {"type": "function", "function": {"name": "get_weather", "description"
 messages = [{"role": "user", "content": "Weather in Paris?"}]
 representative = [
     ("/v1/chat/completions", {"model": chat_id, "messages": messages, "max_tokens": 6, "stream": True,
-                              "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 2}),
+                              "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 2,
+                              "return_progress": True, "timings_per_token": True}),
     ("/v1/chat/completions", {"model": chat_id, "messages": messages, "max_tokens": 24, "stream": True,
                               "tools": [weather], "tool_choice": "required"}),
     ("/v1/chat/completions", {"model": chat_id, "messages": messages, "max_tokens": 24, "tools": [weather],
                               "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "n": 2}),
     ("/v1/completions", {"model": chat_id, "prompt": ["Once", "upon"], "max_tokens": 4, "stream": True,
-                         "logprobs": 2, "stream_options": {"include_usage": True}}),
+                         "logprobs": 2, "stream_options": {"include_usage": True}, "return_progress": True,
+                         "timings_per_token": True}),
     ("/v1/completions", {"model": chat_id, "prompt": "Once", "max_tokens": 4, "logprobs": 2, "echo": True}),
     ("/v1/responses", {"model": chat_id, "input": "Weather in Paris?", "max_output_tokens": 6, "stream": True}),
     ("/v1/responses", {"model": chat_id, "input": messages, "max_output_tokens": 24, "stream": True,
@@ -56,7 +58,7 @@ representative = [
                       "tools": [{"name": "get_weather", "input_schema": weather["function"]["parameters"]}],
                       "tool_choice": {"type": "any"}}),
     ("/completion", {"model": chat_id, "prompt": ["Once", [1, "upon"]], "n_predict": 4, "n_probs": 2, "stream": True,
-                     "return_tokens": True}),
+                     "return_tokens": True, "return_progress": True, "timings_per_token": True, "n_cmpl": 2}),
     ("/completion", {"model": chat_id, "prompt": "Once", "n_predict": 4, "n_probs": 2, "post_sampling_probs": True,
                      "top_k": 3, "temperature": 1, "seed": 1}),
 ]

@@ -27,8 +27,10 @@ pub trait TokenConstraint: Send {
     }
 }
 
-/// The most alternatives a token's log-probability may list (OpenAI's limit).
-pub const MAX_TOP_LOGPROBS: usize = 20;
+/// The most alternatives a token's log-probability may list: OpenAI's routes allow 20,
+/// llama-server's `n_probs` more; bounded, so that a long output's answer stays small (100
+/// alternatives are about 7 KB of JSON per token).
+pub const MAX_TOP_LOGPROBS: usize = 100;
 
 /// A sequence being decoded: give it rows of logits, it picks tokens and releases text.
 pub struct SequenceDecoder {

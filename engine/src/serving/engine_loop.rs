@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
-use super::protocol::{EngineState, EventSink, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};
+use super::protocol::{EngineState, EventSink, LoopConfig, LoopMetrics, Msg, PromptProgress, SeqError, SeqEvent, SeqSpec, Ticket};
 use super::spec_cost::SpecCost;
 use crate::generate::{accept_proposals, Completion, FinishReason, GenerateError, SequenceDecoder, Timings, TokenEvent, Usage};
 use crate::guard::{Evaluator, PromptStats};
@@ -74,6 +74,8 @@ struct Running {
     /// When it was admitted, and when its first output token came.
     admitted: Instant,
     first_token: Option<Instant>,
+    /// It reports the reading of its prompt.
+    progress: bool,
 }
 
 pub struct EngineLoop {
@@ -105,6 +107,13 @@ pub struct EngineLoop {
 /// What one sequence's rows of a step gave: the events of the tokens it committed and how many
 /// of its proposals were kept.
 type StepOutcome = Result<(Vec<TokenEvent>, usize), GenerateError>;
+
+/// A sequence's times until now: admission to its first token (or to now, before it), and its
+/// first token to now.
+fn timings(admitted: Instant, first_token: Option<Instant>) -> Timings {
+    let now = Instant::now();
+    Timings { prompt: first_token.unwrap_or(now) - admitted, output: first_token.map_or(Duration::ZERO, |f| now - f) }
+}
 
 fn blocks(positions: usize) -> usize {
     positions.div_ceil(BLOCK_POSITIONS)
@@ -466,9 +475,12 @@ impl EngineLoop {
             rounds: self.fresh_rounds(),
             admitted: Instant::now(),
             first_token: None,
+            progress: w.spec.progress,
         };
         // a budget of 0 tokens reads its prompt into the cache (to be reused) and samples nothing
         self.running.push(r);
+        let progress = PromptProgress { total: prompt_len, cached, processed: cached, elapsed: Duration::ZERO };
+        self.report_progress(self.running.len() - 1, progress);
     }
 
     /// One forward pass for every running sequence: one token for each that decodes (with its
@@ -484,6 +496,8 @@ impl EngineLoop {
         let mut ended = Vec::new();
         let mut in_batch = 0;
         let mut bad = Vec::new();
+        // sequences whose prompts this pass reads (the last token of one included)
+        let mut reading = Vec::new();
         let n_vocab = self.state.model.tokenizer().n_vocab();
         // each sequence's adapters, for its rows
         let loras: Vec<LoraSchedule> = self.running.iter().map(|r| r.lora.clone()).collect();
@@ -510,6 +524,9 @@ impl EngineLoop {
             }
             owners.push((i, 1 + proposals[i].len()));
             in_batch += 1;
+            if fed < r.prompt_len {
+                reading.push(i);
+            }
         }
         // prompts advance within the prefill budget, oldest first
         let mut budget = self.config.prefill_chunk;
@@ -539,6 +556,7 @@ impl EngineLoop {
                 _ => {}
             }
             in_batch += 1;
+            reading.push(i);
         }
         finished.extend(bad.into_iter().map(|(i, e)| (i, Some(e))));
         for (i, event) in ended {
@@ -555,6 +573,13 @@ impl EngineLoop {
             match forward {
                 Ok(logits) => {
                     finished.extend(read.iter().map(|&i| (i, None)));
+                    for &i in &reading {
+                        let r = &self.running[i];
+                        let processed = self.kv.seq_len(r.seq).min(r.prompt_len);
+                        let progress =
+                            PromptProgress { total: r.prompt_len, cached: r.usage.cached_tokens, processed, elapsed: r.admitted.elapsed() };
+                        self.report_progress(i, progress);
+                    }
                     let tokenizer = self.state.model.tokenizer();
                     let mut rows_of = vec![None; self.running.len()];
                     let mut first = 0;
@@ -630,14 +655,26 @@ impl EngineLoop {
         }
     }
 
-    /// Sends a token event of running sequence `i` to its request, if it streams.
+    /// Sends a token event of running sequence `i` to its request, if it streams, with its
+    /// times so far.
     fn emit(&self, i: usize, event: TokenEvent) {
         let r = &self.running[i];
         if !r.stream {
             return;
         }
         if let Some(g) = self.groups.get(&r.group) {
-            let _ = g.events.send(SeqEvent::Token { index: r.index, event });
+            let _ = g.events.send(SeqEvent::Token { index: r.index, event, timings: timings(r.admitted, r.first_token) });
+        }
+    }
+
+    /// Sends how far running sequence `i` has read its prompt, if it asked.
+    fn report_progress(&self, i: usize, progress: PromptProgress) {
+        let r = &self.running[i];
+        if !r.progress {
+            return;
+        }
+        if let Some(g) = self.groups.get(&r.group) {
+            let _ = g.events.send(SeqEvent::Progress { index: r.index, progress });
         }
     }
 
@@ -658,8 +695,7 @@ impl EngineLoop {
     fn finish(&mut self, r: Running, error: Option<SeqError>) {
         let result = match error {
             None => {
-                let (end, first) = (Instant::now(), r.first_token);
-                let timings = Timings { prompt: first.unwrap_or(end) - r.admitted, output: first.map_or(Duration::ZERO, |f| end - f) };
+                let timings = timings(r.admitted, r.first_token);
                 Ok(Completion { timings: Some(timings), ..r.decoder.into_completion(r.usage) })
             }
             Some(e) => Err(e),

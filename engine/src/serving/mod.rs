@@ -9,5 +9,7 @@ mod protocol;
 mod spec_cost;
 
 pub use engine_loop::{state_slots_per_sequence, EngineLoop};
-pub use protocol::{Cancel, CancelOnDrop, EngineState, EventSink, Job, LoopConfig, LoopMetrics, Msg, SeqError, SeqEvent, SeqSpec, Ticket};
+pub use protocol::{
+    Cancel, CancelOnDrop, EngineState, EventSink, Job, LoopConfig, LoopMetrics, Msg, PromptProgress, SeqError, SeqEvent, SeqSpec, Ticket,
+};
 pub use spec_cost::{Source, SpecPolicy};

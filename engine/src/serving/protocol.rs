@@ -6,10 +6,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::spec_cost::{Source, SpecPolicy};
 use crate::backend::BLOCK_POSITIONS;
-use crate::generate::{Completion, DraftSettings, GenerateError, GenerateParams, NgramDraft, TokenEvent};
+use crate::generate::{Completion, DraftSettings, GenerateError, GenerateParams, NgramDraft, Timings, TokenEvent};
 use crate::guard::Evaluator;
 use crate::kv_cache::{KvType, KvTypes};
 use crate::model::vision::PromptImages;
@@ -106,13 +107,43 @@ pub struct SeqSpec {
     /// the prompt on, [`crate::model::LoraSchedule`]). Sequences with different adapters share
     /// the steps; the prefix cache reuses only positions computed with the same ones.
     pub lora: Vec<LoraScale>,
+    /// Report the reading of the prompt ([`SeqEvent::Progress`]): at admission, then after each
+    /// pass that read some of it.
+    pub progress: bool,
 }
 
 /// What a generation reports, for output `index` of its request.
 #[derive(Debug)]
 pub enum SeqEvent {
-    Token { index: usize, event: TokenEvent },
-    Done { index: usize, result: Result<Completion, SeqError> },
+    /// A streamed token's event, with the output's times up to it: its prompt's (admission to
+    /// first token) and its output's (first token to this one).
+    Token {
+        index: usize,
+        event: TokenEvent,
+        timings: Timings,
+    },
+    /// How much of the prompt is in the cache (sequences that asked, [`SeqSpec::progress`]).
+    Progress {
+        index: usize,
+        progress: PromptProgress,
+    },
+    Done {
+        index: usize,
+        result: Result<Completion, SeqError>,
+    },
+}
+
+/// The reading of a sequence's prompt, as llama-server's `prompt_progress` tells it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PromptProgress {
+    /// The prompt's positions.
+    pub total: usize,
+    /// Of those, the ones found in the prefix cache at admission.
+    pub cached: usize,
+    /// The ones in the cache now (the cached ones included).
+    pub processed: usize,
+    /// Since admission (0 in the report made at admission).
+    pub elapsed: Duration,
 }
 
 /// Why a sequence ended without its completion.

@@ -48,6 +48,10 @@ pub struct LlamaLimits {
     pub n_probs: Option<usize>,
     /// `post_sampling_probs`: the probabilities of the distribution drawn from.
     pub post_sampling: bool,
+    /// The stream's extras (from the common fields): each piece's `timings`, and
+    /// `prompt_progress` events.
+    pub timings_per_token: bool,
+    pub return_progress: bool,
 }
 
 impl LlamaFields {
@@ -69,6 +73,8 @@ impl LlamaFields {
             return_tokens: self.return_tokens,
             n_probs: int_in("n_probs", self.n_probs, 0, MAX_TOP_LOGPROBS as u64)?.filter(|&n| n > 0).map(|n| n as usize),
             post_sampling: self.post_sampling_probs,
+            timings_per_token: common.timings_per_token,
+            return_progress: common.return_progress,
         })
     }
 }

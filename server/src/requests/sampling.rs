@@ -29,6 +29,11 @@ pub struct CommonParams {
     /// llama-server's `lora`: the adapters and scales this request runs with (the others
     /// off); `None`: the global scales.
     pub lora: Option<Vec<LoraChoice>>,
+    /// llama-server's `timings_per_token`: each streamed piece carries its output's `timings`.
+    pub timings_per_token: bool,
+    /// llama-server's `return_progress`: a stream reports the reading of the prompt
+    /// (`prompt_progress`).
+    pub return_progress: bool,
 }
 
 /// The server's request timeouts: the default of a request that names none, and the most a
@@ -87,6 +92,10 @@ pub struct SamplingRequest {
     /// each (`"kpi"`).
     #[serde(default)]
     pub samplers: Option<Samplers>,
+    #[serde(default)]
+    pub timings_per_token: Option<bool>,
+    #[serde(default)]
+    pub return_progress: Option<bool>,
     /// The API whose ranges apply (set by the route, never sent).
     #[serde(skip)]
     pub api: Api,
@@ -244,6 +253,8 @@ impl SamplingRequest {
             // a deadline too far to represent is no deadline
             deadline: self.timeout(timeouts)?.and_then(|t| Instant::now().checked_add(t)),
             lora: self.lora.clone(),
+            timings_per_token: self.timings_per_token.unwrap_or(false),
+            return_progress: self.return_progress.unwrap_or(false),
         })
     }
 

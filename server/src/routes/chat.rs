@@ -3,9 +3,11 @@
 //! `tool_calls`), `response_format` or llama-server's GBNF `grammar` decoded under it, logprobs, a thinking block returned apart as
 //! `reasoning_content` (unless `reasoning_format: "none"`); a JSON response or an SSE stream
 //! (role in the first chunk only, reasoning and content deltas, a final chunk with
-//! `finish_reason`, the usage chunk when asked, `[DONE]`).
+//! `finish_reason`, the usage chunk when asked, `[DONE]`), with llama-server's `timings` (of the
+//! one output, or per chunk with `timings_per_token`) and `prompt_progress` chunks
+//! (`return_progress`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use engine::generate::{FinishReason, Usage};
@@ -19,6 +21,7 @@ use super::chat_request::{outputs, Call, ChatRequest, Outputs, ToolChoice};
 use super::generation::{add_usage, blocking, completion_object, next_event, random_id, submit, unix_now, usage_json};
 use super::reasoning::Split;
 use super::reply::{self, ReadReply, ReplyReader, ReplySyntax};
+use super::timings::{of_completion, of_progress, progress_json, StreamCounts};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
 use crate::requests::chat::ChatCompletionRequest;
@@ -61,6 +64,11 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let generation = submit(state, &entry, seqs).await?;
     let n = generation.len();
     let completions = generation.collect().await?;
+    // llama-server's `timings` of the one output
+    let times = match &completions[..] {
+        [one] => Some(of_completion(one)),
+        _ => None,
+    };
     let tokenizer = entry.model.tokenizer();
     let mut usage = Usage::default();
     let mut reasoning_tokens = 0;
@@ -83,6 +91,9 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     state.metrics.record_generation(usage.completion_tokens, start);
     let mut completion = completion_object(&completion_id, "chat.completion", created, &id, json!(out));
     completion["usage"] = chat_usage(&usage, reasoning_tokens);
+    if let Some(t) = times {
+        completion["timings"] = t;
+    }
     Ok(ok_json(&completion))
 }
 
@@ -228,10 +239,19 @@ async fn stream(
             report: None,
         })
         .collect();
+    // llama-server's `timings_per_token`: each choice's timings so far, which its chunks carry
+    // (behind a lock only so that the chunk builders below read what the loop writes)
+    let with_times = request.common.timings_per_token;
+    let mut counts = StreamCounts::new(vec![ctx.prompt_tokens; n]);
+    let stamps: Mutex<Vec<Option<Value>>> = Mutex::new(vec![None; n]);
     let delta_chunk = |index: usize, delta: Value, pending: &mut Vec<TokenLogprob>| {
         let logprobs = if pending.is_empty() { Value::Null } else { logprobs_json(tokenizer, pending) };
         pending.clear();
-        ctx.chunk(json!([{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": null}]), None, include_usage)
+        let mut c = ctx.chunk(json!([{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": null}]), None, include_usage);
+        if let Some(t) = &stamps.lock().unwrap_or_else(|e| e.into_inner())[index] {
+            c["timings"] = t.clone();
+        }
+        c
     };
     let content_delta =
         |index: usize, content: String, pending: &mut Vec<TokenLogprob>| delta_chunk(index, json!({"content": content}), pending);
@@ -247,9 +267,30 @@ async fn stream(
     let mut usage = Usage::default();
     let mut first_token = true;
     let mut ended = 0;
+    // the last choice's final timings, which the usage chunk of one choice carries
+    let mut last_times = None;
     while let Some(event) = next_event(&mut generation, &ctx.sse).await {
         match event {
-            SeqEvent::Token { index, event } => {
+            SeqEvent::Progress { index, progress } => {
+                counts.progress(index, &progress);
+                if request.common.return_progress {
+                    let role =
+                        json!([{"index": index, "delta": {"role": "assistant", "content": null}, "logprobs": null, "finish_reason": null}]);
+                    let mut c = ctx.chunk(role, None, include_usage);
+                    c["prompt_progress"] = progress_json(&progress);
+                    if with_times {
+                        c["timings"] = of_progress(&progress);
+                    }
+                    if !ctx.sse.send_json(&c).await {
+                        return;
+                    }
+                }
+            }
+            SeqEvent::Token { index, event, timings } => {
+                counts.token(index, &event);
+                if with_times {
+                    stamps.lock().unwrap_or_else(|e| e.into_inner())[index] = Some(counts.timings(index, timings));
+                }
                 if first_token {
                     first_token = false;
                     state.metrics.time_to_first_token_ms.observe(start.elapsed().as_secs_f64() * 1e3);
@@ -329,6 +370,10 @@ async fn stream(
                         continue;
                     }
                 }
+                let times = of_completion(&completion);
+                if with_times {
+                    stamps.lock().unwrap_or_else(|e| e.into_inner())[index] = Some(times.clone());
+                }
                 let mut finish = completion.finish.as_str();
                 let (tail, calls) = c.reader.finish(request, &completion.text);
                 let held_reasoning = std::mem::take(&mut c.held_reasoning) + &tail.reasoning;
@@ -357,7 +402,11 @@ async fn stream(
                 if let Some(report) = c.report.take() {
                     last[0]["guard"] = report;
                 }
-                if !ctx.sse.send_json(&ctx.chunk(last, None, include_usage)).await {
+                // a choice's last chunk carries its timings, as llama-server's does
+                let mut last = ctx.chunk(last, None, include_usage);
+                last["timings"] = times.clone();
+                last_times = Some(times);
+                if !ctx.sse.send_json(&last).await {
                     return;
                 }
                 add_usage(&mut usage, index, n, &completion.usage);
@@ -375,7 +424,11 @@ async fn stream(
     generation.stop();
     state.metrics.record_generation(usage.completion_tokens, start);
     if include_usage {
-        ctx.sse.send_json(&ctx.chunk(json!([]), Some(chat_usage(&usage, reasoning_tokens)), true)).await;
+        let mut u = ctx.chunk(json!([]), Some(chat_usage(&usage, reasoning_tokens)), true);
+        if let Some(t) = last_times.filter(|_| n == 1) {
+            u["timings"] = t;
+        }
+        ctx.sse.send_json(&u).await;
     }
     ctx.sse.done().await;
 }

@@ -106,7 +106,7 @@ pub(crate) fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -
     let seqs = (0..request.common.n)
         .map(|i| {
             let params = params_for(&entry.worker, &request.common, request.logprobs, request.constraint.as_ref(), prompt.len(), i)?;
-            let mut spec = output(prompt.clone(), params, stream, request.common.deadline, lora.clone());
+            let mut spec = output(prompt.clone(), params, &request.common, stream, lora.clone());
             spec.images = images.clone();
             Ok(spec)
         })

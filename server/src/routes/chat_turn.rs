@@ -142,6 +142,7 @@ impl Turn {
                 let Split { reasoning, content } = self.reader.push(&event.text);
                 Ok(self.pieces(reasoning, content))
             }
+            SeqEvent::Progress { .. } => Ok(Vec::new()),
             SeqEvent::Done { result: Err(e), .. } => Err(e),
             SeqEvent::Done { result: Ok(c), .. } => {
                 state.metrics.record_generation(c.usage.completion_tokens, self.start);

@@ -2,7 +2,9 @@
 //! `max_tokens` defaulting to 16 as in OpenAI's spec, `echo` (the prompt first, with its token
 //! log-probabilities when `logprobs` is set: the first token's are null), legacy `logprobs`
 //! (parallel `tokens` / `token_logprobs` / `top_logprobs` / `text_offset` arrays, up to 5
-//! alternatives), JSON or SSE (`text_completion` chunks, usage chunk, `[DONE]`).
+//! alternatives), JSON or SSE (`text_completion` chunks, usage chunk, `[DONE]`), with
+//! llama-server's `timings` (of the one output, or per chunk with `timings_per_token`) and
+//! `prompt_progress` chunks (`return_progress`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,6 +19,7 @@ use hyper::Response;
 use serde_json::{json, Map, Value};
 
 use super::generation::{add_usage, blocking, completion_object, next_event, output, params_for, random_id, submit, unix_now, usage_json};
+use super::timings::{of_completion, of_progress, progress_json, StreamCounts};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
 use crate::registry::ModelEntry;
@@ -75,6 +78,10 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     state.metrics.record_generation(usage.completion_tokens, start);
     let mut completion = completion_object(&cmpl_id, "text_completion", created, &id, json!(choices));
     completion["usage"] = usage_json(&usage);
+    if let [one] = &completions[..] {
+        // llama-server's `timings` of the one output
+        completion["timings"] = of_completion(one);
+    }
     Ok(ok_json(&completion))
 }
 
@@ -103,9 +110,27 @@ async fn stream(
     }
     let mut usage = Usage::default();
     let mut first_token = true;
+    let with_times = request.common.timings_per_token;
+    let n_outputs = generation.len();
+    let mut counts = StreamCounts::new((0..n_outputs).map(|i| prompts[i / n].len()).collect());
+    // the last output's final timings, which the usage chunk of one output carries
+    let mut last_times = None;
     while let Some(event) = next_event(&mut generation, sse).await {
         let sent = match event {
-            SeqEvent::Token { index, event } => {
+            SeqEvent::Progress { index, progress } => {
+                counts.progress(index, &progress);
+                if !request.common.return_progress {
+                    continue;
+                }
+                let mut c = chunk(json!([{"index": index, "text": "", "logprobs": null, "finish_reason": null}]), None);
+                c["prompt_progress"] = progress_json(&progress);
+                if with_times {
+                    c["timings"] = of_progress(&progress);
+                }
+                sse.send_json(&c).await
+            }
+            SeqEvent::Token { index, event, timings } => {
+                counts.token(index, &event);
                 if first_token {
                     first_token = false;
                     state.metrics.time_to_first_token_ms.observe(start.elapsed().as_secs_f64() * 1e3);
@@ -117,15 +142,20 @@ async fn stream(
                     .logprob
                     .as_ref()
                     .map_or(Value::Null, |l| legacy_arrays(tokenizer, &[Some(l.clone())], std::slice::from_ref(&event.text)));
-                sse.send_json(&chunk(json!([{"index": index, "text": event.text, "logprobs": lp, "finish_reason": null}]), None)).await
+                let mut c = chunk(json!([{"index": index, "text": event.text, "logprobs": lp, "finish_reason": null}]), None);
+                if with_times {
+                    c["timings"] = counts.timings(index, timings);
+                }
+                sse.send_json(&c).await
             }
             SeqEvent::Done { index, result: Ok(completion) } => {
                 add_usage(&mut usage, index, n, &completion.usage);
-                sse.send_json(&chunk(
-                    json!([{"index": index, "text": "", "logprobs": null, "finish_reason": completion.finish.as_str()}]),
-                    None,
-                ))
-                .await
+                let mut c =
+                    chunk(json!([{"index": index, "text": "", "logprobs": null, "finish_reason": completion.finish.as_str()}]), None);
+                let times = of_completion(&completion);
+                c["timings"] = times.clone();
+                last_times = Some(times);
+                sse.send_json(&c).await
             }
             SeqEvent::Done { result: Err(e), .. } => {
                 sse.send_json(&e.body()).await;
@@ -142,7 +172,11 @@ async fn stream(
     }
     state.metrics.record_generation(usage.completion_tokens, start);
     if request.common.include_usage {
-        sse.send_json(&chunk(json!([]), Some(usage_json(&usage)))).await;
+        let mut u = chunk(json!([]), Some(usage_json(&usage)));
+        if let Some(t) = last_times.filter(|_| n_outputs == 1) {
+            u["timings"] = t;
+        }
+        sse.send_json(&u).await;
     }
     sse.done().await;
 }
@@ -184,7 +218,7 @@ fn outputs(
                 tokens.len(),
                 p * request.common.n + j,
             )?;
-            seqs.push(output(tokens.clone(), params, stream, request.common.deadline, lora.clone()));
+            seqs.push(output(tokens.clone(), params, &request.common, stream, lora.clone()));
         }
     }
     Ok((prompts, seqs))

@@ -4,7 +4,7 @@
 //! timestamps.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use engine::generate::{GenerateParams, Usage};
 use engine::grammar::Constraint;
@@ -64,10 +64,13 @@ pub fn params_for(
     })
 }
 
-/// One output of a request, run with the adapters `lora` (the draft model, when loaded, may
-/// propose its tokens).
-pub fn output(prompt: Vec<TokenId>, params: GenerateParams, stream: bool, deadline: Option<Instant>, lora: Vec<LoraScale>) -> SeqSpec {
-    SeqSpec { prompt, params, stream, speculative: true, deadline, images: Default::default(), lora }
+/// One output of a request, streamed or not, run with the adapters `lora` (the draft model,
+/// when loaded, may propose its tokens) until the request's deadline; a stream that carries
+/// timings or progress gets the prompt's progress reports (the first tells the cached tokens,
+/// which the timings count).
+pub fn output(prompt: Vec<TokenId>, params: GenerateParams, common: &CommonParams, stream: bool, lora: Vec<LoraScale>) -> SeqSpec {
+    let progress = stream && (common.return_progress || common.timings_per_token);
+    SeqSpec { prompt, params, stream, speculative: true, deadline: common.deadline, images: Default::default(), lora, progress }
 }
 
 /// The output of a llama-server route (`/infill`, `/completion`): `output` with the request's
@@ -83,7 +86,7 @@ pub fn llama_output(
     params.min_indent = limits.min_indent;
     params.line_time_limit = limits.line_time_limit;
     params.post_sampling_logprobs = limits.post_sampling;
-    let mut seq = output(prompt, params, common.stream, common.deadline, lora);
+    let mut seq = output(prompt, params, common, common.stream, lora);
     seq.speculative &= !limits.post_sampling;
     seq
 }

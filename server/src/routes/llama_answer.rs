@@ -4,8 +4,9 @@
 //! `generation_settings.n_ctx` (the sequence's context, which llama.vim shows), `timings`, the
 //! token ids with `return_tokens`, `completion_probabilities` with `n_probs`; or only the
 //! `response_fields` asked for; and the stream of it: a piece has `stop: false`, the counts so
-//! far and its token's probabilities; each output ends with its answer's fields, `content`
-//! empty.
+//! far, its token's probabilities and (`timings_per_token`) the timings so far; with
+//! `return_progress`, `prompt_progress` events as the prompt is read; each output ends with its
+//! answer's fields, `content` empty.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,10 +18,11 @@ use hyper::Response;
 use serde_json::{json, Value};
 
 use super::generation::{next_event, stop_string_met};
+use super::timings::{of_completion, of_progress, progress_json, StreamCounts};
 use crate::http::{sse_response, Body};
 use crate::registry::ModelEntry;
 use crate::requests::llama::LlamaLimits;
-use crate::worker::{Generation, SeqEvent};
+use crate::worker::{Generation, PromptProgress, SeqEvent};
 use crate::AppState;
 
 /// The whole answer of the completion `c` of `prompt`, the `index`th of its request: with its
@@ -55,12 +57,17 @@ pub fn stream(
     let (response, sse) = sse_response();
     let (state, entry) = (state.clone(), entry.clone());
     tokio::spawn(async move {
-        let mut predicted = vec![0; prompts.len()];
+        let mut counts = StreamCounts::new(prompts.iter().map(Vec::len).collect());
         while let Some(event) = next_event(&mut generation, &sse).await {
             let sent = match event {
-                SeqEvent::Token { index, event } => {
-                    predicted[index] += usize::from(event.token.is_some());
-                    match piece(entry.model.tokenizer(), index, &event, predicted[index], prompts[index].len(), &limits) {
+                SeqEvent::Progress { index, progress } => {
+                    counts.progress(index, &progress);
+                    !limits.return_progress || sse.send_json(&progress_event(index, &progress, &limits)).await
+                }
+                SeqEvent::Token { index, event, timings } => {
+                    counts.token(index, &event);
+                    let times = limits.timings_per_token.then(|| counts.timings(index, timings));
+                    match piece(entry.model.tokenizer(), index, &event, &counts, times, &limits) {
                         Some(p) => sse.send_json(&p).await,
                         None => true,
                     }
@@ -91,14 +98,14 @@ fn stream_end(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Completi
 }
 
 /// A streamed piece of the `index`th completion, its text and the counts so far, with the
-/// token's id under `return_tokens` and its probabilities under `n_probs`; `None` when it has
-/// nothing to tell.
+/// token's id under `return_tokens`, its probabilities under `n_probs` and the output's
+/// `timings` so far (`times`, under `timings_per_token`); `None` when it has nothing to tell.
 fn piece(
     tokenizer: &Tokenizer,
     index: usize,
     event: &TokenEvent,
-    predicted: usize,
-    evaluated: usize,
+    counts: &StreamCounts,
+    times: Option<Value>,
     limits: &LlamaLimits,
 ) -> Option<Value> {
     let token = event.token.filter(|_| limits.return_tokens);
@@ -107,17 +114,32 @@ fn piece(
         return None;
     }
     let mut p = json!({"index": index, "content": event.text, "tokens": token.into_iter().collect::<Vec<_>>(), "stop": false,
-                       "id_slot": -1, "tokens_predicted": predicted, "tokens_evaluated": evaluated});
+                       "id_slot": -1, "tokens_predicted": counts.predicted(index), "tokens_evaluated": counts.prompt(index)});
     if let Some(lp) = probs {
         p["completion_probabilities"] = probabilities(tokenizer, std::slice::from_ref(lp), limits.post_sampling);
     }
+    if let Some(t) = times {
+        p["timings"] = t;
+    }
     Some(p)
+}
+
+/// A `prompt_progress` event of the `index`th completion, with the timings so far under
+/// `timings_per_token` (only the prompt's).
+fn progress_event(index: usize, progress: &PromptProgress, limits: &LlamaLimits) -> Value {
+    let mut p = json!({"index": index, "content": "", "tokens": [], "stop": false, "id_slot": -1, "tokens_predicted": 0,
+                       "tokens_evaluated": progress.total, "prompt_progress": progress_json(progress)});
+    if limits.timings_per_token {
+        p["timings"] = of_progress(progress);
+    }
+    p
 }
 
 /// The finished answer's fields.
 fn answer(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Completion, stops: &[String], return_tokens: bool) -> Value {
     let tokenizer = entry.model.tokenizer();
     let generated = tokenizer.decode(&c.tokens);
+    let text_ids: Vec<TokenId> = prompt.iter().copied().filter(|&t| (t as usize) < tokenizer.n_vocab()).collect();
     let (stop_type, stopping_word) = match (c.finish, stop_string_met(&generated, stops)) {
         (FinishReason::Length, _) => ("limit", String::new()),
         (_, Some(word)) => ("word", word.clone()),
@@ -133,14 +155,15 @@ fn answer(entry: &ModelEntry, index: usize, prompt: &[TokenId], c: &Completion, 
         "tokens_predicted": c.usage.completion_tokens,
         "tokens_evaluated": prompt.len(),
         "tokens_cached": c.usage.cached_tokens,
-        // the prompt as text, special tokens spelled out
-        "prompt": String::from_utf8_lossy(&tokenizer.detokenize(prompt, false, true)),
+        // the prompt as text, special tokens spelled out (an image's rows, ids past the
+        // vocabulary, left out as llama-server leaves them)
+        "prompt": String::from_utf8_lossy(&tokenizer.detokenize(&text_ids, false, true)),
         "has_new_line": c.text.contains('\n'),
         "truncated": false,
         "stop_type": stop_type,
         "stopping_word": stopping_word,
         "generation_settings": {"n_ctx": entry.n_ctx},
-        "timings": timings(c),
+        "timings": of_completion(c),
     })
 }
 
@@ -177,29 +200,6 @@ fn whole_characters(bytes: &[u8]) -> String {
         (back < needs).then_some(bytes.len() - back)
     });
     String::from_utf8_lossy(&bytes[..cut.unwrap_or(bytes.len())]).into_owned()
-}
-
-/// llama-server's `timings`: the prompt tokens read (those not cached) and the time from the
-/// sequence's start to its first token; the tokens written and the time from the first to the
-/// last, whose rates count the steps after the first token (which the prompt's pass gives).
-fn timings(c: &Completion) -> Value {
-    let t = c.timings.unwrap_or_default();
-    let (prompt_ms, predicted_ms) = (t.prompt.as_secs_f64() * 1e3, t.output.as_secs_f64() * 1e3);
-    let prompt_n = c.usage.prompt_tokens - c.usage.cached_tokens;
-    let steps = c.usage.completion_tokens.saturating_sub(1);
-    let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
-    let rate = |ms: f64, n: usize| if ms > 0.0 { 1e3 / ms * n as f64 } else { 0.0 };
-    json!({
-        "cache_n": c.usage.cached_tokens,
-        "prompt_n": prompt_n,
-        "prompt_ms": prompt_ms,
-        "prompt_per_token_ms": per(prompt_ms, prompt_n),
-        "prompt_per_second": rate(prompt_ms, prompt_n),
-        "predicted_n": c.usage.completion_tokens,
-        "predicted_ms": predicted_ms,
-        "predicted_per_token_ms": per(predicted_ms, steps),
-        "predicted_per_second": rate(predicted_ms, steps),
-    })
 }
 
 /// The fields of `answer` named by `paths` (each `a/b` for `answer.a.b`), keyed by their paths

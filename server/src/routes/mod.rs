@@ -21,6 +21,7 @@ mod reply;
 pub mod rerank;
 pub mod responses;
 pub(crate) mod responses_stream;
+mod timings;
 pub mod tokens;
 mod tool_stream;
 pub mod transcriptions;

@@ -1,7 +1,8 @@
 //! Chat completions with images through a projector, as the engine loop schedules them: a
 //! prompt prefilled in small chunks gives the same logprobs as one read whole (a chunk may cut
 //! an idefics3 image, whose rows are causal, but never a Gemma 3 image, whose rows see each
-//! other), and a second request about the same pixels finds the image's rows in the cache.
+//! other), and a second request about the same pixels finds the image's rows in the cache;
+//! llama-server's `/completion` reads `multimodal_data` as chat reads image parts.
 
 use std::sync::Arc;
 
@@ -73,4 +74,42 @@ fn the_same_image_again_is_read_from_the_prefix_cache() {
     let other = ask(&base, "tile-32.png");
     let cached = other["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
     assert_eq!(cached, 11, "{}", other["usage"]);
+}
+
+#[test]
+fn completion_reads_multimodal_data_where_its_markers_are_as_chat_reads_image_parts() {
+    for (projector, image) in [("gemma3", "tile-32.png"), ("idefics3", "grid-64.png")] {
+        let base = serve(projector, 5);
+        let chat = ask(&base, image);
+        // the chat's prompt as llama-server's page builds it: the template's text with
+        // `<__media__>` where the image goes, then the image's base64 beside it
+        let content = json!([{"type": "text", "text": "Here: "}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                             {"type": "text", "text": " what is it?"}]);
+        let (status, template) = post(&base, "/apply-template", json!({"messages": [{"role": "user", "content": content}]}));
+        assert!(status.is_success(), "{template}");
+        let text = template["prompt"].as_str().unwrap();
+        assert_eq!(text.matches("<__media__>").count(), 1, "{text}");
+        let png = base64::engine::general_purpose::STANDARD.encode(std::fs::read(fixture("vision").join(image)).unwrap());
+        let prompt = json!({"prompt_string": text, "multimodal_data": [png]});
+        let (status, r) = post(&base, "/completion", json!({"prompt": prompt, "n_predict": 4, "temperature": 0, "n_probs": 5}));
+        assert!(status.is_success(), "{r}");
+        assert_eq!(r["tokens_evaluated"], chat["usage"]["prompt_tokens"], "{projector}");
+        assert_eq!(r["content"], chat["choices"][0]["message"]["content"], "{projector}");
+        let steps = r["completion_probabilities"].as_array().unwrap();
+        assert_eq!(steps.len(), logprobs(&chat).as_array().unwrap().len());
+        for (step, want) in steps.iter().zip(logprobs(&chat).as_array().unwrap()) {
+            assert_eq!(step["logprob"], want["logprob"], "{projector}: {step} against {want}");
+            let tops = |v: &Value, key: &str| v[key].as_array().unwrap().iter().map(|t| t["logprob"].clone()).collect::<Vec<_>>();
+            assert_eq!(tops(step, "top_logprobs"), tops(want, "top_logprobs"));
+        }
+        // the answer's prompt is its text, the image's rows left out
+        assert_eq!(r["prompt"].as_str().unwrap().matches("what is it?").count(), 1);
+        // a second image where the text has one marker, and bytes that are no image: 400s
+        for bad in
+            [json!({"prompt_string": text, "multimodal_data": [png, png]}), json!({"prompt_string": text, "multimodal_data": ["AAAA"]})]
+        {
+            let (status, e) = post(&base, "/completion", json!({"prompt": bad, "n_predict": 1}));
+            assert_eq!((status.as_u16(), &e["error"]["param"]), (400, &json!("prompt")), "{e}");
+        }
+    }
 }

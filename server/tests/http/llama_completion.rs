@@ -109,6 +109,13 @@ fn n_probs_give_each_tokens_log_probabilities_before_sampling() {
         // greedy: the token written is the likeliest
         assert_eq!(top[0]["id"], step["id"]);
     }
+    // the most alternatives a token lists: 100 (llama-server has no bound; OpenAI's routes 20)
+    let body = json!({"prompt": prompt, "n_predict": 1, "n_probs": 100, "temperature": 0});
+    let r: Value = client().post(&url).json(&body).send().unwrap().json().unwrap();
+    let top: Vec<u64> =
+        r["completion_probabilities"][0]["top_logprobs"].as_array().unwrap().iter().map(|t| t["id"].as_u64().unwrap()).collect();
+    let want: Vec<u64> = token_logprob(logits.row(prompt.len() - 1), written[0], 100).top.iter().map(|&(id, _)| u64::from(id)).collect();
+    assert_eq!(top, want);
     // streamed, each piece carries its token's probabilities, the last event none
     let stream = json!({"prompt": prompt, "n_predict": 5, "n_probs": 3, "temperature": 0, "stream": true});
     let text = client().post(&url).json(&stream).send().unwrap().text().unwrap();
@@ -190,8 +197,11 @@ fn grammars_constrain_and_bad_requests_are_400s_naming_the_field() {
         (json!({"prompt": ["a", [1, -2]]}), "prompt"),
         (json!({"prompt": []}), "prompt"),
         (json!({"prompt": {"prompt_string": "a", "multimodal_data": ["AAAA"]}}), "prompt"),
-        (json!({"prompt": "a", "n_probs": 21}), "n_probs"),
-        (json!({"prompt": "a", "n": 2}), "n"),
+        // images for a model without a projector
+        (json!({"prompt": {"prompt_string": "a <__media__>", "multimodal_data": ["AAAA"]}}), "prompt"),
+        (json!({"prompt": "a", "n_probs": 101}), "n_probs"),
+        (json!({"prompt": "a", "n_cmpl": 0}), "n_cmpl"),
+        (json!({"prompt": "a", "n": 9}), "n"),
         (json!({"prompt": "a", "grammar": "root ::= \"x\"", "json_schema": {}}), "json_schema"),
         (json!({"prompt": "a", "grammar": "root ::= (\"x\""}), "grammar"),
         // a schema the grammar compiler refuses names the field it came in
@@ -208,6 +218,43 @@ fn grammars_constrain_and_bad_requests_are_400s_naming_the_field() {
         post(json!({"prompt": "a", "n_predict": 2, "response_fields": ["tokens_evaluated", "timings/predicted_n"]})).json().unwrap();
     let keys: std::collections::BTreeSet<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(keys, ["timings/predicted_n", "tokens_evaluated"].into(), "{r}");
+}
+
+#[test]
+fn n_cmpl_completes_each_prompt_that_many_times_each_with_its_own_seed() {
+    let base = plain_chat_server();
+    let url = format!("{base}/completion");
+    let post = |body: Value| -> Value { client().post(&url).json(&body).send().unwrap().json().unwrap() };
+    let prompts = ["Once upon a time", "The cat"];
+    // alone: prompt p with seed 7 + j
+    let alone: Vec<Value> = (0..4)
+        .map(|i| post(json!({"prompt": prompts[i / 2], "seed": 7 + i % 2, "temperature": 1.5, "n_predict": 8}))["content"].clone())
+        .collect();
+    assert_ne!(alone[0], alone[1], "the two seeds draw the same text: no test");
+    for field in ["n_cmpl", "n"] {
+        let r = post(json!({"prompt": prompts, field: 2, "seed": 7, "temperature": 1.5, "n_predict": 8}));
+        let answers = r.as_array().unwrap_or_else(|| panic!("{field}: {r}"));
+        let got: Vec<(u64, Value)> = answers.iter().map(|a| (n_of(&a["index"]), a["content"].clone())).collect();
+        assert_eq!(got, alone.iter().cloned().enumerate().map(|(i, c)| (i as u64, c)).collect::<Vec<_>>(), "{field}");
+    }
+    // streamed: four outputs, each its pieces and its end
+    let body = json!({"prompt": prompts, "n_cmpl": 2, "seed": 7, "temperature": 1.5, "n_predict": 8, "stream": true});
+    let events: Vec<Value> = sse_events(&client().post(&url).json(&body).send().unwrap().text().unwrap())
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    for (i, want) in alone.iter().enumerate() {
+        let mine: Vec<&Value> = events.iter().filter(|e| e["index"] == i).collect();
+        let (end, pieces) = mine.split_last().unwrap();
+        assert_eq!(end["stop"], true);
+        assert_eq!(&Value::String(pieces.iter().map(|p| p["content"].as_str().unwrap()).collect()), want, "output {i}");
+    }
+    // one prompt, one output: an answer, not an array
+    assert!(post(json!({"prompt": "a", "n_cmpl": 1, "n_predict": 1})).is_object());
+}
+
+fn n_of(v: &Value) -> u64 {
+    v.as_u64().unwrap()
 }
 
 /// The server on one real model, as llama-server was started for the goldens.

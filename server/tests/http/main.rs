@@ -1,14 +1,15 @@
 //! The server over real TCP on 127.0.0.1 with a real HTTP client: the tiny llama fixture as chat
 //! model and the tiny Guardian 3.0 fixture as guard. Routes, error statuses and bodies, SSE
 //! framing, usage counts against the tokenizer, guard routes, unloading, metrics; speculative
-//! decoding (`speculation.rs`); llama-server's `/infill` (`editor.rs`) and `/completion`
-//! (`llama_completion.rs`).
+//! decoding (`speculation.rs`); llama-server's `/infill` (`editor.rs`), `/completion`
+//! (`llama_completion.rs`), and its timings and progress reports (`stream_extras.rs`).
 
 #[path = "../common/mod.rs"]
 mod common;
 mod editor;
 mod llama_completion;
 mod speculation;
+mod stream_extras;
 
 use std::sync::Arc;
 

@@ -7,12 +7,13 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::time::Duration;
 
-use engine::generate::{generate, Completion, GenerateParams, TokenEvent};
+use engine::generate::{generate, Completion, GenerateParams, Timings, TokenEvent};
 use engine::kv_cache::KvType;
 use engine::model::vision::PromptImages;
 use engine::model::Model;
-use engine::serving::{EngineLoop, EventSink, LoopConfig, LoopMetrics, Msg, SeqEvent, SeqSpec, Source, Ticket};
+use engine::serving::{EngineLoop, EventSink, LoopConfig, LoopMetrics, Msg, PromptProgress, SeqEvent, SeqSpec, Source, Ticket};
 use engine::tokenizer::TokenId;
 use engine_tests::fixture;
 
@@ -66,9 +67,6 @@ fn submit(
     max_tokens: usize,
     stream: bool,
 ) -> (mpsc::Receiver<SeqEvent>, Arc<AtomicBool>) {
-    let (events, received) = mpsc::channel();
-    let gone = Arc::new(AtomicBool::new(false));
-    outstanding.fetch_add(1, Ordering::Relaxed);
     let spec = SeqSpec {
         prompt: prompt.to_vec(),
         params: GenerateParams::greedy(max_tokens),
@@ -77,7 +75,15 @@ fn submit(
         deadline: None,
         images: PromptImages::default(),
         lora: Vec::new(),
+        progress: false,
     };
+    submit_spec(tx, outstanding, spec)
+}
+
+fn submit_spec(tx: &mpsc::Sender<Msg>, outstanding: &Arc<AtomicUsize>, spec: SeqSpec) -> (mpsc::Receiver<SeqEvent>, Arc<AtomicBool>) {
+    let (events, received) = mpsc::channel();
+    let gone = Arc::new(AtomicBool::new(false));
+    outstanding.fetch_add(1, Ordering::Relaxed);
     let sink = Box::new(Sink { tx: events, gone: gone.clone() });
     let msg = Msg::Generate {
         seqs: vec![spec],
@@ -94,7 +100,7 @@ fn collect(received: mpsc::Receiver<SeqEvent>) -> (Vec<TokenEvent>, Completion) 
     let (mut tokens, mut done) = (Vec::new(), None);
     for event in received {
         match event {
-            SeqEvent::Token { index: 0, event } => tokens.push(event),
+            SeqEvent::Token { index: 0, event, .. } => tokens.push(event),
             SeqEvent::Done { index: 0, result } => done = Some(result.unwrap()),
             other => panic!("an event of another output: {other:?}"),
         }
@@ -170,6 +176,75 @@ fn a_hybrid_model_runs_as_many_sequences_at_once_as_it_has_slots() {
     // (a test thread kept from running until the three were nearly done proves nothing here)
     if steps_before + 8 < max_tokens {
         assert_eq!(counts.widest_step.load(Ordering::Relaxed), 4, "the fourth sequence did not join the other three");
+    }
+    drop(tx);
+    thread.join().unwrap();
+}
+
+#[test]
+fn a_sequence_that_asks_reports_its_prompt_read_chunk_by_chunk_and_its_tokens_times() {
+    let model = Arc::new(Model::load(fixture("models/tiny-llama-Q8_0.gguf")).unwrap());
+    let mut config = LoopConfig::new(256);
+    config.prefill_chunk = 16;
+    let prompt: Vec<TokenId> = (0..70u32).map(|i| 1 + (i * 13) % 200).collect();
+    let (tx, rx) = mpsc::channel();
+    let outstanding = Arc::new(AtomicUsize::new(0));
+    let engine = EngineLoop::new(model.clone(), None, None, config, rx, outstanding.clone(), Box::new(Counts::default()));
+    let thread = std::thread::spawn(move || engine.run());
+    let mut kv = model.new_kv_cache(KvType::F16, 256);
+    let alone = generate(&model, &mut kv, &prompt, GenerateParams::greedy(5)).unwrap();
+    // twice: the second time most of the prompt is in the prefix cache
+    for round in 0..2 {
+        let spec = SeqSpec {
+            prompt: prompt.clone(),
+            params: GenerateParams::greedy(5),
+            stream: true,
+            speculative: false,
+            deadline: None,
+            images: PromptImages::default(),
+            lora: Vec::new(),
+            progress: true,
+        };
+        let (received, _gone) = submit_spec(&tx, &outstanding, spec);
+        let (mut reports, mut times, mut tokens, mut done): (Vec<PromptProgress>, Vec<Timings>, Vec<TokenId>, _) = Default::default();
+        for event in received {
+            match event {
+                SeqEvent::Progress { index: 0, progress } => {
+                    assert!(times.is_empty(), "round {round}: a progress report after a token");
+                    reports.push(progress);
+                }
+                SeqEvent::Token { index: 0, event, timings } => {
+                    tokens.extend(event.token);
+                    times.push(timings);
+                }
+                SeqEvent::Done { index: 0, result } => done = Some(result.unwrap()),
+                other => panic!("an event of another output: {other:?}"),
+            }
+        }
+        let done = done.unwrap();
+        assert_eq!(tokens, alone.tokens, "round {round}");
+        let first = reports[0];
+        let cached = done.usage.cached_tokens;
+        assert_eq!(first, PromptProgress { total: 70, cached, processed: cached, elapsed: Duration::ZERO }, "round {round}");
+        assert_eq!(reports.last().unwrap().processed, 70, "round {round}: the last report has read the whole prompt");
+        for pair in reports.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            assert_eq!((b.total, b.cached), (70, cached), "round {round}");
+            assert!(b.processed > a.processed && b.processed - a.processed <= 16, "round {round}: {a:?} then {b:?}");
+            assert!(b.elapsed >= a.elapsed, "round {round}");
+        }
+        if round == 0 {
+            let processed: Vec<usize> = reports.iter().map(|r| r.processed).collect();
+            assert_eq!(processed, [0, 16, 32, 48, 64, 70], "chunks of 16, the last one whole");
+        } else {
+            assert!(cached >= 32, "the second reading found {cached} positions cached");
+            assert_eq!(reports.len(), 1 + (70 - cached).div_ceil(16), "{reports:?}");
+        }
+        // a token's times: the prompt's fixed from the first token on, the output's growing
+        let timings = done.timings.unwrap();
+        assert!(times.iter().all(|t| t.prompt == times[0].prompt) && timings.prompt == times[0].prompt, "round {round}");
+        assert!(times.windows(2).all(|w| w[1].output >= w[0].output) && timings.output >= times.last().unwrap().output);
+        assert!(timings.prompt >= reports.last().unwrap().elapsed, "round {round}");
     }
     drop(tx);
     thread.join().unwrap();
