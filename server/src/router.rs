@@ -79,14 +79,39 @@ async fn take_body(state: &AppState, req: &mut Request<Option<Incoming>>) -> Res
     read_body(body, state.max_body, state.limits.body_timeout).await
 }
 
-/// llama-server's routes outside `/v1` (its token utilities, its own completion routes and the
-/// other names of `/v1/rerank`), keyed like `/v1`.
-const ROOT_API_ROUTES: [&str; 9] =
-    ["/tokenize", "/detokenize", "/apply-template", "/infill", "/completion", "/completions", "/rerank", "/reranking", "/lora-adapters"];
+/// llama-server's routes outside `/v1` (its token utilities, its own completion and embedding
+/// routes, its properties and the other names of `/v1/rerank`), keyed like `/v1`.
+const ROOT_API_ROUTES: [&str; 12] = [
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+    "/infill",
+    "/completion",
+    "/completions",
+    "/rerank",
+    "/reranking",
+    "/lora-adapters",
+    "/props",
+    "/embedding",
+    "/embeddings",
+];
+
+/// llama-server's other names of routes: the `/v1` routes it also serves without the prefix, and
+/// `/v1/health`.
+const ALIASES: [(&str, &str); 7] = [
+    ("/chat/completions", "/v1/chat/completions"),
+    ("/chat/completions/input_tokens", "/v1/chat/completions/input_tokens"),
+    ("/responses", "/v1/responses"),
+    ("/responses/input_tokens", "/v1/responses/input_tokens"),
+    ("/audio/transcriptions", "/v1/audio/transcriptions"),
+    ("/models", "/v1/models"),
+    ("/v1/health", "/health"),
+];
 
 async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Result<Response<Body>, ApiError> {
     let method = req.method().clone();
-    let path = req.uri().path().trim_end_matches('/').to_string();
+    let path = req.uri().path().trim_end_matches('/');
+    let path = ALIASES.iter().find(|(alias, _)| *alias == path).map_or(path, |(_, to)| to).to_string();
     if path.starts_with("/v1/") || ROOT_API_ROUTES.contains(&path.as_str()) {
         check_key(state, req.headers())?;
     }
@@ -180,6 +205,25 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
             let body = json_body(state, req).await?;
             with_model(state, &path, body, |s, b| async move { routes::responses::create(&s, b).await }).await
         }
+        "/v1/responses/input_tokens" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::responses::input_tokens(&s, b).await }).await
+        }
+        "/v1/chat/completions/input_tokens" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::chat::input_tokens(&s, b).await }).await
+        }
+        "/props" => {
+            allow(&method, &path, &[Method::GET])?;
+            routes::props::props(state, routes::lora_adapters::model_in_query(req.uri().query()).as_deref())
+        }
+        "/embedding" | "/embeddings" => {
+            allow(&method, &path, &[Method::POST])?;
+            let body = json_body(state, req).await?;
+            with_model(state, &path, body, |s, b| async move { routes::embeddings::native(&s, b).await }).await
+        }
         p if p.starts_with("/v1/responses/") => {
             let id = &p["/v1/responses/".len()..];
             allow(&method, &path, &[Method::GET, Method::DELETE])?;
@@ -197,7 +241,7 @@ async fn route(state: &Arc<AppState>, req: &mut Request<Option<Incoming>>) -> Re
         "/v1/messages/count_tokens" => {
             allow(&method, &path, &[Method::POST])?;
             let body = json_body(state, req).await?;
-            with_model(state, &path, body, |s, b| async move { routes::messages::count_tokens(&s, b) }).await
+            with_model(state, &path, body, |s, b| async move { routes::messages::count_tokens(&s, b).await }).await
         }
         "/v1/chat/completions" => {
             allow(&method, &path, &[Method::POST])?;

@@ -1,7 +1,8 @@
 """The official `openai` and `anthropic` packages, with strict response validation, against
 `engine-cli serve` with the real Qwen2.5-Coder-0.5B-Instruct: the Responses API
 (`client.responses.create` answered whole and streamed, the `responses.stream` helper, a function
-tool round trip through a stored response and `previous_response_id`, retrieve and delete) and the
+tool round trip through a stored response and `previous_response_id`, its prompt counted by
+`responses.input_tokens.count`, retrieve and delete) and the
 Messages API (`client.messages.create(stream=True)`, the `messages.stream` helper, a tool round
 trip). Each reply is checked against the chat completion of the same conversation: the same
 prompt tokens and, greedy, the same text. Exits non-zero on the first failed check."""
@@ -43,17 +44,21 @@ args = json.loads(calls[0].arguments)
 assert isinstance(args["city"], str) and "paris" in args["city"].lower(), args
 call = calls[0]
 
-# the call's output sent back on the stored response: the whole conversation is the prompt
+# the call's output sent back on the stored response: the whole conversation is the prompt,
+# whose tokens OpenAI's count gives before it is sent
+output = [{"type": "function_call_output", "call_id": call.call_id, "output": RESULT}]
+counted = oa.responses.input_tokens.count(model=model, previous_response_id=first.id, input=output, tools=tools, tool_choice="none")
 second = oa.responses.create(
     model=model,
     previous_response_id=first.id,
-    input=[{"type": "function_call_output", "call_id": call.call_id, "output": RESULT}],
+    input=output,
     tools=tools,
     tool_choice="none",
     temperature=0,
     max_output_tokens=24,
 )
 assert second.previous_response_id == first.id and second.output_text, second
+assert counted.object == "response.input_tokens" and counted.input_tokens == second.usage.input_tokens, (counted, second.usage)
 conversation = [
     {"role": "user", "content": QUESTION},
     {"role": "assistant", "content": None, "tool_calls": [{"id": call.call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}]},

@@ -29,7 +29,8 @@ operations = {op["operationId"] for path in doc["paths"].values() for op in path
 expected = {"health", "ready", "metrics", "openapi", "listModels", "retrieveModel", "deleteModel", "createChatCompletion",
             "createCompletion", "createEmbedding", "guard", "guardScan", "guardBatch", "createModeration",
             "createResponse", "getResponse", "deleteResponse", "createMessage", "countMessageTokens", "loadModel",
-            "infill", "llamaCompletion", "llamaCompletions"}
+            "infill", "llamaCompletion", "llamaCompletions", "getProps", "llamaEmbedding", "countResponseInputTokens",
+            "countChatInputTokens"}
 assert expected <= operations, f"operations missing from the document: {expected - operations}"
 print("openapi-spec-validator: valid OpenAPI", doc["openapi"], "with", len(operations), "operations")
 

@@ -18,6 +18,7 @@ use hyper::Response;
 use serde_json::{json, Map, Value};
 
 use super::chat_request::{outputs, Call, ChatRequest, Outputs, ToolChoice};
+use super::chat_turn::prompt_tokens;
 use super::generation::{add_usage, blocking, completion_object, next_event, random_id, submit, unix_now, usage_json};
 use super::reasoning::Split;
 use super::reply::{self, ReadReply, ReplyReader, ReplySyntax};
@@ -95,6 +96,15 @@ pub async fn handle(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         completion["timings"] = t;
     }
     Ok(ok_json(&completion))
+}
+
+/// llama-server's `POST /v1/chat/completions/input_tokens`: the prompt tokens the request's
+/// messages, tools and images give its model, answered as OpenAI's Responses count is.
+pub async fn input_tokens(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
+    let typed = ChatCompletionRequest::from_body(&Value::Object(body))?;
+    let state = state.clone();
+    let tokens = blocking(move || prompt_tokens(&state, typed)).await?;
+    Ok(ok_json(&json!({"object": "response.input_tokens", "input_tokens": tokens})))
 }
 
 /// The usage object, with the tokens spent in thinking blocks.

@@ -98,10 +98,7 @@ pub(crate) struct Outputs {
 /// The outputs of a request: its prompt (the messages rendered by the model's template and
 /// tokenized) and one output per choice, each with its own parameters (and grammar).
 pub(crate) fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -> Result<Outputs, ApiError> {
-    let input =
-        ChatInput { tools: request.tools.clone(), extra: request.template_vars.clone(), ..ChatInput::new(request.messages.clone()) };
-    let rendered = render_prompt(entry, input, request.prompt_end)?;
-    let (prompt, images) = prompt_with_images(entry, request, &rendered.text)?;
+    let (rendered, prompt, images) = prompt(entry, request)?;
     let lora = entry.adapters.resolve(request.common.lora.as_deref())?;
     let seqs = (0..request.common.n)
         .map(|i| {
@@ -114,6 +111,16 @@ pub(crate) fn outputs(entry: &ModelEntry, request: &ChatRequest, stream: bool) -
     // under a grammar the reply is what the grammar says from its first token: never reasoning
     let syntax = ReplySyntax::of_prompt(&rendered, request.constraint.is_some());
     Ok(Outputs { seqs, syntax })
+}
+
+/// A request's prompt: the messages rendered by the model's template, and its ids (the rows of
+/// its images in their places).
+pub(crate) fn prompt(entry: &ModelEntry, request: &ChatRequest) -> Result<(ChatPrompt, Vec<TokenId>, PromptImages), ApiError> {
+    let input =
+        ChatInput { tools: request.tools.clone(), extra: request.template_vars.clone(), ..ChatInput::new(request.messages.clone()) };
+    let rendered = render_prompt(entry, input, request.prompt_end)?;
+    let (ids, images) = prompt_with_images(entry, request, &rendered.text)?;
+    Ok((rendered, ids, images))
 }
 
 /// The rendered prompt's ids: its tokens, and the rows of its images (through the model's

@@ -7,11 +7,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::chat::tokenize_rendered;
 use engine::generate::{FinishReason, Usage};
 
 pub(crate) use super::chat_request::Call;
-use super::chat_request::{outputs, typed_prompt, ChatRequest, Outputs};
+use super::chat_request::{outputs, prompt, ChatRequest, Outputs};
 use super::generation::{blocking, next_event, submit};
 use super::reasoning::Split;
 use super::reply::{self, ReadReply, ReplyReader};
@@ -79,12 +78,14 @@ pub(crate) async fn complete(state: &Arc<AppState>, typed: ChatCompletionRequest
     Ok(Reply { reasoning, content, calls, end, model })
 }
 
-/// The prompt tokens of the chat request `typed` on its model (its messages and tools rendered
-/// by the model's template, as a reply to it would be asked for).
+/// The prompt tokens of the chat request `typed` on its model: its messages and tools rendered
+/// by the model's template, its images' rows counted, as a reply to it would be asked for (the
+/// request checked as that would check it). Blocks on an image's encoding (whose rows the
+/// request that follows then finds cached): call it off the async threads.
 pub(crate) fn prompt_tokens(state: &AppState, typed: ChatCompletionRequest) -> Result<usize, ApiError> {
     let entry = state.registry.generator(&typed.model_id()?)?;
-    let prompt = typed_prompt(&entry, &typed, &state.chat_defaults)?;
-    Ok(tokenize_rendered(entry.model.tokenizer(), &prompt.text).len())
+    let request = typed.check(entry.model.tokenizer().n_vocab(), &state.timeouts, &state.chat_defaults)?;
+    Ok(prompt(&entry, &request)?.1.len())
 }
 
 /// What a streamed turn says, in order.

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::chat_turn::{self, Call, Turn, TurnEnd, TurnEvent};
-use super::generation::{random_id, stop_string_met};
+use super::generation::{blocking, random_id, stop_string_met};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, typed, Body, SseSender, Tagged};
 use crate::requests::chat::{self, function_tools, CallMade, ChatCompletionRequest, ChatMessage, ConvertedChat, Role as ChatRole};
@@ -408,8 +408,9 @@ async fn stream(mut turn: Turn, request: &MessagesRequest, state: &AppState, sse
     }
 }
 
-pub fn count_tokens(state: &AppState, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
+pub async fn count_tokens(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
     let request: MessagesRequest = typed(body)?;
-    let tokens = chat_turn::prompt_tokens(state, request.to_chat()?)?;
+    let (state, chat) = (state.clone(), request.to_chat()?);
+    let tokens = blocking(move || chat_turn::prompt_tokens(&state, chat)).await?;
     Ok(ok_json(&json!({"input_tokens": tokens})))
 }

@@ -16,6 +16,7 @@ pub mod lora_adapters;
 pub mod messages;
 pub mod models;
 pub mod moderations;
+pub mod props;
 mod reasoning;
 mod reply;
 pub mod rerank;

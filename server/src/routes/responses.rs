@@ -1,5 +1,6 @@
 //! OpenAI's Responses API: `POST /v1/responses` (answered whole, or streamed as the Responses
-//! event stream, `responses_stream.rs`), `GET` and `DELETE /v1/responses/{id}`. A request parses
+//! event stream, `responses_stream.rs`), `GET` and `DELETE /v1/responses/{id}`, and
+//! `POST /v1/responses/input_tokens` (the prompt's token count). A request parses
 //! into a typed [`ResponsesRequest`] and is converted into the chat request it means
 //! (`instructions` as the system prompt, input items as chat turns: messages, `function_call`
 //! items as an assistant turn's tool calls, `function_call_output` items as tool results; function
@@ -17,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::chat_turn::{self, Call, Reply, Turn, TurnEnd};
-use super::generation::{random_id, unix_now};
+use super::generation::{blocking, random_id, unix_now};
 use super::responses_stream;
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, typed, typed_at, Body, Tagged};
@@ -502,16 +503,7 @@ pub async fn create(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
         return Err(ApiError::invalid_param("store", "this server keeps no responses (--responses-store 0): send store false"));
     }
     let store = request.store.unwrap_or(true) && state.responses.enabled();
-    let mut history = match &request.previous_response_id {
-        Some(id) => {
-            let earlier = state.responses.get(id).ok_or_else(|| {
-                ApiError::not_found("previous_response_id", format!("no stored response has the id {id:?} (it may have been evicted)"))
-            })?;
-            earlier.history
-        }
-        None => Vec::new(),
-    };
-    history.extend(request.input_messages()?);
+    let history = conversation(state, &request)?;
     let chat = request.to_chat(&history)?;
     let keep = Keep { store, history };
     if request.stream == Some(true) {
@@ -527,6 +519,32 @@ pub async fn create(state: &Arc<AppState>, body: Map<String, Value>) -> Result<R
     let response = shell.finished(output_items(&reply), &reply.end);
     keep.save(state, &response, assistant_turn(&reply.content, &reply.calls));
     Ok(ok_json(&response))
+}
+
+/// The conversation a request continues (its `previous_response_id`'s, 404 when that is not
+/// stored) with the request's input after it.
+fn conversation(state: &AppState, request: &ResponsesRequest) -> Result<Vec<ChatMessage>, ApiError> {
+    let mut history = match &request.previous_response_id {
+        Some(id) => {
+            let earlier = state.responses.get(id).ok_or_else(|| {
+                ApiError::not_found("previous_response_id", format!("no stored response has the id {id:?} (it may have been evicted)"))
+            })?;
+            earlier.history
+        }
+        None => Vec::new(),
+    };
+    history.extend(request.input_messages()?);
+    Ok(history)
+}
+
+/// `POST /v1/responses/input_tokens` (OpenAI's): the prompt tokens the request would give its
+/// model (instructions, tools and the conversation rendered by the model's template).
+pub async fn input_tokens(state: &Arc<AppState>, body: Map<String, Value>) -> Result<Response<Body>, ApiError> {
+    let request: ResponsesRequest = typed(body)?;
+    request.check()?;
+    let (state, chat) = (state.clone(), request.to_chat(&conversation(state, &request)?)?);
+    let tokens = blocking(move || chat_turn::prompt_tokens(&state, chat)).await?;
+    Ok(ok_json(&json!({"object": "response.input_tokens", "input_tokens": tokens})))
 }
 
 /// The output items of a reply answered whole.

@@ -2,7 +2,8 @@
 //! prompt prefilled in small chunks gives the same logprobs as one read whole (a chunk may cut
 //! an idefics3 image, whose rows are causal, but never a Gemma 3 image, whose rows see each
 //! other), and a second request about the same pixels finds the image's rows in the cache;
-//! llama-server's `/completion` reads `multimodal_data` as chat reads image parts.
+//! llama-server's `/completion` reads `multimodal_data` as chat reads image parts, and the
+//! prompt's count counts an image's rows.
 
 use std::sync::Arc;
 
@@ -32,13 +33,17 @@ fn serve(projector: &str, prefill_chunk: usize) -> String {
     }))
 }
 
-fn ask(base: &str, image: &str) -> Value {
+/// A chat request about `image` (a file of the fixtures).
+fn question(image: &str) -> Value {
     let png = std::fs::read(fixture("vision").join(image)).unwrap();
     let url = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(png));
     let content = json!([{"type": "text", "text": "Here: "}, {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": " what is it?"}]);
-    let body = json!({"model": "vlm", "max_tokens": 4, "temperature": 0, "logprobs": true, "top_logprobs": 5,
-                      "messages": [{"role": "user", "content": content}]});
-    let (status, answer) = post(base, "/v1/chat/completions", body);
+    json!({"model": "vlm", "max_tokens": 4, "temperature": 0, "logprobs": true, "top_logprobs": 5,
+           "messages": [{"role": "user", "content": content}]})
+}
+
+fn ask(base: &str, image: &str) -> Value {
+    let (status, answer) = post(base, "/v1/chat/completions", question(image));
     assert!(status.is_success(), "{answer}");
     answer
 }
@@ -80,7 +85,11 @@ fn the_same_image_again_is_read_from_the_prefix_cache() {
 fn completion_reads_multimodal_data_where_its_markers_are_as_chat_reads_image_parts() {
     for (projector, image) in [("gemma3", "tile-32.png"), ("idefics3", "grid-64.png")] {
         let base = serve(projector, 5);
+        // the prompt's count, its image's rows included, before it is sent
+        let (status, counted) = post(&base, "/v1/chat/completions/input_tokens", question(image));
+        assert!(status.is_success(), "{counted}");
         let chat = ask(&base, image);
+        assert_eq!(counted["input_tokens"], chat["usage"]["prompt_tokens"], "{projector}");
         // the chat's prompt as llama-server's page builds it: the template's text with
         // `<__media__>` where the image goes, then the image's base64 beside it
         let content = json!([{"type": "text", "text": "Here: "}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},

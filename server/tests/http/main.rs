@@ -2,12 +2,14 @@
 //! model and the tiny Guardian 3.0 fixture as guard. Routes, error statuses and bodies, SSE
 //! framing, usage counts against the tokenizer, guard routes, unloading, metrics; speculative
 //! decoding (`speculation.rs`); llama-server's `/infill` (`editor.rs`), `/completion`
-//! (`llama_completion.rs`), and its timings and progress reports (`stream_extras.rs`).
+//! (`llama_completion.rs`), its timings and progress reports (`stream_extras.rs`), and its other
+//! routes and names (`llama_routes.rs`).
 
 #[path = "../common/mod.rs"]
 mod common;
 mod editor;
 mod llama_completion;
+mod llama_routes;
 mod speculation;
 mod stream_extras;
 
