@@ -1,6 +1,7 @@
 """The playground page at `/` in a real headless browser (Debian's chromium through selenium):
 the page loads without console errors and asks for the API key the server wants; a chat reply
-streams into the page (the reply element grows chunk by chunk before the answer ends); a guard
+streams into the page (the reply element grows chunk by chunk before the answer ends) with its
+speed under it; a guard
 scan draws one bar per risk, each as wide as the risk's probability, and a screenshot of the
 guard panel is written to the path given; the policy picker lists the server's policies (a
 `strict` one: harm at threshold 0) and a check under it marks harm unsafe at that threshold;
@@ -9,6 +10,7 @@ moderation of a pasted list fills one row per line.
     webui.py BASE_URL API_KEY CHROMEDRIVER SCREENSHOT.png
 Exits non-zero on the first failed check."""
 
+import re
 import sys
 import time
 
@@ -70,6 +72,9 @@ try:
     final = len(driver.find_element(By.CSS_SELECTOR, "#chat-reply .content").get_attribute("textContent"))
     assert len(set(growth)) >= 3 and growth == sorted(growth) and growth[-1] == final, (growth, final)
     assert driver.find_element(By.ID, "chat-error").text == ""
+    # under the reply, its speed from the last chunk's timings
+    stats = driver.find_element(By.CSS_SELECTOR, "#chat-reply .stats").text
+    assert re.fullmatch(r"\d+ tokens, [\d.]+ tokens/s · prompt \d+ tokens, [\d.]+ tokens/s \(\d+ cached\)", stats), stats
 
     # guard: take the conversation, scan it, one bar per risk
     driver.find_element(By.CSS_SELECTOR, "nav button[data-tab=guard]").click()
