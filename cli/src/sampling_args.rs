@@ -1,6 +1,6 @@
-//! The sampling and stopping flags `run` and `chat` share, with llama.cpp's defaults
-//! (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, a random seed that is printed so a run
-//! can be repeated).
+//! The sampling and stopping flags `run` and `chat` share, with llama.cpp's names and defaults
+//! (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, typical, top-n-sigma, XTC and the
+//! dynamic temperature off, a random seed that is printed so a run can be repeated).
 
 use engine::sampling::{SamplerStep, SamplingParams};
 use engine::tokenizer::TokenId;
@@ -28,6 +28,27 @@ pub struct SamplingArgs {
     /// Subtracted per occurrence in the output (OpenAI's frequency penalty).
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
+    /// Locally typical sampling: keep the tokens whose surprise is nearest the entropy up to
+    /// this total probability (1 = off).
+    #[arg(long = "typical", default_value_t = 1.0)]
+    pub typical_p: f32,
+    /// Keep the tokens within this many standard deviations of the best logit (0 or less = off).
+    #[arg(long = "top-nsigma", default_value_t = -1.0, allow_negative_numbers = true)]
+    pub top_n_sigma: f32,
+    /// XTC: the chance at each token of excluding every token above --xtc-threshold but the
+    /// least likely of them (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub xtc_probability: f32,
+    /// XTC's threshold (above 0.5: nothing is excluded).
+    #[arg(long, default_value_t = 0.1)]
+    pub xtc_threshold: f32,
+    /// The dynamic temperature: within --temp plus or minus this, following the candidates'
+    /// entropy (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub dynatemp_range: f32,
+    /// The dynamic temperature's exponent.
+    #[arg(long = "dynatemp-exp", default_value_t = 1.0)]
+    pub dynatemp_exponent: f32,
     /// Add BIAS to token ID's logit, as ID=BIAS (repeatable; -100 bans a token).
     #[arg(long = "logit-bias", value_parser = parse_logit_bias, allow_negative_numbers = true)]
     pub logit_bias: Vec<(TokenId, f32)>,
@@ -58,6 +79,12 @@ impl SamplingArgs {
             frequency_penalty: self.frequency_penalty,
             logit_bias: self.logit_bias.clone(),
             seed,
+            typical_p: self.typical_p,
+            top_n_sigma: self.top_n_sigma,
+            xtc_probability: self.xtc_probability,
+            xtc_threshold: self.xtc_threshold,
+            dynatemp_range: self.dynatemp_range,
+            dynatemp_exponent: self.dynatemp_exponent,
             order: self.samplers.clone().map(|o| o.0),
         };
         params.validate(n_vocab)?;

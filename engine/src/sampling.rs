@@ -1,5 +1,7 @@
 //! Choosing the next token from a row of logits: logit bias, repetition / presence / frequency
-//! penalties, top-k, top-p, min-p, temperature and a seeded random draw.
+//! penalties, top-k, top-p, min-p, temperature and a seeded random draw; and llama.cpp's other
+//! samplers (typical-p, top-n-sigma, XTC, the dynamic temperature: `shaping.rs`), which run in
+//! llama-server's default order when one of them is on.
 //!
 //! The pipeline, in order (the order is part of the contract, tests pin it):
 //! 1. `logit_bias` is added to the named tokens;
@@ -16,6 +18,7 @@
 
 mod chain;
 mod distribution;
+mod shaping;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -49,8 +52,23 @@ pub struct SamplingParams {
     /// Added to the logits of these tokens (-100 effectively bans a token, +100 forces it).
     pub logit_bias: Vec<(TokenId, f32)>,
     pub seed: u64,
+    /// Locally typical sampling: keep the tokens whose surprise is nearest the entropy until
+    /// their probability passes this (1 = off).
+    pub typical_p: f32,
+    /// Keep the tokens whose logit is within this many standard deviations of the best (0 or
+    /// less = off).
+    pub top_n_sigma: f32,
+    /// XTC: the chance, at each token, that every token at least `xtc_threshold` likely but the
+    /// least likely of them is excluded (0 = off; a threshold above 0.5 never excludes).
+    pub xtc_probability: f32,
+    pub xtc_threshold: f32,
+    /// The dynamic temperature: within `temperature` ± this, following the candidates'
+    /// normalised entropy raised to `dynatemp_exponent` (0 = a fixed temperature).
+    pub dynatemp_range: f32,
+    pub dynatemp_exponent: f32,
     /// The cuts in the order named (llama-server's `samplers`), temperature only where named;
-    /// `None`: top-k, top-p, min-p, then temperature, and 0 is greedy.
+    /// `None`: top-k, top-p, min-p, then temperature (llama-server's default order when
+    /// typical-p, top-n-sigma, XTC or the dynamic temperature is on), and 0 is greedy.
     pub order: Option<Vec<SamplerStep>>,
 }
 
@@ -66,6 +84,12 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             logit_bias: Vec::new(),
             seed: 0,
+            typical_p: 1.0,
+            top_n_sigma: -1.0,
+            xtc_probability: 0.0,
+            xtc_threshold: 0.1,
+            dynatemp_range: 0.0,
+            dynatemp_exponent: 1.0,
             order: None,
         }
     }
@@ -96,6 +120,13 @@ impl SamplingParams {
         check("presence_penalty", pp, (-2.0..=2.0).contains(&pp), "between -2 and 2")?;
         let fp = self.frequency_penalty;
         check("frequency_penalty", fp, (-2.0..=2.0).contains(&fp), "between -2 and 2")?;
+        check("typical_p", self.typical_p, (0.0..=1.0).contains(&self.typical_p), "between 0 and 1")?;
+        check("top_n_sigma", self.top_n_sigma, self.top_n_sigma <= 100.0, "at most 100 (0 or less: off)")?;
+        check("xtc_probability", self.xtc_probability, (0.0..=1.0).contains(&self.xtc_probability), "between 0 and 1")?;
+        check("xtc_threshold", self.xtc_threshold, (0.0..=1.0).contains(&self.xtc_threshold), "between 0 and 1")?;
+        check("dynatemp_range", self.dynatemp_range, (0.0..=100.0).contains(&self.dynatemp_range), "between 0 and 100")?;
+        let de = self.dynatemp_exponent;
+        check("dynatemp_exponent", de, (0.0..=100.0).contains(&de), "between 0 and 100")?;
         for &(id, bias) in &self.logit_bias {
             if id as usize >= n_vocab {
                 return Err(SamplingError::OutOfRange {
@@ -111,6 +142,21 @@ impl SamplingParams {
 
     fn is_greedy(&self) -> bool {
         self.temperature == 0.0
+    }
+
+    /// Whether one of llama.cpp's other samplers is on (then its default order runs).
+    fn shapes(&self) -> bool {
+        self.typical_p < 1.0 || self.top_n_sigma > 0.0 || self.xtc_probability > 0.0 || self.dynatemp_range > 0.0
+    }
+
+    /// The uniform number XTC draws for output token `position` (1, which never cuts, when XTC
+    /// is off): a function of the seed and the position alone, so that a position's
+    /// distribution is the same however the tokens before it were verified.
+    fn xtc_draw(&self, position: u64) -> f64 {
+        if self.xtc_probability <= 0.0 {
+            return 1.0;
+        }
+        Rng::new(self.seed ^ 0x5854_435f_6472_6177 ^ position.wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_f64()
     }
 }
 
@@ -169,8 +215,18 @@ fn better(a: &(TokenId, f32), b: &(TokenId, f32)) -> std::cmp::Ordering {
 /// Turns adjusted (biased, penalised, masked) logits into the distribution the draw uses:
 /// greedy gives certainty on the argmax; otherwise top-k, top-p, min-p and temperature.
 pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribution, SamplingError> {
+    distribution_at(params, logits, None, params.xtc_draw(0))
+}
+
+/// [`distribution`] with the vocabulary the `infill` step reads and this position's XTC draw.
+fn distribution_at(
+    params: &SamplingParams,
+    logits: &[f32],
+    vocab: Option<&Tokenizer>,
+    xtc_draw: f64,
+) -> Result<Distribution, SamplingError> {
     if let Some(order) = &params.order {
-        return chain::ordered(params, order, logits, None);
+        return chain::ordered(params, order, logits, vocab, xtc_draw);
     }
     if params.is_greedy() {
         let best = argmax(logits);
@@ -178,6 +234,9 @@ pub fn distribution(params: &SamplingParams, logits: &[f32]) -> Result<Distribut
             return Err(SamplingError::NoCandidates);
         }
         return Ok(Distribution::certain(best));
+    }
+    if params.shapes() {
+        return chain::ordered(params, &chain::DEFAULT_ORDER, logits, vocab, xtc_draw);
     }
     if (params.top_k == 0 || params.top_k >= logits.len()) && params.top_p >= 1.0 && params.min_p <= 0.0 {
         return whole_vocabulary(logits, params.temperature);
@@ -349,6 +408,8 @@ pub struct Sampler {
     output_counts: FxHashMap<TokenId, u32>,
     /// Tokens of the prompt and the output (repetition penalty).
     seen: FxHashSet<TokenId>,
+    /// Output tokens so far: the position of the next, whose XTC draw it decides.
+    produced: u64,
 }
 
 impl Sampler {
@@ -360,7 +421,7 @@ impl Sampler {
         if params.repetition_penalty != 1.0 {
             seen.extend(prompt.iter().copied());
         }
-        Sampler { params, rng, output_counts: FxHashMap::default(), seen }
+        Sampler { params, rng, output_counts: FxHashMap::default(), seen, produced: 0 }
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -369,6 +430,7 @@ impl Sampler {
 
     /// Records a token of the output (for the penalties).
     pub fn accept(&mut self, token: TokenId) {
+        self.produced += 1;
         *self.output_counts.entry(token).or_default() += 1;
         if self.params.repetition_penalty != 1.0 {
             self.seen.insert(token);
@@ -411,10 +473,7 @@ impl Sampler {
 
     /// The distribution a draw would use for these adjusted logits of `vocab`'s tokens.
     pub fn distribution(&self, adjusted: &[f32], vocab: &Tokenizer) -> Result<Distribution, SamplingError> {
-        match &self.params.order {
-            Some(order) => chain::ordered(&self.params, order, adjusted, Some(vocab)),
-            None => distribution(&self.params, adjusted),
-        }
+        distribution_at(&self.params, adjusted, Some(vocab), self.params.xtc_draw(self.produced))
     }
 
     /// Draws from `dist` with this sampler's generator.
@@ -432,7 +491,7 @@ impl Sampler {
     /// the token (call [`Sampler::accept`] once it is kept).
     pub fn pick(&mut self, logits: &mut [f32]) -> Result<TokenId, SamplingError> {
         self.adjust(logits);
-        let dist = distribution(&self.params, logits)?;
+        let dist = distribution_at(&self.params, logits, None, self.params.xtc_draw(self.produced))?;
         Ok(self.sample(&dist))
     }
 }

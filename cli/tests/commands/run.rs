@@ -83,9 +83,22 @@ fn seeded_sampling_repeats_and_bad_values_are_refused_in_one_line() {
     assert_eq!(a.stdout, b.stdout);
     assert!(String::from_utf8_lossy(&a.stderr).contains("seed 18446744073709551615"));
 
-    for (flag, value) in
-        [("--top-p", "1.5"), ("--temp", "-1"), ("--logit-bias", "99999=1"), ("--presence-penalty", "3"), ("--draft-p-min", "1.5")]
-    {
+    // llama.cpp's other samplers: seeded, they repeat too, and XTC changes the text
+    let xtc =
+        [args.as_slice(), &["--xtc-probability", "1", "--xtc-threshold", "0.01", "--typical", "0.9", "--dynatemp-range", "0.3"]].concat();
+    let (c, d) = (run(&xtc), run(&xtc));
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    assert_eq!(c.stdout, d.stdout);
+    assert_ne!(c.stdout, a.stdout);
+    for (flag, value) in [
+        ("--top-p", "1.5"),
+        ("--temp", "-1"),
+        ("--logit-bias", "99999=1"),
+        ("--presence-penalty", "3"),
+        ("--draft-p-min", "1.5"),
+        ("--xtc-probability", "2"),
+        ("--typical", "1.5"),
+    ] {
         let out = run(&["-m", m, "-p", "The quick", flag, value]);
         assert_eq!(out.status.code(), Some(2), "{flag}");
         let err = String::from_utf8(out.stderr).unwrap();

@@ -1,10 +1,13 @@
 //! Samplers in the order a request names them (llama-server's `samplers`): each step cuts or
 //! reshapes the candidates left by the one before, and the draw is a softmax of what is left.
 //! As in llama.cpp's chain, temperature is applied only where it is named (0 there keeps the
-//! most likely token), and the `infill` step keeps a code model's fill short: it ends the fill
-//! when the end-of-generation tokens weigh enough, merges tokens whose text starts another's,
-//! and keeps only clear favourites.
+//! most likely token, and a dynamic temperature range makes it follow the candidates'
+//! entropy), and the `infill` step keeps a code model's fill short: it ends the fill when the
+//! end-of-generation tokens weigh enough, merges tokens whose text starts another's, and keeps
+//! only clear favourites. Without a named order, llama-server's default one runs when one of
+//! its other samplers (typical-p, top-n-sigma, XTC, the dynamic temperature) is on.
 
+use super::shaping::{cut_top_n_sigma, cut_typical, cut_xtc, dynamic_temperature};
 use super::{better, cut_min_p, cut_top_k, cut_top_p, finite_candidates, softmax, Distribution, SamplingError, SamplingParams};
 use crate::tokenizer::{TokenId, Tokenizer};
 
@@ -16,8 +19,11 @@ pub enum SamplerStep {
     MinP,
     Temperature,
     Infill,
-    /// A sampler of llama.cpp's this engine has no parameters for (`dry`, `typ_p`,
-    /// `top_n_sigma`, `xtc`, `adaptive_p`): at their defaults they change nothing, and so here.
+    TypicalP,
+    TopNSigma,
+    Xtc,
+    /// A sampler of llama.cpp's this engine has no parameters for (`dry`, `adaptive_p`): at
+    /// their defaults they change nothing, and so here.
     Inert,
     /// The penalties, which the logit adjustment applies before any step.
     Penalties,
@@ -35,16 +41,16 @@ impl SamplerStep {
             ("infill", SamplerStep::Infill),
             ("penalties", SamplerStep::Penalties),
             ("dry", SamplerStep::Inert),
-            ("typ_p", SamplerStep::Inert),
-            ("top_n_sigma", SamplerStep::Inert),
-            ("xtc", SamplerStep::Inert),
+            ("typ_p", SamplerStep::TypicalP),
+            ("top_n_sigma", SamplerStep::TopNSigma),
+            ("xtc", SamplerStep::Xtc),
             ("adaptive_p", SamplerStep::Inert),
         ];
         let spelled = |c: &str| name == c || name == c.replace('_', "-") || name == c.replace('_', "");
         let alias = match name {
             "nucleus" => Some(SamplerStep::TopP),
             "temp" => Some(SamplerStep::Temperature),
-            "typ" => Some(SamplerStep::Inert),
+            "typ" => Some(SamplerStep::TypicalP),
             _ => None,
         };
         CANONICAL.iter().find(|(c, _)| spelled(c)).map(|&(_, step)| step).or(alias)
@@ -59,21 +65,38 @@ impl SamplerStep {
             't' => SamplerStep::Temperature,
             'i' => SamplerStep::Infill,
             'e' => SamplerStep::Penalties,
-            'd' | 'y' | 's' | 'x' | 'a' => SamplerStep::Inert,
+            'y' => SamplerStep::TypicalP,
+            's' => SamplerStep::TopNSigma,
+            'x' => SamplerStep::Xtc,
+            'd' | 'a' => SamplerStep::Inert,
             _ => return None,
         };
         Some(step)
     }
 }
 
+/// llama-server's default order of its samplers (the penalties and `dry` aside: the logit
+/// adjustment applies the penalties first, and there is no `dry` here).
+pub(super) const DEFAULT_ORDER: [SamplerStep; 7] = [
+    SamplerStep::TopNSigma,
+    SamplerStep::TopK,
+    SamplerStep::TypicalP,
+    SamplerStep::TopP,
+    SamplerStep::MinP,
+    SamplerStep::Xtc,
+    SamplerStep::Temperature,
+];
+
 /// The distribution after `order`'s steps over the adjusted `logits`; `vocab` gives the
 /// `infill` step the tokens' texts and ends (without it, that step is skipped: a draft model's
-/// proposals, which the target checks with its own).
+/// proposals, which the target checks with its own); `xtc_draw` (uniform in [0, 1)) decides
+/// whether XTC cuts at this position.
 pub(super) fn ordered(
     params: &SamplingParams,
     order: &[SamplerStep],
     logits: &[f32],
     vocab: Option<&Tokenizer>,
+    xtc_draw: f64,
 ) -> Result<Distribution, SamplingError> {
     let mut cands = finite_candidates(logits)?;
     for step in order {
@@ -81,10 +104,20 @@ pub(super) fn ordered(
             SamplerStep::TopK => cut_top_k(&mut cands, params.top_k),
             SamplerStep::TopP if params.top_p < 1.0 => cut_top_p(&mut cands, params.top_p),
             SamplerStep::MinP => cut_min_p(&mut cands, params.min_p),
-            SamplerStep::Temperature if params.temperature <= 0.0 => {
-                cands = cands.iter().min_by(|a, b| better(a, b)).into_iter().copied().collect();
+            SamplerStep::TopNSigma => cut_top_n_sigma(&mut cands, params.top_n_sigma),
+            SamplerStep::TypicalP => cut_typical(&mut cands, params.typical_p),
+            SamplerStep::Xtc => cut_xtc(&mut cands, params.xtc_probability, params.xtc_threshold, xtc_draw),
+            SamplerStep::Temperature => {
+                let t = match params.dynatemp_range {
+                    range if range > 0.0 => dynamic_temperature(&cands, params.temperature, range, params.dynatemp_exponent),
+                    _ => params.temperature,
+                };
+                if t <= 0.0 {
+                    cands = cands.iter().min_by(|a, b| better(a, b)).into_iter().copied().collect();
+                } else {
+                    cands.iter_mut().for_each(|c| c.1 /= t);
+                }
             }
-            SamplerStep::Temperature => cands.iter_mut().for_each(|c| c.1 /= params.temperature),
             SamplerStep::Infill => {
                 if let Some(vocab) = vocab {
                     infill(&mut cands, vocab);

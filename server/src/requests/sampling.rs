@@ -92,6 +92,26 @@ pub struct SamplingRequest {
     /// each (`"kpi"`).
     #[serde(default)]
     pub samplers: Option<Samplers>,
+    /// llama-server's other samplers: locally typical sampling, top-n-sigma, XTC, the dynamic
+    /// temperature.
+    #[serde(default)]
+    pub typical_p: Option<f64>,
+    #[serde(default)]
+    pub top_n_sigma: Option<f64>,
+    #[serde(default)]
+    pub xtc_probability: Option<f64>,
+    #[serde(default)]
+    pub xtc_threshold: Option<f64>,
+    #[serde(default)]
+    pub dynatemp_range: Option<f64>,
+    #[serde(default)]
+    pub dynatemp_exponent: Option<f64>,
+    /// llama-server's DRY and mirostat samplers, which this server does not have: refused
+    /// unless off (0), never ignored.
+    #[serde(default)]
+    pub dry_multiplier: Option<f64>,
+    #[serde(default)]
+    pub mirostat: Option<f64>,
     #[serde(default)]
     pub timings_per_token: Option<bool>,
     #[serde(default)]
@@ -233,8 +253,19 @@ impl SamplingRequest {
             frequency_penalty: in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?.unwrap_or(0.0),
             logit_bias: self.logit_bias(n_vocab)?,
             seed: self.seed.map_or_else(rand_seed, |s| s.0),
+            typical_p: in_range("typical_p", self.typical_p, 0.0, 1.0)?.unwrap_or(defaults.typical_p),
+            top_n_sigma: in_range("top_n_sigma", self.top_n_sigma, -100.0, 100.0)?.unwrap_or(defaults.top_n_sigma),
+            xtc_probability: in_range("xtc_probability", self.xtc_probability, 0.0, 1.0)?.unwrap_or(defaults.xtc_probability),
+            xtc_threshold: in_range("xtc_threshold", self.xtc_threshold, 0.0, 1.0)?.unwrap_or(defaults.xtc_threshold),
+            dynatemp_range: in_range("dynatemp_range", self.dynatemp_range, 0.0, 100.0)?.unwrap_or(defaults.dynatemp_range),
+            dynatemp_exponent: in_range("dynatemp_exponent", self.dynatemp_exponent, 0.0, 100.0)?.unwrap_or(defaults.dynatemp_exponent),
             order: self.samplers.as_ref().map(|s| s.0.clone()),
         };
+        for (name, sampler, value) in [("dry_multiplier", "DRY", self.dry_multiplier), ("mirostat", "mirostat", self.mirostat)] {
+            if value.is_some_and(|v| v != 0.0) {
+                return Err(ApiError::invalid_param(name, format!("this server has no {sampler} sampler: send {name} 0 or leave it out")));
+            }
+        }
         let max_tokens = match int_in("max_completion_tokens", self.max_completion_tokens, 1, u32::MAX as u64)? {
             Some(v) => Some(v as usize),
             None => int_in("max_tokens", self.max_tokens, 1, u32::MAX as u64)?.map(|v| v as usize),

@@ -177,6 +177,43 @@ fn post_sampling_probs_are_those_of_the_distribution_drawn_from() {
 }
 
 #[test]
+fn llama_cpps_other_samplers_shape_the_distribution_drawn_from() {
+    let model = chat_model();
+    let tok = model.tokenizer();
+    let base = plain_chat_server();
+    let url = format!("{base}/completion");
+    let prompt = tok.encode("The little dog", true, true);
+    let mut kv = model.new_kv_cache(engine::kv_cache::KvType::F16, 64);
+    let logits = model.forward(&mut kv, &BatchEntry::sequence(0, &prompt, 0, false)).unwrap();
+    let row = logits.row(0);
+    let first = |extra: Value| -> Value {
+        let mut body = json!({"prompt": prompt, "n_predict": 1, "n_probs": 100, "post_sampling_probs": true, "temperature": 1, "seed": 1});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let r: Value = client().post(&url).json(&body).send().unwrap().json().unwrap();
+        r["completion_probabilities"][0].clone()
+    };
+    let drawn_from = |step: &Value| -> Vec<u32> {
+        let mut ids: Vec<u32> = step["top_probs"].as_array().unwrap().iter().map(|t| t["id"].as_u64().unwrap() as u32).collect();
+        ids.sort_unstable();
+        ids
+    };
+    // XTC at threshold 0 (every token is above it): only the least likely is left
+    let least = (0..row.len()).min_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a))).unwrap() as u32;
+    let step = first(json!({"xtc_probability": 1, "xtc_threshold": 0}));
+    assert_eq!((drawn_from(&step), step["prob"].as_f64()), (vec![least], Some(1.0)), "{step}");
+    // top-n-sigma: the tokens within one standard deviation of the best
+    let mean = row.iter().sum::<f32>() / row.len() as f32;
+    let std = (row.iter().map(|&l| (l - mean) * (l - mean)).sum::<f32>() / row.len() as f32).sqrt();
+    let best = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let near: Vec<u32> = (0..row.len()).filter(|&i| row[i] >= best - std).map(|i| i as u32).collect();
+    assert!((2..100).contains(&near.len()), "{} tokens within a deviation: no test", near.len());
+    assert_eq!(drawn_from(&first(json!({"top_n_sigma": 1}))), near);
+    // typical sampling leaves fewer than the whole vocabulary, the dynamic temperature all of it
+    assert!(drawn_from(&first(json!({"typical_p": 0.2}))).len() < 100);
+    assert_eq!(first(json!({"dynatemp_range": 0.5}))["top_probs"].as_array().unwrap().len(), 100);
+}
+
+#[test]
 fn grammars_constrain_and_bad_requests_are_400s_naming_the_field() {
     let base = plain_chat_server();
     let url = format!("{base}/completion");
@@ -207,6 +244,10 @@ fn grammars_constrain_and_bad_requests_are_400s_naming_the_field() {
         // a schema the grammar compiler refuses names the field it came in
         (json!({"prompt": "a", "json_schema": {"type": "object", "properties": 5}}), "json_schema"),
         (json!({"prompt": "a", "n_predict": -3}), "n_predict"),
+        // samplers this server does not have, and a typical mass past 1
+        (json!({"prompt": "a", "dry_multiplier": 0.8}), "dry_multiplier"),
+        (json!({"prompt": "a", "mirostat": 2}), "mirostat"),
+        (json!({"prompt": "a", "typical_p": 1.5}), "typical_p"),
     ] {
         let e = expect_error(post(body.clone()), StatusCode::BAD_REQUEST);
         assert_eq!(e["param"], param, "{body}: {e}");
