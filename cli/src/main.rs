@@ -44,11 +44,11 @@ enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// Generate a continuation of a prompt (sampled, greedy, JSON-constrained or drafted) and
     /// stream it to stdout.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Judge a text for risks with a guard model (exit 0 safe, 1 flagged, 2 error).
     Guard(guard::GuardArgs),
     /// Talk to a chat model: each input line is a user turn, replies are streamed.
-    Chat(chat::ChatArgs),
+    Chat(Box<chat::ChatArgs>),
     /// Show the best tokens and their logits at every position of a prompt.
     Logits(logits::LogitsArgs),
     /// Measure a model's perplexity over a text (llama-perplexity's chunks), and what a KV cache
@@ -78,8 +78,8 @@ fn main() {
     let result = match cli.command {
         Command::Info(args) => info::run(args),
         Command::Tokenize(args) => tokenize::run(args),
-        Command::Run(args) => run::run(args),
-        Command::Chat(args) => chat::run(args),
+        Command::Run(args) => run::run(*args),
+        Command::Chat(args) => chat::run(*args),
         Command::Logits(args) => logits::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Bench(args) => bench::run(args),

@@ -2,7 +2,7 @@
 //! (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, typical, top-n-sigma, XTC and the
 //! dynamic temperature off, a random seed that is printed so a run can be repeated).
 
-use engine::sampling::{SamplerStep, SamplingParams};
+use engine::sampling::{DrySettings, SamplerStep, SamplingParams};
 use engine::tokenizer::TokenId;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -49,6 +49,21 @@ pub struct SamplingArgs {
     /// The dynamic temperature's exponent.
     #[arg(long = "dynatemp-exp", default_value_t = 1.0)]
     pub dynatemp_exponent: f32,
+    /// DRY: the penalty on a token that would extend a repetition (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub dry_multiplier: f32,
+    /// DRY: the penalty grows by this factor per token of the repetition past --dry-allowed-length.
+    #[arg(long, default_value_t = 1.75)]
+    pub dry_base: f32,
+    /// DRY: repetitions up to this long go unpenalised.
+    #[arg(long, default_value_t = 2)]
+    pub dry_allowed_length: usize,
+    /// DRY: the tokens scanned back for repetitions (0 = off).
+    #[arg(long, default_value_t = 64)]
+    pub dry_penalty_last_n: usize,
+    /// DRY: a text that ends a repetition's count (repeatable) [default: line end, `:`, `"`, `*`].
+    #[arg(long = "dry-sequence-breaker")]
+    pub dry_sequence_breakers: Vec<String>,
     /// Add BIAS to token ID's logit, as ID=BIAS (repeatable; -100 bans a token).
     #[arg(long = "logit-bias", value_parser = parse_logit_bias, allow_negative_numbers = true)]
     pub logit_bias: Vec<(TokenId, f32)>,
@@ -85,6 +100,17 @@ impl SamplingArgs {
             xtc_threshold: self.xtc_threshold,
             dynatemp_range: self.dynatemp_range,
             dynatemp_exponent: self.dynatemp_exponent,
+            dry: DrySettings {
+                multiplier: self.dry_multiplier,
+                base: self.dry_base,
+                allowed_length: self.dry_allowed_length,
+                penalty_last_n: self.dry_penalty_last_n,
+                sequence_breakers: if self.dry_sequence_breakers.is_empty() {
+                    DrySettings::default().sequence_breakers
+                } else {
+                    self.dry_sequence_breakers.clone()
+                },
+            },
             order: self.samplers.clone().map(|o| o.0),
         };
         params.validate(n_vocab)?;

@@ -1,7 +1,8 @@
 //! Choosing the next token from a row of logits: logit bias, repetition / presence / frequency
 //! penalties, top-k, top-p, min-p, temperature and a seeded random draw; and llama.cpp's other
-//! samplers (typical-p, top-n-sigma, XTC, the dynamic temperature: `shaping.rs`), which run in
-//! llama-server's default order when one of them is on.
+//! samplers: the DRY penalty (`dry.rs`, with the penalties) and typical-p, top-n-sigma, XTC and
+//! the dynamic temperature (`shaping.rs`), which run in llama-server's default order when one of
+//! them is on.
 //!
 //! The pipeline, in order (the order is part of the contract, tests pin it):
 //! 1. `logit_bias` is added to the named tokens;
@@ -18,6 +19,7 @@
 
 mod chain;
 mod distribution;
+mod dry;
 mod shaping;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -25,6 +27,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 pub use chain::SamplerStep;
 use distribution::sum_f64;
 pub use distribution::Distribution;
+pub use dry::DrySettings;
 
 use crate::logprobs::argmax;
 use crate::quant::ggml_expf;
@@ -66,6 +69,8 @@ pub struct SamplingParams {
     /// normalised entropy raised to `dynatemp_exponent` (0 = a fixed temperature).
     pub dynatemp_range: f32,
     pub dynatemp_exponent: f32,
+    /// The DRY penalty on tokens that would extend a repetition (off by default).
+    pub dry: DrySettings,
     /// The cuts in the order named (llama-server's `samplers`), temperature only where named;
     /// `None`: top-k, top-p, min-p, then temperature (llama-server's default order when
     /// typical-p, top-n-sigma, XTC or the dynamic temperature is on), and 0 is greedy.
@@ -90,6 +95,7 @@ impl Default for SamplingParams {
             xtc_threshold: 0.1,
             dynatemp_range: 0.0,
             dynatemp_exponent: 1.0,
+            dry: DrySettings::default(),
             order: None,
         }
     }
@@ -127,6 +133,9 @@ impl SamplingParams {
         check("dynatemp_range", self.dynatemp_range, (0.0..=100.0).contains(&self.dynatemp_range), "between 0 and 100")?;
         let de = self.dynatemp_exponent;
         check("dynatemp_exponent", de, (0.0..=100.0).contains(&de), "between 0 and 100")?;
+        let dm = self.dry.multiplier;
+        check("dry_multiplier", dm, (0.0..=100.0).contains(&dm), "between 0 and 100")?;
+        check("dry_base", self.dry.base, (1.0..=100.0).contains(&self.dry.base), "between 1 and 100")?;
         for &(id, bias) in &self.logit_bias {
             if id as usize >= n_vocab {
                 return Err(SamplingError::OutOfRange {
@@ -410,6 +419,10 @@ pub struct Sampler {
     seen: FxHashSet<TokenId>,
     /// Output tokens so far: the position of the next, whose XTC draw it decides.
     produced: u64,
+    /// With DRY on: the prompt and the output so far, and the breakers' restart sequences in
+    /// the vocabulary ([`Sampler::with_vocabulary`]).
+    history: Vec<TokenId>,
+    breakers: dry::Breakers,
 }
 
 impl Sampler {
@@ -421,7 +434,16 @@ impl Sampler {
         if params.repetition_penalty != 1.0 {
             seen.extend(prompt.iter().copied());
         }
-        Sampler { params, rng, output_counts: FxHashMap::default(), seen, produced: 0 }
+        let history = if params.dry.is_on() { prompt.to_vec() } else { Vec::new() };
+        Sampler { params, rng, output_counts: FxHashMap::default(), seen, produced: 0, history, breakers: Default::default() }
+    }
+
+    /// The DRY breakers' restart sequences in `vocab` (with DRY on: a pass over the vocabulary).
+    pub fn with_vocabulary(mut self, vocab: &Tokenizer) -> Sampler {
+        if self.params.dry.is_on() {
+            self.breakers = dry::restart_sequences(vocab, &self.params.dry.sequence_breakers);
+        }
+        self
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -431,6 +453,9 @@ impl Sampler {
     /// Records a token of the output (for the penalties).
     pub fn accept(&mut self, token: TokenId) {
         self.produced += 1;
+        if self.params.dry.is_on() {
+            self.history.push(token);
+        }
         *self.output_counts.entry(token).or_default() += 1;
         if self.params.repetition_penalty != 1.0 {
             self.seen.insert(token);
@@ -442,11 +467,12 @@ impl Sampler {
     pub fn adjusts(&self) -> bool {
         let (rp, pp, fp) = (self.params.repetition_penalty, self.params.presence_penalty, self.params.frequency_penalty);
         !self.params.logit_bias.is_empty()
+            || (self.params.dry.is_on() && self.history.len() > self.params.dry.allowed_length)
             || (rp != 1.0 && !self.seen.is_empty())
             || ((pp != 0.0 || fp != 0.0) && !self.output_counts.is_empty())
     }
 
-    /// Steps 1 and 2 of the pipeline, in place: logit bias, then the penalties.
+    /// Steps 1 and 2 of the pipeline, in place: logit bias, then the penalties (DRY's last).
     pub fn adjust(&self, logits: &mut [f32]) {
         for &(id, bias) in &self.params.logit_bias {
             if let Some(l) = logits.get_mut(id as usize) {
@@ -469,6 +495,7 @@ impl Sampler {
                 }
             }
         }
+        dry::apply(&self.params.dry, &self.breakers, &self.history, logits);
     }
 
     /// The distribution a draw would use for these adjusted logits of `vocab`'s tokens.

@@ -84,8 +84,11 @@ fn seeded_sampling_repeats_and_bad_values_are_refused_in_one_line() {
     assert!(String::from_utf8_lossy(&a.stderr).contains("seed 18446744073709551615"));
 
     // llama.cpp's other samplers: seeded, they repeat too, and XTC changes the text
-    let xtc =
-        [args.as_slice(), &["--xtc-probability", "1", "--xtc-threshold", "0.01", "--typical", "0.9", "--dynatemp-range", "0.3"]].concat();
+    let xtc = [
+        args.as_slice(),
+        &["--xtc-probability", "1", "--xtc-threshold", "0.01", "--typical", "0.9", "--dynatemp-range", "0.3", "--dry-multiplier", "0.8"],
+    ]
+    .concat();
     let (c, d) = (run(&xtc), run(&xtc));
     assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
     assert_eq!(c.stdout, d.stdout);
@@ -98,6 +101,7 @@ fn seeded_sampling_repeats_and_bad_values_are_refused_in_one_line() {
         ("--draft-p-min", "1.5"),
         ("--xtc-probability", "2"),
         ("--typical", "1.5"),
+        ("--dry-base", "0.5"),
     ] {
         let out = run(&["-m", m, "-p", "The quick", flag, value]);
         assert_eq!(out.status.code(), Some(2), "{flag}");

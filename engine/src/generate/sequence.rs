@@ -74,7 +74,7 @@ impl SequenceDecoder {
         }
         let finish = (params.max_tokens == 0).then_some(FinishReason::Length);
         Ok(SequenceDecoder {
-            sampler: Sampler::new(params.sampling, &text_tokens(tokenizer, prompt)),
+            sampler: Sampler::new(params.sampling, &text_tokens(tokenizer, prompt)).with_vocabulary(tokenizer),
             constraint: params.constraint,
             stops: StopStrings::new(&params.stop),
             lines: LineLimits::new(params.min_indent, params.line_time_limit),

@@ -133,7 +133,9 @@ fn prompts(prompt: &Value, n_vocab: usize) -> Result<Vec<Prompt>, String> {
 fn one_prompt(prompt: &Value, n_vocab: usize) -> Result<Prompt, String> {
     match prompt {
         Value::String(s) => Ok(Prompt::Parts(vec![PromptPart::Text(s.clone())])),
-        Value::Array(items) => Ok(Prompt::Parts(items.iter().map(|item| part(item, n_vocab)).collect::<Result<_, _>>()?)),
+        // as llama-server reads one: token ids, or texts and ids mixed (texts alone are not one)
+        Value::Array(items) if items.iter().any(Value::is_number) => parts(items, n_vocab),
+        Value::Array(_) => Err("must hold token ids when it is an array (texts alone are several prompts, not one)".into()),
         Value::Object(o) => match (o.get("prompt_string"), o.get("multimodal_data")) {
             (Some(Value::String(text)), Some(Value::Array(data))) => {
                 let images: Vec<String> = data.iter().filter_map(|d| d.as_str().map(str::to_string)).collect();
@@ -151,11 +153,16 @@ fn one_prompt(prompt: &Value, n_vocab: usize) -> Result<Prompt, String> {
             }
             (_, Some(Value::Array(_))) => Err("must hold prompt_string as one string beside multimodal_data".into()),
             (_, Some(_)) => Err("has multimodal_data that is not an array of base64 strings".into()),
-            (Some(inner @ (Value::String(_) | Value::Array(_))), None) => one_prompt(inner, n_vocab),
+            (Some(Value::String(s)), None) => Ok(Prompt::Parts(vec![PromptPart::Text(s.clone())])),
+            (Some(Value::Array(items)), None) => parts(items, n_vocab),
             _ => Err("must hold prompt_string, a string or an array of strings and token ids".into()),
         },
         _ => Err("must be a string, an array of strings and token ids, an object with prompt_string, or an array of such prompts".into()),
     }
+}
+
+fn parts(items: &[Value], n_vocab: usize) -> Result<Prompt, String> {
+    Ok(Prompt::Parts(items.iter().map(|item| part(item, n_vocab)).collect::<Result<_, _>>()?))
 }
 
 fn part(item: &Value, n_vocab: usize) -> Result<PromptPart, String> {
@@ -177,7 +184,7 @@ mod tests {
 
     use PromptPart::{Text, Token};
 
-    fn parts(p: Vec<Prompt>) -> Vec<Vec<PromptPart>> {
+    fn as_parts(p: Vec<Prompt>) -> Vec<Vec<PromptPart>> {
         p.into_iter()
             .map(|p| match p {
                 Prompt::Parts(parts) => parts,
@@ -189,7 +196,7 @@ mod tests {
     #[test]
     fn prompts_take_llama_servers_shapes() {
         let t = |s: &str| Text(s.to_string());
-        let read = |v: Value| parts(prompts(&v, 10).unwrap());
+        let read = |v: Value| as_parts(prompts(&v, 10).unwrap());
         assert_eq!(read(json!("a")), vec![vec![t("a")]]);
         assert_eq!(read(json!([1, 2])), vec![vec![Token(1), Token(2)]]);
         // one number makes the array one prompt, mixed
@@ -222,6 +229,10 @@ mod tests {
         assert!(media(json!([1, "<__media__>"]), json!(["AAAA"])).contains("one string"));
         assert!(prompts(&json!(7.5), 10).unwrap_err().starts_with("prompt must be a string"));
         assert!(prompts(&json!([{}]), 10).unwrap_err().starts_with("prompt must hold prompt_string"));
+        // an array of texts inside several prompts is no prompt (prompt_string may hold one)
+        assert!(prompts(&json!([[""], [""]]), 10).unwrap_err().starts_with("prompt[0] must hold token ids"));
+        assert!(prompts(&json!([[]]), 10).is_err());
+        assert_eq!(as_parts(prompts(&json!({"prompt_string": ["a", "b"]}), 10).unwrap()), vec![vec![Text("a".into()), Text("b".into())]]);
     }
 
     #[test]

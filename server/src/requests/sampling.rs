@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use engine::sampling::{SamplerStep, SamplingParams};
+use engine::sampling::{DrySettings, SamplerStep, SamplingParams};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
@@ -106,10 +106,19 @@ pub struct SamplingRequest {
     pub dynatemp_range: Option<f64>,
     #[serde(default)]
     pub dynatemp_exponent: Option<f64>,
-    /// llama-server's DRY and mirostat samplers, which this server does not have: refused
-    /// unless off (0), never ignored.
+    /// llama-server's DRY penalty.
     #[serde(default)]
     pub dry_multiplier: Option<f64>,
+    #[serde(default)]
+    pub dry_base: Option<f64>,
+    #[serde(default)]
+    pub dry_allowed_length: Option<i64>,
+    #[serde(default)]
+    pub dry_penalty_last_n: Option<i64>,
+    #[serde(default)]
+    pub dry_sequence_breakers: Option<Vec<String>>,
+    /// llama-server's mirostat, which this server does not have: refused unless off (0),
+    /// never ignored.
     #[serde(default)]
     pub mirostat: Option<f64>,
     #[serde(default)]
@@ -259,12 +268,11 @@ impl SamplingRequest {
             xtc_threshold: in_range("xtc_threshold", self.xtc_threshold, 0.0, 1.0)?.unwrap_or(defaults.xtc_threshold),
             dynatemp_range: in_range("dynatemp_range", self.dynatemp_range, 0.0, 100.0)?.unwrap_or(defaults.dynatemp_range),
             dynatemp_exponent: in_range("dynatemp_exponent", self.dynatemp_exponent, 0.0, 100.0)?.unwrap_or(defaults.dynatemp_exponent),
+            dry: self.dry()?,
             order: self.samplers.as_ref().map(|s| s.0.clone()),
         };
-        for (name, sampler, value) in [("dry_multiplier", "DRY", self.dry_multiplier), ("mirostat", "mirostat", self.mirostat)] {
-            if value.is_some_and(|v| v != 0.0) {
-                return Err(ApiError::invalid_param(name, format!("this server has no {sampler} sampler: send {name} 0 or leave it out")));
-            }
+        if self.mirostat.is_some_and(|v| v != 0.0) {
+            return Err(ApiError::invalid_param("mirostat", "this server has no mirostat sampler: send mirostat 0 or leave it out"));
         }
         let max_tokens = match int_in("max_completion_tokens", self.max_completion_tokens, 1, u32::MAX as u64)? {
             Some(v) => Some(v as usize),
@@ -286,6 +294,34 @@ impl SamplingRequest {
             lora: self.lora.clone(),
             timings_per_token: self.timings_per_token.unwrap_or(false),
             return_progress: self.return_progress.unwrap_or(false),
+        })
+    }
+
+    /// The DRY settings, as llama-server reads them: a base below 1 is the default base, a
+    /// `dry_penalty_last_n` of -1 the whole context, and the breakers a non-empty list.
+    fn dry(&self) -> Result<DrySettings, ApiError> {
+        let d = DrySettings::default();
+        let count = |name: &str, v: Option<i64>, min: i64| match v {
+            Some(v) if v < min => Err(ApiError::invalid_param(name, format!("{name} must be at least {min}, got {v}"))),
+            v => Ok(v),
+        };
+        let breakers = match &self.dry_sequence_breakers {
+            Some(b) if b.is_empty() || b.iter().any(String::is_empty) => {
+                return Err(ApiError::invalid_param("dry_sequence_breakers", "dry_sequence_breakers must be a non-empty list of texts"))
+            }
+            Some(b) => b.clone(),
+            None => d.sequence_breakers,
+        };
+        Ok(DrySettings {
+            multiplier: in_range("dry_multiplier", self.dry_multiplier, 0.0, 100.0)?.unwrap_or(d.multiplier),
+            base: in_range("dry_base", self.dry_base, f64::MIN, 100.0)?.filter(|&b| b >= 1.0).unwrap_or(d.base),
+            allowed_length: count("dry_allowed_length", self.dry_allowed_length, 0)?.map_or(d.allowed_length, |v| v as usize),
+            penalty_last_n: match count("dry_penalty_last_n", self.dry_penalty_last_n, -1)? {
+                Some(-1) => usize::MAX,
+                Some(v) => v as usize,
+                None => d.penalty_last_n,
+            },
+            sequence_breakers: breakers,
         })
     }
 

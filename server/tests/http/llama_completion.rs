@@ -208,6 +208,27 @@ fn llama_cpps_other_samplers_shape_the_distribution_drawn_from() {
     let near: Vec<u32> = (0..row.len()).filter(|&i| row[i] >= best - std).map(|i| i as u32).collect();
     assert!((2..100).contains(&near.len()), "{} tokens within a deviation: no test", near.len());
     assert_eq!(drawn_from(&first(json!({"top_n_sigma": 1}))), near);
+    // DRY: `300 301 302` came before, followed by 303, which would extend the repeat to 3
+    // tokens: 303 loses multiplier * base^(3 - 2) = 2 from its logit, nothing else changes
+    let probs_of = |prompt: &Value, extra: Value| -> Vec<(u64, f64)> {
+        let mut body = json!({"prompt": prompt, "n_predict": 1, "n_probs": 3, "post_sampling_probs": true, "temperature": 1,
+                              "logit_bias": {"303": 10}});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let r: Value = client().post(&url).json(&body).send().unwrap().json().unwrap();
+        let top = r["completion_probabilities"][0]["top_probs"].as_array().unwrap().clone();
+        top.iter().map(|t| (t["id"].as_u64().unwrap(), t["prob"].as_f64().unwrap())).collect()
+    };
+    let repeated = json!([1, 300, 301, 302, 303, 300, 301, 302]);
+    let (plain, dry) = (probs_of(&repeated, json!({})), probs_of(&repeated, json!({"dry_multiplier": 1, "dry_base": 2})));
+    assert_eq!((plain[0].0, dry[0].0), (303, 303), "{plain:?} {dry:?}");
+    let other = plain[1].0;
+    let ratio = |p: &[(u64, f64)]| p[0].1 / p.iter().find(|t| t.0 == other).unwrap().1;
+    let got = ratio(&dry) / ratio(&plain);
+    assert!((got - (-2.0f64).exp()).abs() < 1e-3, "{got}: {plain:?} {dry:?}");
+    // a breaker (a token holding `:`) in the repeat: counted back to it, the repeat is too short
+    let colon = *tok.encode(":", false, false).last().unwrap();
+    let broken = json!([1, 300, colon, 302, 303, 300, colon, 302]);
+    assert_eq!(probs_of(&broken, json!({})), probs_of(&broken, json!({"dry_multiplier": 1, "dry_base": 2})));
     // typical sampling leaves fewer than the whole vocabulary, the dynamic temperature all of it
     assert!(drawn_from(&first(json!({"typical_p": 0.2}))).len() < 100);
     assert_eq!(first(json!({"dynatemp_range": 0.5}))["top_probs"].as_array().unwrap().len(), 100);
@@ -244,10 +265,11 @@ fn grammars_constrain_and_bad_requests_are_400s_naming_the_field() {
         // a schema the grammar compiler refuses names the field it came in
         (json!({"prompt": "a", "json_schema": {"type": "object", "properties": 5}}), "json_schema"),
         (json!({"prompt": "a", "n_predict": -3}), "n_predict"),
-        // samplers this server does not have, and a typical mass past 1
-        (json!({"prompt": "a", "dry_multiplier": 0.8}), "dry_multiplier"),
+        // a sampler this server does not have, a typical mass past 1, no DRY breakers
         (json!({"prompt": "a", "mirostat": 2}), "mirostat"),
         (json!({"prompt": "a", "typical_p": 1.5}), "typical_p"),
+        (json!({"prompt": "a", "dry_multiplier": 0.8, "dry_sequence_breakers": []}), "dry_sequence_breakers"),
+        (json!({"prompt": "a", "dry_allowed_length": -1}), "dry_allowed_length"),
     ] {
         let e = expect_error(post(body.clone()), StatusCode::BAD_REQUEST);
         assert_eq!(e["param"], param, "{body}: {e}");
