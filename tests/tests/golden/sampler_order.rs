@@ -60,11 +60,17 @@ fn temperature_applies_only_where_named_and_the_order_matters() {
     // the names llama-server takes, its one-letter forms among them
     assert_eq!(SamplerStep::from_name("top-k"), Some(SamplerStep::TopK));
     assert_eq!(SamplerStep::from_name("nucleus"), Some(SamplerStep::TopP));
-    assert_eq!(SamplerStep::from_name("typ_p"), Some(SamplerStep::Inert));
+    assert_eq!(SamplerStep::from_name("typ_p"), Some(SamplerStep::TypicalP));
+    assert_eq!(SamplerStep::from_name("top-n-sigma"), Some(SamplerStep::TopNSigma));
+    assert_eq!(SamplerStep::from_name("dry"), Some(SamplerStep::Inert));
     assert_eq!(SamplerStep::from_name("mirostat"), None);
     assert_eq!(
         "kpi".chars().map(SamplerStep::from_char).collect::<Option<Vec<_>>>(),
         Some(vec![SamplerStep::TopK, SamplerStep::TopP, SamplerStep::Infill])
+    );
+    assert_eq!(
+        "ysxd".chars().map(SamplerStep::from_char).collect::<Option<Vec<_>>>(),
+        Some(vec![SamplerStep::TypicalP, SamplerStep::TopNSigma, SamplerStep::Xtc, SamplerStep::Inert])
     );
 }
 
