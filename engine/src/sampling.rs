@@ -422,7 +422,7 @@ pub struct Sampler {
     /// With DRY on: the prompt and the output so far, and the breakers' restart sequences in
     /// the vocabulary ([`Sampler::with_vocabulary`]).
     history: Vec<TokenId>,
-    breakers: dry::Breakers,
+    breakers: std::sync::Arc<dry::Breakers>,
 }
 
 impl Sampler {
@@ -438,10 +438,13 @@ impl Sampler {
         Sampler { params, rng, output_counts: FxHashMap::default(), seen, produced: 0, history, breakers: Default::default() }
     }
 
-    /// The DRY breakers' restart sequences in `vocab` (with DRY on: a pass over the vocabulary).
+    /// The DRY breakers' restart sequences in `vocab` (with DRY on: a pass over the vocabulary,
+    /// made once per list of breakers and kept with the tokenizer).
     pub fn with_vocabulary(mut self, vocab: &Tokenizer) -> Sampler {
         if self.params.dry.is_on() {
-            self.breakers = dry::restart_sequences(vocab, &self.params.dry.sequence_breakers);
+            let breakers = &self.params.dry.sequence_breakers;
+            let key = format!("dry restart sequences {breakers:?}");
+            self.breakers = vocab.derived(&key, |v| dry::restart_sequences(v, breakers));
         }
         self
     }

@@ -42,6 +42,9 @@ pub struct Tokenizer {
     special: SpecialMatcher,
     /// Every token's text as it appears in output (`token_to_piece` with special tokens shown).
     pieces: Vec<Box<[u8]>>,
+    /// Tables other layers derive from the whole vocabulary once (keyed by what they are made
+    /// from, e.g. DRY's restart sequences of a list of breakers): see [`Tokenizer::derived`].
+    derived: std::sync::Mutex<rustc_hash::FxHashMap<String, std::sync::Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -73,7 +76,7 @@ impl Tokenizer {
             return Err(TokenizerError::MissingSpecial(vocab.kind.name(), "EOS"));
         }
         let special = SpecialMatcher::new(&vocab);
-        let mut tokenizer = Tokenizer { vocab, model, special, pieces: Vec::new() };
+        let mut tokenizer = Tokenizer { vocab, model, special, pieces: Vec::new(), derived: Default::default() };
         tokenizer.pieces = (0..tokenizer.n_vocab() as TokenId).map(|id| tokenizer.render_piece(id)).collect();
         Ok(tokenizer)
     }
@@ -241,6 +244,23 @@ impl Tokenizer {
     /// byte token gives its one byte, which may be part of a UTF-8 character.
     pub fn token_bytes(&self, id: TokenId) -> &[u8] {
         self.pieces.get(id as usize).map_or(&[], |p| &**p)
+    }
+
+    /// A table derived from the vocabulary, made by `make` the first time `key` is asked for
+    /// and kept with the tokenizer (a pass over a 150k vocabulary costs a request's latency
+    /// once, not every time). At most 64 tables are kept.
+    pub fn derived<T: Send + Sync + 'static>(&self, key: &str, make: impl FnOnce(&Tokenizer) -> T) -> std::sync::Arc<T> {
+        let found = self.derived.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned();
+        if let Some(table) = found.and_then(|t| t.downcast::<T>().ok()) {
+            return table;
+        }
+        let table = std::sync::Arc::new(make(self));
+        let mut memo = self.derived.lock().unwrap_or_else(|e| e.into_inner());
+        if memo.len() >= 64 {
+            memo.clear();
+        }
+        memo.insert(key.to_string(), table.clone());
+        table
     }
 
     /// The bytes of token `id` in output text; with `special` off, control and unknown tokens

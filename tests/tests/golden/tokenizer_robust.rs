@@ -209,3 +209,20 @@ fn streaming_never_splits_a_character() {
     assert_eq!(out, format!(" {text}"));
     assert_eq!(tok.decode(&ids), text);
 }
+
+#[test]
+fn a_table_derived_from_the_vocabulary_is_made_once_per_key() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let tok = vocab_tokenizer(VOCABS[0]);
+    let made = AtomicUsize::new(0);
+    let make = |t: &Tokenizer| {
+        made.fetch_add(1, Ordering::Relaxed);
+        t.n_vocab()
+    };
+    let (a, b) = (tok.derived("count", make), tok.derived("count", make));
+    assert_eq!((*a, *b, made.load(Ordering::Relaxed)), (tok.n_vocab(), tok.n_vocab(), 1));
+    // another key, or the same key asked for another type, is made anew
+    tok.derived("other", make);
+    assert_eq!(*tok.derived("count", |_| "text"), "text");
+    assert_eq!(made.load(Ordering::Relaxed), 2);
+}
