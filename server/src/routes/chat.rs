@@ -22,7 +22,7 @@ use super::chat_turn::prompt_tokens;
 use super::generation::{add_usage, blocking, completion_object, next_event, random_id, submit, unix_now, usage_json};
 use super::reasoning::Split;
 use super::reply::{self, ReadReply, ReplyReader, ReplySyntax};
-use super::timings::{of_completion, of_progress, progress_json, StreamCounts};
+use super::timings::{mark_progress, of_completion, StreamCounts};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
 use crate::requests::chat::ChatCompletionRequest;
@@ -287,10 +287,7 @@ async fn stream(
                     let role =
                         json!([{"index": index, "delta": {"role": "assistant", "content": null}, "logprobs": null, "finish_reason": null}]);
                     let mut c = ctx.chunk(role, None, include_usage);
-                    c["prompt_progress"] = progress_json(&progress);
-                    if with_times {
-                        c["timings"] = of_progress(&progress);
-                    }
+                    mark_progress(&mut c, &progress, with_times);
                     if !ctx.sse.send_json(&c).await {
                         return;
                     }

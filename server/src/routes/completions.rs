@@ -19,7 +19,7 @@ use hyper::Response;
 use serde_json::{json, Map, Value};
 
 use super::generation::{add_usage, blocking, completion_object, next_event, output, params_for, random_id, submit, unix_now, usage_json};
-use super::timings::{of_completion, of_progress, progress_json, StreamCounts};
+use super::timings::{mark_progress, of_completion, StreamCounts};
 use crate::error::ApiError;
 use crate::http::{ok_json, sse_response, Body, SseSender};
 use crate::registry::ModelEntry;
@@ -123,10 +123,7 @@ async fn stream(
                     continue;
                 }
                 let mut c = chunk(json!([{"index": index, "text": "", "logprobs": null, "finish_reason": null}]), None);
-                c["prompt_progress"] = progress_json(&progress);
-                if with_times {
-                    c["timings"] = of_progress(&progress);
-                }
+                mark_progress(&mut c, &progress, with_times);
                 sse.send_json(&c).await
             }
             SeqEvent::Token { index, event, timings } => {

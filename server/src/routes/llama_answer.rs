@@ -18,7 +18,7 @@ use hyper::Response;
 use serde_json::{json, Value};
 
 use super::generation::{next_event, stop_string_met};
-use super::timings::{of_completion, of_progress, progress_json, StreamCounts};
+use super::timings::{mark_progress, of_completion, StreamCounts};
 use crate::http::{sse_response, Body};
 use crate::registry::ModelEntry;
 use crate::requests::llama::LlamaLimits;
@@ -128,10 +128,8 @@ fn piece(
 /// `timings_per_token` (only the prompt's).
 fn progress_event(index: usize, progress: &PromptProgress, limits: &LlamaLimits) -> Value {
     let mut p = json!({"index": index, "content": "", "tokens": [], "stop": false, "id_slot": -1, "tokens_predicted": 0,
-                       "tokens_evaluated": progress.total, "prompt_progress": progress_json(progress)});
-    if limits.timings_per_token {
-        p["timings"] = of_progress(progress);
-    }
+                       "tokens_evaluated": progress.total});
+    mark_progress(&mut p, progress, limits.timings_per_token);
     p
 }
 

@@ -41,6 +41,15 @@ pub fn progress_json(p: &PromptProgress) -> Value {
     json!({"total": p.total, "cache": p.cached, "processed": p.processed, "time_ms": p.elapsed.as_millis() as u64})
 }
 
+/// Puts a progress report on a stream's `event`: its `prompt_progress`, and with
+/// `with_times` the prompt's timings so far.
+pub fn mark_progress(event: &mut Value, p: &PromptProgress, with_times: bool) {
+    event["prompt_progress"] = progress_json(p);
+    if with_times {
+        event["timings"] = of_progress(p);
+    }
+}
+
 /// The `timings` of an output still reading its prompt: the prompt's part so far.
 pub fn of_progress(p: &PromptProgress) -> Value {
     timings_json(Timings { prompt: p.elapsed, output: Default::default() }, p.cached, p.processed - p.cached, 0)
